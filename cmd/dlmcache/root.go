@@ -1,0 +1,55 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+)
+
+// factory carries what every command needs from its surroundings, so that
+// commands have no package-level state and tests can swap the streams.
+type factory struct {
+	Out    io.Writer
+	ErrOut io.Writer
+}
+
+// exitError lets a command choose its exit status.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+
+func newRootCmd(f *factory) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "dlmcache",
+		Short: "Shared-prefix K/V caching for diffusion language models",
+		Long: `dlmcache measures, per diffusion language model, how deep a shared
+prompt prefix's keys and values can be reused across requests, writes that as a
+ratio→depth lookup table, and serves requests with it.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(f.Out)
+	root.SetErr(f.ErrOut)
+	root.AddCommand(newCmdGenerate(f, nil))
+	return root
+}
+
+func execute(args []string, stdout, stderr io.Writer) int {
+	f := &factory{Out: stdout, ErrOut: stderr}
+	root := newRootCmd(f)
+	root.SetArgs(args)
+	if err := root.Execute(); err != nil {
+		fmt.Fprintln(stderr, "dlmcache:", err)
+		var ee *exitError
+		if errors.As(err, &ee) {
+			return ee.code
+		}
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,101 @@
+// Package backend is the small interface between the model forward and the
+// hardware that runs it: a handful of matrix operations on row-major float32
+// activations and on weights kept in whatever form the backend likes.
+//
+// Every operation the LLaDA forward needs is here and nothing else. A backend
+// that wants to do more (fused kernels, device-resident caches) adds an
+// optional interface next to this one instead of growing it.
+//
+// Shapes are written [rows, cols]. Activations are always 2-D float32
+// matrices: a sequence of n tokens of width d is [n, d]. Attention heads are
+// laid out contiguously along the columns: head h of a [n, H*hd] matrix is
+// columns h*hd .. (h+1)*hd-1.
+package backend
+
+import "fmt"
+
+// DType is the element type of a weight as stored in a checkpoint.
+type DType int
+
+const (
+	F32 DType = iota
+	F16
+	BF16
+)
+
+func (d DType) String() string {
+	switch d {
+	case F32:
+		return "F32"
+	case F16:
+		return "F16"
+	case BF16:
+		return "BF16"
+	}
+	return fmt.Sprintf("DType(%d)", int(d))
+}
+
+// Size is the number of bytes of one element.
+func (d DType) Size() int {
+	if d == F32 {
+		return 4
+	}
+	return 2
+}
+
+// Tensor is a 2-D matrix owned by a backend. Vectors (norm weights) are
+// [1, d].
+type Tensor interface {
+	Rows() int
+	Cols() int
+}
+
+// Backend runs the operations of a transformer forward.
+//
+// Unless said otherwise, dst may not alias an input, and the shapes must
+// agree; a backend panics on a shape mismatch (a programming error, not a
+// user error). Row index lists are int32 positions into the matrix's rows.
+type Backend interface {
+	// Name identifies the backend ("cpu", "cuda").
+	Name() string
+
+	// Weight makes a backend tensor of shape [rows, cols] from raw
+	// little-endian checkpoint bytes of the given dtype. The backend may keep
+	// a reference to raw (it is memory-mapped and lives as long as the
+	// model) or convert it.
+	Weight(dtype DType, rows, cols int, raw []byte) (Tensor, error)
+
+	// New returns a zeroed float32 matrix [rows, cols].
+	New(rows, cols int) Tensor
+	// FromHost copies data (row-major, len rows*cols) into a new matrix.
+	FromHost(rows, cols int, data []float32) Tensor
+	// ToHost copies t into dst (len rows*cols) and returns it; a nil dst is
+	// allocated.
+	ToHost(t Tensor, dst []float32) []float32
+	// Free releases t. Using t afterwards is an error.
+	Free(t Tensor)
+
+	// Embed: dst[i] = table[ids[i]]. table [vocab, d], dst [len(ids), d].
+	Embed(dst, table Tensor, ids []int32)
+	// RMSNorm: dst[i] = x[i] / sqrt(mean(x[i]²) + eps) * w. w [1, d].
+	RMSNorm(dst, x, w Tensor, eps float32)
+	// MatMul: dst = x · wᵀ. x [n, in], w [out, in], dst [n, out].
+	MatMul(dst, x, w Tensor)
+	// RoPE rotates x [n, heads*headDim] in place, row i at position pos[i],
+	// in the rotate-half (NeoX) form with inv_freq = theta^(-2j/headDim).
+	RoPE(x Tensor, pos []int32, headDim int, theta float64)
+	// Attention: bidirectional softmax attention of every row of q against
+	// every row of k and v, scaled by 1/sqrt(headDim).
+	// q [nq, nHeads*headDim], k and v [nk, nKVHeads*headDim],
+	// dst [nq, nHeads*headDim]. nHeads is a multiple of nKVHeads (grouped
+	// query attention: query head h reads kv head h/(nHeads/nKVHeads)).
+	Attention(dst, q, k, v Tensor, nHeads, nKVHeads int)
+	// SiLUMul: dst = silu(gate) * up, elementwise. dst may alias gate.
+	SiLUMul(dst, gate, up Tensor)
+	// Add: dst += x, elementwise.
+	Add(dst, x Tensor)
+	// CopyRows: dst[dstRows[i]] = src[srcRows[i]] for every i. A nil
+	// dstRows (srcRows) means 0, 1, 2, … ; when both are nil the copy is
+	// min(rows) rows. Column counts must match.
+	CopyRows(dst Tensor, dstRows []int32, src Tensor, srcRows []int32)
+}
