@@ -1,0 +1,297 @@
+#!/usr/bin/env python3
+"""Writes the golden fixtures of the Go engine's numerical check into model/testdata/.
+
+    /usr/bin/python3 tools/golden/make_golden.py            # from the repo root
+
+For each of tiny-f32/ and tiny-bf16/ (random weights, fixed seeds):
+  config.json, model.safetensors (LLaDA HF names; F32 resp. BF16),
+  tokenizer.json (byte-level BPE: the 256 GPT-2 byte symbols at ids 0..255 = the byte
+  values, no merges, specials at 256..261), tokenizer_config.json,
+  golden.safetensors (F32):
+      logits [n, embedding_size]   fixed input (input_ids, positions 0..n-1)
+      k.{l}, v.{l} [n, kv_dim]     layer l keys (after RoPE) and values
+      h.{l} [n, d_model]           hidden state entering layer l (h.{L} = last layer output, before ln_f)
+      pos2.logits, pos2.k.{l}, pos2.v.{l}   same for pos2 input (non-contiguous positions)
+  golden.json: ids, positions, greedy generation cases (with per-step trace and
+  the smallest decision margins), tokenizer cases.
+
+The reference is computed in float64 from the stored weights (BF16 weights are
+upcast exactly), so the Go float32 forward should match to ~1e-6 relative.
+"""
+import json
+import os
+import sys
+
+import numpy as np
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+
+from pyllada import safetensors_io as st  # noqa: E402
+from pyllada.model import LLaDA, LLaDAConfig, save_pretrained  # noqa: E402
+from pyllada.generate import generate  # noqa: E402
+
+SPECIALS = ["<|startoftext|>", "<|endoftext|>", "<|mdm_mask|>",
+            "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
+SPECIAL_ID = {s: 256 + i for i, s in enumerate(SPECIALS)}
+BOS, EOS, MASK = SPECIAL_ID["<|startoftext|>"], SPECIAL_ID["<|endoftext|>"], SPECIAL_ID["<|mdm_mask|>"]
+
+
+def bytes_to_unicode():
+    """GPT-2's byte -> printable unicode symbol map."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+def tokenizer_json():
+    b2u = bytes_to_unicode()
+    vocab = {b2u[b]: b for b in range(256)}
+    added = [{"id": SPECIAL_ID[s], "content": s, "single_word": False, "lstrip": False,
+              "rstrip": False, "normalized": False, "special": True} for s in SPECIALS]
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": None,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+        "post_processor": None,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
+                  "ignore_merges": False, "vocab": vocab, "merges": []},
+    }
+
+
+def tokenizer_config_json():
+    return {
+        "bos_token": "<|startoftext|>",
+        "eos_token": "<|endoftext|>",
+        "pad_token": "<|endoftext|>",
+        "added_tokens_decoder": {str(SPECIAL_ID[s]): {"content": s, "lstrip": False, "normalized": False,
+                                                       "rstrip": False, "single_word": False, "special": True}
+                                 for s in SPECIALS},
+        "clean_up_tokenization_spaces": False,
+        "model_max_length": 4096,
+        "tokenizer_class": "PreTrainedTokenizerFast",
+    }
+
+
+def encode(text):
+    """Reference encoder for this tokenizer: specials split out, everything else = UTF-8 bytes."""
+    ids, i = [], 0
+    while i < len(text):
+        for s in SPECIALS:
+            if text.startswith(s, i):
+                ids.append(SPECIAL_ID[s])
+                i += len(s)
+                break
+        else:
+            j = i
+            while j < len(text) and not any(text.startswith(s, j) for s in SPECIALS):
+                j += 1
+            ids.extend(text[i:j].encode("utf-8"))
+            i = j
+    return ids
+
+
+def chat(system, user):
+    s = "<|startoftext|>"
+    if system is not None:
+        s += "<|start_header_id|>system<|end_header_id|>\n\n" + system + "<|eot_id|>"
+    return s + "<|start_header_id|>user<|end_header_id|>\n\n" + user + \
+        "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
+
+
+def make_config():
+    return LLaDAConfig(d_model=64, n_layers=3, n_heads=4, n_kv_heads=4, mlp_hidden_size=96,
+                       vocab_size=300, embedding_size=320, rope_theta=10000.0, rms_norm_eps=1e-5,
+                       mask_token_id=MASK, eos_token_id=EOS, pad_token_id=EOS, max_sequence_length=1024,
+                       extra={"bos_token_id": BOS})
+
+
+def init_weights(m, seed):
+    c = m.config
+    g = torch.Generator().manual_seed(seed)
+
+    def rn(*shape, std=1.0):
+        return torch.randn(*shape, generator=g, dtype=torch.float64) * std
+    with torch.no_grad():
+        m.wte.weight.copy_(rn(c.rows, c.d_model))
+        for b in m.blocks:
+            for lin in (b.q_proj, b.k_proj, b.v_proj, b.attn_out, b.ff_proj, b.up_proj, b.ff_out):
+                o, i = lin.weight.shape
+                lin.weight.copy_(rn(o, i, std=1.0 / np.sqrt(i)))
+            # sharper attention so that positions matter
+            b.q_proj.weight.mul_(1.5)
+            b.k_proj.weight.mul_(1.5)
+            b.attn_norm.weight.copy_(1 + 0.1 * rn(c.d_model))
+            b.ff_norm.weight.copy_(1 + 0.1 * rn(c.d_model))
+        m.ln_f.weight.copy_(1 + 0.1 * rn(c.d_model))
+        head = rn(c.rows, c.d_model, std=2.5 / np.sqrt(c.d_model))
+        head[c.vocab_size:] *= 0.1      # padding rows: rarely the argmax
+        head[c.mask_token_id] *= 0.1    # the mask token: rarely predicted
+        m.ff_out.weight.copy_(head)
+
+
+def margins_of(model, x, mask_id, hi, k):
+    """Smallest argmax logit gap over masked positions <hi, and the gap between the
+    k-th and (k+1)-th confidence (inf if fewer candidates)."""
+    logits = model(x)[0].to(torch.float64)
+    masked = (x[0] == mask_id).nonzero().flatten()
+    masked = masked[masked < hi]
+    top2 = torch.topk(logits[masked], 2, dim=-1).values
+    lg = float((top2[:, 0] - top2[:, 1]).min())
+    p = torch.softmax(logits[masked], dim=-1).max(-1).values
+    ps = torch.sort(p, descending=True).values
+    cg = float(ps[k - 1] - ps[k]) if len(ps) > k else float("inf")
+    am = torch.argmax(logits[masked], -1)
+    bad = int(((am >= model.config.vocab_size) | (am == mask_id)).sum())
+    return lg, cg, bad
+
+
+def gen_case(model64, model32, name, prompt_text, gen_length, steps, block_length):
+    prompt = torch.tensor(encode(prompt_text))
+    trace = []
+    out = generate(model64, prompt, gen_length, steps, block_length, trace=trace)
+    out32 = generate(model32, prompt, gen_length, steps, block_length)
+    assert torch.equal(out, out32), f"{name}: float32 and float64 generations differ"
+    # decision margins along the trajectory
+    P = len(prompt)
+    min_lg, min_cg, bad = float("inf"), float("inf"), 0
+    x = torch.full((1, P + gen_length), MASK)
+    x[0, :P] = prompt
+    for t in trace:
+        hi = P + (t["block"] + 1) * block_length
+        lg, cg, bd = margins_of(model64, x, MASK, hi, len(t["committed"]))
+        min_lg, min_cg, bad = min(min_lg, lg), min(min_cg, cg), bad + bd
+        x = torch.tensor(t["canvas"])[None]
+    return {
+        "name": name, "prompt_text": prompt_text, "prompt_ids": prompt.tolist(),
+        "gen_length": gen_length, "steps": steps, "block_length": block_length,
+        "temperature": 0.0, "remasking": "low_confidence", "mask_id": MASK,
+        "output_ids": out[0].tolist(), "answer_ids": out[0, P:].tolist(),
+        "trace": [{"block": t["block"], "step": t["step"], "committed": t["committed"]} for t in trace],
+        "min_argmax_logit_gap": min_lg, "min_confidence_gap": min_cg,
+        "argmax_in_padding_or_mask": bad,
+    }
+
+
+def build(out_dir, dtype, seed):
+    os.makedirs(out_dir, exist_ok=True)
+    c = make_config()
+    m = LLaDA(c).to(torch.float64)
+    init_weights(m, seed)
+    if dtype == "BF16":
+        with torch.no_grad():
+            for p in m.parameters():
+                p.copy_(st.round_bf16(p).to(torch.float64))
+    else:
+        with torch.no_grad():
+            for p in m.parameters():
+                p.copy_(p.to(torch.float32).to(torch.float64))
+    m.eval()
+    save_pretrained(m, out_dir, dtype=dtype, metadata={"generator": "tools/golden/make_golden.py", "seed": seed})
+    # reload from disk: the reference uses exactly what is stored
+    sd = st.load_file(os.path.join(out_dir, "model.safetensors"))
+    m64 = LLaDA(c)
+    m64.load_hf_state_dict(sd, out_dir)
+    m32 = LLaDA(c)
+    m32.load_hf_state_dict(sd, out_dir)
+    m64 = m64.to(torch.float64).eval()
+    m32 = m32.eval()
+    with open(os.path.join(out_dir, "tokenizer.json"), "w") as f:
+        json.dump(tokenizer_json(), f, indent=1, ensure_ascii=False)
+        f.write("\n")
+    with open(os.path.join(out_dir, "tokenizer_config.json"), "w") as f:
+        json.dump(tokenizer_config_json(), f, indent=2)
+        f.write("\n")
+
+    # case 1: chat prefix + masks, contiguous positions
+    text = chat(None, "Name: Ada. Hi!")
+    ids = encode(text)
+    ids = ids[:32] + [MASK] * 16
+    n = len(ids)
+    pos = list(range(n))
+    # case 2: non-contiguous positions 0..15, 100..131
+    ids2 = encode(chat("k=v", "x?"))[:16] + [MASK] * 8 + encode("abc 12 ##") + [MASK] * (32 - 8 - 9)
+    pos2 = list(range(16)) + list(range(100, 132))
+    assert len(ids2) == 48 and len(pos2) == 48
+    tensors = {}
+    with torch.no_grad():
+        lg, s = m64(torch.tensor([ids]), torch.tensor(pos), return_states=True)
+        lg32 = m32(torch.tensor([ids]), torch.tensor(pos))
+        tensors["logits"] = lg[0]
+        for l in range(c.n_layers):
+            tensors[f"k.{l}"] = s["k"][l][0]
+            tensors[f"v.{l}"] = s["v"][l][0]
+        for l in range(c.n_layers + 1):
+            tensors[f"h.{l}"] = s["h"][l][0]
+        lg2, s2 = m64(torch.tensor([ids2]), torch.tensor(pos2), return_states=True)
+        tensors["pos2.logits"] = lg2[0]
+        for l in range(c.n_layers):
+            tensors[f"pos2.k.{l}"] = s2["k"][l][0]
+            tensors[f"pos2.v.{l}"] = s2["v"][l][0]
+    rel32 = float((lg32[0].double() - lg[0]).abs().max() / lg[0].abs().max())
+    st.save_file({k: v.to(torch.float32) for k, v in tensors.items()},
+                 os.path.join(out_dir, "golden.safetensors"), dtype="F32",
+                 metadata={"generator": "tools/golden/make_golden.py"})
+
+    gens = [
+        gen_case(m64, m32, "two_blocks", chat("You are terse.", "Say hi."), 16, 8, 8),
+        gen_case(m64, m32, "one_block", chat(None, "2+2?"), 12, 6, 12),
+    ]
+    tok_cases = []
+    for t in [chat("System text.", "Héllo wörld ✓"), "  two  spaces\tand tab\n", "<|mdm_mask|><|mdm_mask|>x<|endoftext|>"]:
+        tok_cases.append({"text": t, "ids": encode(t), "decoded": t})
+    gj = {
+        "description": "Golden outputs of the independent PyTorch LLaDA reference (tools/pyllada) "
+                       "for this random-weights checkpoint. Reference computed in float64 from the stored weights.",
+        "generator": "tools/golden/make_golden.py",
+        "seed": seed,
+        "weights_dtype": dtype,
+        "config": {"n_layers": c.n_layers, "d_model": c.d_model, "n_heads": c.n_heads, "n_kv_heads": c.n_kv_heads,
+                   "head_dim": c.head_dim, "vocab_size": c.vocab_size, "embedding_size": c.embedding_size,
+                   "mask_token_id": MASK, "eos_token_id": EOS, "bos_token_id": BOS},
+        "input_ids": ids,
+        "position_ids": pos,
+        "pos2": {"input_ids": ids2, "position_ids": pos2},
+        "tensors": {
+            "logits": "[n, embedding_size] logits of input_ids at position_ids",
+            "k.{l}": "[n, n_kv_heads*head_dim] keys of layer l after RoPE, head h in columns h*hd..(h+1)*hd-1",
+            "v.{l}": "[n, n_kv_heads*head_dim] values of layer l",
+            "h.{l}": "[n, d_model] hidden state entering layer l; h.{n_layers} is the last layer's output before ln_f",
+            "pos2.logits": "[n, embedding_size] logits of pos2.input_ids at pos2.position_ids",
+            "pos2.k.{l}": "keys of layer l for pos2", "pos2.v.{l}": "values of layer l for pos2",
+        },
+        "float32_torch_logits_rel_error": rel32,
+        "generate": gens,
+        "sampler_notes": "LLaDA low-confidence remasking, temperature 0: x0 = argmax over all embedding_size logits; "
+                         "confidence = softmax(logits)[x0] (fp64); per block, masked M at block start, steps s: step i "
+                         "commits M//s (+1 for i < M%s) top-confidence masked positions of the current block. "
+                         "trace[].committed lists the canvas indices committed at each step.",
+        "tokenizer": tok_cases,
+    }
+    with open(os.path.join(out_dir, "golden.json"), "w") as f:
+        json.dump(gj, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+    print(out_dir, "logits std %.3f" % float(lg[0].std()), "f32 rel err %.2e" % rel32,
+          [(g["name"], g["min_argmax_logit_gap"], g["min_confidence_gap"], g["argmax_in_padding_or_mask"]) for g in gens])
+
+
+def main():
+    base = os.path.join(ROOT, "model", "testdata")
+    build(os.path.join(base, "tiny-f32"), "F32", 1234)
+    build(os.path.join(base, "tiny-bf16"), "BF16", 4321)
+
+
+if __name__ == "__main__":
+    main()

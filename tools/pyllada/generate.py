@@ -1,0 +1,79 @@
+"""LLaDA low-confidence remasking sampler (as in LLaDA's generate.py), batch size 1 or B.
+
+Canvas = prompt ⊕ MASK×gen_length; gen_length splits into blocks of block_length
+filled left to right; steps split evenly over blocks. In a block with M masked
+positions at its start and s steps, step i commits M//s tokens, +1 for i < M%s.
+Each step: x0 = argmax(logits [+ T·Gumbel]) over all embedding_size rows;
+confidence = softmax(logits in fp64)[x0]; positions after the current block get
+-inf; the top-k confident masked positions take x0.
+"""
+import numpy as np
+import torch
+
+
+def num_transfer_tokens(masked, steps):
+    base, rem = divmod(int(masked), steps)
+    return [base + (1 if i < rem else 0) for i in range(steps)]
+
+
+def add_gumbel_noise(logits, temperature, generator=None):
+    # LLaDA: exp(logits)/(-log u)^T in fp64, equivalent in argmax to logits + T*Gumbel.
+    if temperature == 0:
+        return logits
+    logits = logits.to(torch.float64)
+    u = torch.rand(logits.shape, dtype=torch.float64, generator=generator)
+    g = (-torch.log(u)) ** temperature
+    return logits.exp() / g
+
+
+@torch.no_grad()
+def generate(model, prompt, gen_length=16, steps=8, block_length=8, temperature=0.0,
+             mask_id=None, remasking="low_confidence", pos=None, key_valid=None,
+             trace=None, generator=None, tokens_per_step=None):
+    """prompt: [B, P] int64 (same length, left context) -> full canvas [B, P+gen_length].
+
+    trace, if a list, receives per step a dict with the committed positions and the
+    canvas after the step (batch element 0). key_valid [B, P+gen] masks padding keys.
+    """
+    if prompt.dim() == 1:
+        prompt = prompt[None]
+    if mask_id is None:
+        mask_id = model.config.mask_token_id
+    B, P = prompt.shape
+    x = torch.full((B, P + gen_length), mask_id, dtype=torch.long)
+    x[:, :P] = prompt
+    assert gen_length % block_length == 0, "gen_length must be a multiple of block_length"
+    nblocks = gen_length // block_length
+    assert steps % nblocks == 0, "steps must be a multiple of the number of blocks"
+    spb = steps // nblocks
+    for b in range(nblocks):
+        lo, hi = P + b * block_length, P + (b + 1) * block_length
+        ntt = [num_transfer_tokens((x[j, lo:hi] == mask_id).sum(), spb) for j in range(B)]
+        for i in range(spb):
+            mask_index = x == mask_id
+            logits = model(x, pos=pos, key_valid=key_valid)
+            noisy = add_gumbel_noise(logits, temperature, generator)
+            x0 = torch.argmax(noisy, dim=-1)
+            if remasking == "low_confidence":
+                p = torch.softmax(logits.to(torch.float64), dim=-1)
+                x0p = torch.gather(p, -1, x0[..., None]).squeeze(-1)
+            elif remasking == "random":
+                x0p = torch.rand(x0.shape, dtype=torch.float64, generator=generator)
+            else:
+                raise ValueError(remasking)
+            x0p[:, hi:] = -np.inf
+            x0 = torch.where(mask_index, x0, x)
+            conf = torch.where(mask_index, x0p, torch.full_like(x0p, -np.inf))
+            committed = []
+            for j in range(B):
+                k = ntt[j][i]
+                if k == 0:
+                    committed.append([])
+                    continue
+                _, sel = torch.topk(conf[j], k=k)
+                x[j, sel] = x0[j, sel]
+                committed.append(sorted(sel.tolist()))
+            if trace is not None:
+                trace.append({"block": b, "step": i, "committed": committed[0],
+                              "canvas": x[0].tolist()})
+    return x

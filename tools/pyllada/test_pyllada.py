@@ -1,0 +1,146 @@
+"""Checks of pyllada against an independent naive numpy forward and invariants.
+
+    cd tools && /usr/bin/python3 -m unittest pyllada.test_pyllada -v
+"""
+import json
+import os
+import tempfile
+import unittest
+
+import numpy as np
+import torch
+
+from . import safetensors_io as st
+from .model import LLaDA, LLaDAConfig, from_pretrained, save_pretrained
+from .generate import generate, num_transfer_tokens
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TESTDATA = os.path.join(ROOT, "model", "testdata")
+
+
+def _json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def naive_forward(sd, c, ids, pos):
+    """Loop-level numpy LLaDA forward (float64), from REFERENCE.md, for cross-checking."""
+    W = {k: v.double().numpy() for k, v in sd.items()}
+    p = "model.transformer."
+    hd = c.d_model // c.n_heads
+    x = W[p + "wte.weight"][ids]
+
+    def rms(v, w):
+        return v / np.sqrt((v * v).mean(-1, keepdims=True) + c.rms_norm_eps) * w
+
+    def rope(v):  # v [n, hd]; pair (i, i+hd/2) rotated by pos*theta^(-2i/hd)
+        out = v.copy()
+        half = hd // 2
+        for t in range(len(pos)):
+            for i in range(half):
+                a = pos[t] * c.rope_theta ** (-2.0 * i / hd)
+                x1, x2 = v[t, i], v[t, i + half]
+                out[t, i] = x1 * np.cos(a) - x2 * np.sin(a)
+                out[t, i + half] = x2 * np.cos(a) + x1 * np.sin(a)
+        return out
+    for l in range(c.n_layers):
+        b = p + f"blocks.{l}."
+        a = rms(x, W[b + "attn_norm.weight"])
+        q, k, v = a @ W[b + "q_proj.weight"].T, a @ W[b + "k_proj.weight"].T, a @ W[b + "v_proj.weight"].T
+        o = np.zeros_like(q)
+        g = c.n_heads // c.n_kv_heads
+        for h in range(c.n_heads):
+            kh = h // g
+            qh = rope(q[:, h * hd:(h + 1) * hd])
+            kk = rope(k[:, kh * hd:(kh + 1) * hd])
+            s = qh @ kk.T / np.sqrt(hd)
+            s = np.exp(s - s.max(-1, keepdims=True))
+            s /= s.sum(-1, keepdims=True)
+            o[:, h * hd:(h + 1) * hd] = s @ v[:, kh * hd:(kh + 1) * hd]
+        x = x + o @ W[b + "attn_out.weight"].T
+        m = rms(x, W[b + "ff_norm.weight"])
+        gt = m @ W[b + "ff_proj.weight"].T
+        x = x + ((gt / (1 + np.exp(-gt))) * (m @ W[b + "up_proj.weight"].T)) @ W[b + "ff_out.weight"].T
+    return rms(x, W[p + "ln_f.weight"]) @ W[p + "ff_out.weight"].T
+
+
+class TestPyLLaDA(unittest.TestCase):
+    def test_golden_against_naive(self):
+        for name in ("tiny-f32", "tiny-bf16"):
+            d = os.path.join(TESTDATA, name)
+            g = _json(os.path.join(d, "golden.json"))
+            gt = st.load_file(os.path.join(d, "golden.safetensors"))
+            sd = st.load_file(os.path.join(d, "model.safetensors"))
+            m = from_pretrained(d)
+            for ids, pos, key in ((g["input_ids"], g["position_ids"], "logits"),
+                                  (g["pos2"]["input_ids"], g["pos2"]["position_ids"], "pos2.logits")):
+                ref = naive_forward(sd, m.config, np.array(ids), np.array(pos))
+                got = gt[key].double().numpy()
+                rel = np.abs(ref - got).max() / np.abs(ref).max()
+                self.assertLess(rel, 1e-6, f"{name} {key}")
+                with torch.no_grad():
+                    t32 = m(torch.tensor([ids]), torch.tensor(pos))[0].double().numpy()
+                self.assertLess(np.abs(t32 - ref).max() / np.abs(ref).max(), 1e-5)
+
+    def test_golden_generation_reproduces(self):
+        for name in ("tiny-f32", "tiny-bf16"):
+            d = os.path.join(TESTDATA, name)
+            g = _json(os.path.join(d, "golden.json"))
+            m = from_pretrained(d)
+            for case in g["generate"]:
+                out = generate(m, torch.tensor(case["prompt_ids"]), case["gen_length"], case["steps"],
+                               case["block_length"])
+                self.assertEqual(out[0].tolist(), case["output_ids"], f"{name} {case['name']}")
+
+    def test_rope_relative(self):
+        torch.manual_seed(0)
+        m = LLaDA(LLaDAConfig()).double().eval()
+        ids = torch.randint(0, 300, (1, 20))
+        pos = torch.arange(20) * 3
+        with torch.no_grad():
+            a = m(ids, pos)
+            b = m(ids, pos + 1000)
+            c = m(ids, torch.arange(20))
+        self.assertLess(float((a - b).abs().max()), 1e-9)
+        self.assertGreater(float((a - c).abs().max()), 1e-3)
+
+    def test_padding_keys_do_not_leak(self):
+        torch.manual_seed(1)
+        c = LLaDAConfig(n_kv_heads=2)
+        m = LLaDA(c).double().eval()
+        ids = torch.randint(0, 300, (1, 10))
+        padded = torch.cat([ids, torch.full((1, 5), 7)], 1)
+        valid = torch.tensor([[True] * 10 + [False] * 5])
+        with torch.no_grad():
+            a = m(ids)
+            b = m(padded, key_valid=valid)
+            sd = m.hf_state_dict()
+        self.assertLess(float((a - b[:, :10]).abs().max()), 1e-10)
+        ref = naive_forward(sd, c, ids[0].numpy(), np.arange(10))
+        self.assertLess(np.abs(ref - a[0].numpy()).max(), 1e-4)  # GQA path vs naive (f32 weights)
+
+    def test_bf16_rounding(self):
+        a = np.array([1.0, 1 + 2 ** -8, 1 + 3 * 2 ** -8, -2.5, 3.0e38], dtype=np.float32)
+        self.assertEqual(st.f32_to_bf16_bits(a).tolist(), [0x3F80, 0x3F80, 0x3F82, 0xC020, 0x7F62])
+
+    def test_safetensors_roundtrip(self):
+        torch.manual_seed(2)
+        m = LLaDA(LLaDAConfig()).eval()
+        with tempfile.TemporaryDirectory() as d:
+            save_pretrained(m, d, dtype="F32")
+            m2 = from_pretrained(d)
+            for (k, v), (k2, v2) in zip(m.hf_state_dict().items(), m2.hf_state_dict().items()):
+                self.assertEqual(k, k2)
+                self.assertTrue(torch.equal(v, v2), k)
+            cfg = _json(os.path.join(d, "config.json"))
+            self.assertEqual(cfg["model_type"], "llada")
+            self.assertFalse(cfg["weight_tying"])
+
+    def test_num_transfer_tokens(self):
+        self.assertEqual(num_transfer_tokens(10, 4), [3, 3, 2, 2])
+        self.assertEqual(num_transfer_tokens(8, 4), [2, 2, 2, 2])
+        self.assertEqual(num_transfer_tokens(3, 4), [1, 1, 1, 0])
+
+
+if __name__ == "__main__":
+    unittest.main()
