@@ -1,0 +1,127 @@
+package cpu
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+
+	"github.com/dlmcache/dlmcache/model/backend"
+)
+
+// attnBlock is the number of query rows one attention task handles: its
+// score block [attnBlock, nk] stays in L2 between the two products.
+const attnBlock = 64
+
+// Attention: bidirectional softmax attention, scaled by 1/sqrt(headDim).
+// q [nq, nHeads*hd], k and v [nk, nKVHeads*hd], dst [nq, nHeads*hd];
+// query head h reads kv head h/(nHeads/nKVHeads).
+//
+// The work is split into tasks of (head, block of attnBlock query rows)
+// that goroutines take in order. A task computes its scores
+// S = scale·q_h·k_hᵀ with one sgemm reading q and k in place (leading
+// dimensions, no copies), turns each row of S into e^(s−max), multiplies
+// by v_h with a second sgemm straight into dst, and divides each output row
+// by its sum of exponentials.
+func (b *Backend) Attention(dst, q, k, v backend.Tensor, nHeads, nKVHeads int) {
+	d, qs, ks, vs := writable(dst, "Attention"), tensor(q, "Attention"), tensor(k, "Attention"), tensor(v, "Attention")
+	if nHeads <= 0 || nKVHeads <= 0 || nHeads%nKVHeads != 0 || qs.cols%nHeads != 0 {
+		shapePanic("Attention", "q %v with %d heads, %d kv heads", qs, nHeads, nKVHeads)
+	}
+	hd := qs.cols / nHeads
+	nq, nk := qs.rows, ks.rows
+	if ks.cols != nKVHeads*hd || vs.cols != ks.cols || vs.rows != nk || d.rows != nq || d.cols != qs.cols {
+		shapePanic("Attention", "dst %v, q %v, k %v, v %v, %d heads, %d kv heads", d, qs, ks, vs, nHeads, nKVHeads)
+	}
+	if nq == 0 || hd == 0 {
+		return
+	}
+	if nk == 0 { // an empty sum: every output is 0
+		for i := 0; i < nq; i++ {
+			clear(d.Row(i))
+		}
+		return
+	}
+	group := nHeads / nKVHeads
+	scale := float32(1 / math.Sqrt(float64(hd)))
+	blocks := (nq + attnBlock - 1) / attnBlock
+	tasks := nHeads * blocks
+	workers := min(b.threads, tasks)
+	// Tiny attentions are not worth a goroutine.
+	if 4*nq*nk*qs.cols < minSplitFlops {
+		workers = 1
+	}
+	var next atomic.Int64
+	work := func() {
+		buf := b.getScratch(attnBlock*nk + attnBlock)
+		defer b.putScratch(buf)
+		scores, inv := buf[:attnBlock*nk], buf[attnBlock*nk:]
+		for {
+			t := int(next.Add(1) - 1)
+			if t >= tasks {
+				return
+			}
+			h, blk := t/blocks, t%blocks
+			kh := h / group
+			r0 := blk * attnBlock
+			m := min(attnBlock, nq-r0)
+			qv := qs.data[r0*qs.stride+h*hd:]
+			kv := ks.data[kh*hd:]
+			vv := vs.data[kh*hd:]
+			ov := d.data[r0*d.stride+h*hd:]
+			sgemmNT(m, nk, hd, scale, qv, qs.stride, kv, ks.stride, 0, scores, nk)
+			for i := 0; i < m; i++ {
+				inv[i] = 1 / expRow(scores[i*nk:(i+1)*nk])
+			}
+			sgemmNN(m, hd, nk, 1, scores, nk, vv, vs.stride, 0, ov, d.stride)
+			for i := 0; i < m; i++ {
+				o := ov[i*d.stride : i*d.stride+hd]
+				s := inv[i]
+				for j := range o {
+					o[j] *= s
+				}
+			}
+		}
+	}
+	if workers <= 1 {
+		work()
+		return
+	}
+	var wg sync.WaitGroup
+	wg.Add(workers - 1)
+	for w := 1; w < workers; w++ {
+		go func() {
+			defer wg.Done()
+			work()
+		}()
+	}
+	work()
+	wg.Wait()
+}
+
+// expRow replaces s by e^(s−max s) and returns the sum of the new values
+// (accumulated in float64). The result is ≥ 1 for finite input.
+func expRow(s []float32) float32 {
+	m := s[0]
+	for _, x := range s {
+		if x > m {
+			m = x
+		}
+	}
+	var sum float64
+	for j, x := range s {
+		e := expf(x - m)
+		s[j] = e
+		sum += float64(e)
+	}
+	return float32(sum)
+}
+
+// getScratch returns a float32 buffer of at least n elements.
+func (b *Backend) getScratch(n int) []float32 {
+	if p, ok := b.scratch.Get().(*[]float32); ok && cap(*p) >= n {
+		return (*p)[:n]
+	}
+	return make([]float32, n)
+}
+
+func (b *Backend) putScratch(s []float32) { b.scratch.Put(&s) }

@@ -1,0 +1,93 @@
+package cpu
+
+/*
+#cgo LDFLAGS: -lopenblas
+#include <cblas.h>
+
+// sgemm_nt: C[m,n] = alpha * A[m,k] · B[n,k]ᵀ + beta*C, row-major with
+// leading dimensions.
+static void sgemm_nt(int m, int n, int k, float alpha,
+		const float *a, int lda, const float *b, int ldb,
+		float beta, float *c, int ldc) {
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k,
+		alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+// sgemm_nn: C[m,n] = alpha * A[m,k] · B[k,n] + beta*C.
+static void sgemm_nn(int m, int n, int k, float alpha,
+		const float *a, int lda, const float *b, int ldb,
+		float beta, float *c, int ldc) {
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k,
+		alpha, a, lda, b, ldb, beta, c, ldc);
+}
+*/
+import "C"
+
+import "unsafe"
+
+// blasSetThreads sets OpenBLAS's thread count. It is process-wide.
+func blasSetThreads(n int) { C.openblas_set_num_threads(C.int(n)) }
+
+// blasThreads reports OpenBLAS's current thread count.
+func blasThreads() int { return int(C.openblas_get_num_threads()) }
+
+// sgemmNT computes c = alpha·a·bᵀ + beta·c.
+// a [m,k] (row stride lda), b [n,k] (ldb), c [m,n] (ldc).
+// The slices must start at the first element and reach the last one.
+func sgemmNT(m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	if m == 0 || n == 0 {
+		return
+	}
+	if k == 0 {
+		scaleRows(c, m, n, ldc, beta)
+		return
+	}
+	checkSpan("a", a, m, k, lda)
+	checkSpan("b", b, n, k, ldb)
+	checkSpan("c", c, m, n, ldc)
+	C.sgemm_nt(C.int(m), C.int(n), C.int(k), C.float(alpha),
+		(*C.float)(unsafe.Pointer(&a[0])), C.int(lda),
+		(*C.float)(unsafe.Pointer(&b[0])), C.int(ldb),
+		C.float(beta), (*C.float)(unsafe.Pointer(&c[0])), C.int(ldc))
+}
+
+// sgemmNN computes c = alpha·a·b + beta·c.
+// a [m,k] (lda), b [k,n] (ldb), c [m,n] (ldc).
+func sgemmNN(m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	if m == 0 || n == 0 {
+		return
+	}
+	if k == 0 {
+		scaleRows(c, m, n, ldc, beta)
+		return
+	}
+	checkSpan("a", a, m, k, lda)
+	checkSpan("b", b, k, n, ldb)
+	checkSpan("c", c, m, n, ldc)
+	C.sgemm_nn(C.int(m), C.int(n), C.int(k), C.float(alpha),
+		(*C.float)(unsafe.Pointer(&a[0])), C.int(lda),
+		(*C.float)(unsafe.Pointer(&b[0])), C.int(ldb),
+		C.float(beta), (*C.float)(unsafe.Pointer(&c[0])), C.int(ldc))
+}
+
+// scaleRows multiplies the m×n matrix c (row stride ldc) by beta.
+func scaleRows(c []float32, m, n, ldc int, beta float32) {
+	for i := 0; i < m; i++ {
+		row := c[i*ldc : i*ldc+n]
+		for j := range row {
+			if beta == 0 {
+				row[j] = 0
+			} else {
+				row[j] *= beta
+			}
+		}
+	}
+}
+
+// checkSpan panics unless s holds a rows×cols matrix with row stride ld, so
+// that C never reads or writes outside a Go slice.
+func checkSpan(name string, s []float32, rows, cols, ld int) {
+	if ld < cols || len(s) < (rows-1)*ld+cols {
+		panic("cpu: sgemm: operand " + name + " too short for its shape")
+	}
+}

@@ -1,0 +1,265 @@
+package cpu
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"unsafe"
+
+	"github.com/dlmcache/dlmcache/model/backend"
+)
+
+// Tensor is a row-major float32 matrix [rows, cols]. Row i occupies
+// data[i*stride : i*stride+cols]; stride ≥ cols lets a Tensor be a view of
+// some rows or columns of another one without a copy.
+type Tensor struct {
+	rows, cols, stride int
+	data               []float32
+	// readOnly marks a weight that aliases the checkpoint's read-only
+	// memory map: writing to it would fault.
+	readOnly bool
+}
+
+// Rows is the number of rows.
+func (t *Tensor) Rows() int { return t.rows }
+
+// Cols is the number of columns.
+func (t *Tensor) Cols() int { return t.cols }
+
+// Stride is the distance in elements between the starts of two rows.
+func (t *Tensor) Stride() int { return t.stride }
+
+// Data returns the backing slice: row i is Data()[i*Stride() : i*Stride()+Cols()].
+// A weight loaded in place from an F32 checkpoint is read-only memory.
+func (t *Tensor) Data() []float32 { return t.data }
+
+// Row returns row i as a slice of length Cols().
+func (t *Tensor) Row(i int) []float32 { return t.data[i*t.stride : i*t.stride+t.cols] }
+
+// span is the part of data the matrix covers, starting at element (0, 0).
+func (t *Tensor) span() []float32 {
+	if t.rows == 0 || t.cols == 0 {
+		return nil
+	}
+	return t.data[:(t.rows-1)*t.stride+t.cols]
+}
+
+func (t *Tensor) String() string {
+	return fmt.Sprintf("cpu.Tensor[%d, %d]", t.rows, t.cols)
+}
+
+// Backend is the CPU implementation of backend.Backend. Matrix products call
+// OpenBLAS; the other operations are Go loops split over Threads goroutines.
+// A Backend is safe for concurrent use, but its operations each use all of
+// its threads, so running two at once only oversubscribes the cores.
+type Backend struct {
+	threads int
+	// split: MatMul splits each product over threads goroutines calling a
+	// single-threaded OpenBLAS; otherwise OpenBLAS threads it itself.
+	split bool
+	// splitMode picks the dimension a split product is cut along.
+	splitMode int
+	// scratch holds attention score buffers.
+	scratch sync.Pool
+}
+
+var _ backend.Backend = (*Backend)(nil)
+
+// New returns a CPU backend that uses threads cores (threads ≤ 0: all of
+// runtime.NumCPU()).
+//
+// It sets OpenBLAS to one thread, process-wide, and splits every matrix
+// product over its own goroutines instead: see the measurements in
+// bench_test.go. Every Backend of a process shares that setting.
+func New(threads int) *Backend {
+	if threads <= 0 {
+		threads = runtime.NumCPU()
+	}
+	b := &Backend{threads: threads, split: true}
+	blasSetThreads(1)
+	return b
+}
+
+// newBLASThreaded returns a backend whose matrix products are one OpenBLAS
+// call threaded by OpenBLAS itself (threads of its own). Kept for
+// benchmarks that compare the two strategies.
+func newBLASThreaded(threads int) *Backend {
+	if threads <= 0 {
+		threads = runtime.NumCPU()
+	}
+	b := &Backend{threads: threads, split: false}
+	blasSetThreads(threads)
+	return b
+}
+
+// Name returns "cpu".
+func (b *Backend) Name() string { return "cpu" }
+
+// Threads is the number of goroutines an operation is split over.
+func (b *Backend) Threads() int { return b.threads }
+
+// Weight makes a [rows, cols] tensor from little-endian checkpoint bytes.
+// F32 bytes that are 4-byte aligned are used in place (the result is
+// read-only and keeps raw alive); anything else is converted to a new
+// float32 matrix.
+func (b *Backend) Weight(dtype backend.DType, rows, cols int, raw []byte) (backend.Tensor, error) {
+	if rows < 0 || cols < 0 {
+		return nil, fmt.Errorf("cpu: weight shape [%d, %d] is negative", rows, cols)
+	}
+	n := rows * cols
+	if cols != 0 && n/cols != rows {
+		return nil, fmt.Errorf("cpu: weight shape [%d, %d] overflows", rows, cols)
+	}
+	switch dtype {
+	case backend.F32, backend.F16, backend.BF16:
+	default:
+		return nil, fmt.Errorf("cpu: weight [%d, %d]: unsupported dtype %v", rows, cols, dtype)
+	}
+	if want := n * dtype.Size(); len(raw) != want {
+		return nil, fmt.Errorf("cpu: weight [%d, %d] %v needs %d bytes, got %d", rows, cols, dtype, want, len(raw))
+	}
+	t := &Tensor{rows: rows, cols: cols, stride: cols}
+	if n == 0 {
+		return t, nil
+	}
+	switch dtype {
+	case backend.F32:
+		if uintptr(unsafe.Pointer(&raw[0]))%4 == 0 && littleEndian {
+			t.data = unsafe.Slice((*float32)(unsafe.Pointer(&raw[0])), n)
+			t.readOnly = true
+			return t, nil
+		}
+		t.data = make([]float32, n)
+		b.parallel(n, 1<<16, func(lo, hi int) { decodeF32(t.data[lo:hi], raw[4*lo:4*hi]) })
+	case backend.F16:
+		t.data = make([]float32, n)
+		b.parallel(n, 1<<16, func(lo, hi int) { decodeF16(t.data[lo:hi], raw[2*lo:2*hi]) })
+	case backend.BF16:
+		t.data = make([]float32, n)
+		b.parallel(n, 1<<16, func(lo, hi int) { decodeBF16(t.data[lo:hi], raw[2*lo:2*hi]) })
+	}
+	return t, nil
+}
+
+// New returns a zeroed [rows, cols] matrix.
+func (b *Backend) New(rows, cols int) backend.Tensor {
+	if rows < 0 || cols < 0 {
+		panic(fmt.Sprintf("cpu: New: negative shape [%d, %d]", rows, cols))
+	}
+	return &Tensor{rows: rows, cols: cols, stride: cols, data: make([]float32, rows*cols)}
+}
+
+// FromHost copies data into a new [rows, cols] matrix.
+func (b *Backend) FromHost(rows, cols int, data []float32) backend.Tensor {
+	if rows < 0 || cols < 0 || len(data) != rows*cols {
+		panic(fmt.Sprintf("cpu: FromHost: %d values for shape [%d, %d]", len(data), rows, cols))
+	}
+	d := make([]float32, len(data))
+	copy(d, data)
+	return &Tensor{rows: rows, cols: cols, stride: cols, data: d}
+}
+
+// ToHost copies t into dst (allocated when nil) and returns it.
+func (b *Backend) ToHost(t backend.Tensor, dst []float32) []float32 {
+	x := tensor(t, "ToHost")
+	n := x.rows * x.cols
+	if dst == nil {
+		dst = make([]float32, n)
+	}
+	if len(dst) != n {
+		panic(fmt.Sprintf("cpu: ToHost: dst has %d values for %v", len(dst), x))
+	}
+	if x.stride == x.cols {
+		copy(dst, x.span())
+		return dst
+	}
+	for i := 0; i < x.rows; i++ {
+		copy(dst[i*x.cols:(i+1)*x.cols], x.Row(i))
+	}
+	return dst
+}
+
+// Free drops t's storage; using t afterwards panics.
+func (b *Backend) Free(t backend.Tensor) {
+	x := tensor(t, "Free")
+	x.data = nil
+	x.rows, x.cols, x.stride = 0, 0, 0
+}
+
+// RowView returns rows [lo, hi) of t as a tensor sharing its storage.
+func (b *Backend) RowView(t backend.Tensor, lo, hi int) *Tensor {
+	x := tensor(t, "RowView")
+	if lo < 0 || hi < lo || hi > x.rows {
+		panic(fmt.Sprintf("cpu: RowView: rows [%d, %d) of %v", lo, hi, x))
+	}
+	v := &Tensor{rows: hi - lo, cols: x.cols, stride: x.stride, readOnly: x.readOnly}
+	if hi > lo {
+		v.data = x.data[lo*x.stride:]
+	}
+	return v
+}
+
+// ColView returns columns [lo, hi) of t as a tensor sharing its storage.
+func (b *Backend) ColView(t backend.Tensor, lo, hi int) *Tensor {
+	x := tensor(t, "ColView")
+	if lo < 0 || hi < lo || hi > x.cols {
+		panic(fmt.Sprintf("cpu: ColView: columns [%d, %d) of %v", lo, hi, x))
+	}
+	v := &Tensor{rows: x.rows, cols: hi - lo, stride: x.stride, readOnly: x.readOnly}
+	if x.rows > 0 && hi > lo {
+		v.data = x.data[lo:]
+	}
+	return v
+}
+
+// tensor asserts that t is a live CPU tensor.
+func tensor(t backend.Tensor, op string) *Tensor {
+	x, ok := t.(*Tensor)
+	if !ok || x == nil {
+		panic(fmt.Sprintf("cpu: %s: tensor %T is not a cpu tensor", op, t))
+	}
+	if x.data == nil && x.rows*x.cols != 0 {
+		panic(fmt.Sprintf("cpu: %s: tensor used after Free", op))
+	}
+	return x
+}
+
+// writable asserts that t may be written.
+func writable(t backend.Tensor, op string) *Tensor {
+	x := tensor(t, op)
+	if x.readOnly {
+		panic(fmt.Sprintf("cpu: %s: destination %v is a read-only weight", op, x))
+	}
+	return x
+}
+
+// parallel runs fn over [0, n) split into at most b.threads contiguous
+// chunks of at least grain items each; below 2·grain it runs fn(0, n) on the
+// calling goroutine. The caller's goroutine runs the first chunk.
+func (b *Backend) parallel(n, grain int, fn func(lo, hi int)) {
+	if n <= 0 {
+		return
+	}
+	if grain < 1 {
+		grain = 1
+	}
+	parts := b.threads
+	if m := n / grain; m < parts {
+		parts = m
+	}
+	if parts <= 1 {
+		fn(0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	wg.Add(parts - 1)
+	for p := 1; p < parts; p++ {
+		lo, hi := p*n/parts, (p+1)*n/parts
+		go func() {
+			defer wg.Done()
+			fn(lo, hi)
+		}()
+	}
+	fn(0, n/parts)
+	wg.Wait()
+}

@@ -1,0 +1,525 @@
+package cpu
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/dlmcache/dlmcache/model/backend"
+)
+
+// backends are the configurations every op is tested under: single
+// threaded, split over goroutines (by columns, by rows) and OpenBLAS
+// threaded.
+func backends() []struct {
+	name string
+	b    *Backend
+} {
+	one := New(1)
+	two := New(2)
+	cols := New(3)
+	cols.splitMode = splitCols
+	rows := New(2)
+	rows.splitMode = splitRows
+	return []struct {
+		name string
+		b    *Backend
+	}{{"t1", one}, {"t2", two}, {"t3cols", cols}, {"t2rows", rows}}
+}
+
+func randMat(r *rand.Rand, rows, cols int, scale float64) []float32 {
+	m := make([]float32, rows*cols)
+	for i := range m {
+		m[i] = float32(r.NormFloat64() * scale)
+	}
+	return m
+}
+
+// closeTo reports the first element where got and want differ by more than
+// atol + rtol·|want|.
+func closeTo(t *testing.T, what string, got []float32, want []float64, atol, rtol float64) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
+	}
+	for i := range got {
+		if d := math.Abs(float64(got[i]) - want[i]); !(d <= atol+rtol*math.Abs(want[i])) {
+			t.Fatalf("%s: element %d = %g, want %g (diff %g)", what, i, got[i], want[i], d)
+		}
+	}
+}
+
+func refMatMul(x []float32, w []float32, n, in, out int) []float64 {
+	y := make([]float64, n*out)
+	for i := 0; i < n; i++ {
+		for o := 0; o < out; o++ {
+			var s float64
+			for j := 0; j < in; j++ {
+				s += float64(x[i*in+j]) * float64(w[o*in+j])
+			}
+			y[i*out+o] = s
+		}
+	}
+	return y
+}
+
+func TestMatMul(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	shapes := []struct{ n, in, out int }{
+		{1, 1, 1}, {1, 7, 3}, {1, 300, 517}, {3, 5, 1}, {5, 33, 17},
+		{37, 129, 65}, {200, 64, 300}, {130, 97, 16}, {513, 40, 7}, {64, 256, 250},
+	}
+	for _, bk := range backends() {
+		for _, s := range shapes {
+			t.Run(fmt.Sprintf("%s/%dx%dx%d", bk.name, s.n, s.in, s.out), func(t *testing.T) {
+				b := bk.b
+				x := randMat(r, s.n, s.in, 1)
+				w := randMat(r, s.out, s.in, 1)
+				dst := b.New(s.n, s.out)
+				b.MatMul(dst, b.FromHost(s.n, s.in, x), b.FromHost(s.out, s.in, w))
+				closeTo(t, "MatMul", b.ToHost(dst, nil), refMatMul(x, w, s.n, s.in, s.out), 1e-4*math.Sqrt(float64(s.in)), 1e-5)
+			})
+		}
+	}
+}
+
+func TestMatMulViews(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	b := New(2)
+	const n, in, out = 70, 50, 90
+	big := randMat(r, n+3, in+5, 1)
+	bx := b.FromHost(n+3, in+5, big)
+	xv := b.ColView(b.RowView(bx, 2, 2+n), 3, 3+in)
+	x := b.ToHost(xv, nil)
+	w := randMat(r, out, in, 1)
+	bd := b.New(n, out+10)
+	dv := b.ColView(bd, 4, 4+out)
+	b.MatMul(dv, xv, b.FromHost(out, in, w))
+	closeTo(t, "MatMul view", b.ToHost(dv, nil), refMatMul(x, w, n, in, out), 1e-3, 1e-5)
+	all := b.ToHost(bd, nil)
+	for i := 0; i < n; i++ {
+		for j := 0; j < out+10; j++ {
+			if (j < 4 || j >= 4+out) && all[i*(out+10)+j] != 0 {
+				t.Fatalf("MatMul wrote outside its view at (%d, %d)", i, j)
+			}
+		}
+	}
+}
+
+func refAttention(q, k, v []float32, nq, nk, nHeads, nKV, hd int) []float64 {
+	out := make([]float64, nq*nHeads*hd)
+	qc, kc := nHeads*hd, nKV*hd
+	scale := 1 / math.Sqrt(float64(hd))
+	for h := 0; h < nHeads; h++ {
+		kh := h / (nHeads / nKV)
+		for i := 0; i < nq; i++ {
+			s := make([]float64, nk)
+			m := math.Inf(-1)
+			for j := 0; j < nk; j++ {
+				var dot float64
+				for c := 0; c < hd; c++ {
+					dot += float64(q[i*qc+h*hd+c]) * float64(k[j*kc+kh*hd+c])
+				}
+				s[j] = dot * scale
+				m = math.Max(m, s[j])
+			}
+			var sum float64
+			for j := range s {
+				s[j] = math.Exp(s[j] - m)
+				sum += s[j]
+			}
+			for c := 0; c < hd; c++ {
+				var o float64
+				for j := 0; j < nk; j++ {
+					o += s[j] / sum * float64(v[j*kc+kh*hd+c])
+				}
+				out[i*qc+h*hd+c] = o
+			}
+		}
+	}
+	return out
+}
+
+func TestAttention(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	cases := []struct{ nq, nk, nHeads, nKV, hd int }{
+		{1, 1, 1, 1, 1},
+		{1, 5, 2, 2, 3},
+		{7, 1, 3, 1, 5},
+		{5, 9, 4, 2, 6},
+		{65, 70, 4, 4, 8},  // crosses a query block
+		{130, 33, 6, 2, 7}, // GQA, group 3
+		{3, 200, 8, 1, 16}, // multi-query
+		{129, 129, 2, 2, 64},
+	}
+	for _, bk := range backends() {
+		for _, c := range cases {
+			t.Run(fmt.Sprintf("%s/%+v", bk.name, c), func(t *testing.T) {
+				b := bk.b
+				// Scale 3 makes the softmax peaked, so that a missing max
+				// subtraction or a wrong kv head shows.
+				q := randMat(r, c.nq, c.nHeads*c.hd, 3)
+				k := randMat(r, c.nk, c.nKV*c.hd, 3)
+				v := randMat(r, c.nk, c.nKV*c.hd, 1)
+				dst := b.New(c.nq, c.nHeads*c.hd)
+				b.Attention(dst, b.FromHost(c.nq, c.nHeads*c.hd, q), b.FromHost(c.nk, c.nKV*c.hd, k), b.FromHost(c.nk, c.nKV*c.hd, v), c.nHeads, c.nKV)
+				closeTo(t, "Attention", b.ToHost(dst, nil), refAttention(q, k, v, c.nq, c.nk, c.nHeads, c.nKV, c.hd), 2e-5, 1e-4)
+			})
+		}
+	}
+}
+
+func TestAttentionLargeScores(t *testing.T) {
+	// Scores around ±1000 overflow e^s without the max subtraction.
+	b := New(2)
+	q := []float32{100, 100}
+	k := []float32{10, 10, -10, -10, 9.9, 10}
+	v := []float32{1, 2, 3, 4, 5, 6}
+	dst := b.New(1, 2)
+	b.Attention(dst, b.FromHost(1, 2, q), b.FromHost(3, 2, k), b.FromHost(3, 2, v), 1, 1)
+	closeTo(t, "Attention", b.ToHost(dst, nil), refAttention(q, k, v, 1, 3, 1, 1, 2), 1e-5, 1e-5)
+}
+
+func TestRMSNorm(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	for _, bk := range backends() {
+		for _, s := range []struct{ n, d int }{{1, 1}, {1, 7}, {3, 13}, {600, 33}, {40, 1000}} {
+			t.Run(fmt.Sprintf("%s/%dx%d", bk.name, s.n, s.d), func(t *testing.T) {
+				b := bk.b
+				x := randMat(r, s.n, s.d, 2)
+				w := randMat(r, 1, s.d, 1)
+				const eps = 1e-5
+				want := make([]float64, len(x))
+				for i := 0; i < s.n; i++ {
+					var ss float64
+					for j := 0; j < s.d; j++ {
+						ss += float64(x[i*s.d+j]) * float64(x[i*s.d+j])
+					}
+					rs := 1 / math.Sqrt(ss/float64(s.d)+eps)
+					for j := 0; j < s.d; j++ {
+						want[i*s.d+j] = float64(x[i*s.d+j]) * rs * float64(w[j])
+					}
+				}
+				dst := b.New(s.n, s.d)
+				b.RMSNorm(dst, b.FromHost(s.n, s.d, x), b.FromHost(1, s.d, w), eps)
+				closeTo(t, "RMSNorm", b.ToHost(dst, nil), want, 1e-6, 1e-6)
+			})
+		}
+	}
+}
+
+func TestRoPE(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	for _, bk := range backends() {
+		for _, s := range []struct{ n, heads, hd int }{{1, 1, 2}, {3, 2, 6}, {5, 3, 10}, {300, 4, 64}} {
+			t.Run(fmt.Sprintf("%s/%+v", bk.name, s), func(t *testing.T) {
+				b := bk.b
+				const theta = 500000.0
+				cols := s.heads * s.hd
+				x := randMat(r, s.n, cols, 1)
+				pos := make([]int32, s.n)
+				for i := range pos {
+					pos[i] = int32(r.IntN(4096)) // not contiguous
+				}
+				want := make([]float64, len(x))
+				half := s.hd / 2
+				for i := 0; i < s.n; i++ {
+					for h := 0; h < s.heads; h++ {
+						base := i*cols + h*s.hd
+						for j := 0; j < half; j++ {
+							a := float64(pos[i]) * math.Pow(theta, -2*float64(j)/float64(s.hd))
+							x1, x2 := float64(x[base+j]), float64(x[base+j+half])
+							want[base+j] = x1*math.Cos(a) - x2*math.Sin(a)
+							want[base+j+half] = x2*math.Cos(a) + x1*math.Sin(a)
+						}
+					}
+				}
+				bx := b.FromHost(s.n, cols, x)
+				b.RoPE(bx, pos, s.hd, theta)
+				closeTo(t, "RoPE", b.ToHost(bx, nil), want, 1e-6, 1e-6)
+			})
+		}
+	}
+}
+
+func TestRoPEPositionZeroIsIdentity(t *testing.T) {
+	b := New(1)
+	x := []float32{1, 2, 3, 4, 5, 6, 7, 8}
+	bx := b.FromHost(2, 4, x)
+	b.RoPE(bx, []int32{0, 0}, 4, 10000)
+	got := b.ToHost(bx, nil)
+	for i := range x {
+		if got[i] != x[i] {
+			t.Fatalf("RoPE at position 0 changed element %d: %g → %g", i, x[i], got[i])
+		}
+	}
+}
+
+func TestSiLUMulAddEmbed(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	for _, bk := range backends() {
+		for _, s := range []struct{ n, d int }{{1, 1}, {1, 5}, {7, 3}, {900, 37}} {
+			t.Run(fmt.Sprintf("%s/%dx%d", bk.name, s.n, s.d), func(t *testing.T) {
+				b := bk.b
+				g := randMat(r, s.n, s.d, 4)
+				u := randMat(r, s.n, s.d, 1)
+				want := make([]float64, len(g))
+				sum := make([]float64, len(g))
+				for i := range g {
+					gi := float64(g[i])
+					want[i] = gi / (1 + math.Exp(-gi)) * float64(u[i])
+					sum[i] = float64(g[i]) + float64(u[i])
+				}
+				dst := b.New(s.n, s.d)
+				bg, bu := b.FromHost(s.n, s.d, g), b.FromHost(s.n, s.d, u)
+				b.SiLUMul(dst, bg, bu)
+				closeTo(t, "SiLUMul", b.ToHost(dst, nil), want, 1e-6, 1e-6)
+				// dst aliasing gate.
+				b.SiLUMul(bg, bg, bu)
+				closeTo(t, "SiLUMul in place", b.ToHost(bg, nil), want, 1e-6, 1e-6)
+
+				ba := b.FromHost(s.n, s.d, g)
+				b.Add(ba, bu)
+				closeTo(t, "Add", b.ToHost(ba, nil), sum, 0, 1e-7)
+
+				vocab := s.n + 3
+				table := randMat(r, vocab, s.d, 1)
+				ids := make([]int32, s.n)
+				emb := make([]float64, s.n*s.d)
+				for i := range ids {
+					ids[i] = int32(r.IntN(vocab))
+					for j := 0; j < s.d; j++ {
+						emb[i*s.d+j] = float64(table[int(ids[i])*s.d+j])
+					}
+				}
+				be := b.New(s.n, s.d)
+				b.Embed(be, b.FromHost(vocab, s.d, table), ids)
+				closeTo(t, "Embed", b.ToHost(be, nil), emb, 0, 0)
+			})
+		}
+	}
+}
+
+func TestCopyRows(t *testing.T) {
+	b := New(2)
+	mk := func(rows, cols int, base float32) []float32 {
+		m := make([]float32, rows*cols)
+		for i := range m {
+			m[i] = base + float32(i)
+		}
+		return m
+	}
+	const cols = 3
+	src := mk(4, cols, 100)
+	cases := []struct {
+		name             string
+		dstN             int
+		dstRows, srcRows []int32
+		want             [][]int // for each dst row, the src row it holds, -1 untouched
+	}{
+		{"both nil, dst shorter", 3, nil, nil, [][]int{{0}, {1}, {2}}},
+		{"both nil, dst longer", 6, nil, nil, [][]int{{0}, {1}, {2}, {3}, {-1}, {-1}}},
+		{"dst nil", 3, nil, []int32{3, 1}, [][]int{{3}, {1}, {-1}}},
+		{"src nil", 5, []int32{4, 0, 2}, nil, [][]int{{1}, {-1}, {2}, {-1}, {0}}},
+		{"both", 4, []int32{1, 3}, []int32{2, 2}, [][]int{{-1}, {2}, {-1}, {2}}},
+		{"empty", 2, []int32{}, []int32{}, [][]int{{-1}, {-1}}},
+		{"duplicate dst: last wins", 2, []int32{0, 0, 1}, []int32{1, 3, 2}, [][]int{{3}, {2}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dstInit := mk(c.dstN, cols, -50)
+			dst := b.FromHost(c.dstN, cols, dstInit)
+			b.CopyRows(dst, c.dstRows, b.FromHost(4, cols, src), c.srcRows)
+			got := b.ToHost(dst, nil)
+			for i, w := range c.want {
+				for j := 0; j < cols; j++ {
+					want := dstInit[i*cols+j]
+					if w[0] >= 0 {
+						want = src[w[0]*cols+j]
+					}
+					if got[i*cols+j] != want {
+						t.Fatalf("row %d col %d = %g, want %g", i, j, got[i*cols+j], want)
+					}
+				}
+			}
+		})
+	}
+	// Large enough to run split over goroutines.
+	r := rand.New(rand.NewPCG(13, 14))
+	const n, d = 3000, 20
+	big := randMat(r, n, d, 1)
+	perm := make([]int32, n)
+	for i, p := range r.Perm(n) {
+		perm[i] = int32(p)
+	}
+	dst := b.New(n, d)
+	b.CopyRows(dst, perm, b.FromHost(n, d, big), nil)
+	got := b.ToHost(dst, nil)
+	for i, p := range perm {
+		for j := 0; j < d; j++ {
+			if got[int(p)*d+j] != big[i*d+j] {
+				t.Fatalf("permuted copy: dst row %d col %d wrong", p, j)
+			}
+		}
+	}
+}
+
+func TestWeight(t *testing.T) {
+	b := New(2)
+	vals := []float32{0, 1, -2.5, 3.140625, 65504, -0.0001220703125, 5.960464477539063e-08, float32(math.Inf(-1))}
+	const rows, cols = 2, 4
+	f32 := make([]byte, 4*len(vals)+4) // +4: a too-long input below
+	bf16 := make([]byte, 2*len(vals))
+	f16 := make([]byte, 2*len(vals))
+	for i, v := range vals {
+		binary.LittleEndian.PutUint32(f32[4*i:], math.Float32bits(v))
+		binary.LittleEndian.PutUint16(bf16[2*i:], uint16(math.Float32bits(v)>>16))
+	}
+	// Half-precision encodings of vals, written out by hand.
+	for i, h := range []uint16{0x0000, 0x3c00, 0xc100, 0x4248, 0x7bff, 0x8800, 0x0001, 0xfc00} {
+		binary.LittleEndian.PutUint16(f16[2*i:], h)
+	}
+	bf16Want := make([]float32, len(vals))
+	for i, v := range vals {
+		bf16Want[i] = math.Float32frombits(math.Float32bits(v) &^ 0xffff)
+	}
+	// An unaligned copy of the F32 bytes exercises the converting path.
+	unaligned := make([]byte, 4*len(vals)+1)
+	copy(unaligned[1:], f32[:4*len(vals)])
+	cases := []struct {
+		name  string
+		dtype backend.DType
+		raw   []byte
+		want  []float32
+	}{
+		{"F32 in place", backend.F32, f32[:4*len(vals)], vals},
+		{"F32 unaligned", backend.F32, unaligned[1:], vals},
+		{"BF16", backend.BF16, bf16, bf16Want},
+		{"F16", backend.F16, f16, []float32{0, 1, -2.5, 3.140625, 65504, -0.0001220703125, 5.960464477539063e-08, float32(math.Inf(-1))}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			w, err := b.Weight(c.dtype, rows, cols, c.raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if w.Rows() != rows || w.Cols() != cols {
+				t.Fatalf("shape [%d, %d]", w.Rows(), w.Cols())
+			}
+			got := b.ToHost(w, nil)
+			for i := range got {
+				if got[i] != c.want[i] {
+					t.Fatalf("element %d = %g, want %g", i, got[i], c.want[i])
+				}
+			}
+		})
+	}
+	if w, _ := b.Weight(backend.F32, rows, cols, f32[:4*len(vals)]); !w.(*Tensor).readOnly {
+		t.Error("aligned F32 weight was copied, want it used in place")
+	}
+	for _, bad := range []struct {
+		name  string
+		dtype backend.DType
+		raw   []byte
+	}{
+		{"short", backend.F32, f32[:4*len(vals)-1]},
+		{"long", backend.BF16, f32},
+		{"dtype", backend.DType(9), bf16},
+	} {
+		if _, err := b.Weight(bad.dtype, rows, cols, bad.raw); err == nil {
+			t.Errorf("%s: no error", bad.name)
+		}
+	}
+}
+
+func TestF16AllValues(t *testing.T) {
+	for h := 0; h < 1<<16; h++ {
+		got := f16ToF32(uint16(h))
+		sign := 1.0
+		if h&0x8000 != 0 {
+			sign = -1
+		}
+		e, m := (h>>10)&0x1f, h&0x3ff
+		var want float64
+		switch {
+		case e == 0x1f && m == 0:
+			want = math.Inf(int(sign))
+		case e == 0x1f:
+			if !math.IsNaN(float64(got)) {
+				t.Fatalf("%#04x: got %g, want NaN", h, got)
+			}
+			continue
+		case e == 0:
+			want = sign * float64(m) * math.Pow(2, -24)
+		default:
+			want = sign * (1 + float64(m)/1024) * math.Pow(2, float64(e-15))
+		}
+		if float64(got) != want || math.Signbit(float64(got)) != (sign < 0) {
+			t.Fatalf("%#04x: got %g, want %g", h, got, want)
+		}
+	}
+}
+
+func TestExpf(t *testing.T) {
+	worst := 0.0
+	for x := -87.0; x < 88.7; x += 0.0013 {
+		got := float64(expf(float32(x)))
+		want := math.Exp(float64(float32(x)))
+		if rel := math.Abs(got-want) / want; rel > worst {
+			worst = rel
+		}
+	}
+	if worst > 3e-7 {
+		t.Errorf("expf worst relative error %g, want ≤ 3e-7", worst)
+	}
+	for _, c := range []struct{ x, want float32 }{
+		{0, 1}, {-100, 0}, {89, float32(math.Inf(1))}, {float32(math.Inf(-1)), 0}, {float32(math.Inf(1)), float32(math.Inf(1))},
+	} {
+		if got := expf(c.x); got != c.want {
+			t.Errorf("expf(%g) = %g, want %g", c.x, got, c.want)
+		}
+	}
+	if got := expf(float32(math.NaN())); !math.IsNaN(float64(got)) {
+		t.Errorf("expf(NaN) = %g", got)
+	}
+}
+
+func TestShapePanics(t *testing.T) {
+	b := New(2)
+	m := func(r, c int) backend.Tensor { return b.New(r, c) }
+	w, _ := b.Weight(backend.F32, 2, 2, make([]byte, 16))
+	cases := map[string]func(){
+		"MatMul inner":     func() { b.MatMul(m(2, 3), m(2, 4), m(3, 5)) },
+		"MatMul dst":       func() { b.MatMul(m(2, 4), m(2, 4), m(3, 4)) },
+		"Attention heads":  func() { b.Attention(m(2, 8), m(2, 8), m(3, 8), m(3, 8), 3, 1) },
+		"Attention group":  func() { b.Attention(m(2, 12), m(2, 12), m(3, 8), m(3, 8), 3, 2) },
+		"Attention kv":     func() { b.Attention(m(2, 8), m(2, 8), m(3, 8), m(4, 8), 2, 2) },
+		"RMSNorm w":        func() { b.RMSNorm(m(2, 4), m(2, 4), m(1, 3), 1e-5) },
+		"RoPE odd":         func() { b.RoPE(m(2, 6), []int32{0, 1}, 3, 1e4) },
+		"RoPE pos":         func() { b.RoPE(m(2, 4), []int32{0}, 4, 1e4) },
+		"Embed id":         func() { b.Embed(m(1, 4), m(3, 4), []int32{3}) },
+		"CopyRows cols":    func() { b.CopyRows(m(2, 4), nil, m(2, 3), nil) },
+		"CopyRows lengths": func() { b.CopyRows(m(2, 4), []int32{0}, m(2, 4), []int32{0, 1}) },
+		"CopyRows range":   func() { b.CopyRows(m(2, 4), []int32{2}, m(2, 4), nil) },
+		"CopyRows nil fit": func() { b.CopyRows(m(2, 4), nil, m(5, 4), []int32{0, 1, 2}) },
+		"Add shape":        func() { b.Add(m(2, 4), m(4, 2)) },
+		"write weight":     func() { b.Add(w, m(2, 2)) },
+		"after Free": func() {
+			x := m(2, 2)
+			b.Free(x)
+			b.Add(x, m(2, 2))
+		},
+	}
+	for name, f := range cases {
+		t.Run(name, func(t *testing.T) {
+			defer func() {
+				if recover() == nil {
+					t.Error("no panic")
+				}
+			}()
+			f()
+		})
+	}
+}

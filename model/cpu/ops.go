@@ -1,0 +1,228 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/dlmcache/dlmcache/model/backend"
+)
+
+// minChunk is the fewest elements worth handing to another goroutine: below
+// about this much work the start-up of a goroutine costs more than it saves.
+const minChunk = 1 << 14
+
+// rowGrain is the number of rows of width cols that make one minChunk.
+func rowGrain(cols int) int {
+	if cols <= 0 {
+		return minChunk
+	}
+	return max(1, minChunk/cols)
+}
+
+func shapePanic(op string, format string, args ...any) {
+	panic("cpu: " + op + ": " + fmt.Sprintf(format, args...))
+}
+
+// Embed: dst[i] = table[ids[i]]. table [vocab, d], dst [len(ids), d].
+func (b *Backend) Embed(dst, table backend.Tensor, ids []int32) {
+	d, t := writable(dst, "Embed"), tensor(table, "Embed")
+	if d.rows != len(ids) || d.cols != t.cols {
+		shapePanic("Embed", "dst %v for %d ids into table %v", d, len(ids), t)
+	}
+	for i, id := range ids {
+		if id < 0 || int(id) >= t.rows {
+			shapePanic("Embed", "id %d at %d outside table %v", id, i, t)
+		}
+	}
+	b.parallel(len(ids), rowGrain(d.cols), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			copy(d.Row(i), t.Row(int(ids[i])))
+		}
+	})
+}
+
+// RMSNorm: dst[i] = x[i] / sqrt(mean(x[i]²) + eps) * w. w [1, d].
+// The mean of squares is accumulated in float64.
+func (b *Backend) RMSNorm(dst, x, w backend.Tensor, eps float32) {
+	d, xs, ws := writable(dst, "RMSNorm"), tensor(x, "RMSNorm"), tensor(w, "RMSNorm")
+	if d.rows != xs.rows || d.cols != xs.cols || ws.rows != 1 || ws.cols != xs.cols {
+		shapePanic("RMSNorm", "dst %v, x %v, w %v", d, xs, ws)
+	}
+	cols := xs.cols
+	if cols == 0 {
+		return
+	}
+	wr := ws.Row(0)
+	b.parallel(xs.rows, rowGrain(cols), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			xr, dr := xs.Row(i), d.Row(i)
+			var s0, s1, s2, s3 float64
+			j := 0
+			for ; j+4 <= cols; j += 4 {
+				a0, a1, a2, a3 := float64(xr[j]), float64(xr[j+1]), float64(xr[j+2]), float64(xr[j+3])
+				s0 += a0 * a0
+				s1 += a1 * a1
+				s2 += a2 * a2
+				s3 += a3 * a3
+			}
+			for ; j < cols; j++ {
+				a := float64(xr[j])
+				s0 += a * a
+			}
+			r := float32(1 / math.Sqrt((s0+s1+s2+s3)/float64(cols)+float64(eps)))
+			dr = dr[:cols]
+			wr := wr[:cols]
+			for j, v := range xr[:cols] {
+				dr[j] = v * r * wr[j]
+			}
+		}
+	})
+}
+
+// RoPE rotates x [n, heads*headDim] in place, row i at position pos[i]
+// (rotate-half form): for j < headDim/2, with θ_j = pos·theta^(-2j/headDim)
+// computed in float64,
+//
+//	x[j]           ← x[j]·cos θ_j − x[j+headDim/2]·sin θ_j
+//	x[j+headDim/2] ← x[j+headDim/2]·cos θ_j + x[j]·sin θ_j
+func (b *Backend) RoPE(x backend.Tensor, pos []int32, headDim int, theta float64) {
+	xs := writable(x, "RoPE")
+	if headDim <= 0 || headDim%2 != 0 || xs.cols%headDim != 0 || len(pos) != xs.rows {
+		shapePanic("RoPE", "x %v, %d positions, headDim %d", xs, len(pos), headDim)
+	}
+	half := headDim / 2
+	invFreq := make([]float64, half)
+	for j := range invFreq {
+		invFreq[j] = math.Pow(theta, -float64(2*j)/float64(headDim))
+	}
+	heads := xs.cols / headDim
+	b.parallel(xs.rows, rowGrain(xs.cols), func(lo, hi int) {
+		cs := make([]float32, 2*half)
+		cos, sin := cs[:half], cs[half:]
+		for i := lo; i < hi; i++ {
+			p := float64(pos[i])
+			for j, f := range invFreq {
+				s, c := math.Sincos(p * f)
+				cos[j], sin[j] = float32(c), float32(s)
+			}
+			row := xs.Row(i)
+			for h := 0; h < heads; h++ {
+				x1 := row[h*headDim : h*headDim+half]
+				x2 := row[h*headDim+half : (h+1)*headDim]
+				x2 = x2[:len(x1)]
+				cos, sin := cos[:len(x1)], sin[:len(x1)]
+				for j, a := range x1 {
+					c, s, bb := cos[j], sin[j], x2[j]
+					x1[j] = a*c - bb*s
+					x2[j] = bb*c + a*s
+				}
+			}
+		}
+	})
+}
+
+// SiLUMul: dst = silu(gate) * up = gate/(1+e^-gate) * up. dst may alias gate.
+func (b *Backend) SiLUMul(dst, gate, up backend.Tensor) {
+	d, g, u := writable(dst, "SiLUMul"), tensor(gate, "SiLUMul"), tensor(up, "SiLUMul")
+	if d.rows != g.rows || d.cols != g.cols || u.rows != g.rows || u.cols != g.cols {
+		shapePanic("SiLUMul", "dst %v, gate %v, up %v", d, g, u)
+	}
+	cols := g.cols
+	b.parallel(g.rows, rowGrain(cols), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			dr, gr, ur := d.Row(i), g.Row(i), u.Row(i)
+			dr, ur = dr[:len(gr)], ur[:len(gr)]
+			for j, v := range gr {
+				dr[j] = v / (1 + expf(-v)) * ur[j]
+			}
+		}
+	})
+}
+
+// Add: dst += x, elementwise.
+func (b *Backend) Add(dst, x backend.Tensor) {
+	d, xs := writable(dst, "Add"), tensor(x, "Add")
+	if d.rows != xs.rows || d.cols != xs.cols {
+		shapePanic("Add", "dst %v, x %v", d, xs)
+	}
+	b.parallel(d.rows, rowGrain(d.cols), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			dr, xr := d.Row(i), xs.Row(i)
+			xr = xr[:len(dr)]
+			for j := range dr {
+				dr[j] += xr[j]
+			}
+		}
+	})
+}
+
+// CopyRows: dst[dstRows[i]] = src[srcRows[i]] for every i. A nil index list
+// means 0, 1, 2, …; when both are nil, min(rows) rows are copied. When
+// dstRows repeats a row, the last copy to it wins.
+func (b *Backend) CopyRows(dst backend.Tensor, dstRows []int32, src backend.Tensor, srcRows []int32) {
+	d, s := writable(dst, "CopyRows"), tensor(src, "CopyRows")
+	if d.cols != s.cols {
+		shapePanic("CopyRows", "dst %v, src %v: column counts differ", d, s)
+	}
+	var n int
+	switch {
+	case dstRows == nil && srcRows == nil:
+		n = min(d.rows, s.rows)
+	case dstRows == nil:
+		n = len(srcRows)
+	case srcRows == nil:
+		n = len(dstRows)
+	default:
+		if len(dstRows) != len(srcRows) {
+			shapePanic("CopyRows", "%d destination rows for %d source rows", len(dstRows), len(srcRows))
+		}
+		n = len(dstRows)
+	}
+	checkIndex := func(what string, idx []int32, rows int) {
+		if idx == nil {
+			if n > rows {
+				shapePanic("CopyRows", "%d rows do not fit %s with %d rows", n, what, rows)
+			}
+			return
+		}
+		for i, r := range idx {
+			if r < 0 || int(r) >= rows {
+				shapePanic("CopyRows", "%s row %d at %d outside [0, %d)", what, r, i, rows)
+			}
+		}
+	}
+	checkIndex("dst", dstRows, d.rows)
+	checkIndex("src", srcRows, s.rows)
+	grain := rowGrain(d.cols)
+	if hasDuplicate(dstRows, d.rows) {
+		grain = n // serial: the last copy to a row wins, as in a plain loop
+	}
+	b.parallel(n, grain, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			di, si := i, i
+			if dstRows != nil {
+				di = int(dstRows[i])
+			}
+			if srcRows != nil {
+				si = int(srcRows[i])
+			}
+			copy(d.Row(di), s.Row(si))
+		}
+	})
+}
+
+// hasDuplicate reports whether idx (values in [0, rows)) repeats a value.
+func hasDuplicate(idx []int32, rows int) bool {
+	if len(idx) < 2 {
+		return false
+	}
+	seen := make([]uint64, (rows+63)/64)
+	for _, r := range idx {
+		w, bit := r/64, uint64(1)<<(r%64)
+		if seen[w]&bit != 0 {
+			return true
+		}
+		seen[w] |= bit
+	}
+	return false
+}
