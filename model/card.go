@@ -1,0 +1,70 @@
+package model
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// CardFile is the optional file in a model directory that carries
+// dlmcache's defaults for the model.
+const CardFile = "dlmcache.json"
+
+// Card holds a model's generation defaults and demo request. A directory
+// without dlmcache.json gets the paper's LLaDA-8B defaults.
+type Card struct {
+	GenLength     int    `json:"gen_length"`
+	Steps         int    `json:"steps"`
+	BlockLength   int    `json:"block_length,omitempty"`
+	DemoSystem    string `json:"demo_system,omitempty"`
+	DemoPrompt    string `json:"demo_prompt,omitempty"`
+	RandomWeights bool   `json:"random_weights,omitempty"`
+}
+
+// DefaultCard is the paper's setting for LLaDA-8B-Instruct: 256 answer
+// slots, 128 steps (two tokens per step), blocks of 32.
+var DefaultCard = Card{GenLength: 256, Steps: 128, BlockLength: 32}
+
+func readCard(dir string) (Card, error) {
+	p := filepath.Join(dir, CardFile)
+	raw, err := os.ReadFile(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return DefaultCard, nil
+	}
+	if err != nil {
+		return Card{}, err
+	}
+	var c Card
+	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return Card{}, fmt.Errorf("%s: %w", p, err)
+	}
+	if c.GenLength <= 0 || c.Steps <= 0 {
+		return Card{}, fmt.Errorf("%s: gen_length and steps must be positive", p)
+	}
+	return c, nil
+}
+
+// AnswerText decodes answer slots up to the first end-of-text, end-of-turn
+// or mask token.
+func (m *Model) AnswerText(ids []int32) string {
+	stop := map[int32]bool{int32(m.Config.EOSTokenID): true, int32(m.Config.MaskTokenID): true}
+	for _, s := range []string{"<|endoftext|>", "<|eot_id|>"} {
+		if id, ok := m.Tokenizer.TokenID(s); ok {
+			stop[id] = true
+		}
+	}
+	end := len(ids)
+	for i, t := range ids {
+		if stop[t] {
+			end = i
+			break
+		}
+	}
+	return m.Tokenizer.Decode(ids[:end])
+}

@@ -1,0 +1,340 @@
+package model
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sort"
+	"time"
+)
+
+// Generation is split in three swappable pieces around the one forward:
+//
+//   - the Schedule: blocks, steps, how many tokens each step commits;
+//   - the Decoder: which masked tokens to commit given their logits;
+//   - the Planner: which rows each forward computes and where the rest
+//     come from (the caching method).
+//
+// Generate wires them together.
+
+// GenOptions configures one generation.
+type GenOptions struct {
+	GenLength   int     // masked answer slots appended to the prompt
+	Steps       int     // denoising steps in all (a cap with threshold decoding)
+	BlockLength int     // 0 means GenLength (one block)
+	Temperature float64 // 0: greedy; >0: argmax of logits + T·Gumbel
+	CFGScale    float64 // classifier-free guidance; 0 disables
+	Seed        uint64
+	// Decoder picks committed tokens; nil means LowConfidence.
+	Decoder Decoder
+}
+
+// Schedule is LLaDA's semi-autoregressive schedule: the answer is split into
+// blocks filled left to right, each with Steps/blocks steps.
+type Schedule struct {
+	PromptLen, GenLength, BlockLength, Steps int
+}
+
+// NewSchedule validates the options against LLaDA's rules.
+func NewSchedule(promptLen int, o GenOptions) (Schedule, error) {
+	s := Schedule{PromptLen: promptLen, GenLength: o.GenLength, BlockLength: o.BlockLength, Steps: o.Steps}
+	if s.BlockLength == 0 {
+		s.BlockLength = s.GenLength
+	}
+	switch {
+	case s.GenLength <= 0:
+		return s, fmt.Errorf("gen length must be positive, got %d", s.GenLength)
+	case s.Steps <= 0:
+		return s, fmt.Errorf("steps must be positive, got %d", s.Steps)
+	case s.BlockLength <= 0 || s.GenLength%s.BlockLength != 0:
+		return s, fmt.Errorf("gen length %d is not a multiple of block length %d", s.GenLength, s.BlockLength)
+	case s.Steps%s.Blocks() != 0:
+		return s, fmt.Errorf("steps %d do not divide into %d blocks", s.Steps, s.Blocks())
+	case s.Steps/s.Blocks() > s.BlockLength:
+		return s, fmt.Errorf("%d steps per block exceed the block length %d", s.Steps/s.Blocks(), s.BlockLength)
+	}
+	return s, nil
+}
+
+// Blocks is the number of blocks.
+func (s Schedule) Blocks() int { return s.GenLength / s.BlockLength }
+
+// StepsPerBlock is the number of steps spent in each block.
+func (s Schedule) StepsPerBlock() int { return s.Steps / s.Blocks() }
+
+// Block returns block b's canvas range [start, end).
+func (s Schedule) Block(b int) (start, end int) {
+	start = s.PromptLen + b*s.BlockLength
+	return start, start + s.BlockLength
+}
+
+// Transfers is how many tokens step i (0-based, within a block) commits when
+// the block had masked tokens at its start: masked//steps each, the first
+// masked%steps steps one more.
+func (s Schedule) Transfers(masked, i int) int {
+	spb := s.StepsPerBlock()
+	k := masked / spb
+	if i < masked%spb {
+		k++
+	}
+	return k
+}
+
+// Candidates are the masked positions of the current block at one step, with
+// the model's proposal for each.
+type Candidates struct {
+	Pos  []int32   // canvas positions
+	Tok  []int32   // proposed token (argmax, with Gumbel noise if T > 0)
+	Conf []float64 // softmax probability of Tok under the raw logits
+}
+
+// Decoder chooses which candidates a step commits. k is the schedule's
+// count for this step. It returns indices into c.Pos.
+type Decoder interface {
+	Choose(c *Candidates, k int, rng *rand.Rand) []int
+}
+
+// LowConfidence is LLaDA's default remasking: commit the k most confident
+// proposals (remask the low-confidence rest).
+type LowConfidence struct{}
+
+func (LowConfidence) Choose(c *Candidates, k int, _ *rand.Rand) []int {
+	return topK(c.Conf, k)
+}
+
+// RandomRemask commits k proposals chosen uniformly at random.
+type RandomRemask struct{}
+
+func (RandomRemask) Choose(c *Candidates, k int, rng *rand.Rand) []int {
+	s := make([]float64, len(c.Pos))
+	for i := range s {
+		s[i] = rng.Float64()
+	}
+	return topK(s, k)
+}
+
+// Threshold is Fast-dLLM's parallel decoding: always the most confident
+// proposal, plus every other one whose confidence is at least T. It ignores
+// the schedule's k; a block ends when it has no masks left.
+type Threshold struct{ T float64 }
+
+func (d Threshold) Choose(c *Candidates, _ int, _ *rand.Rand) []int {
+	best := topK(c.Conf, 1)
+	for i, p := range c.Conf {
+		if i != best[0] && p >= d.T {
+			best = append(best, i)
+		}
+	}
+	return best
+}
+
+// topK returns the indices of the k largest scores (ties: lower index first).
+func topK(score []float64, k int) []int {
+	idx := make([]int, len(score))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return score[idx[a]] > score[idx[b]] })
+	if k > len(idx) {
+		k = len(idx)
+	}
+	return idx[:k]
+}
+
+// Step describes one denoising step to a Planner.
+type Step struct {
+	Index      int     // 0-based step number within the request
+	Block      int     // current block
+	BlockStep  int     // 0-based step within the block
+	BlockStart int     // canvas range of the current block
+	BlockEnd   int     //
+	Canvas     []int32 // the canvas before this step (read only)
+	PromptLen  int
+}
+
+// Request describes a generation to a Planner before its first step.
+type Request struct {
+	Prompt    []int32 // prompt token ids
+	PrefixLen int     // shared-prefix length m (0: none)
+	Schedule  Schedule
+	Canvas    []int32 // prompt ⊕ MASK×gen_length, updated in place
+}
+
+// Planner is a caching method: it turns each step into a Plan for the
+// forward. A nil Planner computes everything.
+type Planner interface {
+	// Begin is called once before the first step.
+	Begin(r *Request) error
+	// Plan returns the plan of step s's forward (nil: compute everything).
+	Plan(s *Step) Plan
+	// After reports the positions committed by step s.
+	After(s *Step, committed []int32)
+	// End is called once when the request finishes (or fails).
+	End()
+}
+
+// Generation is the result of Generate.
+type Generation struct {
+	Canvas       []int32       // prompt ⊕ answer
+	Answer       []int32       // the answer region (gen_length tokens)
+	Steps        int           // denoising steps taken
+	NFE          int           // forward evaluations (CFG counts two per step)
+	RowsComputed int           // (layer,row) pairs computed over all forwards
+	RowsFull     int           // what computing every row would have cost
+	Duration     time.Duration // wall time
+}
+
+// Generate runs the diffusion sampler on prompt. planner may be nil.
+func (m *LLaDA) Generate(ctx context.Context, prompt []int32, prefixLen int, o GenOptions, planner Planner) (*Generation, error) {
+	start := time.Now()
+	sch, err := NewSchedule(len(prompt), o)
+	if err != nil {
+		return nil, err
+	}
+	dec := o.Decoder
+	if dec == nil {
+		dec = LowConfidence{}
+	}
+	mask := int32(m.Config.MaskTokenID)
+	n := len(prompt) + o.GenLength
+	canvas := make([]int32, n)
+	copy(canvas, prompt)
+	for i := len(prompt); i < n; i++ {
+		canvas[i] = mask
+	}
+	rng := rand.New(rand.NewPCG(o.Seed, o.Seed^0x9e3779b97f4a7c15))
+	req := &Request{Prompt: prompt, PrefixLen: prefixLen, Schedule: sch, Canvas: canvas}
+	if planner != nil {
+		if err := planner.Begin(req); err != nil {
+			return nil, err
+		}
+		defer planner.End()
+	}
+	g := &Generation{}
+	_, threshold := dec.(Threshold)
+	for blk := 0; blk < sch.Blocks(); blk++ {
+		bs, be := sch.Block(blk)
+		masked0 := countMask(canvas[bs:be], mask)
+		for i := 0; ; i++ {
+			if threshold {
+				if countMask(canvas[bs:be], mask) == 0 {
+					break
+				}
+			} else if i >= sch.StepsPerBlock() {
+				break
+			}
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			st := &Step{Index: g.Steps, Block: blk, BlockStep: i, BlockStart: bs, BlockEnd: be, Canvas: canvas, PromptLen: len(prompt)}
+			committed, err := m.step(st, o, dec, sch.Transfers(masked0, i), mask, planner, rng, g)
+			if err != nil {
+				return nil, fmt.Errorf("step %d: %w", g.Steps, err)
+			}
+			g.Steps++
+			if planner != nil {
+				planner.After(st, committed)
+			}
+		}
+	}
+	g.Canvas = canvas
+	g.Answer = canvas[len(prompt):]
+	g.Duration = time.Since(start)
+	return g, nil
+}
+
+// step runs one forward (two with CFG) and commits tokens into s.Canvas.
+func (m *LLaDA) step(s *Step, o GenOptions, dec Decoder, k int, mask int32, planner Planner, rng *rand.Rand, g *Generation) ([]int32, error) {
+	canvas := s.Canvas
+	var rows []int32
+	for p := s.BlockStart; p < s.BlockEnd; p++ {
+		if canvas[p] == mask {
+			rows = append(rows, int32(p))
+		}
+	}
+	if len(rows) == 0 {
+		return nil, nil
+	}
+	var plan Plan
+	if planner != nil {
+		plan = planner.Plan(s)
+	}
+	out, err := m.Forward(Input{Tokens: canvas, LogitRows: rows}, plan)
+	if err != nil {
+		return nil, err
+	}
+	g.NFE++
+	g.RowsComputed += out.RowsComputed
+	g.RowsFull += len(m.Blocks) * len(canvas)
+	logits := out.Logits
+	e := m.Config.Embeddings()
+	if o.CFGScale > 0 {
+		un := append([]int32(nil), canvas...)
+		for i := 0; i < s.PromptLen; i++ {
+			un[i] = mask
+		}
+		uo, err := m.Forward(Input{Tokens: un, LogitRows: rows}, nil)
+		if err != nil {
+			return nil, err
+		}
+		g.NFE++
+		g.RowsComputed += uo.RowsComputed
+		g.RowsFull += len(m.Blocks) * len(canvas)
+		w := float32(o.CFGScale + 1)
+		for i := range logits {
+			logits[i] = uo.Logits[i] + w*(logits[i]-uo.Logits[i])
+		}
+	}
+	c := &Candidates{Pos: rows, Tok: make([]int32, len(rows)), Conf: make([]float64, len(rows))}
+	for i := range rows {
+		c.Tok[i], c.Conf[i] = propose(logits[i*e:(i+1)*e], o.Temperature, rng)
+	}
+	pick := dec.Choose(c, k, rng)
+	committed := make([]int32, 0, len(pick))
+	for _, j := range pick {
+		canvas[c.Pos[j]] = c.Tok[j]
+		committed = append(committed, c.Pos[j])
+	}
+	sort.Slice(committed, func(a, b int) bool { return committed[a] < committed[b] })
+	return committed, nil
+}
+
+// propose returns x0 (argmax of the logits, plus T·Gumbel noise when T > 0)
+// and its softmax probability under the raw logits.
+func propose(l []float32, temp float64, rng *rand.Rand) (int32, float64) {
+	best, bestScore := 0, math.Inf(-1)
+	mx := math.Inf(-1)
+	for i, v := range l {
+		f := float64(v)
+		if f > mx {
+			mx = f
+		}
+		score := f
+		if temp > 0 {
+			u := rng.Float64()
+			for u == 0 {
+				u = rng.Float64()
+			}
+			score = f - temp*math.Log(-math.Log(u))
+		}
+		if score > bestScore {
+			best, bestScore = i, score
+		}
+	}
+	var sum float64
+	for _, v := range l {
+		sum += math.Exp(float64(v) - mx)
+	}
+	return int32(best), math.Exp(float64(l[best])-mx) / sum
+}
+
+func countMask(t []int32, mask int32) int {
+	n := 0
+	for _, v := range t {
+		if v == mask {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,291 @@
+package model
+
+import (
+	"fmt"
+
+	"github.com/dlmcache/dlmcache/model/backend"
+)
+
+// LLaDA is a masked diffusion transformer: a Llama-shaped stack of pre-norm
+// blocks with bidirectional attention (no causal mask), RoPE, RMSNorm and a
+// SiLU-gated MLP, no biases, and an output head separate from the embedding.
+//
+//	x⁰ = wte[tokens]
+//	for each block l:
+//	    n = attn_norm(xˡ)
+//	    h = xˡ + attn_out( attention( rope(q(n)), rope(k(n)), v(n) ) )
+//	    m = ff_norm(h)
+//	    xˡ⁺¹ = h + ff_out( silu(ff_proj(m)) · up_proj(m) )
+//	logits = ff_out_head( ln_f(xᴸ) )
+type LLaDA struct {
+	Config  *Config
+	Backend backend.Backend
+
+	Embed  backend.Tensor // wte      [E, d]
+	Blocks []Block        //          L blocks
+	Norm   backend.Tensor // ln_f     [1, d]
+	Head   backend.Tensor // ff_out   [E, d]
+}
+
+// Block holds one transformer layer's weights. Linear weights are [out, in].
+type Block struct {
+	AttnNorm backend.Tensor // [1, d]
+	Q        backend.Tensor // [d, d]
+	K        backend.Tensor // [kv, d]
+	V        backend.Tensor // [kv, d]
+	AttnOut  backend.Tensor // [d, d]
+	FFNorm   backend.Tensor // [1, d]
+	Gate     backend.Tensor // ff_proj [hidden, d]
+	Up       backend.Tensor // up_proj [hidden, d]
+	Down     backend.Tensor // ff_out  [d, hidden]
+}
+
+// Input is one forward's worth of tokens.
+type Input struct {
+	Tokens    []int32 // [n] token ids of the whole canvas
+	Positions []int32 // [n] RoPE position ids; nil means 0..n-1
+	// LogitRows are the positions whose logits are wanted. They must be
+	// computed at the last layer.
+	LogitRows []int32
+}
+
+// Output is what a forward returns.
+type Output struct {
+	// Logits is [len(LogitRows), E], row-major.
+	Logits []float32
+	// RowsComputed is the number of (layer, row) pairs computed; a full
+	// forward computes L·n.
+	RowsComputed int
+}
+
+// Forward runs the model once over in.Tokens, steered by plan (nil: compute
+// everything).
+func (m *LLaDA) Forward(in Input, plan Plan) (*Output, error) {
+	b, c := m.Backend, m.Config
+	n := len(in.Tokens)
+	if n == 0 {
+		return nil, fmt.Errorf("forward: no tokens")
+	}
+	pos := in.Positions
+	if pos == nil {
+		pos = iota32(n)
+	} else if len(pos) != n {
+		return nil, fmt.Errorf("forward: %d position ids for %d tokens", len(pos), n)
+	}
+	for _, t := range in.Tokens {
+		if t < 0 || int(t) >= c.Embeddings() {
+			return nil, fmt.Errorf("forward: token id %d outside the vocabulary (%d)", t, c.Embeddings())
+		}
+	}
+	d, kvDim, hd := c.DModel, c.KVDim(), c.HeadDim()
+	eps := float32(c.RMSNormEps)
+
+	var free []backend.Tensor
+	alloc := func(r, cols int) backend.Tensor {
+		t := b.New(r, cols)
+		free = append(free, t)
+		return t
+	}
+	defer func() {
+		for _, t := range free {
+			b.Free(t)
+		}
+	}()
+
+	// Full-width K and V [n, kv], shared by all layers when some rows are
+	// not computed.
+	var kFull, vFull backend.Tensor
+
+	out := &Output{}
+	var x backend.Tensor // residual stream of the computed rows [r, d]
+	var rows []int32     // rows computed at the previous layer
+	for l := range m.Blocks {
+		blk := &m.Blocks[l]
+		cur := allRows(n)
+		if plan != nil {
+			if r := plan.Rows(l); r != nil {
+				cur = r
+			}
+		}
+		if len(cur) == 0 {
+			return nil, fmt.Errorf("forward: plan computes no rows at layer %d", l)
+		}
+		r := len(cur)
+		full := r == n
+
+		// The hidden state entering this layer, for the rows computed here.
+		if l == 0 {
+			x = alloc(r, d)
+			b.Embed(x, m.Embed, gather32(in.Tokens, cur))
+		} else if !sameRows(rows, cur) {
+			nx := alloc(r, d)
+			if err := m.fillHidden(plan, l, rows, x, cur, nx, alloc); err != nil {
+				return nil, err
+			}
+			x = nx
+		}
+		rows = cur
+		out.RowsComputed += r
+
+		// Attention.
+		nrm := alloc(r, d)
+		b.RMSNorm(nrm, x, blk.AttnNorm, eps)
+		q := alloc(r, d)     // [r, d]
+		k := alloc(r, kvDim) // [r, kv]
+		v := alloc(r, kvDim) // [r, kv]
+		b.MatMul(q, nrm, blk.Q)
+		b.MatMul(k, nrm, blk.K)
+		b.MatMul(v, nrm, blk.V)
+		rp := gather32(pos, cur)
+		b.RoPE(q, rp, hd, c.RopeTheta)
+		b.RoPE(k, rp, hd, c.RopeTheta)
+
+		K, V := k, v // [n, kv] once completed
+		if !full {
+			if kFull == nil {
+				kFull, vFull = alloc(n, kvDim), alloc(n, kvDim)
+			}
+			b.CopyRows(kFull, cur, k, nil)
+			b.CopyRows(vFull, cur, v, nil)
+			if err := plan.KV(l, complement(cur, n), kFull, vFull); err != nil {
+				return nil, fmt.Errorf("forward: layer %d: K/V for uncomputed rows: %w", l, err)
+			}
+			K, V = kFull, vFull
+		}
+		if plan != nil {
+			plan.Observe(l, cur, x, K, V)
+		}
+		att := alloc(r, d)
+		b.Attention(att, q, K, V, c.NHeads, c.NKVHeads)
+		o := alloc(r, d)
+		b.MatMul(o, att, blk.AttnOut)
+		b.Add(x, o) // x is now h
+
+		// MLP.
+		mm := alloc(r, d)
+		b.RMSNorm(mm, x, blk.FFNorm, eps)
+		g := alloc(r, c.MLPHiddenSize) // [r, hidden]
+		u := alloc(r, c.MLPHiddenSize) // [r, hidden]
+		b.MatMul(g, mm, blk.Gate)
+		b.MatMul(u, mm, blk.Up)
+		b.SiLUMul(g, g, u)
+		y := alloc(r, d)
+		b.MatMul(y, g, blk.Down)
+		b.Add(x, y)
+	}
+
+	// Logits only for the requested rows.
+	if len(in.LogitRows) == 0 {
+		return out, nil
+	}
+	idx, err := indexIn(rows, in.LogitRows)
+	if err != nil {
+		return nil, fmt.Errorf("forward: logits: %w", err)
+	}
+	hx := alloc(len(idx), d)
+	b.CopyRows(hx, nil, x, idx)
+	hn := alloc(len(idx), d)
+	b.RMSNorm(hn, hx, m.Norm, eps)
+	lg := alloc(len(idx), c.Embeddings()) // [k, E]
+	b.MatMul(lg, hn, m.Head)
+	out.Logits = b.ToHost(lg, nil)
+	return out, nil
+}
+
+// fillHidden builds dst [len(cur), d], the hidden state entering layer l for
+// rows cur: rows also computed at the previous layer come from prev (their
+// hidden states [len(prevRows), d]); the others from the plan.
+func (m *LLaDA) fillHidden(plan Plan, l int, prevRows []int32, prev backend.Tensor, cur []int32, dst backend.Tensor, alloc func(int, int) backend.Tensor) error {
+	b := m.Backend
+	var keepDst, keepSrc, missDst, miss []int32
+	j := 0
+	for i, p := range cur {
+		for j < len(prevRows) && prevRows[j] < p {
+			j++
+		}
+		if j < len(prevRows) && prevRows[j] == p {
+			keepDst = append(keepDst, int32(i))
+			keepSrc = append(keepSrc, int32(j))
+		} else {
+			missDst = append(missDst, int32(i))
+			miss = append(miss, p)
+		}
+	}
+	if len(keepDst) > 0 {
+		b.CopyRows(dst, keepDst, prev, keepSrc)
+	}
+	if len(miss) == 0 {
+		return nil
+	}
+	if plan == nil {
+		return fmt.Errorf("forward: layer %d computes rows the layer before did not, and there is no plan", l)
+	}
+	tmp := alloc(len(miss), m.Config.DModel)
+	if err := plan.Hidden(l, miss, tmp); err != nil {
+		return fmt.Errorf("forward: layer %d: hidden state for rows not computed before: %w", l, err)
+	}
+	b.CopyRows(dst, missDst, tmp, nil)
+	return nil
+}
+
+func iota32(n int) []int32 {
+	r := make([]int32, n)
+	for i := range r {
+		r[i] = int32(i)
+	}
+	return r
+}
+
+// allRows is 0..n-1; callers must not modify it.
+func allRows(n int) []int32 { return iota32(n) }
+
+func gather32(src, idx []int32) []int32 {
+	r := make([]int32, len(idx))
+	for i, j := range idx {
+		r[i] = src[j]
+	}
+	return r
+}
+
+func sameRows(a, b []int32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// complement returns the sorted positions of 0..n-1 not in sorted rows.
+func complement(rows []int32, n int) []int32 {
+	r := make([]int32, 0, n-len(rows))
+	j := 0
+	for p := int32(0); p < int32(n); p++ {
+		if j < len(rows) && rows[j] == p {
+			j++
+			continue
+		}
+		r = append(r, p)
+	}
+	return r
+}
+
+// indexIn maps each wanted position to its index in sorted rows.
+func indexIn(rows, want []int32) ([]int32, error) {
+	at := make(map[int32]int32, len(rows))
+	for i, p := range rows {
+		at[p] = int32(i)
+	}
+	idx := make([]int32, len(want))
+	for i, p := range want {
+		j, ok := at[p]
+		if !ok {
+			return nil, fmt.Errorf("row %d is not computed at the last layer", p)
+		}
+		idx[i] = j
+	}
+	return idx, nil
+}

@@ -1,0 +1,274 @@
+package model
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/dlmcache/dlmcache/model/backend"
+	"github.com/dlmcache/dlmcache/model/cpu"
+	"github.com/dlmcache/dlmcache/model/safetensors"
+)
+
+// The golden files in testdata/tiny-* were written by tools/golden/make_golden.py,
+// an independent PyTorch implementation of LLaDA (tools/pyllada) run in float64.
+
+type goldenCase struct {
+	InputIDs    []int32 `json:"input_ids"`
+	PositionIDs []int32 `json:"position_ids"`
+	Pos2        struct {
+		InputIDs    []int32 `json:"input_ids"`
+		PositionIDs []int32 `json:"position_ids"`
+	} `json:"pos2"`
+	Generate []struct {
+		Name        string  `json:"name"`
+		PromptIDs   []int32 `json:"prompt_ids"`
+		GenLength   int     `json:"gen_length"`
+		Steps       int     `json:"steps"`
+		BlockLength int     `json:"block_length"`
+		OutputIDs   []int32 `json:"output_ids"`
+	} `json:"generate"`
+}
+
+var fixtures = []string{"tiny-f32", "tiny-bf16"}
+
+func loadFixture(t testing.TB, name string) (*Model, *goldenCase, *safetensors.Set) {
+	t.Helper()
+	dir := filepath.Join("testdata", name)
+	m, err := Load(dir, cpu.New(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	raw, err := os.ReadFile(filepath.Join(dir, "golden.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g goldenCase
+	if err := json.Unmarshal(raw, &g); err != nil {
+		t.Fatal(err)
+	}
+	gs, err := safetensors.OpenFile(filepath.Join(dir, "golden.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { gs.Close() })
+	return m, &g, gs
+}
+
+func goldenF32(t testing.TB, s *safetensors.Set, name string) []float32 {
+	t.Helper()
+	ts, err := s.Tensor(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ts.DType != backend.F32 {
+		t.Fatalf("%s: dtype %v", name, ts.DType)
+	}
+	out := make([]float32, len(ts.Data)/4)
+	for i := range out {
+		out[i] = math.Float32frombits(uint32(ts.Data[4*i]) | uint32(ts.Data[4*i+1])<<8 | uint32(ts.Data[4*i+2])<<16 | uint32(ts.Data[4*i+3])<<24)
+	}
+	return out
+}
+
+// relErr is max|got-want| / max|want|.
+func relErr(got, want []float32) float64 {
+	if len(got) != len(want) {
+		return math.Inf(1)
+	}
+	var num, den float64
+	for i := range want {
+		num = math.Max(num, math.Abs(float64(got[i])-float64(want[i])))
+		den = math.Max(den, math.Abs(float64(want[i])))
+	}
+	return num / den
+}
+
+// capture records every layer's full K and V.
+type capture struct {
+	b    backend.Backend
+	k, v [][]float32
+}
+
+func (c *capture) Rows(int) []int32                               { return nil }
+func (c *capture) Hidden(int, []int32, backend.Tensor) error      { return fmt.Errorf("unexpected") }
+func (c *capture) KV(int, []int32, backend.Tensor, backend.Tensor) error { return fmt.Errorf("unexpected") }
+func (c *capture) Observe(l int, _ []int32, _, k, v backend.Tensor) {
+	c.k = append(c.k, c.b.ToHost(k, nil))
+	c.v = append(c.v, c.b.ToHost(v, nil))
+}
+
+func TestForwardGolden(t *testing.T) {
+	for _, fx := range fixtures {
+		t.Run(fx, func(t *testing.T) {
+			m, g, gs := loadFixture(t, fx)
+			cases := []struct {
+				prefix   string
+				ids, pos []int32
+			}{
+				{"", g.InputIDs, g.PositionIDs},
+				{"pos2.", g.Pos2.InputIDs, g.Pos2.PositionIDs},
+			}
+			for _, tc := range cases {
+				cap := &capture{b: m.Backend}
+				out, err := m.Forward(Input{Tokens: tc.ids, Positions: tc.pos, LogitRows: iota32(len(tc.ids))}, cap)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if e := relErr(out.Logits, goldenF32(t, gs, tc.prefix+"logits")); e > 1e-4 {
+					t.Errorf("%slogits: relative error %.3g > 1e-4", tc.prefix, e)
+				}
+				for l := range m.Blocks {
+					for _, kv := range []struct {
+						name string
+						got  []float32
+					}{{"k", cap.k[l]}, {"v", cap.v[l]}} {
+						name := fmt.Sprintf("%s%s.%d", tc.prefix, kv.name, l)
+						if e := relErr(kv.got, goldenF32(t, gs, name)); e > 1e-4 {
+							t.Errorf("%s: relative error %.3g > 1e-4", name, e)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestGenerateGolden(t *testing.T) {
+	for _, fx := range fixtures {
+		t.Run(fx, func(t *testing.T) {
+			m, g, _ := loadFixture(t, fx)
+			for _, gc := range g.Generate {
+				res, err := m.Generate(context.Background(), gc.PromptIDs, 0,
+					GenOptions{GenLength: gc.GenLength, Steps: gc.Steps, BlockLength: gc.BlockLength}, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if fmt.Sprint(res.Canvas) != fmt.Sprint(gc.OutputIDs) {
+					t.Errorf("%s:\n got %v\nwant %v", gc.Name, res.Canvas, gc.OutputIDs)
+				}
+				if res.NFE != gc.Steps {
+					t.Errorf("%s: NFE %d, want %d", gc.Name, res.NFE, gc.Steps)
+				}
+			}
+		})
+	}
+}
+
+// replay is a plan that computes only rows ≥ from at layers below upTo (and
+// all rows above), taking the K/V and hidden states of the others from a
+// full forward's capture: the forward must reproduce the full result.
+type replay struct {
+	b        backend.Backend
+	n, from  int
+	upTo     int
+	k, v, h  [][]float32 // per layer, full [n, ·]
+	d, kvDim int
+}
+
+func (p *replay) Rows(l int) []int32 {
+	if l >= p.upTo {
+		return nil
+	}
+	r := make([]int32, 0, p.n-p.from)
+	for i := p.from; i < p.n; i++ {
+		r = append(r, int32(i))
+	}
+	return r
+}
+
+func (p *replay) rows(src []float32, cols int, rows []int32) backend.Tensor {
+	t := p.b.New(len(rows), cols)
+	all := p.b.FromHost(p.n, cols, src)
+	p.b.CopyRows(t, nil, all, rows)
+	return t
+}
+
+func (p *replay) Hidden(l int, rows []int32, dst backend.Tensor) error {
+	p.b.CopyRows(dst, nil, p.rows(p.h[l], p.d, rows), nil)
+	return nil
+}
+
+func (p *replay) KV(l int, rows []int32, k, v backend.Tensor) error {
+	p.b.CopyRows(k, rows, p.rows(p.k[l], p.kvDim, rows), nil)
+	p.b.CopyRows(v, rows, p.rows(p.v[l], p.kvDim, rows), nil)
+	return nil
+}
+
+func (p *replay) Observe(int, []int32, backend.Tensor, backend.Tensor, backend.Tensor) {}
+
+// fullCapture records K, V and the hidden state entering every layer.
+type fullCapture struct {
+	capture
+	h [][]float32
+}
+
+func (c *fullCapture) Observe(l int, rows []int32, h, k, v backend.Tensor) {
+	c.capture.Observe(l, rows, h, k, v)
+	c.h = append(c.h, c.b.ToHost(h, nil))
+}
+
+func TestPlanReplaysFullForward(t *testing.T) {
+	m, g, _ := loadFixture(t, "tiny-f32")
+	ids := g.InputIDs
+	n := len(ids)
+	logitRows := []int32{int32(n - 3), int32(n - 2), int32(n - 1)}
+	fc := &fullCapture{capture: capture{b: m.Backend}}
+	want, err := m.Forward(Input{Tokens: ids, LogitRows: logitRows}, fc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ from, upTo int }{
+		{from: n / 2, upTo: len(m.Blocks)}, // suffix only at every layer
+		{from: n / 2, upTo: 1},             // prefix rows join at layer 1: hidden from the plan
+		{from: n - 3, upTo: 2},
+	} {
+		p := &replay{b: m.Backend, n: n, from: tc.from, upTo: tc.upTo, k: fc.k, v: fc.v, h: fc.h,
+			d: m.Config.DModel, kvDim: m.Config.KVDim()}
+		got, err := m.Forward(Input{Tokens: ids, LogitRows: logitRows}, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e := relErr(got.Logits, want.Logits); e > 1e-5 {
+			t.Errorf("from %d upTo %d: relative error %.3g against the full forward", tc.from, tc.upTo, e)
+		}
+		wantRows := 0
+		for l := range m.Blocks {
+			if l < tc.upTo {
+				wantRows += n - tc.from
+			} else {
+				wantRows += n
+			}
+		}
+		if got.RowsComputed != wantRows {
+			t.Errorf("from %d upTo %d: %d rows computed, want %d", tc.from, tc.upTo, got.RowsComputed, wantRows)
+		}
+	}
+	// Logits for a row that the last layer does not compute are an error.
+	p := &replay{b: m.Backend, n: n, from: n - 1, upTo: len(m.Blocks), k: fc.k, v: fc.v, h: fc.h, d: m.Config.DModel, kvDim: m.Config.KVDim()}
+	if _, err := m.Forward(Input{Tokens: ids, LogitRows: []int32{0}}, p); err == nil {
+		t.Error("logits of an uncomputed row: no error")
+	}
+}
+
+func TestForwardBadInput(t *testing.T) {
+	m, _, _ := loadFixture(t, "tiny-f32")
+	for _, tc := range []struct {
+		name string
+		in   Input
+	}{
+		{"empty", Input{}},
+		{"token out of range", Input{Tokens: []int32{1, int32(m.Config.Embeddings())}}},
+		{"negative token", Input{Tokens: []int32{-1}}},
+		{"positions length", Input{Tokens: []int32{1, 2}, Positions: []int32{0}}},
+	} {
+		if _, err := m.Forward(tc.in, nil); err == nil {
+			t.Errorf("%s: no error", tc.name)
+		}
+	}
+}

@@ -1,0 +1,127 @@
+package model
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/dlmcache/dlmcache/model/cpu"
+)
+
+// copyFixture copies testdata/name into a temp dir that a test may damage.
+func copyFixture(t *testing.T, name string) string {
+	t.Helper()
+	src := filepath.Join("testdata", name)
+	dst := t.TempDir()
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dst
+}
+
+func editConfig(t *testing.T, dir string, edit func(map[string]any)) {
+	t.Helper()
+	p := filepath.Join(dir, "config.json")
+	raw, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatal(err)
+	}
+	edit(m)
+	raw, _ = json.Marshal(m)
+	if err := os.WriteFile(p, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLoadBadInput(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		break_ func(t *testing.T, dir string)
+		want  []string // substrings of the error
+	}{
+		{"more layers than the checkpoint", func(t *testing.T, dir string) {
+			editConfig(t, dir, func(m map[string]any) { m["n_layers"] = 4.0 })
+		}, []string{"blocks.3"}},
+		{"fewer layers than the checkpoint", func(t *testing.T, dir string) {
+			editConfig(t, dir, func(m map[string]any) { m["n_layers"] = 2.0 })
+		}, []string{"blocks.2", "n_layers 2"}},
+		{"config/tensor shape disagreement", func(t *testing.T, dir string) {
+			editConfig(t, dir, func(m map[string]any) { m["mlp_hidden_size"] = 128.0 })
+		}, []string{"model.safetensors", "ff_proj", "shape"}},
+		{"zero heads", func(t *testing.T, dir string) {
+			editConfig(t, dir, func(m map[string]any) { m["n_heads"] = 0.0 })
+		}, []string{"config.json", "n_heads"}},
+		{"config not JSON", func(t *testing.T, dir string) {
+			os.WriteFile(filepath.Join(dir, "config.json"), []byte("{d_model: 3"), 0o644)
+		}, []string{"config.json", "JSON"}},
+		{"truncated safetensors", func(t *testing.T, dir string) {
+			p := filepath.Join(dir, "model.safetensors")
+			b, _ := os.ReadFile(p)
+			os.WriteFile(p, b[:len(b)/2], 0o644)
+		}, []string{"model.safetensors"}},
+		{"missing safetensors", func(t *testing.T, dir string) {
+			os.Remove(filepath.Join(dir, "model.safetensors"))
+		}, []string{"model.safetensors"}},
+		{"tokenizer with an unknown model type", func(t *testing.T, dir string) {
+			p := filepath.Join(dir, "tokenizer.json")
+			b, _ := os.ReadFile(p)
+			os.WriteFile(p, []byte(strings.Replace(string(b), `"BPE"`, `"Unigram"`, 1)), 0o644)
+		}, []string{"tokenizer.json", "Unigram"}},
+		{"missing tokenizer", func(t *testing.T, dir string) {
+			os.Remove(filepath.Join(dir, "tokenizer.json"))
+		}, []string{"tokenizer.json"}},
+		{"bad card", func(t *testing.T, dir string) {
+			os.WriteFile(filepath.Join(dir, CardFile), []byte(`{"gen_length": 8, "stpes": 4}`), 0o644)
+		}, []string{CardFile, "stpes"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := copyFixture(t, "tiny-f32")
+			tc.break_(t, dir)
+			m, err := Load(dir, cpu.New(1))
+			if err == nil {
+				m.Close()
+				t.Fatal("no error")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestLoadFingerprint(t *testing.T) {
+	a, err := Load(filepath.Join("testdata", "tiny-f32"), cpu.New(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := Load(filepath.Join("testdata", "tiny-bf16"), cpu.New(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if a.Fingerprint == "" || a.Fingerprint == b.Fingerprint {
+		t.Errorf("fingerprints %q and %q: want distinct, non-empty", a.Fingerprint, b.Fingerprint)
+	}
+	if a.Card != DefaultCard {
+		t.Errorf("card without dlmcache.json: %+v, want the default", a.Card)
+	}
+}
