@@ -95,9 +95,11 @@ type capture struct {
 	k, v [][]float32
 }
 
-func (c *capture) Rows(int) []int32                               { return nil }
-func (c *capture) Hidden(int, []int32, backend.Tensor) error      { return fmt.Errorf("unexpected") }
-func (c *capture) KV(int, []int32, backend.Tensor, backend.Tensor) error { return fmt.Errorf("unexpected") }
+func (c *capture) Rows(int) []int32                          { return nil }
+func (c *capture) Hidden(int, []int32, backend.Tensor) error { return fmt.Errorf("unexpected") }
+func (c *capture) KV(int, []int32, backend.Tensor, backend.Tensor) error {
+	return fmt.Errorf("unexpected")
+}
 func (c *capture) Observe(l int, _ []int32, _, k, v backend.Tensor) {
 	c.k = append(c.k, c.b.ToHost(k, nil))
 	c.v = append(c.v, c.b.ToHost(v, nil))

@@ -51,9 +51,9 @@ func editConfig(t *testing.T, dir string, edit func(map[string]any)) {
 
 func TestLoadBadInput(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
+		name   string
 		break_ func(t *testing.T, dir string)
-		want  []string // substrings of the error
+		want   []string // substrings of the error
 	}{
 		{"more layers than the checkpoint", func(t *testing.T, dir string) {
 			editConfig(t, dir, func(m map[string]any) { m["n_layers"] = 4.0 })
