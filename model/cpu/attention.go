@@ -69,9 +69,7 @@ func (b *Backend) Attention(dst, q, k, v backend.Tensor, nHeads, nKVHeads int) {
 			vv := vs.data[kh*hd:]
 			ov := d.data[r0*d.stride+h*hd:]
 			sgemmNT(m, nk, hd, scale, qv, qs.stride, kv, ks.stride, 0, scores, nk)
-			for i := 0; i < m; i++ {
-				inv[i] = 1 / expRow(scores[i*nk:(i+1)*nk])
-			}
+			softmaxRows(scores, m, nk, inv)
 			sgemmNN(m, hd, nk, 1, scores, nk, vv, vs.stride, 0, ov, d.stride)
 			for i := 0; i < m; i++ {
 				o := ov[i*d.stride : i*d.stride+hd]
@@ -96,24 +94,6 @@ func (b *Backend) Attention(dst, q, k, v backend.Tensor, nHeads, nKVHeads int) {
 	}
 	work()
 	wg.Wait()
-}
-
-// expRow replaces s by e^(s−max s) and returns the sum of the new values
-// (accumulated in float64). The result is ≥ 1 for finite input.
-func expRow(s []float32) float32 {
-	m := s[0]
-	for _, x := range s {
-		if x > m {
-			m = x
-		}
-	}
-	var sum float64
-	for j, x := range s {
-		e := expf(x - m)
-		s[j] = e
-		sum += float64(e)
-	}
-	return float32(sum)
 }
 
 // getScratch returns a float32 buffer of at least n elements.

@@ -462,28 +462,56 @@ func TestF16AllValues(t *testing.T) {
 	}
 }
 
-func TestExpf(t *testing.T) {
-	worst := 0.0
-	for x := -87.0; x < 88.7; x += 0.0013 {
-		got := float64(expf(float32(x)))
-		want := math.Exp(float64(float32(x)))
-		if rel := math.Abs(got-want) / want; rel > worst {
-			worst = rel
-		}
+func TestExp(t *testing.T) {
+	var xs []float32
+	for x := -87.3; x < 88.37; x += 0.0013 {
+		xs = append(xs, float32(x))
 	}
-	if worst > 3e-7 {
-		t.Errorf("expf worst relative error %g, want ≤ 3e-7", worst)
+	xs = append(xs, 0, -100, 89, float32(math.Inf(-1)), float32(math.Inf(1)), float32(math.NaN()), -87.5, 1, 2, 3)
+	for _, vec := range []bool{false, true} {
+		t.Run(fmt.Sprintf("simd=%v", vec && simd), func(t *testing.T) {
+			got := make([]float32, len(xs))
+			expMany(vec, got, xs)
+			worst := 0.0
+			for i, x := range xs {
+				want := math.Exp(float64(x))
+				g := float64(got[i])
+				switch {
+				case math.IsNaN(want):
+					if !math.IsNaN(g) {
+						t.Errorf("exp(NaN) = %g", g)
+					}
+				case x < -87.34: // flushed to zero below the normal range
+					if g != 0 {
+						t.Errorf("exp(%g) = %g, want 0", x, g)
+					}
+				case x > 88.38:
+					if !math.IsInf(g, 1) {
+						t.Errorf("exp(%g) = %g, want +Inf", x, g)
+					}
+				default:
+					if rel := math.Abs(g-want) / want; rel > worst {
+						worst = rel
+					}
+				}
+			}
+			if worst > 3e-7 {
+				t.Errorf("worst relative error %g, want ≤ 3e-7", worst)
+			}
+		})
 	}
-	for _, c := range []struct{ x, want float32 }{
-		{0, 1}, {-100, 0}, {89, float32(math.Inf(1))}, {float32(math.Inf(-1)), 0}, {float32(math.Inf(1)), float32(math.Inf(1))},
-	} {
-		if got := expf(c.x); got != c.want {
-			t.Errorf("expf(%g) = %g, want %g", c.x, got, c.want)
-		}
+}
+
+// TestScalarKernels reruns the tests of the ops that use the vector kernels
+// with the scalar fallbacks.
+func TestScalarKernels(t *testing.T) {
+	if !simd {
+		t.Skip("no vector kernels on this machine: the other tests ran the scalar ones")
 	}
-	if got := expf(float32(math.NaN())); !math.IsNaN(float64(got)) {
-		t.Errorf("expf(NaN) = %g", got)
-	}
+	simd = false
+	defer func() { simd = true }()
+	t.Run("Attention", TestAttention)
+	t.Run("SiLUMul", TestSiLUMulAddEmbed)
 }
 
 func TestShapePanics(t *testing.T) {

@@ -130,11 +130,7 @@ func (b *Backend) SiLUMul(dst, gate, up backend.Tensor) {
 	cols := g.cols
 	b.parallel(g.rows, rowGrain(cols), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
-			dr, gr, ur := d.Row(i), g.Row(i), u.Row(i)
-			dr, ur = dr[:len(gr)], ur[:len(gr)]
-			for j, v := range gr {
-				dr[j] = v / (1 + expf(-v)) * ur[j]
-			}
+			siluMul(d.Row(i), g.Row(i), u.Row(i))
 		}
 	})
 }
