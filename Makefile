@@ -28,7 +28,7 @@ test: deps
 	$(GO) test -race -count=1 ./...
 
 run: build
-	./$(BIN) generate
+	./$(BIN) generate --model model/testdata/tiny-bf16
 
 bench: build
 	./scripts/bench.sh

@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dlmcache/dlmcache/model"
+)
+
+type generateOptions struct {
+	f *factory
+
+	Model       string
+	Device      string
+	Threads     int
+	System      string
+	Prompt      string
+	GenLength   int
+	Steps       int
+	BlockLength int
+	Temperature float64
+	CFG         float64
+	Remasking   string
+	Threshold   float64
+	Seed        uint64
+	JSON        bool
+}
+
+func newCmdGenerate(f *factory, runF func(*generateOptions) error) *cobra.Command {
+	opts := &generateOptions{f: f}
+	cmd := &cobra.Command{
+		Use:   "generate",
+		Short: "Run one request end to end and print the answer",
+		Long: `Generate runs one chat request (system message + user prompt) through the
+diffusion sampler with no caching and prints the answer.
+
+The system message may be given inline or as @FILE.`,
+		Example: `  dlmcache generate --prompt "What is the value of key ab12?" --system @system.txt
+  dlmcache generate --model /path/to/LLaDA-8B-Instruct --gen-length 256 --steps 128 --block-length 32 --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if runF != nil {
+				return runF(opts)
+			}
+			return generateRun(cmd.Context(), opts)
+		},
+	}
+	fl := cmd.Flags()
+	addModelFlags(fl, &opts.Model, &opts.Device, &opts.Threads)
+	fl.StringVar(&opts.System, "system", "", "system message (the shared prefix), TEXT or @FILE; default: the bundled model's demo system message")
+	fl.StringVar(&opts.Prompt, "prompt", "", "user prompt; default: the bundled model's demo question")
+	fl.IntVar(&opts.GenLength, "gen-length", 0, "answer slots (masked tokens); 0: the model's default")
+	fl.IntVar(&opts.Steps, "steps", 0, "denoising steps; 0: gen-length/2 (two tokens per step)")
+	fl.IntVar(&opts.BlockLength, "block-length", 0, "semi-autoregressive block length; 0: one block")
+	fl.Float64Var(&opts.Temperature, "temperature", 0, "sampling temperature (Gumbel noise); 0 is greedy")
+	fl.Float64Var(&opts.CFG, "cfg", 0, "classifier-free guidance scale; 0 disables")
+	fl.StringVar(&opts.Remasking, "remasking", "low_confidence", "remasking strategy: low_confidence or random")
+	fl.Float64Var(&opts.Threshold, "threshold", 0, "Fast-dLLM threshold decoding: commit every token with confidence ≥ this (0 disables)")
+	fl.Uint64Var(&opts.Seed, "seed", 0, "random seed (temperature > 0 or random remasking)")
+	fl.BoolVar(&opts.JSON, "json", false, "print a JSON object with the answer, token counts and timings")
+	return cmd
+}
+
+func generateRun(ctx context.Context, opts *generateOptions) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	system, err := readTextArg(opts.System)
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	lm, err := loadModel(opts.f, opts.Model, opts.Device, opts.Threads)
+	if err != nil {
+		return err
+	}
+	defer lm.Close()
+	loadTime := time.Since(t0)
+	prompt := opts.Prompt
+	if prompt == "" && system == "" && lm.Card.DemoSystem != "" {
+		system, prompt = lm.Card.DemoSystem, lm.Card.DemoPrompt
+	}
+	if prompt == "" {
+		return fmt.Errorf("--prompt is required for model %s (it has no demo prompt)", lm.Name)
+	}
+	gen, err := lm.genOptions(opts.GenLength, opts.Steps, opts.BlockLength)
+	if err != nil {
+		return err
+	}
+	gen.Temperature, gen.CFGScale, gen.Seed = opts.Temperature, opts.CFG, opts.Seed
+	switch {
+	case opts.Threshold > 0:
+		gen.Decoder = model.Threshold{T: opts.Threshold}
+	case opts.Remasking == "random":
+		gen.Decoder = model.RandomRemask{}
+	case opts.Remasking == "low_confidence" || opts.Remasking == "":
+		gen.Decoder = model.LowConfidence{}
+	default:
+		return fmt.Errorf("--remasking %q: want low_confidence or random", opts.Remasking)
+	}
+	ids, prefixLen, err := lm.Tokenizer.EncodeChat(system, prompt)
+	if err != nil {
+		return err
+	}
+	g, err := lm.Generate(ctx, ids, prefixLen, gen, nil)
+	if err != nil {
+		return err
+	}
+	answer := lm.decodeAnswer(g.Answer)
+	if !opts.JSON {
+		if lm.Card.RandomWeights {
+			fmt.Fprintln(opts.f.ErrOut, "note: this model has random weights (a test checkpoint); its answers are noise")
+		}
+		fmt.Fprintln(opts.f.Out, answer)
+		return nil
+	}
+	res := map[string]any{
+		"model":            lm.Name,
+		"fingerprint":      lm.Fingerprint,
+		"random_weights":   lm.Card.RandomWeights,
+		"answer":           answer,
+		"prompt_tokens":    len(ids),
+		"prefix_tokens":    prefixLen,
+		"ratio":            float64(prefixLen) / float64(len(ids)+gen.GenLength),
+		"gen_length":       gen.GenLength,
+		"steps":            g.Steps,
+		"block_length":     gen.BlockLength,
+		"nfe":              g.NFE,
+		"load_seconds":     loadTime.Seconds(),
+		"seconds":          g.Duration.Seconds(),
+		"tokens_per_sec":   float64(gen.GenLength) / g.Duration.Seconds(),
+		"rows_computed":    g.RowsComputed,
+		"rows_full":        g.RowsFull,
+		"answer_token_ids": g.Answer,
+	}
+	enc := json.NewEncoder(opts.f.Out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(res)
+}
+
+// readTextArg returns s, or the contents of the file when s is @FILE.
+func readTextArg(s string) (string, error) {
+	if !strings.HasPrefix(s, "@") {
+		return s, nil
+	}
+	b, err := os.ReadFile(s[1:])
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimRight(string(b), "\n"), nil
+}

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/pflag"
+
+	"github.com/dlmcache/dlmcache/cuda"
+	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/backend"
+	"github.com/dlmcache/dlmcache/model/cpu"
+	"github.com/dlmcache/dlmcache/models"
+)
+
+// addModelFlags registers the flags every model-running command shares.
+func addModelFlags(fl *pflag.FlagSet, name, device *string, threads *int) {
+	fl.StringVar(name, "model", models.Default, "model directory, or a name looked up in the bundled models, $DLMCACHE_MODELS and the Hugging Face cache")
+	fl.StringVar(device, "device", "cpu", "backend: cpu or cuda (cuda needs a build with -tags cuda)")
+	fl.IntVar(threads, "threads", 0, "CPU threads (0: all cores)")
+}
+
+// loadedModel is a model plus what the command line needs around it.
+type loadedModel struct {
+	*model.Model
+	Name string
+}
+
+// resolveModel turns --model into a directory: an existing directory, a
+// bundled model (extracted on first use), or model.Resolve's search.
+func resolveModel(name string) (string, error) {
+	if st, err := os.Stat(name); err == nil && st.IsDir() {
+		return name, nil
+	}
+	if dir, ok, err := models.Dir(name); ok || err != nil {
+		return dir, err
+	}
+	dir, err := model.Resolve(name)
+	if err != nil {
+		return "", fmt.Errorf("%w (bundled models: %s)", err, strings.Join(models.Names(), ", "))
+	}
+	return dir, nil
+}
+
+func newBackend(device string, threads int) (backend.Backend, error) {
+	switch device {
+	case "cpu", "":
+		return cpu.New(threads), nil
+	case "cuda":
+		return cuda.New()
+	}
+	return nil, fmt.Errorf("--device %q: want cpu or cuda", device)
+}
+
+func loadModel(f *factory, name, device string, threads int) (*loadedModel, error) {
+	dir, err := resolveModel(name)
+	if err != nil {
+		return nil, err
+	}
+	b, err := newBackend(device, threads)
+	if err != nil {
+		return nil, err
+	}
+	m, err := model.Load(dir, b)
+	if err != nil {
+		return nil, err
+	}
+	return &loadedModel{Model: m, Name: name}, nil
+}
+
+// genOptions fills zero values from the model's card: gen length, then
+// steps = gen length / 2 (two tokens per step, as in the paper).
+func (m *loadedModel) genOptions(genLength, steps, blockLength int) (model.GenOptions, error) {
+	o := model.GenOptions{GenLength: genLength, Steps: steps, BlockLength: blockLength}
+	if o.GenLength == 0 {
+		o.GenLength = m.Card.GenLength
+	}
+	if o.Steps == 0 {
+		if o.GenLength == m.Card.GenLength && m.Card.Steps > 0 {
+			o.Steps = m.Card.Steps
+		} else {
+			o.Steps = max(1, o.GenLength/2)
+		}
+	}
+	if o.BlockLength == 0 && o.GenLength == m.Card.GenLength {
+		o.BlockLength = m.Card.BlockLength
+	}
+	if o.BlockLength == 0 {
+		o.BlockLength = o.GenLength
+	}
+	_, err := model.NewSchedule(0, o)
+	return o, err
+}
+
+// decodeAnswer turns the answer slots into text, stopping at the first
+// end-of-text or end-of-turn token.
+func (m *loadedModel) decodeAnswer(ids []int32) string {
+	return m.Model.AnswerText(ids)
+}
