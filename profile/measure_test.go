@@ -1,0 +1,79 @@
+package profile
+
+import (
+	"context"
+	"math"
+	"path/filepath"
+	"testing"
+
+	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/cpu"
+)
+
+func loadTiny(t testing.TB) *model.Model {
+	t.Helper()
+	m, err := model.Load(filepath.Join("..", "model", "testdata", "tiny-f32"), cpu.New(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+func TestMeasure(t *testing.T) {
+	m := loadTiny(t)
+	ids, prefix, err := m.Tokenizer.EncodeChat("You are a careful assistant. Keep answers short.", "What is two plus two?")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := model.GenOptions{GenLength: 8, Steps: 4}
+	sims, err := Measure(context.Background(), m.LLaDA, ids, prefix, o, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	L := len(m.Blocks)
+	if len(sims) != L {
+		t.Fatalf("%d similarities, want %d (one per layer at step 1)", len(sims), L)
+	}
+	// Layer 1's K/V are projections of the embeddings at the same positions.
+	if s := sims[0]; math.Abs(s.KV-1) > 1e-6 || math.Abs(s.K-1) > 1e-6 || math.Abs(s.V-1) > 1e-6 {
+		t.Errorf("layer 1: %+v, want 1", s)
+	}
+	for _, s := range sims[1:] {
+		if !(s.KV < 1-1e-6) || s.KV < -1 {
+			t.Errorf("layer %d: S = %v, want < 1 (the suffix changes deeper K/V)", s.Layer, s.KV)
+		}
+	}
+	all, err := Measure(context.Background(), m.LLaDA, ids, prefix, o, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != L*o.Steps {
+		t.Fatalf("all steps: %d similarities, want %d", len(all), L*o.Steps)
+	}
+	for i := 0; i < L; i++ { // step 1 of the generation is the single-forward measurement
+		if all[i].Step != 1 || math.Abs(all[i].KV-sims[i].KV) > 1e-9 {
+			t.Errorf("all-steps step 1 layer %d: %+v, single forward %+v", i+1, all[i], sims[i])
+		}
+	}
+	if _, err := Measure(context.Background(), m.LLaDA, ids, 0, o, false); err == nil {
+		t.Error("prefix length 0: no error")
+	}
+}
+
+func TestSafeDepth(t *testing.T) {
+	for _, tc := range []struct {
+		s    []float64
+		tau  float64
+		want int
+	}{
+		{[]float64{1, 0.99, 0.98, 0.95, 0.99}, 0.97, 3},
+		{[]float64{1, 0.9, 0.99}, 0.97, 1},
+		{[]float64{1, 1, 1}, 0.97, 3},
+		{[]float64{0.5}, 0.97, 1}, // never below 1
+	} {
+		if got := SafeDepth(tc.s, tc.tau); got != tc.want {
+			t.Errorf("SafeDepth(%v, %v) = %d, want %d", tc.s, tc.tau, got, tc.want)
+		}
+	}
+}

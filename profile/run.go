@@ -1,0 +1,254 @@
+package profile
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/dlmcache/dlmcache/lut"
+	"github.com/dlmcache/dlmcache/model"
+)
+
+// Request is one profiling request, already tokenized.
+type Request struct {
+	ID        string
+	Source    string  // where the request came from (system prompt, data set)
+	Prompt    []int32 // templated prompt tokens
+	PrefixLen int     // shared prefix m
+}
+
+// Ratio is r = m / (prompt tokens + gen length).
+func (r Request) Ratio(genLength int) float64 {
+	return float64(r.PrefixLen) / float64(len(r.Prompt)+genLength)
+}
+
+// Output files of a run directory.
+const (
+	SimilarityFile = "similarity.parquet"
+	TableFile      = "table.json"
+	RunFile        = "run.json"
+	PartialFile    = "similarity.partial.jsonl"
+)
+
+// Runner profiles a model over requests, writing OutDir/{similarity.parquet,
+// table.json, run.json}. Every finished request is appended to
+// similarity.partial.jsonl first, so an interrupted run resumes where it
+// stopped.
+type Runner struct {
+	Model    *model.LLaDA
+	Gen      model.GenOptions
+	AllSteps bool
+	Info     RunInfo // written with the results; Tau and Edges build the table
+	OutDir   string
+	Resume   bool
+	// Progress, if set, is called after each request with the number done
+	// (including those resumed) and the total.
+	Progress func(done, total int)
+}
+
+// Result is what a finished run wrote.
+type Result struct {
+	Table   *lut.Table
+	Records []Record
+	Resumed int // requests taken from an earlier, interrupted run
+}
+
+type partialHeader struct {
+	Run RunInfo `json:"run"`
+}
+
+type partialLine struct {
+	ID      string   `json:"id"`
+	Records []Record `json:"records"`
+}
+
+// Run measures every request not yet recorded, then writes the outputs.
+func (r *Runner) Run(ctx context.Context, reqs []Request) (*Result, error) {
+	start := time.Now()
+	if err := lut.CheckTau(r.Info.Tau); err != nil {
+		return nil, err
+	}
+	if len(reqs) == 0 {
+		return nil, errors.New("profile: no requests to run")
+	}
+	if err := os.MkdirAll(r.OutDir, 0o755); err != nil {
+		return nil, err
+	}
+	partPath := filepath.Join(r.OutDir, PartialFile)
+	done := map[string][]Record{}
+	_, statErr := os.Stat(partPath)
+	switch {
+	case statErr == nil && !r.Resume:
+		return nil, fmt.Errorf("%s holds an unfinished run (%s): pass --resume to continue it, or choose another --out", r.OutDir, PartialFile)
+	case statErr == nil:
+		var err error
+		if done, err = readPartial(partPath, r.Info); err != nil {
+			return nil, err
+		}
+	case r.Resume:
+		// A finished run resumes to itself: its records are all there.
+		if recs, info, err := ReadParquet(filepath.Join(r.OutDir, SimilarityFile)); err == nil {
+			if err := info.sameRun(r.Info); err != nil {
+				return nil, fmt.Errorf("--resume: %s is from another run: %w", r.OutDir, err)
+			}
+			for _, rec := range recs {
+				done[rec.RequestID] = append(done[rec.RequestID], rec)
+			}
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
+	}
+	resumed := 0
+	for _, q := range reqs {
+		if _, ok := done[q.ID]; ok {
+			resumed++
+		}
+	}
+
+	pf, err := os.OpenFile(partPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer pf.Close()
+	if st, _ := pf.Stat(); st.Size() == 0 {
+		if err := appendLine(pf, partialHeader{Run: r.Info}); err != nil {
+			return nil, err
+		}
+	}
+
+	n := resumed
+	if r.Progress != nil {
+		r.Progress(n, len(reqs))
+	}
+	for _, q := range reqs {
+		if _, ok := done[q.ID]; ok {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		sims, err := Measure(ctx, r.Model, q.Prompt, q.PrefixLen, r.Gen, r.AllSteps)
+		if err != nil {
+			return nil, fmt.Errorf("request %s: %w", q.ID, err)
+		}
+		recs := make([]Record, len(sims))
+		total := len(q.Prompt) + r.Gen.GenLength
+		for i, s := range sims {
+			recs[i] = Record{RequestID: q.ID, Source: q.Source, PrefixTokens: int32(q.PrefixLen), TotalTokens: int32(total),
+				Ratio: q.Ratio(r.Gen.GenLength), Layer: int32(s.Layer), Step: int32(s.Step), SimK: s.K, SimV: s.V, SimKV: s.KV}
+		}
+		if err := appendLine(pf, partialLine{ID: q.ID, Records: recs}); err != nil {
+			return nil, fmt.Errorf("recording request %s: %w", q.ID, err)
+		}
+		done[q.ID] = recs
+		n++
+		if r.Progress != nil {
+			r.Progress(n, len(reqs))
+		}
+	}
+
+	// Outputs, in request order.
+	var all []Record
+	for _, q := range reqs {
+		all = append(all, done[q.ID]...)
+	}
+	info := r.Info
+	info.Requests = len(reqs)
+	info.Seconds = time.Since(start).Seconds()
+	t, err := BuildTable(all, info, info.Tau)
+	if err != nil {
+		return nil, err
+	}
+	if err := WriteParquet(filepath.Join(r.OutDir, SimilarityFile), all, info); err != nil {
+		return nil, err
+	}
+	if err := t.Write(filepath.Join(r.OutDir, TableFile)); err != nil {
+		return nil, err
+	}
+	rj, _ := json.MarshalIndent(info, "", "  ")
+	if err := writeAtomic(filepath.Join(r.OutDir, RunFile), append(rj, '\n')); err != nil {
+		return nil, err
+	}
+	pf.Close()
+	if err := os.Remove(partPath); err != nil {
+		return nil, err
+	}
+	return &Result{Table: t, Records: all, Resumed: resumed}, nil
+}
+
+// readPartial loads an interrupted run's records. A torn last line (the
+// process died mid-write) is cut off the file; anything else malformed is an
+// error.
+func readPartial(path string, want RunInfo) (map[string][]Record, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	done := map[string][]Record{}
+	good := 0 // bytes of well-formed, newline-terminated lines
+	for off, first := 0, true; off < len(raw); first = false {
+		nl := bytes.IndexByte(raw[off:], '\n')
+		if nl < 0 {
+			break // torn: no newline
+		}
+		ln := raw[off : off+nl]
+		last := off+nl+1 == len(raw)
+		if first {
+			var h partialHeader
+			if err := json.Unmarshal(ln, &h); err != nil {
+				return nil, fmt.Errorf("%s: first line is not a run header: %w", path, err)
+			}
+			if err := h.Run.sameRun(want); err != nil {
+				return nil, fmt.Errorf("--resume: %s was started with other settings: %w", path, err)
+			}
+		} else {
+			var pl partialLine
+			if err := json.Unmarshal(ln, &pl); err != nil {
+				if last {
+					break
+				}
+				return nil, fmt.Errorf("%s: malformed record at byte %d: %w", path, off, err)
+			}
+			done[pl.ID] = pl.Records
+		}
+		off += nl + 1
+		good = off
+	}
+	if good < len(raw) {
+		if err := os.Truncate(path, int64(good)); err != nil {
+			return nil, err
+		}
+	}
+	return done, nil
+}
+
+func appendLine(f *os.File, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(append(b, '\n')); err != nil {
+		return err
+	}
+	return f.Sync()
+}
+
+func writeAtomic(path string, b []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	_, werr := f.Write(b)
+	cerr := f.Close()
+	if err := errors.Join(werr, cerr); err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}

@@ -1,0 +1,167 @@
+package profile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/parquet-go/parquet-go"
+
+	"github.com/dlmcache/dlmcache/lut"
+	"github.com/dlmcache/dlmcache/model"
+)
+
+func testRequests(t *testing.T, m *model.Model, n int) []Request {
+	t.Helper()
+	var reqs []Request
+	for i := 0; i < n; i++ {
+		sys := strings.Repeat(fmt.Sprintf("Rule %d: answer briefly. ", i%3), 1+i%4)
+		user := strings.Repeat("Why? ", 1+(i*7)%9)
+		ids, m0, err := m.Tokenizer.EncodeChat(sys, user)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reqs = append(reqs, Request{ID: fmt.Sprintf("r%02d", i), Source: "test", Prompt: ids, PrefixLen: m0})
+	}
+	return reqs
+}
+
+func testRunner(m *model.Model, dir string) *Runner {
+	return &Runner{
+		Model: m.LLaDA, Gen: model.GenOptions{GenLength: 8, Steps: 4}, OutDir: dir,
+		Info: RunInfo{Model: lut.ModelID{Name: "tiny", NLayers: len(m.Blocks), Fingerprint: m.Fingerprint},
+			GenLength: 8, Steps: 4, BlockLength: 8, Tau: 0.99, Ratios: "0.2:1:0.2", Edges: []float64{0.2, 0.4, 0.6, 0.8, 1}},
+	}
+}
+
+func TestRunResumeEqualsUninterrupted(t *testing.T) {
+	m := loadTiny(t)
+	reqs := testRequests(t, m, 10)
+	full, err := testRunner(m, t.TempDir()).Run(context.Background(), reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	dir := t.TempDir()
+	r := testRunner(m, dir)
+	ctx, cancel := context.WithCancel(context.Background())
+	r.Progress = func(done, total int) {
+		if done == 4 {
+			cancel() // interrupted after four requests
+		}
+	}
+	if _, err := r.Run(ctx, reqs); !errors.Is(err, context.Canceled) {
+		t.Fatalf("interrupted run: %v", err)
+	}
+	// Tear the last line as a crash mid-write would.
+	pf, _ := os.OpenFile(filepath.Join(dir, PartialFile), os.O_APPEND|os.O_WRONLY, 0)
+	pf.WriteString(`{"id":"r09","records":[{"request_`)
+	pf.Close()
+	// Without --resume the unfinished run is refused, not overwritten.
+	if _, err := testRunner(m, dir).Run(context.Background(), reqs); err == nil || !strings.Contains(err.Error(), "--resume") {
+		t.Fatalf("rerun without --resume: %v", err)
+	}
+	r = testRunner(m, dir)
+	r.Resume = true
+	res, err := r.Run(context.Background(), reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Resumed != 4 {
+		t.Errorf("resumed %d requests, want 4", res.Resumed)
+	}
+	if !reflect.DeepEqual(res.Table.Bins, full.Table.Bins) {
+		t.Errorf("resumed table %+v\nuninterrupted %+v", res.Table.Bins, full.Table.Bins)
+	}
+	if !reflect.DeepEqual(res.Records, full.Records) {
+		t.Error("resumed records differ from the uninterrupted run's")
+	}
+	if _, err := os.Stat(filepath.Join(dir, PartialFile)); !os.IsNotExist(err) {
+		t.Errorf("partial file left behind: %v", err)
+	}
+	// Resuming with other settings is refused.
+	r = testRunner(m, dir)
+	r.Resume, r.Info.GenLength, r.Gen.GenLength = true, 16, 16
+	if _, err := r.Run(context.Background(), reqs); err == nil {
+		t.Error("resume with another gen length: no error")
+	}
+}
+
+func TestShardsMergeToOneTable(t *testing.T) {
+	m := loadTiny(t)
+	reqs := testRequests(t, m, 9)
+	one, err := testRunner(m, t.TempDir()).Run(context.Background(), reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files []string
+	for k := 0; k < 3; k++ {
+		var part []Request
+		for i := k; i < len(reqs); i += 3 {
+			part = append(part, reqs[i])
+		}
+		dir := t.TempDir()
+		r := testRunner(m, dir)
+		r.Info.Shard = fmt.Sprintf("%d/3", k+1)
+		if _, err := r.Run(context.Background(), part); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, filepath.Join(dir, SimilarityFile))
+	}
+	recs, info, err := ReadAll(files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	merged, err := BuildTable(recs, info, 0.99)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(merged.Bins, one.Table.Bins) {
+		t.Errorf("merged shards %+v\none run %+v", merged.Bins, one.Table.Bins)
+	}
+	// Another τ from the same files, without the model.
+	if _, err := BuildTable(recs, info, 0.9); err != nil {
+		t.Error(err)
+	}
+	for _, tau := range []float64{0, -1, 1.5} {
+		if _, err := BuildTable(recs, info, tau); err == nil {
+			t.Errorf("τ %v: no error", tau)
+		}
+	}
+}
+
+func TestReadParquetBadInput(t *testing.T) {
+	dir := t.TempDir()
+	junk := filepath.Join(dir, "junk.parquet")
+	os.WriteFile(junk, []byte("PAR1 this is not parquet"), 0o644)
+	type other struct {
+		A int64 `parquet:"a"`
+	}
+	wrong := filepath.Join(dir, "wrong.parquet")
+	if err := parquet.WriteFile(wrong, []other{{1}}); err != nil {
+		t.Fatal(err)
+	}
+	nometa := filepath.Join(dir, "nometa.parquet")
+	if err := parquet.WriteFile(nometa, []Record{{RequestID: "x", Layer: 1, Step: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ path, want string }{
+		{junk, "not a readable parquet"},
+		{wrong, "column \"request_id\" is missing"},
+		{nometa, "not written by dlmcache"},
+		{filepath.Join(dir, "absent.parquet"), "no such file"},
+	} {
+		_, _, err := ReadParquet(tc.path)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), filepath.Base(tc.path)) {
+			t.Errorf("%s: %v (want %q and the file name)", tc.path, err, tc.want)
+		}
+	}
+	if _, _, err := ReadAll(nil); err == nil {
+		t.Error("no files: no error")
+	}
+}
