@@ -1,0 +1,305 @@
+package cache
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/dlmcache/dlmcache/lut"
+	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/backend"
+	"github.com/dlmcache/dlmcache/model/cpu"
+)
+
+func loadTiny(t testing.TB) *model.Model {
+	t.Helper()
+	m, err := model.Load(filepath.Join("..", "model", "testdata", "tiny-f32"), cpu.New(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// fakeEntry is an entry of the given byte size.
+func fakeEntry(b backend.Backend, tokens int, bytes int64) *Entry {
+	return &Entry{Tokens: make([]int32, tokens), Bytes: bytes}
+}
+
+func TestStoreEviction(t *testing.T) {
+	b := cpu.New(1)
+	for _, tc := range []struct {
+		policy Eviction
+		touch  bool   // re-acquire key 1 before inserting key 4
+		want   []bool // which of keys 1..4 remain
+	}{
+		{FIFO, true, []bool{false, true, true, true}},
+		{LRU, true, []bool{true, false, true, true}},
+	} {
+		s := NewStore(b, 300, tc.policy)
+		for k := 1; k <= 3; k++ {
+			e, _, _ := s.Acquire(Key(k), 10, func() (*Entry, error) { return fakeEntry(b, 10, 100), nil })
+			s.Release(e)
+		}
+		if tc.touch {
+			e, hit, _ := s.Acquire(Key(1), 10, nil)
+			if !hit {
+				t.Fatal("key 1 not found")
+			}
+			s.Release(e)
+		}
+		e, _, _ := s.Acquire(Key(4), 10, func() (*Entry, error) { return fakeEntry(b, 10, 100), nil })
+		s.Release(e)
+		for k := 1; k <= 4; k++ {
+			s.mu.Lock()
+			_, ok := s.entries[Key(k)]
+			s.mu.Unlock()
+			if ok != tc.want[k-1] {
+				t.Errorf("%s: key %d present %v, want %v", tc.policy, k, ok, tc.want[k-1])
+			}
+		}
+		st := s.Stats()
+		if st.Bytes > 300 || st.Evictions != 1 || st.QueryTokens != 50 || st.HitTokens != 10 || st.EvictedTokens != 10 {
+			t.Errorf("%s: stats %+v", tc.policy, st)
+		}
+	}
+	// A prefix bigger than the budget is computed but not stored.
+	s := NewStore(b, 50, FIFO)
+	e, _, err := s.Acquire(1, 5, func() (*Entry, error) { return fakeEntry(b, 5, 100), nil })
+	if err != nil || e == nil {
+		t.Fatal(err)
+	}
+	s.Release(e)
+	if st := s.Stats(); st.Entries != 0 || st.Uncacheable != 1 || st.Bytes != 0 {
+		t.Errorf("oversized entry: %+v", st)
+	}
+	if _, err := ParseEviction("random"); err == nil {
+		t.Error("ParseEviction(random): no error")
+	}
+}
+
+func TestStoreComputesOnce(t *testing.T) {
+	s := NewStore(cpu.New(1), 1<<20, LRU)
+	var computed atomic.Int32
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := 0; i < 16; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			e, _, err := s.Acquire(7, 3, func() (*Entry, error) {
+				computed.Add(1)
+				return fakeEntry(nil, 3, 10), nil
+			})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			s.Release(e)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if n := computed.Load(); n != 1 {
+		t.Errorf("prefix computed %d times, want once", n)
+	}
+	if st := s.Stats(); st.Queries != 16 || st.Hits != 15 || st.HitTokens != 45 {
+		t.Errorf("stats %+v", st)
+	}
+	// A failed computation is not stored and is reported to the caller.
+	if _, _, err := s.Acquire(8, 3, func() (*Entry, error) { return nil, fmt.Errorf("boom") }); err == nil {
+		t.Error("failed compute: no error")
+	}
+}
+
+func TestPrefixKey(t *testing.T) {
+	a := PrefixKey("fp", "", []int32{1, 2, 3})
+	for _, other := range []Key{
+		PrefixKey("fp2", "", []int32{1, 2, 3}),
+		PrefixKey("fp", "tenant", []int32{1, 2, 3}),
+		PrefixKey("fp", "", []int32{1, 2}),
+		PrefixKey("f", "p", []int32{1, 2, 3}),
+	} {
+		if other == a {
+			t.Errorf("key collision with %v", other)
+		}
+	}
+	if PrefixKey("fp", "", []int32{1, 2, 3}) != a {
+		t.Error("key not deterministic")
+	}
+}
+
+// table gives every ratio depth d.
+func table(L, d int) *lut.Table {
+	t, _ := lut.Build(lut.ModelID{Name: "tiny", NLayers: L}, 0.97, []float64{0, 1}, []lut.Sample{{Ratio: 0.5, Depth: d}})
+	return t
+}
+
+func request(t testing.TB, m *model.Model, i int) ([]int32, int) {
+	sys := fmt.Sprintf("You are assistant number %d. Follow the house rules: be brief, be kind.", i%3)
+	ids, pl, err := m.Tokenizer.EncodeChat(sys, strings.Repeat("Tell me more. ", 1+i%4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids, pl
+}
+
+func generate(t testing.TB, m *model.Model, meth *Method, ids []int32, prefix int, o model.GenOptions) (*model.Generation, Info) {
+	t.Helper()
+	var info Info
+	g, err := m.Generate(context.Background(), ids, prefix, o, meth.Planner(m.LLaDA, &info))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, info
+}
+
+// Layer 1's prefix K/V are projections of the embeddings, identical whether
+// the prefix runs alone or inside the request; so BiCache at depth 1 that
+// recomputes the deep layers every step must reproduce no caching exactly.
+// (With the "store" deep source it need not: the hidden state entering
+// layer 2 is layer 1's output, whose attention saw the prefix alone.)
+func TestBiCacheDepthOneIsExact(t *testing.T) {
+	m := loadTiny(t)
+	L := len(m.Blocks)
+	ids, pl := request(t, m, 0)
+	o := model.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}
+	want, _ := generate(t, m, &Method{Name: "none"}, ids, pl, o)
+	for _, src := range []string{"recompute"} {
+		meth := &Method{Name: "bicache", Store: NewStore(m.Backend, 1<<30, FIFO), Table: table(L, 1), Refresh: 1, DeepSource: src, Fingerprint: m.Fingerprint}
+		if err := meth.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		got, info := generate(t, m, meth, ids, pl, o)
+		if !reflect.DeepEqual(got.Canvas, want.Canvas) {
+			t.Errorf("%s: bicache d=1 R=1 %v\nno cache %v", src, got.Canvas, want.Canvas)
+		}
+		if info.Depth != 1 || info.Hit {
+			t.Errorf("%s: info %+v", src, info)
+		}
+	}
+}
+
+// Row accounting shows what each method skips.
+func TestMethodsRowsComputed(t *testing.T) {
+	m := loadTiny(t)
+	L := len(m.Blocks)
+	ids, pl := request(t, m, 1)
+	o := model.GenOptions{GenLength: 16, Steps: 8}
+	n := len(ids) + o.GenLength
+	store := NewStore(m.Backend, 1<<30, FIFO)
+	for _, tc := range []struct {
+		meth *Method
+		want int
+	}{
+		{&Method{Name: "none"}, o.Steps * L * n},
+		{&Method{Name: "prefix-all", Store: store}, o.Steps * L * (n - pl)},
+		// depth 1, R 4: steps 1 and 5 compute the deep layers' prefix rows.
+		{&Method{Name: "bicache", Store: store, Table: table(L, 1), Refresh: 4}, o.Steps*L*(n-pl) + 2*(L-1)*pl},
+		{&Method{Name: "bicache", Store: store, Table: table(L, 1), Refresh: 4, DeepSource: "recompute"}, o.Steps*L*(n-pl) + 2*L*pl},
+	} {
+		g, _ := generate(t, m, tc.meth, ids, pl, o)
+		if g.RowsComputed != tc.want {
+			t.Errorf("%s/%s: %d rows computed, want %d", tc.meth.Name, tc.meth.DeepSource, g.RowsComputed, tc.want)
+		}
+	}
+	if st := store.Stats(); st.Queries != 3 || st.Hits != 2 || st.HitTokens != int64(2*pl) {
+		t.Errorf("store stats %+v", st)
+	}
+}
+
+// With one step per block every step is a block start: the dual cache then
+// recomputes everything and must match no caching.
+func TestBlockCache(t *testing.T) {
+	m := loadTiny(t)
+	ids, pl := request(t, m, 2)
+	o := model.GenOptions{GenLength: 16, Steps: 4, BlockLength: 4}
+	want, _ := generate(t, m, &Method{Name: "none"}, ids, pl, o)
+	got, _ := generate(t, m, &Method{Name: "block"}, ids, pl, o)
+	if !reflect.DeepEqual(got.Canvas, want.Canvas) {
+		t.Errorf("block, one step per block: %v\nwant %v", got.Canvas, want.Canvas)
+	}
+	// With more steps per block, only the block's rows are computed inside it.
+	o = model.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}
+	g, _ := generate(t, m, &Method{Name: "block"}, ids, pl, o)
+	n, L := len(ids)+16, len(m.Blocks)
+	if want := 2*L*n + 6*L*8; g.RowsComputed != want {
+		t.Errorf("block: %d rows computed, want %d", g.RowsComputed, want)
+	}
+	st := NewStore(m.Backend, 1<<30, FIFO)
+	g, info := generate(t, m, &Method{Name: "bicache+block", Store: st, Table: table(L, 2)}, ids, pl, o)
+	if want := 2*(2*(n-pl)+(L-2)*n) + 6*L*8; g.RowsComputed != want || info.Depth != 2 {
+		t.Errorf("bicache+block: %d rows computed (depth %d), want %d", g.RowsComputed, info.Depth, want)
+	}
+}
+
+func TestMethodValidate(t *testing.T) {
+	s := NewStore(cpu.New(1), 1, FIFO)
+	for _, m := range []*Method{
+		{Name: "nope"},
+		{Name: "prefix-all"},
+		{Name: "bicache", Store: s},
+		{Name: "bicache", Store: s, Table: table(3, 1)}, // refresh 0
+		{Name: "bicache", Store: s, Table: table(3, 1), Refresh: 4, DeepSource: "magic"},
+	} {
+		if err := m.Validate(); err == nil {
+			t.Errorf("%+v: no error", m)
+		}
+	}
+}
+
+// Many concurrent requests over a few shared prefixes and a store too small
+// for all of them: no race, the budget holds, and every answer equals the
+// one the same request gets alone. Requests do not share forward passes, so
+// the arithmetic is identical and the comparison is exact.
+func TestConcurrentRequests(t *testing.T) {
+	m := loadTiny(t)
+	L := len(m.Blocks)
+	o := model.GenOptions{GenLength: 8, Steps: 4}
+	ids0, pl0 := request(t, m, 0)
+	entryBytes := int64(4 * L * pl0 * (2*m.Config.KVDim() + m.Config.DModel))
+	store := NewStore(m.Backend, entryBytes*3/2, LRU) // room for about one prefix
+	meth := &Method{Name: "bicache", Store: store, Table: table(L, 2), Refresh: 2, Fingerprint: m.Fingerprint}
+	const N = 24
+	want := make([][]int32, N)
+	for i := range want {
+		ids, pl := request(t, m, i)
+		g, _ := generate(t, m, meth, ids, pl, o)
+		want[i] = g.Canvas
+	}
+	var wg sync.WaitGroup
+	var maxBytes atomic.Int64
+	for i := 0; i < N; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			ids, pl := request(t, m, i)
+			g, err := m.Generate(context.Background(), ids, pl, o, meth.Planner(m.LLaDA, nil))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if b := store.Stats().Bytes; b > maxBytes.Load() {
+				maxBytes.Store(b)
+			}
+			if !reflect.DeepEqual(g.Canvas, want[i]) {
+				t.Errorf("request %d: concurrent answer %v differs from alone %v", i, g.Canvas, want[i])
+			}
+		}(i)
+	}
+	wg.Wait()
+	st := store.Stats()
+	if maxBytes.Load() > st.BudgetBytes || st.Bytes > st.BudgetBytes {
+		t.Errorf("store held %d bytes, budget %d", maxBytes.Load(), st.BudgetBytes)
+	}
+	if st.Evictions == 0 || st.Hits == 0 {
+		t.Errorf("expected both hits and evictions: %+v", st)
+	}
+	_ = ids0
+}

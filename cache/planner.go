@@ -1,0 +1,247 @@
+package cache
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/dlmcache/dlmcache/lut"
+	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/backend"
+)
+
+// Method is a caching method: a recipe for one planner per request. Every
+// method steers the same forward through model.Plan.
+//
+//	none           every row, every layer, every step
+//	prefix-all     the prefix's K/V from the store at every layer and step
+//	               (what an autoregressive prefix cache does)
+//	bicache        layers 1..d (d from the table for the request's ratio)
+//	               from the store; deeper layers recompute the prefix rows
+//	               every R steps and reuse them in between
+//	block          Fast-dLLM's dual cache: a full forward at each block
+//	               start, then only the block's rows (use with threshold
+//	               decoding)
+//	bicache+block  both: block starts skip the prefix rows of layers 1..d
+type Method struct {
+	Name    string
+	Store   *Store     // prefix store (prefix-all, bicache, bicache+block)
+	Table   *lut.Table // ratio → depth (bicache, bicache+block)
+	Stat    lut.Statistic
+	Refresh int // R: deep-layer refresh period in steps (bicache)
+	// DeepSource says where the prefix rows of the first deep layer get
+	// their input on refresh steps: "store" (the hidden state the prefix
+	// had alone, entering layer d+1) or "recompute" (the refresh step
+	// computes every row of every layer).
+	DeepSource  string
+	Fingerprint string // model fingerprint, part of the store key
+	Salt        string // tenant isolation, part of the store key
+}
+
+// Methods lists the method names.
+var Methods = []string{"none", "prefix-all", "bicache", "block", "bicache+block"}
+
+// Validate checks that the method has what it needs.
+func (m *Method) Validate() error {
+	switch m.Name {
+	case "none", "block":
+	case "prefix-all":
+		if m.Store == nil {
+			return fmt.Errorf("method %s needs a prefix store", m.Name)
+		}
+	case "bicache", "bicache+block":
+		if m.Store == nil || m.Table == nil {
+			return fmt.Errorf("method %s needs a prefix store and a table (--lut)", m.Name)
+		}
+		if m.Name == "bicache" && m.Refresh <= 0 {
+			return fmt.Errorf("method bicache: refresh period must be positive, got %d", m.Refresh)
+		}
+	default:
+		return fmt.Errorf("unknown method %q (want one of %s)", m.Name, strings.Join(Methods, ", "))
+	}
+	switch m.DeepSource {
+	case "", "store", "recompute":
+	default:
+		return fmt.Errorf("deep refresh source %q: want store or recompute", m.DeepSource)
+	}
+	return nil
+}
+
+// UsesBlocks reports whether the method is built around block decoding.
+func (m *Method) UsesBlocks() bool { return strings.HasSuffix(m.Name, "block") }
+
+// Info is what a request's planner did, for metrics.
+type Info struct {
+	Depth       int     // layers served from the store (0: none)
+	Ratio       float64 // the request's shared-prefix ratio
+	Clamped     bool    // the ratio lay outside the table's filled bins
+	Hit         bool    // the prefix was in the store
+	PrefixToken int     // prefix length m
+}
+
+// Planner returns the per-request planner for m on model lm. It returns nil
+// for "none" (the forward then computes everything). info, if not nil, is
+// filled in at the request's start.
+func (m *Method) Planner(lm *model.LLaDA, info *Info) model.Planner {
+	if m.Name == "none" {
+		return nil
+	}
+	if info == nil {
+		info = &Info{}
+	}
+	return &planner{meth: m, lm: lm, b: lm.Backend, L: len(lm.Blocks), info: info}
+}
+
+type planner struct {
+	meth *Method
+	lm   *model.LLaDA
+	b    backend.Backend
+	L    int
+	info *Info
+
+	m, n   int
+	d      int // layers 0..d-1 take the prefix from the store
+	entry  *Entry
+	suffix []int32 // m..n-1
+	prefix []int32 // 0..m-1
+
+	keptPrefix []backend.Tensor // bicache: per deep layer, [m, kv] K and V
+	keptPV     []backend.Tensor
+	keptK      []backend.Tensor // block: per layer, [n, kv]
+	keptV      []backend.Tensor
+
+	// this step
+	block       bool    // dual-cache step inside a block: only block rows
+	blockRows   []int32 // [BlockStart, BlockEnd)
+	refreshDeep bool    // deep layers compute every row this step
+	recompute   bool    // this step computes every row of every layer
+}
+
+func iota32(lo, hi int) []int32 {
+	r := make([]int32, 0, hi-lo)
+	for i := lo; i < hi; i++ {
+		r = append(r, int32(i))
+	}
+	return r
+}
+
+func (p *planner) Begin(r *model.Request) error {
+	p.m, p.n = r.PrefixLen, len(r.Canvas)
+	p.info.PrefixToken = p.m
+	p.info.Ratio = float64(p.m) / float64(p.n)
+	p.suffix, p.prefix = iota32(p.m, p.n), iota32(0, p.m)
+	switch p.meth.Name {
+	case "prefix-all":
+		p.d = p.L
+	case "bicache", "bicache+block":
+		d, clamped := p.meth.Table.Lookup(p.info.Ratio, p.meth.Stat)
+		p.d, p.info.Clamped = min(d, p.L), clamped
+	}
+	if p.m == 0 {
+		p.d = 0
+	}
+	if p.d > 0 {
+		tokens := r.Prompt[:p.m]
+		key := PrefixKey(p.meth.Fingerprint, p.meth.Salt, tokens)
+		e, hit, err := p.meth.Store.Acquire(key, p.m, func() (*Entry, error) { return ComputePrefix(p.lm, tokens) })
+		if err != nil {
+			return fmt.Errorf("computing the shared prefix: %w", err)
+		}
+		p.entry, p.info.Hit = e, hit
+	}
+	p.info.Depth = p.d
+	kv := p.lm.Config.KVDim()
+	if p.meth.UsesBlocks() {
+		for l := 0; l < p.L; l++ {
+			p.keptK = append(p.keptK, p.b.New(p.n, kv))
+			p.keptV = append(p.keptV, p.b.New(p.n, kv))
+		}
+	} else if p.d > 0 {
+		for l := p.d; l < p.L; l++ {
+			p.keptPrefix = append(p.keptPrefix, p.b.New(p.m, kv))
+			p.keptPV = append(p.keptPV, p.b.New(p.m, kv))
+		}
+	}
+	return nil
+}
+
+func (p *planner) End() {
+	if p.entry != nil {
+		p.meth.Store.Release(p.entry)
+		p.entry = nil
+	}
+	for _, ts := range [][]backend.Tensor{p.keptPrefix, p.keptPV, p.keptK, p.keptV} {
+		for _, t := range ts {
+			p.b.Free(t)
+		}
+	}
+	p.keptPrefix, p.keptPV, p.keptK, p.keptV = nil, nil, nil, nil
+}
+
+func (p *planner) After(*model.Step, []int32) {}
+
+func (p *planner) Plan(s *model.Step) model.Plan {
+	p.block = p.meth.UsesBlocks() && s.BlockStep > 0
+	p.blockRows = iota32(s.BlockStart, s.BlockEnd)
+	switch {
+	case p.meth.UsesBlocks():
+		p.refreshDeep = true // a block start refreshes everything outside the store
+	case p.meth.Refresh > 0:
+		p.refreshDeep = s.Index%p.meth.Refresh == 0 // (t-1) mod R = 0
+	default:
+		p.refreshDeep = s.Index == 0
+	}
+	p.recompute = p.refreshDeep && p.meth.DeepSource == "recompute" && !p.meth.UsesBlocks()
+	return p
+}
+
+func (p *planner) Rows(l int) []int32 {
+	switch {
+	case p.block:
+		return p.blockRows
+	case p.recompute:
+		return nil
+	case l < p.d:
+		return p.suffix
+	case p.refreshDeep:
+		return nil
+	default:
+		return p.suffix
+	}
+}
+
+func (p *planner) Hidden(l int, rows []int32, dst backend.Tensor) error {
+	if p.entry == nil || l != p.d || len(rows) != p.m {
+		return fmt.Errorf("cache: no hidden state for layer %d rows %d..", l, rows[0])
+	}
+	p.b.CopyRows(dst, nil, p.entry.H[l], nil)
+	return nil
+}
+
+func (p *planner) KV(l int, rows []int32, k, v backend.Tensor) error {
+	switch {
+	case p.block:
+		p.b.CopyRows(k, rows, p.keptK[l], rows)
+		p.b.CopyRows(v, rows, p.keptV[l], rows)
+	case l < p.d: // rows are the prefix 0..m-1
+		p.b.CopyRows(k, rows, p.entry.K[l], nil)
+		p.b.CopyRows(v, rows, p.entry.V[l], nil)
+	case len(p.keptPrefix) > 0:
+		p.b.CopyRows(k, rows, p.keptPrefix[l-p.d], nil)
+		p.b.CopyRows(v, rows, p.keptPV[l-p.d], nil)
+	default:
+		return fmt.Errorf("cache: no K/V source for layer %d", l)
+	}
+	return nil
+}
+
+func (p *planner) Observe(l int, _ []int32, _, k, v backend.Tensor) {
+	switch {
+	case p.block:
+	case p.meth.UsesBlocks():
+		p.b.CopyRows(p.keptK[l], nil, k, nil)
+		p.b.CopyRows(p.keptV[l], nil, v, nil)
+	case l >= p.d && p.refreshDeep && len(p.keptPrefix) > 0:
+		p.b.CopyRows(p.keptPrefix[l-p.d], nil, k, p.prefix)
+		p.b.CopyRows(p.keptPV[l-p.d], nil, v, p.prefix)
+	}
+}

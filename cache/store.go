@@ -1,0 +1,260 @@
+package cache
+
+import (
+	"container/list"
+	"encoding/binary"
+	"fmt"
+	"sync"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/backend"
+)
+
+// Key names a cached prefix: xxHash64 over the model fingerprint, the cache
+// salt (tenant isolation) and the prefix token ids.
+type Key uint64
+
+// PrefixKey computes the store key of a prefix.
+func PrefixKey(fingerprint, salt string, ids []int32) Key {
+	h := xxhash.New()
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], uint64(len(fingerprint)))
+	h.Write(b[:])
+	h.WriteString(fingerprint)
+	binary.LittleEndian.PutUint64(b[:], uint64(len(salt)))
+	h.Write(b[:])
+	h.WriteString(salt)
+	for _, t := range ids {
+		binary.LittleEndian.PutUint32(b[:4], uint32(t))
+		h.Write(b[:4])
+	}
+	return Key(h.Sum64())
+}
+
+// Entry is a prefix computed alone: per layer its K and V ([m, kv], RoPE
+// applied) and the hidden state entering the layer ([m, d]).
+type Entry struct {
+	Tokens []int32
+	K, V   []backend.Tensor
+	H      []backend.Tensor
+	Bytes  int64
+
+	refs    int  // requests holding it (guarded by the store's mutex)
+	evicted bool // no longer findable; freed when refs drops to 0
+	elem    *list.Element
+	key     Key
+}
+
+// ComputePrefix runs the model on the prefix tokens alone (positions
+// 0..m-1) and keeps every layer's K, V and input hidden state.
+func ComputePrefix(m *model.LLaDA, tokens []int32) (*Entry, error) {
+	c := &prefixCapture{b: m.Backend}
+	if _, err := m.Forward(model.Input{Tokens: tokens}, c); err != nil {
+		return nil, err
+	}
+	e := &Entry{Tokens: append([]int32(nil), tokens...), K: c.k, V: c.v, H: c.h}
+	for l := range e.K {
+		e.Bytes += 4 * int64(e.K[l].Rows()*e.K[l].Cols()+e.V[l].Rows()*e.V[l].Cols()+e.H[l].Rows()*e.H[l].Cols())
+	}
+	return e, nil
+}
+
+type prefixCapture struct {
+	b       backend.Backend
+	k, v, h []backend.Tensor
+}
+
+func (c *prefixCapture) Rows(int) []int32 { return nil }
+func (c *prefixCapture) Hidden(int, []int32, backend.Tensor) error {
+	return fmt.Errorf("cache: prefix capture computes every row")
+}
+func (c *prefixCapture) KV(int, []int32, backend.Tensor, backend.Tensor) error {
+	return fmt.Errorf("cache: prefix capture computes every row")
+}
+func (c *prefixCapture) Observe(_ int, _ []int32, h, k, v backend.Tensor) {
+	c.k = append(c.k, clone(c.b, k))
+	c.v = append(c.v, clone(c.b, v))
+	c.h = append(c.h, clone(c.b, h))
+}
+
+func clone(b backend.Backend, t backend.Tensor) backend.Tensor {
+	c := b.New(t.Rows(), t.Cols())
+	b.CopyRows(c, nil, t, nil)
+	return c
+}
+
+// Eviction chooses which entry leaves a full store.
+type Eviction string
+
+const (
+	FIFO Eviction = "fifo" // oldest inserted first (the paper's)
+	LRU  Eviction = "lru"  // least recently used first
+)
+
+// ParseEviction accepts "fifo" or "lru".
+func ParseEviction(s string) (Eviction, error) {
+	switch Eviction(s) {
+	case FIFO, LRU:
+		return Eviction(s), nil
+	}
+	return "", fmt.Errorf("eviction %q: want fifo or lru", s)
+}
+
+// Stats are the store's counters. Queries and hits count prefix tokens, as
+// vLLM's prefix_cache_queries / prefix_cache_hits do.
+type Stats struct {
+	QueryTokens   int64
+	HitTokens     int64
+	Queries       int64
+	Hits          int64
+	Evictions     int64
+	EvictedTokens int64
+	Uncacheable   int64 // prefixes larger than the whole budget
+	Entries       int
+	Bytes         int64
+	BudgetBytes   int64
+}
+
+// Store is a concurrency-safe, byte-budgeted map from prefix keys to
+// computed prefixes. A missing prefix is computed once however many
+// requests ask for it at the same time.
+type Store struct {
+	mu       sync.Mutex
+	b        backend.Backend
+	budget   int64
+	policy   Eviction
+	entries  map[Key]*Entry
+	order    *list.List // front = next to evict
+	inflight map[Key]*call
+	stats    Stats
+}
+
+type call struct {
+	done    chan struct{}
+	waiters int
+	e       *Entry
+	err     error
+}
+
+// NewStore makes a store holding at most budget bytes of prefix tensors.
+func NewStore(b backend.Backend, budget int64, policy Eviction) *Store {
+	if policy == "" {
+		policy = FIFO
+	}
+	return &Store{b: b, budget: budget, policy: policy, entries: map[Key]*Entry{}, order: list.New(), inflight: map[Key]*call{}}
+}
+
+// Acquire returns the entry for key, computing it with compute on a miss.
+// The caller must Release it when its request ends; until then it is not
+// freed (an evicted entry stays valid for the requests that hold it).
+func (s *Store) Acquire(key Key, m int, compute func() (*Entry, error)) (e *Entry, hit bool, err error) {
+	s.mu.Lock()
+	s.stats.Queries++
+	s.stats.QueryTokens += int64(m)
+	if e := s.entries[key]; e != nil {
+		e.refs++
+		if s.policy == LRU {
+			s.order.MoveToBack(e.elem)
+		}
+		s.stats.Hits++
+		s.stats.HitTokens += int64(m)
+		s.mu.Unlock()
+		return e, true, nil
+	}
+	if c := s.inflight[key]; c != nil {
+		// Another request is computing this prefix: wait for it. The
+		// computing request takes our reference for us before anyone can
+		// release the entry.
+		c.waiters++
+		s.stats.Hits++
+		s.stats.HitTokens += int64(m)
+		s.mu.Unlock()
+		<-c.done
+		if c.err != nil {
+			return nil, false, c.err
+		}
+		return c.e, true, nil
+	}
+	c := &call{done: make(chan struct{})}
+	s.inflight[key] = c
+	s.mu.Unlock()
+
+	e, err = compute()
+
+	s.mu.Lock()
+	delete(s.inflight, key)
+	c.e, c.err = e, err
+	if err == nil {
+		e.key = key
+		e.refs += 1 + c.waiters
+		s.insert(e)
+	} else {
+		// The waiters get the error; their queries were not hits.
+		s.stats.Hits -= int64(c.waiters)
+		s.stats.HitTokens -= int64(c.waiters * m)
+	}
+	s.mu.Unlock()
+	close(c.done)
+	return e, false, err
+}
+
+// insert adds e under the budget, evicting as needed (mu held).
+func (s *Store) insert(e *Entry) {
+	if e.Bytes > s.budget {
+		s.stats.Uncacheable++
+		e.evicted = true // held by its requests only
+		return
+	}
+	for s.stats.Bytes+e.Bytes > s.budget {
+		victim := s.order.Front().Value.(*Entry)
+		s.remove(victim)
+		s.stats.Evictions++
+		s.stats.EvictedTokens += int64(len(victim.Tokens))
+	}
+	e.elem = s.order.PushBack(e)
+	s.entries[e.key] = e
+	s.stats.Bytes += e.Bytes
+}
+
+func (s *Store) remove(e *Entry) {
+	s.order.Remove(e.elem)
+	delete(s.entries, e.key)
+	s.stats.Bytes -= e.Bytes
+	e.evicted = true
+	if e.refs == 0 {
+		s.free(e)
+	}
+}
+
+func (s *Store) free(e *Entry) {
+	for l := range e.K {
+		s.b.Free(e.K[l])
+		s.b.Free(e.V[l])
+		s.b.Free(e.H[l])
+	}
+}
+
+// Release ends a request's hold on e.
+func (s *Store) Release(e *Entry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e.refs--
+	if e.refs < 0 {
+		panic("cache: entry released more often than acquired")
+	}
+	if e.refs == 0 && e.evicted {
+		s.free(e)
+	}
+}
+
+// Stats returns a snapshot of the counters.
+func (s *Store) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stats
+	st.Entries = len(s.entries)
+	st.BudgetBytes = s.budget
+	return st
+}
