@@ -1,0 +1,195 @@
+package datasets
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"strings"
+)
+
+// SuiteVersion is the version of the generators. It changes whenever the
+// samples produced for a given (suite, split, seed, index, options) change,
+// and it is mixed into every random stream.
+const SuiteVersion = 1
+
+// Sample is one chat request with its reference answer.
+type Sample struct {
+	Suite  string // suite name, one of Suites()
+	System string // system message: instructions, data block and filler
+	User   string // user turn: one short question
+	Answer string // reference answer without the "## " marker
+	ID     string // "suite/split/vN/sSEED/INDEX", unique per sample
+}
+
+// Target is the assistant text the model is trained to produce: "## " and
+// the answer (the end-of-sequence token follows it).
+func (s Sample) Target() string { return AnswerMarker + " " + s.Answer }
+
+// Split tells training samples from evaluation samples.
+type Split int
+
+const (
+	Train Split = iota // training samples
+	Eval               // evaluation samples: held-out data blocks
+)
+
+func (s Split) String() string {
+	switch s {
+	case Train:
+		return "train"
+	case Eval:
+		return "eval"
+	}
+	return fmt.Sprintf("Split(%d)", int(s))
+}
+
+// evalShare is one over the share of data blocks that belong to Eval.
+const evalShare = 8
+
+// splitOf returns the split that a data block of a suite belongs to.
+func splitOf(suite, block string) Split {
+	h := fnv.New64a()
+	h.Write([]byte(suite))
+	h.Write([]byte{0})
+	h.Write([]byte(block))
+	if h.Sum64()%evalShare == 0 {
+		return Eval
+	}
+	return Train
+}
+
+// GenOptions sets the size of the system messages.
+type GenOptions struct {
+	// MinRows and MaxRows bound the rows of the data block: table rows
+	// (lookup), constants (arithmetic, at most 24), code letters (rule, at
+	// most 26) or list items (sequence). Each sample draws uniformly.
+	MinRows, MaxRows int
+	// MinFiller and MaxFiller bound the filler prose added around the data
+	// block, in estimated tokens (EstimateTokens). Each sample draws
+	// uniformly; 0 means no filler.
+	MinFiller, MaxFiller int
+}
+
+// NumLevels is the number of curriculum levels that Level accepts.
+const NumLevels = 3
+
+// Level returns the options of a curriculum level: 0 short system messages
+// (a few rows, little filler; r ≈ 0.5–0.8 at gen length 16), 1 medium,
+// 2 long (r ≈ 0.85–0.95). It panics when level is outside [0, NumLevels).
+func Level(level int) GenOptions {
+	switch level {
+	case 0:
+		return GenOptions{MinRows: 3, MaxRows: 8, MinFiller: 0, MaxFiller: 40}
+	case 1:
+		return GenOptions{MinRows: 6, MaxRows: 16, MinFiller: 30, MaxFiller: 120}
+	case 2:
+		return GenOptions{MinRows: 10, MaxRows: 26, MinFiller: 80, MaxFiller: 240}
+	}
+	panic(fmt.Sprintf("datasets: level %d outside [0, %d)", level, NumLevels))
+}
+
+// DefaultOptions returns the options used for evaluation: system messages of
+// roughly 120 to 450 tokens, so that the shared-prefix ratio at gen length 16
+// lies in [0.75, 0.95].
+func DefaultOptions() GenOptions {
+	return GenOptions{MinRows: 8, MaxRows: 24, MinFiller: 40, MaxFiller: 200}
+}
+
+// Validate reports whether suite names a suite and opt is usable.
+func Validate(suite string, opt GenOptions) error {
+	if _, ok := suiteByName(suite); !ok {
+		return fmt.Errorf("datasets: unknown suite %q (have %s)", suite, strings.Join(Suites(), ", "))
+	}
+	switch {
+	case opt.MinRows < 1:
+		return fmt.Errorf("datasets: MinRows %d < 1", opt.MinRows)
+	case opt.MaxRows < opt.MinRows:
+		return fmt.Errorf("datasets: MaxRows %d < MinRows %d", opt.MaxRows, opt.MinRows)
+	case opt.MinFiller < 0:
+		return fmt.Errorf("datasets: MinFiller %d < 0", opt.MinFiller)
+	case opt.MaxFiller < opt.MinFiller:
+		return fmt.Errorf("datasets: MaxFiller %d < MinFiller %d", opt.MaxFiller, opt.MinFiller)
+	case opt.MaxFiller > 100000:
+		return fmt.Errorf("datasets: MaxFiller %d > 100000", opt.MaxFiller)
+	}
+	return nil
+}
+
+// Generate returns n samples of a suite and split. Sample i depends only on
+// (suite, split, seed, i, opt, SuiteVersion), so Generate(..., n)[:k] equals
+// Generate(..., k). Generate panics when Validate(suite, opt) fails or n < 0;
+// call Validate first on user input.
+func Generate(suite string, split Split, seed int64, n int, opt GenOptions) []Sample {
+	if err := Validate(suite, opt); err != nil {
+		panic(err)
+	}
+	if n < 0 {
+		panic(fmt.Sprintf("datasets: n %d < 0", n))
+	}
+	if split != Train && split != Eval {
+		panic(fmt.Sprintf("datasets: unknown split %d", int(split)))
+	}
+	st, _ := suiteByName(suite)
+	out := make([]Sample, n)
+	for i := range out {
+		out[i] = generateOne(st, split, seed, i, opt)
+	}
+	return out
+}
+
+// streamKey mixes everything a sample depends on into the second PCG seed.
+func streamKey(suite string, split Split, i int, opt GenOptions) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(suite))
+	var b [8]byte
+	for _, v := range []int{SuiteVersion, int(split), i, opt.MinRows, opt.MaxRows, opt.MinFiller, opt.MaxFiller} {
+		binary.LittleEndian.PutUint64(b[:], uint64(v))
+		h.Write(b[:])
+	}
+	return h.Sum64()
+}
+
+func generateOne(st suiteDef, split Split, seed int64, i int, opt GenOptions) Sample {
+	r := rand.New(rand.NewPCG(uint64(seed), streamKey(st.name, split, i, opt)))
+	rows := between(r, opt.MinRows, opt.MaxRows)
+	var it item
+	for {
+		it = st.gen(r, rows)
+		if splitOf(st.name, it.block) == split {
+			break
+		}
+	}
+	filler := fillerSentences(r, between(r, opt.MinFiller, opt.MaxFiller))
+	cut := 0
+	if len(filler) > 0 {
+		cut = r.IntN(len(filler) + 1)
+	}
+	parts := []string{it.intro}
+	if cut > 0 {
+		parts = append(parts, strings.Join(filler[:cut], " "))
+	}
+	parts = append(parts, it.block)
+	if cut < len(filler) {
+		parts = append(parts, strings.Join(filler[cut:], " "))
+	}
+	parts = append(parts, it.reminder)
+	return Sample{
+		Suite:  st.name,
+		System: strings.Join(parts, "\n\n"),
+		User:   it.user,
+		Answer: it.answer,
+		ID:     fmt.Sprintf("%s/%s/v%d/s%d/%d", st.name, split, SuiteVersion, seed, i),
+	}
+}
+
+// between draws uniformly from [lo, hi].
+func between(r *rand.Rand, lo, hi int) int {
+	if hi <= lo {
+		return lo
+	}
+	return lo + r.IntN(hi-lo+1)
+}
+
+// pick returns a uniformly drawn element of xs.
+func pick[T any](r *rand.Rand, xs []T) T { return xs[r.IntN(len(xs))] }

@@ -1,0 +1,346 @@
+package datasets
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// item is what a suite generator draws: the data block that carries the
+// answer (its text decides the split), the instruction and answer-format
+// sentences around it, the user's question and the answer.
+type item struct {
+	intro, block, reminder string
+	user, answer           string
+}
+
+type suiteDef struct {
+	name  string
+	gen   func(r *rand.Rand, rows int) item
+	solve func(system, user string) (string, error)
+}
+
+var suiteDefs = []suiteDef{
+	{"lookup", genLookup, solveLookup},
+	{"arithmetic", genArithmetic, solveArithmetic},
+	{"rule", genRule, solveRule},
+	{"sequence", genSequence, solveSequence},
+}
+
+// Suites returns the suite names in a fixed order.
+func Suites() []string {
+	out := make([]string, len(suiteDefs))
+	for i, s := range suiteDefs {
+		out[i] = s.name
+	}
+	return out
+}
+
+func suiteByName(name string) (suiteDef, bool) {
+	for _, s := range suiteDefs {
+		if s.name == name {
+			return s, true
+		}
+	}
+	return suiteDef{}, false
+}
+
+// Solve computes the answer of a request from its text alone, by parsing the
+// data block of the system message and the user's question. The generators'
+// answers equal Solve's; it exists to prove that every answer is determined by
+// the system message and the question.
+func Solve(suite, system, user string) (string, error) {
+	st, ok := suiteByName(suite)
+	if !ok {
+		return "", fmt.Errorf("datasets: unknown suite %q", suite)
+	}
+	return st.solve(system, user)
+}
+
+// ---- lookup ----------------------------------------------------------------
+
+var (
+	lookupIntros = []string{
+		"You are a records assistant. The table below gives the code assigned to each name in this session.",
+		"The registry for this session maps every name to a code. Answer from the registry only.",
+		"Below is a lookup table of names and their codes. Codes change from session to session.",
+	}
+	lookupHeaders   = []string{"Table:", "Registry:", "Codes:"}
+	lookupReminders = []string{
+		"Reply with ## followed by the code only.",
+		"Answer with ## and then the code, nothing else.",
+	}
+	lookupQuestions = []string{
+		"What is the code for %s?",
+		"Which code belongs to %s?",
+		"Look up the code of %s.",
+		"Give the code for %s.",
+	}
+	lookupRow = regexp.MustCompile(`(?m)^\* ([a-z]+) = ([a-z]+)$`)
+)
+
+func genLookup(r *rand.Rand, rows int) item {
+	words := distinctWords(r, 2*rows, nil)
+	keys, vals := words[:rows], words[rows:]
+	var b strings.Builder
+	b.WriteString(pick(r, lookupHeaders))
+	for i := range keys {
+		fmt.Fprintf(&b, "\n* %s = %s", keys[i], vals[i])
+	}
+	q := r.IntN(rows)
+	return item{
+		intro:    pick(r, lookupIntros),
+		block:    b.String(),
+		reminder: pick(r, lookupReminders),
+		user:     fmt.Sprintf(pick(r, lookupQuestions), keys[q]),
+		answer:   vals[q],
+	}
+}
+
+func solveLookup(system, user string) (string, error) {
+	table := map[string]string{}
+	for _, m := range lookupRow.FindAllStringSubmatch(system, -1) {
+		table[m[1]] = m[2]
+	}
+	key, err := oneOf(user, func(w string) bool { _, ok := table[w]; return ok })
+	if err != nil {
+		return "", fmt.Errorf("datasets: lookup: %w", err)
+	}
+	return table[key], nil
+}
+
+// oneOf returns the single word of text for which ok holds.
+func oneOf(text string, ok func(string) bool) (string, error) {
+	var found []string
+	for _, w := range strings.FieldsFunc(text, func(c rune) bool { return c < 'a' || c > 'z' }) {
+		if ok(w) && !slices.Contains(found, w) {
+			found = append(found, w)
+		}
+	}
+	if len(found) != 1 {
+		return "", fmt.Errorf("question %q names %d known words %v, want 1", text, len(found), found)
+	}
+	return found[0], nil
+}
+
+// ---- arithmetic ------------------------------------------------------------
+
+var (
+	arithIntros = []string{
+		"In this session the following constants are defined. Use them in every calculation.",
+		"The variables below keep their values for the whole session.",
+		"You are a calculator. These named values are set for this session.",
+	}
+	arithReminders = []string{
+		"Reply with ## followed by the number only.",
+		"Answer with ## and then the result, nothing else.",
+	}
+	arithQuestions = []string{"What is %s %s %d?", "Compute %s %s %d.", "Calculate %s %s %d."}
+	// arithNames are the constant names: capital letters without A and I,
+	// which are also English words.
+	arithNames    = []byte("BCDEFGHJKLMNOPQRSTUVWXYZ")
+	arithRow      = regexp.MustCompile(`(?m)^let ([A-Z]) = ([0-9]+)$`)
+	arithQuestion = regexp.MustCompile(` ([A-Z]) ([+-]) ([0-9]+)[?.]$`)
+)
+
+const (
+	arithMaxValue   = 49 // constants lie in [1, arithMaxValue]
+	arithMaxOperand = 9  // the question's operand lies in [1, arithMaxOperand]
+)
+
+func genArithmetic(r *rand.Rand, rows int) item {
+	rows = min(rows, len(arithNames))
+	names := slices.Clone(arithNames)
+	r.Shuffle(len(names), func(i, j int) { names[i], names[j] = names[j], names[i] })
+	names = names[:rows]
+	vals := make([]int, rows)
+	var b strings.Builder
+	b.WriteString("Constants:")
+	for i, n := range names {
+		vals[i] = 1 + r.IntN(arithMaxValue)
+		fmt.Fprintf(&b, "\nlet %c = %d", n, vals[i])
+	}
+	q := r.IntN(rows)
+	k := 1 + r.IntN(arithMaxOperand)
+	op, ans := "+", vals[q]+k
+	if vals[q] >= k && r.IntN(2) == 0 {
+		op, ans = "-", vals[q]-k
+	}
+	return item{
+		intro:    pick(r, arithIntros),
+		block:    b.String(),
+		reminder: pick(r, arithReminders),
+		user:     fmt.Sprintf(pick(r, arithQuestions), string(names[q]), op, k),
+		answer:   strconv.Itoa(ans),
+	}
+}
+
+func solveArithmetic(system, user string) (string, error) {
+	vals := map[string]int{}
+	for _, m := range arithRow.FindAllStringSubmatch(system, -1) {
+		v, _ := strconv.Atoi(m[2])
+		vals[m[1]] = v
+	}
+	m := arithQuestion.FindStringSubmatch(user)
+	if m == nil {
+		return "", fmt.Errorf("datasets: arithmetic: question %q has no \"NAME op NUMBER\"", user)
+	}
+	v, ok := vals[m[1]]
+	if !ok {
+		return "", fmt.Errorf("datasets: arithmetic: %s is not defined in the system message", m[1])
+	}
+	k, _ := strconv.Atoi(m[3])
+	if m[2] == "-" {
+		k = -k
+	}
+	return strconv.Itoa(v + k), nil
+}
+
+// ---- rule ------------------------------------------------------------------
+
+var (
+	ruleIntros = []string{
+		"This session uses a secret letter code. Each letter on the left is written as the letter on the right.",
+		"Encode text with the letter substitution below: replace every letter by its partner.",
+		"A letter cipher is active in this session. Swap each letter for the one it points to.",
+	}
+	ruleReminders = []string{
+		"Reply with ## followed by the coded letters, separated by spaces.",
+		"Answer with ## and then the coded letters with spaces between them.",
+	}
+	ruleQuestions = []string{"Encode: %s", "Apply the code to: %s", "What is %s in code?"}
+	ruleRow       = regexp.MustCompile(`(?m)^\* ([a-z]) -> ([a-z])$`)
+	ruleQuestion  = regexp.MustCompile(`((?: [a-z])+)(?: in code\?)?$`)
+)
+
+const (
+	ruleMinInput = 3 // letters in the user's input, at least
+	ruleMaxInput = 5 // and at most
+)
+
+func genRule(r *rand.Rand, rows int) item {
+	rows = min(rows, 26)
+	src := r.Perm(26)[:rows]
+	slices.Sort(src)
+	dst := r.Perm(26)[:rows]
+	var b strings.Builder
+	b.WriteString("Code:")
+	for i := range src {
+		fmt.Fprintf(&b, "\n* %c -> %c", 'a'+src[i], 'a'+dst[i])
+	}
+	n := between(r, ruleMinInput, ruleMaxInput)
+	in, out := make([]string, n), make([]string, n)
+	for j := range in {
+		i := r.IntN(rows)
+		in[j], out[j] = string(rune('a'+src[i])), string(rune('a'+dst[i]))
+	}
+	return item{
+		intro:    pick(r, ruleIntros),
+		block:    b.String(),
+		reminder: pick(r, ruleReminders),
+		user:     fmt.Sprintf(pick(r, ruleQuestions), strings.Join(in, " ")),
+		answer:   strings.Join(out, " "),
+	}
+}
+
+func solveRule(system, user string) (string, error) {
+	code := map[string]string{}
+	for _, m := range ruleRow.FindAllStringSubmatch(system, -1) {
+		code[m[1]] = m[2]
+	}
+	m := ruleQuestion.FindStringSubmatch(user)
+	if m == nil {
+		return "", fmt.Errorf("datasets: rule: question %q has no spaced letters", user)
+	}
+	in := strings.Fields(m[1])
+	out := make([]string, len(in))
+	for i, c := range in {
+		d, ok := code[c]
+		if !ok {
+			return "", fmt.Errorf("datasets: rule: letter %q has no code in the system message", c)
+		}
+		out[i] = d
+	}
+	return strings.Join(out, " "), nil
+}
+
+// ---- sequence --------------------------------------------------------------
+
+type seqStyle struct{ intro, header, noun string }
+
+var (
+	seqStyles = []seqStyle{
+		{"Today's delivery route visits the stops below, in this order.", "Route:", "stop"},
+		{"The items below are listed in a fixed order for this session.", "Order:", "item"},
+		{"Guests are called in the order given below, one after another.", "Queue:", "guest"},
+	}
+	seqReminders = []string{
+		"Reply with ## followed by the name only.",
+		"Answer with ## and then the name, nothing else.",
+	}
+	seqList     = regexp.MustCompile(`(?m)^(?:Route|Order|Queue):((?: [a-z]+,)* [a-z]+)\.$`)
+	seqQuestion = regexp.MustCompile(`^Which [a-z]+ comes right (after|before) ([a-z]+)\?$`)
+)
+
+// seqQuestionText is the sequence question, with the noun, the direction and
+// the word to fill in.
+const seqQuestionText = "Which %s comes right %s %s?"
+
+func seqStyleTexts() []string {
+	var out []string
+	for _, s := range seqStyles {
+		out = append(out, s.intro, s.header, s.noun)
+	}
+	return append(out, "after", "before")
+}
+
+func genSequence(r *rand.Rand, rows int) item {
+	rows = max(rows, 2)
+	words := distinctWords(r, rows, nil)
+	st := pick(r, seqStyles)
+	block := st.header + " " + strings.Join(words, ", ") + "."
+	var user, ans string
+	if r.IntN(2) == 0 {
+		i := r.IntN(rows - 1)
+		user, ans = fmt.Sprintf(seqQuestionText, st.noun, "after", words[i]), words[i+1]
+	} else {
+		i := 1 + r.IntN(rows-1)
+		user, ans = fmt.Sprintf(seqQuestionText, st.noun, "before", words[i]), words[i-1]
+	}
+	return item{
+		intro:    st.intro,
+		block:    block,
+		reminder: pick(r, seqReminders),
+		user:     user,
+		answer:   ans,
+	}
+}
+
+func solveSequence(system, user string) (string, error) {
+	lm := seqList.FindStringSubmatch(system)
+	if lm == nil {
+		return "", fmt.Errorf("datasets: sequence: no list in the system message")
+	}
+	var words []string
+	for _, w := range strings.Split(lm[1], ",") {
+		words = append(words, strings.TrimSpace(w))
+	}
+	qm := seqQuestion.FindStringSubmatch(user)
+	if qm == nil {
+		return "", fmt.Errorf("datasets: sequence: question %q is not \"Which … comes right after|before …?\"", user)
+	}
+	i := slices.Index(words, qm[2])
+	if i < 0 {
+		return "", fmt.Errorf("datasets: sequence: %q is not in the list", qm[2])
+	}
+	switch {
+	case qm[1] == "after" && i+1 < len(words):
+		return words[i+1], nil
+	case qm[1] == "before" && i > 0:
+		return words[i-1], nil
+	}
+	return "", fmt.Errorf("datasets: sequence: nothing comes %s %q", qm[1], qm[2])
+}

@@ -1,0 +1,125 @@
+package datasets
+
+import (
+	_ "embed"
+	"math/rand/v2"
+	"strings"
+	"unicode"
+)
+
+// proseText holds the filler sentences, one a line, extracted by
+// gen_prose.go from Debian's base-files /usr/share/common-licenses texts.
+//
+//go:embed prose.txt
+var proseText string
+
+// prose is the list of filler sentences; proseWords the set of their
+// lowercase words.
+var prose, proseWords = parseProse(proseText)
+
+// reservedWords are the words that made-up words must avoid: every word of
+// the filler prose and of the suites' fixed sentences.
+var reservedWords = reserve(proseWords, lookupIntros, lookupHeaders, lookupReminders, lookupQuestions,
+	arithIntros, arithReminders, arithQuestions, ruleIntros, ruleReminders, ruleQuestions,
+	seqReminders, seqStyleTexts(), []string{seqQuestionText})
+
+func reserve(base map[string]bool, texts ...[]string) map[string]bool {
+	out := make(map[string]bool, len(base))
+	for w := range base {
+		out[w] = true
+	}
+	for _, ts := range texts {
+		for _, t := range ts {
+			for _, w := range strings.FieldsFunc(t, func(c rune) bool { return !unicode.IsLetter(c) }) {
+				out[strings.ToLower(w)] = true
+			}
+		}
+	}
+	return out
+}
+
+func parseProse(text string) ([]string, map[string]bool) {
+	var lines []string
+	words := map[string]bool{}
+	for _, l := range strings.Split(text, "\n") {
+		l = strings.TrimSpace(l)
+		if l == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		lines = append(lines, l)
+		for _, w := range strings.FieldsFunc(l, func(c rune) bool { return !unicode.IsLetter(c) }) {
+			words[strings.ToLower(w)] = true
+		}
+	}
+	if len(lines) == 0 {
+		panic("datasets: embedded prose.txt holds no sentences")
+	}
+	return lines, words
+}
+
+// fillerSentences returns prose sentences whose estimated token count comes
+// as close to tokens as whole sentences allow without exceeding it by more
+// than fillerSlack: it walks the sentences from a random one, wrapping
+// around, and keeps each sentence that still fits.
+func fillerSentences(r *rand.Rand, tokens int) []string {
+	if tokens <= 0 {
+		return nil
+	}
+	var out []string
+	n, start := 0, r.IntN(len(prose))
+	for k := 0; k < len(prose) && n < tokens; k++ {
+		s := prose[(start+k)%len(prose)]
+		if t := EstimateTokens(" " + s); n+t <= tokens+fillerSlack {
+			out = append(out, s)
+			n += t
+		}
+	}
+	if n < tokens && len(out) == len(prose) { // more filler than the whole prose: repeat it
+		out = append(out, fillerSentences(r, tokens-n)...)
+	}
+	return out
+}
+
+// fillerSlack is how far, in estimated tokens, filler may exceed its target.
+const fillerSlack = 4
+
+const (
+	consonants = "bdfgklmnprstvz"
+	vowels     = "aeiou"
+	finals     = "nlrsk"
+)
+
+// madeUpWord returns a pronounceable lowercase word of two syllables and an
+// optional final consonant (e.g. "bazil", "tomer") that is no word of the
+// filler prose or of the suites' fixed sentences.
+func madeUpWord(r *rand.Rand) string {
+	for {
+		var b strings.Builder
+		for range 2 {
+			b.WriteByte(consonants[r.IntN(len(consonants))])
+			b.WriteByte(vowels[r.IntN(len(vowels))])
+		}
+		if r.IntN(5) < 2 {
+			b.WriteByte(finals[r.IntN(len(finals))])
+		}
+		w := b.String()
+		if !reservedWords[w] {
+			return w
+		}
+	}
+}
+
+// distinctWords returns n distinct made-up words none of which is in avoid.
+func distinctWords(r *rand.Rand, n int, avoid map[string]bool) []string {
+	seen := map[string]bool{}
+	out := make([]string, 0, n)
+	for len(out) < n {
+		w := madeUpWord(r)
+		if seen[w] || avoid[w] {
+			continue
+		}
+		seen[w] = true
+		out = append(out, w)
+	}
+	return out
+}
