@@ -1,0 +1,57 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dlmcache/dlmcache/lut"
+	"github.com/dlmcache/dlmcache/profile"
+)
+
+type lutBuildOptions struct {
+	f    *factory
+	From []string
+	Tau  float64
+	Out  string
+}
+
+func newCmdLutBuild(f *factory, runF func(*lutBuildOptions) error) *cobra.Command {
+	opts := &lutBuildOptions{f: f}
+	cmd := &cobra.Command{
+		Use:   "build --from similarity.parquet... --tau X --out table.json",
+		Short: "Rebuild a table from similarity files at any τ, merging shards, without the model",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if runF != nil {
+				return runF(opts)
+			}
+			return lutBuildRun(opts)
+		},
+	}
+	cmd.Flags().StringSliceVar(&opts.From, "from", nil, "similarity.parquet files (shards of one run are merged)")
+	cmd.Flags().Float64Var(&opts.Tau, "tau", 0.97, "similarity threshold τ in (0, 1]")
+	cmd.Flags().StringVar(&opts.Out, "out", "table.json", "output table")
+	_ = cmd.MarkFlagRequired("from")
+	return cmd
+}
+
+func lutBuildRun(opts *lutBuildOptions) error {
+	if err := lut.CheckTau(opts.Tau); err != nil {
+		return err
+	}
+	recs, info, err := profile.ReadAll(opts.From)
+	if err != nil {
+		return err
+	}
+	t, err := profile.BuildTable(recs, info, opts.Tau)
+	if err != nil {
+		return err
+	}
+	if err := t.Write(opts.Out); err != nil {
+		return err
+	}
+	fmt.Fprint(opts.f.Out, t.String())
+	fmt.Fprintf(opts.f.ErrOut, "wrote %s (%d requests from %d file(s))\n", opts.Out, info.Requests, len(opts.From))
+	return nil
+}
