@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dlmcache/dlmcache/cache"
+	"github.com/dlmcache/dlmcache/datasets"
+	"github.com/dlmcache/dlmcache/internal/progress"
+	"github.com/dlmcache/dlmcache/lut"
+	"github.com/dlmcache/dlmcache/profile"
+)
+
+type evalOptions struct {
+	f *factory
+
+	Model       string
+	Device      string
+	Threads     int
+	Suites      []string
+	Limit       int
+	Seed        int64
+	GenLength   int
+	Steps       int
+	BlockLength int
+	Method      string
+	Cache       cacheFlags
+	JSON        bool
+	Quiet       bool
+}
+
+func newCmdEval(f *factory, runF func(*evalOptions) error) *cobra.Command {
+	opts := &evalOptions{f: f}
+	cmd := &cobra.Command{
+		Use:   "eval",
+		Short: "Accuracy and throughput on the task suites (held-out system messages)",
+		Long: `Eval generates answers for held-out samples of the task suites (system
+messages never seen in training) and checks the text after "##" strictly.
+It reports per-suite accuracy, tokens/s, forward evaluations, the fraction of
+layer-rows computed and the mean shared-prefix ratio.`,
+		Example: `  dlmcache eval --suite all --limit 50
+  dlmcache eval --suite lookup --method bicache --lut out/table.json --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if runF != nil {
+				return runF(opts)
+			}
+			return evalRun(cmd.Context(), opts)
+		},
+	}
+	fl := cmd.Flags()
+	addModelFlags(fl, &opts.Model, &opts.Device, &opts.Threads)
+	fl.StringSliceVar(&opts.Suites, "suite", []string{"all"}, "task suites: all, or names from: "+fmt.Sprint(datasets.Suites()))
+	fl.IntVar(&opts.Limit, "limit", 50, "samples per suite")
+	fl.Int64Var(&opts.Seed, "seed", 1, "sample seed")
+	fl.IntVar(&opts.GenLength, "gen-length", 0, "answer slots; 0: the model's default")
+	fl.IntVar(&opts.Steps, "steps", 0, "denoising steps; 0: the model's default")
+	fl.IntVar(&opts.BlockLength, "block-length", 0, "block length; 0: the model's default")
+	fl.StringVar(&opts.Method, "method", "none", "caching method: "+fmt.Sprint(cache.Methods))
+	addCacheFlags(fl, &opts.Cache)
+	fl.BoolVar(&opts.JSON, "json", false, "print JSON: per-suite results and the average")
+	fl.BoolVar(&opts.Quiet, "quiet", false, "no progress bar")
+	return cmd
+}
+
+func evalRun(ctx context.Context, opts *evalOptions) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	samples, err := profile.SuiteSamples(opts.Suites, opts.Limit, opts.Seed, datasets.DefaultOptions())
+	if err != nil {
+		return err
+	}
+	lm, err := loadModel(opts.f, opts.Model, opts.Device, opts.Threads)
+	if err != nil {
+		return err
+	}
+	defer lm.Close()
+	gen, err := lm.genOptions(opts.GenLength, opts.Steps, opts.BlockLength)
+	if err != nil {
+		return err
+	}
+	var table *lut.Table
+	if opts.Cache.LUT != "" {
+		if table, err = readTable(opts.Cache.LUT, lm); err != nil {
+			return err
+		}
+	}
+	ev, err := parseEviction(opts.Cache.Eviction)
+	if err != nil {
+		return err
+	}
+	meth, err := newMethod(opts.Method, &opts.Cache, lm, cache.NewStore(lm.Backend, opts.Cache.CacheBytes, ev), table)
+	if err != nil {
+		return err
+	}
+	bar := progress.New(opts.f.ErrOut, "eval "+opts.Method, "req", len(samples), opts.Quiet)
+	e := &profile.Evaluator{Model: lm.Model, Method: meth, Gen: methodGen(gen, meth, &opts.Cache), Progress: func(d, _ int) { bar.Set(d) }}
+	res, err := e.Evaluate(ctx, samples)
+	bar.Done()
+	if err != nil {
+		return err
+	}
+	all := profile.Overall(res)
+	if opts.JSON {
+		enc := json.NewEncoder(opts.f.Out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(map[string]any{"model": lm.Name, "fingerprint": lm.Fingerprint, "gen_length": gen.GenLength,
+			"steps": gen.Steps, "method": opts.Method, "suites": res, "average": all})
+	}
+	printResults(opts.f.Out, append(res, all))
+	return nil
+}
+
+func parseEviction(s string) (cache.Eviction, error) { return cache.ParseEviction(s) }
+
+func printResults(w io.Writer, rs []profile.SuiteResult) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "method\tsuite\tn\taccuracy\ttokens/s\tNFE\trows computed\tratio\tdepth\tprefix hit tokens")
+	for _, r := range rs {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.1f%%\t%.1f\t%d\t%.1f%%\t%.3f\t%.2f\t%d/%d\n", r.Method, r.Suite, r.N, 100*r.Accuracy,
+			r.TokensPerSec, r.NFE, 100*r.RowsFraction, r.MeanRatio, r.MeanDepth, r.HitTokens, r.QueryTokens)
+	}
+	tw.Flush()
+}
+

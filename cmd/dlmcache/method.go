@@ -1,0 +1,80 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/spf13/pflag"
+
+	"github.com/dlmcache/dlmcache/cache"
+	"github.com/dlmcache/dlmcache/lut"
+	"github.com/dlmcache/dlmcache/model"
+)
+
+// cacheFlags are the caching options that eval, bench, sweep and serve share.
+type cacheFlags struct {
+	LUT        string
+	Refresh    int
+	CacheBytes int64
+	Eviction   string
+	DeepSource string
+	Stat       string
+	Threshold  float64
+	Salt       string
+}
+
+func addCacheFlags(fl *pflag.FlagSet, c *cacheFlags) {
+	fl.StringVar(&c.LUT, "lut", "", "ratio→depth table (table.json from dlmcache profile); needed by bicache methods")
+	fl.IntVar(&c.Refresh, "refresh", 16, "BiCache: recompute the deep layers' prefix K/V every R steps")
+	fl.Int64Var(&c.CacheBytes, "cache-bytes", 1<<30, "prefix store budget in bytes")
+	fl.StringVar(&c.Eviction, "eviction", "fifo", "prefix store eviction: fifo or lru")
+	fl.StringVar(&c.DeepSource, "deep-source", "recompute", "BiCache refresh input of the deep layers: recompute (full step) or store (stored hidden state at depth d)")
+	fl.StringVar(&c.Stat, "stat", "mean", "table statistic served: mean (floor of the mean depth), mean-std, min")
+	fl.Float64Var(&c.Threshold, "block-threshold", 0.9, "block methods: Fast-dLLM confidence threshold for parallel decoding")
+}
+
+// readTable loads --lut and refuses a table made for another model.
+func readTable(path string, lm *loadedModel) (*lut.Table, error) {
+	t, err := lut.Read(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.Check(lm.Name, len(lm.Blocks), lm.Fingerprint); err != nil {
+		return nil, fmt.Errorf("--lut %s: %w (profile this model with `dlmcache profile --model %s`)", path, err, lm.Name)
+	}
+	return t, nil
+}
+
+// newMethod builds a caching method by name on a (possibly shared) store
+// and table.
+func newMethod(name string, c *cacheFlags, lm *loadedModel, store *cache.Store, table *lut.Table) (*cache.Method, error) {
+	stat, err := parseStat(c.Stat)
+	if err != nil {
+		return nil, err
+	}
+	m := &cache.Method{Name: name, Store: store, Table: table, Stat: stat, Refresh: c.Refresh,
+		DeepSource: c.DeepSource, Fingerprint: lm.Fingerprint, Salt: c.Salt}
+	if strings.HasPrefix(name, "bicache") && table == nil {
+		return nil, fmt.Errorf("method %s needs a table: pass --lut table.json (from dlmcache profile)", name)
+	}
+	return m, m.Validate()
+}
+
+// methodGen adapts the generation options to a method: block methods
+// decode with Fast-dLLM's threshold rule in blocks of 32 (or the whole
+// answer when shorter).
+func methodGen(o model.GenOptions, m *cache.Method, c *cacheFlags) model.GenOptions {
+	if !m.UsesBlocks() {
+		return o
+	}
+	if o.BlockLength == 0 || o.BlockLength == o.GenLength {
+		o.BlockLength = min(32, o.GenLength)
+		for o.GenLength%o.BlockLength != 0 {
+			o.BlockLength--
+		}
+	}
+	blocks := o.GenLength / o.BlockLength
+	o.Steps = max(blocks, o.Steps-o.Steps%blocks)
+	o.Decoder = model.Threshold{T: c.Threshold}
+	return o
+}

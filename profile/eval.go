@@ -1,0 +1,175 @@
+package profile
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/dlmcache/dlmcache/cache"
+	"github.com/dlmcache/dlmcache/datasets"
+	"github.com/dlmcache/dlmcache/model"
+)
+
+// SuiteResult is one method's outcome on one task suite.
+type SuiteResult struct {
+	Method       string  `json:"method" parquet:"method"`
+	Suite        string  `json:"suite" parquet:"suite"`
+	N            int     `json:"n" parquet:"n"`
+	Correct      int     `json:"correct" parquet:"correct"`
+	Accuracy     float64 `json:"accuracy" parquet:"accuracy"`
+	Seconds      float64 `json:"seconds" parquet:"seconds"`
+	TokensPerSec float64 `json:"tokens_per_sec" parquet:"tokens_per_sec"` // answer slots decoded per second
+	NFE          int     `json:"nfe" parquet:"nfe"`
+	TPF          float64 `json:"tokens_per_forward" parquet:"tokens_per_forward"`
+	RowsFraction float64 `json:"rows_fraction" parquet:"rows_fraction"` // layer-rows computed / a full forward's
+	MeanRatio    float64 `json:"mean_ratio" parquet:"mean_ratio"`
+	MeanDepth    float64 `json:"mean_depth" parquet:"mean_depth"`
+	Clamped      int     `json:"ratio_clamps" parquet:"ratio_clamps"`
+	QueryTokens  int64   `json:"prefix_query_tokens" parquet:"prefix_query_tokens"`
+	HitTokens    int64   `json:"prefix_hit_tokens" parquet:"prefix_hit_tokens"`
+}
+
+// Evaluator runs task-suite samples through the model with one caching
+// method and checks the answers.
+type Evaluator struct {
+	Model    *model.Model
+	Method   *cache.Method
+	Gen      model.GenOptions
+	Progress func(done, total int)
+}
+
+// Evaluate runs every sample, one request at a time (batch 1, as the
+// paper measures), and reports per suite, in the order of first appearance.
+func (e *Evaluator) Evaluate(ctx context.Context, samples []datasets.Sample) ([]SuiteResult, error) {
+	if len(samples) == 0 {
+		return nil, fmt.Errorf("eval: no samples")
+	}
+	by := map[string]*SuiteResult{}
+	var order []string
+	rows, full, depthSum := map[string]int{}, map[string]int{}, map[string]int{}
+	for i, s := range samples {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		r := by[s.Suite]
+		if r == nil {
+			r = &SuiteResult{Method: e.Method.Name, Suite: s.Suite}
+			by[s.Suite] = r
+			order = append(order, s.Suite)
+		}
+		ids, prefix, err := e.Model.Tokenizer.EncodeChat(s.System, s.User)
+		if err != nil {
+			return nil, fmt.Errorf("sample %s: %w", s.ID, err)
+		}
+		var info cache.Info
+		var before cache.Stats
+		if e.Method.Store != nil {
+			before = e.Method.Store.Stats()
+		}
+		t0 := time.Now()
+		g, err := e.Model.Generate(ctx, ids, prefix, e.Gen, e.Method.Planner(e.Model.LLaDA, &info))
+		if err != nil {
+			return nil, fmt.Errorf("sample %s: %w", s.ID, err)
+		}
+		r.Seconds += time.Since(t0).Seconds()
+		if e.Method.Store != nil {
+			after := e.Method.Store.Stats()
+			r.QueryTokens += after.QueryTokens - before.QueryTokens
+			r.HitTokens += after.HitTokens - before.HitTokens
+		}
+		r.N++
+		if datasets.CheckAnswer(s.Suite, e.Model.AnswerText(g.Answer), s.Answer) {
+			r.Correct++
+		}
+		r.NFE += g.NFE
+		rows[s.Suite] += g.RowsComputed
+		full[s.Suite] += g.RowsFull
+		r.MeanRatio += float64(prefix) / float64(len(ids)+e.Gen.GenLength)
+		depthSum[s.Suite] += info.Depth
+		if info.Clamped {
+			r.Clamped++
+		}
+		if e.Progress != nil {
+			e.Progress(i+1, len(samples))
+		}
+	}
+	out := make([]SuiteResult, 0, len(order))
+	for _, name := range order {
+		r := by[name]
+		r.Accuracy = float64(r.Correct) / float64(r.N)
+		r.TokensPerSec = float64(r.N*e.Gen.GenLength) / r.Seconds
+		r.TPF = float64(r.N*e.Gen.GenLength) / float64(r.NFE)
+		r.RowsFraction = float64(rows[name]) / float64(full[name])
+		r.MeanRatio /= float64(r.N)
+		r.MeanDepth = float64(depthSum[name]) / float64(r.N)
+		out = append(out, *r)
+	}
+	return out, nil
+}
+
+// Overall pools suite results into one line (accuracy is the mean of the
+// suites' accuracies, as the paper averages its benchmarks).
+func Overall(rs []SuiteResult) SuiteResult {
+	if len(rs) == 0 {
+		return SuiteResult{}
+	}
+	o := SuiteResult{Method: rs[0].Method, Suite: "average"}
+	var acc, rowsW, ratio, depth float64
+	for _, r := range rs {
+		o.N += r.N
+		o.Correct += r.Correct
+		o.Seconds += r.Seconds
+		o.NFE += r.NFE
+		o.Clamped += r.Clamped
+		o.QueryTokens += r.QueryTokens
+		o.HitTokens += r.HitTokens
+		acc += r.Accuracy
+		rowsW += r.RowsFraction * float64(r.N)
+		ratio += r.MeanRatio * float64(r.N)
+		depth += r.MeanDepth * float64(r.N)
+	}
+	o.Accuracy = acc / float64(len(rs))
+	genTokens := 0.0
+	for _, r := range rs {
+		genTokens += r.TokensPerSec * r.Seconds
+	}
+	o.TokensPerSec = genTokens / o.Seconds
+	o.TPF = genTokens / float64(o.NFE)
+	o.RowsFraction = rowsW / float64(o.N)
+	o.MeanRatio = ratio / float64(o.N)
+	o.MeanDepth = depth / float64(o.N)
+	return o
+}
+
+// SuiteSamples draws limit held-out evaluation samples from each named
+// suite ("all" for every suite), interleaved so a partial run covers all.
+func SuiteSamples(suites []string, limit int, seed int64, opt datasets.GenOptions) ([]datasets.Sample, error) {
+	var names []string
+	for _, s := range suites {
+		if s == "all" {
+			names = append(names, datasets.Suites()...)
+			continue
+		}
+		if err := datasets.Validate(s, opt); err != nil {
+			return nil, err
+		}
+		names = append(names, s)
+	}
+	if len(names) == 0 {
+		return nil, fmt.Errorf("no suites given (have %v)", datasets.Suites())
+	}
+	if limit <= 0 {
+		return nil, fmt.Errorf("--limit must be positive, got %d", limit)
+	}
+	per := map[string][]datasets.Sample{}
+	for _, n := range names {
+		per[n] = datasets.Generate(n, datasets.Eval, seed, limit, opt)
+	}
+	var out []datasets.Sample
+	for i := 0; i < limit; i++ {
+		for _, n := range names {
+			out = append(out, per[n][i])
+		}
+	}
+	return out, nil
+}
