@@ -128,4 +128,3 @@ func printResults(w io.Writer, rs []profile.SuiteResult) {
 	}
 	tw.Flush()
 }
-
