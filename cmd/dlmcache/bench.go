@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/parquet-go/parquet-go"
+	"github.com/spf13/cobra"
+
+	"github.com/dlmcache/dlmcache/cache"
+	"github.com/dlmcache/dlmcache/datasets"
+	"github.com/dlmcache/dlmcache/internal/progress"
+	"github.com/dlmcache/dlmcache/lut"
+	"github.com/dlmcache/dlmcache/profile"
+)
+
+type benchOptions struct {
+	f *factory
+
+	Model       string
+	Device      string
+	Threads     int
+	Methods     []string
+	Suites      []string
+	Limit       int
+	Seed        int64
+	GenLength   int
+	Steps       int
+	BlockLength int
+	Cache       cacheFlags
+	Out         string
+	JSON        bool
+	Quiet       bool
+}
+
+func newCmdBench(f *factory, runF func(*benchOptions) error) *cobra.Command {
+	opts := &benchOptions{f: f}
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Side-by-side throughput and accuracy of caching methods on task suites",
+		Long: `Bench runs the same held-out samples through each caching method, one request
+at a time, and prints tokens/s and accuracy per method and suite with deltas
+against each method's baseline: none for prefix-all and bicache, block for
+bicache+block. Every method gets a fresh prefix store, so the first request of
+each system message pays for computing its prefix.`,
+		Example: `  dlmcache bench --lut out/table.json --limit 20 --out bench-out`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if runF != nil {
+				return runF(opts)
+			}
+			return benchRun(cmd.Context(), opts)
+		},
+	}
+	fl := cmd.Flags()
+	addModelFlags(fl, &opts.Model, &opts.Device, &opts.Threads)
+	fl.StringSliceVar(&opts.Methods, "methods", cache.Methods, "methods to compare")
+	fl.StringSliceVar(&opts.Suites, "suite", []string{"all"}, "task suites: all, or names from: "+fmt.Sprint(datasets.Suites()))
+	fl.IntVar(&opts.Limit, "limit", 20, "samples per suite")
+	fl.Int64Var(&opts.Seed, "seed", 1, "sample seed")
+	fl.IntVar(&opts.GenLength, "gen-length", 0, "answer slots; 0: the model's default")
+	fl.IntVar(&opts.Steps, "steps", 0, "denoising steps; 0: the model's default")
+	fl.IntVar(&opts.BlockLength, "block-length", 0, "block length for the non-block methods; 0: the model's default")
+	addCacheFlags(fl, &opts.Cache)
+	fl.StringVar(&opts.Out, "out", "", "directory for bench.md, bench.parquet and bench.json")
+	fl.BoolVar(&opts.JSON, "json", false, "print JSON instead of the markdown table")
+	fl.BoolVar(&opts.Quiet, "quiet", false, "no progress bar")
+	return cmd
+}
+
+func benchBaseline(method string) string {
+	switch method {
+	case "prefix-all", "bicache":
+		return "none"
+	case "bicache+block":
+		return "block"
+	}
+	return ""
+}
+
+func benchRun(ctx context.Context, opts *benchOptions) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	samples, err := profile.SuiteSamples(opts.Suites, opts.Limit, opts.Seed, datasets.DefaultOptions())
+	if err != nil {
+		return err
+	}
+	lm, err := loadModel(opts.f, opts.Model, opts.Device, opts.Threads)
+	if err != nil {
+		return err
+	}
+	defer lm.Close()
+	gen, err := lm.genOptions(opts.GenLength, opts.Steps, opts.BlockLength)
+	if err != nil {
+		return err
+	}
+	var table *lut.Table
+	if opts.Cache.LUT != "" {
+		if table, err = readTable(opts.Cache.LUT, lm); err != nil {
+			return err
+		}
+	}
+	ev, err := parseEviction(opts.Cache.Eviction)
+	if err != nil {
+		return err
+	}
+	var rows []profile.SuiteResult
+	for _, name := range opts.Methods {
+		meth, err := newMethod(name, &opts.Cache, lm, cache.NewStore(lm.Backend, opts.Cache.CacheBytes, ev), table)
+		if err != nil {
+			return err
+		}
+		bar := progress.New(opts.f.ErrOut, fmt.Sprintf("bench %-13s", name), "req", len(samples), opts.Quiet)
+		e := &profile.Evaluator{Model: lm.Model, Method: meth, Gen: methodGen(gen, meth, &opts.Cache), Progress: func(d, _ int) { bar.Set(d) }}
+		res, err := e.Evaluate(ctx, samples)
+		bar.Done()
+		if err != nil {
+			return fmt.Errorf("method %s: %w", name, err)
+		}
+		rows = append(rows, res...)
+		rows = append(rows, profile.Overall(res))
+	}
+	var md strings.Builder
+	writeBenchMarkdown(&md, rows)
+	if opts.Out != "" {
+		if err := os.MkdirAll(opts.Out, 0o755); err != nil {
+			return err
+		}
+		if err := writeFileAtomic(filepath.Join(opts.Out, "bench.md"), []byte(md.String())); err != nil {
+			return err
+		}
+		js, _ := json.MarshalIndent(map[string]any{"model": lm.Name, "fingerprint": lm.Fingerprint, "gen_length": gen.GenLength,
+			"steps": gen.Steps, "refresh": opts.Cache.Refresh, "lut": opts.Cache.LUT, "results": rows}, "", "  ")
+		if err := writeFileAtomic(filepath.Join(opts.Out, "bench.json"), append(js, '\n')); err != nil {
+			return err
+		}
+		tmp := filepath.Join(opts.Out, ".bench.parquet.tmp")
+		if err := parquet.WriteFile(tmp, rows); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp, filepath.Join(opts.Out, "bench.parquet")); err != nil {
+			return err
+		}
+	}
+	if opts.JSON {
+		enc := json.NewEncoder(opts.f.Out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rows)
+	}
+	fmt.Fprint(opts.f.Out, md.String())
+	return nil
+}
+
+// writeBenchMarkdown prints one row per method and suite with deltas
+// against the method's baseline on the same suite.
+func writeBenchMarkdown(w io.Writer, rows []profile.SuiteResult) {
+	base := map[string]profile.SuiteResult{}
+	for _, r := range rows {
+		base[r.Method+"/"+r.Suite] = r
+	}
+	fmt.Fprintln(w, "| method | suite | n | accuracy | Δ acc (pts) | tokens/s | speed-up | NFE | rows computed | mean ratio | mean depth | prefix hits (tokens) |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, r := range rows {
+		dAcc, speed := "", ""
+		if b, ok := base[benchBaseline(r.Method)+"/"+r.Suite]; ok {
+			dAcc = fmt.Sprintf("%+.1f", 100*(r.Accuracy-b.Accuracy))
+			speed = fmt.Sprintf("%.2f× vs %s", r.TokensPerSec/b.TokensPerSec, b.Method)
+		}
+		name := r.Suite
+		if name == "average" {
+			name = "**average**"
+		}
+		fmt.Fprintf(w, "| %s | %s | %d | %.1f%% | %s | %.1f | %s | %d | %.1f%% | %.3f | %.2f | %d/%d |\n", r.Method, name, r.N, 100*r.Accuracy, dAcc,
+			r.TokensPerSec, speed, r.NFE, 100*r.RowsFraction, r.MeanRatio, r.MeanDepth, r.HitTokens, r.QueryTokens)
+	}
+}
+
+func writeFileAtomic(path string, b []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return err
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}
