@@ -77,3 +77,36 @@ func TestSafeDepth(t *testing.T) {
 		}
 	}
 }
+
+func TestMeasureRefresh(t *testing.T) {
+	m := loadTiny(t)
+	ids, prefix, err := m.Tokenizer.EncodeChat("You are a careful assistant. Keep answers short.", "What is two plus two?")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := model.GenOptions{GenLength: 8, Steps: 8}
+	pic, err := MeasureRefresh(context.Background(), m.LLaDA, ids, prefix, o, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for l := range pic.Layers {
+		// R = 1 refreshes every step: identical to the reference.
+		if math.Abs(pic.Refreshed[l]-1) > 1e-9 {
+			t.Errorf("layer %d refreshed every step: %v, want 1", l+1, pic.Refreshed[l])
+		}
+		if pic.Stale[l] > 1+1e-9 || pic.Cross[l] > 1+1e-9 {
+			t.Errorf("layer %d: similarity above 1: %+v", l+1, pic)
+		}
+	}
+	if math.Abs(pic.Cross[0]-1) > 1e-6 {
+		t.Errorf("layer 1 cross-request: %v, want 1", pic.Cross[0])
+	}
+	p4, err := MeasureRefresh(context.Background(), m.LLaDA, ids, prefix, o, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	L := len(pic.Layers)
+	if !(p4.Refreshed[L-1] >= p4.Stale[L-1]-1e-12) {
+		t.Errorf("last layer: refreshed %v below stale %v", p4.Refreshed[L-1], p4.Stale[L-1])
+	}
+}

@@ -165,3 +165,32 @@ func TestReadParquetBadInput(t *testing.T) {
 		t.Error("no files: no error")
 	}
 }
+
+func TestConvergence(t *testing.T) {
+	info := RunInfo{Model: lut.ModelID{NLayers: 4}, Edges: []float64{0, 0.5, 1}}
+	var recs []Record
+	add := func(id string, ratio float64, sims ...float64) {
+		for l, s := range sims {
+			recs = append(recs, Record{RequestID: id, Ratio: ratio, Layer: int32(l + 1), Step: 1, SimKV: s})
+		}
+	}
+	// Bin 0: depths 1, 3, 2, 2, 2, 2 — the mean settles at 2.
+	for i, d := range []int{1, 3, 2, 2, 2, 2} {
+		sims := []float64{1, 1, 1, 1}
+		if d < 4 {
+			sims[d] = 0.5
+		}
+		add(fmt.Sprintf("a%d", i), 0.25, sims...)
+	}
+	pts, stable, err := Convergence(recs, info, 0.9, lut.Mean, 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []ConvergencePoint{{2, 1}, {3, 0}, {4, 0}, {5, 0}, {6, 0}} // N=1: 1, N=2: 2, then 2
+	if !reflect.DeepEqual(pts, want) || stable != 3 {
+		t.Errorf("Convergence = %v, stable %d; want %v, 3", pts, stable, want)
+	}
+	if _, _, err := Convergence(recs, info, 0.9, lut.Mean, 6, 0); err == nil {
+		t.Error("too few requests for one comparison: no error")
+	}
+}
