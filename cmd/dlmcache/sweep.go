@@ -1,0 +1,81 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+func newCmdSweep(f *factory) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "sweep",
+		Short: "Parameter analyses: table convergence vs N, accuracy/throughput vs τ and vs R",
+	}
+	cmd.AddCommand(newCmdSweepN(f, nil), newCmdSweepTau(f, nil), newCmdSweepRefresh(f, nil))
+	return cmd
+}
+
+// sweepResult is what sweep tau and sweep refresh write: one point per
+// parameter value, averaged over the suites.
+type sweepResult struct {
+	Param    string       `json:"param"`
+	Points   []sweepPoint `json:"points"`
+	Baseline *sweepPoint  `json:"baseline,omitempty"` // the method none, for reference
+	Refresh  any          `json:"deep_layers,omitempty"`
+}
+
+type sweepPoint struct {
+	X            float64 `json:"x"`
+	Accuracy     float64 `json:"accuracy"`
+	TokensPerSec float64 `json:"tokens_per_sec"`
+	RowsFraction float64 `json:"rows_fraction"`
+	MeanDepth    float64 `json:"mean_depth"`
+}
+
+// parseFloats accepts "a,b,c" or "lo:hi:step".
+func parseFloats(s string) ([]float64, error) {
+	if parts := strings.Split(s, ":"); len(parts) == 3 {
+		var v [3]float64
+		for i, p := range parts {
+			x, err := strconv.ParseFloat(strings.TrimSpace(p), 64)
+			if err != nil {
+				return nil, fmt.Errorf("%q: %w", s, err)
+			}
+			v[i] = x
+		}
+		if v[2] <= 0 || v[1] < v[0] {
+			return nil, fmt.Errorf("%q: want lo:hi:step with lo ≤ hi and step > 0", s)
+		}
+		var out []float64
+		for i := 0; ; i++ {
+			x := v[0] + float64(i)*v[2]
+			if x > v[1]+1e-9 {
+				break
+			}
+			out = append(out, x)
+		}
+		return out, nil
+	}
+	var out []float64
+	for _, p := range strings.Split(s, ",") {
+		x, err := strconv.ParseFloat(strings.TrimSpace(p), 64)
+		if err != nil {
+			return nil, fmt.Errorf("%q: %w", s, err)
+		}
+		out = append(out, x)
+	}
+	return out, nil
+}
+
+func writeJSON(dir, name string, v any) (string, error) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(dir, name)
+	return p, writeFileAtomic(p, append(b, '\n'))
+}

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dlmcache/dlmcache/cache"
+	"github.com/dlmcache/dlmcache/lut"
+	"github.com/dlmcache/dlmcache/profile"
+)
+
+type sweepRefreshOptions struct {
+	f *factory
+	sweepCommon
+	Rs       string
+	PictureR int
+	PictureN int
+}
+
+func newCmdSweepRefresh(f *factory, runF func(*sweepRefreshOptions) error) *cobra.Command {
+	opts := &sweepRefreshOptions{f: f}
+	cmd := &cobra.Command{
+		Use:   "refresh --lut table.json",
+		Short: "Accuracy and throughput of BiCache vs the deep-layer refresh period R, and the deep-layer similarity picture",
+		Long: `Sweep refresh evaluates BiCache at several refresh periods R, and measures, per
+layer, how similar the prefix K/V are to the ones the request really has at
+each step when they are reused across requests (computed alone), computed
+once per request (stale after step 1), or refreshed every R steps.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if runF != nil {
+				return runF(opts)
+			}
+			return sweepRefreshRun(cmd.Context(), opts)
+		},
+	}
+	opts.addFlags(cmd)
+	cmd.Flags().StringVar(&opts.Rs, "rs", "", "refresh periods R: a,b,c or lo:hi:step (default: 1, 2, 4, … up to the model's step count)")
+	cmd.Flags().IntVar(&opts.PictureR, "picture-refresh", 0, "R of the deep-layer picture (default: a quarter of the steps, at least 1)")
+	cmd.Flags().IntVar(&opts.PictureN, "picture-requests", 8, "requests averaged in the deep-layer picture")
+	_ = cmd.MarkFlagRequired("lut")
+	return cmd
+}
+
+func sweepRefreshRun(ctx context.Context, opts *sweepRefreshOptions) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	env, err := opts.load(opts.f)
+	if err != nil {
+		return err
+	}
+	defer env.lm.Close()
+	table, err := readTable(opts.Cache.LUT, env.lm)
+	if err != nil {
+		return err
+	}
+	var rs []float64
+	if opts.Rs != "" {
+		if rs, err = parseFloats(opts.Rs); err != nil {
+			return fmt.Errorf("--rs %w", err)
+		}
+	} else {
+		for r := 1; r <= env.gen.Steps; r *= 2 {
+			rs = append(rs, float64(r))
+		}
+	}
+	ev, err := parseEviction(opts.Cache.Eviction)
+	if err != nil {
+		return err
+	}
+	res := &sweepResult{Param: "refresh"}
+	none, _ := newMethod("none", &opts.Cache, env.lm, nil, nil)
+	base, err := env.point(ctx, "sweep none", 0, none)
+	if err != nil {
+		return err
+	}
+	res.Baseline = &base
+	for _, r := range rs {
+		if r < 1 || r != float64(int(r)) {
+			return fmt.Errorf("--rs: refresh periods must be positive integers, got %v", r)
+		}
+		c := opts.Cache
+		c.Refresh = int(r)
+		meth, err := newMethod("bicache", &c, env.lm, cache.NewStore(env.lm.Backend, c.CacheBytes, ev), table)
+		if err != nil {
+			return err
+		}
+		p, err := env.point(ctx, fmt.Sprintf("sweep R=%d", int(r)), r, meth)
+		if err != nil {
+			return err
+		}
+		res.Points = append(res.Points, p)
+	}
+	pr := opts.PictureR
+	if pr <= 0 {
+		pr = max(1, env.gen.Steps/4)
+	}
+	var pic profile.RefreshPicture
+	n := min(opts.PictureN, len(env.samples))
+	for _, s := range env.samples[:n] {
+		ids, prefix, err := env.lm.Tokenizer.EncodeChat(s.System, s.User)
+		if err != nil {
+			return err
+		}
+		p, err := profile.MeasureRefresh(ctx, env.lm.LLaDA, ids, prefix, env.gen, pr)
+		if err != nil {
+			return err
+		}
+		pic.Add(p)
+	}
+	if n > 0 {
+		pic.Scale(float64(n))
+		pic.R = pr
+		res.Refresh = pic
+	}
+	printSweep(opts.f, "R", res)
+	d, _ := table.Lookup(0.9, lut.Mean)
+	fmt.Fprintf(opts.f.Out, "deep-layer prefix K/V similarity (mean over %d requests and all steps; R=%d; table depth at r=0.9: %d)\n", n, pr, d)
+	fmt.Fprintf(opts.f.Out, "%6s %14s %8s %10s\n", "layer", "cross-request", "stale", "refreshed")
+	for i, l := range pic.Layers {
+		fmt.Fprintf(opts.f.Out, "%6d %14.4f %8.4f %10.4f\n", l, pic.Cross[i], pic.Stale[i], pic.Refreshed[i])
+	}
+	p, err := writeJSON(opts.Out, "sweep-refresh.json", res)
+	if err == nil {
+		fmt.Fprintln(opts.f.ErrOut, "wrote", p)
+	}
+	return err
+}

@@ -1,0 +1,178 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dlmcache/dlmcache/cache"
+	"github.com/dlmcache/dlmcache/datasets"
+	"github.com/dlmcache/dlmcache/internal/progress"
+	"github.com/dlmcache/dlmcache/lut"
+	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/profile"
+)
+
+// sweepCommon are the flags sweep tau and sweep refresh share.
+type sweepCommon struct {
+	Model   string
+	Device  string
+	Threads int
+	Suites  []string
+	Limit   int
+	Seed    int64
+	Cache   cacheFlags
+	Out     string
+	Quiet   bool
+}
+
+func (c *sweepCommon) addFlags(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	addModelFlags(fl, &c.Model, &c.Device, &c.Threads)
+	fl.StringSliceVar(&c.Suites, "suite", []string{"all"}, "task suites")
+	fl.IntVar(&c.Limit, "limit", 10, "samples per suite at each point")
+	fl.Int64Var(&c.Seed, "seed", 1, "sample seed")
+	addCacheFlags(fl, &c.Cache)
+	fl.StringVar(&c.Out, "out", ".", "output directory")
+	fl.BoolVar(&c.Quiet, "quiet", false, "no progress bar")
+}
+
+// sweepEnv is a loaded model with its samples and generation settings.
+type sweepEnv struct {
+	f       *factory
+	lm      *loadedModel
+	samples []datasets.Sample
+	gen     model.GenOptions
+	quiet   bool
+}
+
+func (c *sweepCommon) load(f *factory) (*sweepEnv, error) {
+	samples, err := profile.SuiteSamples(c.Suites, c.Limit, c.Seed, datasets.DefaultOptions())
+	if err != nil {
+		return nil, err
+	}
+	lm, err := loadModel(f, c.Model, c.Device, c.Threads)
+	if err != nil {
+		return nil, err
+	}
+	gen, err := lm.genOptions(0, 0, 0)
+	if err != nil {
+		lm.Close()
+		return nil, err
+	}
+	if err := os.MkdirAll(c.Out, 0o755); err != nil {
+		lm.Close()
+		return nil, err
+	}
+	return &sweepEnv{f: f, lm: lm, samples: samples, gen: gen, quiet: c.Quiet}, nil
+}
+
+// point evaluates one method configuration on the samples.
+func (e *sweepEnv) point(ctx context.Context, label string, x float64, meth *cache.Method) (sweepPoint, error) {
+	bar := progress.New(e.f.ErrOut, label, "req", len(e.samples), e.quiet)
+	ev := &profile.Evaluator{Model: e.lm.Model, Method: meth, Gen: e.gen, Progress: func(d, _ int) { bar.Set(d) }}
+	res, err := ev.Evaluate(ctx, e.samples)
+	bar.Done()
+	if err != nil {
+		return sweepPoint{}, err
+	}
+	o := profile.Overall(res)
+	return sweepPoint{X: x, Accuracy: o.Accuracy, TokensPerSec: o.TokensPerSec, RowsFraction: o.RowsFraction, MeanDepth: o.MeanDepth}, nil
+}
+
+func printSweep(f *factory, param string, r *sweepResult) {
+	if r.Baseline != nil {
+		fmt.Fprintf(f.Out, "%-8s accuracy %5.1f%%  tokens/s %7.1f  rows %5.1f%%\n", "none", 100*r.Baseline.Accuracy, r.Baseline.TokensPerSec, 100*r.Baseline.RowsFraction)
+	}
+	for _, p := range r.Points {
+		fmt.Fprintf(f.Out, "%s=%-6g accuracy %5.1f%%  tokens/s %7.1f  rows %5.1f%%  depth %.2f\n", param, p.X, 100*p.Accuracy, p.TokensPerSec, 100*p.RowsFraction, p.MeanDepth)
+	}
+}
+
+type sweepTauOptions struct {
+	f *factory
+	sweepCommon
+	From []string
+	Taus string
+}
+
+func newCmdSweepTau(f *factory, runF func(*sweepTauOptions) error) *cobra.Command {
+	opts := &sweepTauOptions{f: f}
+	cmd := &cobra.Command{
+		Use:   "tau --from similarity.parquet",
+		Short: "Accuracy and throughput of BiCache vs the threshold τ (tables rebuilt without rerunning the profile)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if runF != nil {
+				return runF(opts)
+			}
+			return sweepTauRun(cmd.Context(), opts)
+		},
+	}
+	opts.addFlags(cmd)
+	cmd.Flags().StringSliceVar(&opts.From, "from", nil, "similarity.parquet files of one profile run")
+	cmd.Flags().StringVar(&opts.Taus, "taus", "0.91:0.99:0.02", "τ values: lo:hi:step or a,b,c")
+	_ = cmd.MarkFlagRequired("from")
+	return cmd
+}
+
+func sweepTauRun(ctx context.Context, opts *sweepTauOptions) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	taus, err := parseFloats(opts.Taus)
+	if err != nil {
+		return fmt.Errorf("--taus %w", err)
+	}
+	for _, t := range taus {
+		if err := lut.CheckTau(t); err != nil {
+			return err
+		}
+	}
+	recs, info, err := profile.ReadAll(opts.From)
+	if err != nil {
+		return err
+	}
+	env, err := opts.load(opts.f)
+	if err != nil {
+		return err
+	}
+	defer env.lm.Close()
+	ev, err := parseEviction(opts.Cache.Eviction)
+	if err != nil {
+		return err
+	}
+	res := &sweepResult{Param: "tau"}
+	none, _ := newMethod("none", &opts.Cache, env.lm, nil, nil)
+	base, err := env.point(ctx, "sweep none", 0, none)
+	if err != nil {
+		return err
+	}
+	res.Baseline = &base
+	for _, tau := range taus {
+		t, err := profile.BuildTable(recs, info, tau)
+		if err != nil {
+			return err
+		}
+		if err := t.Check(env.lm.Name, len(env.lm.Blocks), env.lm.Fingerprint); err != nil {
+			return fmt.Errorf("--from: %w", err)
+		}
+		meth, err := newMethod("bicache", &opts.Cache, env.lm, cache.NewStore(env.lm.Backend, opts.Cache.CacheBytes, ev), t)
+		if err != nil {
+			return err
+		}
+		p, err := env.point(ctx, fmt.Sprintf("sweep τ=%.3f", tau), tau, meth)
+		if err != nil {
+			return err
+		}
+		res.Points = append(res.Points, p)
+	}
+	printSweep(opts.f, "τ", res)
+	p, err := writeJSON(opts.Out, "sweep-tau.json", res)
+	if err == nil {
+		fmt.Fprintln(opts.f.ErrOut, "wrote", p)
+	}
+	return err
+}
