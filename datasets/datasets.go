@@ -75,8 +75,10 @@ type GenOptions struct {
 const NumLevels = 3
 
 // Level returns the options of a curriculum level: 0 short system messages
-// (a few rows, little filler; r ≈ 0.5–0.8 at gen length 16), 1 medium,
-// 2 long (r ≈ 0.85–0.95). It panics when level is outside [0, NumLevels).
+// (3–8 rows, little filler; about 45–150 prefix tokens with the bundled
+// tokenizer, r ≈ 0.55–0.80 at gen length 16), 1 medium (80–300 tokens,
+// r ≈ 0.70–0.89), 2 long (140–470 tokens, r ≈ 0.79–0.93). It panics when
+// level is outside [0, NumLevels).
 func Level(level int) GenOptions {
 	switch level {
 	case 0:
@@ -90,10 +92,10 @@ func Level(level int) GenOptions {
 }
 
 // DefaultOptions returns the options used for evaluation: system messages of
-// roughly 120 to 450 tokens, so that the shared-prefix ratio at gen length 16
+// roughly 120 to 400 tokens, so that the shared-prefix ratio at gen length 16
 // lies in [0.75, 0.95].
 func DefaultOptions() GenOptions {
-	return GenOptions{MinRows: 8, MaxRows: 24, MinFiller: 40, MaxFiller: 200}
+	return GenOptions{MinRows: 8, MaxRows: 24, MinFiller: 60, MaxFiller: 200}
 }
 
 // Validate reports whether suite names a suite and opt is usable.
