@@ -7,10 +7,48 @@ import (
 	"testing"
 )
 
-// Measurements (go test -bench . -run '^$' ./model/cpu), 2-core AMD EPYC
-// (AVX-512), OpenBLAS 0.3.21 (Debian, pthreads), GOMAXPROCS 2:
+// Measurements (go test -bench . -run '^$' ./model/cpu) on the 2-core AMD
+// EPYC development VM (AVX-512; OpenBLAS 0.3.21 from Debian, pthreads,
+// which picks its Haswell AVX2 kernels here; OPENBLAS_CORETYPE=SkylakeX
+// measured the same), GOMAXPROCS 2. Other jobs shared the two cores, so
+// every figure is the best of 4–10 runs, in GFLOP/s.
 //
-// (filled in below)
+// Raw ceiling, one cblas_sgemm 512×2048×2048 (BenchmarkSgemmRaw):
+// OpenBLAS on 2 threads 210, on 1 thread 108.
+//
+// MatMul, n × in → out:     auto  splitCols splitRows blasThreads 1 thread
+//
+//	512 × 256 → 256           185*     132       185        165       101
+//	512 × 1024 → 1024         167      164       163        206       106
+//	512 × 2048 → 2048         180      185       175        187        97
+//	512 × 2048 → 5632         202      198       195        207       108
+//	51 × 2048 → 2048 (10%)    145*     145        88        135        75
+//	1 × 2048 → 2048          11.7     11.2       5.9       10.8       6.0
+//
+// (* auto picks that split.) On a product alone, OpenBLAS's own threads
+// are up to 20% faster at mid sizes. But in a forward they lose
+// (BenchmarkLayer: one layer's ops in order at sequence 512, products plus
+// attention FLOPs):
+//
+//	layer d 256, FFN 688       auto 153, splitCols 134, splitRows 152, blasThreads 107
+//	layer d 1024, FFN 2816     auto 152, splitCols 149, splitRows 151, blasThreads 141
+//	layer d 2048, FFN 5632     auto 182, splitCols 183, splitRows 178, blasThreads 182 (164 in an earlier run)
+//
+// because OpenBLAS's idle threads spin for a while after each product,
+// taking a core from the Go ops and attention that follow, and attention's
+// per-head sgemm calls from two goroutines oversubscribe the cores when
+// OpenBLAS threads them too. So New uses option (a): OpenBLAS on one thread,
+// each product split over the backend's goroutines, by rows of x when x is
+// tall and w small (< 4M elements), else by output columns. A layer at
+// d 2048 runs at 0.87× the raw 2-thread sgemm.
+//
+// Attention, n 512, FLOPs of the two products (4·n²·heads·hd):
+// 8 heads hd 64: 146; 16 heads hd 64: 101; 8 heads hd 128: 122;
+// 16 heads hd 128: 134. Softmax with a scalar Go e^x made it 20–50; see
+// kernels.go.
+//
+// Go ops at n 512, d 2048 (FFN 5632 for SiLUMul), 2 goroutines: RMSNorm
+// 0.43 ms, RoPE (hd 128) 0.44 ms, SiLUMul 0.71 ms, Add 0.28 ms.
 
 func gflops(b *testing.B, flops float64) {
 	b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
@@ -137,4 +175,65 @@ func BenchmarkOps(b *testing.B) {
 			bk.Add(dst, x)
 		}
 	})
+}
+
+// BenchmarkLayer runs the ops of one transformer layer in forward order
+// (norm, q/k/v, RoPE, attention, o, residual, norm, gate/up, SiLU·up, down,
+// residual) at sequence 512, for each matmul strategy: it shows what the
+// product-only benchmarks cannot, OpenBLAS threads spinning or
+// oversubscribing the cores while Go code runs. FLOPs counted are the
+// products' and attention's.
+func BenchmarkLayer(b *testing.B) {
+	r := rand.New(rand.NewPCG(5, 5))
+	for _, s := range []struct{ d, ffn, heads int }{{256, 688, 4}, {1024, 2816, 8}, {2048, 5632, 16}} {
+		for _, st := range matmulStrategies() {
+			if st.name == "oneThread" {
+				continue
+			}
+			b.Run(fmt.Sprintf("d%d/%s", s.d, st.name), func(b *testing.B) {
+				const n = 512
+				bk := st.mk()
+				defer New(0)
+				w := func(rows, cols int) *Tensor {
+					return bk.FromHost(rows, cols, randMat(r, rows, cols, 0.02)).(*Tensor)
+				}
+				wq, wk, wv, wo := w(s.d, s.d), w(s.d, s.d), w(s.d, s.d), w(s.d, s.d)
+				wg, wu, wd := w(s.ffn, s.d), w(s.ffn, s.d), w(s.d, s.ffn)
+				norm := w(1, s.d)
+				x := bk.FromHost(n, s.d, randMat(r, n, s.d, 1))
+				h := bk.New(n, s.d)
+				q, k, v, a, o := bk.New(n, s.d), bk.New(n, s.d), bk.New(n, s.d), bk.New(n, s.d), bk.New(n, s.d)
+				g, u := bk.New(n, s.ffn), bk.New(n, s.ffn)
+				pos := make([]int32, n)
+				for i := range pos {
+					pos[i] = int32(i)
+				}
+				hd := s.d / s.heads
+				layer := func() {
+					bk.RMSNorm(h, x, norm, 1e-5)
+					bk.MatMul(q, h, wq)
+					bk.MatMul(k, h, wk)
+					bk.MatMul(v, h, wv)
+					bk.RoPE(q, pos, hd, 500000)
+					bk.RoPE(k, pos, hd, 500000)
+					bk.Attention(a, q, k, v, s.heads, s.heads)
+					bk.MatMul(o, a, wo)
+					bk.Add(x, o)
+					bk.RMSNorm(h, x, norm, 1e-5)
+					bk.MatMul(g, h, wg)
+					bk.MatMul(u, h, wu)
+					bk.SiLUMul(g, g, u)
+					bk.MatMul(o, g, wd)
+					bk.Add(x, o)
+				}
+				layer()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					layer()
+				}
+				flops := 2*n*float64(s.d)*float64(4*s.d+3*s.ffn) + 4*n*n*float64(s.d)
+				gflops(b, flops)
+			})
+		}
+	}
 }

@@ -61,6 +61,8 @@ type Backend struct {
 	splitMode int
 	// scratch holds attention score buffers.
 	scratch sync.Pool
+	// rope caches RoPE's cos/sin tables.
+	rope ropeCache
 }
 
 var _ backend.Backend = (*Backend)(nil)

@@ -213,7 +213,11 @@ func TestRMSNorm(t *testing.T) {
 func TestRoPE(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 10))
 	for _, bk := range backends() {
-		for _, s := range []struct{ n, heads, hd int }{{1, 1, 2}, {3, 2, 6}, {5, 3, 10}, {300, 4, 64}} {
+		// maxPos grows from case to case so that the cached tables grow;
+		// positions past the cache and negative ones are computed directly.
+		for _, s := range []struct{ n, heads, hd, maxPos int }{
+			{1, 1, 2, 10}, {3, 2, 6, 100}, {5, 3, 10, 100}, {300, 4, 64, 900}, {300, 4, 64, 4000}, {40, 2, 6, 3 * maxRopePositions},
+		} {
 			t.Run(fmt.Sprintf("%s/%+v", bk.name, s), func(t *testing.T) {
 				b := bk.b
 				const theta = 500000.0
@@ -221,7 +225,10 @@ func TestRoPE(t *testing.T) {
 				x := randMat(r, s.n, cols, 1)
 				pos := make([]int32, s.n)
 				for i := range pos {
-					pos[i] = int32(r.IntN(4096)) // not contiguous
+					pos[i] = int32(r.IntN(s.maxPos)) // not contiguous
+				}
+				if s.n > 1 {
+					pos[s.n-1] = -int32(r.IntN(50)) - 1
 				}
 				want := make([]float64, len(x))
 				half := s.hd / 2

@@ -9,7 +9,7 @@ import (
 // Ways of splitting one matrix product over goroutines (Backend.split
 // mode); see bench_test.go for what each measured.
 const (
-	splitAuto = iota // columns unless x has many more rows than w
+	splitAuto = iota // rows for a tall x and a small w, else columns
 	splitCols        // by output columns = rows of w
 	splitRows        // by rows of x
 )
@@ -32,7 +32,8 @@ func (b *Backend) MatMul(dst, x, w backend.Tensor) {
 		sgemmNT(n, out, in, 1, xs.span(), xs.stride, ws.span(), ws.stride, 0, d.span(), d.stride)
 		return
 	}
-	byRows := b.splitMode == splitRows || (b.splitMode == splitAuto && n >= 4*out)
+	byRows := b.splitMode == splitRows ||
+		(b.splitMode == splitAuto && (n >= 4*out || n >= 256 && in*out < 1<<22))
 	// Chunk edges on multiples of 16 (a whole AVX-512 register of float32)
 	// along the split dimension, so each part runs OpenBLAS's full-width
 	// kernels.

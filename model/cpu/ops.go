@@ -81,7 +81,8 @@ func (b *Backend) RMSNorm(dst, x, w backend.Tensor, eps float32) {
 
 // RoPE rotates x [n, heads*headDim] in place, row i at position pos[i]
 // (rotate-half form): for j < headDim/2, with θ_j = pos·theta^(-2j/headDim)
-// computed in float64,
+// computed in float64 (and cached per headDim and theta for positions
+// below 16384),
 //
 //	x[j]           ← x[j]·cos θ_j − x[j+headDim/2]·sin θ_j
 //	x[j+headDim/2] ← x[j+headDim/2]·cos θ_j + x[j]·sin θ_j
@@ -91,20 +92,32 @@ func (b *Backend) RoPE(x backend.Tensor, pos []int32, headDim int, theta float64
 		shapePanic("RoPE", "x %v, %d positions, headDim %d", xs, len(pos), headDim)
 	}
 	half := headDim / 2
-	invFreq := make([]float64, half)
-	for j := range invFreq {
-		invFreq[j] = math.Pow(theta, -float64(2*j)/float64(headDim))
+	need := 0
+	for _, p := range pos {
+		if p >= 0 && int(p) < maxRopePositions {
+			need = max(need, int(p)+1)
+		}
 	}
+	var tab *ropeTable
+	if need > 0 {
+		tab = b.rope.table(headDim, theta, need)
+	}
+	invFreq := ropeInvFreq(headDim, theta)
 	heads := xs.cols / headDim
 	b.parallel(xs.rows, rowGrain(xs.cols), func(lo, hi int) {
-		cs := make([]float32, 2*half)
-		cos, sin := cs[:half], cs[half:]
+		var own []float32
 		for i := lo; i < hi; i++ {
-			p := float64(pos[i])
-			for j, f := range invFreq {
-				s, c := math.Sincos(p * f)
-				cos[j], sin[j] = float32(c), float32(s)
+			var cs []float32
+			if p := int(pos[i]); p >= 0 && p < need {
+				cs = tab.cs[p*headDim : (p+1)*headDim]
+			} else {
+				if own == nil {
+					own = make([]float32, headDim)
+				}
+				ropeAngles(own, float64(p), invFreq)
+				cs = own
 			}
+			cos, sin := cs[:half], cs[half:]
 			row := xs.Row(i)
 			for h := 0; h < heads; h++ {
 				x1 := row[h*headDim : h*headDim+half]
