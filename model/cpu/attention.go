@@ -62,9 +62,10 @@ func (b *Backend) Attention(dst, q, k, v backend.Tensor, nHeads, nKVHeads int) {
 	workers = min(workers, tasks)
 	var next atomic.Int64
 	work := func() {
-		buf := b.getScratch(attnBlock*nk + attnBlock)
+		rows := min(attnBlock, nq)
+		buf := b.getScratch(rows*nk + rows)
 		defer b.putScratch(buf)
-		scores, inv := buf[:attnBlock*nk], buf[attnBlock*nk:]
+		scores, inv := buf[:rows*nk], buf[rows*nk:]
 		for {
 			t := int(next.Add(1) - 1)
 			if t >= tasks {

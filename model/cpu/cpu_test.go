@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
+	"sync"
 	"testing"
 
 	"github.com/dlmcache/dlmcache/model/backend"
@@ -81,6 +83,49 @@ func TestMatMul(t *testing.T) {
 				b.MatMul(dst, b.FromHost(s.n, s.in, x), b.FromHost(s.out, s.in, w))
 				closeTo(t, "MatMul", b.ToHost(dst, nil), refMatMul(x, w, s.n, s.in, s.out), 1e-4*math.Sqrt(float64(s.in)), 1e-5)
 			})
+		}
+	}
+}
+
+func TestMatMulEmpty(t *testing.T) {
+	b := New(2)
+	// in = 0: an empty sum, every output 0 (dst starts non-zero).
+	dst := b.FromHost(2, 3, []float32{1, 2, 3, 4, 5, 6})
+	b.MatMul(dst, b.New(2, 0), b.New(3, 0))
+	closeTo(t, "MatMul in=0", b.ToHost(dst, nil), make([]float64, 6), 0, 0)
+	// n = 0 and out = 0 do nothing.
+	b.MatMul(b.New(0, 3), b.New(0, 4), b.New(3, 4))
+	b.MatMul(b.New(2, 0), b.New(2, 4), b.New(0, 4))
+	w, err := b.Weight(backend.BF16, 0, 5, nil)
+	if err != nil || w.Rows() != 0 || w.Cols() != 5 {
+		t.Fatalf("empty weight: %v %v", w, err)
+	}
+}
+
+func TestParallel(t *testing.T) {
+	b := New(3)
+	for _, c := range []struct{ n, grain, parts int }{
+		{0, 1, 0}, {1, 1, 1}, {5, 1, 3}, {5, 2, 2}, {5, 3, 1}, {100, 10, 3}, {7, 0, 3},
+	} {
+		var seen []int
+		chunks := 0
+		var mu sync.Mutex
+		b.parallel(c.n, c.grain, func(lo, hi int) {
+			mu.Lock()
+			defer mu.Unlock()
+			chunks++
+			for i := lo; i < hi; i++ {
+				seen = append(seen, i)
+			}
+		})
+		slices.Sort(seen)
+		if len(seen) != c.n || chunks != c.parts {
+			t.Errorf("parallel(%d, %d): %d chunks covering %v, want %d chunks", c.n, c.grain, chunks, seen, c.parts)
+		}
+		for i, v := range seen {
+			if v != i {
+				t.Fatalf("parallel(%d, %d): covered %v", c.n, c.grain, seen)
+			}
 		}
 	}
 }
