@@ -42,7 +42,7 @@ static inline float exp_scalar(float x) {
 	return p * scale;
 }
 
-static float softmax_rows_generic(float *s, int m, int n, float *inv) {
+static void softmax_rows_generic(float *s, int m, int n, float *inv) {
 	for (int i = 0; i < m; i++) {
 		float *row = s + (long)i * n;
 		float mx = row[0];
@@ -51,7 +51,6 @@ static float softmax_rows_generic(float *s, int m, int n, float *inv) {
 		for (int j = 0; j < n; j++) { float e = exp_scalar(row[j] - mx); row[j] = e; sum += e; }
 		inv[i] = (float)(1.0 / sum);
 	}
-	return 0;
 }
 
 static void silu_mul_generic(float *dst, const float *g, const float *u, int n) {
