@@ -28,4 +28,5 @@ require (
 	golang.org/x/term v0.47.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	google.golang.org/protobuf v1.34.2 // indirect
+	gorgonia.org/cu v0.9.6 // indirect
 )
