@@ -1,0 +1,292 @@
+package serve
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+)
+
+// The request and response bodies follow OpenAI's chat and (legacy) text
+// completions API. Fields OpenAI defines that a diffusion model cannot honour
+// (top_p, stop, logprobs, presence_penalty…) are accepted and ignored, as
+// unknown fields are; fields whose values would change the answer's meaning
+// (n > 1, stream) are refused with a 400.
+
+// chatRequest is the body of POST /v1/chat/completions.
+type chatRequest struct {
+	Model    string        `json:"model"`
+	Messages []chatMessage `json:"messages"`
+	genFields
+}
+
+// completionRequest is the body of POST /v1/completions.
+type completionRequest struct {
+	Model  string          `json:"model"`
+	Prompt json.RawMessage `json:"prompt"`
+	// System is a dlmcache extra: the shared prefix put before the prompt.
+	System string `json:"system"`
+	genFields
+}
+
+// genFields are the generation fields both endpoints share. Pointers tell
+// "absent" from zero.
+type genFields struct {
+	MaxTokens           *int     `json:"max_tokens"`
+	MaxCompletionTokens *int     `json:"max_completion_tokens"`
+	Temperature         *float64 `json:"temperature"`
+	Seed                *int64   `json:"seed"`
+	N                   *int     `json:"n"`
+	Stream              *bool    `json:"stream"`
+	User                string   `json:"user"`
+
+	// dlmcache extras.
+	GenLength   *int   `json:"gen_length"`
+	Steps       *int   `json:"steps"`
+	BlockLength *int   `json:"block_length"`
+	CacheSalt   string `json:"cache_salt"`
+}
+
+// chatMessage is one turn. Content is a string, null, or an array of
+// {"type": "text", "text": …} parts (OpenAI's content parts; other part
+// types are refused).
+type chatMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+	Name    string          `json:"name"`
+}
+
+// text returns the message's content as one string.
+func (m chatMessage) text(i int) (string, error) {
+	c := bytes.TrimSpace(m.Content)
+	if len(c) == 0 || bytes.Equal(c, []byte("null")) {
+		return "", nil
+	}
+	switch c[0] {
+	case '"':
+		var s string
+		if err := json.Unmarshal(c, &s); err != nil {
+			return "", badRequest(fmt.Sprintf("messages[%d].content: %v", i, err), fmt.Sprintf("messages[%d].content", i))
+		}
+		return s, nil
+	case '[':
+		var parts []struct {
+			Type string  `json:"type"`
+			Text *string `json:"text"`
+		}
+		if err := json.Unmarshal(c, &parts); err != nil {
+			return "", badRequest(fmt.Sprintf("messages[%d].content: want a string or an array of text parts: %v", i, err), fmt.Sprintf("messages[%d].content", i))
+		}
+		var b strings.Builder
+		for j, p := range parts {
+			if p.Type != "text" || p.Text == nil {
+				return "", badRequest(fmt.Sprintf("messages[%d].content[%d]: only text parts are supported, got type %q", i, j, p.Type), fmt.Sprintf("messages[%d].content", i))
+			}
+			b.WriteString(*p.Text)
+		}
+		return b.String(), nil
+	}
+	return "", badRequest(fmt.Sprintf("messages[%d].content: want a string or an array of text parts, got %s", i, abbrev(string(c))), fmt.Sprintf("messages[%d].content", i))
+}
+
+// promptText returns a completion request's prompt: a string, or an array
+// holding exactly one string.
+func (r *completionRequest) promptText() (string, error) {
+	c := bytes.TrimSpace(r.Prompt)
+	if len(c) == 0 || bytes.Equal(c, []byte("null")) {
+		return "", badRequest("prompt is required", "prompt")
+	}
+	var s string
+	if err := json.Unmarshal(c, &s); err == nil {
+		return s, nil
+	}
+	var ss []string
+	if err := json.Unmarshal(c, &ss); err == nil {
+		if len(ss) != 1 {
+			return "", badRequest(fmt.Sprintf("prompt: batches of prompts are not supported (got %d); send one request each", len(ss)), "prompt")
+		}
+		return ss[0], nil
+	}
+	return "", badRequest("prompt: want a string (token-id prompts are not supported)", "prompt")
+}
+
+// usage is OpenAI's token accounting.
+type usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+// Stats is the dlmcache object added to every completion response: what the
+// caching method did for this request.
+type Stats struct {
+	Method       string  `json:"method"`
+	Depth        int     `json:"depth"`         // layers whose prefix K/V came from the store
+	Ratio        float64 `json:"ratio"`         // shared-prefix tokens / canvas tokens
+	Clamped      bool    `json:"clamped"`       // ratio outside the table's profiled bins
+	PrefixTokens int     `json:"prefix_tokens"` // shared-prefix length m
+	PrefixHit    bool    `json:"prefix_hit"`    // the prefix was already in the store
+	NFE          int     `json:"nfe"`           // forward evaluations
+	RowsFraction float64 `json:"rows_fraction"` // layer-rows computed / a full forward's
+	GenLength    int     `json:"gen_length"`
+	Steps        int     `json:"steps"`
+	BlockLength  int     `json:"block_length"`
+	Seconds      float64 `json:"seconds"`        // generation wall time
+	QueueSeconds float64 `json:"queue_seconds"`  // time waiting for a generation slot
+	TokensPerSec float64 `json:"tokens_per_sec"` // gen_length / seconds
+}
+
+type chatChoice struct {
+	Index        int             `json:"index"`
+	Message      responseMessage `json:"message"`
+	FinishReason string          `json:"finish_reason"`
+	Logprobs     any             `json:"logprobs"`
+}
+
+type responseMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+type chatResponse struct {
+	ID                string       `json:"id"`
+	Object            string       `json:"object"`
+	Created           int64        `json:"created"`
+	Model             string       `json:"model"`
+	SystemFingerprint string       `json:"system_fingerprint"`
+	Choices           []chatChoice `json:"choices"`
+	Usage             usage        `json:"usage"`
+	Dlmcache          Stats        `json:"dlmcache"`
+}
+
+type completionChoice struct {
+	Index        int    `json:"index"`
+	Text         string `json:"text"`
+	FinishReason string `json:"finish_reason"`
+	Logprobs     any    `json:"logprobs"`
+}
+
+type completionResponse struct {
+	ID                string             `json:"id"`
+	Object            string             `json:"object"`
+	Created           int64              `json:"created"`
+	Model             string             `json:"model"`
+	SystemFingerprint string             `json:"system_fingerprint"`
+	Choices           []completionChoice `json:"choices"`
+	Usage             usage              `json:"usage"`
+	Dlmcache          Stats              `json:"dlmcache"`
+}
+
+// apiError is an error with an HTTP status, written in OpenAI's shape:
+//
+//	{"error": {"message": …, "type": …, "param": …, "code": …}}
+type apiError struct {
+	Status  int     `json:"-"`
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    *string `json:"code"`
+}
+
+func (e *apiError) Error() string { return e.Message }
+
+func newAPIError(status int, typ, code, param, msg string) *apiError {
+	e := &apiError{Status: status, Message: msg, Type: typ}
+	if param != "" {
+		e.Param = &param
+	}
+	if code != "" {
+		e.Code = &code
+	}
+	return e
+}
+
+func badRequest(msg, param string) *apiError {
+	return newAPIError(http.StatusBadRequest, "invalid_request_error", "", param, msg)
+}
+
+func writeError(w http.ResponseWriter, e *apiError) {
+	if e.Status == http.StatusTooManyRequests || e.Status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
+	writeJSON(w, e.Status, map[string]*apiError{"error": e})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.Encode(v)
+}
+
+// decodeBody reads one JSON object from r into v, turning every failure
+// into a 4xx: 413 past the body limit, 400 for malformed JSON, a wrong
+// type (naming the field) or trailing data. Unknown fields are ignored.
+func decodeBody(r io.Reader, v any) *apiError {
+	dec := json.NewDecoder(r)
+	err := dec.Decode(v)
+	if err == nil {
+		if _, terr := dec.Token(); terr != io.EOF {
+			if mbe := (*http.MaxBytesError)(nil); errors.As(terr, &mbe) {
+				err = terr
+			} else {
+				return badRequest("request body: unexpected data after the JSON object", "")
+			}
+		}
+	}
+	if err == nil {
+		return nil
+	}
+	var (
+		mbe *http.MaxBytesError
+		ute *json.UnmarshalTypeError
+		se  *json.SyntaxError
+	)
+	switch {
+	case errors.As(err, &mbe):
+		return newAPIError(http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large", "",
+			fmt.Sprintf("request body exceeds %d bytes", mbe.Limit))
+	case errors.As(err, &ute):
+		field := strings.TrimPrefix(ute.Field, "genFields.")
+		if field == "" {
+			return badRequest(fmt.Sprintf("request body: want a JSON object, got %s", ute.Value), "")
+		}
+		return badRequest(fmt.Sprintf("%s: want %s, got %s", field, jsonKind(ute.Type.Kind().String()), ute.Value), field)
+	case errors.As(err, &se):
+		return badRequest(fmt.Sprintf("request body is not valid JSON: %v (at byte %d)", se, se.Offset), "")
+	case errors.Is(err, io.EOF):
+		return badRequest("request body is empty: want a JSON object", "")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return badRequest("request body is not valid JSON: unexpected end of input", "")
+	}
+	return badRequest("request body: "+err.Error(), "")
+}
+
+func jsonKind(k string) string {
+	switch k {
+	case "int", "int64", "int32", "uint64":
+		return "an integer"
+	case "float64", "float32":
+		return "a number"
+	case "string":
+		return "a string"
+	case "bool":
+		return "a boolean"
+	case "slice":
+		return "an array"
+	case "struct", "map":
+		return "an object"
+	}
+	return k
+}
+
+func abbrev(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "…"
+	}
+	return s
+}

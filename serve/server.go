@@ -1,0 +1,577 @@
+package serve
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dlmcache/dlmcache/cache"
+	"github.com/dlmcache/dlmcache/model"
+)
+
+// Config configures a Server.
+type Config struct {
+	Model *model.Model
+	// Name is the model name reported in responses (default: the
+	// directory's base name). Requests may name any model: one is served.
+	Name string
+	// Method is the caching method; every request gets its own planner
+	// from it, and all share its store.
+	Method *cache.Method
+	// Gen holds the default generation options (gen length, steps, block
+	// length). Requests override them field by field.
+	Gen model.GenOptions
+	// Adapt, if not nil, adjusts a request's options to the method (e.g.
+	// block methods decode by threshold in blocks of 32) after validation.
+	Adapt func(model.GenOptions) model.GenOptions
+
+	// MaxConcurrency is how many generations run at once (default 1; see
+	// docs/serving.md for why one is the right number on a CPU).
+	MaxConcurrency int
+	// MaxQueue is how many more requests may wait for a slot (default
+	// 4·MaxConcurrency); past it a request gets 429 at once.
+	MaxQueue int
+	// QueueWait bounds the wait for a slot (default: Timeout); past it a
+	// request gets 503.
+	QueueWait time.Duration
+	// Timeout bounds one request, queueing included (default 5 minutes);
+	// past it the request gets 504.
+	Timeout time.Duration
+	// MaxBodyBytes bounds a request body (default 1 MiB); past it 413.
+	MaxBodyBytes int64
+	// MaxContext bounds prompt + gen length in tokens (default: the model's
+	// max_sequence_length, or unbounded when it has none).
+	MaxContext int
+	// MaxGenLength bounds a request's gen length (default 4096).
+	MaxGenLength int
+
+	// Log, if not nil, gets one line per request.
+	Log io.Writer
+	// Now is the clock (tests); default time.Now.
+	Now func() time.Time
+}
+
+// Server serves completions with one model and one caching method. It is
+// an http.Handler; Serve runs it on a listener with graceful shutdown.
+type Server struct {
+	cfg     Config
+	mux     *http.ServeMux
+	slots   chan struct{}
+	waiting atomic.Int64
+	met     *metrics
+	logMu   sync.Mutex
+	closing atomic.Bool
+}
+
+// New checks cfg and returns a Server.
+func New(cfg Config) (*Server, error) {
+	if cfg.Model == nil {
+		return nil, errors.New("serve: no model")
+	}
+	if cfg.Model.Tokenizer == nil {
+		return nil, fmt.Errorf("serve: model %s has no tokenizer", cfg.Model.Dir)
+	}
+	if cfg.Method == nil {
+		cfg.Method = &cache.Method{Name: "none"}
+	}
+	if err := cfg.Method.Validate(); err != nil {
+		return nil, fmt.Errorf("serve: %w", err)
+	}
+	if cfg.Name == "" {
+		cfg.Name = cfg.Model.Name()
+	}
+	if cfg.Gen.GenLength == 0 {
+		c := cfg.Model.Card
+		cfg.Gen.GenLength, cfg.Gen.Steps, cfg.Gen.BlockLength = c.GenLength, c.Steps, c.BlockLength
+	}
+	if cfg.Gen.BlockLength == 0 {
+		cfg.Gen.BlockLength = cfg.Gen.GenLength
+	}
+	if _, err := model.NewSchedule(0, cfg.Gen); err != nil {
+		return nil, fmt.Errorf("serve: default generation options: %w", err)
+	}
+	if cfg.MaxConcurrency <= 0 {
+		cfg.MaxConcurrency = 1
+	}
+	if cfg.MaxQueue < 0 {
+		cfg.MaxQueue = 0
+	} else if cfg.MaxQueue == 0 {
+		cfg.MaxQueue = 4 * cfg.MaxConcurrency
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 5 * time.Minute
+	}
+	if cfg.QueueWait <= 0 || cfg.QueueWait > cfg.Timeout {
+		cfg.QueueWait = cfg.Timeout
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 1 << 20
+	}
+	if cfg.MaxContext <= 0 {
+		cfg.MaxContext = cfg.Model.Config.MaxSequenceLength
+	}
+	if cfg.MaxGenLength <= 0 {
+		cfg.MaxGenLength = 4096
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), slots: make(chan struct{}, cfg.MaxConcurrency), met: newMetrics()}
+	s.mux.HandleFunc("POST /v1/chat/completions", s.handleChat)
+	s.mux.HandleFunc("POST /v1/completions", s.handleCompletion)
+	s.mux.HandleFunc("GET /v1/models", s.handleModels)
+	s.mux.HandleFunc("GET /metrics", s.handleMetrics)
+	s.mux.HandleFunc("GET /healthz", s.handleHealth)
+	return s, nil
+}
+
+// Method is the caching method served.
+func (s *Server) Method() *cache.Method { return s.cfg.Method }
+
+// ServeHTTP implements http.Handler. Unknown paths get a 404 and wrong
+// methods a 405, both in OpenAI's error shape.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if _, pattern := s.mux.Handler(r); pattern == "" {
+		rec := &statusWriter{ResponseWriter: w}
+		start := s.cfg.Now()
+		allow := ""
+		for _, m := range []string{"GET", "POST"} {
+			probe := r.Clone(r.Context())
+			probe.Method = m
+			if _, p := s.mux.Handler(probe); p != "" {
+				allow = m
+			}
+		}
+		if allow != "" {
+			w.Header().Set("Allow", allow)
+			writeError(rec, newAPIError(http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "",
+				fmt.Sprintf("%s %s: method not allowed (use %s)", r.Method, r.URL.Path, allow)))
+		} else {
+			writeError(rec, newAPIError(http.StatusNotFound, "invalid_request_error", "not_found", "",
+				fmt.Sprintf("%s %s: no such endpoint (have POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /metrics, GET /healthz)", r.Method, r.URL.Path)))
+		}
+		s.logRequest(r, rec.status, s.cfg.Now().Sub(start), "")
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	if s.closing.Load() {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "shutting down"})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "model": s.cfg.Name, "method": s.cfg.Method.Name})
+}
+
+func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []map[string]any{{
+		"id": s.cfg.Name, "object": "model", "created": 0, "owned_by": "dlmcache",
+	}}})
+}
+
+func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	var st cache.Stats
+	if s.cfg.Method.Store != nil {
+		st = s.cfg.Method.Store.Stats()
+	}
+	s.met.write(w, st, s.cfg.Method.Name, s.cfg.Now())
+}
+
+// job is one parsed completion request.
+type job struct {
+	endpoint  string
+	ids       []int32
+	prefixLen int
+	gen       model.GenOptions
+	salt      string
+}
+
+// result is what a job produced.
+type result struct {
+	text         string
+	finish       string
+	completion   int
+	stats        Stats
+	promptTokens int
+}
+
+func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
+	s.complete(w, r, "/v1/chat/completions", func(body io.Reader) (*job, *apiError) {
+		var req chatRequest
+		if e := decodeBody(body, &req); e != nil {
+			return nil, e
+		}
+		if req.Messages == nil {
+			return nil, badRequest("messages is required", "messages")
+		}
+		ids, m, err := encodeConversation(s.cfg.Model.Tokenizer, req.Messages)
+		if err != nil {
+			return nil, asAPIError(err)
+		}
+		return s.newJob(ids, m, &req.genFields, "messages")
+	}, func(id string, created int64, res *result) any {
+		return &chatResponse{ID: "chatcmpl-" + id, Object: "chat.completion", Created: created, Model: s.cfg.Name,
+			SystemFingerprint: s.fingerprint(),
+			Choices:           []chatChoice{{Index: 0, Message: responseMessage{Role: "assistant", Content: res.text}, FinishReason: res.finish}},
+			Usage:             usage{res.promptTokens, res.completion, res.promptTokens + res.completion}, Dlmcache: res.stats}
+	})
+}
+
+func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) {
+	s.complete(w, r, "/v1/completions", func(body io.Reader) (*job, *apiError) {
+		var req completionRequest
+		if e := decodeBody(body, &req); e != nil {
+			return nil, e
+		}
+		prompt, err := req.promptText()
+		if err != nil {
+			return nil, asAPIError(err)
+		}
+		ids, m, err := encodeCompletion(s.cfg.Model.Tokenizer, req.System, prompt)
+		if err != nil {
+			return nil, asAPIError(err)
+		}
+		return s.newJob(ids, m, &req.genFields, "prompt")
+	}, func(id string, created int64, res *result) any {
+		return &completionResponse{ID: "cmpl-" + id, Object: "text_completion", Created: created, Model: s.cfg.Name,
+			SystemFingerprint: s.fingerprint(),
+			Choices:           []completionChoice{{Index: 0, Text: res.text, FinishReason: res.finish}},
+			Usage:             usage{res.promptTokens, res.completion, res.promptTokens + res.completion}, Dlmcache: res.stats}
+	})
+}
+
+func (s *Server) fingerprint() string {
+	fp := s.cfg.Model.Fingerprint
+	if len(fp) > 16 {
+		fp = fp[:16]
+	}
+	return "dlmcache-" + s.cfg.Method.Name + "-" + fp
+}
+
+func asAPIError(err error) *apiError {
+	var e *apiError
+	if errors.As(err, &e) {
+		return e
+	}
+	return internalError(err)
+}
+
+// newJob validates the generation fields against the schedule and the
+// context bound. paramPrompt names the field blamed for a too-long prompt.
+func (s *Server) newJob(ids []int32, prefixLen int, g *genFields, paramPrompt string) (*job, *apiError) {
+	if g.Stream != nil && *g.Stream {
+		return nil, badRequest("stream=true is not supported: a diffusion model fills the whole answer at once; send stream=false", "stream")
+	}
+	if g.N != nil && *g.N != 1 {
+		return nil, badRequest(fmt.Sprintf("n=%d is not supported: want 1", *g.N), "n")
+	}
+	gen, e := s.genOptions(g)
+	if e != nil {
+		return nil, e
+	}
+	if s.cfg.MaxContext > 0 && len(ids)+gen.GenLength > s.cfg.MaxContext {
+		return nil, newAPIError(http.StatusBadRequest, "invalid_request_error", "context_length_exceeded", paramPrompt,
+			fmt.Sprintf("the prompt has %d tokens and the answer %d slots: %d in all exceed the model's context of %d tokens",
+				len(ids), gen.GenLength, len(ids)+gen.GenLength, s.cfg.MaxContext))
+	}
+	return &job{ids: ids, prefixLen: prefixLen, gen: gen, salt: g.CacheSalt}, nil
+}
+
+// genOptions resolves a request's generation options:
+//
+//   - gen_length, else max_tokens (or max_completion_tokens) rounded up to a
+//     whole number of the default blocks, else the default;
+//   - block_length, else the default when it divides the gen length, else
+//     the gen length (one block);
+//   - steps, else the default's tokens per step kept (at least one step
+//     per block, a whole number of steps per block).
+//
+// The result must satisfy LLaDA's schedule rules; a 400 names the field.
+func (s *Server) genOptions(g *genFields) (model.GenOptions, *apiError) {
+	def := s.cfg.Gen
+	o := def
+	positive := func(p *int, name string) *apiError {
+		if p != nil && *p <= 0 {
+			return badRequest(fmt.Sprintf("%s must be positive, got %d", name, *p), name)
+		}
+		return nil
+	}
+	for _, f := range []struct {
+		p    *int
+		name string
+	}{{g.GenLength, "gen_length"}, {g.MaxTokens, "max_tokens"}, {g.MaxCompletionTokens, "max_completion_tokens"}, {g.Steps, "steps"}, {g.BlockLength, "block_length"}} {
+		if e := positive(f.p, f.name); e != nil {
+			return o, e
+		}
+	}
+	maxTok := g.MaxTokens
+	if maxTok == nil {
+		maxTok = g.MaxCompletionTokens
+	}
+	param := "gen_length"
+	switch {
+	case g.GenLength != nil:
+		o.GenLength = *g.GenLength
+	case maxTok != nil:
+		param = "max_tokens"
+		o.GenLength = *maxTok
+		if g.BlockLength == nil && def.BlockLength < def.GenLength && o.GenLength > def.BlockLength {
+			o.GenLength = (o.GenLength + def.BlockLength - 1) / def.BlockLength * def.BlockLength
+		}
+	}
+	if o.GenLength > s.cfg.MaxGenLength {
+		return o, badRequest(fmt.Sprintf("%s %d exceeds the server's limit of %d answer slots", param, o.GenLength, s.cfg.MaxGenLength), param)
+	}
+	switch {
+	case g.BlockLength != nil:
+		o.BlockLength = *g.BlockLength
+	case def.BlockLength < def.GenLength && o.GenLength%def.BlockLength == 0:
+		o.BlockLength = def.BlockLength
+	default:
+		o.BlockLength = o.GenLength
+	}
+	if o.BlockLength > o.GenLength || o.GenLength%o.BlockLength != 0 {
+		return o, badRequest(fmt.Sprintf("gen length %d is not a multiple of block_length %d", o.GenLength, o.BlockLength), "block_length")
+	}
+	blocks := o.GenLength / o.BlockLength
+	if g.Steps != nil {
+		o.Steps = *g.Steps
+	} else if o.GenLength != def.GenLength || o.BlockLength != def.BlockLength {
+		perStep := max(1, def.GenLength/def.Steps) // tokens a step commits by default
+		spb := max(1, o.BlockLength/perStep)
+		o.Steps = spb * blocks
+	}
+	if _, err := model.NewSchedule(0, o); err != nil {
+		p := "steps"
+		if g.Steps == nil {
+			p = param
+		}
+		return o, badRequest(fmt.Sprintf("generation options (gen_length %d, steps %d, block_length %d): %v", o.GenLength, o.Steps, o.BlockLength, err), p)
+	}
+	if g.Temperature != nil {
+		if *g.Temperature < 0 || *g.Temperature > 2 {
+			return o, badRequest(fmt.Sprintf("temperature %g: want 0…2", *g.Temperature), "temperature")
+		}
+		o.Temperature = *g.Temperature
+	}
+	if g.Seed != nil {
+		o.Seed = uint64(*g.Seed)
+	}
+	if s.cfg.Adapt != nil {
+		o = s.cfg.Adapt(o)
+	}
+	return o, nil
+}
+
+// complete runs the shared part of both completion endpoints: bounded body,
+// parse, admission, generation, response.
+func (s *Server) complete(w http.ResponseWriter, r *http.Request, endpoint string,
+	parse func(io.Reader) (*job, *apiError), respond func(id string, created int64, res *result) any) {
+	start := s.cfg.Now()
+	status := http.StatusOK
+	note := ""
+	s.met.add(&s.met.inFlight, 1)
+	defer func() {
+		s.met.add(&s.met.inFlight, -1)
+		d := s.cfg.Now().Sub(start)
+		s.met.request(endpoint, status, d)
+		s.logRequest(r, status, d, note)
+	}()
+	fail := func(e *apiError) {
+		status = e.Status
+		note = "error=" + strings.ReplaceAll(abbrev(e.Message), " ", "_")
+		writeError(w, e)
+	}
+	if s.closing.Load() {
+		fail(newAPIError(http.StatusServiceUnavailable, "server_error", "shutting_down", "", "the server is shutting down"))
+		return
+	}
+	j, e := parse(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if e != nil {
+		fail(e)
+		return
+	}
+	j.endpoint = endpoint
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.Timeout)
+	defer cancel()
+	res, e := s.run(ctx, j)
+	if e != nil {
+		fail(e)
+		return
+	}
+	note = fmt.Sprintf("prompt=%d prefix=%d depth=%d hit=%t gen=%d nfe=%d rows=%.3f queue=%.3fs gen_s=%.3f",
+		res.promptTokens, res.stats.PrefixTokens, res.stats.Depth, res.stats.PrefixHit, res.stats.GenLength,
+		res.stats.NFE, res.stats.RowsFraction, res.stats.QueueSeconds, res.stats.Seconds)
+	writeJSON(w, http.StatusOK, respond(newID(), start.Unix(), res))
+}
+
+// run waits for a generation slot and generates.
+func (s *Server) run(ctx context.Context, j *job) (*result, *apiError) {
+	qstart := s.cfg.Now()
+	if n := s.waiting.Add(1); n > int64(s.cfg.MaxQueue)+int64(s.cfg.MaxConcurrency) {
+		s.waiting.Add(-1)
+		s.met.reject("queue_full")
+		return nil, newAPIError(http.StatusTooManyRequests, "rate_limit_error", "queue_full", "",
+			fmt.Sprintf("the server is busy: %d generations running and %d waiting (the limits); retry later", s.cfg.MaxConcurrency, s.cfg.MaxQueue))
+	}
+	s.met.add(&s.met.queued, 1)
+	wait := time.NewTimer(s.cfg.QueueWait)
+	defer wait.Stop()
+	select {
+	case s.slots <- struct{}{}:
+		s.met.add(&s.met.queued, -1)
+	case <-wait.C:
+		s.met.add(&s.met.queued, -1)
+		s.waiting.Add(-1)
+		if ctx.Err() != nil {
+			return nil, ctxError(ctx)
+		}
+		s.met.reject("queue_timeout")
+		return nil, newAPIError(http.StatusServiceUnavailable, "server_error", "queue_timeout", "",
+			fmt.Sprintf("no generation slot became free within %s; retry later", s.cfg.QueueWait))
+	case <-ctx.Done():
+		s.met.add(&s.met.queued, -1)
+		s.waiting.Add(-1)
+		return nil, ctxError(ctx)
+	}
+	defer func() {
+		<-s.slots
+		s.waiting.Add(-1)
+	}()
+	queued := s.cfg.Now().Sub(qstart)
+	s.met.add(&s.met.running, 1)
+	defer s.met.add(&s.met.running, -1)
+
+	meth := s.cfg.Method
+	if j.salt != "" && j.salt != meth.Salt {
+		m := *meth
+		m.Salt = meth.Salt + "\x00" + j.salt
+		meth = &m
+	}
+	var info cache.Info
+	lm := s.cfg.Model
+	g, err := lm.Generate(ctx, j.ids, j.prefixLen, j.gen, meth.Planner(lm.LLaDA, &info))
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctxError(ctx)
+		}
+		return nil, internalError(fmt.Errorf("generation failed: %w", err))
+	}
+	text, n, finish := s.answer(g.Answer)
+	st := Stats{Method: meth.Name, Depth: info.Depth, Ratio: float64(j.prefixLen) / float64(len(j.ids)+j.gen.GenLength),
+		Clamped: info.Clamped, PrefixTokens: j.prefixLen, PrefixHit: info.Hit, NFE: g.NFE,
+		GenLength: j.gen.GenLength, Steps: j.gen.Steps, BlockLength: j.gen.BlockLength,
+		Seconds: g.Duration.Seconds(), QueueSeconds: queued.Seconds()}
+	if g.RowsFull > 0 {
+		st.RowsFraction = float64(g.RowsComputed) / float64(g.RowsFull)
+	}
+	if g.Duration > 0 {
+		st.TokensPerSec = float64(j.gen.GenLength) / g.Duration.Seconds()
+	}
+	s.met.generation(&st, len(j.ids), n, s.cfg.Now())
+	s.met.rows(g.RowsComputed, g.RowsFull)
+	return &result{text: text, finish: finish, completion: n, stats: st, promptTokens: len(j.ids)}, nil
+}
+
+// answer decodes the answer slots up to the first stop token. finish is
+// "stop" when one was found, else "length".
+func (s *Server) answer(ids []int32) (text string, n int, finish string) {
+	lm := s.cfg.Model
+	text = lm.AnswerText(ids)
+	stop := map[int32]bool{int32(lm.Config.EOSTokenID): true, int32(lm.Config.MaskTokenID): true}
+	for _, t := range []string{"<|endoftext|>", "<|eot_id|>"} {
+		if id, ok := lm.Tokenizer.TokenID(t); ok {
+			stop[id] = true
+		}
+	}
+	for n < len(ids) && !stop[ids[n]] {
+		n++
+	}
+	if n < len(ids) {
+		return text, n, "stop"
+	}
+	return text, n, "length"
+}
+
+func ctxError(ctx context.Context) *apiError {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return newAPIError(http.StatusGatewayTimeout, "server_error", "timeout", "", "the request timed out")
+	}
+	// The client went away; 499 as nginx logs it (nobody reads the body).
+	return newAPIError(499, "invalid_request_error", "client_closed_request", "", "the client closed the request")
+}
+
+func newID() string {
+	var b [12]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func (s *Server) logRequest(r *http.Request, status int, d time.Duration, note string) {
+	if s.cfg.Log == nil {
+		return
+	}
+	if status == 0 {
+		status = http.StatusOK
+	}
+	s.logMu.Lock()
+	defer s.logMu.Unlock()
+	fmt.Fprintf(s.cfg.Log, "%s %s %s %s %d %.3fs %s\n", s.cfg.Now().UTC().Format(time.RFC3339), r.RemoteAddr, r.Method, r.URL.Path, status, d.Seconds(), note)
+}
+
+// Serve serves on ln until ctx is done, then shuts down gracefully: it
+// stops accepting, answers new completion requests with 503 and /healthz
+// with 503, and waits up to grace for the requests in flight before
+// closing their connections. It returns nil after a graceful shutdown.
+func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration) error {
+	hs := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	s.closing.Store(true)
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	err := hs.Shutdown(sctx)
+	if err != nil {
+		hs.Close()
+		err = fmt.Errorf("serve: requests still running after the %s grace period were cut off: %w", grace, err)
+	}
+	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
+	}
+	return err
+}
