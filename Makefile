@@ -3,7 +3,7 @@ GO        ?= go
 BIN       := bin/dlmcache
 export CGO_ENABLED := 1
 
-.PHONY: all build deps test run bench vet fuzz clean
+.PHONY: all build deps test run bench vet fuzz clean cuda-deps cuda-check gpu-test
 
 all: build
 
@@ -38,3 +38,31 @@ fuzz: deps
 
 clean:
 	rm -rf bin
+
+# cuda-deps installs Debian 12's CUDA 11.8 headers and libraries (cuda.h,
+# nvrtc, cuBLAS; package nvidia-cuda-dev from the non-free component, about
+# 1.5 GB to download, 5 GB installed) when cuda.h is missing, enabling
+# non-free through a sources file of its own (idempotent).
+CUDA_SOURCES := /etc/apt/sources.list.d/dlmcache-non-free.sources
+cuda-deps: deps
+	@if ! [ -e /usr/include/cuda.h ] || ! [ -e /usr/include/nvrtc.h ] || ! [ -e /usr/include/cublas_v2.h ]; then \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		if ! grep -rqs 'non-free' /etc/apt/sources.list /etc/apt/sources.list.d/ || ! apt-cache policy nvidia-cuda-dev 2>/dev/null | grep -q 'Candidate: [0-9]'; then \
+			echo "enabling Debian's non-free component in $(CUDA_SOURCES)"; \
+			printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm bookworm-updates\nComponents: contrib non-free\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' | $$SUDO tee $(CUDA_SOURCES) >/dev/null; \
+		fi; \
+		echo "installing nvidia-cuda-dev (CUDA 11.8; takes a few minutes)"; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends nvidia-cuda-dev >/dev/null; \
+	fi
+
+# cuda-check: vet and build the cuda tag and compile every kernel with NVRTC
+# for compute_80 and compute_90. Needs no GPU.
+cuda-check: cuda-deps
+	$(GO) vet -tags cuda ./...
+	$(GO) build -tags cuda ./...
+	$(GO) test -count=1 -tags nvrtc ./cuda/kernels/
+
+# gpu-test: the CUDA backend against the CPU backend; needs an NVIDIA GPU
+# (compute capability 8.0 or later) and its driver.
+gpu-test: cuda-deps
+	$(GO) test -count=1 -tags 'cuda gpu nvrtc' ./cuda/...
