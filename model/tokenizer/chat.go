@@ -1,0 +1,260 @@
+package tokenizer
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/nikolalohinski/gonja/v2"
+	"github.com/nikolalohinski/gonja/v2/config"
+	"github.com/nikolalohinski/gonja/v2/exec"
+	"github.com/nikolalohinski/gonja/v2/loaders"
+)
+
+// LLaDA's special tokens (see REFERENCE.md).
+const (
+	TokenBOS         = "<|startoftext|>"
+	TokenEOS         = "<|endoftext|>"
+	TokenEOT         = "<|eot_id|>"
+	TokenMask        = "<|mdm_mask|>"
+	TokenStartHeader = "<|start_header_id|>"
+	TokenEndHeader   = "<|end_header_id|>"
+)
+
+// LLaDATemplate is LLaDA-8B-Instruct's chat template (the Llama-3 one), as
+// shipped in its tokenizer_config.json and written by Save.
+const LLaDATemplate = "{% set loop_messages = messages %}{% for message in loop_messages %}" +
+	"{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + '<|eot_id|>' %}" +
+	"{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}" +
+	"{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}"
+
+// Message is one chat turn.
+type Message struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// chatConfig is what this package reads from tokenizer_config.json.
+type chatConfig struct {
+	template string // "" when none is shipped
+	bos, eos string
+	pad      string
+	extra    map[string]json.RawMessage // the whole file, for Save
+
+	once     sync.Once
+	compiled *exec.Template
+	err      error
+}
+
+// parseConfig reads tokenizer_config.json's chat_template (a string, or a
+// list of {name, template} from which "default" is taken), bos_token,
+// eos_token and pad_token (strings or {"content": ...} objects).
+func (t *Tokenizer) parseConfig(data []byte, path string) error {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(data, &m); err != nil {
+		return fmt.Errorf("%s: %v", path, err)
+	}
+	t.cfg.extra = m
+	if raw, ok := m["chat_template"]; ok && !isNull(raw) {
+		var s string
+		var named []struct {
+			Name     string `json:"name"`
+			Template string `json:"template"`
+		}
+		switch {
+		case json.Unmarshal(raw, &s) == nil:
+			t.cfg.template = s
+		case json.Unmarshal(raw, &named) == nil:
+			for _, n := range named {
+				if n.Name == "default" {
+					t.cfg.template = n.Template
+				}
+			}
+			if t.cfg.template == "" {
+				return fmt.Errorf("%s: chat_template is a list without a \"default\" entry", path)
+			}
+		default:
+			return fmt.Errorf("%s: chat_template: want a string or a list of {name, template}", path)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		dst  *string
+	}{{"bos_token", &t.cfg.bos}, {"eos_token", &t.cfg.eos}, {"pad_token", &t.cfg.pad}} {
+		raw, ok := m[f.name]
+		if !ok || isNull(raw) {
+			continue
+		}
+		var s string
+		var obj struct {
+			Content string `json:"content"`
+		}
+		switch {
+		case json.Unmarshal(raw, &s) == nil:
+			*f.dst = s
+		case json.Unmarshal(raw, &obj) == nil:
+			*f.dst = obj.Content
+		default:
+			return fmt.Errorf("%s: %s: want a string or {\"content\": ...}", path, f.name)
+		}
+	}
+	return nil
+}
+
+// ChatTemplate is the Jinja chat template from tokenizer_config.json, or ""
+// when none was shipped (ApplyChat then uses LLaDA's format).
+func (t *Tokenizer) ChatTemplate() string { return t.cfg.template }
+
+// BOS is the BOS token's text: tokenizer_config.json's bos_token, else
+// LLaDA's "<|startoftext|>".
+func (t *Tokenizer) BOS() string {
+	if t.cfg.bos != "" {
+		return t.cfg.bos
+	}
+	return TokenBOS
+}
+
+// EOS is the EOS token's text: tokenizer_config.json's eos_token, else
+// LLaDA's "<|endoftext|>".
+func (t *Tokenizer) EOS() string {
+	if t.cfg.eos != "" {
+		return t.cfg.eos
+	}
+	return TokenEOS
+}
+
+// ApplyChat renders messages as the model's prompt text: with the shipped
+// Jinja template when there is one (rendered as Hugging Face does, with
+// trim_blocks and lstrip_blocks), else with LLaDA's format:
+//
+//	BOS <|start_header_id|>role<|end_header_id|>\n\n content <|eot_id|> ...
+//	[<|start_header_id|>assistant<|end_header_id|>\n\n]
+//
+// where each content is trimmed of surrounding whitespace, as the
+// template's `| trim` does.
+func (t *Tokenizer) ApplyChat(messages []Message, addGenerationPrompt bool) (string, error) {
+	if t.cfg.template == "" {
+		return t.defaultChat(messages, addGenerationPrompt), nil
+	}
+	tpl, err := t.compiledTemplate()
+	if err != nil {
+		return "", err
+	}
+	msgs := make([]map[string]any, len(messages))
+	for i, m := range messages {
+		msgs[i] = map[string]any{"role": m.Role, "content": m.Content}
+	}
+	ctx := exec.NewContext(map[string]any{
+		"messages":              msgs,
+		"bos_token":             t.BOS(),
+		"eos_token":             t.EOS(),
+		"pad_token":             t.cfg.pad,
+		"add_generation_prompt": addGenerationPrompt,
+		"raise_exception":       raiseException,
+	})
+	out, err := tpl.ExecuteToString(ctx)
+	if err != nil {
+		return "", fmt.Errorf("tokenizer_config.json: chat_template: %v", err)
+	}
+	return out, nil
+}
+
+func raiseException(_ *exec.Evaluator, params *exec.VarArgs) (string, error) {
+	var parts []string
+	for _, a := range params.Args {
+		parts = append(parts, a.String())
+	}
+	return "", errors.New("chat template raised: " + strings.Join(parts, " "))
+}
+
+func (t *Tokenizer) compiledTemplate() (*exec.Template, error) {
+	t.cfg.once.Do(func() {
+		cfg := config.New()
+		cfg.TrimBlocks = true
+		cfg.LeftStripBlocks = true
+		loader, err := loaders.NewMemoryLoader(map[string]string{"/chat_template": t.cfg.template})
+		if err != nil {
+			t.cfg.err = err
+			return
+		}
+		t.cfg.compiled, err = exec.NewTemplate("/chat_template", cfg, loader, gonja.DefaultEnvironment)
+		if err != nil {
+			t.cfg.err = fmt.Errorf("tokenizer_config.json: chat_template: %v", err)
+		}
+	})
+	return t.cfg.compiled, t.cfg.err
+}
+
+func (t *Tokenizer) defaultChat(messages []Message, addGenerationPrompt bool) string {
+	var b strings.Builder
+	for i, m := range messages {
+		if i == 0 {
+			b.WriteString(t.BOS())
+		}
+		b.WriteString(TokenStartHeader)
+		b.WriteString(m.Role)
+		b.WriteString(TokenEndHeader + "\n\n")
+		b.WriteString(strings.TrimSpace(m.Content))
+		b.WriteString(TokenEOT)
+	}
+	if addGenerationPrompt {
+		b.WriteString(TokenStartHeader + "assistant" + TokenEndHeader + "\n\n")
+	}
+	return b.String()
+}
+
+// EncodeChat encodes a system + user request with the generation prompt and
+// returns the length of its shared prefix: the templated system message
+// (BOS, system header, content, end of turn), or only BOS when system is
+// empty. ids[:prefixLen] equals Encode of the prefix text alone; an error
+// says so when the template does not allow that (the prefix text is not a
+// prefix of the prompt, or its last token merges with what follows).
+//
+//	ids: [n]; prefixLen ≤ n
+func (t *Tokenizer) EncodeChat(system, user string) (ids []int32, prefixLen int, err error) {
+	var msgs []Message
+	var prefix string
+	if system != "" {
+		msgs = append(msgs, Message{Role: "system", Content: system})
+		if prefix, err = t.ApplyChat(msgs, false); err != nil {
+			return nil, 0, err
+		}
+	} else {
+		prefix = t.BOS()
+	}
+	msgs = append(msgs, Message{Role: "user", Content: user})
+	full, err := t.ApplyChat(msgs, true)
+	if err != nil {
+		return nil, 0, err
+	}
+	if !strings.HasPrefix(full, prefix) {
+		return nil, 0, fmt.Errorf("tokenizer: chat template output does not start with the templated system message %q", abbrevString(prefix))
+	}
+	ids = t.Encode(full)
+	pre := t.Encode(prefix)
+	if len(pre) > len(ids) || !equalIDs(ids[:len(pre)], pre) {
+		return nil, 0, fmt.Errorf("tokenizer: the shared prefix %q does not end on a token boundary of the prompt", abbrevString(prefix))
+	}
+	return ids, len(pre), nil
+}
+
+func equalIDs(a, b []int32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func abbrevString(s string) string {
+	if len(s) > 60 {
+		return s[:60] + "..."
+	}
+	return s
+}

@@ -1,0 +1,555 @@
+package tokenizer
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/dlclark/regexp2"
+	"golang.org/x/text/unicode/norm"
+)
+
+// Load reads dir/tokenizer.json and, when present, dir/tokenizer_config.json
+// (chat template, BOS/EOS token names).
+func Load(dir string) (*Tokenizer, error) {
+	t, err := LoadFile(filepath.Join(dir, "tokenizer.json"))
+	if err != nil {
+		return nil, err
+	}
+	cfgPath := filepath.Join(dir, "tokenizer_config.json")
+	data, err := os.ReadFile(cfgPath)
+	if errors.Is(err, fs.ErrNotExist) {
+		return t, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := t.parseConfig(data, cfgPath); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// LoadFile reads a Hugging Face tokenizer.json holding a byte-level BPE
+// model. It does not read tokenizer_config.json: the tokenizer has no chat
+// template and ApplyChat uses LLaDA's format.
+func LoadFile(path string) (*Tokenizer, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return parse(data, filepath.Base(path))
+}
+
+// object is a JSON object whose fields are checked against a list of
+// known names, so that a field this package does not implement is reported
+// instead of silently ignored.
+type object struct {
+	m     map[string]json.RawMessage
+	where string // "tokenizer.json: pre_tokenizer", for errors
+}
+
+func decodeObject(raw json.RawMessage, where string) (object, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return object{}, fmt.Errorf("%s: %v", where, err)
+	}
+	if m == nil {
+		return object{}, fmt.Errorf("%s: want an object, got %s", where, abbrev(raw))
+	}
+	return object{m: m, where: where}, nil
+}
+
+// known reports the first field not in names.
+func (o object) known(names ...string) error {
+	var unknown []string
+	for k := range o.m {
+		found := false
+		for _, n := range names {
+			if k == n {
+				found = true
+				break
+			}
+		}
+		if !found {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return fmt.Errorf("%s: field %q is not supported", o.where, unknown[0])
+	}
+	return nil
+}
+
+// get decodes field name into v; a missing or null field leaves v as is.
+func (o object) get(name string, v any) error {
+	raw, ok := o.m[name]
+	if !ok || isNull(raw) {
+		return nil
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return fmt.Errorf("%s: field %q: %v", o.where, name, err)
+	}
+	return nil
+}
+
+// typ returns the "type" field.
+func (o object) typ() (string, error) {
+	var t string
+	if err := o.get("type", &t); err != nil {
+		return "", err
+	}
+	if t == "" {
+		return "", fmt.Errorf("%s: missing \"type\"", o.where)
+	}
+	return t, nil
+}
+
+func (o object) unsupportedType(t string) error {
+	return fmt.Errorf("%s type %q is not supported", o.where, t)
+}
+
+func isNull(raw json.RawMessage) bool {
+	return len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null"
+}
+
+func abbrev(raw json.RawMessage) string {
+	s := string(raw)
+	if len(s) > 40 {
+		s = s[:40] + "..."
+	}
+	return s
+}
+
+// addedTokenJSON is one entry of tokenizer.json's added_tokens.
+type addedTokenJSON struct {
+	ID         int32  `json:"id"`
+	Content    string `json:"content"`
+	SingleWord bool   `json:"single_word"`
+	LStrip     bool   `json:"lstrip"`
+	RStrip     bool   `json:"rstrip"`
+	Normalized bool   `json:"normalized"`
+	Special    bool   `json:"special"`
+}
+
+// parse builds a Tokenizer from the bytes of a tokenizer.json; name is the
+// file name used in errors.
+func parse(data []byte, name string) (*Tokenizer, error) {
+	top, err := decodeObject(data, name)
+	if err != nil {
+		return nil, err
+	}
+	if err := top.known("version", "truncation", "padding", "added_tokens", "normalizer",
+		"pre_tokenizer", "post_processor", "decoder", "model"); err != nil {
+		return nil, err
+	}
+	if raw, ok := top.m["truncation"]; ok && !isNull(raw) {
+		return nil, fmt.Errorf("%s: truncation is not supported (want null)", name)
+	}
+	// padding only matters for batches, which this package does not build.
+
+	t := &Tokenizer{source: data, name: name}
+	t.cache.m = make(map[string][]int32)
+
+	if err := t.parseModel(top, name); err != nil {
+		return nil, err
+	}
+	if err := t.parseAdded(top, name); err != nil {
+		return nil, err
+	}
+	if raw, ok := top.m["normalizer"]; ok && !isNull(raw) {
+		if t.norm, err = parseNormalizer(raw, name+": normalizer"); err != nil {
+			return nil, err
+		}
+	}
+	raw, ok := top.m["pre_tokenizer"]
+	if !ok || isNull(raw) {
+		return nil, fmt.Errorf("%s: pre_tokenizer is null; a byte-level BPE needs a ByteLevel pre_tokenizer", name)
+	}
+	hasByteLevel := false
+	if t.pre, err = parsePreTokenizer(raw, name+": pre_tokenizer", &hasByteLevel); err != nil {
+		return nil, err
+	}
+	if !hasByteLevel {
+		return nil, fmt.Errorf("%s: pre_tokenizer has no ByteLevel step; only byte-level BPE is supported", name)
+	}
+	if raw, ok := top.m["post_processor"]; ok && !isNull(raw) {
+		if err := checkPostProcessor(raw, name+": post_processor"); err != nil {
+			return nil, err
+		}
+	}
+	raw, ok = top.m["decoder"]
+	if !ok || isNull(raw) {
+		return nil, fmt.Errorf("%s: decoder is null; want ByteLevel", name)
+	}
+	if err := checkDecoder(raw, name+": decoder"); err != nil {
+		return nil, err
+	}
+	t.finish()
+	return t, nil
+}
+
+func (t *Tokenizer) parseModel(top object, name string) error {
+	raw, ok := top.m["model"]
+	if !ok || isNull(raw) {
+		return fmt.Errorf("%s: missing model", name)
+	}
+	m, err := decodeObject(raw, name+": model")
+	if err != nil {
+		return err
+	}
+	typ, err := m.typ()
+	if err != nil {
+		// Old files omit the model type; BPE is recognized by its merges.
+		if _, ok := m.m["merges"]; !ok {
+			return err
+		}
+		typ = "BPE"
+	}
+	if typ != "BPE" {
+		return m.unsupportedType(typ)
+	}
+	if err := m.known("type", "dropout", "unk_token", "continuing_subword_prefix",
+		"end_of_word_suffix", "fuse_unk", "byte_fallback", "ignore_merges", "vocab", "merges"); err != nil {
+		return err
+	}
+	var dropout *float64
+	if err := m.get("dropout", &dropout); err != nil {
+		return err
+	}
+	if dropout != nil && *dropout != 0 {
+		return fmt.Errorf("%s: model dropout %v is not supported (want null)", name, *dropout)
+	}
+	var byteFallback bool
+	if err := m.get("byte_fallback", &byteFallback); err != nil {
+		return err
+	}
+	if byteFallback {
+		return fmt.Errorf("%s: model byte_fallback true is not supported", name)
+	}
+	for _, f := range []string{"continuing_subword_prefix", "end_of_word_suffix"} {
+		var s string
+		if err := m.get(f, &s); err != nil {
+			return err
+		}
+		if s != "" {
+			return fmt.Errorf("%s: model %s %q is not supported (want null)", name, f, s)
+		}
+	}
+	if err := m.get("fuse_unk", &t.fuseUnk); err != nil {
+		return err
+	}
+	if err := m.get("ignore_merges", &t.ignoreMerges); err != nil {
+		return err
+	}
+	var unk string
+	if err := m.get("unk_token", &unk); err != nil {
+		return err
+	}
+
+	vocab := map[string]int32{}
+	if err := m.get("vocab", &vocab); err != nil {
+		return err
+	}
+	if len(vocab) == 0 {
+		return fmt.Errorf("%s: model vocab is empty", name)
+	}
+	t.vocab = vocab
+	for tok, id := range vocab {
+		if id < 0 {
+			return fmt.Errorf("%s: model vocab: token %q has negative id %d", name, tok, id)
+		}
+	}
+	t.unk = -1
+	if unk != "" {
+		id, ok := vocab[unk]
+		if !ok {
+			return fmt.Errorf("%s: model unk_token %q is not in the vocab", name, unk)
+		}
+		t.unk = id
+	}
+
+	var merges []json.RawMessage
+	if err := m.get("merges", &merges); err != nil {
+		return err
+	}
+	t.merges = make(map[uint64]merge, len(merges))
+	t.mergeList = make([][2]string, 0, len(merges))
+	for i, rawMerge := range merges {
+		var a, b string
+		var s string
+		var pair []string
+		if json.Unmarshal(rawMerge, &s) == nil {
+			var found bool
+			a, b, found = strings.Cut(s, " ")
+			if !found || strings.Contains(b, " ") {
+				return fmt.Errorf("%s: model merges[%d] %q: want two tokens separated by one space", name, i, s)
+			}
+		} else if json.Unmarshal(rawMerge, &pair) == nil && len(pair) == 2 {
+			a, b = pair[0], pair[1]
+		} else {
+			return fmt.Errorf("%s: model merges[%d] %s: want \"a b\" or [\"a\", \"b\"]", name, i, abbrev(rawMerge))
+		}
+		ia, ok1 := vocab[a]
+		ib, ok2 := vocab[b]
+		ic, ok3 := vocab[a+b]
+		switch {
+		case !ok1:
+			return fmt.Errorf("%s: model merges[%d]: token %q is not in the vocab", name, i, a)
+		case !ok2:
+			return fmt.Errorf("%s: model merges[%d]: token %q is not in the vocab", name, i, b)
+		case !ok3:
+			return fmt.Errorf("%s: model merges[%d]: merged token %q is not in the vocab", name, i, a+b)
+		}
+		// As in Hugging Face tokenizers, a repeated pair takes its last rank.
+		t.merges[pairKey(ia, ib)] = merge{rank: int32(i), id: ic}
+		t.mergeList = append(t.mergeList, [2]string{a, b})
+	}
+	return nil
+}
+
+func (t *Tokenizer) parseAdded(top object, name string) error {
+	var added []addedTokenJSON
+	if err := top.get("added_tokens", &added); err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	for i, a := range added {
+		if a.Content == "" {
+			return fmt.Errorf("%s: added_tokens[%d] has empty content", name, i)
+		}
+		if a.ID < 0 {
+			return fmt.Errorf("%s: added_tokens[%d] %q has negative id %d", name, i, a.Content, a.ID)
+		}
+		if seen[a.Content] {
+			return fmt.Errorf("%s: added_tokens[%d] %q appears twice", name, i, a.Content)
+		}
+		seen[a.Content] = true
+		if id, ok := t.vocab[a.Content]; ok && id != a.ID {
+			return fmt.Errorf("%s: added_tokens[%d] %q has id %d but the vocab gives it id %d", name, i, a.Content, a.ID, id)
+		}
+		t.added = append(t.added, addedToken{
+			id: a.ID, content: a.Content, special: a.Special,
+			singleWord: a.SingleWord, lstrip: a.LStrip, rstrip: a.RStrip,
+		})
+	}
+	return nil
+}
+
+func parseNormalizer(raw json.RawMessage, where string) (normalizer, error) {
+	o, err := decodeObject(raw, where)
+	if err != nil {
+		return nil, err
+	}
+	typ, err := o.typ()
+	if err != nil {
+		return nil, err
+	}
+	switch typ {
+	case "NFC", "NFD", "NFKC", "NFKD", "Lowercase":
+		if err := o.known("type"); err != nil {
+			return nil, err
+		}
+		switch typ {
+		case "NFC":
+			return normForm{norm.NFC}, nil
+		case "NFD":
+			return normForm{norm.NFD}, nil
+		case "NFKC":
+			return normForm{norm.NFKC}, nil
+		case "NFKD":
+			return normForm{norm.NFKD}, nil
+		}
+		return lowercase{}, nil
+	case "Sequence":
+		if err := o.known("type", "normalizers"); err != nil {
+			return nil, err
+		}
+		var list []json.RawMessage
+		if err := o.get("normalizers", &list); err != nil {
+			return nil, err
+		}
+		var seq normSequence
+		for i, r := range list {
+			n, err := parseNormalizer(r, fmt.Sprintf("%s.normalizers[%d]", where, i))
+			if err != nil {
+				return nil, err
+			}
+			seq = append(seq, n)
+		}
+		return seq, nil
+	}
+	return nil, o.unsupportedType(typ)
+}
+
+func parsePreTokenizer(raw json.RawMessage, where string, hasByteLevel *bool) (preTokenizer, error) {
+	o, err := decodeObject(raw, where)
+	if err != nil {
+		return nil, err
+	}
+	typ, err := o.typ()
+	if err != nil {
+		return nil, err
+	}
+	switch typ {
+	case "ByteLevel":
+		if err := o.known("type", "add_prefix_space", "trim_offsets", "use_regex"); err != nil {
+			return nil, err
+		}
+		// Hugging Face's defaults: add_prefix_space and use_regex true.
+		addPrefix, useRegex := true, true
+		if err := o.get("add_prefix_space", &addPrefix); err != nil {
+			return nil, err
+		}
+		if err := o.get("use_regex", &useRegex); err != nil {
+			return nil, err
+		}
+		p := byteLevelPre{addPrefixSpace: addPrefix}
+		if useRegex {
+			if p.re, err = compileRegex(PatternGPT2, where); err != nil {
+				return nil, err
+			}
+		}
+		*hasByteLevel = true
+		return p, nil
+	case "Split":
+		if err := o.known("type", "pattern", "behavior", "invert"); err != nil {
+			return nil, err
+		}
+		var pat struct {
+			Regex  *string `json:"Regex"`
+			String *string `json:"String"`
+		}
+		if err := o.get("pattern", &pat); err != nil {
+			return nil, err
+		}
+		var src string
+		switch {
+		case pat.Regex != nil:
+			src = *pat.Regex
+		case pat.String != nil:
+			src = regexp2.Escape(*pat.String)
+		default:
+			return nil, fmt.Errorf("%s: pattern wants {\"Regex\": ...} or {\"String\": ...}", where)
+		}
+		var behavior string
+		if err := o.get("behavior", &behavior); err != nil {
+			return nil, err
+		}
+		b, ok := behaviorNames[behavior]
+		if !ok {
+			return nil, fmt.Errorf("%s: behavior %q is not supported", where, behavior)
+		}
+		p := splitPre{behavior: b}
+		if err := o.get("invert", &p.invert); err != nil {
+			return nil, err
+		}
+		if p.re, err = compileRegex(src, where); err != nil {
+			return nil, err
+		}
+		return p, nil
+	case "Digits":
+		if err := o.known("type", "individual_digits"); err != nil {
+			return nil, err
+		}
+		var p digitsPre
+		if err := o.get("individual_digits", &p.individual); err != nil {
+			return nil, err
+		}
+		return p, nil
+	case "Sequence":
+		if err := o.known("type", "pretokenizers"); err != nil {
+			return nil, err
+		}
+		var list []json.RawMessage
+		if err := o.get("pretokenizers", &list); err != nil {
+			return nil, err
+		}
+		var seq preSequence
+		for i, r := range list {
+			p, err := parsePreTokenizer(r, fmt.Sprintf("%s.pretokenizers[%d]", where, i), hasByteLevel)
+			if err != nil {
+				return nil, err
+			}
+			seq = append(seq, p)
+		}
+		return seq, nil
+	}
+	return nil, o.unsupportedType(typ)
+}
+
+// checkPostProcessor accepts the post-processors that only add special
+// tokens around an encoding (ignored: Encode adds none; the chat template
+// adds BOS) or fix offsets.
+func checkPostProcessor(raw json.RawMessage, where string) error {
+	o, err := decodeObject(raw, where)
+	if err != nil {
+		return err
+	}
+	typ, err := o.typ()
+	if err != nil {
+		return err
+	}
+	switch typ {
+	case "ByteLevel":
+		return o.known("type", "add_prefix_space", "trim_offsets", "use_regex")
+	case "TemplateProcessing":
+		return o.known("type", "single", "pair", "special_tokens")
+	case "Sequence":
+		if err := o.known("type", "processors"); err != nil {
+			return err
+		}
+		var list []json.RawMessage
+		if err := o.get("processors", &list); err != nil {
+			return err
+		}
+		for i, r := range list {
+			if err := checkPostProcessor(r, fmt.Sprintf("%s.processors[%d]", where, i)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return o.unsupportedType(typ)
+}
+
+// checkDecoder accepts the ByteLevel decoder (alone or in a Sequence).
+func checkDecoder(raw json.RawMessage, where string) error {
+	o, err := decodeObject(raw, where)
+	if err != nil {
+		return err
+	}
+	typ, err := o.typ()
+	if err != nil {
+		return err
+	}
+	switch typ {
+	case "ByteLevel":
+		return o.known("type", "add_prefix_space", "trim_offsets", "use_regex")
+	case "Sequence":
+		if err := o.known("type", "decoders"); err != nil {
+			return err
+		}
+		var list []json.RawMessage
+		if err := o.get("decoders", &list); err != nil {
+			return err
+		}
+		if len(list) == 0 {
+			return fmt.Errorf("%s: empty Sequence", where)
+		}
+		for i, r := range list {
+			if err := checkDecoder(r, fmt.Sprintf("%s.decoders[%d]", where, i)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return o.unsupportedType(typ)
+}

@@ -1,0 +1,349 @@
+package tokenizer
+
+import (
+	"container/heap"
+	"sort"
+	"strings"
+	"sync"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Tokenizer is a byte-level BPE tokenizer read from a Hugging Face
+// tokenizer.json (Load, LoadFile) or trained (Train). It is safe for
+// concurrent use.
+type Tokenizer struct {
+	name   string // file name for errors
+	source []byte // the tokenizer.json it was built from; Save writes it back
+
+	vocab        map[string]int32
+	idToToken    []string // "" where an id has no token
+	merges       map[uint64]merge
+	mergeList    [][2]string
+	unk          int32 // -1 when there is no unk_token
+	fuseUnk      bool
+	ignoreMerges bool
+	runeID       map[rune]int32 // vocab ids of one-rune tokens
+
+	added   []addedToken
+	addedID map[int32]*addedToken
+	// addedByFirst lists the added tokens by their first byte, longest
+	// first, for leftmost-longest matching.
+	addedByFirst [256][]*addedToken
+
+	norm normalizer
+	pre  preTokenizer
+
+	cfg chatConfig
+
+	cache struct {
+		sync.RWMutex
+		m map[string][]int32
+	}
+}
+
+// merge is the rank of a merge rule and the id of the token it makes.
+type merge struct {
+	rank int32
+	id   int32
+}
+
+func pairKey(a, b int32) uint64 { return uint64(uint32(a))<<32 | uint64(uint32(b)) }
+
+// addedToken is an entry of tokenizer.json's added_tokens.
+type addedToken struct {
+	id                        int32
+	content                   string
+	special                   bool
+	singleWord, lstrip, rstrip bool
+}
+
+// maxCacheEntries bounds the per-word BPE cache; it is cleared when full.
+const maxCacheEntries = 1 << 17
+
+// finish builds the lookup tables once vocab, merges and added tokens are
+// set.
+func (t *Tokenizer) finish() {
+	n := int32(0)
+	for _, id := range t.vocab {
+		n = max(n, id+1)
+	}
+	for _, a := range t.added {
+		n = max(n, a.id+1)
+	}
+	t.idToToken = make([]string, n)
+	for tok, id := range t.vocab {
+		t.idToToken[id] = tok
+	}
+	t.runeID = make(map[rune]int32)
+	for tok, id := range t.vocab {
+		if r, size := utf8.DecodeRuneInString(tok); size == len(tok) && r != utf8.RuneError {
+			t.runeID[r] = id
+		}
+	}
+	t.addedID = make(map[int32]*addedToken, len(t.added))
+	for i := range t.added {
+		a := &t.added[i]
+		t.idToToken[a.id] = a.content
+		t.addedID[a.id] = a
+		t.addedByFirst[a.content[0]] = append(t.addedByFirst[a.content[0]], a)
+	}
+	for i := range t.addedByFirst {
+		l := t.addedByFirst[i]
+		sort.SliceStable(l, func(x, y int) bool { return len(l[x].content) > len(l[y].content) })
+	}
+}
+
+// VocabSize is the largest token id plus one, added tokens included.
+func (t *Tokenizer) VocabSize() int { return len(t.idToToken) }
+
+// TokenID returns the id of a token: an added token's content or a vocab
+// entry in its byte-level form (a leading space is "Ġ").
+func (t *Tokenizer) TokenID(s string) (int32, bool) {
+	for _, a := range t.added {
+		if a.content == s {
+			return a.id, true
+		}
+	}
+	id, ok := t.vocab[s]
+	return id, ok
+}
+
+// Token returns the token of id as stored (byte-level form for vocab
+// entries, content for added tokens), or "" for an unknown id.
+func (t *Tokenizer) Token(id int32) string {
+	if id < 0 || int(id) >= len(t.idToToken) {
+		return ""
+	}
+	return t.idToToken[id]
+}
+
+// IsSpecial reports whether id is an added token marked special.
+func (t *Tokenizer) IsSpecial(id int32) bool {
+	a, ok := t.addedID[id]
+	return ok && a.special
+}
+
+// Encode turns text into token ids. Added tokens (special or not) are
+// matched in the raw text first, leftmost-longest, as Hugging Face does;
+// the text between them is normalized, pre-tokenized, byte-mapped and
+// BPE-merged. No BOS or EOS is added.
+func (t *Tokenizer) Encode(text string) []int32 {
+	var ids []int32
+	var pieces []string
+	t.splitAdded(text, func(seg string, added int32) {
+		if added >= 0 {
+			ids = append(ids, added)
+			return
+		}
+		if t.norm != nil {
+			seg = t.norm.normalize(seg)
+		}
+		pieces = t.pre.split(pieces[:0], seg)
+		for _, w := range pieces {
+			ids = t.bpeWord(ids, w)
+		}
+	})
+	return ids
+}
+
+// splitAdded calls fn, in order, for every stretch of text between added
+// tokens (with added = -1) and for every added token found (with its id).
+func (t *Tokenizer) splitAdded(text string, fn func(seg string, added int32)) {
+	start := 0 // start of the pending text stretch
+	i := 0
+	for i < len(text) {
+		cands := t.addedByFirst[text[i]]
+		var hit *addedToken
+		for _, a := range cands {
+			if strings.HasPrefix(text[i:], a.content) && (!a.singleWord || t.wordBounded(text, i, i+len(a.content))) {
+				hit = a
+				break
+			}
+		}
+		if hit == nil {
+			i++
+			continue
+		}
+		segEnd := i
+		if hit.lstrip {
+			segEnd = len(strings.TrimRightFunc(text[start:i], unicode.IsSpace)) + start
+		}
+		if segEnd > start {
+			fn(text[start:segEnd], -1)
+		}
+		fn(hit.content, hit.id)
+		i += len(hit.content)
+		if hit.rstrip {
+			i = len(text) - len(strings.TrimLeftFunc(text[i:], unicode.IsSpace))
+		}
+		start = i
+	}
+	if start < len(text) {
+		fn(text[start:], -1)
+	}
+}
+
+// wordBounded reports whether text[i:j] is not glued to word characters on
+// either side (the single_word rule).
+func (t *Tokenizer) wordBounded(text string, i, j int) bool {
+	isWord := func(r rune) bool { return r == '_' || unicode.IsLetter(r) || unicode.IsNumber(r) }
+	if i > 0 {
+		r, _ := utf8.DecodeLastRuneInString(text[:i])
+		if isWord(r) {
+			return false
+		}
+	}
+	if j < len(text) {
+		r, _ := utf8.DecodeRuneInString(text[j:])
+		if isWord(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// bpeWord appends the ids of one pre-tokenized (byte-mapped) word.
+func (t *Tokenizer) bpeWord(dst []int32, w string) []int32 {
+	if t.ignoreMerges {
+		if id, ok := t.vocab[w]; ok {
+			return append(dst, id)
+		}
+	}
+	t.cache.RLock()
+	ids, ok := t.cache.m[w]
+	t.cache.RUnlock()
+	if ok {
+		return append(dst, ids...)
+	}
+	ids = t.bpe(w)
+	t.cache.Lock()
+	if len(t.cache.m) >= maxCacheEntries {
+		t.cache.m = make(map[string][]int32)
+	}
+	t.cache.m[w] = ids
+	t.cache.Unlock()
+	return append(dst, ids...)
+}
+
+// bpe merges the runes of w by merge rank: repeatedly the adjacent pair of
+// lowest rank (leftmost among equals) is merged, until no pair has a rule.
+func (t *Tokenizer) bpe(w string) []int32 {
+	syms := make([]bpeSym, 0, len(w))
+	for _, r := range w {
+		id, ok := t.runeID[r]
+		if !ok {
+			if t.unk < 0 {
+				continue // Hugging Face drops a symbol it cannot map
+			}
+			if t.fuseUnk && len(syms) > 0 && syms[len(syms)-1].id == t.unk {
+				continue
+			}
+			id = t.unk
+		}
+		syms = append(syms, bpeSym{id: id})
+	}
+	n := len(syms)
+	for i := range syms {
+		syms[i].prev = int32(i - 1)
+		syms[i].next = int32(i + 1)
+	}
+	if n > 0 {
+		syms[n-1].next = -1
+	}
+	var q pairQueue
+	push := func(i int32) {
+		j := syms[i].next
+		if j < 0 {
+			return
+		}
+		if m, ok := t.merges[pairKey(syms[i].id, syms[j].id)]; ok {
+			heap.Push(&q, pairCand{rank: m.rank, pos: i, left: syms[i].id, right: syms[j].id, id: m.id})
+		}
+	}
+	for i := 0; i < n-1; i++ {
+		push(int32(i))
+	}
+	for q.Len() > 0 {
+		c := heap.Pop(&q).(pairCand)
+		s := &syms[c.pos]
+		if s.dead || s.id != c.left || s.next < 0 || syms[s.next].id != c.right {
+			continue // stale
+		}
+		r := &syms[s.next]
+		s.id = c.id
+		r.dead = true
+		s.next = r.next
+		if s.next >= 0 {
+			syms[s.next].prev = c.pos
+		}
+		if s.prev >= 0 {
+			push(s.prev)
+		}
+		push(c.pos)
+	}
+	out := make([]int32, 0, n)
+	for i := 0; i >= 0 && i < n; i = int(syms[i].next) {
+		out = append(out, syms[i].id)
+	}
+	return out
+}
+
+type bpeSym struct {
+	id         int32
+	prev, next int32
+	dead       bool
+}
+
+type pairCand struct {
+	rank, pos       int32
+	left, right, id int32
+}
+
+// pairQueue is a min-heap by (rank, pos).
+type pairQueue []pairCand
+
+func (q pairQueue) Len() int { return len(q) }
+func (q pairQueue) Less(i, j int) bool {
+	if q[i].rank != q[j].rank {
+		return q[i].rank < q[j].rank
+	}
+	return q[i].pos < q[j].pos
+}
+func (q pairQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *pairQueue) Push(x any)   { *q = append(*q, x.(pairCand)) }
+func (q *pairQueue) Pop() any {
+	old := *q
+	x := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return x
+}
+
+// Decode turns ids back into text: vocab tokens through the ByteLevel
+// decoder, added tokens as their content. Invalid UTF-8 (a sequence cut
+// inside a character) becomes U+FFFD. Unknown ids are skipped.
+func (t *Tokenizer) Decode(ids []int32) string {
+	return t.decode(ids, false)
+}
+
+// DecodeSkipSpecial is Decode without the added tokens marked special.
+func (t *Tokenizer) DecodeSkipSpecial(ids []int32) string {
+	return t.decode(ids, true)
+}
+
+func (t *Tokenizer) decode(ids []int32, skipSpecial bool) string {
+	var buf []byte
+	for _, id := range ids {
+		if a, ok := t.addedID[id]; ok {
+			if !(skipSpecial && a.special) {
+				buf = append(buf, a.content...)
+			}
+			continue
+		}
+		if id < 0 || int(id) >= len(t.idToToken) {
+			continue
+		}
+		buf = byteLevelUnmap(buf, t.idToToken[id])
+	}
+	return strings.ToValidUTF8(string(buf), "\uFFFD")
+}
