@@ -208,29 +208,44 @@ func (t *Tokenizer) defaultChat(messages []Message, addGenerationPrompt bool) st
 // EncodeChat encodes a system + user request with the generation prompt and
 // returns the length of its shared prefix: the templated system message
 // (BOS, system header, content, end of turn), or only BOS when system is
-// empty. ids[:prefixLen] equals Encode of the prefix text alone; an error
-// says so when the template does not allow that (the prefix text is not a
-// prefix of the prompt, or its last token merges with what follows).
+// empty. ids[:prefixLen] equals Encode of the prefix text alone.
+//
+// The prefix text is found by rendering the system message alone and
+// keeping what it shares with the full prompt up to its last <|eot_id|>:
+// LLaDA-8B-Instruct's shipped template appends the assistant header even
+// without add_generation_prompt, so the system-only rendering is not itself
+// a prefix of the prompt. An error says so when no clean split exists (no
+// shared end of turn, or the prefix's last token merges with what follows).
 //
 //	ids: [n]; prefixLen ≤ n
 func (t *Tokenizer) EncodeChat(system, user string) (ids []int32, prefixLen int, err error) {
 	var msgs []Message
-	var prefix string
 	if system != "" {
 		msgs = append(msgs, Message{Role: "system", Content: system})
-		if prefix, err = t.ApplyChat(msgs, false); err != nil {
-			return nil, 0, err
-		}
-	} else {
-		prefix = t.BOS()
 	}
 	msgs = append(msgs, Message{Role: "user", Content: user})
 	full, err := t.ApplyChat(msgs, true)
 	if err != nil {
 		return nil, 0, err
 	}
+	prefix := t.BOS()
+	if system != "" {
+		sys, err := t.ApplyChat(msgs[:1], false)
+		if err != nil {
+			return nil, 0, err
+		}
+		n := 0
+		for n < len(sys) && n < len(full) && sys[n] == full[n] {
+			n++
+		}
+		end := strings.LastIndex(full[:n], TokenEOT)
+		if end < 0 {
+			return nil, 0, fmt.Errorf("tokenizer: the prompt and the templated system message share no %s to end the prefix at", TokenEOT)
+		}
+		prefix = full[:end+len(TokenEOT)]
+	}
 	if !strings.HasPrefix(full, prefix) {
-		return nil, 0, fmt.Errorf("tokenizer: chat template output does not start with the templated system message %q", abbrevString(prefix))
+		return nil, 0, fmt.Errorf("tokenizer: chat template output does not start with %q", abbrevString(prefix))
 	}
 	ids = t.Encode(full)
 	pre := t.Encode(prefix)

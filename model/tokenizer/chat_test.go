@@ -110,3 +110,48 @@ func TestEncodeChat(t *testing.T) {
 		}
 	}
 }
+
+// lladaShipped is the chat_template of LLaDA-8B-Instruct's
+// tokenizer_config.json: unlike LLaDATemplate it appends the assistant
+// header whether or not add_generation_prompt is set.
+const lladaShipped = "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}"
+
+func TestShippedLLaDATemplate(t *testing.T) {
+	shipped := mustLoad(t, "llama3")
+	shipped.cfg.template = lladaShipped
+	plain := mustLoad(t, "llama3")
+	plain.cfg.template = ""
+	msgs := []Message{{"system", "You are helpful."}, {"user", "Hi"}}
+	a, err := shipped.ApplyChat(msgs, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := plain.ApplyChat(msgs, true); a != b {
+		t.Errorf("shipped template and default differ:\n%q\n%q", a, b)
+	}
+	for _, system := range []string{"You are helpful.", ""} {
+		ids, n, err := shipped.EncodeChat(system, "Hi")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, wn, err := plain.EncodeChat(system, "Hi")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != wn || !reflect.DeepEqual(ids, want) {
+			t.Errorf("system %q: shipped template split %d %v, default %d %v", system, n, ids, wn, want)
+		}
+	}
+}
+
+func TestEncodeChatNoCleanSplit(t *testing.T) {
+	tk := mustLoad(t, "gpt2")
+	tk.cfg.template = "{{ bos_token }}{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+	if _, _, err := tk.EncodeChat("sys", "user"); err == nil || !strings.Contains(err.Error(), "<|eot_id|>") {
+		t.Errorf("template without end of turn: %v", err)
+	}
+	ids, n, err := tk.EncodeChat("", "user")
+	if err != nil || n != 1 || len(ids) < 2 {
+		t.Errorf("no system: %v %d %v", ids, n, err)
+	}
+}

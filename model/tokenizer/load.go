@@ -321,6 +321,7 @@ func (t *Tokenizer) parseAdded(top object, name string) error {
 		return err
 	}
 	seen := map[string]bool{}
+	seenID := map[int32]bool{}
 	for i, a := range added {
 		if a.Content == "" {
 			return fmt.Errorf("%s: added_tokens[%d] has empty content", name, i)
@@ -332,6 +333,10 @@ func (t *Tokenizer) parseAdded(top object, name string) error {
 			return fmt.Errorf("%s: added_tokens[%d] %q appears twice", name, i, a.Content)
 		}
 		seen[a.Content] = true
+		if seenID[a.ID] {
+			return fmt.Errorf("%s: added_tokens[%d] %q reuses id %d", name, i, a.Content, a.ID)
+		}
+		seenID[a.ID] = true
 		if id, ok := t.vocab[a.Content]; ok && id != a.ID {
 			return fmt.Errorf("%s: added_tokens[%d] %q has id %d but the vocab gives it id %d", name, i, a.Content, a.ID, id)
 		}

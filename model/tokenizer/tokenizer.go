@@ -25,8 +25,9 @@ type Tokenizer struct {
 	ignoreMerges bool
 	runeID       map[rune]int32 // vocab ids of one-rune tokens
 
-	added   []addedToken
-	addedID map[int32]*addedToken
+	added        []addedToken
+	addedID      map[int32]*addedToken
+	addedContent map[string]int32
 	// addedByFirst lists the added tokens by their first byte, longest
 	// first, for leftmost-longest matching.
 	addedByFirst [256][]*addedToken
@@ -52,9 +53,9 @@ func pairKey(a, b int32) uint64 { return uint64(uint32(a))<<32 | uint64(uint32(b
 
 // addedToken is an entry of tokenizer.json's added_tokens.
 type addedToken struct {
-	id                        int32
-	content                   string
-	special                   bool
+	id                         int32
+	content                    string
+	special                    bool
 	singleWord, lstrip, rstrip bool
 }
 
@@ -82,10 +83,12 @@ func (t *Tokenizer) finish() {
 		}
 	}
 	t.addedID = make(map[int32]*addedToken, len(t.added))
+	t.addedContent = make(map[string]int32, len(t.added))
 	for i := range t.added {
 		a := &t.added[i]
 		t.idToToken[a.id] = a.content
 		t.addedID[a.id] = a
+		t.addedContent[a.content] = a.id
 		t.addedByFirst[a.content[0]] = append(t.addedByFirst[a.content[0]], a)
 	}
 	for i := range t.addedByFirst {
@@ -100,10 +103,8 @@ func (t *Tokenizer) VocabSize() int { return len(t.idToToken) }
 // TokenID returns the id of a token: an added token's content or a vocab
 // entry in its byte-level form (a leading space is "Ġ").
 func (t *Tokenizer) TokenID(s string) (int32, bool) {
-	for _, a := range t.added {
-		if a.content == s {
-			return a.id, true
-		}
+	if id, ok := t.addedContent[s]; ok {
+		return id, true
 	}
 	id, ok := t.vocab[s]
 	return id, ok

@@ -185,6 +185,12 @@ func TestLookups(t *testing.T) {
 // parses the result.
 func mutate(t *testing.T, f func(m map[string]any)) error {
 	t.Helper()
+	_, err := mutateTok(t, f)
+	return err
+}
+
+func mutateTok(t *testing.T, f func(m map[string]any)) (*Tokenizer, error) {
+	t.Helper()
 	data, err := os.ReadFile("testdata/gpt2/tokenizer.json")
 	if err != nil {
 		t.Fatal(err)
@@ -198,8 +204,7 @@ func mutate(t *testing.T, f func(m map[string]any)) error {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = parse(data, "tokenizer.json")
-	return err
+	return parse(data, "tokenizer.json")
 }
 
 func TestErrors(t *testing.T) {
@@ -309,5 +314,34 @@ func TestConcurrentEncode(t *testing.T) {
 		if !<-done {
 			t.Error("concurrent Encode disagrees")
 		}
+	}
+}
+
+func TestPrefixSpaceAndIgnoreMerges(t *testing.T) {
+	tk, err := mutateTok(t, func(m map[string]any) {
+		m["pre_tokenizer"].(map[string]any)["add_prefix_space"] = true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each stretch between added tokens gets its own leading space.
+	if got, want := tokens(tk, tk.Encode("world<|eot_id|>world")), []string{"Ġworld", "<|eot_id|>", "Ġworld"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("add_prefix_space: %q, want %q", got, want)
+	}
+	// ignore_merges: a word found whole in the vocab is one token even when
+	// the merges would split it otherwise ("hello": he·ll·o by rank).
+	plain := mustLoad(t, "gpt2")
+	if got := tokens(plain, plain.Encode("hello")); len(got) != 3 {
+		t.Fatalf("hello without ignore_merges: %q", got)
+	}
+	tk, err = mutateTok(t, func(m map[string]any) {
+		m["model"].(map[string]any)["ignore_merges"] = true
+		m["model"].(map[string]any)["vocab"].(map[string]any)["hello"] = 400.0
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tokens(tk, tk.Encode("hello")); !reflect.DeepEqual(got, []string{"hello"}) {
+		t.Errorf("ignore_merges: %q", got)
 	}
 }
