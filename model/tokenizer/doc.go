@@ -16,6 +16,9 @@
 // then normalizes, pre-tokenizes (regexes run with github.com/dlclark/regexp2,
 // which has the lookahead that `\s+(?!\S)` needs), maps bytes through GPT-2's
 // bytes_to_unicode table and merges by rank; results are cached per word.
+// Unlike Hugging Face, added tokens marked normalized are also matched in the
+// raw text rather than the normalized one; this differs only when the
+// normalizer changes an added token's text.
 //
 // ApplyChat renders messages with the tokenizer_config.json chat template
 // (Jinja, through github.com/nikolalohinski/gonja/v2, with trim_blocks and
