@@ -3,7 +3,7 @@ GO        ?= go
 BIN       := bin/dlmcache
 export CGO_ENABLED := 1
 
-.PHONY: all build deps test run bench vet fuzz clean cuda-deps cuda-check gpu-test
+.PHONY: all build deps test e2e run bench vet fuzz clean cuda-deps cuda-check gpu-test
 
 all: build
 
@@ -26,6 +26,16 @@ vet: deps
 test: deps
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
+	@if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then \
+		$(MAKE) --no-print-directory e2e; \
+	else \
+		echo "e2e: SKIPPED: node/npm not found, so the openai-client test of dlmcache serve did not run (make e2e)"; \
+	fi
+
+# e2e starts `dlmcache serve` on a loopback port and talks to it with the
+# official openai npm client (npm ci needs the npm registry).
+e2e: deps
+	./serve/e2e/run.sh
 
 run: build
 	./$(BIN) generate --model model/testdata/tiny-bf16

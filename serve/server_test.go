@@ -72,7 +72,7 @@ func newTestServer(t *testing.T, method string, budget int64, mod func(*Config))
 	return s
 }
 
-func post(t *testing.T, h http.Handler, path, body string) *httptest.ResponseRecorder {
+func post(t testing.TB, h http.Handler, path, body string) *httptest.ResponseRecorder {
 	t.Helper()
 	req := httptest.NewRequest("POST", path, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
@@ -81,7 +81,7 @@ func post(t *testing.T, h http.Handler, path, body string) *httptest.ResponseRec
 	return rec
 }
 
-func get(t *testing.T, h http.Handler, path string) *httptest.ResponseRecorder {
+func get(t testing.TB, h http.Handler, path string) *httptest.ResponseRecorder {
 	t.Helper()
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dlmcache/dlmcache/cache"
+	"github.com/dlmcache/dlmcache/lut"
+	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/serve"
+)
+
+type serveOptions struct {
+	f *factory
+
+	Model          string
+	Device         string
+	Threads        int
+	Addr           string
+	Method         string
+	Cache          cacheFlags
+	GenLength      int
+	Steps          int
+	BlockLength    int
+	MaxConcurrency int
+	MaxQueue       int
+	QueueWait      time.Duration
+	Timeout        time.Duration
+	Grace          time.Duration
+	MaxBodyBytes   int64
+	MaxContext     int
+	Quiet          bool
+
+	// ready, if not nil, gets the listening address (tests).
+	ready func(addr string)
+}
+
+func newCmdServe(f *factory, runF func(*serveOptions) error) *cobra.Command {
+	opts := &serveOptions{f: f}
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve an OpenAI-compatible HTTP API with shared-prefix caching",
+		Long: `Serve answers POST /v1/chat/completions and POST /v1/completions in
+OpenAI's shapes, with GET /metrics (Prometheus text) and GET /healthz.
+
+A chat's leading system messages are the shared prefix: requests with the
+same one (and the same cache_salt) share its stored K/V. max_tokens sets the
+gen length (rounded up to whole blocks); gen_length, steps, block_length and
+cache_salt are accepted as extra fields; stream=true is refused.
+
+--method defaults to bicache when --lut is given, else none. A table made
+for another model is refused at start.
+
+SIGINT or SIGTERM stop accepting, let the requests in flight finish for up
+to --grace, and exit.`,
+		Example: `  dlmcache serve --model model/testdata/tiny-bf16
+  dlmcache serve --lut out/table.json --addr 127.0.0.1:8080 --cache-bytes 2147483648
+  curl -s localhost:8080/v1/chat/completions -d '{"messages":[{"role":"system","content":"Be terse."},{"role":"user","content":"Hi"}]}'`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if runF != nil {
+				return runF(opts)
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return serveRun(ctx, opts)
+		},
+	}
+	fl := cmd.Flags()
+	addModelFlags(fl, &opts.Model, &opts.Device, &opts.Threads)
+	fl.StringVar(&opts.Addr, "addr", "127.0.0.1:8080", "listen address (host:port; port 0 picks a free one)")
+	fl.StringVar(&opts.Method, "method", "", "caching method: "+fmt.Sprint(cache.Methods)+"; default: bicache with --lut, else none")
+	addCacheFlags(fl, &opts.Cache)
+	fl.IntVar(&opts.GenLength, "gen-length", 0, "default answer slots; 0: the model's default")
+	fl.IntVar(&opts.Steps, "steps", 0, "default denoising steps; 0: the model's default")
+	fl.IntVar(&opts.BlockLength, "block-length", 0, "default block length; 0: the model's default")
+	fl.IntVar(&opts.MaxConcurrency, "max-concurrency", 1, "generations run at once (on a CPU one is fastest: see docs/serving.md)")
+	fl.IntVar(&opts.MaxQueue, "max-queue", 0, "requests that may wait for a generation slot beyond those running (0: 4×max-concurrency); more get 429")
+	fl.DurationVar(&opts.QueueWait, "queue-wait", 0, "longest wait for a generation slot before a 503 (0: --timeout)")
+	fl.DurationVar(&opts.Timeout, "timeout", 5*time.Minute, "per-request time limit, queueing included (504 past it)")
+	fl.DurationVar(&opts.Grace, "grace", 30*time.Second, "on SIGINT/SIGTERM, how long requests in flight may take to finish")
+	fl.Int64Var(&opts.MaxBodyBytes, "max-body-bytes", 1<<20, "largest request body (413 past it)")
+	fl.IntVar(&opts.MaxContext, "max-context", 0, "largest prompt + gen length in tokens (0: the model's max_sequence_length)")
+	fl.BoolVar(&opts.Quiet, "quiet", false, "no per-request log lines")
+	return cmd
+}
+
+func serveRun(ctx context.Context, opts *serveOptions) error {
+	lm, err := loadModel(opts.f, opts.Model, opts.Device, opts.Threads)
+	if err != nil {
+		return err
+	}
+	defer lm.Close()
+	gen, err := lm.genOptions(opts.GenLength, opts.Steps, opts.BlockLength)
+	if err != nil {
+		return err
+	}
+	var table *lut.Table
+	if opts.Cache.LUT != "" {
+		if table, err = readTable(opts.Cache.LUT, lm); err != nil {
+			return err
+		}
+	}
+	method := opts.Method
+	if method == "" {
+		method = "none"
+		if table != nil {
+			method = "bicache"
+		}
+	}
+	ev, err := parseEviction(opts.Cache.Eviction)
+	if err != nil {
+		return err
+	}
+	meth, err := newMethod(method, &opts.Cache, lm, cache.NewStore(lm.Backend, opts.Cache.CacheBytes, ev), table)
+	if err != nil {
+		return err
+	}
+	var logw = opts.f.ErrOut
+	if opts.Quiet {
+		logw = nil
+	}
+	srv, err := serve.New(serve.Config{
+		Model: lm.Model, Name: lm.Name, Method: meth, Gen: gen,
+		Adapt:          func(o model.GenOptions) model.GenOptions { return methodGen(o, meth, &opts.Cache) },
+		MaxConcurrency: opts.MaxConcurrency, MaxQueue: opts.MaxQueue, QueueWait: opts.QueueWait,
+		Timeout: opts.Timeout, MaxBodyBytes: opts.MaxBodyBytes, MaxContext: opts.MaxContext, Log: logw,
+	})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", opts.Addr)
+	if err != nil {
+		return fmt.Errorf("--addr %s: %w", opts.Addr, err)
+	}
+	tableNote := "no table"
+	if table != nil {
+		tableNote = "table " + opts.Cache.LUT
+	}
+	fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: model %s (%s), method %s (%s), store %d bytes %s, gen %d/%d/%d, max concurrency %d; listening on http://%s\n",
+		lm.Name, lm.Fingerprint, method, tableNote, opts.Cache.CacheBytes, opts.Cache.Eviction,
+		gen.GenLength, gen.Steps, gen.BlockLength, max(1, opts.MaxConcurrency), ln.Addr())
+	if opts.ready != nil {
+		opts.ready(ln.Addr().String())
+	}
+	err = srv.Serve(ctx, ln, opts.Grace)
+	fmt.Fprintln(opts.f.ErrOut, "dlmcache serve: stopped")
+	return err
+}

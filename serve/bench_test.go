@@ -1,0 +1,80 @@
+package serve
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/dlmcache/dlmcache/cache"
+	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/cpu"
+	"github.com/dlmcache/dlmcache/model/safetensors"
+)
+
+// BenchmarkConcurrency measures whether running generations side by side
+// beats running them one after another: each iteration sends 4 chat
+// requests (2 shared system messages) through the handler with
+// MaxConcurrency 1, 2 and 4 and reports answer tokens/s over the batch.
+// The model is $DLMCACHE_BENCH_MODEL, or a random-weights checkpoint with 8
+// layers of width 256. Results are in docs/serving.md.
+//
+//	go test ./serve -run '^$' -bench Concurrency -benchtime 3x
+func BenchmarkConcurrency(b *testing.B) {
+	dir := os.Getenv("DLMCACHE_BENCH_MODEL")
+	if dir == "" {
+		dir = filepath.Join(b.TempDir(), "l8-d256")
+		c := model.Config{DModel: 256, NLayers: 8, NHeads: 4, NKVHeads: 4, MLPHiddenSize: 768, VocabSize: 2048,
+			RopeTheta: 10000, RMSNormEps: 1e-5, MaxSequenceLength: 4096}
+		if err := model.WriteRandom(dir, c, 1, safetensors.F32); err != nil {
+			b.Fatal(err)
+		}
+	}
+	m, err := model.Load(dir, cpu.New(0))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	gen := model.GenOptions{GenLength: 64, Steps: 32, BlockLength: 32}
+	systems := []string{strings.Repeat("You answer questions about the weather in short sentences. ", 4),
+		strings.Repeat("You translate English into French, one line per answer. ", 4)}
+	var reqs []string
+	for i := 0; i < 4; i++ {
+		reqs = append(reqs, chatBody(systems[i%2], fmt.Sprintf("Question number %d: what now?", i), ""))
+	}
+	for _, method := range []string{"none", "prefix-all"} {
+		for _, conc := range []int{1, 2, 4} {
+			b.Run(fmt.Sprintf("%s/concurrency-%d", method, conc), func(b *testing.B) {
+				meth := &cache.Method{Name: method, Fingerprint: m.Fingerprint}
+				if method != "none" {
+					meth.Store = cache.NewStore(m.Backend, 1<<30, cache.FIFO)
+				}
+				s, err := New(Config{Model: m, Method: meth, Gen: gen, MaxConcurrency: conc, MaxQueue: len(reqs)})
+				if err != nil {
+					b.Fatal(err)
+				}
+				// Warm the store so that every configuration measures hits.
+				for _, r := range reqs[:2] {
+					post(b, s, "/v1/chat/completions", r)
+				}
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					var wg sync.WaitGroup
+					for _, r := range reqs {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							if rec := post(b, s, "/v1/chat/completions", r); rec.Code != 200 {
+								b.Errorf("%d %s", rec.Code, rec.Body)
+							}
+						}()
+					}
+					wg.Wait()
+				}
+				b.ReportMetric(float64(b.N*len(reqs)*gen.GenLength)/b.Elapsed().Seconds(), "tokens/s")
+			})
+		}
+	}
+}

@@ -1,0 +1,107 @@
+// End-to-end test of `dlmcache serve` with the official openai npm client.
+// run.sh starts the server and sets DLMCACHE_URL; run it with `make e2e`.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import OpenAI from "openai";
+
+const base = process.env.DLMCACHE_URL;
+if (!base) throw new Error("DLMCACHE_URL is not set: run serve/e2e/run.sh (or make e2e)");
+
+const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: "not-needed", maxRetries: 0, timeout: 30_000 });
+const system = "You are a terse assistant. You answer every question in one short sentence.";
+
+async function metric(name) {
+  const page = await (await fetch(`${base}/metrics`)).text();
+  const line = page.split("\n").find((l) => l.startsWith(name + " "));
+  assert.ok(line, `metric ${name} missing from /metrics`);
+  return Number(line.slice(name.length + 1));
+}
+
+let first;
+
+test("chat completion", async () => {
+  first = await client.chat.completions.create({
+    model: "tiny-bf16",
+    messages: [
+      { role: "system", content: system },
+      { role: "user", content: "Say hi." },
+    ],
+    max_tokens: 16,
+  });
+  assert.equal(first.object, "chat.completion");
+  assert.match(first.id, /^chatcmpl-/);
+  assert.equal(first.choices.length, 1);
+  assert.equal(first.choices[0].message.role, "assistant");
+  assert.equal(typeof first.choices[0].message.content, "string");
+  assert.ok(["stop", "length"].includes(first.choices[0].finish_reason));
+  const u = first.usage;
+  assert.ok(u.prompt_tokens > 0);
+  assert.equal(u.total_tokens, u.prompt_tokens + u.completion_tokens);
+  assert.ok(first.dlmcache.prefix_tokens > 0, "the system message is the shared prefix");
+  assert.equal(first.dlmcache.gen_length, 16);
+});
+
+test("a second request with the same system message hits the prefix store", async () => {
+  const hits = await metric("dlmcache_prefix_cache_hits_tokens_total");
+  const queries = await metric("dlmcache_prefix_cache_queries_tokens_total");
+  const second = await client.chat.completions.create({
+    model: "tiny-bf16",
+    messages: [
+      { role: "system", content: system },
+      { role: "user", content: "Now say bye, politely." },
+    ],
+  });
+  assert.equal(second.dlmcache.prefix_hit, true);
+  assert.equal(second.dlmcache.prefix_tokens, first.dlmcache.prefix_tokens);
+  assert.equal(await metric("dlmcache_prefix_cache_hits_tokens_total"), hits + first.dlmcache.prefix_tokens);
+  assert.equal(await metric("dlmcache_prefix_cache_queries_tokens_total"), queries + first.dlmcache.prefix_tokens);
+  assert.ok((await metric('dlmcache_prefix_requests_total{hit="true"}')) >= 1);
+});
+
+test("text completion with a shared system prefix", async () => {
+  const c = await client.completions.create({ model: "tiny-bf16", prompt: "Once upon a time", max_tokens: 8, system: "Stories: " });
+  assert.equal(c.object, "text_completion");
+  assert.equal(typeof c.choices[0].text, "string");
+  assert.equal(c.dlmcache.gen_length, 8);
+});
+
+test("malformed requests get a clear 4xx through the client", async () => {
+  await assert.rejects(
+    client.chat.completions.create({ model: "tiny-bf16", messages: [{ role: "tool", content: "x", tool_call_id: "1" }] }),
+    (err) => {
+      assert.ok(err instanceof OpenAI.BadRequestError, `want BadRequestError, got ${err}`);
+      assert.equal(err.status, 400);
+      assert.equal(err.param, "messages[0].role");
+      assert.match(err.message, /role "tool" is not supported/);
+      return true;
+    },
+  );
+  await assert.rejects(
+    client.chat.completions.create({ model: "tiny-bf16", messages: [{ role: "user", content: "hi" }], stream: true }),
+    (err) => err instanceof OpenAI.BadRequestError && err.param === "stream",
+  );
+  await assert.rejects(
+    client.chat.completions.create({ model: "tiny-bf16", messages: [{ role: "user", content: "hi" }], max_tokens: "many" }),
+    (err) => err instanceof OpenAI.BadRequestError && err.param === "max_tokens",
+  );
+  const raw = await fetch(`${base}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: '{"messages": [' });
+  assert.equal(raw.status, 400);
+  const body = await raw.json();
+  assert.equal(body.error.type, "invalid_request_error");
+  assert.match(body.error.message, /not valid JSON/);
+});
+
+test("the server is still healthy and serving", async () => {
+  const h = await fetch(`${base}/healthz`);
+  assert.equal(h.status, 200);
+  const again = await client.chat.completions.create({
+    model: "tiny-bf16",
+    messages: [
+      { role: "system", content: system },
+      { role: "user", content: "Say hi." },
+    ],
+    max_tokens: 16,
+  });
+  assert.equal(again.choices[0].message.content, first.choices[0].message.content, "same request, same greedy answer");
+  assert.ok((await metric('dlmcache_requests_total{endpoint="/v1/chat/completions",code="400"}')) >= 4);
+});
