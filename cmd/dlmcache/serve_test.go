@@ -1,0 +1,128 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlmcache/dlmcache/lut"
+	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/cpu"
+)
+
+const serveFixture = "../../model/testdata/tiny-bf16"
+
+// writeTable writes a table for a model of nLayers layers and fingerprint
+// fp that serves depth 2 at every ratio.
+func writeTable(t *testing.T, name string, nLayers int, fp string) string {
+	t.Helper()
+	tab, err := lut.Build(lut.ModelID{Name: name, NLayers: nLayers, Fingerprint: fp}, 0.97, []float64{0, 1}, []lut.Sample{{Ratio: 0.5, Depth: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "table.json")
+	if err := tab.Write(p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// syncBuffer is a bytes.Buffer safe for the server's log goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestServeRefusesAnotherModelsTable(t *testing.T) {
+	p := writeTable(t, "llada-8b", 32, "0123456789abcdef")
+	var out, errOut syncBuffer
+	var opts *serveOptions
+	cmd := newCmdServe(&factory{Out: &out, ErrOut: &errOut}, func(o *serveOptions) error { opts = o; return nil })
+	cmd.SetArgs([]string{"--model", serveFixture, "--lut", p, "--threads", "1", "--addr", "127.0.0.1:0"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	err := serveRun(context.Background(), opts)
+	if err == nil || !strings.Contains(err.Error(), "llada-8b") || !strings.Contains(err.Error(), "0123456789abcdef") || !strings.Contains(err.Error(), p) {
+		t.Fatalf("serve with another model's table: %v", err)
+	}
+}
+
+func TestServeRunsAndStops(t *testing.T) {
+	m, err := model.Load(serveFixture, cpu.New(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := writeTable(t, "tiny-bf16", len(m.Blocks), m.Fingerprint)
+	m.Close()
+
+	var out, errOut syncBuffer
+	f := &factory{Out: &out, ErrOut: &errOut}
+	var opts *serveOptions
+	cmd := newCmdServe(f, func(o *serveOptions) error { opts = o; return nil })
+	cmd.SetArgs([]string{"--model", serveFixture, "--lut", p, "--threads", "1", "--addr", "127.0.0.1:0", "--timeout", "30s"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	addr := make(chan string, 1)
+	opts.ready = func(a string) { addr <- a }
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- serveRun(ctx, opts) }()
+	var url string
+	select {
+	case a := <-addr:
+		url = "http://" + a
+	case err := <-done:
+		t.Fatalf("serve stopped at start-up: %v\n%s", err, errOut.String())
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not start listening")
+	}
+	if s := errOut.String(); !strings.Contains(s, "method bicache (table "+p+")") {
+		t.Errorf("start-up line does not say the method defaulted to bicache:\n%s", s)
+	}
+	body := `{"messages":[{"role":"system","content":"Be terse."},{"role":"user","content":"Hi"}]}`
+	resp, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var r struct {
+		Dlmcache struct {
+			Method string `json:"method"`
+			Depth  int    `json:"depth"`
+		} `json:"dlmcache"`
+	}
+	if resp.StatusCode != 200 || json.Unmarshal(raw, &r) != nil || r.Dlmcache.Method != "bicache" || r.Dlmcache.Depth != 2 {
+		t.Errorf("chat completion: %d %s", resp.StatusCode, raw)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("serve after cancel: %v", err)
+	}
+	log := errOut.String()
+	if !strings.Contains(log, "POST /v1/chat/completions 200") || !strings.Contains(log, "dlmcache serve: stopped") {
+		t.Errorf("log:\n%s", log)
+	}
+}
