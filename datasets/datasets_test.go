@@ -324,7 +324,7 @@ func TestRowsHonoured(t *testing.T) {
 	}{
 		{"lookup", 12, func(b string) int { return strings.Count(b, " = ") }},
 		{"arithmetic", 30, func(b string) int { return strings.Count(b, "let ") }}, // capped at 24
-		{"rule", 30, func(b string) int { return strings.Count(b, " -> ") }},      // capped at 26
+		{"rule", 30, func(b string) int { return strings.Count(b, " -> ") }},       // capped at 26
 		{"sequence", 9, func(b string) int { return strings.Count(b, ",") + 1 }},
 	} {
 		want := tc.rows
