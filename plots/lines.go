@@ -57,7 +57,8 @@ func Convergence(n []int, l1 []float64, title string) (*plot.Plot, error) {
 // Sweep draws accuracy (top panel) and throughput in tokens/s (bottom
 // panel) against a swept parameter x — τ or the refresh period R — named by
 // xlabel. The panels share the x range and are aligned; title goes on top.
-// NaN values leave gaps.
+// A positive x spanning a factor of 8 or more (R = 8…64) gets a log axis
+// marked at the swept values. NaN values leave gaps.
 func Sweep(x []float64, xlabel string, accuracy, tps []float64, title string) (*Stack, error) {
 	if len(x) == 0 {
 		return nil, errors.New("plots: sweep: no points")
@@ -92,6 +93,12 @@ func Sweep(x []float64, xlabel string, accuracy, tps []float64, title string) (*
 		}
 		pp.X.Min, pp.X.Max = xmin, xmax
 		pp.X.Tick.Marker, pp.Y.Tick.Marker = niceTicks{}, niceTicks{}
+		if xmin > 0 && xmax >= 8*xmin {
+			// A doubling parameter (R = 8, 16, 32, 64): log axis,
+			// marked at the values swept.
+			pp.X.Scale = plot.LogScale{}
+			pp.X.Tick.Marker = valueTicks(x)
+		}
 		pp.X.Padding = vg.Points(8)
 	}
 	return &Stack{Plots: []*plot.Plot{top, bot}}, nil

@@ -107,6 +107,10 @@ func figureCases() []figureCase {
 			tps := []float64{95, 90, 84, 77, 69, 60, 52, 41, 30}
 			return Sweep(x, "τ", acc, tps, "Sweep over τ & <R>")
 		}, Width, StackHeight, []string{"Sweep over τ &amp; &lt;R&gt;", "throughput (tokens/s)"}},
+		{"sweep_refresh", func() (Figure, error) {
+			x := []float64{8, 16, 32, 64}
+			return Sweep(x, "refresh period R (steps)", []float64{77, 76.5, math.NaN(), 71}, []float64{40, 52, 58, 61}, "Sweep over R")
+		}, Width, StackHeight, []string{"Sweep over R", "refresh period R (steps)"}},
 		{"refresh", func() (Figure, error) {
 			layers, series := refreshData()
 			return Refresh(layers, series, "Deep-layer prefix K/V similarity")
