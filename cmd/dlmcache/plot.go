@@ -1,0 +1,195 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dlmcache/dlmcache/lut"
+	"github.com/dlmcache/dlmcache/plots"
+	"github.com/dlmcache/dlmcache/profile"
+)
+
+// plotOptions are shared by every plot subcommand: one input, one output
+// (.png or .svg by extension).
+type plotOptions struct {
+	f     *factory
+	kind  string
+	In    string
+	Out   string
+	Title string
+}
+
+func newCmdPlot(f *factory) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "plot",
+		Short: "Figures (PNG or SVG) from profile and sweep outputs",
+	}
+	for _, k := range []struct{ name, in, short string }{
+		{"heatmap", "similarity.parquet", "mean prefix K/V similarity over layers × steps (profile --all-steps)"},
+		{"depth", "table.json", "safe depth vs shared-prefix ratio, with spread"},
+		{"convergence", "convergence.json", "table L1 distance vs requests per bin (sweep n)"},
+		{"sweep", "sweep-tau.json|sweep-refresh.json", "accuracy and throughput vs τ or R"},
+		{"refresh", "sweep-refresh.json", "deep-layer similarity: cross-request vs stale vs refreshed"},
+	} {
+		cmd.AddCommand(newCmdPlotKind(f, k.name, k.in, k.short, nil))
+	}
+	return cmd
+}
+
+func newCmdPlotKind(f *factory, kind, in, short string, runF func(*plotOptions) error) *cobra.Command {
+	opts := &plotOptions{f: f, kind: kind}
+	cmd := &cobra.Command{
+		Use:   kind + " " + in + " -o FILE.png|FILE.svg",
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.In = args[0]
+			if runF != nil {
+				return runF(opts)
+			}
+			return plotRun(opts)
+		},
+	}
+	cmd.Flags().StringVarP(&opts.Out, "out", "o", kind+".png", "output file (.png or .svg)")
+	cmd.Flags().StringVar(&opts.Title, "title", "", "figure title")
+	return cmd
+}
+
+func readJSONFile(path string, v any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+func plotRun(opts *plotOptions) error {
+	title := func(def string) string {
+		if opts.Title != "" {
+			return opts.Title
+		}
+		return def
+	}
+	var fig plots.Figure
+	h := plots.Height
+	switch opts.kind {
+	case "heatmap":
+		recs, info, err := profile.ReadAll([]string{opts.In})
+		if err != nil {
+			return err
+		}
+		s, err := meanSimilarity(recs, info.Model.NLayers)
+		if err != nil {
+			return fmt.Errorf("%s: %w", opts.In, err)
+		}
+		p, err := plots.Heatmap(s, title(fmt.Sprintf("prefix K/V similarity, %s (%d requests)", info.Model.Name, info.Requests)))
+		if err != nil {
+			return err
+		}
+		fig = p
+	case "depth":
+		t, err := lut.Read(opts.In)
+		if err != nil {
+			return err
+		}
+		p, err := plots.Depth(t, title(fmt.Sprintf("safe depth vs ratio, %s, τ=%g", t.Model.Name, t.Tau)))
+		if err != nil {
+			return err
+		}
+		fig = p
+	case "convergence":
+		var c struct {
+			Tau    float64                    `json:"tau"`
+			Points []profile.ConvergencePoint `json:"points"`
+		}
+		if err := readJSONFile(opts.In, &c); err != nil {
+			return err
+		}
+		var ns []int
+		var l1 []float64
+		for _, p := range c.Points {
+			ns, l1 = append(ns, p.N), append(l1, p.L1)
+		}
+		p, err := plots.Convergence(ns, l1, title(fmt.Sprintf("table convergence, τ=%g", c.Tau)))
+		if err != nil {
+			return err
+		}
+		fig = p
+	case "sweep", "refresh":
+		var r sweepResult
+		var pic profile.RefreshPicture
+		r.Refresh = &pic
+		if err := readJSONFile(opts.In, &r); err != nil {
+			return err
+		}
+		if opts.kind == "refresh" {
+			if pic.Layers == nil {
+				return fmt.Errorf("%s has no deep-layer picture (write it with dlmcache sweep refresh)", opts.In)
+			}
+			p, err := plots.Refresh(pic.Layers, map[string][]float64{
+				"cross-request": pic.Cross, "stale (first step)": pic.Stale, fmt.Sprintf("refreshed every %d", pic.R): pic.Refreshed,
+			}, title("prefix K/V similarity to the request's own, per layer"))
+			if err != nil {
+				return err
+			}
+			fig = p
+			break
+		}
+		var x, acc, tps []float64
+		for _, p := range r.Points {
+			x, acc, tps = append(x, p.X), append(acc, p.Accuracy), append(tps, p.TokensPerSec)
+		}
+		label := map[string]string{"tau": "τ", "refresh": "refresh period R (steps)"}[r.Param]
+		s, err := plots.Sweep(x, label, acc, tps, title("BiCache vs "+label))
+		if err != nil {
+			return err
+		}
+		fig, h = s, plots.StackHeight
+	}
+	if err := plots.Save(fig, opts.Out, plots.Width, h); err != nil {
+		return err
+	}
+	fmt.Fprintln(opts.f.ErrOut, "wrote", opts.Out)
+	return nil
+}
+
+// meanSimilarity averages sim_kv over requests into [layer][step].
+func meanSimilarity(recs []profile.Record, nLayers int) ([][]float64, error) {
+	steps := 0
+	for _, r := range recs {
+		steps = max(steps, int(r.Step))
+	}
+	if steps == 0 || nLayers == 0 {
+		return nil, fmt.Errorf("no similarity records")
+	}
+	sum := make([][]float64, nLayers)
+	cnt := make([][]int, nLayers)
+	for l := range sum {
+		sum[l], cnt[l] = make([]float64, steps), make([]int, steps)
+	}
+	for _, r := range recs {
+		l, t := int(r.Layer)-1, int(r.Step)-1
+		if l < 0 || l >= nLayers || t < 0 {
+			return nil, fmt.Errorf("record with layer %d step %d outside the run's %d layers", r.Layer, r.Step, nLayers)
+		}
+		sum[l][t] += r.SimKV
+		cnt[l][t]++
+	}
+	for l := range sum {
+		for t := range sum[l] {
+			if cnt[l][t] == 0 {
+				sum[l][t] = math.NaN()
+			} else {
+				sum[l][t] /= float64(cnt[l][t])
+			}
+		}
+	}
+	return sum, nil
+}
