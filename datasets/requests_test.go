@@ -13,8 +13,26 @@ import (
 // template that adds 3 tokens around the system message and 3 around the
 // user turn.
 func requestsWordCounter(system, user string) (int, int, error) {
-	m := len(strings.Fields(system)) + 3
-	return m, m + len(strings.Fields(user)) + 3, nil
+	m := requestsWords(system) + 3
+	return m, m + requestsWords(user) + 3, nil
+}
+
+// requestsWords is len(strings.Fields(s)) for ASCII white space, without
+// allocating.
+func requestsWords(s string) int {
+	n, in := 0, false
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case ' ', '\n', '\t', '\r', '\v', '\f':
+			in = false
+		default:
+			if !in {
+				n++
+			}
+			in = true
+		}
+	}
+	return n
 }
 
 func TestParseRatioBins(t *testing.T) {
