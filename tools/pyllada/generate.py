@@ -77,3 +77,56 @@ def generate(model, prompt, gen_length=16, steps=8, block_length=8, temperature=
                 trace.append({"block": b, "step": i, "committed": committed[0],
                               "canvas": x[0].tolist()})
     return x
+
+
+@torch.no_grad()
+def generate_batch(model, prompts, gen_length, steps, block_length, mask_id=None, pad_id=0,
+                   key_valid_pad=True):
+    """Greedy (temperature 0) low-confidence remasking for prompts of different lengths.
+
+    Row j of the batch is prompt_j ⊕ MASK×gen_length ⊕ PAD×(P_max−P_j), positions
+    0..P_j+gen_length−1 for the real tokens; padding keys are masked out, so each row
+    decodes exactly as generate() would alone. Returns a list of answer id lists
+    (gen_length each).
+    """
+    if mask_id is None:
+        mask_id = model.config.mask_token_id
+    B = len(prompts)
+    lens = [len(p) for p in prompts]
+    N = max(lens) + gen_length
+    x = torch.full((B, N), pad_id, dtype=torch.long)
+    valid = torch.zeros((B, N), dtype=torch.bool)
+    pos = torch.zeros((B, N), dtype=torch.long)
+    ans = torch.zeros((B, gen_length), dtype=torch.long)  # canvas index of answer slot i
+    for j, p in enumerate(prompts):
+        P = lens[j]
+        x[j, :P] = torch.as_tensor(p)
+        x[j, P:P + gen_length] = mask_id
+        valid[j, :P + gen_length] = True
+        pos[j, :P + gen_length] = torch.arange(P + gen_length)
+        pos[j, P + gen_length:] = torch.arange(N - P - gen_length) + P + gen_length
+        ans[j] = torch.arange(P, P + gen_length)
+    nblocks = gen_length // block_length
+    assert gen_length % block_length == 0 and steps % nblocks == 0
+    spb = steps // nblocks
+    rows = torch.arange(B)[:, None]
+    for b in range(nblocks):
+        # answer-slot indices of this block and of everything after it
+        ntt = [num_transfer_tokens(int((x[j, ans[j, b * block_length:(b + 1) * block_length]] == mask_id).sum()), spb)
+               for j in range(B)]
+        for i in range(spb):
+            logits = model(x, pos=pos, key_valid=valid if key_valid_pad else None)
+            la = logits[rows, ans]                       # [B, G, E]
+            xa = x[rows, ans]                            # [B, G]
+            x0 = torch.argmax(la, dim=-1)
+            p = torch.softmax(la.to(torch.float64), dim=-1)
+            x0p = torch.gather(p, -1, x0[..., None]).squeeze(-1)
+            x0p[:, (b + 1) * block_length:] = -np.inf
+            m = xa == mask_id
+            conf = torch.where(m, x0p, torch.full_like(x0p, -np.inf))
+            for j in range(B):
+                k = ntt[j][i]
+                if k:
+                    _, sel = torch.topk(conf[j], k=k)
+                    x[j, ans[j, sel]] = x0[j, sel]
+    return [x[j, ans[j]].tolist() for j in range(B)]

@@ -193,7 +193,12 @@ class LLaDA(nn.Module):
         self.ln_f = RMSNorm(c.d_model, c.rms_norm_eps)
         self.ff_out = nn.Linear(c.d_model, c.rows, bias=False)
 
-    def forward(self, ids, pos=None, key_valid=None, return_states=False, checkpoint_blocks=False):
+    def head(self, x):
+        """Final norm + LM head: [.., d] -> [.., embedding_size]."""
+        return self.ff_out(self.ln_f(x))
+
+    def forward(self, ids, pos=None, key_valid=None, return_states=False, checkpoint_blocks=False,
+                return_hidden=False):
         """ids [B, n] -> logits [B, n, embedding_size] (and states if return_states).
 
         states = {"k": [L x [B,n,kv_dim]], "v": [...], "h": [L+1 x [B,n,d]]}; h[l] is the
@@ -225,7 +230,9 @@ class LLaDA(nn.Module):
                 vs.append(v)
         if return_states:
             hs.append(x)
-        logits = self.ff_out(self.ln_f(x))
+        if return_hidden:
+            return x
+        logits = self.head(x)
         if return_states:
             return logits, {"k": ks, "v": vs, "h": hs}
         return logits

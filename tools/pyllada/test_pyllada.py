@@ -142,5 +142,18 @@ class TestPyLLaDA(unittest.TestCase):
         self.assertEqual(num_transfer_tokens(3, 4), [1, 1, 1, 0])
 
 
+
+class TestGenerateBatch(unittest.TestCase):
+    def test_batch_equals_single(self):
+        from .generate import generate_batch
+        m = from_pretrained(os.path.join(TESTDATA, "tiny-f32"))
+        prompts = [[256, 259, 117, 260, 10, 10, 72, 105], [256, 72, 105, 33, 261], list(range(60, 80))]
+        for G, S, Bl in ((16, 8, 8), (12, 6, 12)):
+            got = generate_batch(m, prompts, G, S, Bl)
+            for p, g in zip(prompts, got):
+                want = generate(m, torch.tensor(p), G, S, Bl)[0, len(p):].tolist()
+                self.assertEqual(g, want)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -1,0 +1,538 @@
+#!/usr/bin/env python3
+"""Trains the bundled LLaDA-architecture masked diffusion model (issue 3).
+
+Reproduce (from the repo root; resumes automatically, see below):
+
+    /usr/bin/python3 tools/train/train.py --corpus data/corpus --out models/llada-tiny --resume
+
+Data: <corpus>/train.jsonl, eval.jsonl (lines {"suite", "ids": prompt ids, "prefix_len",
+"answer": answer ids ending with one EOS}) and meta.json {vocab_size, mask_id, eos_id,
+bos_id, gen_length, ...}, written by `go run ./tools/corpus`.
+
+Objective (LLaDA SFT): the answer is padded with EOS to gen_length; input = prompt ⊕
+answer; per sample t ~ U(0, 1), p = (1−eps)·t + eps; every answer token is replaced by
+MASK with probability p (the prompt stays clean); loss = Σ_masked CE / p, divided by
+the answer length (gen_length) and averaged over the batch. Logits are computed for
+the masked rows only.
+
+Batches: samples sorted by length (ties shuffled), a batch is a window of neighbours
+around a suite-balanced random anchor, sized to --batch-tokens; padding keys are
+masked out of attention. Curriculum: only prompts up to a length quantile that grows
+from --curriculum-start to 1 over --curriculum-steps are eligible.
+
+Outputs: --work (default train-out/llada-tiny): ckpt.pt (model, optimizer, step,
+RNG; every --ckpt-minutes and on SIGTERM/SIGINT), log.jsonl. --out: the best
+checkpoint by mean eval accuracy (greedy diffusion decoding of held-out samples,
+gen_length from meta, 2 tokens per step), as config.json, model.safetensors,
+train_state.json, each replaced atomically.
+
+Resume (--resume): from <work>/ckpt.pt; if missing, from <out>/model.safetensors +
+train_state.json with a fresh optimizer (a new short warmup).
+"""
+import argparse
+import array
+import json
+import math
+import os
+import random
+import shutil
+import signal
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+
+from pyllada import safetensors_io as st  # noqa: E402
+from pyllada.model import LLaDA, LLaDAConfig, save_pretrained  # noqa: E402
+from pyllada.generate import generate_batch  # noqa: E402
+
+ARCH_KEYS = ("n_layers", "d_model", "n_heads", "mlp_hidden")
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--corpus", default="data/corpus")
+    ap.add_argument("--out", default="models/llada-tiny")
+    ap.add_argument("--work", default="train-out/llada-tiny")
+    ap.add_argument("--resume", action="store_true", help="continue from ckpt.pt or the exported model")
+    ap.add_argument("--seed", type=int, default=1)
+    # architecture
+    ap.add_argument("--n-layers", type=int, default=8)
+    ap.add_argument("--d-model", type=int, default=192)
+    ap.add_argument("--n-heads", type=int, default=6)
+    ap.add_argument("--mlp-hidden", type=int, default=512)
+    ap.add_argument("--rope-theta", type=float, default=10000.0)
+    # optimisation
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--min-lr-frac", type=float, default=0.1)
+    ap.add_argument("--warmup", type=int, default=200)
+    ap.add_argument("--max-steps", type=int, default=20000, help="cosine schedule length; training stops there")
+    ap.add_argument("--schedule", choices=["cosine", "constant"], default="cosine")
+    ap.add_argument("--weight-decay", type=float, default=0.1)
+    ap.add_argument("--beta2", type=float, default=0.98)
+    ap.add_argument("--clip", type=float, default=1.0)
+    ap.add_argument("--batch-tokens", type=int, default=8192, help="padded tokens per batch")
+    ap.add_argument("--max-batch", type=int, default=128)
+    ap.add_argument("--mask-eps", type=float, default=1e-3)
+    ap.add_argument("--curriculum-start", type=float, default=0.3, help="length quantile eligible at step 0")
+    ap.add_argument("--curriculum-steps", type=int, default=3000)
+    ap.add_argument("--threads", type=int, default=1)
+    # evaluation / saving
+    ap.add_argument("--eval-every", type=int, default=400, help="steps between evaluations")
+    ap.add_argument("--eval-per-suite", type=int, default=50)
+    ap.add_argument("--eval-batch", type=int, default=16)
+    ap.add_argument("--tokens-per-step", type=int, default=2, help="eval decoding: gen_length/steps")
+    ap.add_argument("--block-length", type=int, default=0, help="eval decoding block length (0: meta or gen_length)")
+    ap.add_argument("--ckpt-minutes", type=float, default=5.0)
+    ap.add_argument("--log-every", type=int, default=25)
+    ap.add_argument("--export-dtype", choices=["auto", "F32", "BF16"], default="auto",
+                    help="auto: F32 if it fits 30 MB, else BF16 (eval then uses the bf16-rounded weights)")
+    ap.add_argument("--max-hours", type=float, default=0, help="stop (after a checkpoint) after this many hours; 0 = no limit")
+    ap.add_argument("--bench", type=int, default=0, help="run N steps, print tokens/s, write nothing")
+    return ap.parse_args(argv)
+
+
+# ----------------------------------------------------------------------------- data
+class Corpus:
+    """A jsonl split held as numpy arrays: prompts flat + offsets, answers [N, G]."""
+
+    def __init__(self, path, gen_length, eos, suites=None):
+        flat, offs = array.array("i"), [0]
+        plen, ans, alen, suite, level = [], array.array("i"), [], [], []
+        self.suites = list(suites or [])
+        self.skipped = 0
+        with open(path) as f:
+            for line in f:
+                if not line.strip():
+                    continue
+                r = json.loads(line)
+                a = r["answer"]
+                if len(a) > gen_length:
+                    self.skipped += 1
+                    continue
+                if r["suite"] not in self.suites:
+                    self.suites.append(r["suite"])
+                flat.extend(r["ids"])
+                offs.append(len(flat))
+                plen.append(len(r["ids"]))
+                ans.extend(a + [eos] * (gen_length - len(a)))
+                alen.append(len(a))
+                suite.append(self.suites.index(r["suite"]))
+                level.append(int(r.get("level", -1)))
+        self.flat = np.frombuffer(flat, dtype=np.int32).astype(np.int64) if len(flat) else np.zeros(0, np.int64)
+        self.offs = np.asarray(offs, dtype=np.int64)
+        self.plen = np.asarray(plen, dtype=np.int64)
+        self.ans = np.frombuffer(ans, dtype=np.int32).astype(np.int64).reshape(-1, gen_length)
+        self.alen = np.asarray(alen, dtype=np.int64)
+        self.suite = np.asarray(suite, dtype=np.int64)
+        self.level = np.asarray(level, dtype=np.int64)
+        self.G = gen_length
+
+    def __len__(self):
+        return len(self.plen)
+
+    def prompt(self, i):
+        return self.flat[self.offs[i]:self.offs[i + 1]]
+
+
+class Batcher:
+    """Length-sorted windows around suite-balanced anchors, with a length curriculum."""
+
+    def __init__(self, corpus, args, rng):
+        self.c, self.a, self.rng = corpus, args, rng
+        self.total_len = corpus.plen + corpus.G
+        counts = np.bincount(corpus.suite, minlength=len(corpus.suites)).astype(np.float64)
+        self.w = 1.0 / counts[corpus.suite]
+        self.reshuffle()
+
+    def reshuffle(self):
+        tie = self.rng.random_sample(len(self.c))
+        self.order = np.lexsort((tie, self.total_len))  # by length, random among equals
+        self.sorted_len = self.total_len[self.order]
+        self.cum_w = np.cumsum(self.w[self.order])
+
+    def limit(self, step):
+        a = self.a
+        q = 1.0 if a.curriculum_steps <= 0 else min(1.0, a.curriculum_start + (1 - a.curriculum_start) * step / a.curriculum_steps)
+        return int(np.quantile(self.sorted_len, q))
+
+    def batch(self, step):
+        n_elig = int(np.searchsorted(self.sorted_len, self.limit(step), side="right"))
+        n_elig = max(n_elig, 1)
+        u = self.rng.random_sample() * self.cum_w[n_elig - 1]
+        anchor = int(np.searchsorted(self.cum_w[:n_elig], u, side="right"))
+        anchor = min(anchor, n_elig - 1)
+        L = int(self.sorted_len[anchor])
+        bs = max(1, min(self.a.max_batch, self.a.batch_tokens // L, n_elig))
+        lo = anchor - self.rng.randint(0, bs)
+        lo = min(max(lo, 0), n_elig - bs)
+        return self.order[lo:lo + bs]
+
+    def tensors(self, idx):
+        c = self.c
+        lens = c.plen[idx] + c.G
+        n = int(lens.max())
+        B = len(idx)
+        ids = np.full((B, n), 0, dtype=np.int64)
+        valid = np.zeros((B, n), dtype=bool)
+        ans_pos = np.zeros((B, c.G), dtype=np.int64)
+        for j, i in enumerate(idx):
+            P = int(c.plen[i])
+            ids[j, :P] = c.prompt(i)
+            ids[j, P:P + c.G] = c.ans[i]
+            valid[j, :P + c.G] = True
+            ans_pos[j] = np.arange(P, P + c.G)
+        return torch.from_numpy(ids), torch.from_numpy(valid), torch.from_numpy(ans_pos)
+
+
+# ----------------------------------------------------------------------------- model
+def make_config(args, meta):
+    V = int(meta["vocab_size"])
+    E = (V + 63) // 64 * 64
+    return LLaDAConfig(d_model=args.d_model, n_layers=args.n_layers, n_heads=args.n_heads,
+                       n_kv_heads=args.n_heads, mlp_hidden_size=args.mlp_hidden, vocab_size=V,
+                       embedding_size=E, rope_theta=args.rope_theta, rms_norm_eps=1e-5,
+                       mask_token_id=int(meta["mask_id"]), eos_token_id=int(meta["eos_id"]),
+                       pad_token_id=int(meta["eos_id"]), max_sequence_length=4096,
+                       extra={k2: int(meta[k1]) for k1, k2 in (("bos_id", "bos_token_id"), ("eot_id", "eot_token_id"))
+                              if k1 in meta})
+
+
+def init_weights(m, seed):
+    g = torch.Generator().manual_seed(seed)
+    c = m.config
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if p.dim() == 1:
+                p.fill_(1.0)
+            elif name == "wte.weight":
+                p.normal_(0, 1.0, generator=g)
+            else:
+                p.normal_(0, 1.0 / math.sqrt(p.shape[1]), generator=g)
+        for b in m.blocks:  # residual branches start small (depth-scaled)
+            b.attn_out.weight.mul_(1.0 / math.sqrt(2 * c.n_layers))
+            b.ff_out.weight.mul_(1.0 / math.sqrt(2 * c.n_layers))
+
+
+def param_groups(m, wd):
+    decay, no = [], []
+    for n, p in m.named_parameters():
+        (decay if p.dim() == 2 and n != "wte.weight" else no).append(p)
+    return [{"params": decay, "weight_decay": wd}, {"params": no, "weight_decay": 0.0}]
+
+
+def lr_at(step, args, warm_from=0):
+    w = step - warm_from
+    if w < args.warmup:
+        f = (w + 1) / args.warmup
+    else:
+        f = 1.0
+    if args.schedule == "cosine":
+        prog = min(1.0, step / max(1, args.max_steps))
+        f *= args.min_lr_frac + (1 - args.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * prog))
+    return args.lr * f
+
+
+def export_bytes(cfg):
+    n = sum(v.numel() for v in LLaDA(cfg).hf_state_dict().values())
+    return n * 4
+
+
+# ----------------------------------------------------------------------------- train step
+def loss_on(model, ids, valid, ans_pos, args, rng_t, mask_id, alen, G):
+    """LLaDA SFT loss on one batch. Returns (loss, stats)."""
+    B, n = ids.shape
+    t = torch.rand(B, generator=rng_t)
+    p = (1 - args.mask_eps) * t + args.mask_eps
+    m = torch.rand(B, G, generator=rng_t) < p[:, None]                    # [B, G]
+    noisy = ids.clone()
+    rows = torch.arange(B)[:, None].expand(B, G)
+    mpos = ans_pos[m]
+    mrow = rows[m]
+    noisy[mrow, mpos] = mask_id
+    pos = torch.arange(n)
+    x = model(noisy, pos=pos, key_valid=valid, return_hidden=True)       # [B, n, d]
+    h = x[mrow, mpos]                                                    # [M, d]
+    logits = model.head(h)
+    tgt = ids[mrow, mpos]
+    ce = F.cross_entropy(logits, tgt, reduction="none")                  # [M]
+    loss = (ce / p[mrow]).sum() / (B * G)
+    slot = torch.arange(G)[None].expand(B, G)[m]
+    content = slot < torch.as_tensor(alen)[mrow]
+    st_ = {"ce_content": float(ce[content].sum()), "n_content": int(content.sum()),
+           "ce_pad": float(ce[~content].sum()), "n_pad": int((~content).sum())}
+    return loss, st_
+
+
+# ----------------------------------------------------------------------------- eval
+def eval_set(corpus, per_suite, seed):
+    rng = np.random.RandomState(seed)
+    idx = []
+    for s in range(len(corpus.suites)):
+        ii = np.nonzero(corpus.suite == s)[0]
+        idx.extend(rng.permutation(ii)[:per_suite].tolist())
+    return idx
+
+
+def strip_eos(a, eos):
+    a = list(a)
+    return a[:a.index(eos)] if eos in a else a
+
+
+@torch.no_grad()
+def evaluate(model, corpus, idx, args, meta, stop_flag=None):
+    model.eval()
+    G = corpus.G
+    bl = args.block_length or int(meta.get("block_length", G))
+    steps = max(1, G // args.tokens_per_step)
+    nb = G // bl
+    steps = max(nb, steps // nb * nb)
+    eos = model.config.eos_token_id
+    order = sorted(idx, key=lambda i: corpus.plen[i])
+    hits = {s: [0, 0] for s in corpus.suites}
+    t0 = time.time()
+    for k in range(0, len(order), args.eval_batch):
+        if stop_flag is not None and stop_flag():
+            return None
+        chunk = order[k:k + args.eval_batch]
+        outs = generate_batch(model, [corpus.prompt(i).tolist() for i in chunk], G, steps, bl, pad_id=eos)
+        for i, o in zip(chunk, outs):
+            s = corpus.suites[corpus.suite[i]]
+            hits[s][1] += 1
+            hits[s][0] += int(strip_eos(o, eos) == strip_eos(corpus.ans[i], eos))
+    acc = {s: h[0] / h[1] for s, h in hits.items() if h[1]}
+    model.train()
+    return {"acc": acc, "mean": float(np.mean(list(acc.values()))) if acc else 0.0,
+            "n": len(idx), "seconds": time.time() - t0, "steps": steps, "block_length": bl}
+
+
+# ----------------------------------------------------------------------------- io
+def atomic_json(obj, path):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=2)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def bf16_copy(model):
+    import copy
+    m2 = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in m2.parameters():
+            p.copy_(st.round_bf16(p))
+    return m2
+
+
+def export(model, args, state, dtype):
+    os.makedirs(args.out, exist_ok=True)
+    save_pretrained(model, args.out, dtype=dtype,
+                    metadata={"generator": "tools/train/train.py", "step": state["step"]})
+    atomic_json(state, os.path.join(args.out, "train_state.json"))
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        src, dst = os.path.join(args.corpus, name), os.path.join(args.out, name)
+        if os.path.exists(src) and not os.path.exists(dst):
+            shutil.copyfile(src, dst)
+
+
+def save_ckpt(path, model, opt, meta_state, batcher_rng, rng_t):
+    tmp = path + ".tmp"
+    torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "state": meta_state,
+                "config": model.config.to_json(), "torch_rng": torch.get_rng_state(),
+                "rng_t": rng_t.get_state(), "np_rng": batcher_rng.get_state(),
+                "py_rng": random.getstate()}, tmp)
+    os.replace(tmp, path)
+
+
+def log(fh, rec):
+    rec["time"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    fh.write(json.dumps(rec) + "\n")
+    fh.flush()
+    print(json.dumps(rec), flush=True)
+
+
+# ----------------------------------------------------------------------------- main
+def main(argv=None):
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    with open(os.path.join(args.corpus, "meta.json")) as f:
+        meta = json.load(f)
+    G = int(meta["gen_length"])
+    mask_id, eos = int(meta["mask_id"]), int(meta["eos_id"])
+    t_load = time.time()
+    train = Corpus(os.path.join(args.corpus, "train.jsonl"), G, eos, meta.get("suites"))
+    evalc = Corpus(os.path.join(args.corpus, "eval.jsonl"), G, eos, train.suites)
+    print(f"corpus: {len(train)} train ({train.skipped} skipped: answer > gen_length {G}), {len(evalc)} eval, "
+          f"suites {train.suites}, prompt len median {int(np.median(train.plen))} max {int(train.plen.max())}, "
+          f"loaded in {time.time() - t_load:.1f}s", flush=True)
+
+    cfg = make_config(args, meta)
+    ckpt_path = os.path.join(args.work, "ckpt.pt")
+    ckpt = None
+    resumed_from = None
+    if args.resume and os.path.exists(ckpt_path):
+        ckpt = torch.load(ckpt_path)
+        cfg = LLaDAConfig.from_json(ckpt["config"])
+        resumed_from = ckpt_path
+    elif args.resume and os.path.exists(os.path.join(args.out, "model.safetensors")) and \
+            os.path.exists(os.path.join(args.out, "train_state.json")):
+        with open(os.path.join(args.out, "config.json")) as f:
+            cfg = LLaDAConfig.from_json(json.load(f))
+        resumed_from = args.out
+    if cfg.vocab_size != int(meta["vocab_size"]) or cfg.mask_token_id != mask_id:
+        raise SystemExit(f"checkpoint vocab/mask ({cfg.vocab_size}/{cfg.mask_token_id}) disagrees with "
+                         f"{args.corpus}/meta.json ({meta['vocab_size']}/{mask_id}); use another --work/--out")
+
+    torch.manual_seed(args.seed)
+    model = LLaDA(cfg)
+    init_weights(model, args.seed)
+    opt = torch.optim.AdamW(param_groups(model, args.weight_decay), lr=args.lr, betas=(0.9, args.beta2), eps=1e-8)
+    rng = np.random.RandomState(args.seed)
+    rng_t = torch.Generator().manual_seed(args.seed + 1)
+    random.seed(args.seed)
+    state = {"step": 0, "samples": 0, "tokens": 0, "wall_seconds": 0.0, "best_mean": -1.0, "best_step": -1,
+             "warm_from": 0, "eval": None}
+    if ckpt is not None:
+        model.load_state_dict(ckpt["model"])
+        opt.load_state_dict(ckpt["opt"])
+        state.update(ckpt["state"])
+        torch.set_rng_state(ckpt["torch_rng"])
+        rng_t.set_state(ckpt["rng_t"])
+        rng.set_state(ckpt["np_rng"])
+        random.setstate(ckpt["py_rng"])
+    elif resumed_from is not None:
+        sd = st.load_file(os.path.join(args.out, "model.safetensors"))
+        model.load_hf_state_dict(sd, args.out)
+        with open(os.path.join(args.out, "train_state.json")) as f:
+            ts = json.load(f)
+        for k in ("step", "samples", "tokens", "wall_seconds"):
+            state[k] = ts.get(k, 0)
+        state["best_mean"] = ts.get("eval", {}).get("mean", -1.0) if ts.get("eval") else -1.0
+        state["best_step"] = state["step"]
+        state["warm_from"] = state["step"]  # fresh optimizer: warm up again
+    for g in opt.param_groups:
+        g.setdefault("initial_lr", args.lr)
+
+    nparams = sum(p.numel() for p in model.parameters())
+    exp_dtype = args.export_dtype
+    if exp_dtype == "auto":
+        exp_dtype = "F32" if export_bytes(cfg) <= 30e6 else "BF16"
+    print(f"model: {cfg.n_layers} layers, d {cfg.d_model}, heads {cfg.n_heads}, mlp {cfg.mlp_hidden_size}, "
+          f"vocab {cfg.vocab_size} (rows {cfg.embedding_size}), {nparams / 1e6:.2f} M params, export {exp_dtype}; "
+          f"resumed from {resumed_from} at step {state['step']}", flush=True)
+
+    batcher = Batcher(train, args, rng)
+    eval_idx = eval_set(evalc, args.eval_per_suite, 12345)
+    os.makedirs(args.work, exist_ok=True)
+    logf = open(os.path.join(args.work, "log.jsonl"), "a") if not args.bench else open(os.devnull, "w")
+    command = "python3 tools/train/train.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    if not args.bench:
+        log(logf, {"type": "start", "step": state["step"], "resumed_from": resumed_from, "params": nparams,
+                   "config": cfg.to_json(), "args": vars(args), "pid": os.getpid()})
+
+    stop = {"flag": False}
+
+    def on_signal(signum, frame):
+        stop["flag"] = True
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    def checkpoint():
+        if args.bench:
+            return
+        save_ckpt(ckpt_path, model, opt, state, rng, rng_t)
+
+    def do_eval():
+        em = bf16_copy(model) if exp_dtype == "BF16" else model
+        r = evaluate(em, evalc, eval_idx, args, meta, stop_flag=lambda: stop["flag"])
+        if r is None:
+            return
+        state["eval"] = r
+        rec = {"type": "eval", "step": state["step"], "samples": state["samples"], **r}
+        if r["mean"] > state["best_mean"]:
+            state["best_mean"], state["best_step"] = r["mean"], state["step"]
+            ts = {"step": state["step"], "samples": state["samples"], "tokens": state["tokens"],
+                  "wall_seconds": round(state["wall_seconds"], 1), "eval": r,
+                  "eval_accuracy": r["acc"], "export_dtype": exp_dtype, "command": command,
+                  "corpus": os.path.abspath(args.corpus), "corpus_meta": meta, "params": nparams,
+                  "objective": "LLaDA SFT: answer padded with EOS to gen_length, t~U(0,1), CE on masked answer / t / gen_length",
+                  "eval_decoding": f"greedy low-confidence remasking, gen_length {G}, steps {r['steps']}, block {r['block_length']}"}
+            export(model, args, ts, exp_dtype)
+            rec["exported"] = True
+        log(logf, rec)
+
+    model.train()
+    t_last_ckpt = time.time()
+    t_start = time.time()
+    wall0 = state["wall_seconds"]
+    acc = {"loss": 0.0, "n": 0, "ce_content": 0.0, "n_content": 0, "ce_pad": 0.0, "n_pad": 0, "tok": 0, "t": time.time()}
+    bench_t0, bench_tok = None, 0
+    while state["step"] < args.max_steps and not stop["flag"]:
+        step = state["step"]
+        if step % 1000 == 0:
+            batcher.reshuffle()
+        lr = lr_at(step, args, state["warm_from"])
+        for g in opt.param_groups:
+            g["lr"] = lr
+        idx = batcher.batch(step)
+        ids, valid, ans_pos = batcher.tensors(idx)
+        loss, s = loss_on(model, ids, valid, ans_pos, args, rng_t, mask_id, train.alen[idx], G)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if args.clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
+        opt.step()
+        ntok = int(valid.sum())
+        state["step"] += 1
+        state["samples"] += len(idx)
+        state["tokens"] += ntok
+        state["wall_seconds"] = wall0 + (time.time() - t_start)
+        acc["loss"] += float(loss)
+        acc["n"] += 1
+        acc["tok"] += ntok
+        for k in ("ce_content", "n_content", "ce_pad", "n_pad"):
+            acc[k] += s[k]
+        if args.bench:
+            if state["step"] == 3:
+                bench_t0, bench_tok = time.time(), 0
+            elif bench_t0 is not None:
+                bench_tok += ntok
+            if state["step"] >= args.bench:
+                dt = time.time() - bench_t0
+                print(json.dumps({"bench": {"layers": cfg.n_layers, "d": cfg.d_model, "heads": cfg.n_heads,
+                                            "mlp": cfg.mlp_hidden_size, "params_M": round(nparams / 1e6, 2),
+                                            "tokens_per_s": round(bench_tok / dt), "steps_per_min": round((args.bench - 3) / dt * 60, 1),
+                                            "batch_tokens": args.batch_tokens, "loss": round(acc["loss"] / acc["n"], 3)}}))
+                return
+            continue
+        if state["step"] % args.log_every == 0:
+            dt = time.time() - acc["t"]
+            log(logf, {"type": "train", "step": state["step"], "samples": state["samples"], "lr": lr,
+                       "loss": acc["loss"] / acc["n"],
+                       "ce_content": acc["ce_content"] / max(1, acc["n_content"]),
+                       "ce_pad": acc["ce_pad"] / max(1, acc["n_pad"]),
+                       "tok_s": round(acc["tok"] / dt), "len_limit": batcher.limit(step),
+                       "wall_h": round(state["wall_seconds"] / 3600, 3)})
+            acc = {"loss": 0.0, "n": 0, "ce_content": 0.0, "n_content": 0, "ce_pad": 0.0, "n_pad": 0, "tok": 0, "t": time.time()}
+        if state["step"] % args.eval_every == 0:
+            do_eval()
+        if time.time() - t_last_ckpt > args.ckpt_minutes * 60:
+            checkpoint()
+            t_last_ckpt = time.time()
+        if args.max_hours and time.time() - t_start > args.max_hours * 3600:
+            break
+    if not args.bench:
+        if not stop["flag"] and state["step"] >= args.max_steps:
+            do_eval()
+        checkpoint()
+        log(logf, {"type": "stop", "step": state["step"], "signal": stop["flag"], "best_mean": state["best_mean"],
+                   "best_step": state["best_step"]})
+
+
+if __name__ == "__main__":
+    main()
