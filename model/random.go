@@ -116,5 +116,9 @@ func writeFileAtomic(path string, b []byte) error {
 		os.Remove(f.Name())
 		return err
 	}
+	if err := os.Chmod(f.Name(), 0o644); err != nil {
+		os.Remove(f.Name())
+		return err
+	}
 	return os.Rename(f.Name(), path)
 }
