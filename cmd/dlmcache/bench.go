@@ -15,7 +15,6 @@ import (
 	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/datasets"
 	"github.com/dlmcache/dlmcache/internal/progress"
-	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/profile"
 )
 
@@ -91,28 +90,15 @@ func benchRun(ctx context.Context, opts *benchOptions) error {
 	if err != nil {
 		return err
 	}
-	lm, err := loadModel(opts.f, opts.Model, opts.Device, opts.Threads)
+	env, err := loadMethodEnv(opts.f, opts.Model, opts.Device, opts.Threads, opts.GenLength, opts.Steps, opts.BlockLength, &opts.Cache)
 	if err != nil {
 		return err
 	}
-	defer lm.Close()
-	gen, err := lm.genOptions(opts.GenLength, opts.Steps, opts.BlockLength)
-	if err != nil {
-		return err
-	}
-	var table *lut.Table
-	if opts.Cache.LUT != "" {
-		if table, err = readTable(opts.Cache.LUT, lm); err != nil {
-			return err
-		}
-	}
-	ev, err := parseEviction(opts.Cache.Eviction)
-	if err != nil {
-		return err
-	}
+	defer env.lm.Close()
+	lm, gen := env.lm, env.gen
 	var rows []profile.SuiteResult
 	for _, name := range opts.Methods {
-		meth, err := newMethod(name, &opts.Cache, lm, cache.NewStore(lm.Backend, opts.Cache.CacheBytes, ev), table)
+		meth, err := env.method(name, &opts.Cache, nil)
 		if err != nil {
 			return err
 		}

@@ -12,7 +12,6 @@ import (
 	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/datasets"
 	"github.com/dlmcache/dlmcache/internal/progress"
-	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/profile"
 )
 
@@ -76,26 +75,13 @@ func evalRun(ctx context.Context, opts *evalOptions) error {
 	if err != nil {
 		return err
 	}
-	lm, err := loadModel(opts.f, opts.Model, opts.Device, opts.Threads)
+	env, err := loadMethodEnv(opts.f, opts.Model, opts.Device, opts.Threads, opts.GenLength, opts.Steps, opts.BlockLength, &opts.Cache)
 	if err != nil {
 		return err
 	}
-	defer lm.Close()
-	gen, err := lm.genOptions(opts.GenLength, opts.Steps, opts.BlockLength)
-	if err != nil {
-		return err
-	}
-	var table *lut.Table
-	if opts.Cache.LUT != "" {
-		if table, err = readTable(opts.Cache.LUT, lm); err != nil {
-			return err
-		}
-	}
-	ev, err := parseEviction(opts.Cache.Eviction)
-	if err != nil {
-		return err
-	}
-	meth, err := newMethod(opts.Method, &opts.Cache, lm, cache.NewStore(lm.Backend, opts.Cache.CacheBytes, ev), table)
+	defer env.lm.Close()
+	lm, gen := env.lm, env.gen
+	meth, err := env.method(opts.Method, &opts.Cache, nil)
 	if err != nil {
 		return err
 	}
@@ -116,8 +102,6 @@ func evalRun(ctx context.Context, opts *evalOptions) error {
 	printResults(opts.f.Out, append(res, all))
 	return nil
 }
-
-func parseEviction(s string) (cache.Eviction, error) { return cache.ParseEviction(s) }
 
 func printResults(w io.Writer, rs []profile.SuiteResult) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

@@ -78,3 +78,47 @@ func methodGen(o model.GenOptions, m *cache.Method, c *cacheFlags) model.GenOpti
 	o.Decoder = model.Threshold{T: c.Threshold}
 	return o
 }
+
+// methodEnv is a loaded model with its generation defaults and the --lut
+// table: what eval, bench and the sweeps build their methods from.
+type methodEnv struct {
+	lm    *loadedModel
+	gen   model.GenOptions
+	table *lut.Table // nil without --lut
+	cache *cacheFlags
+}
+
+func loadMethodEnv(f *factory, name, device string, threads, genLength, steps, blockLength int, c *cacheFlags) (*methodEnv, error) {
+	if _, err := cache.ParseEviction(c.Eviction); err != nil {
+		return nil, err
+	}
+	lm, err := loadModel(f, name, device, threads)
+	if err != nil {
+		return nil, err
+	}
+	e := &methodEnv{lm: lm, cache: c}
+	if e.gen, err = lm.genOptions(genLength, steps, blockLength); err != nil {
+		lm.Close()
+		return nil, err
+	}
+	if c.LUT != "" {
+		if e.table, err = readTable(c.LUT, lm); err != nil {
+			lm.Close()
+			return nil, err
+		}
+	}
+	return e, nil
+}
+
+// method builds a method on a fresh prefix store, with table t (nil: the
+// --lut table).
+func (e *methodEnv) method(name string, c *cacheFlags, t *lut.Table) (*cache.Method, error) {
+	if t == nil {
+		t = e.table
+	}
+	ev, err := cache.ParseEviction(c.Eviction)
+	if err != nil {
+		return nil, err
+	}
+	return newMethod(name, c, e.lm, cache.NewStore(e.lm.Backend, c.CacheBytes, ev), t)
+}

@@ -12,7 +12,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dlmcache/dlmcache/cache"
-	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/serve"
 )
@@ -93,21 +92,12 @@ to --grace, and exit.`,
 }
 
 func serveRun(ctx context.Context, opts *serveOptions) error {
-	lm, err := loadModel(opts.f, opts.Model, opts.Device, opts.Threads)
+	env, err := loadMethodEnv(opts.f, opts.Model, opts.Device, opts.Threads, opts.GenLength, opts.Steps, opts.BlockLength, &opts.Cache)
 	if err != nil {
 		return err
 	}
-	defer lm.Close()
-	gen, err := lm.genOptions(opts.GenLength, opts.Steps, opts.BlockLength)
-	if err != nil {
-		return err
-	}
-	var table *lut.Table
-	if opts.Cache.LUT != "" {
-		if table, err = readTable(opts.Cache.LUT, lm); err != nil {
-			return err
-		}
-	}
+	defer env.lm.Close()
+	lm, gen, table := env.lm, env.gen, env.table
 	method := opts.Method
 	if method == "" {
 		method = "none"
@@ -115,11 +105,7 @@ func serveRun(ctx context.Context, opts *serveOptions) error {
 			method = "bicache"
 		}
 	}
-	ev, err := parseEviction(opts.Cache.Eviction)
-	if err != nil {
-		return err
-	}
-	meth, err := newMethod(method, &opts.Cache, lm, cache.NewStore(lm.Backend, opts.Cache.CacheBytes, ev), table)
+	meth, err := env.method(method, &opts.Cache, nil)
 	if err != nil {
 		return err
 	}

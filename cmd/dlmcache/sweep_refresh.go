@@ -6,7 +6,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/profile"
 )
@@ -53,10 +52,7 @@ func sweepRefreshRun(ctx context.Context, opts *sweepRefreshOptions) error {
 		return err
 	}
 	defer env.lm.Close()
-	table, err := readTable(opts.Cache.LUT, env.lm)
-	if err != nil {
-		return err
-	}
+	table := env.table
 	var rs []float64
 	if opts.Rs != "" {
 		if rs, err = parseFloats(opts.Rs); err != nil {
@@ -67,12 +63,8 @@ func sweepRefreshRun(ctx context.Context, opts *sweepRefreshOptions) error {
 			rs = append(rs, float64(r))
 		}
 	}
-	ev, err := parseEviction(opts.Cache.Eviction)
-	if err != nil {
-		return err
-	}
 	res := &sweepResult{Param: "refresh"}
-	none, _ := newMethod("none", &opts.Cache, env.lm, nil, nil)
+	none, _ := env.method("none", &opts.Cache, nil)
 	base, err := env.point(ctx, "sweep none", 0, none)
 	if err != nil {
 		return err
@@ -84,7 +76,7 @@ func sweepRefreshRun(ctx context.Context, opts *sweepRefreshOptions) error {
 		}
 		c := opts.Cache
 		c.Refresh = int(r)
-		meth, err := newMethod("bicache", &c, env.lm, cache.NewStore(env.lm.Backend, c.CacheBytes, ev), table)
+		meth, err := env.method("bicache", &c, nil)
 		if err != nil {
 			return err
 		}

@@ -11,7 +11,6 @@ import (
 	"github.com/dlmcache/dlmcache/datasets"
 	"github.com/dlmcache/dlmcache/internal/progress"
 	"github.com/dlmcache/dlmcache/lut"
-	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/profile"
 )
 
@@ -41,10 +40,9 @@ func (c *sweepCommon) addFlags(cmd *cobra.Command) {
 
 // sweepEnv is a loaded model with its samples and generation settings.
 type sweepEnv struct {
+	*methodEnv
 	f       *factory
-	lm      *loadedModel
 	samples []datasets.Sample
-	gen     model.GenOptions
 	quiet   bool
 }
 
@@ -53,20 +51,15 @@ func (c *sweepCommon) load(f *factory) (*sweepEnv, error) {
 	if err != nil {
 		return nil, err
 	}
-	lm, err := loadModel(f, c.Model, c.Device, c.Threads)
+	env, err := loadMethodEnv(f, c.Model, c.Device, c.Threads, 0, 0, 0, &c.Cache)
 	if err != nil {
-		return nil, err
-	}
-	gen, err := lm.genOptions(0, 0, 0)
-	if err != nil {
-		lm.Close()
 		return nil, err
 	}
 	if err := os.MkdirAll(c.Out, 0o755); err != nil {
-		lm.Close()
+		env.lm.Close()
 		return nil, err
 	}
-	return &sweepEnv{f: f, lm: lm, samples: samples, gen: gen, quiet: c.Quiet}, nil
+	return &sweepEnv{methodEnv: env, f: f, samples: samples, quiet: c.Quiet}, nil
 }
 
 // point evaluates one method configuration on the samples.
@@ -140,12 +133,8 @@ func sweepTauRun(ctx context.Context, opts *sweepTauOptions) error {
 		return err
 	}
 	defer env.lm.Close()
-	ev, err := parseEviction(opts.Cache.Eviction)
-	if err != nil {
-		return err
-	}
 	res := &sweepResult{Param: "tau"}
-	none, _ := newMethod("none", &opts.Cache, env.lm, nil, nil)
+	none, _ := env.method("none", &opts.Cache, nil)
 	base, err := env.point(ctx, "sweep none", 0, none)
 	if err != nil {
 		return err
@@ -159,7 +148,7 @@ func sweepTauRun(ctx context.Context, opts *sweepTauOptions) error {
 		if err := t.Check(env.lm.Name, len(env.lm.Blocks), env.lm.Fingerprint); err != nil {
 			return fmt.Errorf("--from: %w", err)
 		}
-		meth, err := newMethod("bicache", &opts.Cache, env.lm, cache.NewStore(env.lm.Backend, opts.Cache.CacheBytes, ev), t)
+		meth, err := env.method("bicache", &opts.Cache, t)
 		if err != nil {
 			return err
 		}
