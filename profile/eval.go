@@ -3,6 +3,7 @@ package profile
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/dlmcache/dlmcache/cache"
@@ -78,7 +79,7 @@ func (e *Evaluator) Evaluate(ctx context.Context, samples []datasets.Sample) ([]
 			r.HitTokens += after.HitTokens - before.HitTokens
 		}
 		r.N++
-		if datasets.CheckAnswer(s.Suite, e.Model.AnswerText(g.Answer), s.Answer) {
+		if datasets.CheckBenchmarkAnswer(s.Suite, e.Model.AnswerText(g.Answer), s.Answer) {
 			r.Correct++
 		}
 		r.NFE += g.NFE
@@ -143,9 +144,24 @@ func Overall(rs []SuiteResult) SuiteResult {
 
 // SuiteSamples draws limit held-out evaluation samples from each named
 // suite ("all" for every suite), interleaved so a partial run covers all.
+// A suite written KIND=PATH loads the first limit questions of a public
+// benchmark file instead (KIND: gsm8k, arc, math500, gpqa).
 func SuiteSamples(suites []string, limit int, seed int64, opt datasets.GenOptions) ([]datasets.Sample, error) {
 	var names []string
+	per := map[string][]datasets.Sample{}
 	for _, s := range suites {
+		if kind, path, ok := strings.Cut(s, "="); ok {
+			if limit <= 0 {
+				return nil, fmt.Errorf("--limit must be positive, got %d", limit)
+			}
+			b, err := datasets.LoadBenchmark(kind, path, limit)
+			if err != nil {
+				return nil, err
+			}
+			names = append(names, s)
+			per[s] = b
+			continue
+		}
 		if s == "all" {
 			names = append(names, datasets.Suites()...)
 			continue
@@ -161,14 +177,17 @@ func SuiteSamples(suites []string, limit int, seed int64, opt datasets.GenOption
 	if limit <= 0 {
 		return nil, fmt.Errorf("--limit must be positive, got %d", limit)
 	}
-	per := map[string][]datasets.Sample{}
 	for _, n := range names {
-		per[n] = datasets.Generate(n, datasets.Eval, seed, limit, opt)
+		if per[n] == nil {
+			per[n] = datasets.Generate(n, datasets.Eval, seed, limit, opt)
+		}
 	}
 	var out []datasets.Sample
 	for i := 0; i < limit; i++ {
 		for _, n := range names {
-			out = append(out, per[n][i])
+			if i < len(per[n]) {
+				out = append(out, per[n][i])
+			}
 		}
 	}
 	return out, nil

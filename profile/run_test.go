@@ -12,6 +12,7 @@ import (
 
 	"github.com/parquet-go/parquet-go"
 
+	"github.com/dlmcache/dlmcache/datasets"
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
 )
@@ -192,5 +193,23 @@ func TestConvergence(t *testing.T) {
 	}
 	if _, _, err := Convergence(recs, info, 0.9, lut.Mean, 6, 0); err == nil {
 		t.Error("too few requests for one comparison: no error")
+	}
+}
+
+func TestSuiteSamplesBenchmarkFile(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "gsm8k.jsonl")
+	os.WriteFile(p, []byte(`{"question":"1+1?","answer":"two #### 2"}`+"\n"+`{"question":"2+2?","answer":"#### 4"}`+"\n"), 0o644)
+	got, err := SuiteSamples([]string{"lookup", "gsm8k=" + p}, 2, 1, datasets.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 4 || got[1].Suite != "gsm8k" || got[1].Answer != "2" || got[3].Answer != "4" || got[0].Suite != "lookup" {
+		t.Errorf("samples: %+v", got)
+	}
+	if _, err := SuiteSamples([]string{"gsm8k=" + p + ".missing"}, 2, 1, datasets.DefaultOptions()); err == nil {
+		t.Error("missing benchmark file: no error")
+	}
+	if _, err := SuiteSamples([]string{"nosuch"}, 2, 1, datasets.DefaultOptions()); err == nil {
+		t.Error("unknown suite: no error")
 	}
 }

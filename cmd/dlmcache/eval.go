@@ -54,7 +54,7 @@ layer-rows computed and the mean shared-prefix ratio.`,
 	}
 	fl := cmd.Flags()
 	addModelFlags(fl, &opts.Model, &opts.Device, &opts.Threads)
-	fl.StringSliceVar(&opts.Suites, "suite", []string{"all"}, "task suites: all, or names from: "+fmt.Sprint(datasets.Suites()))
+	fl.StringSliceVar(&opts.Suites, "suite", []string{"all"}, "task suites: all, names from "+fmt.Sprint(datasets.Suites())+", or KIND=FILE for a public benchmark (gsm8k, arc, math500, gpqa)")
 	fl.IntVar(&opts.Limit, "limit", 50, "samples per suite")
 	fl.Int64Var(&opts.Seed, "seed", 1, "sample seed")
 	fl.IntVar(&opts.GenLength, "gen-length", 0, "answer slots; 0: the model's default")
