@@ -40,8 +40,24 @@ import signal
 import sys
 import time
 
-import numpy as np
-import torch
+
+def _threads_from_argv(default=1):
+    for i, a in enumerate(sys.argv):
+        if a == "--threads" and i + 1 < len(sys.argv):
+            return sys.argv[i + 1]
+        if a.startswith("--threads="):
+            return a.split("=", 1)[1]
+    return str(default)
+
+
+# torch.set_num_threads does not reach the system BLAS (Debian's torch calls
+# libblas.so.3, which is OpenBLAS with its own thread pool once libopenblas is
+# installed): pin every pool before torch is imported.
+for _v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS"):
+    os.environ.setdefault(_v, _threads_from_argv())
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 import torch.nn.functional as F
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -63,9 +79,9 @@ def parse_args(argv=None):
     ap.add_argument("--seed", type=int, default=1)
     # architecture
     ap.add_argument("--n-layers", type=int, default=8)
-    ap.add_argument("--d-model", type=int, default=192)
-    ap.add_argument("--n-heads", type=int, default=6)
-    ap.add_argument("--mlp-hidden", type=int, default=512)
+    ap.add_argument("--d-model", type=int, default=128)
+    ap.add_argument("--n-heads", type=int, default=4)
+    ap.add_argument("--mlp-hidden", type=int, default=384)
     ap.add_argument("--rope-theta", type=float, default=10000.0)
     # optimisation
     ap.add_argument("--lr", type=float, default=2e-3)
