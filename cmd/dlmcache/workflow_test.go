@@ -1,0 +1,84 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// run executes the command line and returns stdout, stderr and the exit code.
+func run(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := execute(args, &out, &errOut)
+	return out.String(), errOut.String(), code
+}
+
+// The profiling workflow on the random-weights fixture: profile, resume,
+// rebuild at another τ, show, diff, check, sweep n, plot.
+func TestProfileWorkflow(t *testing.T) {
+	dir := t.TempDir()
+	prof := filepath.Join(dir, "prof")
+	common := []string{"--model", serveFixture, "--ratios", "0.5:0.9:0.2", "--per-ratio", "4", "--quiet", "--out", prof, "--user-prompts", "200", "--system-prompts", "builtin:assistant,builtin:coder"}
+	out, errOut, code := run(t, append([]string{"profile"}, common...)...)
+	if code != 0 {
+		t.Fatalf("profile: exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(out, "[0.50, 0.70)") || !strings.Contains(out, "[0.70, 0.90)") {
+		t.Errorf("profile printed no table:\n%s", out)
+	}
+	for _, f := range []string{"similarity.parquet", "table.json", "run.json"} {
+		if _, err := os.Stat(filepath.Join(prof, f)); err != nil {
+			t.Error(err)
+		}
+	}
+	// A finished run resumes to the same table without recomputing.
+	out2, errOut, code := run(t, append([]string{"profile", "--resume"}, common...)...)
+	if code != 0 || out2 != out || !strings.Contains(errOut, "8 resumed") {
+		t.Errorf("resume: exit %d, table changed %v, stderr %s", code, out2 != out, errOut)
+	}
+	sim, table := filepath.Join(prof, "similarity.parquet"), filepath.Join(prof, "table.json")
+	t90 := filepath.Join(dir, "t90.json")
+	if _, errOut, code := run(t, "lut", "build", "--from", sim, "--tau", "0.9", "--out", t90); code != 0 {
+		t.Fatalf("lut build: %s", errOut)
+	}
+	if out, _, code := run(t, "lut", "diff", table, t90); code != 0 || !strings.Contains(out, "L1") {
+		t.Errorf("lut diff: exit %d: %s", code, out)
+	}
+	if out, _, code := run(t, "lut", "show", t90); code != 0 || !strings.Contains(out, "τ=0.9") {
+		t.Errorf("lut show: exit %d: %s", code, out)
+	}
+	if _, _, code := run(t, "lut", "check", table, "--model", serveFixture); code != 0 {
+		t.Errorf("lut check on its own model: exit %d", code)
+	}
+	if _, errOut, code := run(t, "lut", "check", table, "--model", "../../model/testdata/tiny-f32"); code != 2 || !strings.Contains(errOut, "incompatible") {
+		t.Errorf("lut check on another model: exit %d: %s", code, errOut)
+	}
+	if _, errOut, code := run(t, "lut", "build", "--from", sim, "--tau", "1.5"); code == 0 || !strings.Contains(errOut, "τ") {
+		t.Errorf("τ 1.5: exit %d: %s", code, errOut)
+	}
+	png := filepath.Join(dir, "depth.png")
+	if _, errOut, code := run(t, "plot", "depth", table, "-o", png); code != 0 {
+		t.Errorf("plot depth: %s", errOut)
+	}
+	if st, err := os.Stat(png); err != nil || st.Size() == 0 {
+		t.Errorf("depth.png: %v", err)
+	}
+	if _, errOut, code := run(t, "sweep", "n", "--from", sim, "--step", "1", "--out", dir); code != 0 {
+		t.Errorf("sweep n: %s", errOut)
+	}
+	if _, errOut, code := run(t, "plot", "convergence", filepath.Join(dir, "convergence.json"), "-o", filepath.Join(dir, "c.svg")); code != 0 {
+		t.Errorf("plot convergence: %s", errOut)
+	}
+	// Bad input: a parquet that is not one, a bin spec that makes no sense.
+	junk := filepath.Join(dir, "junk.parquet")
+	os.WriteFile(junk, []byte("not parquet"), 0o644)
+	if _, errOut, code := run(t, "lut", "build", "--from", junk); code == 0 || !strings.Contains(errOut, "junk.parquet") {
+		t.Errorf("junk parquet: exit %d: %s", code, errOut)
+	}
+	if _, errOut, code := run(t, "profile", "--model", serveFixture, "--ratios", "0.9:0.1:0.1", "--out", filepath.Join(dir, "x")); code == 0 || !strings.Contains(errOut, "ratio") {
+		t.Errorf("bad --ratios: exit %d: %s", code, errOut)
+	}
+}
