@@ -475,7 +475,7 @@ def main(argv=None):
             ts = {"step": state["step"], "samples": state["samples"], "tokens": state["tokens"],
                   "wall_seconds": round(state["wall_seconds"], 1), "eval": r,
                   "eval_accuracy": r["acc"], "export_dtype": exp_dtype, "command": command,
-                  "corpus": os.path.abspath(args.corpus), "corpus_meta": meta, "params": nparams,
+                  "corpus": os.path.abspath(args.corpus), "corpus_meta": {k: v for k, v in meta.items() if len(json.dumps(v)) < 400}, "params": nparams,
                   "objective": "LLaDA SFT: answer padded with EOS to gen_length, t~U(0,1), CE on masked answer / t / gen_length",
                   "eval_decoding": f"greedy low-confidence remasking, gen_length {G}, steps {r['steps']}, block {r['block_length']}"}
             export(model, args, ts, exp_dtype)
