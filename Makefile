@@ -38,7 +38,9 @@ e2e: deps
 	./serve/e2e/run.sh
 
 run: build
-	./$(BIN) generate --model model/testdata/tiny-bf16
+	./$(BIN) generate
+	./$(BIN) profile --out profile-out
+	./$(BIN) lut show profile-out/table.json
 
 bench: build
 	./scripts/bench.sh

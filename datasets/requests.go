@@ -182,6 +182,10 @@ type BinOptions struct {
 	// MaxUserTokens bounds the user turn, in tokens of the counter (the
 	// prompt's tokens beyond those of an empty user turn); 0 means 8192.
 	MaxUserTokens int
+	// MaxTokens bounds the whole input string (prompt + gen length), in
+	// tokens; 0 means no bound beyond MaxUserTokens. System messages that
+	// cannot fit are not used (their leading paragraphs may be).
+	MaxTokens int
 }
 
 // sampleAttempts is how many (system, user) draws a request gets before its
@@ -221,6 +225,8 @@ func SampleRequests(systems []SystemPrompt, users []Prompt, count TokenCounter, 
 		return nil, nil, fmt.Errorf("datasets: gen length %d is negative", opt.GenLength)
 	case opt.MaxUserTokens < 0:
 		return nil, nil, fmt.Errorf("datasets: max user tokens %d is negative", opt.MaxUserTokens)
+	case opt.MaxTokens < 0:
+		return nil, nil, fmt.Errorf("datasets: max tokens %d is negative", opt.MaxTokens)
 	}
 	for i := 1; i < len(opt.Edges); i++ {
 		if opt.Edges[i] <= opt.Edges[i-1] || opt.Edges[i-1] < 0 || opt.Edges[i] > 1 {
@@ -331,18 +337,28 @@ func (s *requestSampler) trimmedVariants() ([]requestSystem, error) {
 	return v, nil
 }
 
+// maxUser is the longest user turn system v may take: MaxUserTokens, and
+// what MaxTokens leaves after the empty-user prompt and the answer slots.
+func (s *requestSampler) maxUser(v requestSystem) int {
+	m := s.opt.MaxUserTokens
+	if s.opt.MaxTokens > 0 {
+		m = min(m, s.opt.MaxTokens-v.base-s.opt.GenLength)
+	}
+	return m
+}
+
 // feasible keeps the system messages that can reach [lo, hi): an empty user
-// turn gives a ratio of at least lo, and a user turn within MaxUserTokens
-// brings it below hi.
+// turn gives a ratio of at least lo, and a user turn within maxUser brings
+// it below hi.
 func (s *requestSampler) feasible(vs []requestSystem, lo, hi float64) []requestSystem {
 	var out []requestSystem
 	g := s.opt.GenLength
 	for _, v := range vs {
-		if v.prefix <= 0 || RequestRatio(v.prefix, v.base, g) < lo {
+		if v.prefix <= 0 || s.maxUser(v) < 0 || RequestRatio(v.prefix, v.base, g) < lo {
 			continue
 		}
 		need := float64(v.prefix)/hi - float64(g+v.base) // user tokens for r < hi
-		if need > float64(s.opt.MaxUserTokens) {
+		if need > float64(s.maxUser(v)) {
 			continue
 		}
 		out = append(out, v)
@@ -396,7 +412,7 @@ func (s *requestSampler) build(r *rand.Rand, sys requestSystem, lo, hi float64) 
 	}
 	// Too short: append prompts until the ratio drops below hi.
 	for req.Ratio >= hi {
-		if len(sources) >= maxUserPieces || req.PromptTokens-sys.base > s.opt.MaxUserTokens {
+		if len(sources) >= maxUserPieces || req.PromptTokens-sys.base > s.maxUser(sys) {
 			return Request{}, false, nil
 		}
 		u := s.users[r.IntN(len(s.users))]
@@ -407,7 +423,7 @@ func (s *requestSampler) build(r *rand.Rand, sys requestSystem, lo, hi float64) 
 	}
 	if req.Ratio >= lo {
 		req.UserSource = strings.Join(sources, "+")
-		return req, req.PromptTokens-sys.base <= s.opt.MaxUserTokens, nil
+		return req, req.PromptTokens-sys.base <= s.maxUser(sys), nil
 	}
 	// Too long: cut after w words, w found by interpolation, then bisection
 	// between a too-short cut a and a too-long cut c.
@@ -431,7 +447,7 @@ func (s *requestSampler) build(r *rand.Rand, sys requestSystem, lo, hi float64) 
 			c = w
 		default:
 			cut.UserSource = strings.Join(sources, "+") + fmt.Sprintf("[:%d]", w)
-			return cut, cut.PromptTokens-sys.base <= s.opt.MaxUserTokens, nil
+			return cut, cut.PromptTokens-sys.base <= s.maxUser(sys), nil
 		}
 		w = (a + c) / 2
 	}

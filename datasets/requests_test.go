@@ -347,3 +347,25 @@ func TestLoadUserPrompts(t *testing.T) {
 		}
 	}
 }
+
+func TestSampleRequestsMaxTokens(t *testing.T) {
+	edges, _ := ParseRatioBins("0.05:0.95:0.15")
+	const g, maxTok = 16, 900
+	reqs, unfilled, err := SampleRequests(BuiltinSystemPrompts(), GenerateWildChatStyle(3, 300), requestsWordCounter,
+		BinOptions{Edges: edges, PerBin: 4, GenLength: g, Seed: 3, MaxTokens: maxTok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(unfilled) > 0 {
+		t.Errorf("unfilled bins under a %d-token bound: %v", maxTok, unfilled)
+	}
+	for _, r := range reqs {
+		if r.PromptTokens+g > maxTok {
+			t.Errorf("request %s: %d tokens > bound %d", r.ID, r.PromptTokens+g, maxTok)
+		}
+	}
+	if _, _, err := SampleRequests(BuiltinSystemPrompts(), GenerateWildChatStyle(3, 10), requestsWordCounter,
+		BinOptions{Edges: edges, PerBin: 1, GenLength: g, MaxTokens: -1}); err == nil {
+		t.Error("negative MaxTokens: no error")
+	}
+}

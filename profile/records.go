@@ -43,6 +43,7 @@ type RunInfo struct {
 	Shard       string      `json:"shard,omitempty"`
 	Data        []string    `json:"data,omitempty"`
 	Systems     []string    `json:"system_prompts,omitempty"`
+	MaxTokens   int         `json:"max_tokens,omitempty"`
 	Requests    int         `json:"requests"`
 	Unfilled    []string    `json:"unfilled_bins,omitempty"`
 	Seconds     float64     `json:"seconds,omitempty"`

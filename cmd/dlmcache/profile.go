@@ -24,6 +24,7 @@ type profileOptions struct {
 	Systems     []string
 	Language    string
 	UserPrompts int
+	MaxTokens   int
 	Ratios      string
 	PerRatio    int
 	Tau         float64
@@ -73,8 +74,9 @@ parts (for several machines); dlmcache lut build --from merges them.`,
 	fl.StringSliceVar(&opts.Systems, "system-prompts", []string{"builtin"}, "system prompts: builtin, builtin:NAME, or @FILE (one prompt per file)")
 	fl.StringVar(&opts.Language, "language", "English", "WildChat language filter (empty: all)")
 	fl.IntVar(&opts.UserPrompts, "user-prompts", 2000, "number of builtin WildChat-style prompts to generate")
+	fl.IntVar(&opts.MaxTokens, "max-tokens", 1024, "longest input string (prompt + gen length) a request may have; 0: no bound")
 	fl.StringVar(&opts.Ratios, "ratios", "0.05:0.95:0.05", "ratio bins: LO:HI:STEP or ascending edges a,b,c")
-	fl.IntVar(&opts.PerRatio, "per-ratio", 24, "requests per ratio bin (N)")
+	fl.IntVar(&opts.PerRatio, "per-ratio", 64, "requests per ratio bin (N)")
 	fl.Float64Var(&opts.Tau, "tau", 0.97, "similarity threshold τ of the table")
 	fl.IntVar(&opts.GenLength, "gen-length", 0, "answer slots; 0: the model's default")
 	fl.IntVar(&opts.Steps, "steps", 0, "denoising steps (used with --all-steps); 0: the model's default")
@@ -130,7 +132,7 @@ func profileRun(ctx context.Context, opts *profileOptions) error {
 		return m, len(ids), err
 	}
 	reqs, unfilled, err := datasets.SampleRequests(systems, users, count,
-		datasets.BinOptions{Edges: edges, PerBin: opts.PerRatio, GenLength: gen.GenLength, Seed: opts.Seed})
+		datasets.BinOptions{Edges: edges, PerBin: opts.PerRatio, GenLength: gen.GenLength, Seed: opts.Seed, MaxTokens: opts.MaxTokens})
 	if err != nil {
 		return err
 	}
@@ -157,7 +159,7 @@ func profileRun(ctx context.Context, opts *profileOptions) error {
 		Model:     lut.ModelID{Name: lm.Name, NLayers: len(lm.Blocks), Fingerprint: lm.Fingerprint},
 		GenLength: gen.GenLength, Steps: gen.Steps, BlockLength: gen.BlockLength, AllSteps: opts.AllSteps,
 		Tau: opts.Tau, Ratios: opts.Ratios, Edges: edges, PerRatio: opts.PerRatio, Seed: opts.Seed,
-		Shard: opts.Shard, Data: opts.Data, Systems: opts.Systems, Unfilled: unfilledS,
+		Shard: opts.Shard, Data: opts.Data, Systems: opts.Systems, Unfilled: unfilledS, MaxTokens: opts.MaxTokens,
 	}
 	bar := progress.New(opts.f.ErrOut, "profile", "req", len(preqs), opts.Quiet)
 	r := &profile.Runner{Model: lm.LLaDA, Gen: gen, AllSteps: opts.AllSteps, Info: info, OutDir: opts.Out, Resume: opts.Resume,
