@@ -200,6 +200,7 @@ func TestMethodsRowsComputed(t *testing.T) {
 	}{
 		{&Method{Name: "none"}, o.Steps * L * n},
 		{&Method{Name: "prefix-all", Store: store}, o.Steps * L * (n - pl)},
+		{&Method{Name: "prefix-all", Store: store, Refresh: 4, DeepSource: "recompute"}, o.Steps * L * (n - pl)},
 		// depth 1, R 4: steps 1 and 5 compute the deep layers' prefix rows.
 		{&Method{Name: "bicache", Store: store, Table: table(L, 1), Refresh: 4}, o.Steps*L*(n-pl) + 2*(L-1)*pl},
 		{&Method{Name: "bicache", Store: store, Table: table(L, 1), Refresh: 4, DeepSource: "recompute"}, o.Steps*L*(n-pl) + 2*L*pl},
@@ -209,7 +210,7 @@ func TestMethodsRowsComputed(t *testing.T) {
 			t.Errorf("%s/%s: %d rows computed, want %d", tc.meth.Name, tc.meth.DeepSource, g.RowsComputed, tc.want)
 		}
 	}
-	if st := store.Stats(); st.Queries != 3 || st.Hits != 2 || st.HitTokens != int64(2*pl) {
+	if st := store.Stats(); st.Queries != 4 || st.Hits != 3 || st.HitTokens != int64(3*pl) {
 		t.Errorf("store stats %+v", st)
 	}
 }

@@ -76,6 +76,9 @@ type Info struct {
 	Clamped     bool    // the ratio lay outside the table's filled bins
 	Hit         bool    // the prefix was in the store
 	PrefixToken int     // prefix length m
+	// PrefixRows is the (layer, row) pairs computed to fill the store on a
+	// miss (the prefix run alone): L·m, or 0 on a hit.
+	PrefixRows int
 }
 
 // Planner returns the per-request planner for m on model lm. It returns nil
@@ -147,6 +150,9 @@ func (p *planner) Begin(r *model.Request) error {
 			return fmt.Errorf("computing the shared prefix: %w", err)
 		}
 		p.entry, p.info.Hit = e, hit
+		if !hit {
+			p.info.PrefixRows = p.L * p.m
+		}
 	}
 	p.info.Depth = p.d
 	kv := p.lm.Config.KVDim()
@@ -190,7 +196,8 @@ func (p *planner) Plan(s *model.Step) model.Plan {
 	default:
 		p.refreshDeep = s.Index == 0
 	}
-	p.recompute = p.refreshDeep && p.meth.DeepSource == "recompute" && !p.meth.UsesBlocks()
+	// Only BiCache has deep layers to refresh; prefix-all never recomputes.
+	p.recompute = p.refreshDeep && p.meth.DeepSource == "recompute" && !p.meth.UsesBlocks() && p.d > 0 && p.d < p.L
 	return p
 }
 

@@ -22,7 +22,7 @@ type SuiteResult struct {
 	TokensPerSec float64 `json:"tokens_per_sec" parquet:"tokens_per_sec"` // answer slots decoded per second
 	NFE          int     `json:"nfe" parquet:"nfe"`
 	TPF          float64 `json:"tokens_per_forward" parquet:"tokens_per_forward"`
-	RowsFraction float64 `json:"rows_fraction" parquet:"rows_fraction"` // layer-rows computed / a full forward's
+	RowsFraction float64 `json:"rows_fraction" parquet:"rows_fraction"` // layer-rows computed (prefix-store fills included) / no caching's
 	MeanRatio    float64 `json:"mean_ratio" parquet:"mean_ratio"`
 	MeanDepth    float64 `json:"mean_depth" parquet:"mean_depth"`
 	Clamped      int     `json:"ratio_clamps" parquet:"ratio_clamps"`
@@ -83,7 +83,7 @@ func (e *Evaluator) Evaluate(ctx context.Context, samples []datasets.Sample) ([]
 			r.Correct++
 		}
 		r.NFE += g.NFE
-		rows[s.Suite] += g.RowsComputed
+		rows[s.Suite] += g.RowsComputed + info.PrefixRows
 		full[s.Suite] += g.RowsFull
 		r.MeanRatio += float64(prefix) / float64(len(ids)+e.Gen.GenLength)
 		depthSum[s.Suite] += info.Depth
