@@ -1,0 +1,67 @@
+// Command agree checks that the Go engine and the PyTorch reference
+// (tools/train/answers.py) give the same greedy answers on a checkpoint:
+//
+//	python3 tools/train/answers.py --model models/llada-tiny --corpus data/corpus --per-suite 5 --out answers.json
+//	go run ./tools/agree -answers answers.json -model models/llada-tiny
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+
+	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/cpu"
+)
+
+type answers struct {
+	GenLength   int `json:"gen_length"`
+	Steps       int `json:"steps"`
+	BlockLength int `json:"block_length"`
+	Cases       []struct {
+		ID        string  `json:"id"`
+		PromptIDs []int32 `json:"prompt_ids"`
+		AnswerIDs []int32 `json:"answer_ids"`
+	} `json:"cases"`
+}
+
+func main() {
+	path := flag.String("answers", "answers.json", "answers.py output")
+	dir := flag.String("model", "models/llada-tiny", "model directory")
+	flag.Parse()
+	raw, err := os.ReadFile(*path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	var a answers
+	if err := json.Unmarshal(raw, &a); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	m, err := model.Load(*dir, cpu.New(0))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	same := 0
+	for _, c := range a.Cases {
+		g, err := m.Generate(context.Background(), c.PromptIDs, 0, model.GenOptions{GenLength: a.GenLength, Steps: a.Steps, BlockLength: a.BlockLength}, nil)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		if slices.Equal(g.Answer, c.AnswerIDs) {
+			same++
+		} else {
+			fmt.Printf("%s: Go %v, PyTorch %v\n", c.ID, g.Answer, c.AnswerIDs)
+		}
+	}
+	fmt.Printf("%d of %d greedy answers identical\n", same, len(a.Cases))
+	if same != len(a.Cases) {
+		os.Exit(1)
+	}
+}
