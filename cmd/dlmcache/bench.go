@@ -27,6 +27,7 @@ type benchOptions struct {
 	Methods     []string
 	Suites      []string
 	Limit       int
+	PerSystem   int
 	Seed        int64
 	GenLength   int
 	Steps       int
@@ -62,6 +63,7 @@ each system message pays for computing its prefix.`,
 	fl.StringSliceVar(&opts.Suites, "suite", []string{"all"}, "task suites: all, names from "+fmt.Sprint(datasets.Suites())+", or KIND=FILE for a public benchmark (gsm8k, arc, math500, gpqa)")
 	fl.IntVar(&opts.Limit, "limit", 20, "samples per suite")
 	fl.Int64Var(&opts.Seed, "seed", 1, "sample seed")
+	fl.IntVar(&opts.PerSystem, "questions-per-system", 1, "ask each lookup table this many questions (a shared-prefix workload: requests share system messages)")
 	fl.IntVar(&opts.GenLength, "gen-length", 0, "answer slots; 0: the model's default")
 	fl.IntVar(&opts.Steps, "steps", 0, "denoising steps; 0: the model's default")
 	fl.IntVar(&opts.BlockLength, "block-length", 0, "block length for the non-block methods; 0: the model's default")
@@ -88,6 +90,9 @@ func benchRun(ctx context.Context, opts *benchOptions) error {
 	}
 	samples, err := profile.SuiteSamples(opts.Suites, opts.Limit, opts.Seed, datasets.DefaultOptions())
 	if err != nil {
+		return err
+	}
+	if samples, err = datasets.SharedLookup(samples, opts.PerSystem); err != nil {
 		return err
 	}
 	env, err := loadMethodEnv(opts.f, opts.Model, opts.Device, opts.Threads, opts.GenLength, opts.Steps, opts.BlockLength, &opts.Cache)

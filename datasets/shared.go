@@ -1,0 +1,54 @@
+package datasets
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+var sharedLookupRow = regexp.MustCompile(`(?m)^\* ([a-z]+) = ([a-z]+)$`)
+
+// SharedLookup turns lookup samples into a shared-prefix workload: each
+// sample's system message (its table) is asked perSystem questions, about
+// different keys of the same table, the way many users query one document.
+// The requests come system by system. Samples of other suites are kept as
+// they are. Answers are recomputed with Solve, so they stay exact.
+func SharedLookup(samples []Sample, perSystem int) ([]Sample, error) {
+	if perSystem < 1 {
+		return nil, fmt.Errorf("datasets: %d questions per system message, want at least 1", perSystem)
+	}
+	var out []Sample
+	for _, s := range samples {
+		if s.Suite != "lookup" || perSystem == 1 {
+			out = append(out, s)
+			continue
+		}
+		rows := sharedLookupRow.FindAllStringSubmatch(s.System, -1)
+		var asked string
+		for _, r := range rows {
+			if strings.Contains(s.User, " "+r[1]+"?") || strings.Contains(s.User, " "+r[1]+".") {
+				asked = r[1]
+			}
+		}
+		if asked == "" {
+			return nil, fmt.Errorf("datasets: lookup sample %s: cannot find the key its question asks for", s.ID)
+		}
+		out = append(out, s)
+		for q, k := 1, 0; q < perSystem && k < len(rows); k++ {
+			key := rows[k][1]
+			if key == asked {
+				continue
+			}
+			v := s
+			v.User = strings.Replace(s.User, " "+asked, " "+key, 1)
+			ans, err := Solve("lookup", v.System, v.User)
+			if err != nil {
+				return nil, fmt.Errorf("datasets: lookup sample %s, key %s: %w", s.ID, key, err)
+			}
+			v.Answer, v.ID = ans, fmt.Sprintf("%s/q%d", s.ID, q)
+			out = append(out, v)
+			q++
+		}
+	}
+	return out, nil
+}
