@@ -80,7 +80,7 @@ func printSweep(f *factory, param string, r *sweepResult) {
 		fmt.Fprintf(f.Out, "%-8s accuracy %5.1f%%  tokens/s %7.1f  rows %5.1f%%\n", "none", 100*r.Baseline.Accuracy, r.Baseline.TokensPerSec, 100*r.Baseline.RowsFraction)
 	}
 	for _, p := range r.Points {
-		fmt.Fprintf(f.Out, "%s=%-6g accuracy %5.1f%%  tokens/s %7.1f  rows %5.1f%%  depth %.2f\n", param, p.X, 100*p.Accuracy, p.TokensPerSec, 100*p.RowsFraction, p.MeanDepth)
+		fmt.Fprintf(f.Out, "%s=%-6.4g accuracy %5.1f%%  tokens/s %7.1f  rows %5.1f%%  depth %.2f\n", param, p.X, 100*p.Accuracy, p.TokensPerSec, 100*p.RowsFraction, p.MeanDepth)
 	}
 }
 
