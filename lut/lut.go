@@ -7,10 +7,11 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/dlmcache/dlmcache/internal/atomicfile"
 )
 
 // Format is the value of a table's "format" field.
@@ -249,17 +250,7 @@ func (t *Table) Write(path string) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	_, werr := f.Write(append(raw, '\n'))
-	cerr := f.Close()
-	if werr != nil || cerr != nil {
-		os.Remove(f.Name())
-		return errors.Join(werr, cerr)
-	}
-	return os.Rename(f.Name(), path)
+	return atomicfile.WriteFile(path, append(raw, '\n'), 0o644)
 }
 
 // String renders the table for people.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/dlmcache/dlmcache/internal/atomicfile"
 	"github.com/dlmcache/dlmcache/model/safetensors"
 	"github.com/dlmcache/dlmcache/model/tokenizer"
 )
@@ -47,11 +48,11 @@ func WriteRandom(dir string, c Config, seed uint64, dtype safetensors.DType) err
 		return err
 	}
 	cfg, _ := json.MarshalIndent(c, "", "  ")
-	if err := writeFileAtomic(filepath.Join(dir, "config.json"), append(cfg, '\n')); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(dir, "config.json"), append(cfg, '\n'), 0o644); err != nil {
 		return err
 	}
 	card, _ := json.MarshalIndent(Card{GenLength: 32, Steps: 16, RandomWeights: true}, "", "  ")
-	if err := writeFileAtomic(filepath.Join(dir, CardFile), append(card, '\n')); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(dir, CardFile), append(card, '\n'), 0o644); err != nil {
 		return err
 	}
 
@@ -99,26 +100,4 @@ func WriteRandom(dir string, c Config, seed uint64, dtype safetensors.DType) err
 		add(pre+"ff_out.weight", e, d, in, false)
 	}
 	return safetensors.Write(filepath.Join(dir, "model.safetensors"), ts, map[string]string{"format": "pt", "generator": "dlmcache model.WriteRandom"})
-}
-
-// writeFileAtomic writes b to a temporary file beside path and renames it.
-func writeFileAtomic(path string, b []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		os.Remove(f.Name())
-		return err
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(f.Name())
-		return err
-	}
-	if err := os.Chmod(f.Name(), 0o644); err != nil {
-		os.Remove(f.Name())
-		return err
-	}
-	return os.Rename(f.Name(), path)
 }

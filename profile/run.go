@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/dlmcache/dlmcache/internal/atomicfile"
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
 )
@@ -172,7 +173,7 @@ func (r *Runner) Run(ctx context.Context, reqs []Request) (*Result, error) {
 		return nil, err
 	}
 	rj, _ := json.MarshalIndent(info, "", "  ")
-	if err := writeAtomic(filepath.Join(r.OutDir, RunFile), append(rj, '\n')); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(r.OutDir, RunFile), append(rj, '\n'), 0o644); err != nil {
 		return nil, err
 	}
 	pf.Close()
@@ -237,18 +238,4 @@ func appendLine(f *os.File, v any) error {
 		return err
 	}
 	return f.Sync()
-}
-
-func writeAtomic(path string, b []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	_, werr := f.Write(b)
-	cerr := f.Close()
-	if err := errors.Join(werr, cerr); err != nil {
-		os.Remove(f.Name())
-		return err
-	}
-	return os.Rename(f.Name(), path)
 }
