@@ -304,3 +304,45 @@ func TestConcurrentRequests(t *testing.T) {
 	}
 	_ = ids0
 }
+
+// A store with a host spill tier: an evicted prefix comes back from the
+// spill, bit for bit, instead of being recomputed.
+func TestStoreSpill(t *testing.T) {
+	m := loadTiny(t)
+	ids0, pl0 := request(t, m, 0)
+	ids1, pl1 := request(t, m, 1)
+	entryBytes := int64(4 * len(m.Blocks) * pl0 * (2*m.Config.KVDim() + m.Config.DModel))
+	primary := NewStore(m.Backend, entryBytes*3/2, FIFO)
+	spill := NewStore(cpu.New(1), entryBytes*4, LRU)
+	primary.SetSpill(spill)
+	computed := 0
+	get := func(ids []int32, pl int) (*Entry, bool) {
+		e, hit, err := primary.Acquire(PrefixKey("fp", "", ids[:pl]), pl, func() (*Entry, error) {
+			computed++
+			return ComputePrefix(m.LLaDA, ids[:pl])
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e, hit
+	}
+	e0, _ := get(ids0, pl0)
+	want := m.Backend.ToHost(e0.K[1], nil)
+	primary.Release(e0)
+	e1, _ := get(ids1, pl1) // evicts prefix 0 into the spill
+	primary.Release(e1)
+	if st := spill.Stats(); st.Entries != 1 {
+		t.Fatalf("spill holds %d entries, want 1", st.Entries)
+	}
+	e0, hit := get(ids0, pl0)
+	defer primary.Release(e0)
+	if !hit || computed != 2 {
+		t.Errorf("prefix 0 again: hit %v, computed %d times (want a hit from the spill, 2 computations)", hit, computed)
+	}
+	if got := m.Backend.ToHost(e0.K[1], nil); !reflect.DeepEqual(got, want) {
+		t.Error("promoted entry differs from the original")
+	}
+	if st := primary.Stats(); st.SpillHits != 1 || st.Bytes > st.BudgetBytes {
+		t.Errorf("primary stats %+v", st)
+	}
+}

@@ -112,6 +112,7 @@ type Stats struct {
 	Evictions     int64
 	EvictedTokens int64
 	Uncacheable   int64 // prefixes larger than the whole budget
+	SpillHits     int64 // misses served by promoting an entry from the spill tier
 	Entries       int
 	Bytes         int64
 	BudgetBytes   int64
@@ -129,6 +130,51 @@ type Store struct {
 	order    *list.List // front = next to evict
 	inflight map[Key]*call
 	stats    Stats
+	spill    *Store // optional second tier (host memory) for evicted entries
+}
+
+// SetSpill gives the store a second tier: entries evicted from s are copied
+// into spill (typically a host-memory store under a CPU backend when s
+// holds device memory), and a miss in s that spill holds is promoted back
+// instead of recomputed. Call it before the store is used.
+func (s *Store) SetSpill(spill *Store) { s.spill = spill }
+
+// convert copies e's tensors from backend from to backend to.
+func convert(e *Entry, from, to backend.Backend) *Entry {
+	c := &Entry{Tokens: e.Tokens, Bytes: e.Bytes}
+	move := func(ts []backend.Tensor) []backend.Tensor {
+		out := make([]backend.Tensor, len(ts))
+		for i, t := range ts {
+			out[i] = to.FromHost(t.Rows(), t.Cols(), from.ToHost(t, nil))
+		}
+		return out
+	}
+	c.K, c.V, c.H = move(e.K), move(e.V), move(e.H)
+	return c
+}
+
+// take removes key's entry from s (a spill tier) and returns it, or nil.
+func (s *Store) take(key Key) *Entry {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.entries[key]
+	if e == nil {
+		return nil
+	}
+	s.order.Remove(e.elem)
+	delete(s.entries, key)
+	s.stats.Bytes -= e.Bytes
+	return e
+}
+
+// put inserts an entry that nobody holds (a spill tier's insert).
+func (s *Store) put(e *Entry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old := s.entries[e.key]; old != nil {
+		s.remove(old)
+	}
+	s.insert(e)
 }
 
 type call struct {
@@ -181,7 +227,16 @@ func (s *Store) Acquire(key Key, m int, compute func() (*Entry, error)) (e *Entr
 	s.inflight[key] = c
 	s.mu.Unlock()
 
-	e, err = compute()
+	if s.spill != nil {
+		if se := s.spill.take(key); se != nil {
+			e = convert(se, s.spill.b, s.b)
+			s.spill.free(se)
+			hit = true
+		}
+	}
+	if e == nil {
+		e, err = compute()
+	}
 
 	s.mu.Lock()
 	delete(s.inflight, key)
@@ -189,6 +244,11 @@ func (s *Store) Acquire(key Key, m int, compute func() (*Entry, error)) (e *Entr
 	if err == nil {
 		e.key = key
 		e.refs += 1 + c.waiters
+		if hit {
+			s.stats.Hits++
+			s.stats.HitTokens += int64(m)
+			s.stats.SpillHits++
+		}
 		s.insert(e)
 	} else {
 		// The waiters get the error; their queries were not hits.
@@ -197,7 +257,7 @@ func (s *Store) Acquire(key Key, m int, compute func() (*Entry, error)) (e *Entr
 	}
 	s.mu.Unlock()
 	close(c.done)
-	return e, false, err
+	return e, hit, err
 }
 
 // insert adds e under the budget, evicting as needed (mu held).
@@ -209,6 +269,12 @@ func (s *Store) insert(e *Entry) {
 	}
 	for s.stats.Bytes+e.Bytes > s.budget {
 		victim := s.order.Front().Value.(*Entry)
+		if s.spill != nil {
+			// Copy to the second tier before the victim may be freed.
+			ce := convert(victim, s.b, s.spill.b)
+			ce.key = victim.key
+			s.spill.put(ce)
+		}
 		s.remove(victim)
 		s.stats.Evictions++
 		s.stats.EvictedTokens += int64(len(victim.Tokens))

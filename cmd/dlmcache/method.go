@@ -9,6 +9,7 @@ import (
 	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/cpu"
 )
 
 // cacheFlags are the caching options that eval, bench, sweep and serve share.
@@ -16,6 +17,7 @@ type cacheFlags struct {
 	LUT        string
 	Refresh    int
 	CacheBytes int64
+	SpillBytes int64
 	Eviction   string
 	DeepSource string
 	Stat       string
@@ -27,6 +29,7 @@ func addCacheFlags(fl *pflag.FlagSet, c *cacheFlags) {
 	fl.StringVar(&c.LUT, "lut", "", "ratio→depth table (table.json from dlmcache profile); needed by bicache methods")
 	fl.IntVar(&c.Refresh, "refresh", 16, "BiCache: recompute the deep layers' prefix K/V every R steps")
 	fl.Int64Var(&c.CacheBytes, "cache-bytes", 1<<30, "prefix store budget in bytes")
+	fl.Int64Var(&c.SpillBytes, "spill-bytes", 0, "host-memory second tier for prefixes evicted from the store (useful with --device cuda); 0: none")
 	fl.StringVar(&c.Eviction, "eviction", "fifo", "prefix store eviction: fifo or lru")
 	fl.StringVar(&c.DeepSource, "deep-source", "recompute", "BiCache refresh input of the deep layers: recompute (full step) or store (stored hidden state at depth d)")
 	fl.StringVar(&c.Stat, "stat", "mean", "table statistic served: mean (floor of the mean depth), mean-std, min")
@@ -120,5 +123,9 @@ func (e *methodEnv) method(name string, c *cacheFlags, t *lut.Table) (*cache.Met
 	if err != nil {
 		return nil, err
 	}
-	return newMethod(name, c, e.lm, cache.NewStore(e.lm.Backend, c.CacheBytes, ev), t)
+	store := cache.NewStore(e.lm.Backend, c.CacheBytes, ev)
+	if c.SpillBytes > 0 {
+		store.SetSpill(cache.NewStore(cpu.New(0), c.SpillBytes, ev))
+	}
+	return newMethod(name, c, e.lm, store, t)
 }
