@@ -40,7 +40,6 @@ e2e: deps
 run: build
 	./$(BIN) generate
 	./$(BIN) profile --out profile-out
-	./$(BIN) lut show profile-out/table.json
 
 bench: build
 	./scripts/bench.sh

@@ -85,6 +85,9 @@ func generateRun(ctx context.Context, opts *generateOptions) error {
 	prompt := opts.Prompt
 	if prompt == "" && system == "" && lm.Card.DemoSystem != "" {
 		system, prompt = lm.Card.DemoSystem, lm.Card.DemoPrompt
+		if !opts.JSON {
+			fmt.Fprintf(opts.f.ErrOut, "demo request from the model card (%d-character system message): %q\n", len(system), prompt)
+		}
 	}
 	if prompt == "" {
 		return fmt.Errorf("--prompt is required for model %s (it has no demo prompt)", lm.Name)
