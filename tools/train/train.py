@@ -260,7 +260,7 @@ def export_bytes(cfg):
 
 
 # ----------------------------------------------------------------------------- train step
-def loss_on(model, ids, valid, ans_pos, args, rng_t, mask_id, alen, G):
+def loss_on(model, ids, valid, ans_pos, args, rng_t, mask_id, alen, G, suite=None, nsuites=0):
     """LLaDA SFT loss on one batch. Returns (loss, stats)."""
     B, n = ids.shape
     t = torch.rand(B, generator=rng_t)
@@ -282,6 +282,11 @@ def loss_on(model, ids, valid, ans_pos, args, rng_t, mask_id, alen, G):
     content = slot < torch.as_tensor(alen)[mrow]
     st_ = {"ce_content": float(ce[content].sum()), "n_content": int(content.sum()),
            "ce_pad": float(ce[~content].sum()), "n_pad": int((~content).sum())}
+    if suite is not None:  # content CE per suite: which task is stuck
+        srow = torch.as_tensor(suite)[mrow][content]
+        cc = ce[content].detach()
+        st_["suite_ce"] = torch.zeros(nsuites, dtype=torch.float64).index_add_(0, srow, cc.double()).tolist()
+        st_["suite_n"] = torch.bincount(srow, minlength=nsuites).tolist()
     return loss, st_
 
 
@@ -486,7 +491,8 @@ def main(argv=None):
     t_last_ckpt = time.time()
     t_start = time.time()
     wall0 = state["wall_seconds"]
-    acc = {"loss": 0.0, "n": 0, "ce_content": 0.0, "n_content": 0, "ce_pad": 0.0, "n_pad": 0, "tok": 0, "t": time.time()}
+    acc = {"loss": 0.0, "n": 0, "ce_content": 0.0, "n_content": 0, "ce_pad": 0.0, "n_pad": 0, "tok": 0, "t": time.time(),
+               "sce": [0.0] * len(train.suites), "sn": [0] * len(train.suites)}
     bench_t0, bench_tok = None, 0
     while state["step"] < args.max_steps and not stop["flag"]:
         step = state["step"]
@@ -497,7 +503,8 @@ def main(argv=None):
             g["lr"] = lr
         idx = batcher.batch(step)
         ids, valid, ans_pos = batcher.tensors(idx)
-        loss, s = loss_on(model, ids, valid, ans_pos, args, rng_t, mask_id, train.alen[idx], G)
+        loss, s = loss_on(model, ids, valid, ans_pos, args, rng_t, mask_id, train.alen[idx], G,
+                          train.suite[idx], len(train.suites))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if args.clip > 0:
@@ -513,6 +520,9 @@ def main(argv=None):
         acc["tok"] += ntok
         for k in ("ce_content", "n_content", "ce_pad", "n_pad"):
             acc[k] += s[k]
+        for j in range(len(train.suites)):
+            acc["sce"][j] += s["suite_ce"][j]
+            acc["sn"][j] += s["suite_n"][j]
         if args.bench:
             if state["step"] == 3:
                 bench_t0, bench_tok = time.time(), 0
@@ -532,9 +542,12 @@ def main(argv=None):
                        "loss": acc["loss"] / acc["n"],
                        "ce_content": acc["ce_content"] / max(1, acc["n_content"]),
                        "ce_pad": acc["ce_pad"] / max(1, acc["n_pad"]),
+                       "ce_suite": {name: round(acc["sce"][j] / max(1, acc["sn"][j]), 3)
+                                    for j, name in enumerate(train.suites)},
                        "tok_s": round(acc["tok"] / dt), "len_limit": batcher.limit(step),
                        "wall_h": round(state["wall_seconds"] / 3600, 3)})
-            acc = {"loss": 0.0, "n": 0, "ce_content": 0.0, "n_content": 0, "ce_pad": 0.0, "n_pad": 0, "tok": 0, "t": time.time()}
+            acc = {"loss": 0.0, "n": 0, "ce_content": 0.0, "n_content": 0, "ce_pad": 0.0, "n_pad": 0, "tok": 0, "t": time.time(),
+               "sce": [0.0] * len(train.suites), "sn": [0] * len(train.suites)}
         if state["step"] % args.eval_every == 0:
             do_eval()
         if time.time() - t_last_ckpt > args.ckpt_minutes * 60:
