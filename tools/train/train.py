@@ -97,6 +97,14 @@ def parse_args(argv=None):
     ap.add_argument("--mask-eps", type=float, default=1e-3)
     ap.add_argument("--curriculum-start", type=float, default=0.3, help="length quantile eligible at step 0")
     ap.add_argument("--curriculum-steps", type=int, default=3000)
+    ap.add_argument("--curriculum", choices=["linear", "adaptive"], default="linear",
+                    help="linear: the quantile grows with the step; adaptive: it grows by --advance-by each "
+                         "log interval whose content cross-entropy is below --advance-ce (stays on short "
+                         "prompts until the model reads its prefix)")
+    ap.add_argument("--advance-ce", type=float, default=1.0)
+    ap.add_argument("--advance-by", type=float, default=0.05)
+    ap.add_argument("--stratified-t", action="store_true",
+                    help="draw the batch's mask ratios stratified over (0,1) (each still U(0,1)): lower-variance 1/t weights")
     ap.add_argument("--threads", type=int, default=1)
     # evaluation / saving
     ap.add_argument("--eval-every", type=int, default=400, help="steps between evaluations")
@@ -164,6 +172,7 @@ class Batcher:
         self.total_len = corpus.plen + corpus.G
         counts = np.bincount(corpus.suite, minlength=len(corpus.suites)).astype(np.float64)
         self.w = 1.0 / counts[corpus.suite]
+        self.q = args.curriculum_start  # adaptive curriculum: eligible length quantile
         self.reshuffle()
 
     def reshuffle(self):
@@ -174,6 +183,8 @@ class Batcher:
 
     def limit(self, step):
         a = self.a
+        if a.curriculum == "adaptive":
+            return int(np.quantile(self.sorted_len, self.q))
         q = 1.0 if a.curriculum_steps <= 0 else min(1.0, a.curriculum_start + (1 - a.curriculum_start) * step / a.curriculum_steps)
         return int(np.quantile(self.sorted_len, q))
 
@@ -264,6 +275,8 @@ def loss_on(model, ids, valid, ans_pos, args, rng_t, mask_id, alen, G, suite=Non
     """LLaDA SFT loss on one batch. Returns (loss, stats)."""
     B, n = ids.shape
     t = torch.rand(B, generator=rng_t)
+    if args.stratified_t:
+        t = (torch.randperm(B, generator=rng_t) + t) / B
     p = (1 - args.mask_eps) * t + args.mask_eps
     m = torch.rand(B, G, generator=rng_t) < p[:, None]                    # [B, G]
     noisy = ids.clone()
@@ -448,6 +461,8 @@ def main(argv=None):
           f"resumed from {resumed_from} at step {state['step']}", flush=True)
 
     batcher = Batcher(train, args, rng)
+    if args.curriculum == "adaptive" and "curriculum_q" in state:
+        batcher.q = state["curriculum_q"]
     eval_idx = eval_set(evalc, args.eval_per_suite, 12345)
     os.makedirs(args.work, exist_ok=True)
     logf = open(os.path.join(args.work, "log.jsonl"), "a") if not args.bench else open(os.devnull, "w")
@@ -546,6 +561,11 @@ def main(argv=None):
                                     for j, name in enumerate(train.suites)},
                        "tok_s": round(acc["tok"] / dt), "len_limit": batcher.limit(step),
                        "wall_h": round(state["wall_seconds"] / 3600, 3)})
+            if args.curriculum == "adaptive" and batcher.q < 1.0 and \
+                    acc["ce_content"] / max(1, acc["n_content"]) < args.advance_ce:
+                batcher.q = min(1.0, batcher.q + args.advance_by)
+                state["curriculum_q"] = batcher.q
+                log(logf, {"type": "curriculum", "step": state["step"], "q": batcher.q, "len_limit": batcher.limit(step)})
             acc = {"loss": 0.0, "n": 0, "ce_content": 0.0, "n_content": 0, "ce_pad": 0.0, "n_pad": 0, "tok": 0, "t": time.time(),
                "sce": [0.0] * len(train.suites), "sn": [0] * len(train.suites)}
         if state["step"] % args.eval_every == 0:
