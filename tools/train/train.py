@@ -103,6 +103,10 @@ def parse_args(argv=None):
                          "prompts until the model reads its prefix)")
     ap.add_argument("--advance-ce", type=float, default=1.0)
     ap.add_argument("--advance-by", type=float, default=0.05)
+    ap.add_argument("--pretrain-frac", type=float, default=0.0,
+                    help="share of samples that also get their prompt masked at the same ratio, with CE on those "
+                         "tokens too (LLaDA's pretraining objective as an auxiliary task: ~100 predictions a sample, "
+                         "most of them copy/lookup problems, instead of ~3)")
     ap.add_argument("--stratified-t", action="store_true",
                     help="draw the batch's mask ratios stratified over (0,1) (each still U(0,1)): lower-variance 1/t weights")
     ap.add_argument("--threads", type=int, default=1)
@@ -284,6 +288,13 @@ def loss_on(model, ids, valid, ans_pos, args, rng_t, mask_id, alen, G, suite=Non
     mpos = ans_pos[m]
     mrow = rows[m]
     noisy[mrow, mpos] = mask_id
+    pm = None
+    if args.pretrain_frac > 0:  # auxiliary: mask prompt tokens (not BOS) of some samples too
+        P = ans_pos[:, 0]
+        col = torch.arange(n)[None]
+        pt = torch.rand(B, generator=rng_t) < args.pretrain_frac
+        pm = (col > 0) & (col < P[:, None]) & pt[:, None] & (torch.rand(B, n, generator=rng_t) < p[:, None])
+        noisy[pm] = mask_id
     pos = torch.arange(n)
     x = model(noisy, pos=pos, key_valid=valid, return_hidden=True)       # [B, n, d]
     h = x[mrow, mpos]                                                    # [M, d]
@@ -291,10 +302,18 @@ def loss_on(model, ids, valid, ans_pos, args, rng_t, mask_id, alen, G, suite=Non
     tgt = ids[mrow, mpos]
     ce = F.cross_entropy(logits, tgt, reduction="none")                  # [M]
     loss = (ce / p[mrow]).sum() / (B * G)
+    ce_prompt, n_prompt = 0.0, 0
+    if pm is not None and bool(pm.any()):
+        prow = torch.arange(B)[:, None].expand(B, n)[pm]
+        cp = F.cross_entropy(model.head(x[pm]), ids[pm], reduction="none")
+        denom = float((P[pt] - 1).sum())
+        loss = loss + (cp / p[prow]).sum() / max(1.0, denom)
+        ce_prompt, n_prompt = float(cp.sum()), int(pm.sum())
     slot = torch.arange(G)[None].expand(B, G)[m]
     content = slot < torch.as_tensor(alen)[mrow]
     st_ = {"ce_content": float(ce[content].sum()), "n_content": int(content.sum()),
-           "ce_pad": float(ce[~content].sum()), "n_pad": int((~content).sum())}
+           "ce_pad": float(ce[~content].sum()), "n_pad": int((~content).sum()),
+           "ce_prompt": ce_prompt, "n_prompt": n_prompt}
     if suite is not None:  # content CE per suite: which task is stuck
         srow = torch.as_tensor(suite)[mrow][content]
         cc = ce[content].detach()
@@ -506,7 +525,7 @@ def main(argv=None):
     t_last_ckpt = time.time()
     t_start = time.time()
     wall0 = state["wall_seconds"]
-    acc = {"loss": 0.0, "n": 0, "ce_content": 0.0, "n_content": 0, "ce_pad": 0.0, "n_pad": 0, "tok": 0, "t": time.time(),
+    acc = {"loss": 0.0, "n": 0, "ce_content": 0.0, "n_content": 0, "ce_pad": 0.0, "n_pad": 0, "ce_prompt": 0.0, "n_prompt": 0, "tok": 0, "t": time.time(),
                "sce": [0.0] * len(train.suites), "sn": [0] * len(train.suites)}
     bench_t0, bench_tok = None, 0
     while state["step"] < args.max_steps and not stop["flag"]:
@@ -533,7 +552,7 @@ def main(argv=None):
         acc["loss"] += float(loss)
         acc["n"] += 1
         acc["tok"] += ntok
-        for k in ("ce_content", "n_content", "ce_pad", "n_pad"):
+        for k in ("ce_content", "n_content", "ce_pad", "n_pad", "ce_prompt", "n_prompt"):
             acc[k] += s[k]
         for j in range(len(train.suites)):
             acc["sce"][j] += s["suite_ce"][j]
@@ -557,6 +576,7 @@ def main(argv=None):
                        "loss": acc["loss"] / acc["n"],
                        "ce_content": acc["ce_content"] / max(1, acc["n_content"]),
                        "ce_pad": acc["ce_pad"] / max(1, acc["n_pad"]),
+                       "ce_prompt": round(acc["ce_prompt"] / max(1, acc["n_prompt"]), 3),
                        "ce_suite": {name: round(acc["sce"][j] / max(1, acc["sn"][j]), 3)
                                     for j, name in enumerate(train.suites)},
                        "tok_s": round(acc["tok"] / dt), "len_limit": batcher.limit(step),
@@ -566,7 +586,7 @@ def main(argv=None):
                 batcher.q = min(1.0, batcher.q + args.advance_by)
                 state["curriculum_q"] = batcher.q
                 log(logf, {"type": "curriculum", "step": state["step"], "q": batcher.q, "len_limit": batcher.limit(step)})
-            acc = {"loss": 0.0, "n": 0, "ce_content": 0.0, "n_content": 0, "ce_pad": 0.0, "n_pad": 0, "tok": 0, "t": time.time(),
+            acc = {"loss": 0.0, "n": 0, "ce_content": 0.0, "n_content": 0, "ce_pad": 0.0, "n_pad": 0, "ce_prompt": 0.0, "n_prompt": 0, "tok": 0, "t": time.time(),
                "sce": [0.0] * len(train.suites), "sn": [0] * len(train.suites)}
         if state["step"] % args.eval_every == 0:
             do_eval()
