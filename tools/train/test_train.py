@@ -57,6 +57,69 @@ class TestTrain(unittest.TestCase):
                     ids, valid, ans = b.tensors(idx)
                     self.assertEqual(int(valid.sum()), int(L.sum()))
 
+    def test_loss_options(self):
+        import numpy as np
+        import torch
+        from pyllada.model import LLaDA, LLaDAConfig
+        cfg = LLaDAConfig(d_model=32, n_layers=2, n_heads=2, n_kv_heads=2, mlp_hidden_size=64, vocab_size=64,
+                          embedding_size=64, mask_token_id=63, eos_token_id=62, pad_token_id=62)
+        torch.manual_seed(0)
+        m = LLaDA(cfg)
+        B, P, G = 6, 10, 4
+        ids = torch.randint(0, 60, (B, P + G))
+        valid = torch.ones(B, P + G, dtype=torch.bool)
+        ans = torch.arange(P, P + G)[None].expand(B, G)
+        alen = np.full(B, 2)
+        suite = np.array([0, 1, 0, 1, 0, 1])
+        base = T.parse_args([])
+        l0, s0 = T.loss_on(m, ids, valid, ans, base, torch.Generator().manual_seed(1), 63, alen, G, suite, 2)
+        self.assertEqual(s0["n_prompt"], 0)
+        self.assertEqual(sum(s0["suite_n"]), s0["n_content"])
+        self.assertAlmostEqual(sum(s0["suite_ce"]), s0["ce_content"], places=4)
+        # every sample a pretraining sample: prompt tokens (never BOS, never past P) get masked and scored
+        pre = T.parse_args(["--pretrain-frac", "1.0"])
+        l1, s1 = T.loss_on(m, ids, valid, ans, pre, torch.Generator().manual_seed(1), 63, alen, G, suite, 2)
+        self.assertGreater(s1["n_prompt"], 0)
+        self.assertLessEqual(s1["n_prompt"], B * (P - 1))
+        self.assertGreater(float(l1), 0.0)
+        l1.backward()
+        # stratified mask ratios: one t in each of the B strata
+        strat = T.parse_args(["--stratified-t", "--mask-eps", "0"])
+        t = T.mask_ratios(40, strat, torch.Generator().manual_seed(2))
+        self.assertEqual(sorted((t * 40).floor().long().tolist()), list(range(40)))
+        t = T.mask_ratios(40, base, torch.Generator().manual_seed(2))  # plain draws: some strata empty
+        self.assertLess(len(set((t * 40).floor().long().tolist())), 40)
+        T.loss_on(m, ids, valid, ans, strat, torch.Generator().manual_seed(1), 63, alen, G)
+
+    def test_adaptive_curriculum(self):
+        with tempfile.TemporaryDirectory() as d:
+            subprocess.run([sys.executable, os.path.join(HERE, "make_synth.py"), "--out", d,
+                            "--train", "500", "--eval", "10"], check=True)
+            c = T.Corpus(os.path.join(d, "train.jsonl"), 12, 257)
+            import numpy as np
+            a = T.parse_args(["--curriculum", "adaptive", "--curriculum-start", "0.1"])
+            b = T.Batcher(c, a, np.random.RandomState(0))
+            lim = b.limit(0)
+            self.assertEqual(b.limit(10_000), lim)  # the step alone does not lengthen prompts
+            b.q = 0.6
+            self.assertGreater(b.limit(0), lim)
+            # a run whose content CE is below --advance-ce moves the quantile, and resume keeps it
+            corpus = os.path.join(d, "corpus")
+            subprocess.run([sys.executable, os.path.join(HERE, "make_synth.py"), "--out", corpus,
+                            "--train", "300", "--eval", "30"], check=True)
+            args = ["--corpus", corpus, "--work", os.path.join(d, "work"), "--out", os.path.join(d, "out"),
+                    "--resume", "--n-layers", "2", "--d-model", "32", "--n-heads", "2", "--mlp-hidden", "64",
+                    "--batch-tokens", "1024", "--eval-every", "100", "--log-every", "2", "--warmup", "2",
+                    "--curriculum", "adaptive", "--curriculum-start", "0.1", "--advance-ce", "100",
+                    "--advance-by", "0.2"]
+            T.main(args + ["--max-steps", "4"])
+            T.main(args + ["--max-steps", "6"])
+            logs = [json.loads(l) for l in open(os.path.join(d, "work", "log.jsonl"))]
+            qs = [r["q"] for r in logs if r["type"] == "curriculum"]
+            self.assertEqual(len(qs), 3)
+            for want, got in zip([0.3, 0.5, 0.7], qs):
+                self.assertAlmostEqual(got, want)
+
 
 if __name__ == "__main__":
     unittest.main()

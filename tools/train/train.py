@@ -275,13 +275,19 @@ def export_bytes(cfg):
 
 
 # ----------------------------------------------------------------------------- train step
-def loss_on(model, ids, valid, ans_pos, args, rng_t, mask_id, alen, G, suite=None, nsuites=0):
-    """LLaDA SFT loss on one batch. Returns (loss, stats)."""
-    B, n = ids.shape
+def mask_ratios(B, args, rng_t):
+    """Per-sample masking probabilities p = (1−eps)·t + eps, t ~ U(0, 1); with
+    --stratified-t the batch's t hold one draw from each of the B strata [i/B, (i+1)/B)."""
     t = torch.rand(B, generator=rng_t)
     if args.stratified_t:
         t = (torch.randperm(B, generator=rng_t) + t) / B
-    p = (1 - args.mask_eps) * t + args.mask_eps
+    return (1 - args.mask_eps) * t + args.mask_eps
+
+
+def loss_on(model, ids, valid, ans_pos, args, rng_t, mask_id, alen, G, suite=None, nsuites=0):
+    """LLaDA SFT loss on one batch. Returns (loss, stats)."""
+    B, n = ids.shape
+    p = mask_ratios(B, args, rng_t)
     m = torch.rand(B, G, generator=rng_t) < p[:, None]                    # [B, G]
     noisy = ids.clone()
     rows = torch.arange(B)[:, None].expand(B, G)
