@@ -317,6 +317,8 @@ def loss_on(model, ids, valid, ans_pos, args, rng_t, mask_id, alen, G, suite=Non
         ce_prompt, n_prompt = float(cp.sum()), int(pm.sum())
     slot = torch.arange(G)[None].expand(B, G)[m]
     content = slot < torch.as_tensor(alen)[mrow]
+    if pm is not None:  # score the answer only where the prompt was clean (the SFT task)
+        content &= ~pt[mrow]
     st_ = {"ce_content": float(ce[content].sum()), "n_content": int(content.sum()),
            "ce_pad": float(ce[~content].sum()), "n_pad": int((~content).sum()),
            "ce_prompt": ce_prompt, "n_prompt": n_prompt}
