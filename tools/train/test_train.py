@@ -44,7 +44,8 @@ class TestTrain(unittest.TestCase):
             subprocess.run([sys.executable, os.path.join(HERE, "make_synth.py"), "--out", d,
                             "--train", "500", "--eval", "10"], check=True)
             c = T.Corpus(os.path.join(d, "train.jsonl"), 12, 257)
-            a = T.parse_args(["--batch-tokens", "2000", "--curriculum-steps", "100"])
+            a = T.parse_args(["--batch-tokens", "2000", "--curriculum", "linear", "--curriculum-start", "0.3",
+                              "--curriculum-steps", "100"])
             import numpy as np
             b = T.Batcher(c, a, np.random.RandomState(0))
             self.assertLess(b.limit(0), b.limit(100))
