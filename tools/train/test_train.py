@@ -88,7 +88,8 @@ class TestTrain(unittest.TestCase):
         strat = T.parse_args(["--stratified-t", "--mask-eps", "0"])
         t = T.mask_ratios(40, strat, torch.Generator().manual_seed(2))
         self.assertEqual(sorted((t * 40).floor().long().tolist()), list(range(40)))
-        t = T.mask_ratios(40, base, torch.Generator().manual_seed(2))  # plain draws: some strata empty
+        plain = T.parse_args(["--no-stratified-t", "--mask-eps", "0"])
+        t = T.mask_ratios(40, plain, torch.Generator().manual_seed(2))  # plain draws: some strata empty
         self.assertLess(len(set((t * 40).floor().long().tolist())), 40)
         T.loss_on(m, ids, valid, ans, strat, torch.Generator().manual_seed(1), 63, alen, G)
 

@@ -111,7 +111,7 @@ def parse_args(argv=None):
                     help="share of samples that also get their prompt masked at the same ratio, with CE on those "
                          "tokens too (LLaDA's pretraining objective as an auxiliary task: ~100 predictions a sample, "
                          "most of them copy/lookup problems, instead of ~3)")
-    ap.add_argument("--stratified-t", action="store_true",
+    ap.add_argument("--stratified-t", action=argparse.BooleanOptionalAction, default=True,
                     help="draw the batch's mask ratios stratified over (0,1) (each still U(0,1)): lower-variance 1/t weights")
     ap.add_argument("--threads", type=int, default=1)
     # evaluation / saving
