@@ -122,6 +122,43 @@ class TestTrain(unittest.TestCase):
             for want, got in zip([0.3, 0.5, 0.7], qs):
                 self.assertAlmostEqual(got, want)
 
+    def test_recall_gen(self):
+        import numpy as np
+        from recall import RecallGen
+        tok = os.path.join(HERE, "..", "..", "models", "llada-tiny", "tokenizer.json")
+        g = RecallGen(tok, 16, 2043)
+        inv = {i: s for s, i in g.vocab.items()}
+        rng = np.random.RandomState(3)
+        for level in range(RecallGen.MAX_LEVEL + 1):
+            lo, hi, pieces = g.shape(level)
+            for _ in range(20):
+                p, a = g.sample(rng, level)
+                self.assertEqual(p[:len(g.head)], g.head)
+                self.assertEqual(p[-len(g.tail):], g.tail)
+                body = p[len(g.head):p.index(g.instr[1]) - 1]  # the table: "* key sep value\n" rows
+                rows, cur = [], []
+                for t in body:
+                    if t == g.nl:
+                        rows.append(cur)
+                        cur = []
+                    else:
+                        cur.append(t)
+                self.assertTrue(lo <= len(rows) <= hi, (level, len(rows)))
+                q = p[p.index(g.instr[1]) - 1 + len(g.instr):-len(g.tail)]
+                qp = next(x for x in g.q if q[:len(x)] == x)
+                key, value = q[len(qp):], a[1:-1]
+                self.assertEqual((a[0], a[-1]), (g.ans, 2043))
+                self.assertTrue(1 <= len(key) <= pieces and 1 <= len(value) <= pieces)
+                hits = [r for r in rows if any(r == [g.star, *key, *sep, *value] for sep in g.seps)]
+                self.assertEqual(len(hits), 1, (rows, key, value))
+                seps = [t for t in rows[0] if [t] in g.seps]
+                self.assertEqual(len(seps), 1)
+                keys = {tuple(r[1:r.index(seps[0])]) for r in rows}
+                self.assertEqual(len(keys), len(rows))  # keys distinct
+        ids, valid, ans_pos, alen = g.batch(rng, 0, 2048, 128)
+        self.assertLessEqual(ids.shape[0] * ids.shape[1], 2048)
+        self.assertEqual(int(valid.sum()), int((ans_pos[:, -1] + 1).sum()))
+
 
 if __name__ == "__main__":
     unittest.main()

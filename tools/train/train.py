@@ -21,7 +21,10 @@ masked out of attention. Curriculum: only prompts up to a length quantile are
 eligible; it starts at --curriculum-start and grows by --advance-by whenever a log
 interval's answer-content CE is below --advance-ce (--curriculum adaptive, the
 default: the model stays on short prompts until it reads its prefix), or linearly to
-1 over --curriculum-steps (--curriculum linear). See docs/training.md.
+1 over --curriculum-steps (--curriculum linear). --recall-frac F trains a fraction F of
+the steps on synthetic key→value recall in the corpus's vocabulary and chat framing
+(recall.py), whose table size grows each time its CE falls below --recall-advance-ce:
+a warm-up for the lookup circuit every suite needs. See docs/training.md.
 
 Outputs: --work (default train-out/llada-tiny): ckpt.pt (model, optimizer, step,
 RNG; every --ckpt-minutes and on SIGTERM/SIGINT), log.jsonl. --out: the best
@@ -69,6 +72,7 @@ sys.path.insert(0, os.path.join(ROOT, "tools"))
 from pyllada import safetensors_io as st  # noqa: E402
 from pyllada.model import LLaDA, LLaDAConfig, save_pretrained  # noqa: E402
 from pyllada.generate import generate_batch  # noqa: E402
+from recall import RecallGen  # noqa: E402
 
 ARCH_KEYS = ("n_layers", "d_model", "n_heads", "mlp_hidden")
 
@@ -113,6 +117,10 @@ def parse_args(argv=None):
                          "most of them copy/lookup problems, instead of ~3)")
     ap.add_argument("--stratified-t", action=argparse.BooleanOptionalAction, default=True,
                     help="draw the batch's mask ratios stratified over (0,1) (each still U(0,1)): lower-variance 1/t weights")
+    ap.add_argument("--recall-frac", type=float, default=0.0,
+                    help="fraction of steps trained on synthetic key→value recall in the corpus vocabulary (recall.py)")
+    ap.add_argument("--recall-advance-ce", type=float, default=0.3,
+                    help="raise the recall level when a log interval's recall answer CE is below this")
     ap.add_argument("--threads", type=int, default=1)
     # evaluation / saving
     ap.add_argument("--eval-every", type=int, default=1000, help="steps between evaluations")
@@ -492,6 +500,13 @@ def main(argv=None):
           f"resumed from {resumed_from} at step {state['step']}", flush=True)
 
     batcher = Batcher(train, args, rng)
+    recall = None
+    if args.recall_frac > 0:
+        tok_dir = meta.get("tokenizer_dir", args.out)
+        if not os.path.isabs(tok_dir):
+            tok_dir = os.path.join(ROOT, tok_dir)
+        recall = RecallGen(os.path.join(tok_dir, "tokenizer.json"), G, eos)
+        state.setdefault("recall_level", 0)
     if args.curriculum == "adaptive" and "curriculum_q" in state:
         batcher.q = state["curriculum_q"]
     eval_idx = eval_set(evalc, args.eval_per_suite, 12345)
@@ -538,7 +553,7 @@ def main(argv=None):
     t_start = time.time()
     wall0 = state["wall_seconds"]
     acc = {"loss": 0.0, "n": 0, "ce_content": 0.0, "n_content": 0, "ce_pad": 0.0, "n_pad": 0, "ce_prompt": 0.0, "n_prompt": 0, "tok": 0, "t": time.time(),
-               "sce": [0.0] * len(train.suites), "sn": [0] * len(train.suites)}
+               "sce": [0.0] * len(train.suites), "sn": [0] * len(train.suites), "rce": 0.0, "rn": 0}
     bench_t0, bench_tok = None, 0
     while state["step"] < args.max_steps and not stop["flag"]:
         step = state["step"]
@@ -547,10 +562,20 @@ def main(argv=None):
         lr = lr_at(step, args, state["warm_from"])
         for g in opt.param_groups:
             g["lr"] = lr
-        idx = batcher.batch(step)
-        ids, valid, ans_pos = batcher.tensors(idx)
-        loss, s = loss_on(model, ids, valid, ans_pos, args, rng_t, mask_id, train.alen[idx], G,
-                          train.suite[idx], len(train.suites))
+        if recall is not None and rng.random_sample() < args.recall_frac:
+            ids, valid, ans_pos, ralen = (torch.from_numpy(x) for x in recall.batch(
+                rng, state["recall_level"], args.batch_tokens, args.max_batch))
+            idx = ralen
+            loss, s = loss_on(model, ids, valid, ans_pos, args, rng_t, mask_id, ralen.numpy(), G)
+            acc["rce"] += s["ce_content"]
+            acc["rn"] += s["n_content"]
+            s = dict(s, ce_content=0.0, n_content=0, ce_pad=0.0, n_pad=0,
+                     suite_ce=[0.0] * len(train.suites), suite_n=[0] * len(train.suites))
+        else:
+            idx = batcher.batch(step)
+            ids, valid, ans_pos = batcher.tensors(idx)
+            loss, s = loss_on(model, ids, valid, ans_pos, args, rng_t, mask_id, train.alen[idx], G,
+                              train.suite[idx], len(train.suites))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if args.clip > 0:
@@ -592,14 +617,20 @@ def main(argv=None):
                        "ce_suite": {name: round(acc["sce"][j] / max(1, acc["sn"][j]), 3)
                                     for j, name in enumerate(train.suites)},
                        "tok_s": round(acc["tok"] / dt), "len_limit": batcher.limit(step),
-                       "wall_h": round(state["wall_seconds"] / 3600, 3)})
+                       "wall_h": round(state["wall_seconds"] / 3600, 3),
+                       **({"ce_recall": round(acc["rce"] / max(1, acc["rn"]), 3), "recall_level": state["recall_level"]}
+                          if recall is not None else {})})
+            if recall is not None and acc["rn"] > 0 and acc["rce"] / acc["rn"] < args.recall_advance_ce and \
+                    state["recall_level"] < RecallGen.MAX_LEVEL:
+                state["recall_level"] += 1
+                log(logf, {"type": "recall_level", "step": state["step"], "level": state["recall_level"]})
             if args.curriculum == "adaptive" and batcher.q < 1.0 and \
                     acc["ce_content"] / max(1, acc["n_content"]) < args.advance_ce:
                 batcher.q = min(1.0, batcher.q + args.advance_by)
                 state["curriculum_q"] = batcher.q
                 log(logf, {"type": "curriculum", "step": state["step"], "q": batcher.q, "len_limit": batcher.limit(step)})
             acc = {"loss": 0.0, "n": 0, "ce_content": 0.0, "n_content": 0, "ce_pad": 0.0, "n_pad": 0, "ce_prompt": 0.0, "n_prompt": 0, "tok": 0, "t": time.time(),
-               "sce": [0.0] * len(train.suites), "sn": [0] * len(train.suites)}
+               "sce": [0.0] * len(train.suites), "sn": [0] * len(train.suites), "rce": 0.0, "rn": 0}
         if state["step"] % args.eval_every == 0:
             do_eval()
         if time.time() - t_last_ckpt > args.ckpt_minutes * 60:

@@ -1,0 +1,112 @@
+"""Synthetic key→value recall samples in the corpus's own vocabulary and chat framing.
+
+Every suite of the bundled corpus is a retrieval task (find the row of a table whose
+key matches the question, copy what follows it). A small masked diffusion model
+trained on the suites alone sits for thousands of steps on a plateau where it has
+learnt the answers' format and marginal distribution but not the lookup (see
+docs/training.md: the synthetic recall probe escapes its plateau only after ≈1,300
+steps even with three single-token pairs). train.py --recall-frac mixes batches of
+this task into training: short "Codes:" tables of names built from the tokenizer's
+own lowercase pieces, a question naming one key, the answer "## value". Its
+difficulty (rows, pieces per name) grows whenever the model's CE on it falls below
+a threshold, so it is a warm-up that hands over to the real suites.
+"""
+import json
+import re
+
+import numpy as np
+
+
+class RecallGen:
+    """Builds recall samples from tokenizer.json; level 0 is single-piece names with
+    2–4 rows, each level adds two rows and, every second level, one piece per name."""
+
+    MAX_LEVEL = 8
+
+    def __init__(self, tokenizer_json, gen_length, eos):
+        with open(tokenizer_json) as f:
+            t = json.load(f)
+        self.vocab = dict(t["model"]["vocab"])
+        for a in t.get("added_tokens", []):
+            self.vocab[a["content"]] = a["id"]
+        self.G, self.eos = gen_length, eos
+        first = sorted(i for s, i in self.vocab.items() if re.fullmatch(r"Ġ[a-z]{1,4}", s))
+        cont = sorted(i for s, i in self.vocab.items() if re.fullmatch(r"[a-z]{1,3}", s))
+        if len(first) < 32 or len(cont) < 16:
+            raise ValueError(f"{tokenizer_json}: too few lowercase pieces for recall names "
+                             f"({len(first)} word-initial, {len(cont)} continuations)")
+        self.first, self.cont = np.asarray(first), np.asarray(cont)
+        self.head = self.enc("<|startoftext|>", "<|start_header_id|>", "system", "<|end_header_id|>", "ĊĊ",
+                             "Codes", ":", "Ċ")
+        self.instr = self.enc("Ċ", "Answer", "Ġwith", "Ġ##", "Ġand", "Ġthen", "Ġthe", "Ġcode", ",", "Ġnothing",
+                              "Ġelse", ".", "<|eot_id|>", "<|start_header_id|>", "user", "<|end_header_id|>", "ĊĊ")
+        self.q = [self.enc("Which", "Ġcode", "Ġbelongs", "Ġto"), self.enc("What", "Ġis", "Ġthe", "Ġcode", "Ġfor")]
+        self.tail = self.enc("?", "<|eot_id|>", "<|start_header_id|>", "assistant", "<|end_header_id|>", "ĊĊ")
+        self.star, self.nl, self.ans = self.enc("*")[0], self.enc("Ċ")[0], self.enc("##")[0]
+        self.seps = [self.enc(s) for s in ("Ġ=", "Ġ->", ":") if all(p in self.vocab for p in self.split(s))]
+
+    def split(self, s):
+        # "ĊĊ" may be one token or two
+        return [s] if s in self.vocab else list(s)
+
+    def enc(self, *pieces):
+        out = []
+        for p in pieces:
+            parts = self.split(p)
+            for q in parts:
+                if q not in self.vocab:
+                    raise ValueError(f"recall framing: token {q!r} not in the vocabulary")
+                out.append(self.vocab[q])
+        return out
+
+    def shape(self, level):
+        """(min rows, max rows, max pieces per name) at a level."""
+        return 2, 4 + 2 * level, 1 + (level + 1) // 2 if level < 5 else 3
+
+    def name(self, rng, pieces):
+        n = 1 + rng.randint(0, pieces)
+        return (int(self.first[rng.randint(len(self.first))]),) + \
+            tuple(int(x) for x in self.cont[rng.randint(len(self.cont), size=n - 1)])
+
+    def sample(self, rng, level):
+        lo, hi, pieces = self.shape(min(level, self.MAX_LEVEL))
+        rows = lo + rng.randint(0, hi - lo + 1)
+        keys, vals = [], []
+        while len(keys) < rows:
+            k = self.name(rng, pieces)
+            if k not in keys:
+                keys.append(k)
+                vals.append(self.name(rng, min(pieces, self.G - 2)))
+        sep = self.seps[rng.randint(len(self.seps))]
+        ids = list(self.head)
+        for k, v in zip(keys, vals):
+            ids += [self.star, *k, *sep, *v, self.nl]
+        j = rng.randint(rows)
+        ids += self.instr + self.q[rng.randint(len(self.q))] + list(keys[j]) + self.tail
+        answer = [self.ans, *vals[j], self.eos]
+        return ids, answer
+
+    def batch(self, rng, level, batch_tokens, max_batch):
+        """Tensors shaped like Batcher.tensors plus the answer lengths."""
+        samples = []
+        n = 0
+        while True:
+            p, a = self.sample(rng, level)
+            L = max(n, len(p) + self.G)
+            if samples and (len(samples) + 1) * L > batch_tokens or len(samples) >= max_batch:
+                break
+            samples.append((p, a))
+            n = L
+        B = len(samples)
+        ids = np.zeros((B, n), dtype=np.int64)
+        valid = np.zeros((B, n), dtype=bool)
+        ans_pos = np.zeros((B, self.G), dtype=np.int64)
+        alen = np.zeros(B, dtype=np.int64)
+        for r, (p, a) in enumerate(samples):
+            P = len(p)
+            ids[r, :P] = p
+            ids[r, P:P + self.G] = a + [self.eos] * (self.G - len(a))
+            valid[r, :P + self.G] = True
+            ans_pos[r] = np.arange(P, P + self.G)
+            alen[r] = len(a)
+        return ids, valid, ans_pos, alen
