@@ -92,6 +92,14 @@ class TestTrain(unittest.TestCase):
         t = T.mask_ratios(40, plain, torch.Generator().manual_seed(2))  # plain draws: some strata empty
         self.assertLess(len(set((t * 40).floor().long().tolist())), 40)
         T.loss_on(m, ids, valid, ans, strat, torch.Generator().manual_seed(1), 63, alen, G)
+        # --mask-count: sample i of a stratified batch of G masks exactly one l in 1..G slots
+        cnt = T.parse_args(["--mask-count"])
+        ids16 = torch.randint(0, 60, (G, P + G))
+        ans16 = torch.arange(P, P + G)[None].expand(G, G)
+        l2, s2 = T.loss_on(m, ids16, torch.ones(G, P + G, dtype=torch.bool), ans16, cnt,
+                           torch.Generator().manual_seed(4), 63, np.full(G, 2), G)
+        self.assertEqual(s2["n_content"] + s2["n_pad"], G * (G + 1) // 2)
+        self.assertTrue(torch.isfinite(l2))
 
     def test_adaptive_curriculum(self):
         with tempfile.TemporaryDirectory() as d:

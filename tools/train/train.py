@@ -115,6 +115,9 @@ def parse_args(argv=None):
                     help="share of samples that also get their prompt masked at the same ratio, with CE on those "
                          "tokens too (LLaDA's pretraining objective as an auxiliary task: ~100 predictions a sample, "
                          "most of them copy/lookup problems, instead of ~3)")
+    ap.add_argument("--mask-count", action=argparse.BooleanOptionalAction, default=False,
+                    help="LLaDA's lower-variance form of the same objective: mask exactly l ~ U{1..gen_length} "
+                         "answer slots, weight gen_length/l (bounded by gen_length instead of 1/eps)")
     ap.add_argument("--stratified-t", action=argparse.BooleanOptionalAction, default=True,
                     help="draw the batch's mask ratios stratified over (0,1) (each still U(0,1)): lower-variance 1/t weights")
     ap.add_argument("--recall-frac", type=float, default=0.0,
@@ -299,8 +302,14 @@ def mask_ratios(B, args, rng_t):
 def loss_on(model, ids, valid, ans_pos, args, rng_t, mask_id, alen, G, suite=None, nsuites=0):
     """LLaDA SFT loss on one batch. Returns (loss, stats)."""
     B, n = ids.shape
-    p = mask_ratios(B, args, rng_t)
-    m = torch.rand(B, G, generator=rng_t) < p[:, None]                    # [B, G]
+    if args.mask_count:  # l ~ U{1..G} slots masked without replacement; p = l/G
+        l = 1 + (mask_ratios(B, args, rng_t) * G).long().clamp(max=G - 1)
+        rank = torch.rand(B, G, generator=rng_t).argsort(dim=1).argsort(dim=1)
+        m = rank < l[:, None]                                             # [B, G]
+        p = l.double().div(G).float()
+    else:
+        p = mask_ratios(B, args, rng_t)
+        m = torch.rand(B, G, generator=rng_t) < p[:, None]                # [B, G]
     noisy = ids.clone()
     rows = torch.arange(B)[:, None].expand(B, G)
     mpos = ans_pos[m]
