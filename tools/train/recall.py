@@ -43,6 +43,7 @@ class RecallGen:
         self.q = [self.enc("Which", "Ġcode", "Ġbelongs", "Ġto"), self.enc("What", "Ġis", "Ġthe", "Ġcode", "Ġfor")]
         self.tail = self.enc("?", "<|eot_id|>", "<|start_header_id|>", "assistant", "<|end_header_id|>", "ĊĊ")
         self.star, self.nl, self.ans = self.enc("*")[0], self.enc("Ċ")[0], self.enc("##")[0]
+        self.comma, self.and_ = self.enc(","), self.enc("Ġand")
         self.seps = [self.enc(s) for s in ("Ġ=", "Ġ->", ":") if all(p in self.vocab for p in self.split(s))]
 
     def split(self, s):
@@ -68,7 +69,10 @@ class RecallGen:
         return (int(self.first[rng.randint(len(self.first))]),) + \
             tuple(int(x) for x in self.cont[rng.randint(len(self.cont), size=n - 1)])
 
-    def sample(self, rng, level):
+    def sample(self, rng, level, queries=1):
+        """One sample; with queries > 1 the user asks for up to that many distinct keys
+        ("Which code belongs to a, b and c?") and the answer lists their values in order,
+        which multiplies the supervised recall events per sample."""
         lo, hi, pieces = self.shape(min(level, self.MAX_LEVEL))
         rows = lo + rng.randint(0, hi - lo + 1)
         keys, vals = [], []
@@ -81,17 +85,28 @@ class RecallGen:
         ids = list(self.head)
         for k, v in zip(keys, vals):
             ids += [self.star, *k, *sep, *v, self.nl]
-        j = rng.randint(rows)
-        ids += self.instr + self.q[rng.randint(len(self.q))] + list(keys[j]) + self.tail
-        answer = [self.ans, *vals[j], self.eos]
+        nq = 1 + rng.randint(0, min(queries, rows))
+        js = []
+        for j in rng.permutation(rows):
+            if len(js) < nq and 2 + sum(len(vals[i]) for i in js) + len(vals[j]) <= self.G:
+                js.append(int(j))
+        ids += self.instr + self.q[rng.randint(len(self.q))]
+        answer = [self.ans]
+        for n, j in enumerate(js):
+            if n:
+                ids += self.comma if n < len(js) - 1 else self.and_
+            ids += list(keys[j])
+            answer += list(vals[j])
+        ids += self.tail
+        answer.append(self.eos)
         return ids, answer
 
-    def batch(self, rng, level, batch_tokens, max_batch):
+    def batch(self, rng, level, batch_tokens, max_batch, queries=1):
         """Tensors shaped like Batcher.tensors plus the answer lengths."""
         samples = []
         n = 0
         while True:
-            p, a = self.sample(rng, level)
+            p, a = self.sample(rng, level, queries)
             L = max(n, len(p) + self.G)
             if samples and (len(samples) + 1) * L > batch_tokens or len(samples) >= max_batch:
                 break

@@ -163,6 +163,12 @@ class TestTrain(unittest.TestCase):
                 self.assertEqual(len(seps), 1)
                 keys = {tuple(r[1:r.index(seps[0])]) for r in rows}
                 self.assertEqual(len(keys), len(rows))  # keys distinct
+        for _ in range(50):  # several keys at once: the answer lists their values in the asked order
+            p, a = g.sample(rng, 4, queries=3)
+            self.assertLessEqual(len(a), 16)
+            q = p[p.index(g.instr[1]) - 1 + len(g.instr):-len(g.tail)]
+            q = q[len(next(x for x in g.q if q[:len(x)] == x)):]
+            self.assertLessEqual(q.count(g.and_[0]), 1)
         ids, valid, ans_pos, alen = g.batch(rng, 0, 2048, 128)
         self.assertLessEqual(ids.shape[0] * ids.shape[1], 2048)
         self.assertEqual(int(valid.sum()), int((ans_pos[:, -1] + 1).sum()))

@@ -124,6 +124,11 @@ def parse_args(argv=None):
                     help="fraction of steps trained on synthetic key→value recall in the corpus vocabulary (recall.py)")
     ap.add_argument("--recall-advance-ce", type=float, default=0.3,
                     help="raise the recall level when a log interval's recall answer CE is below this")
+    ap.add_argument("--recall-queries", type=int, default=1,
+                    help="recall samples ask for up to this many keys at once (denser supervision)")
+    ap.add_argument("--recall-t", type=float, default=0.0,
+                    help="if > 0, recall answers are masked with this fixed ratio and weight 1 instead of "
+                         "the SFT objective's t ~ U(0, 1) with 1/t (1: every answer slot masked, as in the probe)")
     ap.add_argument("--threads", type=int, default=1)
     # evaluation / saving
     ap.add_argument("--eval-every", type=int, default=1000, help="steps between evaluations")
@@ -299,10 +304,15 @@ def mask_ratios(B, args, rng_t):
     return (1 - args.mask_eps) * t + args.mask_eps
 
 
-def loss_on(model, ids, valid, ans_pos, args, rng_t, mask_id, alen, G, suite=None, nsuites=0):
-    """LLaDA SFT loss on one batch. Returns (loss, stats)."""
+def loss_on(model, ids, valid, ans_pos, args, rng_t, mask_id, alen, G, suite=None, nsuites=0, fixed_t=0.0):
+    """LLaDA SFT loss on one batch (with fixed_t > 0: every sample masked at that ratio,
+    unweighted, for the recall warm-up). Returns (loss, stats)."""
     B, n = ids.shape
-    if args.mask_count:  # l ~ U{1..G} slots masked without replacement; p = l/G
+    if fixed_t > 0:
+        p = torch.full((B,), 1.0)
+        m = torch.rand(B, G, generator=rng_t) < fixed_t
+        m[:, 0] |= ~m.any(dim=1)  # at least one slot
+    elif args.mask_count:  # l ~ U{1..G} slots masked without replacement; p = l/G
         l = 1 + (mask_ratios(B, args, rng_t) * G).long().clamp(max=G - 1)
         rank = torch.rand(B, G, generator=rng_t).argsort(dim=1).argsort(dim=1)
         m = rank < l[:, None]                                             # [B, G]
@@ -316,7 +326,7 @@ def loss_on(model, ids, valid, ans_pos, args, rng_t, mask_id, alen, G, suite=Non
     mrow = rows[m]
     noisy[mrow, mpos] = mask_id
     pm = None
-    if args.pretrain_frac > 0:  # auxiliary: mask prompt tokens (not BOS) of some samples too
+    if args.pretrain_frac > 0 and not fixed_t:  # auxiliary: mask prompt tokens (not BOS) of some samples too
         P = ans_pos[:, 0]
         col = torch.arange(n)[None]
         pt = torch.rand(B, generator=rng_t) < args.pretrain_frac
@@ -573,9 +583,10 @@ def main(argv=None):
             g["lr"] = lr
         if recall is not None and rng.random_sample() < args.recall_frac:
             ids, valid, ans_pos, ralen = (torch.from_numpy(x) for x in recall.batch(
-                rng, state["recall_level"], args.batch_tokens, args.max_batch))
+                rng, state["recall_level"], args.batch_tokens, args.max_batch, args.recall_queries))
             idx = ralen
-            loss, s = loss_on(model, ids, valid, ans_pos, args, rng_t, mask_id, ralen.numpy(), G)
+            loss, s = loss_on(model, ids, valid, ans_pos, args, rng_t, mask_id, ralen.numpy(), G,
+                              fixed_t=args.recall_t)
             acc["rce"] += s["ce_content"]
             acc["rn"] += s["n_content"]
             s = dict(s, ce_content=0.0, n_content=0, ce_pad=0.0, n_pad=0,
