@@ -18,10 +18,9 @@ import numpy as np
 
 
 class RecallGen:
-    """Builds recall samples from tokenizer.json; level 0 is single-piece names with
-    2–4 rows, each level adds two rows and, every second level, one piece per name."""
-
-    MAX_LEVEL = 8
+    """Builds recall samples from tokenizer.json; level 0 is 2–4 rows of single-piece
+    names from the 24 most frequent word-initial pieces, later levels widen the pool,
+    then add rows and pieces (LEVELS)."""
 
     def __init__(self, tokenizer_json, gen_length, eos):
         with open(tokenizer_json) as f:
@@ -35,6 +34,7 @@ class RecallGen:
         if len(first) < 32 or len(cont) < 16:
             raise ValueError(f"{tokenizer_json}: too few lowercase pieces for recall names "
                              f"({len(first)} word-initial, {len(cont)} continuations)")
+        first = [i for i in first if i != self.vocab.get("Ġand")]  # the multi-key question's joiner
         self.first, self.cont = np.asarray(first), np.asarray(cont)
         self.head = self.enc("<|startoftext|>", "<|start_header_id|>", "system", "<|end_header_id|>", "ĊĊ",
                              "Codes", ":", "Ċ")
@@ -60,27 +60,41 @@ class RecallGen:
                 out.append(self.vocab[q])
         return out
 
+    # level: (min rows, max rows, max pieces per name, pool of word-initial pieces).
+    # A small pool first: the recall probe forms its lookup circuit over 26 tokens in
+    # ≈1,300 steps, the real vocabulary's hundreds of rare pieces keep it on the plateau.
+    LEVELS = [(2, 4, 1, 24), (2, 4, 1, 48), (2, 6, 1, 96), (2, 8, 1, 192), (2, 8, 1, 0),
+              (2, 10, 2, 0), (3, 12, 2, 0), (4, 16, 3, 0), (6, 20, 3, 0)]
+    MAX_LEVEL = len(LEVELS) - 1
+
     def shape(self, level):
         """(min rows, max rows, max pieces per name) at a level."""
-        return 2, 4 + 2 * level, 1 + (level + 1) // 2 if level < 5 else 3
+        return self.LEVELS[level][:3]
 
-    def name(self, rng, pieces):
+    def pool(self, level):
+        n = self.LEVELS[level][3]
+        return (self.first, self.cont) if n <= 0 else (self.first[:n], self.cont[:n])
+
+    def name(self, rng, pieces, pool):
+        first, cont = pool
         n = 1 + rng.randint(0, pieces)
-        return (int(self.first[rng.randint(len(self.first))]),) + \
-            tuple(int(x) for x in self.cont[rng.randint(len(self.cont), size=n - 1)])
+        return (int(first[rng.randint(len(first))]),) + \
+            tuple(int(x) for x in cont[rng.randint(len(cont), size=n - 1)])
 
     def sample(self, rng, level, queries=1):
         """One sample; with queries > 1 the user asks for up to that many distinct keys
         ("Which code belongs to a, b and c?") and the answer lists their values in order,
         which multiplies the supervised recall events per sample."""
-        lo, hi, pieces = self.shape(min(level, self.MAX_LEVEL))
+        level = min(level, self.MAX_LEVEL)
+        lo, hi, pieces = self.shape(level)
+        pool = self.pool(level)
         rows = lo + rng.randint(0, hi - lo + 1)
         keys, vals = [], []
         while len(keys) < rows:
-            k = self.name(rng, pieces)
+            k = self.name(rng, pieces, pool)
             if k not in keys:
                 keys.append(k)
-                vals.append(self.name(rng, min(pieces, self.G - 2)))
+                vals.append(self.name(rng, min(pieces, self.G - 2), pool))
         sep = self.seps[rng.randint(len(self.seps))]
         ids = list(self.head)
         for k, v in zip(keys, vals):

@@ -157,6 +157,7 @@ class TestTrain(unittest.TestCase):
                 key, value = q[len(qp):], a[1:-1]
                 self.assertEqual((a[0], a[-1]), (g.ans, 2043))
                 self.assertTrue(1 <= len(key) <= pieces and 1 <= len(value) <= pieces)
+                self.assertTrue(key[0] in g.pool(level)[0] and value[0] in g.pool(level)[0])
                 hits = [r for r in rows if any(r == [g.star, *key, *sep, *value] for sep in g.seps)]
                 self.assertEqual(len(hits), 1, (rows, key, value))
                 seps = [t for t in rows[0] if [t] in g.seps]
