@@ -53,9 +53,9 @@ class Vanilla(nn.Module):
         return self.out(self.enc(self.emb(x) + self.pos(torch.arange(x.shape[1]))))
 
 
-def batch(g, n, pairs, keys, values):
+def batch(g, n, pairs, keys, values, shared=False):
     k = torch.stack([torch.randperm(keys, generator=g)[:pairs] for _ in range(n)])
-    v = torch.randint(100, 100 + values, (n, pairs), generator=g)
+    v = torch.randint(0 if shared else 100, (0 if shared else 100) + values, (n, pairs), generator=g)
     q = torch.randint(0, pairs, (n,), generator=g)
     rows = torch.stack([k, torch.full_like(k, EQ), v], -1).reshape(n, -1)
     r = torch.arange(n)
@@ -77,6 +77,11 @@ def main():
     ap.add_argument("--steps", type=int, default=1500)
     ap.add_argument("--log-every", type=int, default=50)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--init", choices=["torch", "train"], default="torch",
+                    help="torch: PyTorch's default initialisation; train: train.py's init_weights")
+    ap.add_argument("--wd", type=float, default=0.01, help="AdamW weight decay (train.py: 0.1)")
+    ap.add_argument("--clip", type=float, default=0.0, help="gradient-norm clip, 0 = none (train.py: 1.0)")
+    ap.add_argument("--shared-pool", action="store_true", help="keys and values drawn from the same tokens")
     a = ap.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(a.seed)
@@ -85,19 +90,25 @@ def main():
                           mlp_hidden_size=3 * a.d_model, vocab_size=V, embedding_size=V,
                           mask_token_id=MASK, eos_token_id=EOS, pad_token_id=EOS)
         model = LLaDA(cfg)
+        if a.init == "train":
+            sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+            from train import init_weights
+            init_weights(model, a.seed)
     else:
         model = Vanilla(a.d_model, a.layers, a.heads)
-    opt = torch.optim.AdamW(model.parameters(), lr=a.lr)
+    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.wd)
     g = torch.Generator().manual_seed(a.seed + 1)
     t0, run = time.time(), []
     for step in range(a.steps):
-        ids = batch(g, a.batch, a.pairs, a.keys, a.values)
+        ids = batch(g, a.batch, a.pairs, a.keys, a.values, a.shared_pool)
         slot = ids.shape[1] - SLOTS
         x = ids.clone()
         x[:, slot] = MASK
         ce = F.cross_entropy(model(x)[:, slot], ids[:, slot])
         opt.zero_grad(set_to_none=True)
         ce.backward()
+        if a.clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip)
         opt.step()
         run.append(float(ce))
         if (step + 1) % a.log_every == 0:

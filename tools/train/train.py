@@ -90,6 +90,9 @@ def parse_args(argv=None):
     ap.add_argument("--n-heads", type=int, default=4)
     ap.add_argument("--mlp-hidden", type=int, default=384)
     ap.add_argument("--rope-theta", type=float, default=10000.0)
+    ap.add_argument("--init", choices=["torch", "scaled"], default="scaled",
+                    help="fresh weights: PyTorch's module defaults (after --seed) or init_weights (N(0, 1/fan_in), "
+                         "depth-scaled residual outputs)")
     # optimisation
     ap.add_argument("--lr", type=float, default=1e-3,
                     help="2e-3 delays the recall circuit (docs/training.md)")
@@ -482,7 +485,8 @@ def main(argv=None):
 
     torch.manual_seed(args.seed)
     model = LLaDA(cfg)
-    init_weights(model, args.seed)
+    if args.init == "scaled":
+        init_weights(model, args.seed)
     opt = torch.optim.AdamW(param_groups(model, args.weight_decay), lr=args.lr, betas=(0.9, args.beta2), eps=1e-8)
     rng = np.random.RandomState(args.seed)
     rng_t = torch.Generator().manual_seed(args.seed + 1)
