@@ -90,7 +90,7 @@ def parse_args(argv=None):
     ap.add_argument("--n-heads", type=int, default=4)
     ap.add_argument("--mlp-hidden", type=int, default=384)
     ap.add_argument("--rope-theta", type=float, default=10000.0)
-    ap.add_argument("--init", choices=["torch", "scaled"], default="scaled",
+    ap.add_argument("--init", choices=["torch", "scaled"], default="torch",
                     help="fresh weights: PyTorch's module defaults (after --seed) or init_weights (N(0, 1/fan_in), "
                          "depth-scaled residual outputs)")
     # optimisation
