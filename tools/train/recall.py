@@ -116,26 +116,16 @@ class RecallGen:
         return ids, answer
 
     def batch(self, rng, level, batch_tokens, max_batch, queries=1):
-        """Tensors shaped like Batcher.tensors plus the answer lengths."""
-        samples = []
+        """Prompts and (unpadded) answers of one batch: samples are added while the batch,
+        padded to its longest prompt plus gen_length, stays within batch_tokens."""
+        prompts, answers = [], []
         n = 0
-        while True:
+        while len(prompts) < max_batch:
             p, a = self.sample(rng, level, queries)
             L = max(n, len(p) + self.G)
-            if samples and (len(samples) + 1) * L > batch_tokens or len(samples) >= max_batch:
+            if prompts and (len(prompts) + 1) * L > batch_tokens:
                 break
-            samples.append((p, a))
+            prompts.append(p)
+            answers.append(a)
             n = L
-        B = len(samples)
-        ids = np.zeros((B, n), dtype=np.int64)
-        valid = np.zeros((B, n), dtype=bool)
-        ans_pos = np.zeros((B, self.G), dtype=np.int64)
-        alen = np.zeros(B, dtype=np.int64)
-        for r, (p, a) in enumerate(samples):
-            P = len(p)
-            ids[r, :P] = p
-            ids[r, P:P + self.G] = a + [self.eos] * (self.G - len(a))
-            valid[r, :P + self.G] = True
-            ans_pos[r] = np.arange(P, P + self.G)
-            alen[r] = len(a)
-        return ids, valid, ans_pos, alen
+        return prompts, answers

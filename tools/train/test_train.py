@@ -14,16 +14,25 @@ sys.path.insert(0, HERE)
 import train as T  # noqa: E402
 
 
+def tiny_run(d, corpus):
+    """train.py arguments of a 2-layer run on a make_synth corpus, working in d."""
+    return ["--corpus", corpus, "--work", os.path.join(d, "work"), "--out", os.path.join(d, "out"),
+            "--resume", "--n-layers", "2", "--d-model", "32", "--n-heads", "2", "--mlp-hidden", "64",
+            "--batch-tokens", "1024", "--log-every", "2", "--warmup", "2"]
+
+
+def question(g, p):
+    """The user turn of a RecallGen prompt: question words and keys."""
+    return p[p.index(g.instr[1]) - 1 + len(g.instr):-len(g.tail)]
+
+
 class TestTrain(unittest.TestCase):
     def test_train_export_resume(self):
         with tempfile.TemporaryDirectory() as d:
             corpus = os.path.join(d, "corpus")
             subprocess.run([sys.executable, os.path.join(HERE, "make_synth.py"), "--out", corpus,
                             "--train", "300", "--eval", "30"], check=True)
-            base = ["--corpus", corpus, "--work", os.path.join(d, "work"), "--out", os.path.join(d, "out"),
-                    "--resume", "--n-layers", "2", "--d-model", "32", "--n-heads", "2", "--mlp-hidden", "64",
-                    "--batch-tokens", "1024", "--eval-every", "4", "--eval-per-suite", "3", "--log-every", "2",
-                    "--warmup", "2"]
+            base = tiny_run(d, corpus) + ["--eval-every", "4", "--eval-per-suite", "3"]
             T.main(base + ["--max-steps", "6"])
             st = json.load(open(os.path.join(d, "out", "train_state.json")))
             self.assertIn(st["step"], (4, 6))
@@ -117,11 +126,8 @@ class TestTrain(unittest.TestCase):
             corpus = os.path.join(d, "corpus")
             subprocess.run([sys.executable, os.path.join(HERE, "make_synth.py"), "--out", corpus,
                             "--train", "300", "--eval", "30"], check=True)
-            args = ["--corpus", corpus, "--work", os.path.join(d, "work"), "--out", os.path.join(d, "out"),
-                    "--resume", "--n-layers", "2", "--d-model", "32", "--n-heads", "2", "--mlp-hidden", "64",
-                    "--batch-tokens", "1024", "--eval-every", "100", "--log-every", "2", "--warmup", "2",
-                    "--curriculum", "adaptive", "--curriculum-start", "0.1", "--advance-ce", "100",
-                    "--advance-by", "0.2"]
+            args = tiny_run(d, corpus) + ["--eval-every", "100", "--curriculum", "adaptive",
+                                          "--curriculum-start", "0.1", "--advance-ce", "100", "--advance-by", "0.2"]
             T.main(args + ["--max-steps", "4"])
             T.main(args + ["--max-steps", "6"])
             logs = [json.loads(l) for l in open(os.path.join(d, "work", "log.jsonl"))]
@@ -152,7 +158,7 @@ class TestTrain(unittest.TestCase):
                     else:
                         cur.append(t)
                 self.assertTrue(lo <= len(rows) <= hi, (level, len(rows)))
-                q = p[p.index(g.instr[1]) - 1 + len(g.instr):-len(g.tail)]
+                q = question(g, p)
                 qp = next(x for x in g.q if q[:len(x)] == x)
                 key, value = q[len(qp):], a[1:-1]
                 self.assertEqual((a[0], a[-1]), (g.ans, 2043))
@@ -167,12 +173,15 @@ class TestTrain(unittest.TestCase):
         for _ in range(50):  # several keys at once: the answer lists their values in the asked order
             p, a = g.sample(rng, 4, queries=3)
             self.assertLessEqual(len(a), 16)
-            q = p[p.index(g.instr[1]) - 1 + len(g.instr):-len(g.tail)]
+            q = question(g, p)
             q = q[len(next(x for x in g.q if q[:len(x)] == x)):]
             self.assertLessEqual(q.count(g.and_[0]), 1)
-        ids, valid, ans_pos, alen = g.batch(rng, 0, 2048, 128)
+        prompts, answers = g.batch(rng, 0, 2048, 128)
+        ids, valid, ans_pos = T.pack(prompts, answers, 16, 2043)
         self.assertLessEqual(ids.shape[0] * ids.shape[1], 2048)
         self.assertEqual(int(valid.sum()), int((ans_pos[:, -1] + 1).sum()))
+        for r, (p, a) in enumerate(zip(prompts, answers)):  # answer, then EOS padding to gen_length
+            self.assertEqual(ids[r, len(p):len(p) + 16].tolist(), a + [2043] * (16 - len(a)))
 
 
 if __name__ == "__main__":

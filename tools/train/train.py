@@ -182,7 +182,7 @@ class Corpus:
         self.alen = np.asarray(alen, dtype=np.int64)
         self.suite = np.asarray(suite, dtype=np.int64)
         self.level = np.asarray(level, dtype=np.int64)
-        self.G = gen_length
+        self.G, self.eos = gen_length, eos
 
     def __len__(self):
         return len(self.plen)
@@ -229,19 +229,25 @@ class Batcher:
 
     def tensors(self, idx):
         c = self.c
-        lens = c.plen[idx] + c.G
-        n = int(lens.max())
-        B = len(idx)
-        ids = np.full((B, n), 0, dtype=np.int64)
-        valid = np.zeros((B, n), dtype=bool)
-        ans_pos = np.zeros((B, c.G), dtype=np.int64)
-        for j, i in enumerate(idx):
-            P = int(c.plen[i])
-            ids[j, :P] = c.prompt(i)
-            ids[j, P:P + c.G] = c.ans[i]
-            valid[j, :P + c.G] = True
-            ans_pos[j] = np.arange(P, P + c.G)
-        return torch.from_numpy(ids), torch.from_numpy(valid), torch.from_numpy(ans_pos)
+        return pack([c.prompt(i) for i in idx], [c.ans[i] for i in idx], c.G, c.eos)
+
+
+def pack(prompts, answers, G, eos):
+    """Right-padded batch tensors: ids [B, n] (prompt ⊕ answer padded with eos to G
+    slots, then zeros), valid [B, n] (the non-padding positions) and ans_pos [B, G]."""
+    n = max(len(p) for p in prompts) + G
+    B = len(prompts)
+    ids = np.zeros((B, n), dtype=np.int64)
+    valid = np.zeros((B, n), dtype=bool)
+    ans_pos = np.zeros((B, G), dtype=np.int64)
+    for j, (p, a) in enumerate(zip(prompts, answers)):
+        P = len(p)
+        ids[j, :P] = p
+        ids[j, P:P + len(a)] = a
+        ids[j, P + len(a):P + G] = eos
+        valid[j, :P + G] = True
+        ans_pos[j] = np.arange(P, P + G)
+    return torch.from_numpy(ids), torch.from_numpy(valid), torch.from_numpy(ans_pos)
 
 
 # ----------------------------------------------------------------------------- model
@@ -319,7 +325,7 @@ def loss_on(model, ids, valid, ans_pos, args, rng_t, mask_id, alen, G, suite=Non
         l = 1 + (mask_ratios(B, args, rng_t) * G).long().clamp(max=G - 1)
         rank = torch.rand(B, G, generator=rng_t).argsort(dim=1).argsort(dim=1)
         m = rank < l[:, None]                                             # [B, G]
-        p = l.double().div(G).float()
+        p = l.float() / G
     else:
         p = mask_ratios(B, args, rng_t)
         m = torch.rand(B, G, generator=rng_t) < p[:, None]                # [B, G]
@@ -571,12 +577,16 @@ def main(argv=None):
             rec["exported"] = True
         log(logf, rec)
 
+    def new_acc():  # sums over one log interval
+        return {"loss": 0.0, "n": 0, "ce_content": 0.0, "n_content": 0, "ce_pad": 0.0, "n_pad": 0, "ce_prompt": 0.0,
+                "n_prompt": 0, "tok": 0, "t": time.time(), "sce": [0.0] * len(train.suites),
+                "sn": [0] * len(train.suites), "rce": 0.0, "rn": 0}
+
     model.train()
     t_last_ckpt = time.time()
     t_start = time.time()
     wall0 = state["wall_seconds"]
-    acc = {"loss": 0.0, "n": 0, "ce_content": 0.0, "n_content": 0, "ce_pad": 0.0, "n_pad": 0, "ce_prompt": 0.0, "n_prompt": 0, "tok": 0, "t": time.time(),
-               "sce": [0.0] * len(train.suites), "sn": [0] * len(train.suites), "rce": 0.0, "rn": 0}
+    acc = new_acc()
     bench_t0, bench_tok = None, 0
     while state["step"] < args.max_steps and not stop["flag"]:
         step = state["step"]
@@ -586,11 +596,12 @@ def main(argv=None):
         for g in opt.param_groups:
             g["lr"] = lr
         if recall is not None and rng.random_sample() < args.recall_frac:
-            ids, valid, ans_pos, ralen = (torch.from_numpy(x) for x in recall.batch(
-                rng, state["recall_level"], args.batch_tokens, args.max_batch, args.recall_queries))
-            idx = ralen
-            loss, s = loss_on(model, ids, valid, ans_pos, args, rng_t, mask_id, ralen.numpy(), G,
-                              fixed_t=args.recall_t)
+            prompts, answers = recall.batch(rng, state["recall_level"], args.batch_tokens, args.max_batch,
+                                            args.recall_queries)
+            ids, valid, ans_pos = pack(prompts, answers, G, eos)
+            idx = prompts
+            loss, s = loss_on(model, ids, valid, ans_pos, args, rng_t, mask_id, np.array([len(a) for a in answers]),
+                              G, fixed_t=args.recall_t)
             acc["rce"] += s["ce_content"]
             acc["rn"] += s["n_content"]
             s = dict(s, ce_content=0.0, n_content=0, ce_pad=0.0, n_pad=0,
@@ -653,8 +664,7 @@ def main(argv=None):
                 batcher.q = min(1.0, batcher.q + args.advance_by)
                 state["curriculum_q"] = batcher.q
                 log(logf, {"type": "curriculum", "step": state["step"], "q": batcher.q, "len_limit": batcher.limit(step)})
-            acc = {"loss": 0.0, "n": 0, "ce_content": 0.0, "n_content": 0, "ce_pad": 0.0, "n_pad": 0, "ce_prompt": 0.0, "n_prompt": 0, "tok": 0, "t": time.time(),
-               "sce": [0.0] * len(train.suites), "sn": [0] * len(train.suites), "rce": 0.0, "rn": 0}
+            acc = new_acc()
         if state["step"] % args.eval_every == 0:
             do_eval()
         if time.time() - t_last_ckpt > args.ckpt_minutes * 60:
