@@ -18,9 +18,9 @@ import numpy as np
 
 
 class RecallGen:
-    """Builds recall samples from tokenizer.json; level 0 is 2–4 rows of single-piece
-    names from the 24 most frequent word-initial pieces, later levels widen the pool,
-    then add rows and pieces (LEVELS)."""
+    """Builds recall samples from tokenizer.json; level 0 is 2–4 bare rows of
+    single-piece names from the 24 most frequent word-initial pieces, later levels widen
+    the pool, add the chat framing, then add rows and pieces (LEVELS)."""
 
     def __init__(self, tokenizer_json, gen_length, eos):
         with open(tokenizer_json) as f:
@@ -60,16 +60,32 @@ class RecallGen:
                 out.append(self.vocab[q])
         return out
 
-    # level: (min rows, max rows, max pieces per name, pool of word-initial pieces).
+    # level: (min rows, max rows, max pieces per name, pool of word-initial pieces, framed).
     # A small pool first: the recall probe forms its lookup circuit over 26 tokens in
     # ≈1,300 steps, the real vocabulary's hundreds of rare pieces keep it on the plateau.
-    LEVELS = [(2, 4, 1, 24), (2, 4, 1, 48), (2, 6, 1, 96), (2, 8, 1, 192), (2, 8, 1, 0),
-              (2, 10, 2, 0), (3, 12, 2, 0), (4, 16, 3, 0), (6, 20, 3, 0)]
+    # The first levels are bare ("<|startoftext|>* k = v ... k?" with a 4-slot answer, the
+    # probe's shape): every irrelevant token in the context lengthens the plateau
+    # (docs/training.md, "Context dilutes the signal"), so the circuit forms there and the
+    # chat framing and full answer window come after.
+    LEVELS = [(2, 4, 1, 24, False), (2, 6, 1, 96, False), (2, 8, 1, 0, False),
+              (2, 4, 1, 24, True), (2, 4, 1, 48, True), (2, 6, 1, 96, True), (2, 8, 1, 192, True),
+              (2, 8, 1, 0, True), (2, 10, 2, 0, True), (3, 12, 2, 0, True), (4, 16, 3, 0, True),
+              (6, 20, 3, 0, True)]
     MAX_LEVEL = len(LEVELS) - 1
 
     def shape(self, level):
         """(min rows, max rows, max pieces per name) at a level."""
         return self.LEVELS[level][:3]
+
+    def framed(self, level):
+        """Whether a level's samples carry the lookup suite's chat framing."""
+        return self.LEVELS[min(level, self.MAX_LEVEL)][4]
+
+    def slots(self, level):
+        """Answer slots at a level: gen_length when framed, else the longest answer
+        ("##", one value, EOS) plus one EOS pad, as in the probe."""
+        level = min(level, self.MAX_LEVEL)
+        return self.G if self.framed(level) else min(self.G, 2 + self.shape(level)[2] + 1)
 
     def pool(self, level):
         n = self.LEVELS[level][3]
@@ -96,33 +112,35 @@ class RecallGen:
                 keys.append(k)
                 vals.append(self.name(rng, min(pieces, self.G - 2), pool))
         sep = self.seps[rng.randint(len(self.seps))]
-        ids = list(self.head)
+        framed = self.framed(level)
+        ids = list(self.head) if framed else [self.head[0]]
         for k, v in zip(keys, vals):
             ids += [self.star, *k, *sep, *v, self.nl]
         nq = 1 + rng.randint(0, min(queries, rows))
         js = []
         for j in rng.permutation(rows):
-            if len(js) < nq and 2 + sum(len(vals[i]) for i in js) + len(vals[j]) <= self.G:
+            if len(js) < nq and 2 + sum(len(vals[i]) for i in js) + len(vals[j]) <= self.slots(level):
                 js.append(int(j))
-        ids += self.instr + self.q[rng.randint(len(self.q))]
+        if framed:
+            ids += self.instr + self.q[rng.randint(len(self.q))]
         answer = [self.ans]
         for n, j in enumerate(js):
             if n:
                 ids += self.comma if n < len(js) - 1 else self.and_
             ids += list(keys[j])
             answer += list(vals[j])
-        ids += self.tail
+        ids += self.tail if framed else self.tail[:1]
         answer.append(self.eos)
         return ids, answer
 
     def batch(self, rng, level, batch_tokens, max_batch, queries=1):
         """Prompts and (unpadded) answers of one batch: samples are added while the batch,
-        padded to its longest prompt plus gen_length, stays within batch_tokens."""
+        padded to its longest prompt plus slots(level), stays within batch_tokens."""
         prompts, answers = [], []
-        n = 0
+        n, G = 0, self.slots(level)
         while len(prompts) < max_batch:
             p, a = self.sample(rng, level, queries)
-            L = max(n, len(p) + self.G)
+            L = max(n, len(p) + G)
             if prompts and (len(prompts) + 1) * L > batch_tokens:
                 break
             prompts.append(p)

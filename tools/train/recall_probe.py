@@ -37,6 +37,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 from pyllada.model import LLaDA, LLaDAConfig  # noqa: E402
 
 V, MASK, EOS, EQ, Q = 256, 250, 251, 252, 253
+FILLER = 200  # --filler tokens are drawn from [200, 240)
 SLOTS = 4  # answer slots: the value and EOS padding
 
 
@@ -53,13 +54,14 @@ class Vanilla(nn.Module):
         return self.out(self.enc(self.emb(x) + self.pos(torch.arange(x.shape[1]))))
 
 
-def batch(g, n, pairs, keys, values, shared=False):
+def batch(g, n, pairs, keys, values, shared=False, filler=0):
     k = torch.stack([torch.randperm(keys, generator=g)[:pairs] for _ in range(n)])
     v = torch.randint(0 if shared else 100, (0 if shared else 100) + values, (n, pairs), generator=g)
     q = torch.randint(0, pairs, (n,), generator=g)
     rows = torch.stack([k, torch.full_like(k, EQ), v], -1).reshape(n, -1)
     r = torch.arange(n)
-    return torch.cat([rows, torch.full((n, 1), Q), k[r, q][:, None], v[r, q][:, None],
+    pre = [torch.randint(FILLER, FILLER + 40, (n, filler), generator=g)] if filler else []  # prose
+    return torch.cat(pre + [rows, torch.full((n, 1), Q), k[r, q][:, None], v[r, q][:, None],
                       torch.full((n, SLOTS - 1), EOS)], 1)
 
 
@@ -81,6 +83,8 @@ def main():
                     help="torch: PyTorch's default initialisation; train: train.py's init_weights")
     ap.add_argument("--wd", type=float, default=0.01, help="AdamW weight decay (train.py: 0.1)")
     ap.add_argument("--clip", type=float, default=0.0, help="gradient-norm clip, 0 = none (train.py: 1.0)")
+    ap.add_argument("--filler", type=int, default=0,
+                    help="random prose tokens before the pairs: how the plateau grows with irrelevant context")
     ap.add_argument("--shared-pool", action="store_true", help="keys and values drawn from the same tokens")
     a = ap.parse_args()
     torch.set_num_threads(1)
@@ -100,7 +104,7 @@ def main():
     g = torch.Generator().manual_seed(a.seed + 1)
     t0, run = time.time(), []
     for step in range(a.steps):
-        ids = batch(g, a.batch, a.pairs, a.keys, a.values, a.shared_pool)
+        ids = batch(g, a.batch, a.pairs, a.keys, a.values, a.shared_pool, a.filler)
         slot = ids.shape[1] - SLOTS
         x = ids.clone()
         x[:, slot] = MASK
@@ -112,7 +116,7 @@ def main():
         opt.step()
         run.append(float(ce))
         if (step + 1) % a.log_every == 0:
-            print(json.dumps({"arch": a.arch, "layers": a.layers, "pairs": a.pairs, "step": step + 1,
+            print(json.dumps({"arch": a.arch, "layers": a.layers, "pairs": a.pairs, "filler": a.filler, "step": step + 1,
                               "ce": round(sum(run) / len(run), 3), "uniform_in_context": round(math.log(a.pairs), 3),
                               "seconds": round(time.time() - t0)}), flush=True)
             run = []

@@ -145,11 +145,20 @@ class TestTrain(unittest.TestCase):
         rng = np.random.RandomState(3)
         for level in range(RecallGen.MAX_LEVEL + 1):
             lo, hi, pieces = g.shape(level)
+            framed = g.framed(level)
+            head, tail = (g.head, g.tail) if framed else (g.head[:1], g.tail[:1])
             for _ in range(20):
                 p, a = g.sample(rng, level)
-                self.assertEqual(p[:len(g.head)], g.head)
-                self.assertEqual(p[-len(g.tail):], g.tail)
-                body = p[len(g.head):p.index(g.instr[1]) - 1]  # the table: "* key sep value\n" rows
+                self.assertEqual(p[:len(head)], head)
+                self.assertEqual(p[-len(tail):], tail)
+                self.assertLessEqual(len(a), g.slots(level))
+                if framed:
+                    body = p[len(head):p.index(g.instr[1]) - 1]  # the table: "* key sep value\n" rows
+                    q = question(g, p)
+                    key = q[len(next(x for x in g.q if q[:len(x)] == x)):]
+                else:  # bare: "* key sep value\n" rows, then the key and "?"
+                    last = len(p) - 1 - p[::-1].index(g.nl)
+                    body, key = p[len(head):last + 1], p[last + 1:-len(tail)]
                 rows, cur = [], []
                 for t in body:
                     if t == g.nl:
@@ -158,9 +167,7 @@ class TestTrain(unittest.TestCase):
                     else:
                         cur.append(t)
                 self.assertTrue(lo <= len(rows) <= hi, (level, len(rows)))
-                q = question(g, p)
-                qp = next(x for x in g.q if q[:len(x)] == x)
-                key, value = q[len(qp):], a[1:-1]
+                value = a[1:-1]
                 self.assertEqual((a[0], a[-1]), (g.ans, 2043))
                 self.assertTrue(1 <= len(key) <= pieces and 1 <= len(value) <= pieces)
                 self.assertTrue(key[0] in g.pool(level)[0] and value[0] in g.pool(level)[0])
@@ -170,18 +177,21 @@ class TestTrain(unittest.TestCase):
                 self.assertEqual(len(seps), 1)
                 keys = {tuple(r[1:r.index(seps[0])]) for r in rows}
                 self.assertEqual(len(keys), len(rows))  # keys distinct
+        self.assertEqual((g.slots(0), g.slots(RecallGen.MAX_LEVEL)), (4, 16))
         for _ in range(50):  # several keys at once: the answer lists their values in the asked order
-            p, a = g.sample(rng, 4, queries=3)
+            p, a = g.sample(rng, 7, queries=3)
             self.assertLessEqual(len(a), 16)
             q = question(g, p)
             q = q[len(next(x for x in g.q if q[:len(x)] == x)):]
             self.assertLessEqual(q.count(g.and_[0]), 1)
-        prompts, answers = g.batch(rng, 0, 2048, 128)
-        ids, valid, ans_pos = T.pack(prompts, answers, 16, 2043)
-        self.assertLessEqual(ids.shape[0] * ids.shape[1], 2048)
-        self.assertEqual(int(valid.sum()), int((ans_pos[:, -1] + 1).sum()))
-        for r, (p, a) in enumerate(zip(prompts, answers)):  # answer, then EOS padding to gen_length
-            self.assertEqual(ids[r, len(p):len(p) + 16].tolist(), a + [2043] * (16 - len(a)))
+        for level in (0, 3):  # bare (4 answer slots) and framed (gen_length slots)
+            G = g.slots(level)
+            prompts, answers = g.batch(rng, level, 2048, 128)
+            ids, valid, ans_pos = T.pack(prompts, answers, G, 2043)
+            self.assertLessEqual(ids.shape[0] * ids.shape[1], 2048)
+            self.assertEqual(int(valid.sum()), int((ans_pos[:, -1] + 1).sum()))
+            for r, (p, a) in enumerate(zip(prompts, answers)):  # answer, then EOS padding to the slots
+                self.assertEqual(ids[r, len(p):len(p) + G].tolist(), a + [2043] * (G - len(a)))
 
 
 if __name__ == "__main__":

@@ -598,10 +598,11 @@ def main(argv=None):
         if recall is not None and rng.random_sample() < args.recall_frac:
             prompts, answers = recall.batch(rng, state["recall_level"], args.batch_tokens, args.max_batch,
                                             args.recall_queries)
-            ids, valid, ans_pos = pack(prompts, answers, G, eos)
+            Gr = recall.slots(state["recall_level"])
+            ids, valid, ans_pos = pack(prompts, answers, Gr, eos)
             idx = prompts
             loss, s = loss_on(model, ids, valid, ans_pos, args, rng_t, mask_id, np.array([len(a) for a in answers]),
-                              G, fixed_t=args.recall_t)
+                              Gr, fixed_t=args.recall_t)
             acc["rce"] += s["ce_content"]
             acc["rn"] += s["n_content"]
             s = dict(s, ce_content=0.0, n_content=0, ce_pad=0.0, n_pad=0,
