@@ -136,6 +136,11 @@ class TestTrain(unittest.TestCase):
             for want, got in zip([0.3, 0.5, 0.7], qs):
                 self.assertAlmostEqual(got, want)
 
+    def test_below(self):
+        for ce, n, thr, want in [(0.0, 0, 1.0, False),  # no real-suite step in the interval: no advance
+                                 (9.0, 10, 1.0, True), (10.0, 10, 1.0, False), (12.0, 10, 1.0, False)]:
+            self.assertEqual(T.below(ce, n, thr), want, (ce, n, thr))
+
     def test_recall_gen(self):
         import numpy as np
         from recall import RecallGen

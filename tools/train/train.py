@@ -450,6 +450,12 @@ def save_ckpt(path, model, opt, meta_state, batcher_rng, rng_t):
     os.replace(tmp, path)
 
 
+def below(ce_sum, n, threshold):
+    """Whether a log interval's mean CE (ce_sum over n tokens) is below threshold; an
+    interval that scored no tokens (every step of it on the other task) is not."""
+    return n > 0 and ce_sum / n < threshold
+
+
 def log(fh, rec):
     rec["time"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     fh.write(json.dumps(rec) + "\n")
@@ -656,12 +662,12 @@ def main(argv=None):
                        "wall_h": round(state["wall_seconds"] / 3600, 3),
                        **({"ce_recall": round(acc["rce"] / max(1, acc["rn"]), 3), "recall_level": state["recall_level"]}
                           if recall is not None else {})})
-            if recall is not None and acc["rn"] > 0 and acc["rce"] / acc["rn"] < args.recall_advance_ce and \
+            if recall is not None and below(acc["rce"], acc["rn"], args.recall_advance_ce) and \
                     state["recall_level"] < RecallGen.MAX_LEVEL:
                 state["recall_level"] += 1
                 log(logf, {"type": "recall_level", "step": state["step"], "level": state["recall_level"]})
             if args.curriculum == "adaptive" and batcher.q < 1.0 and \
-                    acc["ce_content"] / max(1, acc["n_content"]) < args.advance_ce:
+                    below(acc["ce_content"], acc["n_content"], args.advance_ce):
                 batcher.q = min(1.0, batcher.q + args.advance_by)
                 state["curriculum_q"] = batcher.q
                 log(logf, {"type": "curriculum", "step": state["step"], "q": batcher.q, "len_limit": batcher.limit(step)})
