@@ -18,7 +18,8 @@ def tiny_run(d, corpus):
     """train.py arguments of a 2-layer run on a make_synth corpus, working in d."""
     return ["--corpus", corpus, "--work", os.path.join(d, "work"), "--out", os.path.join(d, "out"),
             "--resume", "--n-layers", "2", "--d-model", "32", "--n-heads", "2", "--mlp-hidden", "64",
-            "--batch-tokens", "1024", "--log-every", "2", "--warmup", "2"]
+            "--batch-tokens", "1024", "--log-every", "2", "--warmup", "2",
+            "--recall-frac", "0"]  # the synthetic corpus has no tokenizer.json for recall.py
 
 
 def question(g, p):
@@ -140,6 +141,12 @@ class TestTrain(unittest.TestCase):
         for ce, n, thr, want in [(0.0, 0, 1.0, False),  # no real-suite step in the interval: no advance
                                  (9.0, 10, 1.0, True), (10.0, 10, 1.0, False), (12.0, 10, 1.0, False)]:
             self.assertEqual(T.below(ce, n, thr), want, (ce, n, thr))
+
+    def test_recall_fraction(self):
+        a = T.parse_args(["--corpus", "x"])
+        self.assertEqual([T.recall_fraction(a, lv) for lv in (0, 7, 8, 11)], [0.9, 0.9, 0.5, 0.5])
+        a = T.parse_args(["--corpus", "x", "--recall-frac", "0"])
+        self.assertEqual([T.recall_fraction(a, lv) for lv in (0, 8)], [0.0, 0.0])
 
     def test_recall_gen(self):
         import numpy as np

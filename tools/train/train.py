@@ -24,7 +24,10 @@ default: the model stays on short prompts until it reads its prefix), or linearl
 1 over --curriculum-steps (--curriculum linear). --recall-frac F trains a fraction F of
 the steps on synthetic key→value recall in the corpus's vocabulary and chat framing
 (recall.py), whose table size grows each time its CE falls below --recall-advance-ce:
-a warm-up for the lookup circuit every suite needs. See docs/training.md.
+a warm-up for the lookup circuit every suite needs, on by default (--recall-early-frac
+of the steps until level --recall-handover, then --recall-frac; 0 turns it off). Its
+first levels are bare tables without chat framing: irrelevant context lengthens the
+plateau before the circuit forms. See docs/training.md.
 
 Outputs: --work (default train-out/llada-tiny): ckpt.pt (model, optimizer, step,
 RNG; every --ckpt-minutes and on SIGTERM/SIGINT), log.jsonl. --out: the best
@@ -123,13 +126,18 @@ def parse_args(argv=None):
                          "answer slots, weight gen_length/l (bounded by gen_length instead of 1/eps)")
     ap.add_argument("--stratified-t", action=argparse.BooleanOptionalAction, default=True,
                     help="draw the batch's mask ratios stratified over (0,1) (each still U(0,1)): lower-variance 1/t weights")
-    ap.add_argument("--recall-frac", type=float, default=0.0,
-                    help="fraction of steps trained on synthetic key→value recall in the corpus vocabulary (recall.py)")
-    ap.add_argument("--recall-advance-ce", type=float, default=0.3,
+    ap.add_argument("--recall-frac", type=float, default=0.5,
+                    help="fraction of steps trained on synthetic key→value recall in the corpus vocabulary "
+                         "(recall.py), once the recall level reaches --recall-handover; 0 turns the warm-up off")
+    ap.add_argument("--recall-early-frac", type=float, default=0.9,
+                    help="the recall fraction below level --recall-handover (run J: the lookup circuit forms there)")
+    ap.add_argument("--recall-handover", type=int, default=8,
+                    help="recall level from which --recall-frac applies instead of --recall-early-frac")
+    ap.add_argument("--recall-advance-ce", type=float, default=0.15,
                     help="raise the recall level when a log interval's recall answer CE is below this")
     ap.add_argument("--recall-queries", type=int, default=1,
                     help="recall samples ask for up to this many keys at once (denser supervision)")
-    ap.add_argument("--recall-t", type=float, default=0.0,
+    ap.add_argument("--recall-t", type=float, default=1.0,
                     help="if > 0, recall answers are masked with this fixed ratio and weight 1 instead of "
                          "the SFT objective's t ~ U(0, 1) with 1/t (1: every answer slot masked, as in the probe)")
     ap.add_argument("--threads", type=int, default=1)
@@ -450,6 +458,14 @@ def save_ckpt(path, model, opt, meta_state, batcher_rng, rng_t):
     os.replace(tmp, path)
 
 
+def recall_fraction(args, level):
+    """The share of steps on the recall warm-up at a recall level: --recall-early-frac
+    until the level reaches --recall-handover, --recall-frac from there (0 stays 0)."""
+    if args.recall_frac <= 0:
+        return 0.0
+    return args.recall_early_frac if level < args.recall_handover else args.recall_frac
+
+
 def below(ce_sum, n, threshold):
     """Whether a log interval's mean CE (ce_sum over n tokens) is below threshold; an
     interval that scored no tokens (every step of it on the other task) is not."""
@@ -601,7 +617,7 @@ def main(argv=None):
         lr = lr_at(step, args, state["warm_from"])
         for g in opt.param_groups:
             g["lr"] = lr
-        if recall is not None and rng.random_sample() < args.recall_frac:
+        if recall is not None and rng.random_sample() < recall_fraction(args, state["recall_level"]):
             prompts, answers = recall.batch(rng, state["recall_level"], args.batch_tokens, args.max_batch,
                                             args.recall_queries)
             Gr = recall.slots(state["recall_level"])
