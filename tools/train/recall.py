@@ -66,10 +66,11 @@ class RecallGen:
     # The first levels are bare ("<|startoftext|>* k = v ... k?" with a 4-slot answer, the
     # probe's shape): every irrelevant token in the context lengthens the plateau
     # (docs/training.md, "Context dilutes the signal"), so the circuit forms there and the
-    # chat framing and full answer window come after.
+    # chat framing and full answer window come after. Multi-piece names get a bare level
+    # of their own too (level 8): run J sat on the framed one for 2,300 steps.
     LEVELS = [(2, 4, 1, 24, False), (2, 6, 1, 96, False), (2, 8, 1, 0, False),
               (2, 4, 1, 24, True), (2, 4, 1, 48, True), (2, 6, 1, 96, True), (2, 8, 1, 192, True),
-              (2, 8, 1, 0, True), (2, 10, 2, 0, True), (3, 12, 2, 0, True), (4, 16, 3, 0, True),
+              (2, 8, 1, 0, True), (2, 6, 2, 0, False), (2, 10, 2, 0, True), (3, 12, 2, 0, True), (4, 16, 3, 0, True),
               (6, 20, 3, 0, True)]
     MAX_LEVEL = len(LEVELS) - 1
 
