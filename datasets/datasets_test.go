@@ -74,23 +74,23 @@ func TestGenerateDeterministic(t *testing.T) {
 // TestGoldenSample pins one sample so that a change of the generators
 // without a SuiteVersion bump fails.
 func TestGoldenSample(t *testing.T) {
-	if SuiteVersion != 1 {
-		t.Skip("golden sample belongs to SuiteVersion 1; update it with the version")
+	if SuiteVersion != 2 {
+		t.Skip("golden sample belongs to SuiteVersion 2; update it with the version")
 	}
 	s := Generate("arithmetic", Eval, 1, 1, Level(0))[0]
 	want := Sample{
 		Suite:  "arithmetic",
-		User:   "Calculate H - 4.",
-		Answer: "29",
-		ID:     "arithmetic/eval/v1/s1/0",
+		User:   "Calculate C + 8.",
+		Answer: "46",
+		ID:     "arithmetic/eval/v2/s1/0",
 	}
 	got := s
 	got.System = ""
 	if got != want {
 		t.Errorf("golden sample: got %+v, want %+v", got, want)
 	}
-	if !strings.Contains(s.System, "\nlet H = 33\n") {
-		t.Errorf("golden sample: system message lost \"let H = 33\":\n%s", s.System)
+	if !strings.Contains(s.System, "\nlet C = 38\n") {
+		t.Errorf("golden sample: system message lost \"let C = 38\":\n%s", s.System)
 	}
 }
 
@@ -252,16 +252,31 @@ func TestFillerLength(t *testing.T) {
 	}
 }
 
-func TestMadeUpWords(t *testing.T) {
+func TestNames(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
-	for _, w := range distinctWords(r, 2000, nil) {
-		if reservedWords[w] {
-			t.Fatalf("made-up word %q is a reserved word", w)
-		}
-		if l := len(w); l < 4 || l > 5 {
-			t.Fatalf("made-up word %q has %d letters", w, l)
-		}
+	ws := distinctWords(r, len(names), nil)
+	if len(names) < 150 {
+		t.Errorf("only %d names in the pool", len(names))
 	}
+	seen := map[string]bool{}
+	for _, w := range ws {
+		if reservedWords[w] {
+			t.Fatalf("name %q is a reserved word", w)
+		}
+		if seen[w] {
+			t.Fatalf("name %q drawn twice", w)
+		}
+		seen[w] = true
+	}
+	defer func() {
+		if recover() == nil {
+			t.Errorf("distinctWords asked for more names than the pool has did not panic")
+		}
+	}()
+	distinctWords(r, len(names)+1, nil)
+}
+
+func TestReservedWords(t *testing.T) {
 	for _, w := range []string{"code", "the", "license", "which", "guest"} {
 		if !reservedWords[w] {
 			t.Errorf("%q is not reserved", w)

@@ -147,7 +147,10 @@ var (
 )
 
 const (
-	arithMaxValue   = 49 // constants lie in [1, arithMaxValue]
+	// Constants lie in [1, arithMaxValue] and answers in [1, arithMaxValue +
+	// arithMaxOperand], so that every number is one token of the bundled
+	// tokenizer (it has " 1" … " 49").
+	arithMaxValue   = 40
 	arithMaxOperand = 9  // the question's operand lies in [1, arithMaxOperand]
 )
 
@@ -166,7 +169,7 @@ func genArithmetic(r *rand.Rand, rows int) item {
 	q := r.IntN(rows)
 	k := 1 + r.IntN(arithMaxOperand)
 	op, ans := "+", vals[q]+k
-	if vals[q] >= k && r.IntN(2) == 0 {
+	if vals[q] > k && r.IntN(2) == 0 {
 		op, ans = "-", vals[q]-k
 	}
 	return item{

@@ -2,6 +2,7 @@ package datasets
 
 import (
 	_ "embed"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"unicode"
@@ -83,38 +84,49 @@ func fillerSentences(r *rand.Rand, tokens int) []string {
 // fillerSlack is how far, in estimated tokens, filler may exceed its target.
 const fillerSlack = 4
 
-const (
-	consonants = "bdfgklmnprstvz"
-	vowels     = "aeiou"
-	finals     = "nlrsk"
-)
+// namesText holds the candidate names, one a line: the lowercase
+// word-initial tokens of the bundled tokenizer (gen_names.go).
+//
+//go:embed names.txt
+var namesText string
 
-// madeUpWord returns a pronounceable lowercase word of two syllables and an
-// optional final consonant (e.g. "bazil", "tomer") that is no word of the
-// filler prose or of the suites' fixed sentences.
-func madeUpWord(r *rand.Rand) string {
-	for {
-		var b strings.Builder
-		for range 2 {
-			b.WriteByte(consonants[r.IntN(len(consonants))])
-			b.WriteByte(vowels[r.IntN(len(vowels))])
+// names is the pool that keys, values and list items are drawn from: the
+// candidates that are no reserved word, so a question names exactly one
+// key and no name is a word of the fixed sentences or the filler prose.
+// Each is a single token of the bundled tokenizer (TestNamesSingleTokens).
+var names = parseNames(namesText)
+
+func parseNames(text string) []string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		l = strings.TrimSpace(l)
+		if l == "" || strings.HasPrefix(l, "#") || reservedWords[l] {
+			continue
 		}
-		if r.IntN(5) < 2 {
-			b.WriteByte(finals[r.IntN(len(finals))])
-		}
-		w := b.String()
-		if !reservedWords[w] {
-			return w
-		}
+		out = append(out, l)
 	}
+	if len(out) < 64 {
+		panic(fmt.Sprintf("datasets: embedded names.txt holds %d usable names, want at least 64", len(out)))
+	}
+	return out
 }
 
-// distinctWords returns n distinct made-up words none of which is in avoid.
+// distinctWords returns n distinct names none of which is in avoid.
+// It panics when the pool holds fewer than n such names.
 func distinctWords(r *rand.Rand, n int, avoid map[string]bool) []string {
+	free := 0
+	for _, w := range names {
+		if !avoid[w] {
+			free++
+		}
+	}
+	if n > free {
+		panic(fmt.Sprintf("datasets: %d distinct names asked, the pool has %d", n, free))
+	}
 	seen := map[string]bool{}
 	out := make([]string, 0, n)
 	for len(out) < n {
-		w := madeUpWord(r)
+		w := names[r.IntN(len(names))]
 		if seen[w] || avoid[w] {
 			continue
 		}

@@ -29,7 +29,8 @@ type Config struct {
 	Vocab      int       // tokenizer vocabulary size
 	GenLength  int       // answer slots; 0: automatic
 	Out        string    // corpus directory
-	TokOut     string    // tokenizer directory
+	TokIn      string    // existing tokenizer directory to encode with; "": train one into TokOut
+	TokOut     string    // directory a trained tokenizer is saved to
 	Mix        []float64 // share of training samples per curriculum level
 	TokSamples int       // samples the tokenizer learns from; 0: all
 	Workers    int       // encoding goroutines
@@ -69,8 +70,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("-gen-length %d < 0", c.GenLength)
 	case len(c.Mix) != datasets.NumLevels:
 		return fmt.Errorf("-mix has %d shares, want one per level (%d)", len(c.Mix), datasets.NumLevels)
-	case c.Out == "" || c.TokOut == "":
-		return errors.New("-out and -tokenizer-out must be set")
+	case c.Out == "":
+		return errors.New("-out must be set")
+	case c.TokIn == "" && c.TokOut == "":
+		return errors.New("-tokenizer-out must be set when -tokenizer is empty (a tokenizer is trained)")
 	case c.Workers < 1:
 		return fmt.Errorf("-workers %d < 1", c.Workers)
 	}
@@ -85,6 +88,14 @@ func (c Config) validate() error {
 		return errors.New("-mix shares sum to 0")
 	}
 	return nil
+}
+
+// tokDir is the directory of the tokenizer the corpus is encoded with.
+func tokDir(c Config) string {
+	if c.TokIn != "" {
+		return c.TokIn
+	}
+	return c.TokOut
 }
 
 func run(c Config, stdout, log io.Writer) error {
@@ -105,11 +116,22 @@ func run(c Config, stdout, log io.Writer) error {
 	fmt.Fprintf(log, "corpus: %d train, %d eval samples generated (%.1fs)\n", len(train), len(eval), time.Since(t0).Seconds())
 
 	t1 := time.Now()
-	tok, err := trainTokenizer(c, train, log)
-	if err != nil {
-		return err
+	var tok *tokenizer.Tokenizer
+	var err error
+	if c.TokIn != "" {
+		if tok, err = tokenizer.Load(c.TokIn); err != nil {
+			return fmt.Errorf("loading the tokenizer (-tokenizer %s; -tokenizer '' trains a new one): %w", c.TokIn, err)
+		}
+		if tok.VocabSize() > c.Vocab {
+			return fmt.Errorf("tokenizer %s has %d tokens, more than -vocab %d", c.TokIn, tok.VocabSize(), c.Vocab)
+		}
+		fmt.Fprintf(log, "corpus: tokenizer with %d tokens loaded from %s\n", tok.VocabSize(), c.TokIn)
+	} else {
+		if tok, err = trainTokenizer(c, train, log); err != nil {
+			return err
+		}
+		fmt.Fprintf(log, "corpus: tokenizer with %d tokens saved to %s (%.1fs)\n", tok.VocabSize(), c.TokOut, time.Since(t1).Seconds())
 	}
-	fmt.Fprintf(log, "corpus: tokenizer with %d tokens saved to %s (%.1fs)\n", tok.VocabSize(), c.TokOut, time.Since(t1).Seconds())
 	ids, err := specialIDs(tok)
 	if err != nil {
 		return err
@@ -556,7 +578,7 @@ func buildMeta(c Config, tok *tokenizer.Tokenizer, ids tokenIDs, g, maxAns int, 
 		MaskID: ids.mask, EOSID: ids.eos, BOSID: ids.bos, EOTID: ids.eot,
 		GenLength: g, MaxAnswer: maxAns, SuiteVersion: datasets.SuiteVersion, Seed: c.Seed,
 		Suites: datasets.Suites(), Counts: counts, LevelCounts: levelCounts, Mix: c.Mix,
-		Levels: levels, EvalOptions: datasets.DefaultOptions(), Tokenizer: c.TokOut,
+		Levels: levels, EvalOptions: datasets.DefaultOptions(), Tokenizer: tokDir(c),
 		TokSamples: c.TokSamples, Stats: st,
 	}
 }

@@ -18,7 +18,7 @@ import (
 func smallConfig(dir string) Config {
 	c := defaultConfig()
 	c.Train, c.Eval, c.Vocab, c.TokSamples, c.Workers = 240, 6, 512, 0, 2
-	c.Out, c.TokOut = filepath.Join(dir, "corpus"), filepath.Join(dir, "tok")
+	c.Out, c.TokIn, c.TokOut = filepath.Join(dir, "corpus"), "", filepath.Join(dir, "tok")
 	return c
 }
 

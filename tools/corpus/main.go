@@ -1,11 +1,13 @@
 // Command corpus generates the training corpus of dlmcache's bundled model:
 // chat samples of every task suite (package datasets) with a curriculum from
-// short to long system messages, a byte-level BPE tokenizer trained on them
-// (written as tokenizer.json + tokenizer_config.json with LLaDA's special
-// tokens and chat template), and the tokenized samples for tools/train.
+// short to long system messages, tokenized for tools/train with the bundled
+// tokenizer (models/llada-tiny; the suites' names are single tokens of it,
+// datasets/names.txt) or, with -tokenizer '', a byte-level BPE trained on
+// them (written as tokenizer.json + tokenizer_config.json with LLaDA's
+// special tokens and chat template).
 //
 //	go run ./tools/corpus                      # defaults: 200000 train, 200 eval per suite
-//	go run ./tools/corpus -train 2000 -eval 20 -out /tmp/c -tokenizer-out /tmp/tok
+//	go run ./tools/corpus -train 2000 -eval 20 -out /tmp/c -tokenizer '' -tokenizer-out /tmp/tok
 //
 // Outputs, under -out (default data/corpus):
 //
@@ -44,7 +46,8 @@ func main() {
 	fs.IntVar(&cfg.Vocab, "vocab", cfg.Vocab, "tokenizer vocabulary size, special tokens included (≤ 4096)")
 	fs.IntVar(&cfg.GenLength, "gen-length", cfg.GenLength, "answer slots; 0 picks the smallest of 16, 24, 32, … that holds every answer + EOS with a margin of 2")
 	fs.StringVar(&cfg.Out, "out", cfg.Out, "corpus directory")
-	fs.StringVar(&cfg.TokOut, "tokenizer-out", cfg.TokOut, "tokenizer directory (tokenizer.json, tokenizer_config.json)")
+	fs.StringVar(&cfg.TokIn, "tokenizer", cfg.TokIn, "encode with this existing tokenizer directory; '' trains a new BPE into -tokenizer-out (then regenerate datasets/names.txt: go generate ./datasets)")
+	fs.StringVar(&cfg.TokOut, "tokenizer-out", cfg.TokOut, "directory a newly trained tokenizer is written to (tokenizer.json, tokenizer_config.json)")
 	mix := fs.String("mix", joinFloats(cfg.Mix), "share of training samples per curriculum level 0,1,2 (short to long system messages)")
 	fs.IntVar(&cfg.TokSamples, "tokenizer-samples", cfg.TokSamples, "training samples the tokenizer learns from (evenly spaced; 0: all)")
 	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "encoding goroutines")
@@ -71,6 +74,7 @@ func defaultConfig() Config {
 		Seed:       1,
 		Vocab:      2048,
 		Out:        "data/corpus",
+		TokIn:      "models/llada-tiny",
 		TokOut:     "models/llada-tiny",
 		Mix:        []float64{0.3, 0.35, 0.35},
 		TokSamples: 20000,

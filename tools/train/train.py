@@ -126,13 +126,16 @@ def parse_args(argv=None):
                          "answer slots, weight gen_length/l (bounded by gen_length instead of 1/eps)")
     ap.add_argument("--stratified-t", action=argparse.BooleanOptionalAction, default=True,
                     help="draw the batch's mask ratios stratified over (0,1) (each still U(0,1)): lower-variance 1/t weights")
-    ap.add_argument("--recall-frac", type=float, default=0.5,
+    ap.add_argument("--recall-frac", type=float, default=0.25,
                     help="fraction of steps trained on synthetic key→value recall in the corpus vocabulary "
                          "(recall.py), once the recall level reaches --recall-handover; 0 turns the warm-up off")
     ap.add_argument("--recall-early-frac", type=float, default=0.9,
                     help="the recall fraction below level --recall-handover (run J: the lookup circuit forms there)")
-    ap.add_argument("--recall-handover", type=int, default=8,
+    ap.add_argument("--recall-handover", type=int, default=7,
                     help="recall level from which --recall-frac applies instead of --recall-early-frac")
+    ap.add_argument("--recall-max-level", type=int, default=7,
+                    help="highest recall level (RecallGen.LEVELS); 7, framed tables of single-piece names from the "
+                         "whole pool, is the suites' shape since SuiteVersion 2 (single-token names)")
     ap.add_argument("--recall-advance-ce", type=float, default=0.15,
                     help="raise the recall level when a log interval's recall answer CE is below this")
     ap.add_argument("--recall-queries", type=int, default=1,
@@ -679,7 +682,7 @@ def main(argv=None):
                        **({"ce_recall": round(acc["rce"] / max(1, acc["rn"]), 3), "recall_level": state["recall_level"]}
                           if recall is not None else {})})
             if recall is not None and below(acc["rce"], acc["rn"], args.recall_advance_ce) and \
-                    state["recall_level"] < RecallGen.MAX_LEVEL:
+                    state["recall_level"] < min(args.recall_max_level, RecallGen.MAX_LEVEL):
                 state["recall_level"] += 1
                 log(logf, {"type": "recall_level", "step": state["step"], "level": state["recall_level"]})
             if args.curriculum == "adaptive" and batcher.q < 1.0 and \

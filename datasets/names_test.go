@@ -1,0 +1,59 @@
+package datasets
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/dlmcache/dlmcache/model/tokenizer"
+)
+
+// TestNamesSingleTokens checks the property names.txt was generated for:
+// under the bundled tokenizer every name is one token wherever the suites
+// put it (after "* ", before " =", in a comma list, before "?" or "."), and
+// every number of the arithmetic suite is one token after a space.
+func TestNamesSingleTokens(t *testing.T) {
+	tok, err := tokenizer.Load("../models/llada-tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := func(s string) int { return len(tok.Encode(s)) }
+	base := count("* a = a, a?") // " a" is one token
+	for _, w := range names {
+		if n := count(" " + w); n != 1 {
+			t.Errorf("name %q is %d tokens", w, n)
+			continue
+		}
+		s := fmt.Sprintf("* %s = %s, %s?", w, w, w)
+		if n := count(s); n != base {
+			t.Errorf("%q is %d tokens, want %d", s, n, base)
+		}
+	}
+	for v := 1; v <= arithMaxValue+arithMaxOperand; v++ {
+		if n := count(fmt.Sprintf(" %d", v)); n != 1 {
+			t.Errorf("number %d is %d tokens", v, n)
+		}
+	}
+}
+
+// TestAnswersSingleTokens checks generated samples end to end: the answer of
+// lookup, arithmetic and sequence is one token after "##".
+func TestAnswersSingleTokens(t *testing.T) {
+	tok, err := tokenizer.Load("../models/llada-tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hash := len(tok.Encode("##"))
+	for _, suite := range []string{"lookup", "arithmetic", "sequence"} {
+		for _, s := range Generate(suite, Eval, 7, 50, DefaultOptions()) {
+			if n := len(tok.Encode(s.Target())); n != hash+1 {
+				t.Errorf("%s: answer %q is %d tokens after ##", s.ID, s.Answer, n-hash)
+			}
+		}
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	if w := distinctWords(r, 3, nil); strings.Join(w, "") == "" {
+		t.Fatal("no names drawn")
+	}
+}
