@@ -144,7 +144,8 @@ class TestTrain(unittest.TestCase):
 
     def test_recall_fraction(self):
         a = T.parse_args(["--corpus", "x"])
-        self.assertEqual([T.recall_fraction(a, lv) for lv in (0, 7, 8, 11)], [0.9, 0.9, 0.5, 0.5])
+        self.assertEqual([T.recall_fraction(a, lv) for lv in (0, 6, 7, 11)], [0.9, 0.9, 0.25, 0.25])
+        self.assertEqual(a.recall_max_level, 7)
         a = T.parse_args(["--corpus", "x", "--recall-frac", "0"])
         self.assertEqual([T.recall_fraction(a, lv) for lv in (0, 8)], [0.0, 0.0])
 
