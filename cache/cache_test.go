@@ -238,6 +238,16 @@ func TestBlockCache(t *testing.T) {
 	if want := 2*(2*(n-pl)+(L-2)*n) + 6*L*8; g.RowsComputed != want || info.Depth != 2 {
 		t.Errorf("bicache+block: %d rows computed (depth %d), want %d", g.RowsComputed, info.Depth, want)
 	}
+	// With the recompute source a block start computes every row: the
+	// combination then produces block's answer, token for token.
+	wantBlock, _ := generate(t, m, &Method{Name: "block"}, ids, pl, o)
+	g, info = generate(t, m, &Method{Name: "bicache+block", Store: st, Table: table(L, 2), DeepSource: "recompute"}, ids, pl, o)
+	if !reflect.DeepEqual(g.Canvas, wantBlock.Canvas) || info.Depth != 2 {
+		t.Errorf("bicache+block, recompute: %v (depth %d)\nblock %v", g.Canvas, info.Depth, wantBlock.Canvas)
+	}
+	if want := 2*L*n + 6*L*8; g.RowsComputed != want {
+		t.Errorf("bicache+block, recompute: %d rows computed, want %d", g.RowsComputed, want)
+	}
 }
 
 func TestMethodValidate(t *testing.T) {

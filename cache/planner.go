@@ -31,7 +31,10 @@ type Method struct {
 	// DeepSource says where the prefix rows of the first deep layer get
 	// their input on refresh steps: "store" (the hidden state the prefix
 	// had alone, entering layer d+1) or "recompute" (the refresh step
-	// computes every row of every layer).
+	// computes every row of every layer). bicache+block refreshes at block
+	// starts: with "recompute" a block start computes every row, so its
+	// K/V equal block's; with "store" its shallow layers skip the prefix
+	// rows and the deep ones start from the stored hidden state.
 	DeepSource  string
 	Fingerprint string // model fingerprint, part of the store key
 	Salt        string // tenant isolation, part of the store key
@@ -197,7 +200,11 @@ func (p *planner) Plan(s *model.Step) model.Plan {
 		p.refreshDeep = s.Index == 0
 	}
 	// Only BiCache has deep layers to refresh; prefix-all never recomputes.
-	p.recompute = p.refreshDeep && p.meth.DeepSource == "recompute" && !p.meth.UsesBlocks() && p.d > 0 && p.d < p.L
+	// bicache+block honours the source too: its block starts are its
+	// refresh steps (docs/results.md: the stored hidden state loses what the
+	// prefix rows read from the question in the shallow layers).
+	p.recompute = p.refreshDeep && p.meth.DeepSource == "recompute" && p.d > 0 && p.d < p.L &&
+		(!p.meth.UsesBlocks() || s.BlockStep == 0)
 	return p
 }
 
