@@ -206,16 +206,21 @@ func solveArithmetic(system, user string) (string, error) {
 
 var (
 	ruleIntros = []string{
-		"This session uses a secret letter code. Each letter on the left is written as the letter on the right.",
-		"Encode text with the letter substitution below: replace every letter by its partner.",
-		"A letter cipher is active in this session. Swap each letter for the one it points to.",
+		"This session uses a secret letter code. Each small letter on the left is written as the capital on the right.",
+		"Encode text with the letter substitution below: replace every letter by its capital partner.",
+		"A letter cipher is active in this session. Swap each letter for the capital it points to.",
 	}
 	ruleReminders = []string{
 		"Reply with ## followed by the coded letters, separated by spaces.",
 		"Answer with ## and then the coded letters with spaces between them.",
 	}
 	ruleQuestions = []string{"Encode: %s", "Apply the code to: %s", "What is %s in code?"}
-	ruleRow       = regexp.MustCompile(`(?m)^\* ([a-z]) -> ([a-z])$`)
+	ruleRow       = regexp.MustCompile(`(?m)^\* ([a-z]) -> ([A-Z])$`)
+	// ruleCodes are the letters a code maps to: capitals, so that a letter
+	// occurs once in the table, on the left (a model that finds the input
+	// letter and copies what follows cannot land on the right-hand side), and
+	// without A and I, which are English words.
+	ruleCodes = arithNames
 	ruleQuestion  = regexp.MustCompile(`((?: [a-z])+)(?: in code\?)?$`)
 )
 
@@ -225,20 +230,20 @@ const (
 )
 
 func genRule(r *rand.Rand, rows int) item {
-	rows = min(rows, 26)
+	rows = min(rows, len(ruleCodes))
 	src := r.Perm(26)[:rows]
 	slices.Sort(src)
-	dst := r.Perm(26)[:rows]
+	dst := r.Perm(len(ruleCodes))[:rows]
 	var b strings.Builder
 	b.WriteString("Code:")
 	for i := range src {
-		fmt.Fprintf(&b, "\n* %c -> %c", 'a'+src[i], 'a'+dst[i])
+		fmt.Fprintf(&b, "\n* %c -> %c", 'a'+src[i], ruleCodes[dst[i]])
 	}
 	n := between(r, ruleMinInput, ruleMaxInput)
 	in, out := make([]string, n), make([]string, n)
 	for j := range in {
 		i := r.IntN(rows)
-		in[j], out[j] = string(rune('a'+src[i])), string(rune('a'+dst[i]))
+		in[j], out[j] = string(rune('a'+src[i])), string(ruleCodes[dst[i]])
 	}
 	return item{
 		intro:    pick(r, ruleIntros),
