@@ -11,10 +11,10 @@
 //
 // Suites (see Suites):
 //
-//	lookup      "* bazil = tomer" rows; "What is the code for bazil?"  → tomer
+//	lookup      "* sep = lef" rows;     "What is the code for sep?"     → lef
 //	arithmetic  "let X = 17" rows;      "What is X + 4?"                → 21
-//	rule        "* c -> m" letter code; "Encode: c a b"                 → m q b
-//	sequence    "Order: bazil, tomer, numo."; "Which item comes right after tomer?" → numo
+//	rule        "* c -> M" letter code; "Encode: c a b"                 → M Q B
+//	sequence    "Order: sep, lef, dat."; "Which item comes right after lef?" → dat
 //
 // The model answers in the form "## answer" (Sample.Target); ExtractAnswer
 // takes the text after the first "##" and CheckAnswer compares it strictly
@@ -36,8 +36,12 @@
 //
 // The filler prose (prose.txt, embedded) is a set of sentences extracted by
 // gen_prose.go from license texts that Debian's base-files package ships in
-// /usr/share/common-licenses; keys, values and list items are made-up words
-// drawn from a syllable generator, never real words of the filler.
+// /usr/share/common-licenses. Keys, values and list items are drawn from
+// names.txt (embedded, written by gen_names.go): the bundled tokenizer's
+// single-token lowercase words, less every word of the filler and of the
+// suites' fixed sentences, so each name is one token and no question names
+// two keys.
 package datasets
 
 //go:generate go run gen_prose.go
+//go:generate go run gen_names.go

@@ -2,8 +2,6 @@ package datasets
 
 import (
 	"fmt"
-	"math/rand/v2"
-	"strings"
 	"testing"
 
 	"github.com/dlmcache/dlmcache/model/tokenizer"
@@ -14,10 +12,7 @@ import (
 // put it (after "* ", before " =", in a comma list, before "?" or "."), and
 // every number of the arithmetic suite is one token after a space.
 func TestNamesSingleTokens(t *testing.T) {
-	tok, err := tokenizer.Load("../models/llada-tiny")
-	if err != nil {
-		t.Fatal(err)
-	}
+	tok := bundledTokenizer(t)
 	count := func(s string) int { return len(tok.Encode(s)) }
 	base := count("* a = a, a?") // " a" is one token
 	for _, w := range names {
@@ -40,10 +35,7 @@ func TestNamesSingleTokens(t *testing.T) {
 // TestAnswersSingleTokens checks generated samples end to end: the answer of
 // lookup, arithmetic and sequence is one token after "##".
 func TestAnswersSingleTokens(t *testing.T) {
-	tok, err := tokenizer.Load("../models/llada-tiny")
-	if err != nil {
-		t.Fatal(err)
-	}
+	tok := bundledTokenizer(t)
 	hash := len(tok.Encode("##"))
 	for _, suite := range []string{"lookup", "arithmetic", "sequence"} {
 		for _, s := range Generate(suite, Eval, 7, 50, DefaultOptions()) {
@@ -52,8 +44,14 @@ func TestAnswersSingleTokens(t *testing.T) {
 			}
 		}
 	}
-	r := rand.New(rand.NewPCG(1, 2))
-	if w := distinctWords(r, 3, nil); strings.Join(w, "") == "" {
-		t.Fatal("no names drawn")
+}
+
+// bundledTokenizer loads the tokenizer names.txt was generated from.
+func bundledTokenizer(t *testing.T) *tokenizer.Tokenizer {
+	t.Helper()
+	tok, err := tokenizer.Load("../models/llada-tiny")
+	if err != nil {
+		t.Fatal(err)
 	}
+	return tok
 }

@@ -151,7 +151,7 @@ const (
 	// arithMaxOperand], so that every number is one token of the bundled
 	// tokenizer (it has " 1" … " 49").
 	arithMaxValue   = 40
-	arithMaxOperand = 9  // the question's operand lies in [1, arithMaxOperand]
+	arithMaxOperand = 9 // the question's operand lies in [1, arithMaxOperand]
 )
 
 func genArithmetic(r *rand.Rand, rows int) item {
@@ -220,8 +220,8 @@ var (
 	// occurs once in the table, on the left (a model that finds the input
 	// letter and copies what follows cannot land on the right-hand side), and
 	// without A and I, which are English words.
-	ruleCodes = arithNames
-	ruleQuestion  = regexp.MustCompile(`((?: [a-z])+)(?: in code\?)?$`)
+	ruleCodes    = arithNames
+	ruleQuestion = regexp.MustCompile(`((?: [a-z])+)(?: in code\?)?$`)
 )
 
 const (

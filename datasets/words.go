@@ -114,10 +114,13 @@ func parseNames(text string) []string {
 // distinctWords returns n distinct names none of which is in avoid.
 // It panics when the pool holds fewer than n such names.
 func distinctWords(r *rand.Rand, n int, avoid map[string]bool) []string {
-	free := 0
-	for _, w := range names {
-		if !avoid[w] {
-			free++
+	free := len(names)
+	if len(avoid) > 0 {
+		free = 0
+		for _, w := range names {
+			if !avoid[w] {
+				free++
+			}
 		}
 	}
 	if n > free {

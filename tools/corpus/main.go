@@ -2,7 +2,7 @@
 // chat samples of every task suite (package datasets) with a curriculum from
 // short to long system messages, tokenized for tools/train with the bundled
 // tokenizer (models/llada-tiny; the suites' names are single tokens of it,
-// datasets/names.txt) or, with -tokenizer '', a byte-level BPE trained on
+// datasets/names.txt) or, with -tokenizer ”, a byte-level BPE trained on
 // them (written as tokenizer.json + tokenizer_config.json with LLaDA's
 // special tokens and chat template).
 //
