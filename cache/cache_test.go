@@ -248,6 +248,49 @@ func TestBlockCache(t *testing.T) {
 	if want := 2*L*n + 6*L*8; g.RowsComputed != want {
 		t.Errorf("bicache+block, recompute: %d rows computed, want %d", g.RowsComputed, want)
 	}
+	// With the request source only the first block start computes every
+	// row; the second skips the prefix rows of layers 1..d. No store is
+	// queried, so nothing is filled.
+	queries := st.Stats().Queries
+	g, info = generate(t, m, &Method{Name: "bicache+block", Store: st, Table: table(L, 2), DeepSource: "request"}, ids, pl, o)
+	if want := L*n + (2*(n-pl) + (L-2)*n) + 6*L*8; g.RowsComputed != want || info.Depth != 2 || info.Hit {
+		t.Errorf("bicache+block, request: %d rows computed (info %+v), want %d", g.RowsComputed, info, want)
+	}
+	if q := st.Stats().Queries; q != queries {
+		t.Errorf("bicache+block, request: store queried %d times", q-queries)
+	}
+}
+
+// The request source of plain BiCache: step 1 computes every row and keeps
+// the prefix's K/V of every layer and the hidden state entering layer d+1;
+// refresh steps then skip the prefix rows of layers 1..d.
+func TestBiCacheRequestSource(t *testing.T) {
+	m := loadTiny(t)
+	L := len(m.Blocks)
+	ids, pl := request(t, m, 1)
+	o := model.GenOptions{GenLength: 16, Steps: 8}
+	n := len(ids) + o.GenLength
+	meth := &Method{Name: "bicache", Table: table(L, 1), Refresh: 4, DeepSource: "request"}
+	if err := meth.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	g, info := generate(t, m, meth, ids, pl, o)
+	// step 1: everything; step 5: layer 1's suffix and the deep layers'
+	// every row; the other six: the suffix only.
+	if want := L*n + (n - pl) + (L-1)*n + 6*L*(n-pl); g.RowsComputed != want || info.Depth != 1 {
+		t.Errorf("bicache, request: %d rows computed (info %+v), want %d", g.RowsComputed, info, want)
+	}
+	// With R = 1 at depth 1 every step recomputes the deep layers from the
+	// hidden state entering layer 2 at step 1, which saw the canvas of step
+	// 1 only: the answer may differ from no caching, but the request must
+	// still decode every position.
+	meth.Refresh = 1
+	g, _ = generate(t, m, meth, ids, pl, o)
+	for i, id := range g.Canvas[len(ids):] {
+		if id == int32(m.Config.MaskTokenID) {
+			t.Errorf("position %d still masked", i)
+		}
+	}
 }
 
 func TestMethodValidate(t *testing.T) {
@@ -258,10 +301,15 @@ func TestMethodValidate(t *testing.T) {
 		{Name: "bicache", Store: s},
 		{Name: "bicache", Store: s, Table: table(3, 1)}, // refresh 0
 		{Name: "bicache", Store: s, Table: table(3, 1), Refresh: 4, DeepSource: "magic"},
+		{Name: "bicache", Table: table(3, 1), Refresh: 4, DeepSource: "recompute"}, // no store
 	} {
 		if err := m.Validate(); err == nil {
 			t.Errorf("%+v: no error", m)
 		}
+	}
+	// The request source keeps its rows in the request: no store needed.
+	if err := (&Method{Name: "bicache+block", Table: table(3, 1), DeepSource: "request"}).Validate(); err != nil {
+		t.Errorf("bicache+block, request source, no store: %v", err)
 	}
 }
 

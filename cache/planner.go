@@ -35,6 +35,13 @@ type Method struct {
 	// starts: with "recompute" a block start computes every row, so its
 	// K/V equal block's; with "store" its shallow layers skip the prefix
 	// rows and the deep ones start from the stored hidden state.
+	//
+	// "request" keeps the shallow layers' prefix K/V and the hidden state
+	// entering layer d+1 from the request's own first step (which computes
+	// every row) instead of taking them from the store: later refresh steps
+	// and block starts skip the prefix rows of layers 1..d, and the deep
+	// layers recompute theirs from a hidden state that has seen the
+	// question. It needs no store and no prefix-alone fill.
 	DeepSource  string
 	Fingerprint string // model fingerprint, part of the store key
 	Salt        string // tenant isolation, part of the store key
@@ -52,7 +59,10 @@ func (m *Method) Validate() error {
 			return fmt.Errorf("method %s needs a prefix store", m.Name)
 		}
 	case "bicache", "bicache+block":
-		if m.Store == nil || m.Table == nil {
+		if m.Table == nil {
+			return fmt.Errorf("method %s needs a table (--lut)", m.Name)
+		}
+		if m.Store == nil && m.DeepSource != "request" {
 			return fmt.Errorf("method %s needs a prefix store and a table (--lut)", m.Name)
 		}
 		if m.Name == "bicache" && m.Refresh <= 0 {
@@ -62,9 +72,9 @@ func (m *Method) Validate() error {
 		return fmt.Errorf("unknown method %q (want one of %s)", m.Name, strings.Join(Methods, ", "))
 	}
 	switch m.DeepSource {
-	case "", "store", "recompute":
+	case "", "store", "recompute", "request":
 	default:
-		return fmt.Errorf("deep refresh source %q: want store or recompute", m.DeepSource)
+		return fmt.Errorf("deep refresh source %q: want store, recompute or request", m.DeepSource)
 	}
 	return nil
 }
@@ -110,8 +120,12 @@ type planner struct {
 	suffix []int32 // m..n-1
 	prefix []int32 // 0..m-1
 
-	keptPrefix []backend.Tensor // bicache: per deep layer, [m, kv] K and V
+	keptPrefix []backend.Tensor // bicache: per layer from kpFrom on, [m, kv] K and V
 	keptPV     []backend.Tensor
+	kpFrom     int            // first layer in keptPrefix: d, or 0 with the request source
+	inreq      bool           // DeepSource "request": no store, the first step's rows instead
+	keptH      backend.Tensor // request source: hidden state entering layer d, [m, d_model]
+	haveH      bool
 	keptK      []backend.Tensor // block: per layer, [n, kv]
 	keptV      []backend.Tensor
 
@@ -145,7 +159,8 @@ func (p *planner) Begin(r *model.Request) error {
 	if p.m == 0 {
 		p.d = 0
 	}
-	if p.d > 0 {
+	p.inreq = p.meth.DeepSource == "request" && p.meth.Name != "prefix-all" && p.d > 0
+	if p.d > 0 && !p.inreq {
 		tokens := r.Prompt[:p.m]
 		key := PrefixKey(p.meth.Fingerprint, p.meth.Salt, tokens)
 		e, hit, err := p.meth.Store.Acquire(key, p.m, func() (*Entry, error) { return ComputePrefix(p.lm, tokens) })
@@ -165,10 +180,17 @@ func (p *planner) Begin(r *model.Request) error {
 			p.keptV = append(p.keptV, p.b.New(p.n, kv))
 		}
 	} else if p.d > 0 {
-		for l := p.d; l < p.L; l++ {
+		p.kpFrom = p.d
+		if p.inreq {
+			p.kpFrom = 0
+		}
+		for l := p.kpFrom; l < p.L; l++ {
 			p.keptPrefix = append(p.keptPrefix, p.b.New(p.m, kv))
 			p.keptPV = append(p.keptPV, p.b.New(p.m, kv))
 		}
+	}
+	if p.inreq && p.d < p.L {
+		p.keptH = p.b.New(p.m, p.lm.Config.DModel)
 	}
 	return nil
 }
@@ -183,7 +205,10 @@ func (p *planner) End() {
 			p.b.Free(t)
 		}
 	}
-	p.keptPrefix, p.keptPV, p.keptK, p.keptV = nil, nil, nil, nil
+	if p.keptH != nil {
+		p.b.Free(p.keptH)
+	}
+	p.keptPrefix, p.keptPV, p.keptK, p.keptV, p.keptH = nil, nil, nil, nil, nil
 }
 
 func (p *planner) After(*model.Step, []int32) {}
@@ -205,6 +230,11 @@ func (p *planner) Plan(s *model.Step) model.Plan {
 	// prefix rows read from the question in the shallow layers).
 	p.recompute = p.refreshDeep && p.meth.DeepSource == "recompute" && p.d > 0 && p.d < p.L &&
 		(!p.meth.UsesBlocks() || s.BlockStep == 0)
+	if p.inreq {
+		// The first step computes everything and keeps what later steps
+		// reuse; it is also the only step before the kept rows exist.
+		p.recompute = s.Index == 0 || (p.d < p.L && !p.haveH)
+	}
 	return p
 }
 
@@ -224,6 +254,10 @@ func (p *planner) Rows(l int) []int32 {
 }
 
 func (p *planner) Hidden(l int, rows []int32, dst backend.Tensor) error {
+	if p.inreq && p.haveH && l == p.d && len(rows) == p.m {
+		p.b.CopyRows(dst, nil, p.keptH, nil)
+		return nil
+	}
 	if p.entry == nil || l != p.d || len(rows) != p.m {
 		return fmt.Errorf("cache: no hidden state for layer %d rows %d..", l, rows[0])
 	}
@@ -236,26 +270,34 @@ func (p *planner) KV(l int, rows []int32, k, v backend.Tensor) error {
 	case p.block:
 		p.b.CopyRows(k, rows, p.keptK[l], rows)
 		p.b.CopyRows(v, rows, p.keptV[l], rows)
-	case l < p.d: // rows are the prefix 0..m-1
+	case p.inreq && p.meth.UsesBlocks(): // block start: layers < d, rows are the prefix
+		p.b.CopyRows(k, rows, p.keptK[l], rows)
+		p.b.CopyRows(v, rows, p.keptV[l], rows)
+	case l < p.d && !p.inreq: // rows are the prefix 0..m-1
 		p.b.CopyRows(k, rows, p.entry.K[l], nil)
 		p.b.CopyRows(v, rows, p.entry.V[l], nil)
 	case len(p.keptPrefix) > 0:
-		p.b.CopyRows(k, rows, p.keptPrefix[l-p.d], nil)
-		p.b.CopyRows(v, rows, p.keptPV[l-p.d], nil)
+		p.b.CopyRows(k, rows, p.keptPrefix[l-p.kpFrom], nil)
+		p.b.CopyRows(v, rows, p.keptPV[l-p.kpFrom], nil)
 	default:
 		return fmt.Errorf("cache: no K/V source for layer %d", l)
 	}
 	return nil
 }
 
-func (p *planner) Observe(l int, _ []int32, _, k, v backend.Tensor) {
+func (p *planner) Observe(l int, computed []int32, hidden, k, v backend.Tensor) {
+	if p.inreq && p.recompute && l == p.d && p.keptH != nil && len(computed) == p.n {
+		p.b.CopyRows(p.keptH, nil, hidden, p.prefix) // computed is 0..n-1
+		p.haveH = true
+	}
 	switch {
 	case p.block:
 	case p.meth.UsesBlocks():
 		p.b.CopyRows(p.keptK[l], nil, k, nil)
 		p.b.CopyRows(p.keptV[l], nil, v, nil)
-	case l >= p.d && p.refreshDeep && len(p.keptPrefix) > 0:
-		p.b.CopyRows(p.keptPrefix[l-p.d], nil, k, p.prefix)
-		p.b.CopyRows(p.keptPV[l-p.d], nil, v, p.prefix)
+	case l >= p.d && p.refreshDeep && len(p.keptPrefix) > 0,
+		p.inreq && p.recompute: // the first step keeps every layer's prefix K/V
+		p.b.CopyRows(p.keptPrefix[l-p.kpFrom], nil, k, p.prefix)
+		p.b.CopyRows(p.keptPV[l-p.kpFrom], nil, v, p.prefix)
 	}
 }

@@ -150,8 +150,10 @@ const (
 	// Constants lie in [1, arithMaxValue] and answers in [1, arithMaxValue +
 	// arithMaxOperand], so that every number is one token of the bundled
 	// tokenizer (it has " 1" … " 49").
-	arithMaxValue   = 40
-	arithMaxOperand = 9 // the question's operand lies in [1, arithMaxOperand]
+	// Both were larger (40 and 9) up to suite version 3; the bundled model
+	// did not learn the ≈700 sums in the steps this project can afford.
+	arithMaxValue   = 20
+	arithMaxOperand = 4 // the question's operand lies in [1, arithMaxOperand]
 )
 
 func genArithmetic(r *rand.Rand, rows int) item {
@@ -214,20 +216,23 @@ var (
 		"Reply with ## followed by the coded letters, separated by spaces.",
 		"Answer with ## and then the coded letters with spaces between them.",
 	}
-	ruleQuestions = []string{"Encode: %s", "Apply the code to: %s", "What is %s in code?"}
+	// ruleQuestions end with the letters, so that the j-th input letter
+	// always lies the same number of tokens before the j-th answer slot.
+	ruleQuestions = []string{"Encode: %s", "Apply the code to: %s", "Write in code: %s"}
 	ruleRow       = regexp.MustCompile(`(?m)^\* ([a-z]) -> ([A-Z])$`)
 	// ruleCodes are the letters a code maps to: capitals, so that a letter
 	// occurs once in the table, on the left (a model that finds the input
 	// letter and copies what follows cannot land on the right-hand side), and
 	// without A and I, which are English words.
 	ruleCodes    = arithNames
-	ruleQuestion = regexp.MustCompile(`((?: [a-z])+)(?: in code\?)?$`)
+	ruleQuestion = regexp.MustCompile(`((?: [a-z])+)$`)
 )
 
-const (
-	ruleMinInput = 3 // letters in the user's input, at least
-	ruleMaxInput = 5 // and at most
-)
+// ruleInput is the number of letters in the user's input. It is fixed (it
+// was 3–5 up to suite version 3): with a fixed length, slot j of the answer
+// sits a fixed distance after input letter j, which is what a 1M-parameter
+// model can learn to align in the steps this project can afford.
+const ruleInput = 3
 
 func genRule(r *rand.Rand, rows int) item {
 	rows = min(rows, len(ruleCodes))
@@ -239,8 +244,7 @@ func genRule(r *rand.Rand, rows int) item {
 	for i := range src {
 		fmt.Fprintf(&b, "\n* %c -> %c", 'a'+src[i], ruleCodes[dst[i]])
 	}
-	n := between(r, ruleMinInput, ruleMaxInput)
-	in, out := make([]string, n), make([]string, n)
+	in, out := make([]string, ruleInput), make([]string, ruleInput)
 	for j := range in {
 		i := r.IntN(rows)
 		in[j], out[j] = string(rune('a'+src[i])), string(ruleCodes[dst[i]])

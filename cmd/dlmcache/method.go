@@ -22,6 +22,7 @@ type cacheFlags struct {
 	DeepSource string
 	Stat       string
 	Threshold  float64
+	DualBlock  int
 	Salt       string
 }
 
@@ -31,9 +32,10 @@ func addCacheFlags(fl *pflag.FlagSet, c *cacheFlags) {
 	fl.Int64Var(&c.CacheBytes, "cache-bytes", 1<<30, "prefix store budget in bytes")
 	fl.Int64Var(&c.SpillBytes, "spill-bytes", 0, "host-memory second tier for prefixes evicted from the store (useful with --device cuda); 0: none")
 	fl.StringVar(&c.Eviction, "eviction", "fifo", "prefix store eviction: fifo or lru")
-	fl.StringVar(&c.DeepSource, "deep-source", "recompute", "BiCache refresh input of the deep layers: recompute (full step) or store (stored hidden state at depth d)")
+	fl.StringVar(&c.DeepSource, "deep-source", "recompute", "BiCache refresh input of the deep layers: recompute (full step), store (stored hidden state at depth d) or request (the request's own first step; needs no store)")
 	fl.StringVar(&c.Stat, "stat", "mean", "table statistic served: mean (floor of the mean depth), mean-std, min")
 	fl.Float64Var(&c.Threshold, "block-threshold", 0.9, "block methods: Fast-dLLM confidence threshold for parallel decoding")
+	fl.IntVar(&c.DualBlock, "dual-block", 32, "block methods: Fast-dLLM block length in tokens (clamped to a divisor of the gen length)")
 }
 
 // readTable loads --lut and refuses a table made for another model.
@@ -64,14 +66,18 @@ func newMethod(name string, c *cacheFlags, lm *loadedModel, store *cache.Store, 
 }
 
 // methodGen adapts the generation options to a method: block methods
-// decode with Fast-dLLM's threshold rule in blocks of 32 (or the whole
-// answer when shorter).
+// decode with Fast-dLLM's threshold rule in blocks of --dual-block tokens
+// (32, or the whole answer when shorter).
 func methodGen(o model.GenOptions, m *cache.Method, c *cacheFlags) model.GenOptions {
 	if !m.UsesBlocks() {
 		return o
 	}
 	if o.BlockLength == 0 || o.BlockLength == o.GenLength {
-		o.BlockLength = min(32, o.GenLength)
+		dual := c.DualBlock
+		if dual <= 0 {
+			dual = 32
+		}
+		o.BlockLength = min(dual, o.GenLength)
 		for o.GenLength%o.BlockLength != 0 {
 			o.BlockLength--
 		}

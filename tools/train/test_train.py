@@ -68,6 +68,30 @@ class TestTrain(unittest.TestCase):
                     ids, valid, ans = b.tensors(idx)
                     self.assertEqual(int(valid.sum()), int(L.sum()))
 
+    def test_suite_weights(self):
+        import numpy as np
+        with tempfile.TemporaryDirectory() as d:
+            subprocess.run([sys.executable, os.path.join(HERE, "make_synth.py"), "--out", d,
+                            "--train", "500", "--eval", "10"], check=True)
+            c = T.Corpus(os.path.join(d, "train.jsonl"), 12, 257)
+            self.assertGreaterEqual(len(c.suites), 2)
+            first = c.suites[0]
+
+            def share(argv):
+                a = T.parse_args(["--batch-tokens", "2000", "--curriculum", "linear", "--curriculum-start", "1"] + argv)
+                b = T.Batcher(c, a, np.random.RandomState(0))
+                # batches are windows of the length-sorted corpus around a
+                # weighted anchor, so the anchor's suite is diluted by its
+                # neighbours: the share rises, by less than the weight.
+                return float(np.mean([np.mean(c.suite[b.batch(0)] == 0) for _ in range(300)]))
+
+            a = T.parse_args(["--suite-weights", f"{first}=4, other=0.5"])
+            self.assertEqual((T.suite_weight(a, first), T.suite_weight(a, "other"), T.suite_weight(a, "x")), (4.0, 0.5, 1.0))
+            balanced, weighted = share([]), share(["--suite-weights", f"{first}=4"])
+            self.assertGreater(weighted, balanced + 0.05)
+            with self.assertRaises(SystemExit):
+                T.check_suite_weights(T.parse_args(["--suite-weights", "nosuch=2"]), c.suites)
+
     def test_loss_options(self):
         import numpy as np
         import torch

@@ -143,6 +143,8 @@ def parse_args(argv=None):
     ap.add_argument("--recall-t", type=float, default=1.0,
                     help="if > 0, recall answers are masked with this fixed ratio and weight 1 instead of "
                          "the SFT objective's t ~ U(0, 1) with 1/t (1: every answer slot masked, as in the probe)")
+    ap.add_argument("--suite-weights", default="",
+                    help="relative sampling weight per suite, e.g. arithmetic=2,rule=2 (default: balanced)")
     ap.add_argument("--threads", type=int, default=1)
     # evaluation / saving
     ap.add_argument("--eval-every", type=int, default=1000, help="steps between evaluations")
@@ -202,6 +204,31 @@ class Corpus:
         return self.flat[self.offs[i]:self.offs[i + 1]]
 
 
+def suite_weight(args, suite):
+    """The sampling weight of a suite from --suite-weights ("rule=2,arithmetic=2";
+    suites not named weigh 1)."""
+    for part in filter(None, (getattr(args, "suite_weights", "") or "").split(",")):
+        name, _, w = part.partition("=")
+        if name.strip() == suite:
+            return float(w)
+    return 1.0
+
+
+def check_suite_weights(args, suites):
+    """Exit with a clear message if --suite-weights names a suite the corpus lacks
+    or gives a weight that is not a positive number."""
+    for part in filter(None, (args.suite_weights or "").split(",")):
+        name, eq, w = part.partition("=")
+        try:
+            ok = eq == "=" and float(w) > 0
+        except ValueError:
+            ok = False
+        if not ok:
+            sys.exit(f"--suite-weights: {part.strip()!r} is not NAME=WEIGHT with a positive weight")
+        if name.strip() not in suites:
+            sys.exit(f"--suite-weights: no suite {name.strip()!r} in the corpus (it has {', '.join(suites)})")
+
+
 class Batcher:
     """Length-sorted windows around suite-balanced anchors, with a length curriculum."""
 
@@ -209,7 +236,8 @@ class Batcher:
         self.c, self.a, self.rng = corpus, args, rng
         self.total_len = corpus.plen + corpus.G
         counts = np.bincount(corpus.suite, minlength=len(corpus.suites)).astype(np.float64)
-        self.w = 1.0 / counts[corpus.suite]
+        weights = np.asarray([suite_weight(args, s) for s in corpus.suites], dtype=np.float64)
+        self.w = weights[corpus.suite] / counts[corpus.suite]
         self.q = args.curriculum_start  # adaptive curriculum: eligible length quantile
         self.reshuffle()
 
@@ -553,6 +581,7 @@ def main(argv=None):
           f"vocab {cfg.vocab_size} (rows {cfg.embedding_size}), {nparams / 1e6:.2f} M params, export {exp_dtype}; "
           f"resumed from {resumed_from} at step {state['step']}", flush=True)
 
+    check_suite_weights(args, train.suites)
     batcher = Batcher(train, args, rng)
     recall = None
     if args.recall_frac > 0:
