@@ -2,6 +2,7 @@ package datasets
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/dlmcache/dlmcache/model/tokenizer"
@@ -32,15 +33,18 @@ func TestNamesSingleTokens(t *testing.T) {
 	}
 }
 
-// TestAnswersSingleTokens checks generated samples end to end: the answer of
-// lookup, arithmetic and sequence is one token after "##".
+// TestAnswersSingleTokens checks generated samples end to end: every
+// space-separated field of an answer (the code or name of lookup and
+// sequence; value, operator, operand, "=" and result of arithmetic; each
+// letter of rule) is one token after "##".
 func TestAnswersSingleTokens(t *testing.T) {
 	tok := bundledTokenizer(t)
 	hash := len(tok.Encode("##"))
-	for _, suite := range []string{"lookup", "arithmetic", "sequence"} {
+	for _, suite := range Suites() {
 		for _, s := range Generate(suite, Eval, 7, 50, DefaultOptions()) {
-			if n := len(tok.Encode(s.Target())); n != hash+1 {
-				t.Errorf("%s: answer %q is %d tokens after ##", s.ID, s.Answer, n-hash)
+			want := hash + len(strings.Fields(s.Answer))
+			if n := len(tok.Encode(s.Target())); n != want {
+				t.Errorf("%s: answer %q is %d tokens after ##, want %d", s.ID, s.Answer, n-hash, want-hash)
 			}
 		}
 	}

@@ -134,9 +134,14 @@ var (
 		"The variables below keep their values for the whole session.",
 		"You are a calculator. These named values are set for this session.",
 	}
+	// The answer is the calculation with the constant's value written
+	// out ("## 17 + 4 = 21"), checked whole: the value must come from the
+	// system message and the result must be right. (Up to suite version 4
+	// it was the result alone; a small model then has to look the value up
+	// and add in one pass, with nothing supervising the lookup.)
 	arithReminders = []string{
-		"Reply with ## followed by the number only.",
-		"Answer with ## and then the result, nothing else.",
+		"Reply with ## followed by the calculation with the value, like ## 7 + 2 = 9.",
+		"Answer with ## and then the worked sum, for example ## 12 - 3 = 9, nothing else.",
 	}
 	arithQuestions = []string{"What is %s %s %d?", "Compute %s %s %d.", "Calculate %s %s %d."}
 	// arithNames are the constant names: capital letters without A and I,
@@ -179,9 +184,12 @@ func genArithmetic(r *rand.Rand, rows int) item {
 		block:    b.String(),
 		reminder: pick(r, arithReminders),
 		user:     fmt.Sprintf(pick(r, arithQuestions), string(names[q]), op, k),
-		answer:   strconv.Itoa(ans),
+		answer:   arithAnswer(vals[q], op, k, ans),
 	}
 }
+
+// arithAnswer is the worked answer "V op K = R".
+func arithAnswer(v int, op string, k, r int) string { return fmt.Sprintf("%d %s %d = %d", v, op, k, r) }
 
 func solveArithmetic(system, user string) (string, error) {
 	vals := map[string]int{}
@@ -198,10 +206,11 @@ func solveArithmetic(system, user string) (string, error) {
 		return "", fmt.Errorf("datasets: arithmetic: %s is not defined in the system message", m[1])
 	}
 	k, _ := strconv.Atoi(m[3])
+	r := v + k
 	if m[2] == "-" {
-		k = -k
+		r = v - k
 	}
-	return strconv.Itoa(v + k), nil
+	return arithAnswer(v, m[2], k, r), nil
 }
 
 // ---- rule ------------------------------------------------------------------
