@@ -22,7 +22,7 @@ class RecallGen:
     single-piece names from the 24 most frequent word-initial pieces, later levels widen
     the pool, add the chat framing, then add rows and pieces (LEVELS)."""
 
-    def __init__(self, tokenizer_json, gen_length, eos):
+    def __init__(self, tokenizer_json, gen_length, eos, numbers=0.0):
         with open(tokenizer_json) as f:
             t = json.load(f)
         self.vocab = dict(t["model"]["vocab"])
@@ -36,6 +36,14 @@ class RecallGen:
                              f"({len(first)} word-initial, {len(cont)} continuations)")
         first = [i for i in first if i != self.vocab.get("Ġand")]  # the multi-key question's joiner
         self.first, self.cont = np.asarray(first), np.asarray(cont)
+        # numbers: the share of samples whose keys are capital letters and whose values
+        # are the number tokens " 1" … " 49", as in the arithmetic suite's "let X = 17"
+        # (a copy circuit learnt on lowercase names does not carry over to them).
+        self.numbers = float(numbers)
+        self.nums = np.asarray([self.vocab[f"Ġ{v}"] for v in range(1, 50) if f"Ġ{v}" in self.vocab])
+        if self.numbers > 0 and len(self.nums) < 10:
+            raise ValueError(f"{tokenizer_json}: too few single-token numbers for --recall-numbers ({len(self.nums)})")
+        self.caps = np.asarray([self.vocab[f"Ġ{c}"] for c in "BCDEFGHJKLMNOPQRSTUVWXYZ" if f"Ġ{c}" in self.vocab])
         self.head = self.enc("<|startoftext|>", "<|start_header_id|>", "system", "<|end_header_id|>", "ĊĊ",
                              "Codes", ":", "Ċ")
         self.instr = self.enc("Ċ", "Answer", "Ġwith", "Ġ##", "Ġand", "Ġthen", "Ġthe", "Ġcode", ",", "Ġnothing",
@@ -106,12 +114,18 @@ class RecallGen:
         lo, hi, pieces = self.shape(level)
         pool = self.pool(level)
         rows = lo + rng.randint(0, hi - lo + 1)
+        numeric = self.numbers > 0 and rng.random_sample() < self.numbers
+        if numeric:
+            rows = min(rows, len(self.caps))
         keys, vals = [], []
         while len(keys) < rows:
-            k = self.name(rng, pieces, pool)
+            k = (int(self.caps[rng.randint(len(self.caps))]),) if numeric else self.name(rng, pieces, pool)
             if k not in keys:
                 keys.append(k)
-                vals.append(self.name(rng, min(pieces, self.G - 2), pool))
+                if numeric:
+                    vals.append((int(self.nums[rng.randint(len(self.nums))]),))
+                else:
+                    vals.append(self.name(rng, min(pieces, self.G - 2), pool))
         sep = self.seps[rng.randint(len(self.seps))]
         framed = self.framed(level)
         ids = list(self.head) if framed else [self.head[0]]

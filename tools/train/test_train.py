@@ -221,6 +221,18 @@ class TestTrain(unittest.TestCase):
             q = question(g, p)
             q = q[len(next(x for x in g.q if q[:len(x)] == x)):]
             self.assertLessEqual(q.count(g.and_[0]), 1)
+        # --recall-numbers 1: capital keys, each value one number token.
+        gn = RecallGen(tok, 16, 2043, numbers=1.0)
+        nums = set(int(x) for x in gn.nums)
+        self.assertEqual(len(nums), 49)
+        for _ in range(20):
+            p, a = gn.sample(rng, 7)
+            self.assertEqual(len(a), 3)
+            self.assertIn(a[1], nums)
+            self.assertIn(a[1], p)
+            key = question(gn, p)[-1]
+            self.assertIn(key, set(int(x) for x in gn.caps))
+            self.assertEqual(p[p.index(key) + 2], a[1])  # "* K = 17": the value two after the key
         for level in (0, 3):  # bare (4 answer slots) and framed (gen_length slots)
             G = g.slots(level)
             prompts, answers = g.batch(rng, level, 2048, 128)
