@@ -11,7 +11,7 @@ import (
 // SuiteVersion is the version of the generators. It changes whenever the
 // samples produced for a given (suite, split, seed, index, options) change,
 // and it is mixed into every random stream.
-const SuiteVersion = 5
+const SuiteVersion = 6
 
 // Sample is one chat request with its reference answer.
 type Sample struct {

@@ -74,23 +74,23 @@ func TestGenerateDeterministic(t *testing.T) {
 // TestGoldenSample pins one sample so that a change of the generators
 // without a SuiteVersion bump fails.
 func TestGoldenSample(t *testing.T) {
-	if SuiteVersion != 5 {
-		t.Skip("golden sample belongs to SuiteVersion 5; update it with the version")
+	if SuiteVersion != 6 {
+		t.Skip("golden sample belongs to SuiteVersion 6; update it with the version")
 	}
 	s := Generate("arithmetic", Eval, 1, 1, Level(0))[0]
 	want := Sample{
 		Suite:  "arithmetic",
-		User:   "What is O - 1?",
-		Answer: "17 - 1 = 16",
-		ID:     "arithmetic/eval/v5/s1/0",
+		User:   "Add 3 to Y.",
+		Answer: "3 + 3 = 6",
+		ID:     "arithmetic/eval/v6/s1/0",
 	}
 	got := s
 	got.System = ""
 	if got != want {
 		t.Errorf("golden sample: got %+v, want %+v", got, want)
 	}
-	if !strings.Contains(s.System, "\nlet O = 17\n") {
-		t.Errorf("golden sample: system message lost \"let O = 17\":\n%s", s.System)
+	if !strings.Contains(s.System, "\nlet Y = 3\n") {
+		t.Errorf("golden sample: system message lost \"let Y = 3\":\n%s", s.System)
 	}
 }
 

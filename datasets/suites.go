@@ -143,12 +143,17 @@ var (
 		"Reply with ## followed by the calculation with the value, like ## 7 + 2 = 9.",
 		"Answer with ## and then the worked sum, for example ## 12 - 3 = 9, nothing else.",
 	}
-	arithQuestions = []string{"What is %s %s %d?", "Compute %s %s %d.", "Calculate %s %s %d."}
+	// arithQuestions name the constant last, as every other suite's
+	// question ends with its key (up to suite version 5 it was "Compute V +
+	// 4.": the bundled model, whose lookup keys on the question's last word,
+	// never retrieved the constant). Indexed by arithOps.
+	arithQuestions = []string{"Add %d to %s.", "What is %d more than %s?", "Subtract %d from %s.", "What is %d less than %s?"}
+	arithOps       = []string{"+", "+", "-", "-"}
 	// arithNames are the constant names: capital letters without A and I,
 	// which are also English words.
 	arithNames    = []byte("BCDEFGHJKLMNOPQRSTUVWXYZ")
 	arithRow      = regexp.MustCompile(`(?m)^let ([A-Z]) = ([0-9]+)$`)
-	arithQuestion = regexp.MustCompile(` ([A-Z]) ([+-]) ([0-9]+)[?.]$`)
+	arithQuestion = regexp.MustCompile(`^(Add|Subtract|What is) ([0-9]+) (?:to|from|more than|less than) ([A-Z])[?.]$`)
 )
 
 const (
@@ -175,15 +180,19 @@ func genArithmetic(r *rand.Rand, rows int) item {
 	}
 	q := r.IntN(rows)
 	k := 1 + r.IntN(arithMaxOperand)
-	op, ans := "+", vals[q]+k
+	form := r.IntN(2) // a "+" question
 	if vals[q] > k && r.IntN(2) == 0 {
-		op, ans = "-", vals[q]-k
+		form += 2 // a "-" question
+	}
+	op, ans := arithOps[form], vals[q]+k
+	if op == "-" {
+		ans = vals[q] - k
 	}
 	return item{
 		intro:    pick(r, arithIntros),
 		block:    b.String(),
 		reminder: pick(r, arithReminders),
-		user:     fmt.Sprintf(pick(r, arithQuestions), string(names[q]), op, k),
+		user:     fmt.Sprintf(arithQuestions[form], k, string(names[q])),
 		answer:   arithAnswer(vals[q], op, k, ans),
 	}
 }
@@ -199,18 +208,17 @@ func solveArithmetic(system, user string) (string, error) {
 	}
 	m := arithQuestion.FindStringSubmatch(user)
 	if m == nil {
-		return "", fmt.Errorf("datasets: arithmetic: question %q has no \"NAME op NUMBER\"", user)
+		return "", fmt.Errorf("datasets: arithmetic: question %q is none of the forms %q", user, arithQuestions)
 	}
-	v, ok := vals[m[1]]
+	v, ok := vals[m[3]]
 	if !ok {
-		return "", fmt.Errorf("datasets: arithmetic: %s is not defined in the system message", m[1])
+		return "", fmt.Errorf("datasets: arithmetic: %s is not defined in the system message", m[3])
 	}
-	k, _ := strconv.Atoi(m[3])
-	r := v + k
-	if m[2] == "-" {
-		r = v - k
+	k, _ := strconv.Atoi(m[2])
+	if m[1] == "Subtract" || strings.Contains(user, " less than ") {
+		return arithAnswer(v, "-", k, v-k), nil
 	}
-	return arithAnswer(v, m[2], k, r), nil
+	return arithAnswer(v, "+", k, v+k), nil
 }
 
 // ---- rule ------------------------------------------------------------------
