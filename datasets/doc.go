@@ -12,7 +12,7 @@
 // Suites (see Suites):
 //
 //	lookup      "* sep = lef" rows;     "What is the code for sep?"     → lef
-//	arithmetic  "let X = 17" rows;      "What is X + 4?"                → 21
+//	arithmetic  "let X = 17" rows;      "Add 4 to X."                   → 17 + 4 = 21
 //	rule        "* c -> M" letter code; "Encode: c a b"                 → M Q B
 //	sequence    "Order: sep, lef, dat."; "Which item comes right after lef?" → dat
 //
