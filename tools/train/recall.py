@@ -22,7 +22,7 @@ class RecallGen:
     single-piece names from the 24 most frequent word-initial pieces, later levels widen
     the pool, add the chat framing, then add rows and pieces (LEVELS)."""
 
-    def __init__(self, tokenizer_json, gen_length, eos, numbers=0.0):
+    def __init__(self, tokenizer_json, gen_length, eos, numbers=0.0, sums=0.0):
         with open(tokenizer_json) as f:
             t = json.load(f)
         self.vocab = dict(t["model"]["vocab"])
@@ -43,6 +43,11 @@ class RecallGen:
         self.nums = np.asarray([self.vocab[f"Ġ{v}"] for v in range(1, 50) if f"Ġ{v}" in self.vocab])
         if self.numbers > 0 and len(self.nums) < 10:
             raise ValueError(f"{tokenizer_json}: too few single-token numbers for --recall-numbers ({len(self.nums)})")
+        # sums: the share of samples that are a bare worked sum, "<|startoftext|>## 13 + 4 ="
+        # with the answer "17": the arithmetic suite's answer without its lookup, so the
+        # sum facts get hundreds of examples per batch instead of one per long sample.
+        self.sums = float(sums)
+        self.plus, self.minus, self.eq = (self.enc(t)[0] for t in ("Ġ+", "Ġ-", "Ġ="))
         self.caps = np.asarray([self.vocab[f"Ġ{c}"] for c in "BCDEFGHJKLMNOPQRSTUVWXYZ" if f"Ġ{c}" in self.vocab])
         self.head = self.enc("<|startoftext|>", "<|start_header_id|>", "system", "<|end_header_id|>", "ĊĊ",
                              "Codes", ":", "Ċ")
@@ -106,10 +111,27 @@ class RecallGen:
         return (int(first[rng.randint(len(first))]),) + \
             tuple(int(x) for x in cont[rng.randint(len(cont), size=n - 1)])
 
+    # The sums' ranges: the arithmetic suite's (datasets/suites.go: constants 1–20,
+    # operands 1–4).
+    SUM_MAX_VALUE, SUM_MAX_OPERAND = 20, 4
+
+    def sum_sample(self, rng):
+        """A bare worked sum: prompt "<|startoftext|>## V op K =", answer "R" and EOS,
+        laid out as the suite's answer "## V op K = R" so that R sits where it does there."""
+        v = 1 + rng.randint(self.SUM_MAX_VALUE)
+        k = 1 + rng.randint(self.SUM_MAX_OPERAND)
+        minus = v > k and rng.randint(2) == 0
+        r = v - k if minus else v + k
+        ids = [self.head[0], self.ans, self.vocab[f"Ġ{v}"], self.minus if minus else self.plus,
+               self.vocab[f"Ġ{k}"], self.eq]
+        return ids, [self.vocab[f"Ġ{r}"], self.eos]
+
     def sample(self, rng, level, queries=1):
         """One sample; with queries > 1 the user asks for up to that many distinct keys
         ("Which code belongs to a, b and c?") and the answer lists their values in order,
         which multiplies the supervised recall events per sample."""
+        if self.sums > 0 and rng.random_sample() < self.sums:
+            return self.sum_sample(rng)
         level = min(level, self.MAX_LEVEL)
         lo, hi, pieces = self.shape(level)
         pool = self.pool(level)

@@ -4,6 +4,7 @@
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -233,6 +234,16 @@ class TestTrain(unittest.TestCase):
             key = question(gn, p)[-1]
             self.assertIn(key, set(int(x) for x in gn.caps))
             self.assertEqual(p[p.index(key) + 2], a[1])  # "* K = 17": the value two after the key
+        # --recall-sums 1: bare worked sums whose result is right.
+        gs = RecallGen(tok, 16, 2043, sums=1.0)
+        for _ in range(20):
+            p, a = gs.sample(rng, 7)
+            text = "".join(inv[t] for t in p[1:] + a[:1]).replace("Ġ", " ")
+            m = re.fullmatch(r"## (\d+) ([+-]) (\d+) = (\d+)", text)
+            self.assertIsNotNone(m, text)
+            v, op, k, r = int(m[1]), m[2], int(m[3]), int(m[4])
+            self.assertEqual(r, v + k if op == "+" else v - k)
+            self.assertEqual(a[-1], 2043)
         for level in (0, 3):  # bare (4 answer slots) and framed (gen_length slots)
             G = g.slots(level)
             prompts, answers = g.batch(rng, level, 2048, 128)

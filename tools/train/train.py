@@ -142,6 +142,8 @@ def parse_args(argv=None):
                     help="recall samples ask for up to this many keys at once (denser supervision)")
     ap.add_argument("--recall-numbers", type=float, default=0.0,
                     help="share of recall samples whose values are number tokens (teaches copying numbers)")
+    ap.add_argument("--recall-sums", type=float, default=0.0,
+                    help="share of recall samples that are bare worked sums (## 13 + 4 = 17) for the arithmetic suite")
     ap.add_argument("--recall-t", type=float, default=1.0,
                     help="if > 0, recall answers are masked with this fixed ratio and weight 1 instead of "
                          "the SFT objective's t ~ U(0, 1) with 1/t (1: every answer slot masked, as in the probe)")
@@ -590,7 +592,8 @@ def main(argv=None):
         tok_dir = meta.get("tokenizer_dir", args.out)
         if not os.path.isabs(tok_dir):
             tok_dir = os.path.join(ROOT, tok_dir)
-        recall = RecallGen(os.path.join(tok_dir, "tokenizer.json"), G, eos, numbers=args.recall_numbers)
+        recall = RecallGen(os.path.join(tok_dir, "tokenizer.json"), G, eos, numbers=args.recall_numbers,
+                           sums=args.recall_sums)
         state.setdefault("recall_level", 0)
     if args.curriculum == "adaptive" and "curriculum_q" in state:
         batcher.q = state["curriculum_q"]
