@@ -32,7 +32,7 @@ func addCacheFlags(fl *pflag.FlagSet, c *cacheFlags) {
 	fl.Int64Var(&c.CacheBytes, "cache-bytes", 1<<30, "prefix store budget in bytes")
 	fl.Int64Var(&c.SpillBytes, "spill-bytes", 0, "host-memory second tier for prefixes evicted from the store (useful with --device cuda); 0: none")
 	fl.StringVar(&c.Eviction, "eviction", "fifo", "prefix store eviction: fifo or lru")
-	fl.StringVar(&c.DeepSource, "deep-source", "auto", "BiCache refresh input of the deep layers: recompute (full step), store (stored hidden state at depth d), request (the request's own first step; needs no store) or auto (recompute for bicache, request for bicache+block: docs/results.md)")
+	fl.StringVar(&c.DeepSource, "deep-source", "auto", "BiCache refresh input of the deep layers: recompute (full step), store (stored hidden state at depth d), request (the request's own first step; needs no store) or auto (request: docs/results.md)")
 	fl.StringVar(&c.Stat, "stat", "mean", "table statistic served: mean (floor of the mean depth), mean-std, min")
 	fl.Float64Var(&c.Threshold, "block-threshold", 0.9, "block methods: Fast-dLLM confidence threshold for parallel decoding")
 	fl.IntVar(&c.DualBlock, "dual-block", 32, "block methods: Fast-dLLM block length in tokens (clamped to a divisor of the gen length)")
@@ -65,19 +65,16 @@ func newMethod(name string, c *cacheFlags, lm *loadedModel, store *cache.Store, 
 	return m, m.Validate()
 }
 
-// deepSource resolves --deep-source auto per method: measured on the
-// bundled model (docs/results.md), recompute keeps bicache's accuracy and
-// uses the store across requests, while bicache+block is faster than block
-// only with the request source (a block start can then skip the shallow
-// prefix rows without a prefix-alone fill).
+// deepSource resolves --deep-source auto: the request source, the one
+// that kept every answer of the bundled model in both bicache methods
+// (docs/results.md: the store's stand-alone prefix K/V lose what the
+// question writes into the prefix rows of the shallow layers, with either
+// of the other sources, and the request source computes the fewest rows).
 func deepSource(method, flag string) string {
 	if flag != "auto" {
 		return flag
 	}
-	if method == "bicache+block" {
-		return "request"
-	}
-	return "recompute"
+	return "request"
 }
 
 // methodGen adapts the generation options to a method: block methods

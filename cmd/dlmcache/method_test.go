@@ -9,7 +9,7 @@ import (
 
 func TestDeepSource(t *testing.T) {
 	for _, tc := range []struct{ method, flag, want string }{
-		{"bicache", "auto", "recompute"},
+		{"bicache", "auto", "request"},
 		{"bicache+block", "auto", "request"},
 		{"bicache", "store", "store"},
 		{"bicache+block", "recompute", "recompute"},
