@@ -1,0 +1,46 @@
+package cache
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"github.com/dlmcache/dlmcache/datasets"
+	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/cpu"
+)
+
+// BenchmarkMethods times one held-out lookup request on the bundled model
+// per method and deep source (a fresh system message each time the store is
+// cold: the store is reset per iteration). Compare the ns/op of the rows,
+// not absolute times: docs/results.md has the measured ratios.
+func BenchmarkMethods(b *testing.B) {
+	m, err := model.Load(filepath.Join("..", "models", "llada-tiny"), cpu.New(1))
+	if err != nil {
+		b.Skip("bundled model:", err)
+	}
+	defer m.Close()
+	s := datasets.Generate("lookup", datasets.Eval, 1, 1, datasets.DefaultOptions())[0]
+	ids, pl, err := m.Tokenizer.EncodeChat(s.System, s.User)
+	if err != nil {
+		b.Fatal(err)
+	}
+	L := len(m.Blocks)
+	o := model.GenOptions{GenLength: 16, Steps: 8}
+	for _, tc := range []struct{ name, method, source string }{
+		{"none", "none", ""},
+		{"prefix-all", "prefix-all", ""},
+		{"bicache-recompute", "bicache", "recompute"},
+		{"bicache-request", "bicache", "request"},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				meth := &Method{Name: tc.method, Store: NewStore(m.Backend, 1<<30, FIFO), Table: table(L, 6),
+					Refresh: 16, DeepSource: tc.source, Fingerprint: m.Fingerprint}
+				if _, err := m.Generate(context.Background(), ids, pl, o, meth.Planner(m.LLaDA, nil)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
