@@ -63,7 +63,7 @@ func (m *Method) Validate() error {
 			return fmt.Errorf("method %s needs a table (--lut)", m.Name)
 		}
 		if m.Store == nil && m.DeepSource != "request" {
-			return fmt.Errorf("method %s needs a prefix store and a table (--lut)", m.Name)
+			return fmt.Errorf("method %s needs a prefix store (or the request deep source)", m.Name)
 		}
 		if m.Name == "bicache" && m.Refresh <= 0 {
 			return fmt.Errorf("method bicache: refresh period must be positive, got %d", m.Refresh)
@@ -122,10 +122,9 @@ type planner struct {
 
 	keptPrefix []backend.Tensor // bicache: per layer from kpFrom on, [m, kv] K and V
 	keptPV     []backend.Tensor
-	kpFrom     int            // first layer in keptPrefix: d, or 0 with the request source
-	inreq      bool           // DeepSource "request": no store, the first step's rows instead
-	keptH      backend.Tensor // request source: hidden state entering layer d, [m, d_model]
-	haveH      bool
+	kpFrom     int              // first layer in keptPrefix: d, or 0 with the request source
+	inreq      bool             // DeepSource "request": no store, the first step's rows instead
+	keptH      backend.Tensor   // request source: hidden state entering layer d, [m, d_model]; filled by step 1
 	keptK      []backend.Tensor // block: per layer, [n, kv]
 	keptV      []backend.Tensor
 
@@ -232,8 +231,8 @@ func (p *planner) Plan(s *model.Step) model.Plan {
 		(!p.meth.UsesBlocks() || s.BlockStep == 0)
 	if p.inreq {
 		// The first step computes everything and keeps what later steps
-		// reuse; it is also the only step before the kept rows exist.
-		p.recompute = s.Index == 0 || (p.d < p.L && !p.haveH)
+		// reuse.
+		p.recompute = s.Index == 0
 	}
 	return p
 }
@@ -254,7 +253,7 @@ func (p *planner) Rows(l int) []int32 {
 }
 
 func (p *planner) Hidden(l int, rows []int32, dst backend.Tensor) error {
-	if p.inreq && p.haveH && l == p.d && len(rows) == p.m {
+	if p.inreq && p.keptH != nil && l == p.d && len(rows) == p.m {
 		p.b.CopyRows(dst, nil, p.keptH, nil)
 		return nil
 	}
@@ -267,10 +266,7 @@ func (p *planner) Hidden(l int, rows []int32, dst backend.Tensor) error {
 
 func (p *planner) KV(l int, rows []int32, k, v backend.Tensor) error {
 	switch {
-	case p.block:
-		p.b.CopyRows(k, rows, p.keptK[l], rows)
-		p.b.CopyRows(v, rows, p.keptV[l], rows)
-	case p.inreq && p.meth.UsesBlocks(): // block start: layers < d, rows are the prefix
+	case p.block, p.inreq && p.meth.UsesBlocks(): // (the latter: a block start's layers < d, rows are the prefix)
 		p.b.CopyRows(k, rows, p.keptK[l], rows)
 		p.b.CopyRows(v, rows, p.keptV[l], rows)
 	case l < p.d && !p.inreq: // rows are the prefix 0..m-1
@@ -285,10 +281,9 @@ func (p *planner) KV(l int, rows []int32, k, v backend.Tensor) error {
 	return nil
 }
 
-func (p *planner) Observe(l int, computed []int32, hidden, k, v backend.Tensor) {
-	if p.inreq && p.recompute && l == p.d && p.keptH != nil && len(computed) == p.n {
-		p.b.CopyRows(p.keptH, nil, hidden, p.prefix) // computed is 0..n-1
-		p.haveH = true
+func (p *planner) Observe(l int, _ []int32, hidden, k, v backend.Tensor) {
+	if p.inreq && p.recompute && l == p.d && p.keptH != nil {
+		p.b.CopyRows(p.keptH, nil, hidden, p.prefix) // a recompute step computes rows 0..n-1
 	}
 	switch {
 	case p.block:

@@ -58,7 +58,7 @@ func newMethod(name string, c *cacheFlags, lm *loadedModel, store *cache.Store, 
 		return nil, err
 	}
 	m := &cache.Method{Name: name, Store: store, Table: table, Stat: stat, Refresh: c.Refresh,
-		DeepSource: deepSource(name, c.DeepSource), Fingerprint: lm.Fingerprint, Salt: c.Salt}
+		DeepSource: deepSource(c.DeepSource), Fingerprint: lm.Fingerprint, Salt: c.Salt}
 	if strings.HasPrefix(name, "bicache") && table == nil {
 		return nil, fmt.Errorf("method %s needs a table: pass --lut table.json (from dlmcache profile)", name)
 	}
@@ -70,7 +70,7 @@ func newMethod(name string, c *cacheFlags, lm *loadedModel, store *cache.Store, 
 // (docs/results.md: the store's stand-alone prefix K/V lose what the
 // question writes into the prefix rows of the shallow layers, with either
 // of the other sources, and the request source computes the fewest rows).
-func deepSource(method, flag string) string {
+func deepSource(flag string) string {
 	if flag != "auto" {
 		return flag
 	}

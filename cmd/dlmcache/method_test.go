@@ -8,14 +8,14 @@ import (
 )
 
 func TestDeepSource(t *testing.T) {
-	for _, tc := range []struct{ method, flag, want string }{
-		{"bicache", "auto", "request"},
-		{"bicache+block", "auto", "request"},
-		{"bicache", "store", "store"},
-		{"bicache+block", "recompute", "recompute"},
+	for _, tc := range []struct{ flag, want string }{
+		{"auto", "request"},
+		{"store", "store"},
+		{"recompute", "recompute"},
+		{"request", "request"},
 	} {
-		if got := deepSource(tc.method, tc.flag); got != tc.want {
-			t.Errorf("deepSource(%s, %s) = %s, want %s", tc.method, tc.flag, got, tc.want)
+		if got := deepSource(tc.flag); got != tc.want {
+			t.Errorf("deepSource(%s) = %s, want %s", tc.flag, got, tc.want)
 		}
 	}
 }
