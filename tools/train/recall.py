@@ -47,7 +47,8 @@ class RecallGen:
         # with the answer "17": the arithmetic suite's answer without its lookup, so the
         # sum facts get hundreds of examples per batch instead of one per long sample.
         self.sums = float(sums)
-        self.plus, self.minus, self.eq = (self.enc(t)[0] for t in ("Ġ+", "Ġ-", "Ġ="))
+        if self.sums > 0:  # a tokenizer without " +", " -", " =" can still serve the other samples
+            self.plus, self.minus, self.eq = (self.enc(t)[0] for t in ("Ġ+", "Ġ-", "Ġ="))
         self.caps = np.asarray([self.vocab[f"Ġ{c}"] for c in "BCDEFGHJKLMNOPQRSTUVWXYZ" if f"Ġ{c}" in self.vocab])
         self.head = self.enc("<|startoftext|>", "<|start_header_id|>", "system", "<|end_header_id|>", "ĊĊ",
                              "Codes", ":", "Ċ")

@@ -208,12 +208,17 @@ class Corpus:
         return self.flat[self.offs[i]:self.offs[i + 1]]
 
 
-def suite_weight(args, suite):
-    """The sampling weight of a suite from --suite-weights ("rule=2,arithmetic=2";
-    suites not named weigh 1)."""
+def suite_weight_parts(args):
+    """The entries of --suite-weights ("rule=2,arithmetic=2") as (entry, name, "=", weight text)."""
     for part in filter(None, (getattr(args, "suite_weights", "") or "").split(",")):
-        name, _, w = part.partition("=")
-        if name.strip() == suite:
+        name, eq, w = part.partition("=")
+        yield part.strip(), name.strip(), eq, w
+
+
+def suite_weight(args, suite):
+    """The sampling weight of a suite from --suite-weights (suites not named weigh 1)."""
+    for _, name, _, w in suite_weight_parts(args):
+        if name == suite:
             return float(w)
     return 1.0
 
@@ -221,16 +226,15 @@ def suite_weight(args, suite):
 def check_suite_weights(args, suites):
     """Exit with a clear message if --suite-weights names a suite the corpus lacks
     or gives a weight that is not a positive number."""
-    for part in filter(None, (args.suite_weights or "").split(",")):
-        name, eq, w = part.partition("=")
+    for part, name, eq, w in suite_weight_parts(args):
         try:
             ok = eq == "=" and float(w) > 0
         except ValueError:
             ok = False
         if not ok:
-            sys.exit(f"--suite-weights: {part.strip()!r} is not NAME=WEIGHT with a positive weight")
-        if name.strip() not in suites:
-            sys.exit(f"--suite-weights: no suite {name.strip()!r} in the corpus (it has {', '.join(suites)})")
+            sys.exit(f"--suite-weights: {part!r} is not NAME=WEIGHT with a positive weight")
+        if name not in suites:
+            sys.exit(f"--suite-weights: no suite {name!r} in the corpus (it has {', '.join(suites)})")
 
 
 class Batcher:
