@@ -153,7 +153,9 @@ var (
 	// which are also English words.
 	arithNames    = []byte("BCDEFGHJKLMNOPQRSTUVWXYZ")
 	arithRow      = regexp.MustCompile(`(?m)^let ([A-Z]) = ([0-9]+)$`)
-	arithQuestion = regexp.MustCompile(`^(Add|Subtract|What is) ([0-9]+) (?:to|from|more than|less than) ([A-Z])[?.]$`)
+	// arithQuestion's connector decides the operation: "to" and "more
+	// than" add, "from" and "less than" subtract.
+	arithQuestion = regexp.MustCompile(`^(?:Add|Subtract|What is) ([0-9]+) (to|from|more than|less than) ([A-Z])[?.]$`)
 )
 
 const (
@@ -214,8 +216,8 @@ func solveArithmetic(system, user string) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("datasets: arithmetic: %s is not defined in the system message", m[3])
 	}
-	k, _ := strconv.Atoi(m[2])
-	if m[1] == "Subtract" || strings.Contains(user, " less than ") {
+	k, _ := strconv.Atoi(m[1])
+	if m[2] == "from" || m[2] == "less than" {
 		return arithAnswer(v, "-", k, v-k), nil
 	}
 	return arithAnswer(v, "+", k, v+k), nil
