@@ -2,6 +2,7 @@ package cache
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"testing"
 
@@ -15,7 +16,13 @@ import (
 // cold: the store is reset per iteration). Compare the ns/op of the rows,
 // not absolute times: docs/results.md has the measured ratios.
 func BenchmarkMethods(b *testing.B) {
-	m, err := model.Load(filepath.Join("..", "models", "llada-tiny"), cpu.New(1))
+	for _, threads := range []int{1, 2} {
+		b.Run(fmt.Sprintf("threads=%d", threads), func(b *testing.B) { benchMethods(b, threads) })
+	}
+}
+
+func benchMethods(b *testing.B, threads int) {
+	m, err := model.Load(filepath.Join("..", "models", "llada-tiny"), cpu.New(threads))
 	if err != nil {
 		b.Skip("bundled model:", err)
 	}

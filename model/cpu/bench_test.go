@@ -77,6 +77,9 @@ func BenchmarkMatMul(b *testing.B) {
 	for _, s := range []struct{ n, in, out int }{
 		{512, 256, 256}, {512, 1024, 1024}, {512, 2048, 2048},
 		{512, 2048, 5632}, {51, 2048, 2048}, {1, 2048, 2048},
+		// the bundled llada-tiny (d 128, FFN 384) at a full step (283
+		// rows) and a suffix-only step (34 rows)
+		{283, 128, 384}, {283, 128, 128}, {34, 128, 384}, {34, 128, 128},
 	} {
 		for _, st := range matmulStrategies() {
 			b.Run(fmt.Sprintf("n%d_in%d_out%d/%s", s.n, s.in, s.out, st.name), func(b *testing.B) {

@@ -18,6 +18,9 @@ type Tensor struct {
 	// readOnly marks a weight that aliases the checkpoint's read-only
 	// memory map: writing to it would fault.
 	readOnly bool
+	// pooled marks storage that New took from the backend's pool and Free
+	// gives back (never a view or a weight).
+	pooled bool
 }
 
 // Rows is the number of rows.
@@ -63,6 +66,8 @@ type Backend struct {
 	scratch sync.Pool
 	// rope caches RoPE's cos/sin tables.
 	rope ropeCache
+	// bufs recycles the storage of freed tensors.
+	bufs bufPool
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -148,7 +153,7 @@ func (b *Backend) New(rows, cols int) backend.Tensor {
 	if rows < 0 || cols < 0 {
 		panic(fmt.Sprintf("cpu: New: negative shape [%d, %d]", rows, cols))
 	}
-	return &Tensor{rows: rows, cols: cols, stride: cols, data: make([]float32, rows*cols)}
+	return &Tensor{rows: rows, cols: cols, stride: cols, data: b.bufs.get(rows * cols), pooled: true}
 }
 
 // FromHost copies data into a new [rows, cols] matrix.
@@ -181,9 +186,14 @@ func (b *Backend) ToHost(t backend.Tensor, dst []float32) []float32 {
 	return dst
 }
 
-// Free drops t's storage; using t afterwards panics.
+// Free drops t's storage (a tensor from New goes back to the pool for the
+// next New); using t afterwards panics.
 func (b *Backend) Free(t backend.Tensor) {
 	x := tensor(t, "Free")
+	if x.pooled {
+		b.bufs.put(x.data)
+		x.pooled = false
+	}
 	x.data = nil
 	x.rows, x.cols, x.stride = 0, 0, 0
 }

@@ -603,3 +603,49 @@ func TestShapePanics(t *testing.T) {
 		})
 	}
 }
+
+func TestSizeClass(t *testing.T) {
+	for n := 1; n < 1<<16; n++ {
+		c := sizeClass(n)
+		if c < n || c > n+n/16+1 {
+			t.Fatalf("sizeClass(%d) = %d: want n ≤ c ≤ n·17/16", n, c)
+		}
+		if sizeClass(c) != c {
+			t.Fatalf("sizeClass(%d) = %d is not its own class (%d)", n, c, sizeClass(c))
+		}
+	}
+}
+
+// TestNewAfterFreeIsZeroed: storage a freed tensor gives back comes out of
+// New zeroed, and views and weights never enter the pool.
+func TestNewAfterFreeIsZeroed(t *testing.T) {
+	b := New(1)
+	for _, shape := range [][2]int{{1, 1}, {3, 5}, {64, 128}, {283, 384}, {100, 1000}} {
+		for round := 0; round < 3; round++ {
+			x := b.New(shape[0], shape[1]).(*Tensor)
+			for i, v := range x.data {
+				if v != 0 {
+					t.Fatalf("New%v round %d: element %d is %v, want 0", shape, round, i, v)
+				}
+			}
+			if len(x.data) != shape[0]*shape[1] {
+				t.Fatalf("New%v: %d elements", shape, len(x.data))
+			}
+			for i := range x.data {
+				x.data[i] = float32(i + 1)
+			}
+			v := b.RowView(x, 0, shape[0])
+			b.Free(v) // a view: must not recycle x's storage
+			y := b.New(shape[0], shape[1]).(*Tensor)
+			if &y.data[0] == &x.data[0] {
+				t.Fatalf("New%v after freeing a view of a live tensor returned its storage", shape)
+			}
+			b.Free(y)
+			b.Free(x)
+		}
+	}
+	w := b.FromHost(64, 64, make([]float32, 64*64)).(*Tensor)
+	if w.pooled {
+		t.Fatal("FromHost tensor is marked pooled")
+	}
+}

@@ -15,7 +15,7 @@ const (
 )
 
 // minSplitFlops is the smallest product worth splitting over goroutines.
-const minSplitFlops = 1 << 20
+const minSplitFlops = 1 << 23
 
 // MatMul: dst = x · wᵀ. x [n, in], w [out, in], dst [n, out].
 func (b *Backend) MatMul(dst, x, w backend.Tensor) {
