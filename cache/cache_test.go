@@ -209,6 +209,16 @@ func TestMethodsRowsComputed(t *testing.T) {
 		if g.RowsComputed != tc.want {
 			t.Errorf("%s/%s: %d rows computed, want %d", tc.meth.Name, tc.meth.DeepSource, g.RowsComputed, tc.want)
 		}
+		// FLOPs fall with the rows, but not quite in proportion: a
+		// computed row costs the same as in a full forward (its attention
+		// still reads all n keys), and the head's FLOPs stay.
+		switch full := g.FLOPsFull; {
+		case tc.meth.Name == "none" && g.FLOPs != full:
+			t.Errorf("none: %g FLOPs, want every row's %g", g.FLOPs, full)
+		case tc.meth.Name != "none" && !(g.FLOPs < full && g.FLOPs/full > float64(g.RowsComputed)/float64(g.RowsFull)):
+			t.Errorf("%s/%s: FLOPs %g of %g (%.3f) against rows %.3f: want fewer than full, above the rows' fraction",
+				tc.meth.Name, tc.meth.DeepSource, g.FLOPs, full, g.FLOPs/full, float64(g.RowsComputed)/float64(g.RowsFull))
+		}
 	}
 	if st := store.Stats(); st.Queries != 4 || st.Hits != 3 || st.HitTokens != int64(3*pl) {
 		t.Errorf("store stats %+v", st)

@@ -92,6 +92,8 @@ type Info struct {
 	// PrefixRows is the (layer, row) pairs computed to fill the store on a
 	// miss (the prefix run alone): L·m, or 0 on a hit.
 	PrefixRows int
+	// PrefixFLOPs is the matrix-product FLOPs of that fill (0 on a hit).
+	PrefixFLOPs float64
 }
 
 // Planner returns the per-request planner for m on model lm. It returns nil
@@ -169,6 +171,7 @@ func (p *planner) Begin(r *model.Request) error {
 		p.entry, p.info.Hit = e, hit
 		if !hit {
 			p.info.PrefixRows = p.L * p.m
+			p.info.PrefixFLOPs = p.lm.Config.StepFLOPs(p.m, p.m, 0)
 		}
 	}
 	p.info.Depth = p.d

@@ -182,6 +182,8 @@ type Generation struct {
 	NFE          int           // forward evaluations (CFG counts two per step)
 	RowsComputed int           // (layer,row) pairs computed over all forwards
 	RowsFull     int           // what computing every row would have cost
+	FLOPs        float64       // matrix-product FLOPs over all forwards
+	FLOPsFull    float64       // what computing every row would have cost
 	Duration     time.Duration // wall time
 }
 
@@ -267,6 +269,8 @@ func (m *LLaDA) step(s *Step, o GenOptions, dec Decoder, k int, mask int32, plan
 	g.NFE++
 	g.RowsComputed += out.RowsComputed
 	g.RowsFull += len(m.Blocks) * len(canvas)
+	g.FLOPs += out.FLOPs
+	g.FLOPsFull += m.Config.StepFLOPs(len(canvas), len(canvas), len(rows))
 	logits := out.Logits
 	e := m.Config.Embeddings()
 	if o.CFGScale > 0 {
@@ -281,6 +285,8 @@ func (m *LLaDA) step(s *Step, o GenOptions, dec Decoder, k int, mask int32, plan
 		g.NFE++
 		g.RowsComputed += uo.RowsComputed
 		g.RowsFull += len(m.Blocks) * len(canvas)
+		g.FLOPs += uo.FLOPs
+		g.FLOPsFull += m.Config.StepFLOPs(len(canvas), len(canvas), len(rows))
 		w := float32(o.CFGScale + 1)
 		for i := range logits {
 			logits[i] = uo.Logits[i] + w*(logits[i]-uo.Logits[i])

@@ -56,6 +56,9 @@ type Output struct {
 	// RowsComputed is the number of (layer, row) pairs computed; a full
 	// forward computes L·n.
 	RowsComputed int
+	// FLOPs counts the matrix products' floating-point operations
+	// (Config.LayerFLOPs per layer plus the head).
+	FLOPs float64
 }
 
 // Forward runs the model once over in.Tokens, steered by plan (nil: compute
@@ -126,6 +129,7 @@ func (m *LLaDA) Forward(in Input, plan Plan) (*Output, error) {
 		}
 		rows = cur
 		out.RowsComputed += r
+		out.FLOPs += c.LayerFLOPs(n, r)
 
 		// Attention.
 		nrm := alloc(r, d)
@@ -188,6 +192,7 @@ func (m *LLaDA) Forward(in Input, plan Plan) (*Output, error) {
 	b.RMSNorm(hn, hx, m.Norm, eps)
 	lg := alloc(len(idx), c.Embeddings()) // [k, E]
 	b.MatMul(lg, hn, m.Head)
+	out.FLOPs += c.HeadFLOPs(len(idx))
 	out.Logits = b.ToHost(lg, nil)
 	return out, nil
 }

@@ -225,6 +225,9 @@ func TestPlanReplaysFullForward(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if f := m.Config.StepFLOPs(n, n, len(logitRows)); want.FLOPs != f {
+		t.Errorf("full forward: %g FLOPs, want StepFLOPs %g", want.FLOPs, f)
+	}
 	for _, tc := range []struct{ from, upTo int }{
 		{from: n / 2, upTo: len(m.Blocks)}, // suffix only at every layer
 		{from: n / 2, upTo: 1},             // prefix rows join at layer 1: hidden from the plan
@@ -239,16 +242,20 @@ func TestPlanReplaysFullForward(t *testing.T) {
 		if e := relErr(got.Logits, want.Logits); e > 1e-5 {
 			t.Errorf("from %d upTo %d: relative error %.3g against the full forward", tc.from, tc.upTo, e)
 		}
-		wantRows := 0
+		wantRows, wantFLOPs := 0, m.Config.HeadFLOPs(len(logitRows))
 		for l := range m.Blocks {
+			r := n
 			if l < tc.upTo {
-				wantRows += n - tc.from
-			} else {
-				wantRows += n
+				r = n - tc.from
 			}
+			wantRows += r
+			wantFLOPs += m.Config.LayerFLOPs(n, r)
 		}
 		if got.RowsComputed != wantRows {
 			t.Errorf("from %d upTo %d: %d rows computed, want %d", tc.from, tc.upTo, got.RowsComputed, wantRows)
+		}
+		if math.Abs(got.FLOPs-wantFLOPs) > 1e-9*wantFLOPs || got.FLOPs >= want.FLOPs {
+			t.Errorf("from %d upTo %d: %g FLOPs, want %g (full forward %g)", tc.from, tc.upTo, got.FLOPs, wantFLOPs, want.FLOPs)
 		}
 	}
 	// Logits for a row that the last layer does not compute are an error.

@@ -23,6 +23,11 @@ type SuiteResult struct {
 	NFE          int     `json:"nfe" parquet:"nfe"`
 	TPF          float64 `json:"tokens_per_forward" parquet:"tokens_per_forward"`
 	RowsFraction float64 `json:"rows_fraction" parquet:"rows_fraction"` // layer-rows computed (prefix-store fills included) / no caching's
+	// FLOPs is the matrix products' FLOPs (prefix-store fills included);
+	// FLOPsFraction divides it by what computing every row on the same
+	// steps costs.
+	FLOPs         float64 `json:"flops" parquet:"flops"`
+	FLOPsFraction float64 `json:"flops_fraction" parquet:"flops_fraction"`
 	MeanRatio    float64 `json:"mean_ratio" parquet:"mean_ratio"`
 	MeanDepth    float64 `json:"mean_depth" parquet:"mean_depth"`
 	Clamped      int     `json:"ratio_clamps" parquet:"ratio_clamps"`
@@ -48,6 +53,7 @@ func (e *Evaluator) Evaluate(ctx context.Context, samples []datasets.Sample) ([]
 	by := map[string]*SuiteResult{}
 	var order []string
 	rows, full, depthSum := map[string]int{}, map[string]int{}, map[string]int{}
+	flopsFull := map[string]float64{}
 	for i, s := range samples {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -85,6 +91,8 @@ func (e *Evaluator) Evaluate(ctx context.Context, samples []datasets.Sample) ([]
 		r.NFE += g.NFE
 		rows[s.Suite] += g.RowsComputed + info.PrefixRows
 		full[s.Suite] += g.RowsFull
+		r.FLOPs += g.FLOPs + info.PrefixFLOPs
+		flopsFull[s.Suite] += g.FLOPsFull
 		r.MeanRatio += float64(prefix) / float64(len(ids)+e.Gen.GenLength)
 		depthSum[s.Suite] += info.Depth
 		if info.Clamped {
@@ -101,6 +109,7 @@ func (e *Evaluator) Evaluate(ctx context.Context, samples []datasets.Sample) ([]
 		r.TokensPerSec = float64(r.N*e.Gen.GenLength) / r.Seconds
 		r.TPF = float64(r.N*e.Gen.GenLength) / float64(r.NFE)
 		r.RowsFraction = float64(rows[name]) / float64(full[name])
+		r.FLOPsFraction = r.FLOPs / flopsFull[name]
 		r.MeanRatio /= float64(r.N)
 		r.MeanDepth = float64(depthSum[name]) / float64(r.N)
 		out = append(out, *r)
@@ -115,7 +124,7 @@ func Overall(rs []SuiteResult) SuiteResult {
 		return SuiteResult{}
 	}
 	o := SuiteResult{Method: rs[0].Method, Suite: "average"}
-	var acc, rowsW, ratio, depth float64
+	var acc, rowsW, ratio, depth, flopsFull float64
 	for _, r := range rs {
 		o.N += r.N
 		o.Correct += r.Correct
@@ -126,6 +135,10 @@ func Overall(rs []SuiteResult) SuiteResult {
 		o.HitTokens += r.HitTokens
 		acc += r.Accuracy
 		rowsW += r.RowsFraction * float64(r.N)
+		o.FLOPs += r.FLOPs
+		if r.FLOPsFraction > 0 {
+			flopsFull += r.FLOPs / r.FLOPsFraction
+		}
 		ratio += r.MeanRatio * float64(r.N)
 		depth += r.MeanDepth * float64(r.N)
 	}
@@ -137,6 +150,9 @@ func Overall(rs []SuiteResult) SuiteResult {
 	o.TokensPerSec = genTokens / o.Seconds
 	o.TPF = genTokens / float64(o.NFE)
 	o.RowsFraction = rowsW / float64(o.N)
+	if flopsFull > 0 {
+		o.FLOPsFraction = o.FLOPs / flopsFull
+	}
 	o.MeanRatio = ratio / float64(o.N)
 	o.MeanDepth = depth / float64(o.N)
 	return o

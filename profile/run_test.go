@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -211,5 +212,21 @@ func TestSuiteSamplesBenchmarkFile(t *testing.T) {
 	}
 	if _, err := SuiteSamples([]string{"nosuch"}, 2, 1, datasets.DefaultOptions()); err == nil {
 		t.Error("unknown suite: no error")
+	}
+}
+
+// TestOverallPoolsFLOPs: the average line's FLOPs fraction pools the suites'
+// FLOPs (a big suite weighs more), and its accuracy is the suites' mean.
+func TestOverallPoolsFLOPs(t *testing.T) {
+	rs := []SuiteResult{
+		{Method: "bicache", Suite: "a", N: 10, Accuracy: 1, Seconds: 1, TokensPerSec: 160, FLOPs: 100, FLOPsFraction: 0.25},
+		{Method: "bicache", Suite: "b", N: 10, Accuracy: 0.5, Seconds: 1, TokensPerSec: 160, FLOPs: 300, FLOPsFraction: 0.5},
+	}
+	o := Overall(rs)
+	if o.FLOPs != 400 || math.Abs(o.FLOPsFraction-400.0/1000) > 1e-12 {
+		t.Errorf("FLOPs %g, fraction %g: want 400, 0.4", o.FLOPs, o.FLOPsFraction)
+	}
+	if o.Accuracy != 0.75 || o.N != 20 || o.TokensPerSec != 160 {
+		t.Errorf("accuracy %g, n %d, tokens/s %g: want 0.75, 20, 160", o.Accuracy, o.N, o.TokensPerSec)
 	}
 }

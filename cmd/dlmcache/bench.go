@@ -156,20 +156,23 @@ func writeBenchMarkdown(w io.Writer, rows []profile.SuiteResult) {
 	for _, r := range rows {
 		base[r.Method+"/"+r.Suite] = r
 	}
-	fmt.Fprintln(w, "| method | suite | n | accuracy | Δ acc (pts) | tokens/s | speed-up | NFE | rows computed | mean ratio | mean depth | prefix hits (tokens) |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| method | suite | n | accuracy | Δ acc (pts) | tokens/s | speed-up | FLOPs predict | NFE | rows computed | FLOPs | mean ratio | mean depth | prefix hits (tokens) |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range rows {
-		dAcc, speed := "", ""
+		dAcc, speed, predict := "", "", ""
 		if b, ok := base[benchBaseline(r.Method)+"/"+r.Suite]; ok {
 			dAcc = fmt.Sprintf("%+.1f", 100*(r.Accuracy-b.Accuracy))
 			speed = fmt.Sprintf("%.2f× vs %s", r.TokensPerSec/b.TokensPerSec, b.Method)
+			if r.FLOPs > 0 && r.N == b.N {
+				predict = fmt.Sprintf("%.2f×", b.FLOPs/r.FLOPs)
+			}
 		}
 		name := r.Suite
 		if name == "average" {
 			name = "**average**"
 		}
-		fmt.Fprintf(w, "| %s | %s | %d | %.1f%% | %s | %.1f | %s | %d | %.1f%% | %.3f | %.2f | %d/%d |\n", r.Method, name, r.N, 100*r.Accuracy, dAcc,
-			r.TokensPerSec, speed, r.NFE, 100*r.RowsFraction, r.MeanRatio, r.MeanDepth, r.HitTokens, r.QueryTokens)
+		fmt.Fprintf(w, "| %s | %s | %d | %.1f%% | %s | %.1f | %s | %s | %d | %.1f%% | %.1f%% | %.3f | %.2f | %d/%d |\n", r.Method, name, r.N, 100*r.Accuracy, dAcc,
+			r.TokensPerSec, speed, predict, r.NFE, 100*r.RowsFraction, 100*r.FLOPsFraction, r.MeanRatio, r.MeanDepth, r.HitTokens, r.QueryTokens)
 	}
 }
 

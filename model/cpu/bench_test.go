@@ -25,7 +25,17 @@ import (
 //	51 × 2048 → 2048 (10%)    145*     145        88        135        75
 //	1 × 2048 → 2048          11.7     11.2       5.9       10.8       6.0
 //
-// (* auto picks that split.) On a product alone, OpenBLAS's own threads
+// (* auto picks that split.) The bundled llada-tiny's shapes, best of 3
+// (auto with splits above 1 MFLOP, then above 8 MFLOP as now; 1 thread):
+//
+//	283 × 128 → 128 (9.3 MFLOP)    119   (split either way)      91
+//	283 × 128 → 384 (27.8 MFLOP)    99   (split either way)      90
+//	34 × 128 → 384 (3.3 MFLOP)      54   → 72 (not split)        69
+//	34 × 128 → 128 (1.1 MFLOP)      43   → 64 (not split)        63
+//
+// so products under 8 MFLOP (minSplitFlops) stay on one goroutine.
+//
+// On a product alone, OpenBLAS's own threads
 // are up to 20% faster at mid sizes. But in a forward they lose
 // (BenchmarkLayer: one layer's ops in order at sequence 512, products plus
 // attention FLOPs):
