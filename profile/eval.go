@@ -28,11 +28,11 @@ type SuiteResult struct {
 	// steps costs.
 	FLOPs         float64 `json:"flops" parquet:"flops"`
 	FLOPsFraction float64 `json:"flops_fraction" parquet:"flops_fraction"`
-	MeanRatio    float64 `json:"mean_ratio" parquet:"mean_ratio"`
-	MeanDepth    float64 `json:"mean_depth" parquet:"mean_depth"`
-	Clamped      int     `json:"ratio_clamps" parquet:"ratio_clamps"`
-	QueryTokens  int64   `json:"prefix_query_tokens" parquet:"prefix_query_tokens"`
-	HitTokens    int64   `json:"prefix_hit_tokens" parquet:"prefix_hit_tokens"`
+	MeanRatio     float64 `json:"mean_ratio" parquet:"mean_ratio"`
+	MeanDepth     float64 `json:"mean_depth" parquet:"mean_depth"`
+	Clamped       int     `json:"ratio_clamps" parquet:"ratio_clamps"`
+	QueryTokens   int64   `json:"prefix_query_tokens" parquet:"prefix_query_tokens"`
+	HitTokens     int64   `json:"prefix_hit_tokens" parquet:"prefix_hit_tokens"`
 }
 
 // Evaluator runs task-suite samples through the model with one caching
@@ -50,71 +50,130 @@ func (e *Evaluator) Evaluate(ctx context.Context, samples []datasets.Sample) ([]
 	if len(samples) == 0 {
 		return nil, fmt.Errorf("eval: no samples")
 	}
-	by := map[string]*SuiteResult{}
-	var order []string
-	rows, full, depthSum := map[string]int{}, map[string]int{}, map[string]int{}
-	flopsFull := map[string]float64{}
+	t := newTally(e.Method.Name)
 	for i, s := range samples {
-		if err := ctx.Err(); err != nil {
+		if err := e.run(ctx, s, t); err != nil {
 			return nil, err
-		}
-		r := by[s.Suite]
-		if r == nil {
-			r = &SuiteResult{Method: e.Method.Name, Suite: s.Suite}
-			by[s.Suite] = r
-			order = append(order, s.Suite)
-		}
-		ids, prefix, err := e.Model.Tokenizer.EncodeChat(s.System, s.User)
-		if err != nil {
-			return nil, fmt.Errorf("sample %s: %w", s.ID, err)
-		}
-		var info cache.Info
-		var before cache.Stats
-		if e.Method.Store != nil {
-			before = e.Method.Store.Stats()
-		}
-		t0 := time.Now()
-		g, err := e.Model.Generate(ctx, ids, prefix, e.Gen, e.Method.Planner(e.Model.LLaDA, &info))
-		if err != nil {
-			return nil, fmt.Errorf("sample %s: %w", s.ID, err)
-		}
-		r.Seconds += time.Since(t0).Seconds()
-		if e.Method.Store != nil {
-			after := e.Method.Store.Stats()
-			r.QueryTokens += after.QueryTokens - before.QueryTokens
-			r.HitTokens += after.HitTokens - before.HitTokens
-		}
-		r.N++
-		if datasets.CheckBenchmarkAnswer(s.Suite, e.Model.AnswerText(g.Answer), s.Answer) {
-			r.Correct++
-		}
-		r.NFE += g.NFE
-		rows[s.Suite] += g.RowsComputed + info.PrefixRows
-		full[s.Suite] += g.RowsFull
-		r.FLOPs += g.FLOPs + info.PrefixFLOPs
-		flopsFull[s.Suite] += g.FLOPsFull
-		r.MeanRatio += float64(prefix) / float64(len(ids)+e.Gen.GenLength)
-		depthSum[s.Suite] += info.Depth
-		if info.Clamped {
-			r.Clamped++
 		}
 		if e.Progress != nil {
 			e.Progress(i+1, len(samples))
 		}
 	}
-	out := make([]SuiteResult, 0, len(order))
-	for _, name := range order {
-		r := by[name]
-		r.Accuracy = float64(r.Correct) / float64(r.N)
-		r.TokensPerSec = float64(r.N*e.Gen.GenLength) / r.Seconds
-		r.TPF = float64(r.N*e.Gen.GenLength) / float64(r.NFE)
-		r.RowsFraction = float64(rows[name]) / float64(full[name])
-		r.FLOPsFraction = r.FLOPs / flopsFull[name]
-		r.MeanRatio /= float64(r.N)
-		r.MeanDepth = float64(depthSum[name]) / float64(r.N)
-		out = append(out, *r)
+	return t.results(e.Gen.GenLength), nil
+}
+
+// EvaluateInterleaved runs every sample through every evaluator, the
+// evaluators taking turns request by request (the order rotates from one
+// sample to the next), so that a slow spell on a shared machine slows every
+// method alike instead of the one that happened to run then. It returns one
+// result list per evaluator, as Evaluate would; progress (may be nil) counts
+// requests over all evaluators.
+func EvaluateInterleaved(ctx context.Context, es []*Evaluator, samples []datasets.Sample, progress func(done, total int)) ([][]SuiteResult, error) {
+	if len(samples) == 0 {
+		return nil, fmt.Errorf("eval: no samples")
+	}
+	tallies := make([]*tally, len(es))
+	for j, e := range es {
+		tallies[j] = newTally(e.Method.Name)
+	}
+	done, total := 0, len(samples)*len(es)
+	for i, s := range samples {
+		for k := range es {
+			j := (i + k) % len(es)
+			if err := es[j].run(ctx, s, tallies[j]); err != nil {
+				return nil, fmt.Errorf("method %s: %w", es[j].Method.Name, err)
+			}
+			done++
+			if progress != nil {
+				progress(done, total)
+			}
+		}
+	}
+	out := make([][]SuiteResult, len(es))
+	for j, e := range es {
+		out[j] = tallies[j].results(e.Gen.GenLength)
 	}
 	return out, nil
+}
+
+// tally accumulates one method's per-suite outcomes.
+type tally struct {
+	method               string
+	by                   map[string]*SuiteResult
+	order                []string
+	rows, full, depthSum map[string]int
+	flopsFull            map[string]float64
+}
+
+func newTally(method string) *tally {
+	return &tally{method: method, by: map[string]*SuiteResult{}, rows: map[string]int{}, full: map[string]int{},
+		depthSum: map[string]int{}, flopsFull: map[string]float64{}}
+}
+
+// run generates the answer to one sample and adds it to t.
+func (e *Evaluator) run(ctx context.Context, s datasets.Sample, t *tally) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	r := t.by[s.Suite]
+	if r == nil {
+		r = &SuiteResult{Method: t.method, Suite: s.Suite}
+		t.by[s.Suite] = r
+		t.order = append(t.order, s.Suite)
+	}
+	ids, prefix, err := e.Model.Tokenizer.EncodeChat(s.System, s.User)
+	if err != nil {
+		return fmt.Errorf("sample %s: %w", s.ID, err)
+	}
+	var info cache.Info
+	var before cache.Stats
+	if e.Method.Store != nil {
+		before = e.Method.Store.Stats()
+	}
+	t0 := time.Now()
+	g, err := e.Model.Generate(ctx, ids, prefix, e.Gen, e.Method.Planner(e.Model.LLaDA, &info))
+	if err != nil {
+		return fmt.Errorf("sample %s: %w", s.ID, err)
+	}
+	r.Seconds += time.Since(t0).Seconds()
+	if e.Method.Store != nil {
+		after := e.Method.Store.Stats()
+		r.QueryTokens += after.QueryTokens - before.QueryTokens
+		r.HitTokens += after.HitTokens - before.HitTokens
+	}
+	r.N++
+	if datasets.CheckBenchmarkAnswer(s.Suite, e.Model.AnswerText(g.Answer), s.Answer) {
+		r.Correct++
+	}
+	r.NFE += g.NFE
+	t.rows[s.Suite] += g.RowsComputed + info.PrefixRows
+	t.full[s.Suite] += g.RowsFull
+	r.FLOPs += g.FLOPs + info.PrefixFLOPs
+	t.flopsFull[s.Suite] += g.FLOPsFull
+	r.MeanRatio += float64(prefix) / float64(len(ids)+e.Gen.GenLength)
+	t.depthSum[s.Suite] += info.Depth
+	if info.Clamped {
+		r.Clamped++
+	}
+	return nil
+}
+
+// results turns the sums into per-suite results, in the order the suites
+// first appeared.
+func (t *tally) results(genLength int) []SuiteResult {
+	out := make([]SuiteResult, 0, len(t.order))
+	for _, name := range t.order {
+		r := t.by[name]
+		r.Accuracy = float64(r.Correct) / float64(r.N)
+		r.TokensPerSec = float64(r.N*genLength) / r.Seconds
+		r.TPF = float64(r.N*genLength) / float64(r.NFE)
+		r.RowsFraction = float64(t.rows[name]) / float64(t.full[name])
+		r.FLOPsFraction = r.FLOPs / t.flopsFull[name]
+		r.MeanRatio /= float64(r.N)
+		r.MeanDepth = float64(t.depthSum[name]) / float64(r.N)
+		out = append(out, *r)
+	}
+	return out
 }
 
 // Overall pools suite results into one line (accuracy is the mean of the

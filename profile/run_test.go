@@ -13,6 +13,7 @@ import (
 
 	"github.com/parquet-go/parquet-go"
 
+	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/datasets"
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
@@ -228,5 +229,54 @@ func TestOverallPoolsFLOPs(t *testing.T) {
 	}
 	if o.Accuracy != 0.75 || o.N != 20 || o.TokensPerSec != 160 {
 		t.Errorf("accuracy %g, n %d, tokens/s %g: want 0.75, 20, 160", o.Accuracy, o.N, o.TokensPerSec)
+	}
+}
+
+// TestEvaluateInterleavedEqualsSeparate: taking turns changes when each
+// request runs, not what it computes: answers, forwards, rows and FLOPs equal
+// each method's run on its own, and the progress counts every request.
+func TestEvaluateInterleavedEqualsSeparate(t *testing.T) {
+	m := loadTiny(t)
+	samples, err := SuiteSamples([]string{"lookup", "sequence"}, 3, 1, datasets.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen := model.GenOptions{GenLength: 8, Steps: 4}
+	evals := func() []*Evaluator {
+		var es []*Evaluator
+		for _, name := range []string{"none", "prefix-all"} {
+			meth := &cache.Method{Name: name, Store: cache.NewStore(m.Backend, 1<<30, cache.FIFO), Fingerprint: m.Fingerprint}
+			es = append(es, &Evaluator{Model: m, Method: meth, Gen: gen})
+		}
+		return es
+	}
+	calls := 0
+	got, err := EvaluateInterleaved(context.Background(), evals(), samples, func(done, total int) {
+		calls++
+		if done != calls || total != 2*len(samples) {
+			t.Errorf("progress %d/%d at call %d", done, total, calls)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if calls != 2*len(samples) {
+		t.Errorf("%d progress calls, want %d", calls, 2*len(samples))
+	}
+	for j, e := range evals() {
+		want, err := e.Evaluate(context.Background(), samples)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got[j]) != len(want) {
+			t.Fatalf("%s: %d suites, want %d", e.Method.Name, len(got[j]), len(want))
+		}
+		for i := range want {
+			g, w := got[j][i], want[i]
+			if g.Method != w.Method || g.Suite != w.Suite || g.N != w.N || g.Correct != w.Correct || g.NFE != w.NFE ||
+				g.RowsFraction != w.RowsFraction || g.FLOPs != w.FLOPs || g.HitTokens != w.HitTokens {
+				t.Errorf("%s/%s interleaved %+v, alone %+v", w.Method, w.Suite, g, w)
+			}
+		}
 	}
 }

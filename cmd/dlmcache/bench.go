@@ -48,7 +48,9 @@ func newCmdBench(f *factory, runF func(*benchOptions) error) *cobra.Command {
 at a time, and prints tokens/s and accuracy per method and suite with deltas
 against each method's baseline: none for prefix-all and bicache, block for
 bicache+block. Every method gets a fresh prefix store, so the first request of
-each system message pays for computing its prefix.`,
+each system message pays for computing its prefix. The methods take turns
+request by request (the order rotating), so that a slow spell on a shared
+machine slows them alike; the speed-ups are ratios of the same run.`,
 		Example: `  dlmcache bench --lut out/table.json --limit 20 --out bench-out`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -102,21 +104,24 @@ func benchRun(ctx context.Context, opts *benchOptions) error {
 	}
 	defer env.lm.Close()
 	lm, gen := env.lm, env.gen
-	var rows []profile.SuiteResult
+	var es []*profile.Evaluator
 	for _, name := range opts.Methods {
 		meth, err := env.method(name, &opts.Cache, nil)
 		if err != nil {
 			return err
 		}
-		bar := progress.New(opts.f.ErrOut, fmt.Sprintf("bench %-13s", name), "req", len(samples), opts.Quiet)
-		e := &profile.Evaluator{Model: lm.Model, Method: meth, Gen: methodGen(gen, meth, &opts.Cache), Progress: func(d, _ int) { bar.Set(d) }}
-		res, err := e.Evaluate(ctx, samples)
-		bar.Done()
-		if err != nil {
-			return fmt.Errorf("method %s: %w", name, err)
-		}
-		rows = append(rows, res...)
-		rows = append(rows, profile.Overall(res))
+		es = append(es, &profile.Evaluator{Model: lm.Model, Method: meth, Gen: methodGen(gen, meth, &opts.Cache)})
+	}
+	bar := progress.New(opts.f.ErrOut, "bench "+strings.Join(opts.Methods, ","), "req", len(samples)*len(es), opts.Quiet)
+	res, err := profile.EvaluateInterleaved(ctx, es, samples, func(d, _ int) { bar.Set(d) })
+	bar.Done()
+	if err != nil {
+		return err
+	}
+	var rows []profile.SuiteResult
+	for _, r := range res {
+		rows = append(rows, r...)
+		rows = append(rows, profile.Overall(r))
 	}
 	var md strings.Builder
 	writeBenchMarkdown(&md, rows)
