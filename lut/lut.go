@@ -38,14 +38,18 @@ type Bin struct {
 // Table maps a shared-prefix ratio r to a safe depth d_r (the number of
 // leading layers whose prefix K/V may come from the cross-request store).
 type Table struct {
-	Format    string         `json:"format"`
-	Model     ModelID        `json:"model"`
-	Tau       float64        `json:"tau"`
-	GenLength int            `json:"gen_length"`
-	Steps     int            `json:"steps"`
-	Bins      []Bin          `json:"bins"`
-	Created   time.Time      `json:"created"`
-	Source    map[string]any `json:"source,omitempty"`
+	Format string  `json:"format"`
+	Model  ModelID `json:"model"`
+	Tau    float64 `json:"tau"`
+	// Similarity is the statistic depths were computed from ("kv": the
+	// whole prefix's K⊕V cosine, the design's; "kv-row-min": the worst
+	// prefix row's). Empty in tables written before it was recorded: "kv".
+	Similarity string         `json:"similarity,omitempty"`
+	GenLength  int            `json:"gen_length"`
+	Steps      int            `json:"steps"`
+	Bins       []Bin          `json:"bins"`
+	Created    time.Time      `json:"created"`
+	Source     map[string]any `json:"source,omitempty"`
 }
 
 // Statistic chooses how a bin's depths become the served depth.
@@ -256,8 +260,12 @@ func (t *Table) Write(path string) error {
 // String renders the table for people.
 func (t *Table) String() string {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "model %s (%d layers, fingerprint %s)  τ=%g  gen_length=%d steps=%d\n",
-		t.Model.Name, t.Model.NLayers, t.Model.Fingerprint, t.Tau, t.GenLength, t.Steps)
+	sim := t.Similarity
+	if sim == "" {
+		sim = "kv"
+	}
+	fmt.Fprintf(&sb, "model %s (%d layers, fingerprint %s)  τ=%g (%s)  gen_length=%d steps=%d\n",
+		t.Model.Name, t.Model.NLayers, t.Model.Fingerprint, t.Tau, sim, t.GenLength, t.Steps)
 	fmt.Fprintf(&sb, "%-13s %6s %6s %5s %5s %7s\n", "ratio", "depth", "mean", "std", "min", "count")
 	for _, b := range t.Bins {
 		if b.Count == 0 {

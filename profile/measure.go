@@ -15,6 +15,11 @@ type Sim struct {
 	Step  int // 1-based denoising step
 	K, V  float64
 	KV    float64 // cosine of concat(K, V): the design's S(l, t)
+	// KVRowMin is the smallest per-row cosine of concat(K, V) over the
+	// prefix's rows: the row that moved most. A whole-prefix cosine
+	// averages a few rows that a question rewrites into hundreds that stay
+	// put; this one does not.
+	KVRowMin float64
 }
 
 // Measure runs the paper's measurement for one request: the prefix alone
@@ -34,7 +39,7 @@ func Measure(ctx context.Context, m *model.LLaDA, prompt []int32, prefixLen int,
 	var sims []Sim
 	compare := func(step int, ref *kvCapture) {
 		for l := range ref.k {
-			sims = append(sims, similarity(l+1, step, cached.k[l], cached.v[l], ref.k[l], ref.v[l]))
+			sims = append(sims, similarity(l+1, step, prefixLen, cached.k[l], cached.v[l], ref.k[l], ref.v[l]))
 		}
 	}
 	if !allSteps {
@@ -70,14 +75,25 @@ func SafeDepth(step1 []float64, tau float64) int {
 	return max(d, 1)
 }
 
-func similarity(layer, step int, kc, vc, k, v []float32) Sim {
+// similarity compares cached and reference K/V of m rows ([m, kv] each,
+// row-major).
+func similarity(layer, step, m int, kc, vc, k, v []float32) Sim {
 	dk, nkc, nk := dots(kc, k)
 	dv, nvc, nv := dots(vc, v)
-	return Sim{Layer: layer, Step: step,
-		K:  cos(dk, nkc, nk),
-		V:  cos(dv, nvc, nv),
-		KV: cos(dk+dv, nkc+nvc, nk+nv),
+	s := Sim{Layer: layer, Step: step,
+		K:        cos(dk, nkc, nk),
+		V:        cos(dv, nvc, nv),
+		KV:       cos(dk+dv, nkc+nvc, nk+nv),
+		KVRowMin: 1,
 	}
+	w := len(k) / m
+	for i := 0; i < m; i++ {
+		r := func(x []float32) []float32 { return x[i*w : (i+1)*w] }
+		dk, nkc, nk := dots(r(kc), r(k))
+		dv, nvc, nv := dots(r(vc), r(v))
+		s.KVRowMin = min(s.KVRowMin, cos(dk+dv, nkc+nvc, nk+nv))
+	}
+	return s
 }
 
 func dots(a, b []float32) (ab, aa, bb float64) {

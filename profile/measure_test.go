@@ -39,9 +39,15 @@ func TestMeasure(t *testing.T) {
 	if s := sims[0]; math.Abs(s.KV-1) > 1e-6 || math.Abs(s.K-1) > 1e-6 || math.Abs(s.V-1) > 1e-6 {
 		t.Errorf("layer 1: %+v, want 1", s)
 	}
+	if s := sims[0]; math.Abs(s.KVRowMin-1) > 1e-6 {
+		t.Errorf("layer 1: worst row %v, want 1", s.KVRowMin)
+	}
 	for _, s := range sims[1:] {
 		if !(s.KV < 1-1e-6) || s.KV < -1 {
 			t.Errorf("layer %d: S = %v, want < 1 (the suffix changes deeper K/V)", s.Layer, s.KV)
+		}
+		if !(s.KVRowMin < 1-1e-6) || s.KVRowMin < -1 {
+			t.Errorf("layer %d: worst row %v, want in [-1, 1)", s.Layer, s.KVRowMin)
 		}
 	}
 	all, err := Measure(context.Background(), m.LLaDA, ids, prefix, o, true)
@@ -58,6 +64,41 @@ func TestMeasure(t *testing.T) {
 	}
 	if _, err := Measure(context.Background(), m.LLaDA, ids, 0, o, false); err == nil {
 		t.Error("prefix length 0: no error")
+	}
+}
+
+// TestSimilarityRowMin: one row of 100 turned around barely moves the
+// whole-prefix cosine and is exactly what the worst-row cosine reports.
+func TestSimilarityRowMin(t *testing.T) {
+	const m, w = 100, 4
+	kc, vc := make([]float32, m*w), make([]float32, m*w)
+	for i := range kc {
+		kc[i], vc[i] = float32(1+i%3), float32(2-i%2)
+	}
+	for _, tc := range []struct {
+		name    string
+		row     int
+		scale   float32 // the row's K and V in the reference: cached × scale
+		kv, min float64
+	}{
+		{"identical", -1, 1, 1, 1},
+		{"one row scaled", 7, 3, 0.98, 1},     // a row's cosine ignores its length; the whole prefix's does not
+		{"one row reversed", 7, -1, 0.98, -1}, // ≈ (99 − 1)/100 with rows of similar norms
+	} {
+		k, v := append([]float32(nil), kc...), append([]float32(nil), vc...)
+		if tc.row >= 0 {
+			for j := tc.row * w; j < (tc.row+1)*w; j++ {
+				k[j] *= tc.scale
+				v[j] *= tc.scale
+			}
+		}
+		s := similarity(2, 1, m, kc, vc, k, v)
+		if math.Abs(s.KVRowMin-tc.min) > 1e-9 {
+			t.Errorf("%s: worst row %v, want %v", tc.name, s.KVRowMin, tc.min)
+		}
+		if math.Abs(s.KV-tc.kv) > 0.01 {
+			t.Errorf("%s: whole prefix %v, want ≈ %v", tc.name, s.KV, tc.kv)
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -25,6 +26,54 @@ type Record struct {
 	SimK         float64 `parquet:"sim_k" json:"sim_k"`
 	SimV         float64 `parquet:"sim_v" json:"sim_v"`
 	SimKV        float64 `parquet:"sim_kv" json:"sim_kv"`
+	// SimKVRowMin is the smallest per-row K⊕V cosine over the prefix's
+	// rows (NaN when read from a file written before it existed).
+	SimKVRowMin float64 `parquet:"sim_kv_row_min" json:"sim_kv_row_min"`
+}
+
+// Similarity names the statistic a request's safe depth is computed from.
+type Similarity string
+
+const (
+	// SimPrefix is the design's S(l, t): the cosine of the whole prefix's
+	// K⊕V, cached against reference.
+	SimPrefix Similarity = "kv"
+	// SimRowMin is the worst prefix row's K⊕V cosine: a layer is safe only
+	// if no prefix row moves more than τ allows.
+	SimRowMin Similarity = "kv-row-min"
+)
+
+// Similarities lists the statistics, default first.
+var Similarities = []Similarity{SimPrefix, SimRowMin}
+
+// Check accepts a known statistic ("" is SimPrefix).
+func (s Similarity) Check() error {
+	switch s {
+	case "", SimPrefix, SimRowMin:
+		return nil
+	}
+	return fmt.Errorf("similarity %q: want %s or %s", s, SimPrefix, SimRowMin)
+}
+
+func (s Similarity) of(r Record) float64 {
+	if s == SimRowMin {
+		return r.SimKVRowMin
+	}
+	return r.SimKV
+}
+
+// available reports an error if some record lacks the statistic (a file
+// written before it was recorded).
+func (s Similarity) available(recs []Record) error {
+	if err := s.Check(); err != nil {
+		return err
+	}
+	for _, r := range recs {
+		if math.IsNaN(s.of(r)) {
+			return fmt.Errorf("request %s has no %s similarity: its file predates that statistic; rerun dlmcache profile", r.RequestID, s)
+		}
+	}
+	return nil
 }
 
 // RunInfo is a profiling run's parameters. It is stored in the parquet
@@ -36,6 +85,7 @@ type RunInfo struct {
 	BlockLength int         `json:"block_length"`
 	AllSteps    bool        `json:"all_steps"`
 	Tau         float64     `json:"tau"`
+	Similarity  Similarity  `json:"similarity,omitempty"` // the statistic of the table the run writes ("" is kv)
 	Ratios      string      `json:"ratios"`
 	Edges       []float64   `json:"edges"`
 	PerRatio    int         `json:"per_ratio"`
@@ -133,7 +183,13 @@ func ReadParquet(path string) ([]Record, RunInfo, error) {
 	if err != nil && n != len(recs) {
 		return nil, info, fmt.Errorf("%s: %w", path, err)
 	}
-	return recs[:n], info, nil
+	recs = recs[:n]
+	if _, ok := pf.Schema().Lookup("sim_kv_row_min"); !ok {
+		for i := range recs {
+			recs[i].SimKVRowMin = math.NaN()
+		}
+	}
+	return recs, info, nil
 }
 
 // ReadAll reads and pools several similarity files (shards of one run, or a
@@ -182,8 +238,8 @@ type RequestDepth struct {
 }
 
 // Depths computes every request's safe depth at τ from its step-1
-// similarities, in request-id order.
-func Depths(recs []Record, tau float64) []RequestDepth {
+// similarities (the statistic sim), in request-id order.
+func Depths(recs []Record, tau float64, sim Similarity) []RequestDepth {
 	type acc struct {
 		src   string
 		ratio float64
@@ -199,7 +255,7 @@ func Depths(recs []Record, tau float64) []RequestDepth {
 			a = &acc{src: r.Source, ratio: r.Ratio, sims: map[int32]float64{}}
 			by[r.RequestID] = a
 		}
-		a.sims[r.Layer] = r.SimKV
+		a.sims[r.Layer] = sim.of(r)
 	}
 	ids := make([]string, 0, len(by))
 	for id := range by {
@@ -222,12 +278,19 @@ func Depths(recs []Record, tau float64) []RequestDepth {
 	return out
 }
 
-// BuildTable makes the ratio→depth table at τ from similarity records.
-func BuildTable(recs []Record, info RunInfo, tau float64) (*lut.Table, error) {
+// BuildTable makes the ratio→depth table at τ from similarity records and
+// the statistic sim.
+func BuildTable(recs []Record, info RunInfo, tau float64, sim Similarity) (*lut.Table, error) {
 	if err := lut.CheckTau(tau); err != nil {
 		return nil, err
 	}
-	ds := Depths(recs, tau)
+	if err := sim.available(recs); err != nil {
+		return nil, err
+	}
+	if sim == "" {
+		sim = SimPrefix
+	}
+	ds := Depths(recs, tau, sim)
 	samples := make([]lut.Sample, len(ds))
 	for i, d := range ds {
 		samples[i] = lut.Sample{Ratio: d.Ratio, Depth: d.Depth}
@@ -236,7 +299,7 @@ func BuildTable(recs []Record, info RunInfo, tau float64) (*lut.Table, error) {
 	if err != nil {
 		return nil, err
 	}
-	t.GenLength, t.Steps = info.GenLength, info.Steps
+	t.GenLength, t.Steps, t.Similarity = info.GenLength, info.Steps, string(sim)
 	t.Source = map[string]any{"requests": len(ds), "per_ratio": info.PerRatio, "ratios": info.Ratios, "all_steps": info.AllSteps}
 	if info.Shard != "" {
 		t.Source["shard"] = info.Shard

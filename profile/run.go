@@ -142,7 +142,7 @@ func (r *Runner) Run(ctx context.Context, reqs []Request) (*Result, error) {
 		total := len(q.Prompt) + r.Gen.GenLength
 		for i, s := range sims {
 			recs[i] = Record{RequestID: q.ID, Source: q.Source, PrefixTokens: int32(q.PrefixLen), TotalTokens: int32(total),
-				Ratio: q.Ratio(r.Gen.GenLength), Layer: int32(s.Layer), Step: int32(s.Step), SimK: s.K, SimV: s.V, SimKV: s.KV}
+				Ratio: q.Ratio(r.Gen.GenLength), Layer: int32(s.Layer), Step: int32(s.Step), SimK: s.K, SimV: s.V, SimKV: s.KV, SimKVRowMin: s.KVRowMin}
 		}
 		if err := appendLine(pf, partialLine{ID: q.ID, Records: recs}); err != nil {
 			return nil, fmt.Errorf("recording request %s: %w", q.ID, err)
@@ -162,7 +162,7 @@ func (r *Runner) Run(ctx context.Context, reqs []Request) (*Result, error) {
 	info := r.Info
 	info.Requests = len(reqs)
 	info.Seconds = time.Since(start).Seconds()
-	t, err := BuildTable(all, info, info.Tau)
+	t, err := BuildTable(all, info, info.Tau, info.Similarity)
 	if err != nil {
 		return nil, err
 	}

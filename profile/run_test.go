@@ -2,6 +2,7 @@ package profile
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -120,7 +121,7 @@ func TestShardsMergeToOneTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	merged, err := BuildTable(recs, info, 0.99)
+	merged, err := BuildTable(recs, info, 0.99, SimPrefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,11 +129,11 @@ func TestShardsMergeToOneTable(t *testing.T) {
 		t.Errorf("merged shards %+v\none run %+v", merged.Bins, one.Table.Bins)
 	}
 	// Another τ from the same files, without the model.
-	if _, err := BuildTable(recs, info, 0.9); err != nil {
+	if _, err := BuildTable(recs, info, 0.9, SimPrefix); err != nil {
 		t.Error(err)
 	}
 	for _, tau := range []float64{0, -1, 1.5} {
-		if _, err := BuildTable(recs, info, tau); err == nil {
+		if _, err := BuildTable(recs, info, tau, SimPrefix); err == nil {
 			t.Errorf("τ %v: no error", tau)
 		}
 	}
@@ -185,7 +186,7 @@ func TestConvergence(t *testing.T) {
 		}
 		add(fmt.Sprintf("a%d", i), 0.25, sims...)
 	}
-	pts, stable, err := Convergence(recs, info, 0.9, lut.Mean, 1, 0)
+	pts, stable, err := Convergence(recs, info, 0.9, SimPrefix, lut.Mean, 1, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +194,7 @@ func TestConvergence(t *testing.T) {
 	if !reflect.DeepEqual(pts, want) || stable != 3 {
 		t.Errorf("Convergence = %v, stable %d; want %v, 3", pts, stable, want)
 	}
-	if _, _, err := Convergence(recs, info, 0.9, lut.Mean, 6, 0); err == nil {
+	if _, _, err := Convergence(recs, info, 0.9, SimPrefix, lut.Mean, 6, 0); err == nil {
 		t.Error("too few requests for one comparison: no error")
 	}
 }
@@ -278,5 +279,89 @@ func TestEvaluateInterleavedEqualsSeparate(t *testing.T) {
 				t.Errorf("%s/%s interleaved %+v, alone %+v", w.Method, w.Suite, g, w)
 			}
 		}
+	}
+}
+
+// TestRowMinStatistic: a profile run records the worst-row similarity and
+// builds its table from it when asked; a file written before the column
+// existed still builds the whole-prefix table and refuses the other, naming
+// the fix.
+func TestRowMinStatistic(t *testing.T) {
+	m := loadTiny(t)
+	reqs := testRequests(t, m, 6)
+	dir := t.TempDir()
+	r := testRunner(m, dir)
+	r.Info.Similarity = SimRowMin
+	res, err := r.Run(context.Background(), reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Table.Similarity != string(SimRowMin) {
+		t.Errorf("table similarity %q, want %q", res.Table.Similarity, SimRowMin)
+	}
+	recs, info, err := ReadAll([]string{filepath.Join(dir, SimilarityFile)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range recs {
+		if math.IsNaN(x.SimKVRowMin) || x.SimKVRowMin > 1+1e-9 || x.SimKVRowMin < -1-1e-9 {
+			t.Fatalf("record %+v: worst-row similarity outside [-1, 1]", x)
+		}
+	}
+	prefix, err := BuildTable(recs, info, 0.99, SimPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rowMin, err := BuildTable(recs, info, 0.99, SimRowMin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(rowMin.Bins, res.Table.Bins) {
+		t.Errorf("rebuilt row-min table %+v, run's %+v", rowMin.Bins, res.Table.Bins)
+	}
+	if _, err := BuildTable(recs, info, 0.99, "median"); err == nil || !strings.Contains(err.Error(), "median") {
+		t.Errorf("unknown similarity: %v", err)
+	}
+
+	// The same records written by a version without the column.
+	type oldRecord struct {
+		RequestID    string  `parquet:"request_id,dict"`
+		Source       string  `parquet:"source,dict"`
+		PrefixTokens int32   `parquet:"prefix_tokens"`
+		TotalTokens  int32   `parquet:"total_tokens"`
+		Ratio        float64 `parquet:"ratio"`
+		Layer        int32   `parquet:"layer"`
+		Step         int32   `parquet:"step"`
+		SimK         float64 `parquet:"sim_k"`
+		SimV         float64 `parquet:"sim_v"`
+		SimKV        float64 `parquet:"sim_kv"`
+	}
+	old := make([]oldRecord, len(recs))
+	for i, x := range recs {
+		old[i] = oldRecord{x.RequestID, x.Source, x.PrefixTokens, x.TotalTokens, x.Ratio, x.Layer, x.Step, x.SimK, x.SimV, x.SimKV}
+	}
+	meta, _ := json.Marshal(info)
+	oldPath := filepath.Join(t.TempDir(), "old.parquet")
+	f, err := os.Create(oldPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := parquet.NewGenericWriter[oldRecord](f, parquet.KeyValueMetadata(MetaKey, string(meta)))
+	if _, err := w.Write(old); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	oldRecs, oldInfo, err := ReadAll([]string{oldPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, err := BuildTable(oldRecs, oldInfo, 0.99, SimPrefix); err != nil || !reflect.DeepEqual(again.Bins, prefix.Bins) {
+		t.Errorf("old file, whole-prefix table: %v, bins %+v want %+v", err, again, prefix.Bins)
+	}
+	if _, err := BuildTable(oldRecs, oldInfo, 0.99, SimRowMin); err == nil || !strings.Contains(err.Error(), "rerun dlmcache profile") {
+		t.Errorf("old file, row-min table: %v, want an error naming the fix", err)
 	}
 }

@@ -20,7 +20,7 @@ type ConvergencePoint struct {
 // N = step, 2·step, … and measures how far each table moved from the one
 // before (the paper's analysis of how many requests a bin needs). stable is
 // the first N after which the distance stays ≤ eps, or 0 if it never does.
-func Convergence(recs []Record, info RunInfo, tau float64, stat lut.Statistic, step int, eps float64) (pts []ConvergencePoint, stable int, err error) {
+func Convergence(recs []Record, info RunInfo, tau float64, sim Similarity, stat lut.Statistic, step int, eps float64) (pts []ConvergencePoint, stable int, err error) {
 	if step <= 0 {
 		return nil, 0, fmt.Errorf("step must be positive, got %d", step)
 	}
@@ -34,7 +34,10 @@ func Convergence(recs []Record, info RunInfo, tau float64, stat lut.Statistic, s
 			order[r.RequestID] = len(order)
 		}
 	}
-	ds := Depths(recs, tau)
+	if err := sim.available(recs); err != nil {
+		return nil, 0, err
+	}
+	ds := Depths(recs, tau, sim)
 	sort.Slice(ds, func(a, b int) bool { return order[ds[a].ID] < order[ds[b].ID] })
 	edges := info.Edges
 	perBin := make([][]lut.Sample, len(edges)-1)
@@ -100,7 +103,12 @@ type RefreshPicture struct {
 	Cross     []float64 `json:"cross_request"`
 	Stale     []float64 `json:"stale"`
 	Refreshed []float64 `json:"refreshed"`
-	R         int       `json:"refresh"`
+	// The same, by the worst prefix row's cosine (mean over steps of the
+	// per-step minimum).
+	CrossRowMin     []float64 `json:"cross_request_row_min"`
+	StaleRowMin     []float64 `json:"stale_row_min"`
+	RefreshedRowMin []float64 `json:"refreshed_row_min"`
+	R               int       `json:"refresh"`
 }
 
 // MeasureRefresh runs one request with no caching, keeps the prefix K/V of
@@ -119,19 +127,25 @@ func MeasureRefresh(ctx context.Context, m *model.LLaDA, prompt []int32, prefixL
 		return nil, err
 	}
 	L := len(m.Blocks)
-	pic := &RefreshPicture{R: R, Cross: make([]float64, L), Stale: make([]float64, L), Refreshed: make([]float64, L)}
+	pic := &RefreshPicture{R: R}
+	for _, s := range []*[]float64{&pic.Cross, &pic.Stale, &pic.Refreshed, &pic.CrossRowMin, &pic.StaleRowMin, &pic.RefreshedRowMin} {
+		*s = make([]float64, L)
+	}
+	n := float64(len(steps))
 	for l := 0; l < L; l++ {
 		pic.Layers = append(pic.Layers, l+1)
 		for t, ref := range steps {
 			last := steps[t-t%R]
-			pic.Cross[l] += similarity(l+1, t+1, cached.k[l], cached.v[l], ref.k[l], ref.v[l]).KV
-			pic.Stale[l] += similarity(l+1, t+1, steps[0].k[l], steps[0].v[l], ref.k[l], ref.v[l]).KV
-			pic.Refreshed[l] += similarity(l+1, t+1, last.k[l], last.v[l], ref.k[l], ref.v[l]).KV
+			c := similarity(l+1, t+1, prefixLen, cached.k[l], cached.v[l], ref.k[l], ref.v[l])
+			s := similarity(l+1, t+1, prefixLen, steps[0].k[l], steps[0].v[l], ref.k[l], ref.v[l])
+			r := similarity(l+1, t+1, prefixLen, last.k[l], last.v[l], ref.k[l], ref.v[l])
+			pic.Cross[l] += c.KV / n
+			pic.Stale[l] += s.KV / n
+			pic.Refreshed[l] += r.KV / n
+			pic.CrossRowMin[l] += c.KVRowMin / n
+			pic.StaleRowMin[l] += s.KVRowMin / n
+			pic.RefreshedRowMin[l] += r.KVRowMin / n
 		}
-		n := float64(len(steps))
-		pic.Cross[l] /= n
-		pic.Stale[l] /= n
-		pic.Refreshed[l] /= n
 	}
 	return pic, nil
 }

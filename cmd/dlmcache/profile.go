@@ -28,6 +28,7 @@ type profileOptions struct {
 	Ratios      string
 	PerRatio    int
 	Tau         float64
+	Similarity  string
 	GenLength   int
 	Steps       int
 	BlockLength int
@@ -78,6 +79,7 @@ parts (for several machines); dlmcache lut build --from merges them.`,
 	fl.StringVar(&opts.Ratios, "ratios", "0.05:0.95:0.05", "ratio bins: LO:HI:STEP or ascending edges a,b,c")
 	fl.IntVar(&opts.PerRatio, "per-ratio", 64, "requests per ratio bin (N)")
 	fl.Float64Var(&opts.Tau, "tau", 0.97, "similarity threshold τ of the table")
+	addSimilarityFlag(fl, &opts.Similarity)
 	fl.IntVar(&opts.GenLength, "gen-length", 0, "answer slots; 0: the model's default")
 	fl.IntVar(&opts.Steps, "steps", 0, "denoising steps (used with --all-steps); 0: the model's default")
 	fl.IntVar(&opts.BlockLength, "block-length", 0, "block length (used with --all-steps); 0: the model's default")
@@ -96,6 +98,10 @@ func profileRun(ctx context.Context, opts *profileOptions) error {
 	}
 	if err := lut.CheckTau(opts.Tau); err != nil {
 		return fmt.Errorf("--tau: %w", err)
+	}
+	sim, err := parseSimilarity(opts.Similarity)
+	if err != nil {
+		return err
 	}
 	if opts.PerRatio <= 0 {
 		return fmt.Errorf("--per-ratio must be positive, got %d", opts.PerRatio)
@@ -158,7 +164,7 @@ func profileRun(ctx context.Context, opts *profileOptions) error {
 	info := profile.RunInfo{
 		Model:     lut.ModelID{Name: lm.Name, NLayers: len(lm.Blocks), Fingerprint: lm.Fingerprint},
 		GenLength: gen.GenLength, Steps: gen.Steps, BlockLength: gen.BlockLength, AllSteps: opts.AllSteps,
-		Tau: opts.Tau, Ratios: opts.Ratios, Edges: edges, PerRatio: opts.PerRatio, Seed: opts.Seed,
+		Tau: opts.Tau, Similarity: sim, Ratios: opts.Ratios, Edges: edges, PerRatio: opts.PerRatio, Seed: opts.Seed,
 		Shard: opts.Shard, Data: opts.Data, Systems: opts.Systems, Unfilled: unfilledS, MaxTokens: opts.MaxTokens,
 	}
 	bar := progress.New(opts.f.ErrOut, "profile", "req", len(preqs), opts.Quiet)

@@ -16,6 +16,7 @@ type sweepNOptions struct {
 	Step int
 	Eps  float64
 	Stat string
+	Sim  string
 	Out  string
 }
 
@@ -38,6 +39,7 @@ func newCmdSweepN(f *factory, runF func(*sweepNOptions) error) *cobra.Command {
 	fl.IntVar(&opts.Step, "step", 2, "N grows by this many requests per bin")
 	fl.Float64Var(&opts.Eps, "eps", 0.05, "the table has converged once L1 stays ≤ eps (layers)")
 	fl.StringVar(&opts.Stat, "stat", "mean", "depth statistic: mean, mean-std or min")
+	addSimilarityFlag(fl, &opts.Sim)
 	fl.StringVar(&opts.Out, "out", ".", "directory for convergence.json (plot it with dlmcache plot convergence)")
 	_ = cmd.MarkFlagRequired("from")
 	return cmd
@@ -48,11 +50,15 @@ func sweepNRun(opts *sweepNOptions) error {
 	if err != nil {
 		return err
 	}
+	sim, err := parseSimilarity(opts.Sim)
+	if err != nil {
+		return err
+	}
 	recs, info, err := profile.ReadAll(opts.From)
 	if err != nil {
 		return err
 	}
-	pts, stable, err := profile.Convergence(recs, info, opts.Tau, stat, opts.Step, opts.Eps)
+	pts, stable, err := profile.Convergence(recs, info, opts.Tau, sim, stat, opts.Step, opts.Eps)
 	if err != nil {
 		return err
 	}

@@ -89,6 +89,7 @@ type sweepTauOptions struct {
 	sweepCommon
 	From []string
 	Taus string
+	Sim  string
 }
 
 func newCmdSweepTau(f *factory, runF func(*sweepTauOptions) error) *cobra.Command {
@@ -107,6 +108,7 @@ func newCmdSweepTau(f *factory, runF func(*sweepTauOptions) error) *cobra.Comman
 	opts.addFlags(cmd)
 	cmd.Flags().StringSliceVar(&opts.From, "from", nil, "similarity.parquet files of one profile run")
 	cmd.Flags().StringVar(&opts.Taus, "taus", "0.91:0.99:0.02", "τ values: lo:hi:step or a,b,c")
+	addSimilarityFlag(cmd.Flags(), &opts.Sim)
 	_ = cmd.MarkFlagRequired("from")
 	return cmd
 }
@@ -124,9 +126,16 @@ func sweepTauRun(ctx context.Context, opts *sweepTauOptions) error {
 			return err
 		}
 	}
+	sim, err := parseSimilarity(opts.Sim)
+	if err != nil {
+		return err
+	}
 	recs, info, err := profile.ReadAll(opts.From)
 	if err != nil {
 		return err
+	}
+	if _, err := profile.BuildTable(recs, info, taus[0], sim); err != nil {
+		return err // before any model run: a file without the statistic
 	}
 	env, err := opts.load(opts.f)
 	if err != nil {
@@ -141,7 +150,7 @@ func sweepTauRun(ctx context.Context, opts *sweepTauOptions) error {
 	}
 	res.Baseline = &base
 	for _, tau := range taus {
-		t, err := profile.BuildTable(recs, info, tau)
+		t, err := profile.BuildTable(recs, info, tau, sim)
 		if err != nil {
 			return err
 		}

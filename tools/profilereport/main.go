@@ -58,37 +58,48 @@ func run(simPath, allPath, modelName string, perSuite int) error {
 	L := info.Model.NLayers
 	fmt.Printf("Run: model %s (%d layers), %d requests, τ=%g, gen length %d.\n\n", info.Model.Name, L, info.Requests, info.Tau, info.GenLength)
 
-	// Mean S(l, 1) per layer and ratio range.
+	// Mean S(l, 1) per layer and ratio range, for each statistic.
 	ranges := [][2]float64{{0, 0.5}, {0.5, 0.8}, {0.8, 1.01}}
-	fmt.Println("Mean first-step similarity S(l,1) (K⊕V cosine) per layer, by shared-prefix ratio:")
-	fmt.Println()
-	fmt.Print("| layer |")
-	for _, r := range ranges {
-		fmt.Printf(" r in [%.2g, %.2g) |", r[0], math.Min(r[1], 1))
-	}
-	fmt.Println(" all |")
-	fmt.Println("|---|---|---|---|---|")
-	for l := 1; l <= L; l++ {
-		fmt.Printf("| %d |", l)
-		var everything []float64
-		for _, r := range ranges {
-			var xs []float64
-			for _, x := range recs {
-				if int(x.Layer) == l && x.Step == 1 && x.Ratio >= r[0] && x.Ratio < r[1] {
-					xs = append(xs, x.SimKV)
-				}
-			}
-			everything = append(everything, xs...)
-			fmt.Printf(" %.4f |", mean(xs))
+	for _, st := range []struct {
+		title string
+		of    func(profile.Record) float64
+	}{
+		{"Mean first-step similarity S(l,1) (whole-prefix K⊕V cosine) per layer, by shared-prefix ratio:", func(r profile.Record) float64 { return r.SimKV }},
+		{"Mean first-step worst-row similarity (smallest per-row K⊕V cosine over the prefix) per layer, by shared-prefix ratio:", func(r profile.Record) float64 { return r.SimKVRowMin }},
+	} {
+		if math.IsNaN(st.of(recs[0])) {
+			continue // a file from before the statistic
 		}
-		fmt.Printf(" %.4f |\n", mean(everything))
+		fmt.Println(st.title)
+		fmt.Println()
+		fmt.Print("| layer |")
+		for _, r := range ranges {
+			fmt.Printf(" r in [%.2g, %.2g) |", r[0], math.Min(r[1], 1))
+		}
+		fmt.Println(" all |")
+		fmt.Println("|---|---|---|---|---|")
+		for l := 1; l <= L; l++ {
+			fmt.Printf("| %d |", l)
+			var everything []float64
+			for _, r := range ranges {
+				var xs []float64
+				for _, x := range recs {
+					if int(x.Layer) == l && x.Step == 1 && x.Ratio >= r[0] && x.Ratio < r[1] {
+						xs = append(xs, st.of(x))
+					}
+				}
+				everything = append(everything, xs...)
+				fmt.Printf(" %.4f |", mean(xs))
+			}
+			fmt.Printf(" %.4f |\n", mean(everything))
+		}
+		fmt.Println()
 	}
-	fmt.Println()
 	shallow, deep := layerMean(recs, 1, L/4), layerMean(recs, L/2+1, L)
 	fmt.Printf("Shallow layers 1–%d: mean %.4f; deep layers %d–%d: mean %.4f.\n\n", max(1, L/4), shallow, L/2+1, L, deep)
 
 	// Depth by system prompt within a bin.
-	ds := profile.Depths(recs, info.Tau)
+	ds := profile.Depths(recs, info.Tau, profile.SimPrefix)
 	type key struct {
 		bin int
 		src string
