@@ -132,11 +132,14 @@ func TestMeasureRefresh(t *testing.T) {
 	}
 	for l := range pic.Layers {
 		// R = 1 refreshes every step: identical to the reference.
-		if math.Abs(pic.Refreshed[l]-1) > 1e-9 {
-			t.Errorf("layer %d refreshed every step: %v, want 1", l+1, pic.Refreshed[l])
+		if math.Abs(pic.Refreshed[l]-1) > 1e-9 || math.Abs(pic.RefreshedRowMin[l]-1) > 1e-9 {
+			t.Errorf("layer %d refreshed every step: %v, worst row %v, want 1", l+1, pic.Refreshed[l], pic.RefreshedRowMin[l])
 		}
 		if pic.Stale[l] > 1+1e-9 || pic.Cross[l] > 1+1e-9 {
 			t.Errorf("layer %d: similarity above 1: %+v", l+1, pic)
+		}
+		if pic.CrossRowMin[l] > 1+1e-9 || pic.StaleRowMin[l] > 1+1e-9 {
+			t.Errorf("layer %d: worst-row similarity above 1: %+v", l+1, pic)
 		}
 	}
 	if math.Abs(pic.Cross[0]-1) > 1e-6 {
@@ -149,5 +152,29 @@ func TestMeasureRefresh(t *testing.T) {
 	L := len(pic.Layers)
 	if !(p4.Refreshed[L-1] >= p4.Stale[L-1]-1e-12) {
 		t.Errorf("last layer: refreshed %v below stale %v", p4.Refreshed[L-1], p4.Stale[L-1])
+	}
+}
+
+// TestRefreshPictureAverage: Add and Scale average every series, the
+// worst-row ones included.
+func TestRefreshPictureAverage(t *testing.T) {
+	mk := func(v float64) *RefreshPicture {
+		p := &RefreshPicture{Layers: []int{1, 2}, R: 4}
+		for _, s := range p.series() {
+			*s = []float64{v, 2 * v}
+		}
+		return p
+	}
+	var avg RefreshPicture
+	avg.Add(mk(1))
+	avg.Add(mk(3))
+	avg.Scale(2)
+	for i, s := range avg.series() {
+		if (*s)[0] != 2 || (*s)[1] != 4 {
+			t.Errorf("series %d: %v, want [2 4]", i, *s)
+		}
+	}
+	if avg.R != 4 || len(avg.Layers) != 2 {
+		t.Errorf("R %d, layers %v", avg.R, avg.Layers)
 	}
 }

@@ -128,7 +128,7 @@ func MeasureRefresh(ctx context.Context, m *model.LLaDA, prompt []int32, prefixL
 	}
 	L := len(m.Blocks)
 	pic := &RefreshPicture{R: R}
-	for _, s := range []*[]float64{&pic.Cross, &pic.Stale, &pic.Refreshed, &pic.CrossRowMin, &pic.StaleRowMin, &pic.RefreshedRowMin} {
+	for _, s := range pic.series() {
 		*s = make([]float64, L)
 	}
 	n := float64(len(steps))
@@ -150,23 +150,32 @@ func MeasureRefresh(ctx context.Context, m *model.LLaDA, prompt []int32, prefixL
 	return pic, nil
 }
 
+// series lists the picture's per-layer series.
+func (a *RefreshPicture) series() []*[]float64 {
+	return []*[]float64{&a.Cross, &a.Stale, &a.Refreshed, &a.CrossRowMin, &a.StaleRowMin, &a.RefreshedRowMin}
+}
+
 // Add accumulates b into a (for averaging over requests).
 func (a *RefreshPicture) Add(b *RefreshPicture) {
 	if a.Layers == nil {
-		*a = RefreshPicture{Layers: b.Layers, R: b.R, Cross: make([]float64, len(b.Layers)), Stale: make([]float64, len(b.Layers)), Refreshed: make([]float64, len(b.Layers))}
+		*a = RefreshPicture{Layers: b.Layers, R: b.R}
+		for _, s := range a.series() {
+			*s = make([]float64, len(b.Layers))
+		}
 	}
-	for i := range b.Layers {
-		a.Cross[i] += b.Cross[i]
-		a.Stale[i] += b.Stale[i]
-		a.Refreshed[i] += b.Refreshed[i]
+	bs := b.series()
+	for j, s := range a.series() {
+		for i := range *s {
+			(*s)[i] += (*bs[j])[i]
+		}
 	}
 }
 
 // Scale divides every series by n.
 func (a *RefreshPicture) Scale(n float64) {
-	for i := range a.Layers {
-		a.Cross[i] /= n
-		a.Stale[i] /= n
-		a.Refreshed[i] /= n
+	for _, s := range a.series() {
+		for i := range *s {
+			(*s)[i] /= n
+		}
 	}
 }

@@ -111,9 +111,10 @@ func sweepRefreshRun(ctx context.Context, opts *sweepRefreshOptions) error {
 	printSweep(opts.f, "R", res)
 	d, _ := table.Lookup(0.9, lut.Mean)
 	fmt.Fprintf(opts.f.Out, "deep-layer prefix K/V similarity (mean over %d requests and all steps; R=%d; table depth at r=0.9: %d)\n", n, pr, d)
-	fmt.Fprintf(opts.f.Out, "%6s %14s %8s %10s\n", "layer", "cross-request", "stale", "refreshed")
+	fmt.Fprintf(opts.f.Out, "%6s %14s %8s %10s   worst row: %14s %8s %10s\n", "layer", "cross-request", "stale", "refreshed", "cross-request", "stale", "refreshed")
 	for i, l := range pic.Layers {
-		fmt.Fprintf(opts.f.Out, "%6d %14.4f %8.4f %10.4f\n", l, pic.Cross[i], pic.Stale[i], pic.Refreshed[i])
+		fmt.Fprintf(opts.f.Out, "%6d %14.4f %8.4f %10.4f              %14.4f %8.4f %10.4f\n", l, pic.Cross[i], pic.Stale[i], pic.Refreshed[i],
+			pic.CrossRowMin[i], pic.StaleRowMin[i], pic.RefreshedRowMin[i])
 	}
 	p, err := writeJSON(opts.Out, "sweep-refresh.json", res)
 	if err == nil {
