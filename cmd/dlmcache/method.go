@@ -10,6 +10,7 @@ import (
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/cpu"
+	"github.com/dlmcache/dlmcache/profile"
 )
 
 // cacheFlags are the caching options that eval, bench, sweep and serve share.
@@ -127,8 +128,25 @@ func loadMethodEnv(f *factory, name, device string, threads, genLength, steps, b
 			lm.Close()
 			return nil, err
 		}
+		if w := crossRequestWarning(deepSource(c.DeepSource), e.table); w != "" {
+			fmt.Fprintln(f.ErrOut, "warning:", w)
+		}
 	}
 	return e, nil
+}
+
+// crossRequestWarning warns when the bicache methods would reuse the store's
+// shallow K/V across requests at depths from the whole-prefix cosine: on the
+// bundled model those depths (6–7) lost 23 points or more, while a table from
+// the worst prefix row's cosine (depth 2) kept every answer
+// (docs/results.md, section 4).
+func crossRequestWarning(source string, t *lut.Table) string {
+	if t == nil || source == "request" || t.Similarity == string(profile.SimRowMin) {
+		return ""
+	}
+	return fmt.Sprintf("--deep-source %s reuses the store's prefix K/V across requests at this table's depths, which come from the whole-prefix cosine (similarity %q); "+
+		"that overstates the safe depth when questions rewrite a few prefix rows. Build the table with `dlmcache lut build --similarity %s`, or use --deep-source request.",
+		source, "kv", profile.SimRowMin)
 }
 
 // method builds a method on a fresh prefix store, with table t (nil: the

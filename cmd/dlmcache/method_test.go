@@ -1,9 +1,11 @@
 package main
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/dlmcache/dlmcache/cache"
+	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
 )
 
@@ -16,6 +18,28 @@ func TestDeepSource(t *testing.T) {
 	} {
 		if got := deepSource(tc.flag); got != tc.want {
 			t.Errorf("deepSource(%s) = %s, want %s", tc.flag, got, tc.want)
+		}
+	}
+}
+
+func TestCrossRequestWarning(t *testing.T) {
+	kv, old, rowMin := &lut.Table{Similarity: "kv"}, &lut.Table{}, &lut.Table{Similarity: "kv-row-min"}
+	for _, tc := range []struct {
+		source string
+		table  *lut.Table
+		warn   bool
+	}{
+		{"request", kv, false},
+		{"store", kv, true},
+		{"recompute", kv, true},
+		{"recompute", old, true}, // written before tables named their statistic: kv
+		{"store", rowMin, false},
+		{"recompute", rowMin, false},
+		{"store", nil, false},
+	} {
+		w := crossRequestWarning(tc.source, tc.table)
+		if (w != "") != tc.warn || tc.warn && !strings.Contains(w, "--similarity kv-row-min") {
+			t.Errorf("%s with %+v: warning %q, want one: %v", tc.source, tc.table, w, tc.warn)
 		}
 	}
 }
