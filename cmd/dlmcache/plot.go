@@ -99,7 +99,11 @@ func plotRun(opts *plotOptions) error {
 		if err != nil {
 			return err
 		}
-		p, err := plots.Depth(t, title(fmt.Sprintf("safe depth vs ratio, %s, τ=%g", t.Model.Name, t.Tau)))
+		stat := ""
+		if t.Similarity != "" && t.Similarity != string(profile.SimPrefix) {
+			stat = " (" + t.Similarity + ")"
+		}
+		p, err := plots.Depth(t, title(fmt.Sprintf("safe depth vs ratio, %s, τ=%g%s", t.Model.Name, t.Tau, stat)))
 		if err != nil {
 			return err
 		}
