@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"time"
@@ -33,12 +34,16 @@ func (r Request) Ratio(genLength int) float64 {
 const (
 	SimilarityFile = "similarity.parquet"
 	TableFile      = "table.json"
+	// CrossTableFile is the table by the worst-row statistic, written next
+	// to a whole-prefix table.json: the one to serve with a cross-request
+	// deep source (docs/profiling.md, "Two statistics").
+	CrossTableFile = "table-row-min.json"
 	RunFile        = "run.json"
 	PartialFile    = "similarity.partial.jsonl"
 )
 
 // Runner profiles a model over requests, writing OutDir/{similarity.parquet,
-// table.json, run.json}. Every finished request is appended to
+// table.json, table-row-min.json, run.json}. Every finished request is appended to
 // similarity.partial.jsonl first, so an interrupted run resumes where it
 // stopped.
 type Runner struct {
@@ -55,9 +60,12 @@ type Runner struct {
 
 // Result is what a finished run wrote.
 type Result struct {
-	Table   *lut.Table
-	Records []Record
-	Resumed int // requests taken from an earlier, interrupted run
+	Table *lut.Table
+	// CrossTable is the worst-row table written as CrossTableFile (nil when
+	// Table already is one, or when resumed records lack the statistic).
+	CrossTable *lut.Table
+	Records    []Record
+	Resumed    int // requests taken from an earlier, interrupted run
 }
 
 type partialHeader struct {
@@ -172,6 +180,17 @@ func (r *Runner) Run(ctx context.Context, reqs []Request) (*Result, error) {
 	if err := t.Write(filepath.Join(r.OutDir, TableFile)); err != nil {
 		return nil, err
 	}
+	var cross *lut.Table
+	if t.Similarity != string(SimRowMin) {
+		// Skipped, not failed, when resumed records predate the statistic.
+		if cross, err = BuildTable(all, info, info.Tau, SimRowMin); err == nil {
+			if err := cross.Write(filepath.Join(r.OutDir, CrossTableFile)); err != nil {
+				return nil, err
+			}
+		} else {
+			cross = nil
+		}
+	}
 	rj, _ := json.MarshalIndent(info, "", "  ")
 	if err := atomicfile.WriteFile(filepath.Join(r.OutDir, RunFile), append(rj, '\n'), 0o644); err != nil {
 		return nil, err
@@ -180,7 +199,7 @@ func (r *Runner) Run(ctx context.Context, reqs []Request) (*Result, error) {
 	if err := os.Remove(partPath); err != nil {
 		return nil, err
 	}
-	return &Result{Table: t, Records: all, Resumed: resumed}, nil
+	return &Result{Table: t, CrossTable: cross, Records: all, Resumed: resumed}, nil
 }
 
 // readPartial loads an interrupted run's records. A torn last line (the
@@ -215,6 +234,20 @@ func readPartial(path string, want RunInfo) (map[string][]Record, error) {
 					break
 				}
 				return nil, fmt.Errorf("%s: malformed record at byte %d: %w", path, off, err)
+			}
+			// A line written before the worst-row statistic existed has
+			// no sim_kv_row_min: mark it missing, not 0.
+			var has struct {
+				Records []struct {
+					RowMin *float64 `json:"sim_kv_row_min"`
+				} `json:"records"`
+			}
+			if json.Unmarshal(ln, &has) == nil {
+				for i, h := range has.Records {
+					if h.RowMin == nil && i < len(pl.Records) {
+						pl.Records[i].SimKVRowMin = math.NaN()
+					}
+				}
 			}
 			done[pl.ID] = pl.Records
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -363,5 +364,61 @@ func TestRowMinStatistic(t *testing.T) {
 	}
 	if _, err := BuildTable(oldRecs, oldInfo, 0.99, SimRowMin); err == nil || !strings.Contains(err.Error(), "rerun dlmcache profile") {
 		t.Errorf("old file, row-min table: %v, want an error naming the fix", err)
+	}
+}
+
+// TestRunWritesCrossTable: a whole-prefix run also writes the worst-row
+// table; a worst-row run writes only its own.
+func TestRunWritesCrossTable(t *testing.T) {
+	m := loadTiny(t)
+	reqs := testRequests(t, m, 4)
+	dir := t.TempDir()
+	res, err := testRunner(m, dir).Run(context.Background(), reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cross, err := lut.Read(filepath.Join(dir, CrossTableFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := BuildTable(res.Records, testRunner(m, dir).Info, 0.99, SimRowMin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cross.Similarity != string(SimRowMin) || !reflect.DeepEqual(cross.Bins, want.Bins) || res.CrossTable == nil {
+		t.Errorf("cross table %+v, want the worst-row bins %+v", cross, want.Bins)
+	}
+	dir2 := t.TempDir()
+	r := testRunner(m, dir2)
+	r.Info.Similarity = SimRowMin
+	if res, err := r.Run(context.Background(), reqs); err != nil || res.CrossTable != nil {
+		t.Fatalf("row-min run: %v, cross table %v", err, res.CrossTable)
+	}
+	if _, err := os.Stat(filepath.Join(dir2, CrossTableFile)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("row-min run wrote %s: %v", CrossTableFile, err)
+	}
+}
+
+// TestReadPartialOldLines: a partial file written before the worst-row
+// statistic resumes with it marked missing, not as 0.
+func TestReadPartialOldLines(t *testing.T) {
+	info := RunInfo{Model: lut.ModelID{Name: "tiny", NLayers: 2}, Edges: []float64{0, 1}}
+	hdr, _ := json.Marshal(partialHeader{Run: info})
+	path := filepath.Join(t.TempDir(), PartialFile)
+	lines := string(hdr) + "\n" +
+		`{"id":"a","records":[{"request_id":"a","layer":1,"step":1,"sim_kv":0.99}]}` + "\n" +
+		`{"id":"b","records":[{"request_id":"b","layer":1,"step":1,"sim_kv":0.98,"sim_kv_row_min":0.5}]}` + "\n"
+	if err := os.WriteFile(path, []byte(lines), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	done, err := readPartial(path, info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := done["a"][0]; !math.IsNaN(a.SimKVRowMin) || a.SimKV != 0.99 {
+		t.Errorf("old line: %+v, want the worst row NaN", a)
+	}
+	if b := done["b"][0]; b.SimKVRowMin != 0.5 {
+		t.Errorf("new line: %+v, want the worst row 0.5", b)
 	}
 }

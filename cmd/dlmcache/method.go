@@ -145,8 +145,9 @@ func crossRequestWarning(source string, t *lut.Table) string {
 		return ""
 	}
 	return fmt.Sprintf("--deep-source %s reuses the store's prefix K/V across requests at this table's depths, which come from the whole-prefix cosine (similarity %q); "+
-		"that overstates the safe depth when questions rewrite a few prefix rows. Build the table with `dlmcache lut build --similarity %s`, or use --deep-source request.",
-		source, "kv", profile.SimRowMin)
+		"that overstates the safe depth when questions rewrite a few prefix rows. Serve the %s that dlmcache profile writes next to table.json "+
+		"(or build one with `dlmcache lut build --similarity %s`), or use --deep-source request.",
+		source, "kv", profile.CrossTableFile, profile.SimRowMin)
 }
 
 // method builds a method on a fresh prefix store, with table t (nil: the

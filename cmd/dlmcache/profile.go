@@ -50,10 +50,13 @@ WildChat or WildChat-style user prompts), runs each through the model twice —
 the prefix alone (the K/V a cross-request cache would hold) and the full input
 string with no caching (the reference) — and records the cosine similarity of
 the prefix's K, V and K⊕V at every layer (and every denoising step with
---all-steps). It writes, to --out:
+--all-steps), and of its worst row's K⊕V. It writes, to --out:
 
   similarity.parquet  one row per (request, layer, step), run parameters in the metadata
-  table.json          the ratio→safe-depth table at --tau (rebuild at any τ with dlmcache lut build)
+  table.json          the ratio→safe-depth table at --tau by --similarity (rebuild at any τ
+                      with dlmcache lut build)
+  table-row-min.json  the same by the worst prefix row (when --similarity is kv): the
+                      table to serve with --deep-source store or recompute
   run.json            the run's parameters, unfilled bins and duration
 
 Each finished request is logged first to similarity.partial.jsonl, so an
@@ -176,9 +179,16 @@ func profileRun(ctx context.Context, opts *profileOptions) error {
 		return err
 	}
 	fmt.Fprint(opts.f.Out, res.Table.String())
-	fmt.Fprintf(opts.f.ErrOut, "wrote %s, %s, %s (%d requests, %d resumed)\n",
-		filepath.Join(opts.Out, profile.SimilarityFile), filepath.Join(opts.Out, profile.TableFile),
-		filepath.Join(opts.Out, profile.RunFile), len(preqs), res.Resumed)
+	names := []string{profile.SimilarityFile, profile.TableFile}
+	if res.CrossTable != nil {
+		names = append(names, profile.CrossTableFile)
+	}
+	names = append(names, profile.RunFile)
+	paths := make([]string, len(names))
+	for i, n := range names {
+		paths[i] = filepath.Join(opts.Out, n)
+	}
+	fmt.Fprintf(opts.f.ErrOut, "wrote %s (%d requests, %d resumed)\n", strings.Join(paths, ", "), len(preqs), res.Resumed)
 	if len(unfilledS) > 0 {
 		fmt.Fprintf(opts.f.ErrOut, "%d bin(s) not filled: %s\n", len(unfilledS), strings.Join(unfilledS, "; "))
 	}
