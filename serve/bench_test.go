@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/dlmcache/dlmcache/cache"
+	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/cpu"
 	"github.com/dlmcache/dlmcache/model/safetensors"
@@ -44,12 +45,23 @@ func BenchmarkConcurrency(b *testing.B) {
 	for i := 0; i < 4; i++ {
 		reqs = append(reqs, chatBody(systems[i%2], fmt.Sprintf("Question number %d: what now?", i), ""))
 	}
-	for _, method := range []string{"none", "prefix-all"} {
+	// bicache with the request source: a one-bin table at half depth (with
+	// R ≥ steps the depth only splits in-request reuse).
+	L := len(m.Blocks)
+	half, err := lut.Build(lut.ModelID{Name: "bench", NLayers: L, Fingerprint: m.Fingerprint}, 0.97, []float64{0, 1},
+		[]lut.Sample{{Ratio: 0.5, Depth: L / 2}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, method := range []string{"none", "prefix-all", "bicache"} {
 		for _, conc := range []int{1, 2, 4} {
 			b.Run(fmt.Sprintf("%s/concurrency-%d", method, conc), func(b *testing.B) {
 				meth := &cache.Method{Name: method, Fingerprint: m.Fingerprint}
-				if method != "none" {
+				switch method {
+				case "prefix-all":
 					meth.Store = cache.NewStore(m.Backend, 1<<30, cache.FIFO)
+				case "bicache":
+					meth.Table, meth.Refresh, meth.DeepSource = half, gen.Steps, "request"
 				}
 				s, err := New(Config{Model: m, Method: meth, Gen: gen, MaxConcurrency: conc, MaxQueue: len(reqs)})
 				if err != nil {
