@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/profile"
 )
@@ -64,12 +65,7 @@ func sweepRefreshRun(ctx context.Context, opts *sweepRefreshOptions) error {
 		}
 	}
 	res := &sweepResult{Param: "refresh"}
-	none, _ := env.method("none", &opts.Cache, nil)
-	base, err := env.point(ctx, "sweep none", 0, none)
-	if err != nil {
-		return err
-	}
-	res.Baseline = &base
+	var meths []*cache.Method
 	for _, r := range rs {
 		if r < 1 || r != float64(int(r)) {
 			return fmt.Errorf("--rs: refresh periods must be positive integers, got %v", r)
@@ -80,11 +76,10 @@ func sweepRefreshRun(ctx context.Context, opts *sweepRefreshOptions) error {
 		if err != nil {
 			return err
 		}
-		p, err := env.point(ctx, fmt.Sprintf("sweep R=%d", int(r)), r, meth)
-		if err != nil {
-			return err
-		}
-		res.Points = append(res.Points, p)
+		meths = append(meths, meth)
+	}
+	if err := env.points(ctx, fmt.Sprintf("sweep none + %d R", len(rs)), rs, meths, res); err != nil {
+		return err
 	}
 	pr := opts.PictureR
 	if pr <= 0 {

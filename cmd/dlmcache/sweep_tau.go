@@ -62,17 +62,34 @@ func (c *sweepCommon) load(f *factory) (*sweepEnv, error) {
 	return &sweepEnv{methodEnv: env, f: f, samples: samples, quiet: c.Quiet}, nil
 }
 
-// point evaluates one method configuration on the samples.
-func (e *sweepEnv) point(ctx context.Context, label string, x float64, meth *cache.Method) (sweepPoint, error) {
-	bar := progress.New(e.f.ErrOut, label, "req", len(e.samples), e.quiet)
-	ev := &profile.Evaluator{Model: e.lm.Model, Method: meth, Gen: e.gen, Progress: func(d, _ int) { bar.Set(d) }}
-	res, err := ev.Evaluate(ctx, e.samples)
+// points evaluates no caching and one bicache configuration per x on the
+// samples, the configurations taking turns request by request (so a slow
+// spell on a shared machine slows them alike), and fills res.
+func (e *sweepEnv) points(ctx context.Context, label string, xs []float64, meths []*cache.Method, res *sweepResult) error {
+	none, err := e.method("none", e.cache, nil)
+	if err != nil {
+		return err
+	}
+	es := []*profile.Evaluator{{Model: e.lm.Model, Method: none, Gen: e.gen}}
+	for _, m := range meths {
+		es = append(es, &profile.Evaluator{Model: e.lm.Model, Method: m, Gen: e.gen})
+	}
+	bar := progress.New(e.f.ErrOut, label, "req", len(e.samples)*len(es), e.quiet)
+	out, err := profile.EvaluateInterleaved(ctx, es, e.samples, func(d, _ int) { bar.Set(d) })
 	bar.Done()
 	if err != nil {
-		return sweepPoint{}, err
+		return err
 	}
-	o := profile.Overall(res)
-	return sweepPoint{X: x, Accuracy: o.Accuracy, TokensPerSec: o.TokensPerSec, RowsFraction: o.RowsFraction, MeanDepth: o.MeanDepth}, nil
+	pt := func(x float64, r []profile.SuiteResult) sweepPoint {
+		o := profile.Overall(r)
+		return sweepPoint{X: x, Accuracy: o.Accuracy, TokensPerSec: o.TokensPerSec, RowsFraction: o.RowsFraction, MeanDepth: o.MeanDepth}
+	}
+	base := pt(0, out[0])
+	res.Baseline = &base
+	for i, x := range xs {
+		res.Points = append(res.Points, pt(x, out[i+1]))
+	}
+	return nil
 }
 
 func printSweep(f *factory, param string, r *sweepResult) {
@@ -143,12 +160,7 @@ func sweepTauRun(ctx context.Context, opts *sweepTauOptions) error {
 	}
 	defer env.lm.Close()
 	res := &sweepResult{Param: "tau"}
-	none, _ := env.method("none", &opts.Cache, nil)
-	base, err := env.point(ctx, "sweep none", 0, none)
-	if err != nil {
-		return err
-	}
-	res.Baseline = &base
+	var meths []*cache.Method
 	for _, tau := range taus {
 		t, err := profile.BuildTable(recs, info, tau, sim)
 		if err != nil {
@@ -161,11 +173,10 @@ func sweepTauRun(ctx context.Context, opts *sweepTauOptions) error {
 		if err != nil {
 			return err
 		}
-		p, err := env.point(ctx, fmt.Sprintf("sweep τ=%.3f", tau), tau, meth)
-		if err != nil {
-			return err
-		}
-		res.Points = append(res.Points, p)
+		meths = append(meths, meth)
+	}
+	if err := env.points(ctx, fmt.Sprintf("sweep none + %d τ", len(taus)), taus, meths, res); err != nil {
+		return err
 	}
 	printSweep(opts.f, "τ", res)
 	p, err := writeJSON(opts.Out, "sweep-tau.json", res)

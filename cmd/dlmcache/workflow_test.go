@@ -29,7 +29,7 @@ func TestProfileWorkflow(t *testing.T) {
 	if !strings.Contains(out, "[0.50, 0.70)") || !strings.Contains(out, "[0.70, 0.90)") {
 		t.Errorf("profile printed no table:\n%s", out)
 	}
-	for _, f := range []string{"similarity.parquet", "table.json", "run.json"} {
+	for _, f := range []string{"similarity.parquet", "table.json", "table-row-min.json", "run.json"} {
 		if _, err := os.Stat(filepath.Join(prof, f)); err != nil {
 			t.Error(err)
 		}
@@ -71,6 +71,24 @@ func TestProfileWorkflow(t *testing.T) {
 	}
 	if _, errOut, code := run(t, "plot", "convergence", filepath.Join(dir, "convergence.json"), "-o", filepath.Join(dir, "c.svg")); code != 0 {
 		t.Errorf("plot convergence: %s", errOut)
+	}
+	// The worst-row statistic, and the sweeps that evaluate the model (the
+	// none baseline and each point take turns).
+	rm := filepath.Join(dir, "rm.json")
+	if out, errOut, code := run(t, "lut", "build", "--from", sim, "--similarity", "kv-row-min", "--out", rm); code != 0 || !strings.Contains(out, "(kv-row-min)") {
+		t.Errorf("lut build --similarity kv-row-min: exit %d: %s%s", code, out, errOut)
+	}
+	if _, errOut, code := run(t, "lut", "build", "--from", sim, "--similarity", "median"); code == 0 || !strings.Contains(errOut, "median") {
+		t.Errorf("--similarity median: exit %d: %s", code, errOut)
+	}
+	sw := []string{"--model", serveFixture, "--suite", "lookup", "--limit", "2", "--quiet", "--out", dir}
+	out, errOut, code = run(t, append([]string{"sweep", "tau", "--from", sim, "--taus", "0.9,0.99", "--similarity", "kv-row-min", "--deep-source", "store"}, sw...)...)
+	if code != 0 || !strings.Contains(out, "none ") || !strings.Contains(out, "τ=0.9 ") || !strings.Contains(out, "τ=0.99") || strings.Contains(errOut, "warning") {
+		t.Errorf("sweep tau: exit %d:\n%s%s", code, out, errOut)
+	}
+	out, errOut, code = run(t, append([]string{"sweep", "refresh", "--lut", table, "--rs", "1,2", "--deep-source", "recompute", "--picture-requests", "1"}, sw...)...)
+	if code != 0 || !strings.Contains(out, "R=1 ") || !strings.Contains(out, "R=2 ") || !strings.Contains(out, "worst row") || !strings.Contains(errOut, "warning: --deep-source recompute") {
+		t.Errorf("sweep refresh: exit %d:\n%s%s", code, out, errOut)
 	}
 	// Bad input: a parquet that is not one, a bin spec that makes no sense.
 	junk := filepath.Join(dir, "junk.parquet")
