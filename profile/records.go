@@ -55,7 +55,8 @@ func (s Similarity) Check() error {
 	return fmt.Errorf("similarity %q: want %s or %s", s, SimPrefix, SimRowMin)
 }
 
-func (s Similarity) of(r Record) float64 {
+// Of returns r's value of the statistic.
+func (s Similarity) Of(r Record) float64 {
 	if s == SimRowMin {
 		return r.SimKVRowMin
 	}
@@ -69,7 +70,7 @@ func (s Similarity) available(recs []Record) error {
 		return err
 	}
 	for _, r := range recs {
-		if math.IsNaN(s.of(r)) {
+		if math.IsNaN(s.Of(r)) {
 			return fmt.Errorf("request %s has no %s similarity: its file predates that statistic; rerun dlmcache profile", r.RequestID, s)
 		}
 	}
@@ -255,7 +256,7 @@ func Depths(recs []Record, tau float64, sim Similarity) []RequestDepth {
 			a = &acc{src: r.Source, ratio: r.Ratio, sims: map[int32]float64{}}
 			by[r.RequestID] = a
 		}
-		a.sims[r.Layer] = sim.of(r)
+		a.sims[r.Layer] = sim.Of(r)
 	}
 	ids := make([]string, 0, len(by))
 	for id := range by {

@@ -16,11 +16,12 @@ import (
 // plotOptions are shared by every plot subcommand: one input, one output
 // (.png or .svg by extension).
 type plotOptions struct {
-	f     *factory
-	kind  string
-	In    string
-	Out   string
-	Title string
+	f          *factory
+	kind       string
+	In         string
+	Out        string
+	Title      string
+	Similarity string // heatmap, refresh: which statistic
 }
 
 func newCmdPlot(f *factory) *cobra.Command {
@@ -56,6 +57,9 @@ func newCmdPlotKind(f *factory, kind, in, short string, runF func(*plotOptions) 
 	}
 	cmd.Flags().StringVarP(&opts.Out, "out", "o", kind+".png", "output file (.png or .svg)")
 	cmd.Flags().StringVar(&opts.Title, "title", "", "figure title")
+	if kind == "heatmap" || kind == "refresh" {
+		addSimilarityFlag(cmd.Flags(), &opts.Similarity)
+	}
 	return cmd
 }
 
@@ -79,17 +83,26 @@ func plotRun(opts *plotOptions) error {
 	}
 	var fig plots.Figure
 	h := plots.Height
+	sim, err := parseSimilarity(opts.Similarity)
+	if err != nil {
+		return err
+	}
+	worst := sim == profile.SimRowMin
 	switch opts.kind {
 	case "heatmap":
 		recs, info, err := profile.ReadAll([]string{opts.In})
 		if err != nil {
 			return err
 		}
-		s, err := meanSimilarity(recs, info.Model.NLayers)
+		s, err := meanSimilarity(recs, info.Model.NLayers, sim)
 		if err != nil {
 			return fmt.Errorf("%s: %w", opts.In, err)
 		}
-		p, err := plots.Heatmap(s, title(fmt.Sprintf("prefix K/V similarity, %s (%d requests)", info.Model.Name, info.Requests)))
+		what := "prefix K/V similarity"
+		if worst {
+			what = "worst prefix row's K/V similarity"
+		}
+		p, err := plots.Heatmap(s, title(fmt.Sprintf("%s, %s (%d requests)", what, info.Model.Name, info.Requests)))
 		if err != nil {
 			return err
 		}
@@ -137,9 +150,19 @@ func plotRun(opts *plotOptions) error {
 			if pic.Layers == nil {
 				return fmt.Errorf("%s has no deep-layer picture (write it with dlmcache sweep refresh)", opts.In)
 			}
-			p, err := plots.Refresh(pic.Layers, map[string][]float64{
+			series, what := map[string][]float64{
 				"cross-request": pic.Cross, "stale (first step)": pic.Stale, fmt.Sprintf("refreshed every %d", pic.R): pic.Refreshed,
-			}, title("prefix K/V similarity to the request's own, per layer"))
+			}, "prefix K/V similarity to the request's own, per layer"
+			if worst {
+				if pic.CrossRowMin == nil {
+					return fmt.Errorf("%s has no worst-row series (rerun dlmcache sweep refresh)", opts.In)
+				}
+				series = map[string][]float64{
+					"cross-request": pic.CrossRowMin, "stale (first step)": pic.StaleRowMin, fmt.Sprintf("refreshed every %d", pic.R): pic.RefreshedRowMin,
+				}
+				what = "worst prefix row's K/V similarity, per layer"
+			}
+			p, err := plots.Refresh(pic.Layers, series, title(what))
 			if err != nil {
 				return err
 			}
@@ -164,8 +187,8 @@ func plotRun(opts *plotOptions) error {
 	return nil
 }
 
-// meanSimilarity averages sim_kv over requests into [layer][step].
-func meanSimilarity(recs []profile.Record, nLayers int) ([][]float64, error) {
+// meanSimilarity averages the statistic sim over requests into [layer][step].
+func meanSimilarity(recs []profile.Record, nLayers int, sim profile.Similarity) ([][]float64, error) {
 	steps := 0
 	for _, r := range recs {
 		steps = max(steps, int(r.Step))
@@ -183,7 +206,11 @@ func meanSimilarity(recs []profile.Record, nLayers int) ([][]float64, error) {
 		if l < 0 || l >= nLayers || t < 0 {
 			return nil, fmt.Errorf("record with layer %d step %d outside the run's %d layers", r.Layer, r.Step, nLayers)
 		}
-		sum[l][t] += r.SimKV
+		v := sim.Of(r)
+		if math.IsNaN(v) {
+			return nil, fmt.Errorf("request %s has no %s similarity: its file predates that statistic; rerun dlmcache profile", r.RequestID, sim)
+		}
+		sum[l][t] += v
 		cnt[l][t]++
 	}
 	for l := range sum {

@@ -90,6 +90,20 @@ func TestProfileWorkflow(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "R=1 ") || !strings.Contains(out, "R=2 ") || !strings.Contains(out, "worst row") || !strings.Contains(errOut, "warning: --deep-source recompute") {
 		t.Errorf("sweep refresh: exit %d:\n%s%s", code, out, errOut)
 	}
+	for _, args := range [][]string{
+		{"plot", "heatmap", sim, "--similarity", "kv-row-min", "-o", filepath.Join(dir, "h.svg")},
+		{"plot", "refresh", filepath.Join(dir, "sweep-refresh.json"), "--similarity", "kv-row-min", "-o", filepath.Join(dir, "r.svg")},
+		{"plot", "refresh", filepath.Join(dir, "sweep-refresh.json"), "-o", filepath.Join(dir, "r2.svg")},
+	} {
+		if _, errOut, code := run(t, args...); code != 0 {
+			t.Errorf("%s: exit %d: %s", strings.Join(args, " "), code, errOut)
+		}
+	}
+	oldPic := filepath.Join(dir, "old-refresh.json")
+	os.WriteFile(oldPic, []byte(`{"param":"refresh","deep_layers":{"layers":[1,2],"cross_request":[1,0.9],"stale":[1,1],"refreshed":[1,1],"refresh":2}}`), 0o644)
+	if _, errOut, code := run(t, "plot", "refresh", oldPic, "--similarity", "kv-row-min", "-o", filepath.Join(dir, "o.svg")); code == 0 || !strings.Contains(errOut, "no worst-row series") {
+		t.Errorf("old picture, worst row: exit %d: %s", code, errOut)
+	}
 	// Bad input: a parquet that is not one, a bin spec that makes no sense.
 	junk := filepath.Join(dir, "junk.parquet")
 	os.WriteFile(junk, []byte("not parquet"), 0o644)
