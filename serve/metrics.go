@@ -35,6 +35,8 @@ type metrics struct {
 	nfe       int64
 	rowsComp  int64
 	rowsFull  int64
+	flops     float64 // matrix-product FLOPs, prefix-store fills included
+	flopsFull float64 // what computing every row would have cost
 	genLat    *histogram
 	window    []tokenEvent // finished generations in the last tpsWindow
 }
@@ -160,10 +162,12 @@ func (m *metrics) trim(now time.Time) {
 	m.window = append(m.window[:0], m.window[i:]...)
 }
 
-func (m *metrics) rows(computed, full int) {
+func (m *metrics) rows(computed, full int, flops, flopsFull float64) {
 	m.mu.Lock()
 	m.rowsComp += int64(computed)
 	m.rowsFull += int64(full)
+	m.flops += flops
+	m.flopsFull += flopsFull
 	m.mu.Unlock()
 }
 
@@ -219,6 +223,8 @@ func (m *metrics) write(w io.Writer, st cache.Stats, method string, now time.Tim
 	one("dlmcache_forward_evaluations_total", "counter", "Forward evaluations (NFE).", m.nfe)
 	one("dlmcache_rows_computed_total", "counter", "Layer-rows computed by the forwards.", m.rowsComp)
 	one("dlmcache_rows_full_total", "counter", "Layer-rows a forward computing every row would have cost.", m.rowsFull)
+	one("dlmcache_flops_total", "counter", "Matrix-product FLOPs of the forwards, prefix-store fills included.", fmtFloat(m.flops))
+	one("dlmcache_flops_full_total", "counter", "Matrix-product FLOPs that computing every row would have cost.", fmtFloat(m.flopsFull))
 	metric("dlmcache_generation_duration_seconds", "histogram", "Generation wall time (after the queue).")
 	m.genLat.write(w, "dlmcache_generation_duration_seconds", "")
 

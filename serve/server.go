@@ -499,7 +499,7 @@ func (s *Server) run(ctx context.Context, j *job) (*result, *apiError) {
 		st.TokensPerSec = float64(j.gen.GenLength) / g.Duration.Seconds()
 	}
 	s.met.generation(&st, len(j.ids), n, s.cfg.Now())
-	s.met.rows(g.RowsComputed, g.RowsFull)
+	s.met.rows(g.RowsComputed, g.RowsFull, g.FLOPs+info.PrefixFLOPs, g.FLOPsFull)
 	return &result{text: text, finish: finish, completion: n, stats: st, promptTokens: len(j.ids)}, nil
 }
 

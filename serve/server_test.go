@@ -179,6 +179,12 @@ func TestChatCompletion(t *testing.T) {
 	if metric(t, page, "dlmcache_tokens_per_second") <= 0 {
 		t.Error("tokens/s gauge is zero after two generations")
 	}
+	// FLOPs: the first request paid the prefix-alone fill, both skipped
+	// the shallow prefix rows at every step; the rows saved more than the
+	// fill cost.
+	if f, full := metric(t, page, "dlmcache_flops_total"), metric(t, page, "dlmcache_flops_full_total"); !(f > 0 && f < full) {
+		t.Errorf("FLOPs %g of %g: want 0 < done < full", f, full)
+	}
 
 	// A salt isolates tenants: the same prefix misses under another salt.
 	r3 := decodeChat(t, post(t, s, "/v1/chat/completions", chatBody(sys, "Say hi.", `"cache_salt":"tenant-b"`)))
