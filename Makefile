@@ -3,7 +3,7 @@ GO        ?= go
 BIN       := bin/dlmcache
 export CGO_ENABLED := 1
 
-.PHONY: all build deps test e2e run bench vet fuzz clean cuda-deps cuda-check gpu-test
+.PHONY: all build deps test e2e run bench results vet fuzz clean cuda-deps cuda-check gpu-test
 
 all: build
 
@@ -43,6 +43,11 @@ run: build
 
 bench: build
 	./scripts/bench.sh
+
+# results reruns every measurement behind docs/results.md and docs/profiling.md
+# into results-out/ (≈ 12 min on 2 cores).
+results: build
+	./scripts/results.sh
 
 fuzz: deps
 	$(GO) test ./model/safetensors -run '^$$' -fuzz FuzzParseHeader -fuzztime 60s
