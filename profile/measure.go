@@ -76,24 +76,26 @@ func SafeDepth(step1 []float64, tau float64) int {
 }
 
 // similarity compares cached and reference K/V of m rows ([m, kv] each,
-// row-major).
+// row-major): one pass of per-row dot products, summed for the whole
+// prefix.
 func similarity(layer, step, m int, kc, vc, k, v []float32) Sim {
-	dk, nkc, nk := dots(kc, k)
-	dv, nvc, nv := dots(vc, v)
-	s := Sim{Layer: layer, Step: step,
-		K:        cos(dk, nkc, nk),
-		V:        cos(dv, nvc, nv),
-		KV:       cos(dk+dv, nkc+nvc, nk+nv),
-		KVRowMin: 1,
-	}
+	var dk, nkc, nk, dv, nvc, nv float64
+	rowMin := 1.0
 	w := len(k) / m
 	for i := 0; i < m; i++ {
 		r := func(x []float32) []float32 { return x[i*w : (i+1)*w] }
-		dk, nkc, nk := dots(r(kc), r(k))
-		dv, nvc, nv := dots(r(vc), r(v))
-		s.KVRowMin = min(s.KVRowMin, cos(dk+dv, nkc+nvc, nk+nv))
+		rdk, rnkc, rnk := dots(r(kc), r(k))
+		rdv, rnvc, rnv := dots(r(vc), r(v))
+		rowMin = min(rowMin, cos(rdk+rdv, rnkc+rnvc, rnk+rnv))
+		dk, nkc, nk = dk+rdk, nkc+rnkc, nk+rnk
+		dv, nvc, nv = dv+rdv, nvc+rnvc, nv+rnv
 	}
-	return s
+	return Sim{Layer: layer, Step: step,
+		K:        cos(dk, nkc, nk),
+		V:        cos(dv, nvc, nv),
+		KV:       cos(dk+dv, nkc+nvc, nk+nv),
+		KVRowMin: rowMin,
+	}
 }
 
 func dots(a, b []float32) (ab, aa, bb float64) {

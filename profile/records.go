@@ -31,6 +31,18 @@ type Record struct {
 	SimKVRowMin float64 `parquet:"sim_kv_row_min" json:"sim_kv_row_min"`
 }
 
+// UnmarshalJSON decodes a record; one without sim_kv_row_min (a partial
+// file written before the statistic existed) gets NaN there, not 0.
+func (r *Record) UnmarshalJSON(b []byte) error {
+	type plain Record // without this method
+	p := plain{SimKVRowMin: math.NaN()}
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	*r = Record(p)
+	return nil
+}
+
 // Similarity names the statistic a request's safe depth is computed from.
 type Similarity string
 
@@ -42,9 +54,6 @@ const (
 	// if no prefix row moves more than τ allows.
 	SimRowMin Similarity = "kv-row-min"
 )
-
-// Similarities lists the statistics, default first.
-var Similarities = []Similarity{SimPrefix, SimRowMin}
 
 // Check accepts a known statistic ("" is SimPrefix).
 func (s Similarity) Check() error {
@@ -63,9 +72,9 @@ func (s Similarity) Of(r Record) float64 {
 	return r.SimKV
 }
 
-// available reports an error if some record lacks the statistic (a file
-// written before it was recorded).
-func (s Similarity) available(recs []Record) error {
+// Available reports an error if s is unknown or some record lacks it (a
+// file written before it was recorded).
+func (s Similarity) Available(recs []Record) error {
 	if err := s.Check(); err != nil {
 		return err
 	}
@@ -285,7 +294,7 @@ func BuildTable(recs []Record, info RunInfo, tau float64, sim Similarity) (*lut.
 	if err := lut.CheckTau(tau); err != nil {
 		return nil, err
 	}
-	if err := sim.available(recs); err != nil {
+	if err := sim.Available(recs); err != nil {
 		return nil, err
 	}
 	if sim == "" {

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math"
 	"os"
 	"path/filepath"
 	"time"
@@ -182,13 +181,12 @@ func (r *Runner) Run(ctx context.Context, reqs []Request) (*Result, error) {
 	}
 	var cross *lut.Table
 	if t.Similarity != string(SimRowMin) {
-		// Skipped, not failed, when resumed records predate the statistic.
-		if cross, err = BuildTable(all, info, info.Tau, SimRowMin); err == nil {
+		// Skipped, not failed, when resumed records predate the statistic
+		// (BuildTable then returns no table).
+		if cross, _ = BuildTable(all, info, info.Tau, SimRowMin); cross != nil {
 			if err := cross.Write(filepath.Join(r.OutDir, CrossTableFile)); err != nil {
 				return nil, err
 			}
-		} else {
-			cross = nil
 		}
 	}
 	rj, _ := json.MarshalIndent(info, "", "  ")
@@ -234,20 +232,6 @@ func readPartial(path string, want RunInfo) (map[string][]Record, error) {
 					break
 				}
 				return nil, fmt.Errorf("%s: malformed record at byte %d: %w", path, off, err)
-			}
-			// A line written before the worst-row statistic existed has
-			// no sim_kv_row_min: mark it missing, not 0.
-			var has struct {
-				Records []struct {
-					RowMin *float64 `json:"sim_kv_row_min"`
-				} `json:"records"`
-			}
-			if json.Unmarshal(ln, &has) == nil {
-				for i, h := range has.Records {
-					if h.RowMin == nil && i < len(pl.Records) {
-						pl.Records[i].SimKVRowMin = math.NaN()
-					}
-				}
 			}
 			done[pl.ID] = pl.Records
 		}

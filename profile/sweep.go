@@ -34,7 +34,7 @@ func Convergence(recs []Record, info RunInfo, tau float64, sim Similarity, stat 
 			order[r.RequestID] = len(order)
 		}
 	}
-	if err := sim.available(recs); err != nil {
+	if err := sim.Available(recs); err != nil {
 		return nil, 0, err
 	}
 	ds := Depths(recs, tau, sim)

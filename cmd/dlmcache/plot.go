@@ -94,6 +94,9 @@ func plotRun(opts *plotOptions) error {
 		if err != nil {
 			return err
 		}
+		if err := sim.Available(recs); err != nil {
+			return fmt.Errorf("%s: %w", opts.In, err)
+		}
 		s, err := meanSimilarity(recs, info.Model.NLayers, sim)
 		if err != nil {
 			return fmt.Errorf("%s: %w", opts.In, err)
@@ -206,11 +209,7 @@ func meanSimilarity(recs []profile.Record, nLayers int, sim profile.Similarity) 
 		if l < 0 || l >= nLayers || t < 0 {
 			return nil, fmt.Errorf("record with layer %d step %d outside the run's %d layers", r.Layer, r.Step, nLayers)
 		}
-		v := sim.Of(r)
-		if math.IsNaN(v) {
-			return nil, fmt.Errorf("request %s has no %s similarity: its file predates that statistic; rerun dlmcache profile", r.RequestID, sim)
-		}
-		sum[l][t] += v
+		sum[l][t] += sim.Of(r)
 		cnt[l][t]++
 	}
 	for l := range sum {

@@ -151,7 +151,7 @@ func sweepTauRun(ctx context.Context, opts *sweepTauOptions) error {
 	if err != nil {
 		return err
 	}
-	if _, err := profile.BuildTable(recs, info, taus[0], sim); err != nil {
+	if err := sim.Available(recs); err != nil {
 		return err // before any model run: a file without the statistic
 	}
 	env, err := opts.load(opts.f)
