@@ -257,15 +257,20 @@ func (t *Table) Write(path string) error {
 	return atomicfile.WriteFile(path, append(raw, '\n'), 0o644)
 }
 
+// SimilarityName is the statistic the depths came from, "kv" for tables
+// written before it was recorded.
+func (t *Table) SimilarityName() string {
+	if t.Similarity == "" {
+		return "kv"
+	}
+	return t.Similarity
+}
+
 // String renders the table for people.
 func (t *Table) String() string {
 	var sb strings.Builder
-	sim := t.Similarity
-	if sim == "" {
-		sim = "kv"
-	}
 	fmt.Fprintf(&sb, "model %s (%d layers, fingerprint %s)  τ=%g (%s)  gen_length=%d steps=%d\n",
-		t.Model.Name, t.Model.NLayers, t.Model.Fingerprint, t.Tau, sim, t.GenLength, t.Steps)
+		t.Model.Name, t.Model.NLayers, t.Model.Fingerprint, t.Tau, t.SimilarityName(), t.GenLength, t.Steps)
 	fmt.Fprintf(&sb, "%-13s %6s %6s %5s %5s %7s\n", "ratio", "depth", "mean", "std", "min", "count")
 	for _, b := range t.Bins {
 		if b.Count == 0 {

@@ -141,13 +141,13 @@ func loadMethodEnv(f *factory, name, device string, threads, genLength, steps, b
 // the worst prefix row's cosine (depth 2) kept every answer
 // (docs/results.md, section 4).
 func crossRequestWarning(source string, t *lut.Table) string {
-	if t == nil || source == "request" || t.Similarity == string(profile.SimRowMin) {
+	if t == nil || source == "request" || t.SimilarityName() == string(profile.SimRowMin) {
 		return ""
 	}
 	return fmt.Sprintf("--deep-source %s reuses the store's prefix K/V across requests at this table's depths, which come from the whole-prefix cosine (similarity %q); "+
 		"that overstates the safe depth when questions rewrite a few prefix rows. Serve the %s that dlmcache profile writes next to table.json "+
 		"(or build one with `dlmcache lut build --similarity %s`), or use --deep-source request.",
-		source, "kv", profile.CrossTableFile, profile.SimRowMin)
+		source, t.SimilarityName(), profile.CrossTableFile, profile.SimRowMin)
 }
 
 // method builds a method on a fresh prefix store, with table t (nil: the

@@ -116,8 +116,8 @@ func plotRun(opts *plotOptions) error {
 			return err
 		}
 		stat := ""
-		if t.Similarity != "" && t.Similarity != string(profile.SimPrefix) {
-			stat = " (" + t.Similarity + ")"
+		if s := t.SimilarityName(); s != string(profile.SimPrefix) {
+			stat = " (" + s + ")"
 		}
 		p, err := plots.Depth(t, title(fmt.Sprintf("safe depth vs ratio, %s, τ=%g%s", t.Model.Name, t.Tau, stat)))
 		if err != nil {
