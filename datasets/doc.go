@@ -15,6 +15,9 @@
 //	arithmetic  "let X = 17" rows;      "Add 4 to X."                   → 17 + 4 = 21
 //	rule        "* c -> M" letter code; "Encode: c a b"                 → M Q B
 //	sequence    "Order: sep, lef, dat."; "Which item comes right after lef?" → dat
+//	span        the same lists, 18–26 names; "List the 17 items that come right after sep, in order."
+//	            → lef, dat, … (the long-answer suite: 17–22 names, 34–44 answer tokens,
+//	            at least two blocks of 32 answer slots)
 //
 // The model answers in the form "## answer" (Sample.Target); ExtractAnswer
 // takes the text after the first "##" and CheckAnswer compares it strictly

@@ -36,13 +36,20 @@ func TestNamesSingleTokens(t *testing.T) {
 // TestAnswersSingleTokens checks generated samples end to end: every
 // space-separated field of an answer (the code or name of lookup and
 // sequence; value, operator, operand, "=" and result of arithmetic; each
-// letter of rule) is one token after "##".
+// letter of rule) is one token after "##"; span's comma-separated names are
+// two tokens each (the name and its comma) but the last.
 func TestAnswersSingleTokens(t *testing.T) {
 	tok := bundledTokenizer(t)
 	hash := len(tok.Encode("##"))
 	for _, suite := range Suites() {
 		for _, s := range Generate(suite, Eval, 7, 50, DefaultOptions()) {
 			want := hash + len(strings.Fields(s.Answer))
+			if suite == "span" {
+				want = hash + 2*len(strings.Fields(s.Answer)) - 1
+				if want-hash < 33 {
+					t.Errorf("%s: span answer %q is %d tokens: it must span two blocks of 32", s.ID, s.Answer, want-hash)
+				}
+			}
 			if n := len(tok.Encode(s.Target())); n != want {
 				t.Errorf("%s: answer %q is %d tokens after ##, want %d", s.ID, s.Answer, n-hash, want-hash)
 			}

@@ -28,6 +28,7 @@ var suiteDefs = []suiteDef{
 	{"arithmetic", genArithmetic, solveArithmetic},
 	{"rule", genRule, solveRule},
 	{"sequence", genSequence, solveSequence},
+	{"span", genSpan, solveSpan},
 }
 
 // Suites returns the suite names in a fixed order.
@@ -151,8 +152,8 @@ var (
 	arithOps       = []string{"+", "+", "-", "-"}
 	// arithNames are the constant names: capital letters without A and I,
 	// which are also English words.
-	arithNames    = []byte("BCDEFGHJKLMNOPQRSTUVWXYZ")
-	arithRow      = regexp.MustCompile(`(?m)^let ([A-Z]) = ([0-9]+)$`)
+	arithNames = []byte("BCDEFGHJKLMNOPQRSTUVWXYZ")
+	arithRow   = regexp.MustCompile(`(?m)^let ([A-Z]) = ([0-9]+)$`)
 	// arithQuestion's connector decides the operation: "to" and "more
 	// than" add, "from" and "less than" subtract.
 	arithQuestion = regexp.MustCompile(`^(?:Add|Subtract|What is) ([0-9]+) (to|from|more than|less than) ([A-Z])[?.]$`)
@@ -374,4 +375,69 @@ func solveSequence(system, user string) (string, error) {
 		return words[i-1], nil
 	}
 	return "", fmt.Errorf("datasets: sequence: nothing comes %s %q", qm[1], qm[2])
+}
+
+// ---- span ------------------------------------------------------------------
+
+// The span suite is the long-answer suite: the answer is the next k (17–22)
+// names of an ordered list after a given one, "## a, b, …", 33–41 tokens with
+// the bundled tokenizer, so it spans at least two blocks of 32 answer slots.
+// Its lists use the sequence suite's styles, so a span sample's data block
+// reads like a sequence sample's.
+
+// Span answer lengths (names listed).
+const spanMin, spanMax = 17, 22
+
+var (
+	spanReminders = []string{
+		"Reply with ## followed by the names, separated by commas.",
+		"Answer with ## and then the names in order, nothing else.",
+	}
+	spanQuestion = regexp.MustCompile(`^List the (\d+) [a-z]+s that come right after ([a-z]+), in order\.$`)
+)
+
+// spanQuestionText is the span question, with the count, the noun and the
+// word after which the span starts.
+const spanQuestionText = "List the %d %ss that come right after %s, in order."
+
+func genSpan(r *rand.Rand, rows int) item {
+	k := between(r, spanMin, spanMax)
+	n := max(rows, k+1) + r.IntN(4)
+	words := distinctWords(r, n, nil)
+	st := pick(r, seqStyles)
+	i := r.IntN(n - k)
+	return item{
+		intro:    st.intro,
+		block:    st.header + " " + strings.Join(words, ", ") + ".",
+		reminder: pick(r, spanReminders),
+		user:     fmt.Sprintf(spanQuestionText, k, st.noun, words[i]),
+		answer:   strings.Join(words[i+1:i+1+k], ", "),
+	}
+}
+
+func solveSpan(system, user string) (string, error) {
+	lm := seqList.FindStringSubmatch(system)
+	if lm == nil {
+		return "", fmt.Errorf("datasets: span: no list in the system message")
+	}
+	var words []string
+	for _, w := range strings.Split(lm[1], ",") {
+		words = append(words, strings.TrimSpace(w))
+	}
+	qm := spanQuestion.FindStringSubmatch(user)
+	if qm == nil {
+		return "", fmt.Errorf("datasets: span: question %q is not \"List the K … that come right after …, in order.\"", user)
+	}
+	k, err := strconv.Atoi(qm[1])
+	if err != nil || k < 1 {
+		return "", fmt.Errorf("datasets: span: bad count %q", qm[1])
+	}
+	i := slices.Index(words, qm[2])
+	if i < 0 {
+		return "", fmt.Errorf("datasets: span: %q is not in the list", qm[2])
+	}
+	if i+k >= len(words) {
+		return "", fmt.Errorf("datasets: span: fewer than %d names follow %q", k, qm[2])
+	}
+	return strings.Join(words[i+1:i+1+k], ", "), nil
 }

@@ -22,7 +22,7 @@ var prose, proseWords = parseProse(proseText)
 // the filler prose and of the suites' fixed sentences.
 var reservedWords = reserve(proseWords, lookupIntros, lookupHeaders, lookupReminders, lookupQuestions,
 	arithIntros, arithReminders, arithQuestions, ruleIntros, ruleReminders, ruleQuestions,
-	seqReminders, seqStyleTexts(), []string{seqQuestionText})
+	seqReminders, seqStyleTexts(), []string{seqQuestionText}, spanReminders, []string{spanQuestionText})
 
 func reserve(base map[string]bool, texts ...[]string) map[string]bool {
 	out := make(map[string]bool, len(base))

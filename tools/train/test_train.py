@@ -253,6 +253,48 @@ class TestTrain(unittest.TestCase):
             for r, (p, a) in enumerate(zip(prompts, answers)):  # answer, then EOS padding to the slots
                 self.assertEqual(ids[r, len(p):len(p) + G].tolist(), a + [2043] * (G - len(a)))
 
+    def test_semi_ar_mask(self):
+        import torch
+        g = torch.Generator().manual_seed(3)
+        B, G = 64, 64
+        p = torch.full((B,), 0.5)
+        m0 = torch.zeros(B, G, dtype=torch.bool)
+        m, ps = T.semi_ar_mask(m0.clone(), p, G, [16, 32], 1.0, g)
+        for j in range(B):
+            masked = m[j].nonzero().flatten().tolist()
+            self.assertTrue(masked, "every row keeps a masked slot")
+            # slots after the current block are all masked and weigh 1; slots before it are clean
+            first = masked[0]
+            ok = False
+            for bl in (16, 32):
+                c = first // bl
+                later = list(range((c + 1) * bl, G))
+                if set(later) <= set(masked) and all(s >= c * bl for s in masked) and \
+                        all(float(ps[j, s]) == 1.0 for s in later) and \
+                        all(float(ps[j, s]) == 0.5 for s in range(c * bl, (c + 1) * bl)):
+                    ok = True
+            self.assertTrue(ok, f"row {j}: {masked}")
+        # frac 0 leaves the mask alone, and so does a canvas no block length divides
+        m2, _ = T.semi_ar_mask(m0.clone(), p, G, [16, 32], 0.0, g)
+        self.assertFalse(bool(m2.any()))
+        m3, _ = T.semi_ar_mask(m0[:, :24].clone(), p, 24, [16], 1.0, g)
+        self.assertFalse(bool(m3.any()))
+
+    def test_canvases(self):
+        a = T.parse_args(["--canvas", "128,32,64", "--canvas-weights", "1,2,1"])
+        cs, ps = T.canvases(a, 16)
+        self.assertEqual(cs, [32, 64, 128])
+        self.assertAlmostEqual(sum(ps), 1.0)
+        self.assertAlmostEqual(ps[0], 0.5)  # 32 had weight 2
+        self.assertEqual(T.canvases(T.parse_args([]), 16), ([16], [1.0]))
+        self.assertEqual(T.raise_canvas(cs, 32, 45), 64)
+        self.assertEqual(T.raise_canvas(cs, 64, 45), 64)
+        self.assertEqual(T.raise_canvas(cs, 32, 300), 300)
+        a = T.parse_args(["--warmup", "10", "--max-steps", "200", "--lr", "1e-3"])
+        self.assertAlmostEqual(T.lr_at(100, a, warm_from=100, phase_from=100), 1e-4)  # warm-up restarts
+        self.assertGreater(T.lr_at(109, a, warm_from=100, phase_from=100), 0.95e-3)  # warm-up done, cosine at its top
+        self.assertAlmostEqual(T.lr_at(200, a, warm_from=100, phase_from=100), 1e-4)  # cosine ends at min
+
 
 if __name__ == "__main__":
     unittest.main()

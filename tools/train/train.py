@@ -149,6 +149,19 @@ def parse_args(argv=None):
                          "the SFT objective's t ~ U(0, 1) with 1/t (1: every answer slot masked, as in the probe)")
     ap.add_argument("--suite-weights", default="",
                     help="relative sampling weight per suite, e.g. arithmetic=2,rule=2 (default: balanced)")
+    ap.add_argument("--canvas", default="",
+                    help="answer canvas lengths to train on, e.g. 32,64,128,256 (EOS-padded, LLaDA SFT); "
+                         "'' = the corpus's gen_length. A batch uses one canvas, raised to the smallest listed "
+                         "length that holds its longest answer")
+    ap.add_argument("--canvas-weights", default="", help="sampling weights of --canvas (default: equal)")
+    ap.add_argument("--semi-ar-frac", type=float, default=0.0,
+                    help="share of samples masked as semi-autoregressive decoding sees them: earlier blocks "
+                         "clean, the current block masked at ratio t, later blocks fully masked")
+    ap.add_argument("--semi-ar-blocks", default="16,32", help="block lengths of the semi-AR masking")
+    ap.add_argument("--phase", default="",
+                    help="name of a training phase: resuming a checkpoint of another phase restarts the "
+                         "warm-up, the cosine (from this step to --max-steps) and the best-export record")
+    ap.add_argument("--eval-gen-length", type=int, default=0, help="eval canvas (0: the corpus's gen_length)")
     ap.add_argument("--threads", type=int, default=1)
     # evaluation / saving
     ap.add_argument("--eval-every", type=int, default=1000, help="steps between evaluations")
@@ -262,21 +275,22 @@ class Batcher:
         q = 1.0 if a.curriculum_steps <= 0 else min(1.0, a.curriculum_start + (1 - a.curriculum_start) * step / a.curriculum_steps)
         return int(np.quantile(self.sorted_len, q))
 
-    def batch(self, step):
+    def batch(self, step, G=None):
         n_elig = int(np.searchsorted(self.sorted_len, self.limit(step), side="right"))
         n_elig = max(n_elig, 1)
         u = self.rng.random_sample() * self.cum_w[n_elig - 1]
         anchor = int(np.searchsorted(self.cum_w[:n_elig], u, side="right"))
         anchor = min(anchor, n_elig - 1)
-        L = int(self.sorted_len[anchor])
+        L = int(self.sorted_len[anchor]) - self.c.G + (G or self.c.G)
         bs = max(1, min(self.a.max_batch, self.a.batch_tokens // L, n_elig))
         lo = anchor - self.rng.randint(0, bs)
         lo = min(max(lo, 0), n_elig - bs)
         return self.order[lo:lo + bs]
 
-    def tensors(self, idx):
+    def tensors(self, idx, G=None):
         c = self.c
-        return pack([c.prompt(i) for i in idx], [c.ans[i] for i in idx], c.G, c.eos)
+        G = G or c.G
+        return pack([c.prompt(i) for i in idx], [c.ans[i][:G] for i in idx], G, c.eos)
 
 
 def pack(prompts, answers, G, eos):
@@ -295,6 +309,49 @@ def pack(prompts, answers, G, eos):
         valid[j, :P + G] = True
         ans_pos[j] = np.arange(P, P + G)
     return torch.from_numpy(ids), torch.from_numpy(valid), torch.from_numpy(ans_pos)
+
+
+def parse_ints(text):
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def canvases(args, G):
+    """(lengths, probabilities) of --canvas / --canvas-weights; ([G], [1]) without them."""
+    cs = parse_ints(args.canvas) if args.canvas else [G]
+    w = [float(x) for x in args.canvas_weights.split(",")] if args.canvas_weights else [1.0] * len(cs)
+    if len(w) != len(cs) or min(cs) <= 0 or min(w) < 0 or sum(w) <= 0:
+        sys.exit(f"--canvas {args.canvas!r} / --canvas-weights {args.canvas_weights!r}: positive lengths, "
+                 f"as many non-negative weights")
+    return sorted(cs), [x / sum(w) for _, x in sorted(zip(cs, w))]
+
+
+def raise_canvas(cs, g, need):
+    """g, or the smallest length of cs that holds need answer tokens (the batch's longest answer)."""
+    return g if g >= need else next((c for c in cs if c >= need), need)
+
+
+def semi_ar_mask(m, p, G, blocks, frac, rng_t):
+    """Rewrites rows of the mask m [B, G] (a share frac of them) into the states semi-AR decoding
+    visits: a block length from blocks (those dividing G), a current block c, slots before it clean,
+    slots in it masked with the row's ratio p, slots after it all masked. Returns (m, pslot [B, G]):
+    each slot's masking probability, for the 1/p weight."""
+    B = m.shape[0]
+    pslot = p[:, None].expand(B, G).clone()
+    bls = [b for b in blocks if G % b == 0 and b < G]
+    if not bls or frac <= 0:
+        return m, pslot
+    rows = torch.nonzero(torch.rand(B, generator=rng_t) < frac).flatten().tolist()
+    slot = torch.arange(G)
+    for j in rows:
+        bl = bls[int(torch.randint(len(bls), (1,), generator=rng_t))]
+        c = int(torch.randint(G // bl, (1,), generator=rng_t))
+        cur = (slot >= c * bl) & (slot < (c + 1) * bl)
+        later = slot >= (c + 1) * bl
+        m[j] = (cur & (torch.rand(G, generator=rng_t) < p[j])) | later
+        if not bool(m[j].any()):
+            m[j, c * bl] = True
+        pslot[j] = torch.where(later, torch.ones(G), pslot[j])
+    return m, pslot
 
 
 # ----------------------------------------------------------------------------- model
@@ -333,14 +390,14 @@ def param_groups(m, wd):
     return [{"params": decay, "weight_decay": wd}, {"params": no, "weight_decay": 0.0}]
 
 
-def lr_at(step, args, warm_from=0):
+def lr_at(step, args, warm_from=0, phase_from=0):
     w = step - warm_from
     if w < args.warmup:
         f = (w + 1) / args.warmup
     else:
         f = 1.0
     if args.schedule == "cosine":
-        prog = min(1.0, step / max(1, args.max_steps))
+        prog = min(1.0, (step - phase_from) / max(1, args.max_steps - phase_from))
         f *= args.min_lr_frac + (1 - args.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * prog))
     return args.lr * f
 
@@ -360,7 +417,8 @@ def mask_ratios(B, args, rng_t):
     return (1 - args.mask_eps) * t + args.mask_eps
 
 
-def loss_on(model, ids, valid, ans_pos, args, rng_t, mask_id, alen, G, suite=None, nsuites=0, fixed_t=0.0):
+def loss_on(model, ids, valid, ans_pos, args, rng_t, mask_id, alen, G, suite=None, nsuites=0, fixed_t=0.0,
+            semi_ar=0.0):
     """LLaDA SFT loss on one batch (with fixed_t > 0: every sample masked at that ratio,
     unweighted, for the recall warm-up). Returns (loss, stats)."""
     B, n = ids.shape
@@ -376,6 +434,9 @@ def loss_on(model, ids, valid, ans_pos, args, rng_t, mask_id, alen, G, suite=Non
     else:
         p = mask_ratios(B, args, rng_t)
         m = torch.rand(B, G, generator=rng_t) < p[:, None]                # [B, G]
+    pslot = None
+    if semi_ar > 0 and not fixed_t:
+        m, pslot = semi_ar_mask(m, p, G, parse_ints(args.semi_ar_blocks), semi_ar, rng_t)
     noisy = ids.clone()
     rows = torch.arange(B)[:, None].expand(B, G)
     mpos = ans_pos[m]
@@ -394,7 +455,8 @@ def loss_on(model, ids, valid, ans_pos, args, rng_t, mask_id, alen, G, suite=Non
     logits = model.head(h)
     tgt = ids[mrow, mpos]
     ce = F.cross_entropy(logits, tgt, reduction="none")                  # [M]
-    loss = (ce / p[mrow]).sum() / (B * G)
+    w = p[mrow] if pslot is None else pslot[m]
+    loss = (ce / w).sum() / (B * G)
     ce_prompt, n_prompt = 0.0, 0
     if pm is not None and bool(pm.any()):
         prow = torch.arange(B)[:, None].expand(B, n)[pm]
@@ -435,7 +497,7 @@ def strip_eos(a, eos):
 @torch.no_grad()
 def evaluate(model, corpus, idx, args, meta, stop_flag=None):
     model.eval()
-    G = corpus.G
+    G = getattr(args, "eval_gen_length", 0) or int(meta["gen_length"])
     bl = args.block_length or int(meta.get("block_length", G))
     steps = max(1, G // args.tokens_per_step)
     nb = G // bl
@@ -452,11 +514,11 @@ def evaluate(model, corpus, idx, args, meta, stop_flag=None):
         for i, o in zip(chunk, outs):
             s = corpus.suites[corpus.suite[i]]
             hits[s][1] += 1
-            hits[s][0] += int(strip_eos(o, eos) == strip_eos(corpus.ans[i], eos))
+            hits[s][0] += int(strip_eos(o, eos) == strip_eos(corpus.ans[i][:G], eos))
     acc = {s: h[0] / h[1] for s, h in hits.items() if h[1]}
     model.train()
     return {"acc": acc, "mean": float(np.mean(list(acc.values()))) if acc else 0.0,
-            "n": len(idx), "seconds": time.time() - t0, "steps": steps, "block_length": bl}
+            "n": len(idx), "seconds": time.time() - t0, "steps": steps, "block_length": bl, "gen_length": G}
 
 
 # ----------------------------------------------------------------------------- io
@@ -526,9 +588,11 @@ def main(argv=None):
         meta = json.load(f)
     G = int(meta["gen_length"])
     mask_id, eos = int(meta["mask_id"]), int(meta["eos_id"])
+    cs, ps = canvases(args, G)
+    Gmax = max(G, cs[-1], args.eval_gen_length)
     t_load = time.time()
-    train = Corpus(os.path.join(args.corpus, "train.jsonl"), G, eos, meta.get("suites"))
-    evalc = Corpus(os.path.join(args.corpus, "eval.jsonl"), G, eos, train.suites)
+    train = Corpus(os.path.join(args.corpus, "train.jsonl"), Gmax, eos, meta.get("suites"))
+    evalc = Corpus(os.path.join(args.corpus, "eval.jsonl"), Gmax, eos, train.suites)
     print(f"corpus: {len(train)} train ({train.skipped} skipped: answer > gen_length {G}), {len(evalc)} eval, "
           f"suites {train.suites}, prompt len median {int(np.median(train.plen))} max {int(train.plen.max())}, "
           f"loaded in {time.time() - t_load:.1f}s", flush=True)
@@ -578,6 +642,9 @@ def main(argv=None):
         state["best_mean"] = ts.get("eval", {}).get("mean", -1.0) if ts.get("eval") else -1.0
         state["best_step"] = state["step"]
         state["warm_from"] = state["step"]  # fresh optimizer: warm up again
+    if args.phase and state.get("phase") != args.phase:  # a new phase: fresh warm-up, cosine and best export
+        state.update(phase=args.phase, phase_from=state["step"], warm_from=state["step"], best_mean=-1.0,
+                     best_step=-1)
     for g in opt.param_groups:
         g.setdefault("initial_lr", args.lr)
 
@@ -596,7 +663,7 @@ def main(argv=None):
         tok_dir = meta.get("tokenizer_dir", args.out)
         if not os.path.isabs(tok_dir):
             tok_dir = os.path.join(ROOT, tok_dir)
-        recall = RecallGen(os.path.join(tok_dir, "tokenizer.json"), G, eos, numbers=args.recall_numbers,
+        recall = RecallGen(os.path.join(tok_dir, "tokenizer.json"), min(G, cs[0]), eos, numbers=args.recall_numbers,
                            sums=args.recall_sums)
         state.setdefault("recall_level", 0)
     if args.curriculum == "adaptive" and "curriculum_q" in state:
@@ -635,7 +702,8 @@ def main(argv=None):
                   "eval_accuracy": r["acc"], "export_dtype": exp_dtype, "command": command,
                   "corpus": os.path.abspath(args.corpus), "corpus_meta": {k: v for k, v in meta.items() if len(json.dumps(v)) < 400}, "params": nparams,
                   "objective": "LLaDA SFT: answer padded with EOS to gen_length, t~U(0,1), CE on masked answer / t / gen_length",
-                  "eval_decoding": f"greedy low-confidence remasking, gen_length {G}, steps {r['steps']}, block {r['block_length']}"}
+                  "eval_decoding": f"greedy low-confidence remasking, gen_length {r['gen_length']}, steps {r['steps']}, block {r['block_length']}",
+                  "canvas": args.canvas, "semi_ar_frac": args.semi_ar_frac, "phase": state.get("phase", "")}
             export(model, args, ts, exp_dtype)
             rec["exported"] = True
         log(logf, rec)
@@ -655,7 +723,7 @@ def main(argv=None):
         step = state["step"]
         if step % 1000 == 0:
             batcher.reshuffle()
-        lr = lr_at(step, args, state["warm_from"])
+        lr = lr_at(step, args, state["warm_from"], state.get("phase_from", 0))
         for g in opt.param_groups:
             g["lr"] = lr
         if recall is not None and rng.random_sample() < recall_fraction(args, state["recall_level"]):
@@ -671,10 +739,12 @@ def main(argv=None):
             s = dict(s, ce_content=0.0, n_content=0, ce_pad=0.0, n_pad=0,
                      suite_ce=[0.0] * len(train.suites), suite_n=[0] * len(train.suites))
         else:
-            idx = batcher.batch(step)
-            ids, valid, ans_pos = batcher.tensors(idx)
-            loss, s = loss_on(model, ids, valid, ans_pos, args, rng_t, mask_id, train.alen[idx], G,
-                              train.suite[idx], len(train.suites))
+            Gb = cs[int(rng.choice(len(cs), p=ps))]
+            idx = batcher.batch(step, Gb)
+            Gb = raise_canvas(cs, Gb, int(train.alen[idx].max()))
+            ids, valid, ans_pos = batcher.tensors(idx, Gb)
+            loss, s = loss_on(model, ids, valid, ans_pos, args, rng_t, mask_id, train.alen[idx], Gb,
+                              train.suite[idx], len(train.suites), semi_ar=args.semi_ar_frac)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if args.clip > 0:
