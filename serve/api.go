@@ -11,10 +11,12 @@ import (
 )
 
 // The request and response bodies follow OpenAI's chat and (legacy) text
-// completions API. Fields OpenAI defines that a diffusion model cannot honour
-// (top_p, stop, logprobs, presence_penalty…) are accepted and ignored, as
-// unknown fields are; fields whose values would change the answer's meaning
-// (n > 1, stream) are refused with a 400.
+// completions API. max_tokens (or max_completion_tokens) caps the returned
+// text and its usage, stop strings cut it; sampling knobs a diffusion
+// sampler has no use for (top_p, presence_penalty…) are accepted and
+// ignored, as unknown fields are; fields whose values would change the
+// answer's meaning (n > 1, stream, tools, tool_choice, response_format,
+// logprobs) are refused with a 400 that names the field.
 
 // chatRequest is the body of POST /v1/chat/completions.
 type chatRequest struct {
@@ -35,13 +37,23 @@ type completionRequest struct {
 // genFields are the generation fields both endpoints share. Pointers tell
 // "absent" from zero.
 type genFields struct {
-	MaxTokens           *int     `json:"max_tokens"`
-	MaxCompletionTokens *int     `json:"max_completion_tokens"`
-	Temperature         *float64 `json:"temperature"`
-	Seed                *int64   `json:"seed"`
-	N                   *int     `json:"n"`
-	Stream              *bool    `json:"stream"`
-	User                string   `json:"user"`
+	MaxTokens           *int            `json:"max_tokens"`
+	MaxCompletionTokens *int            `json:"max_completion_tokens"`
+	Temperature         *float64        `json:"temperature"`
+	Seed                *int64          `json:"seed"`
+	N                   *int            `json:"n"`
+	Stream              *bool           `json:"stream"`
+	User                string          `json:"user"`
+	Stop                json.RawMessage `json:"stop"`
+
+	// Refused until supported (contract.go).
+	Tools          json.RawMessage `json:"tools"`
+	ToolChoice     json.RawMessage `json:"tool_choice"`
+	Functions      json.RawMessage `json:"functions"`
+	FunctionCall   json.RawMessage `json:"function_call"`
+	ResponseFormat json.RawMessage `json:"response_format"`
+	Logprobs       json.RawMessage `json:"logprobs"`
+	TopLogprobs    json.RawMessage `json:"top_logprobs"`
 
 	// dlmcache extras.
 	GenLength   *int   `json:"gen_length"`
@@ -59,11 +71,12 @@ type chatMessage struct {
 	Name    string          `json:"name"`
 }
 
-// text returns the message's content as one string.
+// text returns the message's content as one string. Content is required
+// (an empty string is content; a missing or null one is a 400).
 func (m chatMessage) text(i int) (string, error) {
 	c := bytes.TrimSpace(m.Content)
 	if len(c) == 0 || bytes.Equal(c, []byte("null")) {
-		return "", nil
+		return "", badRequest(fmt.Sprintf("messages[%d].content is required", i), fmt.Sprintf("messages[%d].content", i))
 	}
 	switch c[0] {
 	case '"':

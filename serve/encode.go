@@ -27,6 +27,7 @@ func encodeConversation(tok *tokenizer.Tokenizer, msgs []chatMessage) (ids []int
 		return nil, 0, badRequest("messages is required: want at least one user message", "messages")
 	}
 	var system []string
+	hasSystem := false // an explicit system message, even an empty one, is a system turn (as Hugging Face renders it)
 	var turns []tokenizer.Message
 	for i, m := range msgs {
 		text, err := m.text(i)
@@ -38,6 +39,7 @@ func encodeConversation(tok *tokenizer.Tokenizer, msgs []chatMessage) (ids []int
 			if len(turns) > 0 {
 				return nil, 0, badRequest(fmt.Sprintf("messages[%d]: a %s message must come before the conversation's first user message (the system messages are the shared prefix)", i, m.Role), fmt.Sprintf("messages[%d].role", i))
 			}
+			hasSystem = true
 			if text != "" {
 				system = append(system, text)
 			}
@@ -56,14 +58,14 @@ func encodeConversation(tok *tokenizer.Tokenizer, msgs []chatMessage) (ids []int
 		return nil, 0, badRequest("messages: the last message must be a user message", "messages")
 	}
 	sys := strings.Join(system, "\n\n")
-	if len(turns) == 1 {
+	if len(turns) == 1 && (sys != "" || !hasSystem) {
 		if ids, m, err := tok.EncodeChat(sys, turns[0].Content); err == nil {
 			return ids, m, nil
 		}
 	}
 	var prefix string
 	all := turns
-	if sys != "" {
+	if hasSystem {
 		head := []tokenizer.Message{{Role: "system", Content: sys}}
 		if prefix, err = tok.ApplyChat(head, false); err != nil {
 			return nil, 0, internalError(err)

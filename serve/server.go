@@ -131,6 +131,7 @@ func New(cfg Config) (*Server, error) {
 	s.mux.HandleFunc("GET /v1/models", s.handleModels)
 	s.mux.HandleFunc("GET /metrics", s.handleMetrics)
 	s.mux.HandleFunc("GET /healthz", s.handleHealth)
+	s.mux.HandleFunc("GET /health", s.handleHealth) // the path vLLM and SGLang serve
 	return s, nil
 }
 
@@ -157,7 +158,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				fmt.Sprintf("%s %s: method not allowed (use %s)", r.Method, r.URL.Path, allow)))
 		} else {
 			writeError(rec, newAPIError(http.StatusNotFound, "invalid_request_error", "not_found", "",
-				fmt.Sprintf("%s %s: no such endpoint (have POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /metrics, GET /healthz)", r.Method, r.URL.Path)))
+				fmt.Sprintf("%s %s: no such endpoint (have POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /metrics, GET /health, GET /healthz)", r.Method, r.URL.Path)))
 		}
 		s.logRequest(r, rec.status, s.cfg.Now().Sub(start), "")
 		return
@@ -214,6 +215,8 @@ type job struct {
 	prefixLen int
 	gen       model.GenOptions
 	salt      string
+	maxTokens int      // cap on the returned tokens (0: the gen length)
+	stop      []string // stop strings
 }
 
 // result is what a job produced.
@@ -295,6 +298,13 @@ func (s *Server) newJob(ids []int32, prefixLen int, g *genFields, paramPrompt st
 	if g.N != nil && *g.N != 1 {
 		return nil, badRequest(fmt.Sprintf("n=%d is not supported: want 1", *g.N), "n")
 	}
+	if e := g.unsupported(); e != nil {
+		return nil, e
+	}
+	stop, e := stopStrings(g.Stop)
+	if e != nil {
+		return nil, e
+	}
 	gen, e := s.genOptions(g)
 	if e != nil {
 		return nil, e
@@ -304,7 +314,13 @@ func (s *Server) newJob(ids []int32, prefixLen int, g *genFields, paramPrompt st
 			fmt.Sprintf("the prompt has %d tokens and the answer %d slots: %d in all exceed the model's context of %d tokens",
 				len(ids), gen.GenLength, len(ids)+gen.GenLength, s.cfg.MaxContext))
 	}
-	return &job{ids: ids, prefixLen: prefixLen, gen: gen, salt: g.CacheSalt}, nil
+	j := &job{ids: ids, prefixLen: prefixLen, gen: gen, salt: g.CacheSalt, stop: stop}
+	if g.MaxTokens != nil {
+		j.maxTokens = *g.MaxTokens
+	} else if g.MaxCompletionTokens != nil {
+		j.maxTokens = *g.MaxCompletionTokens
+	}
+	return j, nil
 }
 
 // genOptions resolves a request's generation options:
@@ -487,7 +503,7 @@ func (s *Server) run(ctx context.Context, j *job) (*result, *apiError) {
 		}
 		return nil, internalError(fmt.Errorf("generation failed: %w", err))
 	}
-	text, n, finish := s.answer(g.Answer)
+	text, n, finish := s.answer(g.Answer, j.maxTokens, j.stop)
 	st := Stats{Method: meth.Name, Depth: info.Depth, Ratio: float64(j.prefixLen) / float64(len(j.ids)+j.gen.GenLength),
 		Clamped: info.Clamped, PrefixTokens: j.prefixLen, PrefixHit: info.Hit, NFE: g.NFE,
 		GenLength: j.gen.GenLength, Steps: j.gen.Steps, BlockLength: j.gen.BlockLength,
@@ -503,24 +519,36 @@ func (s *Server) run(ctx context.Context, j *job) (*result, *apiError) {
 	return &result{text: text, finish: finish, completion: n, stats: st, promptTokens: len(j.ids)}, nil
 }
 
-// answer decodes the answer slots up to the first stop token. finish is
-// "stop" when one was found, else "length".
-func (s *Server) answer(ids []int32) (text string, n int, finish string) {
+// answer decodes the answer slots up to the first stop token, then applies
+// the request's cap (maxTokens > 0) and stop strings. finish is "stop" when
+// a stop token or string ended the answer, "length" when the slots or the
+// cap did. n counts the tokens whose text is returned.
+func (s *Server) answer(ids []int32, maxTokens int, stop []string) (text string, n int, finish string) {
 	lm := s.cfg.Model
-	text = lm.AnswerText(ids)
-	stop := map[int32]bool{int32(lm.Config.EOSTokenID): true, int32(lm.Config.MaskTokenID): true}
+	end := map[int32]bool{int32(lm.Config.EOSTokenID): true, int32(lm.Config.MaskTokenID): true}
 	for _, t := range []string{"<|endoftext|>", "<|eot_id|>"} {
 		if id, ok := lm.Tokenizer.TokenID(t); ok {
-			stop[id] = true
+			end[id] = true
 		}
 	}
-	for n < len(ids) && !stop[ids[n]] {
+	for n < len(ids) && !end[ids[n]] {
 		n++
 	}
+	finish = "length"
 	if n < len(ids) {
-		return text, n, "stop"
+		finish = "stop"
 	}
-	return text, n, "length"
+	if maxTokens > 0 && n > maxTokens {
+		n, finish = maxTokens, "length"
+	}
+	text = lm.Tokenizer.Decode(ids[:n])
+	if cut, ok := cutAtStop(text, stop); ok {
+		text, finish = cut, "stop"
+		for n > 0 && len(lm.Tokenizer.Decode(ids[:n])) > len(cut) {
+			n--
+		}
+	}
+	return text, n, finish
 }
 
 func ctxError(ctx context.Context) *apiError {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -35,6 +36,7 @@ type serveOptions struct {
 	Grace          time.Duration
 	MaxBodyBytes   int64
 	MaxContext     int
+	ServedName     string
 	Quiet          bool
 
 	// ready, if not nil, gets the listening address (tests).
@@ -51,8 +53,11 @@ OpenAI's shapes, with GET /metrics (Prometheus text) and GET /healthz.
 
 A chat's leading system messages are the shared prefix: requests with the
 same one (and the same cache_salt) share its stored K/V. max_tokens sets the
-gen length (rounded up to whole blocks); gen_length, steps, block_length and
-cache_salt are accepted as extra fields; stream=true is refused.
+gen length (rounded up to whole blocks) and caps the returned tokens
+(finish_reason "length" when it cuts); stop strings cut the answer;
+gen_length, steps, block_length and cache_salt are accepted as extra fields;
+stream=true, tools, tool_choice, response_format and logprobs are refused
+with a 400 naming the field. GET /health answers as /healthz does.
 
 --method defaults to bicache when --lut is given, else none. A table made
 for another model is refused at start.
@@ -75,6 +80,7 @@ to --grace, and exit.`,
 	fl := cmd.Flags()
 	addModelFlags(fl, &opts.Model, &opts.Device, &opts.Threads)
 	fl.StringVar(&opts.Addr, "addr", "127.0.0.1:8080", "listen address (host:port; port 0 picks a free one)")
+	fl.StringVar(&opts.ServedName, "served-model-name", "", "the model name the API reports (GET /v1/models, responses' model); default: the model's name")
 	fl.StringVar(&opts.Method, "method", "", "caching method: "+fmt.Sprint(cache.Methods)+"; default: bicache with --lut, else none")
 	addCacheFlags(fl, &opts.Cache)
 	fl.IntVar(&opts.GenLength, "gen-length", 0, "default answer slots; 0: the model's default")
@@ -114,7 +120,7 @@ func serveRun(ctx context.Context, opts *serveOptions) error {
 		logw = nil
 	}
 	srv, err := serve.New(serve.Config{
-		Model: lm.Model, Name: lm.Name, Method: meth, Gen: gen,
+		Model: lm.Model, Name: cmp.Or(opts.ServedName, lm.Name), Method: meth, Gen: gen,
 		Adapt:          func(o model.GenOptions) model.GenOptions { return methodGen(o, meth, &opts.Cache) },
 		MaxConcurrency: opts.MaxConcurrency, MaxQueue: opts.MaxQueue, QueueWait: opts.QueueWait,
 		Timeout: opts.Timeout, MaxBodyBytes: opts.MaxBodyBytes, MaxContext: opts.MaxContext, Log: logw,

@@ -1,0 +1,143 @@
+package serve
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/dlmcache/dlmcache/model/tokenizer"
+)
+
+func TestMaxTokensCapsTextAndUsage(t *testing.T) {
+	s := newTestServer(t, "none", 0, nil)
+	full := decodeChat(t, post(t, s, "/v1/chat/completions", chatBody("Be brief.", "Hello", `"gen_length":16`)))
+	if full.Usage.CompletionTokens < 6 {
+		t.Skipf("the fixture's answer has %d tokens; the cap needs more", full.Usage.CompletionTokens)
+	}
+	for _, field := range []string{"max_tokens", "max_completion_tokens"} {
+		// Alone, the cap also sets the gen length: never more tokens than asked.
+		alone := decodeChat(t, post(t, s, "/v1/chat/completions", chatBody("Be brief.", "Hello", `"`+field+`":5`)))
+		if alone.Usage.CompletionTokens > 5 {
+			t.Errorf("%s 5 alone: %d completion tokens", field, alone.Usage.CompletionTokens)
+		}
+		// With the slots fixed, the cap cuts the same answer.
+		r := decodeChat(t, post(t, s, "/v1/chat/completions", chatBody("Be brief.", "Hello", `"gen_length":16,"`+field+`":5`)))
+		if r.Usage.CompletionTokens > 5 || r.Choices[0].FinishReason != "length" {
+			t.Errorf("%s 5: %d completion tokens, finish %q", field, r.Usage.CompletionTokens, r.Choices[0].FinishReason)
+		}
+		if !strings.HasPrefix(full.Choices[0].Message.Content, r.Choices[0].Message.Content) || r.Choices[0].Message.Content == full.Choices[0].Message.Content {
+			t.Errorf("%s 5: %q is not a strict prefix of the uncapped %q", field, r.Choices[0].Message.Content, full.Choices[0].Message.Content)
+		}
+		if r.Usage.TotalTokens != r.Usage.PromptTokens+r.Usage.CompletionTokens {
+			t.Errorf("%s: usage %+v does not add up", field, r.Usage)
+		}
+	}
+}
+
+func TestStopStrings(t *testing.T) {
+	s := newTestServer(t, "none", 0, nil)
+	full := decodeChat(t, post(t, s, "/v1/chat/completions", chatBody("Be brief.", "Hello", "")))
+	text := full.Choices[0].Message.Content
+	if len([]rune(text)) < 4 {
+		t.Skipf("the fixture's answer %q is too short to cut", text)
+	}
+	r := []rune(text)
+	stop := string(r[len(r)/2 : len(r)/2+2])
+	want := text[:strings.Index(text, stop)]
+	for _, field := range []string{`"stop":` + quote(stop), `"stop":["zzzz-not-there",` + quote(stop) + `]`} {
+		got := decodeChat(t, post(t, s, "/v1/chat/completions", chatBody("Be brief.", "Hello", field)))
+		if c := got.Choices[0]; c.Message.Content != want || c.FinishReason != "stop" {
+			t.Errorf("%s: %q (finish %q), want %q (stop)", field, c.Message.Content, c.FinishReason, want)
+		}
+		if got.Usage.CompletionTokens > full.Usage.CompletionTokens {
+			t.Errorf("%s: %d completion tokens, more than the uncut %d", field, got.Usage.CompletionTokens, full.Usage.CompletionTokens)
+		}
+	}
+	// The completions endpoint applies them too.
+	comp := post(t, s, "/v1/completions", `{"prompt":"Hello","stop":"zzzz-not-there"}`)
+	if comp.Code != 200 {
+		t.Errorf("completions with stop: %d %s", comp.Code, comp.Body)
+	}
+}
+
+func quote(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+func TestRefusedFields(t *testing.T) {
+	s := newTestServer(t, "none", 0, nil)
+	for _, tc := range []struct{ extra, param string }{
+		{`"tools":[{"type":"function","function":{"name":"f"}}]`, "tools"},
+		{`"tool_choice":"auto"`, "tool_choice"},
+		{`"response_format":{"type":"json_object"}`, "response_format"},
+		{`"logprobs":true`, "logprobs"},
+		{`"top_logprobs":3`, "top_logprobs"},
+		{`"functions":[{"name":"f"}]`, "functions"},
+		{`"stop":["a","b","c","d","e"]`, "stop"},
+		{`"stop":""`, "stop"},
+		{`"stop":5`, "stop"},
+	} {
+		rec := post(t, s, "/v1/chat/completions", chatBody("Be brief.", "Hello", tc.extra))
+		var e struct {
+			Error apiError `json:"error"`
+		}
+		json.Unmarshal(rec.Body.Bytes(), &e)
+		if rec.Code != 400 || e.Error.Param == nil || *e.Error.Param != tc.param {
+			t.Errorf("%s: %d %s, want a 400 naming %s", tc.extra, rec.Code, rec.Body, tc.param)
+		}
+	}
+	// Fields that ask for the default are accepted.
+	for _, extra := range []string{`"tools":[]`, `"tool_choice":"none"`, `"response_format":{ "type": "text" }`, `"logprobs":false`, `"logprobs":null`} {
+		if rec := post(t, s, "/v1/chat/completions", chatBody("Be brief.", "Hello", extra)); rec.Code != 200 {
+			t.Errorf("%s: %d %s, want 200", extra, rec.Code, rec.Body)
+		}
+	}
+	// A message without content is a 400 naming it.
+	for _, body := range []string{
+		`{"messages":[{"role":"user"}]}`,
+		`{"messages":[{"role":"system","content":"x"},{"role":"user","content":null}]}`,
+	} {
+		if rec := post(t, s, "/v1/chat/completions", body); rec.Code != 400 || !strings.Contains(rec.Body.String(), "content is required") {
+			t.Errorf("%s: %d %s", body, rec.Code, rec.Body)
+		}
+	}
+}
+
+func TestHealthAlias(t *testing.T) {
+	s := newTestServer(t, "none", 0, nil)
+	for _, p := range []string{"/health", "/healthz"} {
+		if rec := get(t, s, p); rec.Code != 200 || !strings.Contains(rec.Body.String(), `"ok"`) {
+			t.Errorf("GET %s: %d %s", p, rec.Code, rec.Body)
+		}
+	}
+}
+
+// An explicit empty system message is a system turn, as Hugging Face's
+// template renders it; no system message is none.
+func TestEmptySystemMessage(t *testing.T) {
+	tok := loadTiny(t).Tokenizer
+	msg := func(role, content string) chatMessage {
+		c, _ := json.Marshal(content)
+		return chatMessage{Role: role, Content: c}
+	}
+	ids, m, err := encodeConversation(tok, []chatMessage{msg("system", ""), msg("user", "Hi")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	full, err := tok.ApplyChat([]tokenizer.Message{{Role: "system", Content: ""}, {Role: "user", Content: "Hi"}}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := tok.Encode(full); !slices.Equal(ids, want) {
+		t.Errorf("empty system turn: %v, want the template's %v", ids, want)
+	}
+	none, m0, err := encodeConversation(tok, []chatMessage{msg("user", "Hi")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(none) >= len(ids) || m0 >= m {
+		t.Errorf("no system message: %d tokens (prefix %d); empty system message: %d (prefix %d)", len(none), m0, len(ids), m)
+	}
+}
