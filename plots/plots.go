@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 
+	"github.com/dlmcache/dlmcache/internal/atomicfile"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
@@ -110,22 +110,8 @@ func Save(f Figure, path string, w, h vg.Length) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("plots: %w", err)
-	}
-	_, werr := tmp.Write(raw)
-	if werr == nil {
-		werr = tmp.Chmod(0o644) // CreateTemp makes 0600; a figure is for reading
-	}
-	cerr := tmp.Close()
-	if werr != nil || cerr != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("plots: writing %s: %w", path, errors.Join(werr, cerr))
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("plots: %w", err)
+	if err := atomicfile.WriteFile(path, raw, 0o644); err != nil {
+		return fmt.Errorf("plots: writing %s: %w", path, err)
 	}
 	return nil
 }

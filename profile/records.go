@@ -4,13 +4,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
-	"path/filepath"
 	"sort"
 
 	"github.com/parquet-go/parquet-go"
 
+	"github.com/dlmcache/dlmcache/internal/atomicfile"
 	"github.com/dlmcache/dlmcache/lut"
 )
 
@@ -132,26 +133,15 @@ func WriteParquet(path string, recs []Record, info RunInfo) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	err = atomicfile.Write(path, 0o644, func(f io.Writer) error {
+		w := parquet.NewGenericWriter[Record](f, parquet.KeyValueMetadata(MetaKey, string(meta)), parquet.Compression(&parquet.Zstd))
+		if _, err := w.Write(recs); err != nil {
+			return err
+		}
+		return w.Close()
+	})
 	if err != nil {
-		return err
-	}
-	w := parquet.NewGenericWriter[Record](f, parquet.KeyValueMetadata(MetaKey, string(meta)))
-	_, werr := w.Write(recs)
-	if werr == nil {
-		werr = w.Close()
-	}
-	if werr == nil {
-		werr = f.Sync()
-	}
-	cerr := f.Close()
-	if err := errors.Join(werr, cerr); err != nil {
-		os.Remove(f.Name())
 		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		os.Remove(f.Name())
-		return err
 	}
 	return nil
 }

@@ -11,9 +11,11 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/parquet-go/parquet-go"
+	"github.com/parquet-go/parquet-go/format"
 
 	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/datasets"
@@ -420,5 +422,53 @@ func TestReadPartialOldLines(t *testing.T) {
 	}
 	if b := done["b"][0]; b.SimKVRowMin != 0.5 {
 		t.Errorf("new line: %+v, want the worst row 0.5", b)
+	}
+}
+
+// TestRunOutputsReadable: every file a profile writes is 0644 under the
+// default umask (atomicfile applies the umask as os.WriteFile does), and
+// similarity.parquet is zstd-compressed and reads back.
+func TestRunOutputsReadable(t *testing.T) {
+	m := loadTiny(t)
+	reqs := testRequests(t, m, 3)
+	dir := t.TempDir()
+	old := syscall.Umask(0o022)
+	defer syscall.Umask(old)
+	if _, err := testRunner(m, dir).Run(context.Background(), reqs); err != nil {
+		t.Fatal(err)
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		fi, err := e.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().IsRegular() && fi.Mode().Perm() != 0o644 {
+			t.Errorf("%s: mode %v, want -rw-r--r--", e.Name(), fi.Mode().Perm())
+		}
+	}
+	path := filepath.Join(dir, SimilarityFile)
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, _ := f.Stat()
+	pf, err := parquet.OpenFile(f, st.Size())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rg := range pf.RowGroups() {
+		for i, cc := range rg.ColumnChunks() {
+			if codec := pf.Metadata().RowGroups[0].Columns[i].MetaData.Codec; codec != format.Zstd {
+				t.Errorf("column %d (%T): codec %v, want zstd", i, cc, codec)
+			}
+		}
+	}
+	if recs, _, err := ReadParquet(path); err != nil || len(recs) == 0 {
+		t.Errorf("reading it back: %d records, %v", len(recs), err)
 	}
 }

@@ -137,11 +137,9 @@ func benchRun(ctx context.Context, opts *benchOptions) error {
 		if err := writeFileAtomic(filepath.Join(opts.Out, "bench.json"), append(js, '\n')); err != nil {
 			return err
 		}
-		tmp := filepath.Join(opts.Out, ".bench.parquet.tmp")
-		if err := parquet.WriteFile(tmp, rows); err != nil {
-			return err
-		}
-		if err := os.Rename(tmp, filepath.Join(opts.Out, "bench.parquet")); err != nil {
+		if err := atomicfile.Write(filepath.Join(opts.Out, "bench.parquet"), 0o644, func(w io.Writer) error {
+			return parquet.Write(w, rows, parquet.Compression(&parquet.Zstd))
+		}); err != nil {
 			return err
 		}
 	}

@@ -5,9 +5,9 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sort"
+
+	"github.com/dlmcache/dlmcache/internal/atomicfile"
 )
 
 // WriteTensor is one tensor to write: Data holds numel·DType.Size()
@@ -116,34 +116,7 @@ func writeJSON(buf *bytes.Buffer, v any) {
 	buf.Write(b)
 }
 
-// writeAtomic writes b to path through a temporary file in the same
-// directory and a rename.
-func writeAtomic(path string, b []byte) (err error) {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	tmp, err := os.CreateTemp(dir, "."+base+".tmp*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if _, err = tmp.Write(b); err != nil {
-		return err
-	}
-	if err = tmp.Chmod(0o644); err != nil {
-		return err
-	}
-	if err = tmp.Sync(); err != nil {
-		return err
-	}
-	if err = tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+// writeAtomic writes b to path atomically (internal/atomicfile), 0644.
+func writeAtomic(path string, b []byte) error {
+	return atomicfile.WriteFile(path, b, 0o644)
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/dlmcache/dlmcache/datasets"
+	"github.com/dlmcache/dlmcache/internal/atomicfile"
 	"github.com/dlmcache/dlmcache/model/tokenizer"
 )
 
@@ -390,34 +391,20 @@ func writeFileAtomic(path string, data []byte) error {
 	})
 }
 
-// writeAtomic writes path through a temp file in the same directory, then
-// renames it into place; on any error the temp file is removed.
-func writeAtomic(path string, fill func(*bufio.Writer) error) (err error) {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-			err = fmt.Errorf("writing %s: %w", path, err)
+// writeAtomic writes path atomically (internal/atomicfile, 0644) through a
+// buffered writer.
+func writeAtomic(path string, fill func(*bufio.Writer) error) error {
+	err := atomicfile.Write(path, 0o644, func(w io.Writer) error {
+		bw := bufio.NewWriter(w)
+		if err := fill(bw); err != nil {
+			return err
 		}
-	}()
-	w := bufio.NewWriterSize(f, 1<<20)
-	if err = fill(w); err != nil {
-		return err
+		return bw.Flush()
+	})
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
 	}
-	if err = w.Flush(); err != nil {
-		return err
-	}
-	if err = f.Chmod(0o644); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
+	return nil
 }
 
 // ---- statistics ------------------------------------------------------------
