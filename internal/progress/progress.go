@@ -1,80 +1,126 @@
-// Package progress draws a one-line progress bar with rate and ETA on a
-// terminal, and stays silent otherwise (pipes, CI, --quiet).
+// Package progress reports the progress of long commands on stderr: a
+// progress bar (github.com/schollz/progressbar/v3) with rate and ETA on a
+// terminal, and a plain progress line every PlainEvery when stderr is not a
+// terminal (CI logs, pipes), so a long profile is never silent. --quiet
+// turns both off.
 package progress
 
 import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
+	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 )
 
-// Bar is a progress bar for a known number of items.
+// PlainEvery is how often a bar that does not draw on a terminal prints a
+// plain progress line.
+var PlainEvery = 10 * time.Second
+
+// Bar reports progress over a known number of items.
 type Bar struct {
-	mu     sync.Mutex
-	w      io.Writer
-	label  string
-	unit   string
-	total  int
-	start  time.Time
-	base   int // items already done when the bar started (resumed work)
-	last   time.Time
-	active bool
+	mu    sync.Mutex
+	w     io.Writer
+	label string
+	unit  string
+	total int
+	quiet bool
+	tty   bool
+
+	base  int // items already done when the bar started (resumed work); -1 before the first Set
+	start time.Time
+	last  time.Time // last plain line
+	done  int
+	pb    *progressbar.ProgressBar
 }
 
-// New returns a bar writing to w when w is a terminal and quiet is false.
+// New returns a bar over total items writing to w: drawn when w is a
+// terminal, plain lines otherwise, nothing when quiet.
 func New(w io.Writer, label, unit string, total int, quiet bool) *Bar {
-	b := &Bar{w: w, label: label, unit: unit, total: total, start: time.Now(), base: -1}
-	if f, ok := w.(*os.File); ok && !quiet && term.IsTerminal(int(f.Fd())) {
-		b.active = true
+	b := &Bar{w: w, label: label, unit: unit, total: total, quiet: quiet, base: -1}
+	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		b.tty = true
 	}
 	return b
 }
 
-// Set reports that done items are finished.
+// Set reports that done items are finished. The first call's count is the
+// work already done before this run (a resumed profile): rate and ETA count
+// from it.
 func (b *Bar) Set(done int) {
-	if b == nil {
+	if b == nil || b.quiet {
 		return
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	now := time.Now()
 	if b.base < 0 {
-		b.base = done
-		b.start = time.Now()
+		b.base, b.start, b.last = done, now, now
+		if b.tty {
+			desc := b.label
+			if done > 0 {
+				desc = fmt.Sprintf("%s (%d done before)", b.label, done)
+			}
+			b.pb = progressbar.NewOptions(b.total-done,
+				progressbar.OptionSetWriter(b.w),
+				progressbar.OptionSetDescription(desc),
+				progressbar.OptionSetItsString(b.unit),
+				progressbar.OptionShowCount(),
+				progressbar.OptionShowIts(),
+				progressbar.OptionSetPredictTime(true),
+				progressbar.OptionSetWidth(30),
+				progressbar.OptionThrottle(100*time.Millisecond),
+				progressbar.OptionOnCompletion(func() { fmt.Fprintln(b.w) }),
+			)
+		}
 	}
-	if !b.active || (time.Since(b.last) < 100*time.Millisecond && done < b.total) {
+	b.done = done
+	if b.pb != nil {
+		b.pb.Set(done - b.base)
 		return
 	}
-	b.last = time.Now()
-	fmt.Fprint(b.w, "\r"+b.line(done, time.Since(b.start)))
+	if !b.tty && done > b.base && now.Sub(b.last) >= PlainEvery && done < b.total {
+		b.last = now
+		fmt.Fprintln(b.w, b.plain(now))
+	}
 }
 
-func (b *Bar) line(done int, el time.Duration) string {
-	const width = 30
-	frac := 1.0
+// plain is one progress line: label, count, share, rate and ETA.
+func (b *Bar) plain(now time.Time) string {
+	pct := 100.0
 	if b.total > 0 {
-		frac = float64(done) / float64(b.total)
+		pct = 100 * float64(b.done) / float64(b.total)
 	}
-	fill := int(frac * width)
-	bar := strings.Repeat("█", fill) + strings.Repeat("░", width-fill)
-	rate := float64(done-b.base) / el.Seconds()
+	el := now.Sub(b.start).Seconds()
+	rate := 0.0
+	if el > 0 {
+		rate = float64(b.done-b.base) / el
+	}
 	eta := "--"
-	if rate > 0 && done < b.total {
-		eta = time.Duration(float64(b.total-done) / rate * float64(time.Second)).Round(time.Second).String()
+	if rate > 0 && b.done < b.total {
+		eta = time.Duration(float64(b.total-b.done) / rate * float64(time.Second)).Round(time.Second).String()
 	}
-	return fmt.Sprintf("%s %s %d/%d %s  %.1f %s/s  ETA %s ", b.label, bar, done, b.total, b.unit, rate, b.unit, eta)
+	return fmt.Sprintf("%s: %d/%d %s (%.0f%%), %.2f %s/s, ETA %s", b.label, b.done, b.total, b.unit, pct, rate, b.unit, eta)
 }
 
-// Done ends the bar's line.
+// Done ends the bar: the drawn bar's line, or a last plain line.
 func (b *Bar) Done() {
-	if b == nil || !b.active {
+	if b == nil || b.quiet || b.base < 0 {
 		return
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	fmt.Fprintln(b.w)
+	if b.pb != nil {
+		if !b.pb.IsFinished() {
+			b.pb.Exit()
+			fmt.Fprintln(b.w)
+		}
+		return
+	}
+	if !b.tty {
+		fmt.Fprintln(b.w, b.plain(time.Now()))
+	}
 }
