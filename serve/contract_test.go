@@ -141,3 +141,34 @@ func TestEmptySystemMessage(t *testing.T) {
 		t.Errorf("no system message: %d tokens (prefix %d); empty system message: %d (prefix %d)", len(none), m0, len(ids), m)
 	}
 }
+
+// /metrics is prometheus/client_golang's: it parses with the Prometheus
+// text parser and has the histograms, the process and Go collectors, and
+// counts of requests no endpoint took.
+func TestMetricsExposition(t *testing.T) {
+	s := newTestServer(t, "bicache", 1<<30, nil)
+	decodeChat(t, post(t, s, "/v1/chat/completions", chatBody("Be brief.", "Hello", "")))
+	get(t, s, "/nope")
+	post(t, s, "/v1/models", "{}") // GET only: 405
+	page := get(t, s, "/metrics").Body.String()
+	fams, err := parseMetrics(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"dlmcache_request_duration_seconds", "dlmcache_queue_wait_seconds",
+		"dlmcache_generation_duration_seconds", "dlmcache_generation_nfe"} {
+		if f := fams[name]; f == nil || f.GetType().String() != "HISTOGRAM" {
+			t.Errorf("%s: not a histogram in /metrics", name)
+		}
+	}
+	for _, name := range []string{"process_resident_memory_bytes", "go_goroutines", "dlmcache_prefix_cache_bytes", "dlmcache_info"} {
+		if fams[name] == nil {
+			t.Errorf("%s missing from /metrics", name)
+		}
+	}
+	if metric(t, page, "dlmcache_generation_nfe_count") != 1 || metric(t, page, `dlmcache_requests_unrouted_total{code="404"}`) != 1 ||
+		metric(t, page, `dlmcache_requests_unrouted_total{code="405"}`) != 1 {
+		t.Errorf("nfe count %v, 404s %v, 405s %v", metric(t, page, "dlmcache_generation_nfe_count"),
+			metric(t, page, `dlmcache_requests_unrouted_total{code="404"}`), metric(t, page, `dlmcache_requests_unrouted_total{code="405"}`))
+	}
+}

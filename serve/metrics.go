@@ -1,44 +1,53 @@
 package serve
 
 import (
-	"fmt"
-	"io"
-	"math"
-	"sort"
+	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/dlmcache/dlmcache/cache"
 )
 
-// Metrics are the server's counters, written in Prometheus' text exposition
-// format (version 0.0.4) by hand: a few counters, gauges and histograms
-// need no client library.
+// metrics are the server's Prometheus metrics (prometheus/client_golang),
+// on a registry of the server's own with the process and Go collectors.
+// Names are those of the hand-written exposition they replaced; adding a
+// metric is one field and one line in newMetrics.
 type metrics struct {
-	mu sync.Mutex
+	reg *prometheus.Registry
 
-	requests  map[[2]string]int64 // (endpoint, code) → count
-	latency   map[string]*histogram
-	inFlight  int64 // requests being handled (queued or generating)
-	queued    int64 // waiting for a generation slot
-	running   int64 // generating
-	rejected  map[string]int64
-	depths    map[int]int64 // served depth → requests
-	clamped   int64
-	prefixHit int64 // requests whose prefix was in the store
-	prefixMis int64 // requests that computed their prefix
-	genTokens int64 // answer slots decoded (gen_length per request)
-	complTok  int64 // completion tokens returned (up to the first stop token)
-	promptTok int64
-	genSecs   float64 // generation wall time, summed over requests
-	nfe       int64
-	rowsComp  int64
-	rowsFull  int64
-	flops     float64 // matrix-product FLOPs, prefix-store fills included
-	flopsFull float64 // what computing every row would have cost
-	genLat    *histogram
-	window    []tokenEvent // finished generations in the last tpsWindow
+	requests    *prometheus.CounterVec   // endpoint, code
+	latency     *prometheus.HistogramVec // endpoint
+	unrouted    *prometheus.CounterVec   // code: 404 and 405
+	inFlight    prometheus.Gauge
+	queued      prometheus.Gauge
+	queuedN     atomic.Int64 // queued, readable by tests
+	running     prometheus.Gauge
+	rejected    *prometheus.CounterVec // reason
+	queueWait   prometheus.Histogram
+	depths      *prometheus.CounterVec // depth
+	clamped     prometheus.Counter
+	prefixReqs  *prometheus.CounterVec // hit
+	genTokens   prometheus.Counter
+	complTokens prometheus.Counter
+	promptTok   prometheus.Counter
+	genSecs     prometheus.Counter
+	nfe         prometheus.Counter
+	nfeHist     prometheus.Histogram
+	rowsComp    prometheus.Counter
+	rowsFull    prometheus.Counter
+	flops       prometheus.Counter
+	flopsFull   prometheus.Counter
+	genLat      prometheus.Histogram
+
+	mu     sync.Mutex
+	window []tokenEvent // finished generations in the last tpsWindow
+	now    func() time.Time
 }
 
 type tokenEvent struct {
@@ -49,109 +58,168 @@ type tokenEvent struct {
 // tpsWindow is the window of the tokens/s gauge.
 const tpsWindow = time.Minute
 
-func newMetrics() *metrics {
-	return &metrics{
-		requests: map[[2]string]int64{},
-		latency:  map[string]*histogram{},
-		rejected: map[string]int64{},
-		depths:   map[int]int64{},
-		genLat:   newHistogram(latencyBuckets),
-	}
-}
-
 // latencyBuckets are request latency bounds in seconds.
 var latencyBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}
 
-type histogram struct {
-	bounds []float64
-	counts []int64 // per bucket (not cumulative); last is +Inf
-	sum    float64
-	n      int64
+// nfeBuckets are forward evaluations per generation.
+var nfeBuckets = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}
+
+// newMetrics registers every metric; store reads the prefix store's
+// counters at scrape time (nil: no store), method labels dlmcache_info.
+func newMetrics(method string, store func() cache.Stats, now func() time.Time) *metrics {
+	m := &metrics{reg: prometheus.NewRegistry(), now: now}
+	f := promauto(m.reg)
+	counter := func(name, help string) prometheus.Counter {
+		return f.counter(prometheus.CounterOpts{Name: name, Help: help})
+	}
+	gauge := func(name, help string) prometheus.Gauge {
+		return f.gauge(prometheus.GaugeOpts{Name: name, Help: help})
+	}
+	m.requests = f.counterVec(prometheus.CounterOpts{Name: "dlmcache_requests_total", Help: "HTTP requests by endpoint and status code."}, "endpoint", "code")
+	m.latency = f.histogramVec(prometheus.HistogramOpts{Name: "dlmcache_request_duration_seconds", Help: "HTTP request latency by endpoint, queueing included.", Buckets: latencyBuckets}, "endpoint")
+	m.unrouted = f.counterVec(prometheus.CounterOpts{Name: "dlmcache_requests_unrouted_total", Help: "Requests for no endpoint (404) or with a method the path does not take (405)."}, "code")
+	m.unrouted.WithLabelValues("404")
+	m.unrouted.WithLabelValues("405")
+	m.inFlight = gauge("dlmcache_requests_in_flight", "Completion requests being handled (queued or generating).")
+	m.queued = gauge("dlmcache_requests_queued", "Completion requests waiting for a generation slot.")
+	m.running = gauge("dlmcache_generations_running", "Generations running.")
+	m.rejected = f.counterVec(prometheus.CounterOpts{Name: "dlmcache_requests_rejected_total", Help: "Requests refused by the admission bounds, by reason."}, "reason")
+	m.rejected.WithLabelValues("queue_full")
+	m.rejected.WithLabelValues("queue_timeout")
+	m.queueWait = f.histogram(prometheus.HistogramOpts{Name: "dlmcache_queue_wait_seconds", Help: "Time a generation waited for a slot.", Buckets: latencyBuckets})
+	m.depths = f.counterVec(prometheus.CounterOpts{Name: "dlmcache_depth_requests_total", Help: "Generations by the number of leading layers whose prefix K/V came from the store."}, "depth")
+	m.clamped = counter("dlmcache_ratio_clamped_total", "Generations whose shared-prefix ratio lay outside the table's profiled bins (depth of the nearest bin used).")
+	m.prefixReqs = f.counterVec(prometheus.CounterOpts{Name: "dlmcache_prefix_requests_total", Help: "Generations that used the store, by whether their prefix was already there."}, "hit")
+	m.prefixReqs.WithLabelValues("true")
+	m.prefixReqs.WithLabelValues("false")
+	m.genTokens = counter("dlmcache_generated_tokens_total", "Answer slots decoded (gen_length per generation); rate() over dlmcache_generation_seconds_total is tokens/s per generation.")
+	m.complTokens = counter("dlmcache_completion_tokens_total", "Completion tokens returned (after max_tokens and stop strings).")
+	m.promptTok = counter("dlmcache_prompt_tokens_total", "Prompt tokens of finished generations.")
+	m.genSecs = counter("dlmcache_generation_seconds_total", "Generation wall time summed over generations.")
+	m.nfe = counter("dlmcache_forward_evaluations_total", "Forward evaluations (NFE).")
+	m.nfeHist = f.histogram(prometheus.HistogramOpts{Name: "dlmcache_generation_nfe", Help: "Forward evaluations per generation.", Buckets: nfeBuckets})
+	m.rowsComp = counter("dlmcache_rows_computed_total", "Layer-rows computed by the forwards.")
+	m.rowsFull = counter("dlmcache_rows_full_total", "Layer-rows a forward computing every row would have cost.")
+	m.flops = counter("dlmcache_flops_total", "Matrix-product FLOPs of the forwards, prefix-store fills included.")
+	m.flopsFull = counter("dlmcache_flops_full_total", "Matrix-product FLOPs that computing every row would have cost.")
+	m.genLat = f.histogram(prometheus.HistogramOpts{Name: "dlmcache_generation_duration_seconds", Help: "Generation wall time (after the queue).", Buckets: latencyBuckets})
+
+	info := f.gaugeVec(prometheus.GaugeOpts{Name: "dlmcache_info", Help: "The serving configuration."}, "method")
+	info.WithLabelValues(method).Set(1)
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "dlmcache_tokens_per_second",
+		Help: "Answer slots decoded by generations that finished in the last minute, per second of that minute."}, m.tokensPerSecond))
+
+	if store == nil {
+		store = func() cache.Stats { return cache.Stats{} }
+	}
+	for _, s := range []struct {
+		name, help string
+		gauge      bool
+		v          func(cache.Stats) float64
+	}{
+		{"dlmcache_prefix_cache_queries_tokens_total", "Shared-prefix tokens looked up in the prefix store.", false, func(s cache.Stats) float64 { return float64(s.QueryTokens) }},
+		{"dlmcache_prefix_cache_hits_tokens_total", "Shared-prefix tokens found in the prefix store.", false, func(s cache.Stats) float64 { return float64(s.HitTokens) }},
+		{"dlmcache_prefix_cache_queries_total", "Prefix store lookups.", false, func(s cache.Stats) float64 { return float64(s.Queries) }},
+		{"dlmcache_prefix_cache_hits_total", "Prefix store lookups that found the prefix.", false, func(s cache.Stats) float64 { return float64(s.Hits) }},
+		{"dlmcache_prefix_cache_evictions_total", "Prefixes evicted from the store to stay within its byte budget.", false, func(s cache.Stats) float64 { return float64(s.Evictions) }},
+		{"dlmcache_prefix_cache_evicted_tokens_total", "Prefix tokens evicted from the store.", false, func(s cache.Stats) float64 { return float64(s.EvictedTokens) }},
+		{"dlmcache_prefix_cache_uncacheable_total", "Prefixes larger than the whole budget (computed, not stored).", false, func(s cache.Stats) float64 { return float64(s.Uncacheable) }},
+		{"dlmcache_prefix_cache_entries", "Prefixes held in the store.", true, func(s cache.Stats) float64 { return float64(s.Entries) }},
+		{"dlmcache_prefix_cache_bytes", "Bytes held by the store's prefixes.", true, func(s cache.Stats) float64 { return float64(s.Bytes) }},
+		{"dlmcache_prefix_cache_budget_bytes", "The store's byte budget.", true, func(s cache.Stats) float64 { return float64(s.BudgetBytes) }},
+	} {
+		read := func() float64 { return s.v(store()) }
+		if s.gauge {
+			m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: s.name, Help: s.help}, read))
+		} else {
+			m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: s.name, Help: s.help}, read))
+		}
+	}
+	m.reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
+	return m
 }
 
-func newHistogram(b []float64) *histogram {
-	return &histogram{bounds: b, counts: make([]int64, len(b)+1)}
+// factory registers metrics on one registry.
+type factory struct{ reg *prometheus.Registry }
+
+func promauto(reg *prometheus.Registry) factory { return factory{reg} }
+
+func (f factory) counter(o prometheus.CounterOpts) prometheus.Counter {
+	c := prometheus.NewCounter(o)
+	f.reg.MustRegister(c)
+	return c
 }
 
-func (h *histogram) observe(v float64) {
-	i := sort.SearchFloat64s(h.bounds, v) // first bound ≥ v
-	h.counts[i]++
-	h.sum += v
-	h.n++
+func (f factory) gauge(o prometheus.GaugeOpts) prometheus.Gauge {
+	g := prometheus.NewGauge(o)
+	f.reg.MustRegister(g)
+	return g
 }
 
-func (h *histogram) write(w io.Writer, name, labels string) {
-	var cum int64
-	sep := ""
-	if labels != "" {
-		sep = ","
-	}
-	for i, b := range h.bounds {
-		cum += h.counts[i]
-		fmt.Fprintf(w, "%s_bucket{%s%sle=\"%s\"} %d\n", name, labels, sep, fmtFloat(b), cum)
-	}
-	cum += h.counts[len(h.bounds)]
-	fmt.Fprintf(w, "%s_bucket{%s%sle=\"+Inf\"} %d\n", name, labels, sep, cum)
-	if labels != "" {
-		labels = "{" + labels + "}"
-	}
-	fmt.Fprintf(w, "%s_sum%s %s\n%s_count%s %d\n", name, labels, fmtFloat(h.sum), name, labels, h.n)
+func (f factory) histogram(o prometheus.HistogramOpts) prometheus.Histogram {
+	h := prometheus.NewHistogram(o)
+	f.reg.MustRegister(h)
+	return h
 }
 
-func fmtFloat(v float64) string {
-	if math.IsInf(v, 1) {
-		return "+Inf"
-	}
-	return strconv.FormatFloat(v, 'g', -1, 64)
+func (f factory) counterVec(o prometheus.CounterOpts, labels ...string) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(o, labels)
+	f.reg.MustRegister(c)
+	return c
+}
+
+func (f factory) gaugeVec(o prometheus.GaugeOpts, labels ...string) *prometheus.GaugeVec {
+	g := prometheus.NewGaugeVec(o, labels)
+	f.reg.MustRegister(g)
+	return g
+}
+
+func (f factory) histogramVec(o prometheus.HistogramOpts, labels ...string) *prometheus.HistogramVec {
+	h := prometheus.NewHistogramVec(o, labels)
+	f.reg.MustRegister(h)
+	return h
+}
+
+// handler serves the registry in Prometheus' text format.
+func (m *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 }
 
 func (m *metrics) request(endpoint string, code int, d time.Duration) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.requests[[2]string{endpoint, strconv.Itoa(code)}]++
-	h := m.latency[endpoint]
-	if h == nil {
-		h = newHistogram(latencyBuckets)
-		m.latency[endpoint] = h
-	}
-	h.observe(d.Seconds())
+	m.requests.WithLabelValues(endpoint, strconv.Itoa(code)).Inc()
+	m.latency.WithLabelValues(endpoint).Observe(d.Seconds())
 }
 
-func (m *metrics) add(p *int64, d int64) {
-	m.mu.Lock()
-	*p += d
-	m.mu.Unlock()
+func (m *metrics) reject(reason string) { m.rejected.WithLabelValues(reason).Inc() }
+
+func (m *metrics) setQueued(d int64) {
+	m.queuedN.Add(d)
+	m.queued.Add(float64(d))
 }
 
-func (m *metrics) reject(reason string) {
-	m.mu.Lock()
-	m.rejected[reason]++
-	m.mu.Unlock()
-}
+func (m *metrics) snapshotQueued() int64 { return m.queuedN.Load() }
 
 // generation records one finished generation.
 func (m *metrics) generation(st *Stats, promptTokens, completionTokens int, now time.Time) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	if st.PrefixTokens > 0 && st.Depth > 0 {
-		if st.PrefixHit {
-			m.prefixHit++
-		} else {
-			m.prefixMis++
-		}
+		m.prefixReqs.WithLabelValues(strconv.FormatBool(st.PrefixHit)).Inc()
 	}
-	m.depths[st.Depth]++
+	m.depths.WithLabelValues(strconv.Itoa(st.Depth)).Inc()
 	if st.Clamped {
-		m.clamped++
+		m.clamped.Inc()
 	}
-	m.genTokens += int64(st.GenLength)
-	m.complTok += int64(completionTokens)
-	m.promptTok += int64(promptTokens)
-	m.genSecs += st.Seconds
-	m.nfe += int64(st.NFE)
-	m.genLat.observe(st.Seconds)
+	m.genTokens.Add(float64(st.GenLength))
+	m.complTokens.Add(float64(completionTokens))
+	m.promptTok.Add(float64(promptTokens))
+	m.genSecs.Add(st.Seconds)
+	m.nfe.Add(float64(st.NFE))
+	m.nfeHist.Observe(float64(st.NFE))
+	m.genLat.Observe(st.Seconds)
+	m.queueWait.Observe(st.QueueSeconds)
+	m.mu.Lock()
 	m.window = append(m.window, tokenEvent{at: now, tokens: st.GenLength})
 	m.trim(now)
+	m.mu.Unlock()
 }
 
 func (m *metrics) trim(now time.Time) {
@@ -162,111 +230,20 @@ func (m *metrics) trim(now time.Time) {
 	m.window = append(m.window[:0], m.window[i:]...)
 }
 
-func (m *metrics) rows(computed, full int, flops, flopsFull float64) {
-	m.mu.Lock()
-	m.rowsComp += int64(computed)
-	m.rowsFull += int64(full)
-	m.flops += flops
-	m.flopsFull += flopsFull
-	m.mu.Unlock()
-}
-
-// write prints every metric, the store's counters included.
-func (m *metrics) write(w io.Writer, st cache.Stats, method string, now time.Time) {
+func (m *metrics) tokensPerSecond() float64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.trim(now)
-	metric := func(name, typ, help string) {
-		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
-	}
-	one := func(name, typ, help string, v any) {
-		metric(name, typ, help)
-		fmt.Fprintf(w, "%s %v\n", name, v)
-	}
-
-	one("dlmcache_prefix_cache_queries_tokens_total", "counter", "Shared-prefix tokens looked up in the prefix store.", st.QueryTokens)
-	one("dlmcache_prefix_cache_hits_tokens_total", "counter", "Shared-prefix tokens found in the prefix store.", st.HitTokens)
-	one("dlmcache_prefix_cache_queries_total", "counter", "Prefix store lookups.", st.Queries)
-	one("dlmcache_prefix_cache_hits_total", "counter", "Prefix store lookups that found the prefix.", st.Hits)
-	one("dlmcache_prefix_cache_evictions_total", "counter", "Prefixes evicted from the store to stay within its byte budget.", st.Evictions)
-	one("dlmcache_prefix_cache_evicted_tokens_total", "counter", "Prefix tokens evicted from the store.", st.EvictedTokens)
-	one("dlmcache_prefix_cache_uncacheable_total", "counter", "Prefixes larger than the whole budget (computed, not stored).", st.Uncacheable)
-	one("dlmcache_prefix_cache_entries", "gauge", "Prefixes held in the store.", st.Entries)
-	one("dlmcache_prefix_cache_bytes", "gauge", "Bytes held by the store's prefixes.", st.Bytes)
-	one("dlmcache_prefix_cache_budget_bytes", "gauge", "The store's byte budget.", st.BudgetBytes)
-
-	metric("dlmcache_info", "gauge", "The serving configuration.")
-	fmt.Fprintf(w, "dlmcache_info{method=%q} 1\n", method)
-
-	metric("dlmcache_depth_requests_total", "counter", "Generations by the number of leading layers whose prefix K/V came from the store.")
-	ds := make([]int, 0, len(m.depths))
-	for d := range m.depths {
-		ds = append(ds, d)
-	}
-	sort.Ints(ds)
-	for _, d := range ds {
-		fmt.Fprintf(w, "dlmcache_depth_requests_total{depth=\"%d\"} %d\n", d, m.depths[d])
-	}
-	one("dlmcache_ratio_clamped_total", "counter", "Generations whose shared-prefix ratio lay outside the table's profiled bins (depth of the nearest bin used).", m.clamped)
-	metric("dlmcache_prefix_requests_total", "counter", "Generations that used the store, by whether their prefix was already there.")
-	fmt.Fprintf(w, "dlmcache_prefix_requests_total{hit=\"true\"} %d\ndlmcache_prefix_requests_total{hit=\"false\"} %d\n", m.prefixHit, m.prefixMis)
-
-	one("dlmcache_generated_tokens_total", "counter", "Answer slots decoded (gen_length per generation); rate() over dlmcache_generation_seconds_total is tokens/s per generation.", m.genTokens)
-	one("dlmcache_completion_tokens_total", "counter", "Completion tokens returned (up to the first end-of-text).", m.complTok)
-	one("dlmcache_prompt_tokens_total", "counter", "Prompt tokens of finished generations.", m.promptTok)
-	one("dlmcache_generation_seconds_total", "counter", "Generation wall time summed over generations.", fmtFloat(m.genSecs))
-	var tok int
+	m.trim(m.now())
+	tok := 0
 	for _, e := range m.window {
 		tok += e.tokens
 	}
-	one("dlmcache_tokens_per_second", "gauge", "Answer slots decoded by generations that finished in the last minute, per second of that minute.", fmtFloat(float64(tok)/tpsWindow.Seconds()))
-	one("dlmcache_forward_evaluations_total", "counter", "Forward evaluations (NFE).", m.nfe)
-	one("dlmcache_rows_computed_total", "counter", "Layer-rows computed by the forwards.", m.rowsComp)
-	one("dlmcache_rows_full_total", "counter", "Layer-rows a forward computing every row would have cost.", m.rowsFull)
-	one("dlmcache_flops_total", "counter", "Matrix-product FLOPs of the forwards, prefix-store fills included.", fmtFloat(m.flops))
-	one("dlmcache_flops_full_total", "counter", "Matrix-product FLOPs that computing every row would have cost.", fmtFloat(m.flopsFull))
-	metric("dlmcache_generation_duration_seconds", "histogram", "Generation wall time (after the queue).")
-	m.genLat.write(w, "dlmcache_generation_duration_seconds", "")
-
-	metric("dlmcache_requests_total", "counter", "HTTP requests by endpoint and status code.")
-	keys := make([][2]string, 0, len(m.requests))
-	for k := range m.requests {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		return keys[i][0] < keys[j][0] || keys[i][0] == keys[j][0] && keys[i][1] < keys[j][1]
-	})
-	for _, k := range keys {
-		fmt.Fprintf(w, "dlmcache_requests_total{endpoint=%q,code=%q} %d\n", k[0], k[1], m.requests[k])
-	}
-	metric("dlmcache_request_duration_seconds", "histogram", "HTTP request latency by endpoint, queueing included.")
-	eps := make([]string, 0, len(m.latency))
-	for e := range m.latency {
-		eps = append(eps, e)
-	}
-	sort.Strings(eps)
-	for _, e := range eps {
-		m.latency[e].write(w, "dlmcache_request_duration_seconds", "endpoint="+strconv.Quote(e))
-	}
-	metric("dlmcache_requests_rejected_total", "counter", "Requests refused by the admission bounds, by reason.")
-	rs := make([]string, 0, len(m.rejected))
-	for r := range m.rejected {
-		rs = append(rs, r)
-	}
-	sort.Strings(rs)
-	if len(rs) == 0 {
-		fmt.Fprintf(w, "dlmcache_requests_rejected_total{reason=\"queue_full\"} 0\n")
-	}
-	for _, r := range rs {
-		fmt.Fprintf(w, "dlmcache_requests_rejected_total{reason=%q} %d\n", r, m.rejected[r])
-	}
-	one("dlmcache_requests_in_flight", "gauge", "Completion requests being handled (queued or generating).", m.inFlight)
-	one("dlmcache_requests_queued", "gauge", "Completion requests waiting for a generation slot.", m.queued)
-	one("dlmcache_generations_running", "gauge", "Generations running.", m.running)
+	return float64(tok) / tpsWindow.Seconds()
 }
 
-func (m *metrics) snapshotQueued() int64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.queued
+func (m *metrics) rows(computed, full int, flops, flopsFull float64) {
+	m.rowsComp.Add(float64(computed))
+	m.rowsFull.Add(float64(full))
+	m.flops.Add(flops)
+	m.flopsFull.Add(flopsFull)
 }

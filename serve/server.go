@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -125,7 +126,12 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	s := &Server{cfg: cfg, mux: http.NewServeMux(), slots: make(chan struct{}, cfg.MaxConcurrency), met: newMetrics()}
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), slots: make(chan struct{}, cfg.MaxConcurrency)}
+	var store func() cache.Stats
+	if cfg.Method.Store != nil {
+		store = cfg.Method.Store.Stats
+	}
+	s.met = newMetrics(cfg.Method.Name, store, cfg.Now)
 	s.mux.HandleFunc("POST /v1/chat/completions", s.handleChat)
 	s.mux.HandleFunc("POST /v1/completions", s.handleCompletion)
 	s.mux.HandleFunc("GET /v1/models", s.handleModels)
@@ -160,6 +166,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(rec, newAPIError(http.StatusNotFound, "invalid_request_error", "not_found", "",
 				fmt.Sprintf("%s %s: no such endpoint (have POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /metrics, GET /health, GET /healthz)", r.Method, r.URL.Path)))
 		}
+		s.met.unrouted.WithLabelValues(strconv.Itoa(rec.status)).Inc()
 		s.logRequest(r, rec.status, s.cfg.Now().Sub(start), "")
 		return
 	}
@@ -200,12 +207,7 @@ func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	var st cache.Stats
-	if s.cfg.Method.Store != nil {
-		st = s.cfg.Method.Store.Stats()
-	}
-	s.met.write(w, st, s.cfg.Method.Name, s.cfg.Now())
+	s.met.handler().ServeHTTP(w, r)
 }
 
 // job is one parsed completion request.
@@ -416,9 +418,9 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, endpoint strin
 	start := s.cfg.Now()
 	status := http.StatusOK
 	note := ""
-	s.met.add(&s.met.inFlight, 1)
+	s.met.inFlight.Inc()
 	defer func() {
-		s.met.add(&s.met.inFlight, -1)
+		s.met.inFlight.Dec()
 		d := s.cfg.Now().Sub(start)
 		s.met.request(endpoint, status, d)
 		s.logRequest(r, status, d, note)
@@ -460,14 +462,14 @@ func (s *Server) run(ctx context.Context, j *job) (*result, *apiError) {
 		return nil, newAPIError(http.StatusTooManyRequests, "rate_limit_error", "queue_full", "",
 			fmt.Sprintf("the server is busy: %d generations running and %d waiting (the limits); retry later", s.cfg.MaxConcurrency, s.cfg.MaxQueue))
 	}
-	s.met.add(&s.met.queued, 1)
+	s.met.setQueued(1)
 	wait := time.NewTimer(s.cfg.QueueWait)
 	defer wait.Stop()
 	select {
 	case s.slots <- struct{}{}:
-		s.met.add(&s.met.queued, -1)
+		s.met.setQueued(-1)
 	case <-wait.C:
-		s.met.add(&s.met.queued, -1)
+		s.met.setQueued(-1)
 		s.waiting.Add(-1)
 		if ctx.Err() != nil {
 			return nil, ctxError(ctx)
@@ -476,7 +478,7 @@ func (s *Server) run(ctx context.Context, j *job) (*result, *apiError) {
 		return nil, newAPIError(http.StatusServiceUnavailable, "server_error", "queue_timeout", "",
 			fmt.Sprintf("no generation slot became free within %s; retry later", s.cfg.QueueWait))
 	case <-ctx.Done():
-		s.met.add(&s.met.queued, -1)
+		s.met.setQueued(-1)
 		s.waiting.Add(-1)
 		return nil, ctxError(ctx)
 	}
@@ -485,8 +487,8 @@ func (s *Server) run(ctx context.Context, j *job) (*result, *apiError) {
 		s.waiting.Add(-1)
 	}()
 	queued := s.cfg.Now().Sub(qstart)
-	s.met.add(&s.met.running, 1)
-	defer s.met.add(&s.met.running, -1)
+	s.met.running.Inc()
+	defer s.met.running.Dec()
 
 	meth := s.cfg.Method
 	if j.salt != "" && j.salt != meth.Salt {

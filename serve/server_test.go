@@ -5,16 +5,20 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	pmodel "github.com/prometheus/common/model"
 
 	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/lut"
@@ -113,20 +117,56 @@ func decodeChat(t *testing.T, rec *httptest.ResponseRecorder) *chatResponse {
 	return &r
 }
 
-// metric returns the value of the sample line starting with name (labels
-// included) in a /metrics page.
+// metric returns the value of one sample of a /metrics page, parsed with
+// the Prometheus text parser: name is a metric name, optionally with
+// labels in braces (`dlmcache_requests_total{endpoint="/v1/x",code="200"}`,
+// any order); a histogram's count is name_count.
 func metric(t *testing.T, page, name string) float64 {
 	t.Helper()
-	re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\S+)$`)
-	m := re.FindStringSubmatch(page)
-	if m == nil {
+	fams, err := parseMetrics(page)
+	if err != nil {
+		t.Fatalf("/metrics does not parse: %v\n%s", err, page)
+	}
+	base, sel, _ := strings.Cut(strings.TrimSuffix(name, "}"), "{")
+	want := map[string]string{}
+	for _, m := range regexp.MustCompile(`(\w+)="([^"]*)"`).FindAllStringSubmatch(sel, -1) {
+		want[m[1]] = m[2]
+	}
+	count := strings.HasSuffix(base, "_count")
+	fam, ok := fams[base]
+	if !ok && count {
+		fam, ok = fams[strings.TrimSuffix(base, "_count")]
+	}
+	if !ok {
 		t.Fatalf("metric %s not in /metrics:\n%s", name, page)
 	}
-	v, err := strconv.ParseFloat(m[1], 64)
-	if err != nil {
-		t.Fatal(err)
+	for _, m := range fam.GetMetric() {
+		got := map[string]string{}
+		for _, l := range m.GetLabel() {
+			got[l.GetName()] = l.GetValue()
+		}
+		if !maps.Equal(got, want) {
+			continue
+		}
+		switch {
+		case count && m.GetHistogram() != nil:
+			return float64(m.GetHistogram().GetSampleCount())
+		case m.GetCounter() != nil:
+			return m.GetCounter().GetValue()
+		case m.GetGauge() != nil:
+			return m.GetGauge().GetValue()
+		case m.GetUntyped() != nil:
+			return m.GetUntyped().GetValue()
+		}
 	}
-	return v
+	t.Fatalf("metric %s not in /metrics:\n%s", name, page)
+	return 0
+}
+
+// parseMetrics parses a text exposition as Prometheus does.
+func parseMetrics(page string) (map[string]*dto.MetricFamily, error) {
+	p := expfmt.NewTextParser(pmodel.UTF8Validation)
+	return p.TextToMetricFamilies(strings.NewReader(page))
 }
 
 func TestChatCompletion(t *testing.T) {

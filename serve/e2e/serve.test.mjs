@@ -103,5 +103,5 @@ test("the server is still healthy and serving", async () => {
     max_tokens: 16,
   });
   assert.equal(again.choices[0].message.content, first.choices[0].message.content, "same request, same greedy answer");
-  assert.ok((await metric('dlmcache_requests_total{endpoint="/v1/chat/completions",code="400"}')) >= 4);
+  assert.ok((await metric('dlmcache_requests_total{code="400",endpoint="/v1/chat/completions"}')) >= 4);
 });
