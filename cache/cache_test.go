@@ -27,6 +27,15 @@ func loadTiny(t testing.TB) *model.Model {
 }
 
 // fakeEntry is an entry of the given byte size.
+// testID is a prefix of m tokens whose first token is k.
+func testID(k, m int) PrefixID {
+	t := make([]int32, m)
+	if m > 0 {
+		t[0] = int32(k)
+	}
+	return PrefixID{Fingerprint: "fp", Tokens: t}
+}
+
 func fakeEntry(b backend.Backend, tokens int, bytes int64) *Entry {
 	return &Entry{Tokens: make([]int32, tokens), Bytes: bytes}
 }
@@ -43,21 +52,21 @@ func TestStoreEviction(t *testing.T) {
 	} {
 		s := NewStore(b, 300, tc.policy)
 		for k := 1; k <= 3; k++ {
-			e, _, _ := s.Acquire(Key(k), 10, func() (*Entry, error) { return fakeEntry(b, 10, 100), nil })
+			e, _, _ := s.Acquire(testID(k, 10), func() (*Entry, error) { return fakeEntry(b, 10, 100), nil })
 			s.Release(e)
 		}
 		if tc.touch {
-			e, hit, _ := s.Acquire(Key(1), 10, nil)
+			e, hit, _ := s.Acquire(testID(1, 10), nil)
 			if !hit {
 				t.Fatal("key 1 not found")
 			}
 			s.Release(e)
 		}
-		e, _, _ := s.Acquire(Key(4), 10, func() (*Entry, error) { return fakeEntry(b, 10, 100), nil })
+		e, _, _ := s.Acquire(testID(4, 10), func() (*Entry, error) { return fakeEntry(b, 10, 100), nil })
 		s.Release(e)
 		for k := 1; k <= 4; k++ {
 			s.mu.Lock()
-			_, ok := s.entries[Key(k)]
+			_, ok := s.entries[keyOf(testID(k, 10))]
 			s.mu.Unlock()
 			if ok != tc.want[k-1] {
 				t.Errorf("%s: key %d present %v, want %v", tc.policy, k, ok, tc.want[k-1])
@@ -70,7 +79,7 @@ func TestStoreEviction(t *testing.T) {
 	}
 	// A prefix bigger than the budget is computed but not stored.
 	s := NewStore(b, 50, FIFO)
-	e, _, err := s.Acquire(1, 5, func() (*Entry, error) { return fakeEntry(b, 5, 100), nil })
+	e, _, err := s.Acquire(testID(1, 5), func() (*Entry, error) { return fakeEntry(b, 5, 100), nil })
 	if err != nil || e == nil {
 		t.Fatal(err)
 	}
@@ -93,7 +102,7 @@ func TestStoreComputesOnce(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			e, _, err := s.Acquire(7, 3, func() (*Entry, error) {
+			e, _, err := s.Acquire(testID(7, 3), func() (*Entry, error) {
 				computed.Add(1)
 				return fakeEntry(nil, 3, 10), nil
 			})
@@ -113,7 +122,7 @@ func TestStoreComputesOnce(t *testing.T) {
 		t.Errorf("stats %+v", st)
 	}
 	// A failed computation is not stored and is reported to the caller.
-	if _, _, err := s.Acquire(8, 3, func() (*Entry, error) { return nil, fmt.Errorf("boom") }); err == nil {
+	if _, _, err := s.Acquire(testID(8, 3), func() (*Entry, error) { return nil, fmt.Errorf("boom") }); err == nil {
 		t.Error("failed compute: no error")
 	}
 }
@@ -385,7 +394,7 @@ func TestStoreSpill(t *testing.T) {
 	primary.SetSpill(spill)
 	computed := 0
 	get := func(ids []int32, pl int) (*Entry, bool) {
-		e, hit, err := primary.Acquire(PrefixKey("fp", "", ids[:pl]), pl, func() (*Entry, error) {
+		e, hit, err := primary.Acquire(PrefixID{Fingerprint: "fp", Tokens: ids[:pl]}, func() (*Entry, error) {
 			computed++
 			return ComputePrefix(m.LLaDA, ids[:pl])
 		})
@@ -413,4 +422,81 @@ func TestStoreSpill(t *testing.T) {
 	if st := primary.Stats(); st.SpillHits != 1 || st.Bytes > st.BudgetBytes {
 		t.Errorf("primary stats %+v", st)
 	}
+}
+
+// TestForcedCollision forces every prefix onto one 64-bit key: a second
+// prefix (another tenant's salt, other tokens, another model) finds the
+// first one's entry under its key and must never be served it.
+func TestForcedCollision(t *testing.T) {
+	old := keyOf
+	keyOf = func(PrefixID) Key { return 42 }
+	defer func() { keyOf = old }()
+	b := cpu.New(1)
+	s := NewStore(b, 1<<20, FIFO)
+	mark := func(v int32) func() (*Entry, error) {
+		return func() (*Entry, error) {
+			e := fakeEntry(b, 3, 100)
+			e.Tokens[0] = v
+			return e, nil
+		}
+	}
+	a := PrefixID{Fingerprint: "fp", Salt: "tenant-a", Tokens: []int32{1, 2, 3}}
+	ea, hit, err := s.Acquire(a, mark(1))
+	if err != nil || hit {
+		t.Fatalf("first acquire: hit %v err %v", hit, err)
+	}
+	for _, other := range []PrefixID{
+		{Fingerprint: "fp", Salt: "tenant-b", Tokens: []int32{1, 2, 3}}, // another tenant
+		{Fingerprint: "fp", Salt: "tenant-a", Tokens: []int32{1, 2, 4}}, // other tokens
+		{Fingerprint: "fp2", Salt: "tenant-a", Tokens: []int32{1, 2, 3}}, // another model
+	} {
+		// While a's entry is held (also the in-flight case) and after.
+		e, hit, err := s.Acquire(other, mark(2))
+		if err != nil || hit || e == ea || e.Tokens[0] != 2 {
+			t.Fatalf("%+v: served the colliding entry (hit %v, same %v, err %v)", other, hit, e == ea, err)
+		}
+		s.Release(e)
+	}
+	s.Release(ea)
+	if e, hit, _ := s.Acquire(a, mark(3)); !hit || e != ea {
+		t.Errorf("a's own entry: hit %v, same entry %v", hit, e == ea)
+	} else {
+		s.Release(e)
+	}
+	if st := s.Stats(); st.Collisions != 3 || st.Entries != 1 {
+		t.Errorf("stats %+v: want 3 collisions, a's entry alone stored", st)
+	}
+}
+
+// The in-flight path: a colliding prefix asked for while the first is still
+// being computed does not wait for it and does not get it.
+func TestForcedCollisionInFlight(t *testing.T) {
+	old := keyOf
+	keyOf = func(PrefixID) Key { return 7 }
+	defer func() { keyOf = old }()
+	b := cpu.New(1)
+	s := NewStore(b, 1<<20, FIFO)
+	started, finish := make(chan struct{}), make(chan struct{})
+	done := make(chan *Entry)
+	go func() {
+		e, _, _ := s.Acquire(PrefixID{Fingerprint: "fp", Tokens: []int32{1}}, func() (*Entry, error) {
+			close(started)
+			<-finish
+			return fakeEntry(b, 1, 10), nil
+		})
+		done <- e
+	}()
+	<-started
+	e, hit, err := s.Acquire(PrefixID{Fingerprint: "fp", Tokens: []int32{9}}, func() (*Entry, error) {
+		e := fakeEntry(b, 1, 10)
+		e.Tokens[0] = 9
+		return e, nil
+	})
+	close(finish)
+	first := <-done
+	if err != nil || hit || e == first || e.Tokens[0] != 9 {
+		t.Errorf("colliding in-flight prefix: hit %v, same entry %v, err %v", hit, e == first, err)
+	}
+	s.Release(e)
+	s.Release(first)
 }

@@ -163,8 +163,8 @@ func (p *planner) Begin(r *model.Request) error {
 	p.inreq = p.meth.DeepSource == "request" && p.meth.Name != "prefix-all" && p.d > 0
 	if p.d > 0 && !p.inreq {
 		tokens := r.Prompt[:p.m]
-		key := PrefixKey(p.meth.Fingerprint, p.meth.Salt, tokens)
-		e, hit, err := p.meth.Store.Acquire(key, p.m, func() (*Entry, error) { return ComputePrefix(p.lm, tokens) })
+		id := PrefixID{Fingerprint: p.meth.Fingerprint, Salt: p.meth.Salt, Tokens: tokens}
+		e, hit, err := p.meth.Store.Acquire(id, func() (*Entry, error) { return ComputePrefix(p.lm, tokens) })
 		if err != nil {
 			return fmt.Errorf("computing the shared prefix: %w", err)
 		}

@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/cespare/xxhash/v2"
@@ -13,8 +14,27 @@ import (
 )
 
 // Key names a cached prefix: xxHash64 over the model fingerprint, the cache
-// salt (tenant isolation) and the prefix token ids.
+// salt (tenant isolation) and the prefix token ids. A key only finds an
+// entry; the entry is served only when the PrefixID it was computed from
+// equals the request's, so a 64-bit collision can never hand one prefix's
+// (or tenant's) K/V to another.
 type Key uint64
+
+// PrefixID is what a stored prefix is computed from and checked against
+// on every hit.
+type PrefixID struct {
+	Fingerprint string // the model's
+	Salt        string // the tenant's cache salt
+	Tokens      []int32
+}
+
+func (a PrefixID) equal(b PrefixID) bool {
+	return a.Fingerprint == b.Fingerprint && a.Salt == b.Salt && slices.Equal(a.Tokens, b.Tokens)
+}
+
+// keyOf is the store's key function (a variable so that tests can force
+// collisions).
+var keyOf = func(id PrefixID) Key { return PrefixKey(id.Fingerprint, id.Salt, id.Tokens) }
 
 // PrefixKey computes the store key of a prefix.
 func PrefixKey(fingerprint, salt string, ids []int32) Key {
@@ -45,6 +65,7 @@ type Entry struct {
 	evicted bool // no longer findable; freed when refs drops to 0
 	elem    *list.Element
 	key     Key
+	id      PrefixID // what it was computed from
 }
 
 // ComputePrefix runs the model on the prefix tokens alone (positions
@@ -112,6 +133,7 @@ type Stats struct {
 	Evictions     int64
 	EvictedTokens int64
 	Uncacheable   int64 // prefixes larger than the whole budget
+	Collisions    int64 // lookups whose key found another prefix (computed, not served from the store)
 	SpillHits     int64 // misses served by promoting an entry from the spill tier
 	Entries       int
 	Bytes         int64
@@ -141,7 +163,7 @@ func (s *Store) SetSpill(spill *Store) { s.spill = spill }
 
 // convert copies e's tensors from backend from to backend to.
 func convert(e *Entry, from, to backend.Backend) *Entry {
-	c := &Entry{Tokens: e.Tokens, Bytes: e.Bytes}
+	c := &Entry{Tokens: e.Tokens, Bytes: e.Bytes, id: e.id}
 	move := func(ts []backend.Tensor) []backend.Tensor {
 		out := make([]backend.Tensor, len(ts))
 		for i, t := range ts {
@@ -153,12 +175,12 @@ func convert(e *Entry, from, to backend.Backend) *Entry {
 	return c
 }
 
-// take removes key's entry from s (a spill tier) and returns it, or nil.
-func (s *Store) take(key Key) *Entry {
+// take removes id's entry from s (a spill tier) and returns it, or nil.
+func (s *Store) take(key Key, id PrefixID) *Entry {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.entries[key]
-	if e == nil {
+	if e == nil || !e.id.equal(id) {
 		return nil
 	}
 	s.order.Remove(e.elem)
@@ -178,6 +200,7 @@ func (s *Store) put(e *Entry) {
 }
 
 type call struct {
+	id      PrefixID
 	done    chan struct{}
 	waiters int
 	e       *Entry
@@ -192,13 +215,26 @@ func NewStore(b backend.Backend, budget int64, policy Eviction) *Store {
 	return &Store{b: b, budget: budget, policy: policy, entries: map[Key]*Entry{}, order: list.New(), inflight: map[Key]*call{}}
 }
 
-// Acquire returns the entry for key, computing it with compute on a miss.
+// Acquire returns the entry for id, computing it with compute on a miss.
 // The caller must Release it when its request ends; until then it is not
-// freed (an evicted entry stays valid for the requests that hold it).
-func (s *Store) Acquire(key Key, m int, compute func() (*Entry, error)) (e *Entry, hit bool, err error) {
+// freed (an evicted entry stays valid for the requests that hold it). A
+// stored or in-flight entry whose key matches but whose PrefixID does not
+// (a hash collision) is never served: the prefix is computed for this
+// request alone, not stored, and counted in Stats.Collisions.
+func (s *Store) Acquire(id PrefixID, compute func() (*Entry, error)) (e *Entry, hit bool, err error) {
+	key, m := keyOf(id), len(id.Tokens)
 	s.mu.Lock()
 	s.stats.Queries++
 	s.stats.QueryTokens += int64(m)
+	if e := s.entries[key]; e != nil && !e.id.equal(id) || s.inflight[key] != nil && !s.inflight[key].id.equal(id) {
+		s.stats.Collisions++
+		s.mu.Unlock()
+		if e, err = compute(); err != nil {
+			return nil, false, err
+		}
+		e.id, e.key, e.refs, e.evicted = id, key, 1, true // held by this request only
+		return e, false, nil
+	}
 	if e := s.entries[key]; e != nil {
 		e.refs++
 		if s.policy == LRU {
@@ -223,12 +259,12 @@ func (s *Store) Acquire(key Key, m int, compute func() (*Entry, error)) (e *Entr
 		}
 		return c.e, true, nil
 	}
-	c := &call{done: make(chan struct{})}
+	c := &call{id: id, done: make(chan struct{})}
 	s.inflight[key] = c
 	s.mu.Unlock()
 
 	if s.spill != nil {
-		if se := s.spill.take(key); se != nil {
+		if se := s.spill.take(key, id); se != nil {
 			e = convert(se, s.spill.b, s.b)
 			s.spill.free(se)
 			hit = true
@@ -242,7 +278,7 @@ func (s *Store) Acquire(key Key, m int, compute func() (*Entry, error)) (e *Entr
 	delete(s.inflight, key)
 	c.e, c.err = e, err
 	if err == nil {
-		e.key = key
+		e.key, e.id = key, id
 		e.refs += 1 + c.waiters
 		if hit {
 			s.stats.Hits++

@@ -124,6 +124,7 @@ func newMetrics(method string, store func() cache.Stats, now func() time.Time) *
 		{"dlmcache_prefix_cache_evictions_total", "Prefixes evicted from the store to stay within its byte budget.", false, func(s cache.Stats) float64 { return float64(s.Evictions) }},
 		{"dlmcache_prefix_cache_evicted_tokens_total", "Prefix tokens evicted from the store.", false, func(s cache.Stats) float64 { return float64(s.EvictedTokens) }},
 		{"dlmcache_prefix_cache_uncacheable_total", "Prefixes larger than the whole budget (computed, not stored).", false, func(s cache.Stats) float64 { return float64(s.Uncacheable) }},
+		{"dlmcache_prefix_cache_collisions_total", "Lookups whose 64-bit key found another prefix's entry (verified and refused: computed for the request, not served).", false, func(s cache.Stats) float64 { return float64(s.Collisions) }},
 		{"dlmcache_prefix_cache_entries", "Prefixes held in the store.", true, func(s cache.Stats) float64 { return float64(s.Entries) }},
 		{"dlmcache_prefix_cache_bytes", "Bytes held by the store's prefixes.", true, func(s cache.Stats) float64 { return float64(s.Bytes) }},
 		{"dlmcache_prefix_cache_budget_bytes", "The store's byte budget.", true, func(s cache.Stats) float64 { return float64(s.BudgetBytes) }},
