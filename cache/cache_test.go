@@ -446,8 +446,8 @@ func TestForcedCollision(t *testing.T) {
 		t.Fatalf("first acquire: hit %v err %v", hit, err)
 	}
 	for _, other := range []PrefixID{
-		{Fingerprint: "fp", Salt: "tenant-b", Tokens: []int32{1, 2, 3}}, // another tenant
-		{Fingerprint: "fp", Salt: "tenant-a", Tokens: []int32{1, 2, 4}}, // other tokens
+		{Fingerprint: "fp", Salt: "tenant-b", Tokens: []int32{1, 2, 3}},  // another tenant
+		{Fingerprint: "fp", Salt: "tenant-a", Tokens: []int32{1, 2, 4}},  // other tokens
 		{Fingerprint: "fp2", Salt: "tenant-a", Tokens: []int32{1, 2, 3}}, // another model
 	} {
 		// While a's entry is held (also the in-flight case) and after.
