@@ -17,8 +17,11 @@ deps:
 	fi
 	$(GO) mod download
 
+# The commit goes into `dlmcache version` even where GOFLAGS turns VCS
+# stamping off.
+COMMIT    := $(shell git rev-parse HEAD 2>/dev/null)
 build: deps
-	$(GO) build -o $(BIN) ./cmd/dlmcache
+	$(GO) build -ldflags "-X main.commit=$(COMMIT)" -o $(BIN) ./cmd/dlmcache
 
 vet: deps
 	$(GO) vet ./...

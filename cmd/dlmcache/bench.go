@@ -88,9 +88,6 @@ func benchBaseline(method string) string {
 }
 
 func benchRun(ctx context.Context, opts *benchOptions) error {
-	if ctx == nil {
-		ctx = context.Background()
-	}
 	samples, err := profile.SuiteSamples(opts.Suites, opts.Limit, opts.Seed, datasets.DefaultOptions())
 	if err != nil {
 		return err
@@ -125,6 +122,12 @@ func benchRun(ctx context.Context, opts *benchOptions) error {
 	}
 	var md strings.Builder
 	writeBenchMarkdown(&md, rows)
+	// bench.json and --json print the same object.
+	js, err := json.MarshalIndent(map[string]any{"model": lm.Name, "fingerprint": lm.Fingerprint, "gen_length": gen.GenLength,
+		"steps": gen.Steps, "block_length": gen.BlockLength, "refresh": opts.Cache.Refresh, "lut": opts.Cache.LUT, "results": rows}, "", "  ")
+	if err != nil {
+		return err
+	}
 	if opts.Out != "" {
 		if err := os.MkdirAll(opts.Out, 0o755); err != nil {
 			return err
@@ -132,8 +135,6 @@ func benchRun(ctx context.Context, opts *benchOptions) error {
 		if err := writeFileAtomic(filepath.Join(opts.Out, "bench.md"), []byte(md.String())); err != nil {
 			return err
 		}
-		js, _ := json.MarshalIndent(map[string]any{"model": lm.Name, "fingerprint": lm.Fingerprint, "gen_length": gen.GenLength,
-			"steps": gen.Steps, "refresh": opts.Cache.Refresh, "lut": opts.Cache.LUT, "results": rows}, "", "  ")
 		if err := writeFileAtomic(filepath.Join(opts.Out, "bench.json"), append(js, '\n')); err != nil {
 			return err
 		}
@@ -144,9 +145,8 @@ func benchRun(ctx context.Context, opts *benchOptions) error {
 		}
 	}
 	if opts.JSON {
-		enc := json.NewEncoder(opts.f.Out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rows)
+		_, err := fmt.Fprintf(opts.f.Out, "%s\n", js)
+		return err
 	}
 	fmt.Fprint(opts.f.Out, md.String())
 	return nil

@@ -70,9 +70,6 @@ layer-rows computed and the mean shared-prefix ratio.`,
 }
 
 func evalRun(ctx context.Context, opts *evalOptions) error {
-	if ctx == nil {
-		ctx = context.Background()
-	}
 	samples, err := profile.SuiteSamples(opts.Suites, opts.Limit, opts.Seed, datasets.DefaultOptions())
 	if err != nil {
 		return err

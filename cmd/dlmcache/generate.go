@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -40,7 +41,8 @@ func newCmdGenerate(f *factory, runF func(*generateOptions) error) *cobra.Comman
 		Long: `Generate runs one chat request (system message + user prompt) through the
 diffusion sampler with no caching and prints the answer.
 
-The system message may be given inline or as @FILE.`,
+The system message and the prompt may be given inline, as @FILE, or as @-
+(standard input).`,
 		Example: `  dlmcache generate --prompt "What is the value of key ab12?" --system @system.txt
   dlmcache generate --model /path/to/LLaDA-8B-Instruct --gen-length 256 --steps 128 --block-length 32 --json`,
 		Args: cobra.NoArgs,
@@ -53,8 +55,8 @@ The system message may be given inline or as @FILE.`,
 	}
 	fl := cmd.Flags()
 	addModelFlags(fl, &opts.Model, &opts.Device, &opts.Threads)
-	fl.StringVar(&opts.System, "system", "", "system message (the shared prefix), TEXT or @FILE; default: the bundled model's demo system message")
-	fl.StringVar(&opts.Prompt, "prompt", "", "user prompt; default: the bundled model's demo question")
+	fl.StringVar(&opts.System, "system", "", "system message (the shared prefix), TEXT, @FILE or @- (stdin); default: the bundled model's demo system message")
+	fl.StringVar(&opts.Prompt, "prompt", "", "user prompt, TEXT, @FILE or @- (stdin); default: the bundled model's demo question")
 	fl.IntVar(&opts.GenLength, "gen-length", 0, "answer slots (masked tokens); 0: the model's default")
 	fl.IntVar(&opts.Steps, "steps", 0, "denoising steps; 0: gen-length/2 (two tokens per step)")
 	fl.IntVar(&opts.BlockLength, "block-length", 0, "semi-autoregressive block length; 0: one block")
@@ -68,12 +70,16 @@ The system message may be given inline or as @FILE.`,
 }
 
 func generateRun(ctx context.Context, opts *generateOptions) error {
-	if ctx == nil {
-		ctx = context.Background()
+	if opts.System == "@-" && opts.Prompt == "@-" {
+		return fmt.Errorf("--system and --prompt cannot both read standard input (@-)")
 	}
-	system, err := readTextArg(opts.System)
+	system, err := readTextArg(opts.f.In, opts.System)
 	if err != nil {
-		return err
+		return fmt.Errorf("--system: %w", err)
+	}
+	userPrompt, err := readTextArg(opts.f.In, opts.Prompt)
+	if err != nil {
+		return fmt.Errorf("--prompt: %w", err)
 	}
 	t0 := time.Now()
 	lm, err := loadModel(opts.f, opts.Model, opts.Device, opts.Threads)
@@ -82,7 +88,7 @@ func generateRun(ctx context.Context, opts *generateOptions) error {
 	}
 	defer lm.Close()
 	loadTime := time.Since(t0)
-	prompt := opts.Prompt
+	prompt := userPrompt
 	if prompt == "" && system == "" && lm.Card.DemoSystem != "" {
 		system, prompt = lm.Card.DemoSystem, lm.Card.DemoPrompt
 		if !opts.JSON {
@@ -147,12 +153,19 @@ func generateRun(ctx context.Context, opts *generateOptions) error {
 	return enc.Encode(res)
 }
 
-// readTextArg returns s, or the contents of the file when s is @FILE.
-func readTextArg(s string) (string, error) {
+// readTextArg returns s, the contents of the file when s is @FILE, or
+// standard input (in) when s is @-; one trailing newline run is dropped.
+func readTextArg(in io.Reader, s string) (string, error) {
 	if !strings.HasPrefix(s, "@") {
 		return s, nil
 	}
-	b, err := os.ReadFile(s[1:])
+	var b []byte
+	var err error
+	if s == "@-" {
+		b, err = io.ReadAll(in)
+	} else {
+		b, err = os.ReadFile(s[1:])
+	}
 	if err != nil {
 		return "", err
 	}

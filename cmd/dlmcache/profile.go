@@ -96,9 +96,6 @@ parts (for several machines); dlmcache lut build --from merges them.`,
 }
 
 func profileRun(ctx context.Context, opts *profileOptions) error {
-	if ctx == nil {
-		ctx = context.Background()
-	}
 	if err := lut.CheckTau(opts.Tau); err != nil {
 		return fmt.Errorf("--tau: %w", err)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 // factory carries what every command needs from its surroundings, so that
 // commands have no package-level state and tests can swap the streams.
 type factory struct {
+	In     io.Reader // what @- reads
 	Out    io.Writer
 	ErrOut io.Writer
 }
@@ -35,15 +37,19 @@ ratio→depth lookup table, and serves requests with it.`,
 	}
 	root.SetOut(f.Out)
 	root.SetErr(f.ErrOut)
-	root.AddCommand(newCmdGenerate(f, nil), newCmdProfile(f, nil), newCmdEval(f, nil), newCmdBench(f, nil), newCmdLut(f), newCmdSweep(f), newCmdPlot(f), newCmdServe(f, nil))
+	root.AddCommand(newCmdGenerate(f, nil), newCmdProfile(f, nil), newCmdEval(f, nil), newCmdBench(f, nil), newCmdLut(f), newCmdSweep(f), newCmdPlot(f), newCmdServe(f, nil), newCmdVersion(f, nil))
+	addFlagCompletions(root)
 	return root
 }
 
-func execute(args []string, stdout, stderr io.Writer) int {
-	f := &factory{Out: stdout, ErrOut: stderr}
+// execute runs the command line args; ctx is every command's context
+// (main cancels it on SIGINT or SIGTERM).
+func execute(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	f := &factory{In: stdin, Out: stdout, ErrOut: stderr}
 	root := newRootCmd(f)
 	root.SetArgs(args)
-	if err := root.Execute(); err != nil {
+	root.SetIn(stdin)
+	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(stderr, "dlmcache:", err)
 		var ee *exitError
 		if errors.As(err, &ee) {

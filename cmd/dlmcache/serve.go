@@ -5,9 +5,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -72,9 +69,7 @@ to --grace, and exit.`,
 			if runF != nil {
 				return runF(opts)
 			}
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			return serveRun(ctx, opts)
+			return serveRun(cmd.Context(), opts) // cancelled on SIGINT/SIGTERM (main)
 		},
 	}
 	fl := cmd.Flags()

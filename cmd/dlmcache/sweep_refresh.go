@@ -45,9 +45,6 @@ once per request (stale after step 1), or refreshed every R steps.`,
 }
 
 func sweepRefreshRun(ctx context.Context, opts *sweepRefreshOptions) error {
-	if ctx == nil {
-		ctx = context.Background()
-	}
 	env, err := opts.load(opts.f)
 	if err != nil {
 		return err

@@ -131,9 +131,6 @@ func newCmdSweepTau(f *factory, runF func(*sweepTauOptions) error) *cobra.Comman
 }
 
 func sweepTauRun(ctx context.Context, opts *sweepTauOptions) error {
-	if ctx == nil {
-		ctx = context.Background()
-	}
 	taus, err := parseFloats(opts.Taus)
 	if err != nil {
 		return fmt.Errorf("--taus %w", err)

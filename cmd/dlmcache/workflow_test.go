@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,7 +13,7 @@ import (
 func run(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	code := execute(args, &out, &errOut)
+	code := execute(context.Background(), args, strings.NewReader(""), &out, &errOut)
 	return out.String(), errOut.String(), code
 }
 

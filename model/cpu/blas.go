@@ -23,7 +23,18 @@ static void sgemm_nn(int m, int n, int k, float alpha,
 */
 import "C"
 
-import "unsafe"
+import (
+	"strings"
+	"unsafe"
+)
+
+// BLAS describes the BLAS library the CPU backend's products run on and the
+// kernel it picked for this processor, e.g. "OpenBLAS 0.3.21 … (kernel
+// Haswell)". OPENBLAS_CORETYPE, when set, decides the kernel.
+func BLAS() string {
+	cfg := strings.TrimSpace(C.GoString(C.openblas_get_config()))
+	return cfg + " (kernel " + strings.TrimSpace(C.GoString(C.openblas_get_corename())) + ")"
+}
 
 // blasSetThreads sets OpenBLAS's thread count. It is process-wide.
 func blasSetThreads(n int) { C.openblas_set_num_threads(C.int(n)) }

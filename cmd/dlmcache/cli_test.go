@@ -1,0 +1,89 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// runIn is run with standard input.
+func runIn(t *testing.T, stdin string, args ...string) (string, string, int) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := execute(context.Background(), args, strings.NewReader(stdin), &out, &errOut)
+	return out.String(), errOut.String(), code
+}
+
+func TestVersion(t *testing.T) {
+	out, _, code := run(t, "version", "--json")
+	var v versionInfo
+	if code != 0 || json.Unmarshal([]byte(out), &v) != nil {
+		t.Fatalf("version --json: exit %d: %s", code, out)
+	}
+	if v.Backend != "cpu" || !strings.Contains(v.BLAS, "kernel") || v.Go == "" {
+		t.Errorf("version %+v", v)
+	}
+	if out, _, _ := run(t, "version"); !strings.HasPrefix(out, "dlmcache ") || !strings.Contains(out, "blas") {
+		t.Errorf("version:\n%s", out)
+	}
+}
+
+func TestFlagCompletions(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"eval", "--method", ""}, "bicache+block"},
+		{[]string{"serve", "--deep-source", ""}, "request"},
+		{[]string{"bench", "--suite", ""}, "span"},
+		{[]string{"lut", "build", "--similarity", ""}, "kv-row-min"},
+	} {
+		out, _, code := run(t, append([]string{"__complete"}, tc.args...)...)
+		lines := strings.Split(out, "\n")
+		if code != 0 || !slices.Contains(lines, tc.want) {
+			t.Errorf("completing %v: exit %d, %q lacks %q", tc.args, code, out, tc.want)
+		}
+	}
+}
+
+// generate reads the system message or the prompt from standard input.
+func TestGenerateReadsStdin(t *testing.T) {
+	dir := t.TempDir()
+	sysFile := filepath.Join(dir, "sys.txt")
+	os.WriteFile(sysFile, []byte("Be brief.\n"), 0o644)
+	fromFile, errOut, code := run(t, "generate", "--model", serveFixture, "--system", "@"+sysFile, "--prompt", "Hi", "--json")
+	if code != 0 {
+		t.Fatalf("generate @FILE: %s", errOut)
+	}
+	fromStdin, errOut, code := runIn(t, "Be brief.\n", "generate", "--model", serveFixture, "--system", "@-", "--prompt", "Hi", "--json")
+	if code != 0 {
+		t.Fatalf("generate @-: %s", errOut)
+	}
+	type gen struct {
+		Answer       string `json:"answer"`
+		PromptTokens int    `json:"prompt_tokens"`
+		PrefixTokens int    `json:"prefix_tokens"`
+	}
+	answer := func(s string) gen {
+		var r gen
+		if err := json.Unmarshal([]byte(s), &r); err != nil || r.PromptTokens == 0 {
+			t.Fatalf("%v: %s", err, s)
+		}
+		return r
+	}
+	if answer(fromFile) != answer(fromStdin) {
+		t.Errorf("--system @- gave %s, @FILE %s", fromStdin, fromFile)
+	}
+	promptStdin, errOut, code := runIn(t, "Hi\n", "generate", "--model", serveFixture, "--system", "@"+sysFile, "--prompt", "@-", "--json")
+	if code != 0 || answer(promptStdin) != answer(fromFile) {
+		t.Errorf("--prompt @-: exit %d %s %s", code, errOut, promptStdin)
+	}
+	if _, errOut, code := runIn(t, "x", "generate", "--model", serveFixture, "--system", "@-", "--prompt", "@-"); code == 0 || !strings.Contains(errOut, "standard input") {
+		t.Errorf("both @-: exit %d %s", code, errOut)
+	}
+}

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"runtime"
+	"runtime/debug"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dlmcache/dlmcache/model/cpu"
+)
+
+// commit is set by the Makefile (-ldflags -X main.commit=…) for builds
+// whose build info carries no VCS stamp (GOFLAGS=-buildvcs=false).
+var commit string
+
+type versionOptions struct {
+	f    *factory
+	JSON bool
+}
+
+// versionInfo is what `dlmcache version` reports.
+type versionInfo struct {
+	Version   string `json:"version"`  // module version ("(devel)" for a source build)
+	Commit    string `json:"commit"`   // VCS revision the binary was built from
+	Modified  bool   `json:"modified"` // built from a tree with uncommitted changes
+	BuildTime string `json:"commit_time,omitempty"`
+	Go        string `json:"go"`
+	Platform  string `json:"platform"`
+	Backend   string `json:"backend"`
+	BLAS      string `json:"blas"` // library and the kernel it chose for this CPU
+}
+
+func newCmdVersion(f *factory, runF func(*versionOptions) error) *cobra.Command {
+	opts := &versionOptions{f: f}
+	cmd := &cobra.Command{
+		Use:   "version",
+		Short: "Print the version, commit, backend and BLAS kernel in use",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if runF != nil {
+				return runF(opts)
+			}
+			return versionRun(opts)
+		},
+	}
+	cmd.Flags().BoolVar(&opts.JSON, "json", false, "print JSON")
+	return cmd
+}
+
+func buildVersion() versionInfo {
+	v := versionInfo{Version: "unknown", Commit: cmp.Or(commit, "unknown"), Go: runtime.Version(),
+		Platform: runtime.GOOS + "/" + runtime.GOARCH, Backend: "cpu", BLAS: cpu.BLAS()}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		v.Version = bi.Main.Version
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				v.Commit = s.Value
+			case "vcs.time":
+				v.BuildTime = s.Value
+			case "vcs.modified":
+				v.Modified = s.Value == "true"
+			}
+		}
+	}
+	return v
+}
+
+func versionRun(opts *versionOptions) error {
+	v := buildVersion()
+	if opts.JSON {
+		enc := json.NewEncoder(opts.f.Out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	mod := ""
+	if v.Modified {
+		mod = " (modified)"
+	}
+	fmt.Fprintf(opts.f.Out, "dlmcache %s\ncommit   %s%s\ngo       %s %s\nbackend  %s (the CUDA backend needs a build with -tags cuda)\nblas     %s\n",
+		v.Version, v.Commit, mod, v.Go, v.Platform, v.Backend, v.BLAS)
+	return nil
+}
