@@ -3,7 +3,7 @@ GO        ?= go
 BIN       := bin/dlmcache
 export CGO_ENABLED := 1
 
-.PHONY: all build deps test e2e run bench results vet fuzz clean cuda-deps cuda-check gpu-test
+.PHONY: all build deps test e2e hfcheck run bench results vet fuzz clean cuda-deps cuda-check gpu-test
 
 all: build
 
@@ -30,15 +30,21 @@ test: deps
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
 	@if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then \
-		$(MAKE) --no-print-directory e2e; \
+		$(MAKE) --no-print-directory e2e hfcheck; \
 	else \
 		echo "e2e: SKIPPED: node/npm not found, so the openai-client test of dlmcache serve did not run (make e2e)"; \
+		echo "hfcheck: SKIPPED: node/npm not found, so the tokenizer/chat-template cross-check against Hugging Face's JS implementations did not run (make hfcheck)"; \
 	fi
 
 # e2e starts `dlmcache serve` on a loopback port and talks to it with the
 # official openai npm client (npm ci needs the npm registry).
 e2e: deps
 	./serve/e2e/run.sh
+
+# hfcheck compares the tokenizer's ids and the chat templates' renders with
+# @huggingface/tokenizers and @huggingface/jinja (npm ci needs the npm registry).
+hfcheck: deps
+	./tools/hfcheck/run.sh
 
 run: build
 	./$(BIN) generate

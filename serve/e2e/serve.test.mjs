@@ -10,6 +10,8 @@ if (!base) throw new Error("DLMCACHE_URL is not set: run serve/e2e/run.sh (or ma
 const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: "not-needed", maxRetries: 0, timeout: 30_000 });
 const system = "You are a terse assistant. You answer every question in one short sentence.";
 
+// metric reads one sample of /metrics (labels as Prometheus writes them:
+// in name order).
 async function metric(name) {
   const page = await (await fetch(`${base}/metrics`)).text();
   const line = page.split("\n").find((l) => l.startsWith(name + " "));
@@ -89,6 +91,41 @@ test("malformed requests get a clear 4xx through the client", async () => {
   const body = await raw.json();
   assert.equal(body.error.type, "invalid_request_error");
   assert.match(body.error.message, /not valid JSON/);
+});
+
+test("the OpenAI contract: max_tokens caps, stop cuts, tools are refused", async () => {
+  const messages = [
+    { role: "system", content: system },
+    { role: "user", content: "Say hi." },
+  ];
+  const capped = await client.chat.completions.create({ model: "tiny-bf16", messages, max_tokens: 5 });
+  assert.ok(capped.usage.completion_tokens <= 5, `max_tokens 5 gave ${capped.usage.completion_tokens} completion tokens`);
+  // The fixture (random weights) fills every slot: the cap is what ends it.
+  assert.equal(capped.choices[0].finish_reason, "length");
+  // gen_length fixes the slots, so the capped answer is a prefix of the uncapped one.
+  const full = await client.chat.completions.create({ model: "tiny-bf16", messages, gen_length: 16 });
+  const cut = await client.chat.completions.create({ model: "tiny-bf16", messages, gen_length: 16, max_tokens: 5 });
+  assert.ok(full.choices[0].message.content.startsWith(cut.choices[0].message.content));
+  const text = full.choices[0].message.content;
+  const chars = [...text];
+  assert.ok(chars.length >= 4, `answer ${JSON.stringify(text)} too short to cut`);
+  const stop = chars.slice(2, 4).join("");
+  const stopped = await client.chat.completions.create({ model: "tiny-bf16", messages, gen_length: 16, stop: [stop] });
+  assert.equal(stopped.choices[0].message.content, text.slice(0, text.indexOf(stop)));
+  assert.equal(stopped.choices[0].finish_reason, "stop");
+  await assert.rejects(
+    client.chat.completions.create({
+      model: "tiny-bf16", messages,
+      tools: [{ type: "function", function: { name: "lookup", parameters: { type: "object", properties: {} } } }],
+    }),
+    (err) => err instanceof OpenAI.BadRequestError && err.param === "tools",
+  );
+  await assert.rejects(
+    client.chat.completions.create({ model: "tiny-bf16", messages, response_format: { type: "json_object" } }),
+    (err) => err instanceof OpenAI.BadRequestError && err.param === "response_format",
+  );
+  const health = await fetch(`${base}/health`);
+  assert.equal(health.status, 200);
 });
 
 test("the server is still healthy and serving", async () => {
