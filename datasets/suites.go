@@ -351,14 +351,23 @@ func genSequence(r *rand.Rand, rows int) item {
 	}
 }
 
-func solveSequence(system, user string) (string, error) {
+// seqWords returns the ordered list of a sequence or span system message.
+func seqWords(suite, system string) ([]string, error) {
 	lm := seqList.FindStringSubmatch(system)
 	if lm == nil {
-		return "", fmt.Errorf("datasets: sequence: no list in the system message")
+		return nil, fmt.Errorf("datasets: %s: no list in the system message", suite)
 	}
 	var words []string
 	for _, w := range strings.Split(lm[1], ",") {
 		words = append(words, strings.TrimSpace(w))
+	}
+	return words, nil
+}
+
+func solveSequence(system, user string) (string, error) {
+	words, err := seqWords("sequence", system)
+	if err != nil {
+		return "", err
 	}
 	qm := seqQuestion.FindStringSubmatch(user)
 	if qm == nil {
@@ -416,13 +425,9 @@ func genSpan(r *rand.Rand, rows int) item {
 }
 
 func solveSpan(system, user string) (string, error) {
-	lm := seqList.FindStringSubmatch(system)
-	if lm == nil {
-		return "", fmt.Errorf("datasets: span: no list in the system message")
-	}
-	var words []string
-	for _, w := range strings.Split(lm[1], ",") {
-		words = append(words, strings.TrimSpace(w))
+	words, err := seqWords("span", system)
+	if err != nil {
+		return "", err
 	}
 	qm := spanQuestion.FindStringSubmatch(user)
 	if qm == nil {

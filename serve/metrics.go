@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/dlmcache/dlmcache/cache"
@@ -17,7 +18,7 @@ import (
 // metrics are the server's Prometheus metrics (prometheus/client_golang),
 // on a registry of the server's own with the process and Go collectors.
 // Names are those of the hand-written exposition they replaced; adding a
-// metric is one field and one line in newMetrics.
+// metric is one field and one promauto line in newMetrics.
 type metrics struct {
 	reg *prometheus.Registry
 
@@ -68,28 +69,28 @@ var nfeBuckets = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}
 // counters at scrape time (nil: no store), method labels dlmcache_info.
 func newMetrics(method string, store func() cache.Stats, now func() time.Time) *metrics {
 	m := &metrics{reg: prometheus.NewRegistry(), now: now}
-	f := promauto(m.reg)
+	f := promauto.With(m.reg)
 	counter := func(name, help string) prometheus.Counter {
-		return f.counter(prometheus.CounterOpts{Name: name, Help: help})
+		return f.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
 	}
 	gauge := func(name, help string) prometheus.Gauge {
-		return f.gauge(prometheus.GaugeOpts{Name: name, Help: help})
+		return f.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
 	}
-	m.requests = f.counterVec(prometheus.CounterOpts{Name: "dlmcache_requests_total", Help: "HTTP requests by endpoint and status code."}, "endpoint", "code")
-	m.latency = f.histogramVec(prometheus.HistogramOpts{Name: "dlmcache_request_duration_seconds", Help: "HTTP request latency by endpoint, queueing included.", Buckets: latencyBuckets}, "endpoint")
-	m.unrouted = f.counterVec(prometheus.CounterOpts{Name: "dlmcache_requests_unrouted_total", Help: "Requests for no endpoint (404) or with a method the path does not take (405)."}, "code")
+	m.requests = f.NewCounterVec(prometheus.CounterOpts{Name: "dlmcache_requests_total", Help: "HTTP requests by endpoint and status code."}, []string{"endpoint", "code"})
+	m.latency = f.NewHistogramVec(prometheus.HistogramOpts{Name: "dlmcache_request_duration_seconds", Help: "HTTP request latency by endpoint, queueing included.", Buckets: latencyBuckets}, []string{"endpoint"})
+	m.unrouted = f.NewCounterVec(prometheus.CounterOpts{Name: "dlmcache_requests_unrouted_total", Help: "Requests for no endpoint (404) or with a method the path does not take (405)."}, []string{"code"})
 	m.unrouted.WithLabelValues("404")
 	m.unrouted.WithLabelValues("405")
 	m.inFlight = gauge("dlmcache_requests_in_flight", "Completion requests being handled (queued or generating).")
 	m.queued = gauge("dlmcache_requests_queued", "Completion requests waiting for a generation slot.")
 	m.running = gauge("dlmcache_generations_running", "Generations running.")
-	m.rejected = f.counterVec(prometheus.CounterOpts{Name: "dlmcache_requests_rejected_total", Help: "Requests refused by the admission bounds, by reason."}, "reason")
+	m.rejected = f.NewCounterVec(prometheus.CounterOpts{Name: "dlmcache_requests_rejected_total", Help: "Requests refused by the admission bounds, by reason."}, []string{"reason"})
 	m.rejected.WithLabelValues("queue_full")
 	m.rejected.WithLabelValues("queue_timeout")
-	m.queueWait = f.histogram(prometheus.HistogramOpts{Name: "dlmcache_queue_wait_seconds", Help: "Time a generation waited for a slot.", Buckets: latencyBuckets})
-	m.depths = f.counterVec(prometheus.CounterOpts{Name: "dlmcache_depth_requests_total", Help: "Generations by the number of leading layers whose prefix K/V came from the store."}, "depth")
+	m.queueWait = f.NewHistogram(prometheus.HistogramOpts{Name: "dlmcache_queue_wait_seconds", Help: "Time a generation waited for a slot.", Buckets: latencyBuckets})
+	m.depths = f.NewCounterVec(prometheus.CounterOpts{Name: "dlmcache_depth_requests_total", Help: "Generations by the number of leading layers whose prefix K/V came from the store."}, []string{"depth"})
 	m.clamped = counter("dlmcache_ratio_clamped_total", "Generations whose shared-prefix ratio lay outside the table's profiled bins (depth of the nearest bin used).")
-	m.prefixReqs = f.counterVec(prometheus.CounterOpts{Name: "dlmcache_prefix_requests_total", Help: "Generations that used the store, by whether their prefix was already there."}, "hit")
+	m.prefixReqs = f.NewCounterVec(prometheus.CounterOpts{Name: "dlmcache_prefix_requests_total", Help: "Generations that used the store, by whether their prefix was already there."}, []string{"hit"})
 	m.prefixReqs.WithLabelValues("true")
 	m.prefixReqs.WithLabelValues("false")
 	m.genTokens = counter("dlmcache_generated_tokens_total", "Answer slots decoded (gen_length per generation); rate() over dlmcache_generation_seconds_total is tokens/s per generation.")
@@ -97,17 +98,17 @@ func newMetrics(method string, store func() cache.Stats, now func() time.Time) *
 	m.promptTok = counter("dlmcache_prompt_tokens_total", "Prompt tokens of finished generations.")
 	m.genSecs = counter("dlmcache_generation_seconds_total", "Generation wall time summed over generations.")
 	m.nfe = counter("dlmcache_forward_evaluations_total", "Forward evaluations (NFE).")
-	m.nfeHist = f.histogram(prometheus.HistogramOpts{Name: "dlmcache_generation_nfe", Help: "Forward evaluations per generation.", Buckets: nfeBuckets})
+	m.nfeHist = f.NewHistogram(prometheus.HistogramOpts{Name: "dlmcache_generation_nfe", Help: "Forward evaluations per generation.", Buckets: nfeBuckets})
 	m.rowsComp = counter("dlmcache_rows_computed_total", "Layer-rows computed by the forwards.")
 	m.rowsFull = counter("dlmcache_rows_full_total", "Layer-rows a forward computing every row would have cost.")
 	m.flops = counter("dlmcache_flops_total", "Matrix-product FLOPs of the forwards, prefix-store fills included.")
 	m.flopsFull = counter("dlmcache_flops_full_total", "Matrix-product FLOPs that computing every row would have cost.")
-	m.genLat = f.histogram(prometheus.HistogramOpts{Name: "dlmcache_generation_duration_seconds", Help: "Generation wall time (after the queue).", Buckets: latencyBuckets})
+	m.genLat = f.NewHistogram(prometheus.HistogramOpts{Name: "dlmcache_generation_duration_seconds", Help: "Generation wall time (after the queue).", Buckets: latencyBuckets})
 
-	info := f.gaugeVec(prometheus.GaugeOpts{Name: "dlmcache_info", Help: "The serving configuration."}, "method")
+	info := f.NewGaugeVec(prometheus.GaugeOpts{Name: "dlmcache_info", Help: "The serving configuration."}, []string{"method"})
 	info.WithLabelValues(method).Set(1)
-	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "dlmcache_tokens_per_second",
-		Help: "Answer slots decoded by generations that finished in the last minute, per second of that minute."}, m.tokensPerSecond))
+	f.NewGaugeFunc(prometheus.GaugeOpts{Name: "dlmcache_tokens_per_second",
+		Help: "Answer slots decoded by generations that finished in the last minute, per second of that minute."}, m.tokensPerSecond)
 
 	if store == nil {
 		store = func() cache.Stats { return cache.Stats{} }
@@ -131,54 +132,13 @@ func newMetrics(method string, store func() cache.Stats, now func() time.Time) *
 	} {
 		read := func() float64 { return s.v(store()) }
 		if s.gauge {
-			m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: s.name, Help: s.help}, read))
+			f.NewGaugeFunc(prometheus.GaugeOpts{Name: s.name, Help: s.help}, read)
 		} else {
-			m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: s.name, Help: s.help}, read))
+			f.NewCounterFunc(prometheus.CounterOpts{Name: s.name, Help: s.help}, read)
 		}
 	}
 	m.reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
 	return m
-}
-
-// factory registers metrics on one registry.
-type factory struct{ reg *prometheus.Registry }
-
-func promauto(reg *prometheus.Registry) factory { return factory{reg} }
-
-func (f factory) counter(o prometheus.CounterOpts) prometheus.Counter {
-	c := prometheus.NewCounter(o)
-	f.reg.MustRegister(c)
-	return c
-}
-
-func (f factory) gauge(o prometheus.GaugeOpts) prometheus.Gauge {
-	g := prometheus.NewGauge(o)
-	f.reg.MustRegister(g)
-	return g
-}
-
-func (f factory) histogram(o prometheus.HistogramOpts) prometheus.Histogram {
-	h := prometheus.NewHistogram(o)
-	f.reg.MustRegister(h)
-	return h
-}
-
-func (f factory) counterVec(o prometheus.CounterOpts, labels ...string) *prometheus.CounterVec {
-	c := prometheus.NewCounterVec(o, labels)
-	f.reg.MustRegister(c)
-	return c
-}
-
-func (f factory) gaugeVec(o prometheus.GaugeOpts, labels ...string) *prometheus.GaugeVec {
-	g := prometheus.NewGaugeVec(o, labels)
-	f.reg.MustRegister(g)
-	return g
-}
-
-func (f factory) histogramVec(o prometheus.HistogramOpts, labels ...string) *prometheus.HistogramVec {
-	h := prometheus.NewHistogramVec(o, labels)
-	f.reg.MustRegister(h)
-	return h
 }
 
 // handler serves the registry in Prometheus' text format.
