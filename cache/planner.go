@@ -79,6 +79,15 @@ func (m *Method) Validate() error {
 	return nil
 }
 
+// Source is the deep source's name as tables key calibrations: "store"
+// when unset.
+func (m *Method) Source() string {
+	if m.DeepSource == "" {
+		return "store"
+	}
+	return m.DeepSource
+}
+
 // UsesBlocks reports whether the method is built around block decoding.
 func (m *Method) UsesBlocks() bool { return strings.HasSuffix(m.Name, "block") }
 
@@ -154,7 +163,9 @@ func (p *planner) Begin(r *model.Request) error {
 	case "prefix-all":
 		p.d = p.L
 	case "bicache", "bicache+block":
-		d, clamped := p.meth.Table.Lookup(p.info.Ratio, p.meth.Stat)
+		// A calibrated table's depth for the deep source served, else the
+		// cosine statistic's.
+		d, clamped := p.meth.Table.LookupSource(p.info.Ratio, p.meth.Stat, p.meth.Source())
 		p.d, p.info.Clamped = min(d, p.L), clamped
 	}
 	if p.m == 0 {
@@ -216,6 +227,9 @@ func (p *planner) End() {
 func (p *planner) After(*model.Step, []int32) {}
 
 func (p *planner) Plan(s *model.Step) model.Plan {
+	if p.d == 0 && p.meth.Name == "bicache" {
+		return nil // depth 0 (a calibrated bin that keeps no reuse): every row, as none
+	}
 	p.block = p.meth.UsesBlocks() && s.BlockStep > 0
 	p.blockRows = iota32(s.BlockStart, s.BlockEnd)
 	switch {

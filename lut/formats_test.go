@@ -21,14 +21,17 @@ func jsonNames(v any) []string {
 	return out
 }
 
-// TestTableFieldsDocumented holds table.json's fields (the table's, then a
-// bin's) to docs/formats.md.
+// TestTableFieldsDocumented holds table.json's fields (the table's, a bin's,
+// the calibration's, a bin calibration's and a trial's) to docs/formats.md.
 func TestTableFieldsDocumented(t *testing.T) {
 	names, _, err := formatsdoc.Fields("../docs/formats.md", "table.json")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := append(jsonNames(Table{}), jsonNames(Bin{})...)
+	var want []string
+	for _, v := range []any{Table{}, Bin{}, Calibration{}, BinCalibration{}, Trial{}} {
+		want = append(want, jsonNames(v)...)
+	}
 	if !slices.Equal(names, want) {
 		t.Errorf("docs/formats.md lists %v, the table has %v", names, want)
 	}

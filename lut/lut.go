@@ -15,7 +15,11 @@ import (
 )
 
 // Format is the value of a table's "format" field.
-const Format = "dlmcache.lut/v1"
+const Format = "dlmcache.lut/v2"
+
+// FormatV1 is the first format (no block length, no calibration); it is
+// still read.
+const FormatV1 = "dlmcache.lut/v1"
 
 // ModelID identifies the model a table was profiled on.
 type ModelID struct {
@@ -33,6 +37,9 @@ type Bin struct {
 	Std       float64 `json:"std"`
 	Min       int     `json:"min"`
 	Count     int     `json:"count"`
+	// Calibrated holds, per deep source ("store", "request"), the depth
+	// calibration chose against the model's uncached answers (v2).
+	Calibrated map[string]*BinCalibration `json:"calibrated,omitempty"`
 }
 
 // Table maps a shared-prefix ratio r to a safe depth d_r (the number of
@@ -44,12 +51,18 @@ type Table struct {
 	// Similarity is the statistic depths were computed from ("kv": the
 	// whole prefix's K⊕V cosine, the design's; "kv-row-min": the worst
 	// prefix row's). Empty in tables written before it was recorded: "kv".
-	Similarity string         `json:"similarity,omitempty"`
-	GenLength  int            `json:"gen_length"`
-	Steps      int            `json:"steps"`
-	Bins       []Bin          `json:"bins"`
-	Created    time.Time      `json:"created"`
-	Source     map[string]any `json:"source,omitempty"`
+	Similarity string `json:"similarity,omitempty"`
+	GenLength  int    `json:"gen_length"`
+	Steps      int    `json:"steps"`
+	// BlockLength is the semi-autoregressive block length of the regime
+	// (v2; 0 in v1 tables: unknown).
+	BlockLength int   `json:"block_length,omitempty"`
+	Bins        []Bin `json:"bins"`
+	// Calibration, when present, says how the bins' calibrated depths were
+	// chosen (dlmcache calibrate).
+	Calibration *Calibration   `json:"calibration,omitempty"`
+	Created     time.Time      `json:"created"`
+	Source      map[string]any `json:"source,omitempty"`
 }
 
 // Statistic chooses how a bin's depths become the served depth.
@@ -130,9 +143,19 @@ func CheckTau(tau float64) error {
 // nearest filled bin because it lies outside the profiled range (or in an
 // empty bin).
 func (t *Table) Lookup(r float64, stat Statistic) (depth int, clamped bool) {
+	best, bestDist := t.nearest(r)
+	if best < 0 {
+		return 1, true
+	}
+	return t.Bins[best].Depth(stat, t.Model.NLayers), bestDist > 0
+}
+
+// nearest is the filled bin closest to r and its distance (0 inside it);
+// -1 when no bin is filled.
+func (t *Table) nearest(r float64) (int, float64) {
 	best, bestDist := -1, math.Inf(1)
 	for i, b := range t.Bins {
-		if b.Count == 0 {
+		if !b.Filled() {
 			continue
 		}
 		var dist float64
@@ -146,10 +169,7 @@ func (t *Table) Lookup(r float64, stat Statistic) (depth int, clamped bool) {
 			best, bestDist = i, dist
 		}
 	}
-	if best < 0 {
-		return 1, true
-	}
-	return t.Bins[best].Depth(stat, t.Model.NLayers), bestDist > 0
+	return best, bestDist
 }
 
 // Depth is the bin's served depth under stat, in [1, nLayers] (layer 1's
@@ -225,8 +245,8 @@ func Parse(raw []byte) (*Table, error) {
 	if err := dec.Decode(&t); err != nil {
 		return nil, fmt.Errorf("not a table: %w", err)
 	}
-	if t.Format != Format {
-		return nil, fmt.Errorf("format %q, want %q", t.Format, Format)
+	if t.Format != Format && t.Format != FormatV1 {
+		return nil, fmt.Errorf("format %q, want %q (or %q)", t.Format, Format, FormatV1)
 	}
 	if err := CheckTau(t.Tau); err != nil {
 		return nil, err
@@ -244,12 +264,19 @@ func Parse(raw []byte) (*Table, error) {
 		if b.Count < 0 || b.MeanDepth < 0 || b.MeanDepth > float64(t.Model.NLayers) {
 			return nil, fmt.Errorf("bin %d: mean depth %g outside [0, %d]", i, b.MeanDepth, t.Model.NLayers)
 		}
+		for src, c := range b.Calibrated {
+			if c == nil || c.Depth < 0 || c.Depth > t.Model.NLayers {
+				return nil, fmt.Errorf("bin %d: calibrated depth for %s outside [0, %d]", i, src, t.Model.NLayers)
+			}
+		}
 	}
 	return &t, nil
 }
 
-// Write stores the table atomically (temp file + rename).
+// Write stores the table atomically (temp file + rename), in the current
+// format.
 func (t *Table) Write(path string) error {
+	t.Format = Format
 	raw, err := json.MarshalIndent(t, "", "  ")
 	if err != nil {
 		return err
@@ -269,15 +296,16 @@ func (t *Table) SimilarityName() string {
 // String renders the table for people.
 func (t *Table) String() string {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "model %s (%d layers, fingerprint %s)  τ=%g (%s)  gen_length=%d steps=%d\n",
-		t.Model.Name, t.Model.NLayers, t.Model.Fingerprint, t.Tau, t.SimilarityName(), t.GenLength, t.Steps)
+	fmt.Fprintf(&sb, "model %s (%d layers, fingerprint %s)  τ=%g (%s)  gen_length=%d steps=%d block_length=%d\n",
+		t.Model.Name, t.Model.NLayers, t.Model.Fingerprint, t.Tau, t.SimilarityName(), t.GenLength, t.Steps, t.BlockLength)
 	fmt.Fprintf(&sb, "%-13s %6s %6s %5s %5s %7s\n", "ratio", "depth", "mean", "std", "min", "count")
 	for _, b := range t.Bins {
 		if b.Count == 0 {
-			fmt.Fprintf(&sb, "[%.2f, %.2f) %6s %6s %5s %5s %7d  (not filled)\n", b.Lo, b.Hi, "-", "-", "-", "-", 0)
+			fmt.Fprintf(&sb, "[%.2f, %.2f) %6s %6s %5s %5s %7d  (no cosine samples)\n", b.Lo, b.Hi, "-", "-", "-", "-", 0)
 			continue
 		}
 		fmt.Fprintf(&sb, "[%.2f, %.2f) %6d %6.2f %5.2f %5d %7d\n", b.Lo, b.Hi, b.Depth(Mean, t.Model.NLayers), b.MeanDepth, b.Std, b.Min, b.Count)
 	}
+	t.writeCalibration(&sb)
 	return sb.String()
 }

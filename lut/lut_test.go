@@ -91,7 +91,8 @@ func TestReadWriteCheck(t *testing.T) {
 		t.Errorf("Check against another model: %v (want both fingerprints named)", err)
 	}
 	for _, bad := range []string{
-		`{}`, `{"format":"dlmcache.lut/v2","tau":0.9,"model":{"n_layers":8},"bins":[{"lo":0,"hi":1}]}`,
+		`{}`, `{"format":"dlmcache.lut/v3","tau":0.9,"model":{"n_layers":8},"bins":[{"lo":0,"hi":1}]}`,
+		`{"format":"dlmcache.lut/v2","tau":0.9,"model":{"n_layers":8},"bins":[{"lo":0,"hi":1,"calibrated":{"store":{"depth":9}}}]}`,
 		`{"format":"dlmcache.lut/v1","tau":1.5,"model":{"n_layers":8},"bins":[{"lo":0,"hi":1}]}`,
 		`{"format":"dlmcache.lut/v1","tau":0.9,"model":{"n_layers":8},"bins":[]}`,
 		`{"format":"dlmcache.lut/v1","tau":0.9,"model":{"n_layers":8},"bins":[{"lo":0,"hi":1,"mean_depth":9}]}`,

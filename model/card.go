@@ -53,18 +53,22 @@ func readCard(dir string) (Card, error) {
 // AnswerText decodes answer slots up to the first end-of-text, end-of-turn
 // or mask token.
 func (m *Model) AnswerText(ids []int32) string {
+	return m.Tokenizer.Decode(ids[:m.AnswerEnd(ids)])
+}
+
+// AnswerEnd is the index of the answer's first end-of-text, end-of-turn or
+// mask token (len(ids) when it has none).
+func (m *Model) AnswerEnd(ids []int32) int {
 	stop := map[int32]bool{int32(m.Config.EOSTokenID): true, int32(m.Config.MaskTokenID): true}
 	for _, s := range []string{"<|endoftext|>", "<|eot_id|>"} {
 		if id, ok := m.Tokenizer.TokenID(s); ok {
 			stop[id] = true
 		}
 	}
-	end := len(ids)
 	for i, t := range ids {
 		if stop[t] {
-			end = i
-			break
+			return i
 		}
 	}
-	return m.Tokenizer.Decode(ids[:end])
+	return len(ids)
 }

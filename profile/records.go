@@ -299,7 +299,7 @@ func BuildTable(recs []Record, info RunInfo, tau float64, sim Similarity) (*lut.
 	if err != nil {
 		return nil, err
 	}
-	t.GenLength, t.Steps, t.Similarity = info.GenLength, info.Steps, string(sim)
+	t.GenLength, t.Steps, t.BlockLength, t.Similarity = info.GenLength, info.Steps, info.BlockLength, string(sim)
 	t.Source = map[string]any{"requests": len(ds), "per_ratio": info.PerRatio, "ratios": info.Ratios, "all_steps": info.AllSteps}
 	if info.Shard != "" {
 		t.Source["shard"] = info.Shard

@@ -172,3 +172,22 @@ func TestMetricsExposition(t *testing.T) {
 			metric(t, page, `dlmcache_requests_unrouted_total{code="404"}`), metric(t, page, `dlmcache_requests_unrouted_total{code="405"}`))
 	}
 }
+
+// A request in another regime than the table's is served, counted and
+// warned about once.
+func TestRegimeWarning(t *testing.T) {
+	var log strings.Builder
+	s := newTestServer(t, "bicache", 1<<30, func(c *Config) { c.Log = &log })
+	s.cfg.Method.Table.GenLength, s.cfg.Method.Table.Steps, s.cfg.Method.Table.BlockLength = 16, 8, 8
+	decodeChat(t, post(t, s, "/v1/chat/completions", chatBody("Be brief.", "Hello", "")))
+	for range 2 {
+		decodeChat(t, post(t, s, "/v1/chat/completions", chatBody("Be brief.", "Hello", `"gen_length":32`)))
+	}
+	page := get(t, s, "/metrics").Body.String()
+	if n := metric(t, page, "dlmcache_regime_mismatch_total"); n != 2 {
+		t.Errorf("mismatches %v, want 2", n)
+	}
+	if c := strings.Count(log.String(), "warning: a request at gen length 32"); c != 1 {
+		t.Errorf("%d warnings, want 1:\n%s", c, log.String())
+	}
+}

@@ -46,6 +46,8 @@ type metrics struct {
 	flopsFull   prometheus.Counter
 	genLat      prometheus.Histogram
 
+	regimeMismatch prometheus.Counter
+
 	mu     sync.Mutex
 	window []tokenEvent // finished generations in the last tpsWindow
 	now    func() time.Time
@@ -105,6 +107,7 @@ func newMetrics(method string, store func() cache.Stats, now func() time.Time) *
 	m.flopsFull = counter("dlmcache_flops_full_total", "Matrix-product FLOPs that computing every row would have cost.")
 	m.genLat = f.NewHistogram(prometheus.HistogramOpts{Name: "dlmcache_generation_duration_seconds", Help: "Generation wall time (after the queue).", Buckets: latencyBuckets})
 
+	m.regimeMismatch = counter("dlmcache_regime_mismatch_total", "Generations in another regime (gen length, steps, block length) than the table was profiled in.")
 	info := f.NewGaugeVec(prometheus.GaugeOpts{Name: "dlmcache_info", Help: "The serving configuration."}, []string{"method"})
 	info.WithLabelValues(method).Set(1)
 	f.NewGaugeFunc(prometheus.GaugeOpts{Name: "dlmcache_tokens_per_second",

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/dlmcache/dlmcache/cache"
+	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
 )
 
@@ -71,6 +72,7 @@ type Server struct {
 	met     *metrics
 	logMu   sync.Mutex
 	closing atomic.Bool
+	warned  sync.Map // table regimes warned about (lut.Regime → true)
 }
 
 // New checks cfg and returns a Server.
@@ -496,6 +498,7 @@ func (s *Server) run(ctx context.Context, j *job) (*result, *apiError) {
 		m.Salt = meth.Salt + "\x00" + j.salt
 		meth = &m
 	}
+	s.checkRegime(j.gen)
 	var info cache.Info
 	lm := s.cfg.Model
 	g, err := lm.Generate(ctx, j.ids, j.prefixLen, j.gen, meth.Planner(lm.LLaDA, &info))
@@ -527,15 +530,7 @@ func (s *Server) run(ctx context.Context, j *job) (*result, *apiError) {
 // cap did. n counts the tokens whose text is returned.
 func (s *Server) answer(ids []int32, maxTokens int, stop []string) (text string, n int, finish string) {
 	lm := s.cfg.Model
-	end := map[int32]bool{int32(lm.Config.EOSTokenID): true, int32(lm.Config.MaskTokenID): true}
-	for _, t := range []string{"<|endoftext|>", "<|eot_id|>"} {
-		if id, ok := lm.Tokenizer.TokenID(t); ok {
-			end[id] = true
-		}
-	}
-	for n < len(ids) && !end[ids[n]] {
-		n++
-	}
+	n = lm.AnswerEnd(ids)
 	finish = "length"
 	if n < len(ids) {
 		finish = "stop"
@@ -565,6 +560,27 @@ func newID() string {
 	var b [12]byte
 	rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// checkRegime warns, once per regime, when a request is generated in
+// another regime than the one its method's table was profiled in (its
+// depths were measured there), and counts it.
+func (s *Server) checkRegime(o model.GenOptions) {
+	t := s.cfg.Method.Table
+	if t == nil {
+		return
+	}
+	g := lut.Regime{GenLength: o.GenLength, Steps: o.Steps, BlockLength: o.BlockLength}
+	err := t.CheckRegime(g)
+	if err == nil {
+		return
+	}
+	s.met.regimeMismatch.Inc()
+	if _, seen := s.warned.LoadOrStore(g, true); !seen && s.cfg.Log != nil {
+		s.logMu.Lock()
+		fmt.Fprintf(s.cfg.Log, "%s warning: a request at %s: %v; served with the table's depths anyway\n", s.cfg.Now().UTC().Format(time.RFC3339), g, err)
+		s.logMu.Unlock()
+	}
 }
 
 func (s *Server) logRequest(r *http.Request, status int, d time.Duration, note string) {

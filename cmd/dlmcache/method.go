@@ -59,23 +59,31 @@ func newMethod(name string, c *cacheFlags, lm *loadedModel, store *cache.Store, 
 		return nil, err
 	}
 	m := &cache.Method{Name: name, Store: store, Table: table, Stat: stat, Refresh: c.Refresh,
-		DeepSource: deepSource(c.DeepSource), Fingerprint: lm.Fingerprint, Salt: c.Salt}
+		Fingerprint: lm.Fingerprint, Salt: c.Salt}
+	m.DeepSource, _ = deepSource(c.DeepSource, table)
 	if strings.HasPrefix(name, "bicache") && table == nil {
 		return nil, fmt.Errorf("method %s needs a table: pass --lut table.json (from dlmcache profile)", name)
 	}
 	return m, m.Validate()
 }
 
-// deepSource resolves --deep-source auto: the request source, the one
-// that kept every answer of the bundled model in both bicache methods
-// (docs/results.md: the store's stand-alone prefix K/V lose what the
-// question writes into the prefix rows of the shallow layers, with either
-// of the other sources, and the request source computes the fewest rows).
-func deepSource(flag string) string {
-	if flag != "auto" {
-		return flag
+// deepSource resolves --deep-source auto for table t: the store (prefix
+// K/V shared across requests) when t is calibrated for it (dlmcache
+// calibrate checked those depths against answers), else the request
+// source, the one that kept every answer of the bundled model with a
+// cosine table (docs/results.md: the store's stand-alone prefix K/V lose
+// what the question writes into the prefix rows at cosine depths). why
+// says which and why, for serve's startup line.
+func deepSource(flag string, t *lut.Table) (source, why string) {
+	switch {
+	case flag != "auto":
+		return flag, "--deep-source " + flag
+	case t != nil && t.CalibratedFor("store"):
+		return "store", "the table is calibrated for the store source: shallow prefix K/V are shared across requests"
+	case t != nil:
+		return "request", "the table is not calibrated for the store source (dlmcache calibrate), so no prefix K/V are shared across requests; each request reuses its own first step's"
 	}
-	return "request"
+	return "request", "no table"
 }
 
 // methodGen adapts the generation options to a method: block methods
@@ -128,8 +136,12 @@ func loadMethodEnv(f *factory, name, device string, threads, genLength, steps, b
 			lm.Close()
 			return nil, err
 		}
-		if w := crossRequestWarning(deepSource(c.DeepSource), e.table); w != "" {
+		src, _ := deepSource(c.DeepSource, e.table)
+		if w := crossRequestWarning(src, e.table); w != "" {
 			fmt.Fprintln(f.ErrOut, "warning:", w)
+		}
+		if err := e.table.CheckRegime(lut.Regime{GenLength: e.gen.GenLength, Steps: e.gen.Steps, BlockLength: e.gen.BlockLength}); err != nil {
+			fmt.Fprintf(f.ErrOut, "warning: --lut %s: %v: its depths were measured in another regime (profile or calibrate in this one)\n", c.LUT, err)
 		}
 	}
 	return e, nil
@@ -141,7 +153,7 @@ func loadMethodEnv(f *factory, name, device string, threads, genLength, steps, b
 // the worst prefix row's cosine (depth 2) kept every answer
 // (docs/results.md, section 4).
 func crossRequestWarning(source string, t *lut.Table) string {
-	if t == nil || source == "request" || t.SimilarityName() == string(profile.SimRowMin) {
+	if t == nil || source == "request" || t.SimilarityName() == string(profile.SimRowMin) || t.CalibratedFor(source) {
 		return ""
 	}
 	return fmt.Sprintf("--deep-source %s reuses the store's prefix K/V across requests at this table's depths, which come from the whole-prefix cosine (similarity %q); "+

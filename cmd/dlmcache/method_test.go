@@ -10,15 +10,28 @@ import (
 )
 
 func TestDeepSource(t *testing.T) {
-	for _, tc := range []struct{ flag, want string }{
-		{"auto", "request"},
-		{"store", "store"},
-		{"recompute", "recompute"},
-		{"request", "request"},
+	cosine := &lut.Table{Bins: []lut.Bin{{Lo: 0, Hi: 1, Count: 3, MeanDepth: 6}}}
+	calibrated := &lut.Table{Bins: []lut.Bin{{Lo: 0, Hi: 1, Count: 3, MeanDepth: 6,
+		Calibrated: map[string]*lut.BinCalibration{"store": {Depth: 2}}}},
+		Calibration: &lut.Calibration{Sources: []string{"store"}}}
+	for _, tc := range []struct {
+		flag  string
+		table *lut.Table
+		want  string
+	}{
+		{"auto", nil, "request"},
+		{"auto", cosine, "request"},
+		{"auto", calibrated, "store"}, // a table calibrated for the store shares K/V across requests
+		{"store", cosine, "store"},
+		{"recompute", nil, "recompute"},
+		{"request", calibrated, "request"},
 	} {
-		if got := deepSource(tc.flag); got != tc.want {
-			t.Errorf("deepSource(%s) = %s, want %s", tc.flag, got, tc.want)
+		if got, why := deepSource(tc.flag, tc.table); got != tc.want || why == "" {
+			t.Errorf("deepSource(%s, %v) = %s (%q), want %s", tc.flag, tc.table != nil, got, why, tc.want)
 		}
+	}
+	if w := crossRequestWarning("store", calibrated); w != "" {
+		t.Errorf("a table calibrated for the store source: warning %q", w)
 	}
 }
 

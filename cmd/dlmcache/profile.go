@@ -27,6 +27,7 @@ type profileOptions struct {
 	MaxTokens   int
 	Ratios      string
 	PerRatio    int
+	Seed        int64
 	Tau         float64
 	Similarity  string
 	GenLength   int
@@ -34,7 +35,6 @@ type profileOptions struct {
 	BlockLength int
 	AllSteps    bool
 	Shard       string
-	Seed        int64
 	Out         string
 	Resume      bool
 	Quiet       bool
@@ -74,11 +74,7 @@ parts (for several machines); dlmcache lut build --from merges them.`,
 	}
 	fl := cmd.Flags()
 	addModelFlags(fl, &opts.Model, &opts.Device, &opts.Threads)
-	fl.StringSliceVar(&opts.Data, "data", []string{"builtin"}, "user prompts: builtin (WildChat-style, generated) and/or WildChat parquet files or directories")
-	fl.StringSliceVar(&opts.Systems, "system-prompts", []string{"builtin"}, "system prompts: builtin, builtin:NAME, or @FILE (one prompt per file)")
-	fl.StringVar(&opts.Language, "language", "English", "WildChat language filter (empty: all)")
-	fl.IntVar(&opts.UserPrompts, "user-prompts", 2000, "number of builtin WildChat-style prompts to generate")
-	fl.IntVar(&opts.MaxTokens, "max-tokens", 1024, "longest input string (prompt + gen length) a request may have; 0: no bound")
+	addSamplingFlags(fl, &opts.Data, &opts.Systems, &opts.Language, &opts.UserPrompts, &opts.MaxTokens, &opts.Seed)
 	fl.StringVar(&opts.Ratios, "ratios", "0.05:0.95:0.05", "ratio bins: LO:HI:STEP or ascending edges a,b,c")
 	fl.IntVar(&opts.PerRatio, "per-ratio", 64, "requests per ratio bin (N)")
 	fl.Float64Var(&opts.Tau, "tau", 0.97, "similarity threshold τ of the table")
@@ -88,11 +84,15 @@ parts (for several machines); dlmcache lut build --from merges them.`,
 	fl.IntVar(&opts.BlockLength, "block-length", 0, "block length (used with --all-steps); 0: the model's default")
 	fl.BoolVar(&opts.AllSteps, "all-steps", false, "measure at every denoising step (for heatmaps), not only the first")
 	fl.StringVar(&opts.Shard, "shard", "", "run shard K/N of the requests (0 ≤ K < N)")
-	fl.Int64Var(&opts.Seed, "seed", 1, "sampling seed (every shard must use the same)")
 	fl.StringVar(&opts.Out, "out", "profile-out", "output directory")
 	fl.BoolVar(&opts.Resume, "resume", false, "continue an interrupted run in --out")
 	fl.BoolVar(&opts.Quiet, "quiet", false, "no progress bar")
 	return cmd
+}
+
+func (opts *profileOptions) sampling() requestSampling {
+	return requestSampling{Data: opts.Data, Systems: opts.Systems, Language: opts.Language, UserPrompts: opts.UserPrompts,
+		MaxTokens: opts.MaxTokens, PerRatio: opts.PerRatio, Seed: opts.Seed, Ratios: opts.Ratios}
 }
 
 func profileRun(ctx context.Context, opts *profileOptions) error {
@@ -116,14 +116,6 @@ func profileRun(ctx context.Context, opts *profileOptions) error {
 			return err
 		}
 	}
-	systems, err := datasets.LoadSystemPrompts(opts.Systems)
-	if err != nil {
-		return err
-	}
-	users, err := datasets.LoadUserPrompts(opts.Data, datasets.WildChatFilter{Language: opts.Language}, opts.Seed, opts.UserPrompts)
-	if err != nil {
-		return err
-	}
 	lm, err := loadModel(opts.f, opts.Model, opts.Device, opts.Threads)
 	if err != nil {
 		return err
@@ -133,33 +125,9 @@ func profileRun(ctx context.Context, opts *profileOptions) error {
 	if err != nil {
 		return err
 	}
-	count := func(system, user string) (int, int, error) {
-		ids, m, err := lm.Tokenizer.EncodeChat(system, user)
-		return m, len(ids), err
-	}
-	reqs, unfilled, err := datasets.SampleRequests(systems, users, count,
-		datasets.BinOptions{Edges: edges, PerBin: opts.PerRatio, GenLength: gen.GenLength, Seed: opts.Seed, MaxTokens: opts.MaxTokens})
+	preqs, unfilledS, err := opts.sampling().sample(opts.f, lm, gen.GenLength, edges, shardK, shardN)
 	if err != nil {
 		return err
-	}
-	var unfilledS []string
-	for _, u := range unfilled {
-		unfilledS = append(unfilledS, u.String())
-		fmt.Fprintf(opts.f.ErrOut, "warning: could not fill %s\n", u)
-	}
-	if len(reqs) == 0 {
-		return fmt.Errorf("no request could be sampled into any bin of %s (gen length %d): give longer system prompts (--system-prompts @FILE) or more user data", opts.Ratios, gen.GenLength)
-	}
-	if reqs, err = datasets.ShardRequests(reqs, shardK, shardN); err != nil {
-		return err
-	}
-	preqs := make([]profile.Request, 0, len(reqs))
-	for _, r := range reqs {
-		ids, m, err := lm.Tokenizer.EncodeChat(r.System, r.User)
-		if err != nil {
-			return err
-		}
-		preqs = append(preqs, profile.Request{ID: r.ID, Source: r.SystemName, Prompt: ids, PrefixLen: m})
 	}
 	info := profile.RunInfo{
 		Model:     lut.ModelID{Name: lm.Name, NLayers: len(lm.Blocks), Fingerprint: lm.Fingerprint},

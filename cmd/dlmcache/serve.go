@@ -129,7 +129,8 @@ func serveRun(ctx context.Context, opts *serveOptions) error {
 	}
 	tableNote := "no table"
 	if table != nil {
-		tableNote = "table " + opts.Cache.LUT
+		_, why := deepSource(opts.Cache.DeepSource, table)
+		tableNote = fmt.Sprintf("table %s, deep source %s: %s", opts.Cache.LUT, meth.Source(), why)
 	}
 	fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: model %s (%s), method %s (%s), store %d bytes %s, gen %d/%d/%d, max concurrency %d; listening on http://%s\n",
 		lm.Name, lm.Fingerprint, method, tableNote, opts.Cache.CacheBytes, opts.Cache.Eviction,

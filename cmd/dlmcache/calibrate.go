@@ -1,0 +1,226 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dlmcache/dlmcache/datasets"
+	"github.com/dlmcache/dlmcache/internal/progress"
+	"github.com/dlmcache/dlmcache/lut"
+	"github.com/dlmcache/dlmcache/profile"
+)
+
+type calibrateOptions struct {
+	f *factory
+
+	Model       string
+	Device      string
+	Threads     int
+	Data        []string
+	Systems     []string
+	Language    string
+	UserPrompts int
+	MaxTokens   int
+	Seed        int64
+	LUT         string
+	Ratios      string
+	PerRatio    int
+	Sources     []string
+	Gate        string
+	Agreement   float64
+	Confidence  float64
+	Refresh     int
+	Stat        string
+	GenLength   int
+	Steps       int
+	BlockLength int
+	Shard       string
+	Merge       []string
+	Out         string
+	Resume      bool
+	Quiet       bool
+}
+
+func newCmdCalibrate(f *factory, runF func(*calibrateOptions) error) *cobra.Command {
+	opts := &calibrateOptions{f: f}
+	cmd := &cobra.Command{
+		Use:   "calibrate",
+		Short: "Check each ratio bin's depth against the model's own answers and write a calibrated table",
+		Long: `Calibrate samples requests into the ratio bins of a cosine table (--lut, from
+dlmcache profile) as profile does, answers each with no caching (greedy: the
+reference), then with BiCache at candidate depths, per deep source (store:
+the prefix K/V shared across requests; request: the request's own first
+step). Per bin and source it keeps the deepest depth whose agreement with
+the reference — per answer token (--gate token) or per whole answer
+(--gate answer) — has a one-sided Wilson lower bound (--confidence) of at
+least --agreement. The search starts at the cosine table's depth and walks
+up while depths pass, or down until one does; depth 0 (no reuse) always
+does. No reference answers are needed: the uncached answer is the
+reference, so WildChat prompts (--data) calibrate too.
+
+It writes, to --out:
+
+  table.json         the table (format dlmcache.lut/v2) with each bin's calibrated depth
+                     per source, its agreement, sample count and every depth tried
+                     (dlmcache lut show prints them); serve --lut uses them
+  calibration.jsonl  every reference answer and every (request, source, depth) outcome,
+                     written before it is used: --resume continues an interrupted run
+                     to the identical table
+
+--shard K/N evaluates every depth for one of N disjoint parts of the
+requests (for several machines: deploy/k8s/); --merge DIR,DIR,... then
+searches their merged outcomes and writes the table one run would have.`,
+		Example: `  dlmcache profile --out prof && dlmcache calibrate --lut prof/table.json --out calib
+  dlmcache calibrate --lut prof/table.json --shard 0/4 --out calib-0     # on four machines
+  dlmcache calibrate --lut prof/table.json --merge calib-0,calib-1,calib-2,calib-3 --out calib`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if runF != nil {
+				return runF(opts)
+			}
+			return calibrateRun(cmd.Context(), opts)
+		},
+	}
+	fl := cmd.Flags()
+	addModelFlags(fl, &opts.Model, &opts.Device, &opts.Threads)
+	addSamplingFlags(fl, &opts.Data, &opts.Systems, &opts.Language, &opts.UserPrompts, &opts.MaxTokens, &opts.Seed)
+	fl.StringVar(&opts.LUT, "lut", "", "cosine table (table.json from dlmcache profile): its bins, and the depths the search starts from; empty: --ratios, starting at depth 1")
+	fl.StringVar(&opts.Ratios, "ratios", "0.5:0.95:0.05", "ratio bins without --lut: LO:HI:STEP or ascending edges")
+	fl.IntVar(&opts.PerRatio, "per-ratio", 12, "requests per ratio bin")
+	fl.StringSliceVar(&opts.Sources, "sources", []string{"store", "request"}, "deep sources to calibrate: store, request")
+	fl.StringVar(&opts.Gate, "gate", profile.GateToken, "agreement a depth must keep: token (per answer token) or answer (whole answers)")
+	fl.Float64Var(&opts.Agreement, "agreement", 0.99, "the Wilson lower bound the gated agreement must reach")
+	fl.Float64Var(&opts.Confidence, "confidence", 0.9, "one-sided confidence of the Wilson bound")
+	fl.IntVar(&opts.Refresh, "refresh", 16, "BiCache's deep-layer refresh period R")
+	fl.StringVar(&opts.Stat, "stat", "mean", "statistic of the cosine table's start depth: mean, mean-std, min")
+	fl.IntVar(&opts.GenLength, "gen-length", 0, "answer slots; 0: the model's default")
+	fl.IntVar(&opts.Steps, "steps", 0, "denoising steps; 0: the model's default")
+	fl.IntVar(&opts.BlockLength, "block-length", 0, "block length; 0: the model's default")
+	fl.StringVar(&opts.Shard, "shard", "", "evaluate every depth for shard K/N of the requests (merge with --merge)")
+	fl.StringSliceVar(&opts.Merge, "merge", nil, "merge these shard directories' outcomes into one table (same flags as the shards, without --shard)")
+	fl.StringVar(&opts.Out, "out", "calibrate-out", "output directory")
+	fl.BoolVar(&opts.Resume, "resume", false, "continue an interrupted run in --out")
+	fl.BoolVar(&opts.Quiet, "quiet", false, "no progress bar")
+	return cmd
+}
+
+func calibrateRun(ctx context.Context, opts *calibrateOptions) error {
+	switch {
+	case opts.Gate != profile.GateToken && opts.Gate != profile.GateAnswer:
+		return fmt.Errorf("--gate %q: want token or answer", opts.Gate)
+	case !(opts.Agreement > 0 && opts.Agreement <= 1):
+		return fmt.Errorf("--agreement %g: want (0, 1]", opts.Agreement)
+	case !(opts.Confidence > 0.5 && opts.Confidence < 1):
+		return fmt.Errorf("--confidence %g: want (0.5, 1)", opts.Confidence)
+	case opts.PerRatio <= 0:
+		return fmt.Errorf("--per-ratio must be positive, got %d", opts.PerRatio)
+	case opts.Refresh <= 0:
+		return fmt.Errorf("--refresh must be positive, got %d", opts.Refresh)
+	case opts.Shard != "" && len(opts.Merge) > 0:
+		return fmt.Errorf("--shard and --merge: a shard runs, a merge only reads shards; give one")
+	}
+	for _, s := range opts.Sources {
+		if s != "store" && s != "request" {
+			return fmt.Errorf("--sources: %q is not a deep source to calibrate (want store, request)", s)
+		}
+	}
+	stat, err := parseStat(opts.Stat)
+	if err != nil {
+		return err
+	}
+	lm, err := loadModel(opts.f, opts.Model, opts.Device, opts.Threads)
+	if err != nil {
+		return err
+	}
+	defer lm.Close()
+	gen, err := lm.genOptions(opts.GenLength, opts.Steps, opts.BlockLength)
+	if err != nil {
+		return err
+	}
+	var start *lut.Table
+	var edges []float64
+	if opts.LUT != "" {
+		if start, err = readTable(opts.LUT, lm); err != nil {
+			return err
+		}
+		if err := start.CheckRegime(lut.Regime{GenLength: gen.GenLength, Steps: gen.Steps, BlockLength: gen.BlockLength}); err != nil {
+			return fmt.Errorf("--lut %s: %w (calibrate in the table's regime, or profile this one)", opts.LUT, err)
+		}
+		for _, b := range start.Bins {
+			edges = append(edges, b.Lo)
+		}
+		edges = append(edges, start.Bins[len(start.Bins)-1].Hi)
+	} else if edges, err = datasets.ParseRatioBins(opts.Ratios); err != nil {
+		return err
+	}
+	shardK, shardN := 0, 1
+	if opts.Shard != "" {
+		if shardK, shardN, err = datasets.ParseShard(opts.Shard); err != nil {
+			return err
+		}
+	}
+	s := requestSampling{Data: opts.Data, Systems: opts.Systems, Language: opts.Language, UserPrompts: opts.UserPrompts,
+		MaxTokens: opts.MaxTokens, PerRatio: opts.PerRatio, Seed: opts.Seed, Ratios: opts.Ratios}
+	reqs, _, err := s.sample(opts.f, lm, gen.GenLength, edges, shardK, shardN)
+	if err != nil {
+		return err
+	}
+	c := &profile.Calibrator{
+		Model: lm.LLaDA, Gen: gen, Start: start, Stat: stat, Gate: opts.Gate, Target: opts.Agreement,
+		Z: normalQuantile(opts.Confidence), Stop: lm.AnswerEnd, Exhaustive: opts.Shard != "", OutDir: opts.Out, Resume: opts.Resume,
+		Run: profile.CalibrationRun{Model: lut.ModelID{Name: lm.Name, NLayers: len(lm.Blocks), Fingerprint: lm.Fingerprint},
+			GenLength: gen.GenLength, Steps: gen.Steps, BlockLength: gen.BlockLength, Refresh: opts.Refresh,
+			Sources: slices.Clone(opts.Sources), Edges: edges, Seed: opts.Seed, Data: opts.Data, StartFrom: opts.LUT, Shard: opts.Shard},
+	}
+	var t *lut.Table
+	if len(opts.Merge) > 0 {
+		if t, err = c.Merge(opts.Merge, reqs); err != nil {
+			return err
+		}
+		if err := t.Write(filepath.Join(opts.Out, profile.CalibratedTable)); err != nil {
+			return err
+		}
+	} else {
+		var bar *progress.Bar // its total (bins × sources) is known at the first report
+		c.Progress = func(d, total int) {
+			if bar == nil {
+				bar = progress.New(opts.f.ErrOut, "calibrate", "bin·source", total, opts.Quiet)
+			}
+			bar.Set(d)
+		}
+		t, err = c.Calibrate(ctx, reqs)
+		bar.Done()
+		if err != nil {
+			return err
+		}
+	}
+	if t == nil {
+		fmt.Fprintf(opts.f.ErrOut, "shard %s: every depth of %d requests in %s; merge the shards with --merge\n",
+			opts.Shard, len(reqs), filepath.Join(opts.Out, profile.CalibrationFile))
+		return nil
+	}
+	fmt.Fprint(opts.f.Out, t.String())
+	fmt.Fprintf(opts.f.ErrOut, "wrote %s (%d requests, sources %s)\n", filepath.Join(opts.Out, profile.CalibratedTable), len(reqs), strings.Join(opts.Sources, ", "))
+	return nil
+}
+
+// normalQuantile is the standard normal quantile Φ⁻¹(p) (bisection on
+// math.Erfc; a bound's z needs no more).
+func normalQuantile(p float64) float64 {
+	lo, hi := -10.0, 10.0
+	for range 200 {
+		mid := (lo + hi) / 2
+		if 0.5*math.Erfc(-mid/math.Sqrt2) < p {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return (lo + hi) / 2
+}

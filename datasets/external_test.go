@@ -1,0 +1,40 @@
+package datasets
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestExternal(t *testing.T) {
+	xs := External(40, 4, 3)
+	if len(xs) != 160 {
+		t.Fatalf("%d samples, want 160", len(xs))
+	}
+	systems := map[string]int{}
+	for _, s := range xs {
+		systems[s.System]++
+		got, err := Solve(s.Suite, s.System, s.User)
+		if err != nil || got != s.Answer {
+			t.Errorf("%s: Solve = %q, %v; answer %q", s.ID, got, err, s.Answer)
+		}
+		// Never a generator's system message: the opening sentence is none of theirs.
+		for _, intros := range [][]string{lookupIntros, arithIntros, ruleIntros} {
+			for _, in := range intros {
+				if strings.HasPrefix(s.System, in) {
+					t.Errorf("%s opens like a generated sample: %q", s.ID, in)
+				}
+			}
+		}
+	}
+	if len(systems) != 40 {
+		t.Errorf("%d distinct system messages, want 40 (4 questions each)", len(systems))
+	}
+	for sys, n := range systems {
+		if n != 4 {
+			t.Errorf("system message shared by %d questions: %.40q", n, sys)
+		}
+	}
+	if a, b := External(3, 2, 3), External(3, 2, 3); a[5] != b[5] {
+		t.Error("not deterministic")
+	}
+}
