@@ -28,7 +28,7 @@ func newCmdLutCheck(f *factory, runF func(*lutCheckOptions) error) *cobra.Comman
 		Long: `Check refuses (exit status 2) a table profiled or calibrated on another
 model, in another regime (gen length, steps, block length: the model's
 defaults, or the flags) or, for a calibrated table, for another method.`,
-		Args:  cobra.ExactArgs(1),
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.File = args[0]
 			if runF != nil {
