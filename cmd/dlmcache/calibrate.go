@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -181,6 +182,9 @@ func calibrateRun(ctx context.Context, opts *calibrateOptions) error {
 	var t *lut.Table
 	if len(opts.Merge) > 0 {
 		if t, err = c.Merge(opts.Merge, reqs); err != nil {
+			return err
+		}
+		if err := os.MkdirAll(opts.Out, 0o755); err != nil {
 			return err
 		}
 		if err := t.Write(filepath.Join(opts.Out, profile.CalibratedTable)); err != nil {

@@ -7,6 +7,6 @@ func newCmdLut(f *factory) *cobra.Command {
 		Use:   "lut",
 		Short: "Build, show, compare and check ratio→depth tables",
 	}
-	cmd.AddCommand(newCmdLutBuild(f, nil), newCmdLutShow(f, nil), newCmdLutDiff(f, nil), newCmdLutCheck(f, nil))
+	cmd.AddCommand(newCmdLutBuild(f, nil), newCmdLutShow(f, nil), newCmdLutDiff(f, nil), newCmdLutCheck(f, nil), newCmdLutVerify(f, nil))
 	return cmd
 }
