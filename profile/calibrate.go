@@ -117,6 +117,7 @@ type Calibrator struct {
 	OutDir     string
 	Resume     bool
 	Progress   func(done, total int)
+	Warn       func(string) // told when a bin's samples cannot reach the target
 
 	refs    map[string][]int32
 	results map[trialKey]outcome
@@ -188,6 +189,10 @@ func (c *Calibrator) Calibrate(ctx context.Context, reqs []Request) (*lut.Table,
 				if err != nil {
 					return nil, err
 				}
+				if best := c.bestBound(rt); best < c.Target && c.Warn != nil {
+					c.Warn(fmt.Sprintf("bin [%.2f, %.2f): %d requests (%d answer tokens) cannot show agreement ≥ %g even if every one agrees (best bound %.3f): depth 0 there; give a larger --per-ratio",
+						c.Run.Edges[bi], c.Run.Edges[bi+1], len(b), sum(rt), c.Target, best))
+				}
 				bc, err := search(b, rt, src, c.startDepth(bi, L), L, c.Gate, c.Target, c.Z, eval)
 				if err != nil {
 					return nil, err
@@ -208,16 +213,21 @@ func (c *Calibrator) Calibrate(ctx context.Context, reqs []Request) (*lut.Table,
 	return t, t.Write(filepath.Join(c.OutDir, CalibratedTable))
 }
 
-// startDepth is bin bi's cosine depth (1 without a start table).
+// startDepth is the cosine table's depth at calibration bin bi's middle
+// (1 without a start table).
 func (c *Calibrator) startDepth(bi, L int) int {
-	if c.Start == nil || bi >= len(c.Start.Bins) || c.Start.Bins[bi].Count == 0 {
+	if c.Start == nil {
 		return 1
 	}
-	return min(c.Start.Bins[bi].Depth(c.Stat, L), L)
+	d, _ := c.Start.Lookup((c.Run.Edges[bi]+c.Run.Edges[bi+1])/2, c.Stat)
+	return min(d, L)
 }
 
-// table is the start table (or empty bins over the edges) with the
-// calibrated depths and the calibration record.
+// table is the start table (or empty bins over the calibration edges)
+// with the calibrated depths and the calibration record. A start bin takes
+// the calibration of the calibration bin holding its middle; a bin no
+// calibration covers gets depth 0 (no reuse: nothing showed reuse is safe
+// there) with no samples.
 func (c *Calibrator) table(cal []map[string]*lut.BinCalibration, requests int, took time.Duration) *lut.Table {
 	var t lut.Table
 	if c.Start != nil {
@@ -230,11 +240,17 @@ func (c *Calibrator) table(cal []map[string]*lut.BinCalibration, requests int, t
 		}
 	}
 	t.GenLength, t.Steps, t.BlockLength = c.Run.GenLength, c.Run.Steps, c.Run.BlockLength
-	for i := range t.Bins {
-		if i < len(cal) && len(cal[i]) > 0 {
-			t.Bins[i].Calibrated = cal[i]
-		} else {
-			t.Bins[i].Calibrated = nil
+	edges := c.Run.Edges
+	for i, b := range t.Bins {
+		mid := (b.Lo + b.Hi) / 2
+		j := sort.SearchFloat64s(edges, mid) - 1 // edges[j] < mid ≤ edges[j+1]
+		if j >= 0 && j < len(cal) && len(cal[j]) > 0 {
+			t.Bins[i].Calibrated = cal[j]
+			continue
+		}
+		t.Bins[i].Calibrated = map[string]*lut.BinCalibration{}
+		for _, src := range c.Run.Sources {
+			t.Bins[i].Calibrated[src] = &lut.BinCalibration{Depth: 0, TokenAgreement: 1, AnswerAgreement: 1, LowerBound: 1}
 		}
 	}
 	t.Calibration = &lut.Calibration{Method: "bicache", Refresh: c.Run.Refresh, Sources: c.Run.Sources, Gate: c.Gate,
@@ -328,6 +344,22 @@ func search(bin []Request, refTokens []int, src string, d0, L int, gate string, 
 		}
 	}
 	return bc, nil
+}
+
+// bestBound is the bound a bin reaches when everything agrees.
+func (c *Calibrator) bestBound(refTokens []int) float64 {
+	if c.Gate == GateAnswer {
+		return lut.Wilson(len(refTokens), len(refTokens), c.Z)
+	}
+	return lut.Wilson(sum(refTokens), sum(refTokens), c.Z)
+}
+
+func sum(xs []int) int {
+	n := 0
+	for _, x := range xs {
+		n += x
+	}
+	return n
 }
 
 // refTokens is the compared token count of each request's reference

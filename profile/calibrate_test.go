@@ -80,11 +80,17 @@ func TestCalibrateResumeAndShards(t *testing.T) {
 	}
 	filled := 0
 	for _, b := range whole.Bins {
-		if c := b.Calibrated["store"]; c != nil {
+		c := b.Calibrated["store"]
+		switch {
+		case c == nil:
+			t.Errorf("bin [%g,%g): no calibration", b.Lo, b.Hi)
+		case c.Samples > 0:
 			filled++
-			if c.Samples == 0 || len(c.Tried) == 0 {
+			if len(c.Tried) == 0 {
 				t.Errorf("bin [%g,%g): %+v", b.Lo, b.Hi, c)
 			}
+		case c.Depth != 0 || len(c.Tried) > 0: // no requests there: no reuse
+			t.Errorf("bin [%g,%g) without requests: %+v", b.Lo, b.Hi, c)
 		}
 	}
 	if filled == 0 || !whole.CalibratedFor("store") || !whole.CalibratedFor("request") {

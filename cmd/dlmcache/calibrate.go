@@ -53,8 +53,8 @@ func newCmdCalibrate(f *factory, runF func(*calibrateOptions) error) *cobra.Comm
 	cmd := &cobra.Command{
 		Use:   "calibrate",
 		Short: "Check each ratio bin's depth against the model's own answers and write a calibrated table",
-		Long: `Calibrate samples requests into the ratio bins of a cosine table (--lut, from
-dlmcache profile) as profile does, answers each with no caching (greedy: the
+		Long: `Calibrate samples requests into ratio bins (--ratios, coarser than a profile's:
+each needs enough answer tokens for the bound) as profile does, answers each with no caching (greedy: the
 reference), then with BiCache at candidate depths, per deep source (store:
 the prefix K/V shared across requests; request: the request's own first
 step). Per bin and source it keeps the deepest depth whose agreement with
@@ -91,9 +91,9 @@ searches their merged outcomes and writes the table one run would have.`,
 	fl := cmd.Flags()
 	addModelFlags(fl, &opts.Model, &opts.Device, &opts.Threads)
 	addSamplingFlags(fl, &opts.Data, &opts.Systems, &opts.Language, &opts.UserPrompts, &opts.MaxTokens, &opts.Seed)
-	fl.StringVar(&opts.LUT, "lut", "", "cosine table (table.json from dlmcache profile): its bins, and the depths the search starts from; empty: --ratios, starting at depth 1")
-	fl.StringVar(&opts.Ratios, "ratios", "0.5:0.95:0.05", "ratio bins without --lut: LO:HI:STEP or ascending edges")
-	fl.IntVar(&opts.PerRatio, "per-ratio", 12, "requests per ratio bin")
+	fl.StringVar(&opts.LUT, "lut", "", "cosine table (table.json from dlmcache profile): the table calibrated (its bins take the calibration bin holding their middle) and the depths the search starts from; empty: the calibration bins, starting at depth 1")
+	fl.StringVar(&opts.Ratios, "ratios", "0.5:1:0.1", "calibration bins: LO:HI:STEP or ascending edges; a table bin outside them keeps no reuse (depth 0)")
+	fl.IntVar(&opts.PerRatio, "per-ratio", 40, "requests per calibration bin (the token gate at 0.99 and 90% confidence needs ≥ 163 agreeing answer tokens)")
 	fl.StringSliceVar(&opts.Sources, "sources", []string{"store", "request"}, "deep sources to calibrate: store, request")
 	fl.StringVar(&opts.Gate, "gate", profile.GateToken, "agreement a depth must keep: token (per answer token) or answer (whole answers)")
 	fl.Float64Var(&opts.Agreement, "agreement", 0.99, "the Wilson lower bound the gated agreement must reach")
@@ -153,11 +153,8 @@ func calibrateRun(ctx context.Context, opts *calibrateOptions) error {
 		if err := start.CheckRegime(lut.Regime{GenLength: gen.GenLength, Steps: gen.Steps, BlockLength: gen.BlockLength}); err != nil {
 			return fmt.Errorf("--lut %s: %w (calibrate in the table's regime, or profile this one)", opts.LUT, err)
 		}
-		for _, b := range start.Bins {
-			edges = append(edges, b.Lo)
-		}
-		edges = append(edges, start.Bins[len(start.Bins)-1].Hi)
-	} else if edges, err = datasets.ParseRatioBins(opts.Ratios); err != nil {
+	}
+	if edges, err = datasets.ParseRatioBins(opts.Ratios); err != nil {
 		return err
 	}
 	shardK, shardN := 0, 1
@@ -174,7 +171,7 @@ func calibrateRun(ctx context.Context, opts *calibrateOptions) error {
 	}
 	c := &profile.Calibrator{
 		Model: lm.LLaDA, Gen: gen, Start: start, Stat: stat, Gate: opts.Gate, Target: opts.Agreement,
-		Z: normalQuantile(opts.Confidence), Stop: lm.AnswerEnd, Exhaustive: opts.Shard != "", OutDir: opts.Out, Resume: opts.Resume,
+		Z: normalQuantile(opts.Confidence), Stop: lm.AnswerEnd, Warn: func(w string) { fmt.Fprintln(opts.f.ErrOut, "warning:", w) }, Exhaustive: opts.Shard != "", OutDir: opts.Out, Resume: opts.Resume,
 		Run: profile.CalibrationRun{Model: lut.ModelID{Name: lm.Name, NLayers: len(lm.Blocks), Fingerprint: lm.Fingerprint},
 			GenLength: gen.GenLength, Steps: gen.Steps, BlockLength: gen.BlockLength, Refresh: opts.Refresh,
 			Sources: slices.Clone(opts.Sources), Edges: edges, Seed: opts.Seed, Data: opts.Data, StartFrom: opts.LUT, Shard: opts.Shard},
