@@ -14,6 +14,7 @@ import (
 
 	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/datasets"
+	"github.com/dlmcache/dlmcache/internal/atomicfile"
 	"github.com/dlmcache/dlmcache/internal/progress"
 	"github.com/dlmcache/dlmcache/profile"
 )
@@ -32,6 +33,7 @@ type lutVerifyOptions struct {
 	Gate      string
 	Agreement float64
 	JSON      bool
+	Dump      string
 	Quiet     bool
 }
 
@@ -72,8 +74,9 @@ line: {"system": "...", "user": "...", "answer": "..." (optional), "suite": "...
 	fl.IntVar(&opts.Groups, "groups", 40, "builtin: system messages (4 questions each)")
 	fl.Int64Var(&opts.Seed, "seed", 7, "builtin: sampling seed")
 	fl.StringVar(&opts.Gate, "gate", profile.GateToken, "agreement held to the target: token or answer")
-	fl.Float64Var(&opts.Agreement, "agreement", 0.99, "the least agreement a bin may have")
+	fl.Float64Var(&opts.Agreement, "agreement", 0.95, "the least agreement a bin may have")
 	fl.BoolVar(&opts.JSON, "json", false, "print the per-bin report as JSON")
+	fl.StringVar(&opts.Dump, "dump-requests", "", "write the requests as JSON Lines to this file and exit (to replay them elsewhere, e.g. through serve)")
 	fl.BoolVar(&opts.Quiet, "quiet", false, "no progress bar")
 	return cmd
 }
@@ -148,6 +151,18 @@ func lutVerifyRun(ctx context.Context, opts *lutVerifyOptions) error {
 	reqs, err := readVerifyRequests(opts.Requests, opts.Groups, opts.Seed)
 	if err != nil {
 		return err
+	}
+	if opts.Dump != "" {
+		return atomicfile.Write(opts.Dump, 0o644, func(w io.Writer) error {
+			enc := json.NewEncoder(w)
+			enc.SetEscapeHTML(false)
+			for _, r := range reqs {
+				if err := enc.Encode(r); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
 	}
 	opts.Cache.LUT = opts.File
 	env, err := loadMethodEnv(opts.f, opts.Model, opts.Device, opts.Threads, 0, 0, 0, &opts.Cache)
