@@ -28,6 +28,13 @@ type GenOptions struct {
 	Seed        uint64
 	// Decoder picks committed tokens; nil means LowConfidence.
 	Decoder Decoder
+	// OnStep, if set, is called after every step with the step (its Canvas
+	// now holds the step's commits; read only) and the positions it
+	// committed. Streaming servers show the canvas unmasking with it.
+	OnStep func(s *Step, committed []int32)
+	// OnBlock, if set, is called when block b is complete, with the
+	// canvas (read only): its answer up to the block's end is final.
+	OnBlock func(b int, canvas []int32)
 }
 
 // Schedule is LLaDA's semi-autoregressive schedule: the answer is split into
@@ -238,6 +245,12 @@ func (m *LLaDA) Generate(ctx context.Context, prompt []int32, prefixLen int, o G
 			if planner != nil {
 				planner.After(st, committed)
 			}
+			if o.OnStep != nil {
+				o.OnStep(st, committed)
+			}
+		}
+		if o.OnBlock != nil {
+			o.OnBlock(blk, canvas)
 		}
 	}
 	g.Canvas = canvas

@@ -15,8 +15,9 @@ import (
 // text and its usage, stop strings cut it; sampling knobs a diffusion
 // sampler has no use for (top_p, presence_penalty…) are accepted and
 // ignored, as unknown fields are; fields whose values would change the
-// answer's meaning (n > 1, stream, tools, tool_choice, response_format,
-// logprobs) are refused with a 400 that names the field.
+// answer's meaning (n > 1, tools, tool_choice, response_format, logprobs)
+// are refused with a 400 that names the field. stream: true streams
+// (stream.go).
 
 // chatRequest is the body of POST /v1/chat/completions.
 type chatRequest struct {
@@ -45,6 +46,11 @@ type genFields struct {
 	Stream              *bool           `json:"stream"`
 	User                string          `json:"user"`
 	Stop                json.RawMessage `json:"stop"`
+	StreamOptions       *streamOptions  `json:"stream_options"`
+
+	// StreamCanvas is a dlmcache extension of stream: an event with the
+	// answer canvas after every denoising step (stream.go).
+	StreamCanvas bool `json:"dlmcache_stream_canvas"`
 
 	// Refused until supported (contract.go).
 	Tools          json.RawMessage `json:"tools"`

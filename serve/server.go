@@ -221,6 +221,10 @@ type job struct {
 	salt      string
 	maxTokens int      // cap on the returned tokens (0: the gen length)
 	stop      []string // stop strings
+	stream    bool     // stream: true
+	usage     bool     // stream_options.include_usage
+	canvas    bool     // dlmcache_stream_canvas
+	sink      *sseSink // the streamed response, when streaming
 }
 
 // result is what a job produced.
@@ -251,7 +255,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 			SystemFingerprint: s.fingerprint(),
 			Choices:           []chatChoice{{Index: 0, Message: responseMessage{Role: "assistant", Content: res.text}, FinishReason: res.finish}},
 			Usage:             usage{res.promptTokens, res.completion, res.promptTokens + res.completion}, Dlmcache: res.stats}
-	})
+	}, s.chatChunk)
 }
 
 func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) {
@@ -274,7 +278,7 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) {
 			SystemFingerprint: s.fingerprint(),
 			Choices:           []completionChoice{{Index: 0, Text: res.text, FinishReason: res.finish}},
 			Usage:             usage{res.promptTokens, res.completion, res.promptTokens + res.completion}, Dlmcache: res.stats}
-	})
+	}, s.completionChunk)
 }
 
 func (s *Server) fingerprint() string {
@@ -296,8 +300,8 @@ func asAPIError(err error) *apiError {
 // newJob validates the generation fields against the schedule and the
 // context bound. paramPrompt names the field blamed for a too-long prompt.
 func (s *Server) newJob(ids []int32, prefixLen int, g *genFields, paramPrompt string) (*job, *apiError) {
-	if g.Stream != nil && *g.Stream {
-		return nil, badRequest("stream=true is not supported: a diffusion model fills the whole answer at once; send stream=false", "stream")
+	if g.StreamCanvas && (g.Stream == nil || !*g.Stream) {
+		return nil, badRequest("dlmcache_stream_canvas needs stream: true", "dlmcache_stream_canvas")
 	}
 	if g.N != nil && *g.N != 1 {
 		return nil, badRequest(fmt.Sprintf("n=%d is not supported: want 1", *g.N), "n")
@@ -318,7 +322,11 @@ func (s *Server) newJob(ids []int32, prefixLen int, g *genFields, paramPrompt st
 			fmt.Sprintf("the prompt has %d tokens and the answer %d slots: %d in all exceed the model's context of %d tokens",
 				len(ids), gen.GenLength, len(ids)+gen.GenLength, s.cfg.MaxContext))
 	}
-	j := &job{ids: ids, prefixLen: prefixLen, gen: gen, salt: g.CacheSalt, stop: stop}
+	j := &job{ids: ids, prefixLen: prefixLen, gen: gen, salt: g.CacheSalt, stop: stop,
+		stream: g.Stream != nil && *g.Stream, canvas: g.StreamCanvas}
+	if g.StreamOptions != nil {
+		j.usage = g.StreamOptions.IncludeUsage
+	}
 	if g.MaxTokens != nil {
 		j.maxTokens = *g.MaxTokens
 	} else if g.MaxCompletionTokens != nil {
@@ -416,7 +424,7 @@ func (s *Server) genOptions(g *genFields) (model.GenOptions, *apiError) {
 // complete runs the shared part of both completion endpoints: bounded body,
 // parse, admission, generation, response.
 func (s *Server) complete(w http.ResponseWriter, r *http.Request, endpoint string,
-	parse func(io.Reader) (*job, *apiError), respond func(id string, created int64, res *result) any) {
+	parse func(io.Reader) (*job, *apiError), respond func(id string, created int64, res *result) any, chunk chunkFunc) {
 	start := s.cfg.Now()
 	status := http.StatusOK
 	note := ""
@@ -427,10 +435,13 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, endpoint strin
 		s.met.request(endpoint, status, d)
 		s.logRequest(r, status, d, note)
 	}()
+	var sink *sseSink
 	fail := func(e *apiError) {
 		status = e.Status
 		note = "error=" + strings.ReplaceAll(abbrev(e.Message), " ", "_")
-		writeError(w, e)
+		if sink == nil || !sink.fail(e) {
+			writeError(w, e)
+		}
 	}
 	if s.closing.Load() {
 		fail(newAPIError(http.StatusServiceUnavailable, "server_error", "shutting_down", "", "the server is shutting down"))
@@ -442,6 +453,12 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, endpoint strin
 		return
 	}
 	j.endpoint = endpoint
+	id := newID()
+	if j.stream {
+		sink = newSSESink(w, chunk, id, start.Unix(), j.usage, j.canvas)
+		j.sink = sink
+		s.streamHooks(j)
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.Timeout)
 	defer cancel()
 	res, e := s.run(ctx, j)
@@ -452,7 +469,11 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, endpoint strin
 	note = fmt.Sprintf("prompt=%d prefix=%d depth=%d hit=%t gen=%d nfe=%d rows=%.3f queue=%.3fs gen_s=%.3f",
 		res.promptTokens, res.stats.PrefixTokens, res.stats.Depth, res.stats.PrefixHit, res.stats.GenLength,
 		res.stats.NFE, res.stats.RowsFraction, res.stats.QueueSeconds, res.stats.Seconds)
-	writeJSON(w, http.StatusOK, respond(newID(), start.Unix(), res))
+	if sink != nil {
+		sink.finish(res)
+		return
+	}
+	writeJSON(w, http.StatusOK, respond(id, start.Unix(), res))
 }
 
 // run waits for a generation slot and generates.

@@ -284,7 +284,7 @@ func TestMalformedRequests(t *testing.T) {
 		{"late system", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"},{"role":"system","content":"y"}]}`, 400, "messages[1].role", ""},
 		{"content number", "/v1/chat/completions", `{"messages":[{"role":"user","content":5}]}`, 400, "messages[0].content", ""},
 		{"image part", "/v1/chat/completions", `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]}`, 400, "messages[0].content", ""},
-		{"stream", "/v1/chat/completions", chatBody("", "hi", `"stream":true`), 400, "stream", ""},
+		{"canvas without stream", "/v1/chat/completions", chatBody("", "hi", `"dlmcache_stream_canvas":true`), 400, "dlmcache_stream_canvas", ""},
 		{"n=2", "/v1/chat/completions", chatBody("", "hi", `"n":2`), 400, "n", ""},
 		{"negative max_tokens", "/v1/chat/completions", chatBody("", "hi", `"max_tokens":-1`), 400, "max_tokens", ""},
 		{"block does not divide", "/v1/chat/completions", chatBody("", "hi", `"gen_length":12,"block_length":8`), 400, "block_length", ""},

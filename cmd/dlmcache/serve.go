@@ -53,7 +53,9 @@ same one (and the same cache_salt) share its stored K/V. max_tokens sets the
 gen length (rounded up to whole blocks) and caps the returned tokens
 (finish_reason "length" when it cuts); stop strings cut the answer;
 gen_length, steps, block_length and cache_salt are accepted as extra fields;
-stream=true, tools, tool_choice, response_format and logprobs are refused
+stream=true streams server-sent events (a chunk per committed block;
+stream_options.include_usage; dlmcache_stream_canvas adds the canvas after
+every step); tools, tool_choice, response_format and logprobs are refused
 with a 400 naming the field. GET /health answers as /healthz does.
 
 --method defaults to bicache when --lut is given, else none. A table made
@@ -82,7 +84,7 @@ to --grace, and exit.`,
 	fl.IntVar(&opts.Steps, "steps", 0, "default denoising steps; 0: the model's default")
 	fl.IntVar(&opts.BlockLength, "block-length", 0, "default block length; 0: the model's default")
 	fl.IntVar(&opts.MaxConcurrency, "max-concurrency", 2, "generations run at once (2 gave 33–59% more tokens/s than 1 on a 2-core CPU: see docs/serving.md)")
-	fl.IntVar(&opts.MaxQueue, "max-queue", 0, "requests that may wait for a generation slot beyond those running (0: 4×max-concurrency); more get 429")
+	fl.IntVar(&opts.MaxQueue, "max-queue", 1024, "requests that may wait for a generation slot beyond those running; more get 429 (0: 4×max-concurrency)")
 	fl.DurationVar(&opts.QueueWait, "queue-wait", 0, "longest wait for a generation slot before a 503 (0: --timeout)")
 	fl.DurationVar(&opts.Timeout, "timeout", 5*time.Minute, "per-request time limit, queueing included (504 past it)")
 	fl.DurationVar(&opts.Grace, "grace", 30*time.Second, "on SIGINT/SIGTERM, how long requests in flight may take to finish")

@@ -79,10 +79,6 @@ test("malformed requests get a clear 4xx through the client", async () => {
     },
   );
   await assert.rejects(
-    client.chat.completions.create({ model: "tiny-bf16", messages: [{ role: "user", content: "hi" }], stream: true }),
-    (err) => err instanceof OpenAI.BadRequestError && err.param === "stream",
-  );
-  await assert.rejects(
     client.chat.completions.create({ model: "tiny-bf16", messages: [{ role: "user", content: "hi" }], max_tokens: "many" }),
     (err) => err instanceof OpenAI.BadRequestError && err.param === "max_tokens",
   );
@@ -126,6 +122,41 @@ test("the OpenAI contract: max_tokens caps, stop cuts, tools are refused", async
   );
   const health = await fetch(`${base}/health`);
   assert.equal(health.status, 200);
+});
+
+test("streaming: every block's text, the usage and [DONE] through the client", async () => {
+  const messages = [
+    { role: "system", content: system },
+    { role: "user", content: "Say hi." },
+  ];
+  // 32 slots in blocks of 8 (the fixture's default block): four blocks.
+  const whole = await client.chat.completions.create({ model: "tiny-bf16", messages, gen_length: 32 });
+  const stream = await client.chat.completions.create({
+    model: "tiny-bf16", messages, gen_length: 32, stream: true, stream_options: { include_usage: true },
+  });
+  let text = "", chunks = 0, finish = null, usage = null, role = null;
+  for await (const chunk of stream) {
+    assert.equal(chunk.object, "chat.completion.chunk");
+    if (chunk.usage) usage = chunk.usage;
+    for (const c of chunk.choices) {
+      if (c.delta.role) role = c.delta.role;
+      if (c.delta.content) { text += c.delta.content; chunks++; }
+      if (c.finish_reason) finish = c.finish_reason;
+    }
+  }
+  // The client's iterator ends at data: [DONE]; a stream without it would hang or throw.
+  assert.equal(role, "assistant");
+  assert.equal(text, whole.choices[0].message.content, "the streamed deltas join to the unstreamed answer");
+  assert.equal(finish, whole.choices[0].finish_reason);
+  assert.ok(chunks >= 1 && chunks <= 4, `${chunks} content chunks for four blocks`);
+  assert.deepEqual(usage, whole.usage);
+  // The raw stream ends with [DONE].
+  const raw = await fetch(`${base}/v1/completions`, {
+    method: "POST", headers: { "content-type": "application/json" },
+    body: JSON.stringify({ prompt: "Once upon a time", max_tokens: 8, stream: true }),
+  });
+  assert.match(raw.headers.get("content-type"), /text\/event-stream/);
+  assert.match(await raw.text(), /data: \[DONE\]\n\n$/);
 });
 
 test("the server is still healthy and serving", async () => {

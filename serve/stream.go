@@ -1,0 +1,227 @@
+package serve
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/dlmcache/dlmcache/model"
+)
+
+// Streaming (stream: true) sends OpenAI's server-sent events: chunks whose
+// deltas carry the answer's text as each semi-autoregressive block is
+// committed (a block's text is final once the block ends: later blocks
+// never change it), a last chunk with the finish reason, a usage chunk when
+// stream_options.include_usage asks for it, and "data: [DONE]". A diffusion
+// model fills a whole block at once, so a one-block answer arrives in one
+// chunk. The opt-in extension dlmcache_stream_canvas adds, after every
+// denoising step, an event with the whole answer canvas (which slots are
+// still masked), for clients that show the diffusion.
+
+// streamOptions is OpenAI's stream_options.
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+// chunkFunc builds one endpoint's chunk object: a text delta (role set on
+// the first chat chunk), a finish reason, or (choices empty) the usage.
+type chunkFunc func(id string, created int64, delta string, first bool, finish *string, u *usage) any
+
+// sseSink writes one streamed response.
+type sseSink struct {
+	w       http.ResponseWriter
+	flush   func()
+	chunk   chunkFunc
+	id      string
+	created int64
+	usage   bool // stream_options.include_usage
+	canvas  bool // the dlmcache_stream_canvas extension
+
+	mu      sync.Mutex
+	started bool
+	sent    string // text sent so far
+	done    bool   // the answer ended: later blocks are not sent
+}
+
+func newSSESink(w http.ResponseWriter, chunk chunkFunc, id string, created int64, usage, canvas bool) *sseSink {
+	flush := func() {}
+	if f, ok := w.(http.Flusher); ok {
+		flush = f.Flush
+	}
+	return &sseSink{w: w, flush: flush, chunk: chunk, id: id, created: created, usage: usage, canvas: canvas}
+}
+
+// event writes one data line (headers on the first).
+func (k *sseSink) event(v any) {
+	if !k.started {
+		h := k.w.Header()
+		h.Set("Content-Type", "text/event-stream")
+		h.Set("Cache-Control", "no-cache")
+		h.Set("X-Accel-Buffering", "no")
+		k.w.WriteHeader(http.StatusOK)
+		k.started = true
+	}
+	b, _ := json.Marshal(v)
+	fmt.Fprintf(k.w, "data: %s\n\n", b)
+	k.flush()
+}
+
+// text sends the part of text not sent yet. Unless final, it holds back a
+// trailing incomplete UTF-8 sequence and the last hold bytes (a stop string
+// may still complete there).
+func (k *sseSink) text(text string, final bool, hold int) {
+	if k.done || !strings.HasPrefix(text, k.sent) {
+		return
+	}
+	end := len(text)
+	if !final {
+		end = max(len(k.sent), end-hold)
+		for end > len(k.sent) && !utf8.ValidString(text[len(k.sent):end]) {
+			end--
+		}
+	}
+	if end > len(k.sent) || !k.started {
+		k.event(k.chunk(k.id, k.created, text[len(k.sent):end], !k.started, nil, nil))
+		k.sent = text[:end]
+	}
+	if final {
+		k.done = true
+	}
+}
+
+// block is called when a block is committed: answer is the answer region
+// up to the block's end, and answerText the server's reading of it (text,
+// whether the answer ended inside).
+func (k *sseSink) block(text string, ended bool, hold int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.text(text, ended, hold)
+}
+
+// step sends the canvas extension's event after a denoising step.
+func (k *sseSink) step(st *model.Step, slots []string) {
+	if !k.canvas {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.event(map[string]any{"id": k.id, "object": "dlmcache.canvas", "created": k.created,
+		"step": st.Index + 1, "block": st.Block, "slots": slots})
+}
+
+// finish sends what is left of the final text, the finish chunk, the usage
+// chunk when asked for, and [DONE].
+func (k *sseSink) finish(res *result) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.done = false
+	k.text(res.text, true, 0)
+	f := res.finish
+	k.event(k.chunk(k.id, k.created, "", false, &f, nil))
+	if k.usage {
+		u := usage{res.promptTokens, res.completion, res.promptTokens + res.completion}
+		k.event(k.chunk(k.id, k.created, "", false, nil, &u))
+	}
+	fmt.Fprint(k.w, "data: [DONE]\n\n")
+	k.flush()
+}
+
+// fail reports an error: as a JSON error response before the stream
+// started, else as an error event and [DONE].
+func (k *sseSink) fail(e *apiError) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !k.started {
+		return false
+	}
+	k.event(map[string]*apiError{"error": e})
+	fmt.Fprint(k.w, "data: [DONE]\n\n")
+	k.flush()
+	return true
+}
+
+// chatChunk and completionChunk are the endpoints' chunk objects.
+func (s *Server) chatChunk(id string, created int64, delta string, first bool, finish *string, u *usage) any {
+	type deltaMsg struct {
+		Role    string `json:"role,omitempty"`
+		Content string `json:"content"`
+	}
+	type choice struct {
+		Index        int      `json:"index"`
+		Delta        deltaMsg `json:"delta"`
+		FinishReason *string  `json:"finish_reason"`
+		Logprobs     any      `json:"logprobs"`
+	}
+	c := map[string]any{"id": "chatcmpl-" + id, "object": "chat.completion.chunk", "created": created, "model": s.cfg.Name,
+		"system_fingerprint": s.fingerprint()}
+	if u != nil {
+		c["choices"], c["usage"] = []choice{}, u
+		return c
+	}
+	d := deltaMsg{Content: delta}
+	if first {
+		d.Role = "assistant"
+	}
+	c["choices"] = []choice{{Delta: d, FinishReason: finish}}
+	return c
+}
+
+func (s *Server) completionChunk(id string, created int64, delta string, _ bool, finish *string, u *usage) any {
+	type choice struct {
+		Index        int     `json:"index"`
+		Text         string  `json:"text"`
+		FinishReason *string `json:"finish_reason"`
+		Logprobs     any     `json:"logprobs"`
+	}
+	c := map[string]any{"id": "cmpl-" + id, "object": "text_completion", "created": created, "model": s.cfg.Name,
+		"system_fingerprint": s.fingerprint()}
+	if u != nil {
+		c["choices"], c["usage"] = []choice{}, u
+		return c
+	}
+	c["choices"] = []choice{{Text: delta, FinishReason: finish}}
+	return c
+}
+
+// streamHooks wires a job's sink into its generation options: committed
+// blocks become text deltas, steps canvas events.
+func (s *Server) streamHooks(j *job) {
+	k := j.sink
+	if k == nil {
+		return
+	}
+	hold := 0
+	for _, st := range j.stop {
+		hold = max(hold, len(st)-1)
+	}
+	promptLen := len(j.ids)
+	mask := int32(s.cfg.Model.Config.MaskTokenID)
+	bl := j.gen.BlockLength
+	if bl == 0 {
+		bl = j.gen.GenLength
+	}
+	j.gen.OnBlock = func(b int, canvas []int32) {
+		end := promptLen + min((b+1)*bl, j.gen.GenLength)
+		ans := canvas[promptLen:end]
+		text, _, finish := s.answer(ans, j.maxTokens, j.stop)
+		ended := s.cfg.Model.AnswerEnd(ans) < len(ans) || finish == "stop" || (j.maxTokens > 0 && len(ans) >= j.maxTokens)
+		k.block(text, ended, hold)
+	}
+	if k.canvas {
+		tok := s.cfg.Model.Tokenizer
+		j.gen.OnStep = func(st *model.Step, _ []int32) {
+			slots := make([]string, j.gen.GenLength)
+			for i := range slots {
+				if t := st.Canvas[promptLen+i]; t != mask {
+					slots[i] = tok.Decode([]int32{t})
+				} else {
+					slots[i] = "\u2591" // ░: still masked
+				}
+			}
+			k.step(st, slots)
+		}
+	}
+}
