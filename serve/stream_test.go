@@ -117,7 +117,7 @@ func TestStreamCanvasAndCompletion(t *testing.T) {
 	var text strings.Builder
 	for _, e := range sseEvents(t, rec.Body.String()) {
 		var c struct {
-			Object  string `json:"object"`
+			Object  string                  `json:"object"`
 			Choices []struct{ Text string } `json:"choices"`
 		}
 		if e != "[DONE]" && json.Unmarshal([]byte(e), &c) == nil && c.Object == "text_completion" && len(c.Choices) > 0 {
