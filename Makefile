@@ -37,8 +37,16 @@ test: deps
 	fi
 
 # e2e starts `dlmcache serve` on a loopback port and talks to it with the
-# official openai npm client (npm ci needs the npm registry).
+# official openai npm client (npm ci needs the npm registry), then loads the
+# playground page in headless Chromium (Debian's chromium, installed when
+# missing).
 e2e: deps
+	@if ! [ -x /usr/bin/chromium ]; then \
+		echo "installing chromium (the playground test runs in headless Chromium)"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		( $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null ) || \
+			echo "e2e: could not install chromium: the playground test will be SKIPPED"; \
+	fi
 	./serve/e2e/run.sh
 
 # hfcheck compares the tokenizer's ids and the chat templates' renders with

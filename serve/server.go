@@ -140,6 +140,7 @@ func New(cfg Config) (*Server, error) {
 	s.mux.HandleFunc("GET /metrics", s.handleMetrics)
 	s.mux.HandleFunc("GET /healthz", s.handleHealth)
 	s.mux.HandleFunc("GET /health", s.handleHealth) // the path vLLM and SGLang serve
+	s.mux.HandleFunc("GET /{$}", s.handlePlayground)
 	return s, nil
 }
 
@@ -166,7 +167,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				fmt.Sprintf("%s %s: method not allowed (use %s)", r.Method, r.URL.Path, allow)))
 		} else {
 			writeError(rec, newAPIError(http.StatusNotFound, "invalid_request_error", "not_found", "",
-				fmt.Sprintf("%s %s: no such endpoint (have POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /metrics, GET /health, GET /healthz)", r.Method, r.URL.Path)))
+				fmt.Sprintf("%s %s: no such endpoint (have POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /metrics, GET /health, GET /healthz, GET / (the playground))", r.Method, r.URL.Path)))
 		}
 		s.met.unrouted.WithLabelValues(strconv.Itoa(rec.status)).Inc()
 		s.logRequest(r, rec.status, s.cfg.Now().Sub(start), "")

@@ -17,7 +17,8 @@ import (
 // never change it), a last chunk with the finish reason, a usage chunk when
 // stream_options.include_usage asks for it, and "data: [DONE]". A diffusion
 // model fills a whole block at once, so a one-block answer arrives in one
-// chunk. The opt-in extension dlmcache_stream_canvas adds, after every
+// chunk. The finish chunk carries the dlmcache object of an unstreamed
+// response. The opt-in extension dlmcache_stream_canvas adds, after every
 // denoising step, an event with the whole answer canvas (which slots are
 // still masked), for clients that show the diffusion.
 
@@ -120,7 +121,11 @@ func (k *sseSink) finish(res *result) {
 	k.done = false
 	k.text(res.text, true, 0)
 	f := res.finish
-	k.event(k.chunk(k.id, k.created, "", false, &f, nil))
+	last := k.chunk(k.id, k.created, "", false, &f, nil)
+	if m, ok := last.(map[string]any); ok {
+		m["dlmcache"] = res.stats // what the caching method did, as in an unstreamed response
+	}
+	k.event(last)
 	if k.usage {
 		u := usage{res.promptTokens, res.completion, res.promptTokens + res.completion}
 		k.event(k.chunk(k.id, k.created, "", false, nil, &u))

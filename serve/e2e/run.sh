@@ -44,6 +44,11 @@ curl -fsS "$url/healthz" >/dev/null || fail "$url/healthz is not answering"
 echo "e2e: dlmcache serve at $url"
 
 (cd serve/e2e && DLMCACHE_URL="$url" node --test serve.test.mjs) || fail "node --test failed"
+if [ -x "${CHROMIUM:-/usr/bin/chromium}" ]; then
+	(cd serve/e2e && DLMCACHE_URL="$url" node --test playground.test.mjs) || fail "the playground test in headless Chromium failed"
+else
+	echo "e2e: playground test SKIPPED: no Chromium at ${CHROMIUM:-/usr/bin/chromium} (apt-get install chromium, or make e2e installs it)"
+fi
 
 kill -TERM "$pid"
 status=0
