@@ -28,6 +28,12 @@ type GenOptions struct {
 	Seed        uint64
 	// Decoder picks committed tokens; nil means LowConfidence.
 	Decoder Decoder
+	// Forward, if not nil, runs the step forwards in place of the model's
+	// own Forward (a server batching concurrent generations).
+	Forward Forwarder
+	// OnStep, if not nil, sees each step after it committed its tokens
+	// (s.Canvas is the canvas after the step; read only).
+	OnStep func(s *Step, committed []int32)
 }
 
 // Schedule is LLaDA's semi-autoregressive schedule: the answer is split into
@@ -238,6 +244,9 @@ func (m *LLaDA) Generate(ctx context.Context, prompt []int32, prefixLen int, o G
 			if planner != nil {
 				planner.After(st, committed)
 			}
+			if o.OnStep != nil {
+				o.OnStep(st, committed)
+			}
 		}
 	}
 	g.Canvas = canvas
@@ -262,7 +271,11 @@ func (m *LLaDA) step(s *Step, o GenOptions, dec Decoder, k int, mask int32, plan
 	if planner != nil {
 		plan = planner.Plan(s)
 	}
-	out, err := m.Forward(Input{Tokens: canvas, LogitRows: rows}, plan)
+	forward := o.Forward
+	if forward == nil {
+		forward = m.Forward
+	}
+	out, err := forward(Input{Tokens: canvas, LogitRows: rows}, plan)
 	if err != nil {
 		return nil, err
 	}
@@ -278,7 +291,7 @@ func (m *LLaDA) step(s *Step, o GenOptions, dec Decoder, k int, mask int32, plan
 		for i := 0; i < s.PromptLen; i++ {
 			un[i] = mask
 		}
-		uo, err := m.Forward(Input{Tokens: un, LogitRows: rows}, nil)
+		uo, err := forward(Input{Tokens: un, LogitRows: rows}, nil)
 		if err != nil {
 			return nil, err
 		}
