@@ -154,3 +154,6 @@ func (s *Server) batched(o model.GenOptions) (model.GenOptions, func()) {
 	o.Forward = sess.Forward
 	return o, sess.end
 }
+
+// MaxConcurrency is how many generations run at once (after defaults).
+func (s *Server) MaxConcurrency() int { return s.cfg.MaxConcurrency }

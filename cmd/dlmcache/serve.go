@@ -29,6 +29,7 @@ type serveOptions struct {
 	Steps          int
 	BlockLength    int
 	MaxConcurrency int
+	MaxBatch       int
 	MaxQueue       int
 	QueueWait      time.Duration
 	Timeout        time.Duration
@@ -80,7 +81,8 @@ to --grace, and exit.`,
 	fl.IntVar(&opts.GenLength, "gen-length", 0, "default answer slots; 0: the model's default")
 	fl.IntVar(&opts.Steps, "steps", 0, "default denoising steps; 0: the model's default")
 	fl.IntVar(&opts.BlockLength, "block-length", 0, "default block length; 0: the model's default")
-	fl.IntVar(&opts.MaxConcurrency, "max-concurrency", 2, "generations run at once (2 gave 33–59% more tokens/s than 1 on a 2-core CPU: see docs/serving.md)")
+	fl.IntVar(&opts.MaxBatch, "max-batch", 16, "generations whose step forwards run as one batched forward (continuous batching); 1: each runs its own forwards")
+	fl.IntVar(&opts.MaxConcurrency, "max-concurrency", 0, "generations run at once (0: --max-batch)")
 	fl.IntVar(&opts.MaxQueue, "max-queue", 0, "requests that may wait for a generation slot beyond those running (0: 4×max-concurrency); more get 429")
 	fl.DurationVar(&opts.QueueWait, "queue-wait", 0, "longest wait for a generation slot before a 503 (0: --timeout)")
 	fl.DurationVar(&opts.Timeout, "timeout", 5*time.Minute, "per-request time limit, queueing included (504 past it)")
@@ -92,6 +94,9 @@ to --grace, and exit.`,
 }
 
 func serveRun(ctx context.Context, opts *serveOptions) error {
+	if opts.MaxBatch < 1 {
+		return fmt.Errorf("--max-batch must be at least 1, got %d", opts.MaxBatch)
+	}
 	env, err := loadMethodEnv(opts.f, opts.Model, opts.Device, opts.Threads, opts.GenLength, opts.Steps, opts.BlockLength, &opts.Cache)
 	if err != nil {
 		return err
@@ -116,7 +121,7 @@ func serveRun(ctx context.Context, opts *serveOptions) error {
 	srv, err := serve.New(serve.Config{
 		Model: lm.Model, Name: lm.Name, Method: meth, Gen: gen,
 		Adapt:          func(o model.GenOptions) model.GenOptions { return methodGen(o, meth, &opts.Cache) },
-		MaxConcurrency: opts.MaxConcurrency, MaxQueue: opts.MaxQueue, QueueWait: opts.QueueWait,
+		MaxConcurrency: opts.MaxConcurrency, MaxBatch: opts.MaxBatch, MaxQueue: opts.MaxQueue, QueueWait: opts.QueueWait,
 		Timeout: opts.Timeout, MaxBodyBytes: opts.MaxBodyBytes, MaxContext: opts.MaxContext, Log: logw,
 	})
 	if err != nil {
@@ -130,9 +135,9 @@ func serveRun(ctx context.Context, opts *serveOptions) error {
 	if table != nil {
 		tableNote = "table " + opts.Cache.LUT
 	}
-	fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: model %s (%s), method %s (%s), store %d bytes %s, gen %d/%d/%d, max concurrency %d; listening on http://%s\n",
+	fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: model %s (%s), method %s (%s), store %d bytes %s, gen %d/%d/%d, max concurrency %d, max batch %d; listening on http://%s\n",
 		lm.Name, lm.Fingerprint, method, tableNote, opts.Cache.CacheBytes, opts.Cache.Eviction,
-		gen.GenLength, gen.Steps, gen.BlockLength, max(1, opts.MaxConcurrency), ln.Addr())
+		gen.GenLength, gen.Steps, gen.BlockLength, srv.MaxConcurrency(), max(1, opts.MaxBatch), ln.Addr())
 	if opts.ready != nil {
 		opts.ready(ln.Addr().String())
 	}
