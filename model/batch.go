@@ -2,6 +2,8 @@ package model
 
 import (
 	"fmt"
+	"runtime"
+	"sync"
 
 	"github.com/dlmcache/dlmcache/model/backend"
 )
@@ -65,9 +67,12 @@ func (m *LLaDA) ForwardBatch(ins []Input, plans []Plan) ([]*Output, error) {
 	eps := float32(c.RMSNormEps)
 
 	var free []backend.Tensor
+	var freeMu sync.Mutex // the requests' attentions allocate side by side
 	alloc := func(r, cols int) backend.Tensor {
 		t := b.New(r, cols)
+		freeMu.Lock()
 		free = append(free, t)
+		freeMu.Unlock()
 		return t
 	}
 	defer func() {
@@ -75,6 +80,8 @@ func (m *LLaDA) ForwardBatch(ins []Input, plans []Plan) ([]*Output, error) {
 			b.Free(t)
 		}
 	}()
+	errs := make([]error, len(items))
+	par := make(chan struct{}, runtime.GOMAXPROCS(0))
 
 	for l := range m.Blocks {
 		blk := &m.Blocks[l]
@@ -122,9 +129,22 @@ func (m *LLaDA) ForwardBatch(ins []Input, plans []Plan) ([]*Output, error) {
 		b.RoPE(q, rp, hd, c.RopeTheta)
 		b.RoPE(k, rp, hd, c.RopeTheta)
 
+		// The requests' attentions are small products of their own: run
+		// them side by side, as many as there are threads.
 		att := alloc(total, d)
+		var wg sync.WaitGroup
 		for i, it := range items {
-			if err := m.attendOne(l, it, q, k, v, att, alloc); err != nil {
+			wg.Add(1)
+			par <- struct{}{}
+			go func() {
+				defer wg.Done()
+				errs[i] = m.attendOne(l, it, q, k, v, att, alloc)
+				<-par
+			}()
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
 				return nil, fmt.Errorf("request %d of the batch: %w", i, err)
 			}
 		}
