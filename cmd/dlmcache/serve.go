@@ -83,7 +83,7 @@ to --grace, and exit.`,
 	fl.IntVar(&opts.BlockLength, "block-length", 0, "default block length; 0: the model's default")
 	fl.IntVar(&opts.MaxBatch, "max-batch", 1, "generations whose step forwards run as one batched forward (continuous batching); 1: each runs its own forwards (see docs/serving.md for why 1 is the default on a busy 2-core CPU)")
 	fl.IntVar(&opts.MaxConcurrency, "max-concurrency", 0, "generations run at once (0: --max-batch when above 1, else 2, which gave 33–59% more tokens/s than 1 on a 2-core CPU: see docs/serving.md)")
-	fl.IntVar(&opts.MaxQueue, "max-queue", 0, "requests that may wait for a generation slot beyond those running (0: 4×max-concurrency); more get 429")
+	fl.IntVar(&opts.MaxQueue, "max-queue", 256, "requests that may wait for a generation slot beyond those running (0: 4×max-concurrency); more get 429")
 	fl.DurationVar(&opts.QueueWait, "queue-wait", 0, "longest wait for a generation slot before a 503 (0: --timeout)")
 	fl.DurationVar(&opts.Timeout, "timeout", 5*time.Minute, "per-request time limit, queueing included (504 past it)")
 	fl.DurationVar(&opts.Grace, "grace", 30*time.Second, "on SIGINT/SIGTERM, how long requests in flight may take to finish")
