@@ -126,3 +126,64 @@ func closeTo(got, want []float32, tol float64) bool {
 	}
 	return true
 }
+
+// TestQueueHoldsABurst: 32 clients sending 64 requests in all with a
+// generous queue (the serve command's default 256) all get 200, each
+// response id once, each answer the one its prompt gets alone — unbatched
+// and batched. (With requests = 400 it passed too, under -race, in 128 s:
+// too long for every run.)
+func TestQueueHoldsABurst(t *testing.T) {
+	const clients, requests = 32, 64
+	prompts := []string{"Name a color.", "Count to three.", "Say hi.", "What now?"}
+	for _, batch := range []int{1, 16} {
+		t.Run(fmt.Sprintf("max-batch-%d", batch), func(t *testing.T) {
+			s := newTestServer(t, "prefix-all", 1<<30, func(c *Config) {
+				c.MaxConcurrency, c.MaxBatch, c.MaxQueue = 0, batch, 256
+				if batch == 1 {
+					c.MaxConcurrency = 2
+				}
+			})
+			want := map[string]string{}
+			for _, p := range prompts {
+				want[p] = decodeChat(t, post(t, s, "/v1/chat/completions", chatBody("Be brief.", p, ""))).Choices[0].Message.Content
+			}
+			var mu sync.Mutex
+			ids := map[string]int{}
+			next := make(chan int, requests)
+			for i := range requests {
+				next <- i
+			}
+			close(next)
+			var wg sync.WaitGroup
+			for range clients {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range next {
+						p := prompts[i%len(prompts)]
+						rec := post(t, s, "/v1/chat/completions", chatBody("Be brief.", p, ""))
+						if rec.Code != 200 {
+							t.Errorf("request %d: status %d: %s", i, rec.Code, rec.Body)
+							continue
+						}
+						var r chatResponse
+						if err := json.Unmarshal(rec.Body.Bytes(), &r); err != nil {
+							t.Error(err)
+							continue
+						}
+						if got := r.Choices[0].Message.Content; got != want[p] {
+							t.Errorf("request %d: %q, alone %q", i, got, want[p])
+						}
+						mu.Lock()
+						ids[r.ID]++
+						mu.Unlock()
+					}
+				}()
+			}
+			wg.Wait()
+			if len(ids) != requests {
+				t.Errorf("%d distinct response ids for %d requests", len(ids), requests)
+			}
+		})
+	}
+}
