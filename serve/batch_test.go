@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"net/http"
 	"slices"
 	"sync"
 	"testing"
@@ -87,17 +88,9 @@ func TestBatchedAnswersMatchAlone(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					rec := post(t, batched, "/v1/chat/completions", chatBody(p.system, p.user, ""))
-					if rec.Code != 200 {
-						t.Errorf("request %d: status %d: %s", i, rec.Code, rec.Body)
-						return
+					if r := chatFrom(t, i, batched, chatBody(p.system, p.user, "")); r != nil {
+						got[i] = r.Choices[0].Message.Content
 					}
-					var r chatResponse
-					if err := json.Unmarshal(rec.Body.Bytes(), &r); err != nil {
-						t.Error(err)
-						return
-					}
-					got[i] = r.Choices[0].Message.Content
 				}()
 			}
 			wg.Wait()
@@ -161,14 +154,8 @@ func TestQueueHoldsABurst(t *testing.T) {
 					defer wg.Done()
 					for i := range next {
 						p := prompts[i%len(prompts)]
-						rec := post(t, s, "/v1/chat/completions", chatBody("Be brief.", p, ""))
-						if rec.Code != 200 {
-							t.Errorf("request %d: status %d: %s", i, rec.Code, rec.Body)
-							continue
-						}
-						var r chatResponse
-						if err := json.Unmarshal(rec.Body.Bytes(), &r); err != nil {
-							t.Error(err)
+						r := chatFrom(t, i, s, chatBody("Be brief.", p, ""))
+						if r == nil {
 							continue
 						}
 						if got := r.Choices[0].Message.Content; got != want[p] {
@@ -186,4 +173,20 @@ func TestQueueHoldsABurst(t *testing.T) {
 			}
 		})
 	}
+}
+
+// chatFrom posts chat request i from a client goroutine: the response, or
+// nil with the failure reported.
+func chatFrom(t *testing.T, i int, h http.Handler, body string) *chatResponse {
+	rec := post(t, h, "/v1/chat/completions", body)
+	if rec.Code != 200 {
+		t.Errorf("request %d: status %d: %s", i, rec.Code, rec.Body)
+		return nil
+	}
+	var r chatResponse
+	if err := json.Unmarshal(rec.Body.Bytes(), &r); err != nil {
+		t.Errorf("request %d: %v", i, err)
+		return nil
+	}
+	return &r
 }
