@@ -1,6 +1,7 @@
 package model
 
 import (
+	"context"
 	"slices"
 	"testing"
 )
@@ -78,5 +79,48 @@ func TestForwardBatchBadInput(t *testing.T) {
 		if _, err := m.ForwardBatch(tc.ins, tc.plans); err == nil {
 			t.Errorf("%s: no error", tc.name)
 		}
+	}
+}
+
+// TestGenerateHooks: the Forward hook runs every forward (and a batch of one
+// changes nothing), and OnStep sees every step with the canvas after it.
+func TestGenerateHooks(t *testing.T) {
+	m, g, _ := loadFixture(t, "tiny-f32")
+	gc := g.Generate[0]
+	o := GenOptions{GenLength: gc.GenLength, Steps: gc.Steps, BlockLength: gc.BlockLength}
+	want, err := m.Generate(context.Background(), gc.PromptIDs, 0, o, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forwards, steps, committed := 0, 0, 0
+	o.Forward = func(in Input, plan Plan) (*Output, error) {
+		forwards++
+		outs, err := m.ForwardBatch([]Input{in}, []Plan{plan})
+		if err != nil {
+			return nil, err
+		}
+		return outs[0], nil
+	}
+	o.OnStep = func(s *Step, c []int32) {
+		if s.Index != steps {
+			t.Errorf("step %d reported as %d", steps, s.Index)
+		}
+		steps++
+		for _, p := range c {
+			if s.Canvas[p] == int32(m.Config.MaskTokenID) {
+				t.Errorf("step %d: committed position %d still masked", s.Index, p)
+			}
+		}
+		committed += len(c)
+	}
+	got, err := m.Generate(context.Background(), gc.PromptIDs, 0, o, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.Answer, want.Answer) {
+		t.Errorf("answer through the hook %v, without %v", got.Answer, want.Answer)
+	}
+	if forwards != want.NFE || steps != want.Steps || committed != gc.GenLength {
+		t.Errorf("%d forwards, %d steps, %d committed; want %d, %d, %d", forwards, steps, committed, want.NFE, want.Steps, gc.GenLength)
 	}
 }
