@@ -28,6 +28,9 @@ type GenOptions struct {
 	Seed        uint64
 	// Decoder picks committed tokens; nil means LowConfidence.
 	Decoder Decoder
+	// Forward, if not nil, runs the step forwards in place of the model's
+	// own Forward (a server batching concurrent generations).
+	Forward Forwarder
 	// OnStep, if set, is called after every step with the step (its Canvas
 	// now holds the step's commits; read only) and the positions it
 	// committed. Streaming servers show the canvas unmasking with it.
@@ -275,7 +278,11 @@ func (m *LLaDA) step(s *Step, o GenOptions, dec Decoder, k int, mask int32, plan
 	if planner != nil {
 		plan = planner.Plan(s)
 	}
-	out, err := m.Forward(Input{Tokens: canvas, LogitRows: rows}, plan)
+	forward := o.Forward
+	if forward == nil {
+		forward = m.Forward
+	}
+	out, err := forward(Input{Tokens: canvas, LogitRows: rows}, plan)
 	if err != nil {
 		return nil, err
 	}
@@ -291,7 +298,7 @@ func (m *LLaDA) step(s *Step, o GenOptions, dec Decoder, k int, mask int32, plan
 		for i := 0; i < s.PromptLen; i++ {
 			un[i] = mask
 		}
-		uo, err := m.Forward(Input{Tokens: un, LogitRows: rows}, nil)
+		uo, err := forward(Input{Tokens: un, LogitRows: rows}, nil)
 		if err != nil {
 			return nil, err
 		}

@@ -65,21 +65,11 @@ type Output struct {
 // everything).
 func (m *LLaDA) Forward(in Input, plan Plan) (*Output, error) {
 	b, c := m.Backend, m.Config
+	pos, err := m.checkInput(in)
+	if err != nil {
+		return nil, err
+	}
 	n := len(in.Tokens)
-	if n == 0 {
-		return nil, fmt.Errorf("forward: no tokens")
-	}
-	pos := in.Positions
-	if pos == nil {
-		pos = iota32(n)
-	} else if len(pos) != n {
-		return nil, fmt.Errorf("forward: %d position ids for %d tokens", len(pos), n)
-	}
-	for _, t := range in.Tokens {
-		if t < 0 || int(t) >= c.Embeddings() {
-			return nil, fmt.Errorf("forward: token id %d outside the vocabulary (%d)", t, c.Embeddings())
-		}
-	}
 	d, kvDim, hd := c.DModel, c.KVDim(), c.HeadDim()
 	eps := float32(c.RMSNormEps)
 

@@ -18,7 +18,9 @@ import (
 // BenchmarkConcurrency measures whether running generations side by side
 // beats running them one after another: each iteration sends 4 chat
 // requests (2 shared system messages) through the handler with
-// MaxConcurrency 1, 2 and 4 and reports answer tokens/s over the batch.
+// MaxConcurrency 1, 2 and 4, and 16 requests with MaxConcurrency 2 unbatched
+// and with MaxBatch 16 (one batched forward per step), and reports answer
+// tokens/s and requests/s over the batch.
 // The model is $DLMCACHE_BENCH_MODEL, or a random-weights checkpoint with 8
 // layers of width 256. Results are in docs/serving.md.
 //
@@ -42,7 +44,7 @@ func BenchmarkConcurrency(b *testing.B) {
 	systems := []string{strings.Repeat("You answer questions about the weather in short sentences. ", 4),
 		strings.Repeat("You translate English into French, one line per answer. ", 4)}
 	var reqs []string
-	for i := 0; i < 4; i++ {
+	for i := 0; i < 16; i++ {
 		reqs = append(reqs, chatBody(systems[i%2], fmt.Sprintf("Question number %d: what now?", i), ""))
 	}
 	// bicache with the request source: a one-bin table at half depth (with
@@ -53,9 +55,19 @@ func BenchmarkConcurrency(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	configs := []struct {
+		name                 string
+		conc, batch, clients int
+	}{
+		{"concurrency-1", 1, 0, 4}, {"concurrency-2", 2, 0, 4}, {"concurrency-4", 4, 0, 4},
+		// 16 clients: two unbatched generations at a time (the default
+		// before batching) against one batched forward for all 16.
+		{"concurrency-2/clients-16", 2, 0, 16}, {"batch-16/clients-16", 16, 16, 16},
+	}
 	for _, method := range []string{"none", "prefix-all", "bicache"} {
-		for _, conc := range []int{1, 2, 4} {
-			b.Run(fmt.Sprintf("%s/concurrency-%d", method, conc), func(b *testing.B) {
+		for _, cf := range configs {
+			reqs := reqs[:cf.clients]
+			b.Run(method+"/"+cf.name, func(b *testing.B) {
 				meth := &cache.Method{Name: method, Fingerprint: m.Fingerprint}
 				switch method {
 				case "prefix-all":
@@ -63,7 +75,7 @@ func BenchmarkConcurrency(b *testing.B) {
 				case "bicache":
 					meth.Table, meth.Refresh, meth.DeepSource = half, gen.Steps, "request"
 				}
-				s, err := New(Config{Model: m, Method: meth, Gen: gen, MaxConcurrency: conc, MaxQueue: len(reqs)})
+				s, err := New(Config{Model: m, Method: meth, Gen: gen, MaxConcurrency: cf.conc, MaxBatch: cf.batch, MaxQueue: len(reqs)})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -86,6 +98,7 @@ func BenchmarkConcurrency(b *testing.B) {
 					wg.Wait()
 				}
 				b.ReportMetric(float64(b.N*len(reqs)*gen.GenLength)/b.Elapsed().Seconds(), "tokens/s")
+				b.ReportMetric(float64(b.N*len(reqs))/b.Elapsed().Seconds(), "requests/s")
 			})
 		}
 	}

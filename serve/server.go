@@ -39,6 +39,10 @@ type Config struct {
 	// MaxConcurrency is how many generations run at once (default 1; see
 	// docs/serving.md for why one is the right number on a CPU).
 	MaxConcurrency int
+	// MaxBatch, if above 1, runs the step forwards of up to MaxBatch
+	// running generations as one batched forward (continuous batching;
+	// see batch.go); MaxConcurrency then defaults to MaxBatch.
+	MaxBatch int
 	// MaxQueue is how many more requests may wait for a slot (default
 	// 4·MaxConcurrency); past it a request gets 429 at once.
 	MaxQueue int
@@ -73,6 +77,7 @@ type Server struct {
 	logMu   sync.Mutex
 	closing atomic.Bool
 	warned  sync.Map // table regimes warned about (lut.Regime → true)
+	batch   *batcher // nil: each generation runs its own forwards
 }
 
 // New checks cfg and returns a Server.
@@ -103,7 +108,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("serve: default generation options: %w", err)
 	}
 	if cfg.MaxConcurrency <= 0 {
-		cfg.MaxConcurrency = 1
+		cfg.MaxConcurrency = max(1, cfg.MaxBatch)
 	}
 	if cfg.MaxQueue < 0 {
 		cfg.MaxQueue = 0
@@ -134,6 +139,9 @@ func New(cfg Config) (*Server, error) {
 		store = cfg.Method.Store.Stats
 	}
 	s.met = newMetrics(cfg.Method.Name, store, cfg.Now)
+	if cfg.MaxBatch > 1 {
+		s.batch = newBatcher(cfg.Model.LLaDA, cfg.MaxBatch, nil)
+	}
 	s.mux.HandleFunc("POST /v1/chat/completions", s.handleChat)
 	s.mux.HandleFunc("POST /v1/completions", s.handleCompletion)
 	s.mux.HandleFunc("GET /v1/models", s.handleModels)
@@ -523,7 +531,9 @@ func (s *Server) run(ctx context.Context, j *job) (*result, *apiError) {
 	s.checkRegime(j.gen)
 	var info cache.Info
 	lm := s.cfg.Model
-	g, err := lm.Generate(ctx, j.ids, j.prefixLen, j.gen, meth.Planner(lm.LLaDA, &info))
+	gen, leave := s.batched(j.gen)
+	defer leave()
+	g, err := lm.Generate(ctx, j.ids, j.prefixLen, gen, meth.Planner(lm.LLaDA, &info))
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctxError(ctx)

@@ -27,6 +27,7 @@ type serveOptions struct {
 	Steps          int
 	BlockLength    int
 	MaxConcurrency int
+	MaxBatch       int
 	MaxQueue       int
 	QueueWait      time.Duration
 	Timeout        time.Duration
@@ -83,7 +84,8 @@ to --grace, and exit.`,
 	fl.IntVar(&opts.GenLength, "gen-length", 0, "default answer slots; 0: the model's default")
 	fl.IntVar(&opts.Steps, "steps", 0, "default denoising steps; 0: the model's default")
 	fl.IntVar(&opts.BlockLength, "block-length", 0, "default block length; 0: the model's default")
-	fl.IntVar(&opts.MaxConcurrency, "max-concurrency", 2, "generations run at once (2 gave 33–59% more tokens/s than 1 on a 2-core CPU: see docs/serving.md)")
+	fl.IntVar(&opts.MaxBatch, "max-batch", 1, "generations whose step forwards run as one batched forward (continuous batching); 1: each runs its own forwards (see docs/serving.md for why 1 is the default on a busy 2-core CPU)")
+	fl.IntVar(&opts.MaxConcurrency, "max-concurrency", 0, "generations run at once (0: --max-batch when above 1, else 2, which gave 33–59% more tokens/s than 1 on a 2-core CPU: see docs/serving.md)")
 	fl.IntVar(&opts.MaxQueue, "max-queue", 1024, "requests that may wait for a generation slot beyond those running; more get 429 (0: 4×max-concurrency)")
 	fl.DurationVar(&opts.QueueWait, "queue-wait", 0, "longest wait for a generation slot before a 503 (0: --timeout)")
 	fl.DurationVar(&opts.Timeout, "timeout", 5*time.Minute, "per-request time limit, queueing included (504 past it)")
@@ -95,6 +97,9 @@ to --grace, and exit.`,
 }
 
 func serveRun(ctx context.Context, opts *serveOptions) error {
+	if opts.MaxBatch < 1 {
+		return fmt.Errorf("--max-batch must be at least 1, got %d", opts.MaxBatch)
+	}
 	env, err := loadMethodEnv(opts.f, opts.Model, opts.Device, opts.Threads, opts.GenLength, opts.Steps, opts.BlockLength, &opts.Cache)
 	if err != nil {
 		return err
@@ -119,7 +124,7 @@ func serveRun(ctx context.Context, opts *serveOptions) error {
 	srv, err := serve.New(serve.Config{
 		Model: lm.Model, Name: cmp.Or(opts.ServedName, lm.Name), Method: meth, Gen: gen,
 		Adapt:          func(o model.GenOptions) model.GenOptions { return methodGen(o, meth, &opts.Cache) },
-		MaxConcurrency: opts.MaxConcurrency, MaxQueue: opts.MaxQueue, QueueWait: opts.QueueWait,
+		MaxConcurrency: concurrency(opts.MaxConcurrency, opts.MaxBatch), MaxBatch: opts.MaxBatch, MaxQueue: opts.MaxQueue, QueueWait: opts.QueueWait,
 		Timeout: opts.Timeout, MaxBodyBytes: opts.MaxBodyBytes, MaxContext: opts.MaxContext, Log: logw,
 	})
 	if err != nil {
@@ -134,13 +139,25 @@ func serveRun(ctx context.Context, opts *serveOptions) error {
 		_, why := deepSource(opts.Cache.DeepSource, table)
 		tableNote = fmt.Sprintf("table %s, deep source %s: %s", opts.Cache.LUT, meth.Source(), why)
 	}
-	fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: model %s (%s), method %s (%s), store %d bytes %s, gen %d/%d/%d, max concurrency %d; listening on http://%s\n",
+	fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: model %s (%s), method %s (%s), store %d bytes %s, gen %d/%d/%d, max concurrency %d, max batch %d; listening on http://%s\n",
 		lm.Name, lm.Fingerprint, method, tableNote, opts.Cache.CacheBytes, opts.Cache.Eviction,
-		gen.GenLength, gen.Steps, gen.BlockLength, max(1, opts.MaxConcurrency), ln.Addr())
+		gen.GenLength, gen.Steps, gen.BlockLength, srv.MaxConcurrency(), max(1, opts.MaxBatch), ln.Addr())
 	if opts.ready != nil {
 		opts.ready(ln.Addr().String())
 	}
 	err = srv.Serve(ctx, ln, opts.Grace)
 	fmt.Fprintln(opts.f.ErrOut, "dlmcache serve: stopped")
 	return err
+}
+
+// concurrency is --max-concurrency after its default: --max-batch when
+// batching, else 2.
+func concurrency(flag, batch int) int {
+	switch {
+	case flag > 0:
+		return flag
+	case batch > 1:
+		return batch
+	}
+	return 2
 }

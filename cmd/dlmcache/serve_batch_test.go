@@ -1,0 +1,30 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+)
+
+func TestServeRefusesMaxBatchBelowOne(t *testing.T) {
+	var out, errOut syncBuffer
+	var opts *serveOptions
+	cmd := newCmdServe(&factory{Out: &out, ErrOut: &errOut}, func(o *serveOptions) error { opts = o; return nil })
+	cmd.SetArgs([]string{"--model", serveFixture, "--max-batch", "0", "--addr", "127.0.0.1:0"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if err := serveRun(context.Background(), opts); err == nil || !strings.Contains(err.Error(), "--max-batch") {
+		t.Fatalf("--max-batch 0: %v", err)
+	}
+}
+
+func TestServeConcurrencyDefault(t *testing.T) {
+	for _, tc := range []struct{ flag, batch, want int }{
+		{0, 1, 2}, {0, 16, 16}, {3, 16, 3}, {1, 1, 1},
+	} {
+		if got := concurrency(tc.flag, tc.batch); got != tc.want {
+			t.Errorf("concurrency(%d, %d) = %d, want %d", tc.flag, tc.batch, got, tc.want)
+		}
+	}
+}

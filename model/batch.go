@@ -1,0 +1,273 @@
+package model
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+
+	"github.com/dlmcache/dlmcache/model/backend"
+)
+
+// Forwarder runs one forward; LLaDA.Forward is one, and a server that
+// batches the forwards of concurrent generations supplies another through
+// GenOptions.Forward.
+type Forwarder func(in Input, plan Plan) (*Output, error)
+
+// batchItem is one request's state inside ForwardBatch.
+type batchItem struct {
+	in           Input
+	plan         Plan
+	pos          []int32
+	x            backend.Tensor // hidden state entering the layer, computed rows
+	rows         []int32        // rows computed at the current layer
+	off          int            // first row of this request in the batch
+	kFull, vFull backend.Tensor // full-width K/V when some rows are not computed
+	out          *Output
+}
+
+// sel is the batch rows of the request at the current layer.
+func (it *batchItem) sel() []int32 {
+	r := make([]int32, len(it.rows))
+	for i := range r {
+		r[i] = int32(it.off + i)
+	}
+	return r
+}
+
+// ForwardBatch runs the forwards of several requests as one: at every
+// layer the computed rows of all requests go through the weight products
+// (and the row-wise norms, RoPE, SiLU and residual adds) together, while
+// attention, the plans' K/V and hidden states stay per request (a
+// block-diagonal attention). Each request's result is what Forward(ins[i],
+// plans[i]) returns, up to the matrix library's rounding for a different
+// number of rows in one product (identical where its kernels do not depend
+// on the row count, as the tests check). plans may be nil or hold nil
+// entries (compute everything).
+func (m *LLaDA) ForwardBatch(ins []Input, plans []Plan) ([]*Output, error) {
+	if len(ins) == 0 {
+		return nil, fmt.Errorf("forward batch: no inputs")
+	}
+	if plans != nil && len(plans) != len(ins) {
+		return nil, fmt.Errorf("forward batch: %d plans for %d inputs", len(plans), len(ins))
+	}
+	b, c := m.Backend, m.Config
+	items := make([]*batchItem, len(ins))
+	for i, in := range ins {
+		pos, err := m.checkInput(in)
+		if err != nil {
+			return nil, fmt.Errorf("request %d of the batch: %w", i, err)
+		}
+		it := &batchItem{in: in, pos: pos, out: &Output{}}
+		if plans != nil {
+			it.plan = plans[i]
+		}
+		items[i] = it
+	}
+	d, kvDim, hd, hid := c.DModel, c.KVDim(), c.HeadDim(), c.MLPHiddenSize
+	eps := float32(c.RMSNormEps)
+
+	var free []backend.Tensor
+	var freeMu sync.Mutex // the requests' attentions allocate side by side
+	alloc := func(r, cols int) backend.Tensor {
+		t := b.New(r, cols)
+		freeMu.Lock()
+		free = append(free, t)
+		freeMu.Unlock()
+		return t
+	}
+	defer func() {
+		for _, t := range free {
+			b.Free(t)
+		}
+	}()
+	errs := make([]error, len(items))
+	par := make(chan struct{}, runtime.GOMAXPROCS(0))
+
+	for l := range m.Blocks {
+		blk := &m.Blocks[l]
+		total := 0
+		var rp []int32 // RoPE positions of the batch rows
+		for i, it := range items {
+			n := len(it.in.Tokens)
+			cur := allRows(n)
+			if it.plan != nil {
+				if r := it.plan.Rows(l); r != nil {
+					cur = r
+				}
+			}
+			if len(cur) == 0 {
+				return nil, fmt.Errorf("forward batch: request %d: plan computes no rows at layer %d", i, l)
+			}
+			if l == 0 {
+				it.x = alloc(len(cur), d)
+				b.Embed(it.x, m.Embed, gather32(it.in.Tokens, cur))
+			} else if !sameRows(it.rows, cur) {
+				nx := alloc(len(cur), d)
+				if err := m.fillHidden(it.plan, l, it.rows, it.x, cur, nx, alloc); err != nil {
+					return nil, fmt.Errorf("request %d of the batch: %w", i, err)
+				}
+				it.x = nx
+			}
+			it.rows, it.off = cur, total
+			total += len(cur)
+			rp = append(rp, gather32(it.pos, cur)...)
+			it.out.RowsComputed += len(cur)
+			it.out.FLOPs += c.LayerFLOPs(n, len(cur))
+		}
+
+		// The batch's hidden states, one request after the other.
+		x := alloc(total, d)
+		for _, it := range items {
+			b.CopyRows(x, it.sel(), it.x, nil)
+		}
+		nrm := alloc(total, d)
+		b.RMSNorm(nrm, x, blk.AttnNorm, eps)
+		q, k, v := alloc(total, d), alloc(total, kvDim), alloc(total, kvDim)
+		b.MatMul(q, nrm, blk.Q)
+		b.MatMul(k, nrm, blk.K)
+		b.MatMul(v, nrm, blk.V)
+		b.RoPE(q, rp, hd, c.RopeTheta)
+		b.RoPE(k, rp, hd, c.RopeTheta)
+
+		// The requests' attentions are small products of their own: run
+		// them side by side, as many as there are threads.
+		att := alloc(total, d)
+		var wg sync.WaitGroup
+		for i, it := range items {
+			wg.Add(1)
+			par <- struct{}{}
+			go func() {
+				defer wg.Done()
+				errs[i] = m.attendOne(l, it, q, k, v, att, alloc)
+				<-par
+			}()
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				return nil, fmt.Errorf("request %d of the batch: %w", i, err)
+			}
+		}
+		o := alloc(total, d)
+		b.MatMul(o, att, blk.AttnOut)
+		b.Add(x, o)
+
+		mm := alloc(total, d)
+		b.RMSNorm(mm, x, blk.FFNorm, eps)
+		g, u := alloc(total, hid), alloc(total, hid)
+		b.MatMul(g, mm, blk.Gate)
+		b.MatMul(u, mm, blk.Up)
+		b.SiLUMul(g, g, u)
+		y := alloc(total, d)
+		b.MatMul(y, g, blk.Down)
+		b.Add(x, y)
+
+		for _, it := range items {
+			nx := alloc(len(it.rows), d)
+			b.CopyRows(nx, nil, x, it.sel())
+			it.x = nx
+		}
+	}
+
+	// Logits of every request's wanted rows through one head product.
+	var hrows int
+	idx := make([][]int32, len(items))
+	for i, it := range items {
+		if len(it.in.LogitRows) == 0 {
+			continue
+		}
+		j, err := indexIn(it.rows, it.in.LogitRows)
+		if err != nil {
+			return nil, fmt.Errorf("forward batch: request %d: logits: %w", i, err)
+		}
+		idx[i] = j
+		hrows += len(j)
+	}
+	outs := make([]*Output, len(items))
+	for i, it := range items {
+		outs[i] = it.out
+	}
+	if hrows == 0 {
+		return outs, nil
+	}
+	hx := alloc(hrows, d)
+	at := 0
+	for i := range items {
+		dst := make([]int32, len(idx[i]))
+		for j := range dst {
+			dst[j] = int32(at + j)
+		}
+		if len(dst) > 0 {
+			b.CopyRows(hx, dst, items[i].x, idx[i])
+		}
+		at += len(dst)
+	}
+	hn := alloc(hrows, d)
+	b.RMSNorm(hn, hx, m.Norm, eps)
+	e := c.Embeddings()
+	lg := alloc(hrows, e)
+	b.MatMul(lg, hn, m.Head)
+	all := b.ToHost(lg, nil)
+	at = 0
+	for i, it := range items {
+		k := len(idx[i])
+		if k == 0 {
+			continue
+		}
+		it.out.Logits = all[at*e : (at+k)*e : (at+k)*e]
+		it.out.FLOPs += c.HeadFLOPs(k)
+		at += k
+	}
+	return outs, nil
+}
+
+// attendOne runs layer l's attention of one request of a batch: its rows of
+// q, k, v (batch tensors) completed with its plan's K/V, observed by the
+// plan, attended, and written into its rows of att.
+func (m *LLaDA) attendOne(l int, it *batchItem, q, k, v, att backend.Tensor, alloc func(int, int) backend.Tensor) error {
+	b, c := m.Backend, m.Config
+	n, r, sel := len(it.in.Tokens), len(it.rows), it.sel()
+	qi, ki, vi := alloc(r, c.DModel), alloc(r, c.KVDim()), alloc(r, c.KVDim())
+	b.CopyRows(qi, nil, q, sel)
+	b.CopyRows(ki, nil, k, sel)
+	b.CopyRows(vi, nil, v, sel)
+	K, V := ki, vi
+	if r != n {
+		if it.kFull == nil {
+			it.kFull, it.vFull = alloc(n, c.KVDim()), alloc(n, c.KVDim())
+		}
+		b.CopyRows(it.kFull, it.rows, ki, nil)
+		b.CopyRows(it.vFull, it.rows, vi, nil)
+		if err := it.plan.KV(l, complement(it.rows, n), it.kFull, it.vFull); err != nil {
+			return fmt.Errorf("forward: layer %d: K/V for uncomputed rows: %w", l, err)
+		}
+		K, V = it.kFull, it.vFull
+	}
+	if it.plan != nil {
+		it.plan.Observe(l, it.rows, it.x, K, V)
+	}
+	ai := alloc(r, c.DModel)
+	b.Attention(ai, qi, K, V, c.NHeads, c.NKVHeads)
+	b.CopyRows(att, sel, ai, nil)
+	return nil
+}
+
+// checkInput validates one forward's input and returns its position ids.
+func (m *LLaDA) checkInput(in Input) ([]int32, error) {
+	n := len(in.Tokens)
+	if n == 0 {
+		return nil, fmt.Errorf("forward: no tokens")
+	}
+	pos := in.Positions
+	if pos == nil {
+		pos = iota32(n)
+	} else if len(pos) != n {
+		return nil, fmt.Errorf("forward: %d position ids for %d tokens", len(pos), n)
+	}
+	for _, t := range in.Tokens {
+		if t < 0 || int(t) >= m.Config.Embeddings() {
+			return nil, fmt.Errorf("forward: token id %d outside the vocabulary (%d)", t, m.Config.Embeddings())
+		}
+	}
+	return pos, nil
+}

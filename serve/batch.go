@@ -1,0 +1,159 @@
+package serve
+
+import (
+	"sync"
+
+	"github.com/dlmcache/dlmcache/model"
+)
+
+// batcher runs the step forwards of the generations running at the same
+// time as one model.ForwardBatch (continuous batching): each generation
+// keeps its own loop, planner and schedule and hands its forward to a
+// session; the batcher waits until every joined generation has a forward
+// pending (or maxBatch are), runs them together and hands each its output.
+// Generations join when they start (so the first step already waits for
+// the others started with it) and leave when they end, so the batch
+// changes between steps.
+type batcher struct {
+	lm       *model.LLaDA
+	maxBatch int
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	active  int // joined sessions
+	pending []*fwdJob
+	closed  bool
+
+	// observe, if not nil, sees the size of every batch run.
+	observe func(size int)
+}
+
+type fwdJob struct {
+	in   model.Input
+	plan model.Plan
+	out  *model.Output
+	err  error
+	done chan struct{}
+}
+
+func newBatcher(lm *model.LLaDA, maxBatch int, observe func(int)) *batcher {
+	b := &batcher{lm: lm, maxBatch: max(1, maxBatch), observe: observe}
+	b.cond = sync.NewCond(&b.mu)
+	go b.loop()
+	return b
+}
+
+// close stops the loop once no forward is pending.
+func (b *batcher) close() {
+	b.mu.Lock()
+	b.closed = true
+	b.cond.Broadcast()
+	b.mu.Unlock()
+}
+
+// session is one generation's door into the batcher.
+type session struct {
+	b      *batcher
+	joined bool
+}
+
+// session joins a new generation.
+func (b *batcher) session() *session {
+	b.mu.Lock()
+	b.active++
+	b.mu.Unlock()
+	return &session{b: b, joined: true}
+}
+
+// Forward is a model.Forwarder: it queues the forward and waits for the
+// batch that runs it.
+func (s *session) Forward(in model.Input, plan model.Plan) (*model.Output, error) {
+	j := &fwdJob{in: in, plan: plan, done: make(chan struct{})}
+	b := s.b
+	b.mu.Lock()
+	b.pending = append(b.pending, j)
+	b.cond.Broadcast()
+	b.mu.Unlock()
+	<-j.done
+	return j.out, j.err
+}
+
+// end leaves the batch; the others no longer wait for this generation.
+func (s *session) end() {
+	if !s.joined {
+		return
+	}
+	s.joined = false
+	b := s.b
+	b.mu.Lock()
+	b.active--
+	b.cond.Broadcast()
+	b.mu.Unlock()
+}
+
+func (b *batcher) loop() {
+	for {
+		b.mu.Lock()
+		for !b.ready() {
+			if b.closed && len(b.pending) == 0 {
+				b.mu.Unlock()
+				return
+			}
+			b.cond.Wait()
+		}
+		k := min(len(b.pending), b.maxBatch)
+		jobs := append([]*fwdJob(nil), b.pending[:k]...)
+		b.pending = append(b.pending[:0], b.pending[k:]...)
+		b.mu.Unlock()
+		b.run(jobs)
+	}
+}
+
+// ready: a batch can run when every joined generation has its forward
+// pending, or a full batch is.
+func (b *batcher) ready() bool {
+	n := len(b.pending)
+	return n > 0 && (n >= b.active || n >= b.maxBatch || b.closed)
+}
+
+func (b *batcher) run(jobs []*fwdJob) {
+	if b.observe != nil {
+		b.observe(len(jobs))
+	}
+	ins := make([]model.Input, len(jobs))
+	plans := make([]model.Plan, len(jobs))
+	for i, j := range jobs {
+		ins[i], plans[i] = j.in, j.plan
+	}
+	outs, err := b.lm.ForwardBatch(ins, plans)
+	if err != nil && len(jobs) > 1 {
+		// One bad request must not fail the others: run each alone.
+		for _, j := range jobs {
+			j.out, j.err = b.lm.Forward(j.in, j.plan)
+			close(j.done)
+		}
+		return
+	}
+	for i, j := range jobs {
+		if err != nil {
+			j.err = err
+		} else {
+			j.out = outs[i]
+		}
+		close(j.done)
+	}
+}
+
+// batched routes a generation's forwards through the batcher (when the
+// server batches); leave must be called when the generation ends.
+func (s *Server) batched(o model.GenOptions) (model.GenOptions, func()) {
+	if s.batch == nil {
+		return o, func() {}
+	}
+	sess := s.batch.session()
+	o.Forward = sess.Forward
+	return o, sess.end
+}
+
+// MaxConcurrency is how many generations run at once (after defaults).
+func (s *Server) MaxConcurrency() int { return s.cfg.MaxConcurrency }

@@ -1,0 +1,192 @@
+package serve
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/dlmcache/dlmcache/model"
+)
+
+// TestBatcherWaitsForEveryGeneration: sessions that joined run their
+// forwards as one batch, and the batch shrinks as they leave.
+func TestBatcherWaitsForEveryGeneration(t *testing.T) {
+	m := loadTiny(t)
+	var mu sync.Mutex
+	var sizes []int
+	b := newBatcher(m.LLaDA, 8, func(n int) { mu.Lock(); sizes = append(sizes, n); mu.Unlock() })
+	defer b.close()
+	in := model.Input{Tokens: []int32{1, 2, 3, 4, 5}, LogitRows: []int32{4}}
+	want, err := m.Forward(in, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 4
+	sess := make([]*session, n)
+	for i := range sess {
+		sess[i] = b.session()
+	}
+	// Session i runs i+1 forwards: batches of 4, 3, 2, 1.
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer sess[i].end()
+			for range i + 1 {
+				out, err := sess[i].Forward(in, nil)
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				if !closeTo(out.Logits, want.Logits, 1e-5) {
+					errs[i] = fmt.Errorf("session %d: logits differ from the forward alone", i)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	if !slices.Equal(sizes, []int{4, 3, 2, 1}) {
+		t.Errorf("batch sizes %v, want [4 3 2 1]", sizes)
+	}
+}
+
+// TestBatchedAnswersMatchAlone: concurrent requests through a batching
+// server get the answers each gets alone from an unbatched server, for
+// every method (planners computing different rows share one forward).
+func TestBatchedAnswersMatchAlone(t *testing.T) {
+	prompts := []struct{ system, user string }{
+		{"You are terse.", "Name a color."},
+		{"You are terse.", "Count to three."},
+		{"", "Hello there, how are you today?"},
+		{"Answer in French.", "Say hi."},
+		{"You are terse.", "Name a color."},
+		{"", "x"},
+	}
+	for _, method := range []string{"none", "prefix-all", "bicache"} {
+		t.Run(method, func(t *testing.T) {
+			alone := newTestServer(t, method, 1<<30, func(c *Config) { c.MaxConcurrency = 1 })
+			want := make([]string, len(prompts))
+			for i, p := range prompts {
+				want[i] = decodeChat(t, post(t, alone, "/v1/chat/completions", chatBody(p.system, p.user, ""))).Choices[0].Message.Content
+			}
+			batched := newTestServer(t, method, 1<<30, func(c *Config) { c.MaxConcurrency = 0; c.MaxBatch = 4 })
+			got := make([]string, len(prompts))
+			var wg sync.WaitGroup
+			for i, p := range prompts {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if r := chatFrom(t, i, batched, chatBody(p.system, p.user, "")); r != nil {
+						got[i] = r.Choices[0].Message.Content
+					}
+				}()
+			}
+			wg.Wait()
+			for i := range prompts {
+				if got[i] != want[i] {
+					t.Errorf("request %d batched: %q, alone: %q", i, got[i], want[i])
+				}
+			}
+		})
+	}
+}
+
+// closeTo: same length, and every element within tol·max|want|.
+func closeTo(got, want []float32, tol float64) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	var scale float64
+	for _, w := range want {
+		scale = max(scale, math.Abs(float64(w)))
+	}
+	for i := range got {
+		if math.Abs(float64(got[i]-want[i])) > tol*scale {
+			return false
+		}
+	}
+	return true
+}
+
+// TestQueueHoldsABurst: 32 clients sending 64 requests in all with a
+// generous queue (the serve command's default 256) all get 200, each
+// response id once, each answer the one its prompt gets alone — unbatched
+// and batched. (With requests = 400 it passed too, under -race, in 128 s:
+// too long for every run.)
+func TestQueueHoldsABurst(t *testing.T) {
+	const clients, requests = 32, 64
+	prompts := []string{"Name a color.", "Count to three.", "Say hi.", "What now?"}
+	for _, batch := range []int{1, 16} {
+		t.Run(fmt.Sprintf("max-batch-%d", batch), func(t *testing.T) {
+			s := newTestServer(t, "prefix-all", 1<<30, func(c *Config) {
+				c.MaxConcurrency, c.MaxBatch, c.MaxQueue = 0, batch, 256
+				if batch == 1 {
+					c.MaxConcurrency = 2
+				}
+			})
+			want := map[string]string{}
+			for _, p := range prompts {
+				want[p] = decodeChat(t, post(t, s, "/v1/chat/completions", chatBody("Be brief.", p, ""))).Choices[0].Message.Content
+			}
+			var mu sync.Mutex
+			ids := map[string]int{}
+			next := make(chan int, requests)
+			for i := range requests {
+				next <- i
+			}
+			close(next)
+			var wg sync.WaitGroup
+			for range clients {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range next {
+						p := prompts[i%len(prompts)]
+						r := chatFrom(t, i, s, chatBody("Be brief.", p, ""))
+						if r == nil {
+							continue
+						}
+						if got := r.Choices[0].Message.Content; got != want[p] {
+							t.Errorf("request %d: %q, alone %q", i, got, want[p])
+						}
+						mu.Lock()
+						ids[r.ID]++
+						mu.Unlock()
+					}
+				}()
+			}
+			wg.Wait()
+			if len(ids) != requests {
+				t.Errorf("%d distinct response ids for %d requests", len(ids), requests)
+			}
+		})
+	}
+}
+
+// chatFrom posts chat request i from a client goroutine: the response, or
+// nil with the failure reported.
+func chatFrom(t *testing.T, i int, h http.Handler, body string) *chatResponse {
+	rec := post(t, h, "/v1/chat/completions", body)
+	if rec.Code != 200 {
+		t.Errorf("request %d: status %d: %s", i, rec.Code, rec.Body)
+		return nil
+	}
+	var r chatResponse
+	if err := json.Unmarshal(rec.Body.Bytes(), &r); err != nil {
+		t.Errorf("request %d: %v", i, err)
+		return nil
+	}
+	return &r
+}
