@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"slices"
+	"sort"
 
 	"github.com/spf13/pflag"
 
@@ -23,7 +25,7 @@ type requestSampling struct {
 }
 
 func addSamplingFlags(fl *pflag.FlagSet, data, systems *[]string, language *string, userPrompts, maxTokens *int, seed *int64) {
-	fl.StringSliceVar(data, "data", []string{"builtin"}, "user prompts: builtin (WildChat-style, generated) and/or WildChat parquet files or directories")
+	fl.StringSliceVar(data, "data", []string{"builtin"}, "user prompts: builtin (WildChat-style, generated) and/or WildChat parquet files or directories; or suites (the task suites' own requests)")
 	fl.StringSliceVar(systems, "system-prompts", []string{"builtin"}, "system prompts: builtin, builtin:NAME, or @FILE (one prompt per file)")
 	fl.StringVar(language, "language", "English", "WildChat language filter (empty: all)")
 	fl.IntVar(userPrompts, "user-prompts", 2000, "number of builtin WildChat-style prompts to generate")
@@ -33,7 +35,12 @@ func addSamplingFlags(fl *pflag.FlagSet, data, systems *[]string, language *stri
 
 // sample draws the requests of shard k of n, tokenized with lm's chat
 // template, and names the bins it could not fill (warned on f.ErrOut).
+// --data suites takes the task suites' training samples instead (see
+// sampleSuites).
 func (s requestSampling) sample(f *factory, lm *loadedModel, genLength int, edges []float64, k, n int) ([]profile.Request, []string, error) {
+	if slices.Equal(s.Data, []string{"suites"}) {
+		return s.sampleSuites(f, lm, genLength, edges, k, n)
+	}
 	systems, err := datasets.LoadSystemPrompts(s.Systems)
 	if err != nil {
 		return nil, nil, err
@@ -71,4 +78,57 @@ func (s requestSampling) sample(f *factory, lm *loadedModel, genLength int, edge
 		preqs = append(preqs, profile.Request{ID: r.ID, Source: r.SystemName, Prompt: ids, PrefixLen: m})
 	}
 	return preqs, unfilledS, nil
+}
+
+// sampleSuites bins the task suites' training samples (every curriculum
+// level and the evaluation options, so ratios span 0.5–0.95 at the bundled
+// model's gen length) by ratio: up to PerRatio a bin, suites taking turns.
+// Samples whose answer does not fit the gen length (the span suite at 16
+// slots) are skipped. These are the requests a model trained on the
+// suites answers stably; on prompts it cannot answer, a greedy answer
+// flips under float rounding alone, which no depth can be held to.
+func (s requestSampling) sampleSuites(f *factory, lm *loadedModel, genLength int, edges []float64, k, n int) ([]profile.Request, []string, error) {
+	perBin := make([]int, len(edges)-1)
+	var out []profile.Request
+	opts := []datasets.GenOptions{datasets.Level(0), datasets.Level(1), datasets.Level(2), datasets.DefaultOptions()}
+	const pool = 400 // samples drawn per suite and option set
+	for i := 0; i < pool; i++ {
+		for oi, o := range opts {
+			for _, suite := range datasets.Suites() {
+				x := datasets.Generate(suite, datasets.Train, s.Seed+int64(oi)*7919, i+1, o)[i]
+				ids, m, err := lm.Tokenizer.EncodeChat(x.System, x.User)
+				if err != nil {
+					return nil, nil, err
+				}
+				if len(lm.Tokenizer.Encode(x.Target()))+1 > genLength || (s.MaxTokens > 0 && len(ids)+genLength > s.MaxTokens) {
+					continue
+				}
+				r := float64(m) / float64(len(ids)+genLength)
+				b := sort.SearchFloat64s(edges, r) - 1
+				if b < 0 || b >= len(perBin) || r == edges[b+1] || perBin[b] >= s.PerRatio {
+					continue
+				}
+				perBin[b]++
+				out = append(out, profile.Request{ID: x.ID, Source: "suite:" + suite, Prompt: ids, PrefixLen: m})
+			}
+		}
+	}
+	var unfilled []string
+	for b, c := range perBin {
+		if c < s.PerRatio {
+			u := fmt.Sprintf("[%.2f, %.2f): %d of %d suite requests", edges[b], edges[b+1], c, s.PerRatio)
+			unfilled = append(unfilled, u)
+			fmt.Fprintf(f.ErrOut, "warning: could not fill %s\n", u)
+		}
+	}
+	if len(out) == 0 {
+		return nil, nil, fmt.Errorf("no suite request has a ratio in %v at gen length %d", edges, genLength)
+	}
+	var shard []profile.Request
+	for i, r := range out {
+		if i%n == k {
+			shard = append(shard, r)
+		}
+	}
+	return shard, unfilled, nil
 }
