@@ -98,8 +98,10 @@ func TestServeRunsAndStops(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("serve did not start listening")
 	}
-	if s := errOut.String(); !strings.Contains(s, "method bicache (table "+p+")") {
-		t.Errorf("start-up line does not say the method defaulted to bicache:\n%s", s)
+	// The method defaulted to bicache; a cosine table keeps the request
+	// source and the start-up line says why.
+	if s := errOut.String(); !strings.Contains(s, "method bicache (table "+p+", deep source request: the table is not calibrated") {
+		t.Errorf("start-up line does not say the method defaulted to bicache with the request source, and why:\n%s", s)
 	}
 	body := `{"messages":[{"role":"system","content":"Be terse."},{"role":"user","content":"Hi"}]}`
 	resp, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(body))
