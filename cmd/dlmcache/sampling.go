@@ -92,10 +92,16 @@ func (s requestSampling) sampleSuites(f *factory, lm *loadedModel, genLength int
 	var out []profile.Request
 	opts := []datasets.GenOptions{datasets.Level(0), datasets.Level(1), datasets.Level(2), datasets.DefaultOptions()}
 	const pool = 400 // samples drawn per suite and option set
+	drawn := map[[2]int][]datasets.Sample{}
+	for oi, o := range opts {
+		for si, suite := range datasets.Suites() {
+			drawn[[2]int{oi, si}] = datasets.Generate(suite, datasets.Train, s.Seed+int64(oi)*7919, pool, o)
+		}
+	}
 	for i := 0; i < pool; i++ {
-		for oi, o := range opts {
-			for _, suite := range datasets.Suites() {
-				x := datasets.Generate(suite, datasets.Train, s.Seed+int64(oi)*7919, i+1, o)[i]
+		for oi := range opts {
+			for si, suite := range datasets.Suites() {
+				x := drawn[[2]int{oi, si}][i]
 				ids, m, err := lm.Tokenizer.EncodeChat(x.System, x.User)
 				if err != nil {
 					return nil, nil, err
