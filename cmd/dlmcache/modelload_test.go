@@ -1,0 +1,47 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/dlmcache/dlmcache/model"
+)
+
+// TestGenOptionsFromCard: every command resolves zero flags through
+// genOptions, so the card's regime is the default, and --gen-length alone
+// (a length other than the card's) gives gen/2 steps in one block: the
+// one-flag way back to the 16-slot regime from a long-regime card.
+func TestGenOptionsFromCard(t *testing.T) {
+	short := model.Card{GenLength: 16, Steps: 8, BlockLength: 16}
+	long := model.Card{GenLength: 128, Steps: 64, BlockLength: 32}
+	tests := []struct {
+		name                          string
+		card                          model.Card
+		gen, steps, block             int
+		wantGen, wantSteps, wantBlock int
+	}{
+		{"short card, no flags", short, 0, 0, 0, 16, 8, 16},
+		{"long card, no flags", long, 0, 0, 0, 128, 64, 32},
+		{"long card, --gen-length 16", long, 16, 0, 0, 16, 8, 16},
+		{"short card, long regime flags", short, 128, 64, 32, 128, 64, 32},
+		{"short card, paper setting", short, 256, 128, 32, 256, 128, 32},
+		{"long card, --gen-length 128 is the card's", long, 128, 0, 0, 128, 64, 32},
+		{"long card, --steps only", long, 0, 32, 0, 128, 32, 32},
+		{"short card, --gen-length 64", short, 64, 0, 0, 64, 32, 64},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			lm := &loadedModel{Model: &model.Model{Card: tc.card}}
+			o, err := lm.genOptions(tc.gen, tc.steps, tc.block)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o.GenLength != tc.wantGen || o.Steps != tc.wantSteps || o.BlockLength != tc.wantBlock {
+				t.Errorf("got gen %d steps %d block %d, want %d %d %d", o.GenLength, o.Steps, o.BlockLength, tc.wantGen, tc.wantSteps, tc.wantBlock)
+			}
+		})
+	}
+	lm := &loadedModel{Model: &model.Model{Card: long}}
+	if _, err := lm.genOptions(0, 0, 48); err == nil {
+		t.Error("block 48 does not divide 128: want an error")
+	}
+}
