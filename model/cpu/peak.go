@@ -5,52 +5,39 @@ package cpu
 #include <immintrin.h>
 #include <stdint.h>
 
-// peak_f32_fma runs iters rounds of 10 independent 8-wide FMA chains (enough
-// to cover a 4-cycle latency on two FMA ports) and returns a value that
-// depends on every chain, so the compiler cannot drop the work. Each round is
-// 10 × 8 × 2 = 160 floating-point operations.
+// PEAK_CHAINS declares ten accumulators c0..c9 of type VEC, runs iters
+// rounds of OP(c, a, b) on each (independent chains, enough to cover a
+// 4–5-cycle latency on two ports) and leaves their sum, which depends on
+// every chain so the compiler cannot drop the work, in s.
+#define PEAK_CHAINS(VEC, SET1, OP, ADD) \
+	VEC c0 = SET1(0.0f), c1 = SET1(0.1f), c2 = SET1(0.2f), c3 = SET1(0.3f), \
+		c4 = SET1(0.4f), c5 = SET1(0.5f), c6 = SET1(0.6f), c7 = SET1(0.7f), \
+		c8 = SET1(0.8f), c9 = SET1(0.9f); \
+	for (long i = 0; i < iters; i++) { \
+		c0 = OP(c0, a, b); c1 = OP(c1, a, b); c2 = OP(c2, a, b); \
+		c3 = OP(c3, a, b); c4 = OP(c4, a, b); c5 = OP(c5, a, b); \
+		c6 = OP(c6, a, b); c7 = OP(c7, a, b); c8 = OP(c8, a, b); \
+		c9 = OP(c9, a, b); \
+	} \
+	VEC s = ADD(ADD(ADD(c0, c1), ADD(c2, c3)), \
+		ADD(ADD(c4, c5), ADD(ADD(c6, c7), ADD(c8, c9))));
+
+// peak_f32_fma: 8-wide FMA chains, 10 × 8 × 2 = 160 operations a round.
 __attribute__((target("avx2,fma")))
 static float peak_f32_fma(long iters) {
 	__m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
-	__m256 c0 = _mm256_set1_ps(0.0f), c1 = _mm256_set1_ps(0.1f),
-		c2 = _mm256_set1_ps(0.2f), c3 = _mm256_set1_ps(0.3f),
-		c4 = _mm256_set1_ps(0.4f), c5 = _mm256_set1_ps(0.5f),
-		c6 = _mm256_set1_ps(0.6f), c7 = _mm256_set1_ps(0.7f),
-		c8 = _mm256_set1_ps(0.8f), c9 = _mm256_set1_ps(0.9f);
-	for (long i = 0; i < iters; i++) {
-		c0 = _mm256_fmadd_ps(c0, a, b); c1 = _mm256_fmadd_ps(c1, a, b);
-		c2 = _mm256_fmadd_ps(c2, a, b); c3 = _mm256_fmadd_ps(c3, a, b);
-		c4 = _mm256_fmadd_ps(c4, a, b); c5 = _mm256_fmadd_ps(c5, a, b);
-		c6 = _mm256_fmadd_ps(c6, a, b); c7 = _mm256_fmadd_ps(c7, a, b);
-		c8 = _mm256_fmadd_ps(c8, a, b); c9 = _mm256_fmadd_ps(c9, a, b);
-	}
-	__m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(c0, c1), _mm256_add_ps(c2, c3)),
-		_mm256_add_ps(_mm256_add_ps(c4, c5), _mm256_add_ps(_mm256_add_ps(c6, c7), _mm256_add_ps(c8, c9))));
+	PEAK_CHAINS(__m256, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_add_ps)
 	float out[8];
 	_mm256_storeu_ps(out, s);
 	return out[0] + out[7];
 }
 
-// peak_bf16_dp runs iters rounds of 10 independent vdpbf16ps chains on
-// 512-bit registers: each instruction does 32 BF16 pair products summed into
-// 16 F32 lanes, 64 operations, so a round is 640 operations.
+// peak_bf16_dp: 512-bit vdpbf16ps chains; each instruction does 32 BF16 pair
+// products summed into 16 F32 lanes, 64 operations, so 640 a round.
 __attribute__((target("avx512f,avx512bf16")))
 static float peak_bf16_dp(long iters) {
 	__m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x3380);
-	__m512 c0 = _mm512_set1_ps(0.0f), c1 = _mm512_set1_ps(0.1f),
-		c2 = _mm512_set1_ps(0.2f), c3 = _mm512_set1_ps(0.3f),
-		c4 = _mm512_set1_ps(0.4f), c5 = _mm512_set1_ps(0.5f),
-		c6 = _mm512_set1_ps(0.6f), c7 = _mm512_set1_ps(0.7f),
-		c8 = _mm512_set1_ps(0.8f), c9 = _mm512_set1_ps(0.9f);
-	for (long i = 0; i < iters; i++) {
-		c0 = _mm512_dpbf16_ps(c0, a, b); c1 = _mm512_dpbf16_ps(c1, a, b);
-		c2 = _mm512_dpbf16_ps(c2, a, b); c3 = _mm512_dpbf16_ps(c3, a, b);
-		c4 = _mm512_dpbf16_ps(c4, a, b); c5 = _mm512_dpbf16_ps(c5, a, b);
-		c6 = _mm512_dpbf16_ps(c6, a, b); c7 = _mm512_dpbf16_ps(c7, a, b);
-		c8 = _mm512_dpbf16_ps(c8, a, b); c9 = _mm512_dpbf16_ps(c9, a, b);
-	}
-	__m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(c0, c1), _mm512_add_ps(c2, c3)),
-		_mm512_add_ps(_mm512_add_ps(c4, c5), _mm512_add_ps(_mm512_add_ps(c6, c7), _mm512_add_ps(c8, c9))));
+	PEAK_CHAINS(__m512, _mm512_set1_ps, _mm512_dpbf16_ps, _mm512_add_ps)
 	return _mm512_reduce_add_ps(s);
 }
 
@@ -149,3 +136,7 @@ func peakRun(threads int, d time.Duration, opsPerIter float64, loop func(int64))
 	ops := opsPerIter * float64(iters) * float64(threads)
 	return ops / slowest.Seconds() / 1e9, nil
 }
+
+// peakF32Value runs the F32 peak loop for iters rounds and returns its
+// result, for tests that check the loop does the work it is timed for.
+func peakF32Value(iters int64) float32 { return float32(C.peak_f32_fma(C.long(iters))) }
