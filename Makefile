@@ -75,14 +75,17 @@ clean:
 # cuda-deps installs Debian 12's CUDA 11.8 headers and libraries (cuda.h,
 # nvrtc, cuBLAS; package nvidia-cuda-dev from the non-free component, about
 # 1.5 GB to download, 5 GB installed) when cuda.h is missing, enabling
-# non-free through a sources file of its own (idempotent).
+# non-free through a sources file of its own (idempotent). The mirrors are the
+# machine's own: scripts/apt-non-free.sh copies the URIs, suites and keyring of
+# every apt source that has the main component, with contrib and non-free.
 CUDA_SOURCES := /etc/apt/sources.list.d/dlmcache-non-free.sources
 cuda-deps: deps
 	@if ! [ -e /usr/include/cuda.h ] || ! [ -e /usr/include/nvrtc.h ] || ! [ -e /usr/include/cublas_v2.h ]; then \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		if ! grep -rqs 'non-free' /etc/apt/sources.list /etc/apt/sources.list.d/ || ! apt-cache policy nvidia-cuda-dev 2>/dev/null | grep -q 'Candidate: [0-9]'; then \
 			echo "enabling Debian's non-free component in $(CUDA_SOURCES)"; \
-			printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm bookworm-updates\nComponents: contrib non-free\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' | $$SUDO tee $(CUDA_SOURCES) >/dev/null; \
+			sources=$$(bash scripts/apt-non-free.sh $(CUDA_SOURCES)) || exit 1; \
+			printf '%s\n' "$$sources" | $$SUDO tee $(CUDA_SOURCES) >/dev/null; \
 		fi; \
 		echo "installing nvidia-cuda-dev (CUDA 11.8; takes a few minutes)"; \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends nvidia-cuda-dev >/dev/null; \

@@ -1,0 +1,96 @@
+package cpu
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestPeakArgs(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		threads int
+		d       time.Duration
+	}{
+		{"zero threads", 0, time.Millisecond},
+		{"zero duration", 1, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := PeakF32(tc.threads, tc.d); err == nil {
+				t.Fatal("want an error")
+			}
+		})
+	}
+}
+
+// TestPeakF32Work checks that the timed loop really runs iters rounds of
+// every chain: its result must match the same recurrence c ← c·a + b
+// computed in Go (lane 0 plus lane 7 of the ten-chain sum, each lane holding
+// the same values). Throughput itself is not asserted (no timing thresholds).
+func TestPeakF32Work(t *testing.T) {
+	if _, err := PeakF32(1, time.Millisecond); errors.Is(err, ErrNoPeakKernel) {
+		t.Skip(err)
+	}
+	for _, iters := range []int64{0, 1, 7, 1000, 100000} {
+		t.Run(fmt.Sprint(iters), func(t *testing.T) {
+			const a, b = float32(0.999999), float32(1e-7)
+			var sum float32
+			for _, c0 := range []float32{0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9} {
+				c := float64(c0)
+				for range iters {
+					c = float64(float32(math.FMA(c, float64(a), float64(b))))
+				}
+				sum += float32(c)
+			}
+			want := 2 * sum
+			got := peakF32Value(iters)
+			if math.Abs(float64(got-want)) > 1e-5*math.Abs(float64(want))+1e-6 {
+				t.Fatalf("peak loop after %d rounds = %g, want %g", iters, got, want)
+			}
+		})
+	}
+	g, err := PeakF32(1, 20*time.Millisecond)
+	if err != nil || !(g > 0) || math.IsInf(g, 0) {
+		t.Fatalf("PeakF32 = %v, %v", g, err)
+	}
+}
+
+func TestPeakBF16(t *testing.T) {
+	g, err := PeakBF16(1, 20*time.Millisecond)
+	if !HasBF16Dot() {
+		if !errors.Is(err, ErrNoPeakKernel) {
+			t.Fatalf("want ErrNoPeakKernel without AVX512-BF16, got %v", err)
+		}
+		return
+	}
+	if err != nil || g <= 0 {
+		t.Fatalf("PeakBF16 = %v, %v", g, err)
+	}
+}
+
+// BenchmarkPeak reports the peak on one thread and on GOMAXPROCS threads
+// (names f32/threads1, f32/threadsN), which scripts/bench.sh divides by.
+func BenchmarkPeak(b *testing.B) {
+	counts := slices.Compact([]int{1, runtime.GOMAXPROCS(0)})
+	for _, tc := range []struct {
+		name string
+		f    func(int, time.Duration) (float64, error)
+	}{{"f32", PeakF32}, {"bf16", PeakBF16}} {
+		for _, threads := range counts {
+			b.Run(fmt.Sprintf("%s/threads%d", tc.name, threads), func(b *testing.B) {
+				var g float64
+				for range b.N {
+					var err error
+					if g, err = tc.f(threads, 200*time.Millisecond); err != nil {
+						b.Skip(err)
+					}
+				}
+				b.ReportMetric(g, "GFLOP/s")
+			})
+		}
+	}
+}
