@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/spf13/pflag"
 
@@ -38,7 +39,7 @@ func addSamplingFlags(fl *pflag.FlagSet, data, systems *[]string, language *stri
 // --data suites takes the task suites' training samples instead (see
 // sampleSuites).
 func (s requestSampling) sample(f *factory, lm *loadedModel, genLength int, edges []float64, k, n int) ([]profile.Request, []string, error) {
-	if slices.Equal(s.Data, []string{"suites"}) {
+	if len(s.Data) > 0 && !slices.ContainsFunc(s.Data, func(d string) bool { return d != "suites" && d != "external" }) {
 		return s.sampleSuites(f, lm, genLength, edges, k, n)
 	}
 	systems, err := datasets.LoadSystemPrompts(s.Systems)
@@ -82,7 +83,9 @@ func (s requestSampling) sample(f *factory, lm *loadedModel, genLength int, edge
 
 // sampleSuites bins the task suites' training samples (every curriculum
 // level and the evaluation options, so ratios span 0.5–0.95 at the bundled
-// model's gen length) by ratio: up to PerRatio a bin, suites taking turns.
+// model's gen length; --data suites) and/or datasets.External's requests
+// (--data external: system messages the generators never produce) by
+// ratio: up to PerRatio a bin, sources taking turns.
 // Samples whose answer does not fit the gen length (the span suite at 16
 // slots) are skipped. These are the requests a model trained on the
 // suites answers stably; on prompts it cannot answer, a greedy answer
@@ -92,31 +95,40 @@ func (s requestSampling) sampleSuites(f *factory, lm *loadedModel, genLength int
 	var out []profile.Request
 	opts := []datasets.GenOptions{datasets.Level(0), datasets.Level(1), datasets.Level(2), datasets.DefaultOptions()}
 	const pool = 400 // samples drawn per suite and option set
-	drawn := map[[2]int][]datasets.Sample{}
-	for oi, o := range opts {
-		for si, suite := range datasets.Suites() {
-			drawn[[2]int{oi, si}] = datasets.Generate(suite, datasets.Train, s.Seed+int64(oi)*7919, pool, o)
+	// Sources take turns: each suite under each option set, and with
+	// "external" datasets.External's system messages (drawn with a seed of
+	// their own: lut verify's default set is another).
+	var sources [][]datasets.Sample
+	if slices.Contains(s.Data, "suites") {
+		for oi, o := range opts {
+			for _, suite := range datasets.Suites() {
+				sources = append(sources, datasets.Generate(suite, datasets.Train, s.Seed+int64(oi)*7919, pool, o))
+			}
 		}
 	}
+	if slices.Contains(s.Data, "external") {
+		sources = append(sources, datasets.External(pool/4, 4, 1000+s.Seed))
+	}
 	for i := 0; i < pool; i++ {
-		for oi := range opts {
-			for si, suite := range datasets.Suites() {
-				x := drawn[[2]int{oi, si}][i]
-				ids, m, err := lm.Tokenizer.EncodeChat(x.System, x.User)
-				if err != nil {
-					return nil, nil, err
-				}
-				if len(lm.Tokenizer.Encode(x.Target()))+1 > genLength || (s.MaxTokens > 0 && len(ids)+genLength > s.MaxTokens) {
-					continue
-				}
-				r := float64(m) / float64(len(ids)+genLength)
-				b := sort.SearchFloat64s(edges, r) - 1
-				if b < 0 || b >= len(perBin) || r == edges[b+1] || perBin[b] >= s.PerRatio {
-					continue
-				}
-				perBin[b]++
-				out = append(out, profile.Request{ID: x.ID, Source: "suite:" + suite, Prompt: ids, PrefixLen: m})
+		for _, src := range sources {
+			if i >= len(src) {
+				continue
 			}
+			x := src[i]
+			ids, m, err := lm.Tokenizer.EncodeChat(x.System, x.User)
+			if err != nil {
+				return nil, nil, err
+			}
+			if len(lm.Tokenizer.Encode(x.Target()))+1 > genLength || (s.MaxTokens > 0 && len(ids)+genLength > s.MaxTokens) {
+				continue
+			}
+			r := float64(m) / float64(len(ids)+genLength)
+			b := sort.SearchFloat64s(edges, r) - 1
+			if b < 0 || b >= len(perBin) || r == edges[b+1] || perBin[b] >= s.PerRatio {
+				continue
+			}
+			perBin[b]++
+			out = append(out, profile.Request{ID: x.ID, Source: x.ID[:strings.Index(x.ID, "/")], Prompt: ids, PrefixLen: m})
 		}
 	}
 	var unfilled []string
