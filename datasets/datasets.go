@@ -167,22 +167,29 @@ func generateOne(st suiteDef, split Split, seed int64, i int, opt GenOptions) Sa
 	if len(filler) > 0 {
 		cut = r.IntN(len(filler) + 1)
 	}
-	parts := []string{it.intro}
-	if cut > 0 {
-		parts = append(parts, strings.Join(filler[:cut], " "))
-	}
-	parts = append(parts, it.block)
-	if cut < len(filler) {
-		parts = append(parts, strings.Join(filler[cut:], " "))
-	}
-	parts = append(parts, it.reminder)
 	return Sample{
 		Suite:  st.name,
-		System: strings.Join(parts, "\n\n"),
+		System: systemMessage(it.intro, filler, cut, it.block, it.reminder),
 		User:   it.user,
 		Answer: it.answer,
 		ID:     fmt.Sprintf("%s/%s/v%d/s%d/%d", st.name, split, SuiteVersion, seed, i),
 	}
+}
+
+// systemMessage assembles a system message: the intro, the first cut filler
+// sentences, the data block, the rest of the filler and the reminder, as
+// paragraphs.
+func systemMessage(intro string, filler []string, cut int, block, reminder string) string {
+	parts := []string{intro}
+	if cut > 0 {
+		parts = append(parts, strings.Join(filler[:cut], " "))
+	}
+	parts = append(parts, block)
+	if cut < len(filler) {
+		parts = append(parts, strings.Join(filler[cut:], " "))
+	}
+	parts = append(parts, reminder)
+	return strings.Join(parts, "\n\n")
 }
 
 // between draws uniformly from [lo, hi].

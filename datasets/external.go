@@ -127,16 +127,7 @@ func External(groups, questions int, seed int64) []Sample {
 		}
 		filler := externalFiller(r, between(r, 0, 160))
 		cut := r.IntN(len(filler) + 1)
-		parts := []string{pick(r, externalIntros[suite])}
-		if cut > 0 {
-			parts = append(parts, strings.Join(filler[:cut], " "))
-		}
-		parts = append(parts, it.block)
-		if cut < len(filler) {
-			parts = append(parts, strings.Join(filler[cut:], " "))
-		}
-		parts = append(parts, it.reminder)
-		system := strings.Join(parts, "\n\n")
+		system := systemMessage(pick(r, externalIntros[suite]), filler, cut, it.block, it.reminder)
 		for q := range questions {
 			user := it.user
 			if q > 0 {
