@@ -110,26 +110,32 @@ func Sweep(x []float64, xlabel string, accuracy, tps []float64, title string) (*
 // with points, one style per condition, the legend to the right of the
 // plot (sorted by name so the figure does not depend on map order).
 func Refresh(layers []int, series map[string][]float64, title string) (*plot.Plot, error) {
-	if len(layers) == 0 {
-		return nil, errors.New("plots: refresh: no layers")
-	}
-	if len(series) == 0 {
-		return nil, errors.New("plots: refresh: no series")
-	}
 	x := make([]float64, len(layers))
 	for i, l := range layers {
 		x[i] = float64(l)
 	}
+	return Lines(x, "layer", "cosine similarity", series, title)
+}
+
+// Lines draws series[name][i] over x[i] as lines with points, one style per
+// series, the legend to the right (sorted by name); integer x ticks.
+func Lines(x []float64, xlabel, ylabel string, series map[string][]float64, title string) (*plot.Plot, error) {
+	if len(x) == 0 {
+		return nil, errors.New("plots: lines: no x values")
+	}
+	if len(series) == 0 {
+		return nil, errors.New("plots: lines: no series")
+	}
 	names := make([]string, 0, len(series))
 	for name, ys := range series {
-		if len(ys) != len(layers) {
-			return nil, fmt.Errorf("plots: refresh: series %q has %d values for %d layers", name, len(ys), len(layers))
+		if len(ys) != len(x) {
+			return nil, fmt.Errorf("plots: lines: series %q has %d values for %d x values", name, len(ys), len(x))
 		}
 		names = append(names, name)
 	}
 	sort.Strings(names)
 
-	p := newPlot(title, "layer", "cosine similarity")
+	p := newPlot(title, xlabel, ylabel)
 	p.Add(plotter.NewGrid())
 	p.X.Tick.Marker, p.Y.Tick.Marker = intTicks{}, niceTicks{}
 	p.X.Padding = vg.Points(8)
@@ -143,7 +149,7 @@ func Refresh(layers []int, series map[string][]float64, title string) (*plot.Plo
 		var ok bool
 		for j, v := range ys {
 			if math.IsInf(v, 0) {
-				return nil, fmt.Errorf("plots: refresh: series %q at layer %d is %v", name, layers[j], v)
+				return nil, fmt.Errorf("plots: lines: series %q at %s %g is %v", name, xlabel, x[j], v)
 			}
 			ok = ok || !math.IsNaN(v)
 		}
@@ -151,12 +157,12 @@ func Refresh(layers []int, series map[string][]float64, title string) (*plot.Plo
 			continue // nothing measured; still listed in the legend below
 		}
 		if err := addSeries(p, x, ys, style(i)); err != nil {
-			return nil, fmt.Errorf("plots: refresh: series %q: %w", name, err)
+			return nil, fmt.Errorf("plots: lines: series %q: %w", name, err)
 		}
 		drawn++
 	}
 	if drawn == 0 {
-		return nil, errors.New("plots: refresh: every value of every series is NaN")
+		return nil, errors.New("plots: lines: every value of every series is NaN")
 	}
 	for i, name := range names {
 		l, s := thumbs(style(i))
