@@ -58,9 +58,9 @@ each needs enough answer tokens for the bound) as profile does, answers each wit
 reference), then with BiCache at candidate depths, per deep source (store:
 the prefix K/V shared across requests; request: the request's own first
 step). Per bin and source it keeps the deepest depth whose agreement with
-the reference — per answer token (--gate token) or per whole answer
-(--gate answer) — has a one-sided Wilson lower bound (--confidence) of at
-least --agreement. The search starts at the cosine table's depth and walks
+the reference — per whole answer (--gate answer, the default) or per answer
+token (--gate token) — has a one-sided Wilson lower bound (--confidence) of
+at least --agreement. The search starts at the cosine table's depth and walks
 up while depths pass, or down until one does; depth 0 (no reuse) always
 does. No reference answers are needed: the uncached answer is the
 reference, so WildChat prompts (--data) calibrate too.
@@ -77,7 +77,7 @@ It writes, to --out:
 --shard K/N evaluates every depth for one of N disjoint parts of the
 requests (for several machines: deploy/k8s/); --merge DIR,DIR,... then
 searches their merged outcomes and writes the table one run would have.`,
-		Example: `  dlmcache profile --out prof && dlmcache calibrate --lut prof/table.json --out calib
+		Example: `  dlmcache profile --out prof && dlmcache calibrate --lut prof/table.json --data suites,external --out calib
   dlmcache calibrate --lut prof/table.json --shard 0/4 --out calib-0     # on four machines
   dlmcache calibrate --lut prof/table.json --merge calib-0,calib-1,calib-2,calib-3 --out calib`,
 		Args: cobra.NoArgs,
@@ -93,10 +93,10 @@ searches their merged outcomes and writes the table one run would have.`,
 	addSamplingFlags(fl, &opts.Data, &opts.Systems, &opts.Language, &opts.UserPrompts, &opts.MaxTokens, &opts.Seed)
 	fl.StringVar(&opts.LUT, "lut", "", "cosine table (table.json from dlmcache profile): the table calibrated (its bins take the calibration bin holding their middle) and the depths the search starts from; empty: the calibration bins, starting at depth 1")
 	fl.StringVar(&opts.Ratios, "ratios", "0.5:1:0.1", "calibration bins: LO:HI:STEP or ascending edges; a table bin outside them keeps no reuse (depth 0)")
-	fl.IntVar(&opts.PerRatio, "per-ratio", 40, "requests per calibration bin (the token gate at 0.95 and 90% confidence needs ≥ 32 agreeing answer tokens, at 0.99 ≥ 163)")
+	fl.IntVar(&opts.PerRatio, "per-ratio", 40, "requests per calibration bin (at 90% confidence, 0.9 needs ≥ 15 agreeing samples, 0.95 ≥ 32, 0.99 ≥ 163)")
 	fl.StringSliceVar(&opts.Sources, "sources", []string{"store", "request"}, "deep sources to calibrate: store, request")
-	fl.StringVar(&opts.Gate, "gate", profile.GateToken, "agreement a depth must keep: token (per answer token) or answer (whole answers)")
-	fl.Float64Var(&opts.Agreement, "agreement", 0.95, "the Wilson lower bound the gated agreement must reach (0.99 is out of reach: depth 1, where reuse is exact but for float rounding, keeps 98% of tokens on the bundled model)")
+	fl.StringVar(&opts.Gate, "gate", profile.GateAnswer, "agreement a depth must keep: answer (whole answers unchanged) or token (per answer token: laxer, one changed token in twenty passes 0.95)")
+	fl.Float64Var(&opts.Agreement, "agreement", 0.9, "the Wilson lower bound the gated agreement must reach (0.9 needs ≥ 15 agreeing requests a bin with the answer gate; 0.99 is out of reach: depth 1, exact reuse but for float rounding, already changes ~2% of the bundled model's answer tokens)")
 	fl.Float64Var(&opts.Confidence, "confidence", 0.9, "one-sided confidence of the Wilson bound")
 	fl.IntVar(&opts.Refresh, "refresh", 16, "BiCache's deep-layer refresh period R")
 	fl.StringVar(&opts.Stat, "stat", "mean", "statistic of the cosine table's start depth: mean, mean-std, min")
