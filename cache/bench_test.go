@@ -42,9 +42,9 @@ func benchMethods(b *testing.B, threads int) {
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
-				meth := &Method{Name: tc.method, Store: NewStore(m.Backend, 1<<30, FIFO), Table: table(L, 6),
-					Refresh: 16, DeepSource: tc.source, Fingerprint: m.Fingerprint}
-				if _, err := m.Generate(context.Background(), ids, pl, o, meth.Planner(m.LLaDA, nil)); err != nil {
+				meth := mk(b, tc.method, Options{Store: NewStore(m.Backend, 1<<30, FIFO), Table: table(L, 6),
+					Refresh: 16, DeepSource: DeepSource(tc.source), Fingerprint: m.Fingerprint})
+				if _, err := m.Generate(context.Background(), ids, pl, o, meth.Planner(m.LLaDA, "", nil)); err != nil {
 					b.Fatal(err)
 				}
 			}

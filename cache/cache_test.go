@@ -159,10 +159,10 @@ func request(t testing.TB, m *model.Model, i int) ([]int32, int) {
 	return ids, pl
 }
 
-func generate(t testing.TB, m *model.Model, meth *Method, ids []int32, prefix int, o model.GenOptions) (*model.Generation, Info) {
+func generate(t testing.TB, m *model.Model, meth Method, ids []int32, prefix int, o model.GenOptions) (*model.Generation, Info) {
 	t.Helper()
 	var info Info
-	g, err := m.Generate(context.Background(), ids, prefix, o, meth.Planner(m.LLaDA, &info))
+	g, err := m.Generate(context.Background(), ids, prefix, o, meth.Planner(m.LLaDA, "", &info))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,12 +179,9 @@ func TestBiCacheDepthOneIsExact(t *testing.T) {
 	L := len(m.Blocks)
 	ids, pl := request(t, m, 0)
 	o := model.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}
-	want, _ := generate(t, m, &Method{Name: "none"}, ids, pl, o)
+	want, _ := generate(t, m, mk(t, "none", Options{}), ids, pl, o)
 	for _, src := range []string{"recompute"} {
-		meth := &Method{Name: "bicache", Store: NewStore(m.Backend, 1<<30, FIFO), Table: table(L, 1), Refresh: 1, DeepSource: src, Fingerprint: m.Fingerprint}
-		if err := meth.Validate(); err != nil {
-			t.Fatal(err)
-		}
+		meth := mk(t, "bicache", Options{Store: NewStore(m.Backend, 1<<30, FIFO), Table: table(L, 1), Refresh: 1, DeepSource: DeepSource(src), Fingerprint: m.Fingerprint})
 		got, info := generate(t, m, meth, ids, pl, o)
 		if !reflect.DeepEqual(got.Canvas, want.Canvas) {
 			t.Errorf("%s: bicache d=1 R=1 %v\nno cache %v", src, got.Canvas, want.Canvas)
@@ -204,29 +201,29 @@ func TestMethodsRowsComputed(t *testing.T) {
 	n := len(ids) + o.GenLength
 	store := NewStore(m.Backend, 1<<30, FIFO)
 	for _, tc := range []struct {
-		meth *Method
+		meth Method
 		want int
 	}{
-		{&Method{Name: "none"}, o.Steps * L * n},
-		{&Method{Name: "prefix-all", Store: store}, o.Steps * L * (n - pl)},
-		{&Method{Name: "prefix-all", Store: store, Refresh: 4, DeepSource: "recompute"}, o.Steps * L * (n - pl)},
+		{mk(t, "none", Options{}), o.Steps * L * n},
+		{mk(t, "prefix-all", Options{Store: store}), o.Steps * L * (n - pl)},
+		{mk(t, "prefix-all", Options{Store: store, Refresh: 4, DeepSource: "recompute"}), o.Steps * L * (n - pl)},
 		// depth 1, R 4: steps 1 and 5 compute the deep layers' prefix rows.
-		{&Method{Name: "bicache", Store: store, Table: table(L, 1), Refresh: 4}, o.Steps*L*(n-pl) + 2*(L-1)*pl},
-		{&Method{Name: "bicache", Store: store, Table: table(L, 1), Refresh: 4, DeepSource: "recompute"}, o.Steps*L*(n-pl) + 2*L*pl},
+		{mk(t, "bicache", Options{Store: store, Table: table(L, 1), Refresh: 4}), o.Steps*L*(n-pl) + 2*(L-1)*pl},
+		{mk(t, "bicache", Options{Store: store, Table: table(L, 1), Refresh: 4, DeepSource: "recompute"}), o.Steps*L*(n-pl) + 2*L*pl},
 	} {
 		g, _ := generate(t, m, tc.meth, ids, pl, o)
 		if g.RowsComputed != tc.want {
-			t.Errorf("%s/%s: %d rows computed, want %d", tc.meth.Name, tc.meth.DeepSource, g.RowsComputed, tc.want)
+			t.Errorf("%s/%s: %d rows computed, want %d", tc.meth.Name(), tc.meth.Source(), g.RowsComputed, tc.want)
 		}
 		// FLOPs fall with the rows, but not quite in proportion: a
 		// computed row costs the same as in a full forward (its attention
 		// still reads all n keys), and the head's FLOPs stay.
 		switch full := g.FLOPsFull; {
-		case tc.meth.Name == "none" && g.FLOPs != full:
+		case tc.meth.Name() == "none" && g.FLOPs != full:
 			t.Errorf("none: %g FLOPs, want every row's %g", g.FLOPs, full)
-		case tc.meth.Name != "none" && !(g.FLOPs < full && g.FLOPs/full > float64(g.RowsComputed)/float64(g.RowsFull)):
+		case tc.meth.Name() != "none" && !(g.FLOPs < full && g.FLOPs/full > float64(g.RowsComputed)/float64(g.RowsFull)):
 			t.Errorf("%s/%s: FLOPs %g of %g (%.3f) against rows %.3f: want fewer than full, above the rows' fraction",
-				tc.meth.Name, tc.meth.DeepSource, g.FLOPs, full, g.FLOPs/full, float64(g.RowsComputed)/float64(g.RowsFull))
+				tc.meth.Name(), tc.meth.Source(), g.FLOPs, full, g.FLOPs/full, float64(g.RowsComputed)/float64(g.RowsFull))
 		}
 	}
 	if st := store.Stats(); st.Queries != 4 || st.Hits != 3 || st.HitTokens != int64(3*pl) {
@@ -240,27 +237,27 @@ func TestBlockCache(t *testing.T) {
 	m := loadTiny(t)
 	ids, pl := request(t, m, 2)
 	o := model.GenOptions{GenLength: 16, Steps: 4, BlockLength: 4}
-	want, _ := generate(t, m, &Method{Name: "none"}, ids, pl, o)
-	got, _ := generate(t, m, &Method{Name: "block"}, ids, pl, o)
+	want, _ := generate(t, m, mk(t, "none", Options{}), ids, pl, o)
+	got, _ := generate(t, m, mk(t, "block", Options{}), ids, pl, o)
 	if !reflect.DeepEqual(got.Canvas, want.Canvas) {
 		t.Errorf("block, one step per block: %v\nwant %v", got.Canvas, want.Canvas)
 	}
 	// With more steps per block, only the block's rows are computed inside it.
 	o = model.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}
-	g, _ := generate(t, m, &Method{Name: "block"}, ids, pl, o)
+	g, _ := generate(t, m, mk(t, "block", Options{}), ids, pl, o)
 	n, L := len(ids)+16, len(m.Blocks)
 	if want := 2*L*n + 6*L*8; g.RowsComputed != want {
 		t.Errorf("block: %d rows computed, want %d", g.RowsComputed, want)
 	}
 	st := NewStore(m.Backend, 1<<30, FIFO)
-	g, info := generate(t, m, &Method{Name: "bicache+block", Store: st, Table: table(L, 2)}, ids, pl, o)
+	g, info := generate(t, m, mk(t, "bicache+block", Options{Store: st, Table: table(L, 2)}), ids, pl, o)
 	if want := 2*(2*(n-pl)+(L-2)*n) + 6*L*8; g.RowsComputed != want || info.Depth != 2 {
 		t.Errorf("bicache+block: %d rows computed (depth %d), want %d", g.RowsComputed, info.Depth, want)
 	}
 	// With the recompute source a block start computes every row: the
 	// combination then produces block's answer, token for token.
-	wantBlock, _ := generate(t, m, &Method{Name: "block"}, ids, pl, o)
-	g, info = generate(t, m, &Method{Name: "bicache+block", Store: st, Table: table(L, 2), DeepSource: "recompute"}, ids, pl, o)
+	wantBlock, _ := generate(t, m, mk(t, "block", Options{}), ids, pl, o)
+	g, info = generate(t, m, mk(t, "bicache+block", Options{Store: st, Table: table(L, 2), DeepSource: "recompute"}), ids, pl, o)
 	if !reflect.DeepEqual(g.Canvas, wantBlock.Canvas) || info.Depth != 2 {
 		t.Errorf("bicache+block, recompute: %v (depth %d)\nblock %v", g.Canvas, info.Depth, wantBlock.Canvas)
 	}
@@ -271,7 +268,7 @@ func TestBlockCache(t *testing.T) {
 	// row; the second skips the prefix rows of layers 1..d. No store is
 	// queried, so nothing is filled.
 	queries := st.Stats().Queries
-	g, info = generate(t, m, &Method{Name: "bicache+block", Store: st, Table: table(L, 2), DeepSource: "request"}, ids, pl, o)
+	g, info = generate(t, m, mk(t, "bicache+block", Options{Store: st, Table: table(L, 2), DeepSource: "request"}), ids, pl, o)
 	if want := L*n + (2*(n-pl) + (L-2)*n) + 6*L*8; g.RowsComputed != want || info.Depth != 2 || info.Hit {
 		t.Errorf("bicache+block, request: %d rows computed (info %+v), want %d", g.RowsComputed, info, want)
 	}
@@ -289,10 +286,7 @@ func TestBiCacheRequestSource(t *testing.T) {
 	ids, pl := request(t, m, 1)
 	o := model.GenOptions{GenLength: 16, Steps: 8}
 	n := len(ids) + o.GenLength
-	meth := &Method{Name: "bicache", Table: table(L, 1), Refresh: 4, DeepSource: "request"}
-	if err := meth.Validate(); err != nil {
-		t.Fatal(err)
-	}
+	meth := mk(t, "bicache", Options{Table: table(L, 1), Refresh: 4, DeepSource: "request"})
 	g, info := generate(t, m, meth, ids, pl, o)
 	// step 1: everything; step 5: layer 1's suffix and the deep layers'
 	// every row; the other six: the suffix only.
@@ -303,7 +297,7 @@ func TestBiCacheRequestSource(t *testing.T) {
 	// hidden state entering layer 2 at step 1, which saw the canvas of step
 	// 1 only: the answer may differ from no caching, but the request must
 	// still decode every position.
-	meth.Refresh = 1
+	meth = mk(t, "bicache", Options{Table: table(L, 1), Refresh: 1, DeepSource: "request"})
 	g, _ = generate(t, m, meth, ids, pl, o)
 	for i, id := range g.Canvas[len(ids):] {
 		if id == int32(m.Config.MaskTokenID) {
@@ -314,22 +308,55 @@ func TestBiCacheRequestSource(t *testing.T) {
 
 func TestMethodValidate(t *testing.T) {
 	s := NewStore(cpu.New(1), 1, FIFO)
-	for _, m := range []*Method{
-		{Name: "nope"},
-		{Name: "prefix-all"},
-		{Name: "bicache", Store: s},
-		{Name: "bicache", Store: s, Table: table(3, 1)}, // refresh 0
-		{Name: "bicache", Store: s, Table: table(3, 1), Refresh: 4, DeepSource: "magic"},
-		{Name: "bicache", Table: table(3, 1), Refresh: 4, DeepSource: "recompute"}, // no store
+	for _, tc := range []struct {
+		name string
+		o    Options
+	}{
+		{"nope", Options{}},
+		{"prefix-all", Options{}},
+		{"bicache", Options{Store: s}},
+		{"bicache", Options{Store: s, Table: table(3, 1)}}, // refresh 0
+		{"bicache", Options{Store: s, Table: table(3, 1), Refresh: 4, DeepSource: "magic"}},
+		{"bicache", Options{Table: table(3, 1), Refresh: 4, DeepSource: "recompute"}}, // no store
+		{"bicache", Options{Store: s, Table: table(3, 1), Refresh: 4, Drift: -1}},
+		{"bicache+block", Options{Store: s}}, // no table
+		{"d2cache", Options{D2: D2Options{K: 0, P: 0.1, Sigma: 10}}},
+		{"d2cache", Options{D2: D2Options{K: 32, P: 1.5, Sigma: 10}}},
+		{"dllm-cache", Options{DLLM: DLLMOptions{Kp: 0, Kr: 2, Rho: 0.25}}},
+		{"dllm-cache", Options{DLLM: DLLMOptions{Kp: 50, Kr: 2, Rho: 2}}},
+		{"freecache", Options{FreeRefresh: -1}},
 	} {
-		if err := m.Validate(); err == nil {
-			t.Errorf("%+v: no error", m)
+		if _, err := New(tc.name, tc.o); err == nil {
+			t.Errorf("%s %+v: no error", tc.name, tc.o)
 		}
 	}
 	// The request source keeps its rows in the request: no store needed.
-	if err := (&Method{Name: "bicache+block", Table: table(3, 1), DeepSource: "request"}).Validate(); err != nil {
+	if _, err := New("bicache+block", Options{Table: table(3, 1), DeepSource: "request"}); err != nil {
 		t.Errorf("bicache+block, request source, no store: %v", err)
 	}
+	// Every registered method builds with the defaults, a table and a store.
+	o := DefaultOptions()
+	o.Table, o.Store = table(3, 1), s
+	for _, name := range Names() {
+		m, err := New(name, o)
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if m.Name() != name {
+			t.Errorf("New(%q).Name() = %q", name, m.Name())
+		}
+	}
+}
+
+// mk builds a method or fails the test.
+func mk(t testing.TB, name string, o Options) Method {
+	t.Helper()
+	m, err := New(name, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
 
 // Many concurrent requests over a few shared prefixes and a store too small
@@ -343,7 +370,7 @@ func TestConcurrentRequests(t *testing.T) {
 	ids0, pl0 := request(t, m, 0)
 	entryBytes := int64(4 * L * pl0 * (2*m.Config.KVDim() + m.Config.DModel))
 	store := NewStore(m.Backend, entryBytes*3/2, LRU) // room for about one prefix
-	meth := &Method{Name: "bicache", Store: store, Table: table(L, 2), Refresh: 2, Fingerprint: m.Fingerprint}
+	meth := mk(t, "bicache", Options{Store: store, Table: table(L, 2), Refresh: 2, Fingerprint: m.Fingerprint})
 	const N = 24
 	want := make([][]int32, N)
 	for i := range want {
@@ -358,7 +385,7 @@ func TestConcurrentRequests(t *testing.T) {
 		go func(i int) {
 			defer wg.Done()
 			ids, pl := request(t, m, i)
-			g, err := m.Generate(context.Background(), ids, pl, o, meth.Planner(m.LLaDA, nil))
+			g, err := m.Generate(context.Background(), ids, pl, o, meth.Planner(m.LLaDA, "", nil))
 			if err != nil {
 				t.Error(err)
 				return

@@ -1,4 +1,21 @@
-// Package cache holds the cross-request prefix K/V store and the planners
-// (no cache, prefix-everywhere, BiCache, block cache, and combinations) that
-// steer the model's one forward pass through model.Plan.
+// Package cache holds the caching methods for diffusion language models and
+// the cross-request prefix K/V store they share.
+//
+// A method (Method) owns its whole policy: the per-request planner that
+// steers the model's one forward through model.Plan, the generation options
+// it needs (Gen: block decoding, Fast-dLLM's threshold), its validation
+// (New fails on options it cannot use) and what it shares across requests
+// (Store, Table). Methods are registered in one list (Specs, Names, New),
+// which bench, eval, serve and --help read; Run is the one path every
+// generation takes.
+//
+// One file per method: none and the registry (method.go), prefixall.go,
+// bicache.go (BiCache, with Elastic-Cache's drift trigger as an option of
+// its deep refresh), block.go (Fast-dLLM's dual cache), d2cache.go,
+// dllmcache.go, freecache.go (FlashDLM's FreeCache). wrapper.go is
+// BiCache's shallow prefix reuse as a wrapper around another planner — the
+// way ollama's kvcache wrapper composes two caches — and compose.go builds
+// the published compositions from it (bicache+block, bicache+d2cache,
+// bicache+freecache). kv.go holds the shared pieces (kept K/V buffers, row
+// sets); store.go the prefix store.
 package cache

@@ -243,9 +243,7 @@ func (m *LLaDA) attendOne(l int, it *batchItem, q, k, v, att backend.Tensor, all
 		}
 		K, V = it.kFull, it.vFull
 	}
-	if it.plan != nil {
-		it.plan.Observe(l, it.rows, it.x, K, V)
-	}
+	m.observe(it.plan, l, it.rows, it.x, qi, K, V)
 	ai := alloc(r, c.DModel)
 	b.Attention(ai, qi, K, V, c.NHeads, c.NKVHeads)
 	b.CopyRows(att, sel, ai, nil)

@@ -316,6 +316,9 @@ func (m *LLaDA) step(s *Step, o GenOptions, dec Decoder, k int, mask int32, plan
 	for i := range rows {
 		c.Tok[i], c.Conf[i] = propose(logits[i*e:(i+1)*e], o.Temperature, rng)
 	}
+	if co, ok := planner.(CandidateObserver); ok {
+		co.Candidates(s, c)
+	}
 	pick := dec.Choose(c, k, rng)
 	committed := make([]int32, 0, len(pick))
 	for _, j := range pick {

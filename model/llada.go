@@ -146,9 +146,7 @@ func (m *LLaDA) Forward(in Input, plan Plan) (*Output, error) {
 			}
 			K, V = kFull, vFull
 		}
-		if plan != nil {
-			plan.Observe(l, cur, x, K, V)
-		}
+		m.observe(plan, l, cur, x, q, K, V)
 		att := alloc(r, d)
 		b.Attention(att, q, K, V, c.NHeads, c.NKVHeads)
 		o := alloc(r, d)

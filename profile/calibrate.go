@@ -391,9 +391,12 @@ func (c *Calibrator) evaluate(ctx context.Context, q Request, src string, d int)
 	if err != nil {
 		return outcome{}, err
 	}
-	meth := &cache.Method{Name: "bicache", Store: c.store, Table: tab, Stat: lut.Mean, Refresh: c.Run.Refresh,
-		DeepSource: src, Fingerprint: c.Run.Model.Fingerprint}
-	g, err := c.Model.Generate(ctx, q.Prompt, q.PrefixLen, c.Gen, meth.Planner(c.Model, nil))
+	meth, err := cache.New("bicache", cache.Options{Store: c.store, Table: tab, Stat: lut.Mean, Refresh: c.Run.Refresh,
+		DeepSource: cache.DeepSource(src), Fingerprint: c.Run.Model.Fingerprint})
+	if err != nil {
+		return outcome{}, err
+	}
+	g, err := cache.Run(ctx, c.Model, meth, cache.Request{Prompt: q.Prompt, PrefixLen: q.PrefixLen}, c.Gen)
 	if err != nil {
 		return outcome{}, fmt.Errorf("request %s, depth %d, %s source: %w", q.ID, d, src, err)
 	}

@@ -39,7 +39,7 @@ type SuiteResult struct {
 // method and checks the answers.
 type Evaluator struct {
 	Model    *model.Model
-	Method   *cache.Method
+	Method   cache.Method
 	Gen      model.GenOptions
 	Progress func(done, total int)
 }
@@ -50,7 +50,7 @@ func (e *Evaluator) Evaluate(ctx context.Context, samples []datasets.Sample) ([]
 	if len(samples) == 0 {
 		return nil, fmt.Errorf("eval: no samples")
 	}
-	t := newTally(e.Method.Name)
+	t := newTally(e.Method.Name())
 	for i, s := range samples {
 		if err := e.run(ctx, s, t); err != nil {
 			return nil, err
@@ -74,14 +74,14 @@ func EvaluateInterleaved(ctx context.Context, es []*Evaluator, samples []dataset
 	}
 	tallies := make([]*tally, len(es))
 	for j, e := range es {
-		tallies[j] = newTally(e.Method.Name)
+		tallies[j] = newTally(e.Method.Name())
 	}
 	done, total := 0, len(samples)*len(es)
 	for i, s := range samples {
 		for k := range es {
 			j := (i + k) % len(es)
 			if err := es[j].run(ctx, s, tallies[j]); err != nil {
-				return nil, fmt.Errorf("method %s: %w", es[j].Method.Name, err)
+				return nil, fmt.Errorf("method %s: %w", es[j].Method.Name(), err)
 			}
 			done++
 			if progress != nil {
@@ -125,22 +125,15 @@ func (e *Evaluator) run(ctx context.Context, s datasets.Sample, t *tally) error 
 	if err != nil {
 		return fmt.Errorf("sample %s: %w", s.ID, err)
 	}
-	var info cache.Info
-	var before cache.Stats
-	if e.Method.Store != nil {
-		before = e.Method.Store.Stats()
-	}
 	t0 := time.Now()
-	g, err := e.Model.Generate(ctx, ids, prefix, e.Gen, e.Method.Planner(e.Model.LLaDA, &info))
+	res, err := cache.Run(ctx, e.Model.LLaDA, e.Method, cache.Request{Prompt: ids, PrefixLen: prefix}, e.Gen)
 	if err != nil {
 		return fmt.Errorf("sample %s: %w", s.ID, err)
 	}
+	g, info := res.Generation, res.Info
 	r.Seconds += time.Since(t0).Seconds()
-	if e.Method.Store != nil {
-		after := e.Method.Store.Stats()
-		r.QueryTokens += after.QueryTokens - before.QueryTokens
-		r.HitTokens += after.HitTokens - before.HitTokens
-	}
+	r.QueryTokens += int64(info.QueryTokens)
+	r.HitTokens += int64(info.HitTokens)
 	r.N++
 	if datasets.CheckBenchmarkAnswer(s.Suite, e.Model.AnswerText(g.Answer), s.Answer) {
 		r.Correct++

@@ -249,7 +249,10 @@ func TestEvaluateInterleavedEqualsSeparate(t *testing.T) {
 	evals := func() []*Evaluator {
 		var es []*Evaluator
 		for _, name := range []string{"none", "prefix-all"} {
-			meth := &cache.Method{Name: name, Store: cache.NewStore(m.Backend, 1<<30, cache.FIFO), Fingerprint: m.Fingerprint}
+			meth, err := cache.New(name, cache.Options{Store: cache.NewStore(m.Backend, 1<<30, cache.FIFO), Fingerprint: m.Fingerprint})
+			if err != nil {
+				t.Fatal(err)
+			}
 			es = append(es, &Evaluator{Model: m, Method: meth, Gen: gen})
 		}
 		return es
@@ -273,7 +276,7 @@ func TestEvaluateInterleavedEqualsSeparate(t *testing.T) {
 			t.Fatal(err)
 		}
 		if len(got[j]) != len(want) {
-			t.Fatalf("%s: %d suites, want %d", e.Method.Name, len(got[j]), len(want))
+			t.Fatalf("%s: %d suites, want %d", e.Method.Name(), len(got[j]), len(want))
 		}
 		for i := range want {
 			g, w := got[j][i], want[i]

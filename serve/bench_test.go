@@ -68,12 +68,16 @@ func BenchmarkConcurrency(b *testing.B) {
 		for _, cf := range configs {
 			reqs := reqs[:cf.clients]
 			b.Run(method+"/"+cf.name, func(b *testing.B) {
-				meth := &cache.Method{Name: method, Fingerprint: m.Fingerprint}
+				o := cache.Options{Fingerprint: m.Fingerprint}
 				switch method {
 				case "prefix-all":
-					meth.Store = cache.NewStore(m.Backend, 1<<30, cache.FIFO)
+					o.Store = cache.NewStore(m.Backend, 1<<30, cache.FIFO)
 				case "bicache":
-					meth.Table, meth.Refresh, meth.DeepSource = half, gen.Steps, "request"
+					o.Table, o.Refresh, o.DeepSource = half, gen.Steps, cache.SourceRequest
+				}
+				meth, err := cache.New(method, o)
+				if err != nil {
+					b.Fatal(err)
 				}
 				s, err := New(Config{Model: m, Method: meth, Gen: gen, MaxConcurrency: cf.conc, MaxBatch: cf.batch, MaxQueue: len(reqs)})
 				if err != nil {

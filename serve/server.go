@@ -28,13 +28,10 @@ type Config struct {
 	Name string
 	// Method is the caching method; every request gets its own planner
 	// from it, and all share its store.
-	Method *cache.Method
+	Method cache.Method
 	// Gen holds the default generation options (gen length, steps, block
 	// length). Requests override them field by field.
 	Gen model.GenOptions
-	// Adapt, if not nil, adjusts a request's options to the method (e.g.
-	// block methods decode by threshold in blocks of 32) after validation.
-	Adapt func(model.GenOptions) model.GenOptions
 
 	// MaxConcurrency is how many generations run at once (default 1; see
 	// docs/serving.md for why one is the right number on a CPU).
@@ -89,10 +86,11 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("serve: model %s has no tokenizer", cfg.Model.Dir)
 	}
 	if cfg.Method == nil {
-		cfg.Method = &cache.Method{Name: "none"}
-	}
-	if err := cfg.Method.Validate(); err != nil {
-		return nil, fmt.Errorf("serve: %w", err)
+		none, err := cache.New("none", cache.Options{})
+		if err != nil {
+			return nil, err
+		}
+		cfg.Method = none
 	}
 	if cfg.Name == "" {
 		cfg.Name = cfg.Model.Name()
@@ -135,10 +133,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, mux: http.NewServeMux(), slots: make(chan struct{}, cfg.MaxConcurrency)}
 	var store func() cache.Stats
-	if cfg.Method.Store != nil {
-		store = cfg.Method.Store.Stats
+	if st := cfg.Method.Store(); st != nil {
+		store = st.Stats
 	}
-	s.met = newMetrics(cfg.Method.Name, store, cfg.Now)
+	s.met = newMetrics(cfg.Method.Name(), store, cfg.Now)
 	if cfg.MaxBatch > 1 {
 		s.batch = newBatcher(cfg.Model.LLaDA, cfg.MaxBatch, nil)
 	}
@@ -153,7 +151,7 @@ func New(cfg Config) (*Server, error) {
 }
 
 // Method is the caching method served.
-func (s *Server) Method() *cache.Method { return s.cfg.Method }
+func (s *Server) Method() cache.Method { return s.cfg.Method }
 
 // ServeHTTP implements http.Handler. Unknown paths get a 404 and wrong
 // methods a 405, both in OpenAI's error shape.
@@ -208,7 +206,7 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "shutting down"})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "model": s.cfg.Name, "method": s.cfg.Method.Name})
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "model": s.cfg.Name, "method": s.cfg.Method.Name()})
 }
 
 func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
@@ -295,7 +293,7 @@ func (s *Server) fingerprint() string {
 	if len(fp) > 16 {
 		fp = fp[:16]
 	}
-	return "dlmcache-" + s.cfg.Method.Name + "-" + fp
+	return "dlmcache-" + s.cfg.Method.Name() + "-" + fp
 }
 
 func asAPIError(err error) *apiError {
@@ -424,10 +422,7 @@ func (s *Server) genOptions(g *genFields) (model.GenOptions, *apiError) {
 	if g.Seed != nil {
 		o.Seed = uint64(*g.Seed)
 	}
-	if s.cfg.Adapt != nil {
-		o = s.cfg.Adapt(o)
-	}
-	return o, nil
+	return s.cfg.Method.Gen(o), nil
 }
 
 // complete runs the shared part of both completion endpoints: bounded body,
@@ -523,25 +518,20 @@ func (s *Server) run(ctx context.Context, j *job) (*result, *apiError) {
 	defer s.met.running.Dec()
 
 	meth := s.cfg.Method
-	if j.salt != "" && j.salt != meth.Salt {
-		m := *meth
-		m.Salt = meth.Salt + "\x00" + j.salt
-		meth = &m
-	}
 	s.checkRegime(j.gen)
-	var info cache.Info
 	lm := s.cfg.Model
 	gen, leave := s.batched(j.gen)
 	defer leave()
-	g, err := lm.Generate(ctx, j.ids, j.prefixLen, gen, meth.Planner(lm.LLaDA, &info))
+	res, err := cache.Run(ctx, lm.LLaDA, meth, cache.Request{Prompt: j.ids, PrefixLen: j.prefixLen, Salt: j.salt}, gen)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctxError(ctx)
 		}
 		return nil, internalError(fmt.Errorf("generation failed: %w", err))
 	}
+	g, info := res.Generation, res.Info
 	text, n, finish := s.answer(g.Answer, j.maxTokens, j.stop)
-	st := Stats{Method: meth.Name, Depth: info.Depth, Ratio: float64(j.prefixLen) / float64(len(j.ids)+j.gen.GenLength),
+	st := Stats{Method: meth.Name(), Depth: info.Depth, Ratio: float64(j.prefixLen) / float64(len(j.ids)+j.gen.GenLength),
 		Clamped: info.Clamped, PrefixTokens: j.prefixLen, PrefixHit: info.Hit, NFE: g.NFE,
 		GenLength: j.gen.GenLength, Steps: j.gen.Steps, BlockLength: j.gen.BlockLength,
 		Seconds: g.Duration.Seconds(), QueueSeconds: queued.Seconds()}
@@ -598,7 +588,7 @@ func newID() string {
 // another regime than the one its method's table was profiled in (its
 // depths were measured there), and counts it.
 func (s *Server) checkRegime(o model.GenOptions) {
-	t := s.cfg.Method.Table
+	t := s.cfg.Method.Table()
 	if t == nil {
 		return
 	}

@@ -53,9 +53,9 @@ var testGen = model.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}
 func newTestServer(t *testing.T, method string, budget int64, mod func(*Config)) *Server {
 	t.Helper()
 	m := loadTiny(t)
-	meth := &cache.Method{Name: method, Refresh: 4, Fingerprint: m.Fingerprint, Stat: lut.Mean}
+	o := cache.Options{Refresh: 4, Fingerprint: m.Fingerprint, Stat: lut.Mean}
 	if method != "none" {
-		meth.Store = cache.NewStore(m.Backend, budget, cache.FIFO)
+		o.Store = cache.NewStore(m.Backend, budget, cache.FIFO)
 	}
 	if strings.HasPrefix(method, "bicache") {
 		tab, err := lut.Build(lut.ModelID{Name: "tiny-f32", NLayers: len(m.Blocks), Fingerprint: m.Fingerprint}, 0.97,
@@ -63,7 +63,11 @@ func newTestServer(t *testing.T, method string, budget int64, mod func(*Config))
 		if err != nil {
 			t.Fatal(err)
 		}
-		meth.Table = tab
+		o.Table = tab
+	}
+	meth, err := cache.New(method, o)
+	if err != nil {
+		t.Fatal(err)
 	}
 	cfg := Config{Model: m, Method: meth, Gen: testGen, MaxConcurrency: 2}
 	if mod != nil {
@@ -503,7 +507,7 @@ func TestConcurrentRequests(t *testing.T) {
 	// One prefix's bytes: 3 layers × (K, V, H) × m × 64 floats.
 	probe := newTestServer(t, "bicache", 1<<30, nil)
 	decodeChat(t, post(t, probe, "/v1/chat/completions", reqs[0]))
-	one := probe.Method().Store.Stats().Bytes
+	one := probe.Method().Store().Stats().Bytes
 	budget := one * 3 / 2 // room for one prefix (they are all about the same size)
 
 	want := make([]string, len(reqs))
@@ -513,7 +517,7 @@ func TestConcurrentRequests(t *testing.T) {
 	}
 
 	s := newTestServer(t, "bicache", budget, func(c *Config) { c.MaxConcurrency = 4; c.MaxQueue = len(reqs) })
-	store := s.Method().Store
+	store := s.Method().Store()
 	stop := make(chan struct{})
 	var over []cache.Stats
 	var watch sync.WaitGroup

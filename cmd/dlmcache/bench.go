@@ -62,7 +62,7 @@ machine slows them alike; the speed-ups are ratios of the same run.`,
 	}
 	fl := cmd.Flags()
 	addModelFlags(fl, &opts.Model, &opts.Device, &opts.Threads)
-	fl.StringSliceVar(&opts.Methods, "methods", cache.Methods, "methods to compare")
+	fl.StringSliceVar(&opts.Methods, "methods", cache.Names(), "methods to compare (every registered one by default)")
 	fl.StringSliceVar(&opts.Suites, "suite", []string{"all"}, "task suites: all, names from "+fmt.Sprint(datasets.Suites())+", or KIND=FILE for a public benchmark (gsm8k, arc, math500, gpqa)")
 	fl.IntVar(&opts.Limit, "limit", 20, "samples per suite")
 	fl.Int64Var(&opts.Seed, "seed", 1, "sample seed")
@@ -107,7 +107,7 @@ func benchRun(ctx context.Context, opts *benchOptions) error {
 		if err != nil {
 			return err
 		}
-		es = append(es, &profile.Evaluator{Model: lm.Model, Method: meth, Gen: methodGen(gen, meth, &opts.Cache)})
+		es = append(es, &profile.Evaluator{Model: lm.Model, Method: meth, Gen: meth.Gen(gen)})
 	}
 	bar := progress.New(opts.f.ErrOut, "bench "+strings.Join(opts.Methods, ","), "req", len(samples)*len(es), opts.Quiet)
 	res, err := profile.EvaluateInterleaved(ctx, es, samples, func(d, _ int) { bar.Set(d) })

@@ -15,8 +15,8 @@ import (
 func flagValues() map[string][]string {
 	suites := append([]string{"all"}, datasets.Suites()...)
 	return map[string][]string{
-		"method":      cache.Methods,
-		"methods":     cache.Methods,
+		"method":      cache.Names(),
+		"methods":     cache.Names(),
 		"suite":       suites,
 		"deep-source": {"auto", "request", "store", "recompute"},
 		"similarity":  {string(profile.SimPrefix), string(profile.SimRowMin)},

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -62,7 +63,7 @@ layer-rows computed and the mean shared-prefix ratio.`,
 	fl.IntVar(&opts.GenLength, "gen-length", 0, "answer slots; 0: the model's default")
 	fl.IntVar(&opts.Steps, "steps", 0, "denoising steps; 0: the model's default")
 	fl.IntVar(&opts.BlockLength, "block-length", 0, "block length; 0: the model's default")
-	fl.StringVar(&opts.Method, "method", "none", "caching method: "+fmt.Sprint(cache.Methods))
+	fl.StringVar(&opts.Method, "method", "none", "caching method: "+strings.Join(cache.Names(), ", "))
 	addCacheFlags(fl, &opts.Cache)
 	fl.BoolVar(&opts.JSON, "json", false, "print JSON: per-suite results and the average")
 	fl.BoolVar(&opts.Quiet, "quiet", false, "no progress bar")
@@ -88,7 +89,7 @@ func evalRun(ctx context.Context, opts *evalOptions) error {
 		return err
 	}
 	bar := progress.New(opts.f.ErrOut, "eval "+opts.Method, "req", len(samples), opts.Quiet)
-	e := &profile.Evaluator{Model: lm.Model, Method: meth, Gen: methodGen(gen, meth, &opts.Cache), Progress: func(d, _ int) { bar.Set(d) }}
+	e := &profile.Evaluator{Model: lm.Model, Method: meth, Gen: meth.Gen(gen), Progress: func(d, _ int) { bar.Set(d) }}
 	res, err := e.Evaluate(ctx, samples)
 	bar.Done()
 	if err != nil {

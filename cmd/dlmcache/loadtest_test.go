@@ -23,7 +23,11 @@ func TestLoadtest(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	srv, err := serve.New(serve.Config{Model: m, Method: &cache.Method{Name: "none", Stat: lut.Mean},
+	none, err := cache.New("none", cache.Options{Stat: lut.Mean})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := serve.New(serve.Config{Model: m, Method: none,
 		Gen: model.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}, MaxConcurrency: 2, MaxQueue: 64})
 	if err != nil {
 		t.Fatal(err)

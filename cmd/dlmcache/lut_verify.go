@@ -194,11 +194,11 @@ func lutVerifyRun(ctx context.Context, opts *lutVerifyOptions) error {
 		if err != nil {
 			return err
 		}
-		var info cache.Info
-		got, err := lm.Generate(ctx, ids, m, env.gen, meth.Planner(lm.LLaDA, &info))
+		got, err := cache.Run(ctx, lm.LLaDA, meth, cache.Request{Prompt: ids, PrefixLen: m}, env.gen)
 		if err != nil {
 			return err
 		}
+		info := got.Info
 		bi := sort.Search(len(bins), func(k int) bool { return bins[k].Hi > info.Ratio }) // the bin, or the last
 		bi = min(bi, len(bins)-1)
 		b := &bins[bi]
@@ -241,7 +241,7 @@ func lutVerifyRun(ctx context.Context, opts *lutVerifyOptions) error {
 		}
 		used = append(used, b)
 	}
-	st := meth.Store.Stats()
+	st := meth.Store().Stats()
 	if opts.JSON {
 		enc := json.NewEncoder(opts.f.Out)
 		enc.SetIndent("", "  ")

@@ -15,16 +15,20 @@ import (
 
 // cacheFlags are the caching options that eval, bench, sweep and serve share.
 type cacheFlags struct {
-	LUT        string
-	Refresh    int
-	CacheBytes int64
-	SpillBytes int64
-	Eviction   string
-	DeepSource string
-	Stat       string
-	Threshold  float64
-	DualBlock  int
-	Salt       string
+	LUT         string
+	Refresh     int
+	Drift       float64
+	CacheBytes  int64
+	SpillBytes  int64
+	Eviction    string
+	DeepSource  string
+	Stat        string
+	Threshold   float64
+	DualBlock   int
+	Salt        string
+	D2          cache.D2Options
+	DLLM        cache.DLLMOptions
+	FreeRefresh int
 }
 
 func addCacheFlags(fl *pflag.FlagSet, c *cacheFlags) {
@@ -36,7 +40,25 @@ func addCacheFlags(fl *pflag.FlagSet, c *cacheFlags) {
 	fl.StringVar(&c.DeepSource, "deep-source", "auto", "BiCache refresh input of the deep layers: recompute (full step), store (stored hidden state at depth d), request (the request's own first step; needs no store) or auto (request: docs/results.md)")
 	fl.StringVar(&c.Stat, "stat", "mean", "table statistic served: mean (floor of the mean depth), mean-std, min")
 	fl.Float64Var(&c.Threshold, "block-threshold", 0.9, "block methods: Fast-dLLM confidence threshold for parallel decoding")
-	fl.IntVar(&c.DualBlock, "dual-block", 32, "block methods: Fast-dLLM block length in tokens (clamped to a divisor of the gen length)")
+	fl.IntVar(&c.DualBlock, "dual-block", 32, "block methods (block, freecache and their bicache compositions): block length in tokens when the regime has one block (clamped to a divisor of the gen length)")
+	d := cache.DefaultOptions()
+	fl.Float64Var(&c.Drift, "drift", 0, "bicache: Elastic-Cache's refresh trigger γ instead of the fixed period: refresh the deep layers when the most-attended token's attention column drifts below cosine γ (e.g. 0.9); 0: every --refresh steps")
+	fl.IntVar(&c.D2.K, "d2-k", d.D2.K, "d2cache: masked slots recomputed per step, by certainty prior")
+	fl.Float64Var(&c.D2.P, "d2-p", d.D2.P, "d2cache: attention-rollout importance share of the other rows recomputed per step (1: every row)")
+	fl.Float64Var(&c.D2.Sigma, "d2-sigma", d.D2.Sigma, "d2cache: certainty density's Gaussian width in tokens")
+	fl.IntVar(&c.DLLM.Kp, "dllm-kp", d.DLLM.Kp, "dllm-cache: refresh the prompt's K/V every Kp steps")
+	fl.IntVar(&c.DLLM.Kr, "dllm-kr", d.DLLM.Kr, "dllm-cache: refresh the response's K/V every Kr steps")
+	fl.Float64Var(&c.DLLM.Rho, "dllm-rho", d.DLLM.Rho, "dllm-cache: between refreshes, the fraction of response rows recomputed (those whose V changed most)")
+	fl.IntVar(&c.FreeRefresh, "free-refresh", 0, "freecache: a full forward every N steps (0: only the first)")
+}
+
+// methodsHelp lists the registered methods for --help.
+func methodsHelp() string {
+	var b strings.Builder
+	for _, s := range cache.Specs() {
+		fmt.Fprintf(&b, "\n  %-18s %s", s.Name, s.Summary)
+	}
+	return b.String()
 }
 
 // readTable loads --lut and refuses a table made for another model.
@@ -53,18 +75,16 @@ func readTable(path string, lm *loadedModel) (*lut.Table, error) {
 
 // newMethod builds a caching method by name on a (possibly shared) store
 // and table.
-func newMethod(name string, c *cacheFlags, lm *loadedModel, store *cache.Store, table *lut.Table) (*cache.Method, error) {
+func newMethod(name string, c *cacheFlags, lm *loadedModel, store *cache.Store, table *lut.Table) (cache.Method, error) {
 	stat, err := parseStat(c.Stat)
 	if err != nil {
 		return nil, err
 	}
-	m := &cache.Method{Name: name, Store: store, Table: table, Stat: stat, Refresh: c.Refresh,
-		Fingerprint: lm.Fingerprint, Salt: c.Salt}
-	m.DeepSource, _ = deepSource(c.DeepSource, table)
-	if strings.HasPrefix(name, "bicache") && table == nil {
-		return nil, fmt.Errorf("method %s needs a table: pass --lut table.json (from dlmcache profile)", name)
-	}
-	return m, m.Validate()
+	src, _ := deepSource(c.DeepSource, table)
+	o := cache.Options{Store: store, Table: table, Stat: stat, DeepSource: cache.DeepSource(src),
+		Fingerprint: lm.Fingerprint, Salt: c.Salt, Refresh: c.Refresh, Drift: c.Drift,
+		BlockLength: c.DualBlock, Threshold: c.Threshold, D2: c.D2, DLLM: c.DLLM, FreeRefresh: c.FreeRefresh}
+	return cache.New(name, o)
 }
 
 // deepSource resolves --deep-source auto for table t: the store (prefix
@@ -84,29 +104,6 @@ func deepSource(flag string, t *lut.Table) (source, why string) {
 		return "request", "the table is not calibrated for the store source (dlmcache calibrate), so no prefix K/V are shared across requests; each request reuses its own first step's"
 	}
 	return "request", "no table"
-}
-
-// methodGen adapts the generation options to a method: block methods
-// decode with Fast-dLLM's threshold rule in blocks of --dual-block tokens
-// (32, or the whole answer when shorter).
-func methodGen(o model.GenOptions, m *cache.Method, c *cacheFlags) model.GenOptions {
-	if !m.UsesBlocks() {
-		return o
-	}
-	if o.BlockLength == 0 || o.BlockLength == o.GenLength {
-		dual := c.DualBlock
-		if dual <= 0 {
-			dual = 32
-		}
-		o.BlockLength = min(dual, o.GenLength)
-		for o.GenLength%o.BlockLength != 0 {
-			o.BlockLength--
-		}
-	}
-	blocks := o.GenLength / o.BlockLength
-	o.Steps = max(blocks, o.Steps-o.Steps%blocks)
-	o.Decoder = model.Threshold{T: c.Threshold}
-	return o
 }
 
 // methodEnv is a loaded model with its generation defaults and the --lut
@@ -164,7 +161,7 @@ func crossRequestWarning(source string, t *lut.Table) string {
 
 // method builds a method on a fresh prefix store, with table t (nil: the
 // --lut table).
-func (e *methodEnv) method(name string, c *cacheFlags, t *lut.Table) (*cache.Method, error) {
+func (e *methodEnv) method(name string, c *cacheFlags, t *lut.Table) (cache.Method, error) {
 	if t == nil {
 		t = e.table
 	}

@@ -4,9 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/lut"
-	"github.com/dlmcache/dlmcache/model"
 )
 
 func TestDeepSource(t *testing.T) {
@@ -53,26 +51,6 @@ func TestCrossRequestWarning(t *testing.T) {
 		w := crossRequestWarning(tc.source, tc.table)
 		if (w != "") != tc.warn || tc.warn && !strings.Contains(w, "--similarity kv-row-min") {
 			t.Errorf("%s with %+v: warning %q, want one: %v", tc.source, tc.table, w, tc.warn)
-		}
-	}
-}
-
-// Block methods decode in blocks of --dual-block tokens, shrunk to a divisor
-// of the gen length, with at least one step per block.
-func TestMethodGenBlocks(t *testing.T) {
-	for _, tc := range []struct {
-		dual, gen, steps, wantBlock, wantSteps int
-	}{
-		{32, 16, 8, 16, 8},
-		{8, 16, 8, 8, 8},
-		{6, 16, 8, 4, 8}, // 6 does not divide 16: 4
-		{8, 16, 1, 8, 2},
-		{0, 64, 32, 32, 32}, // 0: Fast-dLLM's 32
-	} {
-		c := &cacheFlags{DualBlock: tc.dual, Threshold: 0.9}
-		o := methodGen(model.GenOptions{GenLength: tc.gen, Steps: tc.steps}, &cache.Method{Name: "block"}, c)
-		if o.BlockLength != tc.wantBlock || o.Steps != tc.wantSteps {
-			t.Errorf("dual %d gen %d steps %d: block %d steps %d, want %d and %d", tc.dual, tc.gen, tc.steps, o.BlockLength, o.Steps, tc.wantBlock, tc.wantSteps)
 		}
 	}
 }

@@ -5,12 +5,12 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/dlmcache/dlmcache/cache"
-	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/serve"
 )
 
@@ -79,7 +79,7 @@ to --grace, and exit.`,
 	addModelFlags(fl, &opts.Model, &opts.Device, &opts.Threads)
 	fl.StringVar(&opts.Addr, "addr", "127.0.0.1:8080", "listen address (host:port; port 0 picks a free one)")
 	fl.StringVar(&opts.ServedName, "served-model-name", "", "the model name the API reports (GET /v1/models, responses' model); default: the model's name")
-	fl.StringVar(&opts.Method, "method", "", "caching method: "+fmt.Sprint(cache.Methods)+"; default: bicache with --lut, else none")
+	fl.StringVar(&opts.Method, "method", "", "caching method: "+strings.Join(cache.Names(), ", ")+"; default: bicache with --lut, else none")
 	addCacheFlags(fl, &opts.Cache)
 	fl.IntVar(&opts.GenLength, "gen-length", 0, "default answer slots; 0: the model's default")
 	fl.IntVar(&opts.Steps, "steps", 0, "default denoising steps; 0: the model's default")
@@ -123,7 +123,6 @@ func serveRun(ctx context.Context, opts *serveOptions) error {
 	}
 	srv, err := serve.New(serve.Config{
 		Model: lm.Model, Name: cmp.Or(opts.ServedName, lm.Name), Method: meth, Gen: gen,
-		Adapt:          func(o model.GenOptions) model.GenOptions { return methodGen(o, meth, &opts.Cache) },
 		MaxConcurrency: concurrency(opts.MaxConcurrency, opts.MaxBatch), MaxBatch: opts.MaxBatch, MaxQueue: opts.MaxQueue, QueueWait: opts.QueueWait,
 		Timeout: opts.Timeout, MaxBodyBytes: opts.MaxBodyBytes, MaxContext: opts.MaxContext, Log: logw,
 	})

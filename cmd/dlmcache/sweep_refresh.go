@@ -62,7 +62,7 @@ func sweepRefreshRun(ctx context.Context, opts *sweepRefreshOptions) error {
 		}
 	}
 	res := &sweepResult{Param: "refresh"}
-	var meths []*cache.Method
+	var meths []cache.Method
 	for _, r := range rs {
 		if r < 1 || r != float64(int(r)) {
 			return fmt.Errorf("--rs: refresh periods must be positive integers, got %v", r)

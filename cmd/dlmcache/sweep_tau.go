@@ -65,7 +65,7 @@ func (c *sweepCommon) load(f *factory) (*sweepEnv, error) {
 // points evaluates no caching and one bicache configuration per x on the
 // samples, the configurations taking turns request by request (so a slow
 // spell on a shared machine slows them alike), and fills res.
-func (e *sweepEnv) points(ctx context.Context, label string, xs []float64, meths []*cache.Method, res *sweepResult) error {
+func (e *sweepEnv) points(ctx context.Context, label string, xs []float64, meths []cache.Method, res *sweepResult) error {
 	none, err := e.method("none", e.cache, nil)
 	if err != nil {
 		return err
@@ -157,7 +157,7 @@ func sweepTauRun(ctx context.Context, opts *sweepTauOptions) error {
 	}
 	defer env.lm.Close()
 	res := &sweepResult{Param: "tau"}
-	var meths []*cache.Method
+	var meths []cache.Method
 	for _, tau := range taus {
 		t, err := profile.BuildTable(recs, info, tau, sim)
 		if err != nil {

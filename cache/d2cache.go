@@ -1,0 +1,253 @@
+package cache
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+
+	"github.com/dlmcache/dlmcache/model"
+)
+
+// D2Options are d2Cache's settings (the paper's defaults: K 32, P 0.1,
+// Sigma 10).
+type D2Options struct {
+	K     int     // masked slots recomputed per step, by certainty prior
+	P     float64 // rollout importance mass of the other rows recomputed
+	Sigma float64 // certainty density's Gaussian width, in tokens
+}
+
+// d2Cache is d2Cache's token-selective update: a full first step, then
+// each step recomputes, at every layer, only (1) the k masked slots of
+// highest certainty prior — the slot's last confidence times the Gaussian
+// density of decoded tokens around it (σ), searched from the current block
+// up to the block boundary that holds k masked slots, the current block
+// first —, (2) the tokens the last step decoded, whose K/V were computed as
+// masks, and (3) the fewest remaining rows whose attention-rollout
+// importance (the column sums of the last step's rollout through every
+// layer) reaches fraction p of the rest's; every other row's K/V are the
+// last ones computed. Every masked slot of the current block is among (1),
+// since the decoder scores them all. P = 1 (or K ≥ the answer) recomputes
+// every row, as none.
+type d2Cache struct{ base }
+
+func newD2Cache(o Options) (Method, error) {
+	d := o.D2
+	if d.K <= 0 || d.P < 0 || d.P > 1 || d.Sigma <= 0 {
+		return nil, fmt.Errorf("d2cache needs K > 0, P in [0, 1] and Sigma > 0, got K %d P %g Sigma %g", d.K, d.P, d.Sigma)
+	}
+	return &d2Cache{base{"d2cache", o}}, nil
+}
+
+func (m *d2Cache) Planner(lm *model.LLaDA, _ string, _ *Info) model.Planner {
+	return &d2Planner{tokenPlan: tokenPlan{lm: lm}, o: m.o.D2, mask: int32(lm.Config.MaskTokenID), L: len(lm.Blocks)}
+}
+
+type d2Planner struct {
+	tokenPlan
+	o    D2Options
+	mask int32
+	L    int
+
+	n, P       int
+	conf       []float64 // last confidence of each answer slot (0: never scored)
+	importance []float64 // rollout column sums of the last step
+	rollout    []float32 // [n, n] this step's rollout
+	decoded    []int32   // the last step's commits
+}
+
+func (p *d2Planner) Begin(r *model.Request) error {
+	p.n, p.P = len(r.Canvas), len(r.Prompt)
+	p.begin(r)
+	p.conf = make([]float64, p.n)
+	p.importance = make([]float64, p.n)
+	return nil
+}
+
+func (p *d2Planner) Candidates(_ *model.Step, c *model.Candidates) {
+	for i, pos := range c.Pos {
+		p.conf[pos] = c.Conf[i]
+	}
+}
+
+func (p *d2Planner) After(_ *model.Step, committed []int32) {
+	p.decoded = slices.Clone(committed)
+}
+
+func (p *d2Planner) Plan(s *model.Step) model.Plan {
+	p.all = s.Index == 0
+	if !p.all {
+		p.rows = p.selectRows(s)
+		p.all = len(p.rows) == p.n
+	}
+	return p
+}
+
+// selectRows is the step's row set (sorted).
+func (p *d2Planner) selectRows(s *model.Step) []int32 {
+	P, G := p.P, p.n-p.P
+	known := make([]bool, G)
+	var masked []int
+	for i := range G {
+		known[i] = s.Canvas[P+i] != p.mask
+		if !known[i] {
+			masked = append(masked, i)
+		}
+	}
+	sel := make(map[int32]bool)
+	// (1) the k masked slots of highest certainty prior, in the window.
+	if len(masked) > 0 {
+		bl := s.BlockEnd - s.BlockStart
+		end := G - 1
+		if len(masked) >= p.o.K {
+			end = masked[p.o.K-1]
+		}
+		end = min(G-1, (end/bl+1)*bl-1)
+		bs, be := s.BlockStart-P, s.BlockEnd-P
+		dens := certaintyDensity(known, p.o.Sigma)
+		var win []int
+		best := 0.0
+		score := make(map[int]float64)
+		for _, i := range masked {
+			if i >= bs && i <= end {
+				win = append(win, i)
+				score[i] = p.conf[P+i] * dens[i]
+				best = max(best, score[i])
+			}
+		}
+		for _, i := range win {
+			if i < be {
+				score[i] += best + 1 // the current block first
+			}
+		}
+		sort.SliceStable(win, func(a, b int) bool { return score[win[a]] > score[win[b]] })
+		for j, i := range win {
+			if j < p.o.K || i < be {
+				sel[int32(P+i)] = true
+			}
+		}
+	}
+	// (2) the tokens the last step decoded.
+	for _, pos := range p.decoded {
+		sel[pos] = true
+	}
+	// (3) the fewest other rows holding fraction P of their importance.
+	var rest []int32
+	var total float64
+	for pos := range p.n {
+		if !sel[int32(pos)] {
+			rest = append(rest, int32(pos))
+			total += p.importance[pos]
+		}
+	}
+	sort.SliceStable(rest, func(a, b int) bool { return p.importance[rest[a]] > p.importance[rest[b]] })
+	var acc float64
+	for j, pos := range rest {
+		if j > 0 && acc >= p.o.P*total {
+			break
+		}
+		if p.o.P == 0 {
+			break
+		}
+		sel[pos] = true
+		acc += p.importance[pos]
+	}
+	rows := make([]int32, 0, len(sel))
+	for pos := range sel {
+		rows = append(rows, pos)
+	}
+	slices.Sort(rows)
+	return rows
+}
+
+// certaintyDensity is, per answer slot, the Gaussian-weighted (σ) share of
+// decoded tokens around it; past the answer's start everything counts as
+// decoded (the prompt), past its end as the last slot is.
+func certaintyDensity(known []bool, sigma float64) []float64 {
+	G := len(known)
+	w := int(math.Ceil(3 * sigma))
+	kern := make([]float64, w+1)
+	for d := range kern {
+		kern[d] = math.Exp(-float64(d*d) / (2 * sigma * sigma))
+	}
+	at := func(j int) float64 {
+		switch {
+		case j < 0:
+			return 1
+		case j >= G:
+			j = G - 1
+		}
+		if known[j] {
+			return 1
+		}
+		return 0
+	}
+	out := make([]float64, G)
+	for i := range G {
+		var num, den float64
+		for j := i - w; j <= i+w; j++ {
+			k := kern[abs(i-j)]
+			num += k * at(j)
+			den += k
+		}
+		out[i] = num / den
+	}
+	return out
+}
+
+func abs(x int) int {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+func (p *d2Planner) WantsAttention(int) bool { return true }
+
+// ObserveAttention advances the attention rollout by one layer: each
+// computed row i becomes (attention_i + e_i)/2 times the rollout so far;
+// rows not computed pass through (identity). After the last layer the
+// importance of each row is its column sum.
+func (p *d2Planner) ObserveAttention(l int, computed []int32, probs []float32) {
+	n, b := p.n, p.lm.Backend
+	if l == 0 {
+		p.rollout = make([]float32, n*n)
+		for i := range n {
+			p.rollout[i*n+i] = 1
+		}
+	}
+	r := len(computed)
+	mix := make([]float32, r*n) // (A + I)/2, the computed rows
+	for i, pos := range computed {
+		row := mix[i*n : (i+1)*n]
+		for j, w := range probs[i*n : (i+1)*n] {
+			row[j] = w / 2
+		}
+		row[pos] += 0.5
+	}
+	rt := make([]float32, n*n) // rolloutᵀ: the product's weight layout
+	for i := range n {
+		for j := range n {
+			rt[j*n+i] = p.rollout[i*n+j]
+		}
+	}
+	a, w, dst := b.FromHost(r, n, mix), b.FromHost(n, n, rt), b.New(r, n)
+	b.MatMul(dst, a, w)
+	next := b.ToHost(dst, nil)
+	b.Free(a)
+	b.Free(w)
+	b.Free(dst)
+	for i, pos := range computed {
+		copy(p.rollout[int(pos)*n:(int(pos)+1)*n], next[i*n:(i+1)*n])
+	}
+	if l == p.L-1 {
+		for j := range p.importance {
+			p.importance[j] = 0
+		}
+		for i := range n {
+			for j, v := range p.rollout[i*n : (i+1)*n] {
+				p.importance[j] += float64(v)
+			}
+		}
+	}
+}

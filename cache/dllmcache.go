@@ -1,0 +1,145 @@
+package cache
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+
+	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/backend"
+)
+
+// DLLMOptions are dLLM-Cache's settings (the reference code's defaults: Kp
+// 50, Kr 2, Rho 0.25).
+type DLLMOptions struct {
+	Kp  int     // prompt rows refreshed every Kp steps
+	Kr  int     // response rows refreshed every Kr steps
+	Rho float64 // between refreshes, the fraction of response rows recomputed
+}
+
+// dllmCache is dLLM-Cache: the prompt's K/V are refreshed every Kp steps
+// and the response's every Kr; between response refreshes the response
+// rows whose value vectors changed most — the least cosine-similar
+// fraction ρ between the fresh V and the cached one — are recomputed and
+// the others reuse their cached K/V.
+//
+// One difference from the paper's code, which chooses per layer and keeps
+// each row's attention and MLP outputs so that every row's residual stream
+// advances: this forward carries a row through a layer or not, so the
+// response rows are computed through the first two layers (as the
+// reference computes its first layer whole), the choice is made once, from
+// the second layer's V, and only the chosen rows go on through the deeper
+// layers. Kp = Kr = 1 computes every row, as none.
+type dllmCache struct{ base }
+
+func newDLLMCache(o Options) (Method, error) {
+	d := o.DLLM
+	if d.Kp <= 0 || d.Kr <= 0 || d.Rho < 0 || d.Rho > 1 {
+		return nil, fmt.Errorf("dllm-cache needs Kp, Kr > 0 and Rho in [0, 1], got Kp %d Kr %d Rho %g", d.Kp, d.Kr, d.Rho)
+	}
+	return &dllmCache{base{"dllm-cache", o}}, nil
+}
+
+func (m *dllmCache) Planner(lm *model.LLaDA, _ string, _ *Info) model.Planner {
+	L := len(lm.Blocks)
+	return &dllmPlanner{tokenPlan: tokenPlan{lm: lm}, o: m.o.DLLM, sel: min(1, L-1), mask: int32(lm.Config.MaskTokenID)}
+}
+
+type dllmPlanner struct {
+	tokenPlan
+	o    DLLMOptions
+	sel  int // the layer whose V chooses the rows
+	mask int32
+
+	n, P     int
+	response []int32
+
+	prompt, resp bool    // this step refreshes the prompt / the response
+	chosen       []int32 // rows computed from layer sel+1 on
+	scored       []int32 // the current block's masked slots (the decoder scores them)
+}
+
+func (p *dllmPlanner) Begin(r *model.Request) error {
+	p.n, p.P = len(r.Canvas), len(r.Prompt)
+	p.begin(r)
+	p.response = iota32(p.P, p.n)
+	return nil
+}
+
+func (p *dllmPlanner) Plan(s *model.Step) model.Plan {
+	p.prompt = s.Index%p.o.Kp == 0
+	p.resp = s.Index%p.o.Kr == 0
+	p.all = p.prompt && p.resp
+	p.chosen, p.scored = nil, nil
+	for pos := s.BlockStart; pos < s.BlockEnd; pos++ {
+		if s.Canvas[pos] == p.mask {
+			p.scored = append(p.scored, int32(pos))
+		}
+	}
+	return p
+}
+
+func (p *dllmPlanner) Rows(l int) []int32 {
+	switch {
+	case p.prompt && p.resp:
+		return nil
+	case p.prompt:
+		if l <= p.sel {
+			return nil
+		}
+		return slices.Concat(iota32(0, p.P), p.chosen)
+	case p.resp || l <= p.sel:
+		return p.response
+	default:
+		return p.chosen
+	}
+}
+
+func (p *dllmPlanner) Observe(l int, computed []int32, _, k, v backend.Tensor) {
+	if l == p.sel && !p.resp {
+		p.chosen = p.choose(v)
+	}
+	p.tokenPlan.Observe(l, computed, nil, k, v)
+}
+
+// choose returns the current block's masked slots (their logits are
+// wanted) and the ρ fraction (at least one) of the other response rows
+// whose fresh V (in v, complete [n, kv]) is least cosine-similar to the
+// cached V, sorted.
+func (p *dllmPlanner) choose(v backend.Tensor) []int32 {
+	b := p.lm.Backend
+	fresh := b.ToHost(v, nil)
+	old := b.ToHost(p.kv.v[p.sel], nil)
+	cols := p.kv.cols
+	type row struct {
+		pos int32
+		sim float64
+	}
+	var rs []row
+	for _, pos := range p.response {
+		if _, ok := slices.BinarySearch(p.scored, pos); ok {
+			continue
+		}
+		a, c := fresh[int(pos)*cols:(int(pos)+1)*cols], old[int(pos)*cols:(int(pos)+1)*cols]
+		var ac, aa, cc float64
+		for j := range a {
+			ac += float64(a[j]) * float64(c[j])
+			aa += float64(a[j]) * float64(a[j])
+			cc += float64(c[j]) * float64(c[j])
+		}
+		sim := 1.0
+		if aa > 0 && cc > 0 {
+			sim = ac / math.Sqrt(aa*cc)
+		}
+		rs = append(rs, row{pos, sim})
+	}
+	sort.SliceStable(rs, func(a, b int) bool { return rs[a].sim < rs[b].sim })
+	k := max(1, int(p.o.Rho*float64(len(p.response))))
+	out := slices.Clone(p.scored)
+	for _, r := range rs[:min(k, len(rs))] {
+		out = append(out, r.pos)
+	}
+	slices.Sort(out)
+	return out
+}

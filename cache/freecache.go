@@ -1,0 +1,54 @@
+package cache
+
+import (
+	"fmt"
+
+	"github.com/dlmcache/dlmcache/model"
+)
+
+// freeCache is FlashDLM's FreeCache: after a full first step, the prompt
+// and every finished block of the answer are frozen — their K/V are
+// reused — and each step computes only the current block and everything
+// after it (the window shrinks as blocks finish). A finished block is
+// computed once more, with its final tokens, at the first step of the next
+// block, then frozen. With FreeRefresh R > 0 every R-th step is a full
+// forward (R = 1: as none).
+type freeCache struct{ base }
+
+func newFreeCache(o Options) (Method, error) {
+	if o.FreeRefresh < 0 {
+		return nil, fmt.Errorf("refresh period must be ≥ 0, got %d", o.FreeRefresh)
+	}
+	return &freeCache{base{"freecache", o}}, nil
+}
+
+// Gen decodes in blocks (FreeCache freezes finished blocks) with the
+// schedule's own decoder.
+func (m *freeCache) Gen(o model.GenOptions) model.GenOptions { return blocked(o, m.o.BlockLength) }
+
+func (m *freeCache) Planner(lm *model.LLaDA, _ string, _ *Info) model.Planner {
+	return &freePlanner{tokenPlan: tokenPlan{lm: lm}, refresh: m.o.FreeRefresh}
+}
+
+// freePlanner: the window is the current block and everything after it.
+type freePlanner struct {
+	tokenPlan
+	refresh int
+	n       int
+}
+
+func (p *freePlanner) Begin(r *model.Request) error {
+	p.n = len(r.Canvas)
+	p.begin(r)
+	return nil
+}
+
+func (p *freePlanner) Plan(s *model.Step) model.Plan {
+	p.all = s.Index == 0 || p.refresh > 0 && s.Index%p.refresh == 0
+	from := s.BlockStart
+	if s.BlockStep == 0 && s.Block > 0 {
+		from -= s.BlockEnd - s.BlockStart // the block just finished, once more
+	}
+	p.rows = iota32(from, p.n)
+	return p
+}

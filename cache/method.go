@@ -1,0 +1,237 @@
+package cache
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/dlmcache/dlmcache/lut"
+	"github.com/dlmcache/dlmcache/model"
+)
+
+// Method is a caching method: the whole policy of one strategy — the
+// per-request planner that steers the forward through model.Plan, the
+// generation options it needs (block decoding, thresholds) and what it
+// shares across requests. Build one with New.
+type Method interface {
+	// Name is the registered name ("bicache", "bicache+block", …).
+	Name() string
+	// Gen adapts generation options to the method (block methods decode in
+	// blocks, Fast-dLLM's threshold rule, …). It is idempotent.
+	Gen(o model.GenOptions) model.GenOptions
+	// Planner returns a planner for one request (nil: compute every row at
+	// every step). info, if not nil, is filled in at the request's start.
+	// salt, if not empty, isolates the request's stored prefixes from other
+	// tenants' (appended to the method's own salt).
+	Planner(lm *model.LLaDA, salt string, info *Info) model.Planner
+	// Store is the prefix store shared across requests (nil: none).
+	Store() *Store
+	// Table is the ratio → depth table the method serves (nil: none).
+	Table() *lut.Table
+	// Source is the deep source whose calibrated depths the method serves
+	// ("store", "request" or "recompute"; "" for methods without a table).
+	Source() string
+}
+
+// DeepSource says where BiCache's deep layers get the prefix rows' input on
+// refresh steps.
+type DeepSource string
+
+const (
+	// SourceStore: the hidden state the prefix had alone, entering layer
+	// d+1, from the store (shallow prefix K/V shared across requests).
+	SourceStore DeepSource = "store"
+	// SourceRecompute: a refresh step computes every row of every layer.
+	SourceRecompute DeepSource = "recompute"
+	// SourceRequest: the request's own first step (which computes every
+	// row) supplies the shallow layers' prefix K/V and the hidden state
+	// entering layer d+1; no store is needed.
+	SourceRequest DeepSource = "request"
+)
+
+// ParseDeepSource parses a --deep-source value ("" is the store).
+func ParseDeepSource(s string) (DeepSource, error) {
+	switch DeepSource(s) {
+	case "":
+		return SourceStore, nil
+	case SourceStore, SourceRecompute, SourceRequest:
+		return DeepSource(s), nil
+	}
+	return "", fmt.Errorf("deep refresh source %q: want store, recompute or request", s)
+}
+
+// Options configure every method; each reads the fields it needs and
+// validates them.
+type Options struct {
+	Store       *Store     // prefix store (prefix-all and the bicache family)
+	Table       *lut.Table // ratio → depth (the bicache family)
+	Stat        lut.Statistic
+	DeepSource  DeepSource
+	Fingerprint string // model fingerprint, part of the store key
+	Salt        string // tenant isolation, part of the store key
+
+	// Refresh is BiCache's deep refresh period R in steps.
+	Refresh int
+	// Drift, if > 0, replaces the fixed period by Elastic-Cache's trigger
+	// γ: refresh when the cosine between the most-attended token's
+	// attention column now and at the last refresh falls below γ, from the
+	// first layer where it does (γ > 1: every step).
+	Drift float64
+
+	// BlockLength is the semi-autoregressive block length block methods
+	// decode in when the options have one block (0: 32).
+	BlockLength int
+	// Threshold is Fast-dLLM's confidence threshold (block methods).
+	Threshold float64
+
+	D2   D2Options
+	DLLM DLLMOptions
+	// FreeRefresh, if > 0, makes FreeCache run a full forward every that
+	// many steps (1: every step, as none).
+	FreeRefresh int
+}
+
+// DefaultOptions are the papers' defaults.
+func DefaultOptions() Options {
+	return Options{Stat: lut.Mean, DeepSource: SourceStore, Refresh: 16, BlockLength: 32, Threshold: 0.9,
+		D2: D2Options{K: 32, P: 0.1, Sigma: 10}, DLLM: DLLMOptions{Kp: 50, Kr: 2, Rho: 0.25}}
+}
+
+// Spec is a registered method.
+type Spec struct {
+	Name    string
+	Summary string
+	New     func(o Options) (Method, error)
+}
+
+// registry lists the methods in the order --help and bench show them.
+var registry = []Spec{
+	{"none", "every row, every layer, every step", newNone},
+	{"prefix-all", "the shared prefix's K/V from the store at every layer and step (an autoregressive server's prefix cache)", newPrefixAll},
+	{"bicache", "BiCache: layers 1..d (d from the table) reuse the prefix's K/V; deeper layers refresh the prefix rows every R steps (or on attention drift with --drift)", newBiCache},
+	{"block", "Fast-dLLM's dual cache: a full forward at each block start, then only the block's rows; threshold decoding", newBlock},
+	{"bicache+block", "BiCache's shallow prefix reuse under Fast-dLLM's dual cache", composed(newBlock)},
+	{"d2cache", "d2Cache: after a full first step, only the most certain masked slots, the tokens just decoded and the rollout-important rest are recomputed", newD2Cache},
+	{"dllm-cache", "dLLM-Cache: prompt refreshed every Kp steps, response every Kr, and between refreshes the response rows whose V changed most", newDLLMCache},
+	{"freecache", "FlashDLM's FreeCache: finished blocks frozen; each step computes the current block and everything after it", newFreeCache},
+	{"bicache+d2cache", "BiCache's shallow prefix reuse under d2Cache", composed(newD2Cache)},
+	{"bicache+freecache", "BiCache's shallow prefix reuse under FreeCache", composed(newFreeCache)},
+}
+
+// Specs returns the registered methods.
+func Specs() []Spec { return slices.Clone(registry) }
+
+// Names returns the registered method names.
+func Names() []string {
+	r := make([]string, len(registry))
+	for i, s := range registry {
+		r[i] = s.Name
+	}
+	return r
+}
+
+// Lookup returns the registered method name.
+func Lookup(name string) (Spec, error) {
+	for _, s := range registry {
+		if s.Name == name {
+			return s, nil
+		}
+	}
+	return Spec{}, fmt.Errorf("unknown method %q (want one of %s)", name, strings.Join(Names(), ", "))
+}
+
+// New builds the named method.
+func New(name string, o Options) (Method, error) {
+	s, err := Lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	m, err := s.New(o)
+	if err != nil {
+		return nil, fmt.Errorf("method %s: %w", name, err)
+	}
+	return m, nil
+}
+
+// Info is what a request's planner did, for metrics.
+type Info struct {
+	Depth       int     // layers served from the store (0: none)
+	Ratio       float64 // the request's shared-prefix ratio
+	Clamped     bool    // the ratio lay outside the table's filled bins
+	Hit         bool    // the prefix was in the store
+	PrefixToken int     // prefix length m
+	// QueryTokens and HitTokens count the prefix tokens looked up in the
+	// store and found there.
+	QueryTokens, HitTokens int
+	// PrefixRows is the (layer, row) pairs computed to fill the store on a
+	// miss (the prefix run alone): L·m, or 0 on a hit.
+	PrefixRows int
+	// PrefixFLOPs is the matrix-product FLOPs of that fill (0 on a hit).
+	PrefixFLOPs float64
+	// Refreshes counts the steps on which the deep layers refreshed
+	// (bicache: fixed period or drift trigger).
+	Refreshes int
+}
+
+// Request is one generation to run under a method.
+type Request struct {
+	Prompt    []int32 // prompt token ids
+	PrefixLen int     // shared-prefix length m
+	Salt      string  // per-request cache salt ("" for none)
+}
+
+// Result is a generation and what the method did for it.
+type Result struct {
+	*model.Generation
+	Info Info
+}
+
+// Run generates an answer to r under meth: the one path that serve, eval,
+// bench and the calibration take. gen is adapted by meth.Gen.
+func Run(ctx context.Context, lm *model.LLaDA, meth Method, r Request, gen model.GenOptions) (*Result, error) {
+	res := &Result{}
+	g, err := lm.Generate(ctx, r.Prompt, r.PrefixLen, meth.Gen(gen), meth.Planner(lm, r.Salt, &res.Info))
+	if err != nil {
+		return nil, err
+	}
+	res.Generation = g
+	return res, nil
+}
+
+// base carries what every method has: its name and options.
+type base struct {
+	name string
+	o    Options
+}
+
+func (b *base) Name() string                            { return b.name }
+func (b *base) Store() *Store                           { return nil }
+func (b *base) Table() *lut.Table                       { return nil }
+func (b *base) Source() string                          { return "" }
+func (b *base) Gen(o model.GenOptions) model.GenOptions { return o }
+
+// none computes everything.
+type none struct{ base }
+
+func newNone(o Options) (Method, error) { return &none{base{"none", o}}, nil }
+
+func (*none) Planner(*model.LLaDA, string, *Info) model.Planner { return nil }
+
+// blocked sets o's block length for a block method: the method's block
+// length (32 by default, clamped to a divisor of the gen length) when o
+// has one block, with the steps rounded to a multiple of the blocks.
+func blocked(o model.GenOptions, length int) model.GenOptions {
+	if o.BlockLength == 0 || o.BlockLength == o.GenLength {
+		if length <= 0 {
+			length = 32
+		}
+		o.BlockLength = min(length, o.GenLength)
+		for o.GenLength%o.BlockLength != 0 {
+			o.BlockLength--
+		}
+	}
+	blocks := o.GenLength / o.BlockLength
+	o.Steps = max(blocks, o.Steps-o.Steps%blocks)
+	return o
+}

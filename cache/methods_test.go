@@ -1,0 +1,173 @@
+package cache
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/dlmcache/dlmcache/model"
+)
+
+// Each token-level cache at its degenerate setting — a full forward every
+// step, or every row selected — reproduces no caching token for token.
+func TestDegenerateSettingsEqualNone(t *testing.T) {
+	m := loadTiny(t)
+	ids, pl := request(t, m, 3)
+	o := model.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}
+	want, _ := generate(t, m, mk(t, "none", Options{}), ids, pl, o)
+	d := DefaultOptions()
+	for _, tc := range []struct {
+		name string
+		o    func(*Options)
+	}{
+		{"d2cache", func(o *Options) { o.D2.P = 1 }},
+		{"dllm-cache", func(o *Options) { o.DLLM.Kp, o.DLLM.Kr = 1, 1 }},
+		{"freecache", func(o *Options) { o.FreeRefresh = 1 }},
+	} {
+		opts := d
+		tc.o(&opts)
+		got, _ := generate(t, m, mk(t, tc.name, opts), ids, pl, o)
+		if !slices.Equal(got.Canvas, want.Canvas) {
+			t.Errorf("%s degenerate: %v\nnone %v", tc.name, got.Canvas[len(ids):], want.Canvas[len(ids):])
+		}
+		if got.RowsComputed != want.RowsComputed {
+			t.Errorf("%s degenerate: %d rows, none %d", tc.name, got.RowsComputed, want.RowsComputed)
+		}
+	}
+}
+
+// Exact row counts of the token-level caches on a schedule whose every
+// step commits two tokens.
+func TestTokenCachesRowsComputed(t *testing.T) {
+	m := loadTiny(t)
+	L := len(m.Blocks)
+	ids, pl := request(t, m, 1)
+	n := len(ids) + 16
+	d := DefaultOptions()
+	oneBlock := model.GenOptions{GenLength: 16, Steps: 8}
+	twoBlocks := model.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}
+
+	// d2Cache without the rollout share: step 0 all rows; step i the
+	// 16−2i masked slots (K = 32 covers them) and the two just decoded.
+	d2 := d
+	d2.D2.P = 0
+	g, _ := generate(t, m, mk(t, "d2cache", d2), ids, pl, oneBlock)
+	if want := L * (n + 70); g.RowsComputed != want {
+		t.Errorf("d2cache, p 0: %d rows, want %d", g.RowsComputed, want)
+	}
+	// With the rollout share, more rows but fewer than none.
+	g, _ = generate(t, m, mk(t, "d2cache", d), ids, pl, oneBlock)
+	if g.RowsComputed <= L*(n+70) || g.RowsComputed >= 8*L*n {
+		t.Errorf("d2cache, p 0.1: %d rows, want between %d and %d", g.RowsComputed, L*(n+70), 8*L*n)
+	}
+
+	// FreeCache, blocks of 8: step 0 all; block 0's steps the answer (16);
+	// block 1's first step both blocks (16), its others block 1 (8).
+	g, _ = generate(t, m, mk(t, "freecache", d), ids, pl, twoBlocks)
+	if want := L * (n + 3*16 + 16 + 3*8); g.RowsComputed != want {
+		t.Errorf("freecache: %d rows, want %d", g.RowsComputed, want)
+	}
+	// Under BiCache's shallow reuse at depth 2 the first step skips the
+	// prefix rows of layers 1–2; nothing else changes.
+	st := NewStore(m.Backend, 1<<30, FIFO)
+	withTable := d
+	withTable.Store, withTable.Table, withTable.Fingerprint = st, table(L, 2), m.Fingerprint
+	g, info := generate(t, m, mk(t, "bicache+freecache", withTable), ids, pl, twoBlocks)
+	if want := L*(n+3*16+16+3*8) - 2*pl; g.RowsComputed != want || info.Depth != 2 {
+		t.Errorf("bicache+freecache: %d rows (depth %d), want %d", g.RowsComputed, info.Depth, want)
+	}
+
+	// dLLM-Cache, Kp 50, Kr 4, ρ 0.25: step 0 all rows, step 4 the
+	// response; the others the response through layers 1–2, then the
+	// block's masked slots and 4 more (as many as there are).
+	dl := d
+	dl.DLLM = DLLMOptions{Kp: 50, Kr: 4, Rho: 0.25}
+	g, _ = generate(t, m, mk(t, "dllm-cache", dl), ids, pl, oneBlock)
+	want := L*n + L*16
+	for _, i := range []int{1, 2, 3, 5, 6, 7} {
+		masked := 16 - 2*i
+		want += 2*16 + (L-2)*(masked+min(4, 16-masked))
+	}
+	if g.RowsComputed != want {
+		t.Errorf("dllm-cache: %d rows, want %d", g.RowsComputed, want)
+	}
+}
+
+// Elastic-Cache's trigger at its extremes: a tiny threshold never fires
+// after the first step (bicache with R beyond the steps); one above 1
+// fires at every comparison, so every step from the third refreshes the
+// deep layers' prefix rows (the second has no reference yet to drift from).
+func TestDriftTriggerExtremes(t *testing.T) {
+	m := loadTiny(t)
+	L := len(m.Blocks)
+	ids, pl := request(t, m, 2)
+	o := model.GenOptions{GenLength: 16, Steps: 8}
+	opts := func(refresh int, drift float64) Options {
+		return Options{Store: NewStore(m.Backend, 1<<30, FIFO), Table: table(L, 2), Fingerprint: m.Fingerprint, Refresh: refresh, Drift: drift}
+	}
+	never, ni := generate(t, m, mk(t, "bicache", opts(1000, 0)), ids, pl, o)
+	got, gi := generate(t, m, mk(t, "bicache", opts(0, 1e-9)), ids, pl, o)
+	if !slices.Equal(got.Canvas, never.Canvas) || got.RowsComputed != never.RowsComputed || gi.Refreshes != 1 || ni.Refreshes != 1 {
+		t.Errorf("drift 1e-9: %d rows, %d refreshes; R 1000: %d rows, %d refreshes", got.RowsComputed, gi.Refreshes, never.RowsComputed, ni.Refreshes)
+	}
+	got, gi = generate(t, m, mk(t, "bicache", opts(0, 2)), ids, pl, o)
+	if want := never.RowsComputed + 6*(L-2)*pl; got.RowsComputed != want || gi.Refreshes != 7 {
+		t.Errorf("drift 2: %d rows, %d refreshes; want %d rows, 7 refreshes", got.RowsComputed, gi.Refreshes, want)
+	}
+}
+
+// Run is Generate under the method's own options: block methods decode in
+// blocks with the threshold rule, and the info comes back.
+func TestRun(t *testing.T) {
+	m := loadTiny(t)
+	L := len(m.Blocks)
+	ids, pl := request(t, m, 0)
+	o := DefaultOptions()
+	o.Store, o.Table, o.Fingerprint = NewStore(m.Backend, 1<<30, FIFO), table(L, 2), m.Fingerprint
+	gen := model.GenOptions{GenLength: 16, Steps: 8}
+	for _, name := range Names() {
+		meth := mk(t, name, o)
+		if g, h := meth.Gen(meth.Gen(gen)), meth.Gen(gen); g.BlockLength != h.BlockLength || g.Steps != h.Steps || g.Decoder != h.Decoder {
+			t.Errorf("%s: Gen is not idempotent", name)
+		}
+		res, err := Run(context.Background(), m.LLaDA, meth, Request{Prompt: ids, PrefixLen: pl}, gen)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if slices.Contains(res.Answer, int32(m.Config.MaskTokenID)) {
+			t.Errorf("%s: answer still masked: %v", name, res.Answer)
+		}
+		if res.Info.PrefixToken != pl && name != "none" && name != "block" && name != "d2cache" && name != "dllm-cache" && name != "freecache" {
+			t.Errorf("%s: info %+v", name, res.Info)
+		}
+		if name != "none" && res.RowsComputed >= res.RowsFull {
+			t.Errorf("%s: computed %d of %d rows", name, res.RowsComputed, res.RowsFull)
+		}
+	}
+}
+
+// Block methods decode in blocks of Options.BlockLength tokens (--dual-block)
+// when the regime has one block, shrunk to a divisor of the gen length,
+// with at least one step per block; block adds the threshold decoder,
+// freecache keeps the schedule's.
+func TestBlockMethodsGen(t *testing.T) {
+	for _, tc := range []struct {
+		dual, gen, steps, wantBlock, wantSteps int
+	}{
+		{32, 16, 8, 16, 8},
+		{8, 16, 8, 8, 8},
+		{6, 16, 8, 4, 8}, // 6 does not divide 16: 4
+		{8, 16, 1, 8, 2},
+		{0, 64, 32, 32, 32}, // 0: Fast-dLLM's 32
+	} {
+		for _, name := range []string{"block", "freecache"} {
+			o := mk(t, name, Options{BlockLength: tc.dual, Threshold: 0.9}).Gen(model.GenOptions{GenLength: tc.gen, Steps: tc.steps})
+			if o.BlockLength != tc.wantBlock || o.Steps != tc.wantSteps {
+				t.Errorf("%s: dual %d gen %d steps %d: block %d steps %d, want %d and %d", name, tc.dual, tc.gen, tc.steps, o.BlockLength, o.Steps, tc.wantBlock, tc.wantSteps)
+			}
+			if _, thr := o.Decoder.(model.Threshold); thr != (name == "block") {
+				t.Errorf("%s: decoder %T", name, o.Decoder)
+			}
+		}
+	}
+}
