@@ -33,17 +33,22 @@ func benchMethods(b *testing.B, threads int) {
 		b.Fatal(err)
 	}
 	L := len(m.Blocks)
-	o := model.GenOptions{GenLength: 16, Steps: 8}
+	o := model.GenOptions{GenLength: 64, Steps: 64, BlockLength: 32}
 	for _, tc := range []struct{ name, method, source string }{
 		{"none", "none", ""},
 		{"prefix-all", "prefix-all", ""},
 		{"bicache-recompute", "bicache", "recompute"},
 		{"bicache-request", "bicache", "request"},
+		{"bicache-elastic", "bicache-elastic", "request"},
+		{"d2cache", "d2cache", ""},
+		{"dllm-cache", "dllm-cache", ""},
+		{"freecache", "freecache", ""},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
-				meth := mk(b, tc.method, Options{Store: NewStore(m.Backend, 1<<30, FIFO), Table: table(L, 6),
-					Refresh: 16, DeepSource: DeepSource(tc.source), Fingerprint: m.Fingerprint})
+				opts := DefaultOptions()
+				opts.Store, opts.Table, opts.DeepSource, opts.Fingerprint = NewStore(m.Backend, 1<<30, FIFO), table(L, 6), DeepSource(tc.source), m.Fingerprint
+				meth := mk(b, tc.method, opts)
 				if _, err := m.Generate(context.Background(), ids, pl, o, meth.Planner(m.LLaDA, "", nil)); err != nil {
 					b.Fatal(err)
 				}

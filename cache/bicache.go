@@ -30,6 +30,22 @@ func newBiCache(o Options) (Method, error) {
 	return &biCache{base{"bicache", o}}, nil
 }
 
+// DefaultDrift is Elastic-Cache's γ when bicache-elastic is given none.
+const DefaultDrift = 0.9
+
+// newBiCacheElastic is bicache with the drift trigger on.
+func newBiCacheElastic(o Options) (Method, error) {
+	if o.Drift == 0 {
+		o.Drift = DefaultDrift
+	}
+	m, err := newBiCache(o)
+	if err != nil {
+		return nil, err
+	}
+	m.(*biCache).name = "bicache-elastic"
+	return m, nil
+}
+
 // checkTable validates what every bicache method needs: a table, and a
 // store unless the request source serves the shallow layers.
 func checkTable(o Options) error {

@@ -50,10 +50,10 @@ type d2Planner struct {
 	L    int
 
 	n, P       int
-	conf       []float64 // last confidence of each answer slot (0: never scored)
-	importance []float64 // rollout column sums of the last step
-	rollout    []float32 // [n, n] this step's rollout
-	decoded    []int32   // the last step's commits
+	conf       []float64   // last confidence of each answer slot (0: never scored)
+	importance []float64   // rollout column sums of the last step
+	layers     []attnLayer // this step's attention, layer by layer
+	decoded    []int32     // the last step's commits
 }
 
 func (p *d2Planner) Begin(r *model.Request) error {
@@ -204,50 +204,46 @@ func abs(x int) int {
 
 func (p *d2Planner) WantsAttention(int) bool { return true }
 
-// ObserveAttention advances the attention rollout by one layer: each
-// computed row i becomes (attention_i + e_i)/2 times the rollout so far;
-// rows not computed pass through (identity). After the last layer the
-// importance of each row is its column sum.
+// ObserveAttention keeps layer l's attention weights; after the last layer
+// it computes each row's importance: its column sum in the attention
+// rollout R = M_L ⋯ M_1, where M_l's computed rows are (attention_i + e_i)/2
+// and its other rows e_i (rows not computed pass through). The column sums
+// 1ᵀ·M_L ⋯ M_1 are taken as a vector–matrix chain from the last layer down,
+// O(L·r·n), instead of the dense O(L·r·n²) product; the result is the same.
 func (p *d2Planner) ObserveAttention(l int, computed []int32, probs []float32) {
-	n, b := p.n, p.lm.Backend
 	if l == 0 {
-		p.rollout = make([]float32, n*n)
-		for i := range n {
-			p.rollout[i*n+i] = 1
-		}
+		p.layers = p.layers[:0]
 	}
-	r := len(computed)
-	mix := make([]float32, r*n) // (A + I)/2, the computed rows
-	for i, pos := range computed {
-		row := mix[i*n : (i+1)*n]
-		for j, w := range probs[i*n : (i+1)*n] {
-			row[j] = w / 2
-		}
-		row[pos] += 0.5
+	p.layers = append(p.layers, attnLayer{computed, probs})
+	if l < p.L-1 {
+		return
 	}
-	rt := make([]float32, n*n) // rolloutᵀ: the product's weight layout
-	for i := range n {
-		for j := range n {
-			rt[j*n+i] = p.rollout[i*n+j]
-		}
+	n := p.n
+	v := make([]float64, n)
+	for j := range v {
+		v[j] = 1
 	}
-	a, w, dst := b.FromHost(r, n, mix), b.FromHost(n, n, rt), b.New(r, n)
-	b.MatMul(dst, a, w)
-	next := b.ToHost(dst, nil)
-	b.Free(a)
-	b.Free(w)
-	b.Free(dst)
-	for i, pos := range computed {
-		copy(p.rollout[int(pos)*n:(int(pos)+1)*n], next[i*n:(i+1)*n])
-	}
-	if l == p.L-1 {
-		for j := range p.importance {
-			p.importance[j] = 0
+	next := make([]float64, n)
+	for li := len(p.layers) - 1; li >= 0; li-- {
+		a := p.layers[li]
+		copy(next, v) // the rows not computed: e_i
+		for _, pos := range a.computed {
+			next[pos] = 0
 		}
-		for i := range n {
-			for j, v := range p.rollout[i*n : (i+1)*n] {
-				p.importance[j] += float64(v)
+		for i, pos := range a.computed {
+			w := v[pos] / 2
+			next[pos] += w
+			for j, x := range a.probs[i*n : (i+1)*n] {
+				next[j] += w * float64(x)
 			}
 		}
+		v, next = next, v
 	}
+	copy(p.importance, v)
+}
+
+// attnLayer is one layer's computed rows and their attention weights.
+type attnLayer struct {
+	computed []int32
+	probs    []float32
 }

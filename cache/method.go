@@ -103,20 +103,24 @@ type Spec struct {
 	Name    string
 	Summary string
 	New     func(o Options) (Method, error)
+	// Base is the method a composition or variant is built on ("" for the
+	// primitives): bench reports speed-ups against none and against it.
+	Base string
 }
 
 // registry lists the methods in the order --help and bench show them.
 var registry = []Spec{
-	{"none", "every row, every layer, every step", newNone},
-	{"prefix-all", "the shared prefix's K/V from the store at every layer and step (an autoregressive server's prefix cache)", newPrefixAll},
-	{"bicache", "BiCache: layers 1..d (d from the table) reuse the prefix's K/V; deeper layers refresh the prefix rows every R steps (or on attention drift with --drift)", newBiCache},
-	{"block", "Fast-dLLM's dual cache: a full forward at each block start, then only the block's rows; threshold decoding", newBlock},
-	{"bicache+block", "BiCache's shallow prefix reuse under Fast-dLLM's dual cache", composed(newBlock)},
-	{"d2cache", "d2Cache: after a full first step, only the most certain masked slots, the tokens just decoded and the rollout-important rest are recomputed", newD2Cache},
-	{"dllm-cache", "dLLM-Cache: prompt refreshed every Kp steps, response every Kr, and between refreshes the response rows whose V changed most", newDLLMCache},
-	{"freecache", "FlashDLM's FreeCache: finished blocks frozen; each step computes the current block and everything after it", newFreeCache},
-	{"bicache+d2cache", "BiCache's shallow prefix reuse under d2Cache", composed(newD2Cache)},
-	{"bicache+freecache", "BiCache's shallow prefix reuse under FreeCache", composed(newFreeCache)},
+	{"none", "every row, every layer, every step", newNone, ""},
+	{"prefix-all", "the shared prefix's K/V from the store at every layer and step (an autoregressive server's prefix cache)", newPrefixAll, ""},
+	{"bicache", "BiCache: layers 1..d (d from the table) reuse the prefix's K/V; deeper layers refresh the prefix rows every R steps (or on attention drift with --drift)", newBiCache, ""},
+	{"bicache-elastic", "BiCache with Elastic-Cache's trigger: the deep layers refresh when the most-attended token's attention drifts below cosine γ (--drift, default 0.9), from the layer where it does", newBiCacheElastic, "bicache"},
+	{"block", "Fast-dLLM's dual cache: a full forward at each block start, then only the block's rows; threshold decoding", newBlock, ""},
+	{"bicache+block", "BiCache's shallow prefix reuse under Fast-dLLM's dual cache", composed(newBlock), "block"},
+	{"d2cache", "d2Cache: after a full first step, only the most certain masked slots, the tokens just decoded and the rollout-important rest are recomputed", newD2Cache, ""},
+	{"dllm-cache", "dLLM-Cache: prompt refreshed every Kp steps, response every Kr, and between refreshes the response rows whose V changed most", newDLLMCache, ""},
+	{"freecache", "FlashDLM's FreeCache: finished blocks frozen; each step computes the current block and everything after it", newFreeCache, ""},
+	{"bicache+d2cache", "BiCache's shallow prefix reuse under d2Cache", composed(newD2Cache), "d2cache"},
+	{"bicache+freecache", "BiCache's shallow prefix reuse under FreeCache", composed(newFreeCache), "freecache"},
 }
 
 // Specs returns the registered methods.

@@ -2,6 +2,8 @@ package cache
 
 import (
 	"context"
+	"math"
+	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -168,6 +170,66 @@ func TestBlockMethodsGen(t *testing.T) {
 			if _, thr := o.Decoder.(model.Threshold); thr != (name == "block") {
 				t.Errorf("%s: decoder %T", name, o.Decoder)
 			}
+		}
+	}
+}
+
+// d2Cache's importance — the column sums of the attention rollout — from
+// the vector chain equals the dense rollout product.
+func TestRolloutImportance(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	const n, L = 7, 4
+	p := &d2Planner{n: n, L: L, importance: make([]float64, n)}
+	R := make([][]float64, n) // dense rollout, identity at first
+	for i := range R {
+		R[i] = make([]float64, n)
+		R[i][i] = 1
+	}
+	for l := 0; l < L; l++ {
+		var computed []int32
+		for i := 0; i < n; i++ {
+			if l == 0 || rng.IntN(2) == 0 {
+				computed = append(computed, int32(i))
+			}
+		}
+		probs := make([]float32, len(computed)*n)
+		for i := range computed {
+			var s float32
+			for j := 0; j < n; j++ {
+				probs[i*n+j] = rng.Float32()
+				s += probs[i*n+j]
+			}
+			for j := 0; j < n; j++ {
+				probs[i*n+j] /= s
+			}
+		}
+		next := make([][]float64, n)
+		for i := range next {
+			next[i] = slices.Clone(R[i])
+		}
+		for ci, pos := range computed {
+			for j := 0; j < n; j++ {
+				var s float64
+				for k := 0; k < n; k++ {
+					m := float64(probs[ci*n+k]) / 2
+					if k == int(pos) {
+						m += 0.5
+					}
+					s += m * R[k][j]
+				}
+				next[pos][j] = s
+			}
+		}
+		R = next
+		p.ObserveAttention(l, computed, probs)
+	}
+	for j := 0; j < n; j++ {
+		var want float64
+		for i := 0; i < n; i++ {
+			want += R[i][j]
+		}
+		if math.Abs(p.importance[j]-want) > 1e-5 {
+			t.Errorf("importance[%d] = %g, dense rollout %g", j, p.importance[j], want)
 		}
 	}
 }

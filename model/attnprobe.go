@@ -44,10 +44,16 @@ func (m *LLaDA) observe(plan Plan, l int, computed []int32, hidden, q, k, v back
 
 // attentionProbs computes layer attention weights from q [r, nHeads·hd]
 // (RoPE applied) and k [n, nKV·hd]: the head-mean of softmax(q·kᵀ/√hd),
-// [r, n]. The scores go through the backend's matrix product, one head at
-// a time; the softmax runs on the host. It is independent of the backend's
+// [r, n]. A backend with AttentionWeights computes them; on others the
+// scores go through the backend's matrix product, one head at a time, and
+// the softmax runs on the host. It is independent of the backend's
 // fused Attention kernel, which never materialises the weights.
 func attentionProbs(b backend.Backend, q, k backend.Tensor, nHeads, nKV, hd int) []float32 {
+	if aw, ok := b.(backend.AttentionWeigher); ok {
+		out := make([]float32, q.Rows()*k.Rows())
+		aw.AttentionWeights(out, q, k, nHeads, nKV)
+		return out
+	}
 	qh, kh := b.ToHost(q, nil), b.ToHost(k, nil)
 	r, n := len(qh)/(nHeads*hd), len(kh)/(nKV*hd)
 	out := make([]float32, r*n)

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/dlmcache/dlmcache/model/backend"
 	"github.com/dlmcache/dlmcache/model/cpu"
 )
 
@@ -22,10 +23,13 @@ func TestAttentionWeights(t *testing.T) {
 		v := randSlice(rng, n*nkv*hd)
 		want := AttentionWeights(q, k, r, n, nh, nkv, hd)
 		qt, kt := b.FromHost(r, nh*hd, q), b.FromHost(n, nkv*hd, k)
-		got := attentionProbs(b, qt, kt, nh, nkv, hd)
-		for i := range want {
-			if math.Abs(float64(got[i]-want[i])) > 1e-5 {
-				t.Fatalf("heads %v: weight %d: backend %g, reference %g", heads, i, got[i], want[i])
+		// The CPU backend's kernel, and the host path other backends take.
+		for _, bk := range []backend.Backend{b, struct{ backend.Backend }{b}} {
+			got := attentionProbs(bk, qt, kt, nh, nkv, hd)
+			for i := range want {
+				if math.Abs(float64(got[i]-want[i])) > 1e-5 {
+					t.Fatalf("heads %v, %T: weight %d: %g, reference %g", heads, bk, i, got[i], want[i])
+				}
 			}
 		}
 		for i := 0; i < r; i++ {

@@ -46,11 +46,14 @@ func newCmdBench(f *factory, runF func(*benchOptions) error) *cobra.Command {
 		Short: "Side-by-side throughput and accuracy of caching methods on task suites",
 		Long: `Bench runs the same held-out samples through each caching method, one request
 at a time, and prints tokens/s and accuracy per method and suite with deltas
-against each method's baseline: none for prefix-all and bicache, block for
-bicache+block. Every method gets a fresh prefix store, so the first request of
-each system message pays for computing its prefix. The methods take turns
-request by request (the order rotating), so that a slow spell on a shared
-machine slows them alike; the speed-ups are ratios of the same run.`,
+against none, and for compositions and variants against their base
+(bicache+block against block, bicache-elastic against bicache, …). Every
+method gets a fresh prefix store, so the first request of each system
+message pays for computing its prefix. The methods take turns request by
+request (the order rotating), so that a slow spell on a shared machine
+slows them alike; the speed-ups are ratios of the same run.
+
+Methods:` + methodsHelp(),
 		Example: `  dlmcache bench --lut out/table.json --limit 20 --out bench-out`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -77,14 +80,14 @@ machine slows them alike; the speed-ups are ratios of the same run.`,
 	return cmd
 }
 
-func benchBaseline(method string) string {
-	switch method {
-	case "prefix-all", "bicache":
-		return "none"
-	case "bicache+block":
-		return "block"
+// benchBase is the method a composition or variant is built on ("" for
+// the primitives).
+func benchBase(method string) string {
+	s, err := cache.Lookup(method)
+	if err != nil {
+		return ""
 	}
-	return ""
+	return s.Base
 }
 
 func benchRun(ctx context.Context, opts *benchOptions) error {
@@ -153,29 +156,33 @@ func benchRun(ctx context.Context, opts *benchOptions) error {
 }
 
 // writeBenchMarkdown prints one row per method and suite with deltas
-// against the method's baseline on the same suite.
+// against none on the same suite, and the speed-up against the method's
+// base for compositions and variants.
 func writeBenchMarkdown(w io.Writer, rows []profile.SuiteResult) {
-	base := map[string]profile.SuiteResult{}
+	by := map[string]profile.SuiteResult{}
 	for _, r := range rows {
-		base[r.Method+"/"+r.Suite] = r
+		by[r.Method+"/"+r.Suite] = r
 	}
-	fmt.Fprintln(w, "| method | suite | n | accuracy | Δ acc (pts) | tokens/s | speed-up | FLOPs predict | NFE | rows computed | FLOPs | mean ratio | mean depth | prefix hits (tokens) |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| method | suite | n | accuracy | Δ acc (pts) | tokens/s | speed-up | vs base | FLOPs predict | NFE | rows computed | FLOPs | mean ratio | mean depth | prefix hits (tokens) |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range rows {
-		dAcc, speed, predict := "", "", ""
-		if b, ok := base[benchBaseline(r.Method)+"/"+r.Suite]; ok {
+		dAcc, speed, vsBase, predict := "", "", "", ""
+		if b, ok := by["none/"+r.Suite]; ok && r.Method != "none" {
 			dAcc = fmt.Sprintf("%+.1f", 100*(r.Accuracy-b.Accuracy))
-			speed = fmt.Sprintf("%.2f× vs %s", r.TokensPerSec/b.TokensPerSec, b.Method)
+			speed = fmt.Sprintf("%.2f×", r.TokensPerSec/b.TokensPerSec)
 			if r.FLOPs > 0 && r.N == b.N {
 				predict = fmt.Sprintf("%.2f×", b.FLOPs/r.FLOPs)
 			}
+		}
+		if b, ok := by[benchBase(r.Method)+"/"+r.Suite]; ok {
+			vsBase = fmt.Sprintf("%.2f× vs %s (%+.1f pts)", r.TokensPerSec/b.TokensPerSec, b.Method, 100*(r.Accuracy-b.Accuracy))
 		}
 		name := r.Suite
 		if name == "average" {
 			name = "**average**"
 		}
-		fmt.Fprintf(w, "| %s | %s | %d | %.1f%% | %s | %.1f | %s | %s | %d | %.1f%% | %.1f%% | %.3f | %.2f | %d/%d |\n", r.Method, name, r.N, 100*r.Accuracy, dAcc,
-			r.TokensPerSec, speed, predict, r.NFE, 100*r.RowsFraction, 100*r.FLOPsFraction, r.MeanRatio, r.MeanDepth, r.HitTokens, r.QueryTokens)
+		fmt.Fprintf(w, "| %s | %s | %d | %.1f%% | %s | %.1f | %s | %s | %s | %d | %.1f%% | %.1f%% | %.3f | %.2f | %d/%d |\n", r.Method, name, r.N, 100*r.Accuracy, dAcc,
+			r.TokensPerSec, speed, vsBase, predict, r.NFE, 100*r.RowsFraction, 100*r.FLOPsFraction, r.MeanRatio, r.MeanDepth, r.HitTokens, r.QueryTokens)
 	}
 }
 

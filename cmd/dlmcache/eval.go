@@ -43,7 +43,9 @@ func newCmdEval(f *factory, runF func(*evalOptions) error) *cobra.Command {
 		Long: `Eval generates answers for held-out samples of the task suites (system
 messages never seen in training) and checks the text after "##" strictly.
 It reports per-suite accuracy, tokens/s, forward evaluations, the fraction of
-layer-rows computed and the mean shared-prefix ratio.`,
+layer-rows computed and the mean shared-prefix ratio.
+
+Methods:` + methodsHelp(),
 		Example: `  dlmcache eval --suite all --limit 50
   dlmcache eval --suite lookup --method bicache --lut out/table.json --json`,
 		Args: cobra.NoArgs,

@@ -63,7 +63,9 @@ with a 400 naming the field. GET /health answers as /healthz does.
 for another model is refused at start.
 
 SIGINT or SIGTERM stop accepting, let the requests in flight finish for up
-to --grace, and exit.`,
+to --grace, and exit.
+
+Methods:` + methodsHelp(),
 		Example: `  dlmcache serve --model model/testdata/tiny-bf16
   dlmcache serve --lut out/table.json --addr 127.0.0.1:8080 --cache-bytes 2147483648
   curl -s localhost:8080/v1/chat/completions -d '{"messages":[{"role":"system","content":"Be terse."},{"role":"user","content":"Hi"}]}'`,

@@ -99,3 +99,11 @@ type Backend interface {
 	// min(rows) rows. Column counts must match.
 	CopyRows(dst Tensor, dstRows []int32, src Tensor, srcRows []int32)
 }
+
+// AttentionWeigher is an optional Backend method: the head-mean attention
+// weights softmax(q·kᵀ/√hd) [nq·nk] that Attention applies (shapes as
+// Attention's). The forward asks for them only for plans that want them;
+// backends without it get a host-side computation.
+type AttentionWeigher interface {
+	AttentionWeights(dst []float32, q, k Tensor, nHeads, nKVHeads int)
+}

@@ -116,3 +116,36 @@ func (b *Backend) getScratch(n int) []float32 {
 }
 
 func (b *Backend) putScratch(s []float32) { b.scratch.Put(&s) }
+
+// AttentionWeights writes into dst [nq·nk] the head-mean of
+// softmax(q·kᵀ/√hd): the weights Attention applies, materialised for the
+// plans that ask for them (d2Cache's rollout, Elastic-Cache's drift). It
+// implements backend.AttentionWeigher with the same score and softmax
+// kernels as Attention.
+func (b *Backend) AttentionWeights(dst []float32, q, k backend.Tensor, nHeads, nKVHeads int) {
+	qs, ks := tensor(q, "AttentionWeights"), tensor(k, "AttentionWeights")
+	if nHeads <= 0 || nKVHeads <= 0 || nHeads%nKVHeads != 0 || qs.cols%nHeads != 0 || ks.cols != nKVHeads*(qs.cols/nHeads) || len(dst) != qs.rows*ks.rows {
+		shapePanic("AttentionWeights", "q %v, k %v, %d heads, %d kv heads, dst %d", qs, ks, nHeads, nKVHeads, len(dst))
+	}
+	hd, nq, nk := qs.cols/nHeads, qs.rows, ks.rows
+	clear(dst)
+	if nq == 0 || nk == 0 {
+		return
+	}
+	buf := b.getScratch(nq*nk + nq)
+	defer b.putScratch(buf)
+	scores, inv := buf[:nq*nk], buf[nq*nk:]
+	scale := float32(1 / math.Sqrt(float64(hd)))
+	group := nHeads / nKVHeads
+	for h := 0; h < nHeads; h++ {
+		sgemmNT(nq, nk, hd, scale, qs.data[h*hd:], qs.stride, ks.data[(h/group)*hd:], ks.stride, 0, scores, nk)
+		softmaxRows(scores, nq, nk, inv)
+		for i := 0; i < nq; i++ {
+			s := inv[i] / float32(nHeads)
+			row, out := scores[i*nk:(i+1)*nk], dst[i*nk:(i+1)*nk]
+			for j, e := range row {
+				out[j] += e * s
+			}
+		}
+	}
+}
