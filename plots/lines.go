@@ -221,7 +221,9 @@ func style(i int) seriesStyle {
 	colors := []color.Color{blue, orange, green, red, purple, grey}
 	dashes := [][]vg.Length{nil, {vg.Points(5), vg.Points(2)}, {vg.Points(1.5), vg.Points(1.5)}, {vg.Points(6), vg.Points(2), vg.Points(1.5), vg.Points(2)}}
 	glyphs := []draw.GlyphDrawer{draw.CircleGlyph{}, draw.SquareGlyph{}, draw.TriangleGlyph{}, draw.PyramidGlyph{}, draw.RingGlyph{}, draw.CrossGlyph{}}
-	return seriesStyle{colors[i%len(colors)], dashes[i%len(dashes)], glyphs[i%len(glyphs)]}
+	// Past six series the colours shift by one per round, so that no two of
+	// the first 36 share both colour and glyph.
+	return seriesStyle{colors[(i+i/len(glyphs))%len(colors)], dashes[i%len(dashes)], glyphs[i%len(glyphs)]}
 }
 
 func (s seriesStyle) line() draw.LineStyle {

@@ -12,10 +12,12 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
@@ -455,3 +457,22 @@ func TestNiceTicks(t *testing.T) {
 }
 
 var _ Figure = (*plot.Plot)(nil)
+
+func TestParetoFront(t *testing.T) {
+	pts := plotter.XYs{{X: 1, Y: 60}, {X: 2.5, Y: 60}, {X: 2.5, Y: 5}, {X: 3.3, Y: 60}, {X: 29, Y: 45}, {X: 38, Y: 45}, {X: 0.8, Y: 61}}
+	got := paretoFront(pts)
+	want := plotter.XYs{{X: 0.8, Y: 61}, {X: 3.3, Y: 60}, {X: 38, Y: 45}}
+	if !slices.Equal(got, want) {
+		t.Errorf("front %v, want %v", got, want)
+	}
+	p, err := Pareto([]Method{{"none", 1, 0.6}, {"block", 29, 0.45}, {"bicache", 2.5, 0.6}}, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Save(p, filepath.Join(t.TempDir(), "p.png"), Width, Height); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Pareto([]Method{{"none", 0, 0.6}}, "t"); err == nil {
+		t.Error("a zero speed-up: no error")
+	}
+}

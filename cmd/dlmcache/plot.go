@@ -35,6 +35,7 @@ func newCmdPlot(f *factory) *cobra.Command {
 		{"convergence", "convergence.json", "table L1 distance vs requests per bin (sweep n)"},
 		{"sweep", "sweep-tau.json|sweep-refresh.json", "accuracy and throughput vs τ or R"},
 		{"refresh", "sweep-refresh.json", "deep-layer similarity: cross-request vs stale vs refreshed"},
+		{"pareto", "bench.json", "accuracy vs speed-up over none, one point per method, with the Pareto front (dlmcache bench)"},
 	} {
 		cmd.AddCommand(newCmdPlotKind(f, k.name, k.in, k.short, nil))
 	}
@@ -142,6 +143,25 @@ func plotRun(opts *plotOptions) error {
 			return err
 		}
 		fig = p
+	case "pareto":
+		var b struct {
+			Model     string                `json:"model"`
+			GenLength int                   `json:"gen_length"`
+			Steps     int                   `json:"steps"`
+			Results   []profile.SuiteResult `json:"results"`
+		}
+		if err := readJSONFile(opts.In, &b); err != nil {
+			return err
+		}
+		ms, err := benchPoints(b.Results)
+		if err != nil {
+			return fmt.Errorf("%s: %w", opts.In, err)
+		}
+		p, err := plots.Pareto(ms, title(fmt.Sprintf("caching methods, %s, gen %d / %d steps", b.Model, b.GenLength, b.Steps)))
+		if err != nil {
+			return err
+		}
+		fig = p
 	case "sweep", "refresh":
 		var r sweepResult
 		var pic profile.RefreshPicture
@@ -222,4 +242,25 @@ func meanSimilarity(recs []profile.Record, nLayers int, sim profile.Similarity) 
 		}
 	}
 	return sum, nil
+}
+
+// benchPoints are the methods' average rows as speed-up over none and
+// accuracy.
+func benchPoints(rows []profile.SuiteResult) ([]plots.Method, error) {
+	var none *profile.SuiteResult
+	for i, r := range rows {
+		if r.Method == "none" && r.Suite == "average" {
+			none = &rows[i]
+		}
+	}
+	if none == nil || none.TokensPerSec <= 0 {
+		return nil, fmt.Errorf("no average row for none (bench --methods none,...)")
+	}
+	var ms []plots.Method
+	for _, r := range rows {
+		if r.Suite == "average" {
+			ms = append(ms, plots.Method{Name: r.Method, SpeedUp: r.TokensPerSec / none.TokensPerSec, Accuracy: r.Accuracy})
+		}
+	}
+	return ms, nil
 }
