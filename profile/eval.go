@@ -33,6 +33,9 @@ type SuiteResult struct {
 	Clamped       int     `json:"ratio_clamps" parquet:"ratio_clamps"`
 	QueryTokens   int64   `json:"prefix_query_tokens" parquet:"prefix_query_tokens"`
 	HitTokens     int64   `json:"prefix_hit_tokens" parquet:"prefix_hit_tokens"`
+	// Refreshes counts the steps on which BiCache's deep layers refreshed
+	// (fixed period or drift trigger), over all requests.
+	Refreshes int64 `json:"deep_refreshes" parquet:"deep_refreshes"`
 }
 
 // Evaluator runs task-suite samples through the model with one caching
@@ -145,6 +148,7 @@ func (e *Evaluator) run(ctx context.Context, s datasets.Sample, t *tally) error 
 	t.flopsFull[s.Suite] += g.FLOPsFull
 	r.MeanRatio += float64(prefix) / float64(len(ids)+e.Gen.GenLength)
 	t.depthSum[s.Suite] += info.Depth
+	r.Refreshes += int64(info.Refreshes)
 	if info.Clamped {
 		r.Clamped++
 	}
@@ -185,6 +189,7 @@ func Overall(rs []SuiteResult) SuiteResult {
 		o.Clamped += r.Clamped
 		o.QueryTokens += r.QueryTokens
 		o.HitTokens += r.HitTokens
+		o.Refreshes += r.Refreshes
 		acc += r.Accuracy
 		rowsW += r.RowsFraction * float64(r.N)
 		o.FLOPs += r.FLOPs

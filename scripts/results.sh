@@ -3,7 +3,7 @@
 # docs/profiling.md on the bundled model (or MODEL=...), writing the outputs
 # and figures under results-out/ (OUT=...). It does not edit the docs: copy
 # the tables you want from results-out/*.txt, results-out/*/bench.md and the
-# figures from results-out/figures/. About 12 minutes on 2 cores; QUICK=1
+# figures from results-out/figures/. About 25 minutes on 2 cores; QUICK=1
 # runs every command with tiny sample counts (a smoke test of the pipeline,
 # numbers meaningless).
 set -euo pipefail
@@ -39,8 +39,12 @@ if [ -z "${MODEL:-}" ] && [ -z "${QUICK:-}" ]; then
 fi
 
 step "bench, sections 1-2 (docs/results.md)"
-t $B bench "${M[@]}" --lut "$KV" --limit $L50 --dual-block 8 --out "$OUT/bench" --quiet > /dev/null
-t $B bench "${M[@]}" --lut "$KV" --suite lookup --limit $L10 --questions-per-system 4 --dual-block 8 --out "$OUT/bench-shared" --quiet > /dev/null
+FIVE=none,prefix-all,bicache,block,bicache+block
+t $B bench "${M[@]}" --lut "$KV" --limit $L50 --methods $FIVE --dual-block 8 --out "$OUT/bench" --quiet > /dev/null
+t $B bench "${M[@]}" --lut "$KV" --suite lookup --limit $L10 --questions-per-system 4 --methods $FIVE --dual-block 8 --out "$OUT/bench-shared" --quiet > /dev/null
+step "every registered method at gen 64 / 64 steps, blocks of 32 for the block methods (section 5)"
+t $B bench "${M[@]}" --lut "$KV" --gen-length 64 --steps 64 --limit $L10 --out "$OUT/bench-all-64" --quiet > /dev/null
+$B plot pareto "$OUT/bench-all-64/bench.json" -o "$OUT/figures/pareto.png"
 step "deep sources, sections 3-4"
 for s in store recompute request; do
 	$B bench "${M[@]}" --lut "$KV" --limit $L25 --methods none,bicache,block,bicache+block --dual-block 8 --deep-source "$s" --out "$OUT/bench-$s" --quiet > /dev/null 2>>"$ERR"
@@ -58,6 +62,6 @@ $B plot refresh "$OUT/sweep-refresh/sweep-refresh.json" -o "$OUT/figures/refresh
 $B plot refresh "$OUT/sweep-refresh/sweep-refresh.json" --similarity kv-row-min -o "$OUT/figures/refresh-row-min.png"
 
 step "engine-level timings"
-go test ./cache -run '^$' -bench BenchmarkMethods -benchtime 10x > "$OUT/bench-methods.txt"
+go test ./cache -run '^$' -bench BenchmarkMethods -benchtime 3x > "$OUT/bench-methods.txt"
 echo "done: $OUT" >&2
 grep -h average "$OUT"/bench*/bench.md >&2 || true

@@ -163,8 +163,8 @@ func writeBenchMarkdown(w io.Writer, rows []profile.SuiteResult) {
 	for _, r := range rows {
 		by[r.Method+"/"+r.Suite] = r
 	}
-	fmt.Fprintln(w, "| method | suite | n | accuracy | Δ acc (pts) | tokens/s | speed-up | vs base | FLOPs predict | NFE | rows computed | FLOPs | mean ratio | mean depth | prefix hits (tokens) |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| method | suite | n | accuracy | Δ acc (pts) | tokens/s | speed-up | vs base | FLOPs predict | NFE | rows computed | FLOPs | mean ratio | mean depth | deep refreshes / request | prefix hits (tokens) |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range rows {
 		dAcc, speed, vsBase, predict := "", "", "", ""
 		if b, ok := by["none/"+r.Suite]; ok && r.Method != "none" {
@@ -181,8 +181,8 @@ func writeBenchMarkdown(w io.Writer, rows []profile.SuiteResult) {
 		if name == "average" {
 			name = "**average**"
 		}
-		fmt.Fprintf(w, "| %s | %s | %d | %.1f%% | %s | %.1f | %s | %s | %s | %d | %.1f%% | %.1f%% | %.3f | %.2f | %d/%d |\n", r.Method, name, r.N, 100*r.Accuracy, dAcc,
-			r.TokensPerSec, speed, vsBase, predict, r.NFE, 100*r.RowsFraction, 100*r.FLOPsFraction, r.MeanRatio, r.MeanDepth, r.HitTokens, r.QueryTokens)
+		fmt.Fprintf(w, "| %s | %s | %d | %.1f%% | %s | %.1f | %s | %s | %s | %d | %.1f%% | %.1f%% | %.3f | %.2f | %.1f | %d/%d |\n", r.Method, name, r.N, 100*r.Accuracy, dAcc,
+			r.TokensPerSec, speed, vsBase, predict, r.NFE, 100*r.RowsFraction, 100*r.FLOPsFraction, r.MeanRatio, r.MeanDepth, float64(r.Refreshes)/float64(max(1, r.N)), r.HitTokens, r.QueryTokens)
 	}
 }
 
