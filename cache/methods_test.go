@@ -64,10 +64,20 @@ func TestTokenCachesRowsComputed(t *testing.T) {
 	}
 
 	// FreeCache, blocks of 8: step 0 all; block 0's steps the answer (16);
-	// block 1's first step both blocks (16), its others block 1 (8).
+	// block 1's first step both blocks (16), its others block 1 (8). The
+	// FLOPs are each step's layers at its row count plus the head.
 	g, _ = generate(t, m, mk(t, "freecache", d), ids, pl, twoBlocks)
 	if want := L * (n + 3*16 + 16 + 3*8); g.RowsComputed != want {
 		t.Errorf("freecache: %d rows, want %d", g.RowsComputed, want)
+	}
+	c := m.Config
+	var flops float64
+	for i, r := range []int{n, 16, 16, 16, 16, 8, 8, 8} {
+		masked := 8 - 2*(i%4) // the block's masked slots get logits
+		flops += float64(L)*c.LayerFLOPs(n, r) + c.HeadFLOPs(masked)
+	}
+	if math.Abs(g.FLOPs-flops) > 1e-6*flops {
+		t.Errorf("freecache: %g FLOPs, want %g", g.FLOPs, flops)
 	}
 	// Under BiCache's shallow reuse at depth 2 the first step skips the
 	// prefix rows of layers 1–2; nothing else changes.

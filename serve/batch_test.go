@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/model"
 )
 
@@ -74,7 +75,7 @@ func TestBatchedAnswersMatchAlone(t *testing.T) {
 		{"You are terse.", "Name a color."},
 		{"", "x"},
 	}
-	for _, method := range []string{"none", "prefix-all", "bicache"} {
+	for _, method := range cache.Names() {
 		t.Run(method, func(t *testing.T) {
 			alone := newTestServer(t, method, 1<<30, func(c *Config) { c.MaxConcurrency = 1 })
 			want := make([]string, len(prompts))

@@ -47,13 +47,14 @@ func loadTiny(t *testing.T) *model.Model {
 // testGen keeps generations short: 16 slots, 8 steps, blocks of 8.
 var testGen = model.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}
 
-// newTestServer returns a server with method name ("none", "prefix-all" or
-// "bicache"; bicache gets a table serving depth 2 of the fixture's 3 layers
-// at every ratio) on a store of budget bytes.
+// newTestServer returns a server with the named method (any registered
+// one, at its defaults; the bicache family gets a table serving depth 2 of
+// the fixture's 3 layers at every ratio) on a store of budget bytes.
 func newTestServer(t *testing.T, method string, budget int64, mod func(*Config)) *Server {
 	t.Helper()
 	m := loadTiny(t)
-	o := cache.Options{Refresh: 4, Fingerprint: m.Fingerprint, Stat: lut.Mean}
+	o := cache.DefaultOptions()
+	o.Refresh, o.Fingerprint = 4, m.Fingerprint
 	if method != "none" {
 		o.Store = cache.NewStore(m.Backend, budget, cache.FIFO)
 	}
