@@ -156,7 +156,7 @@ func TestMetricsExposition(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"dlmcache_request_duration_seconds", "dlmcache_queue_wait_seconds",
-		"dlmcache_generation_duration_seconds", "dlmcache_generation_nfe"} {
+		"dlmcache_generation_duration_seconds", "dlmcache_generation_nfe", "dlmcache_time_to_first_block_seconds", "dlmcache_batch_size"} {
 		if f := fams[name]; f == nil || f.GetType().String() != "HISTOGRAM" {
 			t.Errorf("%s: not a histogram in /metrics", name)
 		}
@@ -166,10 +166,22 @@ func TestMetricsExposition(t *testing.T) {
 			t.Errorf("%s missing from /metrics", name)
 		}
 	}
+	// testGen has two blocks: the first block is seen once per request.
+	if metric(t, page, "dlmcache_time_to_first_block_seconds_count") != 1 || metric(t, page, "dlmcache_batch_size_count") != 0 {
+		t.Errorf("time to first block count %v, batch size count %v (unbatched)", metric(t, page, "dlmcache_time_to_first_block_seconds_count"), metric(t, page, "dlmcache_batch_size_count"))
+	}
 	if metric(t, page, "dlmcache_generation_nfe_count") != 1 || metric(t, page, `dlmcache_requests_unrouted_total{code="404"}`) != 1 ||
 		metric(t, page, `dlmcache_requests_unrouted_total{code="405"}`) != 1 {
 		t.Errorf("nfe count %v, 404s %v, 405s %v", metric(t, page, "dlmcache_generation_nfe_count"),
 			metric(t, page, `dlmcache_requests_unrouted_total{code="404"}`), metric(t, page, `dlmcache_requests_unrouted_total{code="405"}`))
+	}
+	// A batching server observes the size of every batched forward: one
+	// request alone runs testGen's 8 steps as batches of one.
+	b := newTestServer(t, "bicache", 1<<30, func(c *Config) { c.MaxConcurrency = 0; c.MaxBatch = 4 })
+	decodeChat(t, post(t, b, "/v1/chat/completions", chatBody("Be brief.", "Hello", "")))
+	page = get(t, b, "/metrics").Body.String()
+	if n := metric(t, page, "dlmcache_batch_size_count"); n != float64(testGen.Steps) {
+		t.Errorf("batched: batch size count %v, want one per forward (%d)", n, testGen.Steps)
 	}
 }
 

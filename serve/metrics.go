@@ -45,6 +45,8 @@ type metrics struct {
 	flops       prometheus.Counter
 	flopsFull   prometheus.Counter
 	genLat      prometheus.Histogram
+	firstBlock  prometheus.Histogram
+	batchSize   prometheus.Histogram
 
 	regimeMismatch prometheus.Counter
 
@@ -107,6 +109,8 @@ func newMetrics(method string, store func() cache.Stats, now func() time.Time) *
 	m.flopsFull = counter("dlmcache_flops_full_total", "Matrix-product FLOPs that computing every row would have cost.")
 	m.genLat = f.NewHistogram(prometheus.HistogramOpts{Name: "dlmcache_generation_duration_seconds", Help: "Generation wall time (after the queue).", Buckets: latencyBuckets})
 
+	m.firstBlock = f.NewHistogram(prometheus.HistogramOpts{Name: "dlmcache_time_to_first_block_seconds", Help: "Time from a request's admission (queueing included) to its first committed block: when a streaming client sees text.", Buckets: latencyBuckets})
+	m.batchSize = f.NewHistogram(prometheus.HistogramOpts{Name: "dlmcache_batch_size", Help: "Generations sharing one batched forward (--max-batch > 1).", Buckets: []float64{1, 2, 4, 8, 16, 32, 64}})
 	m.regimeMismatch = counter("dlmcache_regime_mismatch_total", "Generations in another regime (gen length, steps, block length) than the table was profiled in.")
 	info := f.NewGaugeVec(prometheus.GaugeOpts{Name: "dlmcache_info", Help: "The serving configuration."}, []string{"method"})
 	info.WithLabelValues(method).Set(1)

@@ -138,7 +138,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.met = newMetrics(cfg.Method.Name(), store, cfg.Now)
 	if cfg.MaxBatch > 1 {
-		s.batch = newBatcher(cfg.Model.LLaDA, cfg.MaxBatch, nil)
+		s.batch = newBatcher(cfg.Model.LLaDA, cfg.MaxBatch, func(n int) { s.met.batchSize.Observe(float64(n)) })
 	}
 	s.mux.HandleFunc("POST /v1/chat/completions", s.handleChat)
 	s.mux.HandleFunc("POST /v1/completions", s.handleCompletion)
@@ -521,6 +521,16 @@ func (s *Server) run(ctx context.Context, j *job) (*result, *apiError) {
 	s.checkRegime(j.gen)
 	lm := s.cfg.Model
 	gen, leave := s.batched(j.gen)
+	first, onBlock := true, gen.OnBlock
+	gen.OnBlock = func(b int, canvas []int32) {
+		if first {
+			first = false
+			s.met.firstBlock.Observe(s.cfg.Now().Sub(qstart).Seconds())
+		}
+		if onBlock != nil {
+			onBlock(b, canvas)
+		}
+	}
 	defer leave()
 	res, err := cache.Run(ctx, lm.LLaDA, meth, cache.Request{Prompt: j.ids, PrefixLen: j.prefixLen, Salt: j.salt}, gen)
 	if err != nil {
