@@ -2,7 +2,6 @@ package cache
 
 import (
 	"fmt"
-	"math"
 	"slices"
 	"sort"
 
@@ -15,6 +14,9 @@ type D2Options struct {
 	K     int     // masked slots recomputed per step, by certainty prior
 	P     float64 // rollout importance mass of the other rows recomputed
 	Sigma float64 // certainty density's Gaussian width, in tokens
+	// Prior decodes by certainty prior (confidence × density) instead of
+	// the schedule's decoder: a quasi left-to-right order.
+	Prior bool
 }
 
 // d2Cache is d2Cache's token-selective update: a full first step, then
@@ -37,6 +39,14 @@ func newD2Cache(o Options) (Method, error) {
 		return nil, fmt.Errorf("d2cache needs K > 0, P in [0, 1] and Sigma > 0, got K %d P %g Sigma %g", d.K, d.P, d.Sigma)
 	}
 	return &d2Cache{base{"d2cache", o}}, nil
+}
+
+// Gen installs the certainty-prior decoder when asked.
+func (m *d2Cache) Gen(o model.GenOptions) model.GenOptions {
+	if m.o.D2.Prior {
+		o.Decoder = model.CertaintyPrior{Sigma: m.o.D2.Sigma}
+	}
+	return o
 }
 
 func (m *d2Cache) Planner(lm *model.LLaDA, _ string, _ *Info) model.Planner {
@@ -104,7 +114,7 @@ func (p *d2Planner) selectRows(s *model.Step) []int32 {
 		}
 		end = min(G-1, (end/bl+1)*bl-1)
 		bs, be := s.BlockStart-P, s.BlockEnd-P
-		dens := certaintyDensity(known, p.o.Sigma)
+		dens := model.CertaintyDensity(known, p.o.Sigma)
 		var win []int
 		best := 0.0
 		score := make(map[int]float64)
@@ -158,48 +168,6 @@ func (p *d2Planner) selectRows(s *model.Step) []int32 {
 	}
 	slices.Sort(rows)
 	return rows
-}
-
-// certaintyDensity is, per answer slot, the Gaussian-weighted (σ) share of
-// decoded tokens around it; past the answer's start everything counts as
-// decoded (the prompt), past its end as the last slot is.
-func certaintyDensity(known []bool, sigma float64) []float64 {
-	G := len(known)
-	w := int(math.Ceil(3 * sigma))
-	kern := make([]float64, w+1)
-	for d := range kern {
-		kern[d] = math.Exp(-float64(d*d) / (2 * sigma * sigma))
-	}
-	at := func(j int) float64 {
-		switch {
-		case j < 0:
-			return 1
-		case j >= G:
-			j = G - 1
-		}
-		if known[j] {
-			return 1
-		}
-		return 0
-	}
-	out := make([]float64, G)
-	for i := range G {
-		var num, den float64
-		for j := i - w; j <= i+w; j++ {
-			k := kern[abs(i-j)]
-			num += k * at(j)
-			den += k
-		}
-		out[i] = num / den
-	}
-	return out
-}
-
-func abs(x int) int {
-	if x < 0 {
-		return -x
-	}
-	return x
 }
 
 func (p *d2Planner) WantsAttention(int) bool { return true }

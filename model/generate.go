@@ -97,6 +97,12 @@ type Candidates struct {
 	Pos  []int32   // canvas positions
 	Tok  []int32   // proposed token (argmax, with Gumbel noise if T > 0)
 	Conf []float64 // softmax probability of Tok under the raw logits
+	// The canvas before this step (read only), where the answer starts,
+	// and the mask id: decoders that weigh a slot by its decoded
+	// neighbours read them.
+	Canvas    []int32
+	PromptLen int
+	Mask      int32
 }
 
 // Decoder chooses which candidates a step commits. k is the schedule's
@@ -137,6 +143,61 @@ func (d Threshold) Choose(c *Candidates, _ int, _ *rand.Rand) []int {
 		}
 	}
 	return best
+}
+
+// CertaintyPrior is d2Cache's certainty-prior decoding: commit the k
+// proposals of highest confidence × certainty density (the Gaussian-
+// weighted share, width Sigma, of decoded tokens around the slot), which
+// decodes in a quasi left-to-right order.
+type CertaintyPrior struct{ Sigma float64 }
+
+func (d CertaintyPrior) Choose(c *Candidates, k int, _ *rand.Rand) []int {
+	known := make([]bool, len(c.Canvas)-c.PromptLen)
+	for i := range known {
+		known[i] = c.Canvas[c.PromptLen+i] != c.Mask
+	}
+	dens := CertaintyDensity(known, d.Sigma)
+	s := make([]float64, len(c.Pos))
+	for i, p := range c.Pos {
+		s[i] = c.Conf[i] * dens[int(p)-c.PromptLen]
+	}
+	return topK(s, k)
+}
+
+// CertaintyDensity is, per answer slot, the Gaussian-weighted (σ) share of
+// decoded tokens around it (d2Cache's certainty density); before the
+// answer everything counts as decoded (the prompt), past its end as the
+// last slot is.
+func CertaintyDensity(known []bool, sigma float64) []float64 {
+	G := len(known)
+	w := int(math.Ceil(3 * sigma))
+	kern := make([]float64, w+1)
+	for d := range kern {
+		kern[d] = math.Exp(-float64(d*d) / (2 * sigma * sigma))
+	}
+	at := func(j int) float64 {
+		switch {
+		case j < 0:
+			return 1
+		case j >= G:
+			j = G - 1
+		}
+		if known[j] {
+			return 1
+		}
+		return 0
+	}
+	out := make([]float64, G)
+	for i := range G {
+		var num, den float64
+		for j := i - w; j <= i+w; j++ {
+			k := kern[max(i-j, j-i)]
+			num += k * at(j)
+			den += k
+		}
+		out[i] = num / den
+	}
+	return out
 }
 
 // topK returns the indices of the k largest scores (ties: lower index first).
@@ -312,7 +373,8 @@ func (m *LLaDA) step(s *Step, o GenOptions, dec Decoder, k int, mask int32, plan
 			logits[i] = uo.Logits[i] + w*(logits[i]-uo.Logits[i])
 		}
 	}
-	c := &Candidates{Pos: rows, Tok: make([]int32, len(rows)), Conf: make([]float64, len(rows))}
+	c := &Candidates{Pos: rows, Tok: make([]int32, len(rows)), Conf: make([]float64, len(rows)),
+		Canvas: canvas, PromptLen: s.PromptLen, Mask: mask}
 	for i := range rows {
 		c.Tok[i], c.Conf[i] = propose(logits[i*e:(i+1)*e], o.Temperature, rng)
 	}

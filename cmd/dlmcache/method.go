@@ -46,6 +46,7 @@ func addCacheFlags(fl *pflag.FlagSet, c *cacheFlags) {
 	fl.IntVar(&c.D2.K, "d2-k", d.D2.K, "d2cache: masked slots recomputed per step, by certainty prior")
 	fl.Float64Var(&c.D2.P, "d2-p", d.D2.P, "d2cache: attention-rollout importance share of the other rows recomputed per step (1: every row)")
 	fl.Float64Var(&c.D2.Sigma, "d2-sigma", d.D2.Sigma, "d2cache: certainty density's Gaussian width in tokens")
+	fl.BoolVar(&c.D2.Prior, "d2-prior-order", false, "d2cache: decode by certainty prior (confidence × density of decoded neighbours) instead of confidence alone")
 	fl.IntVar(&c.DLLM.Kp, "dllm-kp", d.DLLM.Kp, "dllm-cache: refresh the prompt's K/V every Kp steps")
 	fl.IntVar(&c.DLLM.Kr, "dllm-kr", d.DLLM.Kr, "dllm-cache: refresh the response's K/V every Kr steps")
 	fl.Float64Var(&c.DLLM.Rho, "dllm-rho", d.DLLM.Rho, "dllm-cache: between refreshes, the fraction of response rows recomputed (those whose V changed most)")
