@@ -61,8 +61,8 @@ func checkTable(o Options) error {
 	return nil
 }
 
-func (m *biCache) Store() *Store     { return m.o.Store }
-func (m *biCache) Table() *lut.Table { return m.o.Table }
+func (m *biCache) Store() PrefixStore { return m.o.Store }
+func (m *biCache) Table() *lut.Table  { return m.o.Table }
 
 func (m *biCache) Source() string { return string(source(m.o.DeepSource)) }
 

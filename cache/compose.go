@@ -30,7 +30,7 @@ func composed(inner func(Options) (Method, error)) func(Options) (Method, error)
 	}
 }
 
-func (m *withBiCache) Store() *Store                           { return m.o.Store }
+func (m *withBiCache) Store() PrefixStore                      { return m.o.Store }
 func (m *withBiCache) Table() *lut.Table                       { return m.o.Table }
 func (m *withBiCache) Source() string                          { return string(source(m.o.DeepSource)) }
 func (m *withBiCache) Gen(o model.GenOptions) model.GenOptions { return m.inner.Gen(o) }

@@ -26,7 +26,7 @@ type Method interface {
 	// tenants' (appended to the method's own salt).
 	Planner(lm *model.LLaDA, salt string, info *Info) model.Planner
 	// Store is the prefix store shared across requests (nil: none).
-	Store() *Store
+	Store() PrefixStore
 	// Table is the ratio → depth table the method serves (nil: none).
 	Table() *lut.Table
 	// Source is the deep source whose calibrated depths the method serves
@@ -64,8 +64,8 @@ func ParseDeepSource(s string) (DeepSource, error) {
 // Options configure every method; each reads the fields it needs and
 // validates them.
 type Options struct {
-	Store       *Store     // prefix store (prefix-all and the bicache family)
-	Table       *lut.Table // ratio → depth (the bicache family)
+	Store       PrefixStore // prefix store (prefix-all and the bicache family): *Store or *BlockStore
+	Table       *lut.Table  // ratio → depth (the bicache family)
 	Stat        lut.Statistic
 	DeepSource  DeepSource
 	Fingerprint string // model fingerprint, part of the store key
@@ -210,7 +210,7 @@ type base struct {
 }
 
 func (b *base) Name() string                            { return b.name }
-func (b *base) Store() *Store                           { return nil }
+func (b *base) Store() PrefixStore                      { return nil }
 func (b *base) Table() *lut.Table                       { return nil }
 func (b *base) Source() string                          { return "" }
 func (b *base) Gen(o model.GenOptions) model.GenOptions { return o }

@@ -18,7 +18,7 @@ func newPrefixAll(o Options) (Method, error) {
 	return &prefixAll{base{"prefix-all", o}}, nil
 }
 
-func (m *prefixAll) Store() *Store { return m.o.Store }
+func (m *prefixAll) Store() PrefixStore { return m.o.Store }
 
 func (m *prefixAll) Planner(lm *model.LLaDA, salt string, info *Info) model.Planner {
 	if info == nil {

@@ -61,6 +61,8 @@ type Entry struct {
 	H      []backend.Tensor
 	Bytes  int64
 
+	nodes []*blockNode // a BlockStore entry: the blocks it was assembled from
+
 	refs    int  // requests holding it (guarded by the store's mutex)
 	evicted bool // no longer findable; freed when refs drops to 0
 	elem    *list.Element

@@ -22,7 +22,7 @@ type shallow struct {
 	lm    *model.LLaDA
 	b     backend.Backend
 	L     int
-	store *Store
+	store PrefixStore
 	src   DeepSource
 	id    PrefixID // fingerprint and salt; tokens filled per request
 	info  *Info
@@ -33,6 +33,7 @@ type shallow struct {
 	offAtZero bool
 
 	m, n, d int
+	h       int // prefix rows layers 0..d-1 take from the source: m, or the stored blocks' rows
 	inreq   bool
 	entry   *Entry
 	prefix  []int32
@@ -63,18 +64,16 @@ func (p *shallow) Begin(r *model.Request) error {
 		tokens := r.Prompt[:p.m]
 		id := p.id
 		id.Tokens = tokens
-		e, hit, err := p.store.Acquire(id, func() (*Entry, error) { return ComputePrefix(p.lm, tokens) })
+		e, hit, rows, flops, err := p.store.Get(p.lm, id)
 		if err != nil {
 			return fmt.Errorf("computing the shared prefix: %w", err)
 		}
-		p.entry, p.info.Hit = e, hit
-		p.info.QueryTokens = p.m
-		if hit {
-			p.info.HitTokens = p.m
-		} else {
-			p.info.PrefixRows = p.L * p.m
-			p.info.PrefixFLOPs = p.lm.Config.StepFLOPs(p.m, p.m, 0)
-		}
+		p.entry, p.info.Hit = e, rows == 0
+		p.info.QueryTokens, p.info.HitTokens = p.m, hit
+		p.info.PrefixRows, p.info.PrefixFLOPs = rows, flops
+		p.h = len(e.Tokens)
+	} else {
+		p.h = p.m
 	}
 	if p.inner != nil {
 		if da, ok := p.inner.(depthAware); ok {
@@ -167,25 +166,50 @@ func (p *shallow) Rows(l int) []int32 {
 		return r
 	}
 	if r == nil {
-		return iota32(p.m, p.n)
+		return iota32(p.h, p.n)
 	}
-	_, _, hi, _ := splitAt(r, p.m)
+	_, _, hi, _ := splitAt(r, p.h)
+	if p.h < p.m && !keepsAll(p.ip) {
+		// The prefix rows past the stored blocks are computed like the
+		// suffix: the inner planner keeps no shallow K/V for them.
+		hi = mergeRows(hi, iota32(p.h, p.m))
+	}
 	return hi
+}
+
+// mergeRows is the sorted union of two sorted row lists.
+func mergeRows(a, b []int32) []int32 {
+	r := make([]int32, 0, len(a)+len(b))
+	i, j := 0, 0
+	for i < len(a) || j < len(b) {
+		switch {
+		case j == len(b) || i < len(a) && a[i] < b[j]:
+			r = append(r, a[i])
+			i++
+		case i == len(a) || b[j] < a[i]:
+			r = append(r, b[j])
+			j++
+		default:
+			r = append(r, a[i])
+			i, j = i+1, j+1
+		}
+	}
+	return r
 }
 
 func (p *shallow) Hidden(l int, rows []int32, dst backend.Tensor) error {
 	if l != p.d {
 		return p.innerHidden(l, rows, dst)
 	}
-	pre, preIdx, rest, restIdx := splitAt(rows, p.m)
-	src := p.kH
-	if !p.inreq {
-		src = p.entry.H[l]
-	}
-	if src == nil {
-		return fmt.Errorf("cache: no hidden state for layer %d", l)
-	}
+	pre, preIdx, rest, restIdx := splitAt(rows, p.h)
 	if len(pre) > 0 {
+		src := p.kH
+		if !p.inreq {
+			src = p.entry.H[l]
+		}
+		if src == nil {
+			return fmt.Errorf("cache: no hidden state for layer %d", l)
+		}
 		p.b.CopyRows(dst, preIdx, src, pre)
 	}
 	if len(rest) == 0 {
@@ -213,7 +237,7 @@ func (p *shallow) KV(l int, rows []int32, k, v backend.Tensor) error {
 		// prefix rows itself, on its last full step: its K/V are those.)
 		return p.innerKV(l, rows, k, v)
 	}
-	pre, _, rest, _ := splitAt(rows, p.m)
+	pre, _, rest, _ := splitAt(rows, p.h)
 	if len(pre) > 0 {
 		sk, sv := p.kK, p.kV
 		if !p.inreq {

@@ -1,0 +1,450 @@
+package cache
+
+import (
+	"container/list"
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/backend"
+)
+
+// PrefixStore is what the bicache family and prefix-all need from a prefix
+// store: the stored K/V, V and hidden states of (a leading part of) a
+// request's shared prefix, computed where missing.
+type PrefixStore interface {
+	// Get returns an entry covering rows 0..h-1 of id.Tokens (h ≤ the
+	// prefix length; the rows it does not cover the request computes), the
+	// prefix tokens found stored, and the (layer, row) pairs and FLOPs
+	// computed to fill the rest. The caller must Release the entry.
+	Get(lm *model.LLaDA, id PrefixID) (e *Entry, hitTokens, computedRows int, flops float64, err error)
+	Release(e *Entry)
+	Stats() Stats
+}
+
+// Get is the whole-prefix store's PrefixStore method: the prefix is one
+// entry, computed alone on a miss.
+func (s *Store) Get(lm *model.LLaDA, id PrefixID) (*Entry, int, int, float64, error) {
+	e, hit, err := s.Acquire(id, func() (*Entry, error) { return ComputePrefix(lm, id.Tokens) })
+	if err != nil || hit {
+		return e, len(id.Tokens), 0, 0, err
+	}
+	m := len(id.Tokens)
+	return e, 0, len(lm.Blocks) * m, lm.Config.StepFLOPs(m, m, 0), nil
+}
+
+// BlockStore is the prefix store at block granularity, as vLLM's prefix
+// cache is: a prefix is split into fixed-size token blocks, block i named
+// by a chained hash of block i−1's hash, its tokens, the model fingerprint
+// and the cache salt; a request reuses its longest stored chain of full
+// blocks and computes (and stores) the rest. So two prefixes that share
+// their leading blocks — a document under two system prompts, a
+// conversation's earlier turns — share those blocks' K/V.
+//
+// What a block holds: with Causal (the default), block i's K/V and hidden
+// states are computed over the prefix up to block i's end only — each
+// block attends to itself and the blocks before it — so a block's contents
+// depend on its chain alone and a hit is exact whatever was stored first.
+// Without it, the blocks a request fills are computed together over its
+// whole prefix (bidirectionally), as the whole-prefix store does; a block
+// then holds what the first prefix that stored it saw after it.
+// docs/serving.md has the measurements behind the default.
+//
+// Eviction is lazy LRU over leaves: only a block no stored block extends
+// can go, least recently used first, so a prefix's root survives its
+// branches. Evicted blocks stay valid for the requests holding them.
+type BlockStore struct {
+	b         backend.Backend
+	blockSize int
+	budget    int64
+	causal    bool
+
+	mu     sync.Mutex
+	nodes  map[Key]*blockNode
+	leaves *list.List // evictable order: least recently used leaf first
+	tick   uint64
+	stats  Stats
+	events *EventLog
+}
+
+type blockNode struct {
+	key, parent Key
+	up          *blockNode
+	tokens      []int32
+	fp, salt    string
+	k, v, h     []backend.Tensor // per layer, [blockSize, …]
+	bytes       int64
+	refs        int
+	kids        int
+	used        uint64
+	elem        *list.Element // in leaves when stored with no stored child
+	stored      bool
+}
+
+// NewBlockStore makes a block store of blockSize-token blocks holding at
+// most budget bytes; causal chooses what a block's K/V are computed over.
+// Its events (stored and removed blocks) go to events if not nil.
+func NewBlockStore(b backend.Backend, blockSize int, budget int64, causal bool, events *EventLog) *BlockStore {
+	if blockSize <= 0 {
+		blockSize = 16
+	}
+	return &BlockStore{b: b, blockSize: blockSize, budget: budget, causal: causal,
+		nodes: map[Key]*blockNode{}, leaves: list.New(), events: events}
+}
+
+// BlockSize is the store's block length in tokens.
+func (s *BlockStore) BlockSize() int { return s.blockSize }
+
+// blockKey chains a block's hash: the parent's hash, the fingerprint, the
+// salt and the block's tokens.
+func blockKey(parent Key, fp, salt string, tokens []int32) Key {
+	h := xxhash.New()
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], uint64(parent))
+	h.Write(b[:])
+	for _, s := range []string{fp, salt} {
+		binary.LittleEndian.PutUint64(b[:], uint64(len(s)))
+		h.Write(b[:])
+		h.WriteString(s)
+	}
+	for _, t := range tokens {
+		binary.LittleEndian.PutUint32(b[:4], uint32(t))
+		h.Write(b[:4])
+	}
+	return Key(h.Sum64())
+}
+
+// Get implements PrefixStore.
+func (s *BlockStore) Get(lm *model.LLaDA, id PrefixID) (*Entry, int, int, float64, error) {
+	B := s.blockSize
+	nb := len(id.Tokens) / B
+	s.mu.Lock()
+	s.tick++
+	s.stats.Queries++
+	s.stats.QueryTokens += int64(len(id.Tokens))
+	var chain []*blockNode
+	var parent Key
+	var up *blockNode
+	for i := 0; i < nb; i++ {
+		toks := id.Tokens[i*B : (i+1)*B]
+		key := blockKey(parent, id.Fingerprint, id.Salt, toks)
+		n := s.nodes[key]
+		if n == nil {
+			break
+		}
+		if n.up != up || n.fp != id.Fingerprint || n.salt != id.Salt || !slices.Equal(n.tokens, toks) {
+			s.stats.Collisions++
+			break
+		}
+		s.hold(n)
+		chain = append(chain, n)
+		parent, up = key, n
+	}
+	hit := len(chain) * B
+	s.stats.HitTokens += int64(hit)
+	if len(chain) == nb {
+		s.stats.Hits++
+	}
+	s.mu.Unlock()
+
+	// Compute the missing blocks over the stored ones.
+	var rows int
+	var flops float64
+	if len(chain) < nb {
+		fresh, r, f, err := s.fill(lm, id, chain, nb)
+		if err != nil {
+			s.releaseNodes(chain)
+			return nil, 0, 0, 0, err
+		}
+		rows, flops = r, f
+		s.mu.Lock()
+		for _, n := range fresh {
+			var up *blockNode
+			if len(chain) > 0 {
+				up = chain[len(chain)-1]
+			}
+			chain = append(chain, s.insert(n, up))
+		}
+		s.mu.Unlock()
+	}
+	return s.assemble(lm, chain), hit, rows, flops, nil
+}
+
+// hold takes a request's reference on a stored node (mu held).
+func (s *BlockStore) hold(n *blockNode) {
+	n.refs++
+	n.used = s.tick
+	if n.elem != nil {
+		s.leaves.MoveToBack(n.elem)
+	}
+}
+
+// fill computes blocks len(chain)..nb-1 of id, with every earlier block's
+// K/V from chain (and, causal, from the blocks filled before).
+func (s *BlockStore) fill(lm *model.LLaDA, id PrefixID, chain []*blockNode, nb int) ([]*blockNode, int, float64, error) {
+	B := s.blockSize
+	from := len(chain)
+	var fresh []*blockNode
+	var rows int
+	var flops float64
+	run := func(lo, hi int) error { // compute blocks lo..hi-1
+		known := slices.Concat(chain, fresh)
+		c := &blockFill{b: s.b, known: known, blockSize: B, from: lo * B, to: hi * B}
+		out, err := lm.Forward(model.Input{Tokens: id.Tokens[:hi*B]}, c)
+		if err != nil {
+			return err
+		}
+		defer c.free()
+		for i := lo; i < hi; i++ {
+			n := &blockNode{tokens: slices.Clone(id.Tokens[i*B : (i+1)*B]), fp: id.Fingerprint, salt: id.Salt}
+			r := iota32((i-lo)*B, (i-lo+1)*B)
+			for l := range c.k {
+				n.k = append(n.k, s.sub(c.k[l], r))
+				n.v = append(n.v, s.sub(c.v[l], r))
+				n.h = append(n.h, s.sub(c.h[l], r))
+				n.bytes += 4 * int64(B*(c.k[l].Cols()+c.v[l].Cols()+c.h[l].Cols()))
+			}
+			fresh = append(fresh, n)
+		}
+		rows += out.RowsComputed
+		flops += out.FLOPs
+		return nil
+	}
+	var err error
+	if s.causal {
+		for i := from; i < nb && err == nil; i++ {
+			err = run(i, i+1)
+		}
+	} else {
+		err = run(from, nb)
+	}
+	if err != nil {
+		for _, n := range fresh {
+			s.freeNode(n)
+		}
+		return nil, 0, 0, err
+	}
+	return fresh, rows, flops, nil
+}
+
+// sub copies rows r of t into a new tensor.
+func (s *BlockStore) sub(t backend.Tensor, r []int32) backend.Tensor {
+	c := s.b.New(len(r), t.Cols())
+	s.b.CopyRows(c, nil, t, r)
+	return c
+}
+
+func (s *BlockStore) freeNode(n *blockNode) {
+	for l := range n.k {
+		s.b.Free(n.k[l])
+		s.b.Free(n.v[l])
+		s.b.Free(n.h[l])
+	}
+	n.k, n.v, n.h = nil, nil, nil
+}
+
+// insert stores a freshly computed node under up (nil: a first block),
+// evicting leaves to stay within the budget, and returns the node the
+// chain goes on with: n, or the equal node another request stored
+// meanwhile (mu held). A node that does not fit, or whose parent is not
+// stored, is kept for this request alone.
+func (s *BlockStore) insert(n *blockNode, up *blockNode) *blockNode {
+	if up != nil {
+		n.up, n.parent = up, up.key
+	}
+	n.key = blockKey(n.parent, n.fp, n.salt, n.tokens)
+	n.refs, n.used = 1, s.tick
+	if old := s.nodes[n.key]; old != nil {
+		if old.up == n.up && old.fp == n.fp && old.salt == n.salt && slices.Equal(old.tokens, n.tokens) {
+			s.freeNode(n)
+			s.hold(old)
+			return old
+		}
+		s.stats.Collisions++
+		return n // not stored: this request's own
+	}
+	if n.up != nil && !n.up.stored {
+		return n
+	}
+	if n.bytes > s.budget {
+		s.stats.Uncacheable++
+		return n
+	}
+	for s.stats.Bytes+n.bytes > s.budget && s.leaves.Len() > 0 {
+		s.evict(s.leaves.Front().Value.(*blockNode))
+	}
+	if s.stats.Bytes+n.bytes > s.budget {
+		s.stats.Uncacheable++
+		return n
+	}
+	n.stored = true
+	s.nodes[n.key] = n
+	s.stats.Bytes += n.bytes
+	if n.up != nil && n.up.stored {
+		if n.up.kids == 0 && n.up.elem != nil {
+			s.leaves.Remove(n.up.elem)
+			n.up.elem = nil
+		}
+		n.up.kids++
+	}
+	n.elem = s.leaves.PushBack(n)
+	s.events.add(KVEvent{Type: "stored", Hash: n.key.String(), Parent: n.parentHash(), Tokens: len(n.tokens)})
+	return n
+}
+
+func (n *blockNode) parentHash() string {
+	if n.up == nil {
+		return ""
+	}
+	return n.parent.String()
+}
+
+// evict removes leaf n from the store (mu held); its parent may become a
+// leaf, placed in the order by its own last use.
+func (s *BlockStore) evict(n *blockNode) {
+	s.leaves.Remove(n.elem)
+	n.elem = nil
+	delete(s.nodes, n.key)
+	n.stored = false
+	s.stats.Bytes -= n.bytes
+	s.stats.Evictions++
+	s.stats.EvictedTokens += int64(len(n.tokens))
+	s.events.add(KVEvent{Type: "removed", Hash: n.key.String(), Parent: n.parentHash(), Tokens: len(n.tokens)})
+	if n.refs == 0 {
+		s.freeNode(n)
+	}
+	if p := n.up; p != nil && p.stored {
+		p.kids--
+		if p.kids == 0 {
+			e := s.leaves.Back()
+			for e != nil && e.Value.(*blockNode).used > p.used {
+				e = e.Prev()
+			}
+			if e == nil {
+				p.elem = s.leaves.PushFront(p)
+			} else {
+				p.elem = s.leaves.InsertAfter(p, e)
+			}
+		}
+	}
+}
+
+// assemble copies the chain's blocks into one entry covering their rows.
+func (s *BlockStore) assemble(lm *model.LLaDA, chain []*blockNode) *Entry {
+	e := &Entry{nodes: chain}
+	if len(chain) == 0 {
+		return e
+	}
+	rows := len(chain) * s.blockSize
+	L := len(chain[0].k)
+	for l := 0; l < L; l++ {
+		k := s.b.New(rows, chain[0].k[l].Cols())
+		v := s.b.New(rows, chain[0].v[l].Cols())
+		h := s.b.New(rows, chain[0].h[l].Cols())
+		for i, n := range chain {
+			r := iota32(i*s.blockSize, (i+1)*s.blockSize)
+			s.b.CopyRows(k, r, n.k[l], nil)
+			s.b.CopyRows(v, r, n.v[l], nil)
+			s.b.CopyRows(h, r, n.h[l], nil)
+		}
+		e.K, e.V, e.H = append(e.K, k), append(e.V, v), append(e.H, h)
+	}
+	for _, n := range chain {
+		e.Tokens = append(e.Tokens, n.tokens...)
+	}
+	return e
+}
+
+// Release implements PrefixStore.
+func (s *BlockStore) Release(e *Entry) {
+	for l := range e.K {
+		s.b.Free(e.K[l])
+		s.b.Free(e.V[l])
+		s.b.Free(e.H[l])
+	}
+	s.releaseNodes(e.nodes)
+}
+
+func (s *BlockStore) releaseNodes(chain []*blockNode) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := len(chain) - 1; i >= 0; i-- {
+		n := chain[i]
+		n.refs--
+		if n.refs < 0 {
+			panic("cache: block released more often than acquired")
+		}
+		if n.refs == 0 && !n.stored {
+			s.freeNode(n)
+		}
+	}
+}
+
+// Stats implements PrefixStore; Entries counts blocks.
+func (s *BlockStore) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stats
+	st.Entries = len(s.nodes)
+	st.BudgetBytes = s.budget
+	return st
+}
+
+// Blocks returns the hashes of the stored blocks (for tests and routers'
+// checks), sorted.
+func (s *BlockStore) Blocks() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := make([]string, 0, len(s.nodes))
+	for k := range s.nodes {
+		r = append(r, k.String())
+	}
+	slices.Sort(r)
+	return r
+}
+
+// String is the key as 16 hex digits (the form KV events carry).
+func (k Key) String() string { return fmt.Sprintf("%016x", uint64(k)) }
+
+// blockFill computes rows from..to-1 of a prefix at every layer, with the
+// K/V of rows 0..from-1 from known blocks, and keeps what it computed.
+type blockFill struct {
+	b         backend.Backend
+	known     []*blockNode
+	blockSize int
+	from, to  int
+	k, v, h   []backend.Tensor // per layer, [to-from, …]
+}
+
+func (c *blockFill) Rows(int) []int32 { return iota32(c.from, c.to) }
+func (c *blockFill) Hidden(l int, _ []int32, _ backend.Tensor) error {
+	return fmt.Errorf("cache: block fill computes the same rows at every layer (layer %d)", l)
+}
+func (c *blockFill) KV(l int, rows []int32, k, v backend.Tensor) error {
+	for _, p := range rows {
+		n := c.known[int(p)/c.blockSize]
+		r := []int32{p % int32(c.blockSize)}
+		c.b.CopyRows(k, []int32{p}, n.k[l], r)
+		c.b.CopyRows(v, []int32{p}, n.v[l], r)
+	}
+	return nil
+}
+func (c *blockFill) Observe(_ int, _ []int32, h, k, v backend.Tensor) {
+	r := iota32(c.from, c.to)
+	kk := c.b.New(len(r), k.Cols())
+	vv := c.b.New(len(r), v.Cols())
+	c.b.CopyRows(kk, nil, k, r)
+	c.b.CopyRows(vv, nil, v, r)
+	c.k, c.v, c.h = append(c.k, kk), append(c.v, vv), append(c.h, clone(c.b, h))
+}
+func (c *blockFill) free() {
+	for l := range c.k {
+		c.b.Free(c.k[l])
+		c.b.Free(c.v[l])
+		c.b.Free(c.h[l])
+	}
+}

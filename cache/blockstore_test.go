@@ -1,0 +1,251 @@
+package cache
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/backend"
+)
+
+// tokensOf makes a prefix of n token ids from seed.
+func tokensOf(seed, n int) []int32 {
+	t := make([]int32, n)
+	for i := range t {
+		t[i] = int32(3 + (seed*7919+i*31)%250)
+	}
+	return t
+}
+
+func maxDiff(b backend.Backend, x, y backend.Tensor) float64 {
+	a, c := b.ToHost(x, nil), b.ToHost(y, nil)
+	if len(a) != len(c) {
+		return math.Inf(1)
+	}
+	var d float64
+	for i := range a {
+		d = max(d, math.Abs(float64(a[i]-c[i])))
+	}
+	return d
+}
+
+// A block's K/V, V and hidden states. With the causal fill, block 0 is the
+// first block computed alone, and every block's layer-1 K/V (projections
+// of the embeddings) are the prefix's; with the whole fill, every block is
+// what the full blocks computed together give.
+func TestBlockStoreFill(t *testing.T) {
+	m := loadTiny(t)
+	b := m.Backend
+	const B = 8
+	toks := tokensOf(1, 3*B+5) // three full blocks and a tail
+	id := PrefixID{Fingerprint: "fp", Tokens: toks}
+	whole, err := ComputePrefix(m.LLaDA, toks[:3*B])
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := ComputePrefix(m.LLaDA, toks[:B])
+	if err != nil {
+		t.Fatal(err)
+	}
+	rowsOf := func(x backend.Tensor, r []int32) backend.Tensor {
+		c := b.New(len(r), x.Cols())
+		b.CopyRows(c, nil, x, r)
+		return c
+	}
+	for _, causal := range []bool{true, false} {
+		s := NewBlockStore(b, B, 1<<30, causal, nil)
+		e, hit, rows, _, err := s.Get(m.LLaDA, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if hit != 0 || rows != len(m.Blocks)*3*B || len(e.Tokens) != 3*B {
+			t.Errorf("causal %v: hit %d, rows %d, entry %d tokens", causal, hit, rows, len(e.Tokens))
+		}
+		check := func(what string, got, want backend.Tensor) {
+			if d := maxDiff(b, got, want); d > 1e-4 {
+				t.Errorf("causal %v: %s: max diff %g", causal, what, d)
+			}
+		}
+		for l := range whole.K {
+			if !causal {
+				check(fmt.Sprintf("layer %d K", l), e.K[l], whole.K[l])
+				check(fmt.Sprintf("layer %d V", l), e.V[l], whole.V[l])
+				check(fmt.Sprintf("layer %d H", l), e.H[l], whole.H[l])
+				continue
+			}
+			r := iota32(0, B)
+			check(fmt.Sprintf("block 0 layer %d K", l), rowsOf(e.K[l], r), first.K[l])
+			check(fmt.Sprintf("block 0 layer %d H", l), rowsOf(e.H[l], r), first.H[l])
+		}
+		if causal {
+			check("layer 1 K of every block", e.K[0], whole.K[0])
+			if d := maxDiff(b, rowsOf(e.K[2], iota32(B, 2*B)), rowsOf(whole.K[2], iota32(B, 2*B))); d < 1e-3 {
+				t.Errorf("causal: block 1 layer 3 equals the bidirectional prefix's (diff %g): block 0 saw block 1", d)
+			}
+		}
+		s.Release(e)
+	}
+}
+
+// Two prefixes sharing their first two blocks (a document under two
+// system prompts): the second reuses them and computes only its own; with
+// the causal fill the shared blocks are what it would have computed.
+func TestBlockStoreSharesLeadingBlocks(t *testing.T) {
+	m := loadTiny(t)
+	const B = 8
+	doc := tokensOf(2, 2*B)
+	a := PrefixID{Fingerprint: "fp", Tokens: slices.Concat(doc, tokensOf(3, 2*B))}
+	c := PrefixID{Fingerprint: "fp", Tokens: slices.Concat(doc, tokensOf(4, B+3))}
+	s := NewBlockStore(m.Backend, B, 1<<30, true, nil)
+	ea, _, _, _, err := s.Get(m.LLaDA, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Release(ea)
+	ec, hit, rows, _, err := s.Get(m.LLaDA, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hit != 2*B || rows != len(m.Blocks)*B || len(ec.Tokens) != 3*B {
+		t.Errorf("shared document: hit %d tokens (want %d), computed %d rows (want %d), entry %d tokens", hit, 2*B, rows, len(m.Blocks)*B, len(ec.Tokens))
+	}
+	fresh := NewBlockStore(m.Backend, B, 1<<30, true, nil)
+	ef, _, _, _, err := fresh.Get(m.LLaDA, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for l := range ef.K {
+		if d := maxDiff(m.Backend, ec.K[l], ef.K[l]); d != 0 {
+			t.Errorf("layer %d: K differs by %g from a fresh store's (causal blocks depend on their chain only)", l, d)
+		}
+	}
+	// Another salt or fingerprint shares nothing.
+	other := c
+	other.Salt = "tenant"
+	eo, hit, _, _, err := s.Get(m.LLaDA, other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hit != 0 {
+		t.Errorf("another salt hit %d tokens", hit)
+	}
+	for _, e := range []*Entry{ec, ef, eo} {
+		_ = e
+	}
+	s.Release(ec)
+	s.Release(eo)
+	fresh.Release(ef)
+	if st := s.Stats(); st.QueryTokens != int64(len(a.Tokens)+len(c.Tokens)+len(other.Tokens)) || st.HitTokens != 2*B || st.Entries != 4+1+3 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// Under a budget for a few blocks, the least recently used leaves go first
+// and a prefix's root survives its branches; the KV event stream, replayed
+// into a router's index, reproduces the store's block set exactly.
+func TestBlockStoreEvictionAndEvents(t *testing.T) {
+	m := loadTiny(t)
+	const B = 8
+	ev := NewEventLog(1 << 16)
+	probe := NewBlockStore(m.Backend, B, 1<<30, true, nil)
+	e, _, _, _, err := probe.Get(m.LLaDA, PrefixID{Tokens: tokensOf(9, B)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe.Release(e)
+	blockBytes := probe.Stats().Bytes
+	s := NewBlockStore(m.Backend, B, 5*blockBytes, true, ev)
+	root := tokensOf(5, B)
+	var wg sync.WaitGroup
+	for i := 0; i < 12; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := PrefixID{Fingerprint: "fp", Tokens: slices.Concat(root, tokensOf(10+i%6, 2*B))}
+			e, _, _, _, err := s.Get(m.LLaDA, id)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			s.Release(e)
+		}()
+	}
+	wg.Wait()
+	st := s.Stats()
+	if st.Bytes > 5*blockBytes || st.Evictions == 0 {
+		t.Errorf("stats %+v (budget %d)", st, 5*blockBytes)
+	}
+	rootKey := blockKey(0, "fp", "", root).String()
+	if !slices.Contains(s.Blocks(), rootKey) {
+		t.Errorf("the shared root block was evicted: %v", s.Blocks())
+	}
+	// Replay.
+	index := map[string]bool{}
+	events, gap, _ := ev.Since(0)
+	if gap {
+		t.Fatal("gap in a log large enough")
+	}
+	var last uint64
+	for _, e := range events {
+		if e.Seq != last+1 {
+			t.Fatalf("sequence %d after %d", e.Seq, last)
+		}
+		last = e.Seq
+		switch e.Type {
+		case "stored":
+			index[e.Hash] = true
+		case "removed":
+			delete(index, e.Hash)
+		default:
+			t.Fatalf("event type %q", e.Type)
+		}
+	}
+	var replayed []string
+	for h := range index {
+		replayed = append(replayed, h)
+	}
+	slices.Sort(replayed)
+	if !slices.Equal(replayed, s.Blocks()) {
+		t.Errorf("replayed %v\nstore    %v", replayed, s.Blocks())
+	}
+	// Resuming after the last event gets nothing; a log too short for the
+	// reader says so.
+	if rest, gap, _ := ev.Since(last); len(rest) != 0 || gap {
+		t.Errorf("after the last: %d events, gap %v", len(rest), gap)
+	}
+	small := NewEventLog(2)
+	for i := 0; i < 5; i++ {
+		small.add(KVEvent{Type: "stored", Hash: fmt.Sprint(i)})
+	}
+	if got, gap, _ := small.Since(1); !gap || len(got) != 2 || got[0].Seq != 4 {
+		t.Errorf("short log: %v, gap %v", got, gap)
+	}
+}
+
+// BiCache over a block store generates, and a second request with the
+// same prefix hits every full block.
+func TestBiCacheOnBlockStore(t *testing.T) {
+	m := loadTiny(t)
+	L := len(m.Blocks)
+	ids, pl := request(t, m, 0)
+	s := NewBlockStore(m.Backend, 16, 1<<30, true, nil)
+	meth := mk(t, "bicache", Options{Store: s, Table: table(L, 2), Refresh: 4, Fingerprint: m.Fingerprint})
+	o := model.GenOptions{GenLength: 16, Steps: 8}
+	for i := 0; i < 2; i++ {
+		res, err := Run(context.Background(), m.LLaDA, meth, Request{Prompt: ids, PrefixLen: pl}, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		full := pl / 16 * 16
+		if i == 1 && (res.Info.HitTokens != full || !res.Info.Hit) || i == 0 && res.Info.PrefixRows != L*full {
+			t.Errorf("request %d: info %+v (prefix %d, full blocks %d tokens)", i, res.Info, pl, full)
+		}
+		if slices.Contains(res.Answer, int32(m.Config.MaskTokenID)) {
+			t.Errorf("request %d: answer still masked", i)
+		}
+	}
+}
