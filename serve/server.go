@@ -57,6 +57,10 @@ type Config struct {
 	// MaxGenLength bounds a request's gen length (default 4096).
 	MaxGenLength int
 
+	// Events, if not nil, is the block store's KV event log, served at
+	// GET /v1/kv_events.
+	Events *cache.EventLog
+
 	// Log, if not nil, gets one line per request.
 	Log io.Writer
 	// Now is the clock (tests); default time.Now.
@@ -146,6 +150,7 @@ func New(cfg Config) (*Server, error) {
 	s.mux.HandleFunc("GET /metrics", s.handleMetrics)
 	s.mux.HandleFunc("GET /healthz", s.handleHealth)
 	s.mux.HandleFunc("GET /health", s.handleHealth) // the path vLLM and SGLang serve
+	s.mux.HandleFunc("GET /v1/kv_events", s.handleKVEvents)
 	s.mux.HandleFunc("GET /{$}", s.handlePlayground)
 	return s, nil
 }
@@ -173,7 +178,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				fmt.Sprintf("%s %s: method not allowed (use %s)", r.Method, r.URL.Path, allow)))
 		} else {
 			writeError(rec, newAPIError(http.StatusNotFound, "invalid_request_error", "not_found", "",
-				fmt.Sprintf("%s %s: no such endpoint (have POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /metrics, GET /health, GET /healthz, GET / (the playground))", r.Method, r.URL.Path)))
+				fmt.Sprintf("%s %s: no such endpoint (have POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /metrics, GET /health, GET /healthz, GET /v1/kv_events, GET / (the playground))", r.Method, r.URL.Path)))
 		}
 		s.met.unrouted.WithLabelValues(strconv.Itoa(rec.status)).Inc()
 		s.logRequest(r, rec.status, s.cfg.Now().Sub(start), "")

@@ -26,6 +26,9 @@ type cacheFlags struct {
 	Threshold   float64
 	DualBlock   int
 	Salt        string
+	StoreBlocks int
+	StoreFill   string
+	Events      *cache.EventLog // set by serve: the block store's KV events
 	D2          cache.D2Options
 	DLLM        cache.DLLMOptions
 	FreeRefresh int
@@ -36,7 +39,9 @@ func addCacheFlags(fl *pflag.FlagSet, c *cacheFlags) {
 	fl.IntVar(&c.Refresh, "refresh", 16, "BiCache: recompute the deep layers' prefix K/V every R steps")
 	fl.Int64Var(&c.CacheBytes, "cache-bytes", 1<<30, "prefix store budget in bytes")
 	fl.Int64Var(&c.SpillBytes, "spill-bytes", 0, "host-memory second tier for prefixes evicted from the store (useful with --device cuda); 0: none")
-	fl.StringVar(&c.Eviction, "eviction", "fifo", "prefix store eviction: fifo or lru")
+	fl.StringVar(&c.Eviction, "eviction", "fifo", "prefix store eviction: fifo or lru (the whole-prefix store)")
+	fl.IntVar(&c.StoreBlocks, "store-blocks", 0, "prefix store granularity: 0 keys whole prefixes; N > 0 stores N-token blocks under chained hashes, so prefixes sharing leading blocks share them (lazy LRU over leaves)")
+	fl.StringVar(&c.StoreFill, "store-fill", "causal", "block store: what a block's K/V are computed over — causal (the prefix up to the block's end: a block depends on its chain alone) or whole (the request's whole prefix)")
 	fl.StringVar(&c.DeepSource, "deep-source", "auto", "BiCache refresh input of the deep layers: recompute (full step), store (stored hidden state at depth d), request (the request's own first step; needs no store) or auto (request: docs/results.md)")
 	fl.StringVar(&c.Stat, "stat", "mean", "table statistic served: mean (floor of the mean depth), mean-std, min")
 	fl.Float64Var(&c.Threshold, "block-threshold", 0.9, "block methods: Fast-dLLM confidence threshold for parallel decoding")
@@ -76,7 +81,7 @@ func readTable(path string, lm *loadedModel) (*lut.Table, error) {
 
 // newMethod builds a caching method by name on a (possibly shared) store
 // and table.
-func newMethod(name string, c *cacheFlags, lm *loadedModel, store *cache.Store, table *lut.Table) (cache.Method, error) {
+func newMethod(name string, c *cacheFlags, lm *loadedModel, store cache.PrefixStore, table *lut.Table) (cache.Method, error) {
 	stat, err := parseStat(c.Stat)
 	if err != nil {
 		return nil, err
@@ -166,13 +171,34 @@ func (e *methodEnv) method(name string, c *cacheFlags, t *lut.Table) (cache.Meth
 	if t == nil {
 		t = e.table
 	}
+	store, err := newStore(e.lm, c)
+	if err != nil {
+		return nil, err
+	}
+	return newMethod(name, c, e.lm, store, t)
+}
+
+// newStore builds the prefix store the flags ask for.
+func newStore(lm *loadedModel, c *cacheFlags) (cache.PrefixStore, error) {
 	ev, err := cache.ParseEviction(c.Eviction)
 	if err != nil {
 		return nil, err
 	}
-	store := cache.NewStore(e.lm.Backend, c.CacheBytes, ev)
+	if c.StoreBlocks < 0 {
+		return nil, fmt.Errorf("--store-blocks %d: want 0 (whole prefixes) or a block length", c.StoreBlocks)
+	}
+	if c.StoreBlocks > 0 {
+		if c.SpillBytes > 0 {
+			return nil, fmt.Errorf("--spill-bytes works with the whole-prefix store only (--store-blocks 0)")
+		}
+		if c.StoreFill != "causal" && c.StoreFill != "whole" {
+			return nil, fmt.Errorf("--store-fill %q: want causal or whole", c.StoreFill)
+		}
+		return cache.NewBlockStore(lm.Backend, c.StoreBlocks, c.CacheBytes, c.StoreFill == "causal", c.Events), nil
+	}
+	store := cache.NewStore(lm.Backend, c.CacheBytes, ev)
 	if c.SpillBytes > 0 {
 		store.SetSpill(cache.NewStore(cpu.New(0), c.SpillBytes, ev))
 	}
-	return newMethod(name, c, e.lm, store, t)
+	return store, nil
 }

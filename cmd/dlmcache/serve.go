@@ -115,6 +115,9 @@ func serveRun(ctx context.Context, opts *serveOptions) error {
 			method = "bicache"
 		}
 	}
+	if opts.Cache.StoreBlocks > 0 {
+		opts.Cache.Events = cache.NewEventLog(1 << 16)
+	}
 	meth, err := env.method(method, &opts.Cache, nil)
 	if err != nil {
 		return err
@@ -124,7 +127,7 @@ func serveRun(ctx context.Context, opts *serveOptions) error {
 		logw = nil
 	}
 	srv, err := serve.New(serve.Config{
-		Model: lm.Model, Name: cmp.Or(opts.ServedName, lm.Name), Method: meth, Gen: gen,
+		Model: lm.Model, Name: cmp.Or(opts.ServedName, lm.Name), Method: meth, Gen: gen, Events: opts.Cache.Events,
 		MaxConcurrency: concurrency(opts.MaxConcurrency, opts.MaxBatch), MaxBatch: opts.MaxBatch, MaxQueue: opts.MaxQueue, QueueWait: opts.QueueWait,
 		Timeout: opts.Timeout, MaxBodyBytes: opts.MaxBodyBytes, MaxContext: opts.MaxContext, Log: logw,
 	})

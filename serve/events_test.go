@@ -1,0 +1,111 @@
+package serve
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/dlmcache/dlmcache/cache"
+	"github.com/dlmcache/dlmcache/lut"
+)
+
+// blockServer is a bicache server on a block store of 8-token blocks whose
+// budget holds about blocks blocks, with its KV event log.
+func blockServer(t *testing.T, blocks int) (*Server, *cache.BlockStore) {
+	t.Helper()
+	m := loadTiny(t)
+	// One block's bytes: K, V and the hidden state, per layer.
+	perBlock := int64(4 * 8 * len(m.Blocks) * (2*m.Config.KVDim() + m.Config.DModel))
+	ev := cache.NewEventLog(1 << 12)
+	st := cache.NewBlockStore(m.Backend, 8, int64(blocks)*perBlock, true, ev)
+	tab, err := lut.Build(lut.ModelID{Name: "tiny-f32", NLayers: len(m.Blocks), Fingerprint: m.Fingerprint}, 0.97,
+		[]float64{0, 1}, []lut.Sample{{Ratio: 0.5, Depth: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := cache.DefaultOptions()
+	o.Store, o.Table, o.Fingerprint, o.DeepSource = st, tab, m.Fingerprint, cache.SourceStore
+	meth, err := cache.New("bicache", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{Model: m, Method: meth, Gen: testGen, MaxConcurrency: 2, Events: ev})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, st
+}
+
+// Two system prompts sharing a document: the second reuses the document's
+// blocks (hit tokens in /metrics); the KV event stream, replayed into a
+// router's index under a load with evictions, reproduces the store's block
+// set exactly, and a router resuming from its last seq sees only the new.
+func TestKVEventsAndSharedDocument(t *testing.T) {
+	s, st := blockServer(t, 12)
+	doc := "Reference table: alpha is 12, beta is 7, gamma is 30, delta is 4, epsilon is 19, zeta is 8."
+	post(t, s, "/v1/chat/completions", chatBody(doc+" Answer with the number only.", "What is beta?", ""))
+	before := metric(t, get(t, s, "/metrics").Body.String(), "dlmcache_prefix_cache_hits_tokens_total")
+	post(t, s, "/v1/chat/completions", chatBody(doc+" Answer in words.", "What is gamma?", ""))
+	after := metric(t, get(t, s, "/metrics").Body.String(), "dlmcache_prefix_cache_hits_tokens_total")
+	if after-before < 16 {
+		t.Errorf("the second system prompt reused %v tokens of the shared document, want ≥ 2 blocks", after-before)
+	}
+
+	index := map[string]bool{}
+	var last uint64
+	apply := func(body string) int {
+		n := 0
+		sc := bufio.NewScanner(strings.NewReader(body))
+		for sc.Scan() {
+			var e cache.KVEvent
+			if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+				t.Fatalf("event line %q: %v", sc.Text(), err)
+			}
+			if e.Seq != last+1 {
+				t.Fatalf("seq %d after %d", e.Seq, last)
+			}
+			last = e.Seq
+			if e.Type == "stored" {
+				index[e.Hash] = true
+			} else {
+				delete(index, e.Hash)
+			}
+			n++
+		}
+		return n
+	}
+	rec := get(t, s, "/v1/kv_events")
+	if rec.Code != http.StatusOK || rec.Header().Get("Content-Type") != "application/x-ndjson" {
+		t.Fatalf("GET /v1/kv_events: %d %s", rec.Code, rec.Header().Get("Content-Type"))
+	}
+	apply(rec.Body.String())
+	for i := 0; i < 10; i++ { // more system messages than the budget holds
+		post(t, s, "/v1/chat/completions", chatBody(fmt.Sprintf("You are assistant %d of the evening shift; keep answers short.", i), "Hello?", ""))
+		apply(get(t, s, fmt.Sprintf("/v1/kv_events?since=%d", last)).Body.String())
+	}
+	if st.Stats().Evictions == 0 {
+		t.Fatalf("no evictions: %+v", st.Stats())
+	}
+	var replayed []string
+	for h := range index {
+		replayed = append(replayed, h)
+	}
+	slices.Sort(replayed)
+	if !slices.Equal(replayed, st.Blocks()) {
+		t.Errorf("replayed index %v\nstore blocks   %v", replayed, st.Blocks())
+	}
+	if n := apply(get(t, s, fmt.Sprintf("/v1/kv_events?since=%d&wait=0.01", last)).Body.String()); n != 0 {
+		t.Errorf("resuming after the last event: %d events", n)
+	}
+	if rec := get(t, s, "/v1/kv_events?since=x"); rec.Code != http.StatusBadRequest {
+		t.Errorf("since=x: %d", rec.Code)
+	}
+	// A whole-prefix server has no block events.
+	if rec := get(t, newTestServer(t, "bicache", 1<<30, nil), "/v1/kv_events"); rec.Code != http.StatusNotFound {
+		t.Errorf("whole-prefix store: %d", rec.Code)
+	}
+}
