@@ -209,6 +209,7 @@ type base struct {
 	o    Options
 }
 
+func (b *base) options() Options                        { return b.o }
 func (b *base) Name() string                            { return b.name }
 func (b *base) Store() PrefixStore                      { return nil }
 func (b *base) Table() *lut.Table                       { return nil }

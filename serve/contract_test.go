@@ -122,7 +122,7 @@ func TestEmptySystemMessage(t *testing.T) {
 		c, _ := json.Marshal(content)
 		return chatMessage{Role: role, Content: c}
 	}
-	ids, m, err := encodeConversation(tok, []chatMessage{msg("system", ""), msg("user", "Hi")})
+	ids, m, _, err := encodeConversation(tok, []chatMessage{msg("system", ""), msg("user", "Hi")}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestEmptySystemMessage(t *testing.T) {
 	if want := tok.Encode(full); !slices.Equal(ids, want) {
 		t.Errorf("empty system turn: %v, want the template's %v", ids, want)
 	}
-	none, m0, err := encodeConversation(tok, []chatMessage{msg("user", "Hi")})
+	none, m0, _, err := encodeConversation(tok, []chatMessage{msg("user", "Hi")}, false)
 	if err != nil {
 		t.Fatal(err)
 	}

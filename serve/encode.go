@@ -21,64 +21,104 @@ import (
 // shared prefix is the longest run of leading tokens the two encodings
 // share (never wrong: the store keys on the token ids).
 
-// encodeConversation returns the prompt ids and the shared-prefix length.
-func encodeConversation(tok *tokenizer.Tokenizer, msgs []chatMessage) (ids []int32, prefixLen int, err error) {
+// conversation is a chat request's messages: the system turn and the
+// user and assistant turns after it.
+type conversation struct {
+	sys       string
+	hasSystem bool // an explicit system message, even an empty one, is a system turn (as Hugging Face renders it)
+	turns     []tokenizer.Message
+}
+
+// messages is the conversation as the chat template takes it.
+func (c *conversation) messages() []tokenizer.Message {
+	if !c.hasSystem {
+		return c.turns
+	}
+	return append([]tokenizer.Message{{Role: "system", Content: c.sys}}, c.turns...)
+}
+
+func parseConversation(msgs []chatMessage) (*conversation, error) {
 	if len(msgs) == 0 {
-		return nil, 0, badRequest("messages is required: want at least one user message", "messages")
+		return nil, badRequest("messages is required: want at least one user message", "messages")
 	}
 	var system []string
-	hasSystem := false // an explicit system message, even an empty one, is a system turn (as Hugging Face renders it)
-	var turns []tokenizer.Message
+	c := &conversation{}
 	for i, m := range msgs {
 		text, err := m.text(i)
 		if err != nil {
-			return nil, 0, err
+			return nil, err
 		}
 		switch m.Role {
 		case "system", "developer":
-			if len(turns) > 0 {
-				return nil, 0, badRequest(fmt.Sprintf("messages[%d]: a %s message must come before the conversation's first user message (the system messages are the shared prefix)", i, m.Role), fmt.Sprintf("messages[%d].role", i))
+			if len(c.turns) > 0 {
+				return nil, badRequest(fmt.Sprintf("messages[%d]: a %s message must come before the conversation's first user message (the system messages are the shared prefix)", i, m.Role), fmt.Sprintf("messages[%d].role", i))
 			}
-			hasSystem = true
+			c.hasSystem = true
 			if text != "" {
 				system = append(system, text)
 			}
 		case "user", "assistant":
-			if len(turns) == 0 && m.Role == "assistant" {
-				return nil, 0, badRequest(fmt.Sprintf("messages[%d]: the conversation must start with a user message after the system messages, got assistant", i), fmt.Sprintf("messages[%d].role", i))
+			if len(c.turns) == 0 && m.Role == "assistant" {
+				return nil, badRequest(fmt.Sprintf("messages[%d]: the conversation must start with a user message after the system messages, got assistant", i), fmt.Sprintf("messages[%d].role", i))
 			}
-			turns = append(turns, tokenizer.Message{Role: m.Role, Content: text})
+			c.turns = append(c.turns, tokenizer.Message{Role: m.Role, Content: text})
 		case "":
-			return nil, 0, badRequest(fmt.Sprintf("messages[%d].role is required", i), fmt.Sprintf("messages[%d].role", i))
+			return nil, badRequest(fmt.Sprintf("messages[%d].role is required", i), fmt.Sprintf("messages[%d].role", i))
 		default:
-			return nil, 0, badRequest(fmt.Sprintf("messages[%d].role %q is not supported: want system, developer, user or assistant", i, m.Role), fmt.Sprintf("messages[%d].role", i))
+			return nil, badRequest(fmt.Sprintf("messages[%d].role %q is not supported: want system, developer, user or assistant", i, m.Role), fmt.Sprintf("messages[%d].role", i))
 		}
 	}
-	if len(turns) == 0 || turns[len(turns)-1].Role != "user" {
-		return nil, 0, badRequest("messages: the last message must be a user message", "messages")
+	if len(c.turns) == 0 || c.turns[len(c.turns)-1].Role != "user" {
+		return nil, badRequest("messages: the last message must be a user message", "messages")
 	}
-	sys := strings.Join(system, "\n\n")
-	if len(turns) == 1 && (sys != "" || !hasSystem) {
-		if ids, m, err := tok.EncodeChat(sys, turns[0].Content); err == nil {
-			return ids, m, nil
+	c.sys = strings.Join(system, "\n\n")
+	return c, nil
+}
+
+// encodeConversation returns the prompt ids and the shared-prefix length.
+// With history, the shared prefix is the whole conversation before the
+// final user turn (the earlier turns a block store can reuse), else the
+// system turn.
+func encodeConversation(tok *tokenizer.Tokenizer, msgs []chatMessage, history bool) (ids []int32, prefixLen int, conv *conversation, err error) {
+	c, err := parseConversation(msgs)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	if len(c.turns) == 1 && (c.sys != "" || !c.hasSystem) {
+		if ids, m, err := tok.EncodeChat(c.sys, c.turns[0].Content); err == nil {
+			return ids, m, c, nil
 		}
 	}
+	all := c.messages()
 	var prefix string
-	all := turns
-	if hasSystem {
-		head := []tokenizer.Message{{Role: "system", Content: sys}}
-		if prefix, err = tok.ApplyChat(head, false); err != nil {
-			return nil, 0, internalError(err)
-		}
-		all = append(head, turns...)
-	} else {
+	switch {
+	case history && len(c.turns) > 1:
+		prefix, err = tok.ApplyChat(all[:len(all)-1], false)
+	case c.hasSystem:
+		prefix, err = tok.ApplyChat(all[:1], false)
+	default:
 		prefix = tok.BOS()
+	}
+	if err != nil {
+		return nil, 0, nil, internalError(err)
 	}
 	full, err := tok.ApplyChat(all, true)
 	if err != nil {
-		return nil, 0, internalError(err)
+		return nil, 0, nil, internalError(err)
 	}
-	return encodeWithPrefix(tok, prefix, full)
+	ids, m, err := encodeWithPrefix(tok, prefix, full)
+	return ids, m, c, err
+}
+
+// answered is the conversation with the assistant's answer appended, as the
+// next turn's request will render it before its own user message: the
+// tokens a block store keeps for that turn to reuse.
+func (c *conversation) answered(tok *tokenizer.Tokenizer, answer string) ([]int32, error) {
+	text, err := tok.ApplyChat(append(c.messages(), tokenizer.Message{Role: "assistant", Content: answer}), false)
+	if err != nil {
+		return nil, err
+	}
+	return tok.Encode(text), nil
 }
 
 // encodeCompletion encodes a text completion: BOS, the system extra (the

@@ -61,6 +61,12 @@ type Config struct {
 	// GET /v1/kv_events.
 	Events *cache.EventLog
 
+	// StoreAnswers, with a block store, keeps each answered conversation's
+	// blocks (the conversation and its answer as the next turn renders
+	// them) so that the next turn reuses them all; it costs a fill forward
+	// over the question and the answer per request.
+	StoreAnswers bool
+
 	// Log, if not nil, gets one line per request.
 	Log io.Writer
 	// Now is the clock (tests); default time.Now.
@@ -229,6 +235,7 @@ type job struct {
 	endpoint  string
 	ids       []int32
 	prefixLen int
+	conv      *conversation // chat requests: the messages, for StoreAnswers
 	gen       model.GenOptions
 	salt      string
 	maxTokens int      // cap on the returned tokens (0: the gen length)
@@ -257,11 +264,16 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		if req.Messages == nil {
 			return nil, badRequest("messages is required", "messages")
 		}
-		ids, m, err := encodeConversation(s.cfg.Model.Tokenizer, req.Messages)
+		_, blocks := s.cfg.Method.Store().(*cache.BlockStore)
+		ids, m, conv, err := encodeConversation(s.cfg.Model.Tokenizer, req.Messages, blocks)
 		if err != nil {
 			return nil, asAPIError(err)
 		}
-		return s.newJob(ids, m, &req.genFields, "messages")
+		j, e := s.newJob(ids, m, &req.genFields, "messages")
+		if j != nil {
+			j.conv = conv
+		}
+		return j, e
 	}, func(id string, created int64, res *result) any {
 		return &chatResponse{ID: "chatcmpl-" + id, Object: "chat.completion", Created: created, Model: s.cfg.Name,
 			SystemFingerprint: s.fingerprint(),
@@ -546,6 +558,13 @@ func (s *Server) run(ctx context.Context, j *job) (*result, *apiError) {
 	}
 	g, info := res.Generation, res.Info
 	text, n, finish := s.answer(g.Answer, j.maxTokens, j.stop)
+	if s.cfg.StoreAnswers && j.conv != nil {
+		if toks, err := j.conv.answered(lm.Tokenizer, text); err == nil {
+			if _, err := cache.StorePrefix(lm.LLaDA, meth, toks, j.salt); err != nil {
+				return nil, internalError(fmt.Errorf("storing the answered conversation: %w", err))
+			}
+		}
+	}
 	st := Stats{Method: meth.Name(), Depth: info.Depth, Ratio: float64(j.prefixLen) / float64(len(j.ids)+j.gen.GenLength),
 		Clamped: info.Clamped, PrefixTokens: j.prefixLen, PrefixHit: info.Hit, NFE: g.NFE,
 		GenLength: j.gen.GenLength, Steps: j.gen.Steps, BlockLength: j.gen.BlockLength,

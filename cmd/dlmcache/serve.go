@@ -28,6 +28,7 @@ type serveOptions struct {
 	BlockLength    int
 	MaxConcurrency int
 	MaxBatch       int
+	StoreAnswers   bool
 	MaxQueue       int
 	QueueWait      time.Duration
 	Timeout        time.Duration
@@ -86,6 +87,7 @@ Methods:` + methodsHelp(),
 	fl.IntVar(&opts.GenLength, "gen-length", 0, "default answer slots; 0: the model's default")
 	fl.IntVar(&opts.Steps, "steps", 0, "default denoising steps; 0: the model's default")
 	fl.IntVar(&opts.BlockLength, "block-length", 0, "default block length; 0: the model's default")
+	fl.BoolVar(&opts.StoreAnswers, "store-answers", false, "with --store-blocks: keep each answered conversation's blocks so the next turn reuses every earlier turn (a fill forward over the question and answer per request)")
 	fl.IntVar(&opts.MaxBatch, "max-batch", 1, "generations whose step forwards run as one batched forward (continuous batching); 1: each runs its own forwards (see docs/serving.md for why 1 is the default on a busy 2-core CPU)")
 	fl.IntVar(&opts.MaxConcurrency, "max-concurrency", 0, "generations run at once (0: --max-batch when above 1, else 2, which gave 33–59% more tokens/s than 1 on a 2-core CPU: see docs/serving.md)")
 	fl.IntVar(&opts.MaxQueue, "max-queue", 1024, "requests that may wait for a generation slot beyond those running; more get 429 (0: 4×max-concurrency)")
@@ -99,6 +101,9 @@ Methods:` + methodsHelp(),
 }
 
 func serveRun(ctx context.Context, opts *serveOptions) error {
+	if opts.StoreAnswers && opts.Cache.StoreBlocks == 0 {
+		return fmt.Errorf("--store-answers needs a block store (--store-blocks 16)")
+	}
 	if opts.MaxBatch < 1 {
 		return fmt.Errorf("--max-batch must be at least 1, got %d", opts.MaxBatch)
 	}
@@ -127,7 +132,7 @@ func serveRun(ctx context.Context, opts *serveOptions) error {
 		logw = nil
 	}
 	srv, err := serve.New(serve.Config{
-		Model: lm.Model, Name: cmp.Or(opts.ServedName, lm.Name), Method: meth, Gen: gen, Events: opts.Cache.Events,
+		Model: lm.Model, Name: cmp.Or(opts.ServedName, lm.Name), Method: meth, Gen: gen, Events: opts.Cache.Events, StoreAnswers: opts.StoreAnswers,
 		MaxConcurrency: concurrency(opts.MaxConcurrency, opts.MaxBatch), MaxBatch: opts.MaxBatch, MaxQueue: opts.MaxQueue, QueueWait: opts.QueueWait,
 		Timeout: opts.Timeout, MaxBodyBytes: opts.MaxBodyBytes, MaxContext: opts.MaxContext, Log: logw,
 	})
