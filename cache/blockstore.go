@@ -452,22 +452,22 @@ func (c *blockFill) free() {
 // StorePrefix puts tokens (a conversation so far, rendered as the next turn
 // will render it) into meth's block store, so that a later request whose
 // prompt starts with them reuses their blocks; salt is the request's. It
-// returns the (layer, row) pairs computed, and does nothing for a method
-// without a block store.
-func StorePrefix(lm *model.LLaDA, meth Method, tokens []int32, salt string) (int, error) {
+// returns the (layer, row) pairs and FLOPs computed, and does nothing for
+// a method without a block store.
+func StorePrefix(lm *model.LLaDA, meth Method, tokens []int32, salt string) (int, float64, error) {
 	b, ok := meth.(interface{ options() Options })
 	if !ok {
-		return 0, nil
+		return 0, 0, nil
 	}
 	o := b.options()
 	bs, ok := o.Store.(*BlockStore)
 	if !ok {
-		return 0, nil
+		return 0, 0, nil
 	}
-	e, _, rows, _, err := bs.Get(lm, PrefixID{Fingerprint: o.Fingerprint, Salt: joinSalt(o.Salt, salt), Tokens: tokens})
+	e, _, rows, flops, err := bs.Get(lm, PrefixID{Fingerprint: o.Fingerprint, Salt: joinSalt(o.Salt, salt), Tokens: tokens})
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	bs.Release(e)
-	return rows, nil
+	return rows, flops, nil
 }

@@ -119,7 +119,7 @@ func TestLoadBenchmarkGSM8K(t *testing.T) {
 		t.Errorf("parquet IDs %q, want %q", benchIDs(gotPQ), want)
 	}
 	for i := range gotPQ {
-		if gotPQ[i] != got[i] {
+		if !reflect.DeepEqual(gotPQ[i], got[i]) {
 			t.Errorf("parquet sample %d = %+v, JSONL gives %+v", i, gotPQ[i], got[i])
 		}
 	}

@@ -20,6 +20,17 @@ type Sample struct {
 	User   string // user turn: one short question
 	Answer string // reference answer without the "## " marker
 	ID     string // "suite/split/vN/sSEED/INDEX", unique per sample
+	// History is the conversation before User (multi-turn samples): each
+	// earlier question with its reference answer as the assistant's turn.
+	History []Turn
+	// Turn is the sample's turn in its conversation (1-based; 0: a
+	// single-turn sample).
+	Turn int
+}
+
+// Turn is one earlier exchange of a conversation.
+type Turn struct {
+	User, Assistant string
 }
 
 // Target is the assistant text the model is trained to produce: "## " and

@@ -86,7 +86,7 @@ func TestGoldenSample(t *testing.T) {
 	}
 	got := s
 	got.System = ""
-	if got != want {
+	if !reflect.DeepEqual(got, want) {
 		t.Errorf("golden sample: got %+v, want %+v", got, want)
 	}
 	if !strings.Contains(s.System, "\nlet Y = 3\n") {

@@ -3,6 +3,7 @@ package datasets
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -49,6 +50,42 @@ func SharedLookup(samples []Sample, perSystem int) ([]Sample, error) {
 			out = append(out, v)
 			q++
 		}
+	}
+	return out, nil
+}
+
+// Conversations turns each lookup sample into a conversation of turns
+// questions about its table (SharedLookup's questions), one sample per
+// turn: turn k carries the k−1 earlier questions with their reference
+// answers (as the assistant's "## answer" turns) and asks the k-th, so
+// every method sees the same prompts. Samples of other suites are left
+// out.
+func Conversations(samples []Sample, turns int) ([]Sample, error) {
+	if turns < 2 {
+		return nil, fmt.Errorf("datasets: conversations of %d turns, want at least 2", turns)
+	}
+	var out []Sample
+	for _, s := range samples {
+		if s.Suite != "lookup" {
+			continue
+		}
+		qs, err := SharedLookup([]Sample{s}, turns)
+		if err != nil {
+			return nil, err
+		}
+		if len(qs) < turns {
+			return nil, fmt.Errorf("datasets: lookup sample %s has %d keys, want %d turns", s.ID, len(qs), turns)
+		}
+		var hist []Turn
+		for k, q := range qs[:turns] {
+			q.History, q.Turn = slices.Clone(hist), k+1
+			q.ID = fmt.Sprintf("%s/turn%d", s.ID, k+1)
+			out = append(out, q)
+			hist = append(hist, Turn{User: q.User, Assistant: q.Target()})
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("datasets: no lookup samples to build conversations from")
 	}
 	return out, nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/datasets"
 	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/tokenizer"
 )
 
 // SuiteResult is one method's outcome on one task suite.
@@ -45,6 +46,14 @@ type Evaluator struct {
 	Method   cache.Method
 	Gen      model.GenOptions
 	Progress func(done, total int)
+	// HistoryPrefix makes a multi-turn sample's shared prefix the whole
+	// conversation before its question (what a block store reuses) instead
+	// of the system message.
+	HistoryPrefix bool
+	// StoreAnswers keeps each multi-turn sample's answered conversation in
+	// the method's block store (serve --store-answers), as the next turn
+	// renders it; its fill is counted in the rows and FLOPs.
+	StoreAnswers bool
 }
 
 // Evaluate runs every sample, one request at a time (batch 1, as the
@@ -113,18 +122,43 @@ func newTally(method string) *tally {
 		depthSum: map[string]int{}, flopsFull: map[string]float64{}}
 }
 
+// encode is a sample's prompt and shared-prefix length; a multi-turn
+// sample's messages come back too.
+func (e *Evaluator) encode(s datasets.Sample) ([]int32, int, []tokenizer.Message, error) {
+	tok := e.Model.Tokenizer
+	if s.Turn == 0 {
+		ids, m, err := tok.EncodeChat(s.System, s.User)
+		return ids, m, nil, err
+	}
+	msgs := []tokenizer.Message{{Role: "system", Content: s.System}}
+	for _, h := range s.History {
+		msgs = append(msgs, tokenizer.Message{Role: "user", Content: h.User}, tokenizer.Message{Role: "assistant", Content: h.Assistant})
+	}
+	msgs = append(msgs, tokenizer.Message{Role: "user", Content: s.User})
+	pm := 1
+	if e.HistoryPrefix {
+		pm = len(msgs) - 1
+	}
+	ids, m, err := tok.EncodeMessages(msgs, pm)
+	return ids, m, msgs, err
+}
+
 // run generates the answer to one sample and adds it to t.
 func (e *Evaluator) run(ctx context.Context, s datasets.Sample, t *tally) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	r := t.by[s.Suite]
-	if r == nil {
-		r = &SuiteResult{Method: t.method, Suite: s.Suite}
-		t.by[s.Suite] = r
-		t.order = append(t.order, s.Suite)
+	key := s.Suite
+	if s.Turn > 0 {
+		key = fmt.Sprintf("%s turn %d", s.Suite, s.Turn)
 	}
-	ids, prefix, err := e.Model.Tokenizer.EncodeChat(s.System, s.User)
+	r := t.by[key]
+	if r == nil {
+		r = &SuiteResult{Method: t.method, Suite: key}
+		t.by[key] = r
+		t.order = append(t.order, key)
+	}
+	ids, prefix, msgs, err := e.encode(s)
 	if err != nil {
 		return fmt.Errorf("sample %s: %w", s.ID, err)
 	}
@@ -134,6 +168,18 @@ func (e *Evaluator) run(ctx context.Context, s datasets.Sample, t *tally) error 
 		return fmt.Errorf("sample %s: %w", s.ID, err)
 	}
 	g, info := res.Generation, res.Info
+	if e.StoreAnswers && msgs != nil {
+		text, err := e.Model.Tokenizer.ApplyChat(append(msgs, tokenizer.Message{Role: "assistant", Content: s.Target()}), false)
+		if err != nil {
+			return fmt.Errorf("sample %s: %w", s.ID, err)
+		}
+		rows, flops, err := cache.StorePrefix(e.Model.LLaDA, e.Method, e.Model.Tokenizer.Encode(text), "")
+		if err != nil {
+			return fmt.Errorf("sample %s: storing the answered conversation: %w", s.ID, err)
+		}
+		info.PrefixRows += rows
+		info.PrefixFLOPs += flops
+	}
 	r.Seconds += time.Since(t0).Seconds()
 	r.QueryTokens += int64(info.QueryTokens)
 	r.HitTokens += int64(info.HitTokens)
@@ -142,12 +188,12 @@ func (e *Evaluator) run(ctx context.Context, s datasets.Sample, t *tally) error 
 		r.Correct++
 	}
 	r.NFE += g.NFE
-	t.rows[s.Suite] += g.RowsComputed + info.PrefixRows
-	t.full[s.Suite] += g.RowsFull
+	t.rows[key] += g.RowsComputed + info.PrefixRows
+	t.full[key] += g.RowsFull
 	r.FLOPs += g.FLOPs + info.PrefixFLOPs
-	t.flopsFull[s.Suite] += g.FLOPsFull
+	t.flopsFull[key] += g.FLOPsFull
 	r.MeanRatio += float64(prefix) / float64(len(ids)+e.Gen.GenLength)
-	t.depthSum[s.Suite] += info.Depth
+	t.depthSum[key] += info.Depth
 	r.Refreshes += int64(info.Refreshes)
 	if info.Clamped {
 		r.Clamped++

@@ -475,3 +475,36 @@ func TestRunOutputsReadable(t *testing.T) {
 		t.Errorf("reading it back: %d records, %v", len(recs), err)
 	}
 }
+
+// A multi-turn workload on a block store that keeps answered
+// conversations: results per turn, and from turn 2 on the request's whole
+// conversation before its question is found stored but for the last
+// partial block.
+func TestEvaluateConversations(t *testing.T) {
+	m := loadTiny(t)
+	samples, err := SuiteSamples([]string{"lookup"}, 2, 1, datasets.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if samples, err = datasets.Conversations(samples, 3); err != nil {
+		t.Fatal(err)
+	}
+	const B = 16
+	meth, err := cache.New("prefix-all", cache.Options{Store: cache.NewBlockStore(m.Backend, B, 1<<30, true, nil), Fingerprint: m.Fingerprint})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &Evaluator{Model: m, Method: meth, Gen: model.GenOptions{GenLength: 8, Steps: 4}, HistoryPrefix: true, StoreAnswers: true}
+	rs, err := e.Evaluate(context.Background(), samples)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 3 || rs[0].Suite != "lookup turn 1" || rs[2].Suite != "lookup turn 3" {
+		t.Fatalf("results %+v", rs)
+	}
+	for _, r := range rs[1:] {
+		if r.N != 2 || r.HitTokens < r.QueryTokens-int64(r.N*B) || r.HitTokens == 0 {
+			t.Errorf("%s: %d of %d prefix tokens hit (n %d)", r.Suite, r.HitTokens, r.QueryTokens, r.N)
+		}
+	}
+}

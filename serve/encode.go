@@ -90,24 +90,18 @@ func encodeConversation(tok *tokenizer.Tokenizer, msgs []chatMessage, history bo
 		}
 	}
 	all := c.messages()
-	var prefix string
+	pm := 0
 	switch {
 	case history && len(c.turns) > 1:
-		prefix, err = tok.ApplyChat(all[:len(all)-1], false)
+		pm = len(all) - 1
 	case c.hasSystem:
-		prefix, err = tok.ApplyChat(all[:1], false)
-	default:
-		prefix = tok.BOS()
+		pm = 1
 	}
+	ids, m, err := tok.EncodeMessages(all, pm)
 	if err != nil {
 		return nil, 0, nil, internalError(err)
 	}
-	full, err := tok.ApplyChat(all, true)
-	if err != nil {
-		return nil, 0, nil, internalError(err)
-	}
-	ids, m, err := encodeWithPrefix(tok, prefix, full)
-	return ids, m, c, err
+	return ids, m, c, nil
 }
 
 // answered is the conversation with the assistant's answer appended, as the

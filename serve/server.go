@@ -560,7 +560,7 @@ func (s *Server) run(ctx context.Context, j *job) (*result, *apiError) {
 	text, n, finish := s.answer(g.Answer, j.maxTokens, j.stop)
 	if s.cfg.StoreAnswers && j.conv != nil {
 		if toks, err := j.conv.answered(lm.Tokenizer, text); err == nil {
-			if _, err := cache.StorePrefix(lm.LLaDA, meth, toks, j.salt); err != nil {
+			if _, _, err := cache.StorePrefix(lm.LLaDA, meth, toks, j.salt); err != nil {
 				return nil, internalError(fmt.Errorf("storing the answered conversation: %w", err))
 			}
 		}

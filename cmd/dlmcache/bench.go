@@ -29,6 +29,8 @@ type benchOptions struct {
 	Suites      []string
 	Limit       int
 	PerSystem   int
+	Turns       int
+	StoreAnswer bool
 	Seed        int64
 	GenLength   int
 	Steps       int
@@ -70,6 +72,8 @@ Methods:` + methodsHelp(),
 	fl.IntVar(&opts.Limit, "limit", 20, "samples per suite")
 	fl.Int64Var(&opts.Seed, "seed", 1, "sample seed")
 	fl.IntVar(&opts.PerSystem, "questions-per-system", 1, "ask each lookup table this many questions (a shared-prefix workload: requests share system messages)")
+	fl.IntVar(&opts.Turns, "turns", 0, "a multi-turn workload: each lookup table becomes a conversation of this many questions (2–6), each turn carrying the earlier questions and their answers; results per turn")
+	fl.BoolVar(&opts.StoreAnswer, "store-answers", false, "with --store-blocks and --turns: keep each answered conversation's blocks for the next turn (serve --store-answers)")
 	fl.IntVar(&opts.GenLength, "gen-length", 0, "answer slots; 0: the model's default")
 	fl.IntVar(&opts.Steps, "steps", 0, "denoising steps; 0: the model's default")
 	fl.IntVar(&opts.BlockLength, "block-length", 0, "block length for the non-block methods; 0: the model's default")
@@ -98,6 +102,17 @@ func benchRun(ctx context.Context, opts *benchOptions) error {
 	if samples, err = datasets.SharedLookup(samples, opts.PerSystem); err != nil {
 		return err
 	}
+	if opts.Turns != 0 {
+		if opts.Turns < 2 || opts.Turns > 6 {
+			return fmt.Errorf("--turns %d: want 2…6", opts.Turns)
+		}
+		if samples, err = datasets.Conversations(samples, opts.Turns); err != nil {
+			return fmt.Errorf("--turns: %w (the conversations are built from the lookup suite)", err)
+		}
+	}
+	if opts.StoreAnswer && (opts.Turns == 0 || opts.Cache.StoreBlocks == 0) {
+		return fmt.Errorf("--store-answers needs --turns and a block store (--store-blocks 16)")
+	}
 	env, err := loadMethodEnv(opts.f, opts.Model, opts.Device, opts.Threads, opts.GenLength, opts.Steps, opts.BlockLength, &opts.Cache)
 	if err != nil {
 		return err
@@ -110,7 +125,8 @@ func benchRun(ctx context.Context, opts *benchOptions) error {
 		if err != nil {
 			return err
 		}
-		es = append(es, &profile.Evaluator{Model: lm.Model, Method: meth, Gen: meth.Gen(gen)})
+		_, blocks := meth.Store().(*cache.BlockStore)
+		es = append(es, &profile.Evaluator{Model: lm.Model, Method: meth, Gen: meth.Gen(gen), HistoryPrefix: blocks, StoreAnswers: opts.StoreAnswer})
 	}
 	bar := progress.New(opts.f.ErrOut, "bench "+strings.Join(opts.Methods, ","), "req", len(samples)*len(es), opts.Quiet)
 	res, err := profile.EvaluateInterleaved(ctx, es, samples, func(d, _ int) { bar.Set(d) })

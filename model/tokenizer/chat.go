@@ -273,3 +273,33 @@ func abbrevString(s string) string {
 	}
 	return s
 }
+
+// EncodeMessages renders messages with the chat template (and the
+// generation prompt) and encodes them; prefixLen is how many leading
+// tokens equal the encoding of the first prefixMessages messages rendered
+// alone (0: the BOS text) — the shared prefix a prefix store keys on. For
+// a system message and one user message EncodeChat gives the same split.
+func (t *Tokenizer) EncodeMessages(messages []Message, prefixMessages int) (ids []int32, prefixLen int, err error) {
+	if prefixMessages < 0 || prefixMessages >= len(messages) {
+		return nil, 0, fmt.Errorf("tokenizer: %d prefix messages of %d: the prefix must leave the last message out", prefixMessages, len(messages))
+	}
+	prefix := t.BOS()
+	if prefixMessages > 0 {
+		if prefix, err = t.ApplyChat(messages[:prefixMessages], false); err != nil {
+			return nil, 0, err
+		}
+	}
+	full, err := t.ApplyChat(messages, true)
+	if err != nil {
+		return nil, 0, err
+	}
+	if !strings.HasPrefix(full, prefix) {
+		return nil, 0, fmt.Errorf("tokenizer: the chat template's output does not start with the templated prefix messages")
+	}
+	ids = t.Encode(full)
+	pre := t.Encode(prefix)
+	for prefixLen < len(pre) && prefixLen < len(ids) && pre[prefixLen] == ids[prefixLen] {
+		prefixLen++
+	}
+	return ids, prefixLen, nil
+}
