@@ -54,6 +54,9 @@ func (s *Store) Get(lm *model.LLaDA, id PrefixID) (*Entry, int, int, float64, er
 // then holds what the first prefix that stored it saw after it.
 // docs/serving.md has the measurements behind the default.
 //
+// Concurrent requests missing the same next block compute it once: the
+// others wait for the fill and then find it stored.
+//
 // Eviction is lazy LRU over leaves: only a block no stored block extends
 // can go, least recently used first, so a prefix's root survives its
 // branches. Evicted blocks stay valid for the requests holding them.
@@ -63,12 +66,13 @@ type BlockStore struct {
 	budget    int64
 	causal    bool
 
-	mu     sync.Mutex
-	nodes  map[Key]*blockNode
-	leaves *list.List // evictable order: least recently used leaf first
-	tick   uint64
-	stats  Stats
-	events *EventLog
+	mu      sync.Mutex
+	nodes   map[Key]*blockNode
+	filling map[Key]chan struct{} // first missing block → its fill in flight
+	leaves  *list.List            // evictable order: least recently used leaf first
+	tick    uint64
+	stats   Stats
+	events  *EventLog
 }
 
 type blockNode struct {
@@ -93,7 +97,7 @@ func NewBlockStore(b backend.Backend, blockSize int, budget int64, causal bool, 
 		blockSize = 16
 	}
 	return &BlockStore{b: b, blockSize: blockSize, budget: budget, causal: causal,
-		nodes: map[Key]*blockNode{}, leaves: list.New(), events: events}
+		nodes: map[Key]*blockNode{}, filling: map[Key]chan struct{}{}, leaves: list.New(), events: events}
 }
 
 // BlockSize is the store's block length in tokens.
@@ -123,9 +127,63 @@ func (s *BlockStore) Get(lm *model.LLaDA, id PrefixID) (*Entry, int, int, float6
 	B := s.blockSize
 	nb := len(id.Tokens) / B
 	s.mu.Lock()
-	s.tick++
+	var chain []*blockNode
+	var next Key // the first missing block's key
+	for {
+		chain, next = s.walk(id, nb)
+		// Single flight: a request already filling from the same block on
+		// stores what this one would compute; wait for it and look again.
+		wait := s.filling[next]
+		if len(chain) == nb || wait == nil {
+			break
+		}
+		s.mu.Unlock()
+		s.releaseNodes(chain)
+		<-wait
+		s.mu.Lock()
+	}
 	s.stats.Queries++
 	s.stats.QueryTokens += int64(len(id.Tokens))
+	hit := len(chain) * B
+	s.stats.HitTokens += int64(hit)
+	if len(chain) == nb {
+		s.stats.Hits++
+		s.mu.Unlock()
+		return s.assemble(lm, chain), hit, 0, 0, nil
+	}
+	done := make(chan struct{})
+	s.filling[next] = done
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.filling, next)
+		s.mu.Unlock()
+		close(done)
+	}()
+
+	// Compute the missing blocks over the stored ones.
+	fresh, rows, flops, err := s.fill(lm, id, chain, nb)
+	if err != nil {
+		s.releaseNodes(chain)
+		return nil, 0, 0, 0, err
+	}
+	s.mu.Lock()
+	for _, n := range fresh {
+		var up *blockNode
+		if len(chain) > 0 {
+			up = chain[len(chain)-1]
+		}
+		chain = append(chain, s.insert(n, up))
+	}
+	s.mu.Unlock()
+	return s.assemble(lm, chain), hit, rows, flops, nil
+}
+
+// walk holds the longest stored chain of id's first nb blocks and returns
+// it with the key of the block after it (mu held).
+func (s *BlockStore) walk(id PrefixID, nb int) ([]*blockNode, Key) {
+	B := s.blockSize
+	s.tick++
 	var chain []*blockNode
 	var parent Key
 	var up *blockNode
@@ -134,44 +192,17 @@ func (s *BlockStore) Get(lm *model.LLaDA, id PrefixID) (*Entry, int, int, float6
 		key := blockKey(parent, id.Fingerprint, id.Salt, toks)
 		n := s.nodes[key]
 		if n == nil {
-			break
+			return chain, key
 		}
 		if n.up != up || n.fp != id.Fingerprint || n.salt != id.Salt || !slices.Equal(n.tokens, toks) {
 			s.stats.Collisions++
-			break
+			return chain, 0
 		}
 		s.hold(n)
 		chain = append(chain, n)
 		parent, up = key, n
 	}
-	hit := len(chain) * B
-	s.stats.HitTokens += int64(hit)
-	if len(chain) == nb {
-		s.stats.Hits++
-	}
-	s.mu.Unlock()
-
-	// Compute the missing blocks over the stored ones.
-	var rows int
-	var flops float64
-	if len(chain) < nb {
-		fresh, r, f, err := s.fill(lm, id, chain, nb)
-		if err != nil {
-			s.releaseNodes(chain)
-			return nil, 0, 0, 0, err
-		}
-		rows, flops = r, f
-		s.mu.Lock()
-		for _, n := range fresh {
-			var up *blockNode
-			if len(chain) > 0 {
-				up = chain[len(chain)-1]
-			}
-			chain = append(chain, s.insert(n, up))
-		}
-		s.mu.Unlock()
-	}
-	return s.assemble(lm, chain), hit, rows, flops, nil
+	return chain, 0
 }
 
 // hold takes a request's reference on a stored node (mu held).

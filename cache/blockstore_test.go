@@ -249,3 +249,36 @@ func TestBiCacheOnBlockStore(t *testing.T) {
 		}
 	}
 }
+
+// Concurrent requests for one new prefix fill its blocks once.
+func TestBlockStoreFillsOnce(t *testing.T) {
+	m := loadTiny(t)
+	const B = 8
+	s := NewBlockStore(m.Backend, B, 1<<30, true, nil)
+	id := PrefixID{Fingerprint: "fp", Tokens: tokensOf(7, 4*B)}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	total := 0
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e, _, rows, _, err := s.Get(m.LLaDA, id)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			total += rows
+			mu.Unlock()
+			s.Release(e)
+		}()
+	}
+	wg.Wait()
+	if want := len(m.Blocks) * 4 * B; total != want {
+		t.Errorf("8 concurrent requests computed %d rows, want one fill's %d", total, want)
+	}
+	if st := s.Stats(); st.Queries != 8 || st.HitTokens != 7*4*B {
+		t.Errorf("stats %+v", st)
+	}
+}
