@@ -22,7 +22,7 @@ func newBiCache(o Options) (Method, error) {
 		return nil, err
 	}
 	if o.Refresh <= 0 && o.Drift <= 0 {
-		return nil, fmt.Errorf("refresh period must be positive, got %d", o.Refresh)
+		return nil, fmt.Errorf("refresh period (--refresh) must be positive, got %d", o.Refresh)
 	}
 	if o.Drift < 0 {
 		return nil, fmt.Errorf("drift threshold must be positive (0: the fixed period), got %g", o.Drift)
@@ -50,7 +50,7 @@ func newBiCacheElastic(o Options) (Method, error) {
 // store unless the request source serves the shallow layers.
 func checkTable(o Options) error {
 	if o.Table == nil {
-		return errors.New("needs a table (--lut)")
+		return errors.New("needs a table: pass --lut table.json (from dlmcache profile)")
 	}
 	if _, err := ParseDeepSource(string(o.DeepSource)); err != nil {
 		return err

@@ -36,7 +36,7 @@ type d2Cache struct{ base }
 func newD2Cache(o Options) (Method, error) {
 	d := o.D2
 	if d.K <= 0 || d.P < 0 || d.P > 1 || d.Sigma <= 0 {
-		return nil, fmt.Errorf("d2cache needs K > 0, P in [0, 1] and Sigma > 0, got K %d P %g Sigma %g", d.K, d.P, d.Sigma)
+		return nil, fmt.Errorf("needs K > 0 (--d2-k), P in [0, 1] (--d2-p) and Sigma > 0 (--d2-sigma), got K %d, P %g, Sigma %g", d.K, d.P, d.Sigma)
 	}
 	return &d2Cache{base{"d2cache", o}}, nil
 }

@@ -36,7 +36,7 @@ type dllmCache struct{ base }
 func newDLLMCache(o Options) (Method, error) {
 	d := o.DLLM
 	if d.Kp <= 0 || d.Kr <= 0 || d.Rho < 0 || d.Rho > 1 {
-		return nil, fmt.Errorf("dllm-cache needs Kp, Kr > 0 and Rho in [0, 1], got Kp %d Kr %d Rho %g", d.Kp, d.Kr, d.Rho)
+		return nil, fmt.Errorf("needs Kp > 0 (--dllm-kp), Kr > 0 (--dllm-kr) and Rho in [0, 1] (--dllm-rho), got Kp %d, Kr %d, Rho %g", d.Kp, d.Kr, d.Rho)
 	}
 	return &dllmCache{base{"dllm-cache", o}}, nil
 }

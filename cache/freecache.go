@@ -17,7 +17,7 @@ type freeCache struct{ base }
 
 func newFreeCache(o Options) (Method, error) {
 	if o.FreeRefresh < 0 {
-		return nil, fmt.Errorf("refresh period must be ≥ 0, got %d", o.FreeRefresh)
+		return nil, fmt.Errorf("full-forward period (--free-refresh) must be ≥ 0, got %d", o.FreeRefresh)
 	}
 	return &freeCache{base{"freecache", o}}, nil
 }
