@@ -17,5 +17,8 @@
 // way ollama's kvcache wrapper composes two caches — and compose.go builds
 // the published compositions from it (bicache+block, bicache+d2cache,
 // bicache+freecache). kv.go holds the shared pieces (kept K/V buffers, row
-// sets); store.go the prefix store.
+// sets); store.go the whole-prefix store, blockstore.go the block-granular
+// store (chained block hashes, longest-chain reuse, lazy LRU over leaves)
+// and events.go its KV event log for cache-aware routers. Methods take
+// either through PrefixStore.
 package cache
