@@ -243,3 +243,36 @@ func TestRolloutImportance(t *testing.T) {
 		}
 	}
 }
+
+// Every table method, every deep source, every depth (0, inside, all
+// layers) and both stores: a request runs to the end with every slot
+// decoded.
+func TestEveryMethodSourceAndDepth(t *testing.T) {
+	m := loadTiny(t)
+	L := len(m.Blocks)
+	ids, pl := request(t, m, 2)
+	gen := model.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}
+	for _, name := range Names() {
+		for _, src := range []DeepSource{SourceStore, SourceRecompute, SourceRequest} {
+			for _, d := range []int{0, 1, L} {
+				for _, blocks := range []bool{false, true} {
+					o := DefaultOptions()
+					o.Table, o.DeepSource, o.Fingerprint = table(L, d), src, m.Fingerprint
+					o.Store = NewStore(m.Backend, 1<<30, FIFO)
+					if blocks {
+						o.Store = NewBlockStore(m.Backend, 8, 1<<30, true, nil)
+					}
+					meth := mk(t, name, o)
+					res, err := Run(context.Background(), m.LLaDA, meth, Request{Prompt: ids, PrefixLen: pl}, gen)
+					if err != nil {
+						t.Errorf("%s, %s source, depth %d, blocks %v: %v", name, src, d, blocks, err)
+						continue
+					}
+					if slices.Contains(res.Answer, int32(m.Config.MaskTokenID)) {
+						t.Errorf("%s, %s source, depth %d, blocks %v: answer still masked", name, src, d, blocks)
+					}
+				}
+			}
+		}
+	}
+}

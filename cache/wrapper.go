@@ -41,7 +41,8 @@ type shallow struct {
 	kH      backend.Tensor   // request source: hidden entering layer d, [m, d_model]
 
 	ip    model.Plan // the inner planner's plan for this step
-	pass  bool       // this step computes every row of every layer
+	pass   bool       // this step computes every row of every layer
+	passed bool       // some step so far did (recompute: the inner planner holds every prefix row)
 	first bool       // request source: this is the step that fills kK, kV, kH
 }
 
@@ -150,6 +151,7 @@ func (p *shallow) Plan(s *model.Step) model.Plan {
 	// later steps reuse; the recompute source passes the inner planner's
 	// full steps (refreshes, block starts) through whole.
 	p.pass = p.first || p.src == SourceRecompute && p.d < p.L && isFull(p.ip)
+	p.passed = p.passed || p.pass
 	return p
 }
 
@@ -232,7 +234,7 @@ func (p *shallow) innerHidden(l int, rows []int32, dst backend.Tensor) error {
 }
 
 func (p *shallow) KV(l int, rows []int32, k, v backend.Tensor) error {
-	if p.pass || l >= p.d || p.src == SourceRecompute && keepsAll(p.ip) {
+	if p.pass || l >= p.d || p.src == SourceRecompute && p.passed && keepsAll(p.ip) {
 		// (With the recompute source a token-level cache last computed the
 		// prefix rows itself, on its last full step: its K/V are those.)
 		return p.innerKV(l, rows, k, v)
