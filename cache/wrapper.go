@@ -40,10 +40,10 @@ type shallow struct {
 	kK, kV  []backend.Tensor // request source: layers < d, [m, kv]
 	kH      backend.Tensor   // request source: hidden entering layer d, [m, d_model]
 
-	ip    model.Plan // the inner planner's plan for this step
+	ip     model.Plan // the inner planner's plan for this step
 	pass   bool       // this step computes every row of every layer
 	passed bool       // some step so far did (recompute: the inner planner holds every prefix row)
-	first bool       // request source: this is the step that fills kK, kV, kH
+	first  bool       // request source: this is the step that fills kK, kV, kH
 }
 
 // depthAware planners are told the wrapper's depth before Begin.
