@@ -13,6 +13,7 @@ import (
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/cpu"
 	"github.com/dlmcache/dlmcache/model/safetensors"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // BenchmarkConcurrency measures whether running generations side by side
@@ -88,6 +89,7 @@ func BenchmarkConcurrency(b *testing.B) {
 					post(b, s, "/v1/chat/completions", r)
 				}
 				b.ResetTimer()
+				flops0 := testutil.ToFloat64(s.met.flops) // dlmcache_flops_total, prefix fills included
 				for i := 0; i < b.N; i++ {
 					var wg sync.WaitGroup
 					for _, r := range reqs {
@@ -101,6 +103,7 @@ func BenchmarkConcurrency(b *testing.B) {
 					}
 					wg.Wait()
 				}
+				b.ReportMetric((testutil.ToFloat64(s.met.flops)-flops0)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 				b.ReportMetric(float64(b.N*len(reqs)*gen.GenLength)/b.Elapsed().Seconds(), "tokens/s")
 				b.ReportMetric(float64(b.N*len(reqs))/b.Elapsed().Seconds(), "requests/s")
 			})
