@@ -63,7 +63,7 @@ func (m *LLaDA) ForwardBatch(ins []Input, plans []Plan) ([]*Output, error) {
 		}
 		items[i] = it
 	}
-	d, kvDim, hd, hid := c.DModel, c.KVDim(), c.HeadDim(), c.MLPHiddenSize
+	d, hd := c.DModel, c.HeadDim()
 	eps := float32(c.RMSNormEps)
 
 	var free []backend.Tensor
@@ -122,10 +122,7 @@ func (m *LLaDA) ForwardBatch(ins []Input, plans []Plan) ([]*Output, error) {
 		}
 		nrm := alloc(total, d)
 		b.RMSNorm(nrm, x, blk.AttnNorm, eps)
-		q, k, v := alloc(total, d), alloc(total, kvDim), alloc(total, kvDim)
-		b.MatMul(q, nrm, blk.Q)
-		b.MatMul(k, nrm, blk.K)
-		b.MatMul(v, nrm, blk.V)
+		q, k, v := m.qkv(blk, nrm, alloc)
 		b.RoPE(q, rp, hd, c.RopeTheta)
 		b.RoPE(k, rp, hd, c.RopeTheta)
 
@@ -154,10 +151,7 @@ func (m *LLaDA) ForwardBatch(ins []Input, plans []Plan) ([]*Output, error) {
 
 		mm := alloc(total, d)
 		b.RMSNorm(mm, x, blk.FFNorm, eps)
-		g, u := alloc(total, hid), alloc(total, hid)
-		b.MatMul(g, mm, blk.Gate)
-		b.MatMul(u, mm, blk.Up)
-		b.SiLUMul(g, g, u)
+		g := m.gateUp(blk, mm, alloc)
 		y := alloc(total, d)
 		b.MatMul(y, g, blk.Down)
 		b.Add(x, y)

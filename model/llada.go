@@ -38,6 +38,11 @@ type Block struct {
 	Gate     backend.Tensor // ff_proj [hidden, d]
 	Up       backend.Tensor // up_proj [hidden, d]
 	Down     backend.Tensor // ff_out  [d, hidden]
+
+	// QKV and GateUp are the fused [Q; K; V] and [Gate; Up] weights on a
+	// backend with views (fuse.go); Q, K, V, Gate and Up are then row
+	// views of them. Nil: the products run separately.
+	QKV, GateUp backend.Tensor
 }
 
 // Input is one forward's worth of tokens.
@@ -124,12 +129,7 @@ func (m *LLaDA) Forward(in Input, plan Plan) (*Output, error) {
 		// Attention.
 		nrm := alloc(r, d)
 		b.RMSNorm(nrm, x, blk.AttnNorm, eps)
-		q := alloc(r, d)     // [r, d]
-		k := alloc(r, kvDim) // [r, kv]
-		v := alloc(r, kvDim) // [r, kv]
-		b.MatMul(q, nrm, blk.Q)
-		b.MatMul(k, nrm, blk.K)
-		b.MatMul(v, nrm, blk.V)
+		q, k, v := m.qkv(blk, nrm, alloc) // [r, d], [r, kv], [r, kv]
 		rp := gather32(pos, cur)
 		b.RoPE(q, rp, hd, c.RopeTheta)
 		b.RoPE(k, rp, hd, c.RopeTheta)
@@ -156,11 +156,7 @@ func (m *LLaDA) Forward(in Input, plan Plan) (*Output, error) {
 		// MLP.
 		mm := alloc(r, d)
 		b.RMSNorm(mm, x, blk.FFNorm, eps)
-		g := alloc(r, c.MLPHiddenSize) // [r, hidden]
-		u := alloc(r, c.MLPHiddenSize) // [r, hidden]
-		b.MatMul(g, mm, blk.Gate)
-		b.MatMul(u, mm, blk.Up)
-		b.SiLUMul(g, g, u)
+		g := m.gateUp(blk, mm, alloc) // [r, hidden]
 		y := alloc(r, d)
 		b.MatMul(y, g, blk.Down)
 		b.Add(x, y)

@@ -107,3 +107,12 @@ type Backend interface {
 type AttentionWeigher interface {
 	AttentionWeights(dst []float32, q, k Tensor, nHeads, nKVHeads int)
 }
+
+// Viewer is an optional Backend method pair: rows [lo, hi) or columns
+// [lo, hi) of t as a tensor sharing t's storage (freeing t frees it; a view
+// is never freed). Every operation must accept views. With it the model
+// fuses its q/k/v and gate/up products at load.
+type Viewer interface {
+	ViewRows(t Tensor, lo, hi int) Tensor
+	ViewCols(t Tensor, lo, hi int) Tensor
+}

@@ -211,6 +211,12 @@ func (b *Backend) RowView(t backend.Tensor, lo, hi int) *Tensor {
 	return v
 }
 
+// ViewRows implements backend.Viewer.
+func (b *Backend) ViewRows(t backend.Tensor, lo, hi int) backend.Tensor { return b.RowView(t, lo, hi) }
+
+// ViewCols implements backend.Viewer.
+func (b *Backend) ViewCols(t backend.Tensor, lo, hi int) backend.Tensor { return b.ColView(t, lo, hi) }
+
 // ColView returns columns [lo, hi) of t as a tensor sharing its storage.
 func (b *Backend) ColView(t backend.Tensor, lo, hi int) *Tensor {
 	x := tensor(t, "ColView")
