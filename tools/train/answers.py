@@ -32,13 +32,15 @@ def main():
     ap.add_argument("--corpus", default="data/corpus")
     ap.add_argument("--per-suite", type=int, default=5)
     ap.add_argument("--block-length", type=int, default=0)
+    ap.add_argument("--gen-length", type=int, default=0, help="answer slots (default: the corpus's gen_length)")
+    ap.add_argument("--steps", type=int, default=0, help="denoising steps (default: half the gen length)")
     ap.add_argument("--out", default="-")
     a = ap.parse_args()
     torch.set_num_threads(1)
     meta = json.load(open(os.path.join(a.corpus, "meta.json")))
-    G = int(meta["gen_length"])
+    G = a.gen_length or int(meta["gen_length"])
     bl = a.block_length or int(meta.get("block_length", G))
-    steps = G // 2
+    steps = a.steps or G // 2
     m = from_pretrained(a.model)
     eos = m.config.eos_token_id
     taken, cases = {}, []
