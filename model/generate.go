@@ -26,6 +26,11 @@ type GenOptions struct {
 	Temperature float64 // 0: greedy; >0: argmax of logits + T·Gumbel
 	CFGScale    float64 // classifier-free guidance; 0 disables
 	Seed        uint64
+	// Positions, if not nil, are the prompt's RoPE position ids (one per
+	// prompt token, ascending; gaps allowed: prompt modules placed at
+	// their reserved ranges); the answer slots follow the last one. nil
+	// means 0..n-1.
+	Positions []int32
 	// Decoder picks committed tokens; nil means LowConfidence.
 	Decoder Decoder
 	// Forward, if not nil, runs the step forwards in place of the model's
@@ -222,6 +227,7 @@ type Step struct {
 	BlockEnd   int     //
 	Canvas     []int32 // the canvas before this step (read only)
 	PromptLen  int
+	Positions  []int32 // the canvas's RoPE position ids (nil: 0..n-1; read only)
 }
 
 // Request describes a generation to a Planner before its first step.
@@ -230,6 +236,30 @@ type Request struct {
 	PrefixLen int     // shared-prefix length m (0: none)
 	Schedule  Schedule
 	Canvas    []int32 // prompt ⊕ MASK×gen_length, updated in place
+	Positions []int32 // the canvas's RoPE position ids (nil: 0..n-1)
+}
+
+// canvasPositions checks a prompt's position ids (one per token, strictly
+// ascending, non-negative) and extends them over the answer slots.
+func canvasPositions(prompt []int32, promptLen, gen int) ([]int32, error) {
+	if len(prompt) != promptLen {
+		return nil, fmt.Errorf("%d position ids for a prompt of %d tokens", len(prompt), promptLen)
+	}
+	pos := make([]int32, 0, promptLen+gen)
+	for i, p := range prompt {
+		if p < 0 || (i > 0 && p <= prompt[i-1]) {
+			return nil, fmt.Errorf("prompt position ids must be non-negative and strictly ascending (id %d at token %d)", p, i)
+		}
+		pos = append(pos, p)
+	}
+	next := int32(0)
+	if promptLen > 0 {
+		next = prompt[promptLen-1] + 1
+	}
+	for i := range int32(gen) {
+		pos = append(pos, next+i)
+	}
+	return pos, nil
 }
 
 // Planner is a caching method: it turns each step into a Plan for the
@@ -277,7 +307,13 @@ func (m *LLaDA) Generate(ctx context.Context, prompt []int32, prefixLen int, o G
 		canvas[i] = mask
 	}
 	rng := rand.New(rand.NewPCG(o.Seed, o.Seed^0x9e3779b97f4a7c15))
-	req := &Request{Prompt: prompt, PrefixLen: prefixLen, Schedule: sch, Canvas: canvas}
+	var pos []int32
+	if o.Positions != nil {
+		if pos, err = canvasPositions(o.Positions, len(prompt), o.GenLength); err != nil {
+			return nil, err
+		}
+	}
+	req := &Request{Prompt: prompt, PrefixLen: prefixLen, Schedule: sch, Canvas: canvas, Positions: pos}
 	if planner != nil {
 		if err := planner.Begin(req); err != nil {
 			return nil, err
@@ -300,7 +336,7 @@ func (m *LLaDA) Generate(ctx context.Context, prompt []int32, prefixLen int, o G
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			st := &Step{Index: g.Steps, Block: blk, BlockStep: i, BlockStart: bs, BlockEnd: be, Canvas: canvas, PromptLen: len(prompt)}
+			st := &Step{Index: g.Steps, Block: blk, BlockStep: i, BlockStart: bs, BlockEnd: be, Canvas: canvas, PromptLen: len(prompt), Positions: pos}
 			committed, err := m.step(st, o, dec, sch.Transfers(masked0, i), mask, planner, rng, g)
 			if err != nil {
 				return nil, fmt.Errorf("step %d: %w", g.Steps, err)
@@ -343,7 +379,7 @@ func (m *LLaDA) step(s *Step, o GenOptions, dec Decoder, k int, mask int32, plan
 	if forward == nil {
 		forward = m.Forward
 	}
-	out, err := forward(Input{Tokens: canvas, LogitRows: rows}, plan)
+	out, err := forward(Input{Tokens: canvas, Positions: s.Positions, LogitRows: rows}, plan)
 	if err != nil {
 		return nil, err
 	}
@@ -359,7 +395,7 @@ func (m *LLaDA) step(s *Step, o GenOptions, dec Decoder, k int, mask int32, plan
 		for i := 0; i < s.PromptLen; i++ {
 			un[i] = mask
 		}
-		uo, err := forward(Input{Tokens: un, LogitRows: rows}, nil)
+		uo, err := forward(Input{Tokens: un, Positions: s.Positions, LogitRows: rows}, nil)
 		if err != nil {
 			return nil, err
 		}
