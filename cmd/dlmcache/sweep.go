@@ -13,9 +13,9 @@ import (
 func newCmdSweep(f *factory) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "sweep",
-		Short: "Parameter analyses: table convergence vs N, accuracy/throughput vs τ and vs R",
+		Short: "Parameter analyses: table convergence vs N, accuracy/throughput vs τ and vs R, prompt-module reuse vs depth",
 	}
-	cmd.AddCommand(newCmdSweepN(f, nil), newCmdSweepTau(f, nil), newCmdSweepRefresh(f, nil))
+	cmd.AddCommand(newCmdSweepN(f, nil), newCmdSweepTau(f, nil), newCmdSweepRefresh(f, nil), newCmdSweepModules(f, nil))
 	return cmd
 }
 

@@ -91,6 +91,18 @@ func TestProfileWorkflow(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "R=1 ") || !strings.Contains(out, "R=2 ") || !strings.Contains(out, "worst row") || !strings.Contains(errOut, "warning: --deep-source recompute") {
 		t.Errorf("sweep refresh: exit %d:\n%s%s", code, out, errOut)
 	}
+	out, errOut, code = run(t, append([]string{"sweep", "modules", "--depths", "0,2"}, sw...)...)
+	if code != 0 || !strings.Contains(out, "whole request: accuracy") || !strings.Contains(out, "contiguous     2") || !strings.Contains(out, "gap            0") {
+		t.Errorf("sweep modules: exit %d:\n%s%s", code, out, errOut)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "sweep-modules.json")); err != nil {
+		t.Error(err)
+	}
+	for _, bad := range [][]string{{"--depths", "99"}, {"--depths", "1.5"}, {"--refresh", "0"}} {
+		if _, errOut, code := run(t, append(append([]string{"sweep", "modules"}, bad...), sw...)...); code == 0 || !strings.Contains(errOut, bad[0]) {
+			t.Errorf("sweep modules %v: exit %d: %s", bad, code, errOut)
+		}
+	}
 	for _, args := range [][]string{
 		{"plot", "heatmap", sim, "--similarity", "kv-row-min", "-o", filepath.Join(dir, "h.svg")},
 		{"plot", "refresh", filepath.Join(dir, "sweep-refresh.json"), "--similarity", "kv-row-min", "-o", filepath.Join(dir, "r.svg")},

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dlmcache/dlmcache/internal/progress"
+	"github.com/dlmcache/dlmcache/profile"
+)
+
+type sweepModulesOptions struct {
+	f *factory
+	sweepCommon
+	Depths string
+}
+
+func newCmdSweepModules(f *factory, runF func(*sweepModulesOptions) error) *cobra.Command {
+	opts := &sweepModulesOptions{f: f}
+	cmd := &cobra.Command{
+		Use:   "modules",
+		Short: "Accuracy vs depth of Prompt Cache's module reuse (modules computed alone at reserved positions) against the whole request",
+		Long: `Sweep modules cuts each sample's system message into prompt modules (the
+template's head and each paragraph), computes each module's K/V once, alone,
+at its reserved position ids, and reuses them in the first d layers, the
+deeper layers computed every --refresh steps. Two layouts: contiguous, and
+gap (a module declared before the last paragraph but not imported, so the
+ids jump). Each point's accuracy and agreement are against the same tokens
+computed whole. Writes sweep-modules.json.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if runF != nil {
+				return runF(opts)
+			}
+			return sweepModulesRun(cmd.Context(), opts)
+		},
+	}
+	opts.addFlags(cmd)
+	cmd.Flags().StringVar(&opts.Depths, "depths", "", "depths d: a,b,c or lo:hi:step (default: 0 to the model's layer count)")
+	// The cache flags' --refresh, with another default: 1, so that only the
+	// module reuse differs from the whole request.
+	opts.Cache.Refresh = 1
+	r := cmd.Flags().Lookup("refresh")
+	r.DefValue, r.Usage = "1", "deep layers' refresh period R (1: every step, so only the module reuse differs from the whole request)"
+	return cmd
+}
+
+func sweepModulesRun(ctx context.Context, opts *sweepModulesOptions) error {
+	if opts.Cache.Refresh < 1 {
+		return fmt.Errorf("--refresh must be positive, got %d", opts.Cache.Refresh)
+	}
+	var ds []float64
+	var err error
+	if opts.Depths != "" {
+		if ds, err = parseFloats(opts.Depths); err != nil {
+			return fmt.Errorf("--depths %w", err)
+		}
+	}
+	env, err := opts.load(opts.f)
+	if err != nil {
+		return err
+	}
+	defer env.lm.Close()
+	L := len(env.lm.Blocks)
+	var depths []int
+	for _, d := range ds {
+		if d != float64(int(d)) || d < 0 || int(d) > L {
+			return fmt.Errorf("--depths: %g is not a depth of this %d-layer model (0..%d)", d, L, L)
+		}
+		depths = append(depths, int(d))
+	}
+	if depths == nil {
+		for d := 0; d <= L; d++ {
+			depths = append(depths, d)
+		}
+	}
+	total := len(env.samples) * (1 + len(profile.ModuleLayouts)*len(depths))
+	bar := progress.New(opts.f.ErrOut, "sweep modules", "req", total, opts.Quiet)
+	done := 0
+	res, err := profile.ModuleSweep(ctx, env.lm.Model, env.samples, depths, opts.Cache.Refresh, env.gen, func() { done++; bar.Set(done) })
+	bar.Done()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(opts.f.Out, "whole request: accuracy %.1f%% (%d samples; deep layers every %d steps)\n", 100*res.WholeAccuracy, res.N, res.Refresh)
+	fmt.Fprintf(opts.f.Out, "%-10s %5s %9s %9s %6s\n", "layout", "depth", "accuracy", "agreement", "rows")
+	for _, p := range res.Points {
+		fmt.Fprintf(opts.f.Out, "%-10s %5d %8.1f%% %8.1f%% %5.1f%%\n", p.Layout, p.Depth, 100*p.Accuracy, 100*p.Agreement, 100*float64(p.RowsComputed)/float64(max(p.RowsFull, 1)))
+	}
+	p, err := writeJSON(opts.Out, "sweep-modules.json", res)
+	if err == nil {
+		fmt.Fprintln(opts.f.ErrOut, "wrote", p)
+	}
+	return err
+}

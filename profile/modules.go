@@ -1,0 +1,191 @@
+package profile
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/dlmcache/dlmcache/cache"
+	"github.com/dlmcache/dlmcache/datasets"
+	"github.com/dlmcache/dlmcache/model"
+)
+
+// SampleModules cuts a sample's prompt into Prompt Cache modules: the chat
+// template's head up to the system message, then each paragraph of the
+// system message (instructions, filler documents, the data block; the
+// last one with the end of the system turn), each tokenized alone as a
+// module is; rest is the prompt after the system turn, as EncodeChat
+// tokenizes it.
+func SampleModules(m *model.Model, s datasets.Sample) (names []string, parts [][]int32, rest []int32, err error) {
+	tok := m.Tokenizer
+	ids, pl, err := tok.EncodeChat(s.System, s.User)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	prefix := tok.Decode(ids[:pl])
+	at := strings.Index(prefix, s.System)
+	if s.System == "" || at < 0 {
+		return nil, nil, nil, fmt.Errorf("sample %s: the system message is not in its templated prefix", s.ID)
+	}
+	texts := []string{prefix[:at]}
+	names = []string{"head"}
+	paras := strings.SplitAfter(s.System, "\n\n")
+	for i, p := range paras {
+		if i == len(paras)-1 {
+			p += prefix[at+len(s.System):]
+		}
+		texts = append(texts, p)
+		names = append(names, fmt.Sprintf("p%d", i+1))
+	}
+	var keep []string
+	for i, t := range texts {
+		if t == "" {
+			continue
+		}
+		keep = append(keep, names[i])
+		parts = append(parts, tok.Encode(t))
+	}
+	return keep, parts, ids[pl:], nil
+}
+
+// ModulePoint is module reuse at one depth in one layout, over samples.
+type ModulePoint struct {
+	Layout       string  `json:"layout"` // contiguous, or gap (an unimported module's range before the last paragraph)
+	Depth        int     `json:"depth"`
+	N            int     `json:"n"`
+	Correct      int     `json:"correct"`
+	Agree        int     `json:"agree"` // answers equal to the whole request's
+	RowsComputed int     `json:"rows_computed"`
+	RowsFull     int     `json:"rows_full"`
+	Accuracy     float64 `json:"accuracy"`
+	Agreement    float64 `json:"agreement"`
+}
+
+// ModuleResult is a module sweep: the whole request's accuracy (modules'
+// tokens, contiguous positions, nothing reused) and one point per layout
+// and depth.
+type ModuleResult struct {
+	Refresh       int           `json:"refresh"`
+	N             int           `json:"n"`
+	WholeCorrect  int           `json:"whole_correct"`
+	WholeAccuracy float64       `json:"whole_accuracy"`
+	Points        []ModulePoint `json:"points"`
+}
+
+// ModuleLayouts are the layouts a module sweep measures.
+var ModuleLayouts = []string{"contiguous", "gap"}
+
+// ModuleSweep measures Prompt Cache's module reuse on suite samples: each
+// sample's system message as modules (SampleModules), its K/V computed once
+// per module alone at its reserved positions, reused in layers 0..d-1 with
+// the deep layers computed every refresh steps; against computing the same
+// tokens whole. The gap layout declares, before the last paragraph, a
+// module the request does not import (the next sample's longest paragraph),
+// so the paragraph after it sits past a gap of position ids. progress, if
+// set, is called after each generation.
+func ModuleSweep(ctx context.Context, m *model.Model, samples []datasets.Sample, depths []int, refresh int, gen model.GenOptions, progress func()) (*ModuleResult, error) {
+	res := &ModuleResult{Refresh: refresh}
+	pts := map[[2]int]*ModulePoint{}
+	for li, lay := range ModuleLayouts {
+		for _, d := range depths {
+			if d < 0 || d > len(m.Blocks) {
+				return nil, fmt.Errorf("depth %d outside 0..%d", d, len(m.Blocks))
+			}
+			p := &ModulePoint{Layout: lay, Depth: d}
+			pts[[2]int{li, d}] = p
+			res.Points = append(res.Points, *p)
+		}
+	}
+	tick := func() {
+		if progress != nil {
+			progress()
+		}
+	}
+	for i, s := range samples {
+		names, parts, rest, err := SampleModules(m, s)
+		if err != nil {
+			return nil, err
+		}
+		contiguous, err := cache.Layout(names, parts)
+		if err != nil {
+			return nil, fmt.Errorf("sample %s: %w", s.ID, err)
+		}
+		prompt, prefix, _, err := contiguous.Compose(names, rest)
+		if err != nil {
+			return nil, err
+		}
+		o := gen
+		o.Positions = nil
+		whole, err := m.Generate(ctx, prompt, prefix, o, nil)
+		if err != nil {
+			return nil, fmt.Errorf("sample %s: %w", s.ID, err)
+		}
+		tick()
+		wholeText := m.AnswerText(whole.Answer)
+		res.N++
+		if datasets.CheckBenchmarkAnswer(s.Suite, wholeText, s.Answer) {
+			res.WholeCorrect++
+		}
+		_, other, _, err := SampleModules(m, samples[(i+1)%len(samples)])
+		if err != nil {
+			return nil, err
+		}
+		long := other[1]
+		for _, p := range other[1:] {
+			if len(p) > len(long) {
+				long = p
+			}
+		}
+		k := len(names) - 1
+		gapped, err := cache.Layout(append(append(append([]string(nil), names[:k]...), "unused"), names[k]),
+			append(append(append([][]int32(nil), parts[:k]...), long), parts[k]))
+		if err != nil {
+			return nil, fmt.Errorf("sample %s: %w", s.ID, err)
+		}
+		for li, schema := range []*cache.Schema{contiguous, gapped} {
+			store, err := cache.NewModuleStore(m.Backend, schema)
+			if err != nil {
+				return nil, err
+			}
+			prompt, prefix, pos, err := schema.Compose(names, rest)
+			if err != nil {
+				return nil, err
+			}
+			o.Positions = pos
+			for _, d := range depths {
+				g, err := m.Generate(ctx, prompt, prefix, o, cache.ModulePlanner(m.LLaDA, m.Fingerprint, store, d, refresh, nil))
+				if err != nil {
+					return nil, fmt.Errorf("sample %s, %s, depth %d: %w", s.ID, ModuleLayouts[li], d, err)
+				}
+				tick()
+				text := m.AnswerText(g.Answer)
+				p := pts[[2]int{li, d}]
+				p.N++
+				if datasets.CheckBenchmarkAnswer(s.Suite, text, s.Answer) {
+					p.Correct++
+				}
+				if text == wholeText {
+					p.Agree++
+				}
+				p.RowsComputed += g.RowsComputed
+				p.RowsFull += g.RowsFull
+			}
+		}
+	}
+	if res.N > 0 {
+		res.WholeAccuracy = float64(res.WholeCorrect) / float64(res.N)
+	}
+	for i := range res.Points {
+		li := 0
+		if res.Points[i].Layout == "gap" {
+			li = 1
+		}
+		p := pts[[2]int{li, res.Points[i].Depth}]
+		if p.N > 0 {
+			p.Accuracy = float64(p.Correct) / float64(p.N)
+			p.Agreement = float64(p.Agree) / float64(p.N)
+		}
+		res.Points[i] = *p
+	}
+	return res, nil
+}
