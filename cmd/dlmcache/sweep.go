@@ -34,6 +34,10 @@ type sweepPoint struct {
 	TokensPerSec float64 `json:"tokens_per_sec"`
 	RowsFraction float64 `json:"rows_fraction"`
 	MeanDepth    float64 `json:"mean_depth"`
+	// FLOPsFraction is the matrix products' FLOPs over computing every
+	// row; Refreshes the deep-layer refreshes per request.
+	FLOPsFraction float64 `json:"flops_fraction"`
+	Refreshes     float64 `json:"deep_refreshes_per_request"`
 }
 
 // parseFloats accepts "a,b,c" or "lo:hi:step".

@@ -82,7 +82,8 @@ func (e *sweepEnv) points(ctx context.Context, label string, xs []float64, meths
 	}
 	pt := func(x float64, r []profile.SuiteResult) sweepPoint {
 		o := profile.Overall(r)
-		return sweepPoint{X: x, Accuracy: o.Accuracy, TokensPerSec: o.TokensPerSec, RowsFraction: o.RowsFraction, MeanDepth: o.MeanDepth}
+		return sweepPoint{X: x, Accuracy: o.Accuracy, TokensPerSec: o.TokensPerSec, RowsFraction: o.RowsFraction, MeanDepth: o.MeanDepth,
+			FLOPsFraction: o.FLOPsFraction, Refreshes: float64(o.Refreshes) / float64(max(o.N, 1))}
 	}
 	base := pt(0, out[0])
 	res.Baseline = &base
@@ -97,7 +98,12 @@ func printSweep(f *factory, param string, r *sweepResult) {
 		fmt.Fprintf(f.Out, "%-8s accuracy %5.1f%%  tokens/s %7.1f  rows %5.1f%%\n", "none", 100*r.Baseline.Accuracy, r.Baseline.TokensPerSec, 100*r.Baseline.RowsFraction)
 	}
 	for _, p := range r.Points {
-		fmt.Fprintf(f.Out, "%s=%-6.4g accuracy %5.1f%%  tokens/s %7.1f  rows %5.1f%%  depth %.2f\n", param, p.X, 100*p.Accuracy, p.TokensPerSec, 100*p.RowsFraction, p.MeanDepth)
+		fmt.Fprintf(f.Out, "%s=%-6.4g accuracy %5.1f%%  tokens/s %7.1f  rows %5.1f%%  depth %.2f", param, p.X, 100*p.Accuracy, p.TokensPerSec, 100*p.RowsFraction, p.MeanDepth)
+		if b := r.Baseline; b != nil && b.TokensPerSec > 0 && p.FLOPsFraction > 0 {
+			// The baseline computes every row: its FLOPs fraction is 1.
+			fmt.Fprintf(f.Out, "  speed-up %.2f×  FLOPs predict %.2f×  refreshes/request %.1f", p.TokensPerSec/b.TokensPerSec, 1/p.FLOPsFraction, p.Refreshes)
+		}
+		fmt.Fprintln(f.Out)
 	}
 }
 

@@ -88,7 +88,7 @@ func TestProfileWorkflow(t *testing.T) {
 		t.Errorf("sweep tau: exit %d:\n%s%s", code, out, errOut)
 	}
 	out, errOut, code = run(t, append([]string{"sweep", "refresh", "--lut", table, "--rs", "1,2", "--deep-source", "recompute", "--picture-requests", "1"}, sw...)...)
-	if code != 0 || !strings.Contains(out, "R=1 ") || !strings.Contains(out, "R=2 ") || !strings.Contains(out, "worst row") || !strings.Contains(errOut, "warning: --deep-source recompute") {
+	if code != 0 || !strings.Contains(out, "R=1 ") || !strings.Contains(out, "R=2 ") || !strings.Contains(out, "FLOPs predict") || !strings.Contains(out, "worst row") || !strings.Contains(errOut, "warning: --deep-source recompute") {
 		t.Errorf("sweep refresh: exit %d:\n%s%s", code, out, errOut)
 	}
 	out, errOut, code = run(t, append([]string{"sweep", "modules", "--depths", "0,2"}, sw...)...)
