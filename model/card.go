@@ -20,6 +20,9 @@ type Card struct {
 	GenLength     int    `json:"gen_length"`
 	Steps         int    `json:"steps"`
 	BlockLength   int    `json:"block_length,omitempty"`
+	// Refresh is BiCache's deep-layer refresh period R for this model in
+	// its regime (0: the paper's 16), what --refresh 0 means.
+	Refresh       int    `json:"refresh,omitempty"`
 	DemoSystem    string `json:"demo_system,omitempty"`
 	DemoPrompt    string `json:"demo_prompt,omitempty"`
 	RandomWeights bool   `json:"random_weights,omitempty"`
@@ -28,6 +31,21 @@ type Card struct {
 // DefaultCard is the paper's setting for LLaDA-8B-Instruct: 256 answer
 // slots, 128 steps (two tokens per step), blocks of 32.
 var DefaultCard = Card{GenLength: 256, Steps: 128, BlockLength: 32}
+
+// DefaultRefresh is the paper's refresh period R, for a card without one.
+const DefaultRefresh = 16
+
+// RefreshOr is r when positive, else the card's refresh period, else
+// DefaultRefresh.
+func (c Card) RefreshOr(r int) int {
+	switch {
+	case r > 0:
+		return r
+	case c.Refresh > 0:
+		return c.Refresh
+	}
+	return DefaultRefresh
+}
 
 func readCard(dir string) (Card, error) {
 	p := filepath.Join(dir, CardFile)
@@ -46,6 +64,9 @@ func readCard(dir string) (Card, error) {
 	}
 	if c.GenLength <= 0 || c.Steps <= 0 {
 		return Card{}, fmt.Errorf("%s: gen_length and steps must be positive", p)
+	}
+	if c.Refresh < 0 {
+		return Card{}, fmt.Errorf("%s: refresh must be positive (or absent), got %d", p, c.Refresh)
 	}
 	return c, nil
 }

@@ -125,3 +125,35 @@ func TestLoadFingerprint(t *testing.T) {
 		t.Errorf("card without dlmcache.json: %+v, want the default", a.Card)
 	}
 }
+
+// The card's refresh period: read, validated, and what --refresh 0 means.
+func TestCardRefresh(t *testing.T) {
+	for _, tc := range []struct {
+		card       string
+		flag, want int
+		err        string
+	}{
+		{`{"gen_length": 128, "steps": 64, "refresh": 2}`, 0, 2, ""},
+		{`{"gen_length": 128, "steps": 64, "refresh": 2}`, 8, 8, ""},
+		{`{"gen_length": 128, "steps": 64}`, 0, DefaultRefresh, ""},
+		{`{"gen_length": 128, "steps": 64, "refresh": -1}`, 0, 0, "refresh must be positive"},
+	} {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, CardFile), []byte(tc.card), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		c, err := readCard(dir)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%s: error %v, want %q", tc.card, err, tc.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", tc.card, err)
+		}
+		if got := c.RefreshOr(tc.flag); got != tc.want {
+			t.Errorf("%s, --refresh %d: R %d, want %d", tc.card, tc.flag, got, tc.want)
+		}
+	}
+}

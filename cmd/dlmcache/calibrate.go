@@ -98,7 +98,7 @@ searches their merged outcomes and writes the table one run would have.`,
 	fl.StringVar(&opts.Gate, "gate", profile.GateAnswer, "agreement a depth must keep: answer (whole answers unchanged) or token (per answer token: laxer, one changed token in twenty passes 0.95)")
 	fl.Float64Var(&opts.Agreement, "agreement", 0.9, "the Wilson lower bound the gated agreement must reach (0.9 needs ≥ 15 agreeing requests a bin with the answer gate; 0.99 is out of reach: depth 1, exact reuse but for float rounding, already changes ~2% of the bundled model's answer tokens)")
 	fl.Float64Var(&opts.Confidence, "confidence", 0.9, "one-sided confidence of the Wilson bound")
-	fl.IntVar(&opts.Refresh, "refresh", 16, "BiCache's deep-layer refresh period R")
+	fl.IntVar(&opts.Refresh, "refresh", 0, "BiCache's deep-layer refresh period R (0: the model card's, else 16)")
 	fl.StringVar(&opts.Stat, "stat", "mean", "statistic of the cosine table's start depth: mean, mean-std, min")
 	fl.IntVar(&opts.GenLength, "gen-length", 0, "answer slots; 0: the model's default")
 	fl.IntVar(&opts.Steps, "steps", 0, "denoising steps; 0: the model's default")
@@ -121,8 +121,8 @@ func calibrateRun(ctx context.Context, opts *calibrateOptions) error {
 		return fmt.Errorf("--confidence %g: want (0.5, 1)", opts.Confidence)
 	case opts.PerRatio <= 0:
 		return fmt.Errorf("--per-ratio must be positive, got %d", opts.PerRatio)
-	case opts.Refresh <= 0:
-		return fmt.Errorf("--refresh must be positive, got %d", opts.Refresh)
+	case opts.Refresh < 0:
+		return fmt.Errorf("--refresh must be positive (0: the model card's), got %d", opts.Refresh)
 	case opts.Shard != "" && len(opts.Merge) > 0:
 		return fmt.Errorf("--shard and --merge: a shard runs, a merge only reads shards; give one")
 	}
@@ -173,7 +173,7 @@ func calibrateRun(ctx context.Context, opts *calibrateOptions) error {
 		Model: lm.LLaDA, Gen: gen, Start: start, Stat: stat, Gate: opts.Gate, Target: opts.Agreement,
 		Z: normalQuantile(opts.Confidence), Stop: lm.AnswerEnd, Warn: func(w string) { fmt.Fprintln(opts.f.ErrOut, "warning:", w) }, Exhaustive: opts.Shard != "", OutDir: opts.Out, Resume: opts.Resume,
 		Run: profile.CalibrationRun{Model: lut.ModelID{Name: lm.Name, NLayers: len(lm.Blocks), Fingerprint: lm.Fingerprint},
-			GenLength: gen.GenLength, Steps: gen.Steps, BlockLength: gen.BlockLength, Refresh: opts.Refresh,
+			GenLength: gen.GenLength, Steps: gen.Steps, BlockLength: gen.BlockLength, Refresh: lm.Card.RefreshOr(opts.Refresh),
 			Sources: slices.Clone(opts.Sources), Edges: edges, Seed: opts.Seed, Data: opts.Data, StartFrom: opts.LUT, Shard: opts.Shard},
 	}
 	var t *lut.Table

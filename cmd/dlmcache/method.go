@@ -36,7 +36,7 @@ type cacheFlags struct {
 
 func addCacheFlags(fl *pflag.FlagSet, c *cacheFlags) {
 	fl.StringVar(&c.LUT, "lut", "", "ratio→depth table (table.json from dlmcache profile); needed by bicache methods")
-	fl.IntVar(&c.Refresh, "refresh", 16, "BiCache: recompute the deep layers' prefix K/V every R steps")
+	fl.IntVar(&c.Refresh, "refresh", 0, "BiCache: recompute the deep layers' prefix K/V every R steps (0: the model card's R, else 16)")
 	fl.Int64Var(&c.CacheBytes, "cache-bytes", 1<<30, "prefix store budget in bytes")
 	fl.Int64Var(&c.SpillBytes, "spill-bytes", 0, "host-memory second tier for prefixes evicted from the store (useful with --device cuda); 0: none")
 	fl.StringVar(&c.Eviction, "eviction", "fifo", "prefix store eviction: fifo or lru (the whole-prefix store)")
@@ -86,9 +86,12 @@ func newMethod(name string, c *cacheFlags, lm *loadedModel, store cache.PrefixSt
 	if err != nil {
 		return nil, err
 	}
+	if c.Refresh < 0 {
+		return nil, fmt.Errorf("--refresh must be positive (0: the model card's R), got %d", c.Refresh)
+	}
 	src, _ := deepSource(c.DeepSource, table)
 	o := cache.Options{Store: store, Table: table, Stat: stat, DeepSource: cache.DeepSource(src),
-		Fingerprint: lm.Fingerprint, Salt: c.Salt, Refresh: c.Refresh, Drift: c.Drift,
+		Fingerprint: lm.Fingerprint, Salt: c.Salt, Refresh: lm.Card.RefreshOr(c.Refresh), Drift: c.Drift,
 		BlockLength: c.DualBlock, Threshold: c.Threshold, D2: c.D2, DLLM: c.DLLM, FreeRefresh: c.FreeRefresh}
 	return cache.New(name, o)
 }
