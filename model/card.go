@@ -17,9 +17,9 @@ const CardFile = "dlmcache.json"
 // Card holds a model's generation defaults and demo request. A directory
 // without dlmcache.json gets the paper's LLaDA-8B defaults.
 type Card struct {
-	GenLength     int    `json:"gen_length"`
-	Steps         int    `json:"steps"`
-	BlockLength   int    `json:"block_length,omitempty"`
+	GenLength   int `json:"gen_length"`
+	Steps       int `json:"steps"`
+	BlockLength int `json:"block_length,omitempty"`
 	// Refresh is BiCache's deep-layer refresh period R for this model in
 	// its regime (0: the paper's 16), what --refresh 0 means.
 	Refresh       int    `json:"refresh,omitempty"`
