@@ -270,11 +270,7 @@ func (s *BlockStore) sub(t backend.Tensor, r []int32) backend.Tensor {
 }
 
 func (s *BlockStore) freeNode(n *blockNode) {
-	for l := range n.k {
-		s.b.Free(n.k[l])
-		s.b.Free(n.v[l])
-		s.b.Free(n.h[l])
-	}
+	freeLayers(s.b, n.k, n.v, n.h)
 	n.k, n.v, n.h = nil, nil, nil
 }
 
@@ -366,37 +362,18 @@ func (s *BlockStore) evict(n *blockNode) {
 
 // assemble copies the chain's blocks into one entry covering their rows.
 func (s *BlockStore) assemble(lm *model.LLaDA, chain []*blockNode) *Entry {
-	e := &Entry{nodes: chain}
-	if len(chain) == 0 {
-		return e
+	parts := make([]*Entry, len(chain))
+	for i, n := range chain {
+		parts[i] = &Entry{Tokens: n.tokens, K: n.k, V: n.v, H: n.h}
 	}
-	rows := len(chain) * s.blockSize
-	L := len(chain[0].k)
-	for l := 0; l < L; l++ {
-		k := s.b.New(rows, chain[0].k[l].Cols())
-		v := s.b.New(rows, chain[0].v[l].Cols())
-		h := s.b.New(rows, chain[0].h[l].Cols())
-		for i, n := range chain {
-			r := iota32(i*s.blockSize, (i+1)*s.blockSize)
-			s.b.CopyRows(k, r, n.k[l], nil)
-			s.b.CopyRows(v, r, n.v[l], nil)
-			s.b.CopyRows(h, r, n.h[l], nil)
-		}
-		e.K, e.V, e.H = append(e.K, k), append(e.V, v), append(e.H, h)
-	}
-	for _, n := range chain {
-		e.Tokens = append(e.Tokens, n.tokens...)
-	}
+	e := concatEntries(s.b, parts)
+	e.nodes = chain
 	return e
 }
 
 // Release implements PrefixStore.
 func (s *BlockStore) Release(e *Entry) {
-	for l := range e.K {
-		s.b.Free(e.K[l])
-		s.b.Free(e.V[l])
-		s.b.Free(e.H[l])
-	}
+	freeLayers(s.b, e.K, e.V, e.H)
 	s.releaseNodes(e.nodes)
 }
 

@@ -179,14 +179,10 @@ func (s *ModuleStore) Get(lm *model.LLaDA, id PrefixID) (*Entry, int, int, float
 			for j := range pos {
 				pos[j] = m.Start + int32(j)
 			}
-			c := &prefixCapture{b: s.b}
-			out, err := lm.Forward(model.Input{Tokens: m.Tokens, Positions: pos}, c)
-			if err != nil {
+			var out *model.Output
+			var err error
+			if e, out, err = computeEntry(lm, model.Input{Tokens: m.Tokens, Positions: pos}); err != nil {
 				return nil, 0, 0, 0, fmt.Errorf("module %q: %w", m.Name, err)
-			}
-			e = &Entry{Tokens: slices.Clone(m.Tokens), K: c.k, V: c.v, H: c.h}
-			for l := range e.K {
-				e.Bytes += 4 * int64(e.K[l].Rows()*e.K[l].Cols()+e.V[l].Rows()*e.V[l].Cols()+e.H[l].Rows()*e.H[l].Cols())
 			}
 			s.entries[k] = e
 			s.stats.Bytes += e.Bytes
@@ -201,45 +197,13 @@ func (s *ModuleStore) Get(lm *model.LLaDA, id PrefixID) (*Entry, int, int, float
 	if hit == len(id.Tokens) {
 		s.stats.Hits++
 	}
-	return s.concat(parts), hit, rows, flops, nil
-}
-
-// concat assembles the request's entry from its modules' (mu held).
-func (s *ModuleStore) concat(parts []*Entry) *Entry {
-	e := &Entry{}
-	if len(parts) == 0 {
-		return e
-	}
-	n := 0
-	for _, p := range parts {
-		e.Tokens = append(e.Tokens, p.Tokens...)
-		n += len(p.Tokens)
-	}
-	for l := range parts[0].K {
-		k := s.b.New(n, parts[0].K[l].Cols())
-		v := s.b.New(n, parts[0].V[l].Cols())
-		h := s.b.New(n, parts[0].H[l].Cols())
-		at := 0
-		for _, p := range parts {
-			r := iota32(at, at+len(p.Tokens))
-			s.b.CopyRows(k, r, p.K[l], nil)
-			s.b.CopyRows(v, r, p.V[l], nil)
-			s.b.CopyRows(h, r, p.H[l], nil)
-			at += len(p.Tokens)
-		}
-		e.K, e.V, e.H = append(e.K, k), append(e.V, v), append(e.H, h)
-	}
-	return e
+	return concatEntries(s.b, parts), hit, rows, flops, nil
 }
 
 // Release implements PrefixStore: frees the request's assembled entry (the
 // modules stay stored).
 func (s *ModuleStore) Release(e *Entry) {
-	for l := range e.K {
-		s.b.Free(e.K[l])
-		s.b.Free(e.V[l])
-		s.b.Free(e.H[l])
-	}
+	freeLayers(s.b, e.K, e.V, e.H)
 }
 
 // Stats implements PrefixStore.

@@ -73,15 +73,60 @@ type Entry struct {
 // ComputePrefix runs the model on the prefix tokens alone (positions
 // 0..m-1) and keeps every layer's K, V and input hidden state.
 func ComputePrefix(m *model.LLaDA, tokens []int32) (*Entry, error) {
+	e, _, err := computeEntry(m, model.Input{Tokens: tokens})
+	return e, err
+}
+
+// computeEntry runs the model on in alone (at its position ids) and keeps
+// every layer's K, V and input hidden state, with the forward's output.
+func computeEntry(m *model.LLaDA, in model.Input) (*Entry, *model.Output, error) {
 	c := &prefixCapture{b: m.Backend}
-	if _, err := m.Forward(model.Input{Tokens: tokens}, c); err != nil {
-		return nil, err
+	out, err := m.Forward(in, c)
+	if err != nil {
+		return nil, nil, err
 	}
-	e := &Entry{Tokens: append([]int32(nil), tokens...), K: c.k, V: c.v, H: c.h}
+	e := &Entry{Tokens: slices.Clone(in.Tokens), K: c.k, V: c.v, H: c.h}
 	for l := range e.K {
 		e.Bytes += 4 * int64(e.K[l].Rows()*e.K[l].Cols()+e.V[l].Rows()*e.V[l].Cols()+e.H[l].Rows()*e.H[l].Cols())
 	}
-	return e, nil
+	return e, out, nil
+}
+
+// concatEntries copies the parts' per-layer K, V and H one after another
+// into a new entry covering their tokens.
+func concatEntries(b backend.Backend, parts []*Entry) *Entry {
+	e := &Entry{}
+	if len(parts) == 0 {
+		return e
+	}
+	for _, p := range parts {
+		e.Tokens = append(e.Tokens, p.Tokens...)
+	}
+	n := len(e.Tokens)
+	for l := range parts[0].K {
+		k := b.New(n, parts[0].K[l].Cols())
+		v := b.New(n, parts[0].V[l].Cols())
+		h := b.New(n, parts[0].H[l].Cols())
+		at := 0
+		for _, p := range parts {
+			r := iota32(at, at+len(p.Tokens))
+			b.CopyRows(k, r, p.K[l], nil)
+			b.CopyRows(v, r, p.V[l], nil)
+			b.CopyRows(h, r, p.H[l], nil)
+			at += len(p.Tokens)
+		}
+		e.K, e.V, e.H = append(e.K, k), append(e.V, v), append(e.H, h)
+	}
+	return e
+}
+
+// freeLayers frees per-layer K, V and H tensors.
+func freeLayers(b backend.Backend, k, v, h []backend.Tensor) {
+	for l := range k {
+		b.Free(k[l])
+		b.Free(v[l])
+		b.Free(h[l])
+	}
 }
 
 type prefixCapture struct {
@@ -332,13 +377,7 @@ func (s *Store) remove(e *Entry) {
 	}
 }
 
-func (s *Store) free(e *Entry) {
-	for l := range e.K {
-		s.b.Free(e.K[l])
-		s.b.Free(e.V[l])
-		s.b.Free(e.H[l])
-	}
-}
+func (s *Store) free(e *Entry) { freeLayers(s.b, e.K, e.V, e.H) }
 
 // Release ends a request's hold on e.
 func (s *Store) Release(e *Entry) {

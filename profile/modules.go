@@ -85,15 +85,12 @@ var ModuleLayouts = []string{"contiguous", "gap"}
 // set, is called after each generation.
 func ModuleSweep(ctx context.Context, m *model.Model, samples []datasets.Sample, depths []int, refresh int, gen model.GenOptions, progress func()) (*ModuleResult, error) {
 	res := &ModuleResult{Refresh: refresh}
-	pts := map[[2]int]*ModulePoint{}
-	for li, lay := range ModuleLayouts {
+	for _, lay := range ModuleLayouts { // point li*len(depths)+di: layout li, depth di
 		for _, d := range depths {
 			if d < 0 || d > len(m.Blocks) {
 				return nil, fmt.Errorf("depth %d outside 0..%d", d, len(m.Blocks))
 			}
-			p := &ModulePoint{Layout: lay, Depth: d}
-			pts[[2]int{li, d}] = p
-			res.Points = append(res.Points, *p)
+			res.Points = append(res.Points, ModulePoint{Layout: lay, Depth: d})
 		}
 	}
 	tick := func() {
@@ -101,11 +98,21 @@ func ModuleSweep(ctx context.Context, m *model.Model, samples []datasets.Sample,
 			progress()
 		}
 	}
+	type cut struct {
+		names []string
+		parts [][]int32
+		rest  []int32
+	}
+	cuts := make([]cut, len(samples))
 	for i, s := range samples {
-		names, parts, rest, err := SampleModules(m, s)
-		if err != nil {
+		c := &cuts[i]
+		var err error
+		if c.names, c.parts, c.rest, err = SampleModules(m, s); err != nil {
 			return nil, err
 		}
+	}
+	for i, s := range samples {
+		names, parts, rest := cuts[i].names, cuts[i].parts, cuts[i].rest
 		contiguous, err := cache.Layout(names, parts)
 		if err != nil {
 			return nil, fmt.Errorf("sample %s: %w", s.ID, err)
@@ -126,12 +133,12 @@ func ModuleSweep(ctx context.Context, m *model.Model, samples []datasets.Sample,
 		if datasets.CheckBenchmarkAnswer(s.Suite, wholeText, s.Answer) {
 			res.WholeCorrect++
 		}
-		_, other, _, err := SampleModules(m, samples[(i+1)%len(samples)])
-		if err != nil {
-			return nil, err
+		other := cuts[(i+1)%len(cuts)].parts
+		if len(other) > 1 {
+			other = other[1:] // a paragraph, not the template's head
 		}
-		long := other[1]
-		for _, p := range other[1:] {
+		long := other[0]
+		for _, p := range other {
 			if len(p) > len(long) {
 				long = p
 			}
@@ -152,14 +159,14 @@ func ModuleSweep(ctx context.Context, m *model.Model, samples []datasets.Sample,
 				return nil, err
 			}
 			o.Positions = pos
-			for _, d := range depths {
+			for di, d := range depths {
 				g, err := m.Generate(ctx, prompt, prefix, o, cache.ModulePlanner(m.LLaDA, m.Fingerprint, store, d, refresh, nil))
 				if err != nil {
 					return nil, fmt.Errorf("sample %s, %s, depth %d: %w", s.ID, ModuleLayouts[li], d, err)
 				}
 				tick()
 				text := m.AnswerText(g.Answer)
-				p := pts[[2]int{li, d}]
+				p := &res.Points[li*len(depths)+di]
 				p.N++
 				if datasets.CheckBenchmarkAnswer(s.Suite, text, s.Answer) {
 					p.Correct++
@@ -176,16 +183,10 @@ func ModuleSweep(ctx context.Context, m *model.Model, samples []datasets.Sample,
 		res.WholeAccuracy = float64(res.WholeCorrect) / float64(res.N)
 	}
 	for i := range res.Points {
-		li := 0
-		if res.Points[i].Layout == "gap" {
-			li = 1
-		}
-		p := pts[[2]int{li, res.Points[i].Depth}]
-		if p.N > 0 {
+		if p := &res.Points[i]; p.N > 0 {
 			p.Accuracy = float64(p.Correct) / float64(p.N)
 			p.Agreement = float64(p.Agree) / float64(p.N)
 		}
-		res.Points[i] = *p
 	}
 	return res, nil
 }
