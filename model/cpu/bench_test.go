@@ -90,6 +90,9 @@ func BenchmarkMatMul(b *testing.B) {
 		// the bundled llada-tiny (d 128, FFN 384) at a full step (283
 		// rows) and a suffix-only step (34 rows)
 		{283, 128, 384}, {283, 128, 128}, {34, 128, 384}, {34, 128, 128},
+		// sixteen of its long-regime canvases (≈ 430 rows) in one batched
+		// forward: the tallest product a serve batch makes of this model
+		{6912, 128, 384}, {6912, 128, 128},
 	} {
 		for _, st := range matmulStrategies() {
 			b.Run(fmt.Sprintf("n%d_in%d_out%d/%s", s.n, s.in, s.out, st.name), func(b *testing.B) {
