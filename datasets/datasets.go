@@ -26,6 +26,28 @@ type Sample struct {
 	// Turn is the sample's turn in its conversation (1-based; 0: a
 	// single-turn sample).
 	Turn int
+	// Reply is the assistant message a later turn of the conversation
+	// carries for this one when it is not Target: a chat conversation's
+	// recorded reply (ChatConversations).
+	Reply string
+}
+
+// ChatSuite names the multi-turn workload built from chat conversations
+// (WildChat's, or generated in their style). Its samples have no reference
+// answer: they are not scored, and a bench compares answers with the
+// uncached model's instead.
+const ChatSuite = "wildchat"
+
+// Scored reports whether the sample has a reference answer to check.
+func (s Sample) Scored() bool { return s.Suite != ChatSuite }
+
+// AssistantTurn is the assistant message that the conversation's next turn
+// carries after this sample's question: Reply when set, else Target.
+func (s Sample) AssistantTurn() string {
+	if s.Reply != "" {
+		return s.Reply
+	}
+	return s.Target()
 }
 
 // Turn is one earlier exchange of a conversation.

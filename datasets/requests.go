@@ -504,3 +504,45 @@ func LoadUserPrompts(args []string, f WildChatFilter, seed int64, n int) ([]Prom
 	}
 	return out, nil
 }
+
+// LoadConversations gathers n chat conversations of at least f.MinTurns
+// exchanges for a multi-turn workload, from args as LoadUserPrompts takes
+// them: "builtin" generates them (GenerateWildChatStyleConversations, keeping
+// those within f.MaxConversationChars), other arguments are WildChat parquet
+// files or directories read with f (and Limit n).
+func LoadConversations(args []string, f WildChatFilter, seed int64, n int) ([]Prompt, error) {
+	if len(args) == 0 {
+		return nil, errors.New("datasets: no conversation data given (want builtin or WildChat parquet paths)")
+	}
+	if n < 1 || f.MinTurns < 1 {
+		return nil, fmt.Errorf("datasets: %d conversations of %d turns asked for, want at least 1 of 1", n, f.MinTurns)
+	}
+	var out []Prompt
+	var paths []string
+	for _, a := range args {
+		if a != "builtin" {
+			paths = append(paths, a)
+			continue
+		}
+		got := 0
+		for i := 0; got < n && i < 100*n; i++ {
+			p := wildchatStyleConversation(seed, i, f.MinTurns)
+			if f.MaxConversationChars == 0 || conversationChars(p.Exchanges) <= f.MaxConversationChars {
+				out = append(out, p)
+				got++
+			}
+		}
+		if got == 0 {
+			return nil, fmt.Errorf("datasets: no generated conversation of %d turns fits in %d characters", f.MinTurns, f.MaxConversationChars)
+		}
+	}
+	if len(paths) > 0 {
+		f.Limit = n
+		ps, err := ReadWildChat(paths, f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ps...)
+	}
+	return out, nil
+}

@@ -81,11 +81,42 @@ func Conversations(samples []Sample, turns int) ([]Sample, error) {
 			q.History, q.Turn = slices.Clone(hist), k+1
 			q.ID = fmt.Sprintf("%s/turn%d", s.ID, k+1)
 			out = append(out, q)
-			hist = append(hist, Turn{User: q.User, Assistant: q.Target()})
+			hist = append(hist, Turn{User: q.User, Assistant: q.AssistantTurn()})
 		}
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("datasets: no lookup samples to build conversations from")
+	}
+	return out, nil
+}
+
+// ChatConversations turns chat conversations (prompts read with
+// WildChatFilter.MinTurns, or GenerateWildChatStyleConversations) into a
+// multi-turn workload of ChatSuite samples: conversation i gives one sample
+// per turn k = 1…turns, under the given system message, carrying the k−1
+// earlier exchanges with their recorded replies as history and asking the
+// k-th user message. Conversations shorter than turns, or with an earlier
+// turn the assistant did not answer, are left out; it fails when none is
+// left.
+func ChatConversations(prompts []Prompt, system string, turns int) ([]Sample, error) {
+	if turns < 1 {
+		return nil, fmt.Errorf("datasets: conversations of %d turns, want at least 1", turns)
+	}
+	var out []Sample
+	short := 0
+	for _, p := range prompts {
+		ex := p.Exchanges
+		if len(ex) < turns || slices.ContainsFunc(ex[:turns-1], func(t Turn) bool { return t.Assistant == "" }) {
+			short++
+			continue
+		}
+		for k := range turns {
+			out = append(out, Sample{Suite: ChatSuite, System: system, User: ex[k].User, Reply: ex[k].Assistant,
+				ID: fmt.Sprintf("%s/turn%d", p.ID, k+1), History: slices.Clone(ex[:k]), Turn: k + 1})
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("datasets: none of %d conversations has %d answered turns", len(prompts), turns)
 	}
 	return out, nil
 }

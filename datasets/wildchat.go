@@ -26,6 +26,11 @@ type Prompt struct {
 	Language string
 	// Source is the file the prompt was read from, or "generated".
 	Source string
+	// Exchanges is the conversation from the first user turn on, one
+	// user message and the assistant's reply (empty when none followed) per
+	// exchange; Exchanges[0].User is Text. Only read when the filter asks
+	// for conversations (WildChatFilter.MinTurns).
+	Exchanges []Turn
 }
 
 // WildChatFilter selects the WildChat rows that ReadWildChat keeps. Its zero
@@ -47,6 +52,11 @@ type WildChatFilter struct {
 	KeepDuplicates bool
 	// Limit stops reading once this many prompts were kept; 0 reads all.
 	Limit int
+	// MinTurns, when positive, reads whole conversations (Prompt.Exchanges)
+	// and keeps only those with at least this many user turns.
+	// MaxConversationChars then bounds the characters of their first
+	// MinTurns exchanges, user and assistant messages together (0: no bound).
+	MinTurns, MaxConversationChars int
 }
 
 // WildChatStats counts what ReadWildChat did with the rows of one file.
@@ -54,12 +64,12 @@ type WildChatStats struct {
 	Path                                           string
 	Rows, Kept                                     int
 	NoUser, Language, Short, Long, Toxic, Redacted int
-	Duplicate                                      int
+	Duplicate, FewTurns                            int
 }
 
 func (s WildChatStats) String() string {
-	return fmt.Sprintf("%s: %d rows, %d kept (no user turn %d, other language %d, too short %d, too long %d, toxic %d, redacted %d, duplicate %d)",
-		s.Path, s.Rows, s.Kept, s.NoUser, s.Language, s.Short, s.Long, s.Toxic, s.Redacted, s.Duplicate)
+	return fmt.Sprintf("%s: %d rows, %d kept (no user turn %d, other language %d, too short %d, too long %d, toxic %d, redacted %d, duplicate %d, too few turns %d)",
+		s.Path, s.Rows, s.Kept, s.NoUser, s.Language, s.Short, s.Long, s.Toxic, s.Redacted, s.Duplicate, s.FewTurns)
 }
 
 // ReadWildChat reads the first user turn of every conversation in WildChat
@@ -87,6 +97,9 @@ func ReadWildChat(paths []string, f WildChatFilter) ([]Prompt, error) {
 func ReadWildChatStats(paths []string, f WildChatFilter) ([]WildChatStats, []Prompt, error) {
 	if f.MinChars < 0 || f.MaxChars < 0 || (f.MaxChars > 0 && f.MaxChars < f.MinChars) {
 		return nil, nil, fmt.Errorf("datasets: bad WildChat length filter [%d, %d] characters", f.MinChars, f.MaxChars)
+	}
+	if f.MinTurns < 0 || f.MaxConversationChars < 0 {
+		return nil, nil, fmt.Errorf("datasets: bad WildChat conversation filter: %d turns, %d characters", f.MinTurns, f.MaxConversationChars)
 	}
 	files, err := wildchatExpand(paths)
 	if err != nil {
@@ -348,6 +361,17 @@ func (r *wildchatReader) readRowGroup(rg parquet.RowGroup, lay wildchatLayout, p
 			st.Redacted++
 			continue
 		}
+		var exchanges []Turn
+		if r.filter.MinTurns > 0 {
+			if exchanges = wildchatExchanges(cv[k:], rv[k:]); len(exchanges) < r.filter.MinTurns {
+				st.FewTurns++
+				continue
+			}
+			if max := r.filter.MaxConversationChars; max > 0 && conversationChars(exchanges[:r.filter.MinTurns]) > max {
+				st.Long++
+				continue
+			}
+		}
 		if !r.filter.KeepDuplicates {
 			if r.seen[text] {
 				st.Duplicate++
@@ -359,13 +383,48 @@ func (r *wildchatReader) readRowGroup(rg parquet.RowGroup, lay wildchatLayout, p
 		if pid == "" {
 			pid = fmt.Sprintf("%s#%d", filepath.Base(path), st.Rows-1)
 		}
-		r.out = append(r.out, Prompt{ID: pid, Text: text, Language: language, Source: path})
+		r.out = append(r.out, Prompt{ID: pid, Text: text, Language: language, Source: path, Exchanges: exchanges})
 		st.Kept++
 		if r.full() {
 			return nil
 		}
 	}
 	return nil
+}
+
+// wildchatExchanges pairs a conversation's turns, from a user turn on, into
+// exchanges: each user message with the assistant message that follows it
+// (empty when another user message or nothing does). Turns of other roles
+// and empty messages are skipped.
+func wildchatExchanges(content, role []parquet.Value) []Turn {
+	var out []Turn
+	for j, rv := range role {
+		if rv.IsNull() || content[j].IsNull() {
+			continue
+		}
+		text := strings.TrimSpace(string(content[j].ByteArray()))
+		if text == "" {
+			continue
+		}
+		switch string(rv.ByteArray()) {
+		case "user":
+			out = append(out, Turn{User: text})
+		case "assistant":
+			if n := len(out); n > 0 && out[n-1].Assistant == "" {
+				out[n-1].Assistant = text
+			}
+		}
+	}
+	return out
+}
+
+// conversationChars counts the characters of the exchanges' messages.
+func conversationChars(ts []Turn) int {
+	n := 0
+	for _, t := range ts {
+		n += utf8.RuneCountInString(t.User) + utf8.RuneCountInString(t.Assistant)
+	}
+	return n
 }
 
 func wildchatString(vs []parquet.Value, k int, c *wildchatCursor) string {

@@ -69,15 +69,57 @@ func wildchatSplitStyle(text string) map[string][]string {
 func GenerateWildChatStyle(seed int64, n int) []Prompt {
 	out := make([]Prompt, n)
 	for i := range out {
-		r := rand.New(rand.NewPCG(uint64(seed), 0x5eed_c4a7_0000_0000^uint64(i)))
-		out[i] = Prompt{
-			ID:       fmt.Sprintf("wildchat-style/%d/%d", seed, i),
-			Text:     wildchatStylePrompt(r),
-			Language: "English",
-			Source:   "generated",
-		}
+		out[i] = wildchatStyleOne(seed, i)
 	}
 	return out
+}
+
+func wildchatStyleOne(seed int64, i int) Prompt {
+	r := rand.New(rand.NewPCG(uint64(seed), 0x5eed_c4a7_0000_0000^uint64(i)))
+	return Prompt{
+		ID:       fmt.Sprintf("wildchat-style/%d/%d", seed, i),
+		Text:     wildchatStylePrompt(r),
+		Language: "English",
+		Source:   "generated",
+	}
+}
+
+// GenerateWildChatStyleConversations returns n synthetic conversations of
+// the given number of exchanges (Prompt.Exchanges), for a multi-turn
+// workload without the real data: the first user message is a
+// GenerateWildChatStyle prompt, later ones are short follow-ups (a new
+// question on a topic, a constraint on the last answer, or both), and the
+// assistant's replies are one to three paragraphs of the generator's prose.
+// Conversation i depends only on seed and i, and its first message is
+// GenerateWildChatStyle(seed, …)[i]'s.
+func GenerateWildChatStyleConversations(seed int64, n, turns int) []Prompt {
+	out := make([]Prompt, n)
+	for i := range out {
+		out[i] = wildchatStyleConversation(seed, i, turns)
+	}
+	return out
+}
+
+func wildchatStyleConversation(seed int64, i, turns int) Prompt {
+	p := wildchatStyleOne(seed, i)
+	m := wildchatStyle
+	r := rand.New(rand.NewPCG(uint64(seed), 0xc0_4e25_0000_0000^uint64(i)))
+	for k := range turns {
+		user := p.Text
+		if k > 0 {
+			var b strings.Builder
+			if r.IntN(3) > 0 {
+				b.WriteString(wildchatFill(r, wildchatPick(r, m["questions"])))
+				wildchatFollowups(r, &b, 0, 1)
+			} else {
+				wildchatFollowups(r, &b, 1, 2)
+			}
+			user = strings.TrimSpace(b.String())
+		}
+		reply := strings.Join(wildchatDistinct(r, m["paragraphs"], 1+r.IntN(3)), "\n\n")
+		p.Exchanges = append(p.Exchanges, Turn{User: user, Assistant: reply})
+	}
+	return p
 }
 
 func wildchatStylePrompt(r *rand.Rand) string {

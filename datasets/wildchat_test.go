@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -277,5 +278,42 @@ func TestReadWildChatErrors(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Reading whole conversations: exchanges pair each user message with the
+// assistant's reply, rows with too few user turns or too many characters
+// are dropped and counted.
+func TestReadWildChatConversations(t *testing.T) {
+	rows := []wildchatTestRow{
+		{ConversationHash: "c0", Language: "English", Conversation: wildchatTestTurns("user", "first?", "assistant", "one.", "user", "second?", "assistant", "two.", "user", "third?")},
+		{ConversationHash: "c1", Language: "English", Conversation: wildchatTestTurns("user", "only one", "assistant", "reply")},
+		{ConversationHash: "c2", Language: "English", Conversation: wildchatTestTurns("user", "a", "user", "b", "assistant", "c")},
+		{ConversationHash: "c3", Language: "English", Conversation: wildchatTestTurns("user", "long", "assistant", strings.Repeat("x", 500), "user", "more")},
+	}
+	path := writeWildChatTest(t, t.TempDir(), "conv.parquet", rows)
+	st, ps, err := ReadWildChatStats([]string{path}, WildChatFilter{MinTurns: 2, MaxConversationChars: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := wildchatIDs(ps); !slices.Equal(got, []string{"c0", "c2"}) {
+		t.Fatalf("kept %v, want c0 c2", got)
+	}
+	want := []Turn{{"first?", "one."}, {"second?", "two."}, {"third?", ""}}
+	if !slices.Equal(ps[0].Exchanges, want) {
+		t.Errorf("c0 exchanges %+v, want %+v", ps[0].Exchanges, want)
+	}
+	if want := []Turn{{"a", ""}, {"b", "c"}}; !slices.Equal(ps[1].Exchanges, want) {
+		t.Errorf("c2 exchanges %+v, want %+v", ps[1].Exchanges, want)
+	}
+	if st[0].FewTurns != 1 || st[0].Long != 1 || !strings.Contains(st[0].String(), "too few turns 1") {
+		t.Errorf("stats %+v", st[0])
+	}
+	// Without MinTurns, no conversation is read.
+	if ps, err := ReadWildChat([]string{path}, WildChatFilter{}); err != nil || ps[0].Exchanges != nil {
+		t.Errorf("first turns only: %v, %+v", err, ps)
+	}
+	if _, err := ReadWildChat([]string{path}, WildChatFilter{MinTurns: -1}); err == nil {
+		t.Error("negative MinTurns: no error")
 	}
 }

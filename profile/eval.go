@@ -19,6 +19,13 @@ type SuiteResult struct {
 	N            int     `json:"n" parquet:"n"`
 	Correct      int     `json:"correct" parquet:"correct"`
 	Accuracy     float64 `json:"accuracy" parquet:"accuracy"`
+	// Scored is false for a suite without reference answers (chat
+	// conversations): Correct and Accuracy are then 0 and mean nothing.
+	Scored bool `json:"scored" parquet:"scored"`
+	// AgreeNone is the fraction of answers identical (as text) to the
+	// uncached model's answer to the same request, when a bench ran none
+	// beside the method; nil otherwise (and for none itself).
+	AgreeNone *float64 `json:"agree_none,omitempty" parquet:"agree_none,optional"`
 	Seconds      float64 `json:"seconds" parquet:"seconds"`
 	TokensPerSec float64 `json:"tokens_per_sec" parquet:"tokens_per_sec"` // answer slots decoded per second
 	NFE          int     `json:"nfe" parquet:"nfe"`
@@ -105,6 +112,17 @@ func EvaluateInterleaved(ctx context.Context, es []*Evaluator, samples []dataset
 	for j, e := range es {
 		out[j] = tallies[j].results(e.Gen.GenLength)
 	}
+	for k, e := range es {
+		if e.Method.Name() != "none" {
+			continue
+		}
+		for j := range es {
+			if j != k {
+				tallies[j].agreement(tallies[k], out[j])
+			}
+		}
+		break
+	}
 	return out, nil
 }
 
@@ -115,11 +133,35 @@ type tally struct {
 	order                []string
 	rows, full, depthSum map[string]int
 	flopsFull            map[string]float64
+	// answers holds each sample's answer text by suite key and sample ID,
+	// for comparing methods.
+	answers map[string]map[string]string
 }
 
 func newTally(method string) *tally {
 	return &tally{method: method, by: map[string]*SuiteResult{}, rows: map[string]int{}, full: map[string]int{},
-		depthSum: map[string]int{}, flopsFull: map[string]float64{}}
+		depthSum: map[string]int{}, flopsFull: map[string]float64{}, answers: map[string]map[string]string{}}
+}
+
+// agreement sets AgreeNone on rs (t's results) against ref, none's tally
+// over the same samples.
+func (t *tally) agreement(ref *tally, rs []SuiteResult) {
+	for i := range rs {
+		mine, theirs := t.answers[rs[i].Suite], ref.answers[rs[i].Suite]
+		same, n := 0, 0
+		for id, a := range mine {
+			if b, ok := theirs[id]; ok {
+				n++
+				if a == b {
+					same++
+				}
+			}
+		}
+		if n > 0 {
+			f := float64(same) / float64(n)
+			rs[i].AgreeNone = &f
+		}
+	}
 }
 
 // encode is a sample's prompt and shared-prefix length; a multi-turn
@@ -154,8 +196,9 @@ func (e *Evaluator) run(ctx context.Context, s datasets.Sample, t *tally) error 
 	}
 	r := t.by[key]
 	if r == nil {
-		r = &SuiteResult{Method: t.method, Suite: key}
+		r = &SuiteResult{Method: t.method, Suite: key, Scored: s.Scored()}
 		t.by[key] = r
+		t.answers[key] = map[string]string{}
 		t.order = append(t.order, key)
 	}
 	ids, prefix, msgs, err := e.encode(s)
@@ -169,7 +212,7 @@ func (e *Evaluator) run(ctx context.Context, s datasets.Sample, t *tally) error 
 	}
 	g, info := res.Generation, res.Info
 	if e.StoreAnswers && msgs != nil {
-		text, err := e.Model.Tokenizer.ApplyChat(append(msgs, tokenizer.Message{Role: "assistant", Content: s.Target()}), false)
+		text, err := e.Model.Tokenizer.ApplyChat(append(msgs, tokenizer.Message{Role: "assistant", Content: s.AssistantTurn()}), false)
 		if err != nil {
 			return fmt.Errorf("sample %s: %w", s.ID, err)
 		}
@@ -184,7 +227,9 @@ func (e *Evaluator) run(ctx context.Context, s datasets.Sample, t *tally) error 
 	r.QueryTokens += int64(info.QueryTokens)
 	r.HitTokens += int64(info.HitTokens)
 	r.N++
-	if datasets.CheckBenchmarkAnswer(s.Suite, e.Model.AnswerText(g.Answer), s.Answer) {
+	answer := e.Model.AnswerText(g.Answer)
+	t.answers[key][s.ID] = answer
+	if s.Scored() && datasets.CheckBenchmarkAnswer(s.Suite, answer, s.Answer) {
 		r.Correct++
 	}
 	r.NFE += g.NFE
@@ -220,14 +265,24 @@ func (t *tally) results(genLength int) []SuiteResult {
 }
 
 // Overall pools suite results into one line (accuracy is the mean of the
-// suites' accuracies, as the paper averages its benchmarks).
+// scored suites' accuracies, as the paper averages its benchmarks;
+// agreement with none pools the answers).
 func Overall(rs []SuiteResult) SuiteResult {
 	if len(rs) == 0 {
 		return SuiteResult{}
 	}
 	o := SuiteResult{Method: rs[0].Method, Suite: "average"}
-	var acc, rowsW, ratio, depth, flopsFull float64
+	var acc, rowsW, ratio, depth, flopsFull, agree float64
+	scored, agreed := 0, 0
 	for _, r := range rs {
+		if r.Scored {
+			scored++
+			acc += r.Accuracy
+		}
+		if r.AgreeNone != nil {
+			agreed += r.N
+			agree += *r.AgreeNone * float64(r.N)
+		}
 		o.N += r.N
 		o.Correct += r.Correct
 		o.Seconds += r.Seconds
@@ -236,7 +291,6 @@ func Overall(rs []SuiteResult) SuiteResult {
 		o.QueryTokens += r.QueryTokens
 		o.HitTokens += r.HitTokens
 		o.Refreshes += r.Refreshes
-		acc += r.Accuracy
 		rowsW += r.RowsFraction * float64(r.N)
 		o.FLOPs += r.FLOPs
 		if r.FLOPsFraction > 0 {
@@ -245,7 +299,13 @@ func Overall(rs []SuiteResult) SuiteResult {
 		ratio += r.MeanRatio * float64(r.N)
 		depth += r.MeanDepth * float64(r.N)
 	}
-	o.Accuracy = acc / float64(len(rs))
+	if scored > 0 {
+		o.Scored, o.Accuracy = true, acc/float64(scored)
+	}
+	if agreed > 0 {
+		f := agree / float64(agreed)
+		o.AgreeNone = &f
+	}
 	genTokens := 0.0
 	for _, r := range rs {
 		genTokens += r.TokensPerSec * r.Seconds

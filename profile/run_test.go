@@ -508,3 +508,62 @@ func TestEvaluateConversations(t *testing.T) {
 		}
 	}
 }
+
+// Chat conversations have no reference answers: they are not scored, the
+// average's accuracy is the scored suites', and every method's answers are
+// compared with none's (a second none agrees with the first on all).
+func TestEvaluateChatAgreement(t *testing.T) {
+	m := loadTiny(t)
+	samples, err := SuiteSamples([]string{"lookup"}, 1, 1, datasets.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := datasets.LoadConversations([]string{"builtin"}, datasets.WildChatFilter{MinTurns: 2, MaxConversationChars: 1500}, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chat, err := datasets.ChatConversations(ps, "You are a helpful assistant.", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	samples = append(samples, chat...)
+	gen := model.GenOptions{GenLength: 8, Steps: 4}
+	var es []*Evaluator
+	for _, name := range []string{"none", "none", "prefix-all"} {
+		o := cache.Options{Fingerprint: m.Fingerprint}
+		if name == "prefix-all" {
+			o.Store = cache.NewStore(m.Backend, 1<<30, cache.FIFO)
+		}
+		meth, err := cache.New(name, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		es = append(es, &Evaluator{Model: m, Method: meth, Gen: gen})
+	}
+	res, err := EvaluateInterleaved(context.Background(), es, samples, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for j, rs := range res {
+		if len(rs) != 3 || rs[0].Suite != "lookup" || !rs[0].Scored || rs[1].Suite != "wildchat turn 1" || rs[1].Scored || rs[1].Correct != 0 {
+			t.Fatalf("evaluator %d: %+v", j, rs)
+		}
+		o := Overall(rs)
+		if !o.Scored || o.Accuracy != rs[0].Accuracy {
+			t.Errorf("evaluator %d: average accuracy %v scored %v, want the lookup suite's %v", j, o.Accuracy, o.Scored, rs[0].Accuracy)
+		}
+		for _, r := range rs {
+			switch {
+			case j == 0 && r.AgreeNone != nil:
+				t.Errorf("none itself has an agreement %v", *r.AgreeNone)
+			case j == 1 && (r.AgreeNone == nil || *r.AgreeNone != 1):
+				t.Errorf("a second none on %s: agreement %v, want 1", r.Suite, r.AgreeNone)
+			case j == 2 && (r.AgreeNone == nil || *r.AgreeNone < 0 || *r.AgreeNone > 1):
+				t.Errorf("prefix-all on %s: agreement %v", r.Suite, r.AgreeNone)
+			}
+		}
+		if j > 0 && (o.AgreeNone == nil) {
+			t.Errorf("evaluator %d: no pooled agreement", j)
+		}
+	}
+}

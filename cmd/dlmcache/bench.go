@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/parquet-go/parquet-go"
@@ -31,6 +32,9 @@ type benchOptions struct {
 	PerSystem   int
 	Turns       int
 	StoreAnswer bool
+	Chat        []string
+	ChatSystem  string
+	ChatChars   int
 	Seed        int64
 	GenLength   int
 	Steps       int
@@ -73,6 +77,9 @@ Methods:` + methodsHelp(),
 	fl.Int64Var(&opts.Seed, "seed", 1, "sample seed")
 	fl.IntVar(&opts.PerSystem, "questions-per-system", 1, "ask each lookup table this many questions (a shared-prefix workload: requests share system messages)")
 	fl.IntVar(&opts.Turns, "turns", 0, "a multi-turn workload: each lookup table becomes a conversation of this many questions (2–6), each turn carrying the earlier questions and their answers; results per turn")
+	fl.StringSliceVar(&opts.Chat, "wildchat", nil, "with --turns: add --limit chat conversations to the workload, builtin (generated in WildChat's manner) and/or WildChat parquet files or directories (English conversations with that many turns); they have no reference answers, so each method's answers are compared with none's")
+	fl.StringVar(&opts.ChatSystem, "chat-system", "You are a helpful assistant.", "system message of the --wildchat conversations")
+	fl.IntVar(&opts.ChatChars, "max-conversation-chars", 6000, "skip --wildchat conversations whose first --turns exchanges are longer (characters; 0: no bound)")
 	fl.BoolVar(&opts.StoreAnswer, "store-answers", false, "with --store-blocks and --turns: keep each answered conversation's blocks for the next turn (serve --store-answers)")
 	fl.IntVar(&opts.GenLength, "gen-length", 0, "answer slots; 0: the model's default")
 	fl.IntVar(&opts.Steps, "steps", 0, "denoising steps; 0: the model's default")
@@ -82,6 +89,41 @@ Methods:` + methodsHelp(),
 	fl.BoolVar(&opts.JSON, "json", false, "print JSON instead of the markdown table")
 	fl.BoolVar(&opts.Quiet, "quiet", false, "no progress bar")
 	return cmd
+}
+
+// benchConversations makes the multi-turn workload of --turns: the lookup
+// samples' conversations and --wildchat's chat conversations.
+func benchConversations(opts *benchOptions, samples []datasets.Sample) ([]datasets.Sample, error) {
+	if opts.Turns == 0 {
+		if len(opts.Chat) > 0 {
+			return nil, fmt.Errorf("--wildchat needs --turns (the number of turns of each conversation)")
+		}
+		return samples, nil
+	}
+	if opts.Turns < 2 || opts.Turns > 6 {
+		return nil, fmt.Errorf("--turns %d: want 2…6", opts.Turns)
+	}
+	var out []datasets.Sample
+	if len(opts.Chat) == 0 || slices.ContainsFunc(samples, func(s datasets.Sample) bool { return s.Suite == "lookup" }) {
+		conv, err := datasets.Conversations(samples, opts.Turns)
+		if err != nil {
+			return nil, fmt.Errorf("--turns: %w (the conversations are built from the lookup suite)", err)
+		}
+		out = conv
+	}
+	if len(opts.Chat) > 0 {
+		ps, err := datasets.LoadConversations(opts.Chat, datasets.WildChatFilter{Language: "English", MinTurns: opts.Turns,
+			MaxConversationChars: opts.ChatChars}, opts.Seed, opts.Limit)
+		if err != nil {
+			return nil, fmt.Errorf("--wildchat: %w", err)
+		}
+		chat, err := datasets.ChatConversations(ps, opts.ChatSystem, opts.Turns)
+		if err != nil {
+			return nil, fmt.Errorf("--wildchat: %w", err)
+		}
+		out = append(out, chat...)
+	}
+	return out, nil
 }
 
 // benchBase is the method a composition or variant is built on ("" for
@@ -102,13 +144,8 @@ func benchRun(ctx context.Context, opts *benchOptions) error {
 	if samples, err = datasets.SharedLookup(samples, opts.PerSystem); err != nil {
 		return err
 	}
-	if opts.Turns != 0 {
-		if opts.Turns < 2 || opts.Turns > 6 {
-			return fmt.Errorf("--turns %d: want 2…6", opts.Turns)
-		}
-		if samples, err = datasets.Conversations(samples, opts.Turns); err != nil {
-			return fmt.Errorf("--turns: %w (the conversations are built from the lookup suite)", err)
-		}
+	if samples, err = benchConversations(opts, samples); err != nil {
+		return err
 	}
 	if opts.StoreAnswer && (opts.Turns == 0 || opts.Cache.StoreBlocks == 0) {
 		return fmt.Errorf("--store-answers needs --turns and a block store (--store-blocks 16)")
@@ -179,25 +216,36 @@ func writeBenchMarkdown(w io.Writer, rows []profile.SuiteResult) {
 	for _, r := range rows {
 		by[r.Method+"/"+r.Suite] = r
 	}
-	fmt.Fprintln(w, "| method | suite | n | accuracy | Δ acc (pts) | tokens/s | speed-up | vs base | FLOPs predict | NFE | rows computed | FLOPs | mean ratio | mean depth | deep refreshes / request | prefix hits (tokens) |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| method | suite | n | accuracy | Δ acc (pts) | = none | tokens/s | speed-up | vs base | FLOPs predict | NFE | rows computed | FLOPs | mean ratio | mean depth | deep refreshes / request | prefix hits (tokens) |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range rows {
-		dAcc, speed, vsBase, predict := "", "", "", ""
+		acc, dAcc, agree, speed, vsBase, predict := "n/a", "", "", "", "", ""
+		if r.Scored {
+			acc = fmt.Sprintf("%.1f%%", 100*r.Accuracy)
+		}
+		if r.AgreeNone != nil {
+			agree = fmt.Sprintf("%.1f%%", 100**r.AgreeNone)
+		}
 		if b, ok := by["none/"+r.Suite]; ok && r.Method != "none" {
-			dAcc = fmt.Sprintf("%+.1f", 100*(r.Accuracy-b.Accuracy))
+			if r.Scored {
+				dAcc = fmt.Sprintf("%+.1f", 100*(r.Accuracy-b.Accuracy))
+			}
 			speed = fmt.Sprintf("%.2f×", r.TokensPerSec/b.TokensPerSec)
 			if r.FLOPs > 0 && r.N == b.N {
 				predict = fmt.Sprintf("%.2f×", b.FLOPs/r.FLOPs)
 			}
 		}
 		if b, ok := by[benchBase(r.Method)+"/"+r.Suite]; ok {
-			vsBase = fmt.Sprintf("%.2f× vs %s (%+.1f pts)", r.TokensPerSec/b.TokensPerSec, b.Method, 100*(r.Accuracy-b.Accuracy))
+			vsBase = fmt.Sprintf("%.2f× vs %s", r.TokensPerSec/b.TokensPerSec, b.Method)
+			if r.Scored {
+				vsBase += fmt.Sprintf(" (%+.1f pts)", 100*(r.Accuracy-b.Accuracy))
+			}
 		}
 		name := r.Suite
 		if name == "average" {
 			name = "**average**"
 		}
-		fmt.Fprintf(w, "| %s | %s | %d | %.1f%% | %s | %.1f | %s | %s | %s | %d | %.1f%% | %.1f%% | %.3f | %.2f | %.1f | %d/%d |\n", r.Method, name, r.N, 100*r.Accuracy, dAcc,
+		fmt.Fprintf(w, "| %s | %s | %d | %s | %s | %s | %.1f | %s | %s | %s | %d | %.1f%% | %.1f%% | %.3f | %.2f | %.1f | %d/%d |\n", r.Method, name, r.N, acc, dAcc, agree,
 			r.TokensPerSec, speed, vsBase, predict, r.NFE, 100*r.RowsFraction, 100*r.FLOPsFraction, r.MeanRatio, r.MeanDepth, float64(r.Refreshes)/float64(max(1, r.N)), r.HitTokens, r.QueryTokens)
 	}
 }

@@ -87,3 +87,54 @@ func TestGenerateReadsStdin(t *testing.T) {
 		t.Errorf("both @-: exit %d %s", code, errOut)
 	}
 }
+
+// bench --turns --wildchat: chat conversations beside the lookup ones,
+// unscored, every method's answers compared with none's, in the table and
+// in bench.json.
+func TestBenchChatConversations(t *testing.T) {
+	dir := t.TempDir()
+	out, errOut, code := run(t, "bench", "--model", serveFixture, "--suite", "lookup", "--limit", "1", "--turns", "2", "--wildchat", "builtin",
+		"--max-conversation-chars", "1500", "--methods", "none,prefix-all", "--gen-length", "8", "--steps", "4", "--quiet", "--out", dir)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"| prefix-all | wildchat turn 2 | 1 | n/a |", "| none | lookup turn 1 | 1 |", "= none"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "bench.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var js struct {
+		Results []struct {
+			Method, Suite string
+			Scored        bool
+			AgreeNone     *float64 `json:"agree_none"`
+		}
+	}
+	if err := json.Unmarshal(b, &js); err != nil {
+		t.Fatal(err)
+	}
+	agreed := 0
+	for _, r := range js.Results {
+		if strings.HasPrefix(r.Suite, "wildchat") == r.Scored {
+			t.Errorf("%s %s: scored %v", r.Method, r.Suite, r.Scored)
+		}
+		if (r.Method == "none") != (r.AgreeNone == nil) {
+			t.Errorf("%s %s: agreement %v", r.Method, r.Suite, r.AgreeNone)
+		}
+		if r.AgreeNone != nil {
+			agreed++
+		}
+	}
+	if agreed != 5 { // prefix-all: 2 lookup turns, 2 chat turns, the average
+		t.Errorf("%d rows with an agreement, want 5:\n%s", agreed, b)
+	}
+	for _, bad := range [][]string{{"--wildchat", "builtin"}, {"--turns", "2", "--wildchat", filepath.Join(dir, "missing.parquet")}} {
+		if _, errOut, code := run(t, append([]string{"bench", "--model", serveFixture, "--suite", "lookup", "--limit", "1", "--quiet"}, bad...)...); code == 0 || !strings.Contains(errOut, "--wildchat") {
+			t.Errorf("%v: exit %d: %s", bad, code, errOut)
+		}
+	}
+}
