@@ -14,23 +14,23 @@ import (
 
 // SuiteResult is one method's outcome on one task suite.
 type SuiteResult struct {
-	Method       string  `json:"method" parquet:"method"`
-	Suite        string  `json:"suite" parquet:"suite"`
-	N            int     `json:"n" parquet:"n"`
-	Correct      int     `json:"correct" parquet:"correct"`
-	Accuracy     float64 `json:"accuracy" parquet:"accuracy"`
+	Method   string  `json:"method" parquet:"method"`
+	Suite    string  `json:"suite" parquet:"suite"`
+	N        int     `json:"n" parquet:"n"`
+	Correct  int     `json:"correct" parquet:"correct"`
+	Accuracy float64 `json:"accuracy" parquet:"accuracy"`
 	// Scored is false for a suite without reference answers (chat
 	// conversations): Correct and Accuracy are then 0 and mean nothing.
 	Scored bool `json:"scored" parquet:"scored"`
 	// AgreeNone is the fraction of answers identical (as text) to the
 	// uncached model's answer to the same request, when a bench ran none
 	// beside the method; nil otherwise (and for none itself).
-	AgreeNone *float64 `json:"agree_none,omitempty" parquet:"agree_none,optional"`
-	Seconds      float64 `json:"seconds" parquet:"seconds"`
-	TokensPerSec float64 `json:"tokens_per_sec" parquet:"tokens_per_sec"` // answer slots decoded per second
-	NFE          int     `json:"nfe" parquet:"nfe"`
-	TPF          float64 `json:"tokens_per_forward" parquet:"tokens_per_forward"`
-	RowsFraction float64 `json:"rows_fraction" parquet:"rows_fraction"` // layer-rows computed (prefix-store fills included) / no caching's
+	AgreeNone    *float64 `json:"agree_none,omitempty" parquet:"agree_none,optional"`
+	Seconds      float64  `json:"seconds" parquet:"seconds"`
+	TokensPerSec float64  `json:"tokens_per_sec" parquet:"tokens_per_sec"` // answer slots decoded per second
+	NFE          int      `json:"nfe" parquet:"nfe"`
+	TPF          float64  `json:"tokens_per_forward" parquet:"tokens_per_forward"`
+	RowsFraction float64  `json:"rows_fraction" parquet:"rows_fraction"` // layer-rows computed (prefix-store fills included) / no caching's
 	// FLOPs is the matrix products' FLOPs (prefix-store fills included);
 	// FLOPsFraction divides it by what computing every row on the same
 	// steps costs.
