@@ -183,6 +183,9 @@ type Request struct {
 	Prompt    []int32 // prompt token ids
 	PrefixLen int     // shared-prefix length m
 	Salt      string  // per-request cache salt ("" for none)
+	// Positions, if not nil, are the prompt's RoPE position ids (a prompt
+	// composed of modules, Schema.Compose); nil: 0, 1, 2, …
+	Positions []int32
 }
 
 // Result is a generation and what the method did for it.
@@ -195,6 +198,9 @@ type Result struct {
 // bench and the calibration take. gen is adapted by meth.Gen.
 func Run(ctx context.Context, lm *model.LLaDA, meth Method, r Request, gen model.GenOptions) (*Result, error) {
 	res := &Result{}
+	if r.Positions != nil {
+		gen.Positions = r.Positions
+	}
 	g, err := lm.Generate(ctx, r.Prompt, r.PrefixLen, meth.Gen(gen), meth.Planner(lm, r.Salt, &res.Info))
 	if err != nil {
 		return nil, err

@@ -229,3 +229,32 @@ func ModulePlanner(lm *model.LLaDA, fingerprint string, store *ModuleStore, dept
 		id: PrefixID{Fingerprint: fingerprint}, info: info, inner: deep,
 		depth: func(float64) (int, bool) { return depth, false }}
 }
+
+// moduleMethod serves prompts composed of a schema's modules.
+type moduleMethod struct {
+	base
+	store          *ModuleStore
+	depth, refresh int
+}
+
+// NewModuleMethod is the Method of prompt-module requests (not a registered
+// method: it needs a schema): ModulePlanner over store at the given depth
+// and refresh period, for the model of o.Fingerprint. Its requests must
+// carry Schema.Compose's position ids (Request.Positions). The modules are
+// the operator's own declared text, so the salt is ignored: every request
+// importing a module shares its K/V.
+func NewModuleMethod(store *ModuleStore, depth, refresh int, o Options) (Method, error) {
+	if store == nil {
+		return nil, fmt.Errorf("modules: no module store")
+	}
+	if depth < 0 || refresh < 1 {
+		return nil, fmt.Errorf("modules: depth %d, refresh %d: want depth ≥ 0 and refresh ≥ 1", depth, refresh)
+	}
+	return &moduleMethod{base: base{"modules", o}, store: store, depth: depth, refresh: refresh}, nil
+}
+
+func (m *moduleMethod) Planner(lm *model.LLaDA, _ string, info *Info) model.Planner {
+	return ModulePlanner(lm, m.o.Fingerprint, m.store, m.depth, m.refresh, info)
+}
+
+func (m *moduleMethod) Store() PrefixStore { return m.store }

@@ -187,6 +187,15 @@ type Stats struct {
 	BudgetBytes   int64
 }
 
+// Plus is the two stores' counters together (what a server with a prefix
+// store and a module store reports).
+func (s Stats) Plus(o Stats) Stats {
+	return Stats{QueryTokens: s.QueryTokens + o.QueryTokens, HitTokens: s.HitTokens + o.HitTokens, Queries: s.Queries + o.Queries,
+		Hits: s.Hits + o.Hits, Evictions: s.Evictions + o.Evictions, EvictedTokens: s.EvictedTokens + o.EvictedTokens,
+		Uncacheable: s.Uncacheable + o.Uncacheable, Collisions: s.Collisions + o.Collisions, SpillHits: s.SpillHits + o.SpillHits,
+		Entries: s.Entries + o.Entries, Bytes: s.Bytes + o.Bytes, BudgetBytes: s.BudgetBytes + o.BudgetBytes}
+}
+
 // Store is a concurrency-safe, byte-budgeted map from prefix keys to
 // computed prefixes. A missing prefix is computed once however many
 // requests ask for it at the same time.

@@ -23,6 +23,9 @@ import (
 type chatRequest struct {
 	Model    string        `json:"model"`
 	Messages []chatMessage `json:"messages"`
+	// Modules is a dlmcache extra: the prompt modules (serve --modules)
+	// whose texts open the system message, reused across requests.
+	Modules []string `json:"modules"`
 	genFields
 }
 
@@ -32,6 +35,8 @@ type completionRequest struct {
 	Prompt json.RawMessage `json:"prompt"`
 	// System is a dlmcache extra: the shared prefix put before the prompt.
 	System string `json:"system"`
+	// Modules is refused here: modules extend a chat's system message.
+	Modules json.RawMessage `json:"modules"`
 	genFields
 }
 

@@ -67,6 +67,10 @@ type Config struct {
 	// over the question and the answer per request.
 	StoreAnswers bool
 
+	// Modules, if not nil, is the prompt-module schema chat requests may
+	// import from ("modules": […]; modules.go), served at GET /v1/modules.
+	Modules *Modules
+
 	// Log, if not nil, gets one line per request.
 	Log io.Writer
 	// Now is the clock (tests); default time.Now.
@@ -142,9 +146,22 @@ func New(cfg Config) (*Server, error) {
 		cfg.Now = time.Now
 	}
 	s := &Server{cfg: cfg, mux: http.NewServeMux(), slots: make(chan struct{}, cfg.MaxConcurrency)}
+	// The prefix-store metrics count the method's store and the modules'.
+	var stores []cache.PrefixStore
+	for _, m := range []cache.Method{cfg.Method, cfg.Modules.Method()} {
+		if m != nil && m.Store() != nil {
+			stores = append(stores, m.Store())
+		}
+	}
 	var store func() cache.Stats
-	if st := cfg.Method.Store(); st != nil {
-		store = st.Stats
+	if len(stores) > 0 {
+		store = func() cache.Stats {
+			var sum cache.Stats
+			for _, st := range stores {
+				sum = sum.Plus(st.Stats())
+			}
+			return sum
+		}
 	}
 	s.met = newMetrics(cfg.Method.Name(), store, cfg.Now)
 	if cfg.MaxBatch > 1 {
@@ -157,6 +174,7 @@ func New(cfg Config) (*Server, error) {
 	s.mux.HandleFunc("GET /healthz", s.handleHealth)
 	s.mux.HandleFunc("GET /health", s.handleHealth) // the path vLLM and SGLang serve
 	s.mux.HandleFunc("GET /v1/kv_events", s.handleKVEvents)
+	s.mux.HandleFunc("GET /v1/modules", s.handleModules)
 	s.mux.HandleFunc("GET /{$}", s.handlePlayground)
 	return s, nil
 }
@@ -226,6 +244,14 @@ func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
 	}}})
 }
 
+func (s *Server) handleModules(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Modules == nil {
+		writeError(w, newAPIError(http.StatusNotFound, "invalid_request_error", "no_modules", "", "this server declares no prompt modules (serve --modules FILE)"))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": s.cfg.Modules.Infos()})
+}
+
 func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	s.met.handler().ServeHTTP(w, r)
 }
@@ -236,6 +262,8 @@ type job struct {
 	ids       []int32
 	prefixLen int
 	conv      *conversation // chat requests: the messages, for StoreAnswers
+	meth      cache.Method  // the method serving it (the server's, or the modules')
+	pos       []int32       // the prompt's position ids (module requests; nil: 0, 1, …)
 	gen       model.GenOptions
 	salt      string
 	maxTokens int      // cap on the returned tokens (0: the gen length)
@@ -264,12 +292,26 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		if req.Messages == nil {
 			return nil, badRequest("messages is required", "messages")
 		}
+		if req.Modules != nil {
+			if s.cfg.Modules == nil {
+				return nil, badRequest("modules: this server declares no prompt modules (serve --modules FILE)", "modules")
+			}
+			ids, m, pos, err := s.cfg.Modules.encode(s.cfg.Model.Tokenizer, req.Modules, req.Messages)
+			if err != nil {
+				return nil, asAPIError(err)
+			}
+			j, e := s.newJob(ids, m, &req.genFields, "messages", s.cfg.Modules.method)
+			if j != nil {
+				j.pos = pos
+			}
+			return j, e
+		}
 		_, blocks := s.cfg.Method.Store().(*cache.BlockStore)
 		ids, m, conv, err := encodeConversation(s.cfg.Model.Tokenizer, req.Messages, blocks)
 		if err != nil {
 			return nil, asAPIError(err)
 		}
-		j, e := s.newJob(ids, m, &req.genFields, "messages")
+		j, e := s.newJob(ids, m, &req.genFields, "messages", s.cfg.Method)
 		if j != nil {
 			j.conv = conv
 		}
@@ -288,6 +330,9 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) {
 		if e := decodeBody(body, &req); e != nil {
 			return nil, e
 		}
+		if req.Modules != nil {
+			return nil, badRequest("modules: prompt modules are imported by chat requests (/v1/chat/completions), whose system message they extend", "modules")
+		}
 		prompt, err := req.promptText()
 		if err != nil {
 			return nil, asAPIError(err)
@@ -296,7 +341,7 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return nil, asAPIError(err)
 		}
-		return s.newJob(ids, m, &req.genFields, "prompt")
+		return s.newJob(ids, m, &req.genFields, "prompt", s.cfg.Method)
 	}, func(id string, created int64, res *result) any {
 		return &completionResponse{ID: "cmpl-" + id, Object: "text_completion", Created: created, Model: s.cfg.Name,
 			SystemFingerprint: s.fingerprint(),
@@ -322,8 +367,9 @@ func asAPIError(err error) *apiError {
 }
 
 // newJob validates the generation fields against the schedule and the
-// context bound. paramPrompt names the field blamed for a too-long prompt.
-func (s *Server) newJob(ids []int32, prefixLen int, g *genFields, paramPrompt string) (*job, *apiError) {
+// context bound, for a request meth serves. paramPrompt names the field
+// blamed for a too-long prompt.
+func (s *Server) newJob(ids []int32, prefixLen int, g *genFields, paramPrompt string, meth cache.Method) (*job, *apiError) {
 	if g.StreamCanvas && (g.Stream == nil || !*g.Stream) {
 		return nil, badRequest("dlmcache_stream_canvas needs stream: true", "dlmcache_stream_canvas")
 	}
@@ -341,12 +387,13 @@ func (s *Server) newJob(ids []int32, prefixLen int, g *genFields, paramPrompt st
 	if e != nil {
 		return nil, e
 	}
+	gen = meth.Gen(gen)
 	if s.cfg.MaxContext > 0 && len(ids)+gen.GenLength > s.cfg.MaxContext {
 		return nil, newAPIError(http.StatusBadRequest, "invalid_request_error", "context_length_exceeded", paramPrompt,
 			fmt.Sprintf("the prompt has %d tokens and the answer %d slots: %d in all exceed the model's context of %d tokens",
 				len(ids), gen.GenLength, len(ids)+gen.GenLength, s.cfg.MaxContext))
 	}
-	j := &job{ids: ids, prefixLen: prefixLen, gen: gen, salt: g.CacheSalt, stop: stop,
+	j := &job{ids: ids, prefixLen: prefixLen, gen: gen, meth: meth, salt: g.CacheSalt, stop: stop,
 		stream: g.Stream != nil && *g.Stream, canvas: g.StreamCanvas}
 	if g.StreamOptions != nil {
 		j.usage = g.StreamOptions.IncludeUsage
@@ -439,7 +486,7 @@ func (s *Server) genOptions(g *genFields) (model.GenOptions, *apiError) {
 	if g.Seed != nil {
 		o.Seed = uint64(*g.Seed)
 	}
-	return s.cfg.Method.Gen(o), nil
+	return o, nil
 }
 
 // complete runs the shared part of both completion endpoints: bounded body,
@@ -534,7 +581,7 @@ func (s *Server) run(ctx context.Context, j *job) (*result, *apiError) {
 	s.met.running.Inc()
 	defer s.met.running.Dec()
 
-	meth := s.cfg.Method
+	meth := j.meth
 	s.checkRegime(j.gen)
 	lm := s.cfg.Model
 	gen, leave := s.batched(j.gen)
@@ -549,7 +596,7 @@ func (s *Server) run(ctx context.Context, j *job) (*result, *apiError) {
 		}
 	}
 	defer leave()
-	res, err := cache.Run(ctx, lm.LLaDA, meth, cache.Request{Prompt: j.ids, PrefixLen: j.prefixLen, Salt: j.salt}, gen)
+	res, err := cache.Run(ctx, lm.LLaDA, meth, cache.Request{Prompt: j.ids, PrefixLen: j.prefixLen, Salt: j.salt, Positions: j.pos}, gen)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctxError(ctx)

@@ -29,6 +29,8 @@ type serveOptions struct {
 	MaxConcurrency int
 	MaxBatch       int
 	StoreAnswers   bool
+	Modules        string
+	ModuleDepth    int
 	MaxQueue       int
 	QueueWait      time.Duration
 	Timeout        time.Duration
@@ -57,7 +59,8 @@ gen length (rounded up to whole blocks) and caps the returned tokens
 gen_length, steps, block_length and cache_salt are accepted as extra fields;
 stream=true streams server-sent events (a chunk per committed block;
 stream_options.include_usage; dlmcache_stream_canvas adds the canvas after
-every step); tools, tool_choice, response_format and logprobs are refused
+every step); with --modules, "modules": ["name", …] imports prompt modules
+(GET /v1/modules lists them) that open the system message; tools, tool_choice, response_format and logprobs are refused
 with a 400 naming the field. GET /health answers as /healthz does.
 
 --method defaults to bicache when --lut is given, else none. A table made
@@ -88,6 +91,8 @@ Methods:` + methodsHelp(),
 	fl.IntVar(&opts.Steps, "steps", 0, "default denoising steps; 0: the model's default")
 	fl.IntVar(&opts.BlockLength, "block-length", 0, "default block length; 0: the model's default")
 	fl.BoolVar(&opts.StoreAnswers, "store-answers", false, "with --store-blocks: keep each answered conversation's blocks so the next turn reuses every earlier turn (a fill forward over the question and answer per request)")
+	fl.StringVar(&opts.Modules, "modules", "", "prompt-module schema (JSON: {\"modules\": [{\"name\", \"text\", \"start\"}]}): chat requests import modules by name (\"modules\": [...]) to open their system message with them, each module's K/V computed once at its reserved positions and reused")
+	fl.IntVar(&opts.ModuleDepth, "module-depth", 1, "layers in which imported modules' K/V are reused (1 is exact; 2 held on the bundled model, 3 and deeper did not: docs/results.md 0.6)")
 	fl.IntVar(&opts.MaxBatch, "max-batch", 1, "generations whose step forwards run as one batched forward (continuous batching); 1: each runs its own forwards (see docs/serving.md for why 1 is the default on a busy 2-core CPU)")
 	fl.IntVar(&opts.MaxConcurrency, "max-concurrency", 0, "generations run at once (0: --max-batch when above 1, else 2, which gave 33–59% more tokens/s than 1 on a 2-core CPU: see docs/serving.md)")
 	fl.IntVar(&opts.MaxQueue, "max-queue", 1024, "requests that may wait for a generation slot beyond those running; more get 429 (0: 4×max-concurrency)")
@@ -127,6 +132,12 @@ func serveRun(ctx context.Context, opts *serveOptions) error {
 	if err != nil {
 		return err
 	}
+	var mods *serve.Modules
+	if opts.Modules != "" {
+		if mods, err = serve.LoadModules(opts.Modules, lm.Model, opts.ModuleDepth, lm.Card.RefreshOr(opts.Cache.Refresh)); err != nil {
+			return fmt.Errorf("--modules: %w", err)
+		}
+	}
 	var logw = opts.f.ErrOut
 	if opts.Quiet {
 		logw = nil
@@ -134,7 +145,7 @@ func serveRun(ctx context.Context, opts *serveOptions) error {
 	srv, err := serve.New(serve.Config{
 		Model: lm.Model, Name: cmp.Or(opts.ServedName, lm.Name), Method: meth, Gen: gen, Events: opts.Cache.Events, StoreAnswers: opts.StoreAnswers,
 		MaxConcurrency: concurrency(opts.MaxConcurrency, opts.MaxBatch), MaxBatch: opts.MaxBatch, MaxQueue: opts.MaxQueue, QueueWait: opts.QueueWait,
-		Timeout: opts.Timeout, MaxBodyBytes: opts.MaxBodyBytes, MaxContext: opts.MaxContext, Log: logw,
+		Timeout: opts.Timeout, MaxBodyBytes: opts.MaxBodyBytes, MaxContext: opts.MaxContext, Log: logw, Modules: mods,
 	})
 	if err != nil {
 		return err
@@ -151,6 +162,13 @@ func serveRun(ctx context.Context, opts *serveOptions) error {
 	fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: model %s (%s), method %s (%s), store %d bytes %s, gen %d/%d/%d, max concurrency %d, max batch %d; listening on http://%s\n",
 		lm.Name, lm.Fingerprint, method, tableNote, opts.Cache.CacheBytes, opts.Cache.Eviction,
 		gen.GenLength, gen.Steps, gen.BlockLength, srv.MaxConcurrency(), max(1, opts.MaxBatch), ln.Addr())
+	if mods != nil {
+		var names []string
+		for _, m := range mods.Infos() {
+			names = append(names, fmt.Sprintf("%s (%d tokens at %d)", m.Name, m.Tokens, m.Start))
+		}
+		fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: prompt modules at depth %d: %s\n", opts.ModuleDepth, strings.Join(names, ", "))
+	}
 	if opts.ready != nil {
 		opts.ready(ln.Addr().String())
 	}

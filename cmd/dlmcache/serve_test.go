@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -67,6 +68,22 @@ func TestServeRefusesAnotherModelsTable(t *testing.T) {
 	}
 }
 
+func TestServeRefusesBadModules(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "modules.json")
+	os.WriteFile(bad, []byte(`{"modules":[{"name":"a","text":""}]}`), 0o644)
+	for _, file := range []string{filepath.Join(t.TempDir(), "missing.json"), bad} {
+		var opts *serveOptions
+		cmd := newCmdServe(&factory{Out: io.Discard, ErrOut: io.Discard}, func(o *serveOptions) error { opts = o; return nil })
+		cmd.SetArgs([]string{"--model", serveFixture, "--threads", "1", "--addr", "127.0.0.1:0", "--modules", file})
+		if err := cmd.Execute(); err != nil {
+			t.Fatal(err)
+		}
+		if err := serveRun(context.Background(), opts); err == nil || !strings.Contains(err.Error(), "--modules") || !strings.Contains(err.Error(), file) {
+			t.Errorf("--modules %s: %v", file, err)
+		}
+	}
+}
+
 func TestServeRunsAndStops(t *testing.T) {
 	m, err := model.Load(serveFixture, cpu.New(1))
 	if err != nil {
@@ -79,7 +96,9 @@ func TestServeRunsAndStops(t *testing.T) {
 	f := &factory{Out: &out, ErrOut: &errOut}
 	var opts *serveOptions
 	cmd := newCmdServe(f, func(o *serveOptions) error { opts = o; return nil })
-	cmd.SetArgs([]string{"--model", serveFixture, "--lut", p, "--threads", "1", "--addr", "127.0.0.1:0", "--timeout", "30s"})
+	mods := filepath.Join(t.TempDir(), "modules.json")
+	os.WriteFile(mods, []byte(`{"modules":[{"name":"doc","text":"Orders ship in two days.\n\n"}]}`), 0o644)
+	cmd.SetArgs([]string{"--model", serveFixture, "--lut", p, "--threads", "1", "--addr", "127.0.0.1:0", "--timeout", "30s", "--modules", mods})
 	if err := cmd.Execute(); err != nil {
 		t.Fatal(err)
 	}
@@ -118,6 +137,19 @@ func TestServeRunsAndStops(t *testing.T) {
 	}
 	if resp.StatusCode != 200 || json.Unmarshal(raw, &r) != nil || r.Dlmcache.Method != "bicache" || r.Dlmcache.Depth != 2 {
 		t.Errorf("chat completion: %d %s", resp.StatusCode, raw)
+	}
+	// A request importing the module is served by the modules' method.
+	if !strings.Contains(errOut.String(), "prompt modules at depth 1: doc (") {
+		t.Errorf("start-up lines do not list the modules:\n%s", errOut.String())
+	}
+	resp, err = http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(`{"modules":["doc"],"messages":[{"role":"user","content":"When?"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || json.Unmarshal(raw, &r) != nil || r.Dlmcache.Method != "modules" || r.Dlmcache.Depth != 1 {
+		t.Errorf("module request: %d %s", resp.StatusCode, raw)
 	}
 	cancel()
 	if err := <-done; err != nil {
