@@ -197,3 +197,28 @@ func TestBF16Panics(t *testing.T) {
 		})
 	}
 }
+
+// TestBF16Rows converts every bfloat16 value, in rows of odd width and
+// stride (vector body and scalar tail), with the AVX2 and the scalar C
+// loops, against the Go conversion of the same bytes.
+func TestBF16Rows(t *testing.T) {
+	const rows, cols, stride = 1 << 16 / 37, 37, 41
+	w := &Tensor{rows: rows, cols: cols, stride: stride, bf16: make([]uint16, rows*stride)}
+	want := make([]float32, rows*cols)
+	for i := range rows {
+		for j := range cols {
+			v := uint16(i*cols + j)
+			w.bf16[i*stride+j] = v
+			want[i*cols+j] = math.Float32frombits(uint32(v) << 16)
+		}
+	}
+	for _, useSIMD := range []bool{true, false} {
+		got := make([]float32, len(want))
+		bf16RowsWith(useSIMD, got, w, 0, rows)
+		for i := range got {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("SIMD %v: element %d = %#x, want %#x", useSIMD, i, math.Float32bits(got[i]), math.Float32bits(want[i]))
+			}
+		}
+	}
+}

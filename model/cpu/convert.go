@@ -58,12 +58,3 @@ func f16ToF32(h uint16) float32 {
 		return f
 	}
 }
-
-// bf16ToF32 converts bfloat16 values (len(dst) ≥ len(src)) exactly: each is
-// the top half of a float32.
-func bf16ToF32(dst []float32, src []uint16) {
-	dst = dst[:len(src)]
-	for i, v := range src {
-		dst[i] = math.Float32frombits(uint32(v) << 16)
-	}
-}

@@ -62,9 +62,6 @@ func (t *Tensor) span() []float32 {
 	return t.data[:(t.rows-1)*t.stride+t.cols]
 }
 
-// bf16Row returns row i of a BF16 weight.
-func (t *Tensor) bf16Row(i int) []uint16 { return t.bf16[i*t.stride : i*t.stride+t.cols] }
-
 func (t *Tensor) String() string {
 	if t.bf16 != nil {
 		return fmt.Sprintf("cpu.Tensor[%d, %d] BF16", t.rows, t.cols)
@@ -250,11 +247,7 @@ func (b *Backend) ToHost(t backend.Tensor, dst []float32) []float32 {
 		panic(fmt.Sprintf("cpu: ToHost: dst has %d values for %v", len(dst), x))
 	}
 	if x.bf16 != nil {
-		b.parallel(x.rows, rowGrain(x.cols), func(lo, hi int) {
-			for i := lo; i < hi; i++ {
-				bf16ToF32(dst[i*x.cols:(i+1)*x.cols], x.bf16Row(i))
-			}
-		})
+		b.parallel(x.rows, rowGrain(x.cols), func(lo, hi int) { bf16Rows(dst[lo*x.cols:], x, lo, hi) })
 		return dst
 	}
 	if x.stride == x.cols {

@@ -120,11 +120,7 @@ func (b *Backend) matMulBF16(d, xs, ws *Tensor) {
 	split := b.splits(n, in, out)
 	if split && b.splitByRows(n, in, out) || in == 0 {
 		buf := b.bufs.get(out * in)
-		b.parallel(out, rowGrain(in), func(lo, hi int) {
-			for i := lo; i < hi; i++ {
-				bf16ToF32(buf[i*in:], ws.bf16Row(i))
-			}
-		})
+		b.parallel(out, rowGrain(in), func(lo, hi int) { bf16Rows(buf[lo*in:], ws, lo, hi) })
 		b.matMulF32(d, xs, &Tensor{rows: out, cols: in, stride: in, data: buf})
 		b.bufs.put(buf)
 		return
@@ -134,9 +130,7 @@ func (b *Backend) matMulBF16(d, xs, ws *Tensor) {
 		buf := b.bufs.get(min(panel, hi-lo) * in)
 		for r := lo; r < hi; r += panel {
 			e := min(r+panel, hi)
-			for i := r; i < e; i++ {
-				bf16ToF32(buf[(i-r)*in:], ws.bf16Row(i))
-			}
+			bf16Rows(buf, ws, r, e)
 			o := b.ColView(d, r, e)
 			sgemmNT(n, e-r, in, 1, xs.span(), xs.stride, buf, in, 0, o.span(), o.stride)
 		}

@@ -38,7 +38,7 @@ func (b *Backend) Embed(dst, table backend.Tensor, ids []int32) {
 	b.parallel(len(ids), rowGrain(d.cols), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			if t.bf16 != nil {
-				bf16ToF32(d.Row(i), t.bf16Row(int(ids[i])))
+				bf16Rows(d.Row(i), t, int(ids[i]), int(ids[i])+1)
 			} else {
 				copy(d.Row(i), t.Row(int(ids[i])))
 			}
