@@ -170,39 +170,11 @@ func TestBF16Env(t *testing.T) {
 	New(1)
 }
 
-// TestBF16Panics: the operations that read float32 data refuse a BF16
-// weight.
-func TestBF16Panics(t *testing.T) {
-	b := New(2)
-	r := rand.New(rand.NewPCG(11, 12))
-	w, _ := bf16Weight(t, b, r, 4, 4)
-	m := func(r, c int) backend.Tensor { return b.New(r, c) }
-	cases := map[string]func(){
-		"MatMul x":    func() { b.MatMul(m(4, 4), w, m(4, 4)) },
-		"MatMul dst":  func() { b.MatMul(w, m(4, 4), m(4, 4)) },
-		"RMSNorm w":   func() { b.RMSNorm(m(2, 4), m(2, 4), b.RowView(w, 0, 1), 1e-5) },
-		"Add":         func() { b.Add(m(4, 4), w) },
-		"CopyRows":    func() { b.CopyRows(m(4, 4), nil, w, nil) },
-		"Attention q": func() { b.Attention(m(4, 4), w, m(4, 4), m(4, 4), 1, 1) },
-		"SiLUMul":     func() { b.SiLUMul(m(4, 4), w, m(4, 4)) },
-	}
-	for name, f := range cases {
-		t.Run(name, func(t *testing.T) {
-			defer func() {
-				if recover() == nil {
-					t.Error("no panic")
-				}
-			}()
-			f()
-		})
-	}
-}
-
 // TestBF16Rows converts every bfloat16 value, in rows of odd width and
 // stride (vector body and scalar tail), with the AVX2 and the scalar C
-// loops, against the Go conversion of the same bytes.
+// loops.
 func TestBF16Rows(t *testing.T) {
-	const rows, cols, stride = 1 << 16 / 37, 37, 41
+	const rows, cols, stride = 1<<16/37 + 1, 37, 41
 	w := &Tensor{rows: rows, cols: cols, stride: stride, bf16: make([]uint16, rows*stride)}
 	want := make([]float32, rows*cols)
 	for i := range rows {
