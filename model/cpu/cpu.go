@@ -199,20 +199,22 @@ func (b *Backend) Weight(dtype backend.DType, rows, cols int, raw []byte) (backe
 		t.data = make([]float32, n)
 		b.parallel(n, 1<<16, func(lo, hi int) { decodeF16(t.data[lo:hi], raw[2*lo:2*hi]) })
 	case backend.BF16:
-		if rows > 1 && !b.decodeBF16 {
-			if uintptr(unsafe.Pointer(&raw[0]))%2 == 0 && littleEndian {
-				t.bf16 = unsafe.Slice((*uint16)(unsafe.Pointer(&raw[0])), n)
-				t.readOnly = true
-			} else {
-				t.bf16 = make([]uint16, n)
-				for i := range t.bf16 {
-					t.bf16[i] = binary.LittleEndian.Uint16(raw[2*i:])
-				}
+		if uintptr(unsafe.Pointer(&raw[0]))%2 == 0 && littleEndian {
+			t.bf16 = unsafe.Slice((*uint16)(unsafe.Pointer(&raw[0])), n)
+			t.readOnly = true
+		} else {
+			t.bf16 = make([]uint16, n)
+			for i := range t.bf16 {
+				t.bf16[i] = binary.LittleEndian.Uint16(raw[2*i:])
 			}
+		}
+		if rows > 1 && !b.decodeBF16 {
 			return t, nil
 		}
+		// Converted: the C loop, as MatMul's panels.
 		t.data = make([]float32, n)
-		b.parallel(n, 1<<16, func(lo, hi int) { decodeBF16(t.data[lo:hi], raw[2*lo:2*hi]) })
+		b.parallel(rows, rowGrain(cols), func(lo, hi int) { bf16Rows(t.data[lo*cols:], t, lo, hi) })
+		t.bf16, t.readOnly = nil, false
 	}
 	return t, nil
 }
