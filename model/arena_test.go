@@ -2,6 +2,7 @@ package model
 
 import (
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/dlmcache/dlmcache/model/backend"
@@ -9,20 +10,25 @@ import (
 )
 
 // liveCount is a backend that counts the tensors New made and Free has not
-// freed yet, and their peak.
+// freed yet, and their peak (a batch allocates from several goroutines).
 type liveCount struct {
 	backend.Backend
+	mu         sync.Mutex
 	live, peak int
 }
 
 func (c *liveCount) New(r, cols int) backend.Tensor {
+	c.mu.Lock()
 	c.live++
 	c.peak = max(c.peak, c.live)
+	c.mu.Unlock()
 	return c.Backend.New(r, cols)
 }
 
 func (c *liveCount) Free(t backend.Tensor) {
+	c.mu.Lock()
 	c.live--
+	c.mu.Unlock()
 	c.Backend.Free(t)
 }
 
