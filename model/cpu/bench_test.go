@@ -291,7 +291,7 @@ func BenchmarkMatMulBF16(b *testing.B) {
 			})
 		}
 		run("f32", f, 0)
-		for _, p := range []int{256 << 10, 1 << 20, 4 << 20} {
+		for _, p := range []int{1 << 20, 4 << 20, 16 << 20, 64 << 20} {
 			run(fmt.Sprintf("bf16_panel%dK", p>>10), w, p)
 		}
 	}

@@ -42,7 +42,7 @@ func TestMatMulBF16(t *testing.T) {
 		{513, 40, 7}, {300, 200, 60}, // split along x's rows: w converted whole
 	}
 	defer func(p int) { bf16PanelBytes = p }(bf16PanelBytes)
-	for _, panel := range []int{1 << 20, 1} {
+	for _, panel := range []int{bf16PanelBytes, 1} {
 		bf16PanelBytes = panel
 		for _, bk := range backends() {
 			for _, s := range shapes {

@@ -10,7 +10,7 @@
 // 24 GB machine), and only MatMul (as w), Embed (as the table), ToHost
 // and the views accept one. MatMul cuts w's rows into one range per
 // goroutine, as for a float32 w, and each goroutine converts its range a
-// panel at a time (about 1 MB of float32, at least 16 rows) into a buffer
+// panel at a time (up to 16 MB of float32) into a buffer
 // of its own and calls sgemm on the panel: F32 activations, F32
 // accumulation, the same results as converting w first (the conversion,
 // a 16-bit shift, is exact; a small C loop, AVX2 where present). A small w

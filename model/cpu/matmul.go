@@ -103,8 +103,13 @@ func (b *Backend) matMulF32(d, xs, ws *Tensor) {
 }
 
 // bf16PanelBytes is the size of the float32 panel of a BF16 weight that
-// matMulBF16 converts at a time, per goroutine (at least 16 rows).
-var bf16PanelBytes = 1 << 20
+// matMulBF16 converts at a time, per goroutine (at least 16 rows). Each
+// panel is one sgemm call, and each call packs all of x again, so a panel
+// must have hundreds of rows: BenchmarkMatMulBF16 at 512 rows, 12288 → 4096
+// (2 cores, shared) ran at 40 GFLOP/s with 1 MB panels (16 rows), 66–72
+// with 16 MB (336 rows), 75 for the float32 product; 4096 → 12288 at 62,
+// 79, 84. With 32 or 52 rows the size made no difference.
+var bf16PanelBytes = 16 << 20
 
 // matMulBF16 is MatMul for a BF16 w, shapes checked. The float32 product
 // runs on converted copies of w: when the product is split along the rows
@@ -119,7 +124,7 @@ func (b *Backend) matMulBF16(d, xs, ws *Tensor) {
 	n, in, out := xs.rows, xs.cols, ws.rows
 	split := b.splits(n, in, out)
 	if split && b.splitByRows(n, in, out) || in == 0 {
-		buf := b.bufs.get(out * in)
+		buf := b.bufs.scratch(out * in)
 		b.parallel(out, rowGrain(in), func(lo, hi int) { bf16Rows(buf[lo*in:], ws, lo, hi) })
 		b.matMulF32(d, xs, &Tensor{rows: out, cols: in, stride: in, data: buf})
 		b.bufs.put(buf)
@@ -127,7 +132,7 @@ func (b *Backend) matMulBF16(d, xs, ws *Tensor) {
 	}
 	panel := max(16, bf16PanelBytes/int(unsafe.Sizeof(float32(0)))/in/16*16)
 	run := func(lo, hi int) {
-		buf := b.bufs.get(min(panel, hi-lo) * in)
+		buf := b.bufs.scratch(min(panel, hi-lo) * in)
 		for r := lo; r < hi; r += panel {
 			e := min(r+panel, hi)
 			bf16Rows(buf, ws, r, e)
