@@ -3,7 +3,7 @@ GO        ?= go
 BIN       := bin/dlmcache
 export CGO_ENABLED := 1
 
-.PHONY: all build deps test e2e hfcheck run bench results vet fuzz clean cuda-deps cuda-check gpu-test
+.PHONY: all build deps test e2e hfcheck run bench bench-8b results vet fuzz clean cuda-deps cuda-check gpu-test
 
 all: build
 
@@ -60,6 +60,14 @@ run: build
 
 bench: build
 	./scripts/bench.sh
+
+# bench-8b times BF16 weights: l16-d2048 in F32 and in BF16 (kept, and
+# converted at load), and LLaDA-8B-Instruct's shape in BF16, one step each,
+# with each process's peak RSS, into bench-out/8b/. It writes a 16 GB
+# checkpoint under $$DLMCACHE_BENCH_8B_DIR (/tmp/dlmcache-bench-8b) once;
+# ≈ 10 min on 2 cores.
+bench-8b: build
+	./scripts/bench.sh 8b
 
 # results reruns every measurement behind docs/results.md and docs/profiling.md
 # into results-out/ (≈ 12 min on 2 cores).

@@ -66,20 +66,9 @@ func (m *LLaDA) ForwardBatch(ins []Input, plans []Plan) ([]*Output, error) {
 	d, hd := c.DModel, c.HeadDim()
 	eps := float32(c.RMSNormEps)
 
-	var free []backend.Tensor
-	var freeMu sync.Mutex // the requests' attentions allocate side by side
-	alloc := func(r, cols int) backend.Tensor {
-		t := b.New(r, cols)
-		freeMu.Lock()
-		free = append(free, t)
-		freeMu.Unlock()
-		return t
-	}
-	defer func() {
-		for _, t := range free {
-			b.Free(t)
-		}
-	}()
+	ar := &arena{b: b} // the requests' attentions allocate side by side
+	alloc := ar.alloc
+	defer ar.free()
 	errs := make([]error, len(items))
 	par := make(chan struct{}, runtime.GOMAXPROCS(0))
 
@@ -156,11 +145,14 @@ func (m *LLaDA) ForwardBatch(ins []Input, plans []Plan) ([]*Output, error) {
 		b.MatMul(y, g, blk.Down)
 		b.Add(x, y)
 
+		var keep []backend.Tensor
 		for _, it := range items {
 			nx := alloc(len(it.rows), d)
 			b.CopyRows(nx, nil, x, it.sel())
 			it.x = nx
+			keep = append(keep, it.x, it.kFull, it.vFull)
 		}
+		ar.keepOnly(keep...)
 	}
 
 	// Logits of every request's wanted rows through one head product.

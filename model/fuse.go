@@ -17,7 +17,9 @@ import "github.com/dlmcache/dlmcache/model/backend"
 // saved calls). Call Fuse where a measurement says it pays.
 
 // Fuse concatenates each block's q/k/v and gate/up weights; it reports
-// false (and changes nothing) on a backend without views.
+// false (and changes nothing) on a backend without views. The fused
+// weights are float32 matrices (FromHost): on the CPU backend, BF16
+// weights kept as BF16 become float32 copies, twice their memory.
 func (m *LLaDA) Fuse() bool {
 	vw, ok := m.Backend.(backend.Viewer)
 	if !ok {

@@ -78,17 +78,9 @@ func (m *LLaDA) Forward(in Input, plan Plan) (*Output, error) {
 	d, kvDim, hd := c.DModel, c.KVDim(), c.HeadDim()
 	eps := float32(c.RMSNormEps)
 
-	var free []backend.Tensor
-	alloc := func(r, cols int) backend.Tensor {
-		t := b.New(r, cols)
-		free = append(free, t)
-		return t
-	}
-	defer func() {
-		for _, t := range free {
-			b.Free(t)
-		}
-	}()
+	ar := &arena{b: b}
+	alloc := ar.alloc
+	defer ar.free()
 
 	// Full-width K and V [n, kv], shared by all layers when some rows are
 	// not computed.
@@ -160,6 +152,7 @@ func (m *LLaDA) Forward(in Input, plan Plan) (*Output, error) {
 		y := alloc(r, d)
 		b.MatMul(y, g, blk.Down)
 		b.Add(x, y)
+		ar.keepOnly(x, kFull, vFull)
 	}
 
 	// Logits only for the requested rows.

@@ -23,6 +23,15 @@ var SpecialTokens = []string{"<|startoftext|>", "<|endoftext|>", "<|mdm_mask|>",
 // dlmcache.json card marking the weights as random. Benchmarks and backend
 // checks use it; it is never a stand-in for a trained model.
 func WriteRandom(dir string, c Config, seed uint64, dtype safetensors.DType) error {
+	return WriteRandomProgress(dir, c, seed, dtype, nil)
+}
+
+// WriteRandomProgress is WriteRandom, calling progress (when not nil) as
+// each tensor is made, with the bytes of weights made so far and in all. The
+// weights are made and written one tensor at a time (the largest is the
+// embedding, vocabulary × d), never the whole checkpoint in memory, and
+// model.safetensors appears, atomically, only once complete.
+func WriteRandomProgress(dir string, c Config, seed uint64, dtype safetensors.DType, progress func(written, total int64)) error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
@@ -58,27 +67,24 @@ func WriteRandom(dir string, c Config, seed uint64, dtype safetensors.DType) err
 
 	rng := rand.New(rand.NewPCG(seed, seed+1))
 	d, kv, hid, e := c.DModel, c.KVDim(), c.MLPHiddenSize, c.Embeddings()
+	// The tensors in file order; gen makes tensor i's values when it is
+	// written, drawing from rng in that order.
 	var ts []safetensors.WriteTensor
+	type spec struct {
+		n     int
+		scale float64
+		one   bool
+	}
+	var specs []spec
+	var total int64
 	add := func(name string, rows, cols int, scale float64, one bool) {
-		v := make([]float32, rows*cols)
-		for i := range v {
-			if one {
-				v[i] = float32(1 + 0.1*rng.NormFloat64())
-			} else {
-				v[i] = float32(scale * rng.NormFloat64())
-			}
-		}
-		var raw []byte
-		if dtype == safetensors.BF16 {
-			raw = safetensors.F32ToBF16(v)
-		} else {
-			raw = safetensors.F32ToBytes(v)
-		}
 		shape := []int{rows, cols}
 		if rows == 1 {
 			shape = []int{cols}
 		}
-		ts = append(ts, safetensors.WriteTensor{Name: name, DType: dtype, Shape: shape, Data: raw})
+		ts = append(ts, safetensors.WriteTensor{Name: name, DType: dtype, Shape: shape})
+		specs = append(specs, spec{rows * cols, scale, one})
+		total += int64(rows * cols * dtype.Size())
 	}
 	in := 1 / math.Sqrt(float64(d))
 	const pre = "model.transformer."
@@ -99,5 +105,28 @@ func WriteRandom(dir string, c Config, seed uint64, dtype safetensors.DType) err
 	if !c.WeightTying {
 		add(pre+"ff_out.weight", e, d, in, false)
 	}
-	return safetensors.Write(filepath.Join(dir, "model.safetensors"), ts, map[string]string{"format": "pt", "generator": "dlmcache model.WriteRandom"})
+	var written int64
+	gen := func(i int) ([]byte, error) {
+		sp := specs[i]
+		v := make([]float32, sp.n)
+		for j := range v {
+			if sp.one {
+				v[j] = float32(1 + 0.1*rng.NormFloat64())
+			} else {
+				v[j] = float32(sp.scale * rng.NormFloat64())
+			}
+		}
+		var raw []byte
+		if dtype == safetensors.BF16 {
+			raw = safetensors.F32ToBF16(v)
+		} else {
+			raw = safetensors.F32ToBytes(v)
+		}
+		written += int64(len(raw))
+		if progress != nil {
+			progress(written, total)
+		}
+		return raw, nil
+	}
+	return safetensors.WriteFunc(filepath.Join(dir, "model.safetensors"), ts, map[string]string{"format": "pt", "generator": "dlmcache model.WriteRandom"}, gen)
 }

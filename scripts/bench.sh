@@ -8,22 +8,70 @@
 #   - the Go forward, one denoising step at sequence 512, for two shapes;
 #   - the PyTorch reference forward on the same checkpoints and threads;
 #   - a step that computes only 10% of the rows, as a fraction of the full step.
+# Each shape runs in a process of its own, which reports its peak RSS.
+#
+# scripts/bench.sh 8b (make bench-8b) times BF16 weights instead, into
+# bench-out/8b: l16-d2048 in F32, the same draws in BF16 kept as BF16 and
+# converted at load ($DLMCACHE_CPU_BF16=f32), and LLaDA-8B-Instruct's shape
+# in BF16 (a 16 GB checkpoint in $DLMCACHE_BENCH_8B_DIR, written once; one
+# full step there is about 8.3 TFLOP), one step each, no PyTorch column.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+MODE=${1:-default}
 BENCH_DIR=${DLMCACHE_BENCH_DIR:-${TMPDIR:-/tmp}/dlmcache-bench}
+BENCH_8B_DIR=${DLMCACHE_BENCH_8B_DIR:-${TMPDIR:-/tmp}/dlmcache-bench-8b}
 THREADS=${THREADS:-$(nproc)}
-OUT=${BENCH_OUT:-bench-out}
+case "$MODE" in
+default)
+	OUT=${BENCH_OUT:-bench-out}
+	ITERS=3x
+	go run ./tools/benchckpt -out "$BENCH_DIR"
+	# label directory dtype ($DLMCACHE_CPU_BF16)
+	RUNS="l8-d256 $BENCH_DIR/l8-d256 f32 -
+l16-d2048 $BENCH_DIR/l16-d2048 f32 -"
+	;;
+8b)
+	OUT=${BENCH_OUT:-bench-out/8b}
+	ITERS=1x
+	go run ./tools/benchckpt -out "$BENCH_DIR" -shape l16-d2048
+	go run ./tools/benchckpt -out "$BENCH_8B_DIR" -shape l16-d2048-bf16
+	go run ./tools/benchckpt -out "$BENCH_8B_DIR" -shape llada-8b
+	RUNS="l16-d2048 $BENCH_DIR/l16-d2048 f32 -
+l16-d2048-bf16 $BENCH_8B_DIR/l16-d2048-bf16 bf16 bf16
+l16-d2048-bf16-as-f32 $BENCH_8B_DIR/l16-d2048-bf16 bf16-as-f32 f32
+llada-8b $BENCH_8B_DIR/llada-8b bf16 bf16"
+	;;
+*)
+	echo "usage: $0 [8b]" >&2
+	exit 2
+	;;
+esac
 mkdir -p "$OUT"
-go run ./tools/benchckpt -out "$BENCH_DIR"
 
 echo "== peak" >&2
 GOMAXPROCS="$THREADS" go test ./model/cpu -run '^$' -bench 'BenchmarkPeak' -benchtime 3x -count 1 | tee "$OUT/peak.txt" >&2
 echo "== raw sgemm" >&2
 go test ./model/cpu -run '^$' -bench 'BenchmarkSgemmRaw' -benchtime 20x -count 1 | tee "$OUT/sgemm.txt" >&2
 echo "== Go forward" >&2
-DLMCACHE_BENCH_DIR="$BENCH_DIR" go test ./model -run '^$' -bench 'BenchmarkStep' -benchtime 3x -count 1 -timeout 30m | tee "$OUT/go.txt" >&2
+TESTBIN=$(realpath "$OUT")/model.test
+go test -c -o "$TESTBIN" ./model
+: > "$OUT/go.txt"
+while read -r label dir dtype conv; do
+	echo "== $label: load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+	shape=$(basename "$dir")
+	# A process per shape: its peak RSS is that shape's. The label
+	# replaces the directory's name in the benchmark lines.
+	echo "dtype $label $dtype" >> "$OUT/go.txt"
+	(cd model && DLMCACHE_CPU_BF16="${conv/#-/bf16}" DLMCACHE_BENCH_DIR="$(dirname "$dir")" GOMAXPROCS="$THREADS" \
+		"$TESTBIN" -test.run '^$' -test.bench "BenchmarkStep/^$shape\$/" -test.benchtime "$ITERS" -test.count 1 -test.timeout 60m) |
+		sed "s|^BenchmarkStep/$shape/|BenchmarkStep/$label/|" | tee -a "$OUT/go.txt" >&2
+done <<< "$RUNS"
+rm -f "$TESTBIN"
 echo "== PyTorch forward" >&2
-if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+if [ "$MODE" = 8b ]; then
+	echo "8b: no PyTorch column" >&2
+	: > "$OUT/torch.txt"
+elif /usr/bin/python3 -c 'import torch' 2>/dev/null; then
 	/usr/bin/python3 tools/bench/torch_step.py --threads "$THREADS" "$BENCH_DIR"/l8-d256 "$BENCH_DIR"/l16-d2048 | tee "$OUT/torch.txt" >&2
 else
 	echo "python3-torch is not installed (apt-get install python3-torch): PyTorch column skipped" >&2
@@ -37,10 +85,15 @@ FILENAME ~ /peak/ && /BenchmarkPeak\// {
 	if (p[3] == "threads" threads) for (i = 1; i < NF; i++) if ($(i+1) == "GFLOP/s") peak[p[2]] = $i + 0
 }
 FILENAME ~ /sgemm/ && /BenchmarkSgemmRaw/ { for (i = 1; i < NF; i++) if ($(i+1) == "GFLOP/s" && $i + 0 > sgemm) sgemm = $i + 0 }
+FILENAME ~ /go.txt/ && $1 == "dtype" { dtype[$2] = $3 }
 FILENAME ~ /go.txt/ && /BenchmarkStep\// {
 	split($1, p, "/"); shape = p[2]; kind = p[3]; sub(/-[0-9]+$/, "", kind)
 	ns[shape "/" kind] = $3
-	for (i = 1; i < NF; i++) if ($(i+1) == "GFLOP/s") gf[shape "/" kind] = $i
+	for (i = 1; i < NF; i++) {
+		if ($(i+1) == "GFLOP/s") gf[shape "/" kind] = $i
+		if ($(i+1) == "maxrss_bytes" && $i + 0 > rss[shape]) rss[shape] = $i + 0
+		if ($(i+1) == "load_s") load[shape] = $i + 0
+	}
 	if (!(shape in seen)) { seen[shape] = 1; order[++n] = shape }
 }
 FILENAME ~ /torch/ { tsec[$1] = $2; tgf[$1] = $3 }
@@ -48,16 +101,19 @@ END {
 	pk = peak["f32"]
 	bf = ("bf16" in peak) ? sprintf("%.1f", peak["bf16"]) : "null"
 	printf "threads: %s   peak F32: %.1f GFLOP/s   peak BF16: %s   raw sgemm: %.1f GFLOP/s (%.2f of peak)\n\n", threads, pk, (bf == "null" ? "n/a (no AVX512-BF16)" : bf " GFLOP/s"), sgemm, (pk > 0 ? sgemm / pk : 0)
-	printf "| shape | Go step (s) | Go GFLOP/s | ÷ peak | ÷ raw sgemm | PyTorch step (s) | Go speed ÷ PyTorch | 10%%-rows step ÷ full step |\n"
-	printf "|---|---|---|---|---|---|---|---|\n"
+	printf "| shape | weights | Go step (s) | Go GFLOP/s | ÷ peak | ÷ raw sgemm | PyTorch step (s) | Go speed ÷ PyTorch | 10%%-rows step (s) | ÷ full step | load (s) | peak RSS (GB) |\n"
+	printf "|---|---|---|---|---|---|---|---|---|---|---|---|\n"
 	printf "{\"threads\": %s, \"peak_gflops_f32\": %.2f, \"peak_gflops_bf16\": %s, \"sgemm_gflops\": %.2f, \"shapes\": [", threads, pk, bf, sgemm > json
 	for (i = 1; i <= n; i++) {
 		s = order[i]; full = ns[s "/full"] / 1e9; part = ns[s "/rows10"] / 1e9
 		ts = (s in tsec) ? sprintf("%.3f", tsec[s]) : "n/a"
 		vs = (s in tsec) ? sprintf("%.2f×", tsec[s] / full) : "n/a"
 		fp = (pk > 0) ? gf[s "/full"] / pk : 0
-		printf "| %s | %.3f | %.1f | %.2f | %.2f | %s | %s | %.3f |\n", s, full, gf[s "/full"], fp, gf[s "/full"] / sgemm, ts, vs, part / full
-		printf "%s{\"shape\": \"%s\", \"dtype\": \"f32\", \"step_s\": %.4f, \"gflops\": %.2f, \"frac_peak\": %.3f, \"torch_step_s\": %s, \"rows10_frac\": %.3f, \"rss_bytes\": null}", (i > 1 ? ", " : ""), s, full, gf[s "/full"], fp, ((s in tsec) ? tsec[s] : "null"), part / full > json
+		dt = (s in dtype) ? dtype[s] : "f32"
+		rb = (rss[s] > 0) ? sprintf("%.0f", rss[s]) : "null"
+		rg = (rss[s] > 0) ? sprintf("%.2f", rss[s] / 1e9) : "n/a"
+		printf "| %s | %s | %.3f | %.1f | %.2f | %.2f | %s | %s | %.3f | %.3f | %.2f | %s |\n", s, dt, full, gf[s "/full"], fp, gf[s "/full"] / sgemm, ts, vs, part, part / full, load[s], rg
+		printf "%s{\"shape\": \"%s\", \"dtype\": \"%s\", \"step_s\": %.4f, \"gflops\": %.2f, \"frac_peak\": %.3f, \"torch_step_s\": %s, \"rows10_step_s\": %.4f, \"rows10_frac\": %.3f, \"load_s\": %.3f, \"rss_bytes\": %s}", (i > 1 ? ", " : ""), s, dt, full, gf[s "/full"], fp, ((s in tsec) ? tsec[s] : "null"), part, part / full, load[s], rb > json
 	}
 	printf "]}\n" > json
 }' "$OUT/peak.txt" "$OUT/sgemm.txt" "$OUT/go.txt" "$OUT/torch.txt" | tee "$OUT/summary.md"

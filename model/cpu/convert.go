@@ -21,15 +21,6 @@ func decodeF32(dst []float32, src []byte) {
 	}
 }
 
-// decodeBF16 converts little-endian bfloat16 bytes: len(src) = 2·len(dst).
-// bfloat16 is the top half of a float32, so the conversion is exact.
-func decodeBF16(dst []float32, src []byte) {
-	_ = src[2*len(dst)-1]
-	for i := range dst {
-		dst[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(src[2*i:])) << 16)
-	}
-}
-
 // decodeF16 converts little-endian IEEE half-precision bytes:
 // len(src) = 2·len(dst). Every half value, subnormals, infinities and NaNs
 // included, is exactly representable as a float32.

@@ -1,8 +1,11 @@
 package cpu
 
 import (
+	"encoding/binary"
 	"fmt"
+	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -12,9 +15,17 @@ import (
 // Tensor is a row-major float32 matrix [rows, cols]. Row i occupies
 // data[i*stride : i*stride+cols]; stride ≥ cols lets a Tensor be a view of
 // some rows or columns of another one without a copy.
+//
+// A BF16 weight (see Weight) is the one other form: its values are
+// bfloat16s in bf16, laid out the same way, and data is nil. Only MatMul
+// (as w), Embed (as the table), ToHost, Free and the views take one; every
+// other operation panics on it.
 type Tensor struct {
 	rows, cols, stride int
 	data               []float32
+	// bf16 holds a BF16 weight's values, usually the checkpoint's
+	// memory-mapped bytes in place (then also readOnly).
+	bf16 []uint16
 	// readOnly marks a weight that aliases the checkpoint's read-only
 	// memory map: writing to it would fault.
 	readOnly bool
@@ -33,8 +44,12 @@ func (t *Tensor) Cols() int { return t.cols }
 func (t *Tensor) Stride() int { return t.stride }
 
 // Data returns the backing slice: row i is Data()[i*Stride() : i*Stride()+Cols()].
-// A weight loaded in place from an F32 checkpoint is read-only memory.
+// A weight loaded in place from an F32 checkpoint is read-only memory. A
+// BF16 weight has none (nil).
 func (t *Tensor) Data() []float32 { return t.data }
+
+// BF16 reports whether t is a BF16 weight (values kept as bfloat16).
+func (t *Tensor) BF16() bool { return t.bf16 != nil }
 
 // Row returns row i as a slice of length Cols().
 func (t *Tensor) Row(i int) []float32 { return t.data[i*t.stride : i*t.stride+t.cols] }
@@ -48,6 +63,9 @@ func (t *Tensor) span() []float32 {
 }
 
 func (t *Tensor) String() string {
+	if t.bf16 != nil {
+		return fmt.Sprintf("cpu.Tensor[%d, %d] BF16", t.rows, t.cols)
+	}
 	return fmt.Sprintf("cpu.Tensor[%d, %d]", t.rows, t.cols)
 }
 
@@ -68,7 +86,25 @@ type Backend struct {
 	rope ropeCache
 	// bufs recycles the storage of freed tensors.
 	bufs bufPool
+	// decodeBF16 converts BF16 weights to float32 at load instead of
+	// keeping them (Options.DecodeBF16).
+	decodeBF16 bool
 }
+
+// Options configures a backend (NewWithOptions).
+type Options struct {
+	// Threads is the number of cores to use (≤ 0: all of runtime.NumCPU()).
+	Threads int
+	// DecodeBF16 converts BF16 weights to float32 at load, as F16 ones
+	// are: twice the memory, and products that skip the per-product
+	// decoding. By default BF16 weights stay BF16, in place in the
+	// checkpoint's memory map.
+	DecodeBF16 bool
+}
+
+// BF16Env is the environment variable New reads: "f32" sets
+// Options.DecodeBF16, "bf16" or unset keeps BF16 weights as BF16.
+const BF16Env = "DLMCACHE_CPU_BF16"
 
 var _ backend.Backend = (*Backend)(nil)
 
@@ -78,11 +114,30 @@ var _ backend.Backend = (*Backend)(nil)
 // It sets OpenBLAS to one thread, process-wide, and splits every matrix
 // product over its own goroutines instead: see the measurements in
 // bench_test.go. Every Backend of a process shares that setting.
+//
+// $DLMCACHE_CPU_BF16 (BF16Env) picks how BF16 weights are held: "bf16"
+// (or unset) keeps them, "f32" converts them at load; any other value
+// panics.
 func New(threads int) *Backend {
+	o := Options{Threads: threads}
+	switch v := strings.ToLower(os.Getenv(BF16Env)); v {
+	case "", "bf16":
+	case "f32":
+		o.DecodeBF16 = true
+	default:
+		panic(fmt.Sprintf("cpu: %s=%q: want bf16 or f32", BF16Env, v))
+	}
+	return NewWithOptions(o)
+}
+
+// NewWithOptions returns a CPU backend configured by o; like New, it sets
+// OpenBLAS to one thread, process-wide. It does not read the environment.
+func NewWithOptions(o Options) *Backend {
+	threads := o.Threads
 	if threads <= 0 {
 		threads = runtime.NumCPU()
 	}
-	b := &Backend{threads: threads, split: true}
+	b := &Backend{threads: threads, split: true, decodeBF16: o.DecodeBF16}
 	blasSetThreads(1)
 	return b
 }
@@ -107,8 +162,10 @@ func (b *Backend) Threads() int { return b.threads }
 
 // Weight makes a [rows, cols] tensor from little-endian checkpoint bytes.
 // F32 bytes that are 4-byte aligned are used in place (the result is
-// read-only and keeps raw alive); anything else is converted to a new
-// float32 matrix.
+// read-only and keeps raw alive). BF16 matrices stay BF16 (a BF16 Tensor),
+// in place when 2-byte aligned, else copied; BF16 vectors ([1, d], the
+// norm weights), F16, and BF16 under Options.DecodeBF16 are converted to a
+// new float32 matrix.
 func (b *Backend) Weight(dtype backend.DType, rows, cols int, raw []byte) (backend.Tensor, error) {
 	if rows < 0 || cols < 0 {
 		return nil, fmt.Errorf("cpu: weight shape [%d, %d] is negative", rows, cols)
@@ -142,8 +199,22 @@ func (b *Backend) Weight(dtype backend.DType, rows, cols int, raw []byte) (backe
 		t.data = make([]float32, n)
 		b.parallel(n, 1<<16, func(lo, hi int) { decodeF16(t.data[lo:hi], raw[2*lo:2*hi]) })
 	case backend.BF16:
+		if uintptr(unsafe.Pointer(&raw[0]))%2 == 0 && littleEndian {
+			t.bf16 = unsafe.Slice((*uint16)(unsafe.Pointer(&raw[0])), n)
+			t.readOnly = true
+		} else {
+			t.bf16 = make([]uint16, n)
+			for i := range t.bf16 {
+				t.bf16[i] = binary.LittleEndian.Uint16(raw[2*i:])
+			}
+		}
+		if rows > 1 && !b.decodeBF16 {
+			return t, nil
+		}
+		// Converted: the C loop, as MatMul's panels.
 		t.data = make([]float32, n)
-		b.parallel(n, 1<<16, func(lo, hi int) { decodeBF16(t.data[lo:hi], raw[2*lo:2*hi]) })
+		b.parallel(rows, rowGrain(cols), func(lo, hi int) { bf16Rows(t.data[lo*cols:], t, lo, hi) })
+		t.bf16, t.readOnly = nil, false
 	}
 	return t, nil
 }
@@ -166,15 +237,20 @@ func (b *Backend) FromHost(rows, cols int, data []float32) backend.Tensor {
 	return &Tensor{rows: rows, cols: cols, stride: cols, data: d}
 }
 
-// ToHost copies t into dst (allocated when nil) and returns it.
+// ToHost copies t into dst (allocated when nil) and returns it; a BF16
+// weight is converted (exactly).
 func (b *Backend) ToHost(t backend.Tensor, dst []float32) []float32 {
-	x := tensor(t, "ToHost")
+	x := anyTensor(t, "ToHost")
 	n := x.rows * x.cols
 	if dst == nil {
 		dst = make([]float32, n)
 	}
 	if len(dst) != n {
 		panic(fmt.Sprintf("cpu: ToHost: dst has %d values for %v", len(dst), x))
+	}
+	if x.bf16 != nil {
+		b.parallel(x.rows, rowGrain(x.cols), func(lo, hi int) { bf16Rows(dst[lo*x.cols:], x, lo, hi) })
+		return dst
 	}
 	if x.stride == x.cols {
 		copy(dst, x.span())
@@ -189,24 +265,29 @@ func (b *Backend) ToHost(t backend.Tensor, dst []float32) []float32 {
 // Free drops t's storage (a tensor from New goes back to the pool for the
 // next New); using t afterwards panics.
 func (b *Backend) Free(t backend.Tensor) {
-	x := tensor(t, "Free")
+	x := anyTensor(t, "Free")
 	if x.pooled {
 		b.bufs.put(x.data)
 		x.pooled = false
 	}
-	x.data = nil
+	x.data, x.bf16 = nil, nil
 	x.rows, x.cols, x.stride = 0, 0, 0
 }
 
-// RowView returns rows [lo, hi) of t as a tensor sharing its storage.
+// RowView returns rows [lo, hi) of t as a tensor sharing its storage (a
+// BF16 weight's view is a BF16 weight).
 func (b *Backend) RowView(t backend.Tensor, lo, hi int) *Tensor {
-	x := tensor(t, "RowView")
+	x := anyTensor(t, "RowView")
 	if lo < 0 || hi < lo || hi > x.rows {
 		panic(fmt.Sprintf("cpu: RowView: rows [%d, %d) of %v", lo, hi, x))
 	}
 	v := &Tensor{rows: hi - lo, cols: x.cols, stride: x.stride, readOnly: x.readOnly}
 	if hi > lo {
-		v.data = x.data[lo*x.stride:]
+		if x.bf16 != nil {
+			v.bf16 = x.bf16[lo*x.stride:]
+		} else {
+			v.data = x.data[lo*x.stride:]
+		}
 	}
 	return v
 }
@@ -217,26 +298,41 @@ func (b *Backend) ViewRows(t backend.Tensor, lo, hi int) backend.Tensor { return
 // ViewCols implements backend.Viewer.
 func (b *Backend) ViewCols(t backend.Tensor, lo, hi int) backend.Tensor { return b.ColView(t, lo, hi) }
 
-// ColView returns columns [lo, hi) of t as a tensor sharing its storage.
+// ColView returns columns [lo, hi) of t as a tensor sharing its storage (a
+// BF16 weight's view is a BF16 weight).
 func (b *Backend) ColView(t backend.Tensor, lo, hi int) *Tensor {
-	x := tensor(t, "ColView")
+	x := anyTensor(t, "ColView")
 	if lo < 0 || hi < lo || hi > x.cols {
 		panic(fmt.Sprintf("cpu: ColView: columns [%d, %d) of %v", lo, hi, x))
 	}
 	v := &Tensor{rows: x.rows, cols: hi - lo, stride: x.stride, readOnly: x.readOnly}
 	if x.rows > 0 && hi > lo {
-		v.data = x.data[lo:]
+		if x.bf16 != nil {
+			v.bf16 = x.bf16[lo:]
+		} else {
+			v.data = x.data[lo:]
+		}
 	}
 	return v
 }
 
-// tensor asserts that t is a live CPU tensor.
+// tensor asserts that t is a live float32 CPU tensor: an operation that
+// reads its data, which a BF16 weight does not have.
 func tensor(t backend.Tensor, op string) *Tensor {
+	x := anyTensor(t, op)
+	if x.bf16 != nil {
+		panic(fmt.Sprintf("cpu: %s: %v is a BF16 weight, which only MatMul (as w), Embed (as the table), ToHost and the views take", op, x))
+	}
+	return x
+}
+
+// anyTensor asserts that t is a live CPU tensor, float32 or BF16.
+func anyTensor(t backend.Tensor, op string) *Tensor {
 	x, ok := t.(*Tensor)
 	if !ok || x == nil {
 		panic(fmt.Sprintf("cpu: %s: tensor %T is not a cpu tensor", op, t))
 	}
-	if x.data == nil && x.rows*x.cols != 0 {
+	if x.data == nil && x.bf16 == nil && x.rows*x.cols != 0 {
 		panic(fmt.Sprintf("cpu: %s: tensor used after Free", op))
 	}
 	return x

@@ -570,7 +570,16 @@ func TestShapePanics(t *testing.T) {
 	b := New(2)
 	m := func(r, c int) backend.Tensor { return b.New(r, c) }
 	w, _ := b.Weight(backend.F32, 2, 2, make([]byte, 16))
+	// A BF16 weight is taken only as MatMul's w and Embed's table.
+	bw, _ := b.Weight(backend.BF16, 4, 4, make([]byte, 32))
 	cases := map[string]func(){
+		"BF16 MatMul x":    func() { b.MatMul(m(4, 4), bw, m(4, 4)) },
+		"BF16 MatMul dst":  func() { b.MatMul(bw, m(4, 4), m(4, 4)) },
+		"BF16 RMSNorm w":   func() { b.RMSNorm(m(2, 4), m(2, 4), b.RowView(bw, 0, 1), 1e-5) },
+		"BF16 Add":         func() { b.Add(m(4, 4), bw) },
+		"BF16 CopyRows":    func() { b.CopyRows(m(4, 4), nil, bw, nil) },
+		"BF16 Attention q": func() { b.Attention(m(4, 4), bw, m(4, 4), m(4, 4), 1, 1) },
+		"BF16 SiLUMul":     func() { b.SiLUMul(m(4, 4), bw, m(4, 4)) },
 		"MatMul inner":     func() { b.MatMul(m(2, 3), m(2, 4), m(3, 5)) },
 		"MatMul dst":       func() { b.MatMul(m(2, 4), m(2, 4), m(3, 4)) },
 		"Attention heads":  func() { b.Attention(m(2, 8), m(2, 8), m(3, 8), m(3, 8), 3, 1) },

@@ -153,15 +153,47 @@ static void exp_store8(float *dst, const float *x) {
 	_mm256_storeu_ps(dst, exp256(_mm256_loadu_ps(x)));
 }
 
+// bf16_rows_avx2 converts rows × cols bfloat16s (rows stride apart) to
+// a contiguous float32 matrix: zero-extend 8 at a time, shift left 16.
+__attribute__((target("avx2")))
+static void bf16_rows_avx2(float *dst, const uint16_t *src, long rows, long cols, long stride) {
+	for (long i = 0; i < rows; i++, dst += cols, src += stride) {
+		long j = 0;
+		for (; j + 16 <= cols; j += 16) {
+			__m256i a = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src + j)));
+			__m256i b = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src + j + 8)));
+			_mm256_storeu_si256((__m256i *)(dst + j), _mm256_slli_epi32(a, 16));
+			_mm256_storeu_si256((__m256i *)(dst + j + 8), _mm256_slli_epi32(b, 16));
+		}
+		for (; j < cols; j++) {
+			uint32_t u = (uint32_t)src[j] << 16;
+			memcpy(dst + j, &u, 4);
+		}
+	}
+}
+
 static int have_avx2(void) {
 	__builtin_cpu_init();
 	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 #else
 static int have_avx2(void) { return 0; }
+static void bf16_rows_avx2(float *dst, const uint16_t *src, long rows, long cols, long stride) {}
 static void softmax_rows_avx2(float *s, int m, int n, float *inv) { softmax_rows_generic(s, m, n, inv); }
 static void silu_mul_avx2(float *dst, const float *g, const float *u, int n) { silu_mul_generic(dst, g, u, n); }
 #endif
+
+static void bf16_rows(int simd, float *dst, const uint16_t *src, long rows, long cols, long stride) {
+	if (simd) {
+		bf16_rows_avx2(dst, src, rows, cols, stride);
+		return;
+	}
+	for (long i = 0; i < rows; i++, dst += cols, src += stride)
+		for (long j = 0; j < cols; j++) {
+			uint32_t u = (uint32_t)src[j] << 16;
+			memcpy(dst + j, &u, 4);
+		}
+}
 
 static void softmax_rows(int simd, float *s, int m, int n, float *inv) {
 	if (simd) softmax_rows_avx2(s, m, n, inv); else softmax_rows_generic(s, m, n, inv);
@@ -227,4 +259,23 @@ func expMany(useSIMD bool, dst, x []float32) {
 		return
 	}
 	C.exp_many(cbool(useSIMD && simd), (*C.float)(unsafe.Pointer(&dst[0])), (*C.float)(unsafe.Pointer(&x[0])), C.int(len(dst)))
+}
+
+// bf16Rows converts rows [lo, hi) of the BF16 weight w into dst, row after
+// row (len(dst) ≥ (hi−lo)·cols), exactly, in one cgo call: an AVX2 loop
+// where the machine has it (BenchmarkBF16Decode: 6× the Go loop's speed).
+func bf16Rows(dst []float32, w *Tensor, lo, hi int) { bf16RowsWith(simd, dst, w, lo, hi) }
+
+// bf16RowsWith is bf16Rows with the AVX2 loop only when useSIMD (and the
+// machine has it). For tests.
+func bf16RowsWith(useSIMD bool, dst []float32, w *Tensor, lo, hi int) {
+	if hi <= lo || w.cols == 0 {
+		return
+	}
+	if len(dst) < (hi-lo)*w.cols {
+		panic("cpu: bf16Rows: dst too short")
+	}
+	src := w.bf16[lo*w.stride:]
+	_ = src[(hi-lo-1)*w.stride+w.cols-1]
+	C.bf16_rows(cbool(useSIMD && simd), (*C.float)(unsafe.Pointer(&dst[0])), (*C.uint16_t)(unsafe.Pointer(&src[0])), C.long(hi-lo), C.long(w.cols), C.long(w.stride))
 }

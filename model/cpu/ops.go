@@ -23,9 +23,10 @@ func shapePanic(op string, format string, args ...any) {
 	panic("cpu: " + op + ": " + fmt.Sprintf(format, args...))
 }
 
-// Embed: dst[i] = table[ids[i]]. table [vocab, d], dst [len(ids), d].
+// Embed: dst[i] = table[ids[i]]. table [vocab, d], dst [len(ids), d]; a
+// BF16 table's picked rows are converted.
 func (b *Backend) Embed(dst, table backend.Tensor, ids []int32) {
-	d, t := writable(dst, "Embed"), tensor(table, "Embed")
+	d, t := writable(dst, "Embed"), anyTensor(table, "Embed")
 	if d.rows != len(ids) || d.cols != t.cols {
 		shapePanic("Embed", "dst %v for %d ids into table %v", d, len(ids), t)
 	}
@@ -36,7 +37,11 @@ func (b *Backend) Embed(dst, table backend.Tensor, ids []int32) {
 	}
 	b.parallel(len(ids), rowGrain(d.cols), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
-			copy(d.Row(i), t.Row(int(ids[i])))
+			if t.bf16 != nil {
+				bf16Rows(d.Row(i), t, int(ids[i]), int(ids[i])+1)
+			} else {
+				copy(d.Row(i), t.Row(int(ids[i])))
+			}
 		}
 	})
 }

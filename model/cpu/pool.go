@@ -52,14 +52,22 @@ func (p *bufPool) class(c int) *sync.Pool {
 }
 
 // get returns a zeroed slice of length n.
-func (p *bufPool) get(n int) []float32 {
+func (p *bufPool) get(n int) []float32 { return p.take(n, true) }
+
+// scratch returns a slice of length n with arbitrary contents, for a
+// buffer its user overwrites before reading.
+func (p *bufPool) scratch(n int) []float32 { return p.take(n, false) }
+
+func (p *bufPool) take(n int, zero bool) []float32 {
 	if n < minPooled {
 		return make([]float32, n)
 	}
 	c := sizeClass(n)
 	if s, ok := p.class(c).Get().(*[]float32); ok {
 		buf := (*s)[:n]
-		clear(buf)
+		if zero {
+			clear(buf)
+		}
 		return buf
 	}
 	return make([]float32, n, c)

@@ -363,3 +363,53 @@ func TestEncodeReference(t *testing.T) {
 		t.Errorf("file order %v, want the given order [b a]", got)
 	}
 }
+
+// TestWriteFunc: the streamed file is the bytes Encode makes; data of the
+// wrong size, or an error from data, leaves no file.
+func TestWriteFunc(t *testing.T) {
+	dir := t.TempDir()
+	ts := []WriteTensor{
+		{Name: "w", DType: BF16, Shape: []int{2, 3}, Data: F32ToBF16(f32s(6, 1))},
+		{Name: "n", DType: F32, Shape: []int{3}, Data: F32ToBytes(f32s(3, 2))},
+		{Name: "s", DType: U8, Shape: []int{}, Data: []byte{9}},
+	}
+	meta := map[string]string{"format": "pt"}
+	want, err := Encode(ts, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The header comes from names, dtypes and shapes alone.
+	bare := make([]WriteTensor, len(ts))
+	for i, x := range ts {
+		bare[i] = WriteTensor{Name: x.Name, DType: x.DType, Shape: x.Shape}
+	}
+	path := filepath.Join(dir, "x.safetensors")
+	asked := 0
+	if err := WriteFunc(path, bare, meta, func(i int) ([]byte, error) {
+		if i != asked {
+			t.Errorf("asked for tensor %d, want %d", i, asked)
+		}
+		asked++
+		return ts[i].Data, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(path); string(got) != string(want) {
+		t.Errorf("streamed file differs from Encode's bytes")
+	}
+	for name, data := range map[string]func(int) ([]byte, error){
+		"short": func(i int) ([]byte, error) { return ts[i].Data[1:], nil },
+		"error": func(int) ([]byte, error) { return nil, os.ErrInvalid },
+	} {
+		p := filepath.Join(dir, name+".safetensors")
+		if err := WriteFunc(p, bare, meta, data); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("%s: a failed WriteFunc left %s", name, p)
+		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("%d files in the directory, want 1", len(entries))
+	}
+}

@@ -1,0 +1,47 @@
+package model
+
+import (
+	"slices"
+	"sync"
+
+	"github.com/dlmcache/dlmcache/model/backend"
+)
+
+// arena holds the tensors a forward allocates. At the end of each layer
+// the forward keeps only what the next layers read (the residual stream,
+// the shared full-width K/V) and gives the rest back to the backend, whose
+// pool hands the same storage to the next layer: a forward holds one
+// layer's temporaries, not every layer's (3.6 GB for LLaDA-8B at sequence
+// 512). alloc may be called from several goroutines.
+type arena struct {
+	b  backend.Backend
+	mu sync.Mutex
+	ts []backend.Tensor
+}
+
+func (a *arena) alloc(r, cols int) backend.Tensor {
+	t := a.b.New(r, cols)
+	a.mu.Lock()
+	a.ts = append(a.ts, t)
+	a.mu.Unlock()
+	return t
+}
+
+// keepOnly frees every tensor of the arena but keep (nil entries allowed).
+func (a *arena) keepOnly(keep ...backend.Tensor) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	kept := a.ts[:0]
+	for _, t := range a.ts {
+		if slices.Contains(keep, t) {
+			kept = append(kept, t)
+		} else {
+			a.b.Free(t)
+		}
+	}
+	clear(a.ts[len(kept):])
+	a.ts = kept
+}
+
+// free frees every tensor of the arena.
+func (a *arena) free() { a.keepOnly() }

@@ -1,0 +1,150 @@
+package model
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/dlmcache/dlmcache/model/cpu"
+	"github.com/dlmcache/dlmcache/model/safetensors"
+)
+
+// writeBF16Copy writes the checkpoint in dir with every tensor rounded to
+// BF16 (to nearest even) into a new directory, the other files copied.
+func writeBF16Copy(t *testing.T, dir string) string {
+	t.Helper()
+	out := t.TempDir()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if e.IsDir() || strings.HasSuffix(e.Name(), ".safetensors") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(out, e.Name()), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set, err := safetensors.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Close()
+	var ts []safetensors.WriteTensor
+	for _, name := range set.Names() {
+		x, err := set.Tensor(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, _, _ := set.Info(name)
+		ts = append(ts, safetensors.WriteTensor{Name: name, DType: safetensors.BF16, Shape: info.Shape, Data: safetensors.F32ToBF16(x.Float32(nil))})
+	}
+	if err := safetensors.Write(filepath.Join(out, "model.safetensors"), ts, nil); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestBF16Weights loads a BF16 copy of the bundled model twice, with its
+// BF16 weights kept (converted panel by panel in each product) and
+// converted at load: the two hold the same values, so their logits agree to
+// float rounding and their greedy answers to the demo requests are the
+// same. Against the original F32 model the logits differ by what rounding
+// the weights to BF16 makes of them.
+func TestBF16Weights(t *testing.T) {
+	src := filepath.Join("..", "models", "llada-tiny")
+	bf := writeBF16Copy(t, src)
+	load := func(dir string, o cpu.Options) *Model {
+		m, err := Load(dir, cpu.NewWithOptions(o))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Close() })
+		return m
+	}
+	f32 := load(src, cpu.Options{Threads: 2})
+	kept := load(bf, cpu.Options{Threads: 2})
+	conv := load(bf, cpu.Options{Threads: 2, DecodeBF16: true})
+	if q, ok := kept.Blocks[0].Q.(*cpu.Tensor); !ok || !q.BF16() {
+		t.Fatalf("kept: q_proj is %v, want a BF16 weight", kept.Blocks[0].Q)
+	}
+	if q := conv.Blocks[0].Q.(*cpu.Tensor); q.BF16() {
+		t.Fatal("DecodeBF16: q_proj is BF16, want float32")
+	}
+
+	card := kept.Card
+	var last Input
+	var lastLogits []float32
+	questions := []string{card.DemoPrompt, "What is the code for deli?", "What is the code for archiv?"}
+	for _, q := range questions {
+		ids, prefix, err := kept.Tokenizer.EncodeChat(card.DemoSystem, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// One full forward of the prompt and 32 masked slots, logits of
+		// the last 32 rows.
+		toks := append(slices.Clone(ids), slices.Repeat([]int32{int32(kept.Config.MaskTokenID)}, 32)...)
+		lr := make([]int32, 32)
+		for i := range lr {
+			lr[i] = int32(len(toks) - 32 + i)
+		}
+		in := Input{Tokens: toks, LogitRows: lr}
+		logits := func(m *Model) []float32 {
+			out, err := m.Forward(in, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return out.Logits
+		}
+		lk, lc, lf := logits(kept), logits(conv), logits(f32)
+		last, lastLogits = in, lk
+		if e := relErr(lk, lc); e > 1e-5 {
+			t.Errorf("%q: kept vs converted BF16 logits: relative error %.2g, want ≤ 1e-5", q, e)
+		} else {
+			t.Logf("%q: kept vs converted BF16 logits: relative error %.2g", q, e)
+		}
+		// BF16 keeps 8 bits of mantissa: each weight moves by up to 2⁻⁹
+		// (0.2%) of itself; through the 8 layers the logits moved by
+		// 0.13–0.18% of the largest one when this test was written.
+		if e := relErr(lk, lf); e > 0.01 {
+			t.Errorf("%q: BF16 vs F32 logits: relative error %.3g, want ≤ 0.01", q, e)
+		} else {
+			t.Logf("%q: BF16 vs F32 logits: relative error %.3g (max |Δ| ÷ max |logit|)", q, e)
+		}
+
+		// The answers are a few tokens: 32 slots in 16 steps hold them.
+		o := GenOptions{GenLength: 32, Steps: 16, BlockLength: card.BlockLength}
+		gen := func(m *Model) []int32 {
+			g, err := m.Generate(context.Background(), ids, prefix, o, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return g.Canvas
+		}
+		a, b := gen(kept), gen(conv)
+		if !slices.Equal(a, b) {
+			t.Errorf("%q: kept and converted BF16 answers differ:\n%q\n%q", q, kept.Tokenizer.DecodeSkipSpecial(a[len(ids):]), conv.Tokenizer.DecodeSkipSpecial(b[len(ids):]))
+		}
+		t.Logf("%q: BF16 answer %q, F32 answer %q", q, kept.Tokenizer.DecodeSkipSpecial(a[len(ids):]), f32.Tokenizer.DecodeSkipSpecial(gen(f32)[len(ids):]))
+	}
+
+	// Fuse concatenates BF16 weights into float32 ones: the same values.
+	if !kept.Fuse() {
+		t.Fatal("Fuse: false on the CPU backend")
+	}
+	out, err := kept.Forward(last, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := relErr(out.Logits, lastLogits); e > 1e-5 {
+		t.Errorf("fused BF16 logits: relative error %.2g, want ≤ 1e-5", e)
+	}
+}
