@@ -19,9 +19,9 @@ type SuiteResult struct {
 	N        int     `json:"n" parquet:"n"`
 	Correct  int     `json:"correct" parquet:"correct"`
 	Accuracy float64 `json:"accuracy" parquet:"accuracy"`
-	// Scored is false for a suite without reference answers (chat
+	// Unscored marks a suite without reference answers (chat
 	// conversations): Correct and Accuracy are then 0 and mean nothing.
-	Scored bool `json:"scored" parquet:"scored"`
+	Unscored bool `json:"unscored,omitempty" parquet:"unscored"`
 	// AgreeNone is the fraction of answers identical (as text) to the
 	// uncached model's answer to the same request, when a bench ran none
 	// beside the method; nil otherwise (and for none itself).
@@ -196,7 +196,7 @@ func (e *Evaluator) run(ctx context.Context, s datasets.Sample, t *tally) error 
 	}
 	r := t.by[key]
 	if r == nil {
-		r = &SuiteResult{Method: t.method, Suite: key, Scored: s.Scored()}
+		r = &SuiteResult{Method: t.method, Suite: key, Unscored: !s.Scored()}
 		t.by[key] = r
 		t.answers[key] = map[string]string{}
 		t.order = append(t.order, key)
@@ -275,7 +275,7 @@ func Overall(rs []SuiteResult) SuiteResult {
 	var acc, rowsW, ratio, depth, flopsFull, agree float64
 	scored, agreed := 0, 0
 	for _, r := range rs {
-		if r.Scored {
+		if !r.Unscored {
 			scored++
 			acc += r.Accuracy
 		}
@@ -300,7 +300,9 @@ func Overall(rs []SuiteResult) SuiteResult {
 		depth += r.MeanDepth * float64(r.N)
 	}
 	if scored > 0 {
-		o.Scored, o.Accuracy = true, acc/float64(scored)
+		o.Accuracy = acc / float64(scored)
+	} else {
+		o.Unscored = true
 	}
 	if agreed > 0 {
 		f := agree / float64(agreed)

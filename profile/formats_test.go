@@ -10,7 +10,7 @@ import (
 )
 
 // docType maps docs/formats.md's column types to parquet's physical types.
-var docType = map[string]string{"string": "BYTE_ARRAY", "int32": "INT32", "int64": "INT64", "double": "DOUBLE"}
+var docType = map[string]string{"string": "BYTE_ARRAY", "int32": "INT32", "int64": "INT64", "double": "DOUBLE", "boolean": "BOOLEAN"}
 
 // TestParquetColumnsDocumented holds the written parquet schemas to the
 // column lists of docs/formats.md: same names, same order, same types.

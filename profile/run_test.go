@@ -545,12 +545,12 @@ func TestEvaluateChatAgreement(t *testing.T) {
 		t.Fatal(err)
 	}
 	for j, rs := range res {
-		if len(rs) != 3 || rs[0].Suite != "lookup" || !rs[0].Scored || rs[1].Suite != "wildchat turn 1" || rs[1].Scored || rs[1].Correct != 0 {
+		if len(rs) != 3 || rs[0].Suite != "lookup" || rs[0].Unscored || rs[1].Suite != "wildchat turn 1" || !rs[1].Unscored || rs[1].Correct != 0 {
 			t.Fatalf("evaluator %d: %+v", j, rs)
 		}
 		o := Overall(rs)
-		if !o.Scored || o.Accuracy != rs[0].Accuracy {
-			t.Errorf("evaluator %d: average accuracy %v scored %v, want the lookup suite's %v", j, o.Accuracy, o.Scored, rs[0].Accuracy)
+		if o.Unscored || o.Accuracy != rs[0].Accuracy {
+			t.Errorf("evaluator %d: average accuracy %v unscored %v, want the lookup suite's %v", j, o.Accuracy, o.Unscored, rs[0].Accuracy)
 		}
 		for _, r := range rs {
 			switch {

@@ -14,7 +14,7 @@
 # bench-out/8b: l16-d2048 in F32, the same draws in BF16 kept as BF16 and
 # converted at load ($DLMCACHE_CPU_BF16=f32), and LLaDA-8B-Instruct's shape
 # in BF16 (a 16 GB checkpoint in $DLMCACHE_BENCH_8B_DIR, written once; one
-# full step there is about 8.3 TFLOP), one step each, no PyTorch column.
+# full step there is 7.3 TFLOP as Config.StepFLOPs counts it), one step each, no PyTorch column.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODE=${1:-default}

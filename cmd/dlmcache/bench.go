@@ -220,14 +220,14 @@ func writeBenchMarkdown(w io.Writer, rows []profile.SuiteResult) {
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range rows {
 		acc, dAcc, agree, speed, vsBase, predict := "n/a", "", "", "", "", ""
-		if r.Scored {
+		if !r.Unscored {
 			acc = fmt.Sprintf("%.1f%%", 100*r.Accuracy)
 		}
 		if r.AgreeNone != nil {
 			agree = fmt.Sprintf("%.1f%%", 100**r.AgreeNone)
 		}
 		if b, ok := by["none/"+r.Suite]; ok && r.Method != "none" {
-			if r.Scored {
+			if !r.Unscored {
 				dAcc = fmt.Sprintf("%+.1f", 100*(r.Accuracy-b.Accuracy))
 			}
 			speed = fmt.Sprintf("%.2f×", r.TokensPerSec/b.TokensPerSec)
@@ -237,7 +237,7 @@ func writeBenchMarkdown(w io.Writer, rows []profile.SuiteResult) {
 		}
 		if b, ok := by[benchBase(r.Method)+"/"+r.Suite]; ok {
 			vsBase = fmt.Sprintf("%.2f× vs %s", r.TokensPerSec/b.TokensPerSec, b.Method)
-			if r.Scored {
+			if !r.Unscored {
 				vsBase += fmt.Sprintf(" (%+.1f pts)", 100*(r.Accuracy-b.Accuracy))
 			}
 		}

@@ -110,7 +110,7 @@ func TestBenchChatConversations(t *testing.T) {
 	var js struct {
 		Results []struct {
 			Method, Suite string
-			Scored        bool
+			Unscored      bool
 			AgreeNone     *float64 `json:"agree_none"`
 		}
 	}
@@ -119,8 +119,8 @@ func TestBenchChatConversations(t *testing.T) {
 	}
 	agreed := 0
 	for _, r := range js.Results {
-		if strings.HasPrefix(r.Suite, "wildchat") == r.Scored {
-			t.Errorf("%s %s: scored %v", r.Method, r.Suite, r.Scored)
+		if strings.HasPrefix(r.Suite, "wildchat") != r.Unscored {
+			t.Errorf("%s %s: unscored %v", r.Method, r.Suite, r.Unscored)
 		}
 		if (r.Method == "none") != (r.AgreeNone == nil) {
 			t.Errorf("%s %s: agreement %v", r.Method, r.Suite, r.AgreeNone)
