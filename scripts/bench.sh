@@ -49,7 +49,7 @@ esac
 mkdir -p "$OUT"
 
 echo "== peak" >&2
-GOMAXPROCS="$THREADS" go test ./model/cpu -run '^$' -bench 'BenchmarkPeak' -benchtime 3x -count 1 | tee "$OUT/peak.txt" >&2
+GOMAXPROCS="$THREADS" go test ./model/cpu -run '^$' -bench 'BenchmarkPeak' -benchtime 5x -count 1 | tee "$OUT/peak.txt" >&2
 echo "== raw sgemm" >&2
 go test ./model/cpu -run '^$' -bench 'BenchmarkSgemmRaw' -benchtime 20x -count 1 | tee "$OUT/sgemm.txt" >&2
 echo "== Go forward" >&2

@@ -73,7 +73,8 @@ func TestPeakBF16(t *testing.T) {
 }
 
 // BenchmarkPeak reports the peak on one thread and on GOMAXPROCS threads
-// (names f32/threads1, f32/threadsN), which scripts/bench.sh divides by.
+// (names f32/threads1, f32/threadsN), the best of b.N runs, which
+// scripts/bench.sh divides by.
 func BenchmarkPeak(b *testing.B) {
 	counts := slices.Compact([]int{1, runtime.GOMAXPROCS(0)})
 	for _, tc := range []struct {
@@ -82,12 +83,17 @@ func BenchmarkPeak(b *testing.B) {
 	}{{"f32", PeakF32}, {"bf16", PeakBF16}} {
 		for _, threads := range counts {
 			b.Run(fmt.Sprintf("%s/threads%d", tc.name, threads), func(b *testing.B) {
+				// The best of b.N runs: on a shared VM a run can lose its
+				// threads' cores for a while (two threads measured one
+				// core's peak in one run of four here), and a peak is
+				// the most the CPU was seen to do.
 				var g float64
 				for range b.N {
-					var err error
-					if g, err = tc.f(threads, 200*time.Millisecond); err != nil {
+					v, err := tc.f(threads, 200*time.Millisecond)
+					if err != nil {
 						b.Skip(err)
 					}
+					g = max(g, v)
 				}
 				b.ReportMetric(g, "GFLOP/s")
 			})
