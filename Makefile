@@ -8,12 +8,20 @@ export CGO_ENABLED := 1
 all: build
 
 # deps installs what a fresh Debian machine lacks: OpenBLAS headers for the CPU
-# backend (cgo), and the Go modules.
+# backend (cgo), oneDNN's (libdnnl-dev: the CPU backend loads libdnnl.so.2 at
+# run time and uses it where it has AVX-512 kernels; optional), and the Go
+# modules.
 deps:
 	@if ! [ -e /usr/include/x86_64-linux-gnu/cblas.h ] && ! [ -e /usr/include/cblas.h ] && ! [ -e /usr/include/openblas/cblas.h ]; then \
 		echo "installing libopenblas-dev"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libopenblas-dev >/dev/null; \
+	fi
+	@if ! [ -e /usr/include/oneapi/dnnl/dnnl.h ]; then \
+		echo "installing libdnnl-dev (oneDNN: the CPU backend's products on AVX-512 and AVX512-BF16; OpenBLAS without it)"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		( $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libdnnl-dev >/dev/null ) || \
+			echo "deps: could not install libdnnl-dev: the CPU backend will use OpenBLAS only"; \
 	fi
 	$(GO) mod download
 

@@ -59,10 +59,26 @@ func writeBF16Copy(t *testing.T, dir string) string {
 // float rounding and their greedy answers to the demo requests are the
 // same. Against the original F32 model the logits differ by what rounding
 // the weights to BF16 makes of them.
+//
+// On oneDNN with AVX512-BF16 the kept weights go through its BF16 matmul,
+// which rounds the activations to BF16 as well: kept and converted then
+// differ by that rounding (0.11–0.13% of the largest logit when this was
+// written), and the answers must still be the same.
 func TestBF16Weights(t *testing.T) {
 	src := filepath.Join("..", "models", "llada-tiny")
 	bf := writeBF16Copy(t, src)
+	for _, lib := range []cpu.GEMMLib{cpu.GEMMOpenBLAS, cpu.GEMMOneDNN} {
+		if _, err := cpu.NewChecked(cpu.Options{Threads: 2, GEMM: lib}); err != nil {
+			t.Logf("%s not tested: %v", lib, err)
+			continue
+		}
+		t.Run(string(lib), func(t *testing.T) { testBF16Weights(t, src, bf, lib) })
+	}
+}
+
+func testBF16Weights(t *testing.T, src, bf string, lib cpu.GEMMLib) {
 	load := func(dir string, o cpu.Options) *Model {
+		o.GEMM = lib
 		m, err := Load(dir, cpu.NewWithOptions(o))
 		if err != nil {
 			t.Fatal(err)
@@ -78,6 +94,10 @@ func TestBF16Weights(t *testing.T) {
 	}
 	if q := conv.Blocks[0].Q.(*cpu.Tensor); q.BF16() {
 		t.Fatal("DecodeBF16: q_proj is BF16, want float32")
+	}
+	same := 1e-5 // kept vs converted
+	if kept.Backend.(*cpu.Backend).BF16Activations() {
+		same = 0.01
 	}
 
 	card := kept.Card
@@ -106,8 +126,8 @@ func TestBF16Weights(t *testing.T) {
 		}
 		lk, lc, lf := logits(kept), logits(conv), logits(f32)
 		last, lastLogits = in, lk
-		if e := relErr(lk, lc); e > 1e-5 {
-			t.Errorf("%q: kept vs converted BF16 logits: relative error %.2g, want ≤ 1e-5", q, e)
+		if e := relErr(lk, lc); e > same {
+			t.Errorf("%q: kept vs converted BF16 logits: relative error %.2g, want ≤ %g", q, e, same)
 		} else {
 			t.Logf("%q: kept vs converted BF16 logits: relative error %.2g", q, e)
 		}
@@ -144,7 +164,7 @@ func TestBF16Weights(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e := relErr(out.Logits, lastLogits); e > 1e-5 {
-		t.Errorf("fused BF16 logits: relative error %.2g, want ≤ 1e-5", e)
+	if e := relErr(out.Logits, lastLogits); e > same {
+		t.Errorf("fused BF16 logits: relative error %.2g, want ≤ %g", e, same)
 	}
 }

@@ -36,10 +36,26 @@ type goldenCase struct {
 
 var fixtures = []string{"tiny-f32", "tiny-bf16"}
 
+// goldenBackends are the CPU backends the golden tests run on: OpenBLAS,
+// and oneDNN where it loads and passes its check.
+func goldenBackends(t testing.TB) map[string]*cpu.Backend {
+	out := map[string]*cpu.Backend{"openblas": cpu.NewWithOptions(cpu.Options{Threads: 2, GEMM: cpu.GEMMOpenBLAS})}
+	if b, err := cpu.NewChecked(cpu.Options{Threads: 2, GEMM: cpu.GEMMOneDNN}); err == nil {
+		out["onednn"] = b
+	} else {
+		t.Logf("oneDNN not tested: %v", err)
+	}
+	return out
+}
+
 func loadFixture(t testing.TB, name string) (*Model, *goldenCase, *safetensors.Set) {
+	return loadFixtureOn(t, name, cpu.NewWithOptions(cpu.Options{Threads: 2, GEMM: cpu.GEMMOpenBLAS}))
+}
+
+func loadFixtureOn(t testing.TB, name string, be *cpu.Backend) (*Model, *goldenCase, *safetensors.Set) {
 	t.Helper()
 	dir := filepath.Join("testdata", name)
-	m, err := Load(dir, cpu.New(2))
+	m, err := Load(dir, be)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,8 +123,24 @@ func (c *capture) Observe(l int, _ []int32, _, k, v backend.Tensor) {
 
 func TestForwardGolden(t *testing.T) {
 	for _, fx := range fixtures {
-		t.Run(fx, func(t *testing.T) {
-			m, g, gs := loadFixture(t, fx)
+		for lib, be := range goldenBackends(t) {
+			t.Run(fx+"/"+lib, func(t *testing.T) { testForwardGolden(t, fx, be) })
+		}
+	}
+}
+
+func testForwardGolden(t *testing.T, fx string, be *cpu.Backend) {
+	// PyTorch's golden forward multiplies BF16 weights (upcast) with F32
+	// activations; oneDNN's BF16 matmul rounds the activations to BF16
+	// too (8 bits of mantissa), which moved tiny-bf16's K/V by up to
+	// 0.6% and its logits by less than that when this was written.
+	tol := 1e-4
+	if fx == "tiny-bf16" && be.BF16Activations() {
+		tol = 2e-2
+	}
+	{
+		{
+			m, g, gs := loadFixtureOn(t, fx, be)
 			cases := []struct {
 				prefix   string
 				ids, pos []int32
@@ -122,8 +154,8 @@ func TestForwardGolden(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if e := relErr(out.Logits, goldenF32(t, gs, tc.prefix+"logits")); e > 1e-4 {
-					t.Errorf("%slogits: relative error %.3g > 1e-4", tc.prefix, e)
+				if e := relErr(out.Logits, goldenF32(t, gs, tc.prefix+"logits")); e > tol {
+					t.Errorf("%slogits: relative error %.3g > %g", tc.prefix, e, tol)
 				}
 				for l := range m.Blocks {
 					for _, kv := range []struct {
@@ -131,20 +163,35 @@ func TestForwardGolden(t *testing.T) {
 						got  []float32
 					}{{"k", cap.k[l]}, {"v", cap.v[l]}} {
 						name := fmt.Sprintf("%s%s.%d", tc.prefix, kv.name, l)
-						if e := relErr(kv.got, goldenF32(t, gs, name)); e > 1e-4 {
-							t.Errorf("%s: relative error %.3g > 1e-4", name, e)
+						if e := relErr(kv.got, goldenF32(t, gs, name)); e > tol {
+							t.Errorf("%s: relative error %.3g > %g", name, e, tol)
 						}
 					}
 				}
 			}
-		})
+		}
 	}
 }
 
 func TestGenerateGolden(t *testing.T) {
 	for _, fx := range fixtures {
-		t.Run(fx, func(t *testing.T) {
-			m, g, _ := loadFixture(t, fx)
+		for lib, be := range goldenBackends(t) {
+			if fx == "tiny-bf16" && be.BF16Activations() {
+				// Random weights leave near-ties among the logits that
+				// BF16 activations flip (one slot of 39 when this was
+				// written); TestBF16Weights checks oneDNN's BF16 answers
+				// on the bundled model instead.
+				continue
+			}
+			t.Run(fx+"/"+lib, func(t *testing.T) { testGenerateGolden(t, fx, be) })
+		}
+	}
+}
+
+func testGenerateGolden(t *testing.T, fx string, be *cpu.Backend) {
+	{
+		{
+			m, g, _ := loadFixtureOn(t, fx, be)
 			for _, gc := range g.Generate {
 				res, err := m.Generate(context.Background(), gc.PromptIDs, 0,
 					GenOptions{GenLength: gc.GenLength, Steps: gc.Steps, BlockLength: gc.BlockLength}, nil)
@@ -158,7 +205,7 @@ func TestGenerateGolden(t *testing.T) {
 					t.Errorf("%s: NFE %d, want %d", gc.Name, res.NFE, gc.Steps)
 				}
 			}
-		})
+		}
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/dlmcache/dlmcache/cache"
+	"github.com/dlmcache/dlmcache/model/backend"
 )
 
 // metrics are the server's Prometheus metrics (prometheus/client_golang),
@@ -71,7 +72,7 @@ var nfeBuckets = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}
 
 // newMetrics registers every metric; store reads the prefix store's
 // counters at scrape time (nil: no store), method labels dlmcache_info.
-func newMetrics(method string, store func() cache.Stats, now func() time.Time) *metrics {
+func newMetrics(method string, be backend.Backend, store func() cache.Stats, now func() time.Time) *metrics {
 	m := &metrics{reg: prometheus.NewRegistry(), now: now}
 	f := promauto.With(m.reg)
 	counter := func(name, help string) prometheus.Counter {
@@ -114,6 +115,8 @@ func newMetrics(method string, store func() cache.Stats, now func() time.Time) *
 	m.regimeMismatch = counter("dlmcache_regime_mismatch_total", "Generations in another regime (gen length, steps, block length) than the table was profiled in.")
 	info := f.NewGaugeVec(prometheus.GaugeOpts{Name: "dlmcache_info", Help: "The serving configuration."}, []string{"method"})
 	info.WithLabelValues(method).Set(1)
+	bi := f.NewGaugeVec(prometheus.GaugeOpts{Name: "dlmcache_backend_info", Help: "The compute backend and the library its matrix products run on."}, []string{"backend", "gemm"})
+	bi.WithLabelValues(backendName(be), backendGEMM(be)).Set(1)
 	f.NewGaugeFunc(prometheus.GaugeOpts{Name: "dlmcache_tokens_per_second",
 		Help: "Answer slots decoded by generations that finished in the last minute, per second of that minute."}, m.tokensPerSecond)
 
@@ -214,4 +217,21 @@ func (m *metrics) rows(computed, full int, flops, flopsFull float64) {
 	m.rowsFull.Add(float64(full))
 	m.flops.Add(flops)
 	m.flopsFull.Add(flopsFull)
+}
+
+// backendName is be's Name, "" for none.
+func backendName(be backend.Backend) string {
+	if be == nil {
+		return ""
+	}
+	return be.Name()
+}
+
+// backendGEMM describes the library behind be's matrix products, where
+// the backend says (the CPU backend: OpenBLAS or oneDNN).
+func backendGEMM(be backend.Backend) string {
+	if g, ok := be.(interface{ GEMM() string }); ok {
+		return g.GEMM()
+	}
+	return ""
 }

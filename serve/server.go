@@ -163,7 +163,7 @@ func New(cfg Config) (*Server, error) {
 			return sum
 		}
 	}
-	s.met = newMetrics(cfg.Method.Name(), store, cfg.Now)
+	s.met = newMetrics(cfg.Method.Name(), cfg.Model.Backend, store, cfg.Now)
 	if cfg.MaxBatch > 1 {
 		s.batch = newBatcher(cfg.Model.LLaDA, cfg.MaxBatch, func(n int) { s.met.batchSize.Observe(float64(n)) })
 	}

@@ -204,6 +204,18 @@ func TestChatCompletion(t *testing.T) {
 		t.Errorf("second request with the same system message: %+v", r2.Dlmcache)
 	}
 	page := get(t, s, "/metrics").Body.String()
+	// The backend and its GEMM library, as `dlmcache version` says them.
+	if fams, err := parseMetrics(page); err != nil || len(fams["dlmcache_backend_info"].GetMetric()) != 1 {
+		t.Errorf("dlmcache_backend_info: %v\n%s", err, page)
+	} else {
+		labels := map[string]string{}
+		for _, l := range fams["dlmcache_backend_info"].GetMetric()[0].GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if labels["backend"] != "cpu" || !strings.Contains(labels["gemm"], "OpenBLAS") {
+			t.Errorf("dlmcache_backend_info labels %v", labels)
+		}
+	}
 	if q, h := metric(t, page, "dlmcache_prefix_cache_queries_tokens_total"), metric(t, page, "dlmcache_prefix_cache_hits_tokens_total"); q != float64(2*d.PrefixTokens) || h != float64(d.PrefixTokens) {
 		t.Errorf("store tokens: queries %g hits %g, want %d and %d", q, h, 2*d.PrefixTokens, d.PrefixTokens)
 	}

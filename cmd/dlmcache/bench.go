@@ -180,7 +180,8 @@ func benchRun(ctx context.Context, opts *benchOptions) error {
 	writeBenchMarkdown(&md, rows)
 	// bench.json and --json print the same object.
 	js, err := json.MarshalIndent(map[string]any{"model": lm.Name, "fingerprint": lm.Fingerprint, "gen_length": gen.GenLength,
-		"steps": gen.Steps, "block_length": gen.BlockLength, "refresh": lm.Card.RefreshOr(opts.Cache.Refresh), "lut": opts.Cache.LUT, "results": rows}, "", "  ")
+		"steps": gen.Steps, "block_length": gen.BlockLength, "refresh": lm.Card.RefreshOr(opts.Cache.Refresh), "lut": opts.Cache.LUT,
+		"backend": lm.Backend.Name(), "gemm": gemmOf(lm.Backend), "results": rows}, "", "  ")
 	if err != nil {
 		return err
 	}

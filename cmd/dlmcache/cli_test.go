@@ -25,7 +25,7 @@ func TestVersion(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &v) != nil {
 		t.Fatalf("version --json: exit %d: %s", code, out)
 	}
-	if v.Backend != "cpu" || !strings.Contains(v.BLAS, "kernel") || v.Go == "" {
+	if v.Backend != "cpu" || !strings.Contains(v.BLAS, "kernel") || v.Go == "" || !strings.Contains(v.GEMM, "OpenBLAS") {
 		t.Errorf("version %+v", v)
 	}
 	if out, _, _ := run(t, "version"); !strings.HasPrefix(out, "dlmcache ") || !strings.Contains(out, "blas") {

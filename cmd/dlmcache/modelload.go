@@ -46,11 +46,24 @@ func resolveModel(name string) (string, error) {
 func newBackend(device string, threads int) (backend.Backend, error) {
 	switch device {
 	case "cpu", "":
-		return cpu.New(threads), nil
+		b, err := cpu.NewFromEnv(threads)
+		if err != nil {
+			return nil, err
+		}
+		return b, nil
 	case "cuda":
 		return cuda.New()
 	}
 	return nil, fmt.Errorf("--device %q: want cpu or cuda", device)
+}
+
+// gemmOf describes the library behind b's matrix products where the
+// backend says (the CPU backend: OpenBLAS, or oneDNN and what it runs).
+func gemmOf(b backend.Backend) string {
+	if g, ok := b.(interface{ GEMM() string }); ok {
+		return g.GEMM()
+	}
+	return ""
 }
 
 func loadModel(f *factory, name, device string, threads int) (*loadedModel, error) {

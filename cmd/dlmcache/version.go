@@ -31,13 +31,17 @@ type versionInfo struct {
 	Platform  string `json:"platform"`
 	Backend   string `json:"backend"`
 	BLAS      string `json:"blas"` // library and the kernel it chose for this CPU
+	// GEMM: the library the CPU backend's matrix products run on here
+	// ($DLMCACHE_CPU_GEMM, default auto: oneDNN where it has AVX-512
+	// kernels, else OpenBLAS), or why it could not be set up.
+	GEMM string `json:"gemm"`
 }
 
 func newCmdVersion(f *factory, runF func(*versionOptions) error) *cobra.Command {
 	opts := &versionOptions{f: f}
 	cmd := &cobra.Command{
 		Use:   "version",
-		Short: "Print the version, commit, backend and BLAS kernel in use",
+		Short: "Print the version, commit, backend, BLAS kernel and GEMM library in use",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if runF != nil {
@@ -53,6 +57,11 @@ func newCmdVersion(f *factory, runF func(*versionOptions) error) *cobra.Command 
 func buildVersion() versionInfo {
 	v := versionInfo{Version: "unknown", Commit: cmp.Or(commit, "unknown"), Go: runtime.Version(),
 		Platform: runtime.GOOS + "/" + runtime.GOARCH, Backend: "cpu", BLAS: cpu.BLAS()}
+	if b, err := cpu.NewFromEnv(1); err != nil {
+		v.GEMM = err.Error()
+	} else {
+		v.GEMM = b.GEMM()
+	}
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		v.Version = bi.Main.Version
 		for _, s := range bi.Settings {
@@ -80,7 +89,7 @@ func versionRun(opts *versionOptions) error {
 	if v.Modified {
 		mod = " (modified)"
 	}
-	fmt.Fprintf(opts.f.Out, "dlmcache %s\ncommit   %s%s\ngo       %s %s\nbackend  %s (the CUDA backend needs a build with -tags cuda)\nblas     %s\n",
-		v.Version, v.Commit, mod, v.Go, v.Platform, v.Backend, v.BLAS)
+	fmt.Fprintf(opts.f.Out, "dlmcache %s\ncommit   %s%s\ngo       %s %s\nbackend  %s (the CUDA backend needs a build with -tags cuda)\nblas     %s\ngemm     %s\n",
+		v.Version, v.Commit, mod, v.Go, v.Platform, v.Backend, v.BLAS, v.GEMM)
 	return nil
 }

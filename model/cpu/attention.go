@@ -79,9 +79,9 @@ func (b *Backend) Attention(dst, q, k, v backend.Tensor, nHeads, nKVHeads int) {
 			kv := ks.data[kh*hd:]
 			vv := vs.data[kh*hd:]
 			ov := d.data[r0*d.stride+h*hd:]
-			sgemmNT(m, nk, hd, scale, qv, qs.stride, kv, ks.stride, 0, scores, nk)
+			b.gemmNT(m, nk, hd, scale, qv, qs.stride, kv, ks.stride, scores, nk)
 			softmaxRows(scores, m, nk, inv)
-			sgemmNN(m, hd, nk, 1, scores, nk, vv, vs.stride, 0, ov, d.stride)
+			b.gemmNN(m, hd, nk, 1, scores, nk, vv, vs.stride, ov, d.stride)
 			for i := 0; i < m; i++ {
 				o := ov[i*d.stride : i*d.stride+hd]
 				s := inv[i]
@@ -138,7 +138,7 @@ func (b *Backend) AttentionWeights(dst []float32, q, k backend.Tensor, nHeads, n
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	group := nHeads / nKVHeads
 	for h := 0; h < nHeads; h++ {
-		sgemmNT(nq, nk, hd, scale, qs.data[h*hd:], qs.stride, ks.data[(h/group)*hd:], ks.stride, 0, scores, nk)
+		b.gemmNT(nq, nk, hd, scale, qs.data[h*hd:], qs.stride, ks.data[(h/group)*hd:], ks.stride, scores, nk)
 		softmaxRows(scores, nq, nk, inv)
 		for i := 0; i < nq; i++ {
 			s := inv[i] / float32(nHeads)

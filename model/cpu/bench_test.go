@@ -137,6 +137,89 @@ func BenchmarkSgemmRaw(b *testing.B) {
 	}
 }
 
+// gemmLibBackends returns a backend per GEMM library this machine can use
+// (oneDNN only where it loads and passes its check).
+func gemmLibBackends(tb testing.TB, threads int) map[GEMMLib]*Backend {
+	out := map[GEMMLib]*Backend{GEMMOpenBLAS: NewWithOptions(Options{Threads: threads, GEMM: GEMMOpenBLAS})}
+	if b, err := newBackend(Options{Threads: threads, GEMM: GEMMOneDNN}); err == nil {
+		out[GEMMOneDNN] = b
+	} else {
+		tb.Logf("oneDNN: %v", err)
+	}
+	return out
+}
+
+// BenchmarkGEMMLibs sweeps product sizes on one thread for each library,
+// every product on that library (no size threshold): where oneDNN's
+// per-call set-up stops paying (dnnlMinFlops) and how its kernels compare
+// with OpenBLAS's at the model's shapes. 2·m·n·k FLOPs.
+func BenchmarkGEMMLibs(b *testing.B) {
+	r := rand.New(rand.NewPCG(4, 4))
+	defer func(v int) { dnnlMinFlops = v }(dnnlMinFlops)
+	dnnlMinFlops = 0
+	libs := gemmLibBackends(b, 1)
+	for _, s := range []struct{ m, n, k int }{
+		{16, 128, 128}, {64, 384, 128}, {256, 384, 128}, {64, 2048, 2048}, {256, 2048, 2048}, {512, 2048, 2048}, {512, 5632, 2048}, {512, 2048, 5632},
+	} {
+		x, w, c := randMat(r, s.m, s.k, 1), randMat(r, s.n, s.k, 1), make([]float32, s.m*s.n)
+		for _, lib := range []GEMMLib{GEMMOpenBLAS, GEMMOneDNN} {
+			bk, ok := libs[lib]
+			if !ok {
+				continue
+			}
+			b.Run(fmt.Sprintf("m%d_n%d_k%d/%s", s.m, s.n, s.k, lib), func(b *testing.B) {
+				bk.gemmNT(s.m, s.n, s.k, 1, x, s.k, w, s.k, c, s.n)
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					bk.gemmNT(s.m, s.n, s.k, 1, x, s.k, w, s.k, c, s.n)
+				}
+				gflops(b, 2*float64(s.m)*float64(s.n)*float64(s.k))
+			})
+		}
+	}
+}
+
+// BenchmarkMatMulRaw is each library's ceiling inside the backend: MatMul
+// 512×2048 · (2048×2048)ᵀ split over every core, F32 weights, and BF16
+// weights where oneDNN has AVX512-BF16 kernels (BF16 products, F32
+// accumulation) or as converted panels on OpenBLAS.
+func BenchmarkMatMulRaw(b *testing.B) {
+	const m, k, n = 512, 2048, 2048
+	r := rand.New(rand.NewPCG(2, 3))
+	libs := gemmLibBackends(b, runtime.NumCPU())
+	for _, lib := range []GEMMLib{GEMMOpenBLAS, GEMMOneDNN} {
+		bk, ok := libs[lib]
+		if !ok {
+			continue
+		}
+		x := bk.FromHost(m, k, randMat(r, m, k, 1))
+		wf := randMat(r, n, k, 1)
+		raw := make([]byte, 2*n*k)
+		for i, v := range wf {
+			h := math.Float32bits(v) >> 16
+			raw[2*i], raw[2*i+1] = byte(h), byte(h>>8)
+		}
+		wb, err := bk.Weight(backend.BF16, n, k, raw)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, w := range []struct {
+			dtype string
+			t     backend.Tensor
+		}{{"f32", bk.FromHost(n, k, wf)}, {"bf16", wb}} {
+			b.Run(fmt.Sprintf("%s/%s", lib, w.dtype), func(b *testing.B) {
+				dst := bk.New(m, n)
+				bk.MatMul(dst, x, w.t)
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					bk.MatMul(dst, x, w.t)
+				}
+				gflops(b, 2*m*n*k)
+			})
+		}
+	}
+}
+
 // BenchmarkAttention: n query and key rows, GQA-free; FLOPs counted are the
 // two products, 4·n²·heads·hd.
 func BenchmarkAttention(b *testing.B) {

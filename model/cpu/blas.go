@@ -33,8 +33,11 @@ import (
 // Haswell)". OPENBLAS_CORETYPE, when set, decides the kernel.
 func BLAS() string {
 	cfg := strings.TrimSpace(C.GoString(C.openblas_get_config()))
-	return cfg + " (kernel " + strings.TrimSpace(C.GoString(C.openblas_get_corename())) + ")"
+	return cfg + " (kernel " + blasCorename() + ")"
 }
+
+// blasCorename is the name of OpenBLAS's kernel for this CPU.
+func blasCorename() string { return strings.TrimSpace(C.GoString(C.openblas_get_corename())) }
 
 // blasSetThreads sets OpenBLAS's thread count. It is process-wide.
 func blasSetThreads(n int) { C.openblas_set_num_threads(C.int(n)) }

@@ -89,6 +89,12 @@ type Backend struct {
 	// decodeBF16 converts BF16 weights to float32 at load instead of
 	// keeping them (Options.DecodeBF16).
 	decodeBF16 bool
+	// gemmPick: which products run on oneDNN (Options.GEMM).
+	gemmPick
+	gemmDesc string
+	// bf16x recycles the BF16 copies of activations that oneDNN's BF16
+	// products take.
+	bf16x sync.Pool
 }
 
 // Options configures a backend (NewWithOptions).
@@ -100,6 +106,9 @@ type Options struct {
 	// decoding. By default BF16 weights stay BF16, in place in the
 	// checkpoint's memory map.
 	DecodeBF16 bool
+	// GEMM picks the library behind the matrix products ("" is
+	// GEMMAuto); see GEMMLib.
+	GEMM GEMMLib
 }
 
 // BF16Env is the environment variable New reads: "f32" sets
@@ -109,37 +118,80 @@ const BF16Env = "DLMCACHE_CPU_BF16"
 var _ backend.Backend = (*Backend)(nil)
 
 // New returns a CPU backend that uses threads cores (threads ≤ 0: all of
-// runtime.NumCPU()).
+// runtime.NumCPU()), configured from the environment as NewFromEnv is; it
+// panics where NewFromEnv returns an error.
+func New(threads int) *Backend {
+	b, err := NewFromEnv(threads)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// NewFromEnv returns a CPU backend that uses threads cores (threads ≤ 0:
+// all of runtime.NumCPU()).
 //
 // It sets OpenBLAS to one thread, process-wide, and splits every matrix
 // product over its own goroutines instead: see the measurements in
 // bench_test.go. Every Backend of a process shares that setting.
 //
 // $DLMCACHE_CPU_BF16 (BF16Env) picks how BF16 weights are held: "bf16"
-// (or unset) keeps them, "f32" converts them at load; any other value
-// panics.
-func New(threads int) *Backend {
+// (or unset) keeps them, "f32" converts them at load. $DLMCACHE_CPU_GEMM
+// (GEMMEnv) picks the GEMM library (ParseGEMM). Other values, and
+// "onednn" where oneDNN cannot be used, are errors.
+func NewFromEnv(threads int) (*Backend, error) {
 	o := Options{Threads: threads}
 	switch v := strings.ToLower(os.Getenv(BF16Env)); v {
 	case "", "bf16":
 	case "f32":
 		o.DecodeBF16 = true
 	default:
-		panic(fmt.Sprintf("cpu: %s=%q: want bf16 or f32", BF16Env, v))
+		return nil, fmt.Errorf("cpu: %s=%q: want bf16 or f32", BF16Env, v)
 	}
-	return NewWithOptions(o)
+	lib, err := ParseGEMM(os.Getenv(GEMMEnv))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", GEMMEnv, err)
+	}
+	o.GEMM = lib
+	return newBackend(o)
 }
 
 // NewWithOptions returns a CPU backend configured by o; like New, it sets
-// OpenBLAS to one thread, process-wide. It does not read the environment.
+// OpenBLAS to one thread, process-wide. It does not read the environment,
+// and panics where o.GEMM cannot be had.
 func NewWithOptions(o Options) *Backend {
+	b, err := newBackend(o)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// NewChecked is NewWithOptions returning an error where o.GEMM cannot be
+// had (oneDNN asked for and absent), for callers that try a library.
+func NewChecked(o Options) (*Backend, error) { return newBackend(o) }
+
+// BF16Activations reports whether products with BF16 weights round the
+// activations to BF16 too (oneDNN's BF16 matmul on AVX512-BF16) rather
+// than multiply F32 activations by converted weights.
+func (b *Backend) BF16Activations() bool { return b.dnnlBF16 }
+
+func newBackend(o Options) (*Backend, error) {
 	threads := o.Threads
 	if threads <= 0 {
 		threads = runtime.NumCPU()
 	}
-	b := &Backend{threads: threads, split: true, decodeBF16: o.DecodeBF16}
+	lib, err := ParseGEMM(string(o.GEMM))
+	if err != nil {
+		return nil, err
+	}
+	pick, err := pickGEMM(lib)
+	if err != nil {
+		return nil, err
+	}
+	b := &Backend{threads: threads, split: true, decodeBF16: o.DecodeBF16, gemmPick: pick, gemmDesc: pick.desc}
 	blasSetThreads(1)
-	return b
+	return b, nil
 }
 
 // newBLASThreaded returns a backend whose matrix products are one OpenBLAS
@@ -149,7 +201,7 @@ func newBLASThreaded(threads int) *Backend {
 	if threads <= 0 {
 		threads = runtime.NumCPU()
 	}
-	b := &Backend{threads: threads, split: false}
+	b := &Backend{threads: threads, split: false, gemmDesc: BLAS() + ", threaded by OpenBLAS"}
 	blasSetThreads(threads)
 	return b
 }

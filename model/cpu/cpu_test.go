@@ -14,21 +14,50 @@ import (
 
 // backends are the configurations every op is tested under: single
 // threaded, split over goroutines (by columns, by rows) and OpenBLAS
-// threaded.
+// threaded, on OpenBLAS; and, where oneDNN loads and passes its start-up
+// check, on one and two threads with the larger products on oneDNN (BF16
+// weights on its BF16 matmul where the CPU has AVX512-BF16).
 func backends() []struct {
 	name string
 	b    *Backend
 } {
-	one := New(1)
-	two := New(2)
-	cols := New(3)
+	blas := func(threads int) *Backend {
+		return NewWithOptions(Options{Threads: threads, GEMM: GEMMOpenBLAS})
+	}
+	one := blas(1)
+	two := blas(2)
+	cols := blas(3)
 	cols.splitMode = splitCols
-	rows := New(2)
+	rows := blas(2)
 	rows.splitMode = splitRows
-	return []struct {
+	out := []struct {
 		name string
 		b    *Backend
 	}{{"t1", one}, {"t2", two}, {"t3cols", cols}, {"t2rows", rows}}
+	for _, threads := range []int{1, 2} {
+		if b, err := newBackend(Options{Threads: threads, GEMM: GEMMOneDNN}); err == nil {
+			out = append(out, struct {
+				name string
+				b    *Backend
+			}{fmt.Sprintf("t%donednn", threads), b})
+		}
+	}
+	return out
+}
+
+// bf16Activations returns x as b's BF16 products see it: rounded to BF16
+// where b multiplies BF16 weights on oneDNN, else x itself.
+func bf16Activations(b *Backend, x []float32) []float32 {
+	if !b.dnnlBF16 {
+		return x
+	}
+	h := make([]uint16, len(x))
+	toBF16(h, x, 1, len(x), len(x))
+	out := make([]float32, len(x))
+	for i, v := range h {
+		out[i] = math.Float32frombits(uint32(v) << 16)
+	}
+	return out
 }
 
 func randMat(r *rand.Rand, rows, cols int, scale float64) []float32 {

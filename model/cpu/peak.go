@@ -32,18 +32,43 @@ static float peak_f32_fma(long iters) {
 	return out[0] + out[7];
 }
 
+// peak_f32_fma512: 16-wide FMA chains, 10 × 16 × 2 = 320 operations a
+// round.
+__attribute__((target("avx512f")))
+static float peak_f32_fma512(long iters) {
+	__m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
+	PEAK_CHAINS(__m512, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add_ps)
+	return _mm512_reduce_add_ps(s);
+}
+
 // peak_bf16_dp: 512-bit vdpbf16ps chains; each instruction does 32 BF16 pair
-// products summed into 16 F32 lanes, 64 operations, so 640 a round.
+// products summed into 16 F32 lanes, 64 operations. Twice PEAK_CHAINS's
+// ten (the pair of blocks below is interleaved by the compiler): with
+// ten, Zen 5 measured 320 GFLOP/s a core, less than oneDNN's BF16 matmul
+// reached on two, so ten chains do not cover vdpbf16ps's latency there.
+// 1280 operations a round.
 __attribute__((target("avx512f,avx512bf16")))
 static float peak_bf16_dp(long iters) {
 	__m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x3380);
-	PEAK_CHAINS(__m512, _mm512_set1_ps, _mm512_dpbf16_ps, _mm512_add_ps)
+	__m512 c[20];
+	for (int j = 0; j < 20; j++) c[j] = _mm512_set1_ps(0.05f * j);
+	for (long i = 0; i < iters; i++) {
+#pragma GCC unroll 20
+		for (int j = 0; j < 20; j++) c[j] = _mm512_dpbf16_ps(c[j], a, b);
+	}
+	__m512 s = c[0];
+	for (int j = 1; j < 20; j++) s = _mm512_add_ps(s, c[j]);
 	return _mm512_reduce_add_ps(s);
 }
 
 static int has_fma(void) {
 	__builtin_cpu_init();
 	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+static int has_avx512(void) {
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx512f");
 }
 
 static int has_bf16(void) {
@@ -67,7 +92,8 @@ import (
 // reported against.
 const (
 	peakF32OpsPerIter  = 10 * 8 * 2  // 10 FMA chains × 8 lanes × (mul + add)
-	peakBF16OpsPerIter = 10 * 32 * 2 // 10 vdpbf16ps chains × 32 pairs × (mul + add)
+	peakF32x16OpsPer   = 10 * 16 * 2 // the same with 16 lanes (AVX-512)
+	peakBF16OpsPerIter = 20 * 32 * 2 // 20 vdpbf16ps chains × 32 pairs × (mul + add)
 )
 
 // ErrNoPeakKernel says the CPU lacks the instructions a peak loop needs.
@@ -76,14 +102,29 @@ var ErrNoPeakKernel = errors.New("cpu: this CPU lacks the instructions for the p
 // HasBF16Dot reports whether the CPU has AVX512-BF16 (vdpbf16ps).
 func HasBF16Dot() bool { return C.has_bf16() != 0 }
 
-// PeakF32 measures F32 FMA throughput (AVX2+FMA, 8 lanes) in GFLOP/s on
-// threads OS threads running at once, each for about d.
+// PeakF32 measures F32 FMA throughput in GFLOP/s on threads OS threads
+// running at once, each for about d: 16-lane AVX-512 FMAs where the CPU
+// has AVX-512F, else 8-lane AVX2 ones. On CPUs that run a 512-bit FMA as
+// two 256-bit halves the two widths measure the same; where they differ,
+// the wider one is the processor's peak.
 func PeakF32(threads int, d time.Duration) (float64, error) {
+	if HasAVX512() {
+		return peakRun(threads, d, peakF32x16OpsPer, func(n int64) { C.peak_f32_fma512(C.long(n)) })
+	}
+	return PeakF32AVX2(threads, d)
+}
+
+// PeakF32AVX2 is PeakF32 with 8-lane AVX2 FMAs only: the ceiling of
+// OpenBLAS's Haswell kernels.
+func PeakF32AVX2(threads int, d time.Duration) (float64, error) {
 	if C.has_fma() == 0 {
 		return 0, fmt.Errorf("%w: AVX2 and FMA", ErrNoPeakKernel)
 	}
 	return peakRun(threads, d, peakF32OpsPerIter, func(n int64) { C.peak_f32_fma(C.long(n)) })
 }
+
+// HasAVX512 reports whether the CPU has AVX-512F.
+func HasAVX512() bool { return C.has_avx512() != 0 }
 
 // PeakBF16 measures BF16 dot-product throughput (AVX512-BF16 vdpbf16ps, BF16
 // products accumulated in F32) in GFLOP/s; ErrNoPeakKernel where the CPU
@@ -140,3 +181,6 @@ func peakRun(threads int, d time.Duration, opsPerIter float64, loop func(int64))
 // peakF32Value runs the F32 peak loop for iters rounds and returns its
 // result, for tests that check the loop does the work it is timed for.
 func peakF32Value(iters int64) float32 { return float32(C.peak_f32_fma(C.long(iters))) }
+
+// peakF32x16Value is peakF32Value for the 16-lane loop (AVX-512F only).
+func peakF32x16Value(iters int64) float32 { return float32(C.peak_f32_fma512(C.long(iters))) }

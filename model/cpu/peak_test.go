@@ -51,6 +51,14 @@ func TestPeakF32Work(t *testing.T) {
 			if math.Abs(float64(got-want)) > 1e-5*math.Abs(float64(want))+1e-6 {
 				t.Fatalf("peak loop after %d rounds = %g, want %g", iters, got, want)
 			}
+			if !HasAVX512() {
+				return
+			}
+			// The 16-lane loop sums all its lanes.
+			want = 16 * sum
+			if got := peakF32x16Value(iters); math.Abs(float64(got-want)) > 1e-5*math.Abs(float64(want))+1e-6 {
+				t.Fatalf("16-lane peak loop after %d rounds = %g, want %g", iters, got, want)
+			}
 		})
 	}
 	g, err := PeakF32(1, 20*time.Millisecond)
@@ -80,7 +88,7 @@ func BenchmarkPeak(b *testing.B) {
 	for _, tc := range []struct {
 		name string
 		f    func(int, time.Duration) (float64, error)
-	}{{"f32", PeakF32}, {"bf16", PeakBF16}} {
+	}{{"f32", PeakF32}, {"f32avx2", PeakF32AVX2}, {"bf16", PeakBF16}} {
 		for _, threads := range counts {
 			b.Run(fmt.Sprintf("%s/threads%d", tc.name, threads), func(b *testing.B) {
 				// The best of b.N runs: on a shared VM a run can lose its

@@ -1,0 +1,267 @@
+package cpu
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+)
+
+// GEMMEnv is the environment variable New reads to pick the library behind
+// the backend's matrix products (ParseGEMM): "auto" (or unset), "openblas"
+// or "onednn".
+const GEMMEnv = "DLMCACHE_CPU_GEMM"
+
+// GEMMLib names a library for the backend's matrix products.
+type GEMMLib string
+
+// The libraries a backend's products can run on.
+const (
+	// GEMMAuto uses oneDNN where it loads, passes the start-up check
+	// against a float64 reference, and has AVX-512 kernels for this CPU
+	// while OpenBLAS's kernel is not an AVX-512 one (on these machines
+	// OPENBLAS_CORETYPE pins it to Haswell's AVX2 kernels on purpose);
+	// OpenBLAS otherwise. make bench measures both.
+	GEMMAuto GEMMLib = "auto"
+	// GEMMOpenBLAS keeps every product on OpenBLAS's cblas_sgemm.
+	GEMMOpenBLAS GEMMLib = "openblas"
+	// GEMMOneDNN puts the larger products on oneDNN's matmul primitive
+	// (libdnnl.so.2, loaded at run time) and fails where it cannot.
+	GEMMOneDNN GEMMLib = "onednn"
+)
+
+// ParseGEMM parses a GEMMLib; "" is GEMMAuto.
+func ParseGEMM(s string) (GEMMLib, error) {
+	switch l := GEMMLib(strings.ToLower(strings.TrimSpace(s))); l {
+	case "", GEMMAuto:
+		return GEMMAuto, nil
+	case GEMMOpenBLAS, GEMMOneDNN:
+		return l, nil
+	}
+	return "", fmt.Errorf("cpu: GEMM library %q: want auto, openblas or onednn", s)
+}
+
+// dnnlMinFlops is the smallest product (2·m·n·k FLOPs) put on oneDNN: its
+// matmul primitive is set up again at every call (≈ 7–13 µs with its
+// primitive cache warm). BenchmarkGEMMLibs (one thread, Zen 5) still
+// measured oneDNN ahead at the smallest size it sweeps, 16×128×128
+// (0.5 MFLOP: 73 GFLOP/s against OpenBLAS's 65; 64×384×128: 135 against
+// 83); smaller products, unmeasured, stay on OpenBLAS.
+var dnnlMinFlops = 1 << 19
+
+// dnnlState is what loading and checking oneDNN found, once per process.
+type dnnlState struct {
+	version string
+	isa     int
+	// implF32 and implBF16 name the implementations oneDNN picked for the
+	// check's products (e.g. "brg:avx512_core").
+	implF32, implBF16 string
+	// err says why oneDNN cannot be used at all; bf16Err why its BF16
+	// products cannot (no AVX512-BF16, or the check failed).
+	err, bf16Err error
+}
+
+var (
+	dnnlOnce  sync.Once
+	dnnlFound dnnlState
+	// dnnlFailed holds the first error a oneDNN call returned after the
+	// check passed; that product, and every later one, ran on OpenBLAS.
+	dnnlFailed atomic.Pointer[error]
+)
+
+// dnnlProbe loads oneDNN and checks it against a float64 reference, once.
+func dnnlProbe() *dnnlState {
+	dnnlOnce.Do(func() {
+		s := &dnnlFound
+		if s.version, s.isa, s.err = dnnlOpen(); s.err != nil {
+			return
+		}
+		if s.implF32, s.err = checkGEMM(false); s.err != nil {
+			return
+		}
+		if s.isa < dnnlISAAVX512CoreBF16 {
+			s.bf16Err = errors.New("the CPU lacks AVX512-BF16")
+		} else {
+			s.implBF16, s.bf16Err = checkGEMM(true)
+		}
+	})
+	return &dnnlFound
+}
+
+// checkGEMM runs oneDNN's products on small odd shapes with padded
+// leading dimensions and a scale, and compares each element with a
+// float64 sum: BF16 inputs are rounded first, so both paths must agree to
+// float32 accumulation error (1e-5 of Σ|a·b|).
+func checkGEMM(bf16 bool) (impl string, err error) {
+	rng := rand.New(rand.NewPCG(7, 9))
+	for _, c := range []struct {
+		m, n, k int
+		bt      bool
+		alpha   float32
+	}{{37, 45, 67, true, 0.5}, {29, 33, 41, false, 1}, {130, 70, 300, true, 1}} {
+		lda, ldb, ldc := c.k+3, c.k+1, c.n+2
+		brows := c.n
+		if !c.bt {
+			ldb, brows = c.n+1, c.k
+		}
+		a := make([]float32, c.m*lda)
+		b := make([]float32, brows*ldb)
+		for i := range a {
+			a[i] = rng.Float32()*2 - 1
+		}
+		for i := range b {
+			b[i] = rng.Float32()*2 - 1
+		}
+		var ap, bp unsafe.Pointer
+		if bf16 {
+			ah, bh := make([]uint16, len(a)), make([]uint16, len(b))
+			toBF16(ah, a, 1, len(a), len(a))
+			toBF16(bh, b, 1, len(b), len(b))
+			for i := range a {
+				a[i] = math.Float32frombits(uint32(ah[i]) << 16)
+			}
+			for i := range b {
+				b[i] = math.Float32frombits(uint32(bh[i]) << 16)
+			}
+			ap, bp = unsafe.Pointer(&ah[0]), unsafe.Pointer(&bh[0])
+		} else {
+			ap, bp = unsafe.Pointer(&a[0]), unsafe.Pointer(&b[0])
+		}
+		got := make([]float32, c.m*ldc)
+		name, err := dnnlMatMul(bf16, c.bt, c.m, c.n, c.k, c.alpha, ap, lda, bp, ldb, got, ldc, true)
+		if err != nil {
+			return "", err
+		}
+		for i := range c.m {
+			for j := range c.n {
+				var sum, mag float64
+				for l := range c.k {
+					bv := b[j*ldb+l]
+					if !c.bt {
+						bv = b[l*ldb+j]
+					}
+					p := float64(a[i*lda+l]) * float64(bv)
+					sum += p
+					mag += math.Abs(p)
+				}
+				sum *= float64(c.alpha)
+				if d := math.Abs(float64(got[i*ldc+j]) - sum); !(d <= 1e-5*mag*float64(c.alpha)+1e-30) {
+					return "", fmt.Errorf("oneDNN %s (bf16 %v) %d×%d×%d: element (%d, %d) = %g, want %g", name, bf16, c.m, c.n, c.k, i, j, got[i*ldc+j], sum)
+				}
+			}
+		}
+	}
+	// The implementation a model-sized product gets (the small shapes
+	// above may get another).
+	const m, n, k = 64, 512, 512
+	a, b := make([]uint16, m*k*2), make([]uint16, n*k*2)
+	return dnnlMatMul(bf16, true, m, n, k, 1, unsafe.Pointer(&a[0]), k, unsafe.Pointer(&b[0]), k, make([]float32, m*n), n, true)
+}
+
+// gemmPick is the product libraries a backend uses.
+type gemmPick struct {
+	// dnnl puts F32 products of at least dnnlMinFlops on oneDNN.
+	dnnl bool
+	// dnnlBF16 multiplies BF16 weights with oneDNN's BF16 matmul
+	// (activations rounded to BF16, F32 accumulation) instead of
+	// converting them to float32 panels for OpenBLAS.
+	dnnlBF16 bool
+	desc     string
+}
+
+// pickGEMM resolves lib on this machine.
+func pickGEMM(lib GEMMLib) (gemmPick, error) {
+	blas := BLAS()
+	if lib == GEMMOpenBLAS {
+		return gemmPick{desc: blas}, nil
+	}
+	s := dnnlProbe()
+	if s.err != nil {
+		if lib == GEMMOneDNN {
+			return gemmPick{}, fmt.Errorf("cpu: %s=%s: %w", GEMMEnv, lib, s.err)
+		}
+		return gemmPick{desc: blas + "; oneDNN unused: " + s.err.Error()}, nil
+	}
+	if lib == GEMMAuto {
+		if s.isa < dnnlISAAVX512Core {
+			return gemmPick{desc: blas + "; " + s.version + " unused: no AVX-512 kernels for this CPU"}, nil
+		}
+		if blasAVX512() {
+			return gemmPick{desc: blas + "; " + s.version + " unused: OpenBLAS has AVX-512 kernels too"}, nil
+		}
+	}
+	p := gemmPick{dnnl: true, dnnlBF16: s.bf16Err == nil}
+	p.desc = fmt.Sprintf("%s (F32 %s", s.version, s.implF32)
+	if p.dnnlBF16 {
+		p.desc += "; BF16 " + s.implBF16
+	} else {
+		p.desc += "; BF16 weights as F32 panels: " + s.bf16Err.Error()
+	}
+	p.desc += fmt.Sprintf("; F32 products under %d KFLOP, and any oneDNN fails: %s)", dnnlMinFlops>>10, blas)
+	return p, nil
+}
+
+// blasAVX512 reports whether OpenBLAS runs an AVX-512 kernel.
+func blasAVX512() bool {
+	core := strings.ToLower(blasCorename())
+	for _, k := range []string{"skylakex", "cooperlake", "sapphirerapids"} {
+		if strings.Contains(core, k) {
+			return true
+		}
+	}
+	return false
+}
+
+// GEMM describes the libraries the backend's matrix products run on, e.g.
+// "oneDNN 2.6.3 (F32 brg:avx512_core; BF16 brg:avx512_core_bf16; …)" or
+// "OpenBLAS … (kernel Haswell); oneDNN unused: …".
+func (b *Backend) GEMM() string {
+	if e := dnnlFailed.Load(); e != nil && b.dnnl {
+		return b.gemmDesc + "; oneDNN failed, OpenBLAS since: " + (*e).Error()
+	}
+	return b.gemmDesc
+}
+
+// dnnlOK reports whether oneDNN may take a product of m·n·k.
+func (b *Backend) dnnlOK(m, n, k int) bool {
+	return b.dnnl && m > 0 && n > 0 && k > 0 && 2*m*n*k >= dnnlMinFlops && dnnlFailed.Load() == nil
+}
+
+// dnnlFail records a oneDNN error; products go back to OpenBLAS.
+func dnnlFail(err error) { dnnlFailed.CompareAndSwap(nil, &err) }
+
+// gemmNT computes c = alpha·a·bᵀ: a [m,k] (lda), b [n,k] (ldb), c [m,n]
+// (ldc), on oneDNN when the backend uses it and the product is large
+// enough, else on OpenBLAS.
+func (b *Backend) gemmNT(m, n, k int, alpha float32, a []float32, lda int, w []float32, ldw int, c []float32, ldc int) {
+	if b.dnnlOK(m, n, k) {
+		checkSpan("a", a, m, k, lda)
+		checkSpan("b", w, n, k, ldw)
+		checkSpan("c", c, m, n, ldc)
+		_, err := dnnlMatMul(false, true, m, n, k, alpha, unsafe.Pointer(&a[0]), lda, unsafe.Pointer(&w[0]), ldw, c, ldc, false)
+		if err == nil {
+			return
+		}
+		dnnlFail(err)
+	}
+	sgemmNT(m, n, k, alpha, a, lda, w, ldw, 0, c, ldc)
+}
+
+// gemmNN computes c = alpha·a·b: a [m,k], b [k,n], c [m,n], as gemmNT.
+func (b *Backend) gemmNN(m, n, k int, alpha float32, a []float32, lda int, w []float32, ldw int, c []float32, ldc int) {
+	if b.dnnlOK(m, n, k) {
+		checkSpan("a", a, m, k, lda)
+		checkSpan("b", w, k, n, ldw)
+		checkSpan("c", c, m, n, ldc)
+		_, err := dnnlMatMul(false, false, m, n, k, alpha, unsafe.Pointer(&a[0]), lda, unsafe.Pointer(&w[0]), ldw, c, ldc, false)
+		if err == nil {
+			return
+		}
+		dnnlFail(err)
+	}
+	sgemmNN(m, n, k, alpha, a, lda, w, ldw, 0, c, ldc)
+}

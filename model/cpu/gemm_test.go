@@ -1,0 +1,104 @@
+package cpu
+
+import (
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+func TestParseGEMM(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want GEMMLib
+		ok   bool
+	}{
+		{"", GEMMAuto, true}, {"auto", GEMMAuto, true}, {"OpenBLAS", GEMMOpenBLAS, true},
+		{" onednn ", GEMMOneDNN, true}, {"mkl", "", false}, {"blis", "", false},
+	} {
+		got, err := ParseGEMM(c.in)
+		if (err == nil) != c.ok || got != c.want {
+			t.Errorf("ParseGEMM(%q) = %q, %v; want %q (ok %v)", c.in, got, err, c.want, c.ok)
+		}
+	}
+}
+
+func TestNewFromEnvGEMM(t *testing.T) {
+	t.Setenv(GEMMEnv, "mkl")
+	if _, err := NewFromEnv(1); err == nil || !strings.Contains(err.Error(), GEMMEnv) {
+		t.Fatalf("%s=mkl: err %v, want one naming the variable", GEMMEnv, err)
+	}
+	t.Setenv(GEMMEnv, "openblas")
+	b, err := NewFromEnv(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.dnnl || b.dnnlBF16 || !strings.Contains(b.GEMM(), "OpenBLAS") {
+		t.Fatalf("openblas: dnnl %v, bf16 %v, %q", b.dnnl, b.dnnlBF16, b.GEMM())
+	}
+	t.Setenv(GEMMEnv, "onednn")
+	b, err = NewFromEnv(1)
+	if s := dnnlProbe(); s.err != nil {
+		if err == nil {
+			t.Fatalf("onednn without oneDNN (%v): no error", s.err)
+		}
+		t.Skipf("oneDNN: %v", s.err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !b.dnnl || !strings.HasPrefix(b.GEMM(), "oneDNN") || b.dnnlBF16 != (dnnlProbe().bf16Err == nil) {
+		t.Fatalf("onednn: dnnl %v, bf16 %v, %q", b.dnnl, b.dnnlBF16, b.GEMM())
+	}
+	t.Logf("%s", b.GEMM())
+}
+
+// TestToBF16 checks the activations' rounding against a Go reference:
+// to nearest, ties to even, NaN kept NaN, infinities and overflow to ∞.
+func TestToBF16(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	src := []float32{0, float32(math.Copysign(0, -1)), 1, -1, 1.00390625, 1.01171875, // ties: to 1, to 1.015625
+		math.MaxFloat32, float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), 1e-40}
+	for range 1000 {
+		src = append(src, math.Float32frombits(r.Uint32()))
+	}
+	const cols = 7
+	rows := (len(src) + cols - 1) / cols
+	src = append(src, make([]float32, rows*cols-len(src))...)
+	got := make([]uint16, len(src))
+	toBF16(got, src, rows, cols, cols)
+	for i, v := range src {
+		want := refBF16(v)
+		if math.IsNaN(float64(v)) {
+			if g := math.Float32frombits(uint32(got[i]) << 16); !math.IsNaN(float64(g)) {
+				t.Fatalf("%g → %#04x, want a NaN", v, got[i])
+			}
+			continue
+		}
+		if got[i] != want {
+			t.Fatalf("%g (%#08x) → %#04x, want %#04x", v, math.Float32bits(v), got[i], want)
+		}
+	}
+}
+
+// refBF16 rounds v to the nearest BF16 (ties to even) with float64
+// arithmetic: of the two BF16 values around v, the nearer.
+func refBF16(v float32) uint16 {
+	bits := math.Float32bits(v)
+	lo := bits &^ 0xffff
+	hi := lo + 0x10000
+	dl := math.Abs(float64(v) - float64(math.Float32frombits(lo)))
+	if math.IsInf(float64(math.Float32frombits(hi)), 0) && (hi>>23)&0xff == 0xff && (lo>>23)&0xff != 0xff {
+		// Rounding up overflows to ∞: compare against 2¹²⁸ as if representable.
+		dh := math.Abs(math.Ldexp(math.Copysign(1, float64(v)), 128) - float64(v))
+		if dh < dl || dh == dl && (lo>>16)&1 == 1 {
+			return uint16(hi >> 16)
+		}
+		return uint16(lo >> 16)
+	}
+	dh := math.Abs(float64(math.Float32frombits(hi)) - float64(v))
+	if dh < dl || dh == dl && (lo>>16)&1 == 1 {
+		return uint16(hi >> 16)
+	}
+	return uint16(lo >> 16)
+}

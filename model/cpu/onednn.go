@@ -1,0 +1,226 @@
+package cpu
+
+/*
+#cgo LDFLAGS: -ldl
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#if defined(__has_include)
+#if __has_include(<oneapi/dnnl/dnnl.h>)
+#include <oneapi/dnnl/dnnl.h>
+#endif
+#endif
+
+// The shim is compiled against oneDNN 2's C API when its headers are there
+// at build time (Debian libdnnl-dev) and loads the library with dlopen at
+// run time, so the binary neither needs oneDNN to build nor to run.
+#if defined(DNNL_VERSION_MAJOR) && DNNL_VERSION_MAJOR == 2
+#define HAVE_DNNL 1
+#else
+#define HAVE_DNNL 0
+#endif
+
+static char dnnl_why[512];
+
+static const char *dnnl_reason(void) { return dnnl_why; }
+
+#if HAVE_DNNL
+#define DNNL_FNS(X) \
+	X(dnnl_engine_create) X(dnnl_stream_create) X(dnnl_stream_wait) \
+	X(dnnl_stream_destroy) X(dnnl_memory_desc_init_by_strides) \
+	X(dnnl_matmul_desc_init) X(dnnl_primitive_attr_create) \
+	X(dnnl_primitive_attr_destroy) X(dnnl_primitive_attr_set_output_scales) \
+	X(dnnl_primitive_desc_create) X(dnnl_primitive_desc_destroy) \
+	X(dnnl_primitive_desc_query) X(dnnl_primitive_create) \
+	X(dnnl_primitive_destroy) X(dnnl_memory_create) X(dnnl_memory_destroy) \
+	X(dnnl_primitive_execute) X(dnnl_get_effective_cpu_isa) X(dnnl_version)
+#define DNNL_DECL(f) static __typeof__(&f) p_##f;
+DNNL_FNS(DNNL_DECL)
+static void (*p_omp_set_num_threads)(int);
+static dnnl_engine_t dnnl_eng;
+
+// dnnl_open loads libdnnl.so.2 and creates the CPU engine: 0 on success,
+// else -1 with the reason in dnnl_why.
+static int dnnl_open(void) {
+	char name[32];
+	snprintf(name, sizeof name, "libdnnl.so.%d", DNNL_VERSION_MAJOR);
+	void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+	if (!h) {
+		snprintf(dnnl_why, sizeof dnnl_why, "%s", dlerror());
+		return -1;
+	}
+#define DNNL_LOAD(f) \
+	if (!(p_##f = (__typeof__(p_##f))dlsym(h, #f))) { \
+		snprintf(dnnl_why, sizeof dnnl_why, "%s lacks %s", name, #f); \
+		return -1; \
+	}
+	DNNL_FNS(DNNL_LOAD)
+	// OpenMP builds: each call runs on the calling thread alone (the Go
+	// side splits products over its goroutines, as it does OpenBLAS's).
+	p_omp_set_num_threads = (void (*)(int))dlsym(h, "omp_set_num_threads");
+	if (p_dnnl_engine_create(&dnnl_eng, dnnl_cpu, 0) != dnnl_success) {
+		snprintf(dnnl_why, sizeof dnnl_why, "%s: no CPU engine", name);
+		return -1;
+	}
+	return 0;
+}
+
+static int dnnl_isa(void) { return (int)p_dnnl_get_effective_cpu_isa(); }
+
+static void dnnl_describe(char *buf, int n) {
+	const dnnl_version_t *v = p_dnnl_version();
+	snprintf(buf, n, "oneDNN %d.%d.%d", v->major, v->minor, v->patch);
+}
+
+// dnnl_mm: c[m,n] = alpha · a[m,k] · B, with B = b[n,k]ᵀ (bt) or b[k,n],
+// row-major with leading dimensions; a and b both F32 or both BF16
+// (bf16), c F32. impl, when not NULL, receives the implementation's name.
+// Returns a dnnl_status_t.
+static int dnnl_mm(int bf16, int bt, long m, long n, long k, float alpha,
+		const void *a, long lda, const void *b, long ldb, float *c, long ldc,
+		char *impl, int implLen, int threads) {
+	if (!dnnl_eng) return -2; // not loaded
+	if (p_omp_set_num_threads) p_omp_set_num_threads(threads);
+	dnnl_data_type_t t = bf16 ? dnnl_bf16 : dnnl_f32;
+	dnnl_memory_desc_t amd, bmd, cmd;
+	dnnl_dims_t ad = {m, k}, as = {lda, 1}, bd = {k, n}, bs = {ldb, 1}, cd = {m, n}, cs = {ldc, 1};
+	if (bt) { bs[0] = 1; bs[1] = ldb; }
+	dnnl_status_t s;
+	if ((s = p_dnnl_memory_desc_init_by_strides(&amd, 2, ad, t, as))) return s;
+	if ((s = p_dnnl_memory_desc_init_by_strides(&bmd, 2, bd, t, bs))) return s;
+	if ((s = p_dnnl_memory_desc_init_by_strides(&cmd, 2, cd, dnnl_f32, cs))) return s;
+	dnnl_matmul_desc_t md;
+	if ((s = p_dnnl_matmul_desc_init(&md, &amd, &bmd, NULL, &cmd))) return s;
+	dnnl_primitive_attr_t attr = NULL;
+	if (alpha != 1.0f) {
+		if ((s = p_dnnl_primitive_attr_create(&attr))) return s;
+		if ((s = p_dnnl_primitive_attr_set_output_scales(attr, 1, 0, &alpha))) goto out_attr;
+	}
+	dnnl_primitive_desc_t pd = NULL;
+	dnnl_primitive_t p = NULL;
+	dnnl_memory_t ma = NULL, mb = NULL, mc = NULL;
+	dnnl_stream_t st = NULL;
+	if ((s = p_dnnl_primitive_desc_create(&pd, &md, attr, dnnl_eng, NULL))) goto out_attr;
+	if (impl) {
+		const char *name = NULL;
+		p_dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name);
+		snprintf(impl, implLen, "%s", name ? name : "?");
+	}
+	if ((s = p_dnnl_primitive_create(&p, pd))) goto out;
+	if ((s = p_dnnl_memory_create(&ma, &amd, dnnl_eng, (void *)a))) goto out;
+	if ((s = p_dnnl_memory_create(&mb, &bmd, dnnl_eng, (void *)b))) goto out;
+	if ((s = p_dnnl_memory_create(&mc, &cmd, dnnl_eng, c))) goto out;
+	if ((s = p_dnnl_stream_create(&st, dnnl_eng, dnnl_stream_default_flags))) goto out;
+	dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
+	if ((s = p_dnnl_primitive_execute(p, st, 3, args))) goto out;
+	s = p_dnnl_stream_wait(st);
+out:
+	if (st) p_dnnl_stream_destroy(st);
+	if (mc) p_dnnl_memory_destroy(mc);
+	if (mb) p_dnnl_memory_destroy(mb);
+	if (ma) p_dnnl_memory_destroy(ma);
+	if (p) p_dnnl_primitive_destroy(p);
+	if (pd) p_dnnl_primitive_desc_destroy(pd);
+out_attr:
+	if (attr) p_dnnl_primitive_attr_destroy(attr);
+	return s;
+}
+#else
+static int dnnl_open(void) {
+	snprintf(dnnl_why, sizeof dnnl_why, "built without oneDNN 2 headers (Debian: libdnnl-dev)");
+	return -1;
+}
+static int dnnl_isa(void) { return 0; }
+static void dnnl_describe(char *buf, int n) { snprintf(buf, n, "oneDNN (absent)"); }
+static int dnnl_mm(int bf16, int bt, long m, long n, long k, float alpha,
+		const void *a, long lda, const void *b, long ldb, float *c, long ldc,
+		char *impl, int implLen, int threads) { return -1; }
+#endif
+
+// f32_to_bf16: dst (rows × cols, dense) = src (row stride lds) rounded to
+// the nearest BF16, ties to even; NaN stays NaN. Scalar: the compiler
+// vectorises it, and it is a small pass beside the product it feeds.
+static void f32_to_bf16(uint16_t *dst, const float *src, long rows, long cols, long lds) {
+	for (long i = 0; i < rows; i++) {
+		const uint32_t *s = (const uint32_t *)(src + i * lds);
+		uint16_t *d = dst + i * cols;
+		for (long j = 0; j < cols; j++) {
+			uint32_t u = s[j];
+			if ((u & 0x7fffffffu) > 0x7f800000u) {
+				d[j] = (uint16_t)((u >> 16) | 0x40);
+			} else {
+				d[j] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+			}
+		}
+	}
+}
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"unsafe"
+)
+
+// oneDNN's effective ISA values (dnnl_cpu_isa_t) the backend tests for.
+const (
+	dnnlISAAVX512Core     = 0x27
+	dnnlISAAVX512CoreBF16 = 0xe7
+)
+
+// dnnlOpen loads oneDNN (libdnnl.so.2, through dlopen) and reports its
+// version and effective ISA, or why it cannot be used.
+func dnnlOpen() (version string, isa int, err error) {
+	if C.dnnl_open() != 0 {
+		return "", 0, fmt.Errorf("oneDNN: %s", C.GoString(C.dnnl_reason()))
+	}
+	var buf [64]C.char
+	C.dnnl_describe(&buf[0], C.int(len(buf)))
+	return C.GoString(&buf[0]), int(C.dnnl_isa()), nil
+}
+
+// dnnlMatMul computes c[m,n] = alpha·a·B on oneDNN's matmul primitive,
+// single-threaded on the calling thread, with B = b[n,k]ᵀ when bt, else
+// b[k,n]. a and b are *float32 (F32) or *uint16 (BF16, when bf16); c is
+// F32. It returns the implementation's name when impl is set.
+func dnnlMatMul(bf16, bt bool, m, n, k int, alpha float32, a unsafe.Pointer, lda int, b unsafe.Pointer, ldb int, c []float32, ldc int, impl bool) (string, error) {
+	return dnnlMatMulThreads(bf16, bt, m, n, k, alpha, a, lda, b, ldb, c, ldc, impl, 1)
+}
+
+// dnnlMatMulThreads is dnnlMatMul on threads OpenMP threads of oneDNN's
+// own.
+func dnnlMatMulThreads(bf16, bt bool, m, n, k int, alpha float32, a unsafe.Pointer, lda int, b unsafe.Pointer, ldb int, c []float32, ldc int, impl bool, threads int) (string, error) {
+	var buf [96]C.char
+	var ip *C.char
+	if impl {
+		ip = &buf[0]
+	}
+	s := C.dnnl_mm(cbool(bf16), cbool(bt), C.long(m), C.long(n), C.long(k), C.float(alpha),
+		a, C.long(lda), b, C.long(ldb), (*C.float)(unsafe.Pointer(&c[0])), C.long(ldc), ip, C.int(len(buf)), C.int(threads))
+	if s == -2 {
+		return "", errors.New("oneDNN matmul: oneDNN is not loaded")
+	}
+	if s != 0 {
+		return "", fmt.Errorf("oneDNN matmul %d×%d×%d (bf16 %v): status %d", m, n, k, bf16, int(s))
+	}
+	if impl {
+		return C.GoString(ip), nil
+	}
+	return "", nil
+}
+
+// toBF16 rounds the rows×cols matrix src (row stride lds) to BF16, ties to
+// even, into dst (dense, len ≥ rows·cols).
+func toBF16(dst []uint16, src []float32, rows, cols, lds int) {
+	if rows == 0 || cols == 0 {
+		return
+	}
+	checkSpan("src", src, rows, cols, lds)
+	if len(dst) < rows*cols {
+		panic("cpu: toBF16: dst too short")
+	}
+	C.f32_to_bf16((*C.uint16_t)(unsafe.Pointer(&dst[0])), (*C.float)(unsafe.Pointer(&src[0])), C.long(rows), C.long(cols), C.long(lds))
+}
