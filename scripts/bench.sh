@@ -4,8 +4,12 @@
 #   - the peak: F32 FMA (and BF16 vdpbf16ps where the CPU has it) GFLOP/s of a
 #     register-only loop on $THREADS threads, model/cpu.PeakF32; every figure is also
 #     given as a fraction of it;
-#   - raw sgemm (OpenBLAS, 512×2048×2048) GFLOP/s;
-#   - the Go forward, one denoising step at sequence 512, for two shapes;
+#   - raw sgemm (OpenBLAS, 512×2048×2048) GFLOP/s, and the backend's MatMul
+#     of the same shape on each GEMM library this machine has (OpenBLAS,
+#     oneDNN: F32, and BF16 weights);
+#   - the Go forward, one denoising step at sequence 512: l8-d256 and
+#     l16-d2048 with the default GEMM library ($DLMCACHE_CPU_GEMM=auto),
+#     l16-d2048 on OpenBLAS alone, and l16-d2048 with BF16 weights;
 #   - the PyTorch reference forward on the same checkpoints and threads;
 #   - a step that computes only 10% of the rows, as a fraction of the full step.
 # Each shape runs in a process of its own, which reports its peak RSS.
@@ -26,9 +30,12 @@ default)
 	OUT=${BENCH_OUT:-bench-out}
 	ITERS=3x
 	go run ./tools/benchckpt -out "$BENCH_DIR"
-	# label directory dtype ($DLMCACHE_CPU_BF16)
-	RUNS="l8-d256 $BENCH_DIR/l8-d256 f32 -
-l16-d2048 $BENCH_DIR/l16-d2048 f32 -"
+	go run ./tools/benchckpt -out "$BENCH_8B_DIR" -shape l16-d2048-bf16
+	# label directory dtype $DLMCACHE_CPU_BF16 $DLMCACHE_CPU_GEMM
+	RUNS="l8-d256 $BENCH_DIR/l8-d256 f32 - auto
+l16-d2048 $BENCH_DIR/l16-d2048 f32 - auto
+l16-d2048-openblas $BENCH_DIR/l16-d2048 f32 - openblas
+l16-d2048-bf16 $BENCH_8B_DIR/l16-d2048-bf16 bf16 bf16 auto"
 	;;
 8b)
 	OUT=${BENCH_OUT:-bench-out/8b}
@@ -36,10 +43,10 @@ l16-d2048 $BENCH_DIR/l16-d2048 f32 -"
 	go run ./tools/benchckpt -out "$BENCH_DIR" -shape l16-d2048
 	go run ./tools/benchckpt -out "$BENCH_8B_DIR" -shape l16-d2048-bf16
 	go run ./tools/benchckpt -out "$BENCH_8B_DIR" -shape llada-8b
-	RUNS="l16-d2048 $BENCH_DIR/l16-d2048 f32 -
-l16-d2048-bf16 $BENCH_8B_DIR/l16-d2048-bf16 bf16 bf16
-l16-d2048-bf16-as-f32 $BENCH_8B_DIR/l16-d2048-bf16 bf16-as-f32 f32
-llada-8b $BENCH_8B_DIR/llada-8b bf16 bf16"
+	RUNS="l16-d2048 $BENCH_DIR/l16-d2048 f32 - auto
+l16-d2048-bf16 $BENCH_8B_DIR/l16-d2048-bf16 bf16 bf16 auto
+l16-d2048-bf16-as-f32 $BENCH_8B_DIR/l16-d2048-bf16 bf16-as-f32 f32 auto
+llada-8b $BENCH_8B_DIR/llada-8b bf16 bf16 auto"
 	;;
 *)
 	echo "usage: $0 [8b]" >&2
@@ -51,18 +58,20 @@ mkdir -p "$OUT"
 echo "== peak" >&2
 GOMAXPROCS="$THREADS" go test ./model/cpu -run '^$' -bench 'BenchmarkPeak' -benchtime 5x -count 1 | tee "$OUT/peak.txt" >&2
 echo "== raw sgemm" >&2
-go test ./model/cpu -run '^$' -bench 'BenchmarkSgemmRaw' -benchtime 20x -count 1 | tee "$OUT/sgemm.txt" >&2
+go test ./model/cpu -run '^$' -bench 'BenchmarkSgemmRaw|BenchmarkMatMulRaw' -benchtime 20x -count 1 | tee "$OUT/sgemm.txt" >&2
 echo "== Go forward" >&2
 TESTBIN=$(realpath "$OUT")/model.test
 go test -c -o "$TESTBIN" ./model
 : > "$OUT/go.txt"
-while read -r label dir dtype conv; do
+while read -r label dir dtype conv gemm; do
 	echo "== $label: load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 	shape=$(basename "$dir")
 	# A process per shape: its peak RSS is that shape's. The label
 	# replaces the directory's name in the benchmark lines.
 	echo "dtype $label $dtype" >> "$OUT/go.txt"
-	(cd model && DLMCACHE_CPU_BF16="${conv/#-/bf16}" DLMCACHE_BENCH_DIR="$(dirname "$dir")" GOMAXPROCS="$THREADS" \
+	echo "gemm $label $gemm" >> "$OUT/go.txt"
+	echo "dir $label $shape" >> "$OUT/go.txt"
+	(cd model && DLMCACHE_CPU_BF16="${conv/#-/bf16}" DLMCACHE_CPU_GEMM="$gemm" DLMCACHE_BENCH_DIR="$(dirname "$dir")" GOMAXPROCS="$THREADS" \
 		"$TESTBIN" -test.run '^$' -test.bench "BenchmarkStep/^$shape\$/" -test.benchtime "$ITERS" -test.count 1 -test.timeout 60m) |
 		sed "s|^BenchmarkStep/$shape/|BenchmarkStep/$label/|" | tee -a "$OUT/go.txt" >&2
 done <<< "$RUNS"
@@ -85,6 +94,12 @@ FILENAME ~ /peak/ && /BenchmarkPeak\// {
 	if (p[3] == "threads" threads) for (i = 1; i < NF; i++) if ($(i+1) == "GFLOP/s") peak[p[2]] = $i + 0
 }
 FILENAME ~ /sgemm/ && /BenchmarkSgemmRaw/ { for (i = 1; i < NF; i++) if ($(i+1) == "GFLOP/s" && $i + 0 > sgemm) sgemm = $i + 0 }
+FILENAME ~ /sgemm/ && /BenchmarkMatMulRaw\// {
+	split($1, p, "/"); sub(/-[0-9]+$/, "", p[3])
+	for (i = 1; i < NF; i++) if ($(i+1) == "GFLOP/s") raw[p[2] "/" p[3]] = $i + 0
+}
+FILENAME ~ /go.txt/ && $1 == "gemm" { gemm[$2] = $3 }
+FILENAME ~ /go.txt/ && $1 == "dir" { base[$2] = $3 }
 FILENAME ~ /go.txt/ && $1 == "dtype" { dtype[$2] = $3 }
 FILENAME ~ /go.txt/ && /BenchmarkStep\// {
 	split($1, p, "/"); shape = p[2]; kind = p[3]; sub(/-[0-9]+$/, "", kind)
@@ -100,20 +115,28 @@ FILENAME ~ /torch/ { tsec[$1] = $2; tgf[$1] = $3 }
 END {
 	pk = peak["f32"]
 	bf = ("bf16" in peak) ? sprintf("%.1f", peak["bf16"]) : "null"
-	printf "threads: %s   peak F32: %.1f GFLOP/s   peak BF16: %s   raw sgemm: %.1f GFLOP/s (%.2f of peak)\n\n", threads, pk, (bf == "null" ? "n/a (no AVX512-BF16)" : bf " GFLOP/s"), sgemm, (pk > 0 ? sgemm / pk : 0)
-	printf "| shape | weights | Go step (s) | Go GFLOP/s | ÷ peak | ÷ raw sgemm | PyTorch step (s) | Go speed ÷ PyTorch | 10%%-rows step (s) | ÷ full step | load (s) | peak RSS (GB) |\n"
-	printf "|---|---|---|---|---|---|---|---|---|---|---|---|\n"
-	printf "{\"threads\": %s, \"peak_gflops_f32\": %.2f, \"peak_gflops_bf16\": %s, \"sgemm_gflops\": %.2f, \"shapes\": [", threads, pk, bf, sgemm > json
+	av = ("f32avx2" in peak) ? sprintf("%.1f", peak["f32avx2"]) : "null"
+	printf "threads: %s   peak F32: %.1f GFLOP/s (AVX2 lanes only: %s)   peak BF16: %s   raw OpenBLAS sgemm: %.1f GFLOP/s (%.2f of peak)\n\n", threads, pk, av, (bf == "null" ? "n/a (no AVX512-BF16)" : bf " GFLOP/s"), sgemm, (pk > 0 ? sgemm / pk : 0)
+	printf "raw MatMul 512×2048×2048 on all threads (GFLOP/s, ÷ F32 peak):"
+	rj = ""
+	for (k in raw) { printf "  %s %.1f (%.2f)", k, raw[k], (pk > 0 ? raw[k] / pk : 0); rj = rj (rj == "" ? "" : ", ") sprintf("\"%s\": %.2f", k, raw[k]) }
+	printf "\n\n"
+	printf "| shape | weights | GEMM | Go step (s) | Go GFLOP/s | ÷ F32 peak | ÷ raw sgemm | PyTorch step (s) | Go speed ÷ PyTorch | 10%%-rows step (s) | ÷ full step | load (s) | peak RSS (GB) |\n"
+	printf "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+	printf "{\"threads\": %s, \"peak_gflops_f32\": %.2f, \"peak_gflops_f32_avx2\": %s, \"peak_gflops_bf16\": %s, \"sgemm_gflops\": %.2f, \"raw_matmul_gflops\": {%s}, \"shapes\": [", threads, pk, av, bf, sgemm, rj > json
 	for (i = 1; i <= n; i++) {
 		s = order[i]; full = ns[s "/full"] / 1e9; part = ns[s "/rows10"] / 1e9
-		ts = (s in tsec) ? sprintf("%.3f", tsec[s]) : "n/a"
-		vs = (s in tsec) ? sprintf("%.2f×", tsec[s] / full) : "n/a"
+		b = (s in base) ? base[s] : s
+		tk = (b in tsec) && (dtype[s] == "f32" || !(s in dtype))
+		ts = tk ? sprintf("%.3f", tsec[b]) : "n/a"
+		vs = tk ? sprintf("%.2f×", tsec[b] / full) : "n/a"
 		fp = (pk > 0) ? gf[s "/full"] / pk : 0
 		dt = (s in dtype) ? dtype[s] : "f32"
+		gm = (s in gemm) ? gemm[s] : "auto"
 		rb = (rss[s] > 0) ? sprintf("%.0f", rss[s]) : "null"
 		rg = (rss[s] > 0) ? sprintf("%.2f", rss[s] / 1e9) : "n/a"
-		printf "| %s | %s | %.3f | %.1f | %.2f | %.2f | %s | %s | %.3f | %.3f | %.2f | %s |\n", s, dt, full, gf[s "/full"], fp, gf[s "/full"] / sgemm, ts, vs, part, part / full, load[s], rg
-		printf "%s{\"shape\": \"%s\", \"dtype\": \"%s\", \"step_s\": %.4f, \"gflops\": %.2f, \"frac_peak\": %.3f, \"torch_step_s\": %s, \"rows10_step_s\": %.4f, \"rows10_frac\": %.3f, \"load_s\": %.3f, \"rss_bytes\": %s}", (i > 1 ? ", " : ""), s, dt, full, gf[s "/full"], fp, ((s in tsec) ? tsec[s] : "null"), part, part / full, load[s], rb > json
+		printf "| %s | %s | %s | %.3f | %.1f | %.2f | %.2f | %s | %s | %.3f | %.3f | %.2f | %s |\n", s, dt, gm, full, gf[s "/full"], fp, gf[s "/full"] / sgemm, ts, vs, part, part / full, load[s], rg
+		printf "%s{\"shape\": \"%s\", \"dtype\": \"%s\", \"gemm\": \"%s\", \"step_s\": %.4f, \"gflops\": %.2f, \"frac_peak\": %.3f, \"torch_step_s\": %s, \"rows10_step_s\": %.4f, \"rows10_frac\": %.3f, \"load_s\": %.3f, \"rss_bytes\": %s}", (i > 1 ? ", " : ""), s, dt, gm, full, gf[s "/full"], fp, (tk ? tsec[b] : "null"), part, part / full, load[s], rb > json
 	}
 	printf "]}\n" > json
 }' "$OUT/peak.txt" "$OUT/sgemm.txt" "$OUT/go.txt" "$OUT/torch.txt" | tee "$OUT/summary.md"

@@ -13,24 +13,50 @@
 // panel at a time (up to 16 MB of float32) into a buffer
 // of its own and calls sgemm on the panel: F32 activations, F32
 // accumulation, the same results as converting w first (the conversion,
-// a 16-bit shift, is exact; a small C loop, AVX2 where present). A small w
+// a 16-bit shift, is exact; a small C loop, AVX2 where present) — on
+// OpenBLAS; see below for oneDNN. A small w
 // under a tall x is converted whole, once per product. BF16 norm vectors
 // ([1, d]) are converted at load. Options.DecodeBF16, or
 // DLMCACHE_CPU_BF16=f32 for New, converts every BF16 weight at load
 // instead, as before: twice the memory, no conversion per product.
 //
-// On CPUs with AVX512-BF16 a vdpbf16ps kernel (BF16 products accumulated
-// in F32, no conversion pass) would be the fast path; it is not written:
-// the machines this package is developed on have AVX2/FMA only, and an
-// untested kernel is not shipped. PeakBF16 measures that instruction's
-// throughput where it exists.
+// Matrix products run on one of two libraries, picked once per process
+// (GEMMLib; $DLMCACHE_CPU_GEMM for New and NewFromEnv):
 //
-// Matrix products and the two products inside attention call OpenBLAS's
-// cblas_sgemm through cgo (link with -lopenblas; Debian: libopenblas-dev).
-// New sets OpenBLAS to one thread, process-wide, and splits each product
-// over its own goroutines: with OpenBLAS's thread pool next to Go's, the
-// two oversubscribe the cores and OpenBLAS's idle threads spin while Go
-// code runs. bench_test.go records the measurements behind the choice.
+//   - OpenBLAS's cblas_sgemm through cgo (link with -lopenblas; Debian:
+//     libopenblas-dev). New sets OpenBLAS to one thread, process-wide,
+//     and splits each product over its own goroutines: with OpenBLAS's
+//     thread pool next to Go's, the two oversubscribe the cores and
+//     OpenBLAS's idle threads spin while Go code runs. bench_test.go
+//     records the measurements behind the choice. Some machines pin its
+//     kernel with OPENBLAS_CORETYPE (Haswell's AVX2 kernels on AVX-512
+//     processors, because older builds miscompute or crash on new ones);
+//     the backend never changes that variable.
+//   - oneDNN's matmul primitive (onednn.go), where it has AVX-512 kernels
+//     for this CPU and OpenBLAS's kernel has none. The shim is compiled
+//     against oneDNN 2's headers when they are present at build time
+//     (Debian libdnnl-dev; make deps installs it) and loads libdnnl.so.2
+//     with dlopen at run time, so neither building nor running needs it
+//     (Go's build cache does not see system headers: a build made before
+//     libdnnl-dev was installed needs `go clean -cache` to pick it up).
+//     At start-up the backend checks oneDNN's F32 and BF16 products on
+//     odd shapes against float64 sums and uses it only if every element
+//     agrees to float32 accumulation error. A product on oneDNN is one
+//     call threaded by oneDNN (OpenMP) over the backend's threads;
+//     products inside attention run one per goroutine on one thread; F32
+//     products under dnnlMinFlops stay on OpenBLAS. BF16 weights, where
+//     the CPU has AVX512-BF16, go to oneDNN's BF16 matmul in place in the
+//     memory map, with the activations rounded to BF16 (to nearest, ties
+//     to even) and F32 accumulation: no conversion pass, about twice the
+//     F32 product's speed, and results that differ from the F32-panel
+//     path by that rounding (0.1% of the largest logit on the bundled
+//     model, the same answers: TestBF16Weights). A oneDNN error after the
+//     check sends that product and every later one back to OpenBLAS, and
+//     GEMM says so. Built without the headers, a oneDNN 2 library absent
+//     at run time, or a failed check: OpenBLAS alone, and GEMM says why.
+//
+// PeakF32 and PeakBF16 measure the processor's FMA and vdpbf16ps
+// throughput, the ceilings make bench divides by.
 //
 // The remaining operations (RMSNorm, RoPE, SiLU·up, softmax, Add, Embed,
 // CopyRows) are Go loops split over the backend's threads when the input is
