@@ -87,8 +87,10 @@ else
 	: > "$OUT/torch.txt"
 fi
 
+# What DLMCACHE_CPU_GEMM=auto picks on this machine, as `dlmcache version` says it.
+GEMM_AUTO=$(DLMCACHE_CPU_GEMM=auto go run ./cmd/dlmcache version --json | sed -n 's/^  "gemm": "\(.*\)",*$/\1/p')
 # Columns of `go test -bench`: name iterations ns/op GFLOP/s "GFLOP/s".
-awk -v threads="$THREADS" -v json="$OUT/summary.json.tmp" '
+awk -v threads="$THREADS" -v json="$OUT/summary.json.tmp" -v gemmauto="$GEMM_AUTO" '
 FILENAME ~ /peak/ && /BenchmarkPeak\// {
 	split($1, p, "/"); sub(/-[0-9]+$/, "", p[3])
 	if (p[3] == "threads" threads) for (i = 1; i < NF; i++) if ($(i+1) == "GFLOP/s") peak[p[2]] = $i + 0
@@ -117,13 +119,14 @@ END {
 	bf = ("bf16" in peak) ? sprintf("%.1f", peak["bf16"]) : "null"
 	av = ("f32avx2" in peak) ? sprintf("%.1f", peak["f32avx2"]) : "null"
 	printf "threads: %s   peak F32: %.1f GFLOP/s (AVX2 lanes only: %s)   peak BF16: %s   raw OpenBLAS sgemm: %.1f GFLOP/s (%.2f of peak)\n\n", threads, pk, av, (bf == "null" ? "n/a (no AVX512-BF16)" : bf " GFLOP/s"), sgemm, (pk > 0 ? sgemm / pk : 0)
+	printf "GEMM auto: %s\n\n", gemmauto
 	printf "raw MatMul 512×2048×2048 on all threads (GFLOP/s, ÷ F32 peak):"
 	rj = ""
 	for (k in raw) { printf "  %s %.1f (%.2f)", k, raw[k], (pk > 0 ? raw[k] / pk : 0); rj = rj (rj == "" ? "" : ", ") sprintf("\"%s\": %.2f", k, raw[k]) }
 	printf "\n\n"
 	printf "| shape | weights | GEMM | Go step (s) | Go GFLOP/s | ÷ F32 peak | ÷ raw sgemm | PyTorch step (s) | Go speed ÷ PyTorch | 10%%-rows step (s) | ÷ full step | load (s) | peak RSS (GB) |\n"
 	printf "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
-	printf "{\"threads\": %s, \"peak_gflops_f32\": %.2f, \"peak_gflops_f32_avx2\": %s, \"peak_gflops_bf16\": %s, \"sgemm_gflops\": %.2f, \"raw_matmul_gflops\": {%s}, \"shapes\": [", threads, pk, av, bf, sgemm, rj > json
+	printf "{\"threads\": %s, \"peak_gflops_f32\": %.2f, \"peak_gflops_f32_avx2\": %s, \"peak_gflops_bf16\": %s, \"sgemm_gflops\": %.2f, \"raw_matmul_gflops\": {%s}, \"gemm_auto\": \"%s\", \"shapes\": [", threads, pk, av, bf, sgemm, rj, gemmauto > json
 	for (i = 1; i <= n; i++) {
 		s = order[i]; full = ns[s "/full"] / 1e9; part = ns[s "/rows10"] / 1e9
 		b = (s in base) ? base[s] : s

@@ -54,6 +54,8 @@
 //     check sends that product and every later one back to OpenBLAS, and
 //     GEMM says so. Built without the headers, a oneDNN 2 library absent
 //     at run time, or a failed check: OpenBLAS alone, and GEMM says why.
+//     oneDNN's own DNNL_MAX_CPU_ISA caps its kernels (AVX2 makes auto
+//     keep OpenBLAS); CGO_CFLAGS=-DDLMCACHE_NO_DNNL builds without it.
 //
 // PeakF32 and PeakBF16 measure the processor's FMA and vdpbf16ps
 // throughput, the ceilings make bench divides by.

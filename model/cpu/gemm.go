@@ -84,7 +84,7 @@ func dnnlProbe() *dnnlState {
 			return
 		}
 		if s.isa < dnnlISAAVX512CoreBF16 {
-			s.bf16Err = errors.New("the CPU lacks AVX512-BF16")
+			s.bf16Err = errors.New("oneDNN has no AVX512-BF16 kernels for this CPU")
 		} else {
 			s.implBF16, s.bf16Err = checkGEMM(true)
 		}
@@ -238,30 +238,33 @@ func dnnlFail(err error) { dnnlFailed.CompareAndSwap(nil, &err) }
 // (ldc), on oneDNN when the backend uses it and the product is large
 // enough, else on OpenBLAS.
 func (b *Backend) gemmNT(m, n, k int, alpha float32, a []float32, lda int, w []float32, ldw int, c []float32, ldc int) {
-	if b.dnnlOK(m, n, k) {
-		checkSpan("a", a, m, k, lda)
-		checkSpan("b", w, n, k, ldw)
-		checkSpan("c", c, m, n, ldc)
-		_, err := dnnlMatMul(false, true, m, n, k, alpha, unsafe.Pointer(&a[0]), lda, unsafe.Pointer(&w[0]), ldw, c, ldc, false)
-		if err == nil {
-			return
-		}
-		dnnlFail(err)
-	}
-	sgemmNT(m, n, k, alpha, a, lda, w, ldw, 0, c, ldc)
+	b.gemm(true, m, n, k, alpha, a, lda, w, ldw, c, ldc)
 }
 
 // gemmNN computes c = alpha·a·b: a [m,k], b [k,n], c [m,n], as gemmNT.
 func (b *Backend) gemmNN(m, n, k int, alpha float32, a []float32, lda int, w []float32, ldw int, c []float32, ldc int) {
+	b.gemm(false, m, n, k, alpha, a, lda, w, ldw, c, ldc)
+}
+
+// gemm is gemmNT (bt) or gemmNN.
+func (b *Backend) gemm(bt bool, m, n, k int, alpha float32, a []float32, lda int, w []float32, ldw int, c []float32, ldc int) {
 	if b.dnnlOK(m, n, k) {
 		checkSpan("a", a, m, k, lda)
-		checkSpan("b", w, k, n, ldw)
+		if bt {
+			checkSpan("b", w, n, k, ldw)
+		} else {
+			checkSpan("b", w, k, n, ldw)
+		}
 		checkSpan("c", c, m, n, ldc)
-		_, err := dnnlMatMul(false, false, m, n, k, alpha, unsafe.Pointer(&a[0]), lda, unsafe.Pointer(&w[0]), ldw, c, ldc, false)
+		_, err := dnnlMatMul(false, bt, m, n, k, alpha, unsafe.Pointer(&a[0]), lda, unsafe.Pointer(&w[0]), ldw, c, ldc, false)
 		if err == nil {
 			return
 		}
 		dnnlFail(err)
 	}
-	sgemmNN(m, n, k, alpha, a, lda, w, ldw, 0, c, ldc)
+	if bt {
+		sgemmNT(m, n, k, alpha, a, lda, w, ldw, 0, c, ldc)
+	} else {
+		sgemmNN(m, n, k, alpha, a, lda, w, ldw, 0, c, ldc)
+	}
 }

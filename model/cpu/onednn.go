@@ -7,7 +7,9 @@ package cpu
 #include <stdio.h>
 #include <string.h>
 
-#if defined(__has_include)
+// CGO_CFLAGS=-DDLMCACHE_NO_DNNL builds the stub, as a machine without the
+// headers would (to test the OpenBLAS-only backend where they are).
+#if defined(__has_include) && !defined(DLMCACHE_NO_DNNL)
 #if __has_include(<oneapi/dnnl/dnnl.h>)
 #include <oneapi/dnnl/dnnl.h>
 #endif
