@@ -57,8 +57,8 @@ var dnnlMinFlops = 1 << 19
 type dnnlState struct {
 	version string
 	isa     int
-	// implF32 and implBF16 name the implementations oneDNN picked for the
-	// check's products (e.g. "brg:avx512_core").
+	// implF32 and implBF16 name the implementations oneDNN picks for a
+	// model-sized product, 64×512×512 (e.g. "brg:avx512_core").
 	implF32, implBF16 string
 	// err says why oneDNN cannot be used at all; bf16Err why its BF16
 	// products cannot (no AVX512-BF16, or the check failed).
@@ -95,7 +95,8 @@ func dnnlProbe() *dnnlState {
 // checkGEMM runs oneDNN's products on small odd shapes with padded
 // leading dimensions and a scale, and compares each element with a
 // float64 sum: BF16 inputs are rounded first, so both paths must agree to
-// float32 accumulation error (1e-5 of Σ|a·b|).
+// float32 accumulation error (1e-5 of Σ|a·b|). It returns the name of the
+// implementation a model-sized product gets.
 func checkGEMM(bf16 bool) (impl string, err error) {
 	rng := rand.New(rand.NewPCG(7, 9))
 	for _, c := range []struct {
