@@ -37,11 +37,13 @@ type goldenCase struct {
 var fixtures = []string{"tiny-f32", "tiny-bf16"}
 
 // goldenBackends are the CPU backends the golden tests run on: OpenBLAS,
-// and oneDNN where it loads and passes its check.
+// and oneDNN where it loads and passes its check, with the checkpoint's
+// weights in place and packed at load.
 func goldenBackends(t testing.TB) map[string]*cpu.Backend {
 	out := map[string]*cpu.Backend{"openblas": cpu.NewWithOptions(cpu.Options{Threads: 2, GEMM: cpu.GEMMOpenBLAS})}
 	if b, err := cpu.NewChecked(cpu.Options{Threads: 2, GEMM: cpu.GEMMOneDNN}); err == nil {
 		out["onednn"] = b
+		out["onednn-packed"] = cpu.NewWithOptions(cpu.Options{Threads: 2, GEMM: cpu.GEMMOneDNN, PackWeights: true})
 	} else {
 		t.Logf("oneDNN not tested: %v", err)
 	}

@@ -9,7 +9,9 @@
 #     oneDNN: F32, and BF16 weights);
 #   - the Go forward, one denoising step at sequence 512: l8-d256 and
 #     l16-d2048 with the default GEMM library ($DLMCACHE_CPU_GEMM=auto),
-#     l16-d2048 on OpenBLAS alone, and l16-d2048 with BF16 weights;
+#     l16-d2048 on OpenBLAS alone, with its weights packed for oneDNN at
+#     load ($DLMCACHE_CPU_WEIGHTS=packed), and with BF16 weights (mapped
+#     and packed); the GEMM column says library/weights;
 #   - the PyTorch reference forward on the same checkpoints and threads;
 #   - a step that computes only 10% of the rows, as a fraction of the full step.
 # Each shape runs in a process of its own, which reports its peak RSS.
@@ -31,11 +33,13 @@ default)
 	ITERS=3x
 	go run ./tools/benchckpt -out "$BENCH_DIR"
 	go run ./tools/benchckpt -out "$BENCH_8B_DIR" -shape l16-d2048-bf16
-	# label directory dtype $DLMCACHE_CPU_BF16 $DLMCACHE_CPU_GEMM
-	RUNS="l8-d256 $BENCH_DIR/l8-d256 f32 - auto
-l16-d2048 $BENCH_DIR/l16-d2048 f32 - auto
-l16-d2048-openblas $BENCH_DIR/l16-d2048 f32 - openblas
-l16-d2048-bf16 $BENCH_8B_DIR/l16-d2048-bf16 bf16 bf16 auto"
+	# label directory dtype $DLMCACHE_CPU_BF16 $DLMCACHE_CPU_GEMM $DLMCACHE_CPU_WEIGHTS
+	RUNS="l8-d256 $BENCH_DIR/l8-d256 f32 - auto mapped
+l16-d2048 $BENCH_DIR/l16-d2048 f32 - auto mapped
+l16-d2048-openblas $BENCH_DIR/l16-d2048 f32 - openblas mapped
+l16-d2048-packed $BENCH_DIR/l16-d2048 f32 - auto packed
+l16-d2048-bf16 $BENCH_8B_DIR/l16-d2048-bf16 bf16 bf16 auto mapped
+l16-d2048-bf16-packed $BENCH_8B_DIR/l16-d2048-bf16 bf16 bf16 auto packed"
 	;;
 8b)
 	OUT=${BENCH_OUT:-bench-out/8b}
@@ -43,10 +47,10 @@ l16-d2048-bf16 $BENCH_8B_DIR/l16-d2048-bf16 bf16 bf16 auto"
 	go run ./tools/benchckpt -out "$BENCH_DIR" -shape l16-d2048
 	go run ./tools/benchckpt -out "$BENCH_8B_DIR" -shape l16-d2048-bf16
 	go run ./tools/benchckpt -out "$BENCH_8B_DIR" -shape llada-8b
-	RUNS="l16-d2048 $BENCH_DIR/l16-d2048 f32 - auto
-l16-d2048-bf16 $BENCH_8B_DIR/l16-d2048-bf16 bf16 bf16 auto
-l16-d2048-bf16-as-f32 $BENCH_8B_DIR/l16-d2048-bf16 bf16-as-f32 f32 auto
-llada-8b $BENCH_8B_DIR/llada-8b bf16 bf16 auto"
+	RUNS="l16-d2048 $BENCH_DIR/l16-d2048 f32 - auto mapped
+l16-d2048-bf16 $BENCH_8B_DIR/l16-d2048-bf16 bf16 bf16 auto mapped
+l16-d2048-bf16-as-f32 $BENCH_8B_DIR/l16-d2048-bf16 bf16-as-f32 f32 auto mapped
+llada-8b $BENCH_8B_DIR/llada-8b bf16 bf16 auto mapped"
 	;;
 *)
 	echo "usage: $0 [8b]" >&2
@@ -63,15 +67,15 @@ echo "== Go forward" >&2
 TESTBIN=$(realpath "$OUT")/model.test
 go test -c -o "$TESTBIN" ./model
 : > "$OUT/go.txt"
-while read -r label dir dtype conv gemm; do
+while read -r label dir dtype conv gemm weights; do
 	echo "== $label: load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 	shape=$(basename "$dir")
 	# A process per shape: its peak RSS is that shape's. The label
 	# replaces the directory's name in the benchmark lines.
 	echo "dtype $label $dtype" >> "$OUT/go.txt"
-	echo "gemm $label $gemm" >> "$OUT/go.txt"
+	echo "gemm $label $gemm/$weights" >> "$OUT/go.txt"
 	echo "dir $label $shape" >> "$OUT/go.txt"
-	(cd model && DLMCACHE_CPU_BF16="${conv/#-/bf16}" DLMCACHE_CPU_GEMM="$gemm" DLMCACHE_BENCH_DIR="$(dirname "$dir")" GOMAXPROCS="$THREADS" \
+	(cd model && DLMCACHE_CPU_BF16="${conv/#-/bf16}" DLMCACHE_CPU_GEMM="$gemm" DLMCACHE_CPU_WEIGHTS="$weights" DLMCACHE_BENCH_DIR="$(dirname "$dir")" GOMAXPROCS="$THREADS" \
 		"$TESTBIN" -test.run '^$' -test.bench "BenchmarkStep/^$shape\$/" -test.benchtime "$ITERS" -test.count 1 -test.timeout 60m) |
 		sed "s|^BenchmarkStep/$shape/|BenchmarkStep/$label/|" | tee -a "$OUT/go.txt" >&2
 done <<< "$RUNS"

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/dlmcache/dlmcache/model/backend"
@@ -32,6 +33,10 @@ type Tensor struct {
 	// pooled marks storage that New took from the backend's pool and Free
 	// gives back (never a view or a weight).
 	pooled bool
+	// packed is the weight reordered for oneDNN (Options.PackWeights);
+	// data or bf16 still hold it as the checkpoint lays it out, for the
+	// views (which never carry packed) and any product oneDNN declines.
+	packed *packedWeight
 }
 
 // Rows is the number of rows.
@@ -95,6 +100,11 @@ type Backend struct {
 	// bf16x recycles the BF16 copies of activations that oneDNN's BF16
 	// products take.
 	bf16x sync.Pool
+	// packWeights reorders weight matrices at load for oneDNN
+	// (Options.PackWeights); packedBytes and packErr count what it did.
+	packWeights bool
+	packedBytes atomic.Int64
+	packErr     atomic.Pointer[error]
 }
 
 // Options configures a backend (NewWithOptions).
@@ -109,7 +119,20 @@ type Options struct {
 	// GEMM picks the library behind the matrix products ("" is
 	// GEMMAuto); see GEMMLib.
 	GEMM GEMMLib
+	// PackWeights reorders each weight matrix at load into the blocked
+	// layout oneDNN's matmul uses, in 2 MB pages of its own, where the
+	// products run on oneDNN (F32 weights; BF16 ones where oneDNN has
+	// AVX512-BF16 kernels): products skip repacking the weight at every
+	// call and the 4 KB pages of the memory map, at the cost of a second
+	// copy of the weights (the memory map's pages stay mapped). Off by
+	// default; WeightsEnv "packed" sets it.
+	PackWeights bool
 }
+
+// WeightsEnv is the environment variable New reads to set
+// Options.PackWeights: "packed" sets it, "mapped" or unset leaves weights
+// in the checkpoint's memory map.
+const WeightsEnv = "DLMCACHE_CPU_WEIGHTS"
 
 // BF16Env is the environment variable New reads: "f32" sets
 // Options.DecodeBF16, "bf16" or unset keeps BF16 weights as BF16.
@@ -153,6 +176,13 @@ func NewFromEnv(threads int) (*Backend, error) {
 		return nil, fmt.Errorf("%s: %w", GEMMEnv, err)
 	}
 	o.GEMM = lib
+	switch v := strings.ToLower(os.Getenv(WeightsEnv)); v {
+	case "", "mapped":
+	case "packed":
+		o.PackWeights = true
+	default:
+		return nil, fmt.Errorf("cpu: %s=%q: want mapped or packed", WeightsEnv, v)
+	}
 	return newBackend(o)
 }
 
@@ -189,7 +219,8 @@ func newBackend(o Options) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Backend{threads: threads, split: true, decodeBF16: o.DecodeBF16, gemmPick: pick, gemmDesc: pick.desc}
+	b := &Backend{threads: threads, split: true, decodeBF16: o.DecodeBF16, gemmPick: pick, gemmDesc: pick.desc,
+		packWeights: o.PackWeights && pick.dnnl}
 	blasSetThreads(1)
 	return b, nil
 }
@@ -243,10 +274,13 @@ func (b *Backend) Weight(dtype backend.DType, rows, cols int, raw []byte) (backe
 		if uintptr(unsafe.Pointer(&raw[0]))%4 == 0 && littleEndian {
 			t.data = unsafe.Slice((*float32)(unsafe.Pointer(&raw[0])), n)
 			t.readOnly = true
-			return t, nil
+		} else {
+			t.data = make([]float32, n)
+			b.parallel(n, 1<<16, func(lo, hi int) { decodeF32(t.data[lo:hi], raw[4*lo:4*hi]) })
 		}
-		t.data = make([]float32, n)
-		b.parallel(n, 1<<16, func(lo, hi int) { decodeF32(t.data[lo:hi], raw[4*lo:4*hi]) })
+		if b.packWeights && rows > 1 {
+			b.pack(t, false, unsafe.Pointer(&t.data[0]))
+		}
 	case backend.F16:
 		t.data = make([]float32, n)
 		b.parallel(n, 1<<16, func(lo, hi int) { decodeF16(t.data[lo:hi], raw[2*lo:2*hi]) })
@@ -261,6 +295,9 @@ func (b *Backend) Weight(dtype backend.DType, rows, cols int, raw []byte) (backe
 			}
 		}
 		if rows > 1 && !b.decodeBF16 {
+			if b.packWeights && b.dnnlBF16 {
+				b.pack(t, true, unsafe.Pointer(&t.bf16[0]))
+			}
 			return t, nil
 		}
 		// Converted: the C loop, as MatMul's panels.
@@ -269,6 +306,20 @@ func (b *Backend) Weight(dtype backend.DType, rows, cols int, raw []byte) (backe
 		t.bf16, t.readOnly = nil, false
 	}
 	return t, nil
+}
+
+// pack reorders the weight t for oneDNN (Options.PackWeights); where it
+// cannot, t stays as it is and GEMM says why.
+func (b *Backend) pack(t *Tensor, bf16 bool, w unsafe.Pointer) {
+	pw, err := dnnlPack(bf16, t.rows, t.cols, w, t.stride, b.threads)
+	if err != nil {
+		b.packErr.CompareAndSwap(nil, &err)
+		return
+	}
+	if pw != nil {
+		t.packed = pw
+		b.packedBytes.Add(int64(pw.bytes))
+	}
 }
 
 // New returns a zeroed [rows, cols] matrix.

@@ -42,6 +42,13 @@ func backends() []struct {
 			}{fmt.Sprintf("t%donednn", threads), b})
 		}
 	}
+	// Weights made by Weight packed for oneDNN at load.
+	if b, err := newBackend(Options{Threads: 2, GEMM: GEMMOneDNN, PackWeights: true}); err == nil {
+		out = append(out, struct {
+			name string
+			b    *Backend
+		}{"t2packed", b})
+	}
 	return out
 }
 

@@ -221,10 +221,17 @@ func blasAVX512() bool {
 // "oneDNN 2.6.3 (F32 brg:avx512_core; BF16 brg:avx512_core_bf16; …)" or
 // "OpenBLAS … (kernel Haswell); oneDNN unused: …".
 func (b *Backend) GEMM() string {
-	if e := dnnlFailed.Load(); e != nil && b.dnnl {
-		return b.gemmDesc + "; oneDNN failed, OpenBLAS since: " + (*e).Error()
+	desc := b.gemmDesc
+	if b.packWeights {
+		desc += fmt.Sprintf("; weights packed for oneDNN at load: %.2f GB", float64(b.packedBytes.Load())/1e9)
+		if e := b.packErr.Load(); e != nil {
+			desc += ", some left as mapped: " + (*e).Error()
+		}
 	}
-	return b.gemmDesc
+	if e := dnnlFailed.Load(); e != nil && b.dnnl {
+		desc += "; oneDNN failed, OpenBLAS since: " + (*e).Error()
+	}
+	return desc
 }
 
 // dnnlOK reports whether oneDNN may take a product of m·n·k.

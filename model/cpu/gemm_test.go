@@ -1,10 +1,14 @@
 package cpu
 
 import (
+	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/dlmcache/dlmcache/model/backend"
 )
 
 func TestParseGEMM(t *testing.T) {
@@ -101,4 +105,61 @@ func refBF16(v float32) uint16 {
 		return uint16(hi >> 16)
 	}
 	return uint16(lo >> 16)
+}
+
+// TestPackedWeights multiplies by F32 weights that Weight packed for
+// oneDNN (in place in their bytes and copied from unaligned ones), and by
+// views of them (which multiply the unpacked layout), against a float64
+// reference.
+func TestPackedWeights(t *testing.T) {
+	b, err := NewChecked(Options{Threads: 2, GEMM: GEMMOneDNN, PackWeights: true})
+	if err != nil {
+		t.Skip(err)
+	}
+	r := rand.New(rand.NewPCG(11, 12))
+	for _, s := range []struct{ n, in, out int }{{1, 64, 96}, {37, 129, 65}, {300, 256, 512}, {600, 128, 384}} {
+		wf := randMat(r, s.out, s.in, 1)
+		raw := make([]byte, 4*len(wf)+1)
+		for _, off := range []int{0, 1} { // aligned: in place; unaligned: copied
+			buf := raw[off : off+4*len(wf)]
+			for i, v := range wf {
+				binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(v))
+			}
+			wt, err := b.Weight(backend.F32, s.out, s.in, buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if wt.(*Tensor).packed == nil {
+				t.Fatalf("%v: weight not packed (%s)", s, b.GEMM())
+			}
+			x := randMat(r, s.n, s.in, 1)
+			got := b.New(s.n, s.out)
+			b.MatMul(got, b.FromHost(s.n, s.in, x), wt)
+			closeTo(t, fmt.Sprintf("%v packed", s), b.ToHost(got, nil), refMatMul(x, wf, s.n, s.in, s.out), 1e-5*math.Sqrt(float64(s.in)), 1e-5)
+			// A view: rows [3, out) and columns [0, in-1) of w.
+			v := b.ColView(b.RowView(wt, 3, s.out), 0, s.in-1)
+			xv := b.FromHost(s.n, s.in-1, randMat(r, s.n, s.in-1, 1))
+			gv := b.New(s.n, s.out-3)
+			b.MatMul(gv, xv, v)
+			fv := b.New(s.n, s.out-3)
+			b.MatMul(fv, xv, b.FromHost(s.out-3, s.in-1, b.ToHost(v, nil)))
+			closeTo(t, fmt.Sprintf("%v view", s), b.ToHost(gv, nil), f64(b.ToHost(fv, nil)), 1e-5*math.Sqrt(float64(s.in)), 1e-5)
+		}
+	}
+	if !strings.Contains(b.GEMM(), "weights packed") {
+		t.Errorf("GEMM %q does not say the weights are packed", b.GEMM())
+	}
+}
+
+func TestWeightsEnv(t *testing.T) {
+	t.Setenv(WeightsEnv, "heap")
+	if _, err := NewFromEnv(1); err == nil || !strings.Contains(err.Error(), WeightsEnv) {
+		t.Fatalf("%s=heap: err %v", WeightsEnv, err)
+	}
+	t.Setenv(WeightsEnv, "packed")
+	t.Setenv(GEMMEnv, "openblas")
+	b, err := NewFromEnv(1)
+	if err != nil || b.packWeights {
+		t.Fatalf("packed on OpenBLAS: %v, packWeights %v (nothing to pack for)", err, b.packWeights)
+	}
 }

@@ -66,6 +66,15 @@ func (b *Backend) matMulF32(d, xs, ws *Tensor) {
 		checkSpan("x", xs.data, xs.rows, in, xs.stride)
 		checkSpan("w", ws.data, ws.rows, in, ws.stride)
 		checkSpan("dst", d.data, xs.rows, ws.rows, d.stride)
+		if ws.packed != nil {
+			ok, err := ws.packed.matMul(xs.rows, ws.rows, in, unsafe.Pointer(&xs.data[0]), xs.stride, d.data, d.stride, b.threads)
+			if ok {
+				return
+			}
+			if err != nil {
+				dnnlFail(err)
+			}
+		}
 		_, err := dnnlMatMulThreads(false, true, xs.rows, ws.rows, in, 1, unsafe.Pointer(&xs.data[0]), xs.stride,
 			unsafe.Pointer(&ws.data[0]), ws.stride, d.data, d.stride, false, b.threads)
 		if err == nil {
@@ -200,6 +209,16 @@ func (b *Backend) matMulDNNLBF16(d, xs, ws *Tensor) bool {
 	b.parallel(n, rowGrain(in), func(lo, hi int) {
 		toBF16(xh[lo*in:], xs.data[lo*xs.stride:], hi-lo, in, xs.stride)
 	})
+	if ws.packed != nil {
+		ok, err := ws.packed.matMul(n, out, in, unsafe.Pointer(&xh[0]), in, d.data, d.stride, b.threads)
+		if ok {
+			return true
+		}
+		if err != nil {
+			dnnlFail(err)
+			return false
+		}
+	}
 	_, err := dnnlMatMulThreads(true, true, n, out, in, 1, unsafe.Pointer(&xh[0]), in,
 		unsafe.Pointer(&ws.bf16[0]), ws.stride, d.data, d.stride, false, b.threads)
 	if err != nil {

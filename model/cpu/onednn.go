@@ -3,6 +3,8 @@ package cpu
 /*
 #cgo LDFLAGS: -ldl
 #include <dlfcn.h>
+#include <stdlib.h>
+#include <sys/mman.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -37,7 +39,10 @@ static const char *dnnl_reason(void) { return dnnl_why; }
 	X(dnnl_primitive_desc_create) X(dnnl_primitive_desc_destroy) \
 	X(dnnl_primitive_desc_query) X(dnnl_primitive_create) \
 	X(dnnl_primitive_destroy) X(dnnl_memory_create) X(dnnl_memory_destroy) \
-	X(dnnl_primitive_execute) X(dnnl_get_effective_cpu_isa) X(dnnl_version)
+	X(dnnl_primitive_execute) X(dnnl_get_effective_cpu_isa) X(dnnl_version) \
+	X(dnnl_memory_desc_init_by_tag) X(dnnl_primitive_desc_query_md) \
+	X(dnnl_memory_desc_equal) X(dnnl_memory_desc_get_size) \
+	X(dnnl_reorder_primitive_desc_create)
 #define DNNL_DECL(f) static __typeof__(&f) p_##f;
 DNNL_FNS(DNNL_DECL)
 static void (*p_omp_set_num_threads)(int);
@@ -129,7 +134,131 @@ out_attr:
 	if (attr) p_dnnl_primitive_attr_destroy(attr);
 	return s;
 }
+
+// dnnl_packed is a weight reordered once into the blocked layout oneDNN's
+// matmul picks for it (format "any"), in its own 2 MB-page mapping.
+typedef struct {
+	dnnl_memory_desc_t md;
+	void *data;
+	size_t bytes;
+} dnnl_packed;
+
+// matmul_pd creates the matmul descriptor for a[m,k] · B[k,n], B's layout
+// given by bmd.
+static dnnl_status_t matmul_pd(dnnl_primitive_desc_t *pd, dnnl_data_type_t t, long m, long n, long k,
+		const dnnl_memory_desc_t *bmd, dnnl_memory_desc_t *amd, dnnl_memory_desc_t *cmd, long lda, long ldc) {
+	dnnl_dims_t ad = {m, k}, as = {lda, 1}, cd = {m, n}, cs = {ldc, 1};
+	dnnl_status_t s;
+	if ((s = p_dnnl_memory_desc_init_by_strides(amd, 2, ad, t, as))) return s;
+	if ((s = p_dnnl_memory_desc_init_by_strides(cmd, 2, cd, dnnl_f32, cs))) return s;
+	dnnl_matmul_desc_t md;
+	if ((s = p_dnnl_matmul_desc_init(&md, amd, bmd, NULL, cmd))) return s;
+	return p_dnnl_primitive_desc_create(pd, &md, NULL, dnnl_eng, NULL);
+}
+
+// dnnl_pack reorders the weight w[n,k] (row stride ldw; F32 or BF16) into
+// the layout oneDNN's matmul picks for B = wᵀ, on threads threads, and
+// returns it; NULL with *status set when it cannot (status 1: the layout
+// picked is w's own, nothing to gain).
+static dnnl_packed *dnnl_pack(int bf16, long n, long k, const void *w, long ldw, int threads, int *status) {
+	if (!dnnl_eng) { *status = -2; return NULL; }
+	if (p_omp_set_num_threads) p_omp_set_num_threads(threads);
+	dnnl_data_type_t t = bf16 ? dnnl_bf16 : dnnl_f32;
+	dnnl_dims_t bd = {k, n}, bs = {1, ldw};
+	dnnl_memory_desc_t plain, any, amd, cmd;
+	dnnl_status_t s;
+	dnnl_primitive_desc_t pd = NULL, rpd = NULL;
+	dnnl_primitive_t rp = NULL;
+	dnnl_memory_t from = NULL, to = NULL;
+	dnnl_stream_t st = NULL;
+	dnnl_packed *pk = NULL;
+	if ((s = p_dnnl_memory_desc_init_by_strides(&plain, 2, bd, t, bs))) goto out;
+	if ((s = p_dnnl_memory_desc_init_by_tag(&any, 2, bd, t, dnnl_format_tag_any))) goto out;
+	// The layout does not depend on m (checked for 1 to 6912 rows).
+	if ((s = matmul_pd(&pd, t, 512, n, k, &any, &amd, &cmd, k, n))) goto out;
+	pk = calloc(1, sizeof *pk);
+	pk->md = *p_dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+	if (p_dnnl_memory_desc_equal(&pk->md, &plain)) { s = 1; goto out; }
+	pk->bytes = p_dnnl_memory_desc_get_size(&pk->md);
+	size_t huge = 2u << 20, len = (pk->bytes + huge - 1) / huge * huge;
+	pk->data = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (pk->data == MAP_FAILED) { pk->data = NULL; s = dnnl_out_of_memory; goto out; }
+	madvise(pk->data, len, MADV_HUGEPAGE);
+	pk->bytes = len;
+	if ((s = p_dnnl_reorder_primitive_desc_create(&rpd, &plain, dnnl_eng, &pk->md, dnnl_eng, NULL))) goto out;
+	if ((s = p_dnnl_primitive_create(&rp, rpd))) goto out;
+	if ((s = p_dnnl_memory_create(&from, &plain, dnnl_eng, (void *)w))) goto out;
+	if ((s = p_dnnl_memory_create(&to, &pk->md, dnnl_eng, pk->data))) goto out;
+	if ((s = p_dnnl_stream_create(&st, dnnl_eng, dnnl_stream_default_flags))) goto out;
+	dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
+	if ((s = p_dnnl_primitive_execute(rp, st, 2, args))) goto out;
+	s = p_dnnl_stream_wait(st);
+out:
+	if (st) p_dnnl_stream_destroy(st);
+	if (to) p_dnnl_memory_destroy(to);
+	if (from) p_dnnl_memory_destroy(from);
+	if (rp) p_dnnl_primitive_destroy(rp);
+	if (rpd) p_dnnl_primitive_desc_destroy(rpd);
+	if (pd) p_dnnl_primitive_desc_destroy(pd);
+	*status = s;
+	if (s != dnnl_success && pk) {
+		if (pk->data) munmap(pk->data, pk->bytes);
+		free(pk);
+		pk = NULL;
+	}
+	return pk;
+}
+
+static void dnnl_packed_free(dnnl_packed *pk) {
+	if (!pk) return;
+	if (pk->data) munmap(pk->data, pk->bytes);
+	free(pk);
+}
+
+// dnnl_mm_packed: c[m,n] = a[m,k] · Bᵀ-packed, on threads threads.
+// Returns 1 (nothing written) when the matmul picked for this m wants
+// another layout than the packed one.
+static int dnnl_mm_packed(int bf16, long m, long n, long k, const void *a, long lda,
+		const dnnl_packed *pk, float *c, long ldc, int threads) {
+	if (!dnnl_eng) return -2;
+	if (p_omp_set_num_threads) p_omp_set_num_threads(threads);
+	dnnl_data_type_t t = bf16 ? dnnl_bf16 : dnnl_f32;
+	dnnl_dims_t bd = {k, n};
+	dnnl_memory_desc_t any, amd, cmd;
+	dnnl_status_t s;
+	dnnl_primitive_desc_t pd = NULL;
+	dnnl_primitive_t p = NULL;
+	dnnl_memory_t ma = NULL, mb = NULL, mc = NULL;
+	dnnl_stream_t st = NULL;
+	if ((s = p_dnnl_memory_desc_init_by_tag(&any, 2, bd, t, dnnl_format_tag_any))) return s;
+	if ((s = matmul_pd(&pd, t, m, n, k, &any, &amd, &cmd, lda, ldc))) return s;
+	if (!p_dnnl_memory_desc_equal(p_dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), &pk->md)) {
+		s = 1;
+		goto out;
+	}
+	if ((s = p_dnnl_primitive_create(&p, pd))) goto out;
+	if ((s = p_dnnl_memory_create(&ma, &amd, dnnl_eng, (void *)a))) goto out;
+	if ((s = p_dnnl_memory_create(&mb, &pk->md, dnnl_eng, pk->data))) goto out;
+	if ((s = p_dnnl_memory_create(&mc, &cmd, dnnl_eng, c))) goto out;
+	if ((s = p_dnnl_stream_create(&st, dnnl_eng, dnnl_stream_default_flags))) goto out;
+	dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
+	if ((s = p_dnnl_primitive_execute(p, st, 3, args))) goto out;
+	s = p_dnnl_stream_wait(st);
+out:
+	if (st) p_dnnl_stream_destroy(st);
+	if (mc) p_dnnl_memory_destroy(mc);
+	if (mb) p_dnnl_memory_destroy(mb);
+	if (ma) p_dnnl_memory_destroy(ma);
+	if (p) p_dnnl_primitive_destroy(p);
+	if (pd) p_dnnl_primitive_desc_destroy(pd);
+	return s;
+}
 #else
+typedef struct { int unused; } dnnl_packed;
+static dnnl_packed *dnnl_pack(int bf16, long n, long k, const void *w, long ldw, int threads, int *status) { *status = -1; return NULL; }
+static void dnnl_packed_free(dnnl_packed *pk) {}
+static int dnnl_mm_packed(int bf16, long m, long n, long k, const void *a, long lda,
+		const dnnl_packed *pk, float *c, long ldc, int threads) { return -1; }
 static int dnnl_open(void) {
 	snprintf(dnnl_why, sizeof dnnl_why, "built without oneDNN 2 headers (Debian: libdnnl-dev)");
 	return -1;
@@ -164,6 +293,7 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"unsafe"
 )
 
@@ -225,4 +355,46 @@ func toBF16(dst []uint16, src []float32, rows, cols, lds int) {
 		panic("cpu: toBF16: dst too short")
 	}
 	C.f32_to_bf16((*C.uint16_t)(unsafe.Pointer(&dst[0])), (*C.float)(unsafe.Pointer(&src[0])), C.long(rows), C.long(cols), C.long(lds))
+}
+
+// packedWeight is a weight reordered once, at load, into oneDNN's blocked
+// layout for its matmul (Options.PackWeights), in a 2 MB-page mapping of
+// its own, freed when the weight's Tensor is collected.
+type packedWeight struct {
+	p     *C.dnnl_packed
+	bf16  bool
+	bytes int
+}
+
+// dnnlPack packs the weight w[n,k] (F32 data or BF16 bits, row stride ldw)
+// on threads threads. It returns nil, nil where the layout oneDNN picks is
+// w's own.
+func dnnlPack(bf16 bool, n, k int, w unsafe.Pointer, ldw, threads int) (*packedWeight, error) {
+	var st C.int
+	p := C.dnnl_pack(cbool(bf16), C.long(n), C.long(k), w, C.long(ldw), C.int(threads), &st)
+	switch {
+	case st == 1:
+		return nil, nil
+	case p == nil:
+		return nil, fmt.Errorf("oneDNN: packing a [%d, %d] weight: status %d", n, k, int(st))
+	}
+	pw := &packedWeight{p: p, bf16: bf16, bytes: int(p.bytes)}
+	runtime.SetFinalizer(pw, func(pw *packedWeight) { C.dnnl_packed_free(pw.p) })
+	return pw, nil
+}
+
+// matMul computes c[m,n] = a[m,k] · wᵀ from the packed w, a F32 (or BF16
+// bits when the weight is BF16). It reports false, having written
+// nothing, when the matmul oneDNN picks for m rows wants another layout.
+func (pw *packedWeight) matMul(m, n, k int, a unsafe.Pointer, lda int, c []float32, ldc, threads int) (bool, error) {
+	s := C.dnnl_mm_packed(cbool(pw.bf16), C.long(m), C.long(n), C.long(k), a, C.long(lda), pw.p,
+		(*C.float)(unsafe.Pointer(&c[0])), C.long(ldc), C.int(threads))
+	runtime.KeepAlive(pw)
+	switch s {
+	case 0:
+		return true, nil
+	case 1:
+		return false, nil
+	}
+	return false, fmt.Errorf("oneDNN matmul %d×%d×%d on a packed weight: status %d", m, n, k, int(s))
 }
