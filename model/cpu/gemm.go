@@ -223,7 +223,7 @@ func blasAVX512() bool {
 func (b *Backend) GEMM() string {
 	desc := b.gemmDesc
 	if b.packWeights {
-		desc += fmt.Sprintf("; weights packed for oneDNN at load: %.2f GB", float64(b.packedBytes.Load())/1e9)
+		desc += fmt.Sprintf("; weights packed for oneDNN at load: %.1f MB so far", float64(b.packedBytes.Load())/1e6)
 		if e := b.packErr.Load(); e != nil {
 			desc += ", some left as mapped: " + (*e).Error()
 		}

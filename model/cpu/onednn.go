@@ -180,10 +180,12 @@ static dnnl_packed *dnnl_pack(int bf16, long n, long k, const void *w, long ldw,
 	pk->md = *p_dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
 	if (p_dnnl_memory_desc_equal(&pk->md, &plain)) { s = 1; goto out; }
 	pk->bytes = p_dnnl_memory_desc_get_size(&pk->md);
-	size_t huge = 2u << 20, len = (pk->bytes + huge - 1) / huge * huge;
+	// Whole 2 MB pages for a weight of 1 MB or more; 4 KB ones below,
+	// where a huge page would mostly be padding.
+	size_t huge = pk->bytes >= (1u << 20) ? 2u << 20 : 4096, len = (pk->bytes + huge - 1) / huge * huge;
 	pk->data = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (pk->data == MAP_FAILED) { pk->data = NULL; s = dnnl_out_of_memory; goto out; }
-	madvise(pk->data, len, MADV_HUGEPAGE);
+	if (huge > 4096) madvise(pk->data, len, MADV_HUGEPAGE);
 	pk->bytes = len;
 	if ((s = p_dnnl_reorder_primitive_desc_create(&rpd, &plain, dnnl_eng, &pk->md, dnnl_eng, NULL))) goto out;
 	if ((s = p_dnnl_primitive_create(&rp, rpd))) goto out;
