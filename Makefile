@@ -37,6 +37,8 @@ vet: deps
 test: deps
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
+	@echo "model/cpu built without oneDNN (as on a machine without libdnnl-dev):"
+	CGO_CFLAGS="-O2 -g -DDLMCACHE_NO_DNNL" $(GO) test -count=1 ./model/cpu
 	@if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then \
 		$(MAKE) --no-print-directory e2e hfcheck; \
 	else \

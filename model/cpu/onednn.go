@@ -81,44 +81,34 @@ static void dnnl_describe(char *buf, int n) {
 	snprintf(buf, n, "oneDNN %d.%d.%d", v->major, v->minor, v->patch);
 }
 
-// dnnl_mm: c[m,n] = alpha · a[m,k] · B, with B = b[n,k]ᵀ (bt) or b[k,n],
-// row-major with leading dimensions; a and b both F32 or both BF16
-// (bf16), c F32. impl, when not NULL, receives the implementation's name.
-// Returns a dnnl_status_t.
-static int dnnl_mm(int bf16, int bt, long m, long n, long k, float alpha,
-		const void *a, long lda, const void *b, long ldb, float *c, long ldc,
-		char *impl, int implLen, int threads) {
-	if (!dnnl_eng) return -2; // not loaded
-	if (p_omp_set_num_threads) p_omp_set_num_threads(threads);
-	dnnl_data_type_t t = bf16 ? dnnl_bf16 : dnnl_f32;
-	dnnl_memory_desc_t amd, bmd, cmd;
-	dnnl_dims_t ad = {m, k}, as = {lda, 1}, bd = {k, n}, bs = {ldb, 1}, cd = {m, n}, cs = {ldc, 1};
-	if (bt) { bs[0] = 1; bs[1] = ldb; }
+// matmul_pd creates the matmul for a[m,k] (row stride lda) · B[k,n] (its
+// layout bmd) into c[m,n] (row stride ldc, F32), a and B of type t, with
+// attr (NULL: none); amd and cmd receive a's and c's descriptors.
+static dnnl_status_t matmul_pd(dnnl_primitive_desc_t *pd, dnnl_data_type_t t, long m, long n, long k,
+		const dnnl_memory_desc_t *bmd, dnnl_memory_desc_t *amd, dnnl_memory_desc_t *cmd, long lda, long ldc,
+		const_dnnl_primitive_attr_t attr) {
+	dnnl_dims_t ad = {m, k}, as = {lda, 1}, cd = {m, n}, cs = {ldc, 1};
 	dnnl_status_t s;
-	if ((s = p_dnnl_memory_desc_init_by_strides(&amd, 2, ad, t, as))) return s;
-	if ((s = p_dnnl_memory_desc_init_by_strides(&bmd, 2, bd, t, bs))) return s;
-	if ((s = p_dnnl_memory_desc_init_by_strides(&cmd, 2, cd, dnnl_f32, cs))) return s;
+	if ((s = p_dnnl_memory_desc_init_by_strides(amd, 2, ad, t, as))) return s;
+	if ((s = p_dnnl_memory_desc_init_by_strides(cmd, 2, cd, dnnl_f32, cs))) return s;
 	dnnl_matmul_desc_t md;
-	if ((s = p_dnnl_matmul_desc_init(&md, &amd, &bmd, NULL, &cmd))) return s;
-	dnnl_primitive_attr_t attr = NULL;
-	if (alpha != 1.0f) {
-		if ((s = p_dnnl_primitive_attr_create(&attr))) return s;
-		if ((s = p_dnnl_primitive_attr_set_output_scales(attr, 1, 0, &alpha))) goto out_attr;
-	}
-	dnnl_primitive_desc_t pd = NULL;
+	if ((s = p_dnnl_matmul_desc_init(&md, amd, bmd, NULL, cmd))) return s;
+	return p_dnnl_primitive_desc_create(pd, &md, attr, dnnl_eng, NULL);
+}
+
+// exec_matmul creates pd's primitive and runs it once on a, b and c (their
+// descriptors amd, bmd, cmd), then frees all it created (not pd).
+static dnnl_status_t exec_matmul(const_dnnl_primitive_desc_t pd,
+		const dnnl_memory_desc_t *amd, const void *a, const dnnl_memory_desc_t *bmd, const void *b,
+		const dnnl_memory_desc_t *cmd, float *c) {
+	dnnl_status_t s;
 	dnnl_primitive_t p = NULL;
 	dnnl_memory_t ma = NULL, mb = NULL, mc = NULL;
 	dnnl_stream_t st = NULL;
-	if ((s = p_dnnl_primitive_desc_create(&pd, &md, attr, dnnl_eng, NULL))) goto out_attr;
-	if (impl) {
-		const char *name = NULL;
-		p_dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name);
-		snprintf(impl, implLen, "%s", name ? name : "?");
-	}
 	if ((s = p_dnnl_primitive_create(&p, pd))) goto out;
-	if ((s = p_dnnl_memory_create(&ma, &amd, dnnl_eng, (void *)a))) goto out;
-	if ((s = p_dnnl_memory_create(&mb, &bmd, dnnl_eng, (void *)b))) goto out;
-	if ((s = p_dnnl_memory_create(&mc, &cmd, dnnl_eng, c))) goto out;
+	if ((s = p_dnnl_memory_create(&ma, amd, dnnl_eng, (void *)a))) goto out;
+	if ((s = p_dnnl_memory_create(&mb, bmd, dnnl_eng, (void *)b))) goto out;
+	if ((s = p_dnnl_memory_create(&mc, cmd, dnnl_eng, c))) goto out;
 	if ((s = p_dnnl_stream_create(&st, dnnl_eng, dnnl_stream_default_flags))) goto out;
 	dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
 	if ((s = p_dnnl_primitive_execute(p, st, 3, args))) goto out;
@@ -129,8 +119,39 @@ out:
 	if (mb) p_dnnl_memory_destroy(mb);
 	if (ma) p_dnnl_memory_destroy(ma);
 	if (p) p_dnnl_primitive_destroy(p);
+	return s;
+}
+
+// dnnl_mm: c[m,n] = alpha · a[m,k] · B, with B = b[n,k]ᵀ (bt) or b[k,n],
+// row-major with leading dimensions; a and b both F32 or both BF16
+// (bf16), c F32; on threads OpenMP threads. impl, when not NULL, receives
+// the implementation's name. Returns a dnnl_status_t (-2: not loaded).
+static int dnnl_mm(int bf16, int bt, long m, long n, long k, float alpha,
+		const void *a, long lda, const void *b, long ldb, float *c, long ldc,
+		char *impl, int implLen, int threads) {
+	if (!dnnl_eng) return -2;
+	if (p_omp_set_num_threads) p_omp_set_num_threads(threads);
+	dnnl_data_type_t t = bf16 ? dnnl_bf16 : dnnl_f32;
+	dnnl_memory_desc_t amd, bmd, cmd;
+	dnnl_dims_t bd = {k, n}, bs = {ldb, 1};
+	if (bt) { bs[0] = 1; bs[1] = ldb; }
+	dnnl_status_t s;
+	if ((s = p_dnnl_memory_desc_init_by_strides(&bmd, 2, bd, t, bs))) return s;
+	dnnl_primitive_attr_t attr = NULL;
+	dnnl_primitive_desc_t pd = NULL;
+	if (alpha != 1.0f) {
+		if ((s = p_dnnl_primitive_attr_create(&attr))) return s;
+		if ((s = p_dnnl_primitive_attr_set_output_scales(attr, 1, 0, &alpha))) goto out;
+	}
+	if ((s = matmul_pd(&pd, t, m, n, k, &bmd, &amd, &cmd, lda, ldc, attr))) goto out;
+	if (impl) {
+		const char *name = NULL;
+		p_dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name);
+		snprintf(impl, implLen, "%s", name ? name : "?");
+	}
+	s = exec_matmul(pd, &amd, a, &bmd, b, &cmd, c);
+out:
 	if (pd) p_dnnl_primitive_desc_destroy(pd);
-out_attr:
 	if (attr) p_dnnl_primitive_attr_destroy(attr);
 	return s;
 }
@@ -142,19 +163,6 @@ typedef struct {
 	void *data;
 	size_t bytes;
 } dnnl_packed;
-
-// matmul_pd creates the matmul descriptor for a[m,k] · B[k,n], B's layout
-// given by bmd.
-static dnnl_status_t matmul_pd(dnnl_primitive_desc_t *pd, dnnl_data_type_t t, long m, long n, long k,
-		const dnnl_memory_desc_t *bmd, dnnl_memory_desc_t *amd, dnnl_memory_desc_t *cmd, long lda, long ldc) {
-	dnnl_dims_t ad = {m, k}, as = {lda, 1}, cd = {m, n}, cs = {ldc, 1};
-	dnnl_status_t s;
-	if ((s = p_dnnl_memory_desc_init_by_strides(amd, 2, ad, t, as))) return s;
-	if ((s = p_dnnl_memory_desc_init_by_strides(cmd, 2, cd, dnnl_f32, cs))) return s;
-	dnnl_matmul_desc_t md;
-	if ((s = p_dnnl_matmul_desc_init(&md, amd, bmd, NULL, cmd))) return s;
-	return p_dnnl_primitive_desc_create(pd, &md, NULL, dnnl_eng, NULL);
-}
 
 // dnnl_pack reorders the weight w[n,k] (row stride ldw; F32 or BF16) into
 // the layout oneDNN's matmul picks for B = wᵀ, on threads threads, and
@@ -175,7 +183,7 @@ static dnnl_packed *dnnl_pack(int bf16, long n, long k, const void *w, long ldw,
 	if ((s = p_dnnl_memory_desc_init_by_strides(&plain, 2, bd, t, bs))) goto out;
 	if ((s = p_dnnl_memory_desc_init_by_tag(&any, 2, bd, t, dnnl_format_tag_any))) goto out;
 	// The layout does not depend on m (checked for 1 to 6912 rows).
-	if ((s = matmul_pd(&pd, t, 512, n, k, &any, &amd, &cmd, k, n))) goto out;
+	if ((s = matmul_pd(&pd, t, 512, n, k, &any, &amd, &cmd, k, n, NULL))) goto out;
 	pk = calloc(1, sizeof *pk);
 	pk->md = *p_dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
 	if (p_dnnl_memory_desc_equal(&pk->md, &plain)) { s = 1; goto out; }
@@ -229,34 +237,18 @@ static int dnnl_mm_packed(int bf16, long m, long n, long k, const void *a, long 
 	dnnl_memory_desc_t any, amd, cmd;
 	dnnl_status_t s;
 	dnnl_primitive_desc_t pd = NULL;
-	dnnl_primitive_t p = NULL;
-	dnnl_memory_t ma = NULL, mb = NULL, mc = NULL;
-	dnnl_stream_t st = NULL;
 	if ((s = p_dnnl_memory_desc_init_by_tag(&any, 2, bd, t, dnnl_format_tag_any))) return s;
-	if ((s = matmul_pd(&pd, t, m, n, k, &any, &amd, &cmd, lda, ldc))) return s;
-	if (!p_dnnl_memory_desc_equal(p_dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), &pk->md)) {
+	if ((s = matmul_pd(&pd, t, m, n, k, &any, &amd, &cmd, lda, ldc, NULL))) return s;
+	if (p_dnnl_memory_desc_equal(p_dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), &pk->md)) {
+		s = exec_matmul(pd, &amd, a, &pk->md, pk->data, &cmd, c);
+	} else {
 		s = 1;
-		goto out;
 	}
-	if ((s = p_dnnl_primitive_create(&p, pd))) goto out;
-	if ((s = p_dnnl_memory_create(&ma, &amd, dnnl_eng, (void *)a))) goto out;
-	if ((s = p_dnnl_memory_create(&mb, &pk->md, dnnl_eng, pk->data))) goto out;
-	if ((s = p_dnnl_memory_create(&mc, &cmd, dnnl_eng, c))) goto out;
-	if ((s = p_dnnl_stream_create(&st, dnnl_eng, dnnl_stream_default_flags))) goto out;
-	dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
-	if ((s = p_dnnl_primitive_execute(p, st, 3, args))) goto out;
-	s = p_dnnl_stream_wait(st);
-out:
-	if (st) p_dnnl_stream_destroy(st);
-	if (mc) p_dnnl_memory_destroy(mc);
-	if (mb) p_dnnl_memory_destroy(mb);
-	if (ma) p_dnnl_memory_destroy(ma);
-	if (p) p_dnnl_primitive_destroy(p);
-	if (pd) p_dnnl_primitive_desc_destroy(pd);
+	p_dnnl_primitive_desc_destroy(pd);
 	return s;
 }
 #else
-typedef struct { int unused; } dnnl_packed;
+typedef struct { size_t bytes; } dnnl_packed;
 static dnnl_packed *dnnl_pack(int bf16, long n, long k, const void *w, long ldw, int threads, int *status) { *status = -1; return NULL; }
 static void dnnl_packed_free(dnnl_packed *pk) {}
 static int dnnl_mm_packed(int bf16, long m, long n, long k, const void *a, long lda,
