@@ -21,11 +21,15 @@ const maxAttnBlock = 256
 // query head h reads kv head h/(nHeads/nKVHeads).
 //
 // The work is split into tasks of (head, block of up to 256 query rows)
-// that goroutines take in order. A task computes its scores
-// S = scale·q_h·k_hᵀ with one sgemm reading q and k in place (leading
-// dimensions, no copies), turns each row of S into e^(s−max), multiplies
-// by v_h with a second sgemm straight into dst, and divides each output row
-// by its sum of exponentials.
+// that goroutines take in order. Where the CPU has AVX-512F (and the
+// backend's fusedAttn is on, the default), a task runs the fused kernel
+// (attn_rows in kernels.go): eight query rows at a time, their scores
+// against kᵀ (transposed once per kv head before the tasks start), the
+// softmax and the product with v, with the eight score rows kept in L1.
+// Otherwise a task computes its scores S = scale·q_h·k_hᵀ with one sgemm
+// reading q and k in place (leading dimensions, no copies), turns each row
+// of S into e^(s−max), multiplies by v_h with a second sgemm straight into
+// dst, and divides each output row by its sum of exponentials.
 func (b *Backend) Attention(dst, q, k, v backend.Tensor, nHeads, nKVHeads int) {
 	d, qs, ks, vs := writable(dst, "Attention"), tensor(q, "Attention"), tensor(k, "Attention"), tensor(v, "Attention")
 	if nHeads <= 0 || nKVHeads <= 0 || nHeads%nKVHeads != 0 || qs.cols%nHeads != 0 {
@@ -60,12 +64,36 @@ func (b *Backend) Attention(dst, q, k, v backend.Tensor, nHeads, nKVHeads int) {
 	blocks := (nq + attnBlock - 1) / attnBlock
 	tasks := nHeads * blocks
 	workers = min(workers, tasks)
+	fused := b.fusedAttn && avx512
+	// ldt: the row stride of the transposed keys, a whole number of
+	// cache lines.
+	ldt := (nk + 15) &^ 15
+	var kt, vp []float32
+	if fused {
+		// Each kv head's kᵀ [hd, ldt] and v [nk, hd], laid out for the kernel.
+		kt = b.getScratch(nKVHeads * hd * (ldt + nk))
+		defer b.putScratch(kt)
+		kt, vp = kt[:nKVHeads*hd*ldt], kt[nKVHeads*hd*ldt:]
+		pack := func(lo, hi int) {
+			for h := lo; h < hi; h++ {
+				attnPack(nk, hd, ks.data[h*hd:], ks.stride, vs.data[h*hd:], vs.stride, kt[h*hd*ldt:], ldt, vp[h*nk*hd:])
+			}
+		}
+		if workers == 1 {
+			pack(0, nKVHeads)
+		} else {
+			b.parallel(nKVHeads, 1, pack)
+		}
+	}
 	var next atomic.Int64
 	work := func() {
 		rows := min(attnBlock, nq)
-		buf := b.getScratch(rows*nk + rows)
+		n := rows*nk + rows
+		if fused {
+			n = 8*ldt + 8
+		}
+		buf := b.getScratch(n)
 		defer b.putScratch(buf)
-		scores, inv := buf[:rows*nk], buf[rows*nk:]
 		for {
 			t := int(next.Add(1) - 1)
 			if t >= tasks {
@@ -76,10 +104,14 @@ func (b *Backend) Attention(dst, q, k, v backend.Tensor, nHeads, nKVHeads int) {
 			r0 := blk * attnBlock
 			m := min(attnBlock, nq-r0)
 			qv := qs.data[r0*qs.stride+h*hd:]
-			kv := ks.data[kh*hd:]
 			vv := vs.data[kh*hd:]
 			ov := d.data[r0*d.stride+h*hd:]
-			b.gemmNT(m, nk, hd, scale, qv, qs.stride, kv, ks.stride, scores, nk)
+			if fused {
+				attnRows(m, nk, hd, scale, qv, qs.stride, kt[kh*hd*ldt:], ldt, vp[kh*nk*hd:], hd, ov, d.stride, buf)
+				continue
+			}
+			scores, inv := buf[:rows*nk], buf[rows*nk:]
+			b.gemmNT(m, nk, hd, scale, qv, qs.stride, ks.data[kh*hd:], ks.stride, scores, nk)
 			softmaxRows(scores, m, nk, inv)
 			b.gemmNN(m, hd, nk, 1, scores, nk, vv, vs.stride, ov, d.stride)
 			for i := 0; i < m; i++ {

@@ -221,26 +221,34 @@ func BenchmarkMatMulRaw(b *testing.B) {
 }
 
 // BenchmarkAttention: n query and key rows, GQA-free; FLOPs counted are the
-// two products, 4·n²·heads·hd.
+// two products, 4·n²·heads·hd. Each shape on both implementations
+// (AttentionImpl): the fused AVX-512 kernel and the GEMM library's
+// products; n360_h4_hd32 is a canvas of the bundled model.
 func BenchmarkAttention(b *testing.B) {
 	r := rand.New(rand.NewPCG(3, 3))
 	for _, s := range []struct{ n, heads, hd int }{
-		{512, 8, 64}, {512, 16, 64}, {512, 8, 128}, {512, 16, 128},
+		{360, 4, 32}, {512, 8, 64}, {512, 16, 64}, {512, 8, 128}, {512, 16, 128},
 	} {
-		b.Run(fmt.Sprintf("n%d_h%d_hd%d", s.n, s.heads, s.hd), func(b *testing.B) {
-			bk := New(0)
-			c := s.heads * s.hd
-			q := bk.FromHost(s.n, c, randMat(r, s.n, c, 1))
-			k := bk.FromHost(s.n, c, randMat(r, s.n, c, 1))
-			v := bk.FromHost(s.n, c, randMat(r, s.n, c, 1))
-			dst := bk.New(s.n, c)
-			bk.Attention(dst, q, k, v, s.heads, s.heads)
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
+		for _, impl := range []AttentionImpl{AttentionGEMM, AttentionFused} {
+			b.Run(fmt.Sprintf("n%d_h%d_hd%d/%s", s.n, s.heads, s.hd, impl), func(b *testing.B) {
+				bk, err := NewFromEnv(0)
+				if err != nil {
+					b.Fatal(err)
+				}
+				bk.fusedAttn = impl == AttentionFused
+				c := s.heads * s.hd
+				q := bk.FromHost(s.n, c, randMat(r, s.n, c, 1))
+				k := bk.FromHost(s.n, c, randMat(r, s.n, c, 1))
+				v := bk.FromHost(s.n, c, randMat(r, s.n, c, 1))
+				dst := bk.New(s.n, c)
 				bk.Attention(dst, q, k, v, s.heads, s.heads)
-			}
-			gflops(b, 4*float64(s.n)*float64(s.n)*float64(c))
-		})
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					bk.Attention(dst, q, k, v, s.heads, s.heads)
+				}
+				gflops(b, 4*float64(s.n)*float64(s.n)*float64(c))
+			})
+		}
 	}
 }
 

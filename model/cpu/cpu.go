@@ -105,6 +105,9 @@ type Backend struct {
 	packWeights bool
 	packedBytes atomic.Int64
 	packErr     atomic.Pointer[error]
+	// fusedAttn runs Attention on the fused AVX-512 kernel where the CPU
+	// has AVX-512F (Options.Attention).
+	fusedAttn bool
 }
 
 // Options configures a backend (NewWithOptions).
@@ -127,6 +130,38 @@ type Options struct {
 	// copy of the weights (the memory map's pages stay mapped). Off by
 	// default; WeightsEnv "packed" sets it.
 	PackWeights bool
+	// Attention picks Attention's implementation ("" is AttentionFused);
+	// see AttentionImpl.
+	Attention AttentionImpl
+}
+
+// AttentionEnv is the environment variable New reads to set
+// Options.Attention: "fused" (or unset) or "gemm".
+const AttentionEnv = "DLMCACHE_CPU_ATTENTION"
+
+// AttentionImpl names an implementation of Attention.
+type AttentionImpl string
+
+// The implementations of Attention.
+const (
+	// AttentionFused runs each head's scores, softmax and product with v
+	// eight query rows at a time in one AVX-512 kernel (kernels.go),
+	// where the CPU has AVX-512F; elsewhere it is AttentionGEMM.
+	AttentionFused AttentionImpl = "fused"
+	// AttentionGEMM runs the two products of each head and block of query
+	// rows on the GEMM library, with the softmax between them.
+	AttentionGEMM AttentionImpl = "gemm"
+)
+
+// ParseAttention parses an AttentionImpl; "" is AttentionFused.
+func ParseAttention(s string) (AttentionImpl, error) {
+	switch a := AttentionImpl(strings.ToLower(strings.TrimSpace(s))); a {
+	case "", AttentionFused:
+		return AttentionFused, nil
+	case AttentionGEMM:
+		return a, nil
+	}
+	return "", fmt.Errorf("cpu: attention %q: want fused or gemm", s)
 }
 
 // WeightsEnv is the environment variable New reads to set
@@ -183,6 +218,9 @@ func NewFromEnv(threads int) (*Backend, error) {
 	default:
 		return nil, fmt.Errorf("cpu: %s=%q: want mapped or packed", WeightsEnv, v)
 	}
+	if o.Attention, err = ParseAttention(os.Getenv(AttentionEnv)); err != nil {
+		return nil, fmt.Errorf("%s: %w", AttentionEnv, err)
+	}
 	return newBackend(o)
 }
 
@@ -219,8 +257,12 @@ func newBackend(o Options) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
+	attn, err := ParseAttention(string(o.Attention))
+	if err != nil {
+		return nil, err
+	}
 	b := &Backend{threads: threads, split: true, decodeBF16: o.DecodeBF16, gemmPick: pick, gemmDesc: pick.desc,
-		packWeights: o.PackWeights && pick.dnnl}
+		packWeights: o.PackWeights && pick.dnnl, fusedAttn: attn == AttentionFused}
 	blasSetThreads(1)
 	return b, nil
 }

@@ -21,8 +21,11 @@ func backends() []struct {
 	name string
 	b    *Backend
 } {
+	// The OpenBLAS backends keep Attention on the GEMM path; t1fused and
+	// t2fused, and the oneDNN ones, run the fused kernel (where the CPU
+	// has AVX-512F; elsewhere they too take the GEMM path).
 	blas := func(threads int) *Backend {
-		return NewWithOptions(Options{Threads: threads, GEMM: GEMMOpenBLAS})
+		return NewWithOptions(Options{Threads: threads, GEMM: GEMMOpenBLAS, Attention: AttentionGEMM})
 	}
 	one := blas(1)
 	two := blas(2)
@@ -33,7 +36,9 @@ func backends() []struct {
 	out := []struct {
 		name string
 		b    *Backend
-	}{{"t1", one}, {"t2", two}, {"t3cols", cols}, {"t2rows", rows}}
+	}{{"t1", one}, {"t2", two}, {"t3cols", cols}, {"t2rows", rows},
+		{"t1fused", NewWithOptions(Options{Threads: 1, GEMM: GEMMOpenBLAS})},
+		{"t2fused", NewWithOptions(Options{Threads: 2, GEMM: GEMMOpenBLAS})}}
 	for _, threads := range []int{1, 2} {
 		if b, err := newBackend(Options{Threads: threads, GEMM: GEMMOneDNN}); err == nil {
 			out = append(out, struct {
@@ -234,6 +239,10 @@ func TestAttention(t *testing.T) {
 		{130, 33, 6, 2, 7}, // GQA, group 3
 		{3, 200, 8, 1, 16}, // multi-query
 		{129, 129, 2, 2, 64},
+		{9, 513, 4, 4, 32},   // the bundled model's head size; 8-row tiles and a tail
+		{17, 40, 2, 1, 128},  // l16-d2048's head size, GQA
+		{33, 31, 3, 3, 48},   // a head of one and a half 32-column tiles
+		{300, 300, 4, 4, 32}, // several tasks per head
 	}
 	for _, bk := range backends() {
 		for _, c := range cases {

@@ -172,11 +172,166 @@ static void bf16_rows_avx2(float *dst, const uint16_t *src, long rows, long cols
 	}
 }
 
+// The fused attention kernel (AVX-512F): for one head and a block of query
+// rows, scores, softmax and the product with v in blocks of 8 query rows,
+// so that the 8 score rows stay in L1 between the three. Both products go
+// through one register tile, c[mr × 32] = α·a[mr × K]·b[K × 32] (b row-major),
+// with kᵀ prepared once per kv head (attn_transpose) so the score product
+// reads it row by row like v.
+#define ATTN_MR 8
+
+// A tile of mr ≤ 8 rows and nv (1 or 2) vectors of 16 columns, the last
+// ones masked by m0, m1; c row i gets α·rs[i]·(a·b) (rs may be NULL).
+__attribute__((target("avx512f"), always_inline))
+static inline void attn_tile(const int mr, const int nv, int K, const float *a, long lda,
+		const float *b, long ldb, float *c, long ldc, float alpha, const float *rs,
+		__mmask16 m0, __mmask16 m1) {
+	__m512 acc[ATTN_MR][2];
+#pragma GCC unroll 8
+	for (int i = 0; i < mr; i++) {
+		acc[i][0] = _mm512_setzero_ps();
+		acc[i][1] = _mm512_setzero_ps();
+	}
+	for (int k = 0; k < K; k++) {
+		const float *bk = b + (long)k * ldb;
+		__m512 b0 = _mm512_maskz_loadu_ps(m0, bk);
+		__m512 b1 = nv > 1 ? _mm512_maskz_loadu_ps(m1, bk + 16) : b0;
+#pragma GCC unroll 8
+		for (int i = 0; i < mr; i++) {
+			__m512 ai = _mm512_set1_ps(a[(long)i * lda + k]);
+			acc[i][0] = _mm512_fmadd_ps(ai, b0, acc[i][0]);
+			if (nv > 1) acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
+		}
+	}
+#pragma GCC unroll 8
+	for (int i = 0; i < mr; i++) {
+		__m512 sc = _mm512_set1_ps(rs ? alpha * rs[i] : alpha);
+		_mm512_mask_storeu_ps(c + (long)i * ldc, m0, _mm512_mul_ps(acc[i][0], sc));
+		if (nv > 1) _mm512_mask_storeu_ps(c + (long)i * ldc + 16, m1, _mm512_mul_ps(acc[i][1], sc));
+	}
+}
+
+// attn_gemm: c[m × n] = α·diag(rs)·a[m × K]·b[K × n], m ≤ 8, in tiles of
+// 32 columns.
+__attribute__((target("avx512f")))
+static void attn_gemm(int m, int n, int K, const float *a, long lda, const float *b, long ldb,
+		float *c, long ldc, float alpha, const float *rs) {
+	for (int j = 0; j < n; j += 32) {
+		int w = n - j < 32 ? n - j : 32;
+		__mmask16 m0 = w >= 16 ? 0xFFFF : (__mmask16)((1u << w) - 1);
+		__mmask16 m1 = w >= 32 ? 0xFFFF : w > 16 ? (__mmask16)((1u << (w - 16)) - 1) : 0;
+		int nv = w > 16 ? 2 : 1;
+#define ATTN_TILE(MR) \
+		if (nv == 2) attn_tile(MR, 2, K, a, lda, b + j, ldb, c + j, ldc, alpha, rs, m0, m1); \
+		else attn_tile(MR, 1, K, a, lda, b + j, ldb, c + j, ldc, alpha, rs, m0, m1)
+		switch (m) {
+		case 8: ATTN_TILE(8); break;
+		case 7: ATTN_TILE(7); break;
+		case 6: ATTN_TILE(6); break;
+		case 5: ATTN_TILE(5); break;
+		case 4: ATTN_TILE(4); break;
+		case 3: ATTN_TILE(3); break;
+		case 2: ATTN_TILE(2); break;
+		case 1: ATTN_TILE(1); break;
+		}
+#undef ATTN_TILE
+	}
+}
+
+__attribute__((target("avx512f")))
+static inline __m512 exp512(__m512 x) {
+	const __m512 hi = _mm512_set1_ps(EXP_HI), lo = _mm512_set1_ps(EXP_LO);
+	__m512 xc = _mm512_max_ps(lo, _mm512_min_ps(hi, x));
+	__m512 fx = _mm512_roundscale_ps(_mm512_fmadd_ps(xc, _mm512_set1_ps(LOG2E), _mm512_set1_ps(0.5f)),
+		_MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+	__m512 r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(C1), xc);
+	r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(C2), r);
+	__m512 z = _mm512_mul_ps(r, r);
+	__m512 p = _mm512_set1_ps(P0);
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(P1));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(P2));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(P3));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(P4));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(P5));
+	p = _mm512_fmadd_ps(p, z, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+	__m512i n = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(fx), _mm512_set1_epi32(127)), 23);
+	__m512 y = _mm512_mul_ps(p, _mm512_castsi512_ps(n));
+	// As exp_scalar: 0 below EXP_LO, +Inf above EXP_HI.
+	y = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ), y, _mm512_setzero_ps());
+	return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ), y, _mm512_set1_ps(INFINITY));
+}
+
+// attn_softmax: each of the m rows of s (n used, stride lds) becomes
+// e^(s−max) in place, inv[i] = 1/Σ; sums spill to double every 256.
+__attribute__((target("avx512f")))
+static void attn_softmax(int m, int n, float *s, long lds, float *inv) {
+	for (int i = 0; i < m; i++) {
+		float *row = s + (long)i * lds;
+		__m512 vm = _mm512_set1_ps(-INFINITY);
+		int j = 0;
+		for (; j + 16 <= n; j += 16) vm = _mm512_max_ps(vm, _mm512_loadu_ps(row + j));
+		__mmask16 t = (__mmask16)((1u << (n - j)) - 1);
+		if (t) vm = _mm512_mask_max_ps(vm, t, vm, _mm512_maskz_loadu_ps(t, row + j));
+		__m512 vmx = _mm512_set1_ps(_mm512_reduce_max_ps(vm));
+		double sum = 0;
+		for (j = 0; j < n;) {
+			__m512 acc = _mm512_setzero_ps();
+			for (int c = 0; c < 16 && j < n; c++, j += 16) {
+				__mmask16 mk = n - j >= 16 ? 0xFFFF : (__mmask16)((1u << (n - j)) - 1);
+				__m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, row + j), vmx));
+				_mm512_mask_storeu_ps(row + j, mk, e);
+				acc = _mm512_add_ps(acc, _mm512_maskz_mov_ps(mk, e));
+			}
+			sum += _mm512_reduce_add_ps(acc);
+		}
+		inv[i] = (float)(1.0 / sum);
+	}
+}
+
+// attn_pack lays out one kv head for attn_rows: kt[d·ldt + j] = k[j·ldk + d]
+// (in blocks of 16 keys, so each write touches one cache line per d) and
+// vp[j·hd + d] = v[j·ldv + d], contiguous: the product with v then reads
+// consecutive rows, not one page per key.
+static void attn_pack(int nk, int hd, const float *k, long ldk, const float *v, long ldv,
+		float *kt, long ldt, float *vp) {
+	for (int j0 = 0; j0 < nk; j0 += 16) {
+		int je = j0 + 16 < nk ? j0 + 16 : nk;
+		for (int d = 0; d < hd; d++)
+			for (int j = j0; j < je; j++) kt[(long)d * ldt + j] = k[(long)j * ldk + d];
+	}
+	for (int j = 0; j < nk; j++) memcpy(vp + (long)j * hd, v + (long)j * ldv, (size_t)hd * sizeof(float));
+}
+
+// attn_rows: o[i] = softmax(scale·q[i]·ktᵀ)·v for the m query rows of one
+// head; kt is that head's [hd × nk] transposed keys (stride ldt), s a
+// scratch of 8·ldt + 8 floats.
+__attribute__((target("avx512f")))
+static void attn_rows(int m, int nk, int hd, float scale, const float *q, long ldq,
+		const float *kt, long ldt, const float *v, long ldv, float *o, long ldo, float *s) {
+	float *inv = s + ATTN_MR * ldt;
+	for (int i = 0; i < m; i += ATTN_MR) {
+		int mr = m - i < ATTN_MR ? m - i : ATTN_MR;
+		attn_gemm(mr, nk, hd, q + (long)i * ldq, ldq, kt, ldt, s, ldt, scale, NULL);
+		attn_softmax(mr, nk, s, ldt, inv);
+		attn_gemm(mr, hd, nk, s, ldt, v, ldv, o + (long)i * ldo, ldo, 1.0f, inv);
+	}
+}
+
+static int have_avx512(void) {
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx512f");
+}
+
 static int have_avx2(void) {
 	__builtin_cpu_init();
 	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 #else
+static int have_avx512(void) { return 0; }
+static void attn_pack(int nk, int hd, const float *k, long ldk, const float *v, long ldv,
+		float *kt, long ldt, float *vp) {}
+static void attn_rows(int m, int nk, int hd, float scale, const float *q, long ldq,
+		const float *kt, long ldt, const float *v, long ldv, float *o, long ldo, float *s) {}
 static int have_avx2(void) { return 0; }
 static void bf16_rows_avx2(float *dst, const uint16_t *src, long rows, long cols, long stride) {}
 static void softmax_rows_avx2(float *s, int m, int n, float *inv) { softmax_rows_generic(s, m, n, inv); }
@@ -278,4 +433,35 @@ func bf16RowsWith(useSIMD bool, dst []float32, w *Tensor, lo, hi int) {
 	src := w.bf16[lo*w.stride:]
 	_ = src[(hi-lo-1)*w.stride+w.cols-1]
 	C.bf16_rows(cbool(useSIMD && simd), (*C.float)(unsafe.Pointer(&dst[0])), (*C.uint16_t)(unsafe.Pointer(&src[0])), C.long(hi-lo), C.long(w.cols), C.long(w.stride))
+}
+
+// avx512 reports whether the AVX-512F attention kernel runs on this machine.
+var avx512 = C.have_avx512() != 0
+
+// attnPack lays out one kv head for attnRows: kt[d·ldt+j] = k[j·ldk+d] and
+// vp[j·hd+d] = v[j·ldv+d], for j < nk, d < hd.
+func attnPack(nk, hd int, k []float32, ldk int, v []float32, ldv int, kt []float32, ldt int, vp []float32) {
+	if nk == 0 || hd == 0 {
+		return
+	}
+	_, _, _, _ = k[(nk-1)*ldk+hd-1], v[(nk-1)*ldv+hd-1], kt[(hd-1)*ldt+nk-1], vp[nk*hd-1]
+	C.attn_pack(C.int(nk), C.int(hd), (*C.float)(unsafe.Pointer(&k[0])), C.long(ldk), (*C.float)(unsafe.Pointer(&v[0])), C.long(ldv),
+		(*C.float)(unsafe.Pointer(&kt[0])), C.long(ldt), (*C.float)(unsafe.Pointer(&vp[0])))
+}
+
+// attnRows computes, for the m query rows of one head, o = softmax(scale·q·ktᵀ)·v
+// with the AVX-512 kernel: q [m, hd] (ldq), kt the head's transposed keys
+// [hd, nk] (ldt ≥ nk), v [nk, hd] (ldv), o [m, hd] (ldo); s is scratch of
+// at least 8·ldt+8 floats.
+func attnRows(m, nk, hd int, scale float32, q []float32, ldq int, kt []float32, ldt int, v []float32, ldv int, o []float32, ldo int, s []float32) {
+	if m == 0 || nk == 0 || hd == 0 {
+		return
+	}
+	if ldt < nk || len(s) < 8*ldt+8 {
+		panic("cpu: attnRows: scratch too short")
+	}
+	_, _, _, _ = q[(m-1)*ldq+hd-1], kt[(hd-1)*ldt+nk-1], v[(nk-1)*ldv+hd-1], o[(m-1)*ldo+hd-1]
+	C.attn_rows(C.int(m), C.int(nk), C.int(hd), C.float(scale), (*C.float)(unsafe.Pointer(&q[0])), C.long(ldq),
+		(*C.float)(unsafe.Pointer(&kt[0])), C.long(ldt), (*C.float)(unsafe.Pointer(&v[0])), C.long(ldv),
+		(*C.float)(unsafe.Pointer(&o[0])), C.long(ldo), (*C.float)(unsafe.Pointer(&s[0])))
 }
