@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"fmt"
 	"sync"
 
 	"github.com/dlmcache/dlmcache/model"
@@ -125,11 +126,18 @@ func (b *batcher) run(jobs []*fwdJob) {
 	for i, j := range jobs {
 		ins[i], plans[i] = j.in, j.plan
 	}
-	outs, err := b.lm.ForwardBatch(ins, plans)
+	var outs []*model.Output
+	err := recovered(func() (err error) {
+		outs, err = b.lm.ForwardBatch(ins, plans)
+		return err
+	})
 	if err != nil && len(jobs) > 1 {
 		// One bad request must not fail the others: run each alone.
 		for _, j := range jobs {
-			j.out, j.err = b.lm.Forward(j.in, j.plan)
+			j.err = recovered(func() (err error) {
+				j.out, err = b.lm.Forward(j.in, j.plan)
+				return err
+			})
 			close(j.done)
 		}
 		return
@@ -142,6 +150,18 @@ func (b *batcher) run(jobs []*fwdJob) {
 		}
 		close(j.done)
 	}
+}
+
+// recovered runs f and turns a panic in it into an error: the batcher's
+// goroutine serves every running generation, and a panic there would end
+// the process, where a handler's panic ends only its request.
+func recovered(f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("forward panicked: %v", r)
+		}
+	}()
+	return f()
 }
 
 // batched routes a generation's forwards through the batcher (when the

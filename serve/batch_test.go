@@ -6,15 +6,64 @@ import (
 	"math"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
 	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/backend"
 )
 
 // TestBatcherWaitsForEveryGeneration: sessions that joined run their
 // forwards as one batch, and the batch shrinks as they leave.
+// panicPlan computes every row and panics when the forward asks for the
+// rows of layer 1: a bug in a cache method.
+type panicPlan struct{}
+
+func (panicPlan) Rows(l int) []int32 {
+	if l == 1 {
+		panic("plan bug")
+	}
+	return nil
+}
+func (panicPlan) Hidden(int, []int32, backend.Tensor) error                            { return nil }
+func (panicPlan) KV(int, []int32, backend.Tensor, backend.Tensor) error                { return nil }
+func (panicPlan) Observe(int, []int32, backend.Tensor, backend.Tensor, backend.Tensor) {}
+
+// TestBatcherSurvivesAPanic: a forward that panics inside the batcher's
+// goroutine fails its own generation with an error; the others in its
+// batch get their outputs, and the batcher goes on serving.
+func TestBatcherSurvivesAPanic(t *testing.T) {
+	m := loadTiny(t)
+	b := newBatcher(m.LLaDA, 8, nil)
+	defer b.close()
+	in := model.Input{Tokens: []int32{1, 2, 3, 4, 5}, LogitRows: []int32{4}}
+	want, err := m.Forward(in, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, bad := b.session(), b.session()
+	var wg sync.WaitGroup
+	var goodErr, badErr error
+	var out *model.Output
+	wg.Add(2)
+	go func() { defer wg.Done(); defer good.end(); out, goodErr = good.Forward(in, nil) }()
+	go func() { defer wg.Done(); defer bad.end(); _, badErr = bad.Forward(in, panicPlan{}) }()
+	wg.Wait()
+	if goodErr != nil || !closeTo(out.Logits, want.Logits, 1e-5) {
+		t.Errorf("the good generation: err %v, or its logits differ from the forward alone", goodErr)
+	}
+	if badErr == nil || !strings.Contains(badErr.Error(), "plan bug") {
+		t.Errorf("the panicking generation: err %v, want one naming the panic", badErr)
+	}
+	again := b.session()
+	defer again.end()
+	if _, err := again.Forward(in, nil); err != nil {
+		t.Errorf("after the panic: %v", err)
+	}
+}
+
 func TestBatcherWaitsForEveryGeneration(t *testing.T) {
 	m := loadTiny(t)
 	var mu sync.Mutex
