@@ -93,7 +93,7 @@ Methods:` + methodsHelp(),
 	fl.BoolVar(&opts.StoreAnswers, "store-answers", false, "with --store-blocks: keep each answered conversation's blocks so the next turn reuses every earlier turn (a fill forward over the question and answer per request)")
 	fl.StringVar(&opts.Modules, "modules", "", "prompt-module schema (JSON: {\"modules\": [{\"name\", \"text\", \"start\"}]}): chat requests import modules by name (\"modules\": [...]) to open their system message with them, each module's K/V computed once at its reserved positions and reused")
 	fl.IntVar(&opts.ModuleDepth, "module-depth", 1, "layers in which imported modules' K/V are reused (1 is exact; 2 held on the bundled model, 3 and deeper did not: docs/results.md 0.6)")
-	fl.IntVar(&opts.MaxBatch, "max-batch", 1, "generations whose step forwards run as one batched forward (continuous batching); 1: each runs its own forwards (see docs/serving.md for why 1 is the default on a busy 2-core CPU)")
+	fl.IntVar(&opts.MaxBatch, "max-batch", defaultMaxBatch, "generations whose step forwards run as one batched forward (continuous batching; 16 gave 1.4–1.7× the requests/s of two unbatched generations at 16 clients on an idle 2-core CPU: docs/serving.md); 1: each runs its own forwards, which does better on a CPU shared with other work")
 	fl.IntVar(&opts.MaxConcurrency, "max-concurrency", 0, "generations run at once (0: --max-batch when above 1, else 2, which gave 33–59% more tokens/s than 1 on a 2-core CPU: see docs/serving.md)")
 	fl.IntVar(&opts.MaxQueue, "max-queue", 1024, "requests that may wait for a generation slot beyond those running; more get 429 (0: 4×max-concurrency)")
 	fl.DurationVar(&opts.QueueWait, "queue-wait", 0, "longest wait for a generation slot before a 503 (0: --timeout)")
@@ -176,6 +176,10 @@ func serveRun(ctx context.Context, opts *serveOptions) error {
 	fmt.Fprintln(opts.f.ErrOut, "dlmcache serve: stopped")
 	return err
 }
+
+// defaultMaxBatch is --max-batch's default: the 16-client batch measured
+// in docs/serving.md ("Batched forwards").
+const defaultMaxBatch = 16
 
 // concurrency is --max-concurrency after its default: --max-batch when
 // batching, else 2.

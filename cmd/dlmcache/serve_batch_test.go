@@ -28,3 +28,17 @@ func TestServeConcurrencyDefault(t *testing.T) {
 		}
 	}
 }
+
+// TestServeBatchesByDefault: with no flags, serve batches up to 16
+// generations' forwards and runs 16 at once.
+func TestServeBatchesByDefault(t *testing.T) {
+	var opts *serveOptions
+	cmd := newCmdServe(&factory{Out: &syncBuffer{}, ErrOut: &syncBuffer{}}, func(o *serveOptions) error { opts = o; return nil })
+	cmd.SetArgs([]string{"--model", serveFixture})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if opts.MaxBatch != 16 || concurrency(opts.MaxConcurrency, opts.MaxBatch) != 16 {
+		t.Errorf("defaults: --max-batch %d, %d generations at once; want 16 and 16", opts.MaxBatch, concurrency(opts.MaxConcurrency, opts.MaxBatch))
+	}
+}
