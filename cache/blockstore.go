@@ -124,6 +124,14 @@ func blockKey(parent Key, fp, salt string, tokens []int32) Key {
 
 // Get implements PrefixStore.
 func (s *BlockStore) Get(lm *model.LLaDA, id PrefixID) (*Entry, int, int, float64, error) {
+	return s.get(lm, id, true)
+}
+
+// get is Get; count says whether the lookup counts in Stats (queries and
+// hit tokens): a request's does, StorePrefix's fill of an answered
+// conversation does not, or every turn's blocks would be counted as hit
+// twice.
+func (s *BlockStore) get(lm *model.LLaDA, id PrefixID, count bool) (*Entry, int, int, float64, error) {
 	B := s.blockSize
 	nb := len(id.Tokens) / B
 	s.mu.Lock()
@@ -142,12 +150,16 @@ func (s *BlockStore) Get(lm *model.LLaDA, id PrefixID) (*Entry, int, int, float6
 		<-wait
 		s.mu.Lock()
 	}
-	s.stats.Queries++
-	s.stats.QueryTokens += int64(len(id.Tokens))
 	hit := len(chain) * B
-	s.stats.HitTokens += int64(hit)
+	if count {
+		s.stats.Queries++
+		s.stats.QueryTokens += int64(len(id.Tokens))
+		s.stats.HitTokens += int64(hit)
+		if len(chain) == nb {
+			s.stats.Hits++
+		}
+	}
 	if len(chain) == nb {
-		s.stats.Hits++
 		s.mu.Unlock()
 		return s.assemble(lm, chain), hit, 0, 0, nil
 	}
@@ -472,7 +484,7 @@ func StorePrefix(lm *model.LLaDA, meth Method, tokens []int32, salt string) (int
 	if !ok {
 		return 0, 0, nil
 	}
-	e, _, rows, flops, err := bs.Get(lm, PrefixID{Fingerprint: o.Fingerprint, Salt: joinSalt(o.Salt, salt), Tokens: tokens})
+	e, _, rows, flops, err := bs.get(lm, PrefixID{Fingerprint: o.Fingerprint, Salt: joinSalt(o.Salt, salt), Tokens: tokens}, false)
 	if err != nil {
 		return 0, 0, err
 	}

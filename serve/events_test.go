@@ -15,7 +15,7 @@ import (
 
 // blockServer is a bicache server on a block store of 8-token blocks whose
 // budget holds about blocks blocks, with its KV event log.
-func blockServer(t *testing.T, blocks int) (*Server, *cache.BlockStore) {
+func blockServer(t *testing.T, blocks int, configure ...func(*Config)) (*Server, *cache.BlockStore) {
 	t.Helper()
 	m := loadTiny(t)
 	// One block's bytes: K, V and the hidden state, per layer.
@@ -33,7 +33,11 @@ func blockServer(t *testing.T, blocks int) (*Server, *cache.BlockStore) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Config{Model: m, Method: meth, Gen: testGen, MaxConcurrency: 2, Events: ev})
+	c := Config{Model: m, Method: meth, Gen: testGen, MaxConcurrency: 2, Events: ev}
+	for _, f := range configure {
+		f(&c)
+	}
+	s, err := New(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,5 +111,35 @@ func TestKVEventsAndSharedDocument(t *testing.T) {
 	// A whole-prefix server has no block events.
 	if rec := get(t, newTestServer(t, "bicache", 1<<30, nil), "/v1/kv_events"); rec.Code != http.StatusNotFound {
 		t.Errorf("whole-prefix store: %d", rec.Code)
+	}
+}
+
+// TestFourTurnConversation: a conversation of four turns through the
+// server with StoreAnswers; turns 2–4 reuse every earlier turn but the
+// last partial block: the prefix hit tokens (/metrics) of each are at
+// least its shared prefix (the system message and the earlier turns,
+// answers included) minus one block, and no more than it (storing an
+// answered conversation is not a hit).
+func TestFourTurnConversation(t *testing.T) {
+	const block = 8
+	s, _ := blockServer(t, 1000, func(c *Config) { c.StoreAnswers = true })
+	msgs := []map[string]string{{"role": "system", "content": "Reference table: alpha is 12, beta is 7, gamma is 30, delta is 4. Answer with the number only."}}
+	for turn, q := range []string{"What is beta?", "And gamma?", "What is alpha?", "And delta?"} {
+		msgs = append(msgs, map[string]string{"role": "user", "content": q})
+		body, _ := json.Marshal(map[string]any{"model": "tiny", "messages": msgs})
+		before := metric(t, get(t, s, "/metrics").Body.String(), "dlmcache_prefix_cache_hits_tokens_total")
+		r := decodeChat(t, post(t, s, "/v1/chat/completions", string(body)))
+		hit := metric(t, get(t, s, "/metrics").Body.String(), "dlmcache_prefix_cache_hits_tokens_total") - before
+		if turn > 0 && hit < float64(r.Dlmcache.PrefixTokens-block) {
+			t.Errorf("turn %d: %v prefix tokens hit of %d shared, want ≥ %d", turn+1, hit, r.Dlmcache.PrefixTokens, r.Dlmcache.PrefixTokens-block)
+		}
+		if hit > float64(r.Dlmcache.PrefixTokens) {
+			t.Errorf("turn %d: %v prefix tokens hit, more than the %d shared: a lookup counted twice", turn+1, hit, r.Dlmcache.PrefixTokens)
+		}
+		if turn > 0 && r.Dlmcache.PrefixTokens <= r.Usage.PromptTokens/2 {
+			t.Errorf("turn %d: shared prefix %d of %d prompt tokens: the earlier turns are not in it", turn+1, r.Dlmcache.PrefixTokens, r.Usage.PromptTokens)
+		}
+		t.Logf("turn %d: prompt %d tokens, shared prefix %d, hit %v", turn+1, r.Usage.PromptTokens, r.Dlmcache.PrefixTokens, hit)
+		msgs = append(msgs, map[string]string{"role": "assistant", "content": r.Choices[0].Message.Content})
 	}
 }
