@@ -206,7 +206,8 @@ func pickGEMM(lib GEMMLib) (gemmPick, error) {
 	return p, nil
 }
 
-// GEMM describes the libraries the backend's matrix products run on, e.g.
+// GEMM describes the libraries the backend's matrix products run on (and
+// says when attention runs on the fused kernel instead), e.g.
 // "oneDNN 2.6.3 (F32 brg:avx512_core; BF16 brg:avx512_core_bf16; …)" or
 // "OpenBLAS … (kernel Haswell); oneDNN unused: …".
 func (b *Backend) GEMM() string {
@@ -219,6 +220,9 @@ func (b *Backend) GEMM() string {
 	}
 	if e := dnnlFailed.Load(); e != nil && b.dnnl {
 		desc += "; oneDNN failed, OpenBLAS since: " + (*e).Error()
+	}
+	if b.fusedAttn && avx512 {
+		desc += "; attention on the fused AVX-512 kernel"
 	}
 	return desc
 }

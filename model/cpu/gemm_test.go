@@ -163,3 +163,24 @@ func TestWeightsEnv(t *testing.T) {
 		t.Fatalf("packed on OpenBLAS: %v, packWeights %v (nothing to pack for)", err, b.packWeights)
 	}
 }
+
+// TestGEMMSaysAttention: GEMM names the fused attention kernel when
+// Attention runs on it, and not otherwise.
+func TestGEMMSaysAttention(t *testing.T) {
+	fused := NewWithOptions(Options{Threads: 1, GEMM: GEMMOpenBLAS})
+	gemm := NewWithOptions(Options{Threads: 1, GEMM: GEMMOpenBLAS, Attention: AttentionGEMM})
+	if got := strings.Contains(fused.GEMM(), "fused AVX-512"); got != avx512 {
+		t.Errorf("fused, AVX-512F %v: %q", avx512, fused.GEMM())
+	}
+	if strings.Contains(gemm.GEMM(), "fused") {
+		t.Errorf("gemm: %q", gemm.GEMM())
+	}
+	t.Setenv(AttentionEnv, "flash")
+	if _, err := NewFromEnv(1); err == nil || !strings.Contains(err.Error(), AttentionEnv) || !strings.Contains(err.Error(), "fused or gemm") {
+		t.Errorf("%s=flash: %v", AttentionEnv, err)
+	}
+	t.Setenv(AttentionEnv, "GEMM")
+	if b, err := NewFromEnv(1); err != nil || b.fusedAttn {
+		t.Errorf("%s=GEMM: %v, fused %v", AttentionEnv, err, b != nil && b.fusedAttn)
+	}
+}
