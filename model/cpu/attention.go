@@ -16,6 +16,11 @@ import (
 // and cost balance between the goroutines.
 const maxAttnBlock = 256
 
+// maxAttnPack is the most floats the fused kernel's kᵀ and v layouts take
+// at once (16 MB); a larger attention lays out its kv heads a group at a
+// time.
+var maxAttnPack = 4 << 20
+
 // Attention: bidirectional softmax attention, scaled by 1/sqrt(headDim).
 // q [nq, nHeads*hd], k and v [nk, nKVHeads*hd], dst [nq, nHeads*hd];
 // query head h reads kv head h/(nHeads/nKVHeads).
@@ -62,81 +67,94 @@ func (b *Backend) Attention(dst, q, k, v backend.Tensor, nHeads, nKVHeads int) {
 		attnBlock /= 2
 	}
 	blocks := (nq + attnBlock - 1) / attnBlock
-	tasks := nHeads * blocks
-	workers = min(workers, tasks)
+	workers = min(workers, nHeads*blocks)
 	fused := b.fusedAttn && avx512
 	// ldt: the row stride of the transposed keys, a whole number of
 	// cache lines.
 	ldt := (nk + 15) &^ 15
+	// The fused kernel reads each kv head's kᵀ [hd, ldt] and v [nk, hd]
+	// laid out for it, made for a group of kv heads at a time: as many as
+	// fit in maxAttnPack floats (all of them at the sizes this project
+	// runs; two of LLaDA-8B's at a sequence of 4096).
+	kvGroup := nKVHeads
 	var kt, vp []float32
 	if fused {
-		// Each kv head's kᵀ [hd, ldt] and v [nk, hd], laid out for the kernel.
-		kt = b.getScratch(nKVHeads * hd * (ldt + nk))
+		per := hd * (ldt + nk)
+		kvGroup = max(1, min(nKVHeads, maxAttnPack/per))
+		kt = b.getScratch(kvGroup * per)
 		defer b.putScratch(kt)
-		kt, vp = kt[:nKVHeads*hd*ldt], kt[nKVHeads*hd*ldt:]
-		pack := func(lo, hi int) {
-			for h := lo; h < hi; h++ {
-				attnPack(nk, hd, ks.data[h*hd:], ks.stride, vs.data[h*hd:], vs.stride, kt[h*hd*ldt:], ldt, vp[h*nk*hd:])
-			}
-		}
-		if workers == 1 {
-			pack(0, nKVHeads)
-		} else {
-			b.parallel(nKVHeads, 1, pack)
-		}
+		kt, vp = kt[:kvGroup*hd*ldt], kt[kvGroup*hd*ldt:kvGroup*per]
 	}
-	var next atomic.Int64
-	work := func() {
-		rows := min(attnBlock, nq)
-		n := rows*nk + rows
+	for g0 := 0; g0 < nKVHeads; g0 += kvGroup {
+		g1 := min(nKVHeads, g0+kvGroup)
 		if fused {
-			n = 8*ldt + 8
+			pack := func(lo, hi int) {
+				for h := lo; h < hi; h++ {
+					i := h - g0
+					attnPack(nk, hd, ks.data[h*hd:], ks.stride, vs.data[h*hd:], vs.stride, kt[i*hd*ldt:], ldt, vp[i*nk*hd:])
+				}
+			}
+			if workers == 1 {
+				pack(g0, g1)
+			} else {
+				b.parallel(g1-g0, 1, func(lo, hi int) { pack(g0+lo, g0+hi) })
+			}
 		}
-		buf := b.getScratch(n)
-		defer b.putScratch(buf)
-		for {
-			t := int(next.Add(1) - 1)
-			if t >= tasks {
-				return
-			}
-			h, blk := t/blocks, t%blocks
-			kh := h / group
-			r0 := blk * attnBlock
-			m := min(attnBlock, nq-r0)
-			qv := qs.data[r0*qs.stride+h*hd:]
-			vv := vs.data[kh*hd:]
-			ov := d.data[r0*d.stride+h*hd:]
+		// The tasks of this group's query heads.
+		h0, tasks := g0*group, (g1-g0)*group*blocks
+		var next atomic.Int64
+		work := func() {
+			rows := min(attnBlock, nq)
+			n := rows*nk + rows
 			if fused {
-				attnRows(m, nk, hd, scale, qv, qs.stride, kt[kh*hd*ldt:], ldt, vp[kh*nk*hd:], hd, ov, d.stride, buf)
-				continue
+				n = 8*ldt + 8
 			}
-			scores, inv := buf[:rows*nk], buf[rows*nk:]
-			b.gemmNT(m, nk, hd, scale, qv, qs.stride, ks.data[kh*hd:], ks.stride, scores, nk)
-			softmaxRows(scores, m, nk, inv)
-			b.gemmNN(m, hd, nk, 1, scores, nk, vv, vs.stride, ov, d.stride)
-			for i := 0; i < m; i++ {
-				o := ov[i*d.stride : i*d.stride+hd]
-				s := inv[i]
-				for j := range o {
-					o[j] *= s
+			buf := b.getScratch(n)
+			defer b.putScratch(buf)
+			for {
+				t := int(next.Add(1) - 1)
+				if t >= tasks {
+					return
+				}
+				h, blk := h0+t/blocks, t%blocks
+				kh := h / group
+				r0 := blk * attnBlock
+				m := min(attnBlock, nq-r0)
+				qv := qs.data[r0*qs.stride+h*hd:]
+				ov := d.data[r0*d.stride+h*hd:]
+				if fused {
+					i := kh - g0
+					attnRows(m, nk, hd, scale, qv, qs.stride, kt[i*hd*ldt:], ldt, vp[i*nk*hd:], hd, ov, d.stride, buf)
+					continue
+				}
+				scores, inv := buf[:rows*nk], buf[rows*nk:]
+				b.gemmNT(m, nk, hd, scale, qv, qs.stride, ks.data[kh*hd:], ks.stride, scores, nk)
+				softmaxRows(scores, m, nk, inv)
+				b.gemmNN(m, hd, nk, 1, scores, nk, vs.data[kh*hd:], vs.stride, ov, d.stride)
+				for i := 0; i < m; i++ {
+					o := ov[i*d.stride : i*d.stride+hd]
+					s := inv[i]
+					for j := range o {
+						o[j] *= s
+					}
 				}
 			}
 		}
-	}
-	if workers <= 1 {
-		work()
-		return
-	}
-	var wg sync.WaitGroup
-	wg.Add(workers - 1)
-	for w := 1; w < workers; w++ {
-		go func() {
-			defer wg.Done()
+		if w := min(workers, tasks); w <= 1 {
 			work()
-		}()
+		} else {
+			var wg sync.WaitGroup
+			wg.Add(w - 1)
+			for range w - 1 {
+				go func() {
+					defer wg.Done()
+					work()
+				}()
+			}
+			work()
+			wg.Wait()
+		}
 	}
-	work()
-	wg.Wait()
 }
 
 // getScratch returns a float32 buffer of at least n elements.

@@ -261,6 +261,32 @@ func TestAttention(t *testing.T) {
 	}
 }
 
+// TestAttentionPackGroups: the fused kernel laying out its kv heads one
+// or two at a time (a long sequence's way) gives what it gives with them
+// all at once.
+func TestAttentionPackGroups(t *testing.T) {
+	r := rand.New(rand.NewPCG(15, 16))
+	defer func(v int) { maxAttnPack = v }(maxAttnPack)
+	for _, c := range []struct{ nq, nk, nHeads, nKV, hd int }{
+		{40, 70, 6, 3, 32}, {9, 33, 4, 4, 16}, {70, 20, 8, 2, 64},
+	} {
+		q := randMat(r, c.nq, c.nHeads*c.hd, 3)
+		k := randMat(r, c.nk, c.nKV*c.hd, 3)
+		v := randMat(r, c.nk, c.nKV*c.hd, 1)
+		want := refAttention(q, k, v, c.nq, c.nk, c.nHeads, c.nKV, c.hd)
+		per := c.hd * ((c.nk+15)&^15 + c.nk)
+		for _, pack := range []int{1, 2 * per} {
+			maxAttnPack = pack
+			for _, threads := range []int{1, 2} {
+				b := NewWithOptions(Options{Threads: threads, GEMM: GEMMOpenBLAS})
+				dst := b.New(c.nq, c.nHeads*c.hd)
+				b.Attention(dst, b.FromHost(c.nq, c.nHeads*c.hd, q), b.FromHost(c.nk, c.nKV*c.hd, k), b.FromHost(c.nk, c.nKV*c.hd, v), c.nHeads, c.nKV)
+				closeTo(t, fmt.Sprintf("%+v pack %d threads %d", c, pack, threads), b.ToHost(dst, nil), want, 2e-5, 1e-4)
+			}
+		}
+	}
+}
+
 func TestAttentionLargeScores(t *testing.T) {
 	// Scores around ±1000 overflow e^s without the max subtraction.
 	b := New(2)
