@@ -212,11 +212,23 @@ func (m *LLaDA) ForwardBatch(ins []Input, plans []Plan) ([]*Output, error) {
 // plan, attended, and written into its rows of att.
 func (m *LLaDA) attendOne(l int, it *batchItem, q, k, v, att backend.Tensor, alloc func(int, int) backend.Tensor) error {
 	b, c := m.Backend, m.Config
-	n, r, sel := len(it.in.Tokens), len(it.rows), it.sel()
-	qi, ki, vi := alloc(r, c.DModel), alloc(r, c.KVDim()), alloc(r, c.KVDim())
-	b.CopyRows(qi, nil, q, sel)
-	b.CopyRows(ki, nil, k, sel)
-	b.CopyRows(vi, nil, v, sel)
+	n, r := len(it.in.Tokens), len(it.rows)
+	// The request's rows of the batch tensors are rows [off, off+r): views
+	// where the backend has them, else copies.
+	vw, view := b.(backend.Viewer)
+	var qi, ki, vi, ai backend.Tensor
+	var sel []int32
+	if view {
+		qi, ki, vi = vw.ViewRows(q, it.off, it.off+r), vw.ViewRows(k, it.off, it.off+r), vw.ViewRows(v, it.off, it.off+r)
+		ai = vw.ViewRows(att, it.off, it.off+r)
+	} else {
+		sel = it.sel()
+		qi, ki, vi = alloc(r, c.DModel), alloc(r, c.KVDim()), alloc(r, c.KVDim())
+		b.CopyRows(qi, nil, q, sel)
+		b.CopyRows(ki, nil, k, sel)
+		b.CopyRows(vi, nil, v, sel)
+		ai = alloc(r, c.DModel)
+	}
 	K, V := ki, vi
 	if r != n {
 		if it.kFull == nil {
@@ -230,9 +242,10 @@ func (m *LLaDA) attendOne(l int, it *batchItem, q, k, v, att backend.Tensor, all
 		K, V = it.kFull, it.vFull
 	}
 	m.observe(it.plan, l, it.rows, it.x, qi, K, V)
-	ai := alloc(r, c.DModel)
 	b.Attention(ai, qi, K, V, c.NHeads, c.NKVHeads)
-	b.CopyRows(att, sel, ai, nil)
+	if !view {
+		b.CopyRows(att, sel, ai, nil)
+	}
 	return nil
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"slices"
 	"testing"
+
+	"github.com/dlmcache/dlmcache/model/backend"
 )
 
 // TestForwardBatchMatchesForward runs requests of different lengths and
@@ -36,8 +38,24 @@ func TestForwardBatchMatchesForward(t *testing.T) {
 	if len(g.PositionIDs) != n {
 		ins[5].Positions = nil
 	}
+	// On a backend without views the batch copies each request's rows of
+	// q, k, v and the attention out and back instead.
+	copies := *m.LLaDA
+	copies.Backend = noViews{m.Backend}
 	for _, size := range []int{1, 2, len(ins)} {
 		got, err := m.ForwardBatch(ins[:size], plans[:size])
+		if err != nil {
+			t.Fatal(err)
+		}
+		copied, err := copies.ForwardBatch(ins[:size], plans[:size])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range size {
+			if !slices.Equal(got[i].Logits, copied[i].Logits) {
+				t.Errorf("batch of %d, request %d: logits with views and with copies differ (relative error %.3g)", size, i, relErr(got[i].Logits, copied[i].Logits))
+			}
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -62,6 +80,10 @@ func TestForwardBatchMatchesForward(t *testing.T) {
 		}
 	}
 }
+
+// noViews is a backend without the optional interfaces (backend.Viewer
+// among them) of the one it wraps.
+type noViews struct{ backend.Backend }
 
 func TestForwardBatchBadInput(t *testing.T) {
 	m, g, _ := loadFixture(t, "tiny-f32")
