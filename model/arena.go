@@ -19,8 +19,17 @@ type arena struct {
 	ts []backend.Tensor
 }
 
+// alloc returns a [r, cols] temporary. Its contents are unspecified where
+// the backend has backend.Uninit: every temporary of a forward is the
+// destination of an operation (or a plan's KV or Hidden) that writes it
+// in full.
 func (a *arena) alloc(r, cols int) backend.Tensor {
-	t := a.b.New(r, cols)
+	var t backend.Tensor
+	if u, ok := a.b.(backend.Uninit); ok {
+		t = u.NewUninit(r, cols)
+	} else {
+		t = a.b.New(r, cols)
+	}
 	a.mu.Lock()
 	a.ts = append(a.ts, t)
 	a.mu.Unlock()

@@ -108,6 +108,14 @@ type AttentionWeigher interface {
 	AttentionWeights(dst []float32, q, k Tensor, nHeads, nKVHeads int)
 }
 
+// Uninit is an optional Backend method: a [rows, cols] matrix whose
+// contents are unspecified, for a destination that the operation it is made
+// for writes in full (every temporary of a forward is one), where New's
+// clearing is wasted work.
+type Uninit interface {
+	NewUninit(rows, cols int) Tensor
+}
+
 // Viewer is an optional Backend method pair: rows [lo, hi) or columns
 // [lo, hi) of t as a tensor sharing t's storage (freeing t frees it; a view
 // is never freed). Every operation must accept views. With it the model

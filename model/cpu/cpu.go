@@ -2,12 +2,15 @@ package cpu
 
 import (
 	"encoding/binary"
+	"flag"
 	"fmt"
+	"math"
 	"os"
 	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"unsafe"
 
 	"github.com/dlmcache/dlmcache/model/backend"
@@ -371,6 +374,35 @@ func (b *Backend) New(rows, cols int) backend.Tensor {
 	}
 	return &Tensor{rows: rows, cols: cols, stride: cols, data: b.bufs.get(rows * cols), pooled: true}
 }
+
+// NewUninit implements backend.Uninit: a [rows, cols] matrix whose
+// storage is recycled as it is, not cleared. In a test binary that runs no
+// benchmark its elements are NaN instead, so that an operation or a plan
+// that leaves an element of its destination unwritten shows in every
+// test's results (benchmarks time what a program does).
+func (b *Backend) NewUninit(rows, cols int) backend.Tensor {
+	if rows < 0 || cols < 0 {
+		panic(fmt.Sprintf("cpu: NewUninit: negative shape [%d, %d]", rows, cols))
+	}
+	data := b.bufs.scratch(rows * cols)
+	if poisonUninit() {
+		nan := float32(math.NaN())
+		for i := range data {
+			data[i] = nan
+		}
+	}
+	return &Tensor{rows: rows, cols: cols, stride: cols, data: data, pooled: true}
+}
+
+// poisonUninit reports whether NewUninit fills its matrices with NaN: in a
+// test binary, unless it was asked to run benchmarks (-test.bench).
+var poisonUninit = sync.OnceValue(func() bool {
+	if !testing.Testing() {
+		return false
+	}
+	f := flag.Lookup("test.bench")
+	return f == nil || f.Value.String() == ""
+})
 
 // FromHost copies data into a new [rows, cols] matrix.
 func (b *Backend) FromHost(rows, cols int, data []float32) backend.Tensor {
