@@ -15,8 +15,6 @@ import (
 	"github.com/dlmcache/dlmcache/model/backend"
 )
 
-// TestBatcherWaitsForEveryGeneration: sessions that joined run their
-// forwards as one batch, and the batch shrinks as they leave.
 // panicPlan computes every row and panics when the forward asks for the
 // rows of layer 1: a bug in a cache method.
 type panicPlan struct{}
@@ -64,6 +62,8 @@ func TestBatcherSurvivesAPanic(t *testing.T) {
 	}
 }
 
+// TestBatcherWaitsForEveryGeneration: sessions that joined run their
+// forwards as one batch, and the batch shrinks as they leave.
 func TestBatcherWaitsForEveryGeneration(t *testing.T) {
 	m := loadTiny(t)
 	var mu sync.Mutex

@@ -29,7 +29,7 @@ var maxAttnPack = 4 << 20
 // that goroutines take in order. Where the CPU has AVX-512F (and the
 // backend's fusedAttn is on, the default), a task runs the fused kernel
 // (attn_rows in kernels.go): eight query rows at a time, their scores
-// against kᵀ (transposed once per kv head before the tasks start), the
+// against kᵀ (laid out with v once per kv head, before its tasks), the
 // softmax and the product with v, with the eight score rows kept in L1.
 // Otherwise a task computes its scores S = scale·q_h·k_hᵀ with one sgemm
 // reading q and k in place (leading dimensions, no copies), turns each row

@@ -368,12 +368,7 @@ func (b *Backend) pack(t *Tensor, bf16 bool, w unsafe.Pointer) {
 }
 
 // New returns a zeroed [rows, cols] matrix.
-func (b *Backend) New(rows, cols int) backend.Tensor {
-	if rows < 0 || cols < 0 {
-		panic(fmt.Sprintf("cpu: New: negative shape [%d, %d]", rows, cols))
-	}
-	return &Tensor{rows: rows, cols: cols, stride: cols, data: b.bufs.get(rows * cols), pooled: true}
-}
+func (b *Backend) New(rows, cols int) backend.Tensor { return b.pooled("New", rows, cols, true) }
 
 // NewUninit implements backend.Uninit: a [rows, cols] matrix whose
 // storage is recycled as it is, not cleared. In a test binary that runs no
@@ -381,17 +376,23 @@ func (b *Backend) New(rows, cols int) backend.Tensor {
 // that leaves an element of its destination unwritten shows in every
 // test's results (benchmarks time what a program does).
 func (b *Backend) NewUninit(rows, cols int) backend.Tensor {
-	if rows < 0 || cols < 0 {
-		panic(fmt.Sprintf("cpu: NewUninit: negative shape [%d, %d]", rows, cols))
-	}
-	data := b.bufs.scratch(rows * cols)
+	t := b.pooled("NewUninit", rows, cols, false)
 	if poisonUninit() {
 		nan := float32(math.NaN())
-		for i := range data {
-			data[i] = nan
+		for i := range t.data {
+			t.data[i] = nan
 		}
 	}
-	return &Tensor{rows: rows, cols: cols, stride: cols, data: data, pooled: true}
+	return t
+}
+
+// pooled returns a [rows, cols] matrix on storage from the pool, cleared
+// when zero.
+func (b *Backend) pooled(op string, rows, cols int, zero bool) *Tensor {
+	if rows < 0 || cols < 0 {
+		panic(fmt.Sprintf("cpu: %s: negative shape [%d, %d]", op, rows, cols))
+	}
+	return &Tensor{rows: rows, cols: cols, stride: cols, data: b.bufs.take(rows*cols, zero), pooled: true}
 }
 
 // poisonUninit reports whether NewUninit fills its matrices with NaN: in a

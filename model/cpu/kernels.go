@@ -176,8 +176,8 @@ static void bf16_rows_avx2(float *dst, const uint16_t *src, long rows, long cols
 // rows, scores, softmax and the product with v in blocks of 8 query rows,
 // so that the 8 score rows stay in L1 between the three. Both products go
 // through one register tile, c[mr × 32] = α·a[mr × K]·b[K × 32] (b row-major),
-// with kᵀ prepared once per kv head (attn_transpose) so the score product
-// reads it row by row like v.
+// with kᵀ and v laid out once per kv head (attn_pack) so that both
+// products read b row by row.
 #define ATTN_MR 8
 
 // A tile of mr ≤ 8 rows and nv (1 or 2) vectors of 16 columns, the last

@@ -51,13 +51,12 @@ func (p *bufPool) class(c int) *sync.Pool {
 	return sp
 }
 
-// get returns a zeroed slice of length n.
-func (p *bufPool) get(n int) []float32 { return p.take(n, true) }
-
 // scratch returns a slice of length n with arbitrary contents, for a
 // buffer its user overwrites before reading.
 func (p *bufPool) scratch(n int) []float32 { return p.take(n, false) }
 
+// take returns a slice of length n from the pool (or new), cleared when
+// zero.
 func (p *bufPool) take(n int, zero bool) []float32 {
 	if n < minPooled {
 		return make([]float32, n)
