@@ -74,10 +74,10 @@
 // kv head are laid out once per call, then each task of (head, block of
 // query rows) takes eight query rows at a time through the scores, the
 // softmax and the product with v in one C call, the eight score rows
-// staying in L1, both products on one 8×32 register tile. One core runs
-// its products at 0.92 of its FMA peak; against the GEMM library's two
-// products per head it measured 1.2–1.9× faster at the bundled model's
-// head size (32) and 1.05–1.1× at 128. Elsewhere attention runs on the
+// staying in L1, both products on one 8×32 register tile. Against the
+// GEMM library's two products per head, BenchmarkAttention measured it
+// 1.2–1.9× faster at the bundled model's head size (32) and 1.05–1.1× at
+// 128. Elsewhere attention runs on the
 // GEMM library as below.
 //
 // PeakF32 and PeakBF16 measure the processor's FMA and vdpbf16ps
