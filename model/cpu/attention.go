@@ -26,11 +26,12 @@ var maxAttnPack = 4 << 20
 // query head h reads kv head h/(nHeads/nKVHeads).
 //
 // The work is split into tasks of (head, block of up to 256 query rows)
-// that goroutines take in order. Where the CPU has AVX-512F (and the
-// backend's fusedAttn is on, the default), a task runs the fused kernel
-// (attn_rows in kernels.go): eight query rows at a time, their scores
-// against kᵀ (laid out with v once per kv head, before its tasks), the
-// softmax and the product with v, with the eight score rows kept in L1.
+// that goroutines take in order. Where the CPU has AVX-512F or AVX2+FMA
+// (and the backend's attn kernel is on, the default), a task runs the
+// fused kernel (attn_rows, attn_rows2 in kernels.go): eight (AVX-512) or
+// six (AVX2) query rows at a time, their scores against kᵀ (laid out with
+// v once per kv head, before its tasks), the softmax and the product with
+// v, with those score rows kept in L1.
 // Otherwise a task computes its scores S = scale·q_h·k_hᵀ with one sgemm
 // reading q and k in place (leading dimensions, no copies), turns each row
 // of S into e^(s−max), multiplies by v_h with a second sgemm straight into
@@ -68,7 +69,7 @@ func (b *Backend) Attention(dst, q, k, v backend.Tensor, nHeads, nKVHeads int) {
 	}
 	blocks := (nq + attnBlock - 1) / attnBlock
 	workers = min(workers, nHeads*blocks)
-	fused := b.fusedAttn && avx512
+	fused := b.attn != attnNone
 	// ldt: the row stride of the transposed keys, a whole number of
 	// cache lines.
 	ldt := (nk + 15) &^ 15
@@ -124,7 +125,7 @@ func (b *Backend) Attention(dst, q, k, v backend.Tensor, nHeads, nKVHeads int) {
 				ov := d.data[r0*d.stride+h*hd:]
 				if fused {
 					i := kh - g0
-					attnRows(m, nk, hd, scale, qv, qs.stride, kt[i*hd*ldt:], ldt, vp[i*nk*hd:], hd, ov, d.stride, buf)
+					attnRows(b.attn, m, nk, hd, scale, qv, qs.stride, kt[i*hd*ldt:], ldt, vp[i*nk*hd:], hd, ov, d.stride, buf)
 					continue
 				}
 				scores, inv := buf[:rows*nk], buf[rows*nk:]

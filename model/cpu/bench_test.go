@@ -222,20 +222,29 @@ func BenchmarkMatMulRaw(b *testing.B) {
 
 // BenchmarkAttention: n query and key rows, GQA-free; FLOPs counted are the
 // two products, 4·n²·heads·hd. Each shape on both implementations
-// (AttentionImpl): the fused AVX-512 kernel and the GEMM library's
-// products; n360_h4_hd32 is a canvas of the bundled model.
+// (AttentionImpl): the GEMM library's products and the fused kernels this
+// CPU has (fused: the widest; fused-avx2 also on an AVX-512 CPU);
+// n360_h4_hd32 is a canvas of the bundled model.
 func BenchmarkAttention(b *testing.B) {
 	r := rand.New(rand.NewPCG(3, 3))
 	for _, s := range []struct{ n, heads, hd int }{
 		{360, 4, 32}, {512, 8, 64}, {512, 16, 64}, {512, 8, 128}, {512, 16, 128},
 	} {
-		for _, impl := range []AttentionImpl{AttentionGEMM, AttentionFused} {
+		kernels := map[string]attnKernel{string(AttentionGEMM): attnNone, string(AttentionFused): bestAttn}
+		if bestAttn == attnAVX512 && simd {
+			kernels["fused-avx2"] = attnAVX2
+		}
+		for _, impl := range []string{string(AttentionGEMM), string(AttentionFused), "fused-avx2"} {
+			kern, ok := kernels[impl]
+			if !ok {
+				continue
+			}
 			b.Run(fmt.Sprintf("n%d_h%d_hd%d/%s", s.n, s.heads, s.hd, impl), func(b *testing.B) {
 				bk, err := NewFromEnv(0)
 				if err != nil {
 					b.Fatal(err)
 				}
-				bk.fusedAttn = impl == AttentionFused
+				bk.attn = kern
 				c := s.heads * s.hd
 				q := bk.FromHost(s.n, c, randMat(r, s.n, c, 1))
 				k := bk.FromHost(s.n, c, randMat(r, s.n, c, 1))

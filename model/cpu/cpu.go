@@ -108,9 +108,12 @@ type Backend struct {
 	packWeights bool
 	packedBytes atomic.Int64
 	packErr     atomic.Pointer[error]
-	// fusedAttn runs Attention on the fused AVX-512 kernel where the CPU
-	// has AVX-512F (Options.Attention).
-	fusedAttn bool
+	// attn is the fused kernel Attention runs (Options.Attention: the
+	// widest this CPU has), or attnNone for the GEMM path.
+	attn attnKernel
+	// scalarOps keeps the row-wise ops (RMSNorm, RoPE, Add) on their
+	// plain C loops even where AVX2 runs: for tests.
+	scalarOps bool
 }
 
 // Options configures a backend (NewWithOptions).
@@ -148,8 +151,9 @@ type AttentionImpl string
 // The implementations of Attention.
 const (
 	// AttentionFused runs each head's scores, softmax and product with v
-	// eight query rows at a time in one AVX-512 kernel (kernels.go),
-	// where the CPU has AVX-512F; elsewhere it is AttentionGEMM.
+	// a few query rows at a time in one kernel (kernels.go): eight rows
+	// on AVX-512F, six on AVX2+FMA; on a CPU with neither it is
+	// AttentionGEMM.
 	AttentionFused AttentionImpl = "fused"
 	// AttentionGEMM runs the two products of each head and block of query
 	// rows on the GEMM library, with the softmax between them.
@@ -265,7 +269,10 @@ func newBackend(o Options) (*Backend, error) {
 		return nil, err
 	}
 	b := &Backend{threads: threads, split: true, decodeBF16: o.DecodeBF16, gemmPick: pick, gemmDesc: pick.desc,
-		packWeights: o.PackWeights && pick.dnnl, fusedAttn: attn == AttentionFused}
+		packWeights: o.PackWeights && pick.dnnl}
+	if attn == AttentionFused {
+		b.attn = bestAttn
+	}
 	blasSetThreads(1)
 	return b, nil
 }

@@ -22,8 +22,8 @@ func backends() []struct {
 	b    *Backend
 } {
 	// The OpenBLAS backends keep Attention on the GEMM path; t1fused and
-	// t2fused, and the oneDNN ones, run the fused kernel (where the CPU
-	// has AVX-512F; elsewhere they too take the GEMM path).
+	// t2fused, and the oneDNN ones, run the widest fused kernel the CPU
+	// has; on an AVX-512 CPU t1avx2 and t2avx2 run the AVX2 one too.
 	blas := func(threads int) *Backend {
 		return NewWithOptions(Options{Threads: threads, GEMM: GEMMOpenBLAS, Attention: AttentionGEMM})
 	}
@@ -33,12 +33,24 @@ func backends() []struct {
 	cols.splitMode = splitCols
 	rows := blas(2)
 	rows.splitMode = splitRows
+	scalar := blas(2)
+	scalar.scalarOps = true
 	out := []struct {
 		name string
 		b    *Backend
-	}{{"t1", one}, {"t2", two}, {"t3cols", cols}, {"t2rows", rows},
+	}{{"t1", one}, {"t2", two}, {"t3cols", cols}, {"t2rows", rows}, {"t2scalar", scalar},
 		{"t1fused", NewWithOptions(Options{Threads: 1, GEMM: GEMMOpenBLAS})},
 		{"t2fused", NewWithOptions(Options{Threads: 2, GEMM: GEMMOpenBLAS})}}
+	if bestAttn == attnAVX512 && simd {
+		for _, threads := range []int{1, 2} {
+			b := NewWithOptions(Options{Threads: threads, GEMM: GEMMOpenBLAS})
+			b.attn = attnAVX2
+			out = append(out, struct {
+				name string
+				b    *Backend
+			}{fmt.Sprintf("t%davx2", threads), b})
+		}
+	}
 	for _, threads := range []int{1, 2} {
 		if b, err := newBackend(Options{Threads: threads, GEMM: GEMMOneDNN}); err == nil {
 			out = append(out, struct {
@@ -243,6 +255,7 @@ func TestAttention(t *testing.T) {
 		{17, 40, 2, 1, 128},  // l16-d2048's head size, GQA
 		{33, 31, 3, 3, 48},   // a head of one and a half 32-column tiles
 		{300, 300, 4, 4, 32}, // several tasks per head
+		{13, 21, 2, 2, 12},   // AVX2: a head of one and a half 8-lane vectors
 	}
 	for _, bk := range backends() {
 		for _, c := range cases {

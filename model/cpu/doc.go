@@ -69,27 +69,30 @@
 // LLaDA-8B's BF16 weights need on a 24 GB machine. Views of a packed
 // weight, and any product oneDNN declines it for, use the mapped layout.
 //
-// Attention, where the CPU has AVX-512F, runs a fused kernel (kernels.go,
-// Options.Attention, $DLMCACHE_CPU_ATTENTION=fused|gemm): kᵀ and v of each
-// kv head are laid out once per call, then each task of (head, block of
-// query rows) takes eight query rows at a time through the scores, the
-// softmax and the product with v in one C call, the eight score rows
-// staying in L1, both products on one 8×32 register tile. Against the
-// GEMM library's two products per head, BenchmarkAttention measured it
-// 1.2–1.9× faster at the bundled model's head size (32) and 1.05–1.1× at
-// 128. Elsewhere attention runs on the
-// GEMM library as below.
+// Attention, where the CPU has AVX-512F or AVX2+FMA, runs a fused kernel
+// (kernels.go, Options.Attention, $DLMCACHE_CPU_ATTENTION=fused|gemm): kᵀ
+// and v of each kv head are laid out once per call, then each task of
+// (head, block of query rows) takes a few query rows at a time through the
+// scores, the softmax and the product with v in one C call, those score
+// rows staying in L1: eight rows on one 8×32 register tile with AVX-512,
+// six on a 6×16 tile with AVX2 (16 registers of 8 lanes). Against the
+// GEMM library's two products per head, BenchmarkAttention measured the
+// AVX-512 kernel 1.2–1.9× faster at the bundled model's head size (32)
+// and 1.05–1.1× at 128 (Zen 4), the AVX2 one 1.7–2.0× at 32 and
+// 0.9–1.05× at 64–128 (Zen 3). Elsewhere attention runs on the GEMM
+// library as below.
 //
 // PeakF32 and PeakBF16 measure the processor's FMA and vdpbf16ps
 // throughput, the ceilings make bench divides by.
 //
-// The remaining operations (RMSNorm, RoPE, SiLU·up, softmax, Add, Embed,
-// CopyRows) are Go loops split over the backend's threads when the input is
-// large enough to pay for the goroutines. The two that evaluate e^x for
-// every element, the softmax inside attention and SiLU, call small C
-// kernels (kernels.go) instead: a float32 e^x accurate to about 1 ulp,
-// vectorised with AVX2+FMA where the CPU has them (checked at start-up),
-// scalar elsewhere. A scalar Go e^x ran at 6 ns, as slow as math.Exp, and
-// made both ops the bottleneck of attention. RMSNorm accumulates in
-// float64; RoPE computes its angles in float64.
+// The row-wise operations (RMSNorm, RoPE, Add; rowops.go) run over each
+// thread's range of rows in one C call, with AVX2+FMA where the CPU has it
+// (checked at start-up), plain C loops elsewhere; Embed and CopyRows are Go
+// copies, split over the backend's threads when the input is large enough
+// to pay for the goroutines. The two that evaluate e^x for every element,
+// the softmax inside attention and SiLU, call small C kernels (kernels.go):
+// a float32 e^x accurate to about 1 ulp, vectorised with AVX2+FMA or
+// AVX-512F, scalar elsewhere. A scalar Go e^x ran at 6 ns, as slow as
+// math.Exp, and made both ops the bottleneck of attention. RMSNorm
+// accumulates in float64; RoPE computes its angles in float64.
 package cpu

@@ -221,8 +221,8 @@ func (b *Backend) GEMM() string {
 	if e := dnnlFailed.Load(); e != nil && b.dnnl {
 		desc += "; oneDNN failed, OpenBLAS since: " + (*e).Error()
 	}
-	if b.fusedAttn && avx512 {
-		desc += "; attention on the fused AVX-512 kernel"
+	if b.attn != attnNone {
+		desc += "; attention on the fused " + b.attn.String() + " kernel"
 	}
 	return desc
 }

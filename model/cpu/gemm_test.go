@@ -169,8 +169,8 @@ func TestWeightsEnv(t *testing.T) {
 func TestGEMMSaysAttention(t *testing.T) {
 	fused := NewWithOptions(Options{Threads: 1, GEMM: GEMMOpenBLAS})
 	gemm := NewWithOptions(Options{Threads: 1, GEMM: GEMMOpenBLAS, Attention: AttentionGEMM})
-	if got := strings.Contains(fused.GEMM(), "fused AVX-512"); got != avx512 {
-		t.Errorf("fused, AVX-512F %v: %q", avx512, fused.GEMM())
+	if want := "attention on the fused " + bestAttn.String() + " kernel"; bestAttn != attnNone && !strings.Contains(fused.GEMM(), want) {
+		t.Errorf("fused, best kernel %v: %q", bestAttn, fused.GEMM())
 	}
 	if strings.Contains(gemm.GEMM(), "fused") {
 		t.Errorf("gemm: %q", gemm.GEMM())
@@ -180,7 +180,7 @@ func TestGEMMSaysAttention(t *testing.T) {
 		t.Errorf("%s=flash: %v", AttentionEnv, err)
 	}
 	t.Setenv(AttentionEnv, "GEMM")
-	if b, err := NewFromEnv(1); err != nil || b.fusedAttn {
-		t.Errorf("%s=GEMM: %v, fused %v", AttentionEnv, err, b != nil && b.fusedAttn)
+	if b, err := NewFromEnv(1); err != nil || b.attn != attnNone {
+		t.Errorf("%s=GEMM: %v, fused %v", AttentionEnv, err, b != nil && b.attn != attnNone)
 	}
 }

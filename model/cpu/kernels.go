@@ -317,6 +317,135 @@ static void attn_rows(int m, int nk, int hd, float scale, const float *q, long l
 	}
 }
 
+// The same kernel for AVX2+FMA: 16 registers of 8 lanes hold a tile of
+// 6 rows × 16 columns (12 accumulators, two rows of b, a broadcast), so
+// a block is 6 query rows. Column tails use masked loads and stores.
+#define ATTN_MR2 6
+
+__attribute__((target("avx2,fma"), always_inline))
+static inline void attn_tile2(const int mr, const int nv, const int full, int K, const float *a, long lda,
+		const float *b, long ldb, float *c, long ldc, float alpha, const float *rs,
+		__m256i m0, __m256i m1) {
+	__m256 acc[ATTN_MR2][2];
+#pragma GCC unroll 6
+	for (int i = 0; i < mr; i++) {
+		acc[i][0] = _mm256_setzero_ps();
+		acc[i][1] = _mm256_setzero_ps();
+	}
+	for (int k = 0; k < K; k++) {
+		const float *bk = b + (long)k * ldb;
+		__m256 b0 = full ? _mm256_loadu_ps(bk) : _mm256_maskload_ps(bk, m0);
+		__m256 b1 = nv > 1 ? (full ? _mm256_loadu_ps(bk + 8) : _mm256_maskload_ps(bk + 8, m1)) : b0;
+#pragma GCC unroll 6
+		for (int i = 0; i < mr; i++) {
+			__m256 ai = _mm256_broadcast_ss(a + (long)i * lda + k);
+			acc[i][0] = _mm256_fmadd_ps(ai, b0, acc[i][0]);
+			if (nv > 1) acc[i][1] = _mm256_fmadd_ps(ai, b1, acc[i][1]);
+		}
+	}
+#pragma GCC unroll 6
+	for (int i = 0; i < mr; i++) {
+		__m256 sc = _mm256_set1_ps(rs ? alpha * rs[i] : alpha);
+		float *ci = c + (long)i * ldc;
+		if (full) {
+			_mm256_storeu_ps(ci, _mm256_mul_ps(acc[i][0], sc));
+			if (nv > 1) _mm256_storeu_ps(ci + 8, _mm256_mul_ps(acc[i][1], sc));
+		} else {
+			_mm256_maskstore_ps(ci, m0, _mm256_mul_ps(acc[i][0], sc));
+			if (nv > 1) _mm256_maskstore_ps(ci + 8, m1, _mm256_mul_ps(acc[i][1], sc));
+		}
+	}
+}
+
+// attn_gemm2: attn_gemm for AVX2, m ≤ 6, in tiles of 16 columns.
+__attribute__((target("avx2,fma")))
+static void attn_gemm2(int m, int n, int K, const float *a, long lda, const float *b, long ldb,
+		float *c, long ldc, float alpha, const float *rs) {
+	const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+	for (int j = 0; j < n; j += 16) {
+		int w = n - j < 16 ? n - j : 16;
+		// lane < w (first vector), lane + 8 < w (second)
+		__m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(w), lane);
+		__m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(w - 8), lane);
+		int nv = w > 8 ? 2 : 1, full = w == 16 || w == 8;
+#define ATTN_TILE2(MR) \
+		if (nv == 2) { if (full) attn_tile2(MR, 2, 1, K, a, lda, b + j, ldb, c + j, ldc, alpha, rs, m0, m1); \
+			else attn_tile2(MR, 2, 0, K, a, lda, b + j, ldb, c + j, ldc, alpha, rs, m0, m1); } \
+		else { if (full) attn_tile2(MR, 1, 1, K, a, lda, b + j, ldb, c + j, ldc, alpha, rs, m0, m1); \
+			else attn_tile2(MR, 1, 0, K, a, lda, b + j, ldb, c + j, ldc, alpha, rs, m0, m1); }
+		switch (m) {
+		case 6: ATTN_TILE2(6); break;
+		case 5: ATTN_TILE2(5); break;
+		case 4: ATTN_TILE2(4); break;
+		case 3: ATTN_TILE2(3); break;
+		case 2: ATTN_TILE2(2); break;
+		case 1: ATTN_TILE2(1); break;
+		}
+#undef ATTN_TILE2
+	}
+}
+
+// exp256_le0 is exp256 for the softmax's x = s − max ≤ 0: no upper clamp
+// and no blends. Below EXP_LO it gives e^EXP_LO ≈ 1.2·10⁻³⁸ where exp256
+// gives 0, nothing beside a sum ≥ 1; a NaN still passes through.
+__attribute__((target("avx2,fma")))
+static inline __m256 exp256_le0(__m256 x) {
+	__m256 xc = _mm256_max_ps(_mm256_set1_ps(EXP_LO), x);
+	__m256 fx = _mm256_round_ps(_mm256_fmadd_ps(xc, _mm256_set1_ps(LOG2E), _mm256_set1_ps(0.5f)),
+		_MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+	__m256 r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(C1), xc);
+	r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(C2), r);
+	__m256 z = _mm256_mul_ps(r, r);
+	__m256 p = _mm256_set1_ps(P0);
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P1));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P2));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P3));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P4));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P5));
+	p = _mm256_fmadd_ps(p, z, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+	__m256i n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127)), 23);
+	return _mm256_mul_ps(p, _mm256_castsi256_ps(n));
+}
+
+// attn_softmax2: attn_softmax for AVX2 (tails in scalar code).
+__attribute__((target("avx2,fma")))
+static void attn_softmax2(int m, int n, float *s, long lds, float *inv) {
+	for (int i = 0; i < m; i++) {
+		float *row = s + (long)i * lds;
+		__m256 vm = _mm256_set1_ps(-INFINITY);
+		int j = 0;
+		for (; j + 8 <= n; j += 8) vm = _mm256_max_ps(vm, _mm256_loadu_ps(row + j));
+		float mx = hmax256(vm);
+		for (; j < n; j++) if (row[j] > mx) mx = row[j];
+		__m256 vmx = _mm256_set1_ps(mx);
+		double sum = 0;
+		for (j = 0; j + 8 <= n;) {
+			__m256 acc = _mm256_setzero_ps();
+			for (int c = 0; c < 32 && j + 8 <= n; c++, j += 8) {
+				__m256 e = exp256_le0(_mm256_sub_ps(_mm256_loadu_ps(row + j), vmx));
+				_mm256_storeu_ps(row + j, e);
+				acc = _mm256_add_ps(acc, e);
+			}
+			sum += hsum256(acc);
+		}
+		for (; j < n; j++) { float e = exp_scalar(row[j] - mx); row[j] = e; sum += e; }
+		inv[i] = (float)(1.0 / sum);
+	}
+}
+
+// attn_rows2: attn_rows for AVX2, in blocks of 6 query rows.
+__attribute__((target("avx2,fma")))
+static void attn_rows2(int m, int nk, int hd, float scale, const float *q, long ldq,
+		const float *kt, long ldt, const float *v, long ldv, float *o, long ldo, float *s) {
+	float *inv = s + ATTN_MR2 * ldt;
+	for (int i = 0; i < m; i += ATTN_MR2) {
+		int mr = m - i < ATTN_MR2 ? m - i : ATTN_MR2;
+		attn_gemm2(mr, nk, hd, q + (long)i * ldq, ldq, kt, ldt, s, ldt, scale, NULL);
+		attn_softmax2(mr, nk, s, ldt, inv);
+		attn_gemm2(mr, hd, nk, s, ldt, v, ldv, o + (long)i * ldo, ldo, 1.0f, inv);
+	}
+}
+
 static int have_avx512(void) {
 	__builtin_cpu_init();
 	return __builtin_cpu_supports("avx512f");
@@ -331,6 +460,8 @@ static int have_avx512(void) { return 0; }
 static void attn_pack(int nk, int hd, const float *k, long ldk, const float *v, long ldv,
 		float *kt, long ldt, float *vp) {}
 static void attn_rows(int m, int nk, int hd, float scale, const float *q, long ldq,
+		const float *kt, long ldt, const float *v, long ldv, float *o, long ldo, float *s) {}
+static void attn_rows2(int m, int nk, int hd, float scale, const float *q, long ldq,
 		const float *kt, long ldt, const float *v, long ldv, float *o, long ldo, float *s) {}
 static int have_avx2(void) { return 0; }
 static void bf16_rows_avx2(float *dst, const uint16_t *src, long rows, long cols, long stride) {}
@@ -438,6 +569,37 @@ func bf16RowsWith(useSIMD bool, dst []float32, w *Tensor, lo, hi int) {
 // avx512 reports whether the AVX-512F attention kernel runs on this machine.
 var avx512 = C.have_avx512() != 0
 
+// attnKernel names the fused attention kernel a backend runs (attn_rows
+// or attn_rows2 in C), or none: Attention's GEMM path.
+type attnKernel int
+
+const (
+	attnNone   attnKernel = iota
+	attnAVX2              // 6-row blocks, 8 lanes (AVX2+FMA)
+	attnAVX512            // 8-row blocks, 16 lanes (AVX-512F)
+)
+
+func (k attnKernel) String() string {
+	switch k {
+	case attnAVX2:
+		return "AVX2"
+	case attnAVX512:
+		return "AVX-512"
+	}
+	return "none"
+}
+
+// bestAttn is the widest fused attention kernel this machine runs.
+var bestAttn = func() attnKernel {
+	switch {
+	case avx512:
+		return attnAVX512
+	case simd:
+		return attnAVX2
+	}
+	return attnNone
+}()
+
 // attnPack lays out one kv head for attnRows: kt[d·ldt+j] = k[j·ldk+d] and
 // vp[j·hd+d] = v[j·ldv+d], for j < nk, d < hd.
 func attnPack(nk, hd int, k []float32, ldk int, v []float32, ldv int, kt []float32, ldt int, vp []float32) {
@@ -450,10 +612,10 @@ func attnPack(nk, hd int, k []float32, ldk int, v []float32, ldv int, kt []float
 }
 
 // attnRows computes, for the m query rows of one head, o = softmax(scale·q·ktᵀ)·v
-// with the AVX-512 kernel: q [m, hd] (ldq), kt the head's transposed keys
+// with the fused kernel kern (not attnNone): q [m, hd] (ldq), kt the head's transposed keys
 // [hd, nk] (ldt ≥ nk), v [nk, hd] (ldv), o [m, hd] (ldo); s is scratch of
 // at least 8·ldt+8 floats.
-func attnRows(m, nk, hd int, scale float32, q []float32, ldq int, kt []float32, ldt int, v []float32, ldv int, o []float32, ldo int, s []float32) {
+func attnRows(kern attnKernel, m, nk, hd int, scale float32, q []float32, ldq int, kt []float32, ldt int, v []float32, ldv int, o []float32, ldo int, s []float32) {
 	if m == 0 || nk == 0 || hd == 0 {
 		return
 	}
@@ -461,7 +623,14 @@ func attnRows(m, nk, hd int, scale float32, q []float32, ldq int, kt []float32, 
 		panic("cpu: attnRows: scratch too short")
 	}
 	_, _, _, _ = q[(m-1)*ldq+hd-1], kt[(hd-1)*ldt+nk-1], v[(nk-1)*ldv+hd-1], o[(m-1)*ldo+hd-1]
-	C.attn_rows(C.int(m), C.int(nk), C.int(hd), C.float(scale), (*C.float)(unsafe.Pointer(&q[0])), C.long(ldq),
-		(*C.float)(unsafe.Pointer(&kt[0])), C.long(ldt), (*C.float)(unsafe.Pointer(&v[0])), C.long(ldv),
-		(*C.float)(unsafe.Pointer(&o[0])), C.long(ldo), (*C.float)(unsafe.Pointer(&s[0])))
+	qp, ktp, vp := (*C.float)(unsafe.Pointer(&q[0])), (*C.float)(unsafe.Pointer(&kt[0])), (*C.float)(unsafe.Pointer(&v[0]))
+	op, sp := (*C.float)(unsafe.Pointer(&o[0])), (*C.float)(unsafe.Pointer(&s[0]))
+	switch kern {
+	case attnAVX512:
+		C.attn_rows(C.int(m), C.int(nk), C.int(hd), C.float(scale), qp, C.long(ldq), ktp, C.long(ldt), vp, C.long(ldv), op, C.long(ldo), sp)
+	case attnAVX2:
+		C.attn_rows2(C.int(m), C.int(nk), C.int(hd), C.float(scale), qp, C.long(ldq), ktp, C.long(ldt), vp, C.long(ldv), op, C.long(ldo), sp)
+	default:
+		panic("cpu: attnRows: no fused kernel " + kern.String())
+	}
 }

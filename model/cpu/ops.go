@@ -2,7 +2,6 @@ package cpu
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/dlmcache/dlmcache/model/backend"
 )
@@ -57,30 +56,8 @@ func (b *Backend) RMSNorm(dst, x, w backend.Tensor, eps float32) {
 	if cols == 0 {
 		return
 	}
-	wr := ws.Row(0)
 	b.parallel(xs.rows, rowGrain(cols), func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			xr, dr := xs.Row(i), d.Row(i)
-			var s0, s1, s2, s3 float64
-			j := 0
-			for ; j+4 <= cols; j += 4 {
-				a0, a1, a2, a3 := float64(xr[j]), float64(xr[j+1]), float64(xr[j+2]), float64(xr[j+3])
-				s0 += a0 * a0
-				s1 += a1 * a1
-				s2 += a2 * a2
-				s3 += a3 * a3
-			}
-			for ; j < cols; j++ {
-				a := float64(xr[j])
-				s0 += a * a
-			}
-			r := float32(1 / math.Sqrt((s0+s1+s2+s3)/float64(cols)+float64(eps)))
-			dr = dr[:cols]
-			wr := wr[:cols]
-			for j, v := range xr[:cols] {
-				dr[j] = v * r * wr[j]
-			}
-		}
+		rmsNormRows(!b.scalarOps, d, xs, ws, lo, hi, eps)
 	})
 }
 
@@ -110,19 +87,20 @@ func (b *Backend) RoPE(x backend.Tensor, pos []int32, headDim int, theta float64
 	invFreq := ropeInvFreq(headDim, theta)
 	heads := xs.cols / headDim
 	b.parallel(xs.rows, rowGrain(xs.cols), func(lo, hi int) {
+		// The rows with cached angles in one call; the rest here.
+		if need > 0 {
+			ropeRows(!b.scalarOps, xs, lo, hi, pos, headDim, tab.cs, need)
+		}
 		var own []float32
 		for i := lo; i < hi; i++ {
-			var cs []float32
 			if p := int(pos[i]); p >= 0 && p < need {
-				cs = tab.cs[p*headDim : (p+1)*headDim]
-			} else {
-				if own == nil {
-					own = make([]float32, headDim)
-				}
-				ropeAngles(own, float64(p), invFreq)
-				cs = own
+				continue
 			}
-			cos, sin := cs[:half], cs[half:]
+			if own == nil {
+				own = make([]float32, headDim)
+			}
+			ropeAngles(own, float64(pos[i]), invFreq)
+			cos, sin := own[:half], own[half:]
 			row := xs.Row(i)
 			for h := 0; h < heads; h++ {
 				x1 := row[h*headDim : h*headDim+half]
@@ -160,13 +138,7 @@ func (b *Backend) Add(dst, x backend.Tensor) {
 		shapePanic("Add", "dst %v, x %v", d, xs)
 	}
 	b.parallel(d.rows, rowGrain(d.cols), func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			dr, xr := d.Row(i), xs.Row(i)
-			xr = xr[:len(dr)]
-			for j := range dr {
-				dr[j] += xr[j]
-			}
-		}
+		addRows(!b.scalarOps, d, xs, lo, hi)
 	})
 }
 
