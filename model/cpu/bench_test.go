@@ -86,7 +86,8 @@ func matmulStrategies() []struct {
 	}
 }
 
-// BenchmarkMatMul: dst [n, d] = x [n, d] · wᵀ, w [d, d].
+// BenchmarkMatMul: dst [n, out] = x [n, in] · wᵀ, w [out, in] loaded as a
+// model's weight (laid out at load where the backend does that).
 func BenchmarkMatMul(b *testing.B) {
 	r := rand.New(rand.NewPCG(1, 1))
 	for _, s := range []struct{ n, in, out int }{
@@ -104,7 +105,7 @@ func BenchmarkMatMul(b *testing.B) {
 				bk := st.mk()
 				defer New(0)
 				x := bk.FromHost(s.n, s.in, randMat(r, s.n, s.in, 1))
-				w := bk.FromHost(s.out, s.in, randMat(r, s.out, s.in, 1))
+				w := weightF32(b, bk, s.out, s.in, randMat(r, s.out, s.in, 1)) // as a model's
 				dst := bk.New(s.n, s.out)
 				bk.MatMul(dst, x, w)
 				b.ResetTimer()

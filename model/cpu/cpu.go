@@ -40,6 +40,10 @@ type Tensor struct {
 	// data or bf16 still hold it as the checkpoint lays it out, for the
 	// views (which never carry packed) and any product oneDNN declines.
 	packed *packedWeight
+	// panels is the weight laid out for the panel kernel (panelPack),
+	// where the backend uses it (Backend.panel) and the weight is small
+	// enough; views never carry it.
+	panels []float32
 }
 
 // Rows is the number of rows.
@@ -111,6 +115,12 @@ type Backend struct {
 	// attn is the fused kernel Attention runs (Options.Attention: the
 	// widest this CPU has), or attnNone for the GEMM path.
 	attn attnKernel
+	// panel runs the products with F32 weights of at most panelMaxK
+	// columns on the AVX2 panel kernel (kernels.go), each such weight laid
+	// out for it at load: where auto picked OpenBLAS on a CPU with AVX2
+	// but no AVX-512. panelBytes counts the layouts.
+	panel      bool
+	panelBytes atomic.Int64
 	// scalarOps keeps the row-wise ops (RMSNorm, RoPE, Add) on their
 	// plain C loops even where AVX2 runs: for tests.
 	scalarOps bool
@@ -273,6 +283,7 @@ func newBackend(o Options) (*Backend, error) {
 	if attn == AttentionFused {
 		b.attn = bestAttn
 	}
+	b.panel = lib == GEMMAuto && !pick.dnnl && bestAttn == attnAVX2
 	blasSetThreads(1)
 	return b, nil
 }
@@ -356,6 +367,10 @@ func (b *Backend) Weight(dtype backend.DType, rows, cols int, raw []byte) (backe
 		t.data = make([]float32, n)
 		b.parallel(rows, rowGrain(cols), func(lo, hi int) { bf16Rows(t.data[lo*cols:], t, lo, hi) })
 		t.bf16, t.readOnly = nil, false
+	}
+	if b.panel && rows > 1 && cols <= panelMaxK {
+		t.panels = panelPack(t.data, t.stride, rows, cols)
+		b.panelBytes.Add(int64(4 * len(t.panels)))
 	}
 	return t, nil
 }

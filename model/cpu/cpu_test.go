@@ -41,6 +41,18 @@ func backends() []struct {
 	}{{"t1", one}, {"t2", two}, {"t3cols", cols}, {"t2rows", rows}, {"t2scalar", scalar},
 		{"t1fused", NewWithOptions(Options{Threads: 1, GEMM: GEMMOpenBLAS})},
 		{"t2fused", NewWithOptions(Options{Threads: 2, GEMM: GEMMOpenBLAS})}}
+	if simd {
+		// The panel kernel, wherever AVX2 runs (auto picks it only on a
+		// CPU without AVX-512).
+		for _, threads := range []int{1, 2} {
+			b := NewWithOptions(Options{Threads: threads, GEMM: GEMMOpenBLAS})
+			b.panel = true
+			out = append(out, struct {
+				name string
+				b    *Backend
+			}{fmt.Sprintf("t%dpanel", threads), b})
+		}
+	}
 	if bestAttn == attnAVX512 && simd {
 		for _, threads := range []int{1, 2} {
 			b := NewWithOptions(Options{Threads: threads, GEMM: GEMMOpenBLAS})
@@ -84,6 +96,20 @@ func bf16Activations(b *Backend, x []float32) []float32 {
 	return out
 }
 
+// weightF32 loads w [rows, cols] through b.Weight, as a checkpoint's
+// F32 tensor.
+func weightF32(tb testing.TB, b *Backend, rows, cols int, w []float32) backend.Tensor {
+	raw := make([]byte, 4*len(w))
+	for i, v := range w {
+		binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(v))
+	}
+	t, err := b.Weight(backend.F32, rows, cols, raw)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return t
+}
+
 func randMat(r *rand.Rand, rows, cols int, scale float64) []float32 {
 	m := make([]float32, rows*cols)
 	for i := range m {
@@ -125,6 +151,9 @@ func TestMatMul(t *testing.T) {
 	shapes := []struct{ n, in, out int }{
 		{1, 1, 1}, {1, 7, 3}, {1, 300, 517}, {3, 5, 1}, {5, 33, 17},
 		{37, 129, 65}, {200, 64, 300}, {130, 97, 16}, {513, 40, 7}, {64, 256, 250},
+		// the panel kernel's tails: rows past a 6-row tile and a 96-row
+		// block, columns past a 16-column panel, k at its limit and past it
+		{13, 128, 40}, {100, 384, 130}, {7, 512, 33}, {9, 513, 20}, {700, 128, 384},
 	}
 	for _, bk := range backends() {
 		for _, s := range shapes {
@@ -132,9 +161,18 @@ func TestMatMul(t *testing.T) {
 				b := bk.b
 				x := randMat(r, s.n, s.in, 1)
 				w := randMat(r, s.out, s.in, 1)
+				want := refMatMul(x, w, s.n, s.in, s.out)
 				dst := b.New(s.n, s.out)
 				b.MatMul(dst, b.FromHost(s.n, s.in, x), b.FromHost(s.out, s.in, w))
-				closeTo(t, "MatMul", b.ToHost(dst, nil), refMatMul(x, w, s.n, s.in, s.out), 1e-4*math.Sqrt(float64(s.in)), 1e-5)
+				closeTo(t, "MatMul", b.ToHost(dst, nil), want, 1e-4*math.Sqrt(float64(s.in)), 1e-5)
+				// w as a model's weight: laid out at load where the
+				// backend does that (oneDNN's packing, the panel kernel).
+				bw := weightF32(t, b, s.out, s.in, w)
+				if got := bw.(*Tensor).panels != nil; got != (b.panel && s.out > 1 && s.in <= panelMaxK) {
+					t.Errorf("panels laid out %v, backend's panel %v", got, b.panel)
+				}
+				b.MatMul(dst, b.FromHost(s.n, s.in, x), bw)
+				closeTo(t, "MatMul, weight", b.ToHost(dst, nil), want, 1e-4*math.Sqrt(float64(s.in)), 1e-5)
 			})
 		}
 	}

@@ -28,7 +28,14 @@ const (
 	// measured faster: its matmul 201 against 166 GFLOP/s for the
 	// backend's 512×2048×2048 product, the l16-d2048 step 4.57–4.82 s
 	// against 4.99–5.09, and it has the AVX512-BF16 products OpenBLAS
-	// lacks (docs/performance.md). make bench measures both.
+	// lacks (docs/performance.md). make bench measures both. On a CPU
+	// with AVX2 but no AVX-512 (oneDNN's products there measured no
+	// faster than OpenBLAS's at a forward's usual sizes), the products
+	// whose F32 weight has at most panelMaxK columns run on the panel
+	// kernel (kernels.go) instead, the weight laid out for it at load:
+	// the bundled model's [6912 × 128]·[128 × 384] at 101–125 GFLOP/s
+	// against OpenBLAS's 81–88 (Zen 3, 2 cores), where OpenBLAS spent a
+	// fifth of a batched forward packing x and clearing the output.
 	GEMMAuto GEMMLib = "auto"
 	// GEMMOpenBLAS keeps every product on OpenBLAS's cblas_sgemm.
 	GEMMOpenBLAS GEMMLib = "openblas"
@@ -220,6 +227,9 @@ func (b *Backend) GEMM() string {
 	}
 	if e := dnnlFailed.Load(); e != nil && b.dnnl {
 		desc += "; oneDNN failed, OpenBLAS since: " + (*e).Error()
+	}
+	if b.panel {
+		desc += fmt.Sprintf("; F32 weights of ≤ %d columns on the AVX2 panel kernel (%.1f MB laid out)", panelMaxK, float64(b.panelBytes.Load())/1e6)
 	}
 	if b.attn != attnNone {
 		desc += "; attention on the fused " + b.attn.String() + " kernel"

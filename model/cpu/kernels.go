@@ -446,6 +446,57 @@ static void attn_rows2(int m, int nk, int hd, float scale, const float *q, long 
 	}
 }
 
+// The panel kernel: c[m × n] = a[m × k]·wᵀ for a weight w [n × k] with a
+// small k, laid out once (panel_pack) as panels of 16 of its rows, k-major
+// and zero-padded: p[q·k·16 + kk·16 + r] = w[(16q + r)·ldw + kk]. Each
+// 6 × 16 tile of c is one pass over k on attn_tile2 (the panel a whole
+// number of vectors, so only the stores at a column tail are masked), a's
+// rows read in place, c written once: neither a packed again at every call
+// nor c cleared first, as a GEMM library does.
+static void panel_pack(const float *w, long ldw, int n, int k, float *p) {
+	for (int q = 0; q * 16 < n; q++) {
+		float *pq = p + (long)q * k * 16;
+		for (int r = 0; r < 16; r++) {
+			int row = q * 16 + r;
+			for (int kk = 0; kk < k; kk++) pq[(long)kk * 16 + r] = row < n ? w[(long)row * ldw + kk] : 0;
+		}
+	}
+}
+
+// panel_gemm computes columns [q0·16, q0·16 + n) of c from panels q0, …:
+// rows in blocks of 96 (their a stays in L2 while every panel passes),
+// then panel by panel, 6 rows at a time.
+__attribute__((target("avx2,fma")))
+static void panel_gemm(int m, int n, int k, const float *a, long lda, const float *p, float *c, long ldc) {
+	const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+	for (int i0 = 0; i0 < m; i0 += 96) {
+		int i1 = i0 + 96 < m ? i0 + 96 : m;
+		for (int j = 0; j < n; j += 16) {
+			const float *pq = p + (long)(j / 16) * k * 16;
+			int w = n - j < 16 ? n - j : 16;
+			__m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(w), lane);
+			__m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(w - 8), lane);
+			for (int i = i0; i < i1; i += ATTN_MR2) {
+				int mr = i1 - i < ATTN_MR2 ? i1 - i : ATTN_MR2;
+				const float *ai = a + (long)i * lda;
+				float *ci = c + (long)i * ldc + j;
+#define PANEL_TILE(MR) \
+				if (w == 16) attn_tile2(MR, 2, 1, k, ai, lda, pq, 16, ci, ldc, 1.0f, NULL, m0, m1); \
+				else attn_tile2(MR, 2, 0, k, ai, lda, pq, 16, ci, ldc, 1.0f, NULL, m0, m1)
+				switch (mr) {
+				case 6: PANEL_TILE(6); break;
+				case 5: PANEL_TILE(5); break;
+				case 4: PANEL_TILE(4); break;
+				case 3: PANEL_TILE(3); break;
+				case 2: PANEL_TILE(2); break;
+				case 1: PANEL_TILE(1); break;
+				}
+#undef PANEL_TILE
+			}
+		}
+	}
+}
+
 static int have_avx512(void) {
 	__builtin_cpu_init();
 	return __builtin_cpu_supports("avx512f");
@@ -463,6 +514,8 @@ static void attn_rows(int m, int nk, int hd, float scale, const float *q, long l
 		const float *kt, long ldt, const float *v, long ldv, float *o, long ldo, float *s) {}
 static void attn_rows2(int m, int nk, int hd, float scale, const float *q, long ldq,
 		const float *kt, long ldt, const float *v, long ldv, float *o, long ldo, float *s) {}
+static void panel_pack(const float *w, long ldw, int n, int k, float *p) {}
+static void panel_gemm(int m, int n, int k, const float *a, long lda, const float *p, float *c, long ldc) {}
 static int have_avx2(void) { return 0; }
 static void bf16_rows_avx2(float *dst, const uint16_t *src, long rows, long cols, long stride) {}
 static void softmax_rows_avx2(float *s, int m, int n, float *inv) { softmax_rows_generic(s, m, n, inv); }
@@ -633,4 +686,36 @@ func attnRows(kern attnKernel, m, nk, hd int, scale float32, q []float32, ldq in
 	default:
 		panic("cpu: attnRows: no fused kernel " + kern.String())
 	}
+}
+
+// panelMaxK is the most columns (the inner dimension k) a weight may have
+// to run on the panel kernel: a 16-row panel of it (k·64 bytes) stays in
+// L1 beside the tile's rows of x.
+const panelMaxK = 512
+
+// panelPack lays out the weight w [n, k] (row stride ldw) for panelGEMM:
+// ⌈n/16⌉ panels of 16 rows, k-major, zero-padded.
+func panelPack(w []float32, ldw, n, k int) []float32 {
+	p := make([]float32, (n+15)/16*16*k)
+	if n == 0 || k == 0 {
+		return p
+	}
+	_ = w[(n-1)*ldw+k-1]
+	C.panel_pack((*C.float)(unsafe.Pointer(&w[0])), C.long(ldw), C.int(n), C.int(k), (*C.float)(unsafe.Pointer(&p[0])))
+	return p
+}
+
+// panelGEMM computes c [m, n] = a [m, k] · wᵀ (a's row stride lda, c's
+// ldc) from the panels p of w that cover its n rows (p starts at a panel:
+// a multiple of 16 rows into the weight). AVX2+FMA only (simd).
+func panelGEMM(m, n, k int, a []float32, lda int, p []float32, c []float32, ldc int) {
+	if m == 0 || n == 0 {
+		return
+	}
+	if !simd || k == 0 || k > panelMaxK || len(p) < (n+15)/16*16*k {
+		panic("cpu: panelGEMM: no AVX2, or panels too short")
+	}
+	_, _ = a[(m-1)*lda+k-1], c[(m-1)*ldc+n-1]
+	C.panel_gemm(C.int(m), C.int(n), C.int(k), (*C.float)(unsafe.Pointer(&a[0])), C.long(lda),
+		(*C.float)(unsafe.Pointer(&p[0])), (*C.float)(unsafe.Pointer(&c[0])), C.long(ldc))
 }
