@@ -92,7 +92,7 @@ func (b *Backend) Attention(dst, q, k, v backend.Tensor, nHeads, nKVHeads int) {
 			pack := func(lo, hi int) {
 				for h := lo; h < hi; h++ {
 					i := h - g0
-					attnPack(nk, hd, ks.data[h*hd:], ks.stride, vs.data[h*hd:], vs.stride, kt[i*hd*ldt:], ldt, vp[i*nk*hd:])
+					attnPack(b.attn, nk, hd, ks.data[h*hd:], ks.stride, vs.data[h*hd:], vs.stride, kt[i*hd*ldt:], ldt, vp[i*nk*hd:])
 				}
 			}
 			if workers == 1 {

@@ -12,71 +12,56 @@ import (
 	"github.com/dlmcache/dlmcache/model/backend"
 )
 
+// namedBackend is one configuration of backends().
+type namedBackend struct {
+	name string
+	b    *Backend
+}
+
 // backends are the configurations every op is tested under: single
 // threaded, split over goroutines (by columns, by rows) and OpenBLAS
 // threaded, on OpenBLAS; and, where oneDNN loads and passes its start-up
 // check, on one and two threads with the larger products on oneDNN (BF16
-// weights on its BF16 matmul where the CPU has AVX512-BF16).
-func backends() []struct {
-	name string
-	b    *Backend
-} {
+// weights on its BF16 matmul where the CPU has AVX512-BF16); the fused
+// attention kernels, the panel kernel and the plain C row-wise ops beside
+// the AVX2 ones.
+func backends() []namedBackend {
 	// The OpenBLAS backends keep Attention on the GEMM path; t1fused and
 	// t2fused, and the oneDNN ones, run the widest fused kernel the CPU
 	// has; on an AVX-512 CPU t1avx2 and t2avx2 run the AVX2 one too.
 	blas := func(threads int) *Backend {
 		return NewWithOptions(Options{Threads: threads, GEMM: GEMMOpenBLAS, Attention: AttentionGEMM})
 	}
-	one := blas(1)
-	two := blas(2)
 	cols := blas(3)
 	cols.splitMode = splitCols
 	rows := blas(2)
 	rows.splitMode = splitRows
 	scalar := blas(2)
 	scalar.scalarOps = true
-	out := []struct {
-		name string
-		b    *Backend
-	}{{"t1", one}, {"t2", two}, {"t3cols", cols}, {"t2rows", rows}, {"t2scalar", scalar},
+	out := []namedBackend{{"t1", blas(1)}, {"t2", blas(2)}, {"t3cols", cols}, {"t2rows", rows}, {"t2scalar", scalar},
 		{"t1fused", NewWithOptions(Options{Threads: 1, GEMM: GEMMOpenBLAS})},
 		{"t2fused", NewWithOptions(Options{Threads: 2, GEMM: GEMMOpenBLAS})}}
-	if simd {
+	for _, threads := range []int{1, 2} {
+		fused := func() *Backend { return NewWithOptions(Options{Threads: threads, GEMM: GEMMOpenBLAS}) }
 		// The panel kernel, wherever AVX2 runs (auto picks it only on a
 		// CPU without AVX-512).
-		for _, threads := range []int{1, 2} {
-			b := NewWithOptions(Options{Threads: threads, GEMM: GEMMOpenBLAS})
+		if simd {
+			b := fused()
 			b.panel = true
-			out = append(out, struct {
-				name string
-				b    *Backend
-			}{fmt.Sprintf("t%dpanel", threads), b})
+			out = append(out, namedBackend{fmt.Sprintf("t%dpanel", threads), b})
 		}
-	}
-	if bestAttn == attnAVX512 && simd {
-		for _, threads := range []int{1, 2} {
-			b := NewWithOptions(Options{Threads: threads, GEMM: GEMMOpenBLAS})
+		if bestAttn == attnAVX512 && simd {
+			b := fused()
 			b.attn = attnAVX2
-			out = append(out, struct {
-				name string
-				b    *Backend
-			}{fmt.Sprintf("t%davx2", threads), b})
+			out = append(out, namedBackend{fmt.Sprintf("t%davx2", threads), b})
 		}
-	}
-	for _, threads := range []int{1, 2} {
 		if b, err := newBackend(Options{Threads: threads, GEMM: GEMMOneDNN}); err == nil {
-			out = append(out, struct {
-				name string
-				b    *Backend
-			}{fmt.Sprintf("t%donednn", threads), b})
+			out = append(out, namedBackend{fmt.Sprintf("t%donednn", threads), b})
 		}
 	}
 	// Weights made by Weight packed for oneDNN at load.
 	if b, err := newBackend(Options{Threads: 2, GEMM: GEMMOneDNN, PackWeights: true}); err == nil {
-		out = append(out, struct {
-			name string
-			b    *Backend
-		}{"t2packed", b})
+		out = append(out, namedBackend{"t2packed", b})
 	}
 	return out
 }

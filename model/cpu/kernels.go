@@ -385,6 +385,57 @@ static void attn_gemm2(int m, int n, int K, const float *a, long lda, const floa
 	}
 }
 
+// The panel kernel: c[m × n] = a[m × k]·wᵀ for a weight w [n × k] with a
+// small k, laid out once (panel_pack) as panels of 16 of its rows, k-major
+// and zero-padded: p[q·k·16 + kk·16 + r] = w[(16q + r)·ldw + kk]. Each
+// 6 × 16 tile of c is one pass over k on attn_tile2 (the panel a whole
+// number of vectors, so only the stores at a column tail are masked), a's
+// rows read in place, c written once: neither a packed again at every call
+// nor c cleared first, as a GEMM library does.
+static void panel_pack(const float *w, long ldw, int n, int k, float *p) {
+	for (int q = 0; q * 16 < n; q++) {
+		float *pq = p + (long)q * k * 16;
+		for (int r = 0; r < 16; r++) {
+			int row = q * 16 + r;
+			for (int kk = 0; kk < k; kk++) pq[(long)kk * 16 + r] = row < n ? w[(long)row * ldw + kk] : 0;
+		}
+	}
+}
+
+// panel_gemm computes α times columns [q0·16, q0·16 + n) of c from panels q0, …:
+// rows in blocks of 96 (their a stays in L2 while every panel passes),
+// then panel by panel, 6 rows at a time.
+__attribute__((target("avx2,fma")))
+static void panel_gemm(int m, int n, int k, const float *a, long lda, const float *p, float *c, long ldc, float alpha) {
+	const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+	for (int i0 = 0; i0 < m; i0 += 96) {
+		int i1 = i0 + 96 < m ? i0 + 96 : m;
+		for (int j = 0; j < n; j += 16) {
+			const float *pq = p + (long)(j / 16) * k * 16;
+			int w = n - j < 16 ? n - j : 16;
+			__m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(w), lane);
+			__m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(w - 8), lane);
+			for (int i = i0; i < i1; i += ATTN_MR2) {
+				int mr = i1 - i < ATTN_MR2 ? i1 - i : ATTN_MR2;
+				const float *ai = a + (long)i * lda;
+				float *ci = c + (long)i * ldc + j;
+#define PANEL_TILE(MR) \
+				if (w == 16) attn_tile2(MR, 2, 1, k, ai, lda, pq, 16, ci, ldc, alpha, NULL, m0, m1); \
+				else attn_tile2(MR, 2, 0, k, ai, lda, pq, 16, ci, ldc, alpha, NULL, m0, m1)
+				switch (mr) {
+				case 6: PANEL_TILE(6); break;
+				case 5: PANEL_TILE(5); break;
+				case 4: PANEL_TILE(4); break;
+				case 3: PANEL_TILE(3); break;
+				case 2: PANEL_TILE(2); break;
+				case 1: PANEL_TILE(1); break;
+				}
+#undef PANEL_TILE
+			}
+		}
+	}
+}
+
 // exp256_le0 is exp256 for the softmax's x = s − max ≤ 0: no upper clamp
 // and no blends. Below EXP_LO it gives e^EXP_LO ≈ 1.2·10⁻³⁸ where exp256
 // gives 0, nothing beside a sum ≥ 1; a NaN still passes through.
@@ -433,67 +484,27 @@ static void attn_softmax2(int m, int n, float *s, long lds, float *inv) {
 	}
 }
 
-// attn_rows2: attn_rows for AVX2, in blocks of 6 query rows.
+// attn_pack2 lays out one kv head for attn_rows2: kᵀ as the panel
+// kernel's panels of 16 keys (kp[(j/16)·hd·16 + d·16 + j%16] = k[j·ldk + d],
+// zero from nk up to a multiple of 16), each read front to back by the
+// scores' tiles, and v as attn_pack lays it out.
+static void attn_pack2(int nk, int hd, const float *k, long ldk, const float *v, long ldv,
+		float *kp, float *vp) {
+	panel_pack(k, ldk, nk, hd, kp);
+	for (int j = 0; j < nk; j++) memcpy(vp + (long)j * hd, v + (long)j * ldv, (size_t)hd * sizeof(float));
+}
+
+// attn_rows2: attn_rows for AVX2, in blocks of 6 query rows, kᵀ in
+// attn_pack2's panels.
 __attribute__((target("avx2,fma")))
 static void attn_rows2(int m, int nk, int hd, float scale, const float *q, long ldq,
 		const float *kt, long ldt, const float *v, long ldv, float *o, long ldo, float *s) {
 	float *inv = s + ATTN_MR2 * ldt;
 	for (int i = 0; i < m; i += ATTN_MR2) {
 		int mr = m - i < ATTN_MR2 ? m - i : ATTN_MR2;
-		attn_gemm2(mr, nk, hd, q + (long)i * ldq, ldq, kt, ldt, s, ldt, scale, NULL);
+		panel_gemm(mr, nk, hd, q + (long)i * ldq, ldq, kt, s, ldt, scale);
 		attn_softmax2(mr, nk, s, ldt, inv);
 		attn_gemm2(mr, hd, nk, s, ldt, v, ldv, o + (long)i * ldo, ldo, 1.0f, inv);
-	}
-}
-
-// The panel kernel: c[m × n] = a[m × k]·wᵀ for a weight w [n × k] with a
-// small k, laid out once (panel_pack) as panels of 16 of its rows, k-major
-// and zero-padded: p[q·k·16 + kk·16 + r] = w[(16q + r)·ldw + kk]. Each
-// 6 × 16 tile of c is one pass over k on attn_tile2 (the panel a whole
-// number of vectors, so only the stores at a column tail are masked), a's
-// rows read in place, c written once: neither a packed again at every call
-// nor c cleared first, as a GEMM library does.
-static void panel_pack(const float *w, long ldw, int n, int k, float *p) {
-	for (int q = 0; q * 16 < n; q++) {
-		float *pq = p + (long)q * k * 16;
-		for (int r = 0; r < 16; r++) {
-			int row = q * 16 + r;
-			for (int kk = 0; kk < k; kk++) pq[(long)kk * 16 + r] = row < n ? w[(long)row * ldw + kk] : 0;
-		}
-	}
-}
-
-// panel_gemm computes columns [q0·16, q0·16 + n) of c from panels q0, …:
-// rows in blocks of 96 (their a stays in L2 while every panel passes),
-// then panel by panel, 6 rows at a time.
-__attribute__((target("avx2,fma")))
-static void panel_gemm(int m, int n, int k, const float *a, long lda, const float *p, float *c, long ldc) {
-	const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-	for (int i0 = 0; i0 < m; i0 += 96) {
-		int i1 = i0 + 96 < m ? i0 + 96 : m;
-		for (int j = 0; j < n; j += 16) {
-			const float *pq = p + (long)(j / 16) * k * 16;
-			int w = n - j < 16 ? n - j : 16;
-			__m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(w), lane);
-			__m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(w - 8), lane);
-			for (int i = i0; i < i1; i += ATTN_MR2) {
-				int mr = i1 - i < ATTN_MR2 ? i1 - i : ATTN_MR2;
-				const float *ai = a + (long)i * lda;
-				float *ci = c + (long)i * ldc + j;
-#define PANEL_TILE(MR) \
-				if (w == 16) attn_tile2(MR, 2, 1, k, ai, lda, pq, 16, ci, ldc, 1.0f, NULL, m0, m1); \
-				else attn_tile2(MR, 2, 0, k, ai, lda, pq, 16, ci, ldc, 1.0f, NULL, m0, m1)
-				switch (mr) {
-				case 6: PANEL_TILE(6); break;
-				case 5: PANEL_TILE(5); break;
-				case 4: PANEL_TILE(4); break;
-				case 3: PANEL_TILE(3); break;
-				case 2: PANEL_TILE(2); break;
-				case 1: PANEL_TILE(1); break;
-				}
-#undef PANEL_TILE
-			}
-		}
 	}
 }
 
@@ -515,7 +526,9 @@ static void attn_rows(int m, int nk, int hd, float scale, const float *q, long l
 static void attn_rows2(int m, int nk, int hd, float scale, const float *q, long ldq,
 		const float *kt, long ldt, const float *v, long ldv, float *o, long ldo, float *s) {}
 static void panel_pack(const float *w, long ldw, int n, int k, float *p) {}
-static void panel_gemm(int m, int n, int k, const float *a, long lda, const float *p, float *c, long ldc) {}
+static void panel_gemm(int m, int n, int k, const float *a, long lda, const float *p, float *c, long ldc, float alpha) {}
+static void attn_pack2(int nk, int hd, const float *k, long ldk, const float *v, long ldv,
+		float *kp, float *vp) {}
 static int have_avx2(void) { return 0; }
 static void bf16_rows_avx2(float *dst, const uint16_t *src, long rows, long cols, long stride) {}
 static void softmax_rows_avx2(float *s, int m, int n, float *inv) { softmax_rows_generic(s, m, n, inv); }
@@ -653,21 +666,31 @@ var bestAttn = func() attnKernel {
 	return attnNone
 }()
 
-// attnPack lays out one kv head for attnRows: kt[d·ldt+j] = k[j·ldk+d] and
-// vp[j·hd+d] = v[j·ldv+d], for j < nk, d < hd.
-func attnPack(nk, hd int, k []float32, ldk int, v []float32, ldv int, kt []float32, ldt int, vp []float32) {
+// attnPack lays out one kv head for attnRows with the kernel kern: v as
+// vp[j·hd+d] = v[j·ldv+d], and kᵀ as kt[d·ldt+j] = k[j·ldk+d] (AVX-512) or
+// in 16-key panels, zero-padded to ldt keys (AVX2), for j < nk, d < hd.
+func attnPack(kern attnKernel, nk, hd int, k []float32, ldk int, v []float32, ldv int, kt []float32, ldt int, vp []float32) {
 	if nk == 0 || hd == 0 {
 		return
 	}
-	_, _, _, _ = k[(nk-1)*ldk+hd-1], v[(nk-1)*ldv+hd-1], kt[(hd-1)*ldt+nk-1], vp[nk*hd-1]
-	C.attn_pack(C.int(nk), C.int(hd), (*C.float)(unsafe.Pointer(&k[0])), C.long(ldk), (*C.float)(unsafe.Pointer(&v[0])), C.long(ldv),
-		(*C.float)(unsafe.Pointer(&kt[0])), C.long(ldt), (*C.float)(unsafe.Pointer(&vp[0])))
+	if ldt < (nk+15)&^15 {
+		panic("cpu: attnPack: ldt too small")
+	}
+	_, _, _, _ = k[(nk-1)*ldk+hd-1], v[(nk-1)*ldv+hd-1], kt[hd*ldt-1], vp[nk*hd-1]
+	kp, vpp := (*C.float)(unsafe.Pointer(&k[0])), (*C.float)(unsafe.Pointer(&v[0]))
+	ktp, vpo := (*C.float)(unsafe.Pointer(&kt[0])), (*C.float)(unsafe.Pointer(&vp[0]))
+	if kern == attnAVX2 {
+		C.attn_pack2(C.int(nk), C.int(hd), kp, C.long(ldk), vpp, C.long(ldv), ktp, vpo)
+		return
+	}
+	C.attn_pack(C.int(nk), C.int(hd), kp, C.long(ldk), vpp, C.long(ldv), ktp, C.long(ldt), vpo)
 }
 
 // attnRows computes, for the m query rows of one head, o = softmax(scale·q·ktᵀ)·v
-// with the fused kernel kern (not attnNone): q [m, hd] (ldq), kt the head's transposed keys
-// [hd, nk] (ldt ≥ nk), v [nk, hd] (ldv), o [m, hd] (ldo); s is scratch of
-// at least 8·ldt+8 floats.
+// with the fused kernel kern (not attnNone): q [m, hd] (ldq), kt the head's
+// keys as attnPack lays them out for kern (hd·ldt floats, ldt ≥ nk; a
+// multiple of 16 for AVX2), v [nk, hd] (ldv), o [m, hd] (ldo); s is
+// scratch of at least 8·ldt+8 floats.
 func attnRows(kern attnKernel, m, nk, hd int, scale float32, q []float32, ldq int, kt []float32, ldt int, v []float32, ldv int, o []float32, ldo int, s []float32) {
 	if m == 0 || nk == 0 || hd == 0 {
 		return
@@ -675,7 +698,10 @@ func attnRows(kern attnKernel, m, nk, hd int, scale float32, q []float32, ldq in
 	if ldt < nk || len(s) < 8*ldt+8 {
 		panic("cpu: attnRows: scratch too short")
 	}
-	_, _, _, _ = q[(m-1)*ldq+hd-1], kt[(hd-1)*ldt+nk-1], v[(nk-1)*ldv+hd-1], o[(m-1)*ldo+hd-1]
+	if kern == attnAVX2 && ldt < (nk+15)&^15 {
+		panic("cpu: attnRows: ldt short of whole panels")
+	}
+	_, _, _, _ = q[(m-1)*ldq+hd-1], kt[hd*ldt-1], v[(nk-1)*ldv+hd-1], o[(m-1)*ldo+hd-1]
 	qp, ktp, vp := (*C.float)(unsafe.Pointer(&q[0])), (*C.float)(unsafe.Pointer(&kt[0])), (*C.float)(unsafe.Pointer(&v[0]))
 	op, sp := (*C.float)(unsafe.Pointer(&o[0])), (*C.float)(unsafe.Pointer(&s[0]))
 	switch kern {
@@ -717,5 +743,5 @@ func panelGEMM(m, n, k int, a []float32, lda int, p []float32, c []float32, ldc 
 	}
 	_, _ = a[(m-1)*lda+k-1], c[(m-1)*ldc+n-1]
 	C.panel_gemm(C.int(m), C.int(n), C.int(k), (*C.float)(unsafe.Pointer(&a[0])), C.long(lda),
-		(*C.float)(unsafe.Pointer(&p[0])), (*C.float)(unsafe.Pointer(&c[0])), C.long(ldc))
+		(*C.float)(unsafe.Pointer(&p[0])), (*C.float)(unsafe.Pointer(&c[0])), C.long(ldc), 1)
 }
