@@ -13,8 +13,9 @@ import (
 // at nq = nk = 512 (best of 5, GFLOP/s on 2 threads, h8/hd64 and h16/hd128):
 // 32 rows 93/104, 64 rows 132/100, 128 rows 140/127, 256 rows 146/134, 512
 // rows 147/126: OpenBLAS wants tall blocks; more rows than 256 gain nothing
-// and cost balance between the goroutines.
-const maxAttnBlock = 256
+// and cost balance between the goroutines. 240: whole row blocks of both
+// fused kernels (24 = 6·4 = 8·3).
+const maxAttnBlock = 240
 
 // maxAttnPack is the most floats the fused kernel's kᵀ and v layouts take
 // at once (16 MB); a larger attention lays out its kv heads a group at a
@@ -62,12 +63,19 @@ func (b *Backend) Attention(dst, q, k, v backend.Tensor, nHeads, nKVHeads int) {
 	if 4*nq*nk*qs.cols < minSplitFlops {
 		workers = 1
 	}
-	// Halve the block until there are 4 tasks a goroutine to balance.
-	attnBlock := maxAttnBlock
-	for attnBlock > 32 && nHeads*((nq+attnBlock-1)/attnBlock) < 4*workers {
-		attnBlock /= 2
+	// Blocks of equal size (a multiple of 24 rows: whole row blocks of
+	// both fused kernels), at most maxAttnBlock, and enough of them for 8
+	// tasks a goroutine where the rows allow blocks of 24 or more: tasks
+	// of unequal size, or too few, leave a core idle at the end of the
+	// call (a canvas of 190 rows and 4 heads was cut into blocks of 128
+	// and 62, 8 tasks for 2 goroutines).
+	blocks := (nq + maxAttnBlock - 1) / maxAttnBlock
+	if workers > 1 {
+		want := (8*workers + nHeads - 1) / nHeads
+		blocks = max(blocks, min(want, (nq+23)/24))
 	}
-	blocks := (nq + attnBlock - 1) / attnBlock
+	attnBlock := ((nq+blocks-1)/blocks + 23) / 24 * 24
+	blocks = (nq + attnBlock - 1) / attnBlock
 	workers = min(workers, nHeads*blocks)
 	fused := b.attn != attnNone
 	// ldt: the row stride of the transposed keys, a whole number of

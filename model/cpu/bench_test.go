@@ -225,11 +225,12 @@ func BenchmarkMatMulRaw(b *testing.B) {
 // two products, 4·n²·heads·hd. Each shape on both implementations
 // (AttentionImpl): the GEMM library's products and the fused kernels this
 // CPU has (fused: the widest; fused-avx2 also on an AVX-512 CPU);
-// n360_h4_hd32 is a canvas of the bundled model.
+// n190_h4_hd32 and n360_h4_hd32 are canvases of the bundled model (a
+// BenchmarkConcurrency request, a long one).
 func BenchmarkAttention(b *testing.B) {
 	r := rand.New(rand.NewPCG(3, 3))
 	for _, s := range []struct{ n, heads, hd int }{
-		{360, 4, 32}, {512, 8, 64}, {512, 16, 64}, {512, 8, 128}, {512, 16, 128},
+		{190, 4, 32}, {360, 4, 32}, {512, 8, 64}, {512, 16, 64}, {512, 8, 128}, {512, 16, 128},
 	} {
 		kernels := map[string]attnKernel{string(AttentionGEMM): attnNone, string(AttentionFused): bestAttn}
 		if bestAttn == attnAVX512 && simd {
