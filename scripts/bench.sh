@@ -9,9 +9,11 @@
 #     oneDNN: F32, and BF16 weights);
 #   - the Go forward, one denoising step at sequence 512: l8-d256 and
 #     l16-d2048 with the default GEMM library ($DLMCACHE_CPU_GEMM=auto),
-#     l16-d2048 on OpenBLAS alone, with its weights packed for oneDNN at
-#     load ($DLMCACHE_CPU_WEIGHTS=packed), and with BF16 weights (mapped
-#     and packed); the GEMM column says library/weights;
+#     both on OpenBLAS alone (auto runs l8-d256's smaller products on the
+#     panel kernel on an AVX2 CPU without AVX-512), l16-d2048 with its
+#     weights packed for oneDNN at load ($DLMCACHE_CPU_WEIGHTS=packed), and
+#     with BF16 weights (mapped and packed); the GEMM column says
+#     library/weights;
 #   - the PyTorch reference forward on the same checkpoints and threads;
 #   - a step that computes only 10% of the rows, as a fraction of the full step.
 # Each shape runs in a process of its own, which reports its peak RSS.
@@ -35,6 +37,7 @@ default)
 	go run ./tools/benchckpt -out "$BENCH_8B_DIR" -shape l16-d2048-bf16
 	# label directory dtype $DLMCACHE_CPU_BF16 $DLMCACHE_CPU_GEMM $DLMCACHE_CPU_WEIGHTS
 	RUNS="l8-d256 $BENCH_DIR/l8-d256 f32 - auto mapped
+l8-d256-openblas $BENCH_DIR/l8-d256 f32 - openblas mapped
 l16-d2048 $BENCH_DIR/l16-d2048 f32 - auto mapped
 l16-d2048-openblas $BENCH_DIR/l16-d2048 f32 - openblas mapped
 l16-d2048-packed $BENCH_DIR/l16-d2048 f32 - auto packed
