@@ -232,16 +232,17 @@ func BenchmarkAttention(b *testing.B) {
 	for _, s := range []struct{ n, heads, hd int }{
 		{190, 4, 32}, {360, 4, 32}, {512, 8, 64}, {512, 16, 64}, {512, 8, 128}, {512, 16, 128},
 	} {
-		kernels := map[string]attnKernel{string(AttentionGEMM): attnNone, string(AttentionFused): bestAttn}
-		if bestAttn == attnAVX512 && simd {
-			kernels["fused-avx2"] = attnAVX2
+		type impl struct {
+			name string
+			kern attnKernel
 		}
-		for _, impl := range []string{string(AttentionGEMM), string(AttentionFused), "fused-avx2"} {
-			kern, ok := kernels[impl]
-			if !ok {
-				continue
-			}
-			b.Run(fmt.Sprintf("n%d_h%d_hd%d/%s", s.n, s.heads, s.hd, impl), func(b *testing.B) {
+		impls := []impl{{string(AttentionGEMM), attnNone}, {string(AttentionFused), bestAttn}}
+		if bestAttn == attnAVX512 && simd {
+			impls = append(impls, impl{"fused-avx2", attnAVX2})
+		}
+		for _, im := range impls {
+			kern := im.kern
+			b.Run(fmt.Sprintf("n%d_h%d_hd%d/%s", s.n, s.heads, s.hd, im.name), func(b *testing.B) {
 				bk, err := NewFromEnv(0)
 				if err != nil {
 					b.Fatal(err)

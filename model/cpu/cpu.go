@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -172,13 +173,25 @@ const (
 
 // ParseAttention parses an AttentionImpl; "" is AttentionFused.
 func ParseAttention(s string) (AttentionImpl, error) {
-	switch a := AttentionImpl(strings.ToLower(strings.TrimSpace(s))); a {
-	case "", AttentionFused:
-		return AttentionFused, nil
-	case AttentionGEMM:
-		return a, nil
+	return parseChoice("attention", s, AttentionFused, AttentionGEMM)
+}
+
+// parseChoice parses s (trimmed, in any case) as one of choices; "" is
+// the first. what names the setting in the error.
+func parseChoice[T ~string](what, s string, choices ...T) (T, error) {
+	v := T(strings.ToLower(strings.TrimSpace(s)))
+	if v == "" {
+		return choices[0], nil
 	}
-	return "", fmt.Errorf("cpu: attention %q: want fused or gemm", s)
+	if slices.Contains(choices, v) {
+		return v, nil
+	}
+	names := make([]string, len(choices))
+	for i, c := range choices {
+		names[i] = string(c)
+	}
+	last := len(names) - 1
+	return "", fmt.Errorf("cpu: %s %q: want %s or %s", what, s, strings.Join(names[:last], ", "), names[last])
 }
 
 // WeightsEnv is the environment variable New reads to set

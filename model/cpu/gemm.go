@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -46,13 +45,7 @@ const (
 
 // ParseGEMM parses a GEMMLib; "" is GEMMAuto.
 func ParseGEMM(s string) (GEMMLib, error) {
-	switch l := GEMMLib(strings.ToLower(strings.TrimSpace(s))); l {
-	case "", GEMMAuto:
-		return GEMMAuto, nil
-	case GEMMOpenBLAS, GEMMOneDNN:
-		return l, nil
-	}
-	return "", fmt.Errorf("cpu: GEMM library %q: want auto, openblas or onednn", s)
+	return parseChoice("GEMM library", s, GEMMAuto, GEMMOpenBLAS, GEMMOneDNN)
 }
 
 // dnnlMinFlops is the smallest product (2·m·n·k FLOPs) put on oneDNN: its

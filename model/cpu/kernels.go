@@ -292,6 +292,10 @@ static void attn_softmax(int m, int n, float *s, long lds, float *inv) {
 // (in blocks of 16 keys, so each write touches one cache line per d) and
 // vp[j·hd + d] = v[j·ldv + d], contiguous: the product with v then reads
 // consecutive rows, not one page per key.
+static void attn_pack_v(int nk, int hd, const float *v, long ldv, float *vp) {
+	for (int j = 0; j < nk; j++) memcpy(vp + (long)j * hd, v + (long)j * ldv, (size_t)hd * sizeof(float));
+}
+
 static void attn_pack(int nk, int hd, const float *k, long ldk, const float *v, long ldv,
 		float *kt, long ldt, float *vp) {
 	for (int j0 = 0; j0 < nk; j0 += 16) {
@@ -299,7 +303,7 @@ static void attn_pack(int nk, int hd, const float *k, long ldk, const float *v, 
 		for (int d = 0; d < hd; d++)
 			for (int j = j0; j < je; j++) kt[(long)d * ldt + j] = k[(long)j * ldk + d];
 	}
-	for (int j = 0; j < nk; j++) memcpy(vp + (long)j * hd, v + (long)j * ldv, (size_t)hd * sizeof(float));
+	attn_pack_v(nk, hd, v, ldv, vp);
 }
 
 // attn_rows: o[i] = softmax(scale·q[i]·ktᵀ)·v for the m query rows of one
@@ -357,40 +361,46 @@ static inline void attn_tile2(const int mr, const int nv, const int full, int K,
 	}
 }
 
+// tile2 runs attn_tile2 on a tile of w ≤ 16 columns and mr ≤ 6 rows,
+// with the masks of its column tail (lane < w, lane + 8 < w) and an
+// instance compiled for each row count, vector count and tail. b16 says
+// b has 16 columns whatever w (a zero-padded panel): always two vectors.
+__attribute__((target("avx2,fma"), always_inline))
+static inline void tile2(int mr, int w, int b16, int K, const float *a, long lda,
+		const float *b, long ldb, float *c, long ldc, float alpha, const float *rs) {
+	const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+	__m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(w), lane);
+	__m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(w - 8), lane);
+	int nv = b16 || w > 8 ? 2 : 1, full = w == 16 || (w == 8 && nv == 1);
+#define TILE2(MR) \
+	if (nv == 2) { if (full) attn_tile2(MR, 2, 1, K, a, lda, b, ldb, c, ldc, alpha, rs, m0, m1); \
+		else attn_tile2(MR, 2, 0, K, a, lda, b, ldb, c, ldc, alpha, rs, m0, m1); } \
+	else { if (full) attn_tile2(MR, 1, 1, K, a, lda, b, ldb, c, ldc, alpha, rs, m0, m1); \
+		else attn_tile2(MR, 1, 0, K, a, lda, b, ldb, c, ldc, alpha, rs, m0, m1); }
+	switch (mr) {
+	case 6: TILE2(6); break;
+	case 5: TILE2(5); break;
+	case 4: TILE2(4); break;
+	case 3: TILE2(3); break;
+	case 2: TILE2(2); break;
+	case 1: TILE2(1); break;
+	}
+#undef TILE2
+}
+
 // attn_gemm2: attn_gemm for AVX2, m ≤ 6, in tiles of 16 columns.
 __attribute__((target("avx2,fma")))
 static void attn_gemm2(int m, int n, int K, const float *a, long lda, const float *b, long ldb,
 		float *c, long ldc, float alpha, const float *rs) {
-	const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-	for (int j = 0; j < n; j += 16) {
-		int w = n - j < 16 ? n - j : 16;
-		// lane < w (first vector), lane + 8 < w (second)
-		__m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(w), lane);
-		__m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(w - 8), lane);
-		int nv = w > 8 ? 2 : 1, full = w == 16 || w == 8;
-#define ATTN_TILE2(MR) \
-		if (nv == 2) { if (full) attn_tile2(MR, 2, 1, K, a, lda, b + j, ldb, c + j, ldc, alpha, rs, m0, m1); \
-			else attn_tile2(MR, 2, 0, K, a, lda, b + j, ldb, c + j, ldc, alpha, rs, m0, m1); } \
-		else { if (full) attn_tile2(MR, 1, 1, K, a, lda, b + j, ldb, c + j, ldc, alpha, rs, m0, m1); \
-			else attn_tile2(MR, 1, 0, K, a, lda, b + j, ldb, c + j, ldc, alpha, rs, m0, m1); }
-		switch (m) {
-		case 6: ATTN_TILE2(6); break;
-		case 5: ATTN_TILE2(5); break;
-		case 4: ATTN_TILE2(4); break;
-		case 3: ATTN_TILE2(3); break;
-		case 2: ATTN_TILE2(2); break;
-		case 1: ATTN_TILE2(1); break;
-		}
-#undef ATTN_TILE2
-	}
+	for (int j = 0; j < n; j += 16)
+		tile2(m, n - j < 16 ? n - j : 16, 0, K, a, lda, b + j, ldb, c + j, ldc, alpha, rs);
 }
 
 // The panel kernel: c[m × n] = a[m × k]·wᵀ for a weight w [n × k] with a
 // small k, laid out once (panel_pack) as panels of 16 of its rows, k-major
 // and zero-padded: p[q·k·16 + kk·16 + r] = w[(16q + r)·ldw + kk]. Each
-// 6 × 16 tile of c is one pass over k on attn_tile2 (the panel a whole
-// number of vectors, so only the stores at a column tail are masked), a's
-// rows read in place, c written once: neither a packed again at every call
+// 6 × 16 tile of c is one pass over k on attn_tile2, a's rows read in
+// place, c written once: neither a packed again at every call
 // nor c cleared first, as a GEMM library does.
 static void panel_pack(const float *w, long ldw, int n, int k, float *p) {
 	for (int q = 0; q * 16 < n; q++) {
@@ -407,31 +417,14 @@ static void panel_pack(const float *w, long ldw, int n, int k, float *p) {
 // then panel by panel, 6 rows at a time.
 __attribute__((target("avx2,fma")))
 static void panel_gemm(int m, int n, int k, const float *a, long lda, const float *p, float *c, long ldc, float alpha) {
-	const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
 	for (int i0 = 0; i0 < m; i0 += 96) {
 		int i1 = i0 + 96 < m ? i0 + 96 : m;
 		for (int j = 0; j < n; j += 16) {
 			const float *pq = p + (long)(j / 16) * k * 16;
 			int w = n - j < 16 ? n - j : 16;
-			__m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(w), lane);
-			__m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(w - 8), lane);
-			for (int i = i0; i < i1; i += ATTN_MR2) {
-				int mr = i1 - i < ATTN_MR2 ? i1 - i : ATTN_MR2;
-				const float *ai = a + (long)i * lda;
-				float *ci = c + (long)i * ldc + j;
-#define PANEL_TILE(MR) \
-				if (w == 16) attn_tile2(MR, 2, 1, k, ai, lda, pq, 16, ci, ldc, alpha, NULL, m0, m1); \
-				else attn_tile2(MR, 2, 0, k, ai, lda, pq, 16, ci, ldc, alpha, NULL, m0, m1)
-				switch (mr) {
-				case 6: PANEL_TILE(6); break;
-				case 5: PANEL_TILE(5); break;
-				case 4: PANEL_TILE(4); break;
-				case 3: PANEL_TILE(3); break;
-				case 2: PANEL_TILE(2); break;
-				case 1: PANEL_TILE(1); break;
-				}
-#undef PANEL_TILE
-			}
+			for (int i = i0; i < i1; i += ATTN_MR2)
+				tile2(i1 - i < ATTN_MR2 ? i1 - i : ATTN_MR2, w, 1, k, a + (long)i * lda, lda, pq, 16,
+					c + (long)i * ldc + j, ldc, alpha, NULL);
 		}
 	}
 }
@@ -491,7 +484,7 @@ static void attn_softmax2(int m, int n, float *s, long lds, float *inv) {
 static void attn_pack2(int nk, int hd, const float *k, long ldk, const float *v, long ldv,
 		float *kp, float *vp) {
 	panel_pack(k, ldk, nk, hd, kp);
-	for (int j = 0; j < nk; j++) memcpy(vp + (long)j * hd, v + (long)j * ldv, (size_t)hd * sizeof(float));
+	attn_pack_v(nk, hd, v, ldv, vp);
 }
 
 // attn_rows2: attn_rows for AVX2, in blocks of 6 query rows, kᵀ in
@@ -677,13 +670,11 @@ func attnPack(kern attnKernel, nk, hd int, k []float32, ldk int, v []float32, ld
 		panic("cpu: attnPack: ldt too small")
 	}
 	_, _, _, _ = k[(nk-1)*ldk+hd-1], v[(nk-1)*ldv+hd-1], kt[hd*ldt-1], vp[nk*hd-1]
-	kp, vpp := (*C.float)(unsafe.Pointer(&k[0])), (*C.float)(unsafe.Pointer(&v[0]))
-	ktp, vpo := (*C.float)(unsafe.Pointer(&kt[0])), (*C.float)(unsafe.Pointer(&vp[0]))
 	if kern == attnAVX2 {
-		C.attn_pack2(C.int(nk), C.int(hd), kp, C.long(ldk), vpp, C.long(ldv), ktp, vpo)
+		C.attn_pack2(C.int(nk), C.int(hd), fptr(k), C.long(ldk), fptr(v), C.long(ldv), fptr(kt), fptr(vp))
 		return
 	}
-	C.attn_pack(C.int(nk), C.int(hd), kp, C.long(ldk), vpp, C.long(ldv), ktp, C.long(ldt), vpo)
+	C.attn_pack(C.int(nk), C.int(hd), fptr(k), C.long(ldk), fptr(v), C.long(ldv), fptr(kt), C.long(ldt), fptr(vp))
 }
 
 // attnRows computes, for the m query rows of one head, o = softmax(scale·q·ktᵀ)·v
@@ -702,13 +693,11 @@ func attnRows(kern attnKernel, m, nk, hd int, scale float32, q []float32, ldq in
 		panic("cpu: attnRows: ldt short of whole panels")
 	}
 	_, _, _, _ = q[(m-1)*ldq+hd-1], kt[hd*ldt-1], v[(nk-1)*ldv+hd-1], o[(m-1)*ldo+hd-1]
-	qp, ktp, vp := (*C.float)(unsafe.Pointer(&q[0])), (*C.float)(unsafe.Pointer(&kt[0])), (*C.float)(unsafe.Pointer(&v[0]))
-	op, sp := (*C.float)(unsafe.Pointer(&o[0])), (*C.float)(unsafe.Pointer(&s[0]))
 	switch kern {
 	case attnAVX512:
-		C.attn_rows(C.int(m), C.int(nk), C.int(hd), C.float(scale), qp, C.long(ldq), ktp, C.long(ldt), vp, C.long(ldv), op, C.long(ldo), sp)
+		C.attn_rows(C.int(m), C.int(nk), C.int(hd), C.float(scale), fptr(q), C.long(ldq), fptr(kt), C.long(ldt), fptr(v), C.long(ldv), fptr(o), C.long(ldo), fptr(s))
 	case attnAVX2:
-		C.attn_rows2(C.int(m), C.int(nk), C.int(hd), C.float(scale), qp, C.long(ldq), ktp, C.long(ldt), vp, C.long(ldv), op, C.long(ldo), sp)
+		C.attn_rows2(C.int(m), C.int(nk), C.int(hd), C.float(scale), fptr(q), C.long(ldq), fptr(kt), C.long(ldt), fptr(v), C.long(ldv), fptr(o), C.long(ldo), fptr(s))
 	default:
 		panic("cpu: attnRows: no fused kernel " + kern.String())
 	}
@@ -727,7 +716,7 @@ func panelPack(w []float32, ldw, n, k int) []float32 {
 		return p
 	}
 	_ = w[(n-1)*ldw+k-1]
-	C.panel_pack((*C.float)(unsafe.Pointer(&w[0])), C.long(ldw), C.int(n), C.int(k), (*C.float)(unsafe.Pointer(&p[0])))
+	C.panel_pack(fptr(w), C.long(ldw), C.int(n), C.int(k), fptr(p))
 	return p
 }
 
@@ -742,6 +731,5 @@ func panelGEMM(m, n, k int, a []float32, lda int, p []float32, c []float32, ldc 
 		panic("cpu: panelGEMM: no AVX2, or panels too short")
 	}
 	_, _ = a[(m-1)*lda+k-1], c[(m-1)*ldc+n-1]
-	C.panel_gemm(C.int(m), C.int(n), C.int(k), (*C.float)(unsafe.Pointer(&a[0])), C.long(lda),
-		(*C.float)(unsafe.Pointer(&p[0])), (*C.float)(unsafe.Pointer(&c[0])), C.long(ldc), 1)
+	C.panel_gemm(C.int(m), C.int(n), C.int(k), fptr(a), C.long(lda), fptr(p), fptr(c), C.long(ldc), 1)
 }

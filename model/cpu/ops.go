@@ -73,7 +73,6 @@ func (b *Backend) RoPE(x backend.Tensor, pos []int32, headDim int, theta float64
 	if headDim <= 0 || headDim%2 != 0 || xs.cols%headDim != 0 || len(pos) != xs.rows {
 		shapePanic("RoPE", "x %v, %d positions, headDim %d", xs, len(pos), headDim)
 	}
-	half := headDim / 2
 	need := 0
 	for _, p := range pos {
 		if p >= 0 && int(p) < maxRopePositions {
@@ -85,9 +84,9 @@ func (b *Backend) RoPE(x backend.Tensor, pos []int32, headDim int, theta float64
 		tab = b.rope.table(headDim, theta, need)
 	}
 	invFreq := ropeInvFreq(headDim, theta)
-	heads := xs.cols / headDim
 	b.parallel(xs.rows, rowGrain(xs.cols), func(lo, hi int) {
-		// The rows with cached angles in one call; the rest here.
+		// The rows with cached angles in one call; the rest a row at a
+		// time, with angles of their own.
 		if need > 0 {
 			ropeRows(!b.scalarOps, xs, lo, hi, pos, headDim, tab.cs, need)
 		}
@@ -100,19 +99,7 @@ func (b *Backend) RoPE(x backend.Tensor, pos []int32, headDim int, theta float64
 				own = make([]float32, headDim)
 			}
 			ropeAngles(own, float64(pos[i]), invFreq)
-			cos, sin := own[:half], own[half:]
-			row := xs.Row(i)
-			for h := 0; h < heads; h++ {
-				x1 := row[h*headDim : h*headDim+half]
-				x2 := row[h*headDim+half : (h+1)*headDim]
-				x2 = x2[:len(x1)]
-				cos, sin := cos[:len(x1)], sin[:len(x1)]
-				for j, a := range x1 {
-					c, s, bb := cos[j], sin[j], x2[j]
-					x1[j] = a*c - bb*s
-					x2[j] = bb*c + a*s
-				}
-			}
+			ropeRow(!b.scalarOps, xs.Row(i), headDim, own)
 		}
 	})
 }

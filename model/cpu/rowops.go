@@ -109,22 +109,24 @@ static void rms_norm_rows(int simd, float *dst, long ldd, const float *x, long l
 	else rms_norm_generic(dst, ldd, x, ldx, w, rows, cols, eps);
 }
 
+// rope_row rotates each of the heads of one row by the angles cs (hd/2
+// cosines, then hd/2 sines).
+static void rope_row(int simd, float *row, int heads, int hd, const float *cs) {
+	int half = hd / 2;
+	for (int h = 0; h < heads; h++) {
+		float *x1 = row + (long)h * hd;
+		if (simd) rope_half_avx2(x1, x1 + half, cs, cs + half, half);
+		else rope_half_generic(x1, x1 + half, cs, cs + half, half);
+	}
+}
+
 // rope_rows rotates the rows whose position p has 0 ≤ p < npos by the
-// table's angles (cs + p·hd: hd/2 cosines, then hd/2 sines); other rows
-// are left to the caller.
+// table's angles (cs + p·hd); other rows are left to the caller.
 static void rope_rows(int simd, float *x, long ldx, int rows, int heads, int hd, const int32_t *pos,
 		const float *cs, int npos) {
-	int half = hd / 2;
 	for (int i = 0; i < rows; i++) {
 		int32_t p = pos[i];
-		if (p < 0 || p >= npos) continue;
-		const float *c = cs + (long)p * hd, *s = c + half;
-		float *row = x + (long)i * ldx;
-		for (int h = 0; h < heads; h++) {
-			float *x1 = row + (long)h * hd;
-			if (simd) rope_half_avx2(x1, x1 + half, c, s, half);
-			else rope_half_generic(x1, x1 + half, c, s, half);
-		}
+		if (p >= 0 && p < npos) rope_row(simd, x + (long)i * ldx, heads, hd, cs + (long)p * hd);
 	}
 }
 
@@ -162,6 +164,18 @@ func ropeRows(useSIMD bool, x *Tensor, lo, hi int, pos []int32, headDim int, cs 
 	_, _ = xr[(hi-lo-1)*x.stride+x.cols-1], cs[npos*headDim-1]
 	C.rope_rows(cbool(useSIMD && simd), fptr(xr), C.long(x.stride), C.int(hi-lo), C.int(x.cols/headDim), C.int(headDim),
 		(*C.int32_t)(unsafe.Pointer(&p[0])), fptr(cs), C.int(npos))
+}
+
+// ropeRow rotates one row (whole heads of headDim) by the angles cs
+// (headDim/2 cosines, then headDim/2 sines).
+func ropeRow(useSIMD bool, row []float32, headDim int, cs []float32) {
+	if len(row) == 0 {
+		return
+	}
+	if len(row)%headDim != 0 || len(cs) < headDim {
+		panic("cpu: ropeRow: row not whole heads, or angles too short")
+	}
+	C.rope_row(cbool(useSIMD && simd), fptr(row), C.int(len(row)/headDim), C.int(headDim), fptr(cs))
 }
 
 // addRows sets d += x over rows [lo, hi).
