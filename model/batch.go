@@ -63,7 +63,7 @@ func (m *LLaDA) ForwardBatch(ins []Input, plans []Plan) ([]*Output, error) {
 		}
 		items[i] = it
 	}
-	d, hd := c.DModel, c.HeadDim()
+	d := c.DModel
 	eps := float32(c.RMSNormEps)
 
 	ar := &arena{b: b} // the requests' attentions allocate side by side
@@ -109,22 +109,20 @@ func (m *LLaDA) ForwardBatch(ins []Input, plans []Plan) ([]*Output, error) {
 		for _, it := range items {
 			b.CopyRows(x, it.sel(), it.x, nil)
 		}
-		nrm := alloc(total, d)
-		b.RMSNorm(nrm, x, blk.AttnNorm, eps)
-		q, k, v := m.qkv(blk, nrm, alloc)
-		b.RoPE(q, rp, hd, c.RopeTheta)
-		b.RoPE(k, rp, hd, c.RopeTheta)
+		q, k, v := m.attnInput(blk, x, rp, alloc)
 
-		// The requests' attentions are small products of their own: run
-		// them side by side, as many as there are threads.
+		// Each request's attention over its own K/V: their plans' K/V
+		// and observers side by side, as many as there are threads, then
+		// the attentions one after the other, each on every thread.
 		att := alloc(total, d)
+		calls := make([]attnCall, len(items))
 		var wg sync.WaitGroup
 		for i, it := range items {
 			wg.Add(1)
 			par <- struct{}{}
 			go func() {
 				defer wg.Done()
-				errs[i] = m.attendOne(l, it, q, k, v, att, alloc)
+				calls[i], errs[i] = m.attnArgs(l, it, q, k, v, att, alloc)
 				<-par
 			}()
 		}
@@ -134,16 +132,14 @@ func (m *LLaDA) ForwardBatch(ins []Input, plans []Plan) ([]*Output, error) {
 				return nil, fmt.Errorf("request %d of the batch: %w", i, err)
 			}
 		}
-		o := alloc(total, d)
-		b.MatMul(o, att, blk.AttnOut)
-		b.Add(x, o)
-
-		mm := alloc(total, d)
-		b.RMSNorm(mm, x, blk.FFNorm, eps)
-		g := m.gateUp(blk, mm, alloc)
-		y := alloc(total, d)
-		b.MatMul(y, g, blk.Down)
-		b.Add(x, y)
+		for i := range calls {
+			cl := &calls[i]
+			b.Attention(cl.out, cl.q, cl.k, cl.v, c.NHeads, c.NKVHeads)
+			if cl.sel != nil {
+				b.CopyRows(att, cl.sel, cl.out, nil)
+			}
+		}
+		m.blockOutput(blk, x, att, alloc)
 
 		var keep []backend.Tensor
 		for _, it := range items {
@@ -207,10 +203,18 @@ func (m *LLaDA) ForwardBatch(ins []Input, plans []Plan) ([]*Output, error) {
 	return outs, nil
 }
 
-// attendOne runs layer l's attention of one request of a batch: its rows of
-// q, k, v (batch tensors) completed with its plan's K/V, observed by the
-// plan, attended, and written into its rows of att.
-func (m *LLaDA) attendOne(l int, it *batchItem, q, k, v, att backend.Tensor, alloc func(int, int) backend.Tensor) error {
+// attnCall is one request's attention in a batch: out = Attention(q, k,
+// v); sel, where set, the batch rows of att that out is copied to (a
+// backend without views).
+type attnCall struct {
+	out, q, k, v backend.Tensor
+	sel          []int32
+}
+
+// attnArgs prepares layer l's attention of one request of a batch: its rows
+// of q, k, v (batch tensors) completed with its plan's K/V and observed by
+// the plan; the attention itself writes its rows of att.
+func (m *LLaDA) attnArgs(l int, it *batchItem, q, k, v, att backend.Tensor, alloc func(int, int) backend.Tensor) (attnCall, error) {
 	b, c := m.Backend, m.Config
 	n, r := len(it.in.Tokens), len(it.rows)
 	// The request's rows of the batch tensors are rows [off, off+r): views
@@ -237,16 +241,12 @@ func (m *LLaDA) attendOne(l int, it *batchItem, q, k, v, att backend.Tensor, all
 		b.CopyRows(it.kFull, it.rows, ki, nil)
 		b.CopyRows(it.vFull, it.rows, vi, nil)
 		if err := it.plan.KV(l, complement(it.rows, n), it.kFull, it.vFull); err != nil {
-			return fmt.Errorf("forward: layer %d: K/V for uncomputed rows: %w", l, err)
+			return attnCall{}, fmt.Errorf("forward: layer %d: K/V for uncomputed rows: %w", l, err)
 		}
 		K, V = it.kFull, it.vFull
 	}
 	m.observe(it.plan, l, it.rows, it.x, qi, K, V)
-	b.Attention(ai, qi, K, V, c.NHeads, c.NKVHeads)
-	if !view {
-		b.CopyRows(att, sel, ai, nil)
-	}
-	return nil
+	return attnCall{out: ai, q: qi, k: K, v: V, sel: sel}, nil
 }
 
 // checkInput validates one forward's input and returns its position ids.

@@ -88,3 +88,45 @@ func (m *LLaDA) gateUp(blk *Block, mm backend.Tensor, alloc func(int, int) backe
 	b.SiLUMul(g, g, u)
 	return g
 }
+
+// attnInput computes the query, key and value rows of x [r, d] at
+// positions pos (RoPE applied to q and k): through the backend's fused
+// AttnInput where it runs these weights, else as RMSNorm, the products
+// and RoPE one after the other (the same values).
+func (m *LLaDA) attnInput(blk *Block, x backend.Tensor, pos []int32, alloc func(int, int) backend.Tensor) (q, k, v backend.Tensor) {
+	b, c := m.Backend, m.Config
+	r, d, kv, hd, eps := x.Rows(), c.DModel, c.KVDim(), c.HeadDim(), float32(c.RMSNormEps)
+	if f, ok := b.(backend.Fuser); ok {
+		q, k, v = alloc(r, d), alloc(r, kv), alloc(r, kv)
+		if f.AttnInput(q, k, v, x, blk.AttnNorm, blk.Q, blk.K, blk.V, pos, hd, c.RopeTheta, eps) {
+			return q, k, v
+		}
+	}
+	nrm := alloc(r, d)
+	b.RMSNorm(nrm, x, blk.AttnNorm, eps)
+	q, k, v = m.qkv(blk, nrm, alloc)
+	b.RoPE(q, pos, hd, c.RopeTheta)
+	b.RoPE(k, pos, hd, c.RopeTheta)
+	return q, k, v
+}
+
+// blockOutput finishes a block on x [r, d] given its attention att:
+// x += att·W_oᵀ, then the MLP's residual; through the backend's fused
+// BlockOutput where it runs these weights, else one operation after the
+// other (the same values).
+func (m *LLaDA) blockOutput(blk *Block, x, att backend.Tensor, alloc func(int, int) backend.Tensor) {
+	b, c := m.Backend, m.Config
+	r, d, eps := x.Rows(), c.DModel, float32(c.RMSNormEps)
+	if f, ok := b.(backend.Fuser); ok && f.BlockOutput(x, att, blk.AttnOut, blk.FFNorm, blk.Gate, blk.Up, blk.Down, eps) {
+		return
+	}
+	o := alloc(r, d)
+	b.MatMul(o, att, blk.AttnOut)
+	b.Add(x, o) // x is now h
+	mm := alloc(r, d)
+	b.RMSNorm(mm, x, blk.FFNorm, eps)
+	g := m.gateUp(blk, mm, alloc) // [r, hidden]
+	y := alloc(r, d)
+	b.MatMul(y, g, blk.Down)
+	b.Add(x, y)
+}

@@ -75,7 +75,7 @@ func (m *LLaDA) Forward(in Input, plan Plan) (*Output, error) {
 		return nil, err
 	}
 	n := len(in.Tokens)
-	d, kvDim, hd := c.DModel, c.KVDim(), c.HeadDim()
+	d, kvDim := c.DModel, c.KVDim()
 	eps := float32(c.RMSNormEps)
 
 	ar := &arena{b: b}
@@ -119,12 +119,7 @@ func (m *LLaDA) Forward(in Input, plan Plan) (*Output, error) {
 		out.FLOPs += c.LayerFLOPs(n, r)
 
 		// Attention.
-		nrm := alloc(r, d)
-		b.RMSNorm(nrm, x, blk.AttnNorm, eps)
-		q, k, v := m.qkv(blk, nrm, alloc) // [r, d], [r, kv], [r, kv]
-		rp := gather32(pos, cur)
-		b.RoPE(q, rp, hd, c.RopeTheta)
-		b.RoPE(k, rp, hd, c.RopeTheta)
+		q, k, v := m.attnInput(blk, x, gather32(pos, cur), alloc) // [r, d], [r, kv], [r, kv]
 
 		K, V := k, v // [n, kv] once completed
 		if !full {
@@ -141,17 +136,7 @@ func (m *LLaDA) Forward(in Input, plan Plan) (*Output, error) {
 		m.observe(plan, l, cur, x, q, K, V)
 		att := alloc(r, d)
 		b.Attention(att, q, K, V, c.NHeads, c.NKVHeads)
-		o := alloc(r, d)
-		b.MatMul(o, att, blk.AttnOut)
-		b.Add(x, o) // x is now h
-
-		// MLP.
-		mm := alloc(r, d)
-		b.RMSNorm(mm, x, blk.FFNorm, eps)
-		g := m.gateUp(blk, mm, alloc) // [r, hidden]
-		y := alloc(r, d)
-		b.MatMul(y, g, blk.Down)
-		b.Add(x, y)
+		m.blockOutput(blk, x, att, alloc) // the output projection and the MLP
 		ar.keepOnly(x, kFull, vFull)
 	}
 

@@ -116,6 +116,22 @@ type Uninit interface {
 	NewUninit(rows, cols int) Tensor
 }
 
+// Fuser is an optional Backend method pair: the two row-wise halves of a
+// pre-norm transformer block, each as one operation that a backend may run
+// a block of rows at a time (the intermediates of a block stay in cache,
+// and one parallel region replaces several). Each must give what the
+// Backend calls it names give one after the other; false means the backend
+// cannot fuse these operands (it touched nothing, the caller makes the
+// calls).
+type Fuser interface {
+	// AttnInput: n = RMSNorm(x, norm, eps); q = n·wqᵀ, k = n·wkᵀ,
+	// v = n·wvᵀ; RoPE(q, pos, headDim, theta), RoPE(k, pos, headDim, theta).
+	AttnInput(q, k, v, x, norm, wq, wk, wv Tensor, pos []int32, headDim int, theta float64, eps float32) bool
+	// BlockOutput: x += att·woᵀ; n = RMSNorm(x, norm, eps);
+	// x += (SiLU(n·gateᵀ) ⊙ n·upᵀ)·downᵀ.
+	BlockOutput(x, att, wo, norm, gate, up, down Tensor, eps float32) bool
+}
+
 // Viewer is an optional Backend method pair: rows [lo, hi) or columns
 // [lo, hi) of t as a tensor sharing t's storage (freeing t frees it; a view
 // is never freed). Every operation must accept views. With it the model

@@ -1,8 +1,13 @@
 package cpu
 
+// #include <stdint.h>
+// void attn_heads(int workers, int avx2, int nq, int nk, int hd, int group, int g0, int kvn, int blocks, int block,
+//	float scale, const float *q, long ldq, const float *k, long ldk, const float *v, long ldv, float *o, long ldo,
+//	float *kt, long ldt, float *vp);
+import "C"
+
 import (
 	"math"
-	"sync"
 	"sync/atomic"
 
 	"github.com/dlmcache/dlmcache/model/backend"
@@ -97,28 +102,22 @@ func (b *Backend) Attention(dst, q, k, v backend.Tensor, nHeads, nKVHeads int) {
 	for g0 := 0; g0 < nKVHeads; g0 += kvGroup {
 		g1 := min(nKVHeads, g0+kvGroup)
 		if fused {
-			pack := func(lo, hi int) {
-				for h := lo; h < hi; h++ {
-					i := h - g0
-					attnPack(b.attn, nk, hd, ks.data[h*hd:], ks.stride, vs.data[h*hd:], vs.stride, kt[i*hd*ldt:], ldt, vp[i*nk*hd:])
-				}
-			}
-			if workers == 1 {
-				pack(g0, g1)
-			} else {
-				b.parallel(g1-g0, 1, func(lo, hi int) { pack(g0+lo, g0+hi) })
-			}
+			// One job of the C team: lay out the group's kv heads, then
+			// its query heads' blocks.
+			_, _, _ = qs.data[(nq-1)*qs.stride+qs.cols-1], ks.data[(nk-1)*ks.stride+ks.cols-1], vs.data[(nk-1)*vs.stride+vs.cols-1]
+			_ = d.data[(nq-1)*d.stride+d.cols-1]
+			C.attn_heads(C.int(workers), cbool(b.attn == attnAVX2), C.int(nq), C.int(nk), C.int(hd), C.int(group),
+				C.int(g0), C.int(g1-g0), C.int(blocks), C.int(attnBlock), C.float(scale),
+				fptr(qs.data), C.long(qs.stride), fptr(ks.data), C.long(ks.stride), fptr(vs.data), C.long(vs.stride),
+				fptr(d.data), C.long(d.stride), fptr(kt), C.long(ldt), fptr(vp))
+			continue
 		}
 		// The tasks of this group's query heads.
 		h0, tasks := g0*group, (g1-g0)*group*blocks
 		var next atomic.Int64
 		work := func() {
 			rows := min(attnBlock, nq)
-			n := rows*nk + rows
-			if fused {
-				n = 8*ldt + 8
-			}
-			buf := b.getScratch(n)
+			buf := b.getScratch(rows*nk + rows)
 			defer b.putScratch(buf)
 			for {
 				t := int(next.Add(1) - 1)
@@ -131,11 +130,6 @@ func (b *Backend) Attention(dst, q, k, v backend.Tensor, nHeads, nKVHeads int) {
 				m := min(attnBlock, nq-r0)
 				qv := qs.data[r0*qs.stride+h*hd:]
 				ov := d.data[r0*d.stride+h*hd:]
-				if fused {
-					i := kh - g0
-					attnRows(b.attn, m, nk, hd, scale, qv, qs.stride, kt[i*hd*ldt:], ldt, vp[i*nk*hd:], hd, ov, d.stride, buf)
-					continue
-				}
 				scores, inv := buf[:rows*nk], buf[rows*nk:]
 				b.gemmNT(m, nk, hd, scale, qv, qs.stride, ks.data[kh*hd:], ks.stride, scores, nk)
 				softmaxRows(scores, m, nk, inv)
@@ -149,20 +143,7 @@ func (b *Backend) Attention(dst, q, k, v backend.Tensor, nHeads, nKVHeads int) {
 				}
 			}
 		}
-		if w := min(workers, tasks); w <= 1 {
-			work()
-		} else {
-			var wg sync.WaitGroup
-			wg.Add(w - 1)
-			for range w - 1 {
-				go func() {
-					defer wg.Done()
-					work()
-				}()
-			}
-			work()
-			wg.Wait()
-		}
+		team(min(workers, tasks), work)
 	}
 }
 

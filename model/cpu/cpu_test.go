@@ -701,6 +701,8 @@ func TestShapePanics(t *testing.T) {
 		"CopyRows range":   func() { b.CopyRows(m(2, 4), []int32{2}, m(2, 4), nil) },
 		"CopyRows nil fit": func() { b.CopyRows(m(2, 4), nil, m(5, 4), []int32{0, 1, 2}) },
 		"Add shape":        func() { b.Add(m(2, 4), m(4, 2)) },
+		"AttnInput pos":    func() { b.AttnInput(m(2, 2), m(2, 2), m(2, 2), m(2, 2), m(1, 2), w, w, w, []int32{0}, 2, 1e4, 1e-5) },
+		"BlockOutput att":  func() { b.BlockOutput(m(2, 2), m(3, 2), w, m(1, 2), w, w, w, 1e-5) },
 		"write weight":     func() { b.Add(w, m(2, 2)) },
 		"after Free": func() {
 			x := m(2, 2)

@@ -548,6 +548,22 @@ static void silu_mul(int simd, float *dst, const float *g, const float *u, int n
 	if (simd) silu_mul_avx2(dst, g, u, n); else silu_mul_generic(dst, g, u, n);
 }
 
+// Entry points for the C of the package's other files (team.go).
+void dlmc_panel_gemm(int m, int n, int k, const float *a, long lda, const float *p, float *c, long ldc) {
+	panel_gemm(m, n, k, a, lda, p, c, ldc, 1.0f);
+}
+void dlmc_silu_mul(int simd, float *dst, const float *g, const float *u, int n) { silu_mul(simd, dst, g, u, n); }
+void dlmc_attn_pack(int avx2, int nk, int hd, const float *k, long ldk, const float *v, long ldv,
+		float *kt, long ldt, float *vp) {
+	if (avx2) attn_pack2(nk, hd, k, ldk, v, ldv, kt, vp);
+	else attn_pack(nk, hd, k, ldk, v, ldv, kt, ldt, vp);
+}
+void dlmc_attn_rows(int avx2, int m, int nk, int hd, float scale, const float *q, long ldq,
+		const float *kt, long ldt, const float *v, long ldv, float *o, long ldo, float *s) {
+	if (avx2) attn_rows2(m, nk, hd, scale, q, ldq, kt, ldt, v, ldv, o, ldo, s);
+	else attn_rows(m, nk, hd, scale, q, ldq, kt, ldt, v, ldv, o, ldo, s);
+}
+
 static void exp_many(int simd, float *dst, const float *x, int n) {
 	int j = 0;
 #if defined(__x86_64__)

@@ -73,35 +73,8 @@ func (b *Backend) RoPE(x backend.Tensor, pos []int32, headDim int, theta float64
 	if headDim <= 0 || headDim%2 != 0 || xs.cols%headDim != 0 || len(pos) != xs.rows {
 		shapePanic("RoPE", "x %v, %d positions, headDim %d", xs, len(pos), headDim)
 	}
-	need := 0
-	for _, p := range pos {
-		if p >= 0 && int(p) < maxRopePositions {
-			need = max(need, int(p)+1)
-		}
-	}
-	var tab *ropeTable
-	if need > 0 {
-		tab = b.rope.table(headDim, theta, need)
-	}
-	invFreq := ropeInvFreq(headDim, theta)
-	b.parallel(xs.rows, rowGrain(xs.cols), func(lo, hi int) {
-		// The rows with cached angles in one call; the rest a row at a
-		// time, with angles of their own.
-		if need > 0 {
-			ropeRows(!b.scalarOps, xs, lo, hi, pos, headDim, tab.cs, need)
-		}
-		var own []float32
-		for i := lo; i < hi; i++ {
-			if p := int(pos[i]); p >= 0 && p < need {
-				continue
-			}
-			if own == nil {
-				own = make([]float32, headDim)
-			}
-			ropeAngles(own, float64(pos[i]), invFreq)
-			ropeRow(!b.scalarOps, xs.Row(i), headDim, own)
-		}
-	})
+	rope := b.ropeFor(pos, headDim, theta)
+	b.parallel(xs.rows, rowGrain(xs.cols), func(lo, hi int) { rope.rows(xs, lo, hi) })
 }
 
 // SiLUMul: dst = silu(gate) * up = gate/(1+e^-gate) * up. dst may alias gate.

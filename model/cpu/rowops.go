@@ -134,6 +134,19 @@ static void add_rows(int simd, float *dst, long ldd, const float *x, long ldx, i
 	if (simd) add_avx2(dst, ldd, x, ldx, rows, cols);
 	else add_generic(dst, ldd, x, ldx, rows, cols);
 }
+
+// Entry points for the C of the package's other files (team.go).
+void dlmc_rms_norm_rows(int simd, float *dst, long ldd, const float *x, long ldx, const float *w,
+		int rows, int cols, float eps) {
+	rms_norm_rows(simd, dst, ldd, x, ldx, w, rows, cols, eps);
+}
+void dlmc_rope_rows(int simd, float *x, long ldx, int rows, int heads, int hd, const int32_t *pos,
+		const float *cs, int npos) {
+	rope_rows(simd, x, ldx, rows, heads, hd, pos, cs, npos);
+}
+void dlmc_add_rows(int simd, float *dst, long ldd, const float *x, long ldx, int rows, int cols) {
+	add_rows(simd, dst, ldd, x, ldx, rows, cols);
+}
 */
 import "C"
 

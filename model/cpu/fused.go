@@ -1,0 +1,436 @@
+package cpu
+
+/*
+#cgo CFLAGS: -O2
+#cgo LDFLAGS: -lpthread
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define team_pause() _mm_pause()
+#else
+#define team_pause() ((void)0)
+#endif
+
+void dlmc_panel_gemm(int m, int n, int k, const float *a, long lda, const float *p, float *c, long ldc);
+void dlmc_silu_mul(int simd, float *dst, const float *g, const float *u, int n);
+void dlmc_rms_norm_rows(int simd, float *dst, long ldd, const float *x, long ldx, const float *w,
+	int rows, int cols, float eps);
+void dlmc_rope_rows(int simd, float *x, long ldx, int rows, int heads, int hd, const int32_t *pos,
+	const float *cs, int npos);
+void dlmc_add_rows(int simd, float *dst, long ldd, const float *x, long ldx, int rows, int cols);
+void dlmc_attn_pack(int avx2, int nk, int hd, const float *k, long ldk, const float *v, long ldv,
+	float *kt, long ldt, float *vp);
+void dlmc_attn_rows(int avx2, int m, int nk, int hd, float scale, const float *q, long ldq,
+	const float *kt, long ldt, const float *v, long ldv, float *o, long ldo, float *s);
+
+// The team: worker threads of C's own that run the tasks of one job at a
+// time beside the thread that posts it, each task claimed by whichever
+// thread is free first. A job is one cgo call: the Go scheduler neither
+// starts nor parks anything inside it.
+typedef void (*team_fn)(const void *arg, int task, float *scratch);
+
+#define TEAM_MAX 256
+// After a job a worker polls this many pauses for the next one before it
+// sleeps: a forward posts its jobs back to back.
+#define TEAM_SPIN 4000
+
+static pthread_mutex_t team_busy = PTHREAD_MUTEX_INITIALIZER; // held by the poster of the running job
+static pthread_mutex_t team_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t team_wake = PTHREAD_COND_INITIALIZER, team_idle = PTHREAD_COND_INITIALIZER;
+static int team_started; // workers started (under team_mu)
+static atomic_ulong team_gen; // bumped for each job
+static team_fn team_job_fn;
+static const void *team_job_arg;
+static int team_job_tasks, team_job_want;
+static size_t team_job_scratch;
+static atomic_int team_next, team_left; // the next task; workers yet to check in
+
+static float *team_alloc(size_t n) {
+	void *p = NULL;
+	if (posix_memalign(&p, 64, (n ? n : 1) * sizeof(float))) abort();
+	return p;
+}
+
+static void team_tasks(float *scratch) {
+	for (;;) {
+		int t = atomic_fetch_add(&team_next, 1);
+		if (t >= team_job_tasks) return;
+		team_job_fn(team_job_arg, t, scratch);
+	}
+}
+
+typedef struct { int id; unsigned long seen; } team_start;
+
+static void *team_worker(void *p) {
+	team_start st = *(team_start *)p;
+	free(p);
+	float *scratch = NULL;
+	size_t cap = 0;
+	for (;;) {
+		unsigned long g = atomic_load_explicit(&team_gen, memory_order_acquire);
+		for (int i = 0; g == st.seen && i < TEAM_SPIN; i++) {
+			team_pause();
+			g = atomic_load_explicit(&team_gen, memory_order_acquire);
+		}
+		if (g == st.seen) {
+			pthread_mutex_lock(&team_mu);
+			while ((g = atomic_load_explicit(&team_gen, memory_order_acquire)) == st.seen)
+				pthread_cond_wait(&team_wake, &team_mu);
+			pthread_mutex_unlock(&team_mu);
+		}
+		st.seen = g;
+		if (st.id < team_job_want - 1) {
+			if (cap < team_job_scratch) {
+				free(scratch);
+				cap = team_job_scratch;
+				scratch = team_alloc(cap);
+			}
+			team_tasks(scratch);
+		}
+		if (atomic_fetch_sub(&team_left, 1) == 1) {
+			pthread_mutex_lock(&team_mu);
+			pthread_cond_signal(&team_idle);
+			pthread_mutex_unlock(&team_mu);
+		}
+	}
+	return NULL;
+}
+
+// team_run runs fn(arg, t, scratch) for t in [0, tasks) on up to workers
+// threads, the caller's among them, each with scratch of scratch floats,
+// and returns when all are done. While another job runs (another
+// goroutine's), or where no thread can be started, the caller runs its
+// tasks alone.
+static void team_run(int workers, int tasks, team_fn fn, const void *arg, size_t scratch) {
+	if (workers > tasks) workers = tasks;
+	if (workers > TEAM_MAX) workers = TEAM_MAX;
+	if (workers > 1 && pthread_mutex_trylock(&team_busy) == 0) {
+		pthread_mutex_lock(&team_mu);
+		while (team_started < workers - 1) {
+			team_start *st = malloc(sizeof *st);
+			pthread_t th;
+			pthread_attr_t at;
+			if (!st) break;
+			st->id = team_started;
+			st->seen = atomic_load(&team_gen);
+			pthread_attr_init(&at);
+			pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+			int err = pthread_create(&th, &at, team_worker, st);
+			pthread_attr_destroy(&at);
+			if (err) {
+				free(st);
+				break;
+			}
+			team_started++;
+		}
+		if (team_started > 0) {
+			team_job_fn = fn;
+			team_job_arg = arg;
+			team_job_tasks = tasks;
+			team_job_want = workers;
+			team_job_scratch = scratch;
+			atomic_store(&team_next, 0);
+			atomic_store(&team_left, team_started);
+			atomic_fetch_add_explicit(&team_gen, 1, memory_order_release);
+			pthread_cond_broadcast(&team_wake);
+			pthread_mutex_unlock(&team_mu);
+			float *s = team_alloc(scratch);
+			team_tasks(s);
+			free(s);
+			for (int i = 0; atomic_load(&team_left) > 0 && i < TEAM_SPIN; i++) team_pause();
+			pthread_mutex_lock(&team_mu);
+			while (atomic_load(&team_left) > 0) pthread_cond_wait(&team_idle, &team_mu);
+			pthread_mutex_unlock(&team_mu);
+			pthread_mutex_unlock(&team_busy);
+			return;
+		}
+		pthread_mutex_unlock(&team_mu);
+		pthread_mutex_unlock(&team_busy);
+	}
+	float *s = team_alloc(scratch);
+	for (int t = 0; t < tasks; t++) fn(arg, t, s);
+	free(s);
+}
+
+// The fused layer halves (backend.Fuser), a block of FUSED_ROWS rows a task.
+#define FUSED_ROWS 48
+
+typedef struct {
+	int rows, d, nq, nk, nv, hd, npos, simd;
+	float eps;
+	const float *x, *norm, *pq, *pk, *pv, *cs;
+	long ldx, ldq, ldk, ldv;
+	float *q, *k, *v;
+	const int32_t *pos;
+} attn_input_job;
+
+static void attn_input_task(const void *arg, int t, float *nb) {
+	const attn_input_job *j = arg;
+	int lo = t * FUSED_ROWS, m = j->rows - lo < FUSED_ROWS ? j->rows - lo : FUSED_ROWS;
+	float *q = j->q + (long)lo * j->ldq, *k = j->k + (long)lo * j->ldk;
+	dlmc_rms_norm_rows(j->simd, nb, j->d, j->x + (long)lo * j->ldx, j->ldx, j->norm, m, j->d, j->eps);
+	dlmc_panel_gemm(m, j->nq, j->d, nb, j->d, j->pq, q, j->ldq);
+	dlmc_panel_gemm(m, j->nk, j->d, nb, j->d, j->pk, k, j->ldk);
+	dlmc_panel_gemm(m, j->nv, j->d, nb, j->d, j->pv, j->v + (long)lo * j->ldv, j->ldv);
+	if (j->npos > 0) {
+		dlmc_rope_rows(j->simd, q, j->ldq, m, j->nq / j->hd, j->hd, j->pos + lo, j->cs, j->npos);
+		dlmc_rope_rows(j->simd, k, j->ldk, m, j->nk / j->hd, j->hd, j->pos + lo, j->cs, j->npos);
+	}
+}
+
+static void attn_input(int workers, int rows, int d, int nq, int nk, int nv, int hd, int simd, float eps,
+		const float *x, long ldx, const float *norm, const float *pq, const float *pk, const float *pv,
+		float *q, long ldq, float *k, long ldk, float *v, long ldv, const int32_t *pos, const float *cs, int npos) {
+	attn_input_job j = {rows, d, nq, nk, nv, hd, npos, simd, eps, x, norm, pq, pk, pv, cs, ldx, ldq, ldk, ldv, q, k, v, pos};
+	team_run(workers, (rows + FUSED_ROWS - 1) / FUSED_ROWS, attn_input_task, &j, (size_t)FUSED_ROWS * d);
+}
+
+typedef struct {
+	int rows, d, na, h, simd, vsimd;
+	float eps;
+	float *x;
+	long ldx, lda;
+	const float *att, *norm, *po, *pg, *pu, *pd;
+} block_output_job;
+
+static void block_output_task(const void *arg, int t, float *buf) {
+	const block_output_job *j = arg;
+	int lo = t * FUSED_ROWS, m = j->rows - lo < FUSED_ROWS ? j->rows - lo : FUSED_ROWS;
+	int d = j->d, h = j->h;
+	float *x = j->x + (long)lo * j->ldx;
+	float *o = buf, *nb = buf + FUSED_ROWS * d, *g = buf + 2 * FUSED_ROWS * d, *u = g + (long)FUSED_ROWS * h;
+	dlmc_panel_gemm(m, d, j->na, j->att + (long)lo * j->lda, j->lda, j->po, o, d);
+	dlmc_add_rows(j->simd, x, j->ldx, o, d, m, d);
+	dlmc_rms_norm_rows(j->simd, nb, d, x, j->ldx, j->norm, m, d, j->eps);
+	dlmc_panel_gemm(m, h, d, nb, d, j->pg, g, h);
+	dlmc_panel_gemm(m, h, d, nb, d, j->pu, u, h);
+	dlmc_silu_mul(j->vsimd, g, g, u, m * h);
+	dlmc_panel_gemm(m, d, h, g, h, j->pd, o, d);
+	dlmc_add_rows(j->simd, x, j->ldx, o, d, m, d);
+}
+
+static void block_output(int workers, int rows, int d, int na, int h, int simd, int vsimd, float eps,
+		float *x, long ldx, const float *att, long lda, const float *norm,
+		const float *po, const float *pg, const float *pu, const float *pd) {
+	block_output_job j = {rows, d, na, h, simd, vsimd, eps, x, ldx, lda, att, norm, po, pg, pu, pd};
+	team_run(workers, (rows + FUSED_ROWS - 1) / FUSED_ROWS, block_output_task, &j,
+		(size_t)FUSED_ROWS * (2 * d + 2 * h));
+}
+
+// Attention on the fused kernels for the kv heads [g0, g0 + kvn): the
+// first kvn tasks lay out one kv head each (kt, vp), the others run
+// block rows of query rows of one query head once its kv head is laid out
+// (tasks are claimed in order, so every layout is under way before the
+// first task that waits for it).
+typedef struct {
+	int avx2, nq, nk, hd, group, g0, kvn, blocks, block;
+	float scale;
+	const float *q, *k, *v;
+	float *o, *kt, *vp;
+	long ldq, ldk, ldv, ldo, ldt;
+	atomic_int *ready;
+} attn_job;
+
+static void attn_task(const void *arg, int t, float *s) {
+	const attn_job *j = arg;
+	if (t < j->kvn) {
+		int h = j->g0 + t;
+		dlmc_attn_pack(j->avx2, j->nk, j->hd, j->k + (long)h * j->hd, j->ldk, j->v + (long)h * j->hd, j->ldv,
+			j->kt + (long)t * j->hd * j->ldt, j->ldt, j->vp + (long)t * j->nk * j->hd);
+		atomic_store_explicit(&j->ready[t], 1, memory_order_release);
+		return;
+	}
+	t -= j->kvn;
+	int hq = j->g0 * j->group + t / j->blocks, r0 = (t % j->blocks) * j->block;
+	int i = hq / j->group - j->g0, m = j->nq - r0 < j->block ? j->nq - r0 : j->block;
+	while (!atomic_load_explicit(&j->ready[i], memory_order_acquire)) team_pause();
+	dlmc_attn_rows(j->avx2, m, j->nk, j->hd, j->scale, j->q + (long)r0 * j->ldq + (long)hq * j->hd, j->ldq,
+		j->kt + (long)i * j->hd * j->ldt, j->ldt, j->vp + (long)i * j->nk * j->hd, j->hd,
+		j->o + (long)r0 * j->ldo + (long)hq * j->hd, j->ldo, s);
+}
+
+void attn_heads(int workers, int avx2, int nq, int nk, int hd, int group, int g0, int kvn, int blocks, int block,
+		float scale, const float *q, long ldq, const float *k, long ldk, const float *v, long ldv, float *o, long ldo,
+		float *kt, long ldt, float *vp) {
+	atomic_int ready[kvn];
+	for (int i = 0; i < kvn; i++) atomic_init(&ready[i], 0);
+	attn_job j = {avx2, nq, nk, hd, group, g0, kvn, blocks, block, scale, q, k, v, o, kt, vp, ldq, ldk, ldv, ldo, ldt, ready};
+	team_run(workers, kvn + kvn * group * blocks, attn_task, &j, 8 * (size_t)ldt + 8);
+}
+*/
+import "C"
+
+import (
+	"sync"
+	"unsafe"
+
+	"github.com/dlmcache/dlmcache/model/backend"
+)
+
+// fusedRows is the row block of the fused layer halves (backend.Fuser),
+// one task of the team: a multiple of the panel kernel's 6-row tile,
+// small enough that a block's intermediates stay in L2 (the bundled
+// model's gate and up of 48 rows: 147 KB) and that the last blocks even
+// out the cores.
+const fusedRows = C.FUSED_ROWS
+
+// i32ptr is the C view of s's first element.
+func i32ptr(s []int32) *C.int32_t { return (*C.int32_t)(unsafe.Pointer(&s[0])) }
+
+// fusable reports whether the fused halves can run these weights: all laid
+// out for the panel kernel (float32, at most panelMaxK columns).
+func fusable(ws ...*Tensor) bool {
+	for _, w := range ws {
+		if w.panels == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// team runs work on up to workers goroutines (the caller's among them) and
+// returns when all have returned; work takes its own tasks until none are
+// left.
+func team(workers int, work func()) {
+	if workers <= 1 {
+		work()
+		return
+	}
+	var wg sync.WaitGroup
+	wg.Add(workers - 1)
+	for range workers - 1 {
+		go func() {
+			defer wg.Done()
+			work()
+		}()
+	}
+	work()
+	wg.Wait()
+}
+
+// workers is how many threads a fused operation of flops runs on: one
+// where it is too small to split.
+func (b *Backend) workers(flops float64) int {
+	if !b.split || flops < minSplitFlops {
+		return 1
+	}
+	return b.threads
+}
+
+// AttnInput implements backend.Fuser: n = RMSNorm(x, norm); q, k, v =
+// n·wqᵀ, n·wkᵀ, n·wvᵀ; RoPE of q and k at pos. A block of rows at a time,
+// its normed rows in cache; every value is what the five operations give
+// one after the other (the same kernels, each output element summed in the
+// same order). It runs where every weight is laid out for the panel kernel
+// and reports false, touching nothing, elsewhere.
+func (b *Backend) AttnInput(q, k, v, x, norm, wq, wk, wv backend.Tensor, pos []int32, headDim int, theta float64, eps float32) bool {
+	qs, ks, vs := writable(q, "AttnInput"), writable(k, "AttnInput"), writable(v, "AttnInput")
+	xs, ns := tensor(x, "AttnInput"), tensor(norm, "AttnInput")
+	wqs, wks, wvs := anyTensor(wq, "AttnInput"), anyTensor(wk, "AttnInput"), anyTensor(wv, "AttnInput")
+	r, d := xs.rows, xs.cols
+	if ns.rows != 1 || ns.cols != d || wqs.cols != d || wks.cols != d || wvs.cols != d ||
+		qs.rows != r || qs.cols != wqs.rows || ks.rows != r || ks.cols != wks.rows || vs.rows != r || vs.cols != wvs.rows ||
+		len(pos) != r || headDim <= 0 || headDim%2 != 0 || qs.cols%headDim != 0 || ks.cols%headDim != 0 {
+		shapePanic("AttnInput", "q %v, k %v, v %v from x %v, norm %v, wq %v, wk %v, wv %v, %d positions, headDim %d",
+			qs, ks, vs, xs, ns, wqs, wks, wvs, len(pos), headDim)
+	}
+	if !fusable(wqs, wks, wvs) {
+		return false
+	}
+	if r == 0 || d == 0 {
+		return true
+	}
+	rope := b.ropeFor(pos, headDim, theta)
+	var cs *C.float
+	if rope.need > 0 {
+		cs = fptr(rope.tab.cs)
+	}
+	C.attn_input(C.int(b.workers(2*float64(r)*float64(d)*float64(qs.cols+ks.cols+vs.cols))), C.int(r), C.int(d),
+		C.int(qs.cols), C.int(ks.cols), C.int(vs.cols), C.int(headDim), cbool(!b.scalarOps && simd), C.float(eps),
+		fptr(xs.data), C.long(xs.stride), fptr(ns.data), fptr(wqs.panels), fptr(wks.panels), fptr(wvs.panels),
+		fptr(qs.data), C.long(qs.stride), fptr(ks.data), C.long(ks.stride), fptr(vs.data), C.long(vs.stride),
+		i32ptr(pos), cs, C.int(rope.need))
+	// Rows at positions without cached angles: angles of their own.
+	rope.own(qs, 0, r)
+	rope.own(ks, 0, r)
+	return true
+}
+
+// BlockOutput implements backend.Fuser: x += att·woᵀ; n = RMSNorm(x,
+// norm); x += (silu(n·gateᵀ) ⊙ n·upᵀ)·downᵀ. A block of rows at a time,
+// its gate and up in cache; every value is what the operations give one
+// after the other. It runs where every weight is laid out for the panel
+// kernel and reports false, touching nothing, elsewhere.
+func (b *Backend) BlockOutput(x, att, wo, norm, gate, up, down backend.Tensor, eps float32) bool {
+	xs, as, ns := writable(x, "BlockOutput"), tensor(att, "BlockOutput"), tensor(norm, "BlockOutput")
+	wos, gs, us, ds := anyTensor(wo, "BlockOutput"), anyTensor(gate, "BlockOutput"), anyTensor(up, "BlockOutput"), anyTensor(down, "BlockOutput")
+	r, d, h := xs.rows, xs.cols, gs.rows
+	if as.rows != r || wos.cols != as.cols || wos.rows != d || ns.rows != 1 || ns.cols != d ||
+		gs.cols != d || us.rows != h || us.cols != d || ds.rows != d || ds.cols != h {
+		shapePanic("BlockOutput", "x %v, att %v, wo %v, norm %v, gate %v, up %v, down %v", xs, as, wos, ns, gs, us, ds)
+	}
+	if !fusable(wos, gs, us, ds) {
+		return false
+	}
+	if r == 0 || d == 0 {
+		return true
+	}
+	C.block_output(C.int(b.workers(2*float64(r)*float64(d)*float64(as.cols+3*h))), C.int(r), C.int(d), C.int(as.cols), C.int(h),
+		cbool(!b.scalarOps && simd), cbool(simd), C.float(eps), fptr(xs.data), C.long(xs.stride), fptr(as.data), C.long(as.stride),
+		fptr(ns.data), fptr(wos.panels), fptr(gs.panels), fptr(us.panels), fptr(ds.panels))
+	return true
+}
+
+var _ backend.Fuser = (*Backend)(nil)
+
+// ropeRange is RoPE's work for one set of positions: the cached angles
+// where positions have them, angles of their own for the rest.
+type ropeRange struct {
+	useSIMD bool
+	pos     []int32
+	headDim int
+	tab     *ropeTable
+	need    int
+	invFreq []float64
+}
+
+// ropeFor prepares RoPE at pos (shapes checked by the caller).
+func (b *Backend) ropeFor(pos []int32, headDim int, theta float64) *ropeRange {
+	rr := &ropeRange{useSIMD: !b.scalarOps, pos: pos, headDim: headDim, invFreq: ropeInvFreq(headDim, theta)}
+	for _, p := range pos {
+		if p >= 0 && int(p) < maxRopePositions {
+			rr.need = max(rr.need, int(p)+1)
+		}
+	}
+	if rr.need > 0 {
+		rr.tab = b.rope.table(headDim, theta, rr.need)
+	}
+	return rr
+}
+
+// rows rotates rows [lo, hi) of x, row i at pos[i].
+func (rr *ropeRange) rows(x *Tensor, lo, hi int) {
+	if rr.need > 0 {
+		ropeRows(rr.useSIMD, x, lo, hi, rr.pos, rr.headDim, rr.tab.cs, rr.need)
+	}
+	rr.own(x, lo, hi)
+}
+
+// own rotates the rows of [lo, hi) whose positions have no cached angles
+// (beyond the table, or negative), a row at a time with angles of their own.
+func (rr *ropeRange) own(x *Tensor, lo, hi int) {
+	var cs []float32
+	for i := lo; i < hi; i++ {
+		if p := int(rr.pos[i]); p >= 0 && p < rr.need {
+			continue
+		}
+		if cs == nil {
+			cs = make([]float32, rr.headDim)
+		}
+		ropeAngles(cs, float64(rr.pos[i]), rr.invFreq)
+		ropeRow(rr.useSIMD, x.Row(i), rr.headDim, cs)
+	}
+}

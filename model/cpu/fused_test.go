@@ -1,0 +1,188 @@
+package cpu
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/dlmcache/dlmcache/model/backend"
+)
+
+// TestFused runs the fused layer halves on every backend configuration
+// against the operations they fuse, called one after the other on the same
+// backend: where a backend fuses (its weights laid out for the panel
+// kernel) every value must be identical, since each element goes through
+// the same kernels in the same order; elsewhere the call must decline and
+// leave its outputs alone. Row counts cover one row, part of a block, a
+// whole block, a block and one row and several blocks with a tail (split
+// over goroutines on the two-thread backends); positions include ones past
+// the cached RoPE angles and a negative one.
+func TestFused(t *testing.T) {
+	const d, heads, kvHeads, hd, hidden = 64, 4, 2, 16, 192
+	const eps = 1e-5
+	r := rand.New(rand.NewPCG(7, 7))
+	wq, wk, wv := randMat(r, d, d, 0.2), randMat(r, kvHeads*hd, d, 0.2), randMat(r, kvHeads*hd, d, 0.2)
+	wo, gate, up, down := randMat(r, d, d, 0.2), randMat(r, hidden, d, 0.2), randMat(r, hidden, d, 0.2), randMat(r, d, hidden, 0.1)
+	an, fn := randMat(r, 1, d, 1), randMat(r, 1, d, 1)
+	for _, nb := range backends() {
+		b := nb.b
+		w := func(rows, cols int, v []float32) backend.Tensor { return weightF32(t, b, rows, cols, v) }
+		Wq, Wk, Wv, Wo := w(d, d, wq), w(kvHeads*hd, d, wk), w(kvHeads*hd, d, wv), w(d, d, wo)
+		G, U, D := w(hidden, d, gate), w(hidden, d, up), w(d, hidden, down)
+		AN, FN := b.FromHost(1, d, an), b.FromHost(1, d, fn)
+		fuses := Wq.(*Tensor).panels != nil
+		for _, rows := range []int{1, 7, fusedRows, fusedRows + 1, 3*fusedRows + 10} {
+			t.Run(fmt.Sprintf("%s/rows%d", nb.name, rows), func(t *testing.T) {
+				xv := randMat(r, rows, d, 1)
+				pos := make([]int32, rows)
+				for i := range pos {
+					pos[i] = int32(r.IntN(600))
+				}
+				pos[rows-1] = maxRopePositions + 3
+				if rows > 2 {
+					pos[1] = -5
+				}
+
+				// AttnInput against RMSNorm, three products and RoPE.
+				x := b.FromHost(rows, d, xv)
+				nrm, q, k, v := b.New(rows, d), b.New(rows, d), b.New(rows, kvHeads*hd), b.New(rows, kvHeads*hd)
+				b.RMSNorm(nrm, x, AN, eps)
+				b.MatMul(q, nrm, Wq)
+				b.MatMul(k, nrm, Wk)
+				b.MatMul(v, nrm, Wv)
+				b.RoPE(q, pos, hd, 10000)
+				b.RoPE(k, pos, hd, 10000)
+				fq, fk, fv := b.New(rows, d), b.New(rows, kvHeads*hd), b.New(rows, kvHeads*hd)
+				if got := b.AttnInput(fq, fk, fv, x, AN, Wq, Wk, Wv, pos, hd, 10000, eps); got != fuses {
+					t.Fatalf("AttnInput ran: %v, want %v (weights laid out for the panel kernel: %v)", got, fuses, fuses)
+				}
+				if !fuses {
+					for _, z := range []backend.Tensor{fq, fk, fv} {
+						if slices.ContainsFunc(b.ToHost(z, nil), func(f float32) bool { return f != 0 }) {
+							t.Fatal("AttnInput declined but wrote its outputs")
+						}
+					}
+				} else {
+					for _, c := range []struct {
+						name      string
+						got, want backend.Tensor
+					}{{"q", fq, q}, {"k", fk, k}, {"v", fv, v}} {
+						if g, w := b.ToHost(c.got, nil), b.ToHost(c.want, nil); !slices.Equal(g, w) {
+							i := firstDiff(g, w)
+							t.Fatalf("AttnInput %s[%d] = %g, the operations give %g", c.name, i, g[i], w[i])
+						}
+					}
+				}
+
+				// BlockOutput against the output projection, the residual
+				// adds, RMSNorm, the MLP's products and SiLU.
+				att := b.FromHost(rows, d, randMat(r, rows, d, 1))
+				want := b.FromHost(rows, d, xv)
+				o, mm, g, u, y := b.New(rows, d), b.New(rows, d), b.New(rows, hidden), b.New(rows, hidden), b.New(rows, d)
+				b.MatMul(o, att, Wo)
+				b.Add(want, o)
+				b.RMSNorm(mm, want, FN, eps)
+				b.MatMul(g, mm, G)
+				b.MatMul(u, mm, U)
+				b.SiLUMul(g, g, u)
+				b.MatMul(y, g, D)
+				b.Add(want, y)
+				got := b.FromHost(rows, d, xv)
+				if ran := b.BlockOutput(got, att, Wo, FN, G, U, D, eps); ran != fuses {
+					t.Fatalf("BlockOutput ran: %v, want %v", ran, fuses)
+				}
+				gv, wv := b.ToHost(got, nil), b.ToHost(want, nil)
+				if !fuses {
+					wv = xv
+				}
+				if !slices.Equal(gv, wv) {
+					i := firstDiff(gv, wv)
+					t.Fatalf("BlockOutput x[%d] = %g, want %g", i, gv[i], wv[i])
+				}
+			})
+		}
+	}
+}
+
+func firstDiff(a, b []float32) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}
+
+// BenchmarkFused: the bundled model's layer halves over the rows of a
+// batched forward (16 canvases of ≈ 263 rows), fused against the same
+// operations one after the other, GFLOP/s of their products. Each
+// iteration runs the 8 layers' halves, each with weights of its own, as a
+// forward does (one layer's weights stay in cache from call to call; a
+// forward's do not).
+//
+//	go test ./model/cpu -run '^$' -bench Fused -benchtime 20x
+func BenchmarkFused(b *testing.B) {
+	const d, hd, hidden, rows, layers = 128, 32, 384, 4208, 8
+	r := rand.New(rand.NewPCG(1, 1))
+	bk := New(0)
+	w := func(rows, cols int, scale float64) backend.Tensor {
+		return weightF32(b, bk, rows, cols, randMat(r, rows, cols, scale))
+	}
+	type layer struct{ q, k, v, o, g, u, d, an, fn backend.Tensor }
+	var ls []layer
+	for range layers {
+		ls = append(ls, layer{w(d, d, 0.1), w(d, d, 0.1), w(d, d, 0.1), w(d, d, 0.1), w(hidden, d, 0.1), w(hidden, d, 0.1),
+			w(d, hidden, 0.05), bk.FromHost(1, d, randMat(r, 1, d, 1)), bk.FromHost(1, d, randMat(r, 1, d, 1))})
+	}
+	x, att := bk.FromHost(rows, d, randMat(r, rows, d, 1)), bk.FromHost(rows, d, randMat(r, rows, d, 1))
+	pos := make([]int32, rows)
+	for i := range pos {
+		pos[i] = int32(i % 263)
+	}
+	q, k, v, nrm := bk.New(rows, d), bk.New(rows, d), bk.New(rows, d), bk.New(rows, d)
+	o, g, u := bk.New(rows, d), bk.New(rows, hidden), bk.New(rows, hidden)
+	in := map[bool]func(l layer){
+		true: func(l layer) { bk.AttnInput(q, k, v, x, l.an, l.q, l.k, l.v, pos, hd, 1e4, 1e-5) },
+		false: func(l layer) {
+			bk.RMSNorm(nrm, x, l.an, 1e-5)
+			bk.MatMul(q, nrm, l.q)
+			bk.MatMul(k, nrm, l.k)
+			bk.MatMul(v, nrm, l.v)
+			bk.RoPE(q, pos, hd, 1e4)
+			bk.RoPE(k, pos, hd, 1e4)
+		},
+	}
+	out := map[bool]func(l layer){
+		true: func(l layer) { bk.BlockOutput(x, att, l.o, l.fn, l.g, l.u, l.d, 1e-5) },
+		false: func(l layer) {
+			bk.MatMul(o, att, l.o)
+			bk.Add(x, o)
+			bk.RMSNorm(nrm, x, l.fn, 1e-5)
+			bk.MatMul(g, nrm, l.g)
+			bk.MatMul(u, nrm, l.u)
+			bk.SiLUMul(g, g, u)
+			bk.MatMul(o, g, l.d)
+			bk.Add(x, o)
+		},
+	}
+	for _, fused := range []bool{false, true} {
+		name := map[bool]string{false: "ops", true: "fused"}[fused]
+		b.Run("AttnInput/"+name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				for _, l := range ls {
+					in[fused](l)
+				}
+			}
+			gflops(b, layers*2*rows*d*3*d)
+		})
+		b.Run("BlockOutput/"+name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				for _, l := range ls {
+					out[fused](l)
+				}
+			}
+			gflops(b, layers*2*rows*d*(d+3*hidden))
+		})
+	}
+}
