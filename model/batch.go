@@ -113,7 +113,8 @@ func (m *LLaDA) ForwardBatch(ins []Input, plans []Plan) ([]*Output, error) {
 
 		// Each request's attention over its own K/V: their plans' K/V
 		// and observers side by side, as many as there are threads, then
-		// the attentions one after the other, each on every thread.
+		// the attentions as one operation where the backend has it (else
+		// one after the other), on every thread.
 		att := alloc(total, d)
 		calls := make([]attnCall, len(items))
 		var wg sync.WaitGroup
@@ -132,9 +133,18 @@ func (m *LLaDA) ForwardBatch(ins []Input, plans []Plan) ([]*Output, error) {
 				return nil, fmt.Errorf("request %d of the batch: %w", i, err)
 			}
 		}
-		for i := range calls {
-			cl := &calls[i]
-			b.Attention(cl.out, cl.q, cl.k, cl.v, c.NHeads, c.NKVHeads)
+		if ab, ok := b.(backend.AttentionBatcher); ok {
+			var outs, qs, ks, vs []backend.Tensor
+			for _, cl := range calls {
+				outs, qs, ks, vs = append(outs, cl.out), append(qs, cl.q), append(ks, cl.k), append(vs, cl.v)
+			}
+			ab.AttentionBatch(outs, qs, ks, vs, c.NHeads, c.NKVHeads)
+		} else {
+			for _, cl := range calls {
+				b.Attention(cl.out, cl.q, cl.k, cl.v, c.NHeads, c.NKVHeads)
+			}
+		}
+		for _, cl := range calls {
 			if cl.sel != nil {
 				b.CopyRows(att, cl.sel, cl.out, nil)
 			}

@@ -116,6 +116,14 @@ type Uninit interface {
 	NewUninit(rows, cols int) Tensor
 }
 
+// AttentionBatcher is an optional Backend method: the attentions of
+// several independent sets of operands (each as Attention's; the same head
+// counts) as one operation, for the requests of a batched forward. It
+// must give what Attention gives for each.
+type AttentionBatcher interface {
+	AttentionBatch(dst, q, k, v []Tensor, nHeads, nKVHeads int)
+}
+
 // Fuser is an optional Backend method pair: the two row-wise halves of a
 // pre-norm transformer block, each as one operation that a backend may run
 // a block of rows at a time (the intermediates of a block stay in cache,

@@ -1,11 +1,5 @@
 package cpu
 
-// #include <stdint.h>
-// void attn_heads(int workers, int avx2, int nq, int nk, int hd, int group, int g0, int kvn, int blocks, int block,
-//	float scale, const float *q, long ldq, const float *k, long ldk, const float *v, long ldv, float *o, long ldo,
-//	float *kt, long ldt, float *vp);
-import "C"
-
 import (
 	"math"
 	"sync/atomic"
@@ -43,15 +37,8 @@ var maxAttnPack = 4 << 20
 // of S into e^(s−max), multiplies by v_h with a second sgemm straight into
 // dst, and divides each output row by its sum of exponentials.
 func (b *Backend) Attention(dst, q, k, v backend.Tensor, nHeads, nKVHeads int) {
-	d, qs, ks, vs := writable(dst, "Attention"), tensor(q, "Attention"), tensor(k, "Attention"), tensor(v, "Attention")
-	if nHeads <= 0 || nKVHeads <= 0 || nHeads%nKVHeads != 0 || qs.cols%nHeads != 0 {
-		shapePanic("Attention", "q %v with %d heads, %d kv heads", qs, nHeads, nKVHeads)
-	}
-	hd := qs.cols / nHeads
+	d, qs, ks, vs, hd := attnOperands(dst, q, k, v, nHeads, nKVHeads, "Attention")
 	nq, nk := qs.rows, ks.rows
-	if ks.cols != nKVHeads*hd || vs.cols != ks.cols || vs.rows != nk || d.rows != nq || d.cols != qs.cols {
-		shapePanic("Attention", "dst %v, q %v, k %v, v %v, %d heads, %d kv heads", d, qs, ks, vs, nHeads, nKVHeads)
-	}
 	if nq == 0 || hd == 0 {
 		return
 	}
@@ -91,27 +78,22 @@ func (b *Backend) Attention(dst, q, k, v backend.Tensor, nHeads, nKVHeads int) {
 	// fit in maxAttnPack floats (all of them at the sizes this project
 	// runs; two of LLaDA-8B's at a sequence of 4096).
 	kvGroup := nKVHeads
-	var kt, vp []float32
 	if fused {
 		per := hd * (ldt + nk)
 		kvGroup = max(1, min(nKVHeads, maxAttnPack/per))
-		kt = b.getScratch(kvGroup * per)
-		defer b.putScratch(kt)
-		kt, vp = kt[:kvGroup*hd*ldt], kt[kvGroup*hd*ldt:kvGroup*per]
+		buf := b.getScratch(kvGroup * per)
+		defer b.putScratch(buf)
+		for g0 := 0; g0 < nKVHeads; g0 += kvGroup {
+			// One job of the C team: lay out the group's kv heads, then
+			// run its query heads' blocks.
+			var ap attnParts
+			ap.add(d, qs, ks, vs, hd, buf, kvGroup*hd*ldt, ldt, g0, min(nKVHeads, g0+kvGroup)-g0, blocks, attnBlock)
+			b.runAttn(&ap, workers, hd, group, scale, ldt)
+		}
+		return
 	}
 	for g0 := 0; g0 < nKVHeads; g0 += kvGroup {
 		g1 := min(nKVHeads, g0+kvGroup)
-		if fused {
-			// One job of the C team: lay out the group's kv heads, then
-			// its query heads' blocks.
-			_, _, _ = qs.data[(nq-1)*qs.stride+qs.cols-1], ks.data[(nk-1)*ks.stride+ks.cols-1], vs.data[(nk-1)*vs.stride+vs.cols-1]
-			_ = d.data[(nq-1)*d.stride+d.cols-1]
-			C.attn_heads(C.int(workers), cbool(b.attn == attnAVX2), C.int(nq), C.int(nk), C.int(hd), C.int(group),
-				C.int(g0), C.int(g1-g0), C.int(blocks), C.int(attnBlock), C.float(scale),
-				fptr(qs.data), C.long(qs.stride), fptr(ks.data), C.long(ks.stride), fptr(vs.data), C.long(vs.stride),
-				fptr(d.data), C.long(d.stride), fptr(kt), C.long(ldt), fptr(vp))
-			continue
-		}
 		// The tasks of this group's query heads.
 		h0, tasks := g0*group, (g1-g0)*group*blocks
 		var next atomic.Int64
@@ -145,6 +127,76 @@ func (b *Backend) Attention(dst, q, k, v backend.Tensor, nHeads, nKVHeads int) {
 		}
 		team(min(workers, tasks), work)
 	}
+}
+
+// maxBatchAttnBlock is the most query rows of one task of AttentionBatch:
+// a batch makes tasks enough for every core, so they can be small, the
+// last to finish soon after the others.
+const maxBatchAttnBlock = 48
+
+// AttentionBatch implements backend.AttentionBatcher: on the fused
+// kernels, every attention's kv head layouts and query blocks are one job
+// of the C team, tasks claimed across attentions (a batch's requests are
+// small attentions, each alone too few tasks to keep the cores even);
+// otherwise, and where the layouts would take more than maxAttnPack
+// floats, Attention one after the other.
+func (b *Backend) AttentionBatch(dst, q, k, v []backend.Tensor, nHeads, nKVHeads int) {
+	if len(q) != len(dst) || len(k) != len(dst) || len(v) != len(dst) {
+		shapePanic("AttentionBatch", "%d dst, %d q, %d k, %d v", len(dst), len(q), len(k), len(v))
+	}
+	type operands struct{ d, q, k, v *Tensor }
+	ops := make([]operands, len(dst))
+	hd, size, ldtMax, flops, nonEmpty := 0, 0, 0, 0.0, true
+	for i := range dst {
+		d, qs, ks, vs, h := attnOperands(dst[i], q[i], k[i], v[i], nHeads, nKVHeads, "AttentionBatch")
+		ops[i], hd = operands{d, qs, ks, vs}, h
+		ldt := (ks.rows + 15) &^ 15
+		size += nKVHeads * hd * (ldt + ks.rows)
+		ldtMax = max(ldtMax, ldt)
+		flops += 4 * float64(qs.rows) * float64(ks.rows) * float64(qs.cols)
+		nonEmpty = nonEmpty && qs.rows > 0 && ks.rows > 0 && hd > 0
+	}
+	if b.attn == attnNone || !nonEmpty || size > maxAttnPack {
+		for i := range dst {
+			b.Attention(dst[i], q[i], k[i], v[i], nHeads, nKVHeads)
+		}
+		return
+	}
+	buf := b.getScratch(size)
+	defer b.putScratch(buf)
+	var ap attnParts
+	at := 0
+	for _, o := range ops {
+		nq, nk := o.q.rows, o.k.rows
+		ldt := (nk + 15) &^ 15
+		blocks := (nq + maxBatchAttnBlock - 1) / maxBatchAttnBlock
+		block := ((nq+blocks-1)/blocks + 5) / 6 * 6
+		blocks = (nq + block - 1) / block
+		per := nKVHeads * hd * (ldt + nk)
+		ap.add(o.d, o.q, o.k, o.v, hd, buf[at:at+per], nKVHeads*hd*ldt, ldt, 0, nKVHeads, blocks, block)
+		at += per
+	}
+	workers := b.threads
+	if flops < minSplitFlops {
+		workers = 1
+	}
+	b.runAttn(&ap, workers, hd, nHeads/nKVHeads, float32(1/math.Sqrt(float64(hd))), ldtMax)
+}
+
+var _ backend.AttentionBatcher = (*Backend)(nil)
+
+// attnOperands checks Attention's operands (op names the caller) and
+// returns them with the head size.
+func attnOperands(dst, q, k, v backend.Tensor, nHeads, nKVHeads int, op string) (d, qs, ks, vs *Tensor, hd int) {
+	d, qs, ks, vs = writable(dst, op), tensor(q, op), tensor(k, op), tensor(v, op)
+	if nHeads <= 0 || nKVHeads <= 0 || nHeads%nKVHeads != 0 || qs.cols%nHeads != 0 {
+		shapePanic(op, "q %v with %d heads, %d kv heads", qs, nHeads, nKVHeads)
+	}
+	hd = qs.cols / nHeads
+	if ks.cols != nKVHeads*hd || vs.cols != ks.cols || vs.rows != ks.rows || d.rows != qs.rows || d.cols != qs.cols {
+		shapePanic(op, "dst %v, q %v, k %v, v %v, %d heads, %d kv heads", d, qs, ks, vs, nHeads, nKVHeads)
+	}
+	return d, qs, ks, vs, hd
 }
 
 // getScratch returns a float32 buffer of at least n elements.

@@ -220,50 +220,67 @@ static void block_output(int workers, int rows, int d, int na, int h, int simd, 
 		(size_t)FUSED_ROWS * (2 * d + 2 * h));
 }
 
-// Attention on the fused kernels for the kv heads [g0, g0 + kvn): the
-// first kvn tasks lay out one kv head each (kt, vp), the others run
-// block rows of query rows of one query head once its kv head is laid out
-// (tasks are claimed in order, so every layout is under way before the
-// first task that waits for it).
+// Attention on the fused kernels, as one job for several parts: a part
+// is the kv heads [g0, g0 + kvn) of one attention (one request's) and
+// their query heads. The job's first tasks lay out one kv head each (kt,
+// vp), the others run a block of query rows of one query head once its
+// kv head is laid out (tasks are claimed in order, so every layout is
+// under way before the first task that waits for it).
 typedef struct {
-	int avx2, nq, nk, hd, group, g0, kvn, blocks, block;
-	float scale;
 	const float *q, *k, *v;
 	float *o, *kt, *vp;
 	long ldq, ldk, ldv, ldo, ldt;
-	atomic_int *ready;
+	int nq, nk, g0, kvn, blocks, block;
+	int pack0, row0; // the part's first layout task, its first row task
+} attn_part;
+
+typedef struct {
+	int avx2, hd, group, nparts, packs;
+	float scale;
+	const attn_part *parts;
+	atomic_int *ready; // one a layout task
 } attn_job;
 
 static void attn_task(const void *arg, int t, float *s) {
 	const attn_job *j = arg;
-	if (t < j->kvn) {
-		int h = j->g0 + t;
-		dlmc_attn_pack(j->avx2, j->nk, j->hd, j->k + (long)h * j->hd, j->ldk, j->v + (long)h * j->hd, j->ldv,
-			j->kt + (long)t * j->hd * j->ldt, j->ldt, j->vp + (long)t * j->nk * j->hd);
+	int hd = j->hd, p = 0;
+	if (t < j->packs) {
+		while (p + 1 < j->nparts && j->parts[p + 1].pack0 <= t) p++;
+		const attn_part *a = &j->parts[p];
+		int i = t - a->pack0, h = a->g0 + i;
+		dlmc_attn_pack(j->avx2, a->nk, hd, a->k + (long)h * hd, a->ldk, a->v + (long)h * hd, a->ldv,
+			a->kt + (long)i * hd * a->ldt, a->ldt, a->vp + (long)i * a->nk * hd);
 		atomic_store_explicit(&j->ready[t], 1, memory_order_release);
 		return;
 	}
-	t -= j->kvn;
-	int hq = j->g0 * j->group + t / j->blocks, r0 = (t % j->blocks) * j->block;
-	int i = hq / j->group - j->g0, m = j->nq - r0 < j->block ? j->nq - r0 : j->block;
-	while (!atomic_load_explicit(&j->ready[i], memory_order_acquire)) team_pause();
-	dlmc_attn_rows(j->avx2, m, j->nk, j->hd, j->scale, j->q + (long)r0 * j->ldq + (long)hq * j->hd, j->ldq,
-		j->kt + (long)i * j->hd * j->ldt, j->ldt, j->vp + (long)i * j->nk * j->hd, j->hd,
-		j->o + (long)r0 * j->ldo + (long)hq * j->hd, j->ldo, s);
+	t -= j->packs;
+	while (p + 1 < j->nparts && j->parts[p + 1].row0 <= t) p++;
+	const attn_part *a = &j->parts[p];
+	t -= a->row0;
+	int hq = a->g0 * j->group + t / a->blocks, r0 = (t % a->blocks) * a->block;
+	int i = hq / j->group - a->g0, m = a->nq - r0 < a->block ? a->nq - r0 : a->block;
+	while (!atomic_load_explicit(&j->ready[a->pack0 + i], memory_order_acquire)) team_pause();
+	dlmc_attn_rows(j->avx2, m, a->nk, hd, j->scale, a->q + (long)r0 * a->ldq + (long)hq * hd, a->ldq,
+		a->kt + (long)i * hd * a->ldt, a->ldt, a->vp + (long)i * a->nk * hd, hd,
+		a->o + (long)r0 * a->ldo + (long)hq * hd, a->ldo, s);
 }
 
-void attn_heads(int workers, int avx2, int nq, int nk, int hd, int group, int g0, int kvn, int blocks, int block,
-		float scale, const float *q, long ldq, const float *k, long ldk, const float *v, long ldv, float *o, long ldo,
-		float *kt, long ldt, float *vp) {
-	atomic_int ready[kvn];
-	for (int i = 0; i < kvn; i++) atomic_init(&ready[i], 0);
-	attn_job j = {avx2, nq, nk, hd, group, g0, kvn, blocks, block, scale, q, k, v, o, kt, vp, ldq, ldk, ldv, ldo, ldt, ready};
-	team_run(workers, kvn + kvn * group * blocks, attn_task, &j, 8 * (size_t)ldt + 8);
+// attn_parts runs the parts (their pack0 and row0 set) as one job; ldt is
+// the largest of their ldt (a task's scratch is 8·ldt + 8 floats).
+void attn_parts(int workers, int avx2, int hd, int group, float scale, const attn_part *parts, int nparts, long ldt) {
+	const attn_part *last = &parts[nparts - 1];
+	int packs = last->pack0 + last->kvn, rows = last->row0 + last->kvn * group * last->blocks;
+	atomic_int *ready = calloc((size_t)packs, sizeof *ready);
+	if (!ready) abort();
+	attn_job j = {avx2, hd, group, nparts, packs, scale, parts, ready};
+	team_run(workers, packs + rows, attn_task, &j, 8 * (size_t)ldt + 8);
+	free(ready);
 }
 */
 import "C"
 
 import (
+	"runtime"
 	"sync"
 	"unsafe"
 
@@ -433,4 +450,42 @@ func (rr *ropeRange) own(x *Tensor, lo, hi int) {
 		ropeAngles(cs, float64(rr.pos[i]), rr.invFreq)
 		ropeRow(rr.useSIMD, x.Row(i), rr.headDim, cs)
 	}
+}
+
+// attnParts gathers the parts of one fused attention job (attn_parts),
+// every Go pointer in them pinned until done.
+type attnParts struct {
+	parts      []C.attn_part
+	pin        runtime.Pinner
+	packs, row int
+}
+
+// add appends the part for the kv heads [g0, g0+kvn) of the attention
+// dst = Attention(q, k, v) (head size hd) in blocks of block query rows,
+// its layouts in buf: kᵀ from 0, v from voff.
+func (ap *attnParts) add(d, qs, ks, vs *Tensor, hd int, buf []float32, voff, ldt, g0, kvn, blocks, block int) {
+	nq, nk := qs.rows, ks.rows
+	_, _, _ = qs.data[(nq-1)*qs.stride+qs.cols-1], ks.data[(nk-1)*ks.stride+ks.cols-1], vs.data[(nk-1)*vs.stride+vs.cols-1]
+	_, _, _ = d.data[(nq-1)*d.stride+d.cols-1], buf[kvn*hd*ldt-1], buf[voff+kvn*nk*hd-1]
+	for _, s := range [][]float32{qs.data, ks.data, vs.data, d.data, buf} {
+		ap.pin.Pin(&s[0])
+	}
+	ap.parts = append(ap.parts, C.attn_part{q: fptr(qs.data), k: fptr(ks.data), v: fptr(vs.data), o: fptr(d.data),
+		kt: fptr(buf), vp: fptr(buf[voff:]),
+		ldq: C.long(qs.stride), ldk: C.long(ks.stride), ldv: C.long(vs.stride), ldo: C.long(d.stride), ldt: C.long(ldt),
+		nq: C.int(nq), nk: C.int(nk), g0: C.int(g0), kvn: C.int(kvn), blocks: C.int(blocks), block: C.int(block),
+		pack0: C.int(ap.packs), row0: C.int(ap.row)})
+	ap.packs += kvn
+	ap.row += kvn * (qs.cols / hd / (ks.cols / hd)) * blocks
+}
+
+// runAttn runs the parts as one job of the team (group query heads a kv
+// head, ldt the largest of the parts') and unpins them.
+func (b *Backend) runAttn(ap *attnParts, workers, hd, group int, scale float32, ldt int) {
+	defer ap.pin.Unpin()
+	if len(ap.parts) == 0 {
+		return
+	}
+	C.attn_parts(C.int(workers), cbool(b.attn == attnAVX2), C.int(hd), C.int(group), C.float(scale),
+		&ap.parts[0], C.int(len(ap.parts)), C.long(ldt))
 }

@@ -186,3 +186,35 @@ func BenchmarkFused(b *testing.B) {
 		})
 	}
 }
+
+// TestAttentionBatch: the attentions of a batch (of different query and
+// key counts, one request a single row, one computing part of its rows)
+// as one operation give, on every backend configuration, exactly what
+// Attention gives for each: each query row goes through the same kernel
+// whatever block it falls in.
+func TestAttentionBatch(t *testing.T) {
+	const heads, kvHeads, hd = 4, 2, 16
+	r := rand.New(rand.NewPCG(3, 3))
+	sizes := []struct{ nq, nk int }{{37, 37}, {1, 20}, {150, 150}, {60, 203}, {6, 6}}
+	for _, nb := range backends() {
+		t.Run(nb.name, func(t *testing.T) {
+			b := nb.b
+			var dst, q, k, v []backend.Tensor
+			for _, s := range sizes {
+				dst = append(dst, b.New(s.nq, heads*hd))
+				q = append(q, b.FromHost(s.nq, heads*hd, randMat(r, s.nq, heads*hd, 1)))
+				k = append(k, b.FromHost(s.nk, kvHeads*hd, randMat(r, s.nk, kvHeads*hd, 1)))
+				v = append(v, b.FromHost(s.nk, kvHeads*hd, randMat(r, s.nk, kvHeads*hd, 1)))
+			}
+			b.AttentionBatch(dst, q, k, v, heads, kvHeads)
+			for i := range sizes {
+				want := b.New(sizes[i].nq, heads*hd)
+				b.Attention(want, q[i], k[i], v[i], heads, kvHeads)
+				if g, w := b.ToHost(dst[i], nil), b.ToHost(want, nil); !slices.Equal(g, w) {
+					j := firstDiff(g, w)
+					t.Fatalf("attention %d (nq %d, nk %d): element %d = %g, Attention gives %g", i, sizes[i].nq, sizes[i].nk, j, g[j], w[j])
+				}
+			}
+		})
+	}
+}
