@@ -72,9 +72,16 @@ func (m *LLaDA) ForwardBatch(ins []Input, plans []Plan) ([]*Output, error) {
 	errs := make([]error, len(items))
 	par := make(chan struct{}, runtime.GOMAXPROCS(0))
 
+	// bx: the previous layer's batch hidden states, of which every
+	// it.x is a row view (on a backend with views); a layer whose
+	// requests compute the same rows as the previous one starts from it
+	// as it is.
+	vw, _ := b.(backend.Viewer)
+	var bx backend.Tensor
 	for l := range m.Blocks {
 		blk := &m.Blocks[l]
 		total := 0
+		moved := false // some request's rows changed from the last layer
 		var rp []int32 // RoPE positions of the batch rows
 		for i, it := range items {
 			n := len(it.in.Tokens)
@@ -91,6 +98,7 @@ func (m *LLaDA) ForwardBatch(ins []Input, plans []Plan) ([]*Output, error) {
 				it.x = alloc(len(cur), d)
 				b.Embed(it.x, m.Embed, gather32(it.in.Tokens, cur))
 			} else if !sameRows(it.rows, cur) {
+				moved = true
 				nx := alloc(len(cur), d)
 				if err := m.fillHidden(it.plan, l, it.rows, it.x, cur, nx, alloc); err != nil {
 					return nil, fmt.Errorf("request %d of the batch: %w", i, err)
@@ -105,9 +113,12 @@ func (m *LLaDA) ForwardBatch(ins []Input, plans []Plan) ([]*Output, error) {
 		}
 
 		// The batch's hidden states, one request after the other.
-		x := alloc(total, d)
-		for _, it := range items {
-			b.CopyRows(x, it.sel(), it.x, nil)
+		x := bx
+		if x == nil || moved {
+			x = alloc(total, d)
+			for _, it := range items {
+				b.CopyRows(x, it.sel(), it.x, nil)
+			}
 		}
 		q, k, v := m.attnInput(blk, x, rp, alloc)
 
@@ -152,10 +163,18 @@ func (m *LLaDA) ForwardBatch(ins []Input, plans []Plan) ([]*Output, error) {
 		m.blockOutput(blk, x, att, alloc)
 
 		var keep []backend.Tensor
+		if vw != nil {
+			bx = x
+			keep = append(keep, x)
+		}
 		for _, it := range items {
-			nx := alloc(len(it.rows), d)
-			b.CopyRows(nx, nil, x, it.sel())
-			it.x = nx
+			if vw != nil {
+				it.x = vw.ViewRows(x, it.off, it.off+len(it.rows))
+			} else {
+				nx := alloc(len(it.rows), d)
+				b.CopyRows(nx, nil, x, it.sel())
+				it.x = nx
+			}
 			keep = append(keep, it.x, it.kFull, it.vFull)
 		}
 		ar.keepOnly(keep...)
