@@ -402,12 +402,43 @@ static void attn_gemm2(int m, int n, int K, const float *a, long lda, const floa
 // 6 × 16 tile of c is one pass over k on attn_tile2, a's rows read in
 // place, c written once: neither a packed again at every call
 // nor c cleared first, as a GEMM library does.
+// A whole panel goes 8 rows × 8 columns at a time through an 8 × 8
+// transpose in registers (attention lays out every kv head of every
+// request at every layer this way); the columns past a multiple of 8 and a
+// last panel of fewer rows one value at a time.
+__attribute__((target("avx2,fma")))
 static void panel_pack(const float *w, long ldw, int n, int k, float *p) {
 	for (int q = 0; q * 16 < n; q++) {
 		float *pq = p + (long)q * k * 16;
+		int rows = n - q * 16 < 16 ? n - q * 16 : 16, k0 = 0;
+		if (rows == 16) {
+			for (; k0 + 8 <= k; k0 += 8) {
+				for (int h = 0; h < 16; h += 8) {
+					const float *src = w + (long)(q * 16 + h) * ldw + k0;
+					__m256 r[8], t[8];
+					for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(src + (long)i * ldw);
+					for (int i = 0; i < 8; i += 2) {
+						t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+						t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+					}
+					for (int i = 0; i < 8; i += 4) {
+						r[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+						r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+						r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+						r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+					}
+					// r[0..3] hold columns 0..3 of rows 0..3 (low) and 4..7 of
+					// rows 0..3 (high); r[4..7] the same of rows 4..7.
+					for (int c = 0; c < 4; c++) {
+						_mm256_storeu_ps(pq + (long)(k0 + c) * 16 + h, _mm256_permute2f128_ps(r[c], r[c + 4], 0x20));
+						_mm256_storeu_ps(pq + (long)(k0 + c + 4) * 16 + h, _mm256_permute2f128_ps(r[c], r[c + 4], 0x31));
+					}
+				}
+			}
+		}
 		for (int r = 0; r < 16; r++) {
 			int row = q * 16 + r;
-			for (int kk = 0; kk < k; kk++) pq[(long)kk * 16 + r] = row < n ? w[(long)row * ldw + kk] : 0;
+			for (int kk = k0; kk < k; kk++) pq[(long)kk * 16 + r] = row < n ? w[(long)row * ldw + kk] : 0;
 		}
 	}
 }
