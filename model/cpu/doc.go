@@ -88,6 +88,30 @@
 // 0.9–1.05× at 64–128 (Zen 3). Elsewhere attention runs on the GEMM
 // library as below.
 //
+// The team (fused.go): worker threads of C's own that run one job at a
+// time beside the thread that posts it, a job being one cgo call whose
+// tasks each thread claims as it comes free. The batched server's work
+// runs as such jobs: on this project's shared 2-core VM, Go's goroutines
+// around long cgo calls left a core idle 15–18% of a batched forward (a
+// fixed half each, a goroutine started per operation, parked threads woken
+// late), where the team keeps both busy to the last task. Three operations
+// run on it:
+//
+//   - The layer's row-wise halves (backend.Fuser), where the weights are
+//     laid out for the panel kernel: AttnInput (RMSNorm, the q/k/v
+//     products, RoPE) and BlockOutput (the output projection, the
+//     residual, RMSNorm, gate and up, SiLU, down, the residual), 48 rows a
+//     task, each block's intermediates in L2. Every value equals the
+//     operations one after the other (the same kernels, each element
+//     summed in the same order; TestFused checks bit for bit).
+//   - Attention on the fused kernels: each kv head's layout is a task,
+//     each block of query rows of a head another that waits for its
+//     layout; AttentionBatch (backend.AttentionBatcher) makes one job of a
+//     batch's requests, so that tasks balance across requests.
+//
+// While one job runs, a second poster runs its tasks alone on its own
+// thread; where no thread can be started the poster runs them all.
+//
 // PeakF32 and PeakBF16 measure the processor's FMA and vdpbf16ps
 // throughput, the ceilings make bench divides by.
 //
