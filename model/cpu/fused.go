@@ -220,6 +220,35 @@ static void block_output(int workers, int rows, int d, int na, int h, int simd, 
 		(size_t)FUSED_ROWS * (2 * d + 2 * h));
 }
 
+// A product on the panel kernel (c = a·wᵀ, w as panels p), tasks of
+// FUSED_ROWS rows by cols columns (a multiple of 16: whole panels).
+typedef struct {
+	int m, n, k, cols, colTasks;
+	const float *a, *p;
+	float *c;
+	long lda, ldc;
+} panel_job;
+
+static void panel_task(const void *arg, int t, float *unused) {
+	const panel_job *j = arg;
+	int r0 = (t / j->colTasks) * FUSED_ROWS, c0 = (t % j->colTasks) * j->cols;
+	int m = j->m - r0 < FUSED_ROWS ? j->m - r0 : FUSED_ROWS, n = j->n - c0 < j->cols ? j->n - c0 : j->cols;
+	dlmc_panel_gemm(m, n, j->k, j->a + (long)r0 * j->lda, j->lda, j->p + (long)c0 * j->k, j->c + (long)r0 * j->ldc + c0, j->ldc);
+}
+
+static void panel_matmul(int workers, int m, int n, int k, const float *a, long lda, const float *p, float *c, long ldc) {
+	// Enough tasks for every thread several times over: columns cut in
+	// panels' multiples where the rows alone make too few.
+	int rowTasks = (m + FUSED_ROWS - 1) / FUSED_ROWS, panels = (n + 15) / 16;
+	int colTasks = (8 * workers + rowTasks - 1) / rowTasks;
+	if (colTasks > panels) colTasks = panels;
+	if (colTasks < 1) colTasks = 1;
+	int cols = (panels + colTasks - 1) / colTasks * 16;
+	colTasks = (n + cols - 1) / cols;
+	panel_job j = {m, n, k, cols, colTasks, a, p, c, lda, ldc};
+	team_run(workers, rowTasks * colTasks, panel_task, &j, 0);
+}
+
 // Attention on the fused kernels, as one job for several parts: a part
 // is the kv heads [g0, g0 + kvn) of one attention (one request's) and
 // their query heads. The job's first tasks lay out one kv head each (kt,
@@ -326,6 +355,26 @@ func team(workers int, work func()) {
 	}
 	work()
 	wg.Wait()
+}
+
+// panelMatMul computes d = x·wᵀ on the panel kernel (w laid out), as one
+// job of the team where the product is worth splitting.
+func (b *Backend) panelMatMul(d, xs, ws *Tensor) {
+	m, n, k := xs.rows, ws.rows, xs.cols
+	if m == 0 || n == 0 {
+		return
+	}
+	w := b.workers(2 * float64(m) * float64(n) * float64(k))
+	if w <= 1 {
+		panelGEMM(m, n, k, xs.data, xs.stride, ws.panels, d.data, d.stride)
+		return
+	}
+	if !simd || k == 0 || k > panelMaxK || len(ws.panels) < (n+15)/16*16*k {
+		panic("cpu: panelMatMul: no AVX2, or panels too short")
+	}
+	_, _ = xs.data[(m-1)*xs.stride+k-1], d.data[(m-1)*d.stride+n-1]
+	C.panel_matmul(C.int(w), C.int(m), C.int(n), C.int(k), fptr(xs.data), C.long(xs.stride), fptr(ws.panels),
+		fptr(d.data), C.long(d.stride))
 }
 
 // workers is how many threads a fused operation of flops runs on: one

@@ -58,10 +58,8 @@ func (b *Backend) splits(n, in, out int) bool {
 func (b *Backend) matMulF32(d, xs, ws *Tensor) {
 	in := xs.cols
 	if ws.panels != nil {
-		// forParts cuts w's rows on multiples of 16: whole panels.
-		b.forParts(xs.rows, in, ws.rows, func(r0, r1, c0, c1 int) {
-			panelGEMM(r1-r0, c1-c0, in, xs.data[r0*xs.stride:], xs.stride, ws.panels[c0*in:], d.data[r0*d.stride+c0:], d.stride)
-		})
+		// On the team: tasks of 48 rows by whole panels.
+		b.panelMatMul(d, xs, ws)
 		return
 	}
 	// On oneDNN a product is one call threaded by oneDNN itself (OpenMP,
