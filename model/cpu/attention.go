@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"sync"
 	"sync/atomic"
 
 	"github.com/dlmcache/dlmcache/model/backend"
@@ -25,14 +26,15 @@ var maxAttnPack = 4 << 20
 // q [nq, nHeads*hd], k and v [nk, nKVHeads*hd], dst [nq, nHeads*hd];
 // query head h reads kv head h/(nHeads/nKVHeads).
 //
-// The work is split into tasks of (head, block of up to 256 query rows)
-// that goroutines take in order. Where the CPU has AVX-512F or AVX2+FMA
-// (and the backend's attn kernel is on, the default), a task runs the
-// fused kernel (attn_rows, attn_rows2 in kernels.go): eight (AVX-512) or
-// six (AVX2) query rows at a time, their scores against kᵀ (laid out with
-// v once per kv head, before its tasks), the softmax and the product with
-// v, with those score rows kept in L1.
-// Otherwise a task computes its scores S = scale·q_h·k_hᵀ with one sgemm
+// The work is split into tasks of (head, block of up to maxAttnBlock
+// query rows) taken in order. Where the CPU has AVX-512F or AVX2+FMA (and
+// the backend's attn kernel is on, the default), the tasks are one job of
+// the C team (fused.go), each running the fused kernel (attn_rows,
+// attn_rows2 in kernels.go): eight (AVX-512) or six (AVX2) query rows at
+// a time, their scores against kᵀ (laid out with v once per kv head, a
+// task of the same job that its heads' tasks wait for), the softmax and
+// the product with v, with those score rows kept in L1.
+// Otherwise goroutines take the tasks, and a task computes its scores S = scale·q_h·k_hᵀ with one sgemm
 // reading q and k in place (leading dimensions, no copies), turns each row
 // of S into e^(s−max), multiplies by v_h with a second sgemm straight into
 // dst, and divides each output row by its sum of exponentials.
@@ -125,7 +127,7 @@ func (b *Backend) Attention(dst, q, k, v backend.Tensor, nHeads, nKVHeads int) {
 				}
 			}
 		}
-		team(min(workers, tasks), work)
+		onGoroutines(min(workers, tasks), work)
 	}
 }
 
@@ -197,6 +199,26 @@ func attnOperands(dst, q, k, v backend.Tensor, nHeads, nKVHeads int, op string) 
 		shapePanic(op, "dst %v, q %v, k %v, v %v, %d heads, %d kv heads", d, qs, ks, vs, nHeads, nKVHeads)
 	}
 	return d, qs, ks, vs, hd
+}
+
+// onGoroutines runs work on up to workers goroutines (the caller's among them) and
+// returns when all have returned; work takes its own tasks until none are
+// left.
+func onGoroutines(workers int, work func()) {
+	if workers <= 1 {
+		work()
+		return
+	}
+	var wg sync.WaitGroup
+	wg.Add(workers - 1)
+	for range workers - 1 {
+		go func() {
+			defer wg.Done()
+			work()
+		}()
+	}
+	work()
+	wg.Wait()
 }
 
 // getScratch returns a float32 buffer of at least n elements.

@@ -310,7 +310,6 @@ import "C"
 
 import (
 	"runtime"
-	"sync"
 	"unsafe"
 
 	"github.com/dlmcache/dlmcache/model/backend"
@@ -335,26 +334,6 @@ func fusable(ws ...*Tensor) bool {
 		}
 	}
 	return true
-}
-
-// team runs work on up to workers goroutines (the caller's among them) and
-// returns when all have returned; work takes its own tasks until none are
-// left.
-func team(workers int, work func()) {
-	if workers <= 1 {
-		work()
-		return
-	}
-	var wg sync.WaitGroup
-	wg.Add(workers - 1)
-	for range workers - 1 {
-		go func() {
-			defer wg.Done()
-			work()
-		}()
-	}
-	work()
-	wg.Wait()
 }
 
 // panelMatMul computes d = x·wᵀ on the panel kernel (w laid out), as one
