@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"sort"
 	"time"
+
+	"github.com/dlmcache/dlmcache/internal/sumexp"
 )
 
 // Generation is split in three swappable pieces around the one forward:
@@ -449,11 +451,7 @@ func propose(l []float32, temp float64, rng *rand.Rand) (int32, float64) {
 			best, bestScore = i, score
 		}
 	}
-	var sum float64
-	for _, v := range l {
-		sum += math.Exp(float64(v) - mx)
-	}
-	return int32(best), math.Exp(float64(l[best])-mx) / sum
+	return int32(best), math.Exp(float64(l[best])-mx) / sumexp.Sum(l, mx)
 }
 
 func countMask(t []int32, mask int32) int {
