@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/dlmcache/dlmcache/model/backend"
@@ -217,4 +218,47 @@ func TestAttentionBatch(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestTeamConcurrentPosters: goroutines posting fused operations and
+// batched attentions at once (one gets the team, the others run their
+// tasks alone on their own threads) get what each gets alone.
+func TestTeamConcurrentPosters(t *testing.T) {
+	if !simd {
+		t.Skip("no AVX2: no panel kernel, the fused operations decline")
+	}
+	const d, hidden, rows, heads, hd = 64, 192, 200, 4, 16
+	b := NewWithOptions(Options{Threads: 2, GEMM: GEMMOpenBLAS})
+	b.panel = true
+	r := rand.New(rand.NewPCG(5, 5))
+	w := func(rows, cols int) backend.Tensor { return weightF32(t, b, rows, cols, randMat(r, rows, cols, 0.2)) }
+	Wo, G, U, D := w(d, d), w(hidden, d), w(hidden, d), w(d, hidden)
+	FN := b.FromHost(1, d, randMat(r, 1, d, 1))
+	xv, av := randMat(r, rows, d, 1), randMat(r, rows, d, 1)
+	q, k, v := b.FromHost(rows, d, randMat(r, rows, d, 1)), b.FromHost(rows, d, randMat(r, rows, d, 1)), b.FromHost(rows, d, randMat(r, rows, d, 1))
+	run := func() ([]float32, []float32) {
+		x, att := b.FromHost(rows, d, xv), b.FromHost(rows, d, av)
+		if !b.BlockOutput(x, att, Wo, FN, G, U, D, 1e-5) {
+			t.Error("BlockOutput declined")
+		}
+		o := b.New(rows, d)
+		b.AttentionBatch([]backend.Tensor{o}, []backend.Tensor{q}, []backend.Tensor{k}, []backend.Tensor{v}, heads, heads)
+		return b.ToHost(x, nil), b.ToHost(o, nil)
+	}
+	wantX, wantO := run()
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 5 {
+				x, o := run()
+				if !slices.Equal(x, wantX) || !slices.Equal(o, wantO) {
+					t.Errorf("poster %d: results differ from the sequential run", g)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
