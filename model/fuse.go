@@ -52,8 +52,9 @@ func (m *LLaDA) Fuse() bool {
 }
 
 // qkv computes the query, key and value rows of nrm [r, d]: one product
-// with fused weights (column views of its result), else three.
-func (m *LLaDA) qkv(blk *Block, nrm backend.Tensor, alloc func(int, int) backend.Tensor) (q, k, v backend.Tensor) {
+// with fused weights (column views of its result), else three into q, k, v
+// (allocated here where nil).
+func (m *LLaDA) qkv(blk *Block, nrm, q, k, v backend.Tensor, alloc func(int, int) backend.Tensor) (backend.Tensor, backend.Tensor, backend.Tensor) {
 	b, c := m.Backend, m.Config
 	r, d, kv := nrm.Rows(), c.DModel, c.KVDim()
 	if blk.QKV != nil {
@@ -62,7 +63,9 @@ func (m *LLaDA) qkv(blk *Block, nrm backend.Tensor, alloc func(int, int) backend
 		vw := b.(backend.Viewer)
 		return vw.ViewCols(all, 0, d), vw.ViewCols(all, d, d+kv), vw.ViewCols(all, d+kv, d+2*kv)
 	}
-	q, k, v = alloc(r, d), alloc(r, kv), alloc(r, kv)
+	if q == nil {
+		q, k, v = alloc(r, d), alloc(r, kv), alloc(r, kv)
+	}
 	b.MatMul(q, nrm, blk.Q)
 	b.MatMul(k, nrm, blk.K)
 	b.MatMul(v, nrm, blk.V)
@@ -102,9 +105,10 @@ func (m *LLaDA) attnInput(blk *Block, x backend.Tensor, pos []int32, alloc func(
 			return q, k, v
 		}
 	}
+	// Unfused: into the q, k, v the fused call declined, where allocated.
 	nrm := alloc(r, d)
 	b.RMSNorm(nrm, x, blk.AttnNorm, eps)
-	q, k, v = m.qkv(blk, nrm, alloc)
+	q, k, v = m.qkv(blk, nrm, q, k, v, alloc)
 	b.RoPE(q, pos, hd, c.RopeTheta)
 	b.RoPE(k, pos, hd, c.RopeTheta)
 	return q, k, v

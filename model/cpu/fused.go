@@ -337,23 +337,19 @@ func fusable(ws ...*Tensor) bool {
 }
 
 // panelMatMul computes d = x·wᵀ on the panel kernel (w laid out), as one
-// job of the team where the product is worth splitting.
+// job of the team (on the caller alone where the product is too small to
+// split). AVX2+FMA only (simd).
 func (b *Backend) panelMatMul(d, xs, ws *Tensor) {
 	m, n, k := xs.rows, ws.rows, xs.cols
 	if m == 0 || n == 0 {
-		return
-	}
-	w := b.workers(2 * float64(m) * float64(n) * float64(k))
-	if w <= 1 {
-		panelGEMM(m, n, k, xs.data, xs.stride, ws.panels, d.data, d.stride)
 		return
 	}
 	if !simd || k == 0 || k > panelMaxK || len(ws.panels) < (n+15)/16*16*k {
 		panic("cpu: panelMatMul: no AVX2, or panels too short")
 	}
 	_, _ = xs.data[(m-1)*xs.stride+k-1], d.data[(m-1)*d.stride+n-1]
-	C.panel_matmul(C.int(w), C.int(m), C.int(n), C.int(k), fptr(xs.data), C.long(xs.stride), fptr(ws.panels),
-		fptr(d.data), C.long(d.stride))
+	C.panel_matmul(C.int(b.workers(2*float64(m)*float64(n)*float64(k))), C.int(m), C.int(n), C.int(k),
+		fptr(xs.data), C.long(xs.stride), fptr(ws.panels), fptr(d.data), C.long(d.stride))
 }
 
 // workers is how many threads a fused operation of flops runs on: one

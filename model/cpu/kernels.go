@@ -706,56 +706,13 @@ var bestAttn = func() attnKernel {
 	return attnNone
 }()
 
-// attnPack lays out one kv head for attnRows with the kernel kern: v as
-// vp[j·hd+d] = v[j·ldv+d], and kᵀ as kt[d·ldt+j] = k[j·ldk+d] (AVX-512) or
-// in 16-key panels, zero-padded to ldt keys (AVX2), for j < nk, d < hd.
-func attnPack(kern attnKernel, nk, hd int, k []float32, ldk int, v []float32, ldv int, kt []float32, ldt int, vp []float32) {
-	if nk == 0 || hd == 0 {
-		return
-	}
-	if ldt < (nk+15)&^15 {
-		panic("cpu: attnPack: ldt too small")
-	}
-	_, _, _, _ = k[(nk-1)*ldk+hd-1], v[(nk-1)*ldv+hd-1], kt[hd*ldt-1], vp[nk*hd-1]
-	if kern == attnAVX2 {
-		C.attn_pack2(C.int(nk), C.int(hd), fptr(k), C.long(ldk), fptr(v), C.long(ldv), fptr(kt), fptr(vp))
-		return
-	}
-	C.attn_pack(C.int(nk), C.int(hd), fptr(k), C.long(ldk), fptr(v), C.long(ldv), fptr(kt), C.long(ldt), fptr(vp))
-}
-
-// attnRows computes, for the m query rows of one head, o = softmax(scale·q·ktᵀ)·v
-// with the fused kernel kern (not attnNone): q [m, hd] (ldq), kt the head's
-// keys as attnPack lays them out for kern (hd·ldt floats, ldt ≥ nk; a
-// multiple of 16 for AVX2), v [nk, hd] (ldv), o [m, hd] (ldo); s is
-// scratch of at least 8·ldt+8 floats.
-func attnRows(kern attnKernel, m, nk, hd int, scale float32, q []float32, ldq int, kt []float32, ldt int, v []float32, ldv int, o []float32, ldo int, s []float32) {
-	if m == 0 || nk == 0 || hd == 0 {
-		return
-	}
-	if ldt < nk || len(s) < 8*ldt+8 {
-		panic("cpu: attnRows: scratch too short")
-	}
-	if kern == attnAVX2 && ldt < (nk+15)&^15 {
-		panic("cpu: attnRows: ldt short of whole panels")
-	}
-	_, _, _, _ = q[(m-1)*ldq+hd-1], kt[hd*ldt-1], v[(nk-1)*ldv+hd-1], o[(m-1)*ldo+hd-1]
-	switch kern {
-	case attnAVX512:
-		C.attn_rows(C.int(m), C.int(nk), C.int(hd), C.float(scale), fptr(q), C.long(ldq), fptr(kt), C.long(ldt), fptr(v), C.long(ldv), fptr(o), C.long(ldo), fptr(s))
-	case attnAVX2:
-		C.attn_rows2(C.int(m), C.int(nk), C.int(hd), C.float(scale), fptr(q), C.long(ldq), fptr(kt), C.long(ldt), fptr(v), C.long(ldv), fptr(o), C.long(ldo), fptr(s))
-	default:
-		panic("cpu: attnRows: no fused kernel " + kern.String())
-	}
-}
-
 // panelMaxK is the most columns (the inner dimension k) a weight may have
 // to run on the panel kernel: a 16-row panel of it (k·64 bytes) stays in
 // L1 beside the tile's rows of x.
 const panelMaxK = 512
 
-// panelPack lays out the weight w [n, k] (row stride ldw) for panelGEMM:
+// panelPack lays out the weight w [n, k] (row stride ldw) for the panel
+// kernel (panelMatMul):
 // ⌈n/16⌉ panels of 16 rows, k-major, zero-padded.
 func panelPack(w []float32, ldw, n, k int) []float32 {
 	p := make([]float32, (n+15)/16*16*k)
@@ -765,18 +722,4 @@ func panelPack(w []float32, ldw, n, k int) []float32 {
 	_ = w[(n-1)*ldw+k-1]
 	C.panel_pack(fptr(w), C.long(ldw), C.int(n), C.int(k), fptr(p))
 	return p
-}
-
-// panelGEMM computes c [m, n] = a [m, k] · wᵀ (a's row stride lda, c's
-// ldc) from the panels p of w that cover its n rows (p starts at a panel:
-// a multiple of 16 rows into the weight). AVX2+FMA only (simd).
-func panelGEMM(m, n, k int, a []float32, lda int, p []float32, c []float32, ldc int) {
-	if m == 0 || n == 0 {
-		return
-	}
-	if !simd || k == 0 || k > panelMaxK || len(p) < (n+15)/16*16*k {
-		panic("cpu: panelGEMM: no AVX2, or panels too short")
-	}
-	_, _ = a[(m-1)*lda+k-1], c[(m-1)*ldc+n-1]
-	C.panel_gemm(C.int(m), C.int(n), C.int(k), fptr(a), C.long(lda), fptr(p), fptr(c), C.long(ldc), 1)
 }
