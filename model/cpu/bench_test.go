@@ -264,6 +264,44 @@ func BenchmarkAttention(b *testing.B) {
 	}
 }
 
+// BenchmarkAttentionBatch: a batched server step's attentions (16
+// requests of 240–300 rows, the bundled model's 4 heads of 32) as one
+// AttentionBatch, against Attention request by request.
+//
+//	go test ./model/cpu -run '^$' -bench AttentionBatch
+func BenchmarkAttentionBatch(b *testing.B) {
+	r := rand.New(rand.NewPCG(5, 5))
+	const reqs, heads, hd = 16, 4, 32
+	bk, err := NewFromEnv(0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var dst, q, k, v []backend.Tensor
+	flops := 0.0
+	for i := range reqs {
+		n, c := 240+i*4, heads*hd
+		q = append(q, bk.FromHost(n, c, randMat(r, n, c, 1)))
+		k = append(k, bk.FromHost(n, c, randMat(r, n, c, 1)))
+		v = append(v, bk.FromHost(n, c, randMat(r, n, c, 1)))
+		dst = append(dst, bk.New(n, c))
+		flops += 4 * float64(n) * float64(n) * float64(c)
+	}
+	b.Run("batch", func(b *testing.B) {
+		for range b.N {
+			bk.AttentionBatch(dst, q, k, v, heads, heads)
+		}
+		gflops(b, flops)
+	})
+	b.Run("one-by-one", func(b *testing.B) {
+		for range b.N {
+			for i := range dst {
+				bk.Attention(dst[i], q[i], k[i], v[i], heads, heads)
+			}
+		}
+		gflops(b, flops)
+	})
+}
+
 // BenchmarkOps: the Go loops at a forward's sizes (n 512, d 2048, FFN 5632).
 func BenchmarkOps(b *testing.B) {
 	r := rand.New(rand.NewPCG(4, 4))

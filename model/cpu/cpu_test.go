@@ -332,6 +332,24 @@ func TestAttentionLargeScores(t *testing.T) {
 	dst := b.New(1, 2)
 	b.Attention(dst, b.FromHost(1, 2, q), b.FromHost(3, 2, k), b.FromHost(3, 2, v), 1, 1)
 	closeTo(t, "Attention", b.ToHost(dst, nil), refAttention(q, k, v, 1, 3, 1, 1, 2), 1e-5, 1e-5)
+
+	// Every score near −560, a row of keys that is not a whole vector:
+	// a kernel that let the zero padding past the last key into the row
+	// max would find e^(s − 0) = 0 for every key.
+	r := rand.New(rand.NewPCG(25, 26))
+	const nq, nk, hd = 7, 21, 32
+	q, k, v = make([]float32, nq*hd), make([]float32, nk*hd), randMat(r, nk, hd, 1)
+	for i := range q {
+		q[i] = 10
+	}
+	for i := range k {
+		k[i] = float32(-10 + r.Float64())
+	}
+	for _, bk := range backends() {
+		dst := bk.b.New(nq, hd)
+		bk.b.Attention(dst, bk.b.FromHost(nq, hd, q), bk.b.FromHost(nk, hd, k), bk.b.FromHost(nk, hd, v), 1, 1)
+		closeTo(t, bk.name+" negative scores", bk.b.ToHost(dst, nil), refAttention(q, k, v, nq, nk, 1, 1, hd), 1e-3, 1e-3)
+	}
 }
 
 func TestRMSNorm(t *testing.T) {

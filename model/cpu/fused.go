@@ -251,10 +251,14 @@ static void panel_matmul(int workers, int m, int n, int k, const float *a, long 
 
 // Attention on the fused kernels, as one job for several parts: a part
 // is the kv heads [g0, g0 + kvn) of one attention (one request's) and
-// their query heads. The job's first tasks lay out one kv head each (kt,
-// vp), the others run a block of query rows of one query head once its
-// kv head is laid out (tasks are claimed in order, so every layout is
-// under way before the first task that waits for it).
+// their query heads. A layout task lays out one kv head (kt, vp), a row
+// task runs a block of query rows of one query head once its kv head is
+// laid out. Tasks are claimed in the order of seq: kv head 0's layout,
+// then for each kv head g the layout of g + 1 and g's row tasks, so every
+// layout is under way before the first task that waits for it (and
+// usually done), and a layout is read while it is still in the cache
+// (all layouts first, a batch's 16 requests' 4.9 MB, went to memory and
+// back: the batched attention ran at 0.8 of its requests one by one).
 typedef struct {
 	const float *q, *k, *v;
 	float *o, *kt, *vp;
@@ -268,12 +272,15 @@ typedef struct {
 	float scale;
 	const attn_part *parts;
 	atomic_int *ready; // one a layout task
+	const int *seq;    // task t is the layout of kv head −seq[t] − 1 or row task seq[t]
 } attn_job;
 
 static void attn_task(const void *arg, int t, float *s) {
 	const attn_job *j = arg;
 	int hd = j->hd, p = 0;
-	if (t < j->packs) {
+	t = j->seq[t];
+	if (t < 0) {
+		t = -t - 1;
 		while (p + 1 < j->nparts && j->parts[p + 1].pack0 <= t) p++;
 		const attn_part *a = &j->parts[p];
 		int i = t - a->pack0, h = a->g0 + i;
@@ -282,7 +289,6 @@ static void attn_task(const void *arg, int t, float *s) {
 		atomic_store_explicit(&j->ready[t], 1, memory_order_release);
 		return;
 	}
-	t -= j->packs;
 	while (p + 1 < j->nparts && j->parts[p + 1].row0 <= t) p++;
 	const attn_part *a = &j->parts[p];
 	t -= a->row0;
@@ -300,9 +306,21 @@ void attn_parts(int workers, int avx2, int hd, int group, float scale, const att
 	const attn_part *last = &parts[nparts - 1];
 	int packs = last->pack0 + last->kvn, rows = last->row0 + last->kvn * group * last->blocks;
 	atomic_int *ready = calloc((size_t)packs, sizeof *ready);
-	if (!ready) abort();
-	attn_job j = {avx2, hd, group, nparts, packs, scale, parts, ready};
+	int *seq = malloc((size_t)(packs + rows) * sizeof *seq), n = 0;
+	if (!ready || !seq) abort();
+	seq[n++] = -1;
+	for (int p = 0; p < nparts; p++) {
+		const attn_part *a = &parts[p];
+		int per = group * a->blocks;
+		for (int i = 0; i < a->kvn; i++) {
+			int g = a->pack0 + i;
+			if (g + 1 < packs) seq[n++] = -(g + 2);
+			for (int r = 0; r < per; r++) seq[n++] = a->row0 + i * per + r;
+		}
+	}
+	attn_job j = {avx2, hd, group, nparts, packs, scale, parts, ready, seq};
 	team_run(workers, packs + rows, attn_task, &j, 8 * (size_t)ldt + 8);
+	free(seq);
 	free(ready);
 }
 */

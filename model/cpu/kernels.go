@@ -462,12 +462,17 @@ static void panel_gemm(int m, int n, int k, const float *a, long lda, const floa
 
 // exp256_le0 is exp256 for the softmax's x = s − max ≤ 0: no upper clamp
 // and no blends. Below EXP_LO it gives e^EXP_LO ≈ 1.2·10⁻³⁸ where exp256
-// gives 0, nothing beside a sum ≥ 1; a NaN still passes through.
+// gives 0, nothing beside a sum ≥ 1; a NaN still passes through. n is
+// rounded by adding 1.5·2²³ + 127 in the FMA (the sum's last mantissa
+// bits are then n + 127, shifted into the exponent as they are) instead
+// of a floor, a conversion and an add: n to nearest, ties to even, where
+// exp256 rounds ties up; |r| ≤ ln2/2 either way.
+#define EXP_SHIFT 12583039.0f // 1.5·2²³ + 127
 __attribute__((target("avx2,fma")))
 static inline __m256 exp256_le0(__m256 x) {
 	__m256 xc = _mm256_max_ps(_mm256_set1_ps(EXP_LO), x);
-	__m256 fx = _mm256_round_ps(_mm256_fmadd_ps(xc, _mm256_set1_ps(LOG2E), _mm256_set1_ps(0.5f)),
-		_MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+	__m256 t = _mm256_fmadd_ps(xc, _mm256_set1_ps(LOG2E), _mm256_set1_ps(EXP_SHIFT));
+	__m256 fx = _mm256_sub_ps(t, _mm256_set1_ps(EXP_SHIFT));
 	__m256 r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(C1), xc);
 	r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(C2), r);
 	__m256 z = _mm256_mul_ps(r, r);
@@ -478,32 +483,58 @@ static inline __m256 exp256_le0(__m256 x) {
 	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P4));
 	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P5));
 	p = _mm256_fmadd_ps(p, z, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-	__m256i n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127)), 23);
-	return _mm256_mul_ps(p, _mm256_castsi256_ps(n));
+	return _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(t), 23)));
 }
 
-// attn_softmax2: attn_softmax for AVX2 (tails in scalar code).
+// attn_softmax2: attn_softmax for AVX2 on rows whose stride lds is a
+// multiple of 8 and whose scores past n up to it are finite (attn_rows2
+// computes them on the panels' zero padding): the last n mod 8 scores go
+// through the vector code with the lanes past n set to −∞ for the max
+// and to 0 after e^x (a scalar e^x calls floorf, as slow as a vector).
+// Two vectors at a time; float partial sums over at most 256 scores,
+// then double.
 __attribute__((target("avx2,fma")))
 static void attn_softmax2(int m, int n, float *s, long lds, float *inv) {
+	const int nf = n & ~7;
+	const __m256 live = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n - nf),
+		_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+	const __m256 ninf = _mm256_set1_ps(-INFINITY);
 	for (int i = 0; i < m; i++) {
 		float *row = s + (long)i * lds;
-		__m256 vm = _mm256_set1_ps(-INFINITY);
+		__m256 m0 = ninf, m1 = ninf;
 		int j = 0;
-		for (; j + 8 <= n; j += 8) vm = _mm256_max_ps(vm, _mm256_loadu_ps(row + j));
-		float mx = hmax256(vm);
-		for (; j < n; j++) if (row[j] > mx) mx = row[j];
-		__m256 vmx = _mm256_set1_ps(mx);
-		double sum = 0;
-		for (j = 0; j + 8 <= n;) {
-			__m256 acc = _mm256_setzero_ps();
-			for (int c = 0; c < 32 && j + 8 <= n; c++, j += 8) {
-				__m256 e = exp256_le0(_mm256_sub_ps(_mm256_loadu_ps(row + j), vmx));
-				_mm256_storeu_ps(row + j, e);
-				acc = _mm256_add_ps(acc, e);
-			}
-			sum += hsum256(acc);
+		for (; j + 16 <= nf; j += 16) {
+			m0 = _mm256_max_ps(m0, _mm256_loadu_ps(row + j));
+			m1 = _mm256_max_ps(m1, _mm256_loadu_ps(row + j + 8));
 		}
-		for (; j < n; j++) { float e = exp_scalar(row[j] - mx); row[j] = e; sum += e; }
+		if (j < nf) m0 = _mm256_max_ps(m0, _mm256_loadu_ps(row + j));
+		if (nf < n) m1 = _mm256_max_ps(m1, _mm256_blendv_ps(ninf, _mm256_loadu_ps(row + nf), live));
+		__m256 vmx = _mm256_set1_ps(hmax256(_mm256_max_ps(m0, m1)));
+		double sum = 0;
+		for (j = 0; j < nf;) {
+			int je = j + 256 < nf ? j + 256 : nf;
+			__m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+			for (; j + 16 <= je; j += 16) {
+				__m256 e0 = exp256_le0(_mm256_sub_ps(_mm256_loadu_ps(row + j), vmx));
+				__m256 e1 = exp256_le0(_mm256_sub_ps(_mm256_loadu_ps(row + j + 8), vmx));
+				_mm256_storeu_ps(row + j, e0);
+				_mm256_storeu_ps(row + j + 8, e1);
+				a0 = _mm256_add_ps(a0, e0);
+				a1 = _mm256_add_ps(a1, e1);
+			}
+			if (j < je) {
+				__m256 e0 = exp256_le0(_mm256_sub_ps(_mm256_loadu_ps(row + j), vmx));
+				_mm256_storeu_ps(row + j, e0);
+				a0 = _mm256_add_ps(a0, e0);
+				j += 8;
+			}
+			sum += hsum256(_mm256_add_ps(a0, a1));
+		}
+		if (nf < n) {
+			__m256 e = _mm256_and_ps(exp256_le0(_mm256_sub_ps(_mm256_loadu_ps(row + nf), vmx)), live);
+			_mm256_storeu_ps(row + nf, e);
+			sum += hsum256(e);
+		}
 		inv[i] = (float)(1.0 / sum);
 	}
 }
@@ -512,21 +543,32 @@ static void attn_softmax2(int m, int n, float *s, long lds, float *inv) {
 // kernel's panels of 16 keys (kp[(j/16)·hd·16 + d·16 + j%16] = k[j·ldk + d],
 // zero from nk up to a multiple of 16), each read front to back by the
 // scores' tiles, and v as attn_pack lays it out.
+__attribute__((target("avx2,fma")))
 static void attn_pack2(int nk, int hd, const float *k, long ldk, const float *v, long ldv,
 		float *kp, float *vp) {
 	panel_pack(k, ldk, nk, hd, kp);
-	attn_pack_v(nk, hd, v, ldv, vp);
+	if (hd % 8) {
+		attn_pack_v(nk, hd, v, ldv, vp);
+		return;
+	}
+	// v's rows by vector moves: memcpy's call and dispatch cost as much
+	// as the copy at a head of 32 floats.
+	for (int j = 0; j < nk; j++, vp += hd, v += ldv)
+		for (int d = 0; d < hd; d += 8) _mm256_storeu_ps(vp + d, _mm256_loadu_ps(v + d));
 }
 
 // attn_rows2: attn_rows for AVX2, in blocks of 6 query rows, kᵀ in
-// attn_pack2's panels.
+// attn_pack2's panels (ldt a multiple of 16). The scores are computed on
+// whole panels, the zero padding's too: stores without masks (a masked
+// store costs a dozen cycles on AMD's cores), the padding left out by the
+// softmax.
 __attribute__((target("avx2,fma")))
 static void attn_rows2(int m, int nk, int hd, float scale, const float *q, long ldq,
 		const float *kt, long ldt, const float *v, long ldv, float *o, long ldo, float *s) {
 	float *inv = s + ATTN_MR2 * ldt;
 	for (int i = 0; i < m; i += ATTN_MR2) {
 		int mr = m - i < ATTN_MR2 ? m - i : ATTN_MR2;
-		panel_gemm(mr, nk, hd, q + (long)i * ldq, ldq, kt, s, ldt, scale);
+		panel_gemm(mr, (nk + 15) & ~15, hd, q + (long)i * ldq, ldq, kt, s, ldt, scale);
 		attn_softmax2(mr, nk, s, ldt, inv);
 		attn_gemm2(mr, hd, nk, s, ldt, v, ldv, o + (long)i * ldo, ldo, 1.0f, inv);
 	}
