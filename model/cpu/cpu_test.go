@@ -323,6 +323,26 @@ func TestAttentionPackGroups(t *testing.T) {
 	}
 }
 
+// TestAttentionWeightsExact: with v's rows one-hot, Attention's output is
+// its softmax weights themselves, held to a few float32 roundings of the
+// float64 reference — close enough that an e^x (or 2^x) polynomial off in
+// its fourth digit fails, which the tolerances of TestAttention let pass.
+func TestAttentionWeightsExact(t *testing.T) {
+	r := rand.New(rand.NewPCG(27, 28))
+	const nq, nk, hd = 13, 29, 32
+	q, k := randMat(r, nq, hd, 1), randMat(r, nk, hd, 0.5)
+	v := make([]float32, nk*hd)
+	for j := range nk {
+		v[j*hd+j] = 1
+	}
+	want := refAttention(q, k, v, nq, nk, 1, 1, hd)
+	for _, bk := range backends() {
+		dst := bk.b.New(nq, hd)
+		bk.b.Attention(dst, bk.b.FromHost(nq, hd, q), bk.b.FromHost(nk, hd, k), bk.b.FromHost(nk, hd, v), 1, 1)
+		closeTo(t, bk.name, bk.b.ToHost(dst, nil), want, 1e-9, 2e-6)
+	}
+}
+
 func TestAttentionLargeScores(t *testing.T) {
 	// Scores around ±1000 overflow e^s without the max subtraction.
 	b := New(2)

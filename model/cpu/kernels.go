@@ -336,6 +336,10 @@ static inline void attn_tile2(const int mr, const int nv, const int full, int K,
 		acc[i][0] = _mm256_setzero_ps();
 		acc[i][1] = _mm256_setzero_ps();
 	}
+	// Four steps an iteration (-O2 leaves the loop rolled): attention's
+	// rows 3–7% and the panel products 0–15% faster, measured on Zen 3
+	// with the two builds alternating in one process.
+#pragma GCC unroll 4
 	for (int k = 0; k < K; k++) {
 		const float *bk = b + (long)k * ldb;
 		__m256 b0 = full ? _mm256_loadu_ps(bk) : _mm256_maskload_ps(bk, m0);
@@ -460,35 +464,35 @@ static void panel_gemm(int m, int n, int k, const float *a, long lda, const floa
 	}
 }
 
-// exp256_le0 is exp256 for the softmax's x = s − max ≤ 0: no upper clamp
-// and no blends. Below EXP_LO it gives e^EXP_LO ≈ 1.2·10⁻³⁸ where exp256
-// gives 0, nothing beside a sum ≥ 1; a NaN still passes through. n is
-// rounded by adding 1.5·2²³ + 127 in the FMA (the sum's last mantissa
-// bits are then n + 127, shifted into the exponent as they are) instead
-// of a floor, a conversion and an add: n to nearest, ties to even, where
-// exp256 rounds ties up; |r| ≤ ln2/2 either way.
-#define EXP_SHIFT 12583039.0f // 1.5·2²³ + 127
+// exp2_le0 is 2^x for the softmax's x = s − max ≤ 0 (scores scaled by
+// log₂e, so e^(s − max) in the natural units): x = n + r, |r| ≤ ½, 2^r by
+// Cephes' exp2f polynomial (within 8·10⁻⁸ relative of 2^x on [−126, 0]),
+// n to nearest by adding 1.5·2²³ + 127 (the sum's last mantissa bits are
+// then n + 127, shifted into the exponent as they are). Below −126 it
+// gives 2⁻¹²⁶ ≈ 1.2·10⁻³⁸, nothing beside a sum ≥ 1; a NaN passes
+// through. Five operations fewer than exp256: no log₂e product, no
+// two-part ln 2 reduction, no floor and conversion.
+#define EXP2_SHIFT 12583039.0f // 1.5·2²³ + 127
 __attribute__((target("avx2,fma")))
-static inline __m256 exp256_le0(__m256 x) {
-	__m256 xc = _mm256_max_ps(_mm256_set1_ps(EXP_LO), x);
-	__m256 t = _mm256_fmadd_ps(xc, _mm256_set1_ps(LOG2E), _mm256_set1_ps(EXP_SHIFT));
-	__m256 fx = _mm256_sub_ps(t, _mm256_set1_ps(EXP_SHIFT));
-	__m256 r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(C1), xc);
-	r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(C2), r);
-	__m256 z = _mm256_mul_ps(r, r);
-	__m256 p = _mm256_set1_ps(P0);
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P1));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P2));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P3));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P4));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P5));
-	p = _mm256_fmadd_ps(p, z, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+static inline __m256 exp2_le0(__m256 x) {
+	__m256 xc = _mm256_max_ps(_mm256_set1_ps(-126.0f), x);
+	__m256 t = _mm256_add_ps(xc, _mm256_set1_ps(EXP2_SHIFT));
+	__m256 r = _mm256_sub_ps(xc, _mm256_sub_ps(t, _mm256_set1_ps(EXP2_SHIFT)));
+	__m256 p = _mm256_set1_ps(1.535336188319500e-4f);
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.339887440266574e-3f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(9.618437357674640e-3f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.550332471162809e-2f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(2.402264791363012e-1f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(6.931472028550421e-1f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
 	return _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(t), 23)));
 }
 
-// attn_softmax2: attn_softmax for AVX2 on rows whose stride lds is a
-// multiple of 8 and whose scores past n up to it are finite (attn_rows2
-// computes them on the panels' zero padding): the last n mod 8 scores go
+// attn_softmax2: attn_softmax for AVX2 on scores in units of log₂e (the
+// scale folded into the score product: 2^(s − max), one product fewer an
+// element than e^x), rows whose stride lds is a multiple of 8 and whose
+// scores past n up to it are finite (attn_rows2 computes them on the
+// panels' zero padding): the last n mod 8 scores go
 // through the vector code with the lanes past n set to −∞ for the max
 // and to 0 after e^x (a scalar e^x calls floorf, as slow as a vector).
 // Two vectors at a time; float partial sums over at most 256 scores,
@@ -515,15 +519,15 @@ static void attn_softmax2(int m, int n, float *s, long lds, float *inv) {
 			int je = j + 256 < nf ? j + 256 : nf;
 			__m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
 			for (; j + 16 <= je; j += 16) {
-				__m256 e0 = exp256_le0(_mm256_sub_ps(_mm256_loadu_ps(row + j), vmx));
-				__m256 e1 = exp256_le0(_mm256_sub_ps(_mm256_loadu_ps(row + j + 8), vmx));
+				__m256 e0 = exp2_le0(_mm256_sub_ps(_mm256_loadu_ps(row + j), vmx));
+				__m256 e1 = exp2_le0(_mm256_sub_ps(_mm256_loadu_ps(row + j + 8), vmx));
 				_mm256_storeu_ps(row + j, e0);
 				_mm256_storeu_ps(row + j + 8, e1);
 				a0 = _mm256_add_ps(a0, e0);
 				a1 = _mm256_add_ps(a1, e1);
 			}
 			if (j < je) {
-				__m256 e0 = exp256_le0(_mm256_sub_ps(_mm256_loadu_ps(row + j), vmx));
+				__m256 e0 = exp2_le0(_mm256_sub_ps(_mm256_loadu_ps(row + j), vmx));
 				_mm256_storeu_ps(row + j, e0);
 				a0 = _mm256_add_ps(a0, e0);
 				j += 8;
@@ -531,7 +535,7 @@ static void attn_softmax2(int m, int n, float *s, long lds, float *inv) {
 			sum += hsum256(_mm256_add_ps(a0, a1));
 		}
 		if (nf < n) {
-			__m256 e = _mm256_and_ps(exp256_le0(_mm256_sub_ps(_mm256_loadu_ps(row + nf), vmx)), live);
+			__m256 e = _mm256_and_ps(exp2_le0(_mm256_sub_ps(_mm256_loadu_ps(row + nf), vmx)), live);
 			_mm256_storeu_ps(row + nf, e);
 			sum += hsum256(e);
 		}
@@ -568,7 +572,7 @@ static void attn_rows2(int m, int nk, int hd, float scale, const float *q, long 
 	float *inv = s + ATTN_MR2 * ldt;
 	for (int i = 0; i < m; i += ATTN_MR2) {
 		int mr = m - i < ATTN_MR2 ? m - i : ATTN_MR2;
-		panel_gemm(mr, (nk + 15) & ~15, hd, q + (long)i * ldq, ldq, kt, s, ldt, scale);
+		panel_gemm(mr, (nk + 15) & ~15, hd, q + (long)i * ldq, ldq, kt, s, ldt, scale * LOG2E);
 		attn_softmax2(mr, nk, s, ldt, inv);
 		attn_gemm2(mr, hd, nk, s, ldt, v, ldv, o + (long)i * ldo, ldo, 1.0f, inv);
 	}
