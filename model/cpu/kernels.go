@@ -135,13 +135,46 @@ static void softmax_rows_avx2(float *s, int m, int n, float *inv) {
 	}
 }
 
+// exp2_le0 is 2^x for the softmax's x = s − max ≤ 0 (scores scaled by
+// log₂e, so e^(s − max) in the natural units): x = n + r, |r| ≤ ½, 2^r by
+// Cephes' exp2f polynomial (within 8·10⁻⁸ relative of 2^x on [−126, 0]),
+// n to nearest by adding 1.5·2²³ + 127 (the sum's last mantissa bits are
+// then n + 127, shifted into the exponent as they are). Below −126 it
+// gives 2⁻¹²⁶ ≈ 1.2·10⁻³⁸, nothing beside a sum ≥ 1; a NaN passes
+// through. Five operations fewer than exp256: no log₂e product, no
+// two-part ln 2 reduction, no floor and conversion.
+#define EXP2_SHIFT 12583039.0f // 1.5·2²³ + 127
+__attribute__((target("avx2,fma")))
+static inline __m256 exp2_le0(__m256 x) {
+	__m256 xc = _mm256_max_ps(_mm256_set1_ps(-126.0f), x);
+	__m256 t = _mm256_add_ps(xc, _mm256_set1_ps(EXP2_SHIFT));
+	__m256 r = _mm256_sub_ps(xc, _mm256_sub_ps(t, _mm256_set1_ps(EXP2_SHIFT)));
+	__m256 p = _mm256_set1_ps(1.535336188319500e-4f);
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.339887440266574e-3f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(9.618437357674640e-3f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.550332471162809e-2f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(2.402264791363012e-1f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(6.931472028550421e-1f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+	return _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(t), 23)));
+}
+
+// exp2_256 is exp2_le0 over [−126, 127] (x clamped to it: 2^x then lies
+// in [2⁻¹²⁶, 2¹²⁷]); a NaN passes through. SiLU's e^−v as 2^(−v·log₂e):
+// v / (1 + e^−v) at either end is within float32 rounding of what an
+// unclamped e^x gives, ±Inf and NaN aside.
+__attribute__((target("avx2,fma")))
+static inline __m256 exp2_256(__m256 x) {
+	return exp2_le0(_mm256_min_ps(_mm256_set1_ps(127.0f), x));
+}
+
 __attribute__((target("avx2,fma")))
 static void silu_mul_avx2(float *dst, const float *g, const float *u, int n) {
 	int j = 0;
-	const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
+	const __m256 one = _mm256_set1_ps(1.0f), nl2e = _mm256_set1_ps(-LOG2E);
 	for (; j + 8 <= n; j += 8) {
 		__m256 v = _mm256_loadu_ps(g + j);
-		__m256 e = exp256(_mm256_xor_ps(v, sign));
+		__m256 e = exp2_256(_mm256_mul_ps(v, nl2e));
 		__m256 y = _mm256_div_ps(v, _mm256_add_ps(one, e));
 		_mm256_storeu_ps(dst + j, _mm256_mul_ps(y, _mm256_loadu_ps(u + j)));
 	}
@@ -462,30 +495,6 @@ static void panel_gemm(int m, int n, int k, const float *a, long lda, const floa
 					c + (long)i * ldc + j, ldc, alpha, NULL);
 		}
 	}
-}
-
-// exp2_le0 is 2^x for the softmax's x = s − max ≤ 0 (scores scaled by
-// log₂e, so e^(s − max) in the natural units): x = n + r, |r| ≤ ½, 2^r by
-// Cephes' exp2f polynomial (within 8·10⁻⁸ relative of 2^x on [−126, 0]),
-// n to nearest by adding 1.5·2²³ + 127 (the sum's last mantissa bits are
-// then n + 127, shifted into the exponent as they are). Below −126 it
-// gives 2⁻¹²⁶ ≈ 1.2·10⁻³⁸, nothing beside a sum ≥ 1; a NaN passes
-// through. Five operations fewer than exp256: no log₂e product, no
-// two-part ln 2 reduction, no floor and conversion.
-#define EXP2_SHIFT 12583039.0f // 1.5·2²³ + 127
-__attribute__((target("avx2,fma")))
-static inline __m256 exp2_le0(__m256 x) {
-	__m256 xc = _mm256_max_ps(_mm256_set1_ps(-126.0f), x);
-	__m256 t = _mm256_add_ps(xc, _mm256_set1_ps(EXP2_SHIFT));
-	__m256 r = _mm256_sub_ps(xc, _mm256_sub_ps(t, _mm256_set1_ps(EXP2_SHIFT)));
-	__m256 p = _mm256_set1_ps(1.535336188319500e-4f);
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.339887440266574e-3f));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(9.618437357674640e-3f));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.550332471162809e-2f));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(2.402264791363012e-1f));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(6.931472028550421e-1f));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-	return _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(t), 23)));
 }
 
 // attn_softmax2: attn_softmax for AVX2 on scores in units of log₂e (the
