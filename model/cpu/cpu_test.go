@@ -279,6 +279,8 @@ func TestAttention(t *testing.T) {
 		{33, 31, 3, 3, 48},   // a head of one and a half 32-column tiles
 		{300, 300, 4, 4, 32}, // several tasks per head
 		{13, 21, 2, 2, 12},   // AVX2: a head of one and a half 8-lane vectors
+		{40, 37, 4, 4, 80},   // v's rows over 1 KB apart: laid out, by vectors
+		{20, 23, 3, 3, 100},  // the same, a head not a whole number of vectors
 	}
 	for _, bk := range backends() {
 		for _, c := range cases {
