@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/lut"
@@ -21,7 +23,9 @@ import (
 // requests (2 shared system messages) through the handler with
 // MaxConcurrency 1, 2 and 4, and 16 requests with MaxConcurrency 2 unbatched
 // and with MaxBatch 16 (one batched forward per step), and reports answer
-// tokens/s and requests/s over the batch.
+// tokens/s and requests/s over the batch, the server's GFLOP/s
+// (dlmcache_flops_total over the wall time) and its ratio to raw OpenBLAS
+// sgemm measured just before and just after (sgemm-ratio).
 // The model is $DLMCACHE_BENCH_MODEL, or a random-weights checkpoint with 8
 // layers of width 256. Results are in docs/serving.md.
 //
@@ -92,6 +96,7 @@ func BenchmarkConcurrency(b *testing.B) {
 				for _, r := range reqs[:2] {
 					post(b, s, "/v1/chat/completions", r)
 				}
+				sgemm0 := sgemmRaw(b)
 				b.ResetTimer()
 				flops0 := testutil.ToFloat64(s.met.flops) // dlmcache_flops_total, prefix fills included
 				for i := 0; i < b.N; i++ {
@@ -107,10 +112,27 @@ func BenchmarkConcurrency(b *testing.B) {
 					}
 					wg.Wait()
 				}
-				b.ReportMetric((testutil.ToFloat64(s.met.flops)-flops0)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+				b.StopTimer()
+				gf := (testutil.ToFloat64(s.met.flops) - flops0) / b.Elapsed().Seconds() / 1e9
+				b.ReportMetric(gf, "GFLOP/s")
+				// The ratio: the server's GFLOP/s over raw sgemm
+				// measured just before and just after, against their mean.
+				sgemm := (sgemm0 + sgemmRaw(b)) / 2
+				b.ReportMetric(sgemm, "sgemm-GFLOP/s")
+				b.ReportMetric(gf/sgemm, "sgemm-ratio")
 				b.ReportMetric(float64(b.N*len(reqs)*gen.GenLength)/b.Elapsed().Seconds(), "tokens/s")
 				b.ReportMetric(float64(b.N*len(reqs))/b.Elapsed().Seconds(), "requests/s")
 			})
 		}
 	}
+}
+
+// sgemmRaw is OpenBLAS's sgemm on every core for about half a second
+// (cpu.SgemmRaw), the reference of BenchmarkConcurrency's sgemm-ratio.
+func sgemmRaw(b *testing.B) float64 {
+	g, err := cpu.SgemmRaw(runtime.NumCPU(), 500*time.Millisecond)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return g
 }

@@ -108,3 +108,22 @@ func BenchmarkPeak(b *testing.B) {
 		}
 	}
 }
+
+func TestSgemmRaw(t *testing.T) {
+	before := blasThreads()
+	g, err := SgemmRaw(2, 10*time.Millisecond)
+	if err != nil || !(g > 0) || math.IsInf(g, 0) {
+		t.Fatalf("SgemmRaw = %g, %v", g, err)
+	}
+	if after := blasThreads(); after != before {
+		t.Errorf("OpenBLAS threads %d after, %d before", after, before)
+	}
+	for _, c := range []struct {
+		threads int
+		d       time.Duration
+	}{{0, time.Millisecond}, {1, 0}} {
+		if _, err := SgemmRaw(c.threads, c.d); err == nil {
+			t.Errorf("SgemmRaw(%d, %v): no error", c.threads, c.d)
+		}
+	}
+}
