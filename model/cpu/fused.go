@@ -23,6 +23,7 @@ void dlmc_rope_rows(int simd, float *x, long ldx, int rows, int heads, int hd, c
 void dlmc_add_rows(int simd, float *dst, long ldd, const float *x, long ldx, int rows, int cols);
 void dlmc_attn_pack(int avx2, int nk, int hd, const float *k, long ldk, const float *v, long ldv,
 	float *kt, long ldt, float *vp);
+long dlmc_attn_scratch(int avx2, long ldt);
 void dlmc_attn_rows(int avx2, int m, int nk, int hd, float scale, const float *q, long ldq,
 	const float *kt, long ldt, const float *v, long ldv, float *o, long ldo, float *s);
 
@@ -310,7 +311,8 @@ static void attn_task(const void *arg, int t, float *s) {
 }
 
 // attn_parts runs the parts (their pack0 and row0 set) as one job; ldt is
-// the largest of their ldt (a task's scratch is 8·ldt + 8 floats).
+// the largest of their ldt (a task's scratch is dlmc_attn_scratch(ldt)
+// floats).
 void attn_parts(int workers, int avx2, int hd, int group, float scale, const attn_part *parts, int nparts, long ldt) {
 	const attn_part *last = &parts[nparts - 1];
 	int packs = last->pack0 + last->kvn, rows = last->row0 + last->kvn * group * last->blocks;
@@ -328,7 +330,7 @@ void attn_parts(int workers, int avx2, int hd, int group, float scale, const att
 		}
 	}
 	attn_job j = {avx2, hd, group, nparts, packs, scale, parts, ready, seq};
-	team_run(workers, packs + rows, attn_task, &j, 8 * (size_t)ldt + 8);
+	team_run(workers, packs + rows, attn_task, &j, (size_t)dlmc_attn_scratch(avx2, ldt));
 	free(seq);
 	free(ready);
 }
