@@ -279,8 +279,8 @@ func TestAttention(t *testing.T) {
 		{33, 31, 3, 3, 48},   // a head of one and a half 32-column tiles
 		{300, 300, 4, 4, 32}, // several tasks per head
 		{13, 21, 2, 2, 12},   // AVX2: a head of one and a half 8-lane vectors
-		{40, 37, 4, 4, 80},   // v's rows over 1 KB apart: laid out, by vectors
-		{20, 23, 3, 3, 100},  // the same, a head not a whole number of vectors
+		{40, 37, 4, 4, 80},   // a head of 80: v laid out ten vectors a row
+		{20, 23, 3, 3, 100},  // a head not a whole number of vectors
 		{60, 1500, 2, 2, 32}, // AVX2: long rows, query blocks of 18 (scores ≤ 128 KB)
 	}
 	for _, bk := range backends() {

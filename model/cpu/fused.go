@@ -276,14 +276,6 @@ typedef struct {
 	const int *seq;    // task t is the layout of kv head −seq[t] − 1 or row task seq[t]
 } attn_job;
 
-// V_IN_PLACE: a part's v is read where it is when its rows are at most
-// 1 KB apart (the bundled model's are 512 B: eight rows a page, lines
-// whole either way), laid out contiguous otherwise (LLaDA-8B's rows are
-// 16 KB apart: a page a key). The copy was a twentieth of the
-// attention's time at the bundled model's sizes; its space in the
-// layouts then goes unused.
-#define V_IN_PLACE(a) ((a)->ldv <= 256)
-
 static void attn_task(const void *arg, int t, float *s) {
 	const attn_job *j = arg;
 	int hd = j->hd, p = 0;
@@ -294,7 +286,7 @@ static void attn_task(const void *arg, int t, float *s) {
 		const attn_part *a = &j->parts[p];
 		int i = t - a->pack0, h = a->g0 + i;
 		dlmc_attn_pack(j->avx2, a->nk, hd, a->k + (long)h * hd, a->ldk, a->v + (long)h * hd, a->ldv,
-			a->kt + (long)i * hd * a->ldt, a->ldt, V_IN_PLACE(a) ? NULL : a->vp + (long)i * a->nk * hd);
+			a->kt + (long)i * hd * a->ldt, a->ldt, a->vp + (long)i * a->nk * hd);
 		atomic_store_explicit(&j->ready[t], 1, memory_order_release);
 		return;
 	}
@@ -304,9 +296,8 @@ static void attn_task(const void *arg, int t, float *s) {
 	int hq = a->g0 * j->group + t / a->blocks, r0 = (t % a->blocks) * a->block;
 	int i = hq / j->group - a->g0, m = a->nq - r0 < a->block ? a->nq - r0 : a->block;
 	while (!atomic_load_explicit(&j->ready[a->pack0 + i], memory_order_acquire)) team_pause();
-	const float *v = V_IN_PLACE(a) ? a->v + (long)(a->g0 + i) * hd : a->vp + (long)i * a->nk * hd;
 	dlmc_attn_rows(j->avx2, m, a->nk, hd, j->scale, a->q + (long)r0 * a->ldq + (long)hq * hd, a->ldq,
-		a->kt + (long)i * hd * a->ldt, a->ldt, v, V_IN_PLACE(a) ? a->ldv : hd,
+		a->kt + (long)i * hd * a->ldt, a->ldt, a->vp + (long)i * a->nk * hd, hd,
 		a->o + (long)r0 * a->ldo + (long)hq * hd, a->ldo, s);
 }
 

@@ -336,7 +336,7 @@ static void attn_pack(int nk, int hd, const float *k, long ldk, const float *v, 
 		for (int d = 0; d < hd; d++)
 			for (int j = j0; j < je; j++) kt[(long)d * ldt + j] = k[(long)j * ldk + d];
 	}
-	if (vp) attn_pack_v(nk, hd, v, ldv, vp);
+	attn_pack_v(nk, hd, v, ldv, vp);
 }
 
 // attn_rows: o[i] = softmax(scale·q[i]·ktᵀ)·v for the m query rows of one
@@ -552,7 +552,6 @@ __attribute__((target("avx2,fma")))
 static void attn_pack2(int nk, int hd, const float *k, long ldk, const float *v, long ldv,
 		float *kp, float *vp) {
 	panel_pack(k, ldk, nk, hd, kp);
-	if (!vp) return;
 	if (hd % 8) {
 		attn_pack_v(nk, hd, v, ldv, vp);
 		return;
