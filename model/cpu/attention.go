@@ -81,7 +81,7 @@ func (b *Backend) Attention(dst, q, k, v backend.Tensor, nHeads, nKVHeads int) {
 	// runs; two of LLaDA-8B's at a sequence of 4096).
 	kvGroup := nKVHeads
 	if fused {
-		per := hd * (ldt + nk)
+		per := attnLayout(hd, nk)
 		kvGroup = max(1, min(nKVHeads, maxAttnPack/per))
 		buf := b.getScratch(kvGroup * per)
 		defer b.putScratch(buf)
@@ -153,7 +153,7 @@ func (b *Backend) AttentionBatch(dst, q, k, v []backend.Tensor, nHeads, nKVHeads
 		d, qs, ks, vs, h := attnOperands(dst[i], q[i], k[i], v[i], nHeads, nKVHeads, "AttentionBatch")
 		ops[i], hd = operands{d, qs, ks, vs}, h
 		ldt := (ks.rows + 15) &^ 15
-		size += nKVHeads * hd * (ldt + ks.rows)
+		size += nKVHeads * attnLayout(hd, ks.rows)
 		ldtMax = max(ldtMax, ldt)
 		flops += 4 * float64(qs.rows) * float64(ks.rows) * float64(qs.cols)
 		nonEmpty = nonEmpty && qs.rows > 0 && ks.rows > 0 && hd > 0
@@ -174,7 +174,7 @@ func (b *Backend) AttentionBatch(dst, q, k, v []backend.Tensor, nHeads, nKVHeads
 		blocks := (nq + maxBatchAttnBlock - 1) / maxBatchAttnBlock
 		block := ((nq+blocks-1)/blocks + 5) / 6 * 6
 		blocks = (nq + block - 1) / block
-		per := nKVHeads * hd * (ldt + nk)
+		per := nKVHeads * attnLayout(hd, nk)
 		ap.add(o.d, o.q, o.k, o.v, hd, buf[at:at+per], nKVHeads*hd*ldt, ldt, 0, nKVHeads, blocks, block)
 		at += per
 	}
@@ -186,6 +186,13 @@ func (b *Backend) AttentionBatch(dst, q, k, v []backend.Tensor, nHeads, nKVHeads
 }
 
 var _ backend.AttentionBatcher = (*Backend)(nil)
+
+// attnLayout is the floats of one kv head's layout for the fused kernels
+// (attn_pack, attn_pack2): kᵀ [hd × ldt], then v, room for it in panels
+// of 16 columns.
+func attnLayout(hd, nk int) int {
+	return hd*((nk+15)&^15) + ((hd+15)&^15)*nk
+}
 
 // attnOperands checks Attention's operands (op names the caller) and
 // returns them with the head size.

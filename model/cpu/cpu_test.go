@@ -313,7 +313,7 @@ func TestAttentionPackGroups(t *testing.T) {
 		k := randMat(r, c.nk, c.nKV*c.hd, 3)
 		v := randMat(r, c.nk, c.nKV*c.hd, 1)
 		want := refAttention(q, k, v, c.nq, c.nk, c.nHeads, c.nKV, c.hd)
-		per := c.hd * ((c.nk+15)&^15 + c.nk)
+		per := attnLayout(c.hd, c.nk)
 		for _, pack := range []int{1, 2 * per} {
 			maxAttnPack = pack
 			for _, threads := range []int{1, 2} {

@@ -276,6 +276,9 @@ typedef struct {
 	const int *seq;    // task t is the layout of kv head −seq[t] − 1 or row task seq[t]
 } attn_job;
 
+// HD16: a kv head's room for v in the layouts, nk rows of HD16(hd).
+#define HD16(hd) (((hd) + 15) & ~15)
+
 static void attn_task(const void *arg, int t, float *s) {
 	const attn_job *j = arg;
 	int hd = j->hd, p = 0;
@@ -286,7 +289,7 @@ static void attn_task(const void *arg, int t, float *s) {
 		const attn_part *a = &j->parts[p];
 		int i = t - a->pack0, h = a->g0 + i;
 		dlmc_attn_pack(j->avx2, a->nk, hd, a->k + (long)h * hd, a->ldk, a->v + (long)h * hd, a->ldv,
-			a->kt + (long)i * hd * a->ldt, a->ldt, a->vp + (long)i * a->nk * hd);
+			a->kt + (long)i * hd * a->ldt, a->ldt, a->vp + (long)i * a->nk * HD16(hd));
 		atomic_store_explicit(&j->ready[t], 1, memory_order_release);
 		return;
 	}
@@ -297,7 +300,7 @@ static void attn_task(const void *arg, int t, float *s) {
 	int i = hq / j->group - a->g0, m = a->nq - r0 < a->block ? a->nq - r0 : a->block;
 	while (!atomic_load_explicit(&j->ready[a->pack0 + i], memory_order_acquire)) team_pause();
 	dlmc_attn_rows(j->avx2, m, a->nk, hd, j->scale, a->q + (long)r0 * a->ldq + (long)hq * hd, a->ldq,
-		a->kt + (long)i * hd * a->ldt, a->ldt, a->vp + (long)i * a->nk * hd, hd,
+		a->kt + (long)i * hd * a->ldt, a->ldt, a->vp + (long)i * a->nk * HD16(hd), hd,
 		a->o + (long)r0 * a->ldo + (long)hq * hd, a->ldo, s);
 }
 
@@ -510,7 +513,7 @@ type attnParts struct {
 func (ap *attnParts) add(d, qs, ks, vs *Tensor, hd int, buf []float32, voff, ldt, g0, kvn, blocks, block int) {
 	nq, nk := qs.rows, ks.rows
 	_, _, _ = qs.data[(nq-1)*qs.stride+qs.cols-1], ks.data[(nk-1)*ks.stride+ks.cols-1], vs.data[(nk-1)*vs.stride+vs.cols-1]
-	_, _, _ = d.data[(nq-1)*d.stride+d.cols-1], buf[kvn*hd*ldt-1], buf[voff+kvn*nk*hd-1]
+	_, _, _ = d.data[(nq-1)*d.stride+d.cols-1], buf[kvn*hd*ldt-1], buf[voff+kvn*nk*((hd+15)&^15)-1]
 	for _, s := range [][]float32{qs.data, ks.data, vs.data, d.data, buf} {
 		ap.pin.Pin(&s[0])
 	}
