@@ -269,7 +269,7 @@ typedef struct {
 } attn_part;
 
 typedef struct {
-	int avx2, hd, group, nparts, packs;
+	int avx2, hd, group, nparts;
 	float scale;
 	const attn_part *parts;
 	atomic_int *ready; // one a layout task
@@ -323,7 +323,7 @@ void attn_parts(int workers, int avx2, int hd, int group, float scale, const att
 			for (int r = 0; r < per; r++) seq[n++] = a->row0 + i * per + r;
 		}
 	}
-	attn_job j = {avx2, hd, group, nparts, packs, scale, parts, ready, seq};
+	attn_job j = {avx2, hd, group, nparts, scale, parts, ready, seq};
 	team_run(workers, packs + rows, attn_task, &j, (size_t)dlmc_attn_scratch(avx2, ldt));
 	free(seq);
 	free(ready);

@@ -664,6 +664,8 @@ void dlmc_attn_pack(int avx2, int nk, int hd, const float *k, long ldk, const fl
 long dlmc_attn_scratch(int avx2, long ldt) {
 	return avx2 ? (long)attn_rows2_block(ldt) * (ldt + 1) : 8 * ldt + 8;
 }
+// dlmc_attn_rows: attn_rows2 on dlmc_attn_pack's layouts where avx2 (v in
+// its panels, ldv unused), else attn_rows (v rows ldv apart).
 void dlmc_attn_rows(int avx2, int m, int nk, int hd, float scale, const float *q, long ldq,
 		const float *kt, long ldt, const float *v, long ldv, float *o, long ldo, float *s) {
 	if (avx2) attn_rows2(m, nk, hd, scale, q, ldq, kt, ldt, v, o, ldo, s);
