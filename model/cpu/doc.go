@@ -78,10 +78,13 @@
 // Attention, where the CPU has AVX-512F or AVX2+FMA, runs a fused kernel
 // (kernels.go, Options.Attention, $DLMCACHE_CPU_ATTENTION=fused|gemm): kᵀ
 // and v of each kv head are laid out once per call, then each task of
-// (head, block of query rows) takes a few query rows at a time through the
-// scores, the softmax and the product with v in one C call, those score
-// rows staying in L1: eight rows on one 8×32 register tile with AVX-512,
-// six on a 6×16 tile with AVX2 (16 registers of 8 lanes). Against the
+// (head, block of query rows) takes its query rows through the scores,
+// the softmax and the product with v in one C call: eight rows at a time
+// on one 8×32 register tile with AVX-512, their score rows in L1; with
+// AVX2 up to 48 rows a stage on 6×16 tiles (16 registers of 8 lanes), kᵀ
+// and v both in panels of 16 (each tile reads one contiguous run, spread
+// over L1's sets), the scores in units of log₂e and the softmax in base 2
+// (see below). Against the
 // GEMM library's two products per head, BenchmarkAttention measured the
 // AVX-512 kernel 1.2–1.9× faster at the bundled model's head size (32)
 // and 1.05–1.1× at 128 (Zen 4), the AVX2 one 1.7–2.0× at 32 and
@@ -106,14 +109,17 @@
 //     summed in the same order; TestFused checks bit for bit).
 //   - Attention on the fused kernels: each kv head's layout is a task,
 //     each block of query rows of a head another that waits for its
-//     layout; AttentionBatch (backend.AttentionBatcher) makes one job of a
-//     batch's requests, so that tasks balance across requests.
+//     layout, claimed kv head by kv head (a layout one head ahead of its
+//     rows, so it is read while still in cache); AttentionBatch
+//     (backend.AttentionBatcher) makes one job of a batch's requests, so
+//     that tasks balance across requests.
 //
 // While one job runs, a second poster runs its tasks alone on its own
 // thread; where no thread can be started the poster runs them all.
 //
 // PeakF32 and PeakBF16 measure the processor's FMA and vdpbf16ps
-// throughput, the ceilings make bench divides by.
+// throughput, the ceilings make bench divides by; SgemmRaw the linked
+// OpenBLAS's own sgemm, the reference of the serving benchmark's ratio.
 //
 // The row-wise operations (RMSNorm, RoPE, Add; rowops.go) run over each
 // thread's range of rows in one C call, with AVX2+FMA where the CPU has it
@@ -122,7 +128,9 @@
 // to pay for the goroutines. The two that evaluate e^x for every element,
 // the softmax inside attention and SiLU, call small C kernels (kernels.go):
 // a float32 e^x accurate to about 1 ulp, vectorised with AVX2+FMA or
-// AVX-512F, scalar elsewhere. A scalar Go e^x ran at 6 ns, as slow as
+// AVX-512F, scalar elsewhere; with AVX2, SiLU and the fused attention's
+// softmax take 2^x instead (Cephes' exp2f polynomial, n rounded by the
+// 1.5·2²³ shift: within 8·10⁻⁸, five operations an element fewer). A scalar Go e^x ran at 6 ns, as slow as
 // math.Exp, and made both ops the bottleneck of attention. RMSNorm
 // accumulates in float64; RoPE computes its angles in float64.
 package cpu
