@@ -23,7 +23,7 @@ void dlmc_rope_rows(int simd, float *x, long ldx, int rows, int heads, int hd, c
 void dlmc_add_rows(int simd, float *dst, long ldd, const float *x, long ldx, int rows, int cols);
 void dlmc_attn_pack(int avx2, int nk, int hd, const float *k, long ldk, const float *v, long ldv,
 	float *kt, long ldt, float *vp);
-long dlmc_attn_scratch(int avx2, long ldt);
+long dlmc_attn_scratch(int avx2, long ldt, int hd);
 void dlmc_attn_rows(int avx2, int m, int nk, int hd, float scale, const float *q, long ldq,
 	const float *kt, long ldt, const float *v, long ldv, float *o, long ldo, float *s);
 
@@ -305,7 +305,7 @@ static void attn_task(const void *arg, int t, float *s) {
 }
 
 // attn_parts runs the parts (their pack0 and row0 set) as one job; ldt is
-// the largest of their ldt (a task's scratch is dlmc_attn_scratch(ldt)
+// the largest of their ldt (a task's scratch is dlmc_attn_scratch(ldt, hd)
 // floats).
 void attn_parts(int workers, int avx2, int hd, int group, float scale, const attn_part *parts, int nparts, long ldt) {
 	const attn_part *last = &parts[nparts - 1];
@@ -324,7 +324,7 @@ void attn_parts(int workers, int avx2, int hd, int group, float scale, const att
 		}
 	}
 	attn_job j = {avx2, hd, group, nparts, scale, parts, ready, seq};
-	team_run(workers, packs + rows, attn_task, &j, (size_t)dlmc_attn_scratch(avx2, ldt));
+	team_run(workers, packs + rows, attn_task, &j, (size_t)dlmc_attn_scratch(avx2, ldt, hd));
 	free(seq);
 	free(ready);
 }

@@ -582,18 +582,30 @@ static int attn_rows2_block(long ldt) {
 }
 
 // attn_rows2: attn_rows for AVX2, kᵀ and v in attn_pack2's panels (ldt a
-// multiple of 16), s a scratch of attn_rows2_block(ldt)·(ldt + 1) floats.
+// multiple of 16), s a scratch of attn_rows2_block(ldt)·(ldt + 1 + hd8)
+// floats (hd8: hd up to a multiple of 8).
 // The scores are computed on whole panels, the zero padding's too: stores
 // without masks (a masked store costs a dozen cycles on AMD's cores), the
 // padding left out by the softmax.
 __attribute__((target("avx2,fma")))
 static void attn_rows2(int m, int nk, int hd, float scale, const float *q, long ldq,
 		const float *kt, long ldt, const float *v, float *o, long ldo, float *s) {
-	int rb = attn_rows2_block(ldt);
-	float *inv = s + (long)rb * ldt;
+	int rb = attn_rows2_block(ldt), hd8 = (hd + 7) & ~7;
+	float *inv = s + (long)rb * ldt, *qb = inv + rb;
+	const float sc = scale * LOG2E;
+	const __m256 vsc = _mm256_set1_ps(sc);
 	for (int i0 = 0; i0 < m; i0 += rb) {
 		int r = m - i0 < rb ? m - i0 : rb;
-		panel_gemm(r, (nk + 15) & ~15, hd, q + (long)i0 * ldq, ldq, kt, s, ldt, scale * LOG2E);
+		// The block's query rows, scaled, side by side: rows ldq apart
+		// (512 B for the bundled model) fall in a few of L1's sets.
+		for (int i = 0; i < r; i++) {
+			const float *qi = q + (long)(i0 + i) * ldq;
+			float *bi = qb + (long)i * hd8;
+			int d = 0;
+			for (; d + 8 <= hd; d += 8) _mm256_storeu_ps(bi + d, _mm256_mul_ps(vsc, _mm256_loadu_ps(qi + d)));
+			for (; d < hd; d++) bi[d] = qi[d] * sc;
+		}
+		panel_gemm(r, (nk + 15) & ~15, hd, qb, hd8, kt, s, ldt, 1.0f);
 		attn_softmax2(r, nk, s, ldt, inv);
 		for (int j = 0; j < hd; j += 16)
 			for (int i = 0; i < r; i += ATTN_MR2)
@@ -660,9 +672,9 @@ void dlmc_attn_pack(int avx2, int nk, int hd, const float *k, long ldk, const fl
 	if (avx2) attn_pack2(nk, hd, k, ldk, v, ldv, kt, vp);
 	else attn_pack(nk, hd, k, ldk, v, ldv, kt, ldt, vp);
 }
-// dlmc_attn_scratch: the floats of scratch dlmc_attn_rows needs at ldt.
-long dlmc_attn_scratch(int avx2, long ldt) {
-	return avx2 ? (long)attn_rows2_block(ldt) * (ldt + 1) : 8 * ldt + 8;
+// dlmc_attn_scratch: the floats of scratch dlmc_attn_rows needs at ldt, hd.
+long dlmc_attn_scratch(int avx2, long ldt, int hd) {
+	return avx2 ? (long)attn_rows2_block(ldt) * (ldt + 1 + ((hd + 7) & ~7)) : 8 * ldt + 8;
 }
 // dlmc_attn_rows: attn_rows2 on dlmc_attn_pack's layouts where avx2 (v in
 // its panels, ldv unused), else attn_rows (v rows ldv apart).
