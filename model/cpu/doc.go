@@ -82,9 +82,9 @@
 // the softmax and the product with v in one C call: eight rows at a time
 // on one 8×32 register tile with AVX-512, their score rows in L1; with
 // AVX2 up to 48 rows a stage on 6×16 tiles (16 registers of 8 lanes), kᵀ
-// and v both in panels of 16 (each tile reads one contiguous run, spread
-// over L1's sets), the scores in units of log₂e and the softmax in base 2
-// (see below). Against the
+// and v both in panels of 16 and the stage's query rows copied side by
+// side (each tile reads contiguous runs, spread over L1's sets), the
+// scores in units of log₂e and the softmax in base 2 (see below). Against the
 // GEMM library's two products per head, BenchmarkAttention measured the
 // AVX-512 kernel 1.2–1.9× faster at the bundled model's head size (32)
 // and 1.05–1.1× at 128 (Zen 4), the AVX2 one 1.7–2.0× at 32 and
