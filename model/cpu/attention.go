@@ -72,9 +72,6 @@ func (b *Backend) Attention(dst, q, k, v backend.Tensor, nHeads, nKVHeads int) {
 	blocks = (nq + attnBlock - 1) / attnBlock
 	workers = min(workers, nHeads*blocks)
 	fused := b.attn != attnNone
-	// ldt: the row stride of the transposed keys, a whole number of
-	// cache lines.
-	ldt := (nk + 15) &^ 15
 	// The fused kernel reads each kv head's kᵀ [hd, ldt] and v [nk, hd]
 	// laid out for it, made for a group of kv heads at a time: as many as
 	// fit in maxAttnPack floats (all of them at the sizes this project
@@ -89,8 +86,8 @@ func (b *Backend) Attention(dst, q, k, v backend.Tensor, nHeads, nKVHeads int) {
 			// One job of the C team: lay out the group's kv heads, then
 			// run its query heads' blocks.
 			var ap attnParts
-			ap.add(d, qs, ks, vs, hd, buf, kvGroup*hd*ldt, ldt, g0, min(nKVHeads, g0+kvGroup)-g0, blocks, attnBlock)
-			b.runAttn(&ap, workers, hd, group, scale, ldt)
+			ap.add(d, qs, ks, vs, hd, buf, g0, min(nKVHeads, g0+kvGroup)-g0, blocks, attnBlock)
+			b.runAttn(&ap, workers, hd, group, scale)
 		}
 		return
 	}
@@ -148,13 +145,11 @@ func (b *Backend) AttentionBatch(dst, q, k, v []backend.Tensor, nHeads, nKVHeads
 	}
 	type operands struct{ d, q, k, v *Tensor }
 	ops := make([]operands, len(dst))
-	hd, size, ldtMax, flops, nonEmpty := 0, 0, 0, 0.0, true
+	hd, size, flops, nonEmpty := 0, 0, 0.0, true
 	for i := range dst {
 		d, qs, ks, vs, h := attnOperands(dst[i], q[i], k[i], v[i], nHeads, nKVHeads, "AttentionBatch")
 		ops[i], hd = operands{d, qs, ks, vs}, h
-		ldt := (ks.rows + 15) &^ 15
 		size += nKVHeads * attnLayout(hd, ks.rows)
-		ldtMax = max(ldtMax, ldt)
 		flops += 4 * float64(qs.rows) * float64(ks.rows) * float64(qs.cols)
 		nonEmpty = nonEmpty && qs.rows > 0 && ks.rows > 0 && hd > 0
 	}
@@ -169,29 +164,32 @@ func (b *Backend) AttentionBatch(dst, q, k, v []backend.Tensor, nHeads, nKVHeads
 	var ap attnParts
 	at := 0
 	for _, o := range ops {
-		nq, nk := o.q.rows, o.k.rows
-		ldt := (nk + 15) &^ 15
+		nq := o.q.rows
 		blocks := (nq + maxBatchAttnBlock - 1) / maxBatchAttnBlock
 		block := ((nq+blocks-1)/blocks + 5) / 6 * 6
 		blocks = (nq + block - 1) / block
-		per := nKVHeads * attnLayout(hd, nk)
-		ap.add(o.d, o.q, o.k, o.v, hd, buf[at:at+per], nKVHeads*hd*ldt, ldt, 0, nKVHeads, blocks, block)
+		per := nKVHeads * attnLayout(hd, o.k.rows)
+		ap.add(o.d, o.q, o.k, o.v, hd, buf[at:at+per], 0, nKVHeads, blocks, block)
 		at += per
 	}
 	workers := b.threads
 	if flops < minSplitFlops {
 		workers = 1
 	}
-	b.runAttn(&ap, workers, hd, nHeads/nKVHeads, float32(1/math.Sqrt(float64(hd))), ldtMax)
+	b.runAttn(&ap, workers, hd, nHeads/nKVHeads, float32(1/math.Sqrt(float64(hd))))
 }
 
 var _ backend.AttentionBatcher = (*Backend)(nil)
 
+// attnLdt is the row stride of a kv head's transposed keys in the fused
+// kernels' layouts: nk up to whole cache lines (and whole 16-key panels).
+func attnLdt(nk int) int { return (nk + 15) &^ 15 }
+
 // attnLayout is the floats of one kv head's layout for the fused kernels
-// (attn_pack, attn_pack2): kᵀ [hd × ldt], then v, room for it in panels
-// of 16 columns.
+// (attn_pack, attn_pack2): kᵀ [hd × attnLdt(nk)], then v, room for it in
+// panels of 16 columns.
 func attnLayout(hd, nk int) int {
-	return hd*((nk+15)&^15) + ((hd+15)&^15)*nk
+	return hd*attnLdt(nk) + ((hd+15)&^15)*nk
 }
 
 // attnOperands checks Attention's operands (op names the caller) and

@@ -121,7 +121,7 @@ func BenchmarkMatMul(b *testing.B) {
 // BenchmarkSgemmRaw is the ceiling: one cblas_sgemm 512×2048×2048 with
 // OpenBLAS threading over every core itself.
 func BenchmarkSgemmRaw(b *testing.B) {
-	const m, k, n = 512, 2048, 2048
+	const m, k, n = sgemmRawM, sgemmRawK, sgemmRawN
 	r := rand.New(rand.NewPCG(2, 2))
 	x, w, c := randMat(r, m, k, 1), randMat(r, n, k, 1), make([]float32, m*n)
 	for _, threads := range []int{runtime.NumCPU(), 1} {

@@ -502,18 +502,21 @@ func (rr *ropeRange) own(x *Tensor, lo, hi int) {
 // attnParts gathers the parts of one fused attention job (attn_parts),
 // every Go pointer in them pinned until done.
 type attnParts struct {
-	parts      []C.attn_part
-	pin        runtime.Pinner
-	packs, row int
+	parts           []C.attn_part
+	pin             runtime.Pinner
+	packs, row, ldt int // ldt: the largest of the parts'
 }
 
 // add appends the part for the kv heads [g0, g0+kvn) of the attention
 // dst = Attention(q, k, v) (head size hd) in blocks of block query rows,
-// its layouts in buf: kᵀ from 0, v from voff.
-func (ap *attnParts) add(d, qs, ks, vs *Tensor, hd int, buf []float32, voff, ldt, g0, kvn, blocks, block int) {
+// its layouts in buf (kvn·attnLayout(hd, nk) floats): every kᵀ, then
+// every v.
+func (ap *attnParts) add(d, qs, ks, vs *Tensor, hd int, buf []float32, g0, kvn, blocks, block int) {
 	nq, nk := qs.rows, ks.rows
+	ldt := attnLdt(nk)
+	voff := kvn * hd * ldt
 	_, _, _ = qs.data[(nq-1)*qs.stride+qs.cols-1], ks.data[(nk-1)*ks.stride+ks.cols-1], vs.data[(nk-1)*vs.stride+vs.cols-1]
-	_, _, _ = d.data[(nq-1)*d.stride+d.cols-1], buf[kvn*hd*ldt-1], buf[voff+kvn*nk*((hd+15)&^15)-1]
+	_, _ = d.data[(nq-1)*d.stride+d.cols-1], buf[kvn*attnLayout(hd, nk)-1]
 	for _, s := range [][]float32{qs.data, ks.data, vs.data, d.data, buf} {
 		ap.pin.Pin(&s[0])
 	}
@@ -524,15 +527,16 @@ func (ap *attnParts) add(d, qs, ks, vs *Tensor, hd int, buf []float32, voff, ldt
 		pack0: C.int(ap.packs), row0: C.int(ap.row)})
 	ap.packs += kvn
 	ap.row += kvn * (qs.cols / hd / (ks.cols / hd)) * blocks
+	ap.ldt = max(ap.ldt, ldt)
 }
 
 // runAttn runs the parts as one job of the team (group query heads a kv
-// head, ldt the largest of the parts') and unpins them.
-func (b *Backend) runAttn(ap *attnParts, workers, hd, group int, scale float32, ldt int) {
+// head) and unpins them.
+func (b *Backend) runAttn(ap *attnParts, workers, hd, group int, scale float32) {
 	defer ap.pin.Unpin()
 	if len(ap.parts) == 0 {
 		return
 	}
 	C.attn_parts(C.int(workers), cbool(b.attn == attnAVX2), C.int(hd), C.int(group), C.float(scale),
-		&ap.parts[0], C.int(len(ap.parts)), C.long(ldt))
+		&ap.parts[0], C.int(len(ap.parts)), C.long(ap.ldt))
 }

@@ -581,9 +581,14 @@ static int attn_rows2_block(long ldt) {
 	return r > 48 ? 48 : r < ATTN_MR2 ? ATTN_MR2 : (int)r;
 }
 
+// attn_rows2_scratch is the floats of attn_rows2's scratch: a block's
+// scores, their sums' inverses and its query rows side by side.
+static long attn_rows2_scratch(long ldt, int hd) {
+	return (long)attn_rows2_block(ldt) * (ldt + 1 + ((hd + 7) & ~7));
+}
+
 // attn_rows2: attn_rows for AVX2, kᵀ and v in attn_pack2's panels (ldt a
-// multiple of 16), s a scratch of attn_rows2_block(ldt)·(ldt + 1 + hd8)
-// floats (hd8: hd up to a multiple of 8).
+// multiple of 16), s a scratch of attn_rows2_scratch(ldt, hd) floats.
 // The scores are computed on whole panels, the zero padding's too: stores
 // without masks (a masked store costs a dozen cycles on AMD's cores), the
 // padding left out by the softmax.
@@ -631,7 +636,7 @@ static void attn_rows(int m, int nk, int hd, float scale, const float *q, long l
 		const float *kt, long ldt, const float *v, long ldv, float *o, long ldo, float *s) {}
 static void attn_rows2(int m, int nk, int hd, float scale, const float *q, long ldq,
 		const float *kt, long ldt, const float *v, float *o, long ldo, float *s) {}
-static int attn_rows2_block(long ldt) { return 6; }
+static long attn_rows2_scratch(long ldt, int hd) { return 0; }
 static void panel_pack(const float *w, long ldw, int n, int k, float *p) {}
 static void panel_gemm(int m, int n, int k, const float *a, long lda, const float *p, float *c, long ldc, float alpha) {}
 static void attn_pack2(int nk, int hd, const float *k, long ldk, const float *v, long ldv,
@@ -674,7 +679,7 @@ void dlmc_attn_pack(int avx2, int nk, int hd, const float *k, long ldk, const fl
 }
 // dlmc_attn_scratch: the floats of scratch dlmc_attn_rows needs at ldt, hd.
 long dlmc_attn_scratch(int avx2, long ldt, int hd) {
-	return avx2 ? (long)attn_rows2_block(ldt) * (ldt + 1 + ((hd + 7) & ~7)) : 8 * ldt + 8;
+	return avx2 ? attn_rows2_scratch(ldt, hd) : 8 * ldt + 8;
 }
 // dlmc_attn_rows: attn_rows2 on dlmc_attn_pack's layouts where avx2 (v in
 // its panels, ldv unused), else attn_rows (v rows ldv apart).

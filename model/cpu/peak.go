@@ -124,6 +124,9 @@ func PeakF32AVX2(threads int, d time.Duration) (float64, error) {
 	return peakRun(threads, d, peakF32OpsPerIter, func(n int64) { C.peak_f32_fma(C.long(n)) })
 }
 
+// The raw sgemm's shape (SgemmRaw, BenchmarkSgemmRaw, make bench).
+const sgemmRawM, sgemmRawK, sgemmRawN = 512, 2048, 2048
+
 // SgemmRaw measures the linked OpenBLAS's own sgemm, C = A·Bᵀ at
 // 512 × 2048 × 2048 (BenchmarkSgemmRaw's shape), on threads of its threads,
 // calls repeated for about d after one to warm up: total FLOPs over total
@@ -136,7 +139,7 @@ func SgemmRaw(threads int, d time.Duration) (float64, error) {
 	if threads < 1 || d <= 0 {
 		return 0, fmt.Errorf("cpu: sgemm needs a thread and a positive duration, got %d, %v", threads, d)
 	}
-	const m, k, n = 512, 2048, 2048
+	const m, k, n = sgemmRawM, sgemmRawK, sgemmRawN
 	r := rand.New(rand.NewPCG(2, 2))
 	a, b, c := make([]float32, m*k), make([]float32, n*k), make([]float32, m*n)
 	for i := range a {
