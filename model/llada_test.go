@@ -171,6 +171,23 @@ func testForwardGolden(t *testing.T, fx string, be *cpu.Backend) {
 					}
 				}
 			}
+			// The same requests side by side in one batch (and in the
+			// other order): each still matches the reference.
+			for _, order := range [][]int{{0, 1}, {1, 0}} {
+				var ins []Input
+				for _, i := range order {
+					ins = append(ins, Input{Tokens: cases[i].ids, Positions: cases[i].pos, LogitRows: iota32(len(cases[i].ids))})
+				}
+				outs, err := m.ForwardBatch(ins, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for j, i := range order {
+					if e := relErr(outs[j].Logits, goldenF32(t, gs, cases[i].prefix+"logits")); e > tol {
+						t.Errorf("%slogits in a batch of two at %d: relative error %.3g > %g", cases[i].prefix, j, e, tol)
+					}
+				}
+			}
 		}
 	}
 }

@@ -1,0 +1,396 @@
+package model
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+
+	"github.com/dlmcache/dlmcache/model/backend"
+)
+
+// Forwarder runs one forward; LLaDA.Forward is one, and a server that
+// batches the forwards of concurrent generations supplies another through
+// GenOptions.Forward.
+type Forwarder func(in Input, plan Plan) (*Output, error)
+
+// Forward runs the model once over in.Tokens, steered by plan (nil: compute
+// everything): ForwardBatch with a batch of one.
+func (m *LLaDA) Forward(in Input, plan Plan) (*Output, error) {
+	outs, err := m.ForwardBatch([]Input{in}, []Plan{plan})
+	if err != nil {
+		return nil, err
+	}
+	return outs[0], nil
+}
+
+// ForwardBatch runs the forwards of several requests as one; it is the
+// model's only forward (Forward is a batch of one). At every layer the
+// computed rows of all requests go through the weight products (and the
+// row-wise norms, RoPE, SiLU and residual adds) together, while
+// attention, the plans' K/V and hidden states stay per request (a
+// block-diagonal attention). Each request's result is what it gets alone,
+// up to the matrix library's rounding for a different number of rows in
+// one product (identical where its kernels do not depend on the row count,
+// as the tests check). plans may be nil or hold nil entries (compute
+// everything).
+//
+// Each layer runs in three stages: enter (the rows each request computes
+// and their hidden states, side by side), attention (per request, its
+// plan's K/V completing the computed rows'), and the block's output
+// products; logits are one head product for every request's wanted rows.
+func (m *LLaDA) ForwardBatch(ins []Input, plans []Plan) ([]*Output, error) {
+	f, err := m.newBatch(ins, plans)
+	if err != nil {
+		return nil, err
+	}
+	defer f.ar.free()
+	for l := range m.Blocks {
+		blk := &m.Blocks[l]
+		x, pos, err := f.enter(l)
+		if err != nil {
+			return nil, err
+		}
+		q, k, v := m.attnInput(blk, x, pos, f.ar.alloc)
+		att, err := f.attention(l, q, k, v)
+		if err != nil {
+			return nil, err
+		}
+		m.blockOutput(blk, x, att, f.ar.alloc)
+		f.leave(x)
+	}
+	return f.logits()
+}
+
+// batch is the state of one ForwardBatch.
+type batch struct {
+	m     *LLaDA
+	items []*batchItem
+	ar    *arena
+	vw    backend.Viewer // nil on a backend without views
+	total int            // batch rows at the current layer
+	// bx: the previous layer's batch hidden states, of which every it.x
+	// is a row view (on a backend with views, more than one request); a
+	// layer whose requests compute the same rows as the previous one
+	// starts from it as it is.
+	bx backend.Tensor
+}
+
+// batchItem is one request's state inside ForwardBatch.
+type batchItem struct {
+	idx          int // index in the batch
+	in           Input
+	plan         Plan
+	pos          []int32
+	x            backend.Tensor // hidden state entering the layer, computed rows
+	rows         []int32        // rows computed at the current layer
+	off          int            // first row of this request in the batch
+	kFull, vFull backend.Tensor // full-width K/V when some rows are not computed
+	out          *Output
+}
+
+// newBatch validates the requests and sets up the batch.
+func (m *LLaDA) newBatch(ins []Input, plans []Plan) (*batch, error) {
+	if len(ins) == 0 {
+		return nil, fmt.Errorf("forward batch: no inputs")
+	}
+	if plans != nil && len(plans) != len(ins) {
+		return nil, fmt.Errorf("forward batch: %d plans for %d inputs", len(plans), len(ins))
+	}
+	f := &batch{m: m, items: make([]*batchItem, len(ins)), ar: &arena{b: m.Backend}}
+	f.vw, _ = m.Backend.(backend.Viewer)
+	for i, in := range ins {
+		it := &batchItem{idx: i, in: in, out: &Output{}}
+		f.items[i] = it
+		pos, err := m.checkInput(in)
+		if err != nil {
+			return nil, f.fail(it, err)
+		}
+		it.pos = pos
+		if plans != nil {
+			it.plan = plans[i]
+		}
+	}
+	return f, nil
+}
+
+// fail names the request an error belongs to where the batch has several.
+func (f *batch) fail(it *batchItem, err error) error {
+	if len(f.items) == 1 {
+		return err
+	}
+	return fmt.Errorf("request %d of the batch: %w", it.idx, err)
+}
+
+// single reports a batch of one request, whose tensors are the batch's.
+func (f *batch) single() bool { return len(f.items) == 1 }
+
+// enter sets each request's rows computed at layer l and their hidden
+// states entering it (the embeddings at layer 0; the previous layer's
+// rows, completed from the plan, later), and returns the batch's hidden
+// states [total, d] (one request after the other) with their RoPE
+// positions.
+func (f *batch) enter(l int) (backend.Tensor, []int32, error) {
+	m := f.m
+	b, c, alloc := m.Backend, m.Config, f.ar.alloc
+	d := c.DModel
+	total := 0
+	moved := false // some request's rows changed from the last layer
+	var pos []int32
+	for _, it := range f.items {
+		n := len(it.in.Tokens)
+		cur := allRows(n)
+		if it.plan != nil {
+			if r := it.plan.Rows(l); r != nil {
+				cur = r
+			}
+		}
+		if len(cur) == 0 {
+			return nil, nil, f.fail(it, fmt.Errorf("forward: plan computes no rows at layer %d", l))
+		}
+		if l == 0 {
+			it.x = alloc(len(cur), d)
+			b.Embed(it.x, m.Embed, gather32(it.in.Tokens, cur))
+		} else if !sameRows(it.rows, cur) {
+			moved = true
+			nx := alloc(len(cur), d)
+			if err := m.fillHidden(it.plan, l, it.rows, it.x, cur, nx, alloc); err != nil {
+				return nil, nil, f.fail(it, err)
+			}
+			it.x = nx
+		}
+		it.rows, it.off = cur, total
+		total += len(cur)
+		pos = append(pos, gather32(it.pos, cur)...)
+		it.out.RowsComputed += len(cur)
+		it.out.FLOPs += c.LayerFLOPs(n, len(cur))
+	}
+	f.total = total
+	if f.single() {
+		return f.items[0].x, pos, nil
+	}
+	x := f.bx
+	if x == nil || moved {
+		x = alloc(total, d)
+		for _, it := range f.items {
+			b.CopyRows(x, it.sel(), it.x, nil)
+		}
+	}
+	return x, pos, nil
+}
+
+// leave keeps the layer's output x [total, d] as each request's hidden
+// states entering the next layer and frees the layer's temporaries.
+func (f *batch) leave(x backend.Tensor) {
+	b, alloc := f.m.Backend, f.ar.alloc
+	var keep []backend.Tensor
+	if f.vw != nil && !f.single() {
+		f.bx = x
+		keep = append(keep, x)
+	}
+	for _, it := range f.items {
+		switch {
+		case f.single():
+			it.x = x
+		case f.vw != nil:
+			it.x = f.vw.ViewRows(x, it.off, it.off+len(it.rows))
+		default:
+			nx := alloc(len(it.rows), f.m.Config.DModel)
+			b.CopyRows(nx, nil, x, it.sel())
+			it.x = nx
+		}
+		keep = append(keep, it.x, it.kFull, it.vFull)
+	}
+	f.ar.keepOnly(keep...)
+}
+
+// sel is the batch rows of the request at the current layer.
+func (it *batchItem) sel() []int32 {
+	r := make([]int32, len(it.rows))
+	for i := range r {
+		r[i] = int32(it.off + i)
+	}
+	return r
+}
+
+// attention returns layer l's attention output [total, d] of the batch
+// queries q against each request's own keys and values: the requests'
+// operands (their plans' K/V and observers) prepared side by side, as many
+// as there are threads, then every attention as one backend operation
+// where the backend has one (else one after the other).
+func (f *batch) attention(l int, q, k, v backend.Tensor) (backend.Tensor, error) {
+	m := f.m
+	b, c := m.Backend, m.Config
+	att := f.ar.alloc(f.total, c.DModel)
+	calls := make([]attnCall, len(f.items))
+	errs := make([]error, len(f.items))
+	if f.single() {
+		calls[0], errs[0] = f.attnArgs(l, f.items[0], q, k, v, att)
+	} else {
+		par := make(chan struct{}, runtime.GOMAXPROCS(0))
+		var wg sync.WaitGroup
+		for i, it := range f.items {
+			wg.Add(1)
+			par <- struct{}{}
+			go func() {
+				defer wg.Done()
+				calls[i], errs[i] = f.attnArgs(l, it, q, k, v, att)
+				<-par
+			}()
+		}
+		wg.Wait()
+	}
+	for i, err := range errs {
+		if err != nil {
+			return nil, f.fail(f.items[i], err)
+		}
+	}
+	ab, batched := b.(backend.AttentionBatcher)
+	if batched && len(calls) > 1 {
+		var outs, qs, ks, vs []backend.Tensor
+		for _, cl := range calls {
+			outs, qs, ks, vs = append(outs, cl.out), append(qs, cl.q), append(ks, cl.k), append(vs, cl.v)
+		}
+		ab.AttentionBatch(outs, qs, ks, vs, c.NHeads, c.NKVHeads)
+	} else {
+		for _, cl := range calls {
+			b.Attention(cl.out, cl.q, cl.k, cl.v, c.NHeads, c.NKVHeads)
+		}
+	}
+	for _, cl := range calls {
+		if cl.sel != nil {
+			b.CopyRows(att, cl.sel, cl.out, nil)
+		}
+	}
+	return att, nil
+}
+
+// attnCall is one attention of a batch: out = Attention(q, k, v); sel,
+// where set, the batch rows of att that out is copied to (a backend
+// without views).
+type attnCall struct {
+	out, q, k, v backend.Tensor
+	sel          []int32
+}
+
+// attnArgs prepares layer l's attention of one request: its rows of q, k,
+// v (batch tensors) completed with its plan's K/V and observed by the
+// plan; the attention itself writes its rows of att.
+func (f *batch) attnArgs(l int, it *batchItem, q, k, v, att backend.Tensor) (attnCall, error) {
+	m := f.m
+	b, c, alloc := m.Backend, m.Config, f.ar.alloc
+	n, r := len(it.in.Tokens), len(it.rows)
+	// The request's rows of the batch tensors are rows [off, off+r): the
+	// tensors themselves when it is all of them, views where the backend
+	// has them, else copies.
+	var qi, ki, vi, ai backend.Tensor
+	var sel []int32
+	switch {
+	case it.off == 0 && r == q.Rows():
+		qi, ki, vi, ai = q, k, v, att
+	case f.vw != nil:
+		vw := f.vw
+		qi, ki, vi = vw.ViewRows(q, it.off, it.off+r), vw.ViewRows(k, it.off, it.off+r), vw.ViewRows(v, it.off, it.off+r)
+		ai = vw.ViewRows(att, it.off, it.off+r)
+	default:
+		sel = it.sel()
+		qi, ki, vi = alloc(r, c.DModel), alloc(r, c.KVDim()), alloc(r, c.KVDim())
+		b.CopyRows(qi, nil, q, sel)
+		b.CopyRows(ki, nil, k, sel)
+		b.CopyRows(vi, nil, v, sel)
+		ai = alloc(r, c.DModel)
+	}
+	K, V := ki, vi
+	if r != n {
+		if it.kFull == nil {
+			it.kFull, it.vFull = alloc(n, c.KVDim()), alloc(n, c.KVDim())
+		}
+		b.CopyRows(it.kFull, it.rows, ki, nil)
+		b.CopyRows(it.vFull, it.rows, vi, nil)
+		if err := it.plan.KV(l, complement(it.rows, n), it.kFull, it.vFull); err != nil {
+			return attnCall{}, fmt.Errorf("forward: layer %d: K/V for uncomputed rows: %w", l, err)
+		}
+		K, V = it.kFull, it.vFull
+	}
+	m.observe(it.plan, l, it.rows, it.x, qi, K, V)
+	return attnCall{out: ai, q: qi, k: K, v: V, sel: sel}, nil
+}
+
+// logits returns every request's output, with the logits of its wanted
+// rows, all of them through one head product.
+func (f *batch) logits() ([]*Output, error) {
+	m := f.m
+	b, c, alloc := m.Backend, m.Config, f.ar.alloc
+	outs := make([]*Output, len(f.items))
+	idx := make([][]int32, len(f.items))
+	var hrows int
+	for i, it := range f.items {
+		outs[i] = it.out
+		if len(it.in.LogitRows) == 0 {
+			continue
+		}
+		j, err := indexIn(it.rows, it.in.LogitRows)
+		if err != nil {
+			return nil, f.fail(it, fmt.Errorf("forward: logits: %w", err))
+		}
+		idx[i] = j
+		hrows += len(j)
+	}
+	if hrows == 0 {
+		return outs, nil
+	}
+	d := c.DModel
+	hx := alloc(hrows, d)
+	at := 0
+	for i, it := range f.items {
+		if len(idx[i]) > 0 {
+			b.CopyRows(hx, iotaFrom(at, len(idx[i])), it.x, idx[i])
+		}
+		at += len(idx[i])
+	}
+	hn := alloc(hrows, d)
+	b.RMSNorm(hn, hx, m.Norm, float32(c.RMSNormEps))
+	e := c.Embeddings()
+	lg := alloc(hrows, e)
+	b.MatMul(lg, hn, m.Head)
+	all := b.ToHost(lg, nil)
+	at = 0
+	for i, it := range f.items {
+		k := len(idx[i])
+		if k == 0 {
+			continue
+		}
+		it.out.Logits = all[at*e : (at+k)*e : (at+k)*e]
+		it.out.FLOPs += c.HeadFLOPs(k)
+		at += k
+	}
+	return outs, nil
+}
+
+// iotaFrom is lo, lo+1, …, lo+n-1.
+func iotaFrom(lo, n int) []int32 {
+	r := make([]int32, n)
+	for i := range r {
+		r[i] = int32(lo + i)
+	}
+	return r
+}
+
+// checkInput validates one forward's input and returns its position ids.
+func (m *LLaDA) checkInput(in Input) ([]int32, error) {
+	n := len(in.Tokens)
+	if n == 0 {
+		return nil, fmt.Errorf("forward: no tokens")
+	}
+	pos := in.Positions
+	if pos == nil {
+		pos = iota32(n)
+	} else if len(pos) != n {
+		return nil, fmt.Errorf("forward: %d position ids for %d tokens", len(pos), n)
+	}
+	for _, t := range in.Tokens {
+		if t < 0 || int(t) >= m.Config.Embeddings() {
+			return nil, fmt.Errorf("forward: token id %d outside the vocabulary (%d)", t, m.Config.Embeddings())
+		}
+	}
+	return pos, nil
+}
