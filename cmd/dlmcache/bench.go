@@ -23,9 +23,7 @@ import (
 type benchOptions struct {
 	f *factory
 
-	Model       string
-	Device      string
-	Threads     int
+	modelFlags
 	Methods     []string
 	Suites      []string
 	Limit       int
@@ -36,13 +34,11 @@ type benchOptions struct {
 	ChatSystem  string
 	ChatChars   int
 	Seed        int64
-	GenLength   int
-	Steps       int
-	BlockLength int
-	Cache       cacheFlags
-	Out         string
-	JSON        bool
-	Quiet       bool
+	regimeFlags
+	Cache cacheFlags
+	Out   string
+	JSON  bool
+	Quiet bool
 }
 
 func newCmdBench(f *factory, runF func(*benchOptions) error) *cobra.Command {
@@ -62,15 +58,10 @@ slows them alike; the speed-ups are ratios of the same run.
 Methods:` + methodsHelp(),
 		Example: `  dlmcache bench --lut out/table.json --limit 20 --out bench-out`,
 		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if runF != nil {
-				return runF(opts)
-			}
-			return benchRun(cmd.Context(), opts)
-		},
+		RunE:    runE(opts, runF, nil, func(ctx context.Context) error { return benchRun(ctx, opts) }),
 	}
 	fl := cmd.Flags()
-	addModelFlags(fl, &opts.Model, &opts.Device, &opts.Threads)
+	opts.modelFlags.add(fl)
 	fl.StringSliceVar(&opts.Methods, "methods", cache.Names(), "methods to compare (every registered one by default)")
 	fl.StringSliceVar(&opts.Suites, "suite", []string{"all"}, "task suites: all, names from "+fmt.Sprint(datasets.Suites())+", or KIND=FILE for a public benchmark (gsm8k, arc, math500, gpqa)")
 	fl.IntVar(&opts.Limit, "limit", 20, "samples per suite")
@@ -81,9 +72,7 @@ Methods:` + methodsHelp(),
 	fl.StringVar(&opts.ChatSystem, "chat-system", "You are a helpful assistant.", "system message of the --wildchat conversations")
 	fl.IntVar(&opts.ChatChars, "max-conversation-chars", 6000, "skip --wildchat conversations whose first --turns exchanges are longer (characters; 0: no bound)")
 	fl.BoolVar(&opts.StoreAnswer, "store-answers", false, "with --store-blocks and --turns: keep each answered conversation's blocks for the next turn (serve --store-answers)")
-	fl.IntVar(&opts.GenLength, "gen-length", 0, "answer slots; 0: the model's default")
-	fl.IntVar(&opts.Steps, "steps", 0, "denoising steps; 0: the model's default")
-	fl.IntVar(&opts.BlockLength, "block-length", 0, "block length for the non-block methods; 0: the model's default")
+	opts.regimeFlags.add(fl)
 	addCacheFlags(fl, &opts.Cache)
 	fl.StringVar(&opts.Out, "out", "", "directory for bench.md, bench.parquet and bench.json")
 	fl.BoolVar(&opts.JSON, "json", false, "print JSON instead of the markdown table")
@@ -150,7 +139,7 @@ func benchRun(ctx context.Context, opts *benchOptions) error {
 	if opts.StoreAnswer && (opts.Turns == 0 || opts.Cache.StoreBlocks == 0) {
 		return fmt.Errorf("--store-answers needs --turns and a block store (--store-blocks 16)")
 	}
-	env, err := loadMethodEnv(opts.f, opts.Model, opts.Device, opts.Threads, opts.GenLength, opts.Steps, opts.BlockLength, &opts.Cache)
+	env, err := loadMethodEnv(opts.f, opts.modelFlags, opts.regimeFlags, &opts.Cache)
 	if err != nil {
 		return err
 	}

@@ -20,9 +20,7 @@ import (
 type calibrateOptions struct {
 	f *factory
 
-	Model       string
-	Device      string
-	Threads     int
+	modelFlags
 	Data        []string
 	Systems     []string
 	Language    string
@@ -38,14 +36,12 @@ type calibrateOptions struct {
 	Confidence  float64
 	Refresh     int
 	Stat        string
-	GenLength   int
-	Steps       int
-	BlockLength int
-	Shard       string
-	Merge       []string
-	Out         string
-	Resume      bool
-	Quiet       bool
+	regimeFlags
+	Shard  string
+	Merge  []string
+	Out    string
+	Resume bool
+	Quiet  bool
 }
 
 func newCmdCalibrate(f *factory, runF func(*calibrateOptions) error) *cobra.Command {
@@ -81,15 +77,10 @@ searches their merged outcomes and writes the table one run would have.`,
   dlmcache calibrate --lut prof/table.json --shard 0/4 --out calib-0     # on four machines
   dlmcache calibrate --lut prof/table.json --merge calib-0,calib-1,calib-2,calib-3 --out calib`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if runF != nil {
-				return runF(opts)
-			}
-			return calibrateRun(cmd.Context(), opts)
-		},
+		RunE: runE(opts, runF, nil, func(ctx context.Context) error { return calibrateRun(ctx, opts) }),
 	}
 	fl := cmd.Flags()
-	addModelFlags(fl, &opts.Model, &opts.Device, &opts.Threads)
+	opts.modelFlags.add(fl)
 	addSamplingFlags(fl, &opts.Data, &opts.Systems, &opts.Language, &opts.UserPrompts, &opts.MaxTokens, &opts.Seed)
 	fl.StringVar(&opts.LUT, "lut", "", "cosine table (table.json from dlmcache profile): the table calibrated (its bins take the calibration bin holding their middle) and the depths the search starts from; empty: the calibration bins, starting at depth 1")
 	fl.StringVar(&opts.Ratios, "ratios", "0.5:1:0.1", "calibration bins: LO:HI:STEP or ascending edges; a table bin outside them keeps no reuse (depth 0)")
@@ -100,9 +91,7 @@ searches their merged outcomes and writes the table one run would have.`,
 	fl.Float64Var(&opts.Confidence, "confidence", 0.9, "one-sided confidence of the Wilson bound")
 	fl.IntVar(&opts.Refresh, "refresh", 0, "BiCache's deep-layer refresh period R (0: the model card's, else 16)")
 	fl.StringVar(&opts.Stat, "stat", "mean", "statistic of the cosine table's start depth: mean, mean-std, min")
-	fl.IntVar(&opts.GenLength, "gen-length", 0, "answer slots; 0: the model's default")
-	fl.IntVar(&opts.Steps, "steps", 0, "denoising steps; 0: the model's default")
-	fl.IntVar(&opts.BlockLength, "block-length", 0, "block length; 0: the model's default")
+	opts.regimeFlags.add(fl)
 	fl.StringVar(&opts.Shard, "shard", "", "evaluate every depth for shard K/N of the requests (merge with --merge)")
 	fl.StringSliceVar(&opts.Merge, "merge", nil, "merge these shard directories' outcomes into one table (same flags as the shards, without --shard)")
 	fl.StringVar(&opts.Out, "out", "calibrate-out", "output directory")
@@ -135,22 +124,18 @@ func calibrateRun(ctx context.Context, opts *calibrateOptions) error {
 	if err != nil {
 		return err
 	}
-	lm, err := loadModel(opts.f, opts.Model, opts.Device, opts.Threads)
+	lm, gen, err := loadRegime(opts.f, opts.modelFlags, opts.regimeFlags)
 	if err != nil {
 		return err
 	}
 	defer lm.Close()
-	gen, err := lm.genOptions(opts.GenLength, opts.Steps, opts.BlockLength)
-	if err != nil {
-		return err
-	}
 	var start *lut.Table
 	var edges []float64
 	if opts.LUT != "" {
 		if start, err = readTable(opts.LUT, lm); err != nil {
 			return err
 		}
-		if err := start.CheckRegime(lut.Regime{GenLength: gen.GenLength, Steps: gen.Steps, BlockLength: gen.BlockLength}); err != nil {
+		if err := start.CheckRegime(regimeOf(gen)); err != nil {
 			return fmt.Errorf("--lut %s: %w (calibrate in the table's regime, or profile this one)", opts.LUT, err)
 		}
 	}

@@ -19,20 +19,16 @@ import (
 type evalOptions struct {
 	f *factory
 
-	Model       string
-	Device      string
-	Threads     int
-	Suites      []string
-	Limit       int
-	PerSystem   int
-	Seed        int64
-	GenLength   int
-	Steps       int
-	BlockLength int
-	Method      string
-	Cache       cacheFlags
-	JSON        bool
-	Quiet       bool
+	modelFlags
+	Suites    []string
+	Limit     int
+	PerSystem int
+	Seed      int64
+	regimeFlags
+	Method string
+	Cache  cacheFlags
+	JSON   bool
+	Quiet  bool
 }
 
 func newCmdEval(f *factory, runF func(*evalOptions) error) *cobra.Command {
@@ -49,22 +45,15 @@ Methods:` + methodsHelp(),
 		Example: `  dlmcache eval --suite all --limit 50
   dlmcache eval --suite lookup --method bicache --lut out/table.json --json`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if runF != nil {
-				return runF(opts)
-			}
-			return evalRun(cmd.Context(), opts)
-		},
+		RunE: runE(opts, runF, nil, func(ctx context.Context) error { return evalRun(ctx, opts) }),
 	}
 	fl := cmd.Flags()
-	addModelFlags(fl, &opts.Model, &opts.Device, &opts.Threads)
+	opts.modelFlags.add(fl)
 	fl.StringSliceVar(&opts.Suites, "suite", []string{"all"}, "task suites: all, names from "+fmt.Sprint(datasets.Suites())+", or KIND=FILE for a public benchmark (gsm8k, arc, math500, gpqa)")
 	fl.IntVar(&opts.Limit, "limit", 50, "samples per suite")
 	fl.Int64Var(&opts.Seed, "seed", 1, "sample seed")
 	fl.IntVar(&opts.PerSystem, "questions-per-system", 1, "ask each lookup table this many questions (a shared-prefix workload: requests share system messages)")
-	fl.IntVar(&opts.GenLength, "gen-length", 0, "answer slots; 0: the model's default")
-	fl.IntVar(&opts.Steps, "steps", 0, "denoising steps; 0: the model's default")
-	fl.IntVar(&opts.BlockLength, "block-length", 0, "block length; 0: the model's default")
+	opts.regimeFlags.add(fl)
 	fl.StringVar(&opts.Method, "method", "none", "caching method: "+strings.Join(cache.Names(), ", "))
 	addCacheFlags(fl, &opts.Cache)
 	fl.BoolVar(&opts.JSON, "json", false, "print JSON: per-suite results and the average")
@@ -80,7 +69,7 @@ func evalRun(ctx context.Context, opts *evalOptions) error {
 	if samples, err = datasets.SharedLookup(samples, opts.PerSystem); err != nil {
 		return err
 	}
-	env, err := loadMethodEnv(opts.f, opts.Model, opts.Device, opts.Threads, opts.GenLength, opts.Steps, opts.BlockLength, &opts.Cache)
+	env, err := loadMethodEnv(opts.f, opts.modelFlags, opts.regimeFlags, &opts.Cache)
 	if err != nil {
 		return err
 	}

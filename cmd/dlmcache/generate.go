@@ -17,14 +17,10 @@ import (
 type generateOptions struct {
 	f *factory
 
-	Model       string
-	Device      string
-	Threads     int
-	System      string
-	Prompt      string
-	GenLength   int
-	Steps       int
-	BlockLength int
+	modelFlags
+	System string
+	Prompt string
+	regimeFlags
 	Temperature float64
 	CFG         float64
 	Remasking   string
@@ -46,20 +42,13 @@ The system message and the prompt may be given inline, as @FILE, or as @-
 		Example: `  dlmcache generate --prompt "What is the value of key ab12?" --system @system.txt
   dlmcache generate --model /path/to/LLaDA-8B-Instruct --gen-length 256 --steps 128 --block-length 32 --json`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if runF != nil {
-				return runF(opts)
-			}
-			return generateRun(cmd.Context(), opts)
-		},
+		RunE: runE(opts, runF, nil, func(ctx context.Context) error { return generateRun(ctx, opts) }),
 	}
 	fl := cmd.Flags()
-	addModelFlags(fl, &opts.Model, &opts.Device, &opts.Threads)
+	opts.modelFlags.add(fl)
 	fl.StringVar(&opts.System, "system", "", "system message (the shared prefix), TEXT, @FILE or @- (stdin); default: the bundled model's demo system message")
 	fl.StringVar(&opts.Prompt, "prompt", "", "user prompt, TEXT, @FILE or @- (stdin); default: the bundled model's demo question")
-	fl.IntVar(&opts.GenLength, "gen-length", 0, "answer slots (masked tokens); 0: the model's default")
-	fl.IntVar(&opts.Steps, "steps", 0, "denoising steps; 0: gen-length/2 (two tokens per step)")
-	fl.IntVar(&opts.BlockLength, "block-length", 0, "semi-autoregressive block length; 0: one block")
+	opts.regimeFlags.add(fl)
 	fl.Float64Var(&opts.Temperature, "temperature", 0, "sampling temperature (Gumbel noise); 0 is greedy")
 	fl.Float64Var(&opts.CFG, "cfg", 0, "classifier-free guidance scale; 0 disables")
 	fl.StringVar(&opts.Remasking, "remasking", "low_confidence", "remasking strategy: low_confidence or random")

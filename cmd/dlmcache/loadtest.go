@@ -59,12 +59,7 @@ per system message) or a JSON Lines file of {"system", "user"}.`,
 		Example: `  dlmcache serve --addr 127.0.0.1:8080 & dlmcache loadtest --url http://127.0.0.1:8080 --out load
   dlmcache serve --lut calib/table.json --addr 127.0.0.1:8081 & dlmcache loadtest --url http://127.0.0.1:8081 --out load --plot docs/figures/loadtest.png`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if runF != nil {
-				return runF(opts)
-			}
-			return loadtestRun(cmd.Context(), opts)
-		},
+		RunE: runE(opts, runF, nil, func(ctx context.Context) error { return loadtestRun(ctx, opts) }),
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&opts.URL, "url", "", "the server's base URL (required)")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -37,12 +38,7 @@ func newCmdLutBuild(f *factory, runF func(*lutBuildOptions) error) *cobra.Comman
 		Use:   "build --from similarity.parquet... --tau X --out table.json",
 		Short: "Rebuild a table from similarity files at any τ, merging shards, without the model",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if runF != nil {
-				return runF(opts)
-			}
-			return lutBuildRun(opts)
-		},
+		RunE:  runE(opts, runF, nil, func(context.Context) error { return lutBuildRun(opts) }),
 	}
 	cmd.Flags().StringSliceVar(&opts.From, "from", nil, "similarity.parquet files (shards of one run are merged)")
 	cmd.Flags().Float64Var(&opts.Tau, "tau", 0.97, "similarity threshold τ in (0, 1]")

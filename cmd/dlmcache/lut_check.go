@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -9,15 +10,11 @@ import (
 )
 
 type lutCheckOptions struct {
-	f           *factory
-	File        string
-	Model       string
-	Device      string
-	Threads     int
-	GenLength   int
-	Steps       int
-	BlockLength int
-	Method      string
+	f    *factory
+	File string
+	modelFlags
+	regimeFlags
+	Method string
 }
 
 func newCmdLutCheck(f *factory, runF func(*lutCheckOptions) error) *cobra.Command {
@@ -29,19 +26,11 @@ func newCmdLutCheck(f *factory, runF func(*lutCheckOptions) error) *cobra.Comman
 model, in another regime (gen length, steps, block length: the model's
 defaults, or the flags) or, for a calibrated table, for another method.`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.File = args[0]
-			if runF != nil {
-				return runF(opts)
-			}
-			return lutCheckRun(opts)
-		},
+		RunE: runE(opts, runF, func(args []string) { opts.File = args[0] }, func(context.Context) error { return lutCheckRun(opts) }),
 	}
 	fl := cmd.Flags()
-	addModelFlags(fl, &opts.Model, &opts.Device, &opts.Threads)
-	fl.IntVar(&opts.GenLength, "gen-length", 0, "the regime served: answer slots; 0: the model's default")
-	fl.IntVar(&opts.Steps, "steps", 0, "denoising steps; 0: the model's default")
-	fl.IntVar(&opts.BlockLength, "block-length", 0, "block length; 0: the model's default")
+	opts.modelFlags.add(fl)
+	opts.regimeFlags.add(fl)
 	fl.StringVar(&opts.Method, "method", "bicache", "the method that will serve the table")
 	return cmd
 }
@@ -51,16 +40,12 @@ func lutCheckRun(opts *lutCheckOptions) error {
 	if err != nil {
 		return err
 	}
-	lm, err := loadModel(opts.f, opts.Model, opts.Device, opts.Threads)
+	lm, gen, err := loadRegime(opts.f, opts.modelFlags, opts.regimeFlags)
 	if err != nil {
 		return err
 	}
 	defer lm.Close()
-	gen, err := lm.genOptions(opts.GenLength, opts.Steps, opts.BlockLength)
-	if err != nil {
-		return err
-	}
-	regime := lut.Regime{GenLength: gen.GenLength, Steps: gen.Steps, BlockLength: gen.BlockLength}
+	regime := regimeOf(gen)
 	for _, err := range []error{t.Check(lm.Name, len(lm.Blocks), lm.Fingerprint), t.CheckRegime(regime), t.CheckMethod(opts.Method)} {
 		if err != nil {
 			return &exitError{code: 2, err: fmt.Errorf("%s: incompatible: %w", opts.File, err)}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -20,13 +21,7 @@ func newCmdLutDiff(f *factory, runF func(*lutDiffOptions) error) *cobra.Command 
 		Use:   "diff A.json B.json",
 		Short: "L1 distance between two tables' depths (mean over bins both filled)",
 		Args:  cobra.ExactArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.A, opts.B = args[0], args[1]
-			if runF != nil {
-				return runF(opts)
-			}
-			return lutDiffRun(opts)
-		},
+		RunE:  runE(opts, runF, func(args []string) { opts.A, opts.B = args[0], args[1] }, func(context.Context) error { return lutDiffRun(opts) }),
 	}
 	cmd.Flags().StringVar(&opts.Stat, "stat", "mean", "depth statistic: mean, mean-std or min")
 	return cmd

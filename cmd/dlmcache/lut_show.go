@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 
@@ -21,13 +22,7 @@ func newCmdLutShow(f *factory, runF func(*lutShowOptions) error) *cobra.Command 
 		Use:   "show table.json",
 		Short: "Print a table readably",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.File = args[0]
-			if runF != nil {
-				return runF(opts)
-			}
-			return lutShowRun(opts)
-		},
+		RunE:  runE(opts, runF, func(args []string) { opts.File = args[0] }, func(context.Context) error { return lutShowRun(opts) }),
 	}
 	cmd.Flags().BoolVar(&opts.JSON, "json", false, "print the table as JSON")
 	return cmd

@@ -22,10 +22,8 @@ import (
 type lutVerifyOptions struct {
 	f *factory
 
-	File      string
-	Model     string
-	Device    string
-	Threads   int
+	File string
+	modelFlags
 	Cache     cacheFlags
 	Requests  string
 	Groups    int
@@ -59,16 +57,10 @@ line: {"system": "...", "user": "...", "answer": "..." (optional), "suite": "...
   dlmcache lut verify prof/table.json --deep-source store       # a cosine table across requests
   dlmcache lut verify calib/table.json --requests held-out.jsonl`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.File = args[0]
-			if runF != nil {
-				return runF(opts)
-			}
-			return lutVerifyRun(cmd.Context(), opts)
-		},
+		RunE: runE(opts, runF, func(args []string) { opts.File = args[0] }, func(ctx context.Context) error { return lutVerifyRun(ctx, opts) }),
 	}
 	fl := cmd.Flags()
-	addModelFlags(fl, &opts.Model, &opts.Device, &opts.Threads)
+	opts.modelFlags.add(fl)
 	addCacheFlags(fl, &opts.Cache)
 	fl.StringVar(&opts.Requests, "requests", "builtin", "held-out requests: builtin (datasets.External) or a JSON Lines file")
 	fl.IntVar(&opts.Groups, "groups", 40, "builtin: system messages (4 questions each)")
@@ -165,7 +157,7 @@ func lutVerifyRun(ctx context.Context, opts *lutVerifyOptions) error {
 		})
 	}
 	opts.Cache.LUT = opts.File
-	env, err := loadMethodEnv(opts.f, opts.Model, opts.Device, opts.Threads, 0, 0, 0, &opts.Cache)
+	env, err := loadMethodEnv(opts.f, opts.modelFlags, regimeFlags{}, &opts.Cache)
 	if err != nil {
 		return err
 	}

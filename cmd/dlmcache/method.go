@@ -124,19 +124,15 @@ type methodEnv struct {
 	cache *cacheFlags
 }
 
-func loadMethodEnv(f *factory, name, device string, threads, genLength, steps, blockLength int, c *cacheFlags) (*methodEnv, error) {
+func loadMethodEnv(f *factory, mf modelFlags, rf regimeFlags, c *cacheFlags) (*methodEnv, error) {
 	if _, err := cache.ParseEviction(c.Eviction); err != nil {
 		return nil, err
 	}
-	lm, err := loadModel(f, name, device, threads)
+	lm, gen, err := loadRegime(f, mf, rf)
 	if err != nil {
 		return nil, err
 	}
-	e := &methodEnv{lm: lm, cache: c}
-	if e.gen, err = lm.genOptions(genLength, steps, blockLength); err != nil {
-		lm.Close()
-		return nil, err
-	}
+	e := &methodEnv{lm: lm, gen: gen, cache: c}
 	if c.LUT != "" {
 		if e.table, err = readTable(c.LUT, lm); err != nil {
 			lm.Close()
@@ -146,7 +142,7 @@ func loadMethodEnv(f *factory, name, device string, threads, genLength, steps, b
 		if w := crossRequestWarning(src, e.table); w != "" {
 			fmt.Fprintln(f.ErrOut, "warning:", w)
 		}
-		if err := e.table.CheckRegime(lut.Regime{GenLength: e.gen.GenLength, Steps: e.gen.Steps, BlockLength: e.gen.BlockLength}); err != nil {
+		if err := e.table.CheckRegime(regimeOf(e.gen)); err != nil {
 			fmt.Fprintf(f.ErrOut, "warning: --lut %s: %v: its depths were measured in another regime (profile or calibrate in this one)\n", c.LUT, err)
 		}
 	}

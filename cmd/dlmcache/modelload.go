@@ -8,17 +8,39 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/dlmcache/dlmcache/cuda"
+	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/backend"
 	"github.com/dlmcache/dlmcache/model/cpu"
 	"github.com/dlmcache/dlmcache/models"
 )
 
-// addModelFlags registers the flags every model-running command shares.
-func addModelFlags(fl *pflag.FlagSet, name, device *string, threads *int) {
-	fl.StringVar(name, "model", models.Default, "model directory, or a name looked up in the bundled models, $DLMCACHE_MODELS and the Hugging Face cache")
-	fl.StringVar(device, "device", "cpu", "backend: cpu or cuda (cuda needs a build with -tags cuda)")
-	fl.IntVar(threads, "threads", 0, "CPU threads (0: all cores)")
+// modelFlags are the flags every model-running command shares: which
+// model, on which backend, with how many threads.
+type modelFlags struct {
+	Model   string
+	Device  string
+	Threads int
+}
+
+func (m *modelFlags) add(fl *pflag.FlagSet) {
+	fl.StringVar(&m.Model, "model", models.Default, "model directory, or a name looked up in the bundled models, $DLMCACHE_MODELS and the Hugging Face cache")
+	fl.StringVar(&m.Device, "device", "cpu", "backend: cpu or cuda (cuda needs a build with -tags cuda)")
+	fl.IntVar(&m.Threads, "threads", 0, "CPU threads (0: all cores)")
+}
+
+// regimeFlags are the generation regime's flags; zero values take the
+// model's defaults (loadedModel.genOptions).
+type regimeFlags struct {
+	GenLength   int
+	Steps       int
+	BlockLength int
+}
+
+func (r *regimeFlags) add(fl *pflag.FlagSet) {
+	fl.IntVar(&r.GenLength, "gen-length", 0, "answer slots; 0: the model's default")
+	fl.IntVar(&r.Steps, "steps", 0, "denoising steps; 0: the model's default (gen length / 2 for another gen length)")
+	fl.IntVar(&r.BlockLength, "block-length", 0, "semi-autoregressive block length; 0: the model's default (one block for another gen length)")
 }
 
 // loadedModel is a model plus what the command line needs around it.
@@ -110,4 +132,24 @@ func (m *loadedModel) genOptions(genLength, steps, blockLength int) (model.GenOp
 // end-of-text or end-of-turn token.
 func (m *loadedModel) decodeAnswer(ids []int32) string {
 	return m.Model.AnswerText(ids)
+}
+
+// loadRegime loads the model of mf and fills rf's zero values from its
+// defaults; on error nothing stays open.
+func loadRegime(f *factory, mf modelFlags, rf regimeFlags) (*loadedModel, model.GenOptions, error) {
+	lm, err := loadModel(f, mf.Model, mf.Device, mf.Threads)
+	if err != nil {
+		return nil, model.GenOptions{}, err
+	}
+	gen, err := lm.genOptions(rf.GenLength, rf.Steps, rf.BlockLength)
+	if err != nil {
+		lm.Close()
+		return nil, model.GenOptions{}, err
+	}
+	return lm, gen, nil
+}
+
+// regimeOf is the regime a table records for generation options.
+func regimeOf(gen model.GenOptions) lut.Regime {
+	return lut.Regime{GenLength: gen.GenLength, Steps: gen.Steps, BlockLength: gen.BlockLength}
 }

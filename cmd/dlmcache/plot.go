@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -48,13 +49,7 @@ func newCmdPlotKind(f *factory, kind, in, short string, runF func(*plotOptions) 
 		Use:   kind + " " + in + " -o FILE.png|FILE.svg",
 		Short: short,
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.In = args[0]
-			if runF != nil {
-				return runF(opts)
-			}
-			return plotRun(opts)
-		},
+		RunE:  runE(opts, runF, func(args []string) { opts.In = args[0] }, func(context.Context) error { return plotRun(opts) }),
 	}
 	cmd.Flags().StringVarP(&opts.Out, "out", "o", kind+".png", "output file (.png or .svg)")
 	cmd.Flags().StringVar(&opts.Title, "title", "", "figure title")

@@ -17,9 +17,7 @@ import (
 type profileOptions struct {
 	f *factory
 
-	Model       string
-	Device      string
-	Threads     int
+	modelFlags
 	Data        []string
 	Systems     []string
 	Language    string
@@ -30,14 +28,12 @@ type profileOptions struct {
 	Seed        int64
 	Tau         float64
 	Similarity  string
-	GenLength   int
-	Steps       int
-	BlockLength int
-	AllSteps    bool
-	Shard       string
-	Out         string
-	Resume      bool
-	Quiet       bool
+	regimeFlags
+	AllSteps bool
+	Shard    string
+	Out      string
+	Resume   bool
+	Quiet    bool
 }
 
 func newCmdProfile(f *factory, runF func(*profileOptions) error) *cobra.Command {
@@ -65,23 +61,16 @@ parts (for several machines); dlmcache lut build --from merges them.`,
 		Example: `  dlmcache profile                                   # bundled model, builtin data
   dlmcache profile --model llada --data wildchat/*.parquet --per-ratio 64 --shard 0/4 --out prof-0`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if runF != nil {
-				return runF(opts)
-			}
-			return profileRun(cmd.Context(), opts)
-		},
+		RunE: runE(opts, runF, nil, func(ctx context.Context) error { return profileRun(ctx, opts) }),
 	}
 	fl := cmd.Flags()
-	addModelFlags(fl, &opts.Model, &opts.Device, &opts.Threads)
+	opts.modelFlags.add(fl)
 	addSamplingFlags(fl, &opts.Data, &opts.Systems, &opts.Language, &opts.UserPrompts, &opts.MaxTokens, &opts.Seed)
 	fl.StringVar(&opts.Ratios, "ratios", "0.05:0.95:0.05", "ratio bins: LO:HI:STEP or ascending edges a,b,c")
 	fl.IntVar(&opts.PerRatio, "per-ratio", 64, "requests per ratio bin (N)")
 	fl.Float64Var(&opts.Tau, "tau", 0.97, "similarity threshold τ of the table")
 	addSimilarityFlag(fl, &opts.Similarity)
-	fl.IntVar(&opts.GenLength, "gen-length", 0, "answer slots; 0: the model's default")
-	fl.IntVar(&opts.Steps, "steps", 0, "denoising steps (used with --all-steps); 0: the model's default")
-	fl.IntVar(&opts.BlockLength, "block-length", 0, "block length (used with --all-steps); 0: the model's default")
+	opts.regimeFlags.add(fl)
 	fl.BoolVar(&opts.AllSteps, "all-steps", false, "measure at every denoising step (for heatmaps), not only the first")
 	fl.StringVar(&opts.Shard, "shard", "", "run shard K/N of the requests (0 ≤ K < N)")
 	fl.StringVar(&opts.Out, "out", "profile-out", "output directory")
@@ -116,15 +105,11 @@ func profileRun(ctx context.Context, opts *profileOptions) error {
 			return err
 		}
 	}
-	lm, err := loadModel(opts.f, opts.Model, opts.Device, opts.Threads)
+	lm, gen, err := loadRegime(opts.f, opts.modelFlags, opts.regimeFlags)
 	if err != nil {
 		return err
 	}
 	defer lm.Close()
-	gen, err := lm.genOptions(opts.GenLength, opts.Steps, opts.BlockLength)
-	if err != nil {
-		return err
-	}
 	preqs, unfilledS, err := opts.sampling().sample(opts.f, lm, gen.GenLength, edges, shardK, shardN)
 	if err != nil {
 		return err

@@ -59,3 +59,18 @@ func execute(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	}
 	return 0
 }
+
+// runE is a command's RunE: bind (when set) stores the positional
+// arguments in opts, then the test hook runF runs when set, else run with
+// the command's context (cancelled on SIGINT/SIGTERM by main).
+func runE[T any](opts T, runF func(T) error, bind func(args []string), run func(context.Context) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		if bind != nil {
+			bind(args)
+		}
+		if runF != nil {
+			return runF(opts)
+		}
+		return run(cmd.Context())
+	}
+}

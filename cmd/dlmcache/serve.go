@@ -17,15 +17,11 @@ import (
 type serveOptions struct {
 	f *factory
 
-	Model          string
-	Device         string
-	Threads        int
-	Addr           string
-	Method         string
-	Cache          cacheFlags
-	GenLength      int
-	Steps          int
-	BlockLength    int
+	modelFlags
+	Addr   string
+	Method string
+	Cache  cacheFlags
+	regimeFlags
 	MaxConcurrency int
 	MaxBatch       int
 	StoreAnswers   bool
@@ -74,22 +70,15 @@ Methods:` + methodsHelp(),
   dlmcache serve --lut out/table.json --addr 127.0.0.1:8080 --cache-bytes 2147483648
   curl -s localhost:8080/v1/chat/completions -d '{"messages":[{"role":"system","content":"Be terse."},{"role":"user","content":"Hi"}]}'`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if runF != nil {
-				return runF(opts)
-			}
-			return serveRun(cmd.Context(), opts) // cancelled on SIGINT/SIGTERM (main)
-		},
+		RunE: runE(opts, runF, nil, func(ctx context.Context) error { return serveRun(ctx, opts) }), // cancelled on SIGINT/SIGTERM (main)
 	}
 	fl := cmd.Flags()
-	addModelFlags(fl, &opts.Model, &opts.Device, &opts.Threads)
+	opts.modelFlags.add(fl)
 	fl.StringVar(&opts.Addr, "addr", "127.0.0.1:8080", "listen address (host:port; port 0 picks a free one)")
 	fl.StringVar(&opts.ServedName, "served-model-name", "", "the model name the API reports (GET /v1/models, responses' model); default: the model's name")
 	fl.StringVar(&opts.Method, "method", "", "caching method: "+strings.Join(cache.Names(), ", ")+"; default: bicache with --lut, else none")
 	addCacheFlags(fl, &opts.Cache)
-	fl.IntVar(&opts.GenLength, "gen-length", 0, "default answer slots; 0: the model's default")
-	fl.IntVar(&opts.Steps, "steps", 0, "default denoising steps; 0: the model's default")
-	fl.IntVar(&opts.BlockLength, "block-length", 0, "default block length; 0: the model's default")
+	opts.regimeFlags.add(fl)
 	fl.BoolVar(&opts.StoreAnswers, "store-answers", false, "with --store-blocks: keep each answered conversation's blocks so the next turn reuses every earlier turn (a fill forward over the question and answer per request)")
 	fl.StringVar(&opts.Modules, "modules", "", "prompt-module schema (JSON: {\"modules\": [{\"name\", \"text\", \"start\"}]}): chat requests import modules by name (\"modules\": [...]) to open their system message with them, each module's K/V computed once at its reserved positions and reused")
 	fl.IntVar(&opts.ModuleDepth, "module-depth", 1, "layers in which imported modules' K/V are reused (1 is exact; 2 held on the bundled model, 3 and deeper did not: docs/results.md 0.6)")
@@ -112,7 +101,7 @@ func serveRun(ctx context.Context, opts *serveOptions) error {
 	if opts.MaxBatch < 1 {
 		return fmt.Errorf("--max-batch must be at least 1, got %d", opts.MaxBatch)
 	}
-	env, err := loadMethodEnv(opts.f, opts.Model, opts.Device, opts.Threads, opts.GenLength, opts.Steps, opts.BlockLength, &opts.Cache)
+	env, err := loadMethodEnv(opts.f, opts.modelFlags, opts.regimeFlags, &opts.Cache)
 	if err != nil {
 		return err
 	}

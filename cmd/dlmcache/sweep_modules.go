@@ -29,12 +29,7 @@ gap (a module declared before the last paragraph but not imported, so the
 ids jump). Each point's accuracy and agreement are against the same tokens
 computed whole. Writes sweep-modules.json.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if runF != nil {
-				return runF(opts)
-			}
-			return sweepModulesRun(cmd.Context(), opts)
-		},
+		RunE: runE(opts, runF, nil, func(ctx context.Context) error { return sweepModulesRun(ctx, opts) }),
 	}
 	opts.addFlags(cmd)
 	cmd.Flags().StringVar(&opts.Depths, "depths", "", "depths d: a,b,c or lo:hi:step (default: 0 to the model's layer count)")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 
@@ -26,12 +27,7 @@ func newCmdSweepN(f *factory, runF func(*sweepNOptions) error) *cobra.Command {
 		Use:   "n --from similarity.parquet...",
 		Short: "Table convergence: L1 between tables from the first N and N-step requests per bin",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if runF != nil {
-				return runF(opts)
-			}
-			return sweepNRun(opts)
-		},
+		RunE:  runE(opts, runF, nil, func(context.Context) error { return sweepNRun(opts) }),
 	}
 	fl := cmd.Flags()
 	fl.StringSliceVar(&opts.From, "from", nil, "similarity.parquet files of one run")

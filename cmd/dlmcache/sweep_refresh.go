@@ -29,12 +29,7 @@ layer, how similar the prefix K/V are to the ones the request really has at
 each step when they are reused across requests (computed alone), computed
 once per request (stale after step 1), or refreshed every R steps.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if runF != nil {
-				return runF(opts)
-			}
-			return sweepRefreshRun(cmd.Context(), opts)
-		},
+		RunE: runE(opts, runF, nil, func(ctx context.Context) error { return sweepRefreshRun(ctx, opts) }),
 	}
 	opts.addFlags(cmd)
 	cmd.Flags().StringVar(&opts.Rs, "rs", "", "refresh periods R: a,b,c or lo:hi:step (default: 1, 2, 4, … up to the model's step count)")

@@ -16,20 +16,18 @@ import (
 
 // sweepCommon are the flags sweep tau and sweep refresh share.
 type sweepCommon struct {
-	Model   string
-	Device  string
-	Threads int
-	Suites  []string
-	Limit   int
-	Seed    int64
-	Cache   cacheFlags
-	Out     string
-	Quiet   bool
+	modelFlags
+	Suites []string
+	Limit  int
+	Seed   int64
+	Cache  cacheFlags
+	Out    string
+	Quiet  bool
 }
 
 func (c *sweepCommon) addFlags(cmd *cobra.Command) {
 	fl := cmd.Flags()
-	addModelFlags(fl, &c.Model, &c.Device, &c.Threads)
+	c.modelFlags.add(fl)
 	fl.StringSliceVar(&c.Suites, "suite", []string{"all"}, "task suites")
 	fl.IntVar(&c.Limit, "limit", 10, "samples per suite at each point")
 	fl.Int64Var(&c.Seed, "seed", 1, "sample seed")
@@ -51,7 +49,7 @@ func (c *sweepCommon) load(f *factory) (*sweepEnv, error) {
 	if err != nil {
 		return nil, err
 	}
-	env, err := loadMethodEnv(f, c.Model, c.Device, c.Threads, 0, 0, 0, &c.Cache)
+	env, err := loadMethodEnv(f, c.modelFlags, regimeFlags{}, &c.Cache)
 	if err != nil {
 		return nil, err
 	}
@@ -121,12 +119,7 @@ func newCmdSweepTau(f *factory, runF func(*sweepTauOptions) error) *cobra.Comman
 		Use:   "tau --from similarity.parquet",
 		Short: "Accuracy and throughput of BiCache vs the threshold τ (tables rebuilt without rerunning the profile)",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if runF != nil {
-				return runF(opts)
-			}
-			return sweepTauRun(cmd.Context(), opts)
-		},
+		RunE:  runE(opts, runF, nil, func(ctx context.Context) error { return sweepTauRun(ctx, opts) }),
 	}
 	opts.addFlags(cmd)
 	cmd.Flags().StringSliceVar(&opts.From, "from", nil, "similarity.parquet files of one profile run")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
 	"runtime"
@@ -43,12 +44,7 @@ func newCmdVersion(f *factory, runF func(*versionOptions) error) *cobra.Command 
 		Use:   "version",
 		Short: "Print the version, commit, backend, BLAS kernel and GEMM library in use",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if runF != nil {
-				return runF(opts)
-			}
-			return versionRun(opts)
-		},
+		RunE:  runE(opts, runF, nil, func(context.Context) error { return versionRun(opts) }),
 	}
 	cmd.Flags().BoolVar(&opts.JSON, "json", false, "print JSON")
 	return cmd
