@@ -3,7 +3,7 @@ GO        ?= go
 BIN       := bin/dlmcache
 export CGO_ENABLED := 1
 
-.PHONY: all build deps test e2e hfcheck run bench bench-8b results vet fuzz clean cuda-deps cuda-check gpu-test
+.PHONY: all build deps test e2e hfcheck run bench bench-8b results vet fuzz clean docs cuda-deps cuda-check gpu-test
 
 all: build
 
@@ -83,6 +83,11 @@ bench-8b: build
 # into results-out/ (≈ 12 min on 2 cores).
 results: build
 	./scripts/results.sh
+
+# docs regenerates the command reference (docs/cli/, one page per command)
+# from the cobra tree; TestCLIReferenceIsCurrent fails when it is stale.
+docs:
+	$(GO) run ./cmd/dlmcache gen-docs --dir docs/cli
 
 fuzz: deps
 	$(GO) test ./model/safetensors -run '^$$' -fuzz FuzzParseHeader -fuzztime 60s
