@@ -130,3 +130,101 @@ def generate_batch(model, prompts, gen_length, steps, block_length, mask_id=None
                     _, sel = torch.topk(conf[j], k=k)
                     x[j, ans[j, sel]] = x0[j, sel]
     return [x[j, ans[j]].tolist() for j in range(B)]
+
+
+@torch.no_grad()
+def generate_block_batch(model, prompts, gen_length, decoding="threshold", threshold=0.95, steps=None,
+                         block_size=None, mask_id=None, eos_id=None, pad_id=0, trace=None, stats=None):
+    """Block-diffusion decoding (LLaDA 2.x / SDAR) for a block-causal model, prompts of any lengths.
+
+    Blocks are absolute (aligned at position 0, block_size from the config): the answer canvas
+    prompt_j ⊕ MASK×gen_length is filled block by block, the first answer block
+    [P//bs·bs, ...) also holding the prompt's tail (never masked); the canvas end may cut the
+    last block short. Each step feeds the sequence only up to the end of the current block
+    (later positions cannot reach it) and commits, among the block's masked slots:
+      decoding="threshold": every slot whose confidence (softmax prob of its argmax over all
+        embedding rows) is >= threshold, and at least the most confident one (LLaDA 2.x);
+      decoding="schedule": the low-confidence fixed schedule: steps·bs/gen_length steps per
+        block, step i commits num_transfer_tokens(masked in block, steps per block)[i] slots
+        (steps committing nothing are skipped).
+    A committed block never changes. A row stops after the block that completes an EOS run to
+    the canvas end (its answer so far has an EOS and every slot after the first one is EOS): the
+    rest of the canvas is filled with EOS. Returns a list of answer id lists (gen_length each).
+    trace (a list) receives for row 0 per step {"block", "committed" (positions), "n" (length fed)};
+    stats (a dict) receives "nfe" (forwards of each row) and "rows" (positions computed).
+    """
+    c = model.config
+    bs = block_size or c.block_size
+    if mask_id is None:
+        mask_id = c.mask_token_id
+    if eos_id is None:
+        eos_id = c.eos_token_id
+    spb = 0
+    if decoding == "schedule":
+        if not steps or (steps * bs) % gen_length:
+            raise ValueError(f"schedule: steps·block_size ({steps}·{bs}) must be a multiple of gen_length {gen_length}")
+        spb = steps * bs // gen_length
+    elif decoding != "threshold":
+        raise ValueError(f"decoding {decoding!r}: threshold or schedule")
+    R = len(prompts)
+    lens = [len(p) for p in prompts]
+    ends = [P + gen_length for P in lens]
+    N = max(ends)
+    x = torch.full((R, N), pad_id, dtype=torch.long)
+    for j, p in enumerate(prompts):
+        x[j, :lens[j]] = torch.as_tensor(p)
+        x[j, lens[j]:ends[j]] = mask_id
+    pos = torch.arange(N)
+    valid = pos[None] < torch.as_tensor(ends)[:, None]
+    cur = [P // bs for P in lens]
+    done = [False] * R
+    sched = {}
+    nfe = [0] * R
+    rows_computed = 0
+    while True:
+        act = [j for j in range(R) if not done[j]]
+        if not act:
+            break
+        spans = {j: (max(lens[j], cur[j] * bs), min(ends[j], (cur[j] + 1) * bs)) for j in act}
+        if spb:
+            for j in act:
+                if j not in sched:
+                    lo, hi = spans[j]
+                    sched[j] = [k for k in num_transfer_tokens(int((x[j, lo:hi] == mask_id).sum()), spb) if k]
+        n = max(hi for _, hi in spans.values())
+        ia = torch.as_tensor(act)
+        kv = valid[ia, :n]
+        logits = model(x[ia, :n], pos=pos[:n], key_valid=None if bool(kv.all()) else kv)
+        rows_computed += n * len(act)
+        for r, j in enumerate(act):
+            lo, hi = spans[j]
+            nfe[j] += 1
+            seg = x[j, lo:hi]
+            m = seg == mask_id
+            lg = logits[r, lo:hi]
+            x0 = torch.argmax(lg, dim=-1)
+            conf = torch.gather(torch.softmax(lg.to(torch.float64), dim=-1), -1, x0[:, None]).squeeze(-1)
+            conf = torch.where(m, conf, torch.full_like(conf, -np.inf))
+            if spb:
+                _, sel = torch.topk(conf, k=sched[j].pop(0))
+            else:
+                sel = torch.nonzero(conf >= threshold).flatten()
+                if sel.numel() == 0:
+                    sel = torch.argmax(conf)[None]
+            x[j, lo + sel] = x0[sel]
+            if trace is not None and j == 0:
+                trace.append({"block": cur[j], "committed": sorted((lo + sel).tolist()), "n": n})
+            if bool((x[j, lo:hi] == mask_id).any()):
+                continue
+            sched.pop(j, None)
+            a = x[j, lens[j]:hi]
+            e = torch.nonzero(a == eos_id).flatten()
+            if hi >= ends[j] or (e.numel() and bool((a[int(e[0]):] == eos_id).all())):
+                x[j, hi:ends[j]] = eos_id
+                done[j] = True
+            else:
+                cur[j] += 1
+    if stats is not None:
+        stats["nfe"] = nfe
+        stats["rows"] = rows_computed
+    return [x[j, lens[j]:ends[j]].tolist() for j in range(R)]

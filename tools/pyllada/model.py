@@ -7,6 +7,12 @@ Layer l (0-based), x entering it:
     m = ff_norm(h);   y = h + ff_out(silu(ff_proj(m)) * up_proj(m))
 logits = ff_out_head(ln_f(y_last))   [.., embedding_size]
 
+Block diffusion (config block_causal, block_size B; LLaDA 2.x / SDAR): attention is
+bidirectional inside a block and causal between blocks, blocks absolute (aligned at
+position 0): query at position i attends key at position j iff j // B <= i // B
+(positions from pos). shift_logits (Fast-dLLM v2's token shift) is accepted only as
+false here.
+
 Shapes: ids [B, n] int64; pos [B, n] or [n] int64 (explicit, may be
 non-contiguous); key_valid [B, n] bool (False = padding key, never attended).
 K and V are [B, n, n_kv_heads*head_dim], head h in columns h*hd..(h+1)*hd-1.
@@ -38,6 +44,9 @@ class LLaDAConfig:
     eos_token_id: int = 257
     pad_token_id: int = 257
     max_sequence_length: int = 4096
+    block_causal: bool = False  # block diffusion: bidirectional in a block, causal between blocks
+    block_size: int = 32
+    shift_logits: bool = False
     extra: dict = field(default_factory=dict)  # other fields (bos_token_id, ...) kept in config.json
 
     @property
@@ -89,6 +98,8 @@ class LLaDAConfig:
         }
         if d["mlp_ratio"] is None:
             del d["mlp_ratio"]
+        if self.block_causal:  # absent from bidirectional configs (unchanged files)
+            d.update(block_causal=True, block_size=self.block_size, shift_logits=self.shift_logits)
         for k, v in self.extra.items():
             d.setdefault(k, v)
         return d
@@ -105,6 +116,10 @@ class LLaDAConfig:
         for k in ("bos_token_id", "eot_token_id"):
             if k in d:
                 c.extra[k] = d[k]
+        if c.block_causal and c.block_size <= 0:
+            raise ValueError(f"block_size {c.block_size}: must be positive with block_causal")
+        if c.shift_logits:
+            raise ValueError("shift_logits true (token-shifted logits) is not supported by pyllada")
         assert d.get("weight_tying", False) is False, "weight_tying not supported"
         assert not d.get("include_bias") and not d.get("include_qkv_bias"), "biases not supported"
         return c
@@ -142,6 +157,13 @@ def apply_rope(x, cos, sin):
     dt = x.dtype
     xf = x.to(cos.dtype)
     return (xf * cos + rotate_half(xf) * sin).to(dt)
+
+
+def block_causal_mask(pos, block_size):
+    """pos [B, n] -> allowed [B, n(query), n(key)] bool: key j visible to query i iff
+    pos_j // block_size <= pos_i // block_size (absolute blocks from position 0)."""
+    blk = torch.div(pos, block_size, rounding_mode="floor")
+    return blk[:, None, :] <= blk[:, :, None]
 
 
 class Block(nn.Module):
@@ -217,6 +239,10 @@ class LLaDA(nn.Module):
         if key_valid is not None and not bool(key_valid.all()):
             bias = torch.zeros(B, 1, 1, n, dtype=x.dtype)
             bias = bias.masked_fill(~key_valid[:, None, None, :], float("-inf"))
+        if self.config.block_causal:
+            allowed = block_causal_mask(pos, self.config.block_size)  # [B, n, n]
+            bb = torch.zeros(B, 1, n, n, dtype=x.dtype).masked_fill(~allowed[:, None], float("-inf"))
+            bias = bb if bias is None else bias + bb
         ks, vs, hs = [], [], []
         for blk in self.blocks:
             if return_states:

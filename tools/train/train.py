@@ -74,7 +74,7 @@ sys.path.insert(0, os.path.join(ROOT, "tools"))
 
 from pyllada import safetensors_io as st  # noqa: E402
 from pyllada.model import LLaDA, LLaDAConfig, save_pretrained  # noqa: E402
-from pyllada.generate import generate_batch  # noqa: E402
+from pyllada.generate import generate_batch, generate_block_batch  # noqa: E402
 from recall import RecallGen  # noqa: E402
 
 ARCH_KEYS = ("n_layers", "d_model", "n_heads", "mlp_hidden")
@@ -162,6 +162,22 @@ def parse_args(argv=None):
                     help="name of a training phase: resuming a checkpoint of another phase restarts the "
                          "warm-up, the cosine (from this step to --max-steps) and the best-export record")
     ap.add_argument("--eval-gen-length", type=int, default=0, help="eval canvas (0: the corpus's gen_length)")
+    ap.add_argument("--init-from", default="",
+                    help="without <work>/ckpt.pt: start from this model directory's weights (config.json, "
+                         "model.safetensors, train_state.json) with a fresh optimizer, e.g. models/llada-tiny")
+    # block diffusion (LLaDA 2.x / SDAR): block-causal attention, blocks absolute from position 0
+    ap.add_argument("--block-causal", action="store_true",
+                    help="train a block-diffusion model: the config gets block_causal/--block-size; each sample "
+                         "trains one answer block b (earlier answer blocks clean, b masked at ratio t ~ U(0,1) with "
+                         "1/t weights, the sequence cut after b), exactly the states block decoding visits; the eval "
+                         "uses block decoding (--eval-decoding)")
+    ap.add_argument("--block-size", type=int, default=32)
+    ap.add_argument("--block-pad-weight", type=float, default=0.15,
+                    help="block-causal: sampling weight of an answer block holding only EOS padding (content blocks 1)")
+    ap.add_argument("--eval-decoding", default="schedule,threshold",
+                    help="block-causal eval decoders (comma list): schedule (steps from --tokens-per-step) and/or "
+                         "threshold (--eval-threshold); the export keeps the best mean over them")
+    ap.add_argument("--eval-threshold", type=float, default=0.95)
     ap.add_argument("--threads", type=int, default=1)
     # evaluation / saving
     ap.add_argument("--eval-every", type=int, default=1000, help="steps between evaluations")
@@ -417,12 +433,45 @@ def mask_ratios(B, args, rng_t):
     return (1 - args.mask_eps) * t + args.mask_eps
 
 
+def block_targets(ans_pos, alen, G, bs, pad_weight, rng_t):
+    """Block-causal training states: per sample one answer block b among the (absolute, size bs)
+    blocks that hold answer slots, content blocks weighted 1, EOS-only blocks pad_weight. Returns
+    (inb [B, G]: answer slots in b, end [B]: the position after b's last answer slot)."""
+    B = ans_pos.shape[0]
+    P = ans_pos[:, 0]
+    blk = torch.div(ans_pos, bs, rounding_mode="floor")                  # [B, G]
+    first = torch.div(P, bs, rounding_mode="floor")
+    nblk = (P + G - 1) // bs - first + 1                                  # answer blocks per sample
+    K = int(nblk.max())
+    k = torch.arange(K)[None]                                             # block offset from first
+    last_content = (P + torch.as_tensor(alen) - 1) // bs - first          # block of the final EOS
+    w = torch.where(k <= last_content[:, None], torch.ones(1), torch.full((1,), float(pad_weight)))
+    w = torch.where(k < nblk[:, None], w, torch.zeros(1))
+    b = first + torch.multinomial(w, 1, generator=rng_t).squeeze(1)
+    inb = blk == b[:, None]
+    end = torch.minimum(P + G, (b + 1) * bs)
+    return inb, end
+
+
 def loss_on(model, ids, valid, ans_pos, args, rng_t, mask_id, alen, G, suite=None, nsuites=0, fixed_t=0.0,
-            semi_ar=0.0):
+            semi_ar=0.0, block=0):
     """LLaDA SFT loss on one batch (with fixed_t > 0: every sample masked at that ratio,
-    unweighted, for the recall warm-up). Returns (loss, stats)."""
+    unweighted, for the recall warm-up; with block > 0, the block-diffusion states of
+    block_targets, normalised by the answer slots of the trained blocks). Returns (loss, stats)."""
     B, n = ids.shape
-    if fixed_t > 0:
+    denom = B * G
+    if block > 0 and not fixed_t:
+        p = mask_ratios(B, args, rng_t)
+        inb, end = block_targets(ans_pos, alen, G, block, args.block_pad_weight, rng_t)
+        m = inb & (torch.rand(B, G, generator=rng_t) < p[:, None])
+        none = ~m.any(dim=1)
+        m[none] = inb[none] & (torch.cumsum(inb[none].long(), dim=1) == 1)  # at least the block's first slot
+        denom = int(inb.sum())
+        n = int(end.max())                          # later blocks cannot reach block b: cut them
+        ids, ans_pos = ids[:, :n], ans_pos
+        valid = valid[:, :n] & (torch.arange(n)[None] < end[:, None])
+        semi_ar = 0.0
+    elif fixed_t > 0:
         p = torch.full((B,), 1.0)
         m = torch.rand(B, G, generator=rng_t) < fixed_t
         m[:, 0] |= ~m.any(dim=1)  # at least one slot
@@ -456,7 +505,7 @@ def loss_on(model, ids, valid, ans_pos, args, rng_t, mask_id, alen, G, suite=Non
     tgt = ids[mrow, mpos]
     ce = F.cross_entropy(logits, tgt, reduction="none")                  # [M]
     w = p[mrow] if pslot is None else pslot[m]
-    loss = (ce / w).sum() / (B * G)
+    loss = (ce / w).sum() / denom
     ce_prompt, n_prompt = 0.0, 0
     if pm is not None and bool(pm.any()):
         prow = torch.arange(B)[:, None].expand(B, n)[pm]
@@ -470,7 +519,7 @@ def loss_on(model, ids, valid, ans_pos, args, rng_t, mask_id, alen, G, suite=Non
         content &= ~pt[mrow]
     st_ = {"ce_content": float(ce[content].sum()), "n_content": int(content.sum()),
            "ce_pad": float(ce[~content].sum()), "n_pad": int((~content).sum()),
-           "ce_prompt": ce_prompt, "n_prompt": n_prompt}
+           "ce_prompt": ce_prompt, "n_prompt": n_prompt, "n_tokens": int(valid.sum())}
     if suite is not None:  # content CE per suite: which task is stuck
         srow = torch.as_tensor(suite)[mrow][content]
         cc = ce[content].detach()
@@ -504,6 +553,8 @@ def evaluate(model, corpus, idx, args, meta, stop_flag=None):
     steps = max(nb, steps // nb * nb)
     eos = model.config.eos_token_id
     order = sorted(idx, key=lambda i: corpus.plen[i])
+    if model.config.block_causal:
+        return evaluate_block(model, corpus, order, args, G, steps, stop_flag)
     hits = {s: [0, 0] for s in corpus.suites}
     t0 = time.time()
     for k in range(0, len(order), args.eval_batch):
@@ -519,6 +570,41 @@ def evaluate(model, corpus, idx, args, meta, stop_flag=None):
     model.train()
     return {"acc": acc, "mean": float(np.mean(list(acc.values()))) if acc else 0.0,
             "n": len(idx), "seconds": time.time() - t0, "steps": steps, "block_length": bl, "gen_length": G}
+
+
+def evaluate_block(model, corpus, order, args, G, steps, stop_flag=None):
+    """Held-out accuracy of a block-causal model under block decoding (generate_block_batch),
+    per decoder of --eval-decoding; acc/mean are the first decoder's, "select" the mean over
+    decoders (what the export keeps the best of)."""
+    eos = model.config.eos_token_id
+    decs = [d.strip() for d in args.eval_decoding.split(",") if d.strip()]
+    t0 = time.time()
+    by = {}
+    for dec in decs:
+        hits = {s: [0, 0] for s in corpus.suites}
+        nfe, td = [], time.time()
+        for k in range(0, len(order), args.eval_batch):
+            if stop_flag is not None and stop_flag():
+                model.train()
+                return None
+            chunk = order[k:k + args.eval_batch]
+            stats = {}
+            outs = generate_block_batch(model, [corpus.prompt(i).tolist() for i in chunk], G, decoding=dec,
+                                        threshold=args.eval_threshold, steps=steps, pad_id=eos, stats=stats)
+            nfe.extend(stats["nfe"])
+            for i, o in zip(chunk, outs):
+                s = corpus.suites[corpus.suite[i]]
+                hits[s][1] += 1
+                hits[s][0] += int(strip_eos(o, eos) == strip_eos(corpus.ans[i][:G], eos))
+        acc = {s: h[0] / h[1] for s, h in hits.items() if h[1]}
+        by[dec] = {"acc": acc, "mean": float(np.mean(list(acc.values()))) if acc else 0.0,
+                   "nfe_mean": round(float(np.mean(nfe)), 2) if nfe else 0.0, "seconds": round(time.time() - td, 1)}
+    model.train()
+    first = by[decs[0]]
+    return {"acc": first["acc"], "mean": first["mean"], "select": float(np.mean([b["mean"] for b in by.values()])),
+            "by_decoding": by, "n": len(order), "seconds": time.time() - t0, "steps": steps,
+            "block_length": model.config.block_size, "gen_length": G, "threshold": args.eval_threshold,
+            "decoding": decs}
 
 
 # ----------------------------------------------------------------------------- io
@@ -605,11 +691,13 @@ def main(argv=None):
         ckpt = torch.load(ckpt_path)
         cfg = LLaDAConfig.from_json(ckpt["config"])
         resumed_from = ckpt_path
-    elif args.resume and os.path.exists(os.path.join(args.out, "model.safetensors")) and \
-            os.path.exists(os.path.join(args.out, "train_state.json")):
-        with open(os.path.join(args.out, "config.json")) as f:
+    elif args.init_from or (args.resume and os.path.exists(os.path.join(args.out, "model.safetensors")) and
+                            os.path.exists(os.path.join(args.out, "train_state.json"))):
+        resumed_from = args.init_from or args.out
+        with open(os.path.join(resumed_from, "config.json")) as f:
             cfg = LLaDAConfig.from_json(json.load(f))
-        resumed_from = args.out
+    if args.block_causal:  # block diffusion (a bidirectional start is adapted)
+        cfg.block_causal, cfg.block_size, cfg.shift_logits = True, args.block_size, False
     if cfg.vocab_size != int(meta["vocab_size"]) or cfg.mask_token_id != mask_id:
         raise SystemExit(f"checkpoint vocab/mask ({cfg.vocab_size}/{cfg.mask_token_id}) disagrees with "
                          f"{args.corpus}/meta.json ({meta['vocab_size']}/{mask_id}); use another --work/--out")
@@ -633,9 +721,9 @@ def main(argv=None):
         rng.set_state(ckpt["np_rng"])
         random.setstate(ckpt["py_rng"])
     elif resumed_from is not None:
-        sd = st.load_file(os.path.join(args.out, "model.safetensors"))
-        model.load_hf_state_dict(sd, args.out)
-        with open(os.path.join(args.out, "train_state.json")) as f:
+        sd = st.load_file(os.path.join(resumed_from, "model.safetensors"))
+        model.load_hf_state_dict(sd, resumed_from)
+        with open(os.path.join(resumed_from, "train_state.json")) as f:
             ts = json.load(f)
         for k in ("step", "samples", "tokens", "wall_seconds"):
             state[k] = ts.get(k, 0)
@@ -695,14 +783,22 @@ def main(argv=None):
             return
         state["eval"] = r
         rec = {"type": "eval", "step": state["step"], "samples": state["samples"], **r}
-        if r["mean"] > state["best_mean"]:
-            state["best_mean"], state["best_step"] = r["mean"], state["step"]
+        score = r.get("select", r["mean"])
+        if score > state["best_mean"]:
+            state["best_mean"], state["best_step"] = score, state["step"]
             ts = {"step": state["step"], "samples": state["samples"], "tokens": state["tokens"],
                   "wall_seconds": round(state["wall_seconds"], 1), "eval": r,
                   "eval_accuracy": r["acc"], "export_dtype": exp_dtype, "command": command,
                   "corpus": os.path.abspath(args.corpus), "corpus_meta": {k: v for k, v in meta.items() if len(json.dumps(v)) < 400}, "params": nparams,
-                  "objective": "LLaDA SFT: answer padded with EOS to gen_length, t~U(0,1), CE on masked answer / t / gen_length",
-                  "eval_decoding": f"greedy low-confidence remasking, gen_length {r['gen_length']}, steps {r['steps']}, block {r['block_length']}",
+                  "objective": (f"block diffusion (block-causal, blocks of {cfg.block_size} from position 0): one answer "
+                                "block per sample, earlier answer blocks clean, the block masked at t~U(0,1), CE / t "
+                                "over the block's answer slots, sequence cut after the block; canvas EOS-padded"
+                                if cfg.block_causal else
+                                "LLaDA SFT: answer padded with EOS to gen_length, t~U(0,1), CE on masked answer / t / gen_length"),
+                  "eval_decoding": (f"block decoding ({', '.join(r['decoding'])}; threshold {r.get('threshold')}), "
+                                    f"gen_length {r['gen_length']}, steps {r['steps']}, block {r['block_length']}"
+                                    if cfg.block_causal else
+                                    f"greedy low-confidence remasking, gen_length {r['gen_length']}, steps {r['steps']}, block {r['block_length']}"),
                   "canvas": args.canvas, "semi_ar_frac": args.semi_ar_frac, "phase": state.get("phase", "")}
             export(model, args, ts, exp_dtype)
             rec["exported"] = True
@@ -740,17 +836,18 @@ def main(argv=None):
                      suite_ce=[0.0] * len(train.suites), suite_n=[0] * len(train.suites))
         else:
             Gb = cs[int(rng.choice(len(cs), p=ps))]
-            idx = batcher.batch(step, Gb)
+            idx = batcher.batch(step, min(Gb, 2 * cfg.block_size) if cfg.block_causal else Gb)  # sized to the cut
             Gb = raise_canvas(cs, Gb, int(train.alen[idx].max()))
             ids, valid, ans_pos = batcher.tensors(idx, Gb)
             loss, s = loss_on(model, ids, valid, ans_pos, args, rng_t, mask_id, train.alen[idx], Gb,
-                              train.suite[idx], len(train.suites), semi_ar=args.semi_ar_frac)
+                              train.suite[idx], len(train.suites), semi_ar=args.semi_ar_frac,
+                              block=cfg.block_size if cfg.block_causal else 0)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if args.clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
         opt.step()
-        ntok = int(valid.sum())
+        ntok = int(s.get("n_tokens", int(valid.sum())))
         state["step"] += 1
         state["samples"] += len(idx)
         state["tokens"] += ntok
