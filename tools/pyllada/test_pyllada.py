@@ -23,8 +23,9 @@ def _json(path):
         return json.load(f)
 
 
-def naive_forward(sd, c, ids, pos):
-    """Loop-level numpy LLaDA forward (float64), from REFERENCE.md, for cross-checking."""
+def naive_forward(sd, c, ids, pos, block=0):
+    """Loop-level numpy LLaDA forward (float64), from REFERENCE.md, for cross-checking.
+    block > 0: block-causal (query at position i sees key at j iff j // block <= i // block)."""
     W = {k: v.double().numpy() for k, v in sd.items()}
     p = "model.transformer."
     hd = c.d_model // c.n_heads
@@ -54,6 +55,11 @@ def naive_forward(sd, c, ids, pos):
             qh = rope(q[:, h * hd:(h + 1) * hd])
             kk = rope(k[:, kh * hd:(kh + 1) * hd])
             s = qh @ kk.T / np.sqrt(hd)
+            if block:
+                for i in range(len(pos)):
+                    for j in range(len(pos)):
+                        if pos[j] // block > pos[i] // block:
+                            s[i, j] = -np.inf
             s = np.exp(s - s.max(-1, keepdims=True))
             s /= s.sum(-1, keepdims=True)
             o[:, h * hd:(h + 1) * hd] = s @ v[:, kh * hd:(kh + 1) * hd]
@@ -153,6 +159,114 @@ class TestGenerateBatch(unittest.TestCase):
             for p, g in zip(prompts, got):
                 want = generate(m, torch.tensor(p), G, S, Bl)[0, len(p):].tolist()
                 self.assertEqual(g, want)
+
+
+class TestBlockCausal(unittest.TestCase):
+    """Block diffusion: bidirectional inside a block, causal between blocks, blocks from position 0."""
+
+    def model(self, bs=4, seed=3):
+        torch.manual_seed(seed)
+        c = LLaDAConfig(n_kv_heads=2, block_causal=True, block_size=bs)
+        return LLaDA(c).double().eval(), c
+
+    def test_mask_brute_force(self):
+        from .model import block_causal_mask
+        for bs in (1, 3, 4, 8):
+            pos = torch.tensor([[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10], [5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]])
+            got = block_causal_mask(pos, bs)
+            for r in range(2):
+                for i in range(11):
+                    for j in range(11):
+                        want = (int(pos[r, j]) // bs) <= (int(pos[r, i]) // bs)
+                        self.assertEqual(bool(got[r, i, j]), want, (bs, r, i, j))
+
+    def test_against_naive(self):
+        m, c = self.model(bs=4)
+        ids = torch.randint(0, 300, (1, 11))  # two full blocks and a partial one
+        with torch.no_grad():
+            got = m(ids)[0].numpy()
+        ref = naive_forward(m.hf_state_dict(), c, ids[0].numpy(), np.arange(11), block=4)
+        self.assertLess(np.abs(ref - got).max(), 1e-4)
+        bid = naive_forward(m.hf_state_dict(), c, ids[0].numpy(), np.arange(11))
+        self.assertGreater(np.abs(bid - got).max(), 1e-3)  # the mask matters
+
+    def test_later_blocks_do_not_change_earlier_logits(self):
+        m, _ = self.model(bs=4)
+        ids = torch.randint(0, 300, (1, 14))
+        alt = ids.clone()
+        alt[0, 8:] = torch.randint(0, 300, (6,))
+        alt[0, 9] = (int(ids[0, 9]) + 1) % 300
+        with torch.no_grad():
+            a, b = m(ids)[0], m(alt)[0]
+            cut = m(ids[:, :8])[0]
+        self.assertEqual(float((a[:8] - b[:8]).abs().max()), 0.0)
+        self.assertLess(float((a[:8] - cut).abs().max()), 1e-12)
+        self.assertGreater(float((a[8:] - b[8:]).abs().max()), 1e-6)  # inside a block: bidirectional
+        alt2 = ids.clone()
+        alt2[0, 5] = (int(ids[0, 5]) + 1) % 300
+        with torch.no_grad():
+            d = m(alt2)[0]
+        self.assertGreater(float((a[4] - d[4]).abs().max()), 1e-6)  # position 4 sees 5 (same block)
+
+    def test_config_keys(self):
+        m, _ = self.model(bs=8)
+        with tempfile.TemporaryDirectory() as d:
+            save_pretrained(m.float(), d)
+            cfg = _json(os.path.join(d, "config.json"))
+            self.assertEqual((cfg["block_causal"], cfg["block_size"], cfg["shift_logits"], cfg["model_type"]),
+                             (True, 8, False, "llada"))
+            self.assertTrue(from_pretrained(d).config.block_causal)
+            save_pretrained(LLaDA(LLaDAConfig()), d)
+            cfg = _json(os.path.join(d, "config.json"))
+            self.assertNotIn("block_causal", cfg)  # bidirectional configs unchanged
+            self.assertFalse(from_pretrained(d).config.block_causal)
+
+    def test_block_decoding(self):
+        from .generate import generate_block_batch
+        m, c = self.model(bs=4, seed=5)
+        m = m.float()
+        prompts = [[1, 2, 3, 4, 5, 6], [7, 8, 9], list(range(20, 33))]
+        for dec, kw in (("threshold", {"threshold": 0.02}), ("schedule", {"steps": 6})):
+            got = generate_block_batch(m, prompts, 12, decoding=dec, **kw)
+            for p, g in zip(prompts, got):
+                trace = []
+                one = generate_block_batch(m, [p], 12, decoding=dec, trace=trace, **kw)[0]
+                self.assertEqual(g, one)
+                self.assertEqual(len(g), 12)
+                # feeds only up to the current block's end, commits inside the current block only
+                for t in trace:
+                    lo, hi = max(len(p), t["block"] * 4), min(len(p) + 12, (t["block"] + 1) * 4)
+                    self.assertEqual(t["n"], hi)
+                    self.assertTrue(all(lo <= q < hi for q in t["committed"]), t)
+                    self.assertGreaterEqual(len(t["committed"]), 1)
+                blocks = [t["block"] for t in trace]
+                self.assertEqual(blocks, sorted(blocks))
+                if dec == "schedule":  # 2 steps per block of 4: at most 2 forwards a block
+                    for b in set(blocks):
+                        self.assertLessEqual(blocks.count(b), 2)
+
+    def test_block_decoding_matches_full_canvas(self):
+        """Brute force: decode feeding the whole canvas every step; same answers (later blocks cannot
+        reach the current one), and the EOS stop only fills what the model would not change."""
+        from .generate import generate_block_batch
+        m, c = self.model(bs=4, seed=7)
+        m = m.float()
+        p, G, bs = [11, 12, 13, 14, 15], 12, 4
+        x = torch.tensor(p + [c.mask_token_id] * G)
+        for blk in range(len(p) // bs, (len(p) + G - 1) // bs + 1):
+            lo, hi = max(len(p), blk * bs), min(len(p) + G, (blk + 1) * bs)
+            while bool((x[lo:hi] == c.mask_token_id).any()):
+                with torch.no_grad():
+                    lg = m(x[None])[0, lo:hi]
+                x0 = lg.argmax(-1)
+                conf = torch.softmax(lg.double(), -1).gather(-1, x0[:, None]).squeeze(-1)
+                conf[x[lo:hi] != c.mask_token_id] = -np.inf
+                sel = torch.nonzero(conf >= 0.3).flatten()
+                if sel.numel() == 0:
+                    sel = conf.argmax()[None]
+                x[lo + sel] = x0[sel]
+        got = generate_block_batch(m, [p], G, decoding="threshold", threshold=0.3, eos_id=-1)[0]
+        self.assertEqual(got, x[len(p):].tolist())
 
 
 if __name__ == "__main__":

@@ -280,6 +280,95 @@ class TestTrain(unittest.TestCase):
         m3, _ = T.semi_ar_mask(m0[:, :24].clone(), p, 24, [16], 1.0, g)
         self.assertFalse(bool(m3.any()))
 
+    def test_block_targets_and_loss(self):
+        """Block-diffusion states: one answer block per sample (absolute blocks from position 0),
+        earlier answer slots clean, nothing after the block fed, the block's first slots holding
+        the prompt's tail never masked; content blocks drawn more often than EOS-only ones."""
+        import numpy as np
+        import torch
+        from pyllada.model import LLaDA, LLaDAConfig
+        bs, G = 4, 12
+        prompts = [list(range(1, 7)), list(range(1, 4)), list(range(1, 9))]  # P = 6, 3, 8
+        answers = [[20, 21, 62], [22, 62], [23, 24, 25, 26, 27, 62]]
+        ids, valid, ans_pos = T.pack(prompts, answers, G, 62)
+        alen = np.array([len(a) for a in answers])
+        g = torch.Generator().manual_seed(5)
+        counts = np.zeros((3, 6))
+        for _ in range(400):
+            inb, end = T.block_targets(ans_pos, alen, G, bs, 0.15, g)
+            for j, p in enumerate(prompts):
+                P = len(p)
+                slots = torch.nonzero(inb[j]).flatten()
+                blk = {int(ans_pos[j, q]) // bs for q in slots}
+                self.assertEqual(len(blk), 1)
+                b = blk.pop()
+                self.assertTrue(P // bs <= b <= (P + G - 1) // bs)
+                self.assertEqual(int(end[j]), min(P + G, (b + 1) * bs))
+                want = [q for q in range(G) if (P + q) // bs == b]
+                self.assertEqual(slots.tolist(), want)
+                counts[j, b - P // bs] += 1
+        # sample 0: P 6, answer slots 6..17 -> blocks 1..4; content (3 slots to position 8) in blocks 1, 2
+        self.assertGreater(counts[0, 0], 3 * counts[0, 2])
+        self.assertGreater(counts[0, 2], 0)
+        cfg = LLaDAConfig(d_model=32, n_layers=2, n_heads=2, n_kv_heads=2, mlp_hidden_size=64, vocab_size=64,
+                          embedding_size=64, mask_token_id=63, eos_token_id=62, pad_token_id=62,
+                          block_causal=True, block_size=bs)
+        seen = {}
+
+        class Rec(LLaDA):
+            def forward(self, x, **kw):
+                seen["x"], seen["valid"] = x.clone(), kw.get("key_valid")
+                return super().forward(x, **kw)
+        torch.manual_seed(0)
+        m = Rec(cfg)
+        a = T.parse_args([])
+        for seed in range(20):
+            loss, s = T.loss_on(m, ids, valid, ans_pos, a, torch.Generator().manual_seed(seed), 63, alen, G,
+                                block=bs)
+            x, kv = seen["x"], seen["valid"]
+            self.assertTrue(torch.isfinite(loss))
+            for j, p in enumerate(prompts):
+                P = len(p)
+                masked = torch.nonzero(x[j] == 63).flatten().tolist()
+                self.assertTrue(masked, "every sample trains a masked slot")
+                b = masked[0] // bs
+                self.assertTrue(all(q // bs == b and q >= P for q in masked))
+                self.assertEqual(x[j, :P].tolist(), p)                      # prompt clean
+                self.assertEqual(x[j, P:b * bs].tolist(), ids[j, P:b * bs].tolist())  # earlier blocks clean
+                end = min(P + G, (b + 1) * bs)
+                self.assertEqual(kv[j].nonzero().flatten().tolist(), list(range(end)))  # nothing after b
+            self.assertEqual(x.shape[1], int(kv.sum(1).max()))
+        loss.backward()
+
+    def test_block_train_eval(self):
+        """--block-causal end to end from an exported bidirectional model (--init-from): the export's
+        config has the block keys, the eval ran both block decoders."""
+        with tempfile.TemporaryDirectory() as d:
+            corpus = os.path.join(d, "corpus")
+            subprocess.run([sys.executable, os.path.join(HERE, "make_synth.py"), "--out", corpus,
+                            "--train", "300", "--eval", "30"], check=True)
+            base = tiny_run(d, corpus) + ["--eval-every", "4", "--eval-per-suite", "2"]
+            T.main(base + ["--max-steps", "4"])
+            blk = ["--corpus", corpus, "--work", os.path.join(d, "wb"), "--out", os.path.join(d, "ob"),
+                   "--resume", "--init-from", os.path.join(d, "out"), "--block-causal", "--block-size", "4",
+                   "--phase", "block", "--batch-tokens", "1024", "--log-every", "2", "--warmup", "2",
+                   "--recall-frac", "0", "--eval-every", "4", "--eval-per-suite", "2", "--canvas", "12,16"]
+            T.main(blk + ["--max-steps", "8"])
+            cfg = json.load(open(os.path.join(d, "ob", "config.json")))
+            self.assertEqual((cfg["block_causal"], cfg["block_size"], cfg["shift_logits"]), (True, 4, False))
+            logs = [json.loads(l) for l in open(os.path.join(d, "wb", "log.jsonl"))]
+            self.assertEqual(logs[0]["resumed_from"], os.path.join(d, "out"))
+            ev = [r for r in logs if r["type"] == "eval"]
+            self.assertTrue(ev)
+            self.assertEqual(sorted(ev[-1]["by_decoding"]), ["schedule", "threshold"])
+            st = json.load(open(os.path.join(d, "ob", "train_state.json")))
+            self.assertIn("block diffusion", st["objective"])
+            T.main(blk + ["--max-steps", "10"])  # resumes from its own checkpoint, still block-causal
+            logs = [json.loads(l) for l in open(os.path.join(d, "wb", "log.jsonl"))]
+            starts = [r for r in logs if r["type"] == "start"]
+            self.assertEqual(starts[-1]["resumed_from"], os.path.join(d, "wb", "ckpt.pt"))
+            self.assertTrue(starts[-1]["config"]["block_causal"])
+
     def test_canvases(self):
         a = T.parse_args(["--canvas", "128,32,64", "--canvas-weights", "1,2,1"])
         cs, ps = T.canvases(a, 16)
