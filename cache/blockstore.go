@@ -104,8 +104,11 @@ func NewBlockStore(b backend.Backend, blockSize int, budget int64, causal bool, 
 func (s *BlockStore) BlockSize() int { return s.blockSize }
 
 // blockKey chains a block's hash: the parent's hash, the fingerprint, the
-// salt and the block's tokens.
-func blockKey(parent Key, fp, salt string, tokens []int32) Key {
+// salt and the block's tokens (a variable so that tests can force
+// collisions).
+var blockKey = chainKey
+
+func chainKey(parent Key, fp, salt string, tokens []int32) Key {
 	h := xxhash.New()
 	var b [8]byte
 	binary.LittleEndian.PutUint64(b[:], uint64(parent))

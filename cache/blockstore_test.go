@@ -282,3 +282,71 @@ func TestBlockStoreFillsOnce(t *testing.T) {
 		t.Errorf("stats %+v", st)
 	}
 }
+
+// TestBlockStoreForcedCollision forces every block whose parent is the
+// same onto one key (the tokens, salt and fingerprint are left out of the
+// hash): a block of other tokens, another tenant's or another model's
+// finds a stored block under its key and must never be served it; it is
+// computed for the request alone, exactly as a store without the
+// collision computes it, and counted. A chain that shares a real first
+// block still reuses it.
+func TestBlockStoreForcedCollision(t *testing.T) {
+	old := blockKey
+	blockKey = func(parent Key, _, _ string, _ []int32) Key { return parent + 1 }
+	defer func() { blockKey = old }()
+	m := loadTiny(t)
+	const B = 8
+	s := NewBlockStore(m.Backend, B, 1<<30, true, nil)
+	a := PrefixID{Fingerprint: "fp", Salt: "tenant-a", Tokens: tokensOf(1, 2*B)}
+	ea, hit, _, _, err := s.Get(m.LLaDA, a)
+	if err != nil || hit != 0 {
+		t.Fatalf("first get: hit %d err %v", hit, err)
+	}
+	s.Release(ea)
+	collisions := int64(0)
+	for _, tc := range []struct {
+		what string
+		id   PrefixID
+		hit  int
+	}{
+		{"other tokens", PrefixID{Fingerprint: "fp", Salt: "tenant-a", Tokens: tokensOf(2, 2*B)}, 0},
+		{"another tenant", PrefixID{Fingerprint: "fp", Salt: "tenant-b", Tokens: a.Tokens}, 0},
+		{"another model", PrefixID{Fingerprint: "fp2", Salt: "tenant-a", Tokens: a.Tokens}, 0},
+		{"a shared first block", PrefixID{Fingerprint: "fp", Salt: "tenant-a", Tokens: slices.Concat(a.Tokens[:B], tokensOf(3, B))}, B},
+	} {
+		e, hit, rows, _, err := s.Get(m.LLaDA, tc.id)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.what, err)
+		}
+		if hit != tc.hit || rows != len(m.Blocks)*(2*B-tc.hit) {
+			t.Errorf("%s: hit %d tokens, computed %d rows; want %d and %d", tc.what, hit, rows, tc.hit, len(m.Blocks)*(2*B-tc.hit))
+		}
+		// What a store without the collision computes for the same prefix.
+		fresh := NewBlockStore(m.Backend, B, 1<<30, true, nil)
+		ef, _, _, _, err := fresh.Get(m.LLaDA, tc.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for l := range e.K {
+			if d := max(maxDiff(m.Backend, e.K[l], ef.K[l]), maxDiff(m.Backend, e.V[l], ef.V[l])); d != 0 {
+				t.Errorf("%s: layer %d K/V differ by %g from the prefix's own", tc.what, l, d)
+			}
+		}
+		fresh.Release(ef)
+		s.Release(e)
+		if st := s.Stats(); st.Collisions <= collisions {
+			t.Errorf("%s: collision not counted (%d)", tc.what, st.Collisions)
+		} else {
+			collisions = st.Collisions
+		}
+	}
+	// The first prefix is still served whole from the store.
+	ea, hit, rows, _, err := s.Get(m.LLaDA, a)
+	if err != nil || hit != 2*B || rows != 0 {
+		t.Errorf("first prefix again: hit %d rows %d err %v", hit, rows, err)
+	}
+	s.Release(ea)
+	if st := s.Stats(); st.Entries != 2 {
+		t.Errorf("%d blocks stored, want the first prefix's 2 (colliding blocks are the requests' own)", st.Entries)
+	}
+}
