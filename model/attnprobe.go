@@ -30,16 +30,36 @@ type CandidateObserver interface {
 }
 
 // observe shows layer l to the plan once its K/V are complete: Observe,
-// then the attention weights if the plan asks for them.
-func (m *LLaDA) observe(plan Plan, l int, computed []int32, hidden, q, k, v backend.Tensor) {
+// then the attention weights if the plan asks for them, computed from the
+// attentions calls of the computed rows (in row order; one per attention
+// block on a block-causal model, where the weights on the keys a row does
+// not attend are 0).
+func (m *LLaDA) observe(plan Plan, l int, computed []int32, hidden, k, v backend.Tensor, calls []attnCall) {
 	if plan == nil {
 		return
 	}
 	plan.Observe(l, computed, hidden, k, v)
-	if ao, ok := plan.(AttentionObserver); ok && ao.WantsAttention(l) {
-		c := m.Config
-		ao.ObserveAttention(l, computed, attentionProbs(m.Backend, q, k, c.NHeads, c.NKVHeads, c.HeadDim()))
+	ao, ok := plan.(AttentionObserver)
+	if !ok || !ao.WantsAttention(l) {
+		return
 	}
+	c := m.Config
+	n := k.Rows()
+	if len(calls) == 1 && calls[0].k.Rows() == n {
+		ao.ObserveAttention(l, computed, attentionProbs(m.Backend, calls[0].q, k, c.NHeads, c.NKVHeads, c.HeadDim()))
+		return
+	}
+	probs := make([]float32, len(computed)*n)
+	at := 0
+	for _, cl := range calls {
+		r, keys := cl.q.Rows(), cl.k.Rows()
+		p := attentionProbs(m.Backend, cl.q, cl.k, c.NHeads, c.NKVHeads, c.HeadDim())
+		for i := range r {
+			copy(probs[(at+i)*n:(at+i)*n+keys], p[i*keys:(i+1)*keys])
+		}
+		at += r
+	}
+	ao.ObserveAttention(l, computed, probs)
 }
 
 // attentionProbs computes layer attention weights from q [r, nHeads·hd]

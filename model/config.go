@@ -32,6 +32,28 @@ type Config struct {
 	IncludeQKVBias    bool   `json:"include_qkv_bias"`
 	LayerNormType     string `json:"layer_norm_type"`
 	ActivationType    string `json:"activation_type"`
+
+	// Block diffusion (LLaDA 2.x, SDAR, Fast-dLLM v2): with BlockCausal,
+	// attention is bidirectional inside a block of BlockSize positions and
+	// causal between blocks. Blocks are absolute, aligned at position id 0:
+	// the query at position id p attends the key at position id p' iff
+	// floor(p'/BlockSize) <= floor(p/BlockSize) (position ids, not indices
+	// into the tokens, so prompt modules placed at their reserved ranges
+	// keep their blocks; with the default ids 0..n-1 the two agree).
+	BlockCausal bool `json:"block_causal,omitempty"`
+	BlockSize   int  `json:"block_size,omitempty"`
+	// ShiftLogits is Fast-dLLM v2's (and Dream's) token shift: the logits
+	// of position i are read from row i-1 (position 0 from its own row).
+	ShiftLogits bool `json:"shift_logits,omitempty"`
+}
+
+// CausalBlock is the attention block size: 0 for a bidirectional model,
+// BlockSize for a block-causal one.
+func (c *Config) CausalBlock() int {
+	if !c.BlockCausal {
+		return 0
+	}
+	return c.BlockSize
 }
 
 // HeadDim is d_model / n_heads.
@@ -103,6 +125,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MaskTokenID < 0 || c.MaskTokenID >= c.Embeddings() {
 		return fmt.Errorf("config.json: mask_token_id %d outside the vocabulary (%d)", c.MaskTokenID, c.Embeddings())
+	}
+	if c.BlockCausal && c.BlockSize <= 0 {
+		return fmt.Errorf("config.json: block_size must be positive when block_causal is true, got %d", c.BlockSize)
+	}
+	if c.BlockSize < 0 {
+		return fmt.Errorf("config.json: block_size must not be negative, got %d", c.BlockSize)
 	}
 	if c.IncludeBias || c.IncludeQKVBias {
 		return fmt.Errorf("config.json: biases (include_bias/include_qkv_bias) are not supported for LLaDA yet")

@@ -10,12 +10,32 @@ func (c *Config) StepFLOPs(n, r, lr int) float64 {
 
 // LayerFLOPs counts the matrix-product FLOPs of one layer that computes r
 // of n rows (its r queries attend over all n keys).
-func (c *Config) LayerFLOPs(n, r int) float64 {
+func (c *Config) LayerFLOPs(n, r int) float64 { return c.layerFLOPs(r, r*n) }
+
+// layerFLOPs counts the matrix-product FLOPs of one layer that computes r
+// rows whose queries attend keys (query, key) pairs in all.
+func (c *Config) layerFLOPs(r, keys int) float64 {
 	d, kv, hid := float64(c.DModel), float64(c.KVDim()), float64(c.MLPHiddenSize)
-	R, N := float64(r), float64(n)
+	R := float64(r)
 	return 2*R*(2*d*d+2*d*kv) + // q, attn_out, k, v
 		2*R*3*d*hid + // gate, up, down
-		4*R*N*d // scores and weighted values
+		4*float64(keys)*d // scores and weighted values
+}
+
+// attendedKeys is the number of (query, key) pairs the computed rows
+// (indices into pos, the position ids) attend: every key each on a
+// bidirectional model, the keys of their block and the blocks before on
+// a block-causal one.
+func attendedKeys(c *Config, pos, rows []int32) int {
+	B := int32(c.CausalBlock())
+	if B == 0 {
+		return len(rows) * len(pos)
+	}
+	keys := 0
+	for _, p := range rows {
+		keys += keysThrough(pos, pos[p]/B, B)
+	}
+	return keys
 }
 
 // HeadFLOPs counts the output head's FLOPs for lr logit rows.

@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 	"runtime"
+	"sort"
 	"sync"
 
 	"github.com/dlmcache/dlmcache/model/backend"
@@ -33,6 +34,13 @@ func (m *LLaDA) Forward(in Input, plan Plan) (*Output, error) {
 // one product (identical where its kernels do not depend on the row count,
 // as the tests check). plans may be nil or hold nil entries (compute
 // everything).
+//
+// On a block-causal model (Config.BlockCausal) each request's computed
+// rows are grouped by attention block, and a block's rows attend only the
+// keys of its block and those before: one attention over that prefix of
+// the keys, so the scores of later blocks are never computed (the same
+// call site for every backend; views of the prefix where the backend has
+// them, copies otherwise).
 //
 // Each layer runs in three stages: enter (the rows each request computes
 // and their hidden states, side by side), attention (per request, its
@@ -162,7 +170,7 @@ func (f *batch) enter(l int) (backend.Tensor, []int32, error) {
 		total += len(cur)
 		pos = append(pos, gather32(it.pos, cur)...)
 		it.out.RowsComputed += len(cur)
-		it.out.FLOPs += c.LayerFLOPs(n, len(cur))
+		it.out.FLOPs += c.layerFLOPs(len(cur), attendedKeys(c, it.pos, cur))
 	}
 	f.total = total
 	if f.single() {
@@ -221,10 +229,10 @@ func (f *batch) attention(l int, q, k, v backend.Tensor) (backend.Tensor, error)
 	m := f.m
 	b, c := m.Backend, m.Config
 	att := f.ar.alloc(f.total, c.DModel)
-	calls := make([]attnCall, len(f.items))
+	each := make([][]attnCall, len(f.items))
 	errs := make([]error, len(f.items))
 	if f.single() {
-		calls[0], errs[0] = f.attnArgs(l, f.items[0], q, k, v, att)
+		each[0], errs[0] = f.attnArgs(l, f.items[0], q, k, v, att)
 	} else {
 		par := make(chan struct{}, runtime.GOMAXPROCS(0))
 		var wg sync.WaitGroup
@@ -233,7 +241,7 @@ func (f *batch) attention(l int, q, k, v backend.Tensor) (backend.Tensor, error)
 			par <- struct{}{}
 			go func() {
 				defer wg.Done()
-				calls[i], errs[i] = f.attnArgs(l, it, q, k, v, att)
+				each[i], errs[i] = f.attnArgs(l, it, q, k, v, att)
 				<-par
 			}()
 		}
@@ -243,6 +251,10 @@ func (f *batch) attention(l int, q, k, v backend.Tensor) (backend.Tensor, error)
 		if err != nil {
 			return nil, f.fail(f.items[i], err)
 		}
+	}
+	var calls []attnCall
+	for _, cl := range each {
+		calls = append(calls, cl...)
 	}
 	ab, batched := b.(backend.AttentionBatcher)
 	if batched && len(calls) > 1 {
@@ -274,8 +286,9 @@ type attnCall struct {
 
 // attnArgs prepares layer l's attention of one request: its rows of q, k,
 // v (batch tensors) completed with its plan's K/V and observed by the
-// plan; the attention itself writes its rows of att.
-func (f *batch) attnArgs(l int, it *batchItem, q, k, v, att backend.Tensor) (attnCall, error) {
+// plan; the attentions (one, or one per attention block on a
+// block-causal model) write its rows of att.
+func (f *batch) attnArgs(l int, it *batchItem, q, k, v, att backend.Tensor) ([]attnCall, error) {
 	m := f.m
 	b, c, alloc := m.Backend, m.Config, f.ar.alloc
 	n, r := len(it.in.Tokens), len(it.rows)
@@ -307,12 +320,68 @@ func (f *batch) attnArgs(l int, it *batchItem, q, k, v, att backend.Tensor) (att
 		b.CopyRows(it.kFull, it.rows, ki, nil)
 		b.CopyRows(it.vFull, it.rows, vi, nil)
 		if err := it.plan.KV(l, complement(it.rows, n), it.kFull, it.vFull); err != nil {
-			return attnCall{}, fmt.Errorf("forward: layer %d: K/V for uncomputed rows: %w", l, err)
+			return nil, fmt.Errorf("forward: layer %d: K/V for uncomputed rows: %w", l, err)
 		}
 		K, V = it.kFull, it.vFull
 	}
-	m.observe(it.plan, l, it.rows, it.x, qi, K, V)
-	return attnCall{out: ai, q: qi, k: K, v: V, sel: sel}, nil
+	calls := f.blockCalls(it, attnCall{out: ai, q: qi, k: K, v: V, sel: sel})
+	m.observe(it.plan, l, it.rows, it.x, K, V, calls)
+	return calls, nil
+}
+
+// blockCalls splits one request's attention cl (its computed rows against
+// all n keys) for a block-causal model: the computed rows of one attention
+// block b (their position ids in [b·B, (b+1)·B)) attend the keys of blocks
+// 0..b, a prefix of the rows since the position ids do not decrease
+// (checkInput), so each block's rows are one attention over that prefix of
+// the keys and values, and the keys of later blocks are never read (no
+// masked scores are computed). On a bidirectional model, or where the
+// rows' prefix is every key, it is cl itself.
+func (f *batch) blockCalls(it *batchItem, cl attnCall) []attnCall {
+	B := int32(f.m.Config.CausalBlock())
+	if B == 0 {
+		return []attnCall{cl}
+	}
+	n, r := len(it.in.Tokens), len(it.rows)
+	var calls []attnCall
+	for lo := 0; lo < r; {
+		blk := it.pos[it.rows[lo]] / B
+		hi := lo + 1
+		for hi < r && it.pos[it.rows[hi]]/B == blk {
+			hi++
+		}
+		keys := keysThrough(it.pos, blk, B)
+		if lo == 0 && hi == r && keys == n {
+			return []attnCall{cl}
+		}
+		calls = append(calls, f.subCall(it, cl, lo, hi, keys))
+		lo = hi
+	}
+	return calls
+}
+
+// keysThrough is the number of leading positions (non-decreasing ids pos)
+// in attention blocks 0..blk of size B.
+func keysThrough(pos []int32, blk, B int32) int {
+	return sort.Search(len(pos), func(j int) bool { return pos[j]/B > blk })
+}
+
+// subCall is the attention of the request's computed rows [lo, hi) (rows
+// of cl.q and cl.out) over the first keys rows of cl.k and cl.v: views
+// where the backend has them, else copies written back to the batch rows
+// of att.
+func (f *batch) subCall(it *batchItem, cl attnCall, lo, hi, keys int) attnCall {
+	if vw := f.vw; vw != nil {
+		return attnCall{out: vw.ViewRows(cl.out, lo, hi), q: vw.ViewRows(cl.q, lo, hi),
+			k: vw.ViewRows(cl.k, 0, keys), v: vw.ViewRows(cl.v, 0, keys)}
+	}
+	b, c, alloc := f.m.Backend, f.m.Config, f.ar.alloc
+	sub := attnCall{out: alloc(hi-lo, c.DModel), q: alloc(hi-lo, c.DModel),
+		k: alloc(keys, c.KVDim()), v: alloc(keys, c.KVDim()), sel: iotaFrom(it.off+lo, hi-lo)}
+	b.CopyRows(sub.q, nil, cl.q, iotaFrom(lo, hi-lo))
+	b.CopyRows(sub.k, nil, cl.k, nil)
+	b.CopyRows(sub.v, nil, cl.v, nil)
+	return sub
 }
 
 // logits returns every request's output, with the logits of its wanted
@@ -328,7 +397,7 @@ func (f *batch) logits() ([]*Output, error) {
 		if len(it.in.LogitRows) == 0 {
 			continue
 		}
-		j, err := indexIn(it.rows, it.in.LogitRows)
+		j, err := indexIn(it.rows, c.logitSources(it.in.LogitRows))
 		if err != nil {
 			return nil, f.fail(it, fmt.Errorf("forward: logits: %w", err))
 		}
@@ -392,5 +461,31 @@ func (m *LLaDA) checkInput(in Input) ([]int32, error) {
 			return nil, fmt.Errorf("forward: token id %d outside the vocabulary (%d)", t, m.Config.Embeddings())
 		}
 	}
+	if m.Config.CausalBlock() > 0 {
+		for i, p := range pos {
+			if p < 0 || (i > 0 && p < pos[i-1]) {
+				return nil, fmt.Errorf("forward: a block-causal model needs non-negative, non-decreasing position ids (id %d at token %d)", p, i)
+			}
+		}
+	}
+	for _, p := range in.LogitRows {
+		if p < 0 || int(p) >= n {
+			return nil, fmt.Errorf("forward: logit row %d outside the %d tokens", p, n)
+		}
+	}
 	return pos, nil
+}
+
+// logitSources is the rows whose last hidden states give the logits of
+// positions rows: the rows themselves, or with ShiftLogits each row's
+// predecessor (row 0 its own).
+func (c *Config) logitSources(rows []int32) []int32 {
+	if !c.ShiftLogits {
+		return rows
+	}
+	src := make([]int32, len(rows))
+	for i, p := range rows {
+		src[i] = max(p-1, 0)
+	}
+	return src
 }

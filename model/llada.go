@@ -7,7 +7,8 @@ import (
 )
 
 // LLaDA is a masked diffusion transformer: a Llama-shaped stack of pre-norm
-// blocks with bidirectional attention (no causal mask), RoPE, RMSNorm and a
+// blocks with bidirectional attention (no causal mask; block-causal for a
+// block-diffusion config, Config.BlockCausal), RoPE, RMSNorm and a
 // SiLU-gated MLP, no biases, and an output head separate from the embedding.
 //
 //	x⁰ = wte[tokens]
@@ -50,7 +51,8 @@ type Input struct {
 	Tokens    []int32 // [n] token ids of the whole canvas
 	Positions []int32 // [n] RoPE position ids; nil means 0..n-1
 	// LogitRows are the positions whose logits are wanted. They must be
-	// computed at the last layer.
+	// computed at the last layer; with Config.ShiftLogits position p's
+	// logits come from row p-1 (row 0's from itself), which must be.
 	LogitRows []int32
 }
 
