@@ -29,8 +29,8 @@ var maxAttnPack = 4 << 20
 // The work is split into tasks of (head, block of up to maxAttnBlock
 // query rows) taken in order. Where the CPU has AVX-512F or AVX2+FMA (and
 // the backend's attn kernel is on, the default), the tasks are one job of
-// the C team (fused.go), each running the fused kernel (attn_rows,
-// attn_rows2 in kernels.go): eight (AVX-512) or six (AVX2) query rows at
+// the C team (team.c), each running the fused kernel (attn_rows,
+// attn_rows2 in attn.c): eight (AVX-512) or six (AVX2) query rows at
 // a time, their scores against kᵀ (laid out with v once per kv head, a
 // task of the same job that its heads' tasks wait for), the softmax and
 // the product with v, with those score rows kept in L1.

@@ -60,7 +60,7 @@ import (
 // Attention, n 512, FLOPs of the two products (4·n²·heads·hd):
 // 8 heads hd 64: 146; 16 heads hd 64: 101; 8 heads hd 128: 122;
 // 16 heads hd 128: 134. Softmax with a scalar Go e^x made it 20–50; see
-// kernels.go.
+// vec.c.
 //
 // Go ops at n 512, d 2048 (FFN 5632 for SiLUMul), 2 goroutines: RMSNorm
 // 0.43 ms, RoPE (hd 128) 0.44 ms, SiLUMul 0.71 ms, Add 0.28 ms.

@@ -4,22 +4,7 @@ package cpu
 #cgo LDFLAGS: -lopenblas
 #include <cblas.h>
 
-// sgemm_nt: C[m,n] = alpha * A[m,k] · B[n,k]ᵀ + beta*C, row-major with
-// leading dimensions.
-static void sgemm_nt(int m, int n, int k, float alpha,
-		const float *a, int lda, const float *b, int ldb,
-		float beta, float *c, int ldc) {
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k,
-		alpha, a, lda, b, ldb, beta, c, ldc);
-}
-
-// sgemm_nn: C[m,n] = alpha * A[m,k] · B[k,n] + beta*C.
-static void sgemm_nn(int m, int n, int k, float alpha,
-		const float *a, int lda, const float *b, int ldb,
-		float beta, float *c, int ldc) {
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k,
-		alpha, a, lda, b, ldb, beta, c, ldc);
-}
+#include "kernels.h"
 */
 import "C"
 
@@ -59,7 +44,7 @@ func sgemmNT(m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb 
 	checkSpan("a", a, m, k, lda)
 	checkSpan("b", b, n, k, ldb)
 	checkSpan("c", c, m, n, ldc)
-	C.sgemm_nt(C.int(m), C.int(n), C.int(k), C.float(alpha),
+	C.dlmc_sgemm_nt(C.int(m), C.int(n), C.int(k), C.float(alpha),
 		(*C.float)(unsafe.Pointer(&a[0])), C.int(lda),
 		(*C.float)(unsafe.Pointer(&b[0])), C.int(ldb),
 		C.float(beta), (*C.float)(unsafe.Pointer(&c[0])), C.int(ldc))
@@ -78,7 +63,7 @@ func sgemmNN(m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb 
 	checkSpan("a", a, m, k, lda)
 	checkSpan("b", b, k, n, ldb)
 	checkSpan("c", c, m, n, ldc)
-	C.sgemm_nn(C.int(m), C.int(n), C.int(k), C.float(alpha),
+	C.dlmc_sgemm_nn(C.int(m), C.int(n), C.int(k), C.float(alpha),
 		(*C.float)(unsafe.Pointer(&a[0])), C.int(lda),
 		(*C.float)(unsafe.Pointer(&b[0])), C.int(ldb),
 		C.float(beta), (*C.float)(unsafe.Pointer(&c[0])), C.int(ldc))

@@ -117,7 +117,7 @@ type Backend struct {
 	// widest this CPU has), or attnNone for the GEMM path.
 	attn attnKernel
 	// panel runs the products with F32 weights of at most panelMaxK
-	// columns on the AVX2 panel kernel (kernels.go), each such weight laid
+	// columns on the AVX2 panel kernel (attn.c), each such weight laid
 	// out for it at load: where auto picked OpenBLAS on a CPU with AVX2
 	// but no AVX-512. panelBytes counts the layouts.
 	panel      bool
@@ -162,7 +162,7 @@ type AttentionImpl string
 // The implementations of Attention.
 const (
 	// AttentionFused runs each head's scores, softmax and product with v
-	// a few query rows at a time in one kernel (kernels.go): eight rows
+	// a few query rows at a time in one kernel (attn.c): eight rows
 	// on AVX-512F, six on AVX2+FMA; on a CPU with neither it is
 	// AttentionGEMM.
 	AttentionFused AttentionImpl = "fused"

@@ -23,7 +23,7 @@
 // Matrix products run on one of two libraries, picked once per process
 // (GEMMLib; $DLMCACHE_CPU_GEMM for New and NewFromEnv), or, on a CPU with
 // AVX2 but no AVX-512 where auto keeps OpenBLAS, a small model's products
-// on the backend's own panel kernel (kernels.go: weights of at most
+// on the backend's own panel kernel (attn.c: weights of at most
 // panelMaxK columns laid out at load as 16-row k-major panels, a 6 × 16
 // AVX2 tile over them, x read in place and the output written once, none
 // of OpenBLAS's packing and clearing, which took a fifth of a batched
@@ -38,7 +38,7 @@
 //     kernel with OPENBLAS_CORETYPE (Haswell's AVX2 kernels on AVX-512
 //     processors, because older builds miscompute or crash on new ones);
 //     the backend never changes that variable.
-//   - oneDNN's matmul primitive (onednn.go), where it has AVX-512 kernels
+//   - oneDNN's matmul primitive (onednn.c, onednn.go), where it has AVX-512 kernels
 //     for this CPU (also where OpenBLAS runs AVX-512 kernels of its own:
 //     on a Zen 4 with OpenBLAS's Cooperlake kernels oneDNN's product
 //     still measured 1.2× faster, and the step 1.06×). The shim is compiled
@@ -76,7 +76,7 @@
 // weight, and any product oneDNN declines it for, use the mapped layout.
 //
 // Attention, where the CPU has AVX-512F or AVX2+FMA, runs a fused kernel
-// (kernels.go, Options.Attention, $DLMCACHE_CPU_ATTENTION=fused|gemm): kᵀ
+// (attn.c, Options.Attention, $DLMCACHE_CPU_ATTENTION=fused|gemm): kᵀ
 // and v of each kv head are laid out once per call, then each task of
 // (head, block of query rows) takes its query rows through the scores,
 // the softmax and the product with v in one C call: eight rows at a time
@@ -91,7 +91,7 @@
 // 0.9–1.05× at 64–128 (Zen 3). Elsewhere attention runs on the GEMM
 // library as below.
 //
-// The team (fused.go): worker threads of C's own that run one job at a
+// The team (team.c): worker threads of C's own that run one job at a
 // time beside the thread that posts it, a job being one cgo call whose
 // tasks each thread claims as it comes free. The batched server's work
 // runs as such jobs: on this project's shared 2-core VM, Go's goroutines
@@ -121,12 +121,12 @@
 // throughput, the ceilings make bench divides by; SgemmRaw the linked
 // OpenBLAS's own sgemm, the reference of the serving benchmark's ratio.
 //
-// The row-wise operations (RMSNorm, RoPE, Add; rowops.go) run over each
+// The row-wise operations (RMSNorm, RoPE, Add; rowops.c) run over each
 // thread's range of rows in one C call, with AVX2+FMA where the CPU has it
 // (checked at start-up), plain C loops elsewhere; Embed and CopyRows are Go
 // copies, split over the backend's threads when the input is large enough
 // to pay for the goroutines. The two that evaluate e^x for every element,
-// the softmax inside attention and SiLU, call small C kernels (kernels.go):
+// the softmax inside attention and SiLU, call small C kernels (vec.c):
 // a float32 e^x accurate to about 1 ulp, vectorised with AVX2+FMA or
 // AVX-512F, scalar elsewhere; with AVX2, SiLU and the fused attention's
 // softmax take 2^x instead (Cephes' exp2f polynomial, n rounded by the

@@ -31,7 +31,7 @@ const (
 	// with AVX2 but no AVX-512 (oneDNN's products there measured no
 	// faster than OpenBLAS's at a forward's usual sizes), the products
 	// whose F32 weight has at most panelMaxK columns run on the panel
-	// kernel (kernels.go) instead, the weight laid out for it at load:
+	// kernel (attn.c) instead, the weight laid out for it at load:
 	// the bundled model's [6912 × 128]·[128 × 384] at 101–125 GFLOP/s
 	// against OpenBLAS's 81–88 (Zen 3, 2 cores), where OpenBLAS spent a
 	// fifth of a batched forward packing x and clearing the output.

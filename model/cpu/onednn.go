@@ -2,285 +2,7 @@ package cpu
 
 /*
 #cgo LDFLAGS: -ldl
-#include <dlfcn.h>
-#include <stdlib.h>
-#include <sys/mman.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <string.h>
-
-// CGO_CFLAGS=-DDLMCACHE_NO_DNNL builds the stub, as a machine without the
-// headers would (to test the OpenBLAS-only backend where they are).
-#if defined(__has_include) && !defined(DLMCACHE_NO_DNNL)
-#if __has_include(<oneapi/dnnl/dnnl.h>)
-#include <oneapi/dnnl/dnnl.h>
-#endif
-#endif
-
-// The shim is compiled against oneDNN 2's C API when its headers are there
-// at build time (Debian libdnnl-dev) and loads the library with dlopen at
-// run time, so the binary neither needs oneDNN to build nor to run.
-#if defined(DNNL_VERSION_MAJOR) && DNNL_VERSION_MAJOR == 2
-#define HAVE_DNNL 1
-#else
-#define HAVE_DNNL 0
-#endif
-
-static char dnnl_why[512];
-
-static const char *dnnl_reason(void) { return dnnl_why; }
-
-#if HAVE_DNNL
-#define DNNL_FNS(X) \
-	X(dnnl_engine_create) X(dnnl_stream_create) X(dnnl_stream_wait) \
-	X(dnnl_stream_destroy) X(dnnl_memory_desc_init_by_strides) \
-	X(dnnl_matmul_desc_init) X(dnnl_primitive_attr_create) \
-	X(dnnl_primitive_attr_destroy) X(dnnl_primitive_attr_set_output_scales) \
-	X(dnnl_primitive_desc_create) X(dnnl_primitive_desc_destroy) \
-	X(dnnl_primitive_desc_query) X(dnnl_primitive_create) \
-	X(dnnl_primitive_destroy) X(dnnl_memory_create) X(dnnl_memory_destroy) \
-	X(dnnl_primitive_execute) X(dnnl_get_effective_cpu_isa) X(dnnl_version) \
-	X(dnnl_memory_desc_init_by_tag) X(dnnl_primitive_desc_query_md) \
-	X(dnnl_memory_desc_equal) X(dnnl_memory_desc_get_size) \
-	X(dnnl_reorder_primitive_desc_create)
-#define DNNL_DECL(f) static __typeof__(&f) p_##f;
-DNNL_FNS(DNNL_DECL)
-static void (*p_omp_set_num_threads)(int);
-static dnnl_engine_t dnnl_eng;
-
-// dnnl_open loads libdnnl.so.2 and creates the CPU engine: 0 on success,
-// else -1 with the reason in dnnl_why.
-static int dnnl_open(void) {
-	char name[32];
-	snprintf(name, sizeof name, "libdnnl.so.%d", DNNL_VERSION_MAJOR);
-	void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-	if (!h) {
-		snprintf(dnnl_why, sizeof dnnl_why, "%s", dlerror());
-		return -1;
-	}
-#define DNNL_LOAD(f) \
-	if (!(p_##f = (__typeof__(p_##f))dlsym(h, #f))) { \
-		snprintf(dnnl_why, sizeof dnnl_why, "%s lacks %s", name, #f); \
-		return -1; \
-	}
-	DNNL_FNS(DNNL_LOAD)
-	// OpenMP builds: each call runs on the calling thread alone (the Go
-	// side splits products over its goroutines, as it does OpenBLAS's).
-	p_omp_set_num_threads = (void (*)(int))dlsym(h, "omp_set_num_threads");
-	if (p_dnnl_engine_create(&dnnl_eng, dnnl_cpu, 0) != dnnl_success) {
-		snprintf(dnnl_why, sizeof dnnl_why, "%s: no CPU engine", name);
-		return -1;
-	}
-	return 0;
-}
-
-static int dnnl_isa(void) { return (int)p_dnnl_get_effective_cpu_isa(); }
-
-static void dnnl_describe(char *buf, int n) {
-	const dnnl_version_t *v = p_dnnl_version();
-	snprintf(buf, n, "oneDNN %d.%d.%d", v->major, v->minor, v->patch);
-}
-
-// matmul_pd creates the matmul for a[m,k] (row stride lda) · B[k,n] (its
-// layout bmd) into c[m,n] (row stride ldc, F32), a and B of type t, with
-// attr (NULL: none); amd and cmd receive a's and c's descriptors.
-static dnnl_status_t matmul_pd(dnnl_primitive_desc_t *pd, dnnl_data_type_t t, long m, long n, long k,
-		const dnnl_memory_desc_t *bmd, dnnl_memory_desc_t *amd, dnnl_memory_desc_t *cmd, long lda, long ldc,
-		const_dnnl_primitive_attr_t attr) {
-	dnnl_dims_t ad = {m, k}, as = {lda, 1}, cd = {m, n}, cs = {ldc, 1};
-	dnnl_status_t s;
-	if ((s = p_dnnl_memory_desc_init_by_strides(amd, 2, ad, t, as))) return s;
-	if ((s = p_dnnl_memory_desc_init_by_strides(cmd, 2, cd, dnnl_f32, cs))) return s;
-	dnnl_matmul_desc_t md;
-	if ((s = p_dnnl_matmul_desc_init(&md, amd, bmd, NULL, cmd))) return s;
-	return p_dnnl_primitive_desc_create(pd, &md, attr, dnnl_eng, NULL);
-}
-
-// exec_matmul creates pd's primitive and runs it once on a, b and c (their
-// descriptors amd, bmd, cmd), then frees all it created (not pd).
-static dnnl_status_t exec_matmul(const_dnnl_primitive_desc_t pd,
-		const dnnl_memory_desc_t *amd, const void *a, const dnnl_memory_desc_t *bmd, const void *b,
-		const dnnl_memory_desc_t *cmd, float *c) {
-	dnnl_status_t s;
-	dnnl_primitive_t p = NULL;
-	dnnl_memory_t ma = NULL, mb = NULL, mc = NULL;
-	dnnl_stream_t st = NULL;
-	if ((s = p_dnnl_primitive_create(&p, pd))) goto out;
-	if ((s = p_dnnl_memory_create(&ma, amd, dnnl_eng, (void *)a))) goto out;
-	if ((s = p_dnnl_memory_create(&mb, bmd, dnnl_eng, (void *)b))) goto out;
-	if ((s = p_dnnl_memory_create(&mc, cmd, dnnl_eng, c))) goto out;
-	if ((s = p_dnnl_stream_create(&st, dnnl_eng, dnnl_stream_default_flags))) goto out;
-	dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
-	if ((s = p_dnnl_primitive_execute(p, st, 3, args))) goto out;
-	s = p_dnnl_stream_wait(st);
-out:
-	if (st) p_dnnl_stream_destroy(st);
-	if (mc) p_dnnl_memory_destroy(mc);
-	if (mb) p_dnnl_memory_destroy(mb);
-	if (ma) p_dnnl_memory_destroy(ma);
-	if (p) p_dnnl_primitive_destroy(p);
-	return s;
-}
-
-// dnnl_mm: c[m,n] = alpha · a[m,k] · B, with B = b[n,k]ᵀ (bt) or b[k,n],
-// row-major with leading dimensions; a and b both F32 or both BF16
-// (bf16), c F32; on threads OpenMP threads. impl, when not NULL, receives
-// the implementation's name. Returns a dnnl_status_t (-2: not loaded).
-static int dnnl_mm(int bf16, int bt, long m, long n, long k, float alpha,
-		const void *a, long lda, const void *b, long ldb, float *c, long ldc,
-		char *impl, int implLen, int threads) {
-	if (!dnnl_eng) return -2;
-	if (p_omp_set_num_threads) p_omp_set_num_threads(threads);
-	dnnl_data_type_t t = bf16 ? dnnl_bf16 : dnnl_f32;
-	dnnl_memory_desc_t amd, bmd, cmd;
-	dnnl_dims_t bd = {k, n}, bs = {ldb, 1};
-	if (bt) { bs[0] = 1; bs[1] = ldb; }
-	dnnl_status_t s;
-	if ((s = p_dnnl_memory_desc_init_by_strides(&bmd, 2, bd, t, bs))) return s;
-	dnnl_primitive_attr_t attr = NULL;
-	dnnl_primitive_desc_t pd = NULL;
-	if (alpha != 1.0f) {
-		if ((s = p_dnnl_primitive_attr_create(&attr))) return s;
-		if ((s = p_dnnl_primitive_attr_set_output_scales(attr, 1, 0, &alpha))) goto out;
-	}
-	if ((s = matmul_pd(&pd, t, m, n, k, &bmd, &amd, &cmd, lda, ldc, attr))) goto out;
-	if (impl) {
-		const char *name = NULL;
-		p_dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name);
-		snprintf(impl, implLen, "%s", name ? name : "?");
-	}
-	s = exec_matmul(pd, &amd, a, &bmd, b, &cmd, c);
-out:
-	if (pd) p_dnnl_primitive_desc_destroy(pd);
-	if (attr) p_dnnl_primitive_attr_destroy(attr);
-	return s;
-}
-
-// dnnl_packed is a weight reordered once into the blocked layout oneDNN's
-// matmul picks for it (format "any"), in its own 2 MB-page mapping.
-typedef struct {
-	dnnl_memory_desc_t md;
-	void *data;
-	size_t bytes;
-} dnnl_packed;
-
-// dnnl_pack reorders the weight w[n,k] (row stride ldw; F32 or BF16) into
-// the layout oneDNN's matmul picks for B = wᵀ, on threads threads, and
-// returns it; NULL with *status set when it cannot (status 1: the layout
-// picked is w's own, nothing to gain).
-static dnnl_packed *dnnl_pack(int bf16, long n, long k, const void *w, long ldw, int threads, int *status) {
-	if (!dnnl_eng) { *status = -2; return NULL; }
-	if (p_omp_set_num_threads) p_omp_set_num_threads(threads);
-	dnnl_data_type_t t = bf16 ? dnnl_bf16 : dnnl_f32;
-	dnnl_dims_t bd = {k, n}, bs = {1, ldw};
-	dnnl_memory_desc_t plain, any, amd, cmd;
-	dnnl_status_t s;
-	dnnl_primitive_desc_t pd = NULL, rpd = NULL;
-	dnnl_primitive_t rp = NULL;
-	dnnl_memory_t from = NULL, to = NULL;
-	dnnl_stream_t st = NULL;
-	dnnl_packed *pk = NULL;
-	if ((s = p_dnnl_memory_desc_init_by_strides(&plain, 2, bd, t, bs))) goto out;
-	if ((s = p_dnnl_memory_desc_init_by_tag(&any, 2, bd, t, dnnl_format_tag_any))) goto out;
-	// The layout does not depend on m (checked for 1 to 6912 rows).
-	if ((s = matmul_pd(&pd, t, 512, n, k, &any, &amd, &cmd, k, n, NULL))) goto out;
-	pk = calloc(1, sizeof *pk);
-	pk->md = *p_dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
-	if (p_dnnl_memory_desc_equal(&pk->md, &plain)) { s = 1; goto out; }
-	pk->bytes = p_dnnl_memory_desc_get_size(&pk->md);
-	// Whole 2 MB pages for a weight of 1 MB or more; 4 KB ones below,
-	// where a huge page would mostly be padding.
-	size_t huge = pk->bytes >= (1u << 20) ? 2u << 20 : 4096, len = (pk->bytes + huge - 1) / huge * huge;
-	pk->data = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (pk->data == MAP_FAILED) { pk->data = NULL; s = dnnl_out_of_memory; goto out; }
-	if (huge > 4096) madvise(pk->data, len, MADV_HUGEPAGE);
-	pk->bytes = len;
-	if ((s = p_dnnl_reorder_primitive_desc_create(&rpd, &plain, dnnl_eng, &pk->md, dnnl_eng, NULL))) goto out;
-	if ((s = p_dnnl_primitive_create(&rp, rpd))) goto out;
-	if ((s = p_dnnl_memory_create(&from, &plain, dnnl_eng, (void *)w))) goto out;
-	if ((s = p_dnnl_memory_create(&to, &pk->md, dnnl_eng, pk->data))) goto out;
-	if ((s = p_dnnl_stream_create(&st, dnnl_eng, dnnl_stream_default_flags))) goto out;
-	dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
-	if ((s = p_dnnl_primitive_execute(rp, st, 2, args))) goto out;
-	s = p_dnnl_stream_wait(st);
-out:
-	if (st) p_dnnl_stream_destroy(st);
-	if (to) p_dnnl_memory_destroy(to);
-	if (from) p_dnnl_memory_destroy(from);
-	if (rp) p_dnnl_primitive_destroy(rp);
-	if (rpd) p_dnnl_primitive_desc_destroy(rpd);
-	if (pd) p_dnnl_primitive_desc_destroy(pd);
-	*status = s;
-	if (s != dnnl_success && pk) {
-		if (pk->data) munmap(pk->data, pk->bytes);
-		free(pk);
-		pk = NULL;
-	}
-	return pk;
-}
-
-static void dnnl_packed_free(dnnl_packed *pk) {
-	if (!pk) return;
-	if (pk->data) munmap(pk->data, pk->bytes);
-	free(pk);
-}
-
-// dnnl_mm_packed: c[m,n] = a[m,k] · Bᵀ-packed, on threads threads.
-// Returns 1 (nothing written) when the matmul picked for this m wants
-// another layout than the packed one.
-static int dnnl_mm_packed(int bf16, long m, long n, long k, const void *a, long lda,
-		const dnnl_packed *pk, float *c, long ldc, int threads) {
-	if (!dnnl_eng) return -2;
-	if (p_omp_set_num_threads) p_omp_set_num_threads(threads);
-	dnnl_data_type_t t = bf16 ? dnnl_bf16 : dnnl_f32;
-	dnnl_dims_t bd = {k, n};
-	dnnl_memory_desc_t any, amd, cmd;
-	dnnl_status_t s;
-	dnnl_primitive_desc_t pd = NULL;
-	if ((s = p_dnnl_memory_desc_init_by_tag(&any, 2, bd, t, dnnl_format_tag_any))) return s;
-	if ((s = matmul_pd(&pd, t, m, n, k, &any, &amd, &cmd, lda, ldc, NULL))) return s;
-	if (p_dnnl_memory_desc_equal(p_dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), &pk->md)) {
-		s = exec_matmul(pd, &amd, a, &pk->md, pk->data, &cmd, c);
-	} else {
-		s = 1;
-	}
-	p_dnnl_primitive_desc_destroy(pd);
-	return s;
-}
-#else
-typedef struct { size_t bytes; } dnnl_packed;
-static dnnl_packed *dnnl_pack(int bf16, long n, long k, const void *w, long ldw, int threads, int *status) { *status = -1; return NULL; }
-static void dnnl_packed_free(dnnl_packed *pk) {}
-static int dnnl_mm_packed(int bf16, long m, long n, long k, const void *a, long lda,
-		const dnnl_packed *pk, float *c, long ldc, int threads) { return -1; }
-static int dnnl_open(void) {
-	snprintf(dnnl_why, sizeof dnnl_why, "built without oneDNN 2 headers (Debian: libdnnl-dev)");
-	return -1;
-}
-static int dnnl_isa(void) { return 0; }
-static void dnnl_describe(char *buf, int n) { snprintf(buf, n, "oneDNN (absent)"); }
-static int dnnl_mm(int bf16, int bt, long m, long n, long k, float alpha,
-		const void *a, long lda, const void *b, long ldb, float *c, long ldc,
-		char *impl, int implLen, int threads) { return -1; }
-#endif
-
-// f32_to_bf16: dst (rows × cols, dense) = src (row stride lds) rounded to
-// the nearest BF16, ties to even; NaN stays NaN. Scalar: the compiler
-// vectorises it, and it is a small pass beside the product it feeds.
-static void f32_to_bf16(uint16_t *dst, const float *src, long rows, long cols, long lds) {
-	for (long i = 0; i < rows; i++) {
-		const uint32_t *s = (const uint32_t *)(src + i * lds);
-		uint16_t *d = dst + i * cols;
-		for (long j = 0; j < cols; j++) {
-			uint32_t u = s[j];
-			if ((u & 0x7fffffffu) > 0x7f800000u) {
-				d[j] = (uint16_t)((u >> 16) | 0x40);
-			} else {
-				d[j] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
-			}
-		}
-	}
-}
+#include "kernels.h"
 */
 import "C"
 
@@ -300,12 +22,12 @@ const (
 // dnnlOpen loads oneDNN (libdnnl.so.2, through dlopen) and reports its
 // version and effective ISA, or why it cannot be used.
 func dnnlOpen() (version string, isa int, err error) {
-	if C.dnnl_open() != 0 {
-		return "", 0, fmt.Errorf("oneDNN: %s", C.GoString(C.dnnl_reason()))
+	if C.dlmc_dnnl_open() != 0 {
+		return "", 0, fmt.Errorf("oneDNN: %s", C.GoString(C.dlmc_dnnl_reason()))
 	}
 	var buf [64]C.char
-	C.dnnl_describe(&buf[0], C.int(len(buf)))
-	return C.GoString(&buf[0]), int(C.dnnl_isa()), nil
+	C.dlmc_dnnl_describe(&buf[0], C.int(len(buf)))
+	return C.GoString(&buf[0]), int(C.dlmc_dnnl_isa()), nil
 }
 
 // dnnlMatMul computes c[m,n] = alpha·a·B on oneDNN's matmul primitive,
@@ -324,7 +46,7 @@ func dnnlMatMulThreads(bf16, bt bool, m, n, k int, alpha float32, a unsafe.Point
 	if impl {
 		ip = &buf[0]
 	}
-	s := C.dnnl_mm(cbool(bf16), cbool(bt), C.long(m), C.long(n), C.long(k), C.float(alpha),
+	s := C.dlmc_dnnl_mm(cbool(bf16), cbool(bt), C.long(m), C.long(n), C.long(k), C.float(alpha),
 		a, C.long(lda), b, C.long(ldb), (*C.float)(unsafe.Pointer(&c[0])), C.long(ldc), ip, C.int(len(buf)), C.int(threads))
 	if s == -2 {
 		return "", errors.New("oneDNN matmul: oneDNN is not loaded")
@@ -348,14 +70,14 @@ func toBF16(dst []uint16, src []float32, rows, cols, lds int) {
 	if len(dst) < rows*cols {
 		panic("cpu: toBF16: dst too short")
 	}
-	C.f32_to_bf16((*C.uint16_t)(unsafe.Pointer(&dst[0])), (*C.float)(unsafe.Pointer(&src[0])), C.long(rows), C.long(cols), C.long(lds))
+	C.dlmc_f32_to_bf16((*C.uint16_t)(unsafe.Pointer(&dst[0])), (*C.float)(unsafe.Pointer(&src[0])), C.long(rows), C.long(cols), C.long(lds))
 }
 
 // packedWeight is a weight reordered once, at load, into oneDNN's blocked
 // layout for its matmul (Options.PackWeights), in a 2 MB-page mapping of
 // its own, freed when the weight's Tensor is collected.
 type packedWeight struct {
-	p     *C.dnnl_packed
+	p     *C.dlmc_dnnl_packed
 	bf16  bool
 	bytes int
 }
@@ -365,15 +87,15 @@ type packedWeight struct {
 // w's own.
 func dnnlPack(bf16 bool, n, k int, w unsafe.Pointer, ldw, threads int) (*packedWeight, error) {
 	var st C.int
-	p := C.dnnl_pack(cbool(bf16), C.long(n), C.long(k), w, C.long(ldw), C.int(threads), &st)
+	p := C.dlmc_dnnl_pack(cbool(bf16), C.long(n), C.long(k), w, C.long(ldw), C.int(threads), &st)
 	switch {
 	case st == 1:
 		return nil, nil
 	case p == nil:
 		return nil, fmt.Errorf("oneDNN: packing a [%d, %d] weight: status %d", n, k, int(st))
 	}
-	pw := &packedWeight{p: p, bf16: bf16, bytes: int(p.bytes)}
-	runtime.SetFinalizer(pw, func(pw *packedWeight) { C.dnnl_packed_free(pw.p) })
+	pw := &packedWeight{p: p, bf16: bf16, bytes: int(C.dlmc_dnnl_packed_bytes(p))}
+	runtime.SetFinalizer(pw, func(pw *packedWeight) { C.dlmc_dnnl_packed_free(pw.p) })
 	return pw, nil
 }
 
@@ -381,7 +103,7 @@ func dnnlPack(bf16 bool, n, k int, w unsafe.Pointer, ldw, threads int) (*packedW
 // bits when the weight is BF16). It reports false, having written
 // nothing, when the matmul oneDNN picks for m rows wants another layout.
 func (pw *packedWeight) matMul(m, n, k int, a unsafe.Pointer, lda int, c []float32, ldc, threads int) (bool, error) {
-	s := C.dnnl_mm_packed(cbool(pw.bf16), C.long(m), C.long(n), C.long(k), a, C.long(lda), pw.p,
+	s := C.dlmc_dnnl_mm_packed(cbool(pw.bf16), C.long(m), C.long(n), C.long(k), a, C.long(lda), pw.p,
 		(*C.float)(unsafe.Pointer(&c[0])), C.long(ldc), C.int(threads))
 	runtime.KeepAlive(pw)
 	switch s {

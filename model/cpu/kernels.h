@@ -1,0 +1,130 @@
+// kernels.h: every C function and type of the CPU backend that its Go
+// files bind (they include this header and nothing else of the package's
+// C). The C lives beside it by purpose:
+//
+//	vec.c     the machine's ISA; exp, softmax, SiLU·up, BF16 ↔ F32 rows
+//	rowops.c  RMSNorm, RoPE and the residual add over ranges of rows
+//	attn.c    the panel kernel (products with small-k weights) and the
+//	          fused attention kernels (AVX2+FMA, AVX-512F)
+//	team.c    the thread team and the fused jobs that run on it
+//	onednn.c  the oneDNN shim (dlopen'd at run time; a stub without headers)
+//	blas.c    OpenBLAS's sgemm, row-major
+//	peak.c    the peak-FLOP probes
+//
+// simd.h holds the vector helpers vec.c and attn.c share. Each vector
+// kernel is compiled for its ISA by a target attribute; the Go side picks
+// one at run time (an int simd / avx2 argument) from dlmc_have_*.
+#ifndef DLMCACHE_CPU_KERNELS_H
+#define DLMCACHE_CPU_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+// vec.c: what this machine runs (0 or 1).
+int dlmc_have_avx2(void);       // AVX2 and FMA
+int dlmc_have_avx512(void);     // AVX-512F
+int dlmc_have_avx512bf16(void); // AVX-512F and AVX512-BF16
+
+// vec.c: each row of the m×n matrix s (contiguous) becomes e^(s−max) in
+// place, inv[i] = 1/Σ of row i; simd picks the AVX2 loop.
+void dlmc_softmax_rows(int simd, float *s, int m, int n, float *inv);
+// dst[j] = g[j]/(1+e^(−g[j]))·u[j]; dst may be g.
+void dlmc_silu_mul(int simd, float *dst, const float *g, const float *u, int n);
+// dst[j] = e^x[j] on the vector path softmax and SiLU use (simd), else the
+// scalar one.
+void dlmc_exp_many(int simd, float *dst, const float *x, int n);
+// dst (rows × cols, dense) = the bfloat16s src (rows stride apart), exactly.
+void dlmc_bf16_rows(int simd, float *dst, const uint16_t *src, long rows, long cols, long stride);
+// dst (rows × cols, dense) = src (row stride lds) rounded to the nearest
+// BF16, ties to even; NaN stays NaN.
+void dlmc_f32_to_bf16(uint16_t *dst, const float *src, long rows, long cols, long lds);
+
+// rowops.c: RMSNorm of rows of x (stride ldx) by the weight w into dst.
+void dlmc_rms_norm_rows(int simd, float *dst, long ldd, const float *x, long ldx, const float *w,
+	int rows, int cols, float eps);
+// RoPE of one row's heads by the angles cs (hd/2 cosines, then hd/2 sines).
+void dlmc_rope_row(int simd, float *row, int heads, int hd, const float *cs);
+// RoPE of the rows whose position p has 0 ≤ p < npos, by cs + p·hd; the
+// other rows are left to the caller.
+void dlmc_rope_rows(int simd, float *x, long ldx, int rows, int heads, int hd, const int32_t *pos,
+	const float *cs, int npos);
+// dst += x over rows × cols.
+void dlmc_add_rows(int simd, float *dst, long ldd, const float *x, long ldx, int rows, int cols);
+
+// attn.c: the panel kernel. dlmc_panel_pack lays out the weight w [n × k]
+// (row stride ldw) as ⌈n/16⌉ panels of 16 rows, k-major, zero-padded;
+// dlmc_panel_gemm computes c[m × n] = a[m × k]·wᵀ from them (AVX2+FMA).
+void dlmc_panel_pack(const float *w, long ldw, int n, int k, float *p);
+void dlmc_panel_gemm(int m, int n, int k, const float *a, long lda, const float *p, float *c, long ldc);
+// attn.c: the fused attention of one head. dlmc_attn_pack lays out one kv
+// head (kᵀ into kt, v into vp) for the kernel avx2 picks (1: AVX2, 0:
+// AVX-512); dlmc_attn_scratch is the floats of scratch dlmc_attn_rows
+// needs; dlmc_attn_rows computes o = softmax(scale·q·kᵀ)·v for m query rows.
+void dlmc_attn_pack(int avx2, int nk, int hd, const float *k, long ldk, const float *v, long ldv,
+	float *kt, long ldt, float *vp);
+long dlmc_attn_scratch(int avx2, long ldt, int hd);
+void dlmc_attn_rows(int avx2, int m, int nk, int hd, float scale, const float *q, long ldq,
+	const float *kt, long ldt, const float *v, long ldv, float *o, long ldo, float *s);
+
+// team.c: the fused layer halves and products, run on the thread team in
+// tasks of DLMC_FUSED_ROWS rows; workers counts the caller's thread.
+#define DLMC_FUSED_ROWS 48
+void dlmc_panel_matmul(int workers, int m, int n, int k, const float *a, long lda, const float *p, float *c, long ldc);
+void dlmc_attn_input(int workers, int rows, int d, int nq, int nk, int nv, int hd, int simd, float eps,
+	const float *x, long ldx, const float *norm, const float *pq, const float *pk, const float *pv,
+	float *q, long ldq, float *k, long ldk, float *v, long ldv, const int32_t *pos, const float *cs, int npos);
+void dlmc_block_output(int workers, int rows, int d, int na, int h, int simd, int vsimd, float eps,
+	float *x, long ldx, const float *att, long lda, const float *norm,
+	const float *po, const float *pg, const float *pu, const float *pd);
+
+// A part of dlmc_attn_parts' job: the kv heads [g0, g0 + kvn) of one
+// attention (one request's) and their query heads, with the layouts'
+// buffers kt and vp.
+typedef struct {
+	const float *q, *k, *v;
+	float *o, *kt, *vp;
+	long ldq, ldk, ldv, ldo, ldt;
+	int nq, nk, g0, kvn, blocks, block;
+	int pack0, row0; // the part's first layout task, its first row task
+} dlmc_attn_part;
+
+// dlmc_attn_parts runs the parts (their pack0 and row0 set) as one job; ldt
+// is the largest of their ldt.
+void dlmc_attn_parts(int workers, int avx2, int hd, int group, float scale, const dlmc_attn_part *parts,
+	int nparts, long ldt);
+
+// onednn.c: oneDNN 2, loaded with dlopen (0 on success, else -1 and
+// dlmc_dnnl_reason says why).
+int dlmc_dnnl_open(void);
+const char *dlmc_dnnl_reason(void);
+int dlmc_dnnl_isa(void); // dnnl_cpu_isa_t
+void dlmc_dnnl_describe(char *buf, int n);
+// c[m,n] = alpha · a[m,k] · B, B = b[n,k]ᵀ (bt) or b[k,n]; a, b F32 or BF16
+// (bf16), c F32; a dnnl_status_t (-2: not loaded, -1: built without oneDNN).
+int dlmc_dnnl_mm(int bf16, int bt, long m, long n, long k, float alpha,
+	const void *a, long lda, const void *b, long ldb, float *c, long ldc,
+	char *impl, int implLen, int threads);
+// A weight reordered once into the layout oneDNN's matmul picks for it.
+typedef struct dlmc_dnnl_packed dlmc_dnnl_packed;
+dlmc_dnnl_packed *dlmc_dnnl_pack(int bf16, long n, long k, const void *w, long ldw, int threads, int *status);
+size_t dlmc_dnnl_packed_bytes(const dlmc_dnnl_packed *pk);
+void dlmc_dnnl_packed_free(dlmc_dnnl_packed *pk);
+// c[m,n] = a[m,k] · the packed weight ᵀ; 1 (nothing written) when the
+// matmul for this m wants another layout.
+int dlmc_dnnl_mm_packed(int bf16, long m, long n, long k, const void *a, long lda,
+	const dlmc_dnnl_packed *pk, float *c, long ldc, int threads);
+
+// blas.c: C[m,n] = alpha·A[m,k]·B[n,k]ᵀ + beta·C (nt) or ·B[k,n] (nn),
+// row-major with leading dimensions, on OpenBLAS.
+void dlmc_sgemm_nt(int m, int n, int k, float alpha, const float *a, int lda, const float *b, int ldb,
+	float beta, float *c, int ldc);
+void dlmc_sgemm_nn(int m, int n, int k, float alpha, const float *a, int lda, const float *b, int ldb,
+	float beta, float *c, int ldc);
+
+// peak.c: iters rounds of independent FMA chains (8 wide, 16 wide) or
+// vdpbf16ps chains; the sum returned keeps the work from being dropped.
+float dlmc_peak_f32_fma(long iters);
+float dlmc_peak_f32_fma512(long iters);
+float dlmc_peak_bf16_dp(long iters);
+
+#endif

@@ -1,0 +1,65 @@
+// simd.h: the constants and vector helpers vec.c and attn.c share; not
+// part of what the Go side binds (kernels.h is).
+#ifndef DLMCACHE_CPU_SIMD_H
+#define DLMCACHE_CPU_SIMD_H
+
+// Cephes expf: x = n·ln2 + r, |r| ≤ ln2/2, e^r by a polynomial, scaled by
+// 2ⁿ through the exponent bits. About 1 ulp; below the smallest normal
+// float32 the result is 0, above ln(2¹²⁷·1.5) it is +Inf; NaN propagates.
+#define EXP_HI 88.3762626647949f
+#define EXP_LO -87.3365447505531f
+#define LOG2E 1.44269504088896341f
+#define C1 0.693359375f
+#define C2 -2.12194440e-4f
+#define P0 1.9875691500e-4f
+#define P1 1.3981999507e-3f
+#define P2 8.3334519073e-3f
+#define P3 4.1665795894e-2f
+#define P4 1.6666665459e-1f
+#define P5 5.0000001201e-1f
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+__attribute__((target("avx2,fma")))
+static inline float hsum256(__m256 v) {
+	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+	s = _mm_add_ss(s, _mm_movehdup_ps(s));
+	return _mm_cvtss_f32(s);
+}
+
+__attribute__((target("avx2,fma")))
+static inline float hmax256(__m256 v) {
+	__m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+	s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+	s = _mm_max_ss(s, _mm_movehdup_ps(s));
+	return _mm_cvtss_f32(s);
+}
+
+// exp2_le0 is 2^x for the softmax's x = s − max ≤ 0 (scores scaled by
+// log₂e, so e^(s − max) in the natural units): x = n + r, |r| ≤ ½, 2^r by
+// Cephes' exp2f polynomial (within 8·10⁻⁸ relative of 2^x on [−126, 0]),
+// n to nearest by adding 1.5·2²³ + 127 (the sum's last mantissa bits are
+// then n + 127, shifted into the exponent as they are). Below −126 it
+// gives 2⁻¹²⁶ ≈ 1.2·10⁻³⁸, nothing beside a sum ≥ 1; a NaN passes
+// through. Five operations fewer than exp256: no log₂e product, no
+// two-part ln 2 reduction, no floor and conversion.
+#define EXP2_SHIFT 12583039.0f // 1.5·2²³ + 127
+__attribute__((target("avx2,fma")))
+static inline __m256 exp2_le0(__m256 x) {
+	__m256 xc = _mm256_max_ps(_mm256_set1_ps(-126.0f), x);
+	__m256 t = _mm256_add_ps(xc, _mm256_set1_ps(EXP2_SHIFT));
+	__m256 r = _mm256_sub_ps(xc, _mm256_sub_ps(t, _mm256_set1_ps(EXP2_SHIFT)));
+	__m256 p = _mm256_set1_ps(1.535336188319500e-4f);
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.339887440266574e-3f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(9.618437357674640e-3f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.550332471162809e-2f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(2.402264791363012e-1f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(6.931472028550421e-1f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+	return _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(t), 23)));
+}
+#endif
+
+#endif

@@ -1,0 +1,228 @@
+// vec.c: the machine's ISA, and the element-wise kernels over rows: e^x,
+// softmax, SiLU·up, and BF16 ↔ F32. Each in plain C and, where it pays,
+// AVX2+FMA (a target attribute: the file builds for any x86-64, the Go
+// side picks the path from dlmc_have_avx2).
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "simd.h"
+
+static inline float exp_scalar(float x) {
+	if (x != x) return x;
+	if (x > EXP_HI) return INFINITY;
+	if (x < EXP_LO) return 0.0f;
+	float fx = floorf(x * LOG2E + 0.5f);
+	float r = x - fx * C1;
+	r = r - fx * C2;
+	float z = r * r;
+	float p = P0;
+	p = p * r + P1;
+	p = p * r + P2;
+	p = p * r + P3;
+	p = p * r + P4;
+	p = p * r + P5;
+	p = p * z + r + 1.0f;
+	uint32_t bits = (uint32_t)((int32_t)fx + 127) << 23;
+	float scale;
+	memcpy(&scale, &bits, 4);
+	return p * scale;
+}
+
+static void softmax_rows_generic(float *s, int m, int n, float *inv) {
+	for (int i = 0; i < m; i++) {
+		float *row = s + (long)i * n;
+		float mx = row[0];
+		for (int j = 1; j < n; j++) if (row[j] > mx) mx = row[j];
+		double sum = 0;
+		for (int j = 0; j < n; j++) { float e = exp_scalar(row[j] - mx); row[j] = e; sum += e; }
+		inv[i] = (float)(1.0 / sum);
+	}
+}
+
+static void silu_mul_generic(float *dst, const float *g, const float *u, int n) {
+	for (int j = 0; j < n; j++) {
+		float v = g[j];
+		dst[j] = v / (1.0f + exp_scalar(-v)) * u[j];
+	}
+}
+
+#if defined(__x86_64__)
+int dlmc_have_avx512(void) {
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx512f");
+}
+
+int dlmc_have_avx2(void) {
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+int dlmc_have_avx512bf16(void) {
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+}
+
+__attribute__((target("avx2,fma")))
+static inline __m256 exp256(__m256 x) {
+	const __m256 hi = _mm256_set1_ps(EXP_HI), lo = _mm256_set1_ps(EXP_LO);
+	// min/max with x second: a NaN x passes through to the result.
+	__m256 xc = _mm256_max_ps(lo, _mm256_min_ps(hi, x));
+	__m256 fx = _mm256_floor_ps(_mm256_fmadd_ps(xc, _mm256_set1_ps(LOG2E), _mm256_set1_ps(0.5f)));
+	__m256 r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(C1), xc);
+	r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(C2), r);
+	__m256 z = _mm256_mul_ps(r, r);
+	__m256 p = _mm256_set1_ps(P0);
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P1));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P2));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P3));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P4));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P5));
+	p = _mm256_fmadd_ps(p, z, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+	__m256i n = _mm256_cvttps_epi32(fx);
+	n = _mm256_slli_epi32(_mm256_add_epi32(n, _mm256_set1_epi32(127)), 23);
+	__m256 y = _mm256_mul_ps(p, _mm256_castsi256_ps(n));
+	y = _mm256_blendv_ps(y, _mm256_setzero_ps(), _mm256_cmp_ps(x, lo, _CMP_LT_OQ));
+	y = _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(x, hi, _CMP_GT_OQ));
+	return y;
+}
+
+__attribute__((target("avx2,fma")))
+static void softmax_rows_avx2(float *s, int m, int n, float *inv) {
+	for (int i = 0; i < m; i++) {
+		float *row = s + (long)i * n;
+		int j = 0;
+		float mx = row[0];
+		if (n >= 8) {
+			__m256 vm = _mm256_loadu_ps(row);
+			for (j = 8; j + 8 <= n; j += 8) vm = _mm256_max_ps(vm, _mm256_loadu_ps(row + j));
+			mx = hmax256(vm);
+		}
+		for (; j < n; j++) if (row[j] > mx) mx = row[j];
+		// Eight float32 partial sums per register, spilled to double
+		// every 64 elements so long rows keep float64-like accuracy.
+		__m256 vmx = _mm256_set1_ps(mx);
+		double sum = 0;
+		j = 0;
+		while (j + 8 <= n) {
+			__m256 acc = _mm256_setzero_ps();
+			int end = j + 64 <= n ? j + 64 : n - (n - j) % 8;
+			for (; j < end; j += 8) {
+				__m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(row + j), vmx));
+				_mm256_storeu_ps(row + j, e);
+				acc = _mm256_add_ps(acc, e);
+			}
+			sum += hsum256(acc);
+		}
+		for (; j < n; j++) { float e = exp_scalar(row[j] - mx); row[j] = e; sum += e; }
+		inv[i] = (float)(1.0 / sum);
+	}
+}
+
+// exp2_256 is exp2_le0 over [−126, 127] (x clamped to it: 2^x then lies
+// in [2⁻¹²⁶, 2¹²⁷]); a NaN passes through. SiLU's e^−v as 2^(−v·log₂e):
+// v / (1 + e^−v) at either end is within float32 rounding of what an
+// unclamped e^x gives, ±Inf and NaN aside.
+__attribute__((target("avx2,fma")))
+static inline __m256 exp2_256(__m256 x) {
+	return exp2_le0(_mm256_min_ps(_mm256_set1_ps(127.0f), x));
+}
+
+__attribute__((target("avx2,fma")))
+static void silu_mul_avx2(float *dst, const float *g, const float *u, int n) {
+	int j = 0;
+	const __m256 one = _mm256_set1_ps(1.0f), nl2e = _mm256_set1_ps(-LOG2E);
+	for (; j + 8 <= n; j += 8) {
+		__m256 v = _mm256_loadu_ps(g + j);
+		__m256 e = exp2_256(_mm256_mul_ps(v, nl2e));
+		__m256 y = _mm256_div_ps(v, _mm256_add_ps(one, e));
+		_mm256_storeu_ps(dst + j, _mm256_mul_ps(y, _mm256_loadu_ps(u + j)));
+	}
+	silu_mul_generic(dst + j, g + j, u + j, n - j);
+}
+
+__attribute__((target("avx2,fma")))
+static void exp_store8(float *dst, const float *x) {
+	_mm256_storeu_ps(dst, exp256(_mm256_loadu_ps(x)));
+}
+
+// bf16_rows_avx2 converts rows × cols bfloat16s (rows stride apart) to
+// a contiguous float32 matrix: zero-extend 8 at a time, shift left 16.
+__attribute__((target("avx2")))
+static void bf16_rows_avx2(float *dst, const uint16_t *src, long rows, long cols, long stride) {
+	for (long i = 0; i < rows; i++, dst += cols, src += stride) {
+		long j = 0;
+		for (; j + 16 <= cols; j += 16) {
+			__m256i a = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src + j)));
+			__m256i b = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src + j + 8)));
+			_mm256_storeu_si256((__m256i *)(dst + j), _mm256_slli_epi32(a, 16));
+			_mm256_storeu_si256((__m256i *)(dst + j + 8), _mm256_slli_epi32(b, 16));
+		}
+		for (; j < cols; j++) {
+			uint32_t u = (uint32_t)src[j] << 16;
+			memcpy(dst + j, &u, 4);
+		}
+	}
+}
+#else
+int dlmc_have_avx512(void) { return 0; }
+int dlmc_have_avx2(void) { return 0; }
+int dlmc_have_avx512bf16(void) { return 0; }
+static void bf16_rows_avx2(float *dst, const uint16_t *src, long rows, long cols, long stride) {
+	(void)dst, (void)src, (void)rows, (void)cols, (void)stride;
+}
+static void softmax_rows_avx2(float *s, int m, int n, float *inv) { softmax_rows_generic(s, m, n, inv); }
+static void silu_mul_avx2(float *dst, const float *g, const float *u, int n) { silu_mul_generic(dst, g, u, n); }
+#endif
+
+void dlmc_bf16_rows(int simd, float *dst, const uint16_t *src, long rows, long cols, long stride) {
+	if (simd) {
+		bf16_rows_avx2(dst, src, rows, cols, stride);
+		return;
+	}
+	for (long i = 0; i < rows; i++, dst += cols, src += stride)
+		for (long j = 0; j < cols; j++) {
+			uint32_t u = (uint32_t)src[j] << 16;
+			memcpy(dst + j, &u, 4);
+		}
+}
+
+void dlmc_softmax_rows(int simd, float *s, int m, int n, float *inv) {
+	if (simd) softmax_rows_avx2(s, m, n, inv); else softmax_rows_generic(s, m, n, inv);
+}
+
+void dlmc_silu_mul(int simd, float *dst, const float *g, const float *u, int n) {
+	if (simd) silu_mul_avx2(dst, g, u, n); else silu_mul_generic(dst, g, u, n);
+}
+
+void dlmc_exp_many(int simd, float *dst, const float *x, int n) {
+	int j = 0;
+#if defined(__x86_64__)
+	if (simd) {
+		// Through the same vector path softmax and SiLU use.
+		for (; j + 8 <= n; j += 8) exp_store8(dst + j, x + j);
+	}
+#else
+	(void)simd;
+#endif
+	for (; j < n; j++) dst[j] = exp_scalar(x[j]);
+}
+
+// dlmc_f32_to_bf16: dst (rows × cols, dense) = src (row stride lds) rounded to
+// the nearest BF16, ties to even; NaN stays NaN. Scalar: the compiler
+// vectorises it, and it is a small pass beside the product it feeds.
+void dlmc_f32_to_bf16(uint16_t *dst, const float *src, long rows, long cols, long lds) {
+	for (long i = 0; i < rows; i++) {
+		const uint32_t *s = (const uint32_t *)(src + i * lds);
+		uint16_t *d = dst + i * cols;
+		for (long j = 0; j < cols; j++) {
+			uint32_t u = s[j];
+			if ((u & 0x7fffffffu) > 0x7f800000u) {
+				d[j] = (uint16_t)((u >> 16) | 0x40);
+			} else {
+				d[j] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+			}
+		}
+	}
+}
