@@ -213,6 +213,10 @@ type apiError struct {
 	Type    string  `json:"type"`
 	Param   *string `json:"param"`
 	Code    *string `json:"code"`
+
+	// cancelled, when the request was cancelled, is why
+	// (dlmcache_requests_cancelled_total's reason).
+	cancelled string
 }
 
 func (e *apiError) Error() string { return e.Message }

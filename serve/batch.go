@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"context"
 	"fmt"
 	"sync"
 
@@ -55,15 +56,24 @@ func (b *batcher) close() {
 // session is one generation's door into the batcher.
 type session struct {
 	b      *batcher
-	joined bool
+	ctx    context.Context
+	joined bool // under b.mu
 }
 
-// session joins a new generation.
-func (b *batcher) session() *session {
+// session joins a new generation, which leaves the batch when it ends or
+// as soon as ctx is done: the others stop waiting for its forwards then,
+// and its own generation stops at the next step boundary (its forwards
+// fail from then on).
+func (b *batcher) session(ctx context.Context) (*session, func()) {
 	b.mu.Lock()
 	b.active++
 	b.mu.Unlock()
-	return &session{b: b, joined: true}
+	s := &session{b: b, ctx: ctx, joined: true}
+	stop := context.AfterFunc(ctx, s.end)
+	return s, func() {
+		stop()
+		s.end()
+	}
 }
 
 // Forward is a model.Forwarder: it queues the forward and waits for the
@@ -72,6 +82,10 @@ func (s *session) Forward(in model.Input, plan model.Plan) (*model.Output, error
 	j := &fwdJob{in: in, plan: plan, done: make(chan struct{})}
 	b := s.b
 	b.mu.Lock()
+	if !s.joined {
+		b.mu.Unlock()
+		return nil, fmt.Errorf("the generation left the batch: %w", context.Cause(s.ctx))
+	}
 	b.pending = append(b.pending, j)
 	b.cond.Broadcast()
 	b.mu.Unlock()
@@ -81,15 +95,15 @@ func (s *session) Forward(in model.Input, plan model.Plan) (*model.Output, error
 
 // end leaves the batch; the others no longer wait for this generation.
 func (s *session) end() {
+	b := s.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if !s.joined {
 		return
 	}
 	s.joined = false
-	b := s.b
-	b.mu.Lock()
 	b.active--
 	b.cond.Broadcast()
-	b.mu.Unlock()
 }
 
 func (b *batcher) loop() {
@@ -166,13 +180,13 @@ func recovered(f func() error) (err error) {
 
 // batched routes a generation's forwards through the batcher (when the
 // server batches); leave must be called when the generation ends.
-func (s *Server) batched(o model.GenOptions) (model.GenOptions, func()) {
+func (s *Server) batched(ctx context.Context, o model.GenOptions) (model.GenOptions, func()) {
 	if s.batch == nil {
 		return o, func() {}
 	}
-	sess := s.batch.session()
+	sess, leave := s.batch.session(ctx)
 	o.Forward = sess.Forward
-	return o, sess.end
+	return o, leave
 }
 
 // MaxConcurrency is how many generations run at once (after defaults).

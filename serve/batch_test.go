@@ -1,7 +1,9 @@
 package serve
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -9,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/model"
@@ -41,7 +44,7 @@ func TestBatcherSurvivesAPanic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	good, bad := b.session(), b.session()
+	good, bad := join(b), join(b)
 	var wg sync.WaitGroup
 	var goodErr, badErr error
 	var out *model.Output
@@ -55,7 +58,7 @@ func TestBatcherSurvivesAPanic(t *testing.T) {
 	if badErr == nil || !strings.Contains(badErr.Error(), "plan bug") {
 		t.Errorf("the panicking generation: err %v, want one naming the panic", badErr)
 	}
-	again := b.session()
+	again := join(b)
 	defer again.end()
 	if _, err := again.Forward(in, nil); err != nil {
 		t.Errorf("after the panic: %v", err)
@@ -78,7 +81,7 @@ func TestBatcherWaitsForEveryGeneration(t *testing.T) {
 	const n = 4
 	sess := make([]*session, n)
 	for i := range sess {
-		sess[i] = b.session()
+		sess[i] = join(b)
 	}
 	// Session i runs i+1 forwards: batches of 4, 3, 2, 1.
 	var wg sync.WaitGroup
@@ -239,4 +242,43 @@ func chatFrom(t *testing.T, i int, h http.Handler, body string) *chatResponse {
 		return nil
 	}
 	return &r
+}
+
+// join joins a session with no deadline (its end leaves).
+func join(b *batcher) *session {
+	s, _ := b.session(context.Background())
+	return s
+}
+
+// TestBatcherDropsCancelledSession: a generation whose request is
+// cancelled while it is not at a forward (its goroutine busy or blocked
+// elsewhere) leaves the batch at once: the others' forwards run without
+// waiting for it, and its own next forward fails with the cause.
+func TestBatcherDropsCancelledSession(t *testing.T) {
+	m := loadTiny(t)
+	b := newBatcher(m.LLaDA, 8, nil)
+	defer b.close()
+	in := model.Input{Tokens: []int32{1, 2, 3, 4, 5}, LogitRows: []int32{4}}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	stuck, leaveStuck := b.session(ctx)
+	defer leaveStuck()
+	other := join(b)
+	defer other.end()
+	done := make(chan error, 1)
+	go func() { _, err := other.Forward(in, nil); done <- err }()
+	// The other's forward waits for the stuck session's, until the stuck
+	// one's request is cancelled.
+	select {
+	case err := <-done:
+		t.Fatalf("the forward ran before the stuck session left the batch: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	cause := errors.New("client_gone")
+	cancel(cause)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stuck.Forward(in, nil); !errors.Is(err, cause) {
+		t.Errorf("the cancelled session's forward: %v, want its cause", err)
+	}
 }

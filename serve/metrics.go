@@ -27,10 +27,12 @@ type metrics struct {
 	latency     *prometheus.HistogramVec // endpoint
 	unrouted    *prometheus.CounterVec   // code: 404 and 405
 	inFlight    prometheus.Gauge
+	inFlightN   atomic.Int64 // inFlight, readable
 	queued      prometheus.Gauge
 	queuedN     atomic.Int64 // queued, readable by tests
 	running     prometheus.Gauge
 	rejected    *prometheus.CounterVec // reason
+	cancelled   *prometheus.CounterVec // reason
 	queueWait   prometheus.Histogram
 	depths      *prometheus.CounterVec // depth
 	clamped     prometheus.Counter
@@ -92,6 +94,10 @@ func newMetrics(method string, be backend.Backend, store func() cache.Stats, now
 	m.rejected = f.NewCounterVec(prometheus.CounterOpts{Name: "dlmcache_requests_rejected_total", Help: "Requests refused by the admission bounds, by reason."}, []string{"reason"})
 	m.rejected.WithLabelValues("queue_full")
 	m.rejected.WithLabelValues("queue_timeout")
+	m.cancelled = f.NewCounterVec(prometheus.CounterOpts{Name: "dlmcache_requests_cancelled_total", Help: "Completion requests cancelled before their response was complete, by reason: slow_reader (a stream's unread output passed --stream-buffer-bytes), write_timeout (the client accepted no bytes for --write-timeout), client_closed, timeout (--timeout), shutdown (still running after --grace)."}, []string{"reason"})
+	for _, r := range []string{"slow_reader", "write_timeout", "client_closed", "timeout", "shutdown"} {
+		m.cancelled.WithLabelValues(r)
+	}
 	m.queueWait = f.NewHistogram(prometheus.HistogramOpts{Name: "dlmcache_queue_wait_seconds", Help: "Time a generation waited for a slot.", Buckets: latencyBuckets})
 	m.depths = f.NewCounterVec(prometheus.CounterOpts{Name: "dlmcache_depth_requests_total", Help: "Generations by the number of leading layers whose prefix K/V came from the store."}, []string{"depth"})
 	m.clamped = counter("dlmcache_ratio_clamped_total", "Generations whose shared-prefix ratio lay outside the table's profiled bins (depth of the nearest bin used).")
@@ -162,6 +168,8 @@ func (m *metrics) request(endpoint string, code int, d time.Duration) {
 }
 
 func (m *metrics) reject(reason string) { m.rejected.WithLabelValues(reason).Inc() }
+
+func (m *metrics) cancel(reason string) { m.cancelled.WithLabelValues(reason).Inc() }
 
 func (m *metrics) setQueued(d int64) {
 	m.queuedN.Add(d)

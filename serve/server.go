@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -49,8 +50,21 @@ type Config struct {
 	// Timeout bounds one request, queueing included (default 5 minutes);
 	// past it the request gets 504.
 	Timeout time.Duration
+	// ReadHeaderTimeout bounds reading a request's header (default 10 s),
+	// ReadTimeout its header and body (default 30 s), IdleTimeout how
+	// long a keep-alive connection may wait for its next request
+	// (default 2 min).
+	ReadHeaderTimeout, ReadTimeout, IdleTimeout time.Duration
 	// MaxBodyBytes bounds a request body (default 1 MiB); past it 413.
 	MaxBodyBytes int64
+	// StreamBufferBytes bounds a streamed response's output waiting for
+	// its client (default 1 MiB); past it the request is cancelled
+	// (slow_reader; output.go).
+	StreamBufferBytes int
+	// WriteTimeout bounds one write to a client that makes no progress
+	// (default 30 s); past it the response is cut and the request
+	// cancelled (write_timeout).
+	WriteTimeout time.Duration
 	// MaxContext bounds prompt + gen length in tokens (default: the model's
 	// max_sequence_length, or unbounded when it has none).
 	MaxContext int
@@ -87,8 +101,12 @@ type Server struct {
 	met     *metrics
 	logMu   sync.Mutex
 	closing atomic.Bool
-	warned  sync.Map // table regimes warned about (lut.Regime → true)
-	batch   *batcher // nil: each generation runs its own forwards
+	// base ends (cause errShutdown) when a shutdown's grace period is
+	// over: the requests still running are cancelled and answered 503.
+	base     context.Context
+	shutdown context.CancelCauseFunc
+	warned   sync.Map // table regimes warned about (lut.Regime → true)
+	batch    *batcher // nil: each generation runs its own forwards
 }
 
 // New checks cfg and returns a Server.
@@ -136,6 +154,15 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 1 << 20
 	}
+	cfg.ReadHeaderTimeout = cmp.Or(max(cfg.ReadHeaderTimeout, 0), 10*time.Second)
+	cfg.ReadTimeout = cmp.Or(max(cfg.ReadTimeout, 0), 30*time.Second)
+	cfg.IdleTimeout = cmp.Or(max(cfg.IdleTimeout, 0), 2*time.Minute)
+	if cfg.StreamBufferBytes <= 0 {
+		cfg.StreamBufferBytes = defaultStreamBuffer
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = defaultWriteTimeout
+	}
 	if cfg.MaxContext <= 0 {
 		cfg.MaxContext = cfg.Model.Config.MaxSequenceLength
 	}
@@ -146,6 +173,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.Now = time.Now
 	}
 	s := &Server{cfg: cfg, mux: http.NewServeMux(), slots: make(chan struct{}, cfg.MaxConcurrency)}
+	s.base, s.shutdown = context.WithCancelCause(context.Background())
 	// The prefix-store metrics count the method's store and the modules'.
 	var stores []cache.PrefixStore
 	for _, m := range []cache.Method{cfg.Method, cfg.Modules.Method()} {
@@ -497,18 +525,38 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, endpoint strin
 	status := http.StatusOK
 	note := ""
 	s.met.inFlight.Inc()
+	s.met.inFlightN.Add(1)
 	defer func() {
 		s.met.inFlight.Dec()
+		s.met.inFlightN.Add(-1)
 		d := s.cfg.Now().Sub(start)
 		s.met.request(endpoint, status, d)
 		s.logRequest(r, status, d, note)
 	}()
+	cancelled := "" // why the request was cancelled, if it was
+	defer func() {
+		if cancelled != "" {
+			s.met.cancel(cancelled)
+		}
+	}()
+	rc := http.NewResponseController(w)
+	writeBody := func(code int, v any) {
+		rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout)) //nolint:errcheck // unsupported: a recorder (tests)
+		writeJSON(w, code, v)
+	}
 	var sink *sseSink
 	fail := func(e *apiError) {
 		status = e.Status
 		note = "error=" + strings.ReplaceAll(abbrev(e.Message), " ", "_")
+		if e.cancelled != "" {
+			cancelled = e.cancelled
+			note = "cancelled=" + e.cancelled + " " + note
+		}
 		if sink == nil || !sink.fail(e) {
-			writeError(w, e)
+			if e.Status == http.StatusTooManyRequests || e.Status == http.StatusServiceUnavailable {
+				w.Header().Set("Retry-After", "1")
+			}
+			writeBody(e.Status, map[string]*apiError{"error": e})
 		}
 	}
 	if s.closing.Load() {
@@ -522,13 +570,30 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, endpoint strin
 	}
 	j.endpoint = endpoint
 	id := newID()
+	// The request's context ends when its client goes away, at its
+	// deadline, when its stream is cut (a client that does not read it),
+	// or when a shutdown's grace period is over; its cause says which.
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	defer context.AfterFunc(s.base, func() { cancel(context.Cause(s.base)) })()
 	if j.stream {
 		sink = newSSESink(w, chunk, id, start.Unix(), j.usage, j.canvas)
+		sink.limit, sink.timeout = s.cfg.StreamBufferBytes, s.cfg.WriteTimeout
+		sink.onCut = func(c *cutError) { cancel(c) }
 		j.sink = sink
 		s.streamHooks(j)
+		// The writer must be done before the handler returns.
+		defer func() {
+			if c := sink.close(); c != nil {
+				// Cut: the client has not read (or could not be sent)
+				// the rest, whatever ended the request first.
+				status, cancelled = 499, c.cause.Error()
+				note = fmt.Sprintf("cancelled=%s (%s)", c.cause, c.detail)
+			}
+		}()
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.Timeout)
-	defer cancel()
+	ctx, cancelT := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancelT()
 	res, e := s.run(ctx, j)
 	if e != nil {
 		fail(e)
@@ -541,7 +606,7 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, endpoint strin
 		sink.finish(res)
 		return
 	}
-	writeJSON(w, http.StatusOK, respond(id, start.Unix(), res))
+	writeBody(http.StatusOK, respond(id, start.Unix(), res))
 }
 
 // run waits for a generation slot and generates.
@@ -563,7 +628,7 @@ func (s *Server) run(ctx context.Context, j *job) (*result, *apiError) {
 		s.met.setQueued(-1)
 		s.waiting.Add(-1)
 		if ctx.Err() != nil {
-			return nil, ctxError(ctx)
+			return nil, s.ctxError(ctx)
 		}
 		s.met.reject("queue_timeout")
 		return nil, newAPIError(http.StatusServiceUnavailable, "server_error", "queue_timeout", "",
@@ -571,7 +636,7 @@ func (s *Server) run(ctx context.Context, j *job) (*result, *apiError) {
 	case <-ctx.Done():
 		s.met.setQueued(-1)
 		s.waiting.Add(-1)
-		return nil, ctxError(ctx)
+		return nil, s.ctxError(ctx)
 	}
 	defer func() {
 		<-s.slots
@@ -584,7 +649,20 @@ func (s *Server) run(ctx context.Context, j *job) (*result, *apiError) {
 	meth := j.meth
 	s.checkRegime(j.gen)
 	lm := s.cfg.Model
-	gen, leave := s.batched(j.gen)
+	gen, leave := s.batched(ctx, j.gen)
+	defer leave()
+	// Count every forward, those of a generation cancelled midway too.
+	forwards, forward := 0, gen.Forward
+	if forward == nil {
+		forward = lm.LLaDA.Forward
+	}
+	gen.Forward = func(in model.Input, plan model.Plan) (*model.Output, error) {
+		out, err := forward(in, plan)
+		if err == nil {
+			forwards++
+		}
+		return out, err
+	}
 	first, onBlock := true, gen.OnBlock
 	gen.OnBlock = func(b int, canvas []int32) {
 		if first {
@@ -595,11 +673,11 @@ func (s *Server) run(ctx context.Context, j *job) (*result, *apiError) {
 			onBlock(b, canvas)
 		}
 	}
-	defer leave()
 	res, err := cache.Run(ctx, lm.LLaDA, meth, cache.Request{Prompt: j.ids, PrefixLen: j.prefixLen, Salt: j.salt, Positions: j.pos}, gen)
 	if err != nil {
+		s.met.nfe.Add(float64(forwards))
 		if ctx.Err() != nil {
-			return nil, ctxError(ctx)
+			return nil, s.ctxError(ctx)
 		}
 		return nil, internalError(fmt.Errorf("generation failed: %w", err))
 	}
@@ -651,12 +729,34 @@ func (s *Server) answer(ids []int32, maxTokens int, stop []string) (text string,
 	return text, n, finish
 }
 
-func ctxError(ctx context.Context) *apiError {
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return newAPIError(http.StatusGatewayTimeout, "server_error", "timeout", "", "the request timed out")
+// errShutdown is the cause of the requests a shutdown cuts after its grace
+// period.
+var errShutdown = errors.New("shutdown")
+
+// ctxError turns a request context's end into its response, by cause.
+func (s *Server) ctxError(ctx context.Context) *apiError {
+	cause := context.Cause(ctx)
+	var cut *cutError
+	var e *apiError
+	switch {
+	case errors.As(cause, &cut):
+		// The client reads nothing more.
+		e = newAPIError(499, "invalid_request_error", cut.cause.Error(), "", "the response was cut: "+cut.detail)
+		e.cancelled = cut.cause.Error()
+	case errors.Is(cause, errShutdown):
+		e = newAPIError(http.StatusServiceUnavailable, "server_error", "shutting_down", "",
+			"the server shut down before the request finished; retry")
+		e.cancelled = "shutdown"
+	case errors.Is(cause, context.DeadlineExceeded):
+		e = newAPIError(http.StatusGatewayTimeout, "server_error", "timeout", "",
+			fmt.Sprintf("the request did not finish within the server's limit of %s (--timeout)", s.cfg.Timeout))
+		e.cancelled = "timeout"
+	default:
+		// The client went away; 499 as nginx logs it (nobody reads the body).
+		e = newAPIError(499, "invalid_request_error", "client_closed_request", "", "the client closed the request")
+		e.cancelled = "client_closed"
 	}
-	// The client went away; 499 as nginx logs it (nobody reads the body).
-	return newAPIError(499, "invalid_request_error", "client_closed_request", "", "the client closed the request")
+	return e
 }
 
 func newID() string {
@@ -700,10 +800,12 @@ func (s *Server) logRequest(r *http.Request, status int, d time.Duration, note s
 
 // Serve serves on ln until ctx is done, then shuts down gracefully: it
 // stops accepting, answers new completion requests with 503 and /healthz
-// with 503, and waits up to grace for the requests in flight before
-// closing their connections. It returns nil after a graceful shutdown.
+// with 503, and waits up to grace for the requests in flight. Those still
+// running then are cancelled, answered 503 (shutting_down) and logged; the
+// connections left after a few more seconds are closed. It returns nil
+// after a shutdown that cut nothing.
 func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration) error {
-	hs := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	hs := s.httpServer()
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {
@@ -716,11 +818,40 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 	defer cancel()
 	err := hs.Shutdown(sctx)
 	if err != nil {
-		hs.Close()
-		err = fmt.Errorf("serve: requests still running after the %s grace period were cut off: %w", grace, err)
+		n := s.met.inFlightN.Load()
+		s.logf("shutdown: %d requests still running after the %s grace period: cancelling them (503)", n, grace)
+		s.shutdown(errShutdown)
+		// A generation stops at its next step boundary; give the handlers
+		// that long to answer, then close what is left.
+		cctx, ccancel := context.WithTimeout(context.Background(), shutdownAnswer)
+		defer ccancel()
+		if cerr := hs.Shutdown(cctx); cerr != nil {
+			hs.Close()
+		}
+		err = fmt.Errorf("serve: %d requests still running after the %s grace period were cancelled (503)", n, grace)
 	}
 	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
 		err = serr
 	}
 	return err
+}
+
+// shutdownAnswer is how long a shutdown waits, after cancelling the
+// requests still running, for their handlers to answer them.
+const shutdownAnswer = 10 * time.Second
+
+// httpServer is the http.Server Serve runs, with the connection timeouts.
+func (s *Server) httpServer() *http.Server {
+	return &http.Server{Handler: s, ReadHeaderTimeout: s.cfg.ReadHeaderTimeout, ReadTimeout: s.cfg.ReadTimeout,
+		IdleTimeout: s.cfg.IdleTimeout}
+}
+
+// logf writes a log line (when the server logs).
+func (s *Server) logf(format string, args ...any) {
+	if s.cfg.Log == nil {
+		return
+	}
+	s.logMu.Lock()
+	defer s.logMu.Unlock()
+	fmt.Fprintf(s.cfg.Log, "%s %s\n", s.cfg.Now().UTC().Format(time.RFC3339), fmt.Sprintf(format, args...))
 }

@@ -2,10 +2,10 @@ package serve
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/dlmcache/dlmcache/model"
@@ -31,43 +31,65 @@ type streamOptions struct {
 // the first chat chunk), a finish reason, or (choices empty) the usage.
 type chunkFunc func(id string, created int64, delta string, first bool, finish *string, u *usage) any
 
-// sseSink writes one streamed response.
+// sseSink writes one streamed response through an outbox (output.go): its
+// methods run on the generation's goroutine and never block on the client.
 type sseSink struct {
 	w       http.ResponseWriter
-	flush   func()
 	chunk   chunkFunc
 	id      string
 	created int64
 	usage   bool // stream_options.include_usage
 	canvas  bool // the dlmcache_stream_canvas extension
 
+	// limit and timeout bound the outbox; onCut is told when it cuts the
+	// response (the client does not drain it).
+	limit   int
+	timeout time.Duration
+	onCut   func(*cutError)
+
 	mu      sync.Mutex
+	out     *outbox // nil until the first event
 	started bool
 	sent    string // text sent so far
 	done    bool   // the answer ended: later blocks are not sent
 }
 
 func newSSESink(w http.ResponseWriter, chunk chunkFunc, id string, created int64, usage, canvas bool) *sseSink {
-	flush := func() {}
-	if f, ok := w.(http.Flusher); ok {
-		flush = f.Flush
-	}
-	return &sseSink{w: w, flush: flush, chunk: chunk, id: id, created: created, usage: usage, canvas: canvas}
+	return &sseSink{w: w, chunk: chunk, id: id, created: created, usage: usage, canvas: canvas,
+		limit: defaultStreamBuffer, timeout: defaultWriteTimeout}
 }
 
-// event writes one data line (headers on the first).
+// event queues one data line (the outbox, with the headers, on the first).
 func (k *sseSink) event(v any) {
+	b, _ := json.Marshal(v)
+	k.raw(append(append([]byte("data: "), b...), "\n\n"...))
+}
+
+func (k *sseSink) raw(b []byte) {
 	if !k.started {
 		h := k.w.Header()
 		h.Set("Content-Type", "text/event-stream")
 		h.Set("Cache-Control", "no-cache")
 		h.Set("X-Accel-Buffering", "no")
-		k.w.WriteHeader(http.StatusOK)
+		k.out = newOutbox(k.w, k.limit, k.timeout, k.onCut)
 		k.started = true
 	}
-	b, _ := json.Marshal(v)
-	fmt.Fprintf(k.w, "data: %s\n\n", b)
-	k.flush()
+	k.out.write(b) //nolint:errcheck // a cut is reported through onCut
+}
+
+// close waits until the queued events are written (or the response is
+// cut) and returns why it was cut, or nil.
+func (k *sseSink) close() *cutError {
+	k.mu.Lock()
+	out := k.out
+	k.mu.Unlock()
+	if out == nil {
+		return nil
+	}
+	out.close()
+	out.mu.Lock()
+	defer out.mu.Unlock()
+	return out.cut
 }
 
 // text sends the part of text not sent yet. Unless final, it holds back a
@@ -130,8 +152,7 @@ func (k *sseSink) finish(res *result) {
 		u := usage{res.promptTokens, res.completion, res.promptTokens + res.completion}
 		k.event(k.chunk(k.id, k.created, "", false, nil, &u))
 	}
-	fmt.Fprint(k.w, "data: [DONE]\n\n")
-	k.flush()
+	k.raw([]byte("data: [DONE]\n\n"))
 }
 
 // fail reports an error: as a JSON error response before the stream
@@ -143,8 +164,7 @@ func (k *sseSink) fail(e *apiError) bool {
 		return false
 	}
 	k.event(map[string]*apiError{"error": e})
-	fmt.Fprint(k.w, "data: [DONE]\n\n")
-	k.flush()
+	k.raw([]byte("data: [DONE]\n\n"))
 	return true
 }
 

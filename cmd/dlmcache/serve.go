@@ -32,6 +32,11 @@ type serveOptions struct {
 	Timeout        time.Duration
 	Grace          time.Duration
 	MaxBodyBytes   int64
+	StreamBuffer   int
+	WriteTimeout   time.Duration
+	ReadTimeout    time.Duration
+	ReadHeader     time.Duration
+	IdleTimeout    time.Duration
 	MaxContext     int
 	ServedName     string
 	Quiet          bool
@@ -62,8 +67,12 @@ with a 400 naming the field. GET /health answers as /healthz does.
 --method defaults to bicache when --lut is given, else none. A table made
 for another model is refused at start.
 
+A streamed response goes through a bounded buffer of its own with a write
+deadline: a client that stops reading is cut (--stream-buffer-bytes,
+--write-timeout) and never holds up the generations batched with it.
+
 SIGINT or SIGTERM stop accepting, let the requests in flight finish for up
-to --grace, and exit.
+to --grace, answer those still running with 503, and exit.
 
 Methods:` + methodsHelp(),
 		Example: `  dlmcache serve --model model/testdata/tiny-bf16
@@ -89,6 +98,11 @@ Methods:` + methodsHelp(),
 	fl.DurationVar(&opts.Timeout, "timeout", 5*time.Minute, "per-request time limit, queueing included (504 past it)")
 	fl.DurationVar(&opts.Grace, "grace", 30*time.Second, "on SIGINT/SIGTERM, how long requests in flight may take to finish")
 	fl.Int64Var(&opts.MaxBodyBytes, "max-body-bytes", 1<<20, "largest request body (413 past it)")
+	fl.IntVar(&opts.StreamBuffer, "stream-buffer-bytes", 1<<20, "a streamed response's output that may wait for its client; past it the request is cancelled (slow_reader), so a client that stops reading never holds up the others")
+	fl.DurationVar(&opts.WriteTimeout, "write-timeout", 30*time.Second, "longest a write to a client may make no progress; past it the response is cut and the request cancelled (write_timeout)")
+	fl.DurationVar(&opts.ReadTimeout, "read-timeout", 30*time.Second, "longest time to read a request, header and body")
+	fl.DurationVar(&opts.ReadHeader, "read-header-timeout", 10*time.Second, "longest time to read a request's header")
+	fl.DurationVar(&opts.IdleTimeout, "idle-timeout", 2*time.Minute, "longest a keep-alive connection may wait for its next request")
 	fl.IntVar(&opts.MaxContext, "max-context", 0, "largest prompt + gen length in tokens (0: the model's max_sequence_length)")
 	fl.BoolVar(&opts.Quiet, "quiet", false, "no per-request log lines")
 	return cmd
@@ -134,7 +148,8 @@ func serveRun(ctx context.Context, opts *serveOptions) error {
 	srv, err := serve.New(serve.Config{
 		Model: lm.Model, Name: cmp.Or(opts.ServedName, lm.Name), Method: meth, Gen: gen, Events: opts.Cache.Events, StoreAnswers: opts.StoreAnswers,
 		MaxConcurrency: concurrency(opts.MaxConcurrency, opts.MaxBatch), MaxBatch: opts.MaxBatch, MaxQueue: opts.MaxQueue, QueueWait: opts.QueueWait,
-		Timeout: opts.Timeout, MaxBodyBytes: opts.MaxBodyBytes, MaxContext: opts.MaxContext, Log: logw, Modules: mods,
+		Timeout: opts.Timeout, MaxBodyBytes: opts.MaxBodyBytes, StreamBufferBytes: opts.StreamBuffer, WriteTimeout: opts.WriteTimeout,
+		ReadTimeout: opts.ReadTimeout, ReadHeaderTimeout: opts.ReadHeader, IdleTimeout: opts.IdleTimeout, MaxContext: opts.MaxContext, Log: logw, Modules: mods,
 	})
 	if err != nil {
 		return err
