@@ -582,3 +582,50 @@ func TestConcurrentRequests(t *testing.T) {
 	}
 	t.Logf("store: %+v", st)
 }
+
+// TestShutdownAnswersWhatItCuts: a request still running when the grace
+// period ends is cancelled and answered 503 shutting_down, logged and
+// counted; Serve says how many it cut.
+func TestShutdownAnswersWhatItCuts(t *testing.T) {
+	var log syncBuffer
+	s := newTestServer(t, "none", 0, func(c *Config) { c.Log = &log })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, ln, 50*time.Millisecond) }()
+	type answer struct {
+		code int
+		body string
+	}
+	got := make(chan answer, 1)
+	go func() {
+		// 960 one-token steps: far longer than the grace period.
+		resp, err := http.Post("http://"+ln.Addr().String()+"/v1/chat/completions", "application/json",
+			strings.NewReader(chatBody("", "long", `"gen_length":960,"steps":960,"block_length":960`)))
+		if err != nil {
+			got <- answer{-1, err.Error()}
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		got <- answer{resp.StatusCode, string(b)}
+	}()
+	eventually(t, "the generation runs", func() bool { return metric(t, metricsPage(t, s), "dlmcache_generations_running") == 1 })
+	cancel()
+	a := <-got
+	if a.code != 503 || !strings.Contains(a.body, "shutting_down") {
+		t.Errorf("the cut request: %d %s", a.code, a.body)
+	}
+	if err := <-done; err == nil || !strings.Contains(err.Error(), "1 requests still running") {
+		t.Errorf("Serve: %v", err)
+	}
+	if c := metric(t, metricsPage(t, s), `dlmcache_requests_cancelled_total{reason="shutdown"}`); c != 1 {
+		t.Errorf("shutdown cancellations: %g", c)
+	}
+	if l := log.String(); !strings.Contains(l, "cancelling them (503)") || !strings.Contains(l, " 503 ") || !strings.Contains(l, "cancelled=shutdown") {
+		t.Errorf("the log does not name the cut:\n%s", l)
+	}
+}
