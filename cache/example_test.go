@@ -1,0 +1,77 @@
+package cache_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+
+	"github.com/dlmcache/dlmcache/cache"
+	"github.com/dlmcache/dlmcache/lut"
+	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/cpu"
+)
+
+// BiCache on the bundled model: the table gives the depth for each
+// request's shared-prefix ratio, the store keeps the system message's
+// shallow K/V, and the second question about the same system message
+// finds them there. The answers are right (and the ones the model gives
+// uncached: docs/results.md); the cache computes fewer layer-rows.
+func Example() {
+	b := cpu.New(2)
+	m, err := model.Load(filepath.Join("..", "models", "llada-tiny"), b)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer m.Close()
+	table, err := lut.Read(filepath.Join("..", "docs", "llada-tiny-table-row-min.json"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	o := cache.DefaultOptions()
+	o.Table = table
+	o.Store = cache.NewStore(b, 64<<20, cache.LRU)
+	o.Fingerprint = m.Fingerprint
+	o.Refresh = m.Card.RefreshOr(0) // the card's R: 1 for llada-tiny
+	bicache, err := cache.New("bicache", o)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	system := "The registry for this session maps every name to a code. Answer from the registry only.\n\n" +
+		"Registry:\n* deli = equ\n* licens = nam\n* possib = dat\n* sep = lef\n* archiv = require\n\n" +
+		"Reply with ## followed by the code only."
+	gen := model.GenOptions{GenLength: m.Card.GenLength, Steps: m.Card.Steps, BlockLength: m.Card.BlockLength}
+	for _, q := range []string{"What is the code for sep?", "What is the code for deli?"} {
+		ids, prefixLen, err := m.Tokenizer.EncodeChat(system, q)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		req := cache.Request{Prompt: ids, PrefixLen: prefixLen}
+		res, err := cache.Run(context.Background(), m.LLaDA, bicache, req, gen)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		fmt.Printf("%s depth %d, prefix hit %t, every row computed %t\n",
+			m.AnswerText(res.Answer), res.Info.Depth, res.Info.Hit, res.RowsComputed == res.RowsFull)
+	}
+	// Output:
+	// ## lef depth 1, prefix hit false, every row computed false
+	// ## equ depth 1, prefix hit true, every row computed false
+}
+
+// The registry lists every caching method; bench, eval, serve --method and
+// flag completion read it.
+func ExampleLookup() {
+	s, err := cache.Lookup("bicache+block")
+	fmt.Println(s.Name, "is built on", s.Base, err)
+	_, err = cache.Lookup("bicache+none")
+	fmt.Println(err != nil)
+	// Output:
+	// bicache+block is built on block <nil>
+	// true
+}

@@ -1,0 +1,43 @@
+package model_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+
+	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/cpu"
+)
+
+// Load a Hugging Face LLaDA directory (here the bundled llada-tiny), encode
+// a chat whose system message is the shared prefix, and run the diffusion
+// sampler in the model card's regime with no caching (a nil planner).
+func ExampleLLaDA_Generate() {
+	m, err := model.Load(filepath.Join("..", "models", "llada-tiny"), cpu.New(2))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer m.Close()
+	system := "The registry for this session maps every name to a code. Answer from the registry only.\n\n" +
+		"Registry:\n* deli = equ\n* licens = nam\n* possib = dat\n* sep = lef\n* archiv = require\n\n" +
+		"Reply with ## followed by the code only."
+	ids, prefixLen, err := m.Tokenizer.EncodeChat(system, "What is the code for sep?")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	o := model.GenOptions{GenLength: m.Card.GenLength, Steps: m.Card.Steps, BlockLength: m.Card.BlockLength}
+	g, err := m.Generate(context.Background(), ids, prefixLen, o, nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Printf("%d answer slots, %d steps, %d forwards\n", len(g.Answer), g.Steps, g.NFE)
+	fmt.Printf("every row computed: %t\n", g.RowsComputed == g.RowsFull)
+	fmt.Printf("answer: %q\n", m.AnswerText(g.Answer))
+	// Output:
+	// 128 answer slots, 64 steps, 64 forwards
+	// every row computed: true
+	// answer: "## lef"
+}
