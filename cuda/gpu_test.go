@@ -97,8 +97,8 @@ func f32Bytes(v []float32) []byte {
 	return raw
 }
 
-// TestOps runs every operation on both backends with the same inputs.
-func TestOps(t *testing.T) {
+// TestGPUOpsMatchCPU runs every operation on both backends with the same inputs.
+func TestGPUOpsMatchCPU(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			g := newGPU(t, m.opts)

@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-func TestBucket(t *testing.T) {
+func TestBucketRoundsUpByAtMostAQuarter(t *testing.T) {
 	for _, c := range []struct{ n, want int64 }{
 		{1, 256}, {256, 256}, {257, 320}, {512, 512}, {513, 640}, {1000, 1024},
 		{3 << 20, 3 << 20}, {(3 << 20) + 1, (3 << 20) + (512 << 10)},

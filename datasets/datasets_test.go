@@ -262,7 +262,7 @@ func TestFillerLength(t *testing.T) {
 	}
 }
 
-func TestNames(t *testing.T) {
+func TestNamesAreDistinctAndNotReserved(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	ws := distinctWords(r, len(names), nil)
 	if len(names) < 150 {
@@ -315,7 +315,7 @@ func TestEstimateTokens(t *testing.T) {
 	}
 }
 
-func TestValidate(t *testing.T) {
+func TestValidateRefusesUnknownSuitesAndBadOptions(t *testing.T) {
 	for _, tc := range []struct {
 		suite string
 		opt   GenOptions

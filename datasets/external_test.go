@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-func TestExternal(t *testing.T) {
+func TestExternalSamplesSolveToTheirAnswers(t *testing.T) {
 	xs := External(40, 4, 3)
 	if len(xs) != 160 {
 		t.Fatalf("%d samples, want 160", len(xs))

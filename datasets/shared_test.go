@@ -37,7 +37,7 @@ func TestSharedLookup(t *testing.T) {
 	}
 }
 
-func TestConversations(t *testing.T) {
+func TestConversationsCarryEarlierTurnsUnderOneSystem(t *testing.T) {
 	in := append(Generate("lookup", Eval, 1, 2, DefaultOptions()), Generate("rule", Eval, 1, 1, DefaultOptions())...)
 	out, err := Conversations(in, 3)
 	if err != nil {

@@ -8,7 +8,7 @@ import (
 )
 
 // Published Wilson score intervals (two-sided 95%, z = 1.96).
-func TestWilson(t *testing.T) {
+func TestWilsonMatchesPublishedIntervals(t *testing.T) {
 	for _, tc := range []struct {
 		k, n int
 		z    float64

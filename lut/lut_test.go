@@ -57,7 +57,7 @@ func TestBuildErrors(t *testing.T) {
 	}
 }
 
-func TestL1(t *testing.T) {
+func TestL1IsMeanDepthDifferenceOverSameBins(t *testing.T) {
 	edges := []float64{0, 0.5, 1}
 	a, _ := Build(id, 0.9, edges, []Sample{{0.2, 2}, {0.7, 6}})
 	b, _ := Build(id, 0.9, edges, []Sample{{0.2, 3}, {0.7, 6}})

@@ -63,7 +63,7 @@ func isolate(t *testing.T) (string, string) {
 	return filepath.Join(base, "models"), filepath.Join(base, "hf", "hub")
 }
 
-func TestResolve(t *testing.T) {
+func TestResolveFindsModelsByPathNameAndHubCache(t *testing.T) {
 	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	for _, tc := range []struct {
 		name  string

@@ -120,9 +120,9 @@ func figureCases() []figureCase {
 	}
 }
 
-// TestGolden renders every figure to PNG and compares it with
+// TestFiguresMatchGoldenImages renders every figure to PNG and compares it with
 // testdata/NAME.png; -update rewrites the goldens.
-func TestGolden(t *testing.T) {
+func TestFiguresMatchGoldenImages(t *testing.T) {
 	for _, tc := range figureCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			f, err := tc.make()
@@ -260,7 +260,7 @@ func TestSVG(t *testing.T) {
 	}
 }
 
-func TestSave(t *testing.T) {
+func TestSaveWritesPNGOrSVGByExtension(t *testing.T) {
 	dir := t.TempDir()
 	p, err := Convergence([]int{1, 2, 4}, []float64{2, 1, 0.5}, "convergence")
 	if err != nil {
@@ -341,7 +341,7 @@ type panicky struct{}
 
 func (panicky) Draw(draw.Canvas) { panic("boom") }
 
-func TestErrors(t *testing.T) {
+func TestFiguresRefuseBadInput(t *testing.T) {
 	nan := math.NaN()
 	noBins := &lut.Table{Model: lut.ModelID{NLayers: 4}}
 	badLayers := depthTable()

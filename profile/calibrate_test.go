@@ -31,7 +31,7 @@ func testCalibrator(m *model.Model, dir string) *Calibrator {
 }
 
 // The search on made-up outcomes: depths pass up to a threshold.
-func TestSearch(t *testing.T) {
+func TestCalibrationSearchFindsDeepestPassingDepth(t *testing.T) {
 	bin := []Request{{ID: "a"}, {ID: "b"}, {ID: "c"}, {ID: "d"}}
 	passUpTo := func(limit int) func(Request, string, int) (outcome, error) {
 		return func(q Request, _ string, d int) (outcome, error) {

@@ -20,7 +20,7 @@ func loadTiny(t testing.TB) *model.Model {
 	return m
 }
 
-func TestMeasure(t *testing.T) {
+func TestMeasureLayerOneIsExactAndDeeperLayersDrift(t *testing.T) {
 	m := loadTiny(t)
 	ids, prefix, err := m.Tokenizer.EncodeChat("You are a careful assistant. Keep answers short.", "What is two plus two?")
 	if err != nil {

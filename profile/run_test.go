@@ -173,7 +173,7 @@ func TestReadParquetBadInput(t *testing.T) {
 	}
 }
 
-func TestConvergence(t *testing.T) {
+func TestConvergenceL1SettlesAsRequestsAccumulate(t *testing.T) {
 	info := RunInfo{Model: lut.ModelID{NLayers: 4}, Edges: []float64{0, 0.5, 1}}
 	var recs []Record
 	add := func(id string, ratio float64, sims ...float64) {

@@ -417,7 +417,7 @@ func TestEncodeConversation(t *testing.T) {
 	}
 }
 
-func TestAdmission(t *testing.T) {
+func TestAdmissionQueuesThenRefuses(t *testing.T) {
 	s := newTestServer(t, "none", 0, func(c *Config) {
 		c.MaxConcurrency, c.MaxQueue, c.QueueWait = 1, 1, 50*time.Millisecond
 	})

@@ -19,7 +19,7 @@ func runIn(t *testing.T, stdin string, args ...string) (string, string, int) {
 	return out.String(), errOut.String(), code
 }
 
-func TestVersion(t *testing.T) {
+func TestVersionReportsBackendAndGEMM(t *testing.T) {
 	out, _, code := run(t, "version", "--json")
 	var v versionInfo
 	if code != 0 || json.Unmarshal([]byte(out), &v) != nil {

@@ -17,7 +17,7 @@ import (
 
 // loadtest against a server on the fixture: every request answered, the
 // levels recorded under the server's method, the figure drawn.
-func TestLoadtest(t *testing.T) {
+func TestLoadtestAnswersEveryRequestAndPlots(t *testing.T) {
 	m, err := model.Load(serveFixture, cpu.New(1))
 	if err != nil {
 		t.Fatal(err)

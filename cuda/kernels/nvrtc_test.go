@@ -7,9 +7,9 @@ import (
 	"testing"
 )
 
-// TestCompile compiles every kernel for the two architectures the cuda
+// TestEveryKernelCompilesForSM80AndSM90 compiles every kernel for the two architectures the cuda
 // backend targets (A100 and H100/H200). NVRTC needs no GPU.
-func TestCompile(t *testing.T) {
+func TestEveryKernelCompilesForSM80AndSM90(t *testing.T) {
 	maj, min, err := Version()
 	if err != nil {
 		t.Fatalf("nvrtc version: %v", err)
@@ -30,7 +30,7 @@ func TestCompile(t *testing.T) {
 }
 
 // TestCompileReportsErrors checks that compiler errors and missing kernels
-// reach the caller, with NVRTC's log, so that TestCompile can fail.
+// reach the caller, with NVRTC's log, so that TestEveryKernelCompilesForSM80AndSM90 can fail.
 func TestCompileReportsErrors(t *testing.T) {
 	for _, c := range []struct {
 		name, src string

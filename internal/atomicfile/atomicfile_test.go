@@ -61,7 +61,7 @@ func TestWriteStreamsAndCleansUp(t *testing.T) {
 }
 
 // The umask applies as os.WriteFile applies it.
-func TestUmask(t *testing.T) {
+func TestWriteFileAppliesUmaskLikeOSWriteFile(t *testing.T) {
 	dir := t.TempDir()
 	ref := filepath.Join(dir, "ref")
 	if err := os.WriteFile(ref, nil, 0o666); err != nil {

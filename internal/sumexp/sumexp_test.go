@@ -6,9 +6,9 @@ import (
 	"testing"
 )
 
-// TestSum: the AVX2 sum against math.Exp's, term by term and summed, over
+// TestSumMatchesMathExp: the AVX2 sum against math.Exp's, term by term and summed, over
 // logit-like rows, rows reaching the ends of e^x's range, and a NaN.
-func TestSum(t *testing.T) {
+func TestSumMatchesMathExp(t *testing.T) {
 	if !vector {
 		t.Skip("no AVX2: Sum is math.Exp's sum")
 	}

@@ -178,7 +178,7 @@ func TestMatMulEmpty(t *testing.T) {
 	}
 }
 
-func TestParallel(t *testing.T) {
+func TestParallelCoversEveryIndexOnce(t *testing.T) {
 	b := New(3)
 	for _, c := range []struct{ n, grain, parts int }{
 		{0, 1, 0}, {1, 1, 1}, {5, 1, 3}, {5, 2, 2}, {5, 3, 1}, {100, 10, 3}, {7, 0, 3},
@@ -263,7 +263,7 @@ func refAttention(q, k, v []float32, nq, nk, nHeads, nKV, hd int) []float64 {
 	return out
 }
 
-func TestAttention(t *testing.T) {
+func TestAttentionMatchesFloat64Reference(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	cases := []struct{ nq, nk, nHeads, nKV, hd int }{
 		{1, 1, 1, 1, 1},
@@ -329,7 +329,7 @@ func TestAttentionPackGroups(t *testing.T) {
 // TestAttentionWeightsExact: with v's rows one-hot, Attention's output is
 // its softmax weights themselves, held to a few float32 roundings of the
 // float64 reference — close enough that an e^x (or 2^x) polynomial off in
-// its fourth digit fails, which the tolerances of TestAttention let pass.
+// its fourth digit fails, which the tolerances of TestAttentionMatchesFloat64Reference let pass.
 func TestAttentionWeightsExact(t *testing.T) {
 	r := rand.New(rand.NewPCG(27, 28))
 	const nq, nk, hd = 13, 29, 32
@@ -566,7 +566,7 @@ func TestCopyRows(t *testing.T) {
 	}
 }
 
-func TestWeight(t *testing.T) {
+func TestWeightDecodesF32BF16AndF16(t *testing.T) {
 	b := New(2)
 	vals := []float32{0, 1, -2.5, 3.140625, 65504, -0.0001220703125, 5.960464477539063e-08, float32(math.Inf(-1))}
 	const rows, cols = 2, 4
@@ -662,7 +662,7 @@ func TestF16AllValues(t *testing.T) {
 	}
 }
 
-func TestExp(t *testing.T) {
+func TestExpWithinToleranceOfMathExp(t *testing.T) {
 	var xs []float32
 	for x := -87.3; x < 88.37; x += 0.0013 {
 		xs = append(xs, float32(x))
@@ -710,7 +710,7 @@ func TestScalarKernels(t *testing.T) {
 	}
 	simd = false
 	defer func() { simd = true }()
-	t.Run("Attention", TestAttention)
+	t.Run("Attention", TestAttentionMatchesFloat64Reference)
 	t.Run("SiLUMul", TestSiLUMulAddEmbed)
 }
 

@@ -106,7 +106,7 @@
 //     residual, RMSNorm, gate and up, SiLU, down, the residual), 48 rows a
 //     task, each block's intermediates in L2. Every value equals the
 //     operations one after the other (the same kernels, each element
-//     summed in the same order; TestFused checks bit for bit).
+//     summed in the same order; TestFusedHalvesEqualTheOpsOneByOne checks bit for bit).
 //   - Attention on the fused kernels: each kv head's layout is a task,
 //     each block of query rows of a head another that waits for its
 //     layout, claimed kv head by kv head (a layout one head ahead of its

@@ -10,7 +10,7 @@ import (
 	"github.com/dlmcache/dlmcache/model/backend"
 )
 
-// TestFused runs the fused layer halves on every backend configuration
+// TestFusedHalvesEqualTheOpsOneByOne runs the fused layer halves on every backend configuration
 // against the operations they fuse, called one after the other on the same
 // backend: where a backend fuses (its weights laid out for the panel
 // kernel) every value must be identical, since each element goes through
@@ -19,7 +19,7 @@ import (
 // whole block, a block and one row and several blocks with a tail (split
 // over goroutines on the two-thread backends); positions include ones past
 // the cached RoPE angles and a negative one.
-func TestFused(t *testing.T) {
+func TestFusedHalvesEqualTheOpsOneByOne(t *testing.T) {
 	const d, heads, kvHeads, hd, hidden = 64, 4, 2, 16, 192
 	const eps = 1e-5
 	r := rand.New(rand.NewPCG(7, 7))

@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-func TestFingerprint(t *testing.T) {
+func TestFingerprintChangesWithConfigOrAnyTensor(t *testing.T) {
 	big := F32ToBytes(f32s(4096, 1)) // 16 KiB: sampled, not hashed whole
 	small := F32ToBytes(f32s(8, 1))
 	config := []byte(`{"d_model": 8}`)

@@ -106,7 +106,7 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
-func TestSharded(t *testing.T) {
+func TestShardedSetReadsEachTensorFromTheFileTheIndexNames(t *testing.T) {
 	dir := t.TempDir()
 	a, b := f32s(6, 1), f32s(4, 2)
 	writeFile(t, filepath.Join(dir, "model-00001-of-00002.safetensors"), []WriteTensor{

@@ -48,10 +48,10 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
-// TestGolden compares Encode with tools/golden/bpe_ref.py, an independent
+// TestEncodeMatchesReferenceEncoder compares Encode with tools/golden/bpe_ref.py, an independent
 // plain-Python encoder (its regexes approximate \p{L}/\p{N}; the test
 // strings are ASCII and Latin).
-func TestGolden(t *testing.T) {
+func TestEncodeMatchesReferenceEncoder(t *testing.T) {
 	data, err := os.ReadFile("testdata/golden.json")
 	if err != nil {
 		t.Fatal(err)
@@ -139,7 +139,7 @@ func TestMergeForms(t *testing.T) {
 	}
 }
 
-func TestLookups(t *testing.T) {
+func TestTokenLookupsAndSpecialTokens(t *testing.T) {
 	tk := mustLoad(t, "gpt2")
 	// The fixture leaves 4 unused ids between the vocab and the 7 added
 	// tokens.
@@ -207,7 +207,7 @@ func mutateTok(t *testing.T, f func(m map[string]any)) (*Tokenizer, error) {
 	return parse(data, "tokenizer.json")
 }
 
-func TestErrors(t *testing.T) {
+func TestUnsupportedTokenizerFeaturesAreRefusedByName(t *testing.T) {
 	model := func(m map[string]any) map[string]any { return m["model"].(map[string]any) }
 	for _, c := range []struct {
 		name string

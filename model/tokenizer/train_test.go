@@ -29,7 +29,7 @@ func corpus(t *testing.T) []string {
 	return texts
 }
 
-func TestTrain(t *testing.T) {
+func TestTrainedTokenizerPlacesSpecialsAndRoundTrips(t *testing.T) {
 	texts := corpus(t)
 	tk, err := Train(texts, 700, llaDASpecials)
 	if err != nil {
@@ -96,7 +96,7 @@ func TestTrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	if string(tk.source) != string(want) {
-		t.Error("Train output differs from testdata/trained/tokenizer.json (run go test -run TestTrain -update after a deliberate change)")
+		t.Error("Train output differs from testdata/trained/tokenizer.json (run go test -run TestTrainedTokenizerPlacesSpecialsAndRoundTrips -update after a deliberate change)")
 	}
 }
 

@@ -211,7 +211,7 @@ func TestValidateConfig(t *testing.T) {
 	}
 }
 
-func TestApportion(t *testing.T) {
+func TestApportionSplitsExactlyByShares(t *testing.T) {
 	for _, tc := range []struct {
 		n      int
 		shares []float64
