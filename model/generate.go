@@ -43,14 +43,52 @@ type GenOptions struct {
 	// committed. Streaming servers show the canvas unmasking with it.
 	OnStep func(s *Step, committed []int32)
 	// OnBlock, if set, is called when block b is complete, with the
-	// canvas (read only): its answer up to the block's end is final.
-	OnBlock func(b int, canvas []int32)
+	// block's end (a canvas index) and the canvas (read only): its answer
+	// up to end is final. After a block-causal model's early stop (an EOS
+	// run to the canvas end) the canvas is complete and b is the last
+	// block.
+	OnBlock func(b, end int, canvas []int32)
+}
+
+// DefaultBlockThreshold is the confidence threshold of a block-causal
+// model's default decoder (LLaDA 2.x's public default).
+const DefaultBlockThreshold = 0.95
+
+// BlockDefaults fills a block-causal model's generation defaults into o's
+// zero values, as the public code of LLaDA 2.x ships them: the model's
+// block size as the block length, one step per answer slot at most, and
+// threshold decoding at DefaultBlockThreshold when o has no decoder. A
+// bidirectional model's o is returned as it is. The caller records what
+// it returns (DecodingOf, GenOptions' fields).
+func (c *Config) BlockDefaults(o GenOptions) GenOptions {
+	B := c.CausalBlock()
+	if B == 0 {
+		return o
+	}
+	if o.BlockLength == 0 {
+		o.BlockLength = B
+	}
+	if o.Steps == 0 {
+		o.Steps = o.GenLength
+	}
+	if o.Decoder == nil {
+		o.Decoder = Threshold{T: DefaultBlockThreshold}
+	}
+	return o
 }
 
 // Schedule is LLaDA's semi-autoregressive schedule: the answer is split into
 // blocks filled left to right, each with Steps/blocks steps.
+//
+// For a block-causal model (CausalBlock = its block size B) the blocks
+// are the model's attention blocks, absolute in position ids: the first
+// answer block ends at the first multiple of B after the first answer
+// slot's position id FirstPos (it shares its block with the prompt's
+// tail), the next ones are B slots each, the last is cut by the canvas
+// end; every block gets Steps·B/GenLength steps at most.
 type Schedule struct {
 	PromptLen, GenLength, BlockLength, Steps int
+	CausalBlock, FirstPos                    int
 }
 
 // NewSchedule validates the options against LLaDA's rules.
@@ -74,14 +112,49 @@ func NewSchedule(promptLen int, o GenOptions) (Schedule, error) {
 	return s, nil
 }
 
-// Blocks is the number of blocks.
-func (s Schedule) Blocks() int { return s.GenLength / s.BlockLength }
+// causalSchedule validates o for a block-causal model with blocks of B
+// whose first answer slot is at position id firstPos.
+func causalSchedule(promptLen, firstPos, B int, o GenOptions) (Schedule, error) {
+	o = (&Config{BlockCausal: true, BlockSize: B}).BlockDefaults(o)
+	s := Schedule{PromptLen: promptLen, GenLength: o.GenLength, BlockLength: o.BlockLength, Steps: o.Steps,
+		CausalBlock: B, FirstPos: firstPos}
+	switch {
+	case s.GenLength <= 0:
+		return s, fmt.Errorf("gen length must be positive, got %d", s.GenLength)
+	case s.BlockLength != B:
+		return s, fmt.Errorf("block length %d: a block-causal model decodes in its own blocks of %d (block_size in config.json)", s.BlockLength, B)
+	case s.Steps <= 0 || s.Steps*B%s.GenLength != 0:
+		return s, fmt.Errorf("steps %d: steps·block size (%d·%d) must be a positive multiple of the gen length %d", s.Steps, s.Steps, B, s.GenLength)
+	case s.StepsPerBlock() > B:
+		return s, fmt.Errorf("%d steps per block exceed the block size %d", s.StepsPerBlock(), B)
+	}
+	return s, nil
+}
 
-// StepsPerBlock is the number of steps spent in each block.
-func (s Schedule) StepsPerBlock() int { return s.Steps / s.Blocks() }
+// Blocks is the number of blocks.
+func (s Schedule) Blocks() int {
+	if B := s.CausalBlock; B > 0 {
+		return (s.FirstPos+s.GenLength-1)/B - s.FirstPos/B + 1
+	}
+	return s.GenLength / s.BlockLength
+}
+
+// StepsPerBlock is the number of steps spent in each block (at most, for
+// a block-causal model).
+func (s Schedule) StepsPerBlock() int {
+	if B := s.CausalBlock; B > 0 {
+		return s.Steps * B / s.GenLength
+	}
+	return s.Steps / s.Blocks()
+}
 
 // Block returns block b's canvas range [start, end).
 func (s Schedule) Block(b int) (start, end int) {
+	if B := s.CausalBlock; B > 0 {
+		lo := max(s.FirstPos, (s.FirstPos/B+b)*B)
+		hi := min(s.FirstPos+s.GenLength, (s.FirstPos/B+b+1)*B)
+		return s.PromptLen + lo - s.FirstPos, s.PromptLen + hi - s.FirstPos
+	}
 	start = s.PromptLen + b*s.BlockLength
 	return start, start + s.BlockLength
 }
@@ -139,7 +212,10 @@ func (RandomRemask) Choose(c *Candidates, k int, rng *rand.Rand) []int {
 
 // Threshold is Fast-dLLM's parallel decoding: always the most confident
 // proposal, plus every other one whose confidence is at least T. It ignores
-// the schedule's k; a block ends when it has no masks left.
+// the schedule's k; a block ends when it has no masks left. On a
+// block-causal model it is LLaDA 2.x's threshold decoding and SDAR's
+// dynamic low-confidence remasking: at least the schedule's k most
+// confident (so the steps per block are a cap), more where at least T.
 type Threshold struct{ T float64 }
 
 func (d Threshold) Choose(c *Candidates, _ int, _ *rand.Rand) []int {
@@ -230,6 +306,11 @@ type Step struct {
 	Canvas     []int32 // the canvas before this step (read only)
 	PromptLen  int
 	Positions  []int32 // the canvas's RoPE position ids (nil: 0..n-1; read only)
+	// Len is the number of canvas tokens the step's forward is fed
+	// (Input.Tokens is Canvas[:Len]): the whole canvas, or for a
+	// block-causal model the canvas up to the current block's end (later
+	// positions cannot reach it).
+	Len int
 }
 
 // Request describes a generation to a Planner before its first step.
@@ -279,10 +360,14 @@ type Planner interface {
 
 // Generation is the result of Generate.
 type Generation struct {
-	Canvas       []int32       // prompt ⊕ answer
-	Answer       []int32       // the answer region (gen_length tokens)
-	Steps        int           // denoising steps taken
-	NFE          int           // forward evaluations (CFG counts two per step)
+	Canvas []int32 // prompt ⊕ answer
+	Answer []int32 // the answer region (gen_length tokens)
+	Steps  int     // denoising steps taken
+	NFE    int     // forward evaluations (CFG counts two per step)
+	// Decoded is the answer slots the model committed; a block-causal
+	// model stops after the block that completes an EOS run to the canvas
+	// end and fills the rest with EOS (GenLength - Decoded slots).
+	Decoded      int
 	RowsComputed int           // (layer,row) pairs computed over all forwards
 	RowsFull     int           // what computing every row would have cost
 	FLOPs        float64       // matrix-product FLOPs over all forwards
@@ -293,10 +378,18 @@ type Generation struct {
 // Generate runs the diffusion sampler on prompt. planner may be nil.
 func (m *LLaDA) Generate(ctx context.Context, prompt []int32, prefixLen int, o GenOptions, planner Planner) (*Generation, error) {
 	start := time.Now()
-	sch, err := NewSchedule(len(prompt), o)
+	var pos []int32
+	if o.Positions != nil {
+		var err error
+		if pos, err = canvasPositions(o.Positions, len(prompt), o.GenLength); err != nil {
+			return nil, err
+		}
+	}
+	sch, err := m.schedule(len(prompt), pos, o)
 	if err != nil {
 		return nil, err
 	}
+	causal := sch.CausalBlock > 0
 	dec := o.Decoder
 	if dec == nil {
 		dec = LowConfidence{}
@@ -309,12 +402,6 @@ func (m *LLaDA) Generate(ctx context.Context, prompt []int32, prefixLen int, o G
 		canvas[i] = mask
 	}
 	rng := rand.New(rand.NewPCG(o.Seed, o.Seed^0x9e3779b97f4a7c15))
-	var pos []int32
-	if o.Positions != nil {
-		if pos, err = canvasPositions(o.Positions, len(prompt), o.GenLength); err != nil {
-			return nil, err
-		}
-	}
 	req := &Request{Prompt: prompt, PrefixLen: prefixLen, Schedule: sch, Canvas: canvas, Positions: pos}
 	if planner != nil {
 		if err := planner.Begin(req); err != nil {
@@ -322,14 +409,23 @@ func (m *LLaDA) Generate(ctx context.Context, prompt []int32, prefixLen int, o G
 		}
 		defer planner.End()
 	}
-	g := &Generation{}
+	g := &Generation{Decoded: o.GenLength}
 	_, threshold := dec.(Threshold)
 	for blk := 0; blk < sch.Blocks(); blk++ {
 		bs, be := sch.Block(blk)
+		fed := n
+		if causal {
+			fed = be
+		}
 		masked0 := countMask(canvas[bs:be], mask)
 		for i := 0; ; i++ {
-			if threshold {
-				if countMask(canvas[bs:be], mask) == 0 {
+			left := countMask(canvas[bs:be], mask)
+			if causal {
+				if left == 0 || i >= sch.StepsPerBlock() {
+					break
+				}
+			} else if threshold {
+				if left == 0 {
 					break
 				}
 			} else if i >= sch.StepsPerBlock() {
@@ -338,7 +434,7 @@ func (m *LLaDA) Generate(ctx context.Context, prompt []int32, prefixLen int, o G
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			st := &Step{Index: g.Steps, Block: blk, BlockStep: i, BlockStart: bs, BlockEnd: be, Canvas: canvas, PromptLen: len(prompt), Positions: pos}
+			st := &Step{Index: g.Steps, Block: blk, BlockStep: i, BlockStart: bs, BlockEnd: be, Canvas: canvas, PromptLen: len(prompt), Positions: pos, Len: fed}
 			committed, err := m.step(st, o, dec, sch.Transfers(masked0, i), mask, planner, rng, g)
 			if err != nil {
 				return nil, fmt.Errorf("step %d: %w", g.Steps, err)
@@ -351,8 +447,18 @@ func (m *LLaDA) Generate(ctx context.Context, prompt []int32, prefixLen int, o G
 				o.OnStep(st, committed)
 			}
 		}
+		stop := causal && eosToEnd(canvas[len(prompt):be], int32(m.Config.EOSTokenID))
+		if stop {
+			for i := be; i < n; i++ {
+				canvas[i] = int32(m.Config.EOSTokenID)
+			}
+			g.Decoded = be - len(prompt)
+		}
 		if o.OnBlock != nil {
-			o.OnBlock(blk, canvas)
+			o.OnBlock(blk, be, canvas)
+		}
+		if stop {
+			break
 		}
 	}
 	g.Canvas = canvas
@@ -381,31 +487,36 @@ func (m *LLaDA) step(s *Step, o GenOptions, dec Decoder, k int, mask int32, plan
 	if forward == nil {
 		forward = m.Forward
 	}
-	out, err := forward(Input{Tokens: canvas, Positions: s.Positions, LogitRows: rows}, plan)
+	fed, fpos := canvas[:s.Len], s.Positions
+	if fpos != nil {
+		fpos = fpos[:s.Len]
+	}
+	full := m.fullFLOPs(fpos, s.Len, len(rows))
+	out, err := forward(Input{Tokens: fed, Positions: fpos, LogitRows: rows}, plan)
 	if err != nil {
 		return nil, err
 	}
 	g.NFE++
 	g.RowsComputed += out.RowsComputed
-	g.RowsFull += len(m.Blocks) * len(canvas)
+	g.RowsFull += len(m.Blocks) * s.Len
 	g.FLOPs += out.FLOPs
-	g.FLOPsFull += m.Config.StepFLOPs(len(canvas), len(canvas), len(rows))
+	g.FLOPsFull += full
 	logits := out.Logits
 	e := m.Config.Embeddings()
 	if o.CFGScale > 0 {
-		un := append([]int32(nil), canvas...)
+		un := append([]int32(nil), fed...)
 		for i := 0; i < s.PromptLen; i++ {
 			un[i] = mask
 		}
-		uo, err := forward(Input{Tokens: un, Positions: s.Positions, LogitRows: rows}, nil)
+		uo, err := forward(Input{Tokens: un, Positions: fpos, LogitRows: rows}, nil)
 		if err != nil {
 			return nil, err
 		}
 		g.NFE++
 		g.RowsComputed += uo.RowsComputed
-		g.RowsFull += len(m.Blocks) * len(canvas)
+		g.RowsFull += len(m.Blocks) * s.Len
 		g.FLOPs += uo.FLOPs
-		g.FLOPsFull += m.Config.StepFLOPs(len(canvas), len(canvas), len(rows))
+		g.FLOPsFull += full
 		w := float32(o.CFGScale + 1)
 		for i := range logits {
 			logits[i] = uo.Logits[i] + w*(logits[i]-uo.Logits[i])
@@ -420,6 +531,11 @@ func (m *LLaDA) step(s *Step, o GenOptions, dec Decoder, k int, mask int32, plan
 		co.Candidates(s, c)
 	}
 	pick := dec.Choose(c, k, rng)
+	if _, ok := dec.(Threshold); ok && m.Config.CausalBlock() > 0 && len(pick) < k {
+		// At least the schedule's count: the k most confident hold every
+		// proposal at or above the threshold.
+		pick = topK(c.Conf, k)
+	}
 	committed := make([]int32, 0, len(pick))
 	for _, j := range pick {
 		canvas[c.Pos[j]] = c.Tok[j]
@@ -452,6 +568,51 @@ func propose(l []float32, temp float64, rng *rand.Rand) (int32, float64) {
 		}
 	}
 	return int32(best), math.Exp(float64(l[best])-mx) / sumexp.Sum(l, mx)
+}
+
+// schedule validates o for a prompt of promptLen tokens (canvas position
+// ids pos, nil: 0..n-1): LLaDA's schedule, or the block schedule of a
+// block-causal model.
+func (m *LLaDA) schedule(promptLen int, pos []int32, o GenOptions) (Schedule, error) {
+	B := m.Config.CausalBlock()
+	if B == 0 {
+		return NewSchedule(promptLen, o)
+	}
+	first := promptLen
+	if promptLen < len(pos) {
+		first = int(pos[promptLen])
+	}
+	return causalSchedule(promptLen, first, B, o)
+}
+
+// fullFLOPs is what a forward over the first n canvas positions (ids pos,
+// nil: 0..n-1) computing every row costs, with lr logit rows.
+func (m *LLaDA) fullFLOPs(pos []int32, n, lr int) float64 {
+	c := m.Config
+	if c.CausalBlock() == 0 {
+		return c.StepFLOPs(n, n, lr)
+	}
+	if pos == nil {
+		pos = iota32(n)
+	}
+	return float64(c.NLayers)*c.layerFLOPs(n, attendedKeys(c, pos, iota32(n))) + c.HeadFLOPs(lr)
+}
+
+// eosToEnd reports whether the answer so far holds an EOS and only EOS
+// after its first one: the run that an EOS-padded answer continues to
+// the canvas end.
+func eosToEnd(ans []int32, eos int32) bool {
+	for i, t := range ans {
+		if t == eos {
+			for _, u := range ans[i:] {
+				if u != eos {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	return false
 }
 
 func countMask(t []int32, mask int32) int {

@@ -664,13 +664,13 @@ func (s *Server) run(ctx context.Context, j *job) (*result, *apiError) {
 		return out, err
 	}
 	first, onBlock := true, gen.OnBlock
-	gen.OnBlock = func(b int, canvas []int32) {
+	gen.OnBlock = func(b, end int, canvas []int32) {
 		if first {
 			first = false
 			s.met.firstBlock.Observe(s.cfg.Now().Sub(qstart).Seconds())
 		}
 		if onBlock != nil {
-			onBlock(b, canvas)
+			onBlock(b, end, canvas)
 		}
 	}
 	res, err := cache.Run(ctx, lm.LLaDA, meth, cache.Request{Prompt: j.ids, PrefixLen: j.prefixLen, Salt: j.salt, Positions: j.pos}, gen)

@@ -224,12 +224,7 @@ func (s *Server) streamHooks(j *job) {
 	}
 	promptLen := len(j.ids)
 	mask := int32(s.cfg.Model.Config.MaskTokenID)
-	bl := j.gen.BlockLength
-	if bl == 0 {
-		bl = j.gen.GenLength
-	}
-	j.gen.OnBlock = func(b int, canvas []int32) {
-		end := promptLen + min((b+1)*bl, j.gen.GenLength)
+	j.gen.OnBlock = func(_, end int, canvas []int32) {
 		ans := canvas[promptLen:end]
 		text, _, finish := s.answer(ans, j.maxTokens, j.stop)
 		ended := s.cfg.Model.AnswerEnd(ans) < len(ans) || finish == "stop" || (j.maxTokens > 0 && len(ans) >= j.maxTokens)
