@@ -56,17 +56,23 @@ func readCard(dir string) (Card, error) {
 	if err != nil {
 		return Card{}, err
 	}
+	return parseCard(raw, p)
+}
+
+// parseCard decodes the bytes of a dlmcache.json; where names them in
+// errors.
+func parseCard(raw []byte, where string) (Card, error) {
 	var c Card
 	dec := json.NewDecoder(strings.NewReader(string(raw)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {
-		return Card{}, fmt.Errorf("%s: %w", p, err)
+		return Card{}, fmt.Errorf("%s: %w", where, err)
 	}
 	if c.GenLength <= 0 || c.Steps <= 0 {
-		return Card{}, fmt.Errorf("%s: gen_length and steps must be positive", p)
+		return Card{}, fmt.Errorf("%s: gen_length and steps must be positive", where)
 	}
 	if c.Refresh < 0 {
-		return Card{}, fmt.Errorf("%s: refresh must be positive (or absent), got %d", p, c.Refresh)
+		return Card{}, fmt.Errorf("%s: refresh must be positive (or absent), got %d", where, c.Refresh)
 	}
 	return c, nil
 }

@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/dlmcache/dlmcache/model/backend"
+	"github.com/dlmcache/dlmcache/model/gguf"
 	"github.com/dlmcache/dlmcache/model/safetensors"
 	"github.com/dlmcache/dlmcache/model/tokenizer"
 )
@@ -13,17 +15,21 @@ import (
 // Model is a loaded checkpoint: the network, its tokenizer and identity.
 type Model struct {
 	*LLaDA
-	Dir         string
+	Dir         string // the model directory, or the GGUF file
 	Tokenizer   *tokenizer.Tokenizer
 	Fingerprint string // cheap identity of config + weights (see safetensors.Fingerprint)
 	Card        Card   // generation defaults (dlmcache.json)
 
-	files *safetensors.Set
+	files    *safetensors.Set
+	ggufFile *gguf.File
 }
 
 // Load reads a Hugging Face LLaDA directory (config.json, model.safetensors
-// or shards, tokenizer.json) onto backend b.
+// or shards, tokenizer.json) onto backend b, or a GGUF file (LoadGGUF).
 func Load(dir string, b backend.Backend) (*Model, error) {
+	if IsGGUF(dir) {
+		return LoadGGUF(dir, b)
+	}
 	cfg, rawCfg, err := ReadConfig(filepath.Join(dir, "config.json"))
 	if err != nil {
 		return nil, err
@@ -65,45 +71,74 @@ func Load(dir string, b backend.Backend) (*Model, error) {
 
 // Close releases the memory-mapped weights. The model must not be used after.
 func (m *Model) Close() error {
-	if m.files == nil {
-		return nil
+	var err error
+	if m.files != nil {
+		err = m.files.Close()
+		m.files = nil
 	}
-	err := m.files.Close()
-	m.files = nil
+	if m.ggufFile != nil {
+		if e := m.ggufFile.Close(); err == nil {
+			err = e
+		}
+		m.ggufFile = nil
+	}
 	return err
 }
 
-// Name is the directory's base name.
-func (m *Model) Name() string { return filepath.Base(filepath.Clean(m.Dir)) }
+// Name is the directory's base name, or the GGUF file's without ".gguf".
+func (m *Model) Name() string {
+	return strings.TrimSuffix(filepath.Base(filepath.Clean(m.Dir)), ".gguf")
+}
 
 // newLLaDA maps LLaDA's tensor names onto backend tensors, checking every
 // shape against the config.
 func newLLaDA(dir string, c *Config, set *safetensors.Set, b backend.Backend) (*LLaDA, error) {
+	used := map[string]bool{}
+	m, err := buildLLaDA(c, b, func(name string, rows, cols int) (backend.Tensor, error) {
+		used[name] = true
+		t, err := set.Matrix(name, rows, cols)
+		if err != nil {
+			return nil, err
+		}
+		bt, err := b.Weight(t.DType, rows, cols, t.Data)
+		if err != nil {
+			return nil, fmt.Errorf("%s: tensor %s: %w", t.File, name, err)
+		}
+		return bt, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range set.Names() {
+		if !used[name] {
+			return nil, fmt.Errorf("%s: the checkpoint has tensor %s, which config.json (n_layers %d, weight_tying %v) does not account for",
+				dir, name, c.NLayers, c.WeightTying)
+		}
+	}
+	return m, nil
+}
+
+// buildLLaDA asks weight for each of LLaDA's tensors by its Hugging Face
+// name and the [rows, cols] shape the config gives it (rows 1 for a norm
+// weight), and returns the network or weight's first error.
+func buildLLaDA(c *Config, b backend.Backend, weight func(name string, rows, cols int) (backend.Tensor, error)) (*LLaDA, error) {
 	d, kv, hid, e := c.DModel, c.KVDim(), c.MLPHiddenSize, c.Embeddings()
 	var firstErr error
-	used := map[string]bool{}
 	w := func(name string, rows, cols int) backend.Tensor {
-		used[name] = true
 		if firstErr != nil {
 			return nil
 		}
-		t, err := set.Matrix(name, rows, cols)
+		t, err := weight(name, rows, cols)
 		if err != nil {
 			firstErr = err
 			return nil
 		}
-		bt, err := b.Weight(t.DType, rows, cols, t.Data)
-		if err != nil {
-			firstErr = fmt.Errorf("%s: tensor %s: %w", t.File, name, err)
-			return nil
-		}
-		return bt
+		return t
 	}
-	const pre = "model.transformer."
 	m := &LLaDA{Config: c, Backend: b}
-	m.Embed = w(pre+"wte.weight", e, d)
+	m.Embed = w(hfPrefix+"wte.weight", e, d)
 	for i := 0; i < c.NLayers; i++ {
-		p := fmt.Sprintf("%sblocks.%d.", pre, i)
+		p := fmt.Sprintf("%sblocks.%d.", hfPrefix, i)
 		m.Blocks = append(m.Blocks, Block{
 			AttnNorm: w(p+"attn_norm.weight", 1, d),
 			Q:        w(p+"q_proj.weight", d, d),
@@ -116,20 +151,17 @@ func newLLaDA(dir string, c *Config, set *safetensors.Set, b backend.Backend) (*
 			Down:     w(p+"ff_out.weight", d, hid),
 		})
 	}
-	m.Norm = w(pre+"ln_f.weight", 1, d)
+	m.Norm = w(hfPrefix+"ln_f.weight", 1, d)
 	if c.WeightTying {
 		m.Head = m.Embed
 	} else {
-		m.Head = w(pre+"ff_out.weight", e, d)
+		m.Head = w(hfPrefix+"ff_out.weight", e, d)
 	}
 	if firstErr != nil {
 		return nil, firstErr
 	}
-	for _, name := range set.Names() {
-		if !used[name] {
-			return nil, fmt.Errorf("%s: the checkpoint has tensor %s, which config.json (n_layers %d, weight_tying %v) does not account for",
-				dir, name, c.NLayers, c.WeightTying)
-		}
-	}
 	return m, nil
 }
+
+// hfPrefix starts every tensor name of a Hugging Face LLaDA checkpoint.
+const hfPrefix = "model.transformer."

@@ -11,8 +11,10 @@ import (
 )
 
 // Resolve turns a --model argument into a model directory (one holding
-// config.json) and returns its absolute path.
+// config.json) or a GGUF file and returns its absolute path.
 //
+// A GGUF file (a regular file starting with GGUF's magic) is used as it is;
+// so is, in a $DLMCACHE_MODELS directory, <dir>/<name> when it is one.
 // A directory with config.json is used as it is; so is a Hugging Face cache
 // entry (models--ORG--NAME) given as a directory, through its newest
 // snapshot. Anything else is a name, looked up
@@ -35,6 +37,12 @@ func Resolve(nameOrDir string) (string, error) {
 	if arg == "" {
 		return "", errors.New("model: empty model name or directory")
 	}
+	if st, err := os.Stat(arg); err == nil && st.Mode().IsRegular() {
+		if IsGGUF(arg) {
+			return filepath.Abs(arg)
+		}
+		return "", fmt.Errorf("model: %s is a file but not a GGUF file (want a model directory or a .gguf file)", arg)
+	}
 	if st, err := os.Stat(arg); err == nil && st.IsDir() {
 		if hasConfig(arg) {
 			return filepath.Abs(arg)
@@ -44,8 +52,8 @@ func Resolve(nameOrDir string) (string, error) {
 		}
 		return "", fmt.Errorf("model: %s is a directory without config.json (and not a Hugging Face cache entry with a snapshot holding one)", arg)
 	}
-	if isPathLike(arg) {
-		return "", fmt.Errorf("model: %s: no such model directory", arg)
+	if isPathLike(arg) || strings.HasSuffix(arg, ".gguf") {
+		return "", fmt.Errorf("model: %s: no such model directory or GGUF file", arg)
 	}
 
 	var cands []candidate
@@ -61,7 +69,7 @@ func Resolve(nameOrDir string) (string, error) {
 		root = expandHome(root)
 		nroots++
 		looked = append(looked, root)
-		if p := filepath.Join(root, arg); hasConfig(p) {
+		if p := filepath.Join(root, arg); hasConfig(p) || IsGGUF(p) {
 			return filepath.Abs(p)
 		}
 		entries, _ := os.ReadDir(root)

@@ -1,6 +1,8 @@
 //go:build !unix
 
-package safetensors
+// Package mmapfile maps whole files read-only, for the weight readers
+// (safetensors and GGUF).
+package mmapfile
 
 import (
 	"fmt"
@@ -8,8 +10,8 @@ import (
 	"os"
 )
 
-// mapFile reads the whole file where memory mapping is not available.
-func mapFile(f *os.File, size int64) ([]byte, func() error, error) {
+// Map reads the whole file where memory mapping is not available.
+func Map(f *os.File, size int64) (data []byte, unmap func() error, err error) {
 	if int64(int(size)) != size {
 		return nil, nil, fmt.Errorf("file of %d bytes is too large to read", size)
 	}

@@ -1,0 +1,165 @@
+package model
+
+import (
+	"fmt"
+	"os"
+	"unsafe"
+
+	"github.com/dlmcache/dlmcache/model/backend"
+	"github.com/dlmcache/dlmcache/model/gguf"
+	"github.com/dlmcache/dlmcache/model/tokenizer"
+)
+
+// IsGGUF reports whether path is a regular file that starts with GGUF's
+// magic.
+func IsGGUF(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		return false
+	}
+	var b [4]byte
+	if _, err := f.Read(b[:]); err != nil {
+		return false
+	}
+	return string(b[:]) == "GGUF"
+}
+
+// LoadGGUF reads a LLaDA GGUF file (as llama.cpp's converter or dlmcache
+// convert writes it) onto backend b: the config from its metadata, the
+// tokenizer from tokenizer.ggml.* and tokenizer.chat_template, generation
+// defaults from dlmcache.card when present (else DefaultCard).
+//
+// F32, F16 and BF16 tensors are handed to the backend straight from the
+// memory mapping, except the query and key weights, whose rows are put back
+// in Hugging Face's order (a copy; see ggufPermute). Q8_0 tensors are
+// dequantized to F32 at load, which takes 4 bytes per weight; other
+// quantized types are refused by name.
+func LoadGGUF(path string, b backend.Backend) (*Model, error) {
+	f, err := gguf.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			f.Close()
+		}
+	}()
+	m, err := loadGGUF(f, b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	m.Dir = path
+	ok = true
+	return m, nil
+}
+
+func loadGGUF(f *gguf.File, b backend.Backend) (*Model, error) {
+	arch, err := ggufArch(f)
+	if err != nil {
+		return nil, err
+	}
+	vocab, err := gguf.ReadVocab(f)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := ggufConfig(f, arch, vocab)
+	if err != nil {
+		return nil, err
+	}
+	card := DefaultCard
+	if v, ok := f.Get(keyCard); ok {
+		s, ok := v.Str()
+		if !ok {
+			return nil, fmt.Errorf("%s is %s, want a JSON string", keyCard, v.Type)
+		}
+		if card, err = parseCard([]byte(s), keyCard); err != nil {
+			return nil, err
+		}
+	}
+	m := &Model{Card: card, ggufFile: f, Fingerprint: f.Fingerprint()}
+	tokJSON, cfgJSON, err := vocab.TokenizerJSON()
+	if err != nil {
+		return nil, err
+	}
+	if m.Tokenizer, err = tokenizer.Parse(tokJSON, cfgJSON, "GGUF tokenizer metadata"); err != nil {
+		return nil, err
+	}
+	if v := m.Tokenizer.VocabSize(); v > cfg.Embeddings() {
+		return nil, fmt.Errorf("the tokenizer has %d tokens but token_embd.weight has %d rows", v, cfg.Embeddings())
+	}
+	used := map[string]bool{}
+	m.LLaDA, err = buildLLaDA(cfg, b, func(hf string, rows, cols int) (backend.Tensor, error) {
+		name, err := ggufTensorName(hf)
+		if err != nil {
+			return nil, err
+		}
+		used[name] = true
+		dt, data, err := ggufWeight(f, name, rows, cols, permutedHeads(hf, cfg))
+		if err != nil {
+			return nil, err
+		}
+		t, err := b.Weight(dt, rows, cols, data)
+		if err != nil {
+			return nil, fmt.Errorf("tensor %s: %w", name, err)
+		}
+		return t, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range f.Tensors {
+		if !used[t.Name] && t.Name != "rope_freqs.weight" {
+			return nil, fmt.Errorf("the file has tensor %s, which the LLaDA metadata (block_count %d) does not account for", t.Name, cfg.NLayers)
+		}
+	}
+	if _, ok := f.Tensor("rope_freqs.weight"); ok {
+		return nil, fmt.Errorf("tensor rope_freqs.weight (scaled RoPE frequencies) is not supported")
+	}
+	return m, nil
+}
+
+// ggufWeight returns a tensor of f as a [rows, cols] matrix (rows 1: a
+// vector of cols) in a dtype the backend takes, its rows put back in
+// Hugging Face's order when heads > 0.
+func ggufWeight(f *gguf.File, name string, rows, cols, heads int) (backend.DType, []byte, error) {
+	t, ok := f.Tensor(name)
+	if !ok {
+		return 0, nil, fmt.Errorf("tensor %s not found", name)
+	}
+	okShape := len(t.Shape) == 2 && t.Shape[0] == cols && t.Shape[1] == rows ||
+		rows == 1 && len(t.Shape) == 1 && t.Shape[0] == cols
+	if !okShape {
+		want := fmt.Sprint([]int{cols, rows})
+		if rows == 1 {
+			want = fmt.Sprint([]int{cols})
+		}
+		return 0, nil, fmt.Errorf("tensor %s has shape %v (ggml order), the metadata implies %s", name, t.Shape, want)
+	}
+	data := f.Data(t)
+	if heads > 0 {
+		var err error
+		if data, err = ggufPermute(data, rows, t.Type.RowBytes(cols), heads, false); err != nil {
+			return 0, nil, fmt.Errorf("tensor %s: %w", name, err)
+		}
+	}
+	switch t.Type {
+	case gguf.F32:
+		return backend.F32, data, nil
+	case gguf.F16:
+		return backend.F16, data, nil
+	case gguf.BF16:
+		return backend.BF16, data, nil
+	case gguf.Q8_0:
+		x, err := gguf.ToF32(t.Type, data, rows*cols)
+		if err != nil {
+			return 0, nil, fmt.Errorf("tensor %s: %w", name, err)
+		}
+		return backend.F32, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(x))), 4*len(x)), nil
+	}
+	return 0, nil, fmt.Errorf("tensor %s has type %s, which is not supported yet (supported: F32, F16, BF16, Q8_0)", name, t.Type)
+}

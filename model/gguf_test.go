@@ -1,0 +1,285 @@
+package model
+
+import (
+	"bytes"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/dlmcache/dlmcache/model/cpu"
+	"github.com/dlmcache/dlmcache/model/gguf"
+	"github.com/dlmcache/dlmcache/model/safetensors"
+)
+
+// bundledDir is the bundled model's directory in the repository.
+const bundledDir = "../models/llada-tiny"
+
+// ggufLogits runs one full forward over ids and returns every row's logits.
+func ggufLogits(t *testing.T, m *Model, ids []int32) []float32 {
+	t.Helper()
+	out, err := m.Forward(Input{Tokens: ids, LogitRows: iota32(len(ids))}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out.Logits
+}
+
+func testIDs(t *testing.T, m *Model) []int32 {
+	t.Helper()
+	ids, _, err := m.Tokenizer.EncodeChat("You are a helpful assistant.", "What is two plus three?")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 8 {
+		ids = append(ids, int32(m.Config.MaskTokenID))
+	}
+	return ids
+}
+
+func maxAbsDiff(a, b []float32) float64 {
+	var d float64
+	for i := range a {
+		d = max(d, math.Abs(float64(a[i]-b[i])))
+	}
+	return d
+}
+
+// TestGGUFRoundTrip converts the bundled model to GGUF in each type, loads
+// it, and compares its logits with the safetensors model's: identical for
+// F32, close for the others; and GGUF F32 → safetensors gives back the
+// original tensors bit for bit.
+func TestGGUFRoundTrip(t *testing.T) {
+	be := cpu.New(1)
+	ref, err := Load(bundledDir, be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	ids := testIDs(t, ref)
+	want := ggufLogits(t, ref, ids)
+	var scale float64
+	for _, v := range want {
+		scale = max(scale, math.Abs(float64(v)))
+	}
+	tmp := t.TempDir()
+	for _, tc := range []struct {
+		typ gguf.GGMLType
+		tol float64 // max |Δlogit| relative to max |logit|
+	}{
+		{gguf.F32, 0},
+		{gguf.F16, 2e-3},
+		{gguf.BF16, 2e-2},
+		{gguf.Q8_0, 2e-2},
+	} {
+		t.Run(tc.typ.String(), func(t *testing.T) {
+			p := filepath.Join(tmp, "tiny-"+tc.typ.String()+".gguf")
+			rep, err := ToGGUF(bundledDir, p, tc.typ)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, ct := range rep.Tensors {
+				wantT := tc.typ.String()
+				if len(ct.Shape) == 1 {
+					wantT = "F32"
+				}
+				if ct.To != wantT {
+					t.Errorf("%s written as %s, want %s", ct.Name, ct.To, wantT)
+				}
+			}
+			m, err := Load(p, be)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			if m.Name() != "tiny-"+tc.typ.String() {
+				t.Errorf("Name %q", m.Name())
+			}
+			if !configEqual(m.Config, ref.Config) {
+				t.Errorf("config %+v, want %+v", *m.Config, *ref.Config)
+			}
+			if m.Card != ref.Card {
+				t.Errorf("card %+v, want %+v", m.Card, ref.Card)
+			}
+			if got := testIDs(t, m); !slices.Equal(got, ids) {
+				t.Fatalf("GGUF tokenizer: chat prompt ids %v, want %v", got, ids)
+			}
+			got := ggufLogits(t, m, ids)
+			d := maxAbsDiff(got, want) / scale
+			if tc.tol == 0 && d != 0 {
+				t.Fatalf("logits differ by %.3g (relative); want identical", d)
+			}
+			if d > tc.tol {
+				t.Fatalf("logits differ by %.3g (relative), tolerance %.3g", d, tc.tol)
+			}
+			t.Logf("%s: max |Δlogit| / max |logit| = %.3g", tc.typ, d)
+		})
+	}
+
+	// Back to safetensors: lossless for F32.
+	out := filepath.Join(tmp, "back")
+	if _, err := FromGGUF(filepath.Join(tmp, "tiny-F32.gguf"), out); err != nil {
+		t.Fatal(err)
+	}
+	a, err := safetensors.Open(bundledDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := safetensors.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if !slices.Equal(a.Names(), b.Names()) {
+		t.Fatalf("names %v, want %v", b.Names(), a.Names())
+	}
+	for _, n := range a.Names() {
+		x, _ := a.Tensor(n)
+		y, _ := b.Tensor(n)
+		if !slices.Equal(x.Shape, y.Shape) || !bytes.Equal(x.Data, y.Data) {
+			t.Errorf("%s: round trip changed the tensor", n)
+		}
+	}
+	m, err := Load(out, be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if got := ggufLogits(t, m, ids); maxAbsDiff(got, want) != 0 {
+		t.Error("the round-tripped directory's logits differ")
+	}
+	if _, err := FromGGUF(filepath.Join(tmp, "tiny-Q8_0.gguf"), filepath.Join(tmp, "q8")); err == nil || !strings.Contains(err.Error(), "Q8_0") {
+		t.Errorf("Q8_0 → safetensors: err %v, want a refusal naming Q8_0", err)
+	}
+}
+
+func configEqual(a, b *Config) bool {
+	x, y := *a, *b
+	x.Architectures, y.Architectures = nil, nil
+	x.ModelType, y.ModelType = "", ""
+	return reflect.DeepEqual(x, y)
+}
+
+// TestGGUFPermute checks the q/k permutation against its definition in
+// llama.cpp's converter: reshape(n_head, 2, hd/2, cols).swapaxes(1, 2).
+func TestGGUFPermute(t *testing.T) {
+	const heads, hd, cols = 3, 8, 2
+	rows := heads * hd
+	src := make([]byte, rows*cols)
+	for i := range src {
+		src[i] = byte(i / cols) // row id
+	}
+	got, err := ggufPermute(src, rows, cols, heads, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for h := 0; h < heads; h++ {
+		for j := 0; j < hd/2; j++ {
+			for s := 0; s < 2; s++ {
+				// output index [h, j, s] comes from input [h, s, j]
+				if g, w := got[(h*hd+j*2+s)*cols], byte(h*hd+s*hd/2+j); g != w {
+					t.Fatalf("row %d holds input row %d, want %d", h*hd+j*2+s, g, w)
+				}
+			}
+		}
+	}
+	back, _ := ggufPermute(got, rows, cols, heads, false)
+	if !bytes.Equal(back, src) {
+		t.Error("inverse permutation does not restore the rows")
+	}
+	if _, err := ggufPermute(src, rows, cols, 5, true); err == nil {
+		t.Error("5 heads over 24 rows: no error")
+	}
+}
+
+// TestGGUFBadInput checks that files llama.cpp writes for other diffusion
+// architectures, and damaged files, fail with errors that say why.
+func TestGGUFBadInput(t *testing.T) {
+	tmp := t.TempDir()
+	src := filepath.Join(tmp, "tiny.gguf")
+	if _, err := ToGGUF(bundledDir, src, gguf.F16); err != nil {
+		t.Fatal(err)
+	}
+	f, err := gguf.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv := slices.Clone(f.KV)
+	var wts []gguf.WriteTensor
+	for _, ti := range f.Tensors {
+		wts = append(wts, gguf.WriteTensor{Name: ti.Name, Shape: ti.Shape, Type: ti.Type})
+	}
+	rewrite := func(name string, edit func([]gguf.KV, []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor)) string {
+		k, w := edit(slices.Clone(kv), slices.Clone(wts))
+		p := filepath.Join(tmp, name+".gguf")
+		err := gguf.Write(p, k, w, func(i int) ([]byte, error) {
+			ti, _ := f.Tensor(w[i].Name)
+			return f.Data(ti), nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	set := func(key string, v gguf.Value) func([]gguf.KV, []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
+		return func(k []gguf.KV, w []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
+			for i := range k {
+				if k[i].Key == key {
+					k[i].Value = v
+					return k, w
+				}
+			}
+			return append(k, gguf.KV{Key: key, Value: v}), w
+		}
+	}
+	be := cpu.New(1)
+	for _, tc := range []struct {
+		name string
+		path string
+		want []string
+	}{
+		{"dream", rewrite("dream", set("general.architecture", gguf.String("dream"))), []string{"dream", "not run it yet"}},
+		{"llada-moe", rewrite("moe", set("general.architecture", gguf.String("llada-moe"))), []string{"llada-moe", "not run it yet"}},
+		{"qwen2", rewrite("qwen2", set("general.architecture", gguf.String("qwen2"))), []string{"qwen2", "not a diffusion"}},
+		{"causal", rewrite("causal", set("llada.attention.causal", gguf.Bool(true))), []string{"llada.attention.causal"}},
+		{"shifted logits", rewrite("shift", set("diffusion.shift_logits", gguf.Bool(true))), []string{"diffusion.shift_logits"}},
+		{"unknown pre-tokenizer", rewrite("pre", set("tokenizer.ggml.pre", gguf.String("chatglm-bpe"))), []string{"chatglm-bpe", "not supported"}},
+		{"no mask", rewrite("nomask", func(k []gguf.KV, w []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
+			return slices.DeleteFunc(k, func(e gguf.KV) bool { return e.Key == gguf.KeyTokMask }), w
+		}), []string{"mask_token_id"}},
+		{"missing layer", rewrite("nolayer", func(k []gguf.KV, w []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
+			return k, slices.DeleteFunc(w, func(t gguf.WriteTensor) bool { return t.Name == "blk.1.ffn_up.weight" })
+		}), []string{"blk.1.ffn_up.weight", "not found"}},
+	} {
+		_, err := Load(tc.path, be)
+		if err == nil {
+			t.Errorf("%s: no error", tc.name)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: error %q lacks %q", tc.name, err, w)
+			}
+		}
+	}
+	f.Close()
+
+	// A truncated file.
+	b, _ := os.ReadFile(src)
+	trunc := filepath.Join(tmp, "trunc.gguf")
+	os.WriteFile(trunc, b[:len(b)-100], 0o644)
+	if _, err := Load(trunc, be); err == nil || !strings.Contains(err.Error(), "past the end") {
+		t.Errorf("truncated: %v", err)
+	}
+	// Resolve takes a GGUF file and refuses another file.
+	if p, err := Resolve(src); err != nil || p != src {
+		t.Errorf("Resolve(%s) = %q, %v", src, p, err)
+	}
+	if _, err := Resolve(filepath.Join(bundledDir, "config.json")); err == nil || !strings.Contains(err.Error(), "not a GGUF") {
+		t.Errorf("Resolve(config.json): %v", err)
+	}
+}
