@@ -24,7 +24,7 @@ type modelFlags struct {
 }
 
 func (m *modelFlags) add(fl *pflag.FlagSet) {
-	fl.StringVar(&m.Model, "model", models.Default, "model directory, or a name looked up in the bundled models, $DLMCACHE_MODELS and the Hugging Face cache")
+	fl.StringVar(&m.Model, "model", models.Default, "model directory or GGUF file, or a name looked up in the bundled models, $DLMCACHE_MODELS and the Hugging Face cache")
 	fl.StringVar(&m.Device, "device", "cpu", "backend: cpu or cuda (cuda needs a build with -tags cuda)")
 	fl.IntVar(&m.Threads, "threads", 0, "CPU threads (0: all cores)")
 }

@@ -1,0 +1,86 @@
+package model
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/dlmcache/dlmcache/model/cpu"
+	"github.com/dlmcache/dlmcache/model/safetensors"
+	"github.com/dlmcache/dlmcache/model/tokenizer"
+)
+
+// TestGGUFPyFixtureLogits loads the GGUF that llama.cpp's gguf-py wrote
+// (model/testdata/ggufpy, tools/ggufpy/make_fixture.py: mixed Q8_0, F16,
+// BF16 and F32 tensors, GQA, q/k permuted as llama.cpp's converter does)
+// and compares its logits with a float64 PyTorch forward over the same
+// dequantized weights. It also checks the tokenizer built from the file's
+// metadata against the bundled model's tokenizer.json, which the fixture's
+// vocabulary was made from.
+func TestGGUFPyFixtureLogits(t *testing.T) {
+	dir := filepath.Join("testdata", "ggufpy")
+	var g struct {
+		File string  `json:"file"`
+		IDs  []int32 `json:"ids"`
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "golden.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &g); err != nil {
+		t.Fatal(err)
+	}
+	m, err := Load(filepath.Join(dir, g.File), cpu.New(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if c := m.Config; c.NHeads != 4 || c.NKVHeads != 2 || c.NLayers != 2 || c.WeightTying {
+		t.Fatalf("config %+v", *c)
+	}
+	gs, err := safetensors.OpenFile(filepath.Join(dir, "golden.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gs.Close()
+	lt, err := gs.Tensor("logits")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := lt.Float32(nil)
+	got := ggufLogits(t, m, g.IDs)
+	if len(got) != len(want) {
+		t.Fatalf("%d logits, want %d", len(got), len(want))
+	}
+	var scale float64
+	for _, v := range want {
+		scale = max(scale, math.Abs(float64(v)))
+	}
+	if d := maxAbsDiff(got, want) / scale; d > 1e-4 {
+		t.Errorf("logits differ from the PyTorch reference by %.3g (relative to max |logit|)", d)
+	} else {
+		t.Logf("max |Δlogit| / max |logit| = %.3g", d)
+	}
+
+	ref, err := tokenizer.Load(bundledDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"What is two plus three?", "  Héllo,\tworld!\n\n12345 <|eot_id|>x", "naïve café — ünïcödé 🙂"} {
+		if a, b := m.Tokenizer.Encode(s), ref.Encode(s); !slices.Equal(a, b) {
+			t.Errorf("Encode(%q): GGUF %v, tokenizer.json %v", s, a, b)
+		}
+	}
+	if m.Tokenizer.ChatTemplate() != ref.ChatTemplate() {
+		t.Error("chat template differs from tokenizer_config.json's")
+	}
+	msgs := []tokenizer.Message{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "Hi"}}
+	a, err1 := m.Tokenizer.ApplyChat(msgs, true)
+	b, err2 := ref.ApplyChat(msgs, true)
+	if err1 != nil || err2 != nil || a != b {
+		t.Errorf("chat: %q (%v), want %q (%v)", a, err1, b, err2)
+	}
+}
