@@ -48,6 +48,9 @@ func ToGGUF(dir, out string, typ gguf.GGMLType) (*ConvertReport, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.BlockCausal {
+		return nil, fmt.Errorf("%s: block_causal attention has no key in llama.cpp's llada architecture; it cannot be written as GGUF", dir)
+	}
 	var hp map[string]any
 	if err := json.Unmarshal(rawCfg, &hp); err != nil {
 		return nil, err
@@ -108,7 +111,7 @@ func ToGGUF(dir, out string, typ gguf.GGMLType) (*ConvertReport, error) {
 		gguf.KV{Key: a(keyVocabSize), Value: u32(cfg.VocabSize)},
 		gguf.KV{Key: a(keyRopeDims), Value: u32(cfg.HeadDim())},
 		gguf.KV{Key: a(keyCausal), Value: gguf.Bool(false)},
-		gguf.KV{Key: keyShiftLogits, Value: gguf.Bool(false)},
+		gguf.KV{Key: keyShiftLogits, Value: gguf.Bool(cfg.ShiftLogits)},
 		gguf.KV{Key: gguf.KeyTokMask, Value: u32(cfg.MaskTokenID)},
 		gguf.KV{Key: keyQuantVersion, Value: gguf.Uint32(gguf.QuantizationVersion)},
 	)

@@ -241,23 +241,26 @@ func ggufConfig(f *gguf.File, arch string, vocab *gguf.Vocab) (*Config, error) {
 	if c.RMSNormEps == 0 {
 		return nil, fmt.Errorf("no %s", archKey(keyRMSEps, arch))
 	}
-	for _, k := range []struct {
-		key  string
-		want bool
-		why  string
-	}{
-		{archKey(keyCausal, arch), false, "causal attention; LLaDA attends bidirectionally"},
-		{keyShiftLogits, false, "shifted logits (Dream's convention); LLaDA predicts each position's own token"},
-	} {
-		if v, ok := f.Get(k.key); ok {
-			b, ok := v.Bool()
-			if !ok {
-				return nil, fmt.Errorf("%s is %s, want a bool", k.key, v.Type)
-			}
-			if b != k.want {
-				return nil, fmt.Errorf("%s is %v: %s is not supported", k.key, b, k.why)
-			}
+	boolKey := func(k string) (bool, error) {
+		v, ok := f.Get(k)
+		if !ok {
+			return false, nil
 		}
+		b, ok := v.Bool()
+		if !ok {
+			return false, fmt.Errorf("%s is %s, want a bool", k, v.Type)
+		}
+		return b, nil
+	}
+	if causal, err := boolKey(archKey(keyCausal, arch)); err != nil {
+		return nil, err
+	} else if causal {
+		return nil, fmt.Errorf("%s is true: causal attention is not supported (a diffusion model attends bidirectionally)", archKey(keyCausal, arch))
+	}
+	// diffusion.shift_logits: position i's logits come from row i-1
+	// (Dream's convention), which the forward does as Config.ShiftLogits.
+	if c.ShiftLogits, err = boolKey(keyShiftLogits); err != nil {
+		return nil, err
 	}
 	if v, ok := f.Get(archKey(keyRopeScaling, arch)); ok {
 		if s, _ := v.Str(); s != "none" && s != "" {

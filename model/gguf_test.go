@@ -246,7 +246,6 @@ func TestGGUFBadInput(t *testing.T) {
 		{"llada-moe", rewrite("moe", set("general.architecture", gguf.String("llada-moe"))), []string{"llada-moe", "not run it yet"}},
 		{"qwen2", rewrite("qwen2", set("general.architecture", gguf.String("qwen2"))), []string{"qwen2", "not a diffusion"}},
 		{"causal", rewrite("causal", set("llada.attention.causal", gguf.Bool(true))), []string{"llada.attention.causal"}},
-		{"shifted logits", rewrite("shift", set("diffusion.shift_logits", gguf.Bool(true))), []string{"diffusion.shift_logits"}},
 		{"unknown pre-tokenizer", rewrite("pre", set("tokenizer.ggml.pre", gguf.String("chatglm-bpe"))), []string{"chatglm-bpe", "not supported"}},
 		{"no mask", rewrite("nomask", func(k []gguf.KV, w []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
 			return slices.DeleteFunc(k, func(e gguf.KV) bool { return e.Key == gguf.KeyTokMask }), w
@@ -266,6 +265,15 @@ func TestGGUFBadInput(t *testing.T) {
 			}
 		}
 	}
+	// diffusion.shift_logits true is the forward's ShiftLogits.
+	m, err := Load(rewrite("shift", set("diffusion.shift_logits", gguf.Bool(true))), be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.Config.ShiftLogits {
+		t.Error("diffusion.shift_logits true: Config.ShiftLogits false")
+	}
+	m.Close()
 	f.Close()
 
 	// A truncated file.
