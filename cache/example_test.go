@@ -43,7 +43,9 @@ func Example() {
 	system := "The registry for this session maps every name to a code. Answer from the registry only.\n\n" +
 		"Registry:\n* deli = equ\n* licens = nam\n* possib = dat\n* sep = lef\n* archiv = require\n\n" +
 		"Reply with ## followed by the code only."
-	gen := model.GenOptions{GenLength: m.Card.GenLength, Steps: m.Card.Steps, BlockLength: m.Card.BlockLength}
+	// A short canvas keeps the example quick: 32 answer slots, 16 steps (the
+	// card's regime is 128 slots, 64 steps, blocks of 32).
+	gen := model.GenOptions{GenLength: 32, Steps: 16, BlockLength: 32}
 	for _, q := range []string{"What is the code for sep?", "What is the code for deli?"} {
 		ids, prefixLen, err := m.Tokenizer.EncodeChat(system, q)
 		if err != nil {

@@ -11,7 +11,7 @@ import (
 
 // Load a Hugging Face LLaDA directory (here the bundled llada-tiny), encode
 // a chat whose system message is the shared prefix, and run the diffusion
-// sampler in the model card's regime with no caching (a nil planner).
+// sampler with no caching (a nil planner): 32 answer slots, 16 steps.
 func ExampleLLaDA_Generate() {
 	m, err := model.Load(filepath.Join("..", "models", "llada-tiny"), cpu.New(2))
 	if err != nil {
@@ -27,7 +27,9 @@ func ExampleLLaDA_Generate() {
 		fmt.Println(err)
 		return
 	}
-	o := model.GenOptions{GenLength: m.Card.GenLength, Steps: m.Card.Steps, BlockLength: m.Card.BlockLength}
+	// The card's regime (m.Card: 128 slots, 64 steps, blocks of 32) is what
+	// the commands use; a short canvas keeps the example quick.
+	o := model.GenOptions{GenLength: 32, Steps: 16, BlockLength: 32}
 	g, err := m.Generate(context.Background(), ids, prefixLen, o, nil)
 	if err != nil {
 		fmt.Println(err)
@@ -37,7 +39,7 @@ func ExampleLLaDA_Generate() {
 	fmt.Printf("every row computed: %t\n", g.RowsComputed == g.RowsFull)
 	fmt.Printf("answer: %q\n", m.AnswerText(g.Answer))
 	// Output:
-	// 128 answer slots, 64 steps, 64 forwards
+	// 32 answer slots, 16 steps, 16 forwards
 	// every row computed: true
 	// answer: "## lef"
 }
