@@ -494,6 +494,14 @@ func shapePanic(op, format string, args ...any) {
 	panic("cuda: " + op + ": " + fmt.Sprintf(format, args...))
 }
 
+// checked panics with the error of an operand check (backend.Check*), as
+// every shape mismatch does.
+func checked(err error) {
+	if err != nil {
+		panic("cuda: " + err.Error())
+	}
+}
+
 // ---- index lists ----
 
 // idxEntry is an index list already on the device. RoPE uploads the same

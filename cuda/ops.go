@@ -21,14 +21,7 @@ const maxScoreBytes = 512 << 20
 // [len(ids), d].
 func (b *Backend) Embed(dst, table backend.Tensor, ids []int32) {
 	d, t := act(dst, "Embed"), tensor(table, "Embed")
-	if d.rows != len(ids) || d.cols != t.cols {
-		shapePanic("Embed", "dst %v for %d ids into table %v", d, len(ids), t)
-	}
-	for i, id := range ids {
-		if id < 0 || int(id) >= t.rows {
-			shapePanic("Embed", "id %d at %d outside table %v", id, i, t)
-		}
-	}
+	checked(backend.CheckEmbed(d, t, ids))
 	if d.elems() == 0 {
 		return
 	}
@@ -41,9 +34,7 @@ func (b *Backend) Embed(dst, table backend.Tensor, ids []int32) {
 // the mean of squares in float64. w [1, d] of any weight type.
 func (b *Backend) RMSNorm(dst, x, w backend.Tensor, eps float32) {
 	d, xs, ws := act(dst, "RMSNorm"), act(x, "RMSNorm"), tensor(w, "RMSNorm")
-	if d.rows != xs.rows || d.cols != xs.cols || ws.rows != 1 || ws.cols != xs.cols {
-		shapePanic("RMSNorm", "dst %v, x %v, w %v", d, xs, ws)
-	}
+	checked(backend.CheckRMSNorm(d, xs, ws))
 	if xs.elems() == 0 {
 		return
 	}
@@ -60,9 +51,7 @@ func (b *Backend) RMSNorm(dst, x, w backend.Tensor, eps float32) {
 // an FP32 product.
 func (b *Backend) MatMul(dst, x, w backend.Tensor) {
 	d, xs, ws := act(dst, "MatMul"), act(x, "MatMul"), tensor(w, "MatMul")
-	if xs.cols != ws.cols || d.rows != xs.rows || d.cols != ws.rows {
-		shapePanic("MatMul", "dst %v = x %v · wᵀ, w %v", d, xs, ws)
-	}
+	checked(backend.CheckMatMul(d, xs, ws))
 	n, in, out := xs.rows, xs.cols, ws.rows
 	if n == 0 || out == 0 {
 		return
@@ -96,9 +85,7 @@ func (b *Backend) MatMul(dst, x, w backend.Tensor) {
 // computed in float64, as on the CPU backend.
 func (b *Backend) RoPE(x backend.Tensor, pos []int32, headDim int, theta float64) {
 	xs := act(x, "RoPE")
-	if headDim <= 0 || headDim%2 != 0 || xs.cols%headDim != 0 || len(pos) != xs.rows {
-		shapePanic("RoPE", "x %v, %d positions, headDim %d", xs, len(pos), headDim)
-	}
+	checked(backend.CheckRoPE(xs, pos, headDim))
 	if xs.elems() == 0 {
 		return
 	}
@@ -119,14 +106,9 @@ func (b *Backend) RoPE(x backend.Tensor, pos []int32, headDim int, theta float64
 // one-block-per-(row, head) kernel instead.
 func (b *Backend) Attention(dst, q, k, v backend.Tensor, nHeads, nKVHeads int) {
 	d, qs, ks, vs := act(dst, "Attention"), act(q, "Attention"), act(k, "Attention"), act(v, "Attention")
-	if nHeads <= 0 || nKVHeads <= 0 || nHeads%nKVHeads != 0 || qs.cols%nHeads != 0 {
-		shapePanic("Attention", "q %v with %d heads, %d kv heads", qs, nHeads, nKVHeads)
-	}
-	hd := qs.cols / nHeads
+	hd, err := backend.CheckAttention("Attention", d, qs, ks, vs, nHeads, nKVHeads)
+	checked(err)
 	nq, nk := qs.rows, ks.rows
-	if ks.cols != nKVHeads*hd || vs.cols != ks.cols || vs.rows != nk || d.rows != nq || d.cols != qs.cols {
-		shapePanic("Attention", "dst %v, q %v, k %v, v %v, %d heads, %d kv heads", d, qs, ks, vs, nHeads, nKVHeads)
-	}
 	if nq == 0 || hd == 0 {
 		return
 	}
@@ -183,9 +165,7 @@ func (b *Backend) Attention(dst, q, k, v backend.Tensor, nHeads, nKVHeads int) {
 // SiLUMul: dst = silu(gate) * up, elementwise. dst may alias gate.
 func (b *Backend) SiLUMul(dst, gate, up backend.Tensor) {
 	d, g, u := act(dst, "SiLUMul"), act(gate, "SiLUMul"), act(up, "SiLUMul")
-	if d.rows != g.rows || d.cols != g.cols || u.rows != g.rows || u.cols != g.cols {
-		shapePanic("SiLUMul", "dst %v, gate %v, up %v", d, g, u)
-	}
+	checked(backend.CheckSiLUMul(d, g, u))
 	defer b.enter()()
 	b.elementwise(kernels.SiLUMul, g.elems(), d.ptr, g.ptr, u.ptr, g.elems())
 }
@@ -193,9 +173,7 @@ func (b *Backend) SiLUMul(dst, gate, up backend.Tensor) {
 // Add: dst += x, elementwise.
 func (b *Backend) Add(dst, x backend.Tensor) {
 	d, xs := act(dst, "Add"), act(x, "Add")
-	if d.rows != xs.rows || d.cols != xs.cols {
-		shapePanic("Add", "dst %v, x %v", d, xs)
-	}
+	checked(backend.CheckAdd(d, xs))
 	defer b.enter()()
 	b.elementwise(kernels.Add, d.elems(), d.ptr, xs.ptr, d.elems())
 }
@@ -205,38 +183,8 @@ func (b *Backend) Add(dst, x backend.Tensor) {
 // last copy wins, as in a serial loop (the host drops the earlier ones).
 func (b *Backend) CopyRows(dst backend.Tensor, dstRows []int32, src backend.Tensor, srcRows []int32) {
 	d, s := act(dst, "CopyRows"), act(src, "CopyRows")
-	if d.cols != s.cols {
-		shapePanic("CopyRows", "dst %v, src %v: column counts differ", d, s)
-	}
-	var n int
-	switch {
-	case dstRows == nil && srcRows == nil:
-		n = min(d.rows, s.rows)
-	case dstRows == nil:
-		n = len(srcRows)
-	case srcRows == nil:
-		n = len(dstRows)
-	default:
-		if len(dstRows) != len(srcRows) {
-			shapePanic("CopyRows", "%d destination rows for %d source rows", len(dstRows), len(srcRows))
-		}
-		n = len(dstRows)
-	}
-	check := func(what string, idx []int32, rows int) {
-		if idx == nil {
-			if n > rows {
-				shapePanic("CopyRows", "%d rows do not fit %s with %d rows", n, what, rows)
-			}
-			return
-		}
-		for i, r := range idx {
-			if r < 0 || int(r) >= rows {
-				shapePanic("CopyRows", "%s row %d at %d outside [0, %d)", what, r, i, rows)
-			}
-		}
-	}
-	check("dst", dstRows, d.rows)
-	check("src", srcRows, s.rows)
+	n, err := backend.CheckCopyRows(d, dstRows, s, srcRows)
+	checked(err)
 	if n == 0 || d.cols == 0 {
 		return
 	}

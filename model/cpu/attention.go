@@ -196,13 +196,8 @@ func attnLayout(hd, nk int) int {
 // returns them with the head size.
 func attnOperands(dst, q, k, v backend.Tensor, nHeads, nKVHeads int, op string) (d, qs, ks, vs *Tensor, hd int) {
 	d, qs, ks, vs = writable(dst, op), tensor(q, op), tensor(k, op), tensor(v, op)
-	if nHeads <= 0 || nKVHeads <= 0 || nHeads%nKVHeads != 0 || qs.cols%nHeads != 0 {
-		shapePanic(op, "q %v with %d heads, %d kv heads", qs, nHeads, nKVHeads)
-	}
-	hd = qs.cols / nHeads
-	if ks.cols != nKVHeads*hd || vs.cols != ks.cols || vs.rows != ks.rows || d.rows != qs.rows || d.cols != qs.cols {
-		shapePanic(op, "dst %v, q %v, k %v, v %v, %d heads, %d kv heads", d, qs, ks, vs, nHeads, nKVHeads)
-	}
+	hd, err := backend.CheckAttention(op, d, qs, ks, vs, nHeads, nKVHeads)
+	checked(err)
 	return d, qs, ks, vs, hd
 }
 

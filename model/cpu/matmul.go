@@ -27,11 +27,8 @@ const minSplitFlops = 1 << 23
 // BF16 weight: see matMulBF16.
 func (b *Backend) MatMul(dst, x, w backend.Tensor) {
 	d, xs, ws := writable(dst, "MatMul"), tensor(x, "MatMul"), anyTensor(w, "MatMul")
-	n, in, out := xs.rows, xs.cols, ws.rows
-	if ws.cols != in || d.rows != n || d.cols != out {
-		shapePanic("MatMul", "dst %v = x %v · wᵀ with w %v", d, xs, ws)
-	}
-	if n == 0 || out == 0 {
+	checked(backend.CheckMatMul(d, xs, ws))
+	if xs.rows == 0 || ws.rows == 0 {
 		return
 	}
 	if ws.bf16 != nil {

@@ -22,18 +22,19 @@ func shapePanic(op string, format string, args ...any) {
 	panic("cpu: " + op + ": " + fmt.Sprintf(format, args...))
 }
 
+// checked panics with the error of an operand check (backend.Check*), as
+// every shape mismatch does.
+func checked(err error) {
+	if err != nil {
+		panic("cpu: " + err.Error())
+	}
+}
+
 // Embed: dst[i] = table[ids[i]]. table [vocab, d], dst [len(ids), d]; a
 // BF16 table's picked rows are converted.
 func (b *Backend) Embed(dst, table backend.Tensor, ids []int32) {
 	d, t := writable(dst, "Embed"), anyTensor(table, "Embed")
-	if d.rows != len(ids) || d.cols != t.cols {
-		shapePanic("Embed", "dst %v for %d ids into table %v", d, len(ids), t)
-	}
-	for i, id := range ids {
-		if id < 0 || int(id) >= t.rows {
-			shapePanic("Embed", "id %d at %d outside table %v", id, i, t)
-		}
-	}
+	checked(backend.CheckEmbed(d, t, ids))
 	b.parallel(len(ids), rowGrain(d.cols), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			if t.bf16 != nil {
@@ -49,9 +50,7 @@ func (b *Backend) Embed(dst, table backend.Tensor, ids []int32) {
 // The mean of squares is accumulated in float64.
 func (b *Backend) RMSNorm(dst, x, w backend.Tensor, eps float32) {
 	d, xs, ws := writable(dst, "RMSNorm"), tensor(x, "RMSNorm"), tensor(w, "RMSNorm")
-	if d.rows != xs.rows || d.cols != xs.cols || ws.rows != 1 || ws.cols != xs.cols {
-		shapePanic("RMSNorm", "dst %v, x %v, w %v", d, xs, ws)
-	}
+	checked(backend.CheckRMSNorm(d, xs, ws))
 	cols := xs.cols
 	if cols == 0 {
 		return
@@ -70,9 +69,7 @@ func (b *Backend) RMSNorm(dst, x, w backend.Tensor, eps float32) {
 //	x[j+headDim/2] ← x[j+headDim/2]·cos θ_j + x[j]·sin θ_j
 func (b *Backend) RoPE(x backend.Tensor, pos []int32, headDim int, theta float64) {
 	xs := writable(x, "RoPE")
-	if headDim <= 0 || headDim%2 != 0 || xs.cols%headDim != 0 || len(pos) != xs.rows {
-		shapePanic("RoPE", "x %v, %d positions, headDim %d", xs, len(pos), headDim)
-	}
+	checked(backend.CheckRoPE(xs, pos, headDim))
 	rope := b.ropeFor(pos, headDim, theta)
 	b.parallel(xs.rows, rowGrain(xs.cols), func(lo, hi int) { rope.rows(xs, lo, hi) })
 }
@@ -80,9 +77,7 @@ func (b *Backend) RoPE(x backend.Tensor, pos []int32, headDim int, theta float64
 // SiLUMul: dst = silu(gate) * up = gate/(1+e^-gate) * up. dst may alias gate.
 func (b *Backend) SiLUMul(dst, gate, up backend.Tensor) {
 	d, g, u := writable(dst, "SiLUMul"), tensor(gate, "SiLUMul"), tensor(up, "SiLUMul")
-	if d.rows != g.rows || d.cols != g.cols || u.rows != g.rows || u.cols != g.cols {
-		shapePanic("SiLUMul", "dst %v, gate %v, up %v", d, g, u)
-	}
+	checked(backend.CheckSiLUMul(d, g, u))
 	cols := g.cols
 	b.parallel(g.rows, rowGrain(cols), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
@@ -94,9 +89,7 @@ func (b *Backend) SiLUMul(dst, gate, up backend.Tensor) {
 // Add: dst += x, elementwise.
 func (b *Backend) Add(dst, x backend.Tensor) {
 	d, xs := writable(dst, "Add"), tensor(x, "Add")
-	if d.rows != xs.rows || d.cols != xs.cols {
-		shapePanic("Add", "dst %v, x %v", d, xs)
-	}
+	checked(backend.CheckAdd(d, xs))
 	b.parallel(d.rows, rowGrain(d.cols), func(lo, hi int) {
 		addRows(!b.scalarOps, d, xs, lo, hi)
 	})
@@ -107,38 +100,8 @@ func (b *Backend) Add(dst, x backend.Tensor) {
 // dstRows repeats a row, the last copy to it wins.
 func (b *Backend) CopyRows(dst backend.Tensor, dstRows []int32, src backend.Tensor, srcRows []int32) {
 	d, s := writable(dst, "CopyRows"), tensor(src, "CopyRows")
-	if d.cols != s.cols {
-		shapePanic("CopyRows", "dst %v, src %v: column counts differ", d, s)
-	}
-	var n int
-	switch {
-	case dstRows == nil && srcRows == nil:
-		n = min(d.rows, s.rows)
-	case dstRows == nil:
-		n = len(srcRows)
-	case srcRows == nil:
-		n = len(dstRows)
-	default:
-		if len(dstRows) != len(srcRows) {
-			shapePanic("CopyRows", "%d destination rows for %d source rows", len(dstRows), len(srcRows))
-		}
-		n = len(dstRows)
-	}
-	checkIndex := func(what string, idx []int32, rows int) {
-		if idx == nil {
-			if n > rows {
-				shapePanic("CopyRows", "%d rows do not fit %s with %d rows", n, what, rows)
-			}
-			return
-		}
-		for i, r := range idx {
-			if r < 0 || int(r) >= rows {
-				shapePanic("CopyRows", "%s row %d at %d outside [0, %d)", what, r, i, rows)
-			}
-		}
-	}
-	checkIndex("dst", dstRows, d.rows)
-	checkIndex("src", srcRows, s.rows)
+	n, err := backend.CheckCopyRows(d, dstRows, s, srcRows)
+	checked(err)
 	grain := rowGrain(d.cols)
 	if hasDuplicate(dstRows, d.rows) {
 		grain = n // serial: the last copy to a row wins, as in a plain loop
