@@ -212,6 +212,17 @@ func (b *Backend) runAttn(ap *attnParts, workers, hd, group int, scale float32) 
 	if len(ap.parts) == 0 {
 		return
 	}
-	C.dlmc_attn_parts(C.int(workers), cbool(b.attn == attnAVX2), C.int(hd), C.int(group), C.float(scale),
-		&ap.parts[0], C.int(len(ap.parts)), C.long(ap.ldt))
+	// The team sizes every task's scratch by one stride: the part whose
+	// scratch is largest, which need not be the largest stride (the AVX2
+	// kernel takes fewer rows a block at long strides, so a middle
+	// stride can need more: 48·(672+17) floats > 30·(1008+17)).
+	avx2 := cbool(b.attn == attnAVX2)
+	ldt, most := ap.ldt, C.long(-1)
+	for _, p := range ap.parts {
+		if s := C.dlmc_attn_scratch(avx2, p.ldt, C.int(hd)); s > most {
+			ldt, most = int(p.ldt), s
+		}
+	}
+	C.dlmc_attn_parts(C.int(workers), avx2, C.int(hd), C.int(group), C.float(scale),
+		&ap.parts[0], C.int(len(ap.parts)), C.long(ldt))
 }

@@ -220,6 +220,37 @@ func TestAttentionBatch(t *testing.T) {
 	}
 }
 
+// TestAttentionBatchMixedStrides: a batch whose attentions' key counts
+// give the kernel's scratch its largest need at a middle stride (672 keys:
+// 48 rows a block; 1,000 keys: 30) runs within the scratch the team
+// allots, and each attention is what Attention gives.
+func TestAttentionBatchMixedStrides(t *testing.T) {
+	const heads, kvHeads, hd = 4, 4, 16
+	r := rand.New(rand.NewPCG(4, 4))
+	sizes := []struct{ nq, nk int }{{48, 1000}, {48, 672}, {48, 672}}
+	for _, nb := range backends() {
+		t.Run(nb.name, func(t *testing.T) {
+			b := nb.b
+			var dst, q, k, v []backend.Tensor
+			for _, s := range sizes {
+				dst = append(dst, b.New(s.nq, heads*hd))
+				q = append(q, b.FromHost(s.nq, heads*hd, randMat(r, s.nq, heads*hd, 1)))
+				k = append(k, b.FromHost(s.nk, kvHeads*hd, randMat(r, s.nk, kvHeads*hd, 1)))
+				v = append(v, b.FromHost(s.nk, kvHeads*hd, randMat(r, s.nk, kvHeads*hd, 1)))
+			}
+			b.AttentionBatch(dst, q, k, v, heads, kvHeads)
+			for i := range sizes {
+				want := b.New(sizes[i].nq, heads*hd)
+				b.Attention(want, q[i], k[i], v[i], heads, kvHeads)
+				if g, w := b.ToHost(dst[i], nil), b.ToHost(want, nil); !slices.Equal(g, w) {
+					j := firstDiff(g, w)
+					t.Fatalf("attention %d (nq %d, nk %d): element %d = %g, Attention gives %g", i, sizes[i].nq, sizes[i].nk, j, g[j], w[j])
+				}
+			}
+		})
+	}
+}
+
 // TestTeamConcurrentPosters: goroutines posting fused operations and
 // batched attentions at once (one gets the team, the others run their
 // tasks alone on their own threads) get what each gets alone.
