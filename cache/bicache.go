@@ -30,6 +30,24 @@ func newBiCache(o Options) (Method, error) {
 	return &biCache{base{"bicache", o}}, nil
 }
 
+// biCacheKnobs are the bicache family's knobs: the depth (a table serving
+// it at every ratio), the refresh period and the drift trigger.
+var biCacheKnobs = []Knob{
+	intKnob("depth", "layers whose prefix K/V are reused (0: none)", 0, func(o *Options, d int) {
+		o.Table = DepthTable(lut.ModelID{Fingerprint: o.Fingerprint}, d)
+	}),
+	intKnob("refresh", "deep layers' refresh period R in steps", 1, func(o *Options, r int) { o.Refresh = r }),
+	floatKnob("drift", "Elastic-Cache's drift trigger γ (0: the fixed period)", 0, 2, func(o *Options, g float64) { o.Drift = g }),
+}
+
+// biCacheGrid: the shallowest depths (deeper reuse broke long answers on
+// the bundled model), the prefix K/V from the store shared across
+// requests, on the schedule and under threshold decoding.
+var biCacheGrid = []GridPoint{
+	{Knobs: map[string]float64{"depth": 1}, Source: "store", Decoders: []string{"schedule", "threshold:0.9"}},
+	{Knobs: map[string]float64{"depth": 2}, Source: "store", Decoders: []string{"schedule", "threshold:0.9"}},
+}
+
 // DefaultDrift is Elastic-Cache's γ when bicache-elastic is given none.
 const DefaultDrift = 0.9
 

@@ -4,6 +4,14 @@ import (
 	"github.com/dlmcache/dlmcache/model"
 )
 
+// blockKnobs: the block length the dual cache decodes in.
+var blockKnobs = []Knob{
+	intKnob("block-length", "block length in tokens when the regime has one block", 1, func(o *Options, n int) { o.BlockLength = n }),
+}
+
+// blockGrid: the dual cache at its paper's threshold.
+var blockGrid = []GridPoint{{Decoders: []string{"threshold:0.9"}}}
+
 // block is Fast-dLLM's dual cache: each block starts with a full forward
 // whose K/V are kept; the block's other steps compute only the block's
 // rows and read every other row's K/V from the kept ones. It decodes with

@@ -19,6 +19,16 @@ type D2Options struct {
 	Prior bool
 }
 
+// d2Knobs are d2Cache's knobs.
+var d2Knobs = []Knob{
+	intKnob("d2-k", "masked slots recomputed per step", 1, func(o *Options, k int) { o.D2.K = k }),
+	floatKnob("d2-p", "rollout importance share of the other rows recomputed", 0, 1, func(o *Options, p float64) { o.D2.P = p }),
+}
+
+// d2Grid: the paper's defaults, on the schedule and under threshold
+// decoding.
+var d2Grid = []GridPoint{{Decoders: []string{"schedule", "threshold:0.9"}}}
+
 // d2Cache is d2Cache's token-selective update: a full first step, then
 // each step recomputes, at every layer, only (1) the k masked slots of
 // highest certainty prior — the slot's last confidence times the Gaussian

@@ -18,6 +18,13 @@ type DLLMOptions struct {
 	Rho float64 // between refreshes, the fraction of response rows recomputed
 }
 
+// dllmKnobs are dLLM-Cache's knobs.
+var dllmKnobs = []Knob{
+	intKnob("dllm-kp", "prompt refresh period in steps", 1, func(o *Options, k int) { o.DLLM.Kp = k }),
+	intKnob("dllm-kr", "response refresh period in steps", 1, func(o *Options, k int) { o.DLLM.Kr = k }),
+	floatKnob("dllm-rho", "fraction of response rows recomputed between refreshes", 0, 1, func(o *Options, r float64) { o.DLLM.Rho = r }),
+}
+
 // dllmCache is dLLM-Cache: the prompt's K/V are refreshed every Kp steps
 // and the response's every Kr; between response refreshes the response
 // rows whose value vectors changed most — the least cosine-similar

@@ -6,6 +6,12 @@ import (
 	"github.com/dlmcache/dlmcache/model"
 )
 
+// freeKnobs: the full-forward period and the block length.
+var freeKnobs = []Knob{
+	intKnob("free-refresh", "a full forward every N steps (0: only the first)", 0, func(o *Options, n int) { o.FreeRefresh = n }),
+	intKnob("block-length", "block length in tokens when the regime has one block", 1, func(o *Options, n int) { o.BlockLength = n }),
+}
+
 // freeCache is FlashDLM's FreeCache: after a full first step, the prompt
 // and every finished block of the answer are frozen — their K/V are
 // reused — and each step computes only the current block and everything

@@ -90,6 +90,11 @@ type Options struct {
 	// FreeRefresh, if > 0, makes FreeCache run a full forward every that
 	// many steps (1: every step, as none).
 	FreeRefresh int
+
+	// Decoding, unless the zero value, replaces the method's own decoder
+	// (the schedule; threshold decoding for block): any cache under any
+	// decoder. A method spec "NAME@DECODER" sets it too.
+	Decoding model.Decoding
 }
 
 // DefaultOptions are the papers' defaults.
@@ -106,21 +111,33 @@ type Spec struct {
 	// Base is the method a composition or variant is built on ("" for the
 	// primitives): bench reports speed-ups against none and against it.
 	Base string
+	// Knobs are the settings the method owns, by name (declared in its
+	// file): what a table's setting and calibration's grid set.
+	Knobs []Knob
+	// Grid is what calibration tries of the method by default (declared
+	// in its file; none: the method is not searched by default).
+	Grid []GridPoint
 }
 
 // registry lists the methods in the order --help and bench show them.
 var registry = []Spec{
-	{"none", "every row, every layer, every step", newNone, ""},
-	{"prefix-all", "the shared prefix's K/V from the store at every layer and step (an autoregressive server's prefix cache)", newPrefixAll, ""},
-	{"bicache", "BiCache: layers 1..d (d from the table) reuse the prefix's K/V; deeper layers refresh the prefix rows every R steps (or on attention drift with --drift)", newBiCache, ""},
-	{"bicache-elastic", "BiCache with Elastic-Cache's trigger: the deep layers refresh when the most-attended token's attention drifts below cosine γ (--drift, default 0.9), from the layer where it does", newBiCacheElastic, "bicache"},
-	{"block", "Fast-dLLM's dual cache: a full forward at each block start, then only the block's rows; threshold decoding", newBlock, ""},
-	{"bicache+block", "BiCache's shallow prefix reuse under Fast-dLLM's dual cache", composed(newBlock), "block"},
-	{"d2cache", "d2Cache: after a full first step, only the most certain masked slots, the tokens just decoded and the rollout-important rest are recomputed", newD2Cache, ""},
-	{"dllm-cache", "dLLM-Cache: prompt refreshed every Kp steps, response every Kr, and between refreshes the response rows whose V changed most", newDLLMCache, ""},
-	{"freecache", "FlashDLM's FreeCache: finished blocks frozen; each step computes the current block and everything after it", newFreeCache, ""},
-	{"bicache+d2cache", "BiCache's shallow prefix reuse under d2Cache", composed(newD2Cache), "d2cache"},
-	{"bicache+freecache", "BiCache's shallow prefix reuse under FreeCache", composed(newFreeCache), "freecache"},
+	{"none", "every row, every layer, every step", newNone, "", nil, nil},
+	{"prefix-all", "the shared prefix's K/V from the store at every layer and step (an autoregressive server's prefix cache)", newPrefixAll, "", nil, nil},
+	{"bicache", "BiCache: layers 1..d (d from the table) reuse the prefix's K/V; deeper layers refresh the prefix rows every R steps (or on attention drift with --drift)", newBiCache, "", biCacheKnobs, biCacheGrid},
+	{"bicache-elastic", "BiCache with Elastic-Cache's trigger: the deep layers refresh when the most-attended token's attention drifts below cosine γ (--drift, default 0.9), from the layer where it does", newBiCacheElastic, "bicache", biCacheKnobs, nil},
+	{"block", "Fast-dLLM's dual cache: a full forward at each block start, then only the block's rows; threshold decoding (another with NAME@DECODER)", newBlock, "", blockKnobs, blockGrid},
+	{"bicache+block", "BiCache's shallow prefix reuse under Fast-dLLM's dual cache", composed(newBlock), "block", slices.Concat(biCacheKnobs, blockKnobs), nil},
+	{"d2cache", "d2Cache: after a full first step, only the most certain masked slots, the tokens just decoded and the rollout-important rest are recomputed", newD2Cache, "", d2Knobs, d2Grid},
+	{"dllm-cache", "dLLM-Cache: prompt refreshed every Kp steps, response every Kr, and between refreshes the response rows whose V changed most", newDLLMCache, "", dllmKnobs, nil},
+	{"freecache", "FlashDLM's FreeCache: finished blocks frozen; each step computes the current block and everything after it", newFreeCache, "", freeKnobs, nil},
+	{"bicache+d2cache", "BiCache's shallow prefix reuse under d2Cache", composed(newD2Cache), "d2cache", slices.Concat(biCacheKnobs, d2Knobs), nil},
+	{"bicache+freecache", "BiCache's shallow prefix reuse under FreeCache", composed(newFreeCache), "freecache", slices.Concat(biCacheKnobs, freeKnobs), nil},
+}
+
+// The table method builds the methods its table names from the registry,
+// so it joins it at init.
+func init() {
+	registry = append(registry, Spec{"table", "the calibrated table's choice (dlmcache calibrate, format v3): each request served by the method, knobs and decoder chosen for its ratio bin and answer-length class", newTableMethod, "", nil, nil})
 }
 
 // Specs returns the registered methods.
@@ -135,8 +152,10 @@ func Names() []string {
 	return r
 }
 
-// Lookup returns the registered method name.
+// Lookup returns the registered method name (a spec's "@DECODER" is
+// ignored).
 func Lookup(name string) (Spec, error) {
+	name, _, _ = strings.Cut(name, "@")
 	for _, s := range registry {
 		if s.Name == name {
 			return s, nil
@@ -145,18 +164,62 @@ func Lookup(name string) (Spec, error) {
 	return Spec{}, fmt.Errorf("unknown method %q (want one of %s)", name, strings.Join(Names(), ", "))
 }
 
-// New builds the named method.
-func New(name string, o Options) (Method, error) {
-	s, err := Lookup(name)
+// ParseSpec splits a method spec "NAME[@DECODER]" ("none@threshold:0.9",
+// "block@schedule") into the registered name and the decoding (the zero
+// value without "@").
+func ParseSpec(spec string) (string, model.Decoding, error) {
+	name, dec, has := strings.Cut(spec, "@")
+	if _, err := Lookup(name); err != nil {
+		return "", model.Decoding{}, err
+	}
+	if !has {
+		return name, model.Decoding{}, nil
+	}
+	d, err := model.ParseDecoding(dec)
+	if err != nil {
+		return "", model.Decoding{}, fmt.Errorf("method %s: %w", spec, err)
+	}
+	if d.IsDefault() {
+		return "", model.Decoding{}, fmt.Errorf("method %s: nothing after @ (want NAME@schedule or NAME@threshold:T)", spec)
+	}
+	return name, d, nil
+}
+
+// New builds the method a spec names: a registered name, optionally with
+// "@DECODER" (which overrides o.Decoding). A method whose decoding is not
+// its own is named NAME@DECODER.
+func New(spec string, o Options) (Method, error) {
+	name, dec, err := ParseSpec(spec)
 	if err != nil {
 		return nil, err
 	}
+	if !dec.IsDefault() {
+		o.Decoding = dec
+	}
+	s, _ := Lookup(name)
 	m, err := s.New(o)
 	if err != nil {
-		return nil, fmt.Errorf("method %s: %w", name, err)
+		return nil, fmt.Errorf("method %s: %w", spec, err)
 	}
-	return m, nil
+	if o.Decoding.IsDefault() {
+		return m, nil
+	}
+	return &decoded{Method: m, d: o.Decoding}, nil
 }
+
+// decoded is a method under a decoder other than its own.
+type decoded struct {
+	Method
+	d model.Decoding
+}
+
+func (m *decoded) Name() string { return m.Method.Name() + "@" + m.d.String() }
+
+func (m *decoded) Gen(o model.GenOptions) model.GenOptions { return m.d.Apply(m.Method.Gen(o)) }
+
+// Decoding is the decoder a method generates with on options o (its own,
+// or the one it was built with).
+func Decoding(m Method, o model.GenOptions) model.Decoding { return model.DecodingOf(m.Gen(o)) }
 
 // Info is what a request's planner did, for metrics.
 type Info struct {
@@ -197,6 +260,7 @@ type Result struct {
 // Run generates an answer to r under meth: the one path that serve, eval,
 // bench and the calibration take. gen is adapted by meth.Gen.
 func Run(ctx context.Context, lm *model.LLaDA, meth Method, r Request, gen model.GenOptions) (*Result, error) {
+	meth = Resolve(meth, len(r.Prompt), r.PrefixLen, gen)
 	res := &Result{}
 	if r.Positions != nil {
 		gen.Positions = r.Positions

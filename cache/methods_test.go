@@ -276,3 +276,51 @@ func TestEveryMethodSourceAndDepth(t *testing.T) {
 		}
 	}
 }
+
+// The decoder is a choice of its own: "NAME@DECODER" puts any method under
+// any decoder — none with threshold decoding (every row, every step, fewer
+// steps), the dual cache on the schedule — and names it so.
+func TestMethodUnderAnyDecoder(t *testing.T) {
+	m := loadTiny(t)
+	ids, pl := request(t, m, 2)
+	o := model.GenOptions{GenLength: 16, Steps: 16, BlockLength: 8}
+	d := DefaultOptions()
+	none, _ := generate(t, m, mk(t, "none", d), ids, pl, o)
+
+	thr := mk(t, "none@threshold:0.5", d)
+	if thr.Name() != "none@threshold:0.5" {
+		t.Errorf("name %q", thr.Name())
+	}
+	if g := thr.Gen(o); g.Decoder != (model.Threshold{T: 0.5}) || Decoding(thr, o).String() != "threshold:0.5" {
+		t.Errorf("none@threshold:0.5 decodes with %v", g.Decoder)
+	}
+	got, _ := generate(t, m, thr, ids, pl, o)
+	if got.RowsComputed != got.RowsFull {
+		t.Errorf("none under threshold decoding skipped rows: %d of %d", got.RowsComputed, got.RowsFull)
+	}
+	if got.Steps > none.Steps {
+		t.Errorf("threshold decoding took %d steps, the schedule %d", got.Steps, none.Steps)
+	}
+
+	sched := mk(t, "block@schedule", d)
+	if g := sched.Gen(o); g.Decoder != nil {
+		t.Errorf("block@schedule decodes with %T", g.Decoder)
+	}
+	if _, thr := mk(t, "block", d).Gen(o).Decoder.(model.Threshold); !thr {
+		t.Errorf("block lost its own threshold decoder")
+	}
+	bs, _ := generate(t, m, sched, ids, pl, o)
+	if bs.Steps != o.Steps {
+		t.Errorf("block@schedule took %d steps, want the schedule's %d", bs.Steps, o.Steps)
+	}
+	// Options.Decoding does what the spec does.
+	d.Decoding = model.Decoding{Kind: model.DecodeThreshold, T: 0.5}
+	if n := mk(t, "d2cache", d).Name(); n != "d2cache@threshold:0.5" {
+		t.Errorf("Options.Decoding: name %q", n)
+	}
+	for _, bad := range []string{"none@", "none@fast", "nope@schedule", "none@threshold:2"} {
+		if _, err := New(bad, DefaultOptions()); err == nil {
+			t.Errorf("%q built", bad)
+		}
+	}
+}

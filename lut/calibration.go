@@ -28,6 +28,23 @@ type Calibration struct {
 	StartFrom  string   `json:"start_from"` // the cosine table the search started from ("" : depth 1)
 	Seed       int64    `json:"seed"`       //
 	Version    string   `json:"dlmcache_version,omitempty"`
+	// MaxLoss is the accuracy (in points against none) a user may lose,
+	// the target the method search was stated in (v3): a setting must
+	// also lose at most this much accuracy on the bin's requests that
+	// carry reference answers.
+	MaxLoss float64 `json:"max_loss,omitempty"`
+	// Settings are the method-space settings searched (v3), as
+	// Setting.String writes them.
+	Settings []string `json:"settings,omitempty"`
+}
+
+// TargetText states the target for people.
+func (c *Calibration) TargetText() string {
+	s := fmt.Sprintf("whole-answer agreement's %.0f%% Wilson bound ≥ %g", 100*c.Confidence, c.Target)
+	if c.MaxLoss > 0 {
+		s = fmt.Sprintf("at most %g points of accuracy lost against none, and %s", c.MaxLoss, s)
+	}
+	return s
 }
 
 // BinCalibration is one bin's calibrated depth for one deep source.
@@ -107,7 +124,7 @@ func (t *Table) CalibratedFor(src string) bool {
 }
 
 // Filled reports whether the bin holds a cosine statistic or a calibration.
-func (b Bin) Filled() bool { return b.Count > 0 || len(b.Calibrated) > 0 }
+func (b Bin) Filled() bool { return b.Count > 0 || len(b.Calibrated) > 0 || len(b.Choices) > 0 }
 
 // Regime is what a table was profiled and calibrated in.
 type Regime struct {
@@ -148,7 +165,7 @@ func (t *Table) CheckMethod(method string) error {
 // writeCalibration prints the calibrated depths with their evidence.
 func (t *Table) writeCalibration(sb *strings.Builder) {
 	c := t.Calibration
-	if c == nil {
+	if c == nil || !slices.ContainsFunc(t.Bins, func(b Bin) bool { return len(b.Calibrated) > 0 }) {
 		return
 	}
 	fmt.Fprintf(sb, "calibrated (%s, R=%d) against uncached greedy answers: %s agreement's %.0f%% Wilson bound ≥ %g, %d requests\n",

@@ -14,12 +14,16 @@ import (
 	"github.com/dlmcache/dlmcache/internal/atomicfile"
 )
 
-// Format is the value of a table's "format" field.
-const Format = "dlmcache.lut/v2"
+// Format is the value of a table's "format" field: v3 adds, per bin and
+// answer-length class, the method calibration chose.
+const Format = "dlmcache.lut/v3"
 
-// FormatV1 is the first format (no block length, no calibration); it is
-// still read.
-const FormatV1 = "dlmcache.lut/v1"
+// FormatV2 (calibrated depths, no method choices) and FormatV1 (no block
+// length, no calibration) are still read.
+const (
+	FormatV2 = "dlmcache.lut/v2"
+	FormatV1 = "dlmcache.lut/v1"
+)
 
 // ModelID identifies the model a table was profiled on.
 type ModelID struct {
@@ -40,6 +44,9 @@ type Bin struct {
 	// Calibrated holds, per deep source ("store", "request"), the depth
 	// calibration chose against the model's uncached answers (v2).
 	Calibrated map[string]*BinCalibration `json:"calibrated,omitempty"`
+	// Choices holds, per answer-length class, the method calibration chose
+	// (v3).
+	Choices []*Choice `json:"choices,omitempty"`
 }
 
 // Table maps a shared-prefix ratio r to a safe depth d_r (the number of
@@ -56,8 +63,10 @@ type Table struct {
 	Steps      int    `json:"steps"`
 	// BlockLength is the semi-autoregressive block length of the regime
 	// (v2; 0 in v1 tables: unknown).
-	BlockLength int   `json:"block_length,omitempty"`
-	Bins        []Bin `json:"bins"`
+	BlockLength int `json:"block_length,omitempty"`
+	// Classes are the answer-length classes the bins' choices are for (v3).
+	Classes []Class `json:"classes,omitempty"`
+	Bins    []Bin   `json:"bins"`
 	// Calibration, when present, says how the bins' calibrated depths were
 	// chosen (dlmcache calibrate).
 	Calibration *Calibration   `json:"calibration,omitempty"`
@@ -245,8 +254,8 @@ func Parse(raw []byte) (*Table, error) {
 	if err := dec.Decode(&t); err != nil {
 		return nil, fmt.Errorf("not a table: %w", err)
 	}
-	if t.Format != Format && t.Format != FormatV1 {
-		return nil, fmt.Errorf("format %q, want %q (or %q)", t.Format, Format, FormatV1)
+	if t.Format != Format && t.Format != FormatV2 && t.Format != FormatV1 {
+		return nil, fmt.Errorf("format %q, want %q (or %q, %q)", t.Format, Format, FormatV2, FormatV1)
 	}
 	if err := CheckTau(t.Tau); err != nil {
 		return nil, err
@@ -269,6 +278,9 @@ func Parse(raw []byte) (*Table, error) {
 				return nil, fmt.Errorf("bin %d: calibrated depth for %s outside [0, %d]", i, src, t.Model.NLayers)
 			}
 		}
+	}
+	if err := t.checkChoices(); err != nil {
+		return nil, err
 	}
 	return &t, nil
 }
@@ -307,5 +319,6 @@ func (t *Table) String() string {
 		fmt.Fprintf(&sb, "[%.2f, %.2f) %6d %6.2f %5.2f %5d %7d\n", b.Lo, b.Hi, b.Depth(Mean, t.Model.NLayers), b.MeanDepth, b.Std, b.Min, b.Count)
 	}
 	t.writeCalibration(&sb)
+	t.writeChoices(&sb)
 	return sb.String()
 }

@@ -22,6 +22,9 @@ type Request struct {
 	Source    string  // where the request came from (system prompt, data set)
 	Prompt    []int32 // templated prompt tokens
 	PrefixLen int     // shared prefix m
+	// Suite and Answer, when the request comes from a task suite: its
+	// reference answer, which the method search scores accuracy against.
+	Suite, Answer string
 }
 
 // Ratio is r = m / (prompt tokens + gen length).

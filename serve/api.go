@@ -147,7 +147,7 @@ type usage struct {
 // Stats is the dlmcache object added to every completion response: what the
 // caching method did for this request.
 type Stats struct {
-	Method       string  `json:"method"`
+	Method       string  `json:"method"`        // the method that served it (with a calibrated table: its choice, NAME@DECODER)
 	Depth        int     `json:"depth"`         // layers whose prefix K/V came from the store
 	Ratio        float64 `json:"ratio"`         // shared-prefix tokens / canvas tokens
 	Clamped      bool    `json:"clamped"`       // ratio outside the table's profiled bins

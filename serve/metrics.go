@@ -35,6 +35,7 @@ type metrics struct {
 	cancelled   *prometheus.CounterVec // reason
 	queueWait   prometheus.Histogram
 	depths      *prometheus.CounterVec // depth
+	methods     *prometheus.CounterVec // method
 	clamped     prometheus.Counter
 	prefixReqs  *prometheus.CounterVec // hit
 	genTokens   prometheus.Counter
@@ -100,6 +101,7 @@ func newMetrics(method string, be backend.Backend, store func() cache.Stats, now
 	}
 	m.queueWait = f.NewHistogram(prometheus.HistogramOpts{Name: "dlmcache_queue_wait_seconds", Help: "Time a generation waited for a slot.", Buckets: latencyBuckets})
 	m.depths = f.NewCounterVec(prometheus.CounterOpts{Name: "dlmcache_depth_requests_total", Help: "Generations by the number of leading layers whose prefix K/V came from the store."}, []string{"depth"})
+	m.methods = f.NewCounterVec(prometheus.CounterOpts{Name: "dlmcache_method_requests_total", Help: "Generations by the method that served them (with a calibrated table, its choice for the request: NAME@DECODER)."}, []string{"method"})
 	m.clamped = counter("dlmcache_ratio_clamped_total", "Generations whose shared-prefix ratio lay outside the table's profiled bins (depth of the nearest bin used).")
 	m.prefixReqs = f.NewCounterVec(prometheus.CounterOpts{Name: "dlmcache_prefix_requests_total", Help: "Generations that used the store, by whether their prefix was already there."}, []string{"hit"})
 	m.prefixReqs.WithLabelValues("true")
@@ -184,6 +186,7 @@ func (m *metrics) generation(st *Stats, promptTokens, completionTokens int, now 
 		m.prefixReqs.WithLabelValues(strconv.FormatBool(st.PrefixHit)).Inc()
 	}
 	m.depths.WithLabelValues(strconv.Itoa(st.Depth)).Inc()
+	m.methods.WithLabelValues(st.Method).Inc()
 	if st.Clamped {
 		m.clamped.Inc()
 	}

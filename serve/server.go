@@ -415,6 +415,7 @@ func (s *Server) newJob(ids []int32, prefixLen int, g *genFields, paramPrompt st
 	if e != nil {
 		return nil, e
 	}
+	meth = cache.Resolve(meth, len(ids), prefixLen, gen) // the table's choice for this request
 	gen = meth.Gen(gen)
 	if s.cfg.MaxContext > 0 && len(ids)+gen.GenLength > s.cfg.MaxContext {
 		return nil, newAPIError(http.StatusBadRequest, "invalid_request_error", "context_length_exceeded", paramPrompt,

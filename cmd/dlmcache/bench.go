@@ -116,8 +116,12 @@ func benchConversations(opts *benchOptions, samples []datasets.Sample) ([]datase
 }
 
 // benchBase is the method a composition or variant is built on ("" for
-// the primitives).
+// the primitives); for a cache under another decoder than its own
+// (NAME@DECODER), the decoder alone (none@DECODER): what the cache adds.
 func benchBase(method string) string {
+	if name, dec, ok := strings.Cut(method, "@"); ok && name != "none" {
+		return "none@" + dec
+	}
 	s, err := cache.Lookup(method)
 	if err != nil {
 		return ""

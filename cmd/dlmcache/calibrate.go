@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -37,11 +38,16 @@ type calibrateOptions struct {
 	Refresh     int
 	Stat        string
 	regimeFlags
-	Shard  string
-	Merge  []string
-	Out    string
-	Resume bool
-	Quiet  bool
+	Shard      string
+	Merge      []string
+	Out        string
+	Resume     bool
+	Quiet      bool
+	Mode       string
+	Grid       []string
+	MaxLoss    float64
+	Budget     time.Duration
+	CacheBytes int64
 }
 
 func newCmdCalibrate(f *factory, runF func(*calibrateOptions) error) *cobra.Command {
@@ -97,10 +103,22 @@ searches their merged outcomes and writes the table one run would have.`,
 	fl.StringVar(&opts.Out, "out", "calibrate-out", "output directory")
 	fl.BoolVar(&opts.Resume, "resume", false, "continue an interrupted run in --out")
 	fl.BoolVar(&opts.Quiet, "quiet", false, "no progress bar")
+	fl.StringVar(&opts.Mode, "mode", "methods", "methods: search the method space (methods × knobs × decoders) per ratio bin and answer-length class and write a table that chooses (format v3); depth: calibrate bicache's depth per bin and deep source only (format v2)")
+	fl.StringArrayVar(&opts.Grid, "setting", nil, "methods mode: a setting to try, as \"NAME@DECODER knob=v … source=S\" (repeat the flag); default: every method's declared grid (dlmcache calibrate --help lists it)")
+	fl.Float64Var(&opts.MaxLoss, "max-loss", 1, "methods mode: the accuracy (points against none) a user may lose: a setting must lose at most this much on the bin's requests that carry reference answers, besides meeting --agreement")
+	fl.DurationVar(&opts.Budget, "budget", 0, "methods mode: stop starting settings on new requests after this long (those cut short do not pass); 0: no limit")
+	fl.Int64Var(&opts.CacheBytes, "cache-bytes", 1<<30, "methods mode: each setting's prefix store budget in bytes")
 	return cmd
 }
 
 func calibrateRun(ctx context.Context, opts *calibrateOptions) error {
+	switch opts.Mode {
+	case "methods":
+		return calibrateMethods(ctx, opts)
+	case "depth":
+	default:
+		return fmt.Errorf("--mode %q: want methods or depth", opts.Mode)
+	}
 	switch {
 	case opts.Gate != profile.GateToken && opts.Gate != profile.GateAnswer:
 		return fmt.Errorf("--gate %q: want token or answer", opts.Gate)

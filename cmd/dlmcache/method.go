@@ -32,6 +32,7 @@ type cacheFlags struct {
 	D2          cache.D2Options
 	DLLM        cache.DLLMOptions
 	FreeRefresh int
+	Decoder     string
 }
 
 func addCacheFlags(fl *pflag.FlagSet, c *cacheFlags) {
@@ -56,6 +57,7 @@ func addCacheFlags(fl *pflag.FlagSet, c *cacheFlags) {
 	fl.IntVar(&c.DLLM.Kr, "dllm-kr", d.DLLM.Kr, "dllm-cache: refresh the response's K/V every Kr steps")
 	fl.Float64Var(&c.DLLM.Rho, "dllm-rho", d.DLLM.Rho, "dllm-cache: between refreshes, the fraction of response rows recomputed (those whose V changed most)")
 	fl.IntVar(&c.FreeRefresh, "free-refresh", 0, "freecache: a full forward every N steps (0: only the first)")
+	fl.StringVar(&c.Decoder, "decoder", "", "decoder for every method: schedule (the schedule's count of commits a step) or threshold:T (Fast-dLLM's parallel decoding, T in (0, 1]); empty: each method's own (threshold for block, the schedule for the rest); a method spec NAME@DECODER sets it for one method")
 }
 
 // methodsHelp lists the registered methods for --help.
@@ -89,8 +91,12 @@ func newMethod(name string, c *cacheFlags, lm *loadedModel, store cache.PrefixSt
 	if c.Refresh < 0 {
 		return nil, fmt.Errorf("--refresh must be positive (0: the model card's R), got %d", c.Refresh)
 	}
+	dec, err := model.ParseDecoding(c.Decoder)
+	if err != nil {
+		return nil, fmt.Errorf("--decoder: %w", err)
+	}
 	src, _ := deepSource(c.DeepSource, table)
-	o := cache.Options{Store: store, Table: table, Stat: stat, DeepSource: cache.DeepSource(src),
+	o := cache.Options{Decoding: dec, Store: store, Table: table, Stat: stat, DeepSource: cache.DeepSource(src),
 		Fingerprint: lm.Fingerprint, Salt: c.Salt, Refresh: lm.Card.RefreshOr(c.Refresh), Drift: c.Drift,
 		BlockLength: c.DualBlock, Threshold: c.Threshold, D2: c.D2, DLLM: c.DLLM, FreeRefresh: c.FreeRefresh}
 	return cache.New(name, o)

@@ -128,7 +128,7 @@ func (s requestSampling) sampleSuites(f *factory, lm *loadedModel, genLength int
 				continue
 			}
 			perBin[b]++
-			out = append(out, profile.Request{ID: x.ID, Source: x.ID[:strings.Index(x.ID, "/")], Prompt: ids, PrefixLen: m})
+			out = append(out, profile.Request{ID: x.ID, Source: x.ID[:strings.Index(x.ID, "/")], Prompt: ids, PrefixLen: m, Suite: x.Suite, Answer: x.Answer})
 		}
 	}
 	var unfilled []string

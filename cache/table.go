@@ -1,0 +1,84 @@
+package cache
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/dlmcache/dlmcache/lut"
+	"github.com/dlmcache/dlmcache/model"
+)
+
+// Chooser is a method that picks, per request, the method that serves it
+// (the table method: a calibrated table's choice for the request's ratio
+// bin and answer-length class). Run, serve and bench resolve it before
+// anything else.
+type Chooser interface {
+	Method
+	// Choose is the method serving a request with a prompt of promptLen
+	// tokens, a shared prefix of prefixLen and generation options gen.
+	Choose(promptLen, prefixLen int, gen model.GenOptions) Method
+}
+
+// Resolve is the method that serves a request under m: m's choice when m
+// chooses, else m.
+func Resolve(m Method, promptLen, prefixLen int, gen model.GenOptions) Method {
+	if c, ok := m.(Chooser); ok {
+		return c.Choose(promptLen, prefixLen, gen)
+	}
+	return m
+}
+
+// tableMethod serves each request with the method a v3 table chose for
+// its bin and class; every chosen method shares the one prefix store, so
+// requests share their system messages' K/V wherever the choice reuses
+// them.
+type tableMethod struct {
+	base
+	methods map[string]Method // by Setting.String
+	none    Method
+}
+
+func newTableMethod(o Options) (Method, error) {
+	if o.Table == nil {
+		return nil, errors.New("needs a calibrated table: pass --lut table.json (from dlmcache calibrate)")
+	}
+	if !o.Table.Chooses() {
+		return nil, fmt.Errorf("the table chooses no methods (format %s without choices): calibrate it with dlmcache calibrate", o.Table.Format)
+	}
+	m := &tableMethod{base: base{"table", o}, methods: map[string]Method{}}
+	m.none, _ = newNone(o)
+	for _, b := range o.Table.Bins {
+		for _, c := range b.Choices {
+			key := c.Setting.String()
+			if _, ok := m.methods[key]; ok {
+				continue
+			}
+			mo := o
+			mo.Table, mo.Decoding = nil, model.Decoding{}
+			meth, err := FromSetting(c.Setting, mo)
+			if err != nil {
+				return nil, fmt.Errorf("bin [%g, %g), class %s: %w", b.Lo, b.Hi, c.Class, err)
+			}
+			m.methods[key] = meth
+		}
+	}
+	return m, nil
+}
+
+func (m *tableMethod) Store() PrefixStore { return m.o.Store }
+func (m *tableMethod) Table() *lut.Table  { return m.o.Table }
+
+// Planner serves a request that was not resolved first with no caching.
+func (m *tableMethod) Planner(*model.LLaDA, string, *Info) model.Planner { return nil }
+
+func (m *tableMethod) Choose(promptLen, prefixLen int, gen model.GenOptions) Method {
+	r := float64(prefixLen) / float64(max(1, promptLen+gen.GenLength))
+	c, _, ok := m.o.Table.Choose(r, gen.GenLength)
+	if !ok {
+		return m.none
+	}
+	return m.methods[c.Setting.String()]
+}
+
+// Settings lists the distinct methods the table serves with.
+func (m *tableMethod) Settings() map[string]Method { return m.methods }

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/dlmcache/dlmcache/cache"
+	"github.com/dlmcache/dlmcache/datasets"
+	"github.com/dlmcache/dlmcache/internal/progress"
+	"github.com/dlmcache/dlmcache/lut"
+	"github.com/dlmcache/dlmcache/profile"
+)
+
+// calibrateMethods is calibrate --mode methods: the method search that
+// writes a v3 table.
+func calibrateMethods(ctx context.Context, opts *calibrateOptions) error {
+	switch {
+	case !(opts.Agreement > 0 && opts.Agreement <= 1):
+		return fmt.Errorf("--agreement %g: want (0, 1]", opts.Agreement)
+	case !(opts.Confidence > 0.5 && opts.Confidence < 1):
+		return fmt.Errorf("--confidence %g: want (0.5, 1)", opts.Confidence)
+	case opts.PerRatio <= 0:
+		return fmt.Errorf("--per-ratio must be positive, got %d", opts.PerRatio)
+	case opts.MaxLoss < 0:
+		return fmt.Errorf("--max-loss %g: want ≥ 0 points", opts.MaxLoss)
+	case opts.Shard != "" && len(opts.Merge) > 0:
+		return fmt.Errorf("--shard and --merge: a shard runs, a merge only reads shards; give one")
+	}
+	grid := cache.DefaultGrid()
+	if len(opts.Grid) > 0 {
+		grid = nil
+		for _, g := range opts.Grid {
+			st, err := cache.ParseSetting(g)
+			if err != nil {
+				return fmt.Errorf("--setting: %w", err)
+			}
+			grid = append(grid, st)
+		}
+	}
+	lm, gen, err := loadRegime(opts.f, opts.modelFlags, opts.regimeFlags)
+	if err != nil {
+		return err
+	}
+	defer lm.Close()
+	edges, err := datasets.ParseRatioBins(opts.Ratios)
+	if err != nil {
+		return err
+	}
+	shardK, shardN := 0, 1
+	if opts.Shard != "" {
+		if shardK, shardN, err = datasets.ParseShard(opts.Shard); err != nil {
+			return err
+		}
+	}
+	base := cache.DefaultOptions()
+	base.Fingerprint, base.Refresh = lm.Fingerprint, lm.Card.RefreshOr(opts.Refresh)
+	for _, g := range grid { // every setting must build before hours are spent
+		if _, err := cache.FromSetting(g, withStore(base, lm, opts.CacheBytes)); err != nil {
+			return fmt.Errorf("setting %s: %w", g, err)
+		}
+	}
+	data := opts.Data
+	if slices.Equal(data, []string{"builtin"}) {
+		data = []string{"suites", "external"} // requests with reference answers: accuracy is checked too
+	}
+	classes := profile.DefaultClasses(gen)
+	var reqs []profile.ClassRequest
+	for _, cl := range classes {
+		g := profile.ClassGen(gen, cl)
+		s := requestSampling{Data: data, Systems: opts.Systems, Language: opts.Language, UserPrompts: opts.UserPrompts,
+			MaxTokens: opts.MaxTokens, PerRatio: opts.PerRatio, Seed: opts.Seed, Ratios: opts.Ratios}
+		rs, _, err := s.sample(opts.f, lm, g.GenLength, edges, shardK, shardN)
+		if err != nil {
+			return fmt.Errorf("class %s (gen length %d): %w", cl.Name, g.GenLength, err)
+		}
+		for _, r := range rs {
+			reqs = append(reqs, profile.ClassRequest{Request: r, Class: cl.Name})
+		}
+	}
+	var names []string
+	for _, g := range grid {
+		names = append(names, g.String())
+	}
+	s := &profile.Searcher{
+		Model: lm.LLaDA, Gen: gen, Grid: grid, Target: opts.Agreement, Z: normalQuantile(opts.Confidence), MaxLoss: opts.MaxLoss,
+		Stop: lm.AnswerEnd, Text: lm.AnswerText, Check: datasets.CheckAnswer, Budget: opts.Budget, Shard: opts.Shard != "",
+		OutDir: opts.Out, Resume: opts.Resume, Log: func(l string) { fmt.Fprintln(opts.f.ErrOut, l) },
+		Run: profile.SearchRun{Model: lut.ModelID{Name: lm.Name, NLayers: len(lm.Blocks), Fingerprint: lm.Fingerprint},
+			GenLength: gen.GenLength, Steps: gen.Steps, BlockLength: gen.BlockLength, Classes: classes, Edges: edges,
+			Settings: names, Seed: opts.Seed, Data: data, Shard: opts.Shard},
+	}
+	s.Base = base
+	s.NewStore = func() cache.PrefixStore { return cache.NewStore(lm.Backend, opts.CacheBytes, cache.LRU) }
+	var t *lut.Table
+	if len(opts.Merge) > 0 {
+		if t, err = s.Merge(opts.Merge, reqs); err != nil {
+			return err
+		}
+	} else {
+		var bar *progress.Bar
+		s.Progress = func(d, total int) {
+			if bar == nil {
+				bar = progress.New(opts.f.ErrOut, "calibrate", "req", total, opts.Quiet)
+			}
+			bar.Set(d)
+		}
+		s.Log = func(l string) {
+			if bar != nil && !opts.Quiet {
+				fmt.Fprintln(opts.f.ErrOut)
+			}
+			fmt.Fprintln(opts.f.ErrOut, l)
+		}
+		t, err = s.Search(ctx, reqs)
+		bar.Done()
+		if err != nil {
+			return err
+		}
+	}
+	if t == nil {
+		fmt.Fprintf(opts.f.ErrOut, "shard %s: every setting on %d requests in %s; merge the shards with --merge\n",
+			opts.Shard, len(reqs), filepath.Join(opts.Out, profile.SearchFile))
+		return nil
+	}
+	if err := os.MkdirAll(opts.Out, 0o755); err != nil {
+		return err
+	}
+	path := filepath.Join(opts.Out, profile.CalibratedTable)
+	if err := t.Write(path); err != nil {
+		return err
+	}
+	fmt.Fprint(opts.f.Out, t.String())
+	fmt.Fprintf(opts.f.ErrOut, "wrote %s (%d requests, %d settings; serve it with dlmcache serve --lut %s)\n", path, len(reqs), len(grid), path)
+	return nil
+}
+
+// withStore is o with a fresh whole-prefix store of budget bytes.
+func withStore(o cache.Options, lm *loadedModel, bytes int64) cache.Options {
+	o.Store = cache.NewStore(lm.Backend, bytes, cache.LRU)
+	return o
+}

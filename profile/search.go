@@ -1,0 +1,545 @@
+package profile
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/dlmcache/dlmcache/cache"
+	"github.com/dlmcache/dlmcache/lut"
+	"github.com/dlmcache/dlmcache/model"
+)
+
+// The method search fills a v3 table. Per answer-length class and ratio
+// bin it answers each calibration request with no caching on the
+// schedule (the model's own answer: the reference, and none's time), then
+// with every setting of the grid still in the race, the settings taking
+// turns request by request (the order rotating) so that a slow spell on a
+// shared machine slows them alike. A setting passes when, over all the
+// bin's requests, its whole answers agree with the references with a
+// Wilson lower bound at or above the target and, on the requests that
+// carry a reference answer, it loses at most MaxLoss points of accuracy
+// against none. The bin's choice is the fastest passing setting (measured
+// speed-up over none, same requests); none on the schedule passes by
+// definition. The search is budgeted: a setting stops as soon as it can no
+// longer reach the bound ("bound"), or once past half the requests when a
+// setting that is on course to pass is more than DominanceMargin times
+// faster ("dominated"), or when the time budget is spent ("budget"; it
+// does not pass).
+//
+// Every outcome is appended to search.jsonl before it is used: --resume
+// replays them (timings included) and the search picks what it picked. A
+// shard runs every setting on its requests with no stopping; a merge
+// replays the shards' outcomes through the same search.
+
+// SearchFile is the method search's log.
+const SearchFile = "search.jsonl"
+
+// DominanceMargin: a setting is dropped as dominated when one on course to
+// pass is faster by more than this factor.
+const DominanceMargin = 1.25
+
+// SearchRun is the header of search.jsonl: what must match for a resume
+// or a merge.
+type SearchRun struct {
+	Model       lut.ModelID `json:"model"`
+	GenLength   int         `json:"gen_length"`
+	Steps       int         `json:"steps"`
+	BlockLength int         `json:"block_length"`
+	Classes     []lut.Class `json:"classes"`
+	Edges       []float64   `json:"edges"`
+	Settings    []string    `json:"settings"`
+	Seed        int64       `json:"seed"`
+	Data        []string    `json:"data,omitempty"`
+	Shard       string      `json:"shard,omitempty"`
+}
+
+func (a SearchRun) same(b SearchRun) error {
+	switch {
+	case a.Model.Fingerprint != b.Model.Fingerprint:
+		return fmt.Errorf("model %s vs %s", a.Model.Fingerprint, b.Model.Fingerprint)
+	case a.GenLength != b.GenLength || a.Steps != b.Steps || a.BlockLength != b.BlockLength:
+		return fmt.Errorf("regime %d/%d/%d vs %d/%d/%d", a.GenLength, a.Steps, a.BlockLength, b.GenLength, b.Steps, b.BlockLength)
+	case !slices.Equal(a.Settings, b.Settings):
+		return fmt.Errorf("settings differ")
+	case !slices.Equal(a.Edges, b.Edges) || a.Seed != b.Seed || !slices.Equal(a.Classes, b.Classes):
+		return fmt.Errorf("bins, classes or seed differ")
+	}
+	return nil
+}
+
+// ClassRequest is a calibration request of one answer-length class.
+type ClassRequest struct {
+	Request
+	Class string
+}
+
+// searchLine is one line of search.jsonl after the header: one request's
+// run under one setting ("" : the reference, none on the schedule).
+type searchLine struct {
+	ID      string  `json:"id"`
+	Class   string  `json:"class"`
+	Setting string  `json:"setting,omitempty"`
+	Answer  []int32 `json:"answer,omitempty"` // the reference's
+	Equal   bool    `json:"equal,omitempty"`
+	Correct *bool   `json:"correct,omitempty"` // against the reference answer, when the request has one
+	Seconds float64 `json:"seconds"`
+	FLOPs   float64 `json:"flops"`
+}
+
+type searchKey struct{ id, class, setting string }
+
+// Searcher runs the method search.
+type Searcher struct {
+	Model    *model.LLaDA
+	Gen      model.GenOptions // the regime (the longest class)
+	Run      SearchRun
+	Grid     []lut.Setting
+	Base     cache.Options // fingerprint, refresh: what every setting's method is built on
+	// NewStore gives each setting its own prefix store, shared across the
+	// requests it serves (as behind serve); nil: Base's.
+	NewStore func() cache.PrefixStore
+	Target   float64       // the whole-answer agreement's lower bound a setting must reach
+	Z        float64       // one-sided normal quantile of the bound
+	MaxLoss  float64       // accuracy points a setting may lose against none (on requests with answers)
+	Stop     func(answer []int32) int
+	Check    func(suite, answer, want string) bool // scores an answer against a reference answer
+	Text     func(answer []int32) string
+	Budget   time.Duration // 0: none
+	Shard    bool          // run every setting on every request (no stopping)
+	OutDir   string
+	Resume   bool
+	Progress func(done, total int)
+	Log      func(string)
+
+	lines   map[searchKey]searchLine
+	methods map[string]cache.Method
+	log     *os.File
+	start time.Time
+}
+
+// ClassGen is the generation options of class c: the regime cut to
+// c.MaxGen slots (whole blocks, the steps per block kept).
+func ClassGen(g model.GenOptions, c lut.Class) model.GenOptions {
+	if c.MaxGen <= 0 || c.MaxGen >= g.GenLength {
+		return g
+	}
+	bl := g.BlockLength
+	if bl == 0 {
+		bl = g.GenLength
+	}
+	spb := g.Steps / max(1, g.GenLength/bl)
+	o := g
+	o.GenLength = c.MaxGen
+	o.BlockLength = min(bl, c.MaxGen)
+	o.Steps = spb * (o.GenLength / o.BlockLength)
+	return o
+}
+
+// DefaultClasses are the answer-length classes of regime g: one block or
+// fewer, and longer (one class when the regime has one block).
+func DefaultClasses(g model.GenOptions) []lut.Class {
+	if g.BlockLength > 0 && g.BlockLength < g.GenLength {
+		return []lut.Class{{Name: "short", MaxGen: g.BlockLength}, {Name: "long", MaxGen: 0}}
+	}
+	return []lut.Class{{Name: "all", MaxGen: 0}}
+}
+
+// Search runs (or resumes) the search over reqs and returns the v3 table
+// (nil for a shard). start, if not nil, lends its bins' cosine statistics.
+func (s *Searcher) Search(ctx context.Context, reqs []ClassRequest) (*lut.Table, error) {
+	s.start = time.Now()
+	if len(reqs) == 0 {
+		return nil, errors.New("calibrate: no requests")
+	}
+	if err := os.MkdirAll(s.OutDir, 0o755); err != nil {
+		return nil, err
+	}
+	path := filepath.Join(s.OutDir, SearchFile)
+	if _, err := os.Stat(path); err == nil && !s.Resume {
+		return nil, fmt.Errorf("%s already holds a calibration (%s): pass --resume to continue it, or choose another --out", s.OutDir, SearchFile)
+	}
+	s.lines = map[searchKey]searchLine{}
+	if s.Resume {
+		lines, run, err := readSearch(path)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+		case err != nil:
+			return nil, err
+		default:
+			if err := run.same(s.Run); err != nil {
+				return nil, fmt.Errorf("--resume: %s was started with other settings: %w", path, err)
+			}
+			s.lines = lines
+		}
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	s.log = f
+	if st, _ := f.Stat(); st.Size() == 0 {
+		if err := appendLine(f, s.Run); err != nil {
+			return nil, err
+		}
+	}
+	return s.search(ctx, reqs, s.runOne)
+}
+
+// Merge replays shard directories' outcomes through the search.
+func (s *Searcher) Merge(dirs []string, reqs []ClassRequest) (*lut.Table, error) {
+	s.start = time.Now()
+	s.lines = map[searchKey]searchLine{}
+	for _, d := range dirs {
+		lines, run, err := readSearch(filepath.Join(d, SearchFile))
+		if err != nil {
+			return nil, err
+		}
+		run.Shard = s.Run.Shard
+		if err := run.same(s.Run); err != nil {
+			return nil, fmt.Errorf("%s is from another calibration: %w", d, err)
+		}
+		maps.Copy(s.lines, lines)
+	}
+	s.Shard = false
+	return s.search(context.Background(), reqs, func(_ context.Context, q ClassRequest, setting string) (searchLine, error) {
+		l, ok := s.lines[searchKey{q.ID, q.Class, setting}]
+		if !ok {
+			return l, fmt.Errorf("request %s (%s) has no outcome for %q: a shard is missing or unfinished", q.ID, q.Class, setting)
+		}
+		return l, nil
+	})
+}
+
+// race is one setting's outcomes on one bin so far.
+type race struct {
+	setting          lut.Setting
+	key              string
+	n, equal         int
+	secNone, secMeth float64
+	flNone, flMeth   float64
+	checked          int
+	lost, gained     int
+	stopped          string
+}
+
+func (t *race) speedUp() float64 {
+	if t.secMeth <= 0 {
+		return 1
+	}
+	return t.secNone / t.secMeth
+}
+
+func (t *race) loss() float64 {
+	if t.checked == 0 {
+		return 0
+	}
+	return 100 * float64(t.lost-t.gained) / float64(t.checked)
+}
+
+func (t *race) point(z float64) lut.Point {
+	p := lut.Point{Setting: t.setting, Requests: t.n, Answers: t.equal, LowerBound: lut.Wilson(t.equal, t.n, z),
+		SpeedUp: round3(t.speedUp()), Stopped: t.stopped}
+	if t.flMeth > 0 {
+		p.FLOPsSpeedUp = round3(t.flNone / t.flMeth)
+	}
+	p.LowerBound = round3(p.LowerBound)
+	return p
+}
+
+func round3(x float64) float64 { return math.Round(x*1000) / 1000 }
+
+// search is the decision procedure over one outcome source: live runs, a
+// resumed log or merged shards.
+func (s *Searcher) search(ctx context.Context, reqs []ClassRequest,
+	run func(context.Context, ClassRequest, string) (searchLine, error)) (*lut.Table, error) {
+	type cell struct {
+		class string
+		bin   int
+		reqs  []ClassRequest
+	}
+	var cells []cell
+	total := 0
+	for _, cl := range s.Run.Classes {
+		g := ClassGen(s.Gen, cl)
+		bins := make([][]ClassRequest, len(s.Run.Edges)-1)
+		for _, q := range reqs {
+			if q.Class != cl.Name {
+				continue
+			}
+			if i := binOf(s.Run.Edges, q.Ratio(g.GenLength)); i >= 0 {
+				bins[i] = append(bins[i], q)
+			}
+		}
+		for i, b := range bins {
+			if len(b) > 0 {
+				cells = append(cells, cell{cl.Name, i, b})
+				total += len(b)
+			}
+		}
+	}
+	choices := map[int][]*lut.Choice{}
+	done := 0
+	for _, c := range cells {
+		ch, err := s.searchCell(ctx, c.reqs, run, func() {
+			done++
+			if s.Progress != nil {
+				s.Progress(done, total)
+			}
+		})
+		if err != nil {
+			return nil, err
+		}
+		ch.Class = c.class
+		choices[c.bin] = append(choices[c.bin], ch)
+		if s.Log != nil {
+			s.Log(fmt.Sprintf("[%.2f, %.2f) %s: %s (%d/%d answers, bound %.3f, %.2f× none)", s.Run.Edges[c.bin], s.Run.Edges[c.bin+1],
+				c.class, ch.Setting, int(math.Round(ch.Agreement*float64(ch.Samples))), ch.Samples, ch.LowerBound, ch.SpeedUp))
+		}
+	}
+	if s.Shard {
+		return nil, nil
+	}
+	t := &lut.Table{Model: s.Run.Model, Tau: 1, GenLength: s.Run.GenLength, Steps: s.Run.Steps, BlockLength: s.Run.BlockLength,
+		Classes: s.Run.Classes, Created: time.Now().UTC().Truncate(time.Second)}
+	for i := 1; i < len(s.Run.Edges); i++ {
+		t.Bins = append(t.Bins, lut.Bin{Lo: s.Run.Edges[i-1], Hi: s.Run.Edges[i], Choices: choices[i-1]})
+	}
+	var settings []string
+	for _, g := range s.Grid {
+		settings = append(settings, g.String())
+	}
+	conf := math.Round(0.5*math.Erfc(-s.Z/math.Sqrt2)*1000) / 1000
+	t.Calibration = &lut.Calibration{Method: "search", Gate: GateAnswer, Target: s.Target, Confidence: conf, MaxLoss: s.MaxLoss,
+		Requests: len(reqs), Seconds: math.Round(time.Since(s.start).Seconds()*10) / 10, Data: s.Run.Data, Seed: s.Run.Seed, Settings: settings}
+	return t, nil
+}
+
+// binOf is the bin of ratio r over edges (-1: outside).
+func binOf(edges []float64, r float64) int {
+	for i := 1; i < len(edges); i++ {
+		if r >= edges[i-1] && (r < edges[i] || (i == len(edges)-1 && r == edges[i])) {
+			return i - 1
+		}
+	}
+	return -1
+}
+
+// searchCell races the grid over one bin's requests of one class.
+func (s *Searcher) searchCell(ctx context.Context, bin []ClassRequest,
+	run func(context.Context, ClassRequest, string) (searchLine, error), tick func()) (*lut.Choice, error) {
+	ts := make([]*race, len(s.Grid))
+	for i, g := range s.Grid {
+		ts[i] = &race{setting: g, key: g.String()}
+	}
+	n := len(bin)
+	for i, q := range bin {
+		ref, err := run(ctx, q, "")
+		if err != nil {
+			return nil, err
+		}
+		alive := 0
+		for k := range ts {
+			t := ts[(k+i)%len(ts)] // the order rotates request by request
+			if t.stopped != "" {
+				continue
+			}
+			if !s.Shard && s.Budget > 0 && time.Since(s.start) > s.Budget {
+				if _, logged := s.lines[searchKey{q.ID, q.Class, t.key}]; !logged {
+					t.stopped = "budget"
+					continue
+				}
+			}
+			o, err := run(ctx, q, t.key)
+			if err != nil {
+				return nil, err
+			}
+			alive++
+			t.n++
+			if o.Equal {
+				t.equal++
+			}
+			t.secNone += ref.Seconds
+			t.secMeth += o.Seconds
+			t.flNone += ref.FLOPs
+			t.flMeth += o.FLOPs
+			if ref.Correct != nil && o.Correct != nil {
+				t.checked++
+				switch {
+				case *ref.Correct && !*o.Correct:
+					t.lost++
+				case !*ref.Correct && *o.Correct:
+					t.gained++
+				}
+			}
+		}
+		tick()
+		if s.Shard {
+			continue
+		}
+		rest := n - i - 1
+		var lead *race // the fastest setting on course to pass
+		for _, t := range ts {
+			if t.stopped != "" {
+				continue
+			}
+			if lut.Wilson(t.equal+rest, n, s.Z) < s.Target {
+				t.stopped = "bound"
+				continue
+			}
+			if lut.Wilson(t.equal, t.n, s.Z) >= s.Target && t.loss() <= s.MaxLoss && (lead == nil || t.speedUp() > lead.speedUp()) {
+				lead = t
+			}
+		}
+		if lead != nil && 2*(i+1) >= n {
+			for _, t := range ts {
+				if t.stopped == "" && t != lead && t.speedUp()*DominanceMargin < lead.speedUp() {
+					t.stopped = "dominated"
+				}
+			}
+		}
+		_ = alive
+	}
+	ch := &lut.Choice{Samples: n, Setting: lut.Setting{Method: "none", Decoder: string(model.DecodeSchedule)}, Agreement: 1, LowerBound: 1, SpeedUp: 1, FLOPsSpeedUp: 1}
+	best := 1.0
+	for _, t := range ts {
+		p := t.point(s.Z)
+		p.Passed = t.stopped == "" && t.n == n && p.LowerBound >= s.Target && t.loss() <= s.MaxLoss
+		ch.Tried = append(ch.Tried, p)
+		if p.Passed && p.SpeedUp > best {
+			best = p.SpeedUp
+			ch.Setting, ch.Agreement, ch.LowerBound, ch.SpeedUp, ch.FLOPsSpeedUp = p.Setting, round3(p.AnswerAgreement()), p.LowerBound, p.SpeedUp, p.FLOPsSpeedUp
+		}
+	}
+	ch.Front = lut.Front(append([]lut.Point{{Setting: ch.Setting, Requests: n, Answers: n, LowerBound: round3(lut.Wilson(n, n, s.Z)), SpeedUp: 1, FLOPsSpeedUp: 1}}, ch.Tried...), n)
+	if ch.Setting.Method == "none" && ch.Setting.Decoder == string(model.DecodeSchedule) {
+		ch.LowerBound = round3(lut.Wilson(n, n, s.Z))
+	}
+	return ch, nil
+}
+
+// runOne is one request's run under a setting ("": the reference), from
+// the log when it holds it.
+func (s *Searcher) runOne(ctx context.Context, q ClassRequest, setting string) (searchLine, error) {
+	key := searchKey{q.ID, q.Class, setting}
+	if l, ok := s.lines[key]; ok {
+		return l, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return searchLine{}, err
+	}
+	var cl lut.Class
+	for _, c := range s.Run.Classes {
+		if c.Name == q.Class {
+			cl = c
+		}
+	}
+	gen := ClassGen(s.Gen, cl)
+	l := searchLine{ID: q.ID, Class: q.Class, Setting: setting}
+	var answer []int32
+	if setting == "" {
+		g, err := s.Model.Generate(ctx, q.Prompt, q.PrefixLen, gen, nil)
+		if err != nil {
+			return l, fmt.Errorf("request %s: %w", q.ID, err)
+		}
+		answer, l.Seconds, l.FLOPs = slices.Clone(g.Answer), g.Duration.Seconds(), g.FLOPs
+		l.Answer = answer
+	} else {
+		ref, ok := s.lines[searchKey{q.ID, q.Class, ""}]
+		if !ok {
+			return l, fmt.Errorf("request %s: no reference answer", q.ID)
+		}
+		meth, err := s.method(setting)
+		if err != nil {
+			return l, err
+		}
+		res, err := cache.Run(ctx, s.Model, meth, cache.Request{Prompt: q.Prompt, PrefixLen: q.PrefixLen}, gen)
+		if err != nil {
+			return l, fmt.Errorf("request %s, %s: %w", q.ID, setting, err)
+		}
+		answer = res.Answer
+		l.Seconds, l.FLOPs = res.Duration.Seconds(), res.FLOPs+res.Info.PrefixFLOPs
+		_, _, l.Equal = CompareAnswers(ref.Answer, answer, s.Stop)
+	}
+	if q.Answer != "" && s.Check != nil && s.Text != nil {
+		ok := s.Check(q.Suite, s.Text(answer), q.Answer)
+		l.Correct = &ok
+	}
+	l.Seconds = math.Round(l.Seconds*1e5) / 1e5
+	if err := appendLine(s.log, l); err != nil {
+		return l, err
+	}
+	s.lines[key] = l
+	return l, nil
+}
+
+// method is the setting's method, built once, on its own store.
+func (s *Searcher) method(setting string) (cache.Method, error) {
+	if m, ok := s.methods[setting]; ok {
+		return m, nil
+	}
+	i := slices.IndexFunc(s.Grid, func(g lut.Setting) bool { return g.String() == setting })
+	if i < 0 {
+		return nil, fmt.Errorf("setting %q is not in the grid", setting)
+	}
+	o := s.Base
+	if s.NewStore != nil {
+		o.Store = s.NewStore()
+	}
+	m, err := cache.FromSetting(s.Grid[i], o)
+	if err != nil {
+		return nil, err
+	}
+	if s.methods == nil {
+		s.methods = map[string]cache.Method{}
+	}
+	s.methods[setting] = m
+	return m, nil
+}
+
+// readSearch reads a search.jsonl (a torn last line is cut off).
+func readSearch(path string) (map[searchKey]searchLine, SearchRun, error) {
+	var run SearchRun
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, run, err
+	}
+	lines := map[searchKey]searchLine{}
+	good := 0
+	rd := bufio.NewReader(bytes.NewReader(raw))
+	for first := true; ; first = false {
+		ln, err := rd.ReadBytes('\n')
+		if err == io.EOF {
+			break
+		}
+		if first {
+			if err := json.Unmarshal(ln, &run); err != nil {
+				return nil, run, fmt.Errorf("%s: first line is not a search header: %w", path, err)
+			}
+		} else {
+			var l searchLine
+			if err := json.Unmarshal(ln, &l); err != nil {
+				return nil, run, fmt.Errorf("%s: malformed line at byte %d: %w", path, good, err)
+			}
+			lines[searchKey{l.ID, l.Class, l.Setting}] = l
+		}
+		good += len(ln)
+	}
+	if good < len(raw) {
+		if err := os.Truncate(path, int64(good)); err != nil {
+			return nil, run, err
+		}
+	}
+	return lines, run, nil
+}
