@@ -338,6 +338,9 @@ func TestMethodValidate(t *testing.T) {
 	o := DefaultOptions()
 	o.Table, o.Store = table(3, 1), s
 	for _, name := range Names() {
+		if name == "table" { // needs a table that chooses: TestTableMethodDispatches
+			continue
+		}
 		m, err := New(name, o)
 		if err != nil {
 			t.Errorf("%s: %v", name, err)

@@ -44,8 +44,10 @@ func floatKnob(name, usage string, lo, hi float64, set func(o *Options, v float6
 }
 
 // DepthTable is a table that serves depth d at every ratio, for every deep
-// source (0: no reuse): what a bicache setting's depth knob installs.
+// source (0: no reuse): what a bicache setting's depth knob installs. Its
+// layer count is d's (the planner clamps to the model's).
 func DepthTable(id lut.ModelID, d int) *lut.Table {
+	id.NLayers = max(id.NLayers, d, 1)
 	cal := map[string]*lut.BinCalibration{}
 	for _, s := range []DeepSource{SourceStore, SourceRequest, SourceRecompute} {
 		cal[string(s)] = &lut.BinCalibration{Depth: d}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
 )
 
@@ -138,6 +139,9 @@ func TestRun(t *testing.T) {
 	o.Store, o.Table, o.Fingerprint = NewStore(m.Backend, 1<<30, FIFO), table(L, 2), m.Fingerprint
 	gen := model.GenOptions{GenLength: 16, Steps: 8}
 	for _, name := range Names() {
+		if name == "table" { // needs a table that chooses: TestTableMethodDispatches
+			continue
+		}
 		meth := mk(t, name, o)
 		if g, h := meth.Gen(meth.Gen(gen)), meth.Gen(gen); g.BlockLength != h.BlockLength || g.Steps != h.Steps || g.Decoder != h.Decoder {
 			t.Errorf("%s: Gen is not idempotent", name)
@@ -253,6 +257,9 @@ func TestEveryMethodSourceAndDepth(t *testing.T) {
 	ids, pl := request(t, m, 2)
 	gen := model.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}
 	for _, name := range Names() {
+		if name == "table" { // needs a table that chooses: TestTableMethodDispatches
+			continue
+		}
 		for _, src := range []DeepSource{SourceStore, SourceRecompute, SourceRequest} {
 			for _, d := range []int{0, 1, L} {
 				for _, blocks := range []bool{false, true} {
@@ -322,5 +329,73 @@ func TestMethodUnderAnyDecoder(t *testing.T) {
 		if _, err := New(bad, DefaultOptions()); err == nil {
 			t.Errorf("%q built", bad)
 		}
+	}
+}
+
+// The table method serves each request with its bin's and class's choice,
+// every chosen method on the one shared store.
+func TestTableMethodDispatches(t *testing.T) {
+	m := loadTiny(t)
+	ids, pl := request(t, m, 2)
+	tab := &lut.Table{Format: lut.Format, Model: lut.ModelID{NLayers: len(m.Blocks), Fingerprint: m.Fingerprint}, Tau: 1,
+		Classes: []lut.Class{{Name: "short", MaxGen: 8}, {Name: "long"}},
+		Bins: []lut.Bin{{Lo: 0, Hi: 1, Choices: []*lut.Choice{
+			{Class: "short", Setting: lut.Setting{Method: "none", Decoder: "threshold:0.5"}},
+			{Class: "long", Setting: lut.Setting{Method: "bicache", Decoder: "schedule", Knobs: map[string]float64{"depth": 1}, Source: "store"}},
+		}}}}
+	o := DefaultOptions()
+	o.Table, o.Fingerprint, o.Refresh = tab, m.Fingerprint, 2
+	o.Store = NewStore(m.Backend, 1<<30, FIFO)
+	meth := mk(t, "table", o)
+	short := model.GenOptions{GenLength: 8, Steps: 8, BlockLength: 8}
+	long := model.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}
+	if got := Resolve(meth, len(ids), pl, short).Name(); got != "none@threshold:0.5" {
+		t.Errorf("short request served by %s", got)
+	}
+	got := Resolve(meth, len(ids), pl, long)
+	if got.Name() != "bicache@schedule" || got.Store() != o.Store {
+		t.Errorf("long request served by %s (store shared: %v)", got.Name(), got.Store() == o.Store)
+	}
+	for range 2 {
+		res, err := Run(context.Background(), m.LLaDA, meth, Request{Prompt: ids, PrefixLen: pl}, long)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Info.Depth != 1 {
+			t.Errorf("long request at depth %d, want the setting's 1", res.Info.Depth)
+		}
+	}
+	if st := o.Store.Stats(); st.HitTokens != int64(pl) {
+		t.Errorf("the second request found %d of its %d prefix tokens in the shared store", st.HitTokens, pl)
+	}
+	// A table without choices is refused.
+	o.Table = table(len(m.Blocks), 1)
+	if _, err := New("table", o); err == nil {
+		t.Error("the table method took a table that chooses nothing")
+	}
+}
+
+// Settings round-trip through their text form and are checked against the
+// method's knobs.
+func TestParseSetting(t *testing.T) {
+	for _, s := range []string{"none@threshold:0.9", "bicache@schedule depth=2 source=store", "d2cache@threshold:0.8 d2-k=16 d2-p=0.2"} {
+		st, err := ParseSetting(s)
+		if err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+		if st.String() != s {
+			t.Errorf("%s reads back as %s", s, st)
+		}
+	}
+	if st, _ := ParseSetting("block"); st.Decoder != "threshold:0.9" {
+		t.Errorf("block's own decoder: %q", st.Decoder)
+	}
+	for _, bad := range []string{"", "nope", "none@x", "d2cache depth=1", "bicache depth=-1", "bicache depth=1.5", "d2cache d2-p=2", "bicache source=disk", "bicache depth"} {
+		if _, err := ParseSetting(bad); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+	if len(DefaultGrid()) < 8 {
+		t.Errorf("default grid: %v", DefaultGrid())
 	}
 }

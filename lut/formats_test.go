@@ -22,14 +22,15 @@ func jsonNames(v any) []string {
 }
 
 // TestTableFieldsDocumented holds table.json's fields (the table's, a bin's,
-// the calibration's, a bin calibration's and a trial's) to docs/formats.md.
+// the calibration's, a bin calibration's, a trial's, and v3's class,
+// choice, setting and point) to docs/formats.md.
 func TestTableFieldsDocumented(t *testing.T) {
 	names, _, err := formatsdoc.Fields("../docs/formats.md", "table.json")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var want []string
-	for _, v := range []any{Table{}, Bin{}, Calibration{}, BinCalibration{}, Trial{}} {
+	for _, v := range []any{Table{}, Bin{}, Calibration{}, BinCalibration{}, Trial{}, Class{}, Choice{}, Setting{}, Point{}} {
 		want = append(want, jsonNames(v)...)
 	}
 	if !slices.Equal(names, want) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -310,8 +311,14 @@ func (t *Table) String() string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "model %s (%d layers, fingerprint %s)  τ=%g (%s)  gen_length=%d steps=%d block_length=%d\n",
 		t.Model.Name, t.Model.NLayers, t.Model.Fingerprint, t.Tau, t.SimilarityName(), t.GenLength, t.Steps, t.BlockLength)
-	fmt.Fprintf(&sb, "%-13s %6s %6s %5s %5s %7s\n", "ratio", "depth", "mean", "std", "min", "count")
+	cosine := !t.Chooses() || slices.ContainsFunc(t.Bins, func(b Bin) bool { return b.Count > 0 })
+	if cosine {
+		fmt.Fprintf(&sb, "%-13s %6s %6s %5s %5s %7s\n", "ratio", "depth", "mean", "std", "min", "count")
+	}
 	for _, b := range t.Bins {
+		if !cosine {
+			break
+		}
 		if b.Count == 0 {
 			fmt.Fprintf(&sb, "[%.2f, %.2f) %6s %6s %5s %5s %7d  (no cosine samples)\n", b.Lo, b.Hi, "-", "-", "-", "-", 0)
 			continue

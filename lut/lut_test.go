@@ -91,12 +91,15 @@ func TestReadWriteCheck(t *testing.T) {
 		t.Errorf("Check against another model: %v (want both fingerprints named)", err)
 	}
 	for _, bad := range []string{
-		`{}`, `{"format":"dlmcache.lut/v3","tau":0.9,"model":{"n_layers":8},"bins":[{"lo":0,"hi":1}]}`,
+		`{}`, `{"format":"dlmcache.lut/v4","tau":0.9,"model":{"n_layers":8},"bins":[{"lo":0,"hi":1}]}`,
 		`{"format":"dlmcache.lut/v2","tau":0.9,"model":{"n_layers":8},"bins":[{"lo":0,"hi":1,"calibrated":{"store":{"depth":9}}}]}`,
 		`{"format":"dlmcache.lut/v1","tau":1.5,"model":{"n_layers":8},"bins":[{"lo":0,"hi":1}]}`,
 		`{"format":"dlmcache.lut/v1","tau":0.9,"model":{"n_layers":8},"bins":[]}`,
 		`{"format":"dlmcache.lut/v1","tau":0.9,"model":{"n_layers":8},"bins":[{"lo":0,"hi":1,"mean_depth":9}]}`,
 		`not json`,
+		`{"format":"dlmcache.lut/v3","tau":1,"model":{"n_layers":8},"bins":[{"lo":0,"hi":1,"choices":[{"class":"long","setting":{"method":"none"}}]}]}`,                          // no such class
+		`{"format":"dlmcache.lut/v3","tau":1,"model":{"n_layers":8},"classes":[{"name":"long","max_gen":0}],"bins":[{"lo":0,"hi":1,"choices":[{"class":"long","setting":{}}]}]}`, // no method
+		`{"format":"dlmcache.lut/v3","tau":1,"model":{"n_layers":8},"classes":[{"name":"a","max_gen":0},{"name":"b","max_gen":32}],"bins":[{"lo":0,"hi":1}]}`,                    // any-length class not last
 	} {
 		if _, err := Parse([]byte(bad)); err == nil {
 			t.Errorf("Parse(%s): no error", bad)

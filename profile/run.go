@@ -35,17 +35,17 @@ func (r Request) Ratio(genLength int) float64 {
 // Output files of a run directory.
 const (
 	SimilarityFile = "similarity.parquet"
-	TableFile      = "table.json"
+	TableFile      = "table-cosine.json"
 	// CrossTableFile is the table by the worst-row statistic, written next
 	// to a whole-prefix table.json: the one to serve with a cross-request
 	// deep source (docs/profiling.md, "Two statistics").
-	CrossTableFile = "table-row-min.json"
+	CrossTableFile = "table-cosine-row-min.json"
 	RunFile        = "run.json"
 	PartialFile    = "similarity.partial.jsonl"
 )
 
 // Runner profiles a model over requests, writing OutDir/{similarity.parquet,
-// table.json, table-row-min.json, run.json}. Every finished request is appended to
+// table-cosine.json, table-cosine-row-min.json, run.json}. Every finished request is appended to
 // similarity.partial.jsonl first, so an interrupted run resumes where it
 // stopped.
 type Runner struct {

@@ -27,7 +27,7 @@ t() { /usr/bin/time -f "%e s wall" "$@"; }
 step "profile (docs/profiling.md)"
 t $B profile "${M[@]}" --per-ratio $PR --out "$OUT/prof" --quiet > "$OUT/profile.txt"
 t $B profile "${M[@]}" --all-steps --per-ratio $PRA --out "$OUT/profall" --quiet > "$OUT/profall.txt"
-SIM=$OUT/prof/similarity.parquet KV=$OUT/prof/table.json RM=$OUT/prof/table-row-min.json
+SIM=$OUT/prof/similarity.parquet KV=$OUT/prof/table-cosine.json RM=$OUT/prof/table-cosine-row-min.json
 STEP=8
 [ -n "${QUICK:-}" ] && STEP=1
 $B sweep n --from "$SIM" --step $STEP --out "$OUT/sweep-n" > "$OUT/sweep-n.txt"

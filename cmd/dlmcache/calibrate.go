@@ -79,9 +79,9 @@ It writes, to --out:
 --shard K/N evaluates every depth for one of N disjoint parts of the
 requests (for several machines: deploy/k8s/); --merge DIR,DIR,... then
 searches their merged outcomes and writes the table one run would have.`,
-		Example: `  dlmcache profile --out prof && dlmcache calibrate --lut prof/table.json --data suites,external --out calib
-  dlmcache calibrate --lut prof/table.json --shard 0/4 --out calib-0     # on four machines
-  dlmcache calibrate --lut prof/table.json --merge calib-0,calib-1,calib-2,calib-3 --out calib`,
+		Example: `  dlmcache profile --out prof && dlmcache calibrate --mode depth --lut prof/table-cosine.json --data suites,external --out calib
+  dlmcache calibrate --mode depth --lut prof/table-cosine.json --shard 0/4 --out calib-0     # on four machines
+  dlmcache calibrate --mode depth --lut prof/table-cosine.json --merge calib-0,calib-1,calib-2,calib-3 --out calib`,
 		Args: cobra.NoArgs,
 		RunE: runE(opts, runF, nil, func(ctx context.Context) error { return calibrateRun(ctx, opts) }),
 	}

@@ -27,7 +27,7 @@ func TestMain(m *testing.M) {
 // one run.
 func TestCalibrateShardProcesses(t *testing.T) {
 	dir := t.TempDir()
-	common := []string{"calibrate", "--model", serveFixture, "--ratios", "0.2,0.5,0.8,1", "--per-ratio", "3", "--quiet",
+	common := []string{"calibrate", "--mode", "depth", "--model", serveFixture, "--ratios", "0.2,0.5,0.8,1", "--per-ratio", "3", "--quiet",
 		"--user-prompts", "100", "--system-prompts", "builtin:assistant,builtin:coder", "--refresh", "2", "--agreement", "0.5"}
 	one := filepath.Join(dir, "one")
 	if _, errOut, code := run(t, append(common, "--out", one)...); code != 0 {
@@ -69,7 +69,73 @@ func TestCalibrateShardProcesses(t *testing.T) {
 		t.Errorf("lut show: exit %d:\n%s", code, out)
 	}
 	// Bad flags are refused before any work.
-	if _, errOut, code := run(t, "calibrate", "--model", serveFixture, "--gate", "vibes"); code == 0 || !strings.Contains(errOut, "--gate") {
+	if _, errOut, code := run(t, "calibrate", "--mode", "depth", "--model", serveFixture, "--gate", "vibes"); code == 0 || !strings.Contains(errOut, "--gate") {
 		t.Errorf("--gate vibes: exit %d %s", code, errOut)
+	}
+}
+
+// The method search writes a table that chooses; --resume replays the log
+// to the identical choices, and shards merge into a table with the same
+// bins, classes and agreement counts as one run.
+func TestCalibrateMethodsResumesAndMerges(t *testing.T) {
+	dir := t.TempDir()
+	common := []string{"calibrate", "--model", serveFixture, "--ratios", "0.3,0.6,0.9", "--per-ratio", "2", "--quiet",
+		"--setting", "none@threshold:0.9", "--setting", "bicache@schedule depth=1 source=store", "--agreement", "0.3", "--max-loss", "100"}
+	one := filepath.Join(dir, "one")
+	if _, errOut, code := run(t, append(common, "--out", one)...); code != 0 {
+		t.Fatalf("one run: exit %d: %s", code, errOut)
+	}
+	a, err := lut.Read(filepath.Join(one, "table.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !a.Chooses() || !a.Calibrated() || a.Format != lut.Format {
+		t.Fatalf("the search wrote no choices: %+v", a)
+	}
+	if _, errOut, code := run(t, append(common, "--out", one, "--resume")...); code != 0 {
+		t.Fatalf("resume: exit %d: %s", code, errOut)
+	}
+	b, err := lut.Read(filepath.Join(one, "table.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(a.Bins, b.Bins) {
+		t.Errorf("resumed bins differ:\n%+v\n%+v", b.Bins, a.Bins)
+	}
+	var shards []string
+	for k := range 2 {
+		out := filepath.Join(dir, fmt.Sprintf("shard-%d", k))
+		shards = append(shards, out)
+		if _, errOut, code := run(t, append(common, "--shard", fmt.Sprintf("%d/2", k), "--out", out)...); code != 0 {
+			t.Fatalf("shard %d: exit %d: %s", k, code, errOut)
+		}
+	}
+	merged := filepath.Join(dir, "merged")
+	if _, errOut, code := run(t, append(common, "--merge", strings.Join(shards, ","), "--out", merged)...); code != 0 {
+		t.Fatalf("merge: exit %d: %s", code, errOut)
+	}
+	c, err := lut.Read(filepath.Join(merged, "table.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Bins) != len(a.Bins) || !reflect.DeepEqual(c.Classes, a.Classes) {
+		t.Fatalf("merged table: %+v", c)
+	}
+	for i := range a.Bins {
+		if len(a.Bins[i].Choices) != len(c.Bins[i].Choices) {
+			t.Errorf("bin %d: %d choices in one run, %d merged", i, len(a.Bins[i].Choices), len(c.Bins[i].Choices))
+			continue
+		}
+		for j, ch := range a.Bins[i].Choices {
+			if m := c.Bins[i].Choices[j]; m.Class != ch.Class || m.Samples != ch.Samples {
+				t.Errorf("bin %d: one run %+v, merged %+v", i, ch, m)
+			}
+		}
+	}
+	if out, _, code := run(t, "lut", "show", filepath.Join(one, "table.json")); code != 0 || !strings.Contains(out, "chosen per bin and answer-length class") {
+		t.Errorf("lut show: exit %d:\n%s", code, out)
+	}
+	if _, errOut, code := run(t, "calibrate", "--model", serveFixture, "--setting", "bicache depth=x"); code == 0 || !strings.Contains(errOut, "depth") {
+		t.Errorf("a bad setting: exit %d %s", code, errOut)
 	}
 }

@@ -35,7 +35,7 @@ func parseSimilarity(s string) (profile.Similarity, error) {
 func newCmdLutBuild(f *factory, runF func(*lutBuildOptions) error) *cobra.Command {
 	opts := &lutBuildOptions{f: f}
 	cmd := &cobra.Command{
-		Use:   "build --from similarity.parquet... --tau X --out table.json",
+		Use:   "build --from similarity.parquet... --tau X --out table-cosine.json",
 		Short: "Rebuild a table from similarity files at any τ, merging shards, without the model",
 		Args:  cobra.NoArgs,
 		RunE:  runE(opts, runF, nil, func(context.Context) error { return lutBuildRun(opts) }),
@@ -43,7 +43,7 @@ func newCmdLutBuild(f *factory, runF func(*lutBuildOptions) error) *cobra.Comman
 	cmd.Flags().StringSliceVar(&opts.From, "from", nil, "similarity.parquet files (shards of one run are merged)")
 	cmd.Flags().Float64Var(&opts.Tau, "tau", 0.97, "similarity threshold τ in (0, 1]")
 	addSimilarityFlag(cmd.Flags(), &opts.Similarity)
-	cmd.Flags().StringVar(&opts.Out, "out", "table.json", "output table")
+	cmd.Flags().StringVar(&opts.Out, "out", "table-cosine.json", "output table (a cosine estimate: dlmcache calibrate makes the table.json to serve)")
 	_ = cmd.MarkFlagRequired("from")
 	return cmd
 }

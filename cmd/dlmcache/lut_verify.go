@@ -6,8 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"sort"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -16,6 +19,8 @@ import (
 	"github.com/dlmcache/dlmcache/datasets"
 	"github.com/dlmcache/dlmcache/internal/atomicfile"
 	"github.com/dlmcache/dlmcache/internal/progress"
+	"github.com/dlmcache/dlmcache/lut"
+	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/profile"
 )
 
@@ -30,6 +35,7 @@ type lutVerifyOptions struct {
 	Seed      int64
 	Gate      string
 	Agreement float64
+	MaxLoss   float64
 	JSON      bool
 	Dump      string
 	Quiet     bool
@@ -39,22 +45,30 @@ func newCmdLutVerify(f *factory, runF func(*lutVerifyOptions) error) *cobra.Comm
 	opts := &lutVerifyOptions{f: f}
 	cmd := &cobra.Command{
 		Use:   "verify table.json",
-		Short: "Replay held-out requests through serve's method with a table; fail below the agreement target",
-		Long: `Verify replays held-out requests, in order, through the method serve would
-run with the table (bicache on one prefix store, so requests that share a
-system message share its K/V, as they do behind serve), and answers each
-with no caching too. Per ratio bin it reports the agreement of the answers
-with the uncached ones — per token and per whole answer — and the accuracy
-of both where the requests carry reference answers. It exits with status 1
-when any bin's --gate agreement is below --agreement: a gate to put in CI
-before deploying a new table.
+		Short: "Replay held-out requests through what serve --lut runs with the table; fail when it loses accuracy",
+		Long: `Verify replays held-out requests, in order, through what serve --lut would
+run with the table and no other flag (a calibrated table's per-request
+choice, the chosen methods on one prefix store so that requests sharing a
+system message share its K/V as behind serve; bicache for a table without
+choices), and answers each with no caching too, in every answer-length
+class the table knows (the regime's gen length for every request, one block
+for those whose answer fits one). Per ratio bin and class it reports the
+methods served, the agreement of the answers with the uncached ones — per
+token and per whole answer —, the accuracy of both, and the speed-up.
 
---requests builtin (default) is datasets.External: system messages the
+It exits with status 1 when the table loses more than --max-loss points of
+accuracy against none over the requests with reference answers (--gate
+accuracy, the default), or with --gate answer/token when a bin's agreement
+is below --agreement: a gate to put in CI before deploying a table.
+
+--requests builtin (default) is datasets.External — system messages the
 suites' generators never produce (other openings and filler, 3–22 rows,
-0–160 words), 4 questions each. Otherwise a JSON Lines file, one request a
-line: {"system": "...", "user": "...", "answer": "..." (optional), "suite": "..."}.`,
+0–160 words), 4 questions each, --groups of them — and --groups held-out
+samples of every suite, the long-answer span suite among them. Otherwise a
+JSON Lines file, one request a line: {"system": "...", "user": "...",
+"answer": "..." (optional), "suite": "..."}.`,
 		Example: `  dlmcache lut verify calib/table.json                          # the calibrated table, its deep source
-  dlmcache lut verify prof/table.json --deep-source store       # a cosine table across requests
+  dlmcache lut verify prof/table-cosine.json --allow-uncalibrated # a cosine estimate (fails the gate)
   dlmcache lut verify calib/table.json --requests held-out.jsonl`,
 		Args: cobra.ExactArgs(1),
 		RunE: runE(opts, runF, func(args []string) { opts.File = args[0] }, func(ctx context.Context) error { return lutVerifyRun(ctx, opts) }),
@@ -63,10 +77,11 @@ line: {"system": "...", "user": "...", "answer": "..." (optional), "suite": "...
 	opts.modelFlags.add(fl)
 	addCacheFlags(fl, &opts.Cache)
 	fl.StringVar(&opts.Requests, "requests", "builtin", "held-out requests: builtin (datasets.External) or a JSON Lines file")
-	fl.IntVar(&opts.Groups, "groups", 40, "builtin: system messages (4 questions each)")
+	fl.IntVar(&opts.Groups, "groups", 15, "builtin: held-out system messages (4 questions each), and samples of each suite's held-out split")
 	fl.Int64Var(&opts.Seed, "seed", 7, "builtin: sampling seed")
-	fl.StringVar(&opts.Gate, "gate", profile.GateAnswer, "agreement held to the target: answer (whole answers) or token")
-	fl.Float64Var(&opts.Agreement, "agreement", 0.9, "the least agreement a bin may have")
+	fl.StringVar(&opts.Gate, "gate", gateAccuracy, "what is held to the target: accuracy (the held-out accuracy a user may lose against none, --max-loss), answer (each bin's whole-answer agreement, --agreement) or token")
+	fl.Float64Var(&opts.Agreement, "agreement", 0.9, "--gate answer or token: the least agreement a bin may have")
+	fl.Float64Var(&opts.MaxLoss, "max-loss", 1, "--gate accuracy: the accuracy (points against none, over every held-out request with a reference answer) the table may lose")
 	fl.BoolVar(&opts.JSON, "json", false, "print the per-bin report as JSON")
 	fl.StringVar(&opts.Dump, "dump-requests", "", "write the requests as JSON Lines to this file and exit (to replay them elsewhere, e.g. through serve)")
 	fl.BoolVar(&opts.Quiet, "quiet", false, "no progress bar")
@@ -86,6 +101,13 @@ func readVerifyRequests(path string, groups int, seed int64) ([]verifyRequest, e
 		var out []verifyRequest
 		for _, s := range datasets.External(groups, 4, seed) {
 			out = append(out, verifyRequest{System: s.System, User: s.User, Answer: s.Answer, Suite: s.Suite})
+		}
+		// Every suite's held-out split too, the long-answer span suite
+		// among them (External has none): groups samples each.
+		for _, suite := range datasets.Suites() {
+			for _, s := range datasets.Generate(suite, datasets.Eval, seed, groups, datasets.DefaultOptions()) {
+				out = append(out, verifyRequest{System: s.System, User: s.User, Answer: s.Answer, Suite: s.Suite})
+			}
 		}
 		return out, nil
 	}
@@ -119,10 +141,15 @@ func readVerifyRequests(path string, groups int, seed int64) ([]verifyRequest, e
 	return out, nil
 }
 
-// verifyBin is one ratio bin's outcome.
+// verifyBin is one ratio bin's outcome for one answer-length class.
 type verifyBin struct {
-	Lo              float64 `json:"lo"`
-	Hi              float64 `json:"hi"`
+	Lo              float64        `json:"lo"`
+	Hi              float64        `json:"hi"`
+	Class           string         `json:"class"`
+	Methods         map[string]int `json:"methods"` // requests per method served (the table's choices)
+	SecondsNone     float64        `json:"seconds_none"`
+	SecondsMethod   float64        `json:"seconds_table"`
+	SpeedUp         float64        `json:"speedup"`
 	Requests        int     `json:"requests"`
 	Depth           float64 `json:"mean_depth"`
 	Tokens          int     `json:"tokens"`
@@ -137,8 +164,8 @@ type verifyBin struct {
 }
 
 func lutVerifyRun(ctx context.Context, opts *lutVerifyOptions) error {
-	if opts.Gate != profile.GateToken && opts.Gate != profile.GateAnswer {
-		return fmt.Errorf("--gate %q: want token or answer", opts.Gate)
+	if opts.Gate != profile.GateToken && opts.Gate != profile.GateAnswer && opts.Gate != gateAccuracy {
+		return fmt.Errorf("--gate %q: want accuracy, answer or token", opts.Gate)
 	}
 	reqs, err := readVerifyRequests(opts.Requests, opts.Groups, opts.Seed)
 	if err != nil {
@@ -168,37 +195,71 @@ func lutVerifyRun(ctx context.Context, opts *lutVerifyOptions) error {
 			return err
 		}
 	}
-	meth, err := env.method("bicache", &opts.Cache, nil)
+	name := defaultMethod("", table) // what serve --lut runs with no other flag
+	meth, err := env.method(name, &opts.Cache, nil)
 	if err != nil {
 		return err
 	}
-	bins := make([]verifyBin, len(table.Bins))
-	for i, b := range table.Bins {
-		bins[i] = verifyBin{Lo: b.Lo, Hi: b.Hi}
+	// Every answer-length class the table knows: the regime's gen length
+	// for every request, and one block for the requests whose reference
+	// answer fits one (a client's max_tokens).
+	classes := []lut.Class{{Name: "all"}}
+	if table.Chooses() {
+		classes = table.Classes
 	}
-	bar := progress.New(opts.f.ErrOut, "lut verify", "req", len(reqs), opts.Quiet)
-	for i, r := range reqs {
+	type run struct {
+		r   verifyRequest
+		gen model.GenOptions
+		cls string
+	}
+	var runs []run
+	for _, cl := range classes {
+		g := profile.ClassGen(env.gen, cl)
+		for _, r := range reqs {
+			if cl.MaxGen > 0 && (r.Answer == "" || len(lm.Tokenizer.Encode(r.Answer))+2 > g.GenLength) {
+				continue
+			}
+			runs = append(runs, run{r, g, cl.Name})
+		}
+	}
+	bins := map[string][]verifyBin{}
+	for _, cl := range classes {
+		for _, b := range table.Bins {
+			bins[cl.Name] = append(bins[cl.Name], verifyBin{Lo: b.Lo, Hi: b.Hi, Class: cl.Name, Methods: map[string]int{}})
+		}
+	}
+	var secNone, secMeth float64
+	bar := progress.New(opts.f.ErrOut, "lut verify", "req", len(runs), opts.Quiet)
+	for i, x := range runs {
+		r := x.r
 		ids, m, err := lm.Tokenizer.EncodeChat(r.System, r.User)
 		if err != nil {
 			return err
 		}
-		ref, err := lm.Generate(ctx, ids, m, env.gen, nil)
+		ref, err := lm.Generate(ctx, ids, m, x.gen, nil)
 		if err != nil {
 			return err
 		}
-		got, err := cache.Run(ctx, lm.LLaDA, meth, cache.Request{Prompt: ids, PrefixLen: m}, env.gen)
+		chosen := cache.Resolve(meth, len(ids), m, x.gen)
+		got, err := cache.Run(ctx, lm.LLaDA, chosen, cache.Request{Prompt: ids, PrefixLen: m}, x.gen)
 		if err != nil {
 			return err
 		}
+		secNone += ref.Duration.Seconds()
+		secMeth += got.Duration.Seconds()
 		info := got.Info
-		bi := sort.Search(len(bins), func(k int) bool { return bins[k].Hi > info.Ratio }) // the bin, or the last
-		bi = min(bi, len(bins)-1)
-		b := &bins[bi]
+		ratio := float64(m) / float64(len(ids)+x.gen.GenLength)
+		bs := bins[x.cls]
+		bi := sort.Search(len(bs), func(k int) bool { return bs[k].Hi > ratio }) // the bin, or the last
+		b := &bs[min(bi, len(bs)-1)]
 		n, k, eq := profile.CompareAnswers(ref.Answer, got.Answer, lm.AnswerEnd)
 		b.Requests++
+		b.Methods[chosen.Name()]++
 		b.Depth += float64(info.Depth)
 		b.Tokens += n
 		b.TokensAgree += k
+		b.SecondsNone += ref.Duration.Seconds()
+		b.SecondsMethod += got.Duration.Seconds()
 		if eq {
 			b.Answers++
 		}
@@ -216,58 +277,103 @@ func lutVerifyRun(ctx context.Context, opts *lutVerifyOptions) error {
 	bar.Done()
 	failed := 0
 	var used []verifyBin
-	for _, b := range bins {
-		if b.Requests == 0 {
-			continue
+	var all verifyBin
+	for _, cl := range classes {
+		for _, b := range bins[cl.Name] {
+			if b.Requests == 0 {
+				continue
+			}
+			all.Checked += b.Checked
+			all.CorrectNone += b.CorrectNone
+			all.CorrectMethod += b.CorrectMethod
+			all.Requests += b.Requests
+			all.Answers += b.Answers
+			b.Depth /= float64(b.Requests)
+			b.TokenAgreement = float64(b.TokensAgree) / float64(max(1, b.Tokens))
+			b.AnswerAgreement = float64(b.Answers) / float64(b.Requests)
+			if b.SecondsMethod > 0 {
+				b.SpeedUp = b.SecondsNone / b.SecondsMethod
+			}
+			b.Pass = true
+			switch opts.Gate {
+			case profile.GateAnswer:
+				b.Pass = b.AnswerAgreement >= opts.Agreement
+			case profile.GateToken:
+				b.Pass = b.TokenAgreement >= opts.Agreement
+			}
+			if !b.Pass {
+				failed++
+			}
+			used = append(used, b)
 		}
-		b.Depth /= float64(b.Requests)
-		b.TokenAgreement = float64(b.TokensAgree) / float64(max(1, b.Tokens))
-		b.AnswerAgreement = float64(b.Answers) / float64(b.Requests)
-		g := b.TokenAgreement
-		if opts.Gate == profile.GateAnswer {
-			g = b.AnswerAgreement
-		}
-		b.Pass = g >= opts.Agreement
-		if !b.Pass {
-			failed++
-		}
-		used = append(used, b)
 	}
-	st := meth.Store().Stats()
+	loss := 0.0
+	if all.Checked > 0 {
+		loss = 100 * float64(all.CorrectNone-all.CorrectMethod) / float64(all.Checked)
+	}
+	speed := secNone / max(secMeth, 1e-9)
+	var st cache.Stats
+	if meth.Store() != nil {
+		st = meth.Store().Stats()
+	}
 	if opts.JSON {
 		enc := json.NewEncoder(opts.f.Out)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(map[string]any{"table": opts.File, "deep_source": meth.Source(), "gate": opts.Gate, "agreement": opts.Agreement,
-			"requests": len(reqs), "prefix_hit_tokens": st.HitTokens, "prefix_query_tokens": st.QueryTokens, "bins": used}); err != nil {
+		if err := enc.Encode(map[string]any{"table": opts.File, "method": name, "gate": opts.Gate, "agreement": opts.Agreement, "max_loss": opts.MaxLoss,
+			"requests": len(runs), "checked": all.Checked, "accuracy_none": acc(all.CorrectNone, all.Checked), "accuracy_table": acc(all.CorrectMethod, all.Checked),
+			"loss_points": loss, "speedup": speed, "prefix_hit_tokens": st.HitTokens, "prefix_query_tokens": st.QueryTokens, "bins": used}); err != nil {
 			return err
 		}
 	} else {
 		writeVerify(opts.f.Out, used)
-		fmt.Fprintf(opts.f.Out, "deep source %s, %d requests, prefix store hits %d of %d prefix tokens\n", meth.Source(), len(reqs), st.HitTokens, st.QueryTokens)
+		fmt.Fprintf(opts.f.Out, "method %s, %d requests (%d with reference answers): accuracy none %.1f%%, table %.1f%% (%+.1f points), answers unchanged %.1f%%, %.2f× none's generation speed; prefix store hits %d of %d prefix tokens\n",
+			name, len(runs), all.Checked, 100*acc(all.CorrectNone, all.Checked), 100*acc(all.CorrectMethod, all.Checked), -loss,
+			100*float64(all.Answers)/float64(max(1, all.Requests)), speed, st.HitTokens, st.QueryTokens)
+	}
+	if opts.Gate == gateAccuracy && loss > opts.MaxLoss {
+		return &exitError{code: 1, err: fmt.Errorf("%s: the table loses %.1f points of accuracy against none on %d held-out requests (at most %g allowed)", opts.File, loss, all.Checked, opts.MaxLoss)}
 	}
 	if failed > 0 {
-		return &exitError{code: 1, err: fmt.Errorf("%s: %d of %d bins below %s agreement %g with the %s deep source", opts.File, failed, len(used), opts.Gate, opts.Agreement, meth.Source())}
+		return &exitError{code: 1, err: fmt.Errorf("%s: %d of %d bins below %s agreement %g", opts.File, failed, len(used), opts.Gate, opts.Agreement)}
 	}
-	fmt.Fprintf(opts.f.ErrOut, "%s: every bin keeps %s agreement ≥ %g with the %s deep source\n", opts.File, opts.Gate, opts.Agreement, meth.Source())
+	if opts.Gate == gateAccuracy {
+		fmt.Fprintf(opts.f.ErrOut, "%s: loses %.1f points of accuracy against none (at most %g allowed) on %d held-out requests\n", opts.File, loss, opts.MaxLoss, all.Checked)
+	} else {
+		fmt.Fprintf(opts.f.ErrOut, "%s: every bin keeps %s agreement ≥ %g\n", opts.File, opts.Gate, opts.Agreement)
+	}
 	return nil
+}
+
+// gateAccuracy holds the table to the accuracy a user may lose.
+const gateAccuracy = "accuracy"
+
+func acc(k, n int) float64 {
+	if n == 0 {
+		return 0
+	}
+	return float64(k) / float64(n)
 }
 
 func writeVerify(w io.Writer, bins []verifyBin) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ratio\trequests\tdepth\ttoken agreement\tanswer agreement\taccuracy none\taccuracy table\t")
+	fmt.Fprintln(tw, "ratio\tclass\trequests\tmethods\tdepth\ttoken agreement\tanswer agreement\taccuracy none\taccuracy table\tspeed-up\t")
 	for _, b := range bins {
-		acc := func(k int) string {
+		pct := func(k int) string {
 			if b.Checked == 0 {
 				return "-"
 			}
 			return fmt.Sprintf("%.1f%%", 100*float64(k)/float64(b.Checked))
 		}
-		mark := "ok"
+		mark := ""
 		if !b.Pass {
 			mark = "BELOW TARGET"
 		}
-		fmt.Fprintf(tw, "[%.2f, %.2f)\t%d\t%.1f\t%.4f\t%.4f\t%s\t%s\t%s\n", b.Lo, b.Hi, b.Requests, b.Depth,
-			b.TokenAgreement, b.AnswerAgreement, acc(b.CorrectNone), acc(b.CorrectMethod), mark)
+		var ms []string
+		for _, m := range slices.Sorted(maps.Keys(b.Methods)) {
+			ms = append(ms, fmt.Sprintf("%s ×%d", m, b.Methods[m]))
+		}
+		fmt.Fprintf(tw, "[%.2f, %.2f)\t%s\t%d\t%s\t%.1f\t%.4f\t%.4f\t%s\t%s\t%.2f×\t%s\n", b.Lo, b.Hi, b.Class, b.Requests, strings.Join(ms, ", "), b.Depth,
+			b.TokenAgreement, b.AnswerAgreement, pct(b.CorrectNone), pct(b.CorrectMethod), b.SpeedUp, mark)
 	}
 	tw.Flush()
 }

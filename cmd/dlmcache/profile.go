@@ -49,10 +49,10 @@ the prefix's K, V and K⊕V at every layer (and every denoising step with
 --all-steps), and of its worst row's K⊕V. It writes, to --out:
 
   similarity.parquet  one row per (request, layer, step), run parameters in the metadata
-  table.json          the ratio→safe-depth table at --tau by --similarity (rebuild at any τ
-                      with dlmcache lut build)
-  table-row-min.json  the same by the worst prefix row (when --similarity is kv): the
-                      table to serve with --deep-source store or recompute
+  table-cosine.json   the ratio→depth estimate at --tau by --similarity (rebuild at any τ
+                      with dlmcache lut build); an estimate, not checked against answers:
+                      dlmcache calibrate turns it into table.json, the table to serve
+  table-cosine-row-min.json  the same by the worst prefix row (when --similarity is kv)
   run.json            the run's parameters, unfilled bins and duration
 
 Each finished request is logged first to similarity.partial.jsonl, so an

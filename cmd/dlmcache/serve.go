@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dlmcache/dlmcache/cache"
+	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/serve"
 )
 
@@ -40,6 +41,9 @@ type serveOptions struct {
 	MaxContext     int
 	ServedName     string
 	Quiet          bool
+	// AllowUncalibrated serves a table no calibration checked (a cosine
+	// estimate).
+	AllowUncalibrated bool
 
 	// ready, if not nil, gets the listening address (tests).
 	ready func(addr string)
@@ -64,8 +68,13 @@ every step); with --modules, "modules": ["name", …] imports prompt modules
 (GET /v1/modules lists them) that open the system message; tools, tool_choice, response_format and logprobs are refused
 with a 400 naming the field. GET /health answers as /healthz does.
 
---method defaults to bicache when --lut is given, else none. A table made
-for another model is refused at start.
+With --lut and no --method, a calibrated table (table.json from dlmcache
+calibrate) serves each request with the method, knobs and decoder it chose
+for the request's ratio bin and answer-length class (the table method; the
+response's dlmcache.method and /metrics' dlmcache_method_requests_total say
+which); a v2 table serves bicache at its calibrated depths. A table no
+calibration checked (profile's table-cosine*.json) is refused unless
+--allow-uncalibrated; a table made for another model is refused at start.
 
 A streamed response goes through a bounded buffer of its own with a write
 deadline: a client that stops reading is cut (--stream-buffer-bytes,
@@ -105,6 +114,7 @@ Methods:` + methodsHelp(),
 	fl.DurationVar(&opts.IdleTimeout, "idle-timeout", 2*time.Minute, "longest a keep-alive connection may wait for its next request")
 	fl.IntVar(&opts.MaxContext, "max-context", 0, "largest prompt + gen length in tokens (0: the model's max_sequence_length)")
 	fl.BoolVar(&opts.Quiet, "quiet", false, "no per-request log lines")
+	fl.BoolVar(&opts.AllowUncalibrated, "allow-uncalibrated", false, "serve a --lut table no calibration checked against the model's answers (profile's cosine estimates lost 10 points on held-out requests: docs/results.md)")
 	return cmd
 }
 
@@ -121,13 +131,10 @@ func serveRun(ctx context.Context, opts *serveOptions) error {
 	}
 	defer env.lm.Close()
 	lm, gen, table := env.lm, env.gen, env.table
-	method := opts.Method
-	if method == "" {
-		method = "none"
-		if table != nil {
-			method = "bicache"
-		}
+	if err := checkCalibrated(table, opts.Cache.LUT, opts.AllowUncalibrated); err != nil {
+		return err
 	}
+	method := defaultMethod(opts.Method, table)
 	if opts.Cache.StoreBlocks > 0 {
 		opts.Cache.Events = cache.NewEventLog(1 << 16)
 	}
@@ -159,9 +166,15 @@ func serveRun(ctx context.Context, opts *serveOptions) error {
 		return fmt.Errorf("--addr %s: %w", opts.Addr, err)
 	}
 	tableNote := "no table"
-	if table != nil {
+	switch {
+	case table != nil && method == "table":
+		tableNote = fmt.Sprintf("table %s: per request, its bin's choice: %s", opts.Cache.LUT, choicesNote(table))
+	case table != nil:
 		_, why := deepSource(opts.Cache.DeepSource, table)
 		tableNote = fmt.Sprintf("table %s, deep source %s: %s", opts.Cache.LUT, meth.Source(), why)
+	}
+	if table != nil && !table.Calibrated() {
+		tableNote += "; UNCALIBRATED (a cosine estimate, served because of --allow-uncalibrated)"
 	}
 	fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: model %s (%s), method %s (%s), store %d bytes %s, gen %d/%d/%d, max concurrency %d, max batch %d; listening on http://%s\n",
 		lm.Name, lm.Fingerprint, method, tableNote, opts.Cache.CacheBytes, opts.Cache.Eviction,
@@ -179,6 +192,42 @@ func serveRun(ctx context.Context, opts *serveOptions) error {
 	err = srv.Serve(ctx, ln, opts.Grace)
 	fmt.Fprintln(opts.f.ErrOut, "dlmcache serve: stopped")
 	return err
+}
+
+// checkCalibrated refuses a table no calibration checked, unless allowed.
+func checkCalibrated(t *lut.Table, path string, allow bool) error {
+	if t == nil || allow || t.Calibrated() {
+		return nil
+	}
+	return fmt.Errorf("--lut %s is a cosine estimate (%s similarity), not a table calibrated against the model's answers: "+
+		"such tables lost 10 points on held-out requests (docs/results.md). Run `dlmcache calibrate` and serve the table.json it writes, "+
+		"or pass --allow-uncalibrated to serve this one anyway", path, t.SimilarityName())
+}
+
+// defaultMethod is the method served when --method is not given: the
+// table's choices for a calibrated v3 table, bicache for another table,
+// none without one.
+func defaultMethod(flag string, t *lut.Table) string {
+	switch {
+	case flag != "":
+		return flag
+	case t != nil && t.Chooses():
+		return "table"
+	case t != nil:
+		return "bicache"
+	}
+	return "none"
+}
+
+// choicesNote lists a v3 table's choices for the start-up line.
+func choicesNote(t *lut.Table) string {
+	var parts []string
+	for _, b := range t.Bins {
+		for _, c := range b.Choices {
+			parts = append(parts, fmt.Sprintf("[%.2f, %.2f) %s: %s (%.1f× none)", b.Lo, b.Hi, c.Class, c.Setting, c.SpeedUp))
+		}
+	}
+	return strings.Join(parts, "; ")
 }
 
 // defaultMaxBatch is --max-batch's default: the 16-client batch measured

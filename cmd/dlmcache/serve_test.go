@@ -98,7 +98,7 @@ func TestServeRunsAndStops(t *testing.T) {
 	cmd := newCmdServe(f, func(o *serveOptions) error { opts = o; return nil })
 	mods := filepath.Join(t.TempDir(), "modules.json")
 	os.WriteFile(mods, []byte(`{"modules":[{"name":"doc","text":"Orders ship in two days.\n\n"}]}`), 0o644)
-	cmd.SetArgs([]string{"--model", serveFixture, "--lut", p, "--threads", "1", "--addr", "127.0.0.1:0", "--timeout", "30s", "--modules", mods})
+	cmd.SetArgs([]string{"--model", serveFixture, "--lut", p, "--threads", "1", "--addr", "127.0.0.1:0", "--timeout", "30s", "--modules", mods, "--allow-uncalibrated"})
 	if err := cmd.Execute(); err != nil {
 		t.Fatal(err)
 	}
@@ -121,6 +121,9 @@ func TestServeRunsAndStops(t *testing.T) {
 	// source and the start-up line says why.
 	if s := errOut.String(); !strings.Contains(s, "method bicache (table "+p+", deep source request: the table is not calibrated") {
 		t.Errorf("start-up line does not say the method defaulted to bicache with the request source, and why:\n%s", s)
+	}
+	if s := errOut.String(); !strings.Contains(s, "UNCALIBRATED (a cosine estimate, served because of --allow-uncalibrated)") {
+		t.Errorf("start-up line does not say the table is uncalibrated:\n%s", s)
 	}
 	body := `{"messages":[{"role":"system","content":"Be terse."},{"role":"user","content":"Hi"}]}`
 	resp, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(body))
@@ -159,4 +162,102 @@ func TestServeRunsAndStops(t *testing.T) {
 	if !strings.Contains(log, "POST /v1/chat/completions 200") || !strings.Contains(log, "dlmcache serve: stopped") {
 		t.Errorf("log:\n%s", log)
 	}
+}
+
+// A cosine table is refused with a message naming calibrate.
+func TestServeRefusesUncalibratedTable(t *testing.T) {
+	m, err := model.Load(serveFixture, cpu.New(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := writeTable(t, "tiny-bf16", len(m.Blocks), m.Fingerprint)
+	m.Close()
+	var opts *serveOptions
+	cmd := newCmdServe(&factory{Out: io.Discard, ErrOut: io.Discard}, func(o *serveOptions) error { opts = o; return nil })
+	cmd.SetArgs([]string{"--model", serveFixture, "--lut", p, "--threads", "1", "--addr", "127.0.0.1:0"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	err = serveRun(context.Background(), opts)
+	if err == nil || !strings.Contains(err.Error(), "dlmcache calibrate") || !strings.Contains(err.Error(), "--allow-uncalibrated") {
+		t.Fatalf("serve with a cosine table: %v", err)
+	}
+}
+
+// writeChoosingTable writes a v3 table whose one bin serves every request
+// with setting.
+func writeChoosingTable(t *testing.T, nLayers int, fp string, setting lut.Setting) string {
+	t.Helper()
+	tab := &lut.Table{Model: lut.ModelID{Name: "tiny-bf16", NLayers: nLayers, Fingerprint: fp}, Tau: 1,
+		Classes:     []lut.Class{{Name: "all"}},
+		Bins:        []lut.Bin{{Lo: 0, Hi: 1, Choices: []*lut.Choice{{Class: "all", Setting: setting, Samples: 20, Agreement: 1, LowerBound: 0.92, SpeedUp: 3}}}},
+		Calibration: &lut.Calibration{Method: "search", Gate: "answer", Target: 0.9, Confidence: 0.9, MaxLoss: 1}}
+	p := filepath.Join(t.TempDir(), "table.json")
+	if err := tab.Write(p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// serve --lut with a calibrated v3 table and no other flag serves each
+// request with the table's choice, says so at start-up, in the response
+// and in /metrics.
+func TestServeAppliesTheTablesChoice(t *testing.T) {
+	m, err := model.Load(serveFixture, cpu.New(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := writeChoosingTable(t, len(m.Blocks), m.Fingerprint, lut.Setting{Method: "none", Decoder: "threshold:0.9"})
+	m.Close()
+	var errOut syncBuffer
+	var opts *serveOptions
+	cmd := newCmdServe(&factory{Out: io.Discard, ErrOut: &errOut}, func(o *serveOptions) error { opts = o; return nil })
+	cmd.SetArgs([]string{"--model", serveFixture, "--lut", p, "--threads", "1", "--addr", "127.0.0.1:0", "--timeout", "30s"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	addr := make(chan string, 1)
+	opts.ready = func(a string) { addr <- a }
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- serveRun(ctx, opts) }()
+	var url string
+	select {
+	case a := <-addr:
+		url = "http://" + a
+	case err := <-done:
+		t.Fatalf("serve stopped at start-up: %v\n%s", err, errOut.String())
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not start listening")
+	}
+	if s := errOut.String(); !strings.Contains(s, "method table (table "+p+": per request, its bin's choice: [0.00, 1.00) all: none@threshold:0.9") {
+		t.Errorf("start-up line does not name the table's choice:\n%s", s)
+	}
+	resp, err := http.Post(url+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"messages":[{"role":"system","content":"Be terse."},{"role":"user","content":"Hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var r struct {
+		Dlmcache struct {
+			Method string `json:"method"`
+		} `json:"dlmcache"`
+	}
+	if resp.StatusCode != 200 || json.Unmarshal(raw, &r) != nil || r.Dlmcache.Method != "none@threshold:0.9" {
+		t.Errorf("chat completion: %d %s", resp.StatusCode, raw)
+	}
+	resp, err = http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(raw), `dlmcache_method_requests_total{method="none@threshold:0.9"} 1`) {
+		t.Errorf("/metrics does not count the chosen method:\n%s", raw)
+	}
+	cancel()
+	<-done
 }

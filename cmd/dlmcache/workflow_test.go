@@ -30,7 +30,7 @@ func TestProfileWorkflow(t *testing.T) {
 	if !strings.Contains(out, "[0.50, 0.70)") || !strings.Contains(out, "[0.70, 0.90)") {
 		t.Errorf("profile printed no table:\n%s", out)
 	}
-	for _, f := range []string{"similarity.parquet", "table.json", "table-row-min.json", "run.json"} {
+	for _, f := range []string{"similarity.parquet", "table-cosine.json", "table-cosine-row-min.json", "run.json"} {
 		if _, err := os.Stat(filepath.Join(prof, f)); err != nil {
 			t.Error(err)
 		}
@@ -40,7 +40,7 @@ func TestProfileWorkflow(t *testing.T) {
 	if code != 0 || out2 != out || !strings.Contains(errOut, "8 resumed") {
 		t.Errorf("resume: exit %d, table changed %v, stderr %s", code, out2 != out, errOut)
 	}
-	sim, table := filepath.Join(prof, "similarity.parquet"), filepath.Join(prof, "table.json")
+	sim, table := filepath.Join(prof, "similarity.parquet"), filepath.Join(prof, "table-cosine.json")
 	t90 := filepath.Join(dir, "t90.json")
 	if _, errOut, code := run(t, "lut", "build", "--from", sim, "--tau", "0.9", "--out", t90); code != 0 {
 		t.Fatalf("lut build: %s", errOut)
