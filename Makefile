@@ -64,9 +64,15 @@ e2e: deps
 hfcheck: deps
 	./tools/hfcheck/run.sh
 
+# run: a generation, the cosine profile (profile-out/table-cosine*.json:
+# estimates) and the budgeted method search that writes the table to serve,
+# profile-out/table.json (calibrated; serve --lut profile-out/table.json).
+# Rerunning resumes the search from profile-out/search.jsonl.
+CALIBRATE_FLAGS ?= --ratios 0.2,0.5,0.7,1 --per-ratio 20
 run: build
 	./$(BIN) generate
 	./$(BIN) profile --out profile-out
+	./$(BIN) calibrate --out profile-out --resume $(CALIBRATE_FLAGS)
 
 bench: build
 	./scripts/bench.sh

@@ -66,6 +66,14 @@ func newTestServer(t *testing.T, method string, budget int64, mod func(*Config))
 		}
 		o.Table = tab
 	}
+	if method == "table" { // a calibrated table choosing other methods in other bins: batched together
+		o.Table = &lut.Table{Format: lut.Format, Model: lut.ModelID{Name: "tiny-f32", NLayers: len(m.Blocks), Fingerprint: m.Fingerprint}, Tau: 1,
+			Classes: []lut.Class{{Name: "all"}},
+			Bins: []lut.Bin{
+				{Lo: 0, Hi: 0.5, Choices: []*lut.Choice{{Class: "all", Setting: lut.Setting{Method: "d2cache", Decoder: "threshold:0.9"}}}},
+				{Lo: 0.5, Hi: 1, Choices: []*lut.Choice{{Class: "all", Setting: lut.Setting{Method: "bicache", Decoder: "schedule", Knobs: map[string]float64{"depth": 2}, Source: "store"}}}},
+			}}
+	}
 	meth, err := cache.New(method, o)
 	if err != nil {
 		t.Fatal(err)

@@ -79,7 +79,7 @@ func TestCalibrateShardProcesses(t *testing.T) {
 // bins, classes and agreement counts as one run.
 func TestCalibrateMethodsResumesAndMerges(t *testing.T) {
 	dir := t.TempDir()
-	common := []string{"calibrate", "--model", serveFixture, "--ratios", "0.3,0.6,0.9", "--per-ratio", "2", "--quiet",
+	common := []string{"calibrate", "--model", serveFixture, "--ratios", "0.6,0.75,0.9", "--per-ratio", "2", "--quiet",
 		"--setting", "none@threshold:0.9", "--setting", "bicache@schedule depth=1 source=store", "--agreement", "0.3", "--max-loss", "100"}
 	one := filepath.Join(dir, "one")
 	if _, errOut, code := run(t, append(common, "--out", one)...); code != 0 {

@@ -109,7 +109,8 @@ func (s requestSampling) sampleSuites(f *factory, lm *loadedModel, genLength int
 	if slices.Contains(s.Data, "external") {
 		sources = append(sources, datasets.External(pool/4, 4, 1000+s.Seed))
 	}
-	for i := 0; i < pool; i++ {
+	full := func() bool { return !slices.ContainsFunc(perBin, func(c int) bool { return c < s.PerRatio }) }
+	for i := 0; i < pool && !full(); i++ {
 		for _, src := range sources {
 			if i >= len(src) {
 				continue
