@@ -32,9 +32,9 @@ import (
 // against none. The bin's choice is the fastest passing setting (measured
 // speed-up over none, same requests); none on the schedule passes by
 // definition. The search is budgeted: a setting stops as soon as it can no
-// longer reach the bound ("bound"), or once past half the requests when a
-// setting that is on course to pass is more than DominanceMargin times
-// faster ("dominated"), or when the time budget is spent ("budget"; it
+// longer reach the bound ("bound"), or, past a quarter of the requests
+// (and three), when a setting on course to pass is more than
+// DominanceMargin times faster ("dominated": successive halving), or when the time budget is spent ("budget"; it
 // does not pass).
 //
 // Every outcome is appended to search.jsonl before it is used: --resume
@@ -402,7 +402,7 @@ func (s *Searcher) searchCell(ctx context.Context, bin []ClassRequest,
 				lead = t
 			}
 		}
-		if lead != nil && 2*(i+1) >= n {
+		if lead != nil && 4*(i+1) >= n && i >= 2 {
 			for _, t := range ts {
 				if t.stopped == "" && t != lead && t.speedUp()*DominanceMargin < lead.speedUp() {
 					t.stopped = "dominated"
