@@ -340,6 +340,11 @@ class TestTrain(unittest.TestCase):
             self.assertEqual(x.shape[1], int(kv.sum(1).max()))
         loss.backward()
 
+    def test_block_decay(self):
+        a = T.parse_args(["--block-causal", "--block-size", "32", "--block-decay", "128:3,64:2"])
+        self.assertEqual([T.block_size_at(s, a, phase_from=10) for s in range(10, 17)], [128, 128, 128, 64, 64, 32, 32])
+        self.assertEqual(T.block_size_at(0, T.parse_args(["--block-size", "16"])), 16)
+
     def test_block_train_eval(self):
         """--block-causal end to end from an exported bidirectional model (--init-from): the export's
         config has the block keys, the eval ran both block decoders."""
@@ -352,7 +357,8 @@ class TestTrain(unittest.TestCase):
             blk = ["--corpus", corpus, "--work", os.path.join(d, "wb"), "--out", os.path.join(d, "ob"),
                    "--resume", "--init-from", os.path.join(d, "out"), "--block-causal", "--block-size", "4",
                    "--phase", "block", "--batch-tokens", "1024", "--log-every", "2", "--warmup", "2",
-                   "--recall-frac", "0", "--eval-every", "4", "--eval-per-suite", "2", "--canvas", "12,16"]
+                   "--recall-frac", "0", "--eval-every", "4", "--eval-per-suite", "2", "--canvas", "12,16",
+                   "--block-decay", "8:2"]
             T.main(blk + ["--max-steps", "8"])
             cfg = json.load(open(os.path.join(d, "ob", "config.json")))
             self.assertEqual((cfg["block_causal"], cfg["block_size"], cfg["shift_logits"]), (True, 4, False))

@@ -172,6 +172,11 @@ def parse_args(argv=None):
                          "1/t weights, the sequence cut after b), exactly the states block decoding visits; the eval "
                          "uses block decoding (--eval-decoding)")
     ap.add_argument("--block-size", type=int, default=32)
+    ap.add_argument("--block-decay", default="",
+                    help="block-causal: larger blocks first, e.g. 128:250,64:250 = the phase's first 250 steps with "
+                         "blocks of 128, the next 250 with 64, then --block-size (LLaDA 2.0's decaying block size: a "
+                         "bidirectional start keeps part of its skill in large blocks); eval and export always use "
+                         "--block-size")
     ap.add_argument("--block-pad-weight", type=float, default=0.15,
                     help="block-causal: sampling weight of an answer block holding only EOS padding (content blocks 1)")
     ap.add_argument("--eval-decoding", default="schedule,threshold",
@@ -404,6 +409,17 @@ def param_groups(m, wd):
     for n, p in m.named_parameters():
         (decay if p.dim() == 2 and n != "wte.weight" else no).append(p)
     return [{"params": decay, "weight_decay": wd}, {"params": no, "weight_decay": 0.0}]
+
+
+def block_size_at(step, args, phase_from=0):
+    """The training block size at a step under --block-decay (size:steps,...), then --block-size."""
+    k = step - phase_from
+    for part in filter(None, args.block_decay.split(",")):
+        size, _, n = part.partition(":")
+        if k < int(n):
+            return int(size)
+        k -= int(n)
+    return args.block_size
 
 
 def lr_at(step, args, warm_from=0, phase_from=0):
@@ -836,6 +852,8 @@ def main(argv=None):
                      suite_ce=[0.0] * len(train.suites), suite_n=[0] * len(train.suites))
         else:
             Gb = cs[int(rng.choice(len(cs), p=ps))]
+            if cfg.block_causal:  # the training block size (--block-decay); eval/export restore --block-size
+                cfg.block_size = block_size_at(step, args, state.get("phase_from", 0))
             idx = batcher.batch(step, min(Gb, 2 * cfg.block_size) if cfg.block_causal else Gb)  # sized to the cut
             Gb = raise_canvas(cs, Gb, int(train.alen[idx].max()))
             ids, valid, ans_pos = batcher.tensors(idx, Gb)
@@ -847,6 +865,8 @@ def main(argv=None):
         if args.clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
         opt.step()
+        if cfg.block_causal:
+            cfg.block_size = args.block_size
         ntok = int(s.get("n_tokens", int(valid.sum())))
         state["step"] += 1
         state["samples"] += len(idx)
