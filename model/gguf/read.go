@@ -197,41 +197,31 @@ func (r *reader) need(n int) bool {
 	return true
 }
 
-func (r *reader) u8() uint8 {
-	if !r.need(1) {
-		return 0
+// take returns the next n bytes and moves past them; nil when fewer than
+// n are left or an earlier read failed (the reader then holds the error).
+func (r *reader) take(n int) []byte {
+	if !r.need(n) {
+		return nil
 	}
-	v := r.b[r.off]
-	r.off++
+	b := r.b[r.off : r.off+n]
+	r.off += n
+	return b
+}
+
+// uint reads an n-byte little-endian unsigned integer; 0 after an error.
+func (r *reader) uint(n int) uint64 {
+	var v uint64
+	b := r.take(n)
+	for i := len(b) - 1; i >= 0; i-- {
+		v = v<<8 | uint64(b[i])
+	}
 	return v
 }
 
-func (r *reader) u16() uint16 {
-	if !r.need(2) {
-		return 0
-	}
-	v := binary.LittleEndian.Uint16(r.b[r.off:])
-	r.off += 2
-	return v
-}
-
-func (r *reader) u32() uint32 {
-	if !r.need(4) {
-		return 0
-	}
-	v := binary.LittleEndian.Uint32(r.b[r.off:])
-	r.off += 4
-	return v
-}
-
-func (r *reader) u64() uint64 {
-	if !r.need(8) {
-		return 0
-	}
-	v := binary.LittleEndian.Uint64(r.b[r.off:])
-	r.off += 8
-	return v
-}
+func (r *reader) u8() uint8   { return uint8(r.uint(1)) }
+func (r *reader) u16() uint16 { return uint16(r.uint(2)) }
+func (r *reader) u32() uint32 { return uint32(r.uint(4)) }
+func (r *reader) u64() uint64 { return r.uint(8) }
 
 func (r *reader) str() string {
 	n := r.u64()
@@ -350,11 +340,10 @@ func (r *reader) value(t ValueType, depth int) Value {
 // scalarArray decodes n fixed-size values into a typed slice.
 func (r *reader) scalarArray(t ValueType, n int) any {
 	size := t.scalarSize()
-	if !r.need(n * size) {
+	b := r.take(n * size)
+	if r.err != nil {
 		return nil
 	}
-	b := r.b[r.off : r.off+n*size]
-	r.off += n * size
 	switch t {
 	case TypeUint8:
 		return append([]uint8(nil), b...)

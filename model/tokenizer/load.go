@@ -116,6 +116,45 @@ func (o object) unsupportedType(t string) error {
 	return fmt.Errorf("%s type %q is not supported", o.where, t)
 }
 
+// decodeTyped decodes an object that names its kind in a "type" field.
+func decodeTyped(raw json.RawMessage, where string) (object, string, error) {
+	o, err := decodeObject(raw, where)
+	if err != nil {
+		return object{}, "", err
+	}
+	typ, err := o.typ()
+	return o, typ, err
+}
+
+// sequence parses the list under key of a "Sequence" object, each element
+// with parse; a Sequence object has no other field than type and key.
+func sequence[T any](o object, key string, parse func(json.RawMessage, string) (T, error)) ([]T, error) {
+	if err := o.known("type", key); err != nil {
+		return nil, err
+	}
+	var list []json.RawMessage
+	if err := o.get(key, &list); err != nil {
+		return nil, err
+	}
+	var seq []T
+	for i, r := range list {
+		v, err := parse(r, fmt.Sprintf("%s.%s[%d]", o.where, key, i))
+		if err != nil {
+			return nil, err
+		}
+		seq = append(seq, v)
+	}
+	return seq, nil
+}
+
+// checkSequence is sequence for parts that are only checked.
+func checkSequence(o object, key string, check func(json.RawMessage, string) error) (int, error) {
+	seq, err := sequence(o, key, func(raw json.RawMessage, where string) (struct{}, error) {
+		return struct{}{}, check(raw, where)
+	})
+	return len(seq), err
+}
+
 func isNull(raw json.RawMessage) bool {
 	return len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null"
 }
@@ -349,11 +388,7 @@ func (t *Tokenizer) parseAdded(top object, name string) error {
 }
 
 func parseNormalizer(raw json.RawMessage, where string) (normalizer, error) {
-	o, err := decodeObject(raw, where)
-	if err != nil {
-		return nil, err
-	}
-	typ, err := o.typ()
+	o, typ, err := decodeTyped(raw, where)
 	if err != nil {
 		return nil, err
 	}
@@ -374,32 +409,17 @@ func parseNormalizer(raw json.RawMessage, where string) (normalizer, error) {
 		}
 		return lowercase{}, nil
 	case "Sequence":
-		if err := o.known("type", "normalizers"); err != nil {
+		seq, err := sequence(o, "normalizers", parseNormalizer)
+		if err != nil {
 			return nil, err
 		}
-		var list []json.RawMessage
-		if err := o.get("normalizers", &list); err != nil {
-			return nil, err
-		}
-		var seq normSequence
-		for i, r := range list {
-			n, err := parseNormalizer(r, fmt.Sprintf("%s.normalizers[%d]", where, i))
-			if err != nil {
-				return nil, err
-			}
-			seq = append(seq, n)
-		}
-		return seq, nil
+		return normSequence(seq), nil
 	}
 	return nil, o.unsupportedType(typ)
 }
 
 func parsePreTokenizer(raw json.RawMessage, where string, hasByteLevel *bool) (preTokenizer, error) {
-	o, err := decodeObject(raw, where)
-	if err != nil {
-		return nil, err
-	}
-	typ, err := o.typ()
+	o, typ, err := decodeTyped(raw, where)
 	if err != nil {
 		return nil, err
 	}
@@ -470,22 +490,13 @@ func parsePreTokenizer(raw json.RawMessage, where string, hasByteLevel *bool) (p
 		}
 		return p, nil
 	case "Sequence":
-		if err := o.known("type", "pretokenizers"); err != nil {
+		seq, err := sequence(o, "pretokenizers", func(raw json.RawMessage, where string) (preTokenizer, error) {
+			return parsePreTokenizer(raw, where, hasByteLevel)
+		})
+		if err != nil {
 			return nil, err
 		}
-		var list []json.RawMessage
-		if err := o.get("pretokenizers", &list); err != nil {
-			return nil, err
-		}
-		var seq preSequence
-		for i, r := range list {
-			p, err := parsePreTokenizer(r, fmt.Sprintf("%s.pretokenizers[%d]", where, i), hasByteLevel)
-			if err != nil {
-				return nil, err
-			}
-			seq = append(seq, p)
-		}
-		return seq, nil
+		return preSequence(seq), nil
 	}
 	return nil, o.unsupportedType(typ)
 }
@@ -494,11 +505,7 @@ func parsePreTokenizer(raw json.RawMessage, where string, hasByteLevel *bool) (p
 // tokens around an encoding (ignored: Encode adds none; the chat template
 // adds BOS) or fix offsets.
 func checkPostProcessor(raw json.RawMessage, where string) error {
-	o, err := decodeObject(raw, where)
-	if err != nil {
-		return err
-	}
-	typ, err := o.typ()
+	o, typ, err := decodeTyped(raw, where)
 	if err != nil {
 		return err
 	}
@@ -508,30 +515,15 @@ func checkPostProcessor(raw json.RawMessage, where string) error {
 	case "TemplateProcessing":
 		return o.known("type", "single", "pair", "special_tokens")
 	case "Sequence":
-		if err := o.known("type", "processors"); err != nil {
-			return err
-		}
-		var list []json.RawMessage
-		if err := o.get("processors", &list); err != nil {
-			return err
-		}
-		for i, r := range list {
-			if err := checkPostProcessor(r, fmt.Sprintf("%s.processors[%d]", where, i)); err != nil {
-				return err
-			}
-		}
-		return nil
+		_, err := checkSequence(o, "processors", checkPostProcessor)
+		return err
 	}
 	return o.unsupportedType(typ)
 }
 
 // checkDecoder accepts the ByteLevel decoder (alone or in a Sequence).
 func checkDecoder(raw json.RawMessage, where string) error {
-	o, err := decodeObject(raw, where)
-	if err != nil {
-		return err
-	}
-	typ, err := o.typ()
+	o, typ, err := decodeTyped(raw, where)
 	if err != nil {
 		return err
 	}
@@ -539,22 +531,11 @@ func checkDecoder(raw json.RawMessage, where string) error {
 	case "ByteLevel":
 		return o.known("type", "add_prefix_space", "trim_offsets", "use_regex")
 	case "Sequence":
-		if err := o.known("type", "decoders"); err != nil {
-			return err
+		n, err := checkSequence(o, "decoders", checkDecoder)
+		if err == nil && n == 0 {
+			err = fmt.Errorf("%s: empty Sequence", where)
 		}
-		var list []json.RawMessage
-		if err := o.get("decoders", &list); err != nil {
-			return err
-		}
-		if len(list) == 0 {
-			return fmt.Errorf("%s: empty Sequence", where)
-		}
-		for i, r := range list {
-			if err := checkDecoder(r, fmt.Sprintf("%s.decoders[%d]", where, i)); err != nil {
-				return err
-			}
-		}
-		return nil
+		return err
 	}
 	return o.unsupportedType(typ)
 }
