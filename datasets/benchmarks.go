@@ -293,23 +293,36 @@ type benchLeaf struct {
 	repeated bool
 }
 
+// openParquet opens a parquet file for reading row by row (no page index,
+// no bloom filters); errors from the file system begin with what. The
+// caller closes the *os.File.
+func openParquet(path, what string) (*os.File, *parquet.File, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", what, err)
+	}
+	fi, err := fh.Stat()
+	if err != nil {
+		fh.Close()
+		return nil, nil, fmt.Errorf("%s: %w", what, err)
+	}
+	pf, err := parquet.OpenFile(fh, fi.Size(), parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true))
+	if err != nil {
+		fh.Close()
+		return nil, nil, fmt.Errorf("datasets: %s is not a readable parquet file: %w", path, err)
+	}
+	return fh, pf, nil
+}
+
 // benchReadParquet reads a parquet file row by row and turns each row into a
 // JSON-like record: a leaf column "a.b" fills rec["a"]["b"], as a list when
 // the column is repeated (e.g. choices.text.list.element → choices.text).
 func benchReadParquet(path string, limit int, conv benchConvert) ([]Sample, error) {
-	fh, err := os.Open(path)
+	fh, pf, err := openParquet(path, "datasets")
 	if err != nil {
-		return nil, fmt.Errorf("datasets: %w", err)
+		return nil, err
 	}
 	defer fh.Close()
-	fi, err := fh.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("datasets: %w", err)
-	}
-	pf, err := parquet.OpenFile(fh, fi.Size(), parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true))
-	if err != nil {
-		return nil, fmt.Errorf("datasets: %s is not a readable parquet file: %w", path, err)
-	}
 	leaves := map[int]benchLeaf{}
 	var walk func(c *parquet.Column)
 	walk = func(c *parquet.Column) {

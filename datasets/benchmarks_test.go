@@ -138,22 +138,7 @@ type benchARCHFRow struct {
 
 func benchParquet[T any](t *testing.T, dir, name string, rows []T) string {
 	t.Helper()
-	p := filepath.Join(dir, name)
-	f, err := os.Create(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := parquet.NewGenericWriter[T](f, parquet.MaxRowsPerRowGroup(2))
-	if _, err := w.Write(rows); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return writeParquetTest(t, dir, name, rows, parquet.MaxRowsPerRowGroup(2))
 }
 
 func TestLoadBenchmarkARC(t *testing.T) {

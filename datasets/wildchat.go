@@ -173,19 +173,11 @@ type wildchatLayout struct {
 
 func (r *wildchatReader) readFile(path string) (WildChatStats, error) {
 	st := WildChatStats{Path: path}
-	fh, err := os.Open(path)
+	fh, pf, err := openParquet(path, "datasets: WildChat data")
 	if err != nil {
-		return st, fmt.Errorf("datasets: WildChat data: %w", err)
+		return st, err
 	}
 	defer fh.Close()
-	fi, err := fh.Stat()
-	if err != nil {
-		return st, fmt.Errorf("datasets: WildChat data: %w", err)
-	}
-	pf, err := parquet.OpenFile(fh, fi.Size(), parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true))
-	if err != nil {
-		return st, fmt.Errorf("datasets: %s is not a readable parquet file: %w", path, err)
-	}
 	lay, err := wildchatColumns(pf.Root())
 	if err != nil {
 		return st, fmt.Errorf("datasets: %s: %w", path, err)

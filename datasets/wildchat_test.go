@@ -88,12 +88,19 @@ func wildchatTestRows() []wildchatTestRow {
 // so that reading crosses row group and page boundaries.
 func writeWildChatTest[T any](t *testing.T, dir, name string, rows []T) string {
 	t.Helper()
+	return writeParquetTest(t, dir, name, rows, parquet.MaxRowsPerRowGroup(4), parquet.PageBufferSize(64))
+}
+
+// writeParquetTest writes rows to dir/name with the writer options opts and
+// returns the path.
+func writeParquetTest[T any](t *testing.T, dir, name string, rows []T, opts ...parquet.WriterOption) string {
+	t.Helper()
 	path := filepath.Join(dir, name)
 	f, err := os.Create(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := parquet.NewGenericWriter[T](f, parquet.MaxRowsPerRowGroup(4), parquet.PageBufferSize(64))
+	w := parquet.NewGenericWriter[T](f, opts...)
 	if _, err := w.Write(rows); err != nil {
 		t.Fatal(err)
 	}

@@ -16,17 +16,7 @@ import json
 import os
 import sys
 
-
-def bytes_to_unicode():
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, map(chr, cs)))
+from bpe_ref import bytes_to_unicode  # the GPT-2 byte symbols, shared with the reference encoder
 
 
 B2U = bytes_to_unicode()

@@ -61,6 +61,7 @@ CASES = [
 
 
 def bytes_to_unicode():
+    """GPT-2's byte -> printable unicode symbol map."""
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
     cs = bs[:]
     n = 0

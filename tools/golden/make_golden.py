@@ -31,24 +31,12 @@ sys.path.insert(0, os.path.join(ROOT, "tools"))
 from pyllada import safetensors_io as st  # noqa: E402
 from pyllada.model import LLaDA, LLaDAConfig, save_pretrained  # noqa: E402
 from pyllada.generate import generate  # noqa: E402
+from bpe_ref import bytes_to_unicode  # noqa: E402  (GPT-2's byte -> printable unicode symbol map)
 
 SPECIALS = ["<|startoftext|>", "<|endoftext|>", "<|mdm_mask|>",
             "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
 SPECIAL_ID = {s: 256 + i for i, s in enumerate(SPECIALS)}
 BOS, EOS, MASK = SPECIAL_ID["<|startoftext|>"], SPECIAL_ID["<|endoftext|>"], SPECIAL_ID["<|mdm_mask|>"]
-
-
-def bytes_to_unicode():
-    """GPT-2's byte -> printable unicode symbol map."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {b: chr(c) for b, c in zip(bs, cs)}
 
 
 def tokenizer_json():
