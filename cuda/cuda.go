@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"unsafe"
@@ -523,7 +524,7 @@ func (b *Backend) indices(idx []int32) cu.DevicePtr {
 	}
 	for i := range b.idx {
 		e := &b.idx[i]
-		if e.ptr != 0 && equal32(e.host, idx) {
+		if e.ptr != 0 && slices.Equal(e.host, idx) {
 			return e.ptr
 		}
 	}

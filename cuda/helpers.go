@@ -77,15 +77,3 @@ func f16ToF32(h uint16) float32 {
 	}
 	return math.Float32frombits(sign | (exp+127-15)<<23 | man<<13)
 }
-
-func equal32(a, b []int32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}

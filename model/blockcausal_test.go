@@ -2,11 +2,8 @@ package model
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -450,26 +447,7 @@ type blockGolden struct {
 
 func loadBlockGolden(t *testing.T, be *cpu.Backend) (*Model, *blockGolden, *safetensors.Set) {
 	t.Helper()
-	dir := filepath.Join("testdata", "tiny-block")
-	m, err := Load(dir, be)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	raw, err := os.ReadFile(filepath.Join(dir, "golden.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var g blockGolden
-	if err := json.Unmarshal(raw, &g); err != nil {
-		t.Fatal(err)
-	}
-	gs, err := safetensors.OpenFile(filepath.Join(dir, "golden.safetensors"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { gs.Close() })
-	return m, &g, gs
+	return loadGolden[blockGolden](t, "tiny-block", be)
 }
 
 // TestBlockCausalForwardGolden: the block-causal forward of the tiny-block

@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"sort"
 	"sync"
 
@@ -158,7 +159,7 @@ func (f *batch) enter(l int) (backend.Tensor, []int32, error) {
 		if l == 0 {
 			it.x = alloc(len(cur), d)
 			b.Embed(it.x, m.Embed, gather32(it.in.Tokens, cur))
-		} else if !sameRows(it.rows, cur) {
+		} else if !slices.Equal(it.rows, cur) {
 			moved = true
 			nx := alloc(len(cur), d)
 			if err := m.fillHidden(it.plan, l, it.rows, it.x, cur, nx, alloc); err != nil {

@@ -123,18 +123,6 @@ func gather32(src, idx []int32) []int32 {
 	return r
 }
 
-func sameRows(a, b []int32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // complement returns the sorted positions of 0..n-1 not in sorted rows.
 func complement(rows []int32, n int) []int32 {
 	r := make([]int32, 0, n-len(rows))

@@ -56,6 +56,13 @@ func loadFixture(t testing.TB, name string) (*Model, *goldenCase, *safetensors.S
 
 func loadFixtureOn(t testing.TB, name string, be *cpu.Backend) (*Model, *goldenCase, *safetensors.Set) {
 	t.Helper()
+	return loadGolden[goldenCase](t, name, be)
+}
+
+// loadGolden loads testdata/name on be with its golden.json (decoded into a
+// G) and golden.safetensors; all are closed when the test ends.
+func loadGolden[G any](t testing.TB, name string, be *cpu.Backend) (*Model, *G, *safetensors.Set) {
+	t.Helper()
 	dir := filepath.Join("testdata", name)
 	m, err := Load(dir, be)
 	if err != nil {
@@ -66,7 +73,7 @@ func loadFixtureOn(t testing.TB, name string, be *cpu.Backend) (*Model, *goldenC
 	if err != nil {
 		t.Fatal(err)
 	}
-	var g goldenCase
+	var g G
 	if err := json.Unmarshal(raw, &g); err != nil {
 		t.Fatal(err)
 	}

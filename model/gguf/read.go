@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 
 	"github.com/cespare/xxhash/v2"
 
@@ -79,21 +78,9 @@ type File struct {
 
 // Open maps and parses a GGUF file.
 func Open(path string) (*File, error) {
-	fd, err := os.Open(path)
+	data, unmap, err := mmapfile.Open(path)
 	if err != nil {
 		return nil, err
-	}
-	defer fd.Close()
-	st, err := fd.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: not a regular file", path)
-	}
-	data, unmap, err := mmapfile.Map(fd, st.Size())
-	if err != nil {
-		return nil, fmt.Errorf("%s: %v", path, err)
 	}
 	f, err := parse(data)
 	if err != nil {

@@ -16,6 +16,18 @@ func u16le(v uint16) []byte {
 
 func pow2(e int) float32 { return float32(math.Ldexp(1, e)) }
 
+// roundTrip16 decodes every 16-bit pattern (little-endian, in order) into f
+// with decode and encodes f again with encode.
+func roundTrip16(decode func([]byte, []float32), encode func([]float32) []byte) (f []float32, back []byte) {
+	src := make([]byte, 2*65536)
+	for i := 0; i < 65536; i++ {
+		binary.LittleEndian.PutUint16(src[2*i:], uint16(i))
+	}
+	f = make([]float32, 65536)
+	decode(src, f)
+	return f, encode(f)
+}
+
 func TestF16ToF32(t *testing.T) {
 	for _, tc := range []struct {
 		bits uint16
@@ -129,13 +141,7 @@ func TestF32ToF16(t *testing.T) {
 
 // TestF16RoundTrip checks every half value survives f16 → f32 → f16.
 func TestF16RoundTrip(t *testing.T) {
-	src := make([]byte, 2*65536)
-	for i := 0; i < 65536; i++ {
-		binary.LittleEndian.PutUint16(src[2*i:], uint16(i))
-	}
-	f := make([]float32, 65536)
-	F16ToF32(src, f)
-	back := F32ToF16(f)
+	f, back := roundTrip16(F16ToF32, F32ToF16)
 	for i := 0; i < 65536; i++ {
 		got := binary.LittleEndian.Uint16(back[2*i:])
 		h := uint16(i)
@@ -222,13 +228,7 @@ func TestBF16(t *testing.T) {
 		}
 	}
 	// Every bf16 value survives bf16 → f32 → bf16.
-	src := make([]byte, 2*65536)
-	for i := 0; i < 65536; i++ {
-		binary.LittleEndian.PutUint16(src[2*i:], uint16(i))
-	}
-	f := make([]float32, 65536)
-	BF16ToF32(src, f)
-	back := F32ToBF16(f)
+	f, back := roundTrip16(BF16ToF32, F32ToBF16)
 	for i := 0; i < 65536; i++ {
 		got, h := binary.LittleEndian.Uint16(back[2*i:]), uint16(i)
 		if h&0x7f80 == 0x7f80 && h&0x7f != 0 {

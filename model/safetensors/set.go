@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 
+	"github.com/dlmcache/dlmcache/internal/mmapfile"
 	"github.com/dlmcache/dlmcache/model/backend"
 )
 
@@ -184,25 +185,14 @@ func openIndex(dir, idxPath string) (*Set, error) {
 }
 
 func openFile(path string) (*File, error) {
-	fd, err := os.Open(path)
+	data, unmap, err := mmapfile.Open(path)
 	if err != nil {
 		return nil, err
 	}
-	defer fd.Close()
-	st, err := fd.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: not a regular file", path)
-	}
-	size := st.Size()
+	size := int64(len(data))
 	if size < 8 {
+		unmap()
 		return nil, fmt.Errorf("%s: file is %d bytes, too short for the 8-byte header length (truncated?)", path, size)
-	}
-	data, unmap, err := mapFile(fd, size)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %v", path, err)
 	}
 	h, err := ParseHeader(data, size)
 	if err != nil {

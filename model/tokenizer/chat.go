@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -249,22 +250,10 @@ func (t *Tokenizer) EncodeChat(system, user string) (ids []int32, prefixLen int,
 	}
 	ids = t.Encode(full)
 	pre := t.Encode(prefix)
-	if len(pre) > len(ids) || !equalIDs(ids[:len(pre)], pre) {
+	if len(pre) > len(ids) || !slices.Equal(ids[:len(pre)], pre) {
 		return nil, 0, fmt.Errorf("tokenizer: the shared prefix %q does not end on a token boundary of the prompt", abbrevString(prefix))
 	}
 	return ids, len(pre), nil
-}
-
-func equalIDs(a, b []int32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func abbrevString(s string) string {
