@@ -32,6 +32,25 @@ type Card struct {
 // slots, 128 steps (two tokens per step), blocks of 32.
 var DefaultCard = Card{GenLength: 256, Steps: 128, BlockLength: 32}
 
+// forBlocks checks a block-causal model's card (blocks of B; B = 0: a
+// bidirectional model, any card): its block length is B or absent (then
+// B). A directory without a card gets DefaultCard's gen length with one
+// step per slot at most in blocks of B, the public block-diffusion
+// defaults.
+func (c Card) forBlocks(B int) (Card, error) {
+	switch {
+	case B == 0:
+		return c, nil
+	case c == DefaultCard:
+		c.Steps, c.BlockLength = c.GenLength, B
+	case c.BlockLength == 0:
+		c.BlockLength = B
+	case c.BlockLength != B:
+		return c, fmt.Errorf("block_length %d: the model is block-causal with blocks of %d (block_size in config.json)", c.BlockLength, B)
+	}
+	return c, nil
+}
+
 // DefaultRefresh is the paper's refresh period R, for a card without one.
 const DefaultRefresh = 16
 

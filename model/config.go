@@ -47,10 +47,10 @@ type Config struct {
 	ShiftLogits bool `json:"shift_logits,omitempty"`
 }
 
-// CausalBlock is the attention block size: 0 for a bidirectional model,
-// BlockSize for a block-causal one.
+// CausalBlock is the attention block size: 0 for a bidirectional model
+// (or a nil config), BlockSize for a block-causal one.
 func (c *Config) CausalBlock() int {
-	if !c.BlockCausal {
+	if c == nil || !c.BlockCausal {
 		return 0
 	}
 	return c.BlockSize

@@ -585,6 +585,17 @@ func (m *LLaDA) schedule(promptLen int, pos []int32, o GenOptions) (Schedule, er
 	return causalSchedule(promptLen, first, B, o)
 }
 
+// NewSchedule validates o for this model and a prompt of promptLen tokens
+// at positions 0..promptLen-1: LLaDA's rules (the package's NewSchedule),
+// or a block-causal model's (blocks of its own size; steps·block size a
+// multiple of the gen length).
+func (c *Config) NewSchedule(promptLen int, o GenOptions) (Schedule, error) {
+	if B := c.CausalBlock(); B > 0 {
+		return causalSchedule(promptLen, promptLen, B, o)
+	}
+	return NewSchedule(promptLen, o)
+}
+
 // fullFLOPs is what a forward over the first n canvas positions (ids pos,
 // nil: 0..n-1) computing every row costs, with lr logit rows.
 func (m *LLaDA) fullFLOPs(pos []int32, n, lr int) float64 {

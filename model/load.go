@@ -38,6 +38,9 @@ func Load(dir string, b backend.Backend) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
+	if card, err = card.forBlocks(cfg.CausalBlock()); err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, CardFile), err)
+	}
 	set, err := safetensors.Open(dir)
 	if err != nil {
 		return nil, err

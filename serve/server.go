@@ -131,10 +131,11 @@ func New(cfg Config) (*Server, error) {
 		c := cfg.Model.Card
 		cfg.Gen.GenLength, cfg.Gen.Steps, cfg.Gen.BlockLength = c.GenLength, c.Steps, c.BlockLength
 	}
+	cfg.Gen = cfg.Model.Config.BlockDefaults(cfg.Gen) // a block-causal model's own blocks and decoder
 	if cfg.Gen.BlockLength == 0 {
 		cfg.Gen.BlockLength = cfg.Gen.GenLength
 	}
-	if _, err := model.NewSchedule(0, cfg.Gen); err != nil {
+	if _, err := cfg.Model.Config.NewSchedule(0, cfg.Gen); err != nil {
 		return nil, fmt.Errorf("serve: default generation options: %w", err)
 	}
 	if cfg.MaxConcurrency <= 0 {
@@ -480,6 +481,9 @@ func (s *Server) genOptions(g *genFields) (model.GenOptions, *apiError) {
 	if o.GenLength > s.cfg.MaxGenLength {
 		return o, badRequest(fmt.Sprintf("%s %d exceeds the server's limit of %d answer slots", param, o.GenLength, s.cfg.MaxGenLength), param)
 	}
+	if B := s.cfg.Model.Config.CausalBlock(); B > 0 {
+		return s.blockGenOptions(g, o, B, param)
+	}
 	switch {
 	case g.BlockLength != nil:
 		o.BlockLength = *g.BlockLength
@@ -506,6 +510,11 @@ func (s *Server) genOptions(g *genFields) (model.GenOptions, *apiError) {
 		}
 		return o, badRequest(fmt.Sprintf("generation options (gen_length %d, steps %d, block_length %d): %v", o.GenLength, o.Steps, o.BlockLength, err), p)
 	}
+	return sampling(g, o)
+}
+
+// sampling sets a request's temperature and seed.
+func sampling(g *genFields, o model.GenOptions) (model.GenOptions, *apiError) {
 	if g.Temperature != nil {
 		if *g.Temperature < 0 || *g.Temperature > 2 {
 			return o, badRequest(fmt.Sprintf("temperature %g: want 0…2", *g.Temperature), "temperature")
@@ -516,6 +525,36 @@ func (s *Server) genOptions(g *genFields) (model.GenOptions, *apiError) {
 		o.Seed = uint64(*g.Seed)
 	}
 	return o, nil
+}
+
+// blockGenOptions finishes genOptions for a block-causal model with
+// blocks of B: the block length is the model's (a request may only
+// restate it), and without steps the default's steps per block are kept
+// where they divide the gen length (else one step per slot at most).
+func (s *Server) blockGenOptions(g *genFields, o model.GenOptions, B int, param string) (model.GenOptions, *apiError) {
+	def := s.cfg.Gen
+	if g.BlockLength != nil && *g.BlockLength != B {
+		return o, badRequest(fmt.Sprintf("block_length %d: this block-causal model decodes in its own blocks of %d", *g.BlockLength, B), "block_length")
+	}
+	o.BlockLength = B
+	switch {
+	case g.Steps != nil:
+		o.Steps = *g.Steps
+	case o.GenLength != def.GenLength:
+		spb := def.Steps * B / def.GenLength
+		o.Steps = o.GenLength
+		if spb*o.GenLength%B == 0 {
+			o.Steps = spb * o.GenLength / B
+		}
+	}
+	if _, err := s.cfg.Model.Config.NewSchedule(0, o); err != nil {
+		p := "steps"
+		if g.Steps == nil {
+			p = param
+		}
+		return o, badRequest(fmt.Sprintf("generation options (gen_length %d, steps %d): %v", o.GenLength, o.Steps, err), p)
+	}
+	return sampling(g, o)
 }
 
 // complete runs the shared part of both completion endpoints: bounded body,

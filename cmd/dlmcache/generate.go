@@ -51,7 +51,7 @@ The system message and the prompt may be given inline, as @FILE, or as @-
 	opts.regimeFlags.add(fl)
 	fl.Float64Var(&opts.Temperature, "temperature", 0, "sampling temperature (Gumbel noise); 0 is greedy")
 	fl.Float64Var(&opts.CFG, "cfg", 0, "classifier-free guidance scale; 0 disables")
-	fl.StringVar(&opts.Remasking, "remasking", "low_confidence", "remasking strategy: low_confidence or random")
+	fl.StringVar(&opts.Remasking, "remasking", "", "remasking strategy: low_confidence or random; empty: the model's default (low_confidence, or threshold decoding at 0.95 for a block-causal model)")
 	fl.Float64Var(&opts.Threshold, "threshold", 0, "Fast-dLLM threshold decoding: commit every token with confidence ≥ this (0 disables)")
 	fl.Uint64Var(&opts.Seed, "seed", 0, "random seed (temperature > 0 or random remasking)")
 	fl.BoolVar(&opts.JSON, "json", false, "print a JSON object with the answer, token counts and timings")
@@ -97,10 +97,16 @@ func generateRun(ctx context.Context, opts *generateOptions) error {
 		gen.Decoder = model.Threshold{T: opts.Threshold}
 	case opts.Remasking == "random":
 		gen.Decoder = model.RandomRemask{}
-	case opts.Remasking == "low_confidence" || opts.Remasking == "":
+	case opts.Remasking == "low_confidence":
 		gen.Decoder = model.LowConfidence{}
+	case opts.Remasking == "":
+		// The model's default: low-confidence remasking, threshold
+		// decoding for a block-causal model (genOptions).
 	default:
 		return fmt.Errorf("--remasking %q: want low_confidence or random", opts.Remasking)
+	}
+	if line := lm.regimeLine(gen); line != "" && !opts.JSON {
+		fmt.Fprintln(opts.f.ErrOut, "dlmcache:", line)
 	}
 	ids, prefixLen, err := lm.Tokenizer.EncodeChat(system, prompt)
 	if err != nil {
@@ -130,6 +136,8 @@ func generateRun(ctx context.Context, opts *generateOptions) error {
 		"steps":            g.Steps,
 		"block_length":     gen.BlockLength,
 		"nfe":              g.NFE,
+		"decoder":          decoderName(gen.Decoder),
+		"decoded":          g.Decoded,
 		"load_seconds":     loadTime.Seconds(),
 		"seconds":          g.Duration.Seconds(),
 		"tokens_per_sec":   float64(gen.GenLength) / g.Duration.Seconds(),
@@ -159,4 +167,18 @@ func readTextArg(in io.Reader, s string) (string, error) {
 		return "", err
 	}
 	return strings.TrimRight(string(b), "\n"), nil
+}
+
+// decoderName is the decoder a record names: low_confidence (also the
+// nil default), random, or threshold:T.
+func decoderName(d model.Decoder) string {
+	switch d := d.(type) {
+	case model.Threshold:
+		return fmt.Sprintf("threshold:%g", d.T)
+	case model.RandomRemask:
+		return "random"
+	case nil, model.LowConfidence:
+		return "low_confidence"
+	}
+	return fmt.Sprintf("%T", d)
 }

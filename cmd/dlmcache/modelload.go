@@ -105,7 +105,9 @@ func loadModel(f *factory, name, device string, threads int) (*loadedModel, erro
 }
 
 // genOptions fills zero values from the model's card: gen length, then
-// steps = gen length / 2 (two tokens per step, as in the paper).
+// steps = gen length / 2 (two tokens per step, as in the paper; for a
+// block-causal model one step per slot at most, its block size as the
+// block length and threshold decoding, model.Config.BlockDefaults).
 func (m *loadedModel) genOptions(genLength, steps, blockLength int) (model.GenOptions, error) {
 	o := model.GenOptions{GenLength: genLength, Steps: steps, BlockLength: blockLength}
 	if o.GenLength == 0 {
@@ -114,6 +116,8 @@ func (m *loadedModel) genOptions(genLength, steps, blockLength int) (model.GenOp
 	if o.Steps == 0 {
 		if o.GenLength == m.Card.GenLength && m.Card.Steps > 0 {
 			o.Steps = m.Card.Steps
+		} else if m.config().CausalBlock() > 0 {
+			o.Steps = o.GenLength // BlockDefaults: one step per slot at most
 		} else {
 			o.Steps = max(1, o.GenLength/2)
 		}
@@ -121,11 +125,38 @@ func (m *loadedModel) genOptions(genLength, steps, blockLength int) (model.GenOp
 	if o.BlockLength == 0 && o.GenLength == m.Card.GenLength {
 		o.BlockLength = m.Card.BlockLength
 	}
+	// A block-causal model: its block size, one step per slot at most
+	// and threshold decoding where nothing above chose.
+	o = m.config().BlockDefaults(o)
 	if o.BlockLength == 0 {
 		o.BlockLength = o.GenLength
 	}
-	_, err := model.NewSchedule(0, o)
+	_, err := m.config().NewSchedule(0, o)
 	return o, err
+}
+
+// config is the model's config (nil for a card without a network, as
+// tests make).
+func (m *loadedModel) config() *model.Config {
+	if m.Model == nil || m.LLaDA == nil {
+		return nil
+	}
+	return m.Config
+}
+
+// regimeLine describes a block-causal model's generation regime (""
+// for a bidirectional model): what the defaults chose, for the log.
+func (m *loadedModel) regimeLine(gen model.GenOptions) string {
+	B := m.config().CausalBlock()
+	if B == 0 {
+		return ""
+	}
+	dec := "low-confidence schedule (a fixed count per step)"
+	if t, ok := gen.Decoder.(model.Threshold); ok {
+		dec = fmt.Sprintf("threshold %g (at least one slot a step)", t.T)
+	}
+	return fmt.Sprintf("model %s is block-causal (blocks of %d): gen length %d, at most %d steps a block, decoder %s",
+		m.Name, B, gen.GenLength, gen.Steps*B/gen.GenLength, dec)
 }
 
 // decodeAnswer turns the answer slots into text, stopping at the first
@@ -145,6 +176,9 @@ func loadRegime(f *factory, mf modelFlags, rf regimeFlags) (*loadedModel, model.
 	if err != nil {
 		lm.Close()
 		return nil, model.GenOptions{}, err
+	}
+	if line := lm.regimeLine(gen); line != "" {
+		fmt.Fprintln(f.ErrOut, "dlmcache:", line)
 	}
 	return lm, gen, nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/dlmcache/dlmcache/model"
@@ -43,5 +44,29 @@ func TestGenOptionsFromCard(t *testing.T) {
 	lm := &loadedModel{Model: &model.Model{Card: long}}
 	if _, err := lm.genOptions(0, 0, 48); err == nil {
 		t.Error("block 48 does not divide 128: want an error")
+	}
+}
+
+// TestGenOptionsBlockCausal: a block-causal model decodes in its own
+// blocks with one step per slot at most and threshold decoding at the
+// public default unless flags say otherwise, and its regime line says so.
+func TestGenOptionsBlockCausal(t *testing.T) {
+	cfg := &model.Config{BlockCausal: true, BlockSize: 8}
+	lm := &loadedModel{Model: &model.Model{Card: model.Card{GenLength: 32, Steps: 32, BlockLength: 8}, LLaDA: &model.LLaDA{Config: cfg}}, Name: "b"}
+	o, err := lm.genOptions(0, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.GenLength != 32 || o.Steps != 32 || o.BlockLength != 8 || o.Decoder != (model.Threshold{T: model.DefaultBlockThreshold}) {
+		t.Errorf("defaults %+v", o)
+	}
+	if o, err = lm.genOptions(20, 0, 0); err != nil || o.Steps != 20 || o.BlockLength != 8 {
+		t.Errorf("--gen-length 20: %+v, %v", o, err)
+	}
+	if _, err := lm.genOptions(32, 0, 16); err == nil {
+		t.Error("--block-length 16 on a model with blocks of 8: no error")
+	}
+	if line := lm.regimeLine(o); !strings.Contains(line, "block-causal (blocks of 8)") || !strings.Contains(line, "threshold 0.95") {
+		t.Errorf("regime line %q", line)
 	}
 }

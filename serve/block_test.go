@@ -1,0 +1,114 @@
+package serve
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/dlmcache/dlmcache/cache"
+	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/cpu"
+)
+
+var (
+	blockOnce  sync.Once
+	blockModel *model.Model
+	blockErr   error
+)
+
+// blockCausalServer serves the block-causal random-weights fixture (blocks of
+// 8) with no cache, its generation defaults filled by the server from a
+// gen length of 16 alone.
+func blockCausalServer(t *testing.T) *Server {
+	t.Helper()
+	blockOnce.Do(func() {
+		blockModel, blockErr = model.Load(filepath.Join("..", "model", "testdata", "tiny-block"), cpu.New(1))
+	})
+	if blockErr != nil {
+		t.Fatal(blockErr)
+	}
+	none, err := cache.New("none", cache.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{Model: blockModel, Method: none, Gen: model.GenOptions{GenLength: 16}, MaxConcurrency: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// A block-causal model's requests decode in the model's blocks with its
+// threshold decoder: the server fills them in, keeps the default steps
+// per block for other lengths, and refuses another block length.
+func TestBlockCausalGenOptions(t *testing.T) {
+	s := blockCausalServer(t)
+	def := s.cfg.Gen
+	if def.BlockLength != 8 || def.Steps != 16 || def.Decoder != (model.Threshold{T: model.DefaultBlockThreshold}) {
+		t.Fatalf("defaults %+v", def)
+	}
+	ip := func(v int) *int { return &v }
+	for _, c := range []struct {
+		name string
+		g    genFields
+		want [3]int // gen, steps, block
+	}{
+		{"defaults", genFields{}, [3]int{16, 16, 8}},
+		{"gen_length off the blocks", genFields{GenLength: ip(20)}, [3]int{20, 20, 8}},
+		{"max_tokens rounds up to blocks", genFields{MaxTokens: ip(20)}, [3]int{24, 24, 8}},
+		{"block_length restated", genFields{BlockLength: ip(8), Steps: ip(8)}, [3]int{16, 8, 8}},
+	} {
+		o, e := s.genOptions(&c.g)
+		if e != nil {
+			t.Fatalf("%s: %v", c.name, e)
+		}
+		if got := [3]int{o.GenLength, o.Steps, o.BlockLength}; got != c.want {
+			t.Errorf("%s: got %v, want %v", c.name, got, c.want)
+		}
+	}
+	for _, g := range []genFields{{BlockLength: ip(4)}, {Steps: ip(3)}} {
+		if _, e := s.genOptions(&g); e == nil {
+			t.Errorf("%+v: no error", g)
+		}
+	}
+}
+
+// Streaming a block-causal model's answer: one delta per committed block
+// at most, joining to the unstreamed answer.
+func TestBlockCausalStream(t *testing.T) {
+	s := blockCausalServer(t)
+	full := decodeChat(t, post(t, s, "/v1/chat/completions", chatBody("Be brief.", "Hello", "")))
+	rec := post(t, s, "/v1/chat/completions", chatBody("Be brief.", "Hello", `"stream":true`))
+	if rec.Code != 200 {
+		t.Fatalf("status %d: %s", rec.Code, rec.Body)
+	}
+	ev := sseEvents(t, rec.Body.String())
+	var text strings.Builder
+	deltas := 0
+	for _, e := range ev[:len(ev)-1] {
+		var c struct {
+			Choices []struct {
+				Delta        struct{ Content string } `json:"delta"`
+				FinishReason *string                  `json:"finish_reason"`
+			} `json:"choices"`
+		}
+		if err := json.Unmarshal([]byte(e), &c); err != nil {
+			t.Fatal(err)
+		}
+		if len(c.Choices) == 0 || c.Choices[0].FinishReason != nil {
+			continue
+		}
+		deltas++
+		text.WriteString(c.Choices[0].Delta.Content)
+	}
+	if text.String() != full.Choices[0].Message.Content {
+		t.Errorf("streamed %q, unstreamed %q", text.String(), full.Choices[0].Message.Content)
+	}
+	// The prompt's tail block, then 8-slot blocks: at most 3 blocks for
+	// 16 slots, and the role chunk.
+	if deltas > 4 {
+		t.Errorf("%d delta chunks for at most three blocks", deltas)
+	}
+}
