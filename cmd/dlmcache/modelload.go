@@ -153,7 +153,7 @@ func (m *loadedModel) regimeLine(gen model.GenOptions) string {
 	}
 	dec := "low-confidence schedule (a fixed count per step)"
 	if t, ok := gen.Decoder.(model.Threshold); ok {
-		dec = fmt.Sprintf("threshold %g (at least one slot a step)", t.T)
+		dec = fmt.Sprintf("threshold %g (at least gen length / steps slots a step)", t.T)
 	}
 	return fmt.Sprintf("model %s is block-causal (blocks of %d): gen length %d, at most %d steps a block, decoder %s",
 		m.Name, B, gen.GenLength, gen.Steps*B/gen.GenLength, dec)
