@@ -8,10 +8,7 @@ package cpu
 */
 import "C"
 
-import (
-	"strings"
-	"unsafe"
-)
+import "strings"
 
 // BLAS describes the BLAS library the CPU backend's products run on and the
 // kernel it picked for this processor, e.g. "OpenBLAS 0.3.21 … (kernel
@@ -34,25 +31,17 @@ func blasThreads() int { return int(C.openblas_get_num_threads()) }
 // a [m,k] (row stride lda), b [n,k] (ldb), c [m,n] (ldc).
 // The slices must start at the first element and reach the last one.
 func sgemmNT(m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	if m == 0 || n == 0 {
-		return
-	}
-	if k == 0 {
-		scaleRows(c, m, n, ldc, beta)
-		return
-	}
-	checkSpan("a", a, m, k, lda)
-	checkSpan("b", b, n, k, ldb)
-	checkSpan("c", c, m, n, ldc)
-	C.dlmc_sgemm_nt(C.int(m), C.int(n), C.int(k), C.float(alpha),
-		(*C.float)(unsafe.Pointer(&a[0])), C.int(lda),
-		(*C.float)(unsafe.Pointer(&b[0])), C.int(ldb),
-		C.float(beta), (*C.float)(unsafe.Pointer(&c[0])), C.int(ldc))
+	sgemm(true, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
 // sgemmNN computes c = alpha·a·b + beta·c.
 // a [m,k] (lda), b [k,n] (ldb), c [m,n] (ldc).
 func sgemmNN(m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	sgemm(false, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// sgemm is sgemmNT where bt, else sgemmNN.
+func sgemm(bt bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	if m == 0 || n == 0 {
 		return
 	}
@@ -61,12 +50,14 @@ func sgemmNN(m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb 
 		return
 	}
 	checkSpan("a", a, m, k, lda)
-	checkSpan("b", b, k, n, ldb)
+	if bt {
+		checkSpan("b", b, n, k, ldb)
+	} else {
+		checkSpan("b", b, k, n, ldb)
+	}
 	checkSpan("c", c, m, n, ldc)
-	C.dlmc_sgemm_nn(C.int(m), C.int(n), C.int(k), C.float(alpha),
-		(*C.float)(unsafe.Pointer(&a[0])), C.int(lda),
-		(*C.float)(unsafe.Pointer(&b[0])), C.int(ldb),
-		C.float(beta), (*C.float)(unsafe.Pointer(&c[0])), C.int(ldc))
+	C.dlmc_sgemm(cbool(bt), C.int(m), C.int(n), C.int(k), C.float(alpha), fptr(a), C.int(lda), fptr(b), C.int(ldb),
+		C.float(beta), fptr(c), C.int(ldc))
 }
 
 // scaleRows multiplies the m×n matrix c (row stride ldc) by beta.

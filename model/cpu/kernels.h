@@ -114,11 +114,9 @@ void dlmc_dnnl_packed_free(dlmc_dnnl_packed *pk);
 int dlmc_dnnl_mm_packed(int bf16, long m, long n, long k, const void *a, long lda,
 	const dlmc_dnnl_packed *pk, float *c, long ldc, int threads);
 
-// blas.c: C[m,n] = alpha·A[m,k]·B[n,k]ᵀ + beta·C (nt) or ·B[k,n] (nn),
+// blas.c: C[m,n] = alpha·A[m,k]·B + beta·C, B = b[n,k]ᵀ (bt) or b[k,n],
 // row-major with leading dimensions, on OpenBLAS.
-void dlmc_sgemm_nt(int m, int n, int k, float alpha, const float *a, int lda, const float *b, int ldb,
-	float beta, float *c, int ldc);
-void dlmc_sgemm_nn(int m, int n, int k, float alpha, const float *a, int lda, const float *b, int ldb,
+void dlmc_sgemm(int bt, int m, int n, int k, float alpha, const float *a, int lda, const float *b, int ldb,
 	float beta, float *c, int ldc);
 
 // peak.c: iters rounds of independent FMA chains (8 wide, 16 wide) or
