@@ -49,7 +49,9 @@ test: deps
 
 # sanitize runs the tests of the packages with C of their own (model/cpu's
 # kernels, internal/sumexp) with that C built under AddressSanitizer (go
-# test -asan: out-of-bounds reads and writes, use after free, leaks at exit)
+# test -asan: out-of-bounds reads and writes, use after free; not leaks:
+# LeakSanitizer's tracer crashes at model/cpu's exit, signal 11, after every
+# test has passed)
 # and UndefinedBehaviorSanitizer's arithmetic and bounds checks, each a
 # failure (-fno-sanitize-recover). Left out, because with them gcc 12 takes
 # minutes to compile attn.c's unrolled, force-inlined tiles (on 2 busy
@@ -63,7 +65,7 @@ SAN_TESTS := BF16Rows|Attention|RMSNorm|RoPE|SiLUMulAddEmbed|CopyRows|Exp|Scalar
 SAN_UBSAN := shift,integer-divide-by-zero,signed-integer-overflow,bounds,vla-bound,unreachable,return,bool,enum,float-cast-overflow
 sanitize: deps
 	CGO_CFLAGS="-O2 -g -fno-omit-frame-pointer -fno-sanitize-address-use-after-scope -fsanitize=$(SAN_UBSAN) -fno-sanitize-recover=all" \
-	CGO_LDFLAGS="-fsanitize=undefined" $(GO) test -asan -count=1 -timeout 30m \
+	CGO_LDFLAGS="-fsanitize=undefined" ASAN_OPTIONS=detect_leaks=0 $(GO) test -asan -count=1 -timeout 30m \
 		-run '$(SAN_TESTS)' ./model/cpu ./internal/sumexp
 
 # e2e starts `dlmcache serve` on a loopback port and talks to it with the
