@@ -1,7 +1,6 @@
 package gguf
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -335,67 +334,36 @@ func (r *reader) scalarArray(t ValueType, n int) any {
 	case TypeUint8:
 		return append([]uint8(nil), b...)
 	case TypeInt8:
-		s := make([]int8, n)
-		for i := range s {
-			s[i] = int8(b[i])
-		}
-		return s
+		return decodeEach(b, 1, func(b []byte) int8 { return int8(b[0]) })
 	case TypeBool:
-		s := make([]bool, n)
-		for i := range s {
-			s[i] = b[i] != 0
-		}
-		return s
+		return decodeEach(b, 1, func(b []byte) bool { return b[0] != 0 })
 	case TypeUint16:
-		s := make([]uint16, n)
-		for i := range s {
-			s[i] = binary.LittleEndian.Uint16(b[2*i:])
-		}
-		return s
+		return decodeEach(b, 2, le.Uint16)
 	case TypeInt16:
-		s := make([]int16, n)
-		for i := range s {
-			s[i] = int16(binary.LittleEndian.Uint16(b[2*i:]))
-		}
-		return s
+		return decodeEach(b, 2, func(b []byte) int16 { return int16(le.Uint16(b)) })
 	case TypeUint32:
-		s := make([]uint32, n)
-		for i := range s {
-			s[i] = binary.LittleEndian.Uint32(b[4*i:])
-		}
-		return s
+		return decodeEach(b, 4, le.Uint32)
 	case TypeInt32:
-		s := make([]int32, n)
-		for i := range s {
-			s[i] = int32(binary.LittleEndian.Uint32(b[4*i:]))
-		}
-		return s
+		return decodeEach(b, 4, func(b []byte) int32 { return int32(le.Uint32(b)) })
 	case TypeFloat32:
-		s := make([]float32, n)
-		for i := range s {
-			s[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-		}
-		return s
+		return decodeEach(b, 4, func(b []byte) float32 { return math.Float32frombits(le.Uint32(b)) })
 	case TypeUint64:
-		s := make([]uint64, n)
-		for i := range s {
-			s[i] = binary.LittleEndian.Uint64(b[8*i:])
-		}
-		return s
+		return decodeEach(b, 8, le.Uint64)
 	case TypeInt64:
-		s := make([]int64, n)
-		for i := range s {
-			s[i] = int64(binary.LittleEndian.Uint64(b[8*i:]))
-		}
-		return s
+		return decodeEach(b, 8, func(b []byte) int64 { return int64(le.Uint64(b)) })
 	case TypeFloat64:
-		s := make([]float64, n)
-		for i := range s {
-			s[i] = math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
-		}
-		return s
+		return decodeEach(b, 8, func(b []byte) float64 { return math.Float64frombits(le.Uint64(b)) })
 	}
 	return nil
+}
+
+// decodeEach decodes b as consecutive values of size bytes with get.
+func decodeEach[T any](b []byte, size int, get func([]byte) T) []T {
+	s := make([]T, len(b)/size)
+	for i := range s {
+		s[i] = get(b[size*i:])
+	}
+	return s
 }
 
 func parse(b []byte) (*File, error) {
