@@ -35,9 +35,11 @@ func IsGGUF(path string) bool {
 //
 // F32, F16 and BF16 tensors are handed to the backend straight from the
 // memory mapping, except the query and key weights, whose rows are put back
-// in Hugging Face's order (a copy; see ggufPermute). Q8_0 tensors are
-// dequantized to F32 at load, which takes 4 bytes per weight; other
-// quantized types are refused by name.
+// in Hugging Face's order (a copy; see ggufPermute). Q8_0 matrices stay
+// Q8_0 on a backend that keeps them (backend.Q8Weighter: the CPU backend,
+// which decodes them inside its products), in the mapping; elsewhere (and
+// Q8_0 vectors) they are dequantized to F32 at load, 4 bytes per weight.
+// Other quantized types are refused by name.
 func LoadGGUF(path string, b backend.Backend) (*Model, error) {
 	f, err := gguf.Open(path)
 	if err != nil {
@@ -99,6 +101,19 @@ func loadGGUF(f *gguf.File, b backend.Backend) (*Model, error) {
 			return nil, err
 		}
 		used[name] = true
+		if qw, ok := b.(backend.Q8Weighter); ok && rows > 1 {
+			if ti, ok := f.Tensor(name); ok && ti.Type == gguf.Q8_0 {
+				data, err := ggufRows(f, ti, name, rows, cols, permutedHeads(hf, cfg))
+				if err != nil {
+					return nil, err
+				}
+				t, err := qw.WeightQ8_0(rows, cols, data)
+				if err != nil {
+					return nil, fmt.Errorf("tensor %s: %w", name, err)
+				}
+				return t, nil
+			}
+		}
 		dt, data, err := ggufWeight(f, name, rows, cols, permutedHeads(hf, cfg))
 		if err != nil {
 			return nil, err
@@ -131,21 +146,9 @@ func ggufWeight(f *gguf.File, name string, rows, cols, heads int) (backend.DType
 	if !ok {
 		return 0, nil, fmt.Errorf("tensor %s not found", name)
 	}
-	okShape := len(t.Shape) == 2 && t.Shape[0] == cols && t.Shape[1] == rows ||
-		rows == 1 && len(t.Shape) == 1 && t.Shape[0] == cols
-	if !okShape {
-		want := fmt.Sprint([]int{cols, rows})
-		if rows == 1 {
-			want = fmt.Sprint([]int{cols})
-		}
-		return 0, nil, fmt.Errorf("tensor %s has shape %v (ggml order), the metadata implies %s", name, t.Shape, want)
-	}
-	data := f.Data(t)
-	if heads > 0 {
-		var err error
-		if data, err = ggufPermute(data, rows, t.Type.RowBytes(cols), heads, false); err != nil {
-			return 0, nil, fmt.Errorf("tensor %s: %w", name, err)
-		}
+	data, err := ggufRows(f, t, name, rows, cols, heads)
+	if err != nil {
+		return 0, nil, err
 	}
 	switch t.Type {
 	case gguf.F32:
@@ -162,4 +165,27 @@ func ggufWeight(f *gguf.File, name string, rows, cols, heads int) (backend.DType
 		return backend.F32, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(x))), 4*len(x)), nil
 	}
 	return 0, nil, fmt.Errorf("tensor %s has type %s, which is not supported yet (supported: F32, F16, BF16, Q8_0)", name, t.Type)
+}
+
+// ggufRows returns tensor t's bytes after checking its shape against
+// [rows, cols] (rows 1: a vector of cols), its rows put back in Hugging
+// Face's order when heads > 0 (a copy; else the mapping itself).
+func ggufRows(f *gguf.File, t gguf.TensorInfo, name string, rows, cols, heads int) ([]byte, error) {
+	okShape := len(t.Shape) == 2 && t.Shape[0] == cols && t.Shape[1] == rows ||
+		rows == 1 && len(t.Shape) == 1 && t.Shape[0] == cols
+	if !okShape {
+		want := fmt.Sprint([]int{cols, rows})
+		if rows == 1 {
+			want = fmt.Sprint([]int{cols})
+		}
+		return nil, fmt.Errorf("tensor %s has shape %v (ggml order), the metadata implies %s", name, t.Shape, want)
+	}
+	data := f.Data(t)
+	if heads > 0 {
+		var err error
+		if data, err = ggufPermute(data, rows, t.Type.RowBytes(cols), heads, false); err != nil {
+			return nil, fmt.Errorf("tensor %s: %w", name, err)
+		}
+	}
+	return data, nil
 }

@@ -2,6 +2,7 @@ package model
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dlmcache/dlmcache/model/backend"
 	"github.com/dlmcache/dlmcache/model/cpu"
 	"github.com/dlmcache/dlmcache/model/gguf"
 	"github.com/dlmcache/dlmcache/model/safetensors"
@@ -289,5 +291,44 @@ func TestGGUFBadInput(t *testing.T) {
 	}
 	if _, err := Resolve(filepath.Join(bundledDir, "config.json")); err == nil || !strings.Contains(err.Error(), "not a GGUF") {
 		t.Errorf("Resolve(config.json): %v", err)
+	}
+}
+
+// plainBackend hides the CPU backend's optional interfaces, Q8Weighter
+// among them, so that a Q8_0 GGUF loads dequantized to float32.
+type plainBackend struct{ backend.Backend }
+
+// TestGGUFQ8KeptQuantized loads the Q8_0 conversion of the bundled model
+// twice: on the CPU backend, which keeps the weights as Q8_0 blocks in the
+// mapping, and dequantized to float32 at load. The logits agree to float32
+// rounding (the products sum in another order).
+func TestGGUFQ8KeptQuantized(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "q8.gguf")
+	if _, err := ToGGUF(bundledDir, p, gguf.Q8_0); err != nil {
+		t.Fatal(err)
+	}
+	kept, err := Load(p, cpu.New(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kept.Close()
+	for _, w := range []backend.Tensor{kept.Embed, kept.Blocks[0].Q, kept.Blocks[3].Down, kept.Head} {
+		if s := fmt.Sprint(w); !strings.Contains(s, "Q8_0") {
+			t.Errorf("weight %s is not kept as Q8_0", s)
+		}
+	}
+	deq, err := Load(p, plainBackend{cpu.New(1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer deq.Close()
+	ids := testIDs(t, kept)
+	a, b := ggufLogits(t, kept, ids), ggufLogits(t, deq, ids)
+	var scale float64
+	for _, v := range b {
+		scale = max(scale, math.Abs(float64(v)))
+	}
+	if d := maxAbsDiff(a, b) / scale; d > 1e-5 {
+		t.Errorf("kept-quantized logits differ from the dequantized model's by %.3g (relative)", d)
 	}
 }

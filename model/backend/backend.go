@@ -100,6 +100,16 @@ type Backend interface {
 	CopyRows(dst Tensor, dstRows []int32, src Tensor, srcRows []int32)
 }
 
+// Q8Weighter is an optional Backend method: a [rows, cols] weight kept in
+// ggml's Q8_0 blocks (32 int8 quants and a float16 scale, 34 bytes, per 32
+// values of a row; cols a multiple of 32) and decoded inside the products
+// that use it, never as a whole float32 copy. raw is rows·cols/32 blocks,
+// row-major; the backend may keep a reference to it. A backend without it
+// is handed such weights dequantized to float32.
+type Q8Weighter interface {
+	WeightQ8_0(rows, cols int, raw []byte) (Tensor, error)
+}
+
 // AttentionWeigher is an optional Backend method: the head-mean attention
 // weights softmax(q·kᵀ/√hd) [nq·nk] that Attention applies (shapes as
 // Attention's). The forward asks for them only for plans that want them;

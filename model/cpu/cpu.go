@@ -21,16 +21,21 @@ import (
 // data[i*stride : i*stride+cols]; stride ≥ cols lets a Tensor be a view of
 // some rows or columns of another one without a copy.
 //
-// A BF16 weight (see Weight) is the one other form: its values are
-// bfloat16s in bf16, laid out the same way, and data is nil. Only MatMul
-// (as w), Embed (as the table), ToHost, Free and the views take one; every
-// other operation panics on it.
+// A BF16 weight (see Weight) is one other form: its values are bfloat16s
+// in bf16, laid out the same way, and data is nil. A Q8_0 weight
+// (WeightQ8_0) is the last: ggml's blocks in q8, each row q8Stride bytes,
+// data nil. Only MatMul (as w), Embed (as the table), ToHost, Free and the
+// row views take those; every other operation panics on them.
 type Tensor struct {
 	rows, cols, stride int
 	data               []float32
 	// bf16 holds a BF16 weight's values, usually the checkpoint's
 	// memory-mapped bytes in place (then also readOnly).
 	bf16 []uint16
+	// q8 holds a Q8_0 weight's blocks (34 bytes per 32 values), usually
+	// the GGUF file's memory-mapped bytes; row i starts at i·q8Stride.
+	q8       []byte
+	q8Stride int
 	// readOnly marks a weight that aliases the checkpoint's read-only
 	// memory map: writing to it would fault.
 	readOnly bool
@@ -76,6 +81,9 @@ func (t *Tensor) span() []float32 {
 }
 
 func (t *Tensor) String() string {
+	if t.q8 != nil {
+		return fmt.Sprintf("cpu.Tensor[%d, %d] Q8_0", t.rows, t.cols)
+	}
 	if t.bf16 != nil {
 		return fmt.Sprintf("cpu.Tensor[%d, %d] BF16", t.rows, t.cols)
 	}
@@ -388,6 +396,28 @@ func (b *Backend) Weight(dtype backend.DType, rows, cols int, raw []byte) (backe
 	return t, nil
 }
 
+// WeightQ8_0 implements backend.Q8Weighter: a [rows, cols] weight kept
+// as ggml's Q8_0 blocks (raw: rows·cols/32 blocks of 34 bytes, used in
+// place; the tensor is read-only). MatMul decodes it a panel of rows at a
+// time into reused scratch and runs sgemm on the panel (convertedMatMul);
+// Embed and ToHost decode the rows they read. It is never held as float32
+// whole, and never laid out for the panel kernel or oneDNN, so products
+// with it do not run fused (backend.Fuser reports false).
+func (b *Backend) WeightQ8_0(rows, cols int, raw []byte) (backend.Tensor, error) {
+	if rows < 0 || cols <= 0 || cols%32 != 0 {
+		return nil, fmt.Errorf("cpu: Q8_0 weight [%d, %d]: rows must be ≥ 0 and cols a positive multiple of 32", rows, cols)
+	}
+	stride := cols / 32 * 34
+	if rows > (1<<62)/stride || len(raw) != rows*stride {
+		return nil, fmt.Errorf("cpu: Q8_0 weight [%d, %d] needs %d bytes, got %d", rows, cols, rows*stride, len(raw))
+	}
+	t := &Tensor{rows: rows, cols: cols, stride: cols, q8Stride: stride, readOnly: true}
+	if rows > 0 {
+		t.q8 = raw
+	}
+	return t, nil
+}
+
 // pack reorders the weight t for oneDNN (Options.PackWeights); where it
 // cannot, t stays as it is and GEMM says why.
 func (b *Backend) pack(t *Tensor, bf16 bool, w unsafe.Pointer) {
@@ -465,6 +495,10 @@ func (b *Backend) ToHost(t backend.Tensor, dst []float32) []float32 {
 		b.parallel(x.rows, rowGrain(x.cols), func(lo, hi int) { bf16Rows(dst[lo*x.cols:], x, lo, hi) })
 		return dst
 	}
+	if x.q8 != nil {
+		b.parallel(x.rows, rowGrain(x.cols), func(lo, hi int) { q8Rows(dst[lo*x.cols:], x, lo, hi) })
+		return dst
+	}
 	if x.stride == x.cols {
 		copy(dst, x.span())
 		return dst
@@ -483,7 +517,7 @@ func (b *Backend) Free(t backend.Tensor) {
 		b.bufs.put(x.data)
 		x.pooled = false
 	}
-	x.data, x.bf16 = nil, nil
+	x.data, x.bf16, x.q8 = nil, nil, nil
 	x.rows, x.cols, x.stride = 0, 0, 0
 }
 
@@ -494,9 +528,11 @@ func (b *Backend) RowView(t backend.Tensor, lo, hi int) *Tensor {
 	if lo < 0 || hi < lo || hi > x.rows {
 		panic(fmt.Sprintf("cpu: RowView: rows [%d, %d) of %v", lo, hi, x))
 	}
-	v := &Tensor{rows: hi - lo, cols: x.cols, stride: x.stride, readOnly: x.readOnly}
+	v := &Tensor{rows: hi - lo, cols: x.cols, stride: x.stride, readOnly: x.readOnly, q8Stride: x.q8Stride}
 	if hi > lo {
-		if x.bf16 != nil {
+		if x.q8 != nil {
+			v.q8 = x.q8[lo*x.q8Stride:]
+		} else if x.bf16 != nil {
 			v.bf16 = x.bf16[lo*x.stride:]
 		} else {
 			v.data = x.data[lo*x.stride:]
@@ -515,6 +551,9 @@ func (b *Backend) ViewCols(t backend.Tensor, lo, hi int) backend.Tensor { return
 // BF16 weight's view is a BF16 weight).
 func (b *Backend) ColView(t backend.Tensor, lo, hi int) *Tensor {
 	x := anyTensor(t, "ColView")
+	if x.q8 != nil {
+		panic(fmt.Sprintf("cpu: ColView of %v: a Q8_0 weight has row views only", x))
+	}
 	if lo < 0 || hi < lo || hi > x.cols {
 		panic(fmt.Sprintf("cpu: ColView: columns [%d, %d) of %v", lo, hi, x))
 	}
@@ -533,8 +572,8 @@ func (b *Backend) ColView(t backend.Tensor, lo, hi int) *Tensor {
 // reads its data, which a BF16 weight does not have.
 func tensor(t backend.Tensor, op string) *Tensor {
 	x := anyTensor(t, op)
-	if x.bf16 != nil {
-		panic(fmt.Sprintf("cpu: %s: %v is a BF16 weight, which only MatMul (as w), Embed (as the table), ToHost and the views take", op, x))
+	if x.bf16 != nil || x.q8 != nil {
+		panic(fmt.Sprintf("cpu: %s: %v is a BF16 or Q8_0 weight, which only MatMul (as w), Embed (as the table), ToHost and the views take", op, x))
 	}
 	return x
 }
@@ -545,7 +584,7 @@ func anyTensor(t backend.Tensor, op string) *Tensor {
 	if !ok || x == nil {
 		panic(fmt.Sprintf("cpu: %s: tensor %T is not a cpu tensor", op, t))
 	}
-	if x.data == nil && x.bf16 == nil && x.rows*x.cols != 0 {
+	if x.data == nil && x.bf16 == nil && x.q8 == nil && x.rows*x.cols != 0 {
 		panic(fmt.Sprintf("cpu: %s: tensor used after Free", op))
 	}
 	return x

@@ -75,6 +75,25 @@ func bf16RowsWith(useSIMD bool, dst []float32, w *Tensor, lo, hi int) {
 	C.dlmc_bf16_rows(cbool(useSIMD && simd), (*C.float)(unsafe.Pointer(&dst[0])), (*C.uint16_t)(unsafe.Pointer(&src[0])), C.long(hi-lo), C.long(w.cols), C.long(w.stride))
 }
 
+// q8Rows decodes rows [lo, hi) of the Q8_0 weight w into dst (dense,
+// len ≥ (hi−lo)·cols), exactly as ggml dequantizes them (q·d), in one cgo
+// call: an AVX2 loop where the machine has it.
+func q8Rows(dst []float32, w *Tensor, lo, hi int) { q8RowsWith(simd, dst, w, lo, hi) }
+
+// q8RowsWith is q8Rows with the AVX2 loop only when useSIMD (and the
+// machine has it). For tests.
+func q8RowsWith(useSIMD bool, dst []float32, w *Tensor, lo, hi int) {
+	if hi <= lo || w.cols == 0 {
+		return
+	}
+	if len(dst) < (hi-lo)*w.cols {
+		panic("cpu: q8Rows: dst too short")
+	}
+	src := w.q8[lo*w.q8Stride:]
+	_ = src[(hi-lo)*w.q8Stride-1]
+	C.dlmc_q8_0_rows(cbool(useSIMD && simd), (*C.float)(unsafe.Pointer(&dst[0])), (*C.uint8_t)(unsafe.Pointer(&src[0])), C.long(hi-lo), C.long(w.cols), C.long(w.q8Stride))
+}
+
 // avx512 reports whether the AVX-512F attention kernel runs on this machine.
 var avx512 = C.dlmc_have_avx512() != 0
 

@@ -10,6 +10,7 @@
 //	onednn.c  the oneDNN shim (dlopen'd at run time; a stub without headers)
 //	blas.c    OpenBLAS's sgemm, row-major
 //	peak.c    the peak-FLOP probes
+//	q8.c      ggml's Q8_0 weight blocks decoded to float32 rows
 //
 // simd.h holds the vector helpers vec.c and attn.c share. Each vector
 // kernel is compiled for its ISA by a target attribute; the Go side picks
@@ -38,6 +39,11 @@ void dlmc_bf16_rows(int simd, float *dst, const uint16_t *src, long rows, long c
 // dst (rows × cols, dense) = src (row stride lds) rounded to the nearest
 // BF16, ties to even; NaN stays NaN.
 void dlmc_f32_to_bf16(uint16_t *dst, const float *src, long rows, long cols, long lds);
+
+// q8.c: dst (rows × cols, dense) = the Q8_0 blocks of src (rows stride
+// bytes apart; cols a multiple of 32, 34 bytes per 32 values): q·d, exactly
+// as ggml dequantizes them.
+void dlmc_q8_0_rows(int simd, float *dst, const uint8_t *src, long rows, long cols, long stride);
 
 // rowops.c: RMSNorm of rows of x (stride ldx) by the weight w into dst.
 void dlmc_rms_norm_rows(int simd, float *dst, long ldd, const float *x, long ldx, const float *w,

@@ -35,6 +35,10 @@ func (b *Backend) MatMul(dst, x, w backend.Tensor) {
 		b.matMulBF16(d, xs, ws)
 		return
 	}
+	if ws.q8 != nil {
+		b.convertedMatMul(d, xs, ws, q8Rows)
+		return
+	}
 	b.matMulF32(d, xs, ws)
 }
 
@@ -166,12 +170,25 @@ func (b *Backend) matMulBF16(d, xs, ws *Tensor) {
 		b.bufs.put(buf)
 		return
 	}
-	panel := max(16, bf16PanelBytes/int(unsafe.Sizeof(float32(0)))/in/16*16)
+	b.convertedMatMul(d, xs, ws, bf16Rows)
+}
+
+// convertedMatMul computes d = x·wᵀ for a weight kept in another type
+// (BF16, Q8_0), which convert decodes (rows [lo, hi) of w into a dense
+// float32 buffer): w's rows are cut into one contiguous range per
+// goroutine, as matMulF32 cuts them, and each goroutine decodes its range
+// a panel of rows at a time (bf16PanelBytes of float32) into its own
+// reused buffer and calls sgemm on the panel. No float32 copy of the whole
+// weight is made (unless it fits in one panel).
+func (b *Backend) convertedMatMul(d, xs, ws *Tensor, convert func(dst []float32, w *Tensor, lo, hi int)) {
+	n, in, out := xs.rows, xs.cols, ws.rows
+	split := b.splits(n, in, out)
+	panel := max(16, bf16PanelBytes/int(unsafe.Sizeof(float32(0)))/max(in, 1)/16*16)
 	run := func(lo, hi int) {
 		buf := b.bufs.scratch(min(panel, hi-lo) * in)
 		for r := lo; r < hi; r += panel {
 			e := min(r+panel, hi)
-			bf16Rows(buf, ws, r, e)
+			convert(buf, ws, r, e)
 			o := b.ColView(d, r, e)
 			sgemmNT(n, e-r, in, 1, xs.span(), xs.stride, buf, in, 0, o.span(), o.stride)
 		}
