@@ -101,17 +101,17 @@ type searchKey struct{ id, class, setting string }
 
 // Searcher runs the method search.
 type Searcher struct {
-	Model    *model.LLaDA
-	Gen      model.GenOptions // the regime (the longest class)
-	Run      SearchRun
-	Grid     []lut.Setting
-	Base     cache.Options // fingerprint, refresh: what every setting's method is built on
+	Model *model.LLaDA
+	Gen   model.GenOptions // the regime (the longest class)
+	Run   SearchRun
+	Grid  []lut.Setting
+	Base  cache.Options // fingerprint, refresh: what every setting's method is built on
 	// NewStore gives each setting its own prefix store, shared across the
 	// requests it serves (as behind serve); nil: Base's.
 	NewStore func() cache.PrefixStore
-	Target   float64       // the whole-answer agreement's lower bound a setting must reach
-	Z        float64       // one-sided normal quantile of the bound
-	MaxLoss  float64       // accuracy points a setting may lose against none (on requests with answers)
+	Target   float64 // the whole-answer agreement's lower bound a setting must reach
+	Z        float64 // one-sided normal quantile of the bound
+	MaxLoss  float64 // accuracy points a setting may lose against none (on requests with answers)
 	Stop     func(answer []int32) int
 	Check    func(suite, answer, want string) bool // scores an answer against a reference answer
 	Text     func(answer []int32) string
@@ -125,7 +125,7 @@ type Searcher struct {
 	lines   map[searchKey]searchLine
 	methods map[string]cache.Method
 	log     *os.File
-	start time.Time
+	start   time.Time
 }
 
 // ClassGen is the generation options of class c: the regime cut to

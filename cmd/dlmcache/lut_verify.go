@@ -150,17 +150,17 @@ type verifyBin struct {
 	SecondsNone     float64        `json:"seconds_none"`
 	SecondsMethod   float64        `json:"seconds_table"`
 	SpeedUp         float64        `json:"speedup"`
-	Requests        int     `json:"requests"`
-	Depth           float64 `json:"mean_depth"`
-	Tokens          int     `json:"tokens"`
-	TokensAgree     int     `json:"tokens_agreeing"`
-	Answers         int     `json:"answers_agreeing"`
-	TokenAgreement  float64 `json:"token_agreement"`
-	AnswerAgreement float64 `json:"answer_agreement"`
-	Checked         int     `json:"checked"` // requests with a reference answer
-	CorrectNone     int     `json:"correct_none"`
-	CorrectMethod   int     `json:"correct_method"`
-	Pass            bool    `json:"pass"`
+	Requests        int            `json:"requests"`
+	Depth           float64        `json:"mean_depth"`
+	Tokens          int            `json:"tokens"`
+	TokensAgree     int            `json:"tokens_agreeing"`
+	Answers         int            `json:"answers_agreeing"`
+	TokenAgreement  float64        `json:"token_agreement"`
+	AnswerAgreement float64        `json:"answer_agreement"`
+	Checked         int            `json:"checked"` // requests with a reference answer
+	CorrectNone     int            `json:"correct_none"`
+	CorrectMethod   int            `json:"correct_method"`
+	Pass            bool           `json:"pass"`
 }
 
 func lutVerifyRun(ctx context.Context, opts *lutVerifyOptions) error {
