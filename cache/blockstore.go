@@ -261,7 +261,10 @@ func (s *BlockStore) fill(lm *model.LLaDA, id PrefixID, chain []*blockNode, nb i
 		return nil
 	}
 	var err error
-	if s.causal {
+	// On a block-causal model whose blocks tile the store's, one forward
+	// over the missing blocks is the causal fill: the model's own mask
+	// keeps each block from seeing the blocks after it.
+	if s.causal && !tiles(lm.Config, B) {
 		for i := from; i < nb && err == nil; i++ {
 			err = run(i, i+1)
 		}

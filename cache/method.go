@@ -127,6 +127,7 @@ var registry = []Spec{
 	{"bicache-elastic", "BiCache with Elastic-Cache's trigger: the deep layers refresh when the most-attended token's attention drifts below cosine γ (--drift, default 0.9), from the layer where it does", newBiCacheElastic, "bicache", biCacheKnobs, nil},
 	{"block", "Fast-dLLM's dual cache: a full forward at each block start, then only the block's rows; threshold decoding (another with NAME@DECODER)", newBlock, "", blockKnobs, blockGrid},
 	{"bicache+block", "BiCache's shallow prefix reuse under Fast-dLLM's dual cache", composed(newBlock), "block", slices.Concat(biCacheKnobs, blockKnobs), nil},
+	{"exact-block", "block-causal models only: committed blocks' K/V kept at every layer, each step computes the current block; a shared prefix's full blocks from the store at every layer (exact: the answers of none)", newExactBlock, "", nil, nil},
 	{"d2cache", "d2Cache: after a full first step, only the most certain masked slots, the tokens just decoded and the rollout-important rest are recomputed", newD2Cache, "", d2Knobs, d2Grid},
 	{"dllm-cache", "dLLM-Cache: prompt refreshed every Kp steps, response every Kr, and between refreshes the response rows whose V changed most", newDLLMCache, "", dllmKnobs, nil},
 	{"freecache", "FlashDLM's FreeCache: finished blocks frozen; each step computes the current block and everything after it", newFreeCache, "", freeKnobs, nil},

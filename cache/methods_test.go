@@ -143,6 +143,9 @@ func TestRun(t *testing.T) {
 			continue
 		}
 		meth := mk(t, name, o)
+		if CheckModel(meth, m.Config) != nil {
+			continue // exact-block: block-causal models (exactblock_test.go)
+		}
 		if g, h := meth.Gen(meth.Gen(gen)), meth.Gen(gen); g.BlockLength != h.BlockLength || g.Steps != h.Steps || g.Decoder != h.Decoder {
 			t.Errorf("%s: Gen is not idempotent", name)
 		}
@@ -270,6 +273,9 @@ func TestEveryMethodSourceAndDepth(t *testing.T) {
 						o.Store = NewBlockStore(m.Backend, 8, 1<<30, true, nil)
 					}
 					meth := mk(t, name, o)
+					if CheckModel(meth, m.Config) != nil {
+						continue // exact-block: block-causal models (exactblock_test.go)
+					}
 					res, err := Run(context.Background(), m.LLaDA, meth, Request{Prompt: ids, PrefixLen: pl}, gen)
 					if err != nil {
 						t.Errorf("%s, %s source, depth %d, blocks %v: %v", name, src, d, blocks, err)

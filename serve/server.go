@@ -124,6 +124,9 @@ func New(cfg Config) (*Server, error) {
 		}
 		cfg.Method = none
 	}
+	if err := cache.CheckModel(cfg.Method, cfg.Model.Config); err != nil {
+		return nil, fmt.Errorf("serve: %w", err)
+	}
 	if cfg.Name == "" {
 		cfg.Name = cfg.Model.Name()
 	}

@@ -140,18 +140,26 @@ func benchRun(ctx context.Context, opts *benchOptions) error {
 	if samples, err = benchConversations(opts, samples); err != nil {
 		return err
 	}
-	if opts.StoreAnswer && (opts.Turns == 0 || opts.Cache.StoreBlocks == 0) {
-		return fmt.Errorf("--store-answers needs --turns and a block store (--store-blocks 16)")
-	}
 	env, err := loadMethodEnv(opts.f, opts.modelFlags, opts.regimeFlags, &opts.Cache)
 	if err != nil {
 		return err
 	}
 	defer env.lm.Close()
 	lm, gen := env.lm, env.gen
+	if note := exactStore(lm, opts.Methods, &opts.Cache); note != "" {
+		fmt.Fprintf(opts.f.ErrOut, "bench: %s\n", note)
+	}
+	if opts.StoreAnswer && (opts.Turns == 0 || opts.Cache.StoreBlocks == 0) {
+		return fmt.Errorf("--store-answers needs --turns and a block store (--store-blocks 16)")
+	}
+	allMethods := slices.Equal(opts.Methods, cache.Names())
 	var es []*profile.Evaluator
 	for _, name := range opts.Methods {
 		meth, err := env.method(name, &opts.Cache, nil)
+		if allMethods && err != nil && cache.CausalBlock(lm.Config) == 0 && name == "exact-block" {
+			fmt.Fprintf(opts.f.ErrOut, "bench: skipping %s: %v\n", name, err)
+			continue
+		}
 		if err != nil {
 			return err
 		}

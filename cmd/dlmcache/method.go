@@ -99,7 +99,11 @@ func newMethod(name string, c *cacheFlags, lm *loadedModel, store cache.PrefixSt
 	o := cache.Options{Decoding: dec, Store: store, Table: table, Stat: stat, DeepSource: cache.DeepSource(src),
 		Fingerprint: lm.Fingerprint, Salt: c.Salt, Refresh: lm.Card.RefreshOr(c.Refresh), Drift: c.Drift,
 		BlockLength: c.DualBlock, Threshold: c.Threshold, D2: c.D2, DLLM: c.DLLM, FreeRefresh: c.FreeRefresh}
-	return cache.New(name, o)
+	m, err := cache.New(name, o)
+	if err != nil {
+		return nil, err
+	}
+	return m, cache.CheckModel(m, lm.Config)
 }
 
 // deepSource resolves --deep-source auto for table t: the store (prefix

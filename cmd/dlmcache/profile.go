@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/datasets"
 	"github.com/dlmcache/dlmcache/internal/progress"
 	"github.com/dlmcache/dlmcache/lut"
@@ -110,6 +111,9 @@ func profileRun(ctx context.Context, opts *profileOptions) error {
 		return err
 	}
 	defer lm.Close()
+	if B := cache.CausalBlock(lm.Config); B > 0 {
+		fmt.Fprintf(opts.f.ErrOut, "profile: block-causal model (blocks of %d tokens): each request's shared prefix is measured at its full blocks, the part a cache reuses exactly\n", B)
+	}
 	preqs, unfilledS, err := opts.sampling().sample(opts.f, lm, gen.GenLength, edges, shardK, shardN)
 	if err != nil {
 		return err

@@ -52,7 +52,7 @@ func (s requestSampling) sample(f *factory, lm *loadedModel, genLength int, edge
 	}
 	count := func(system, user string) (int, int, error) {
 		ids, m, err := lm.Tokenizer.EncodeChat(system, user)
-		return m, len(ids), err
+		return reusablePrefix(lm, m), len(ids), err
 	}
 	reqs, unfilled, err := datasets.SampleRequests(systems, users, count,
 		datasets.BinOptions{Edges: edges, PerBin: s.PerRatio, GenLength: genLength, Seed: s.Seed, MaxTokens: s.MaxTokens})
@@ -76,7 +76,7 @@ func (s requestSampling) sample(f *factory, lm *loadedModel, genLength int, edge
 		if err != nil {
 			return nil, nil, err
 		}
-		preqs = append(preqs, profile.Request{ID: r.ID, Source: r.SystemName, Prompt: ids, PrefixLen: m})
+		preqs = append(preqs, profile.Request{ID: r.ID, Source: r.SystemName, Prompt: ids, PrefixLen: reusablePrefix(lm, m)})
 	}
 	return preqs, unfilledS, nil
 }
@@ -120,7 +120,8 @@ func (s requestSampling) sampleSuites(f *factory, lm *loadedModel, genLength int
 			if err != nil {
 				return nil, nil, err
 			}
-			if len(lm.Tokenizer.Encode(x.Target()))+1 > genLength || (s.MaxTokens > 0 && len(ids)+genLength > s.MaxTokens) {
+			m = reusablePrefix(lm, m)
+			if m == 0 || len(lm.Tokenizer.Encode(x.Target()))+1 > genLength || (s.MaxTokens > 0 && len(ids)+genLength > s.MaxTokens) {
 				continue
 			}
 			r := float64(m) / float64(len(ids)+genLength)

@@ -119,9 +119,6 @@ Methods:` + methodsHelp(),
 }
 
 func serveRun(ctx context.Context, opts *serveOptions) error {
-	if opts.StoreAnswers && opts.Cache.StoreBlocks == 0 {
-		return fmt.Errorf("--store-answers needs a block store (--store-blocks 16)")
-	}
 	if opts.MaxBatch < 1 {
 		return fmt.Errorf("--max-batch must be at least 1, got %d", opts.MaxBatch)
 	}
@@ -134,7 +131,20 @@ func serveRun(ctx context.Context, opts *serveOptions) error {
 	if err := checkCalibrated(table, opts.Cache.LUT, opts.AllowUncalibrated); err != nil {
 		return err
 	}
-	method := defaultMethod(opts.Method, table)
+	method := opts.Method
+	var notes []string
+	if method == "" {
+		if m, note := exactMethod(lm); m != "" {
+			method, notes = m, append(notes, note)
+		}
+	}
+	if note := exactStore(lm, []string{method}, &opts.Cache); note != "" {
+		notes = append(notes, note)
+	}
+	if opts.StoreAnswers && opts.Cache.StoreBlocks == 0 {
+		return fmt.Errorf("--store-answers needs a block store (--store-blocks 16)")
+	}
+	method = defaultMethod(method, table)
 	if opts.Cache.StoreBlocks > 0 {
 		opts.Cache.Events = cache.NewEventLog(1 << 16)
 	}
@@ -179,6 +189,9 @@ func serveRun(ctx context.Context, opts *serveOptions) error {
 	fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: model %s (%s), method %s (%s), store %d bytes %s, gen %d/%d/%d, max concurrency %d, max batch %d; listening on http://%s\n",
 		lm.Name, lm.Fingerprint, method, tableNote, opts.Cache.CacheBytes, opts.Cache.Eviction,
 		gen.GenLength, gen.Steps, gen.BlockLength, srv.MaxConcurrency(), max(1, opts.MaxBatch), ln.Addr())
+	for _, n := range notes {
+		fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: %s\n", n)
+	}
 	if mods != nil {
 		var names []string
 		for _, m := range mods.Infos() {

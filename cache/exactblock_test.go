@@ -1,0 +1,281 @@
+package cache
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/cpu"
+	"github.com/dlmcache/dlmcache/model/tokenizer"
+)
+
+// loadBlockTiny is the random-weight test model made block-causal with
+// blocks of B: the same weights, its config.json marked.
+func loadBlockTiny(t testing.TB, B int) *model.Model {
+	t.Helper()
+	src := filepath.Join("..", "model", "testdata", "tiny-f32")
+	dir := t.TempDir()
+	for _, f := range []string{"model.safetensors", "tokenizer.json", "tokenizer_config.json"} {
+		if err := os.Symlink(filepath.Join(must(filepath.Abs(src)), f), filepath.Join(dir, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raw, err := os.ReadFile(filepath.Join(src, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c map[string]any
+	if err := json.Unmarshal(raw, &c); err != nil {
+		t.Fatal(err)
+	}
+	c["block_causal"], c["block_size"] = true, B
+	raw, _ = json.Marshal(c)
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.Load(dir, cpu.New(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	if got := CausalBlock(m.Config); got != B {
+		t.Fatalf("block-causal test model: block size %d, want %d", got, B)
+	}
+	return m
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// exactRegimes are the schedules the exact cache is checked in: fixed
+// steps with LLaDA's low-confidence remasking, and threshold decoding.
+func exactRegimes(B int) map[string]model.GenOptions {
+	return map[string]model.GenOptions{
+		"low-confidence": {GenLength: 4 * B, Steps: 2 * B, BlockLength: B},
+		"threshold":      {GenLength: 4 * B, Steps: 4 * B, BlockLength: B, Decoder: model.Threshold{T: 0.2}},
+	}
+}
+
+// The exact cache inside a request: the tokens of computing every row,
+// from fewer rows.
+func TestExactBlockEqualsNone(t *testing.T) {
+	const B = 8
+	m := loadBlockTiny(t, B)
+	none, exact := mk(t, "none", Options{}), mk(t, "exact-block", Options{})
+	for name, o := range exactRegimes(B) {
+		for i := range 4 {
+			ids, pl := request(t, m, i)
+			want, _ := generate(t, m, none, ids, pl, o)
+			got, _ := generate(t, m, exact, ids, pl, o)
+			if !slices.Equal(got.Canvas, want.Canvas) {
+				t.Errorf("%s, request %d: exact-block %v\nnone %v", name, i, got.Answer, want.Answer)
+			}
+			if got.NFE != want.NFE || got.RowsComputed*2 > want.RowsComputed {
+				t.Errorf("%s, request %d: exact-block %d forwards, %d rows; none %d, %d", name, i, got.NFE, got.RowsComputed, want.NFE, want.RowsComputed)
+			}
+		}
+	}
+}
+
+// Rows computed: the first step computes the prompt's full blocks with the
+// current block, a block's first step the block just committed with it,
+// every other step the current block alone.
+func TestExactBlockRows(t *testing.T) {
+	const B = 8
+	m := loadBlockTiny(t, B)
+	L := len(m.Blocks)
+	ids, pl := request(t, m, 1)
+	o := model.GenOptions{GenLength: 4 * B, Steps: 2 * B, BlockLength: B} // two steps a block
+	var steps [][]int32
+	p := mk(t, "exact-block", Options{}).Planner(m.LLaDA, "", nil)
+	rec := &rowRecorder{Planner: p, rows: &steps}
+	g, err := m.Generate(context.Background(), ids, pl, o, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for i, r := range steps {
+		total += len(r)
+		if len(r) == 0 {
+			t.Fatalf("step %d computes no rows", i)
+		}
+		lo, hi := int(r[0]), int(r[len(r)-1])+1
+		if len(r) != hi-lo || hi%B != 0 && hi != len(g.Canvas) {
+			t.Errorf("step %d: rows %d..%d are not whole blocks", i, lo, hi-1)
+		}
+		switch {
+		case i == 0 && lo != 0:
+			t.Errorf("step 0 starts at row %d, want 0 (no store: the prompt is computed)", lo)
+		case i > 0 && i%2 == 1 && hi-lo > B:
+			t.Errorf("step %d (a block's second) computes %d rows, want at most one block", i, hi-lo)
+		case i > 0 && i%2 == 0 && hi-lo > 2*B:
+			t.Errorf("step %d (a block's first) computes %d rows, want at most two blocks", i, hi-lo)
+		}
+	}
+	if L*total != g.RowsComputed {
+		t.Errorf("%d rows over %d layers, the forwards counted %d", total, L, g.RowsComputed)
+	}
+}
+
+// rowRecorder records the rows each step's plan computes.
+type rowRecorder struct {
+	model.Planner
+	rows *[][]int32
+}
+
+func (r *rowRecorder) Plan(s *model.Step) model.Plan {
+	p := r.Planner.Plan(s)
+	*r.rows = append(*r.rows, slices.Clone(p.Rows(0)))
+	return p
+}
+
+// Across requests: a shared system message's full blocks come from the
+// store at every layer (a block store at the model's block size and at a
+// multiple of it, and a whole-prefix store), and the tokens are those of
+// computing every row.
+func TestExactBlockStore(t *testing.T) {
+	const B = 8
+	m := loadBlockTiny(t, B)
+	L := len(m.Blocks)
+	o := exactRegimes(B)["threshold"]
+	none := mk(t, "none", Options{})
+	for _, tc := range []struct {
+		name  string
+		store func() PrefixStore
+		unit  int // the store's reuse granularity
+	}{
+		{"blocks of B", func() PrefixStore { return NewBlockStore(m.Backend, B, 1<<30, true, nil) }, B},
+		{"blocks of 2B", func() PrefixStore { return NewBlockStore(m.Backend, 2*B, 1<<30, true, nil) }, 2 * B},
+		{"blocks of B, whole fill", func() PrefixStore { return NewBlockStore(m.Backend, B, 1<<30, false, nil) }, B},
+		{"whole prefixes", func() PrefixStore { return NewStore(m.Backend, 1<<30, LRU) }, B},
+	} {
+		meth := mk(t, "exact-block", Options{Store: tc.store(), Fingerprint: m.Fingerprint})
+		for i := range 6 { // requests 0 and 3 share a system message, as do 1 and 4, 2 and 5
+			ids, pl := request(t, m, i)
+			want, _ := generate(t, m, none, ids, pl, o)
+			got, info := generate(t, m, meth, ids, pl, o)
+			if !slices.Equal(got.Canvas, want.Canvas) {
+				t.Errorf("%s, request %d: with the store %v\nnone %v", tc.name, i, got.Answer, want.Answer)
+			}
+			full := pl / tc.unit * tc.unit
+			if full == 0 {
+				t.Fatalf("%s: a prefix of %d tokens has no full block", tc.name, pl)
+			}
+			switch {
+			case i < 3 && (info.HitTokens != 0 || info.PrefixRows != L*full):
+				t.Errorf("%s, request %d (new prefix): hit %d tokens, filled %d rows; want 0 and %d", tc.name, i, info.HitTokens, info.PrefixRows, L*full)
+			case i >= 3 && (info.HitTokens != full || info.PrefixRows != 0 || !info.Hit || info.Depth != L):
+				t.Errorf("%s, request %d (stored prefix): info %+v; want %d tokens hit at every layer (%d)", tc.name, i, info, full, L)
+			}
+		}
+	}
+}
+
+// A multi-turn conversation reuses every earlier turn's full blocks: each
+// turn's prompt starts with the previous turn's answered conversation,
+// stored after it (serve --store-answers), and its tokens are those of
+// computing every row.
+func TestExactBlockConversation(t *testing.T) {
+	const B = 8
+	m := loadBlockTiny(t, B)
+	o := exactRegimes(B)["threshold"]
+	store := NewBlockStore(m.Backend, B, 1<<30, true, nil)
+	meth := mk(t, "exact-block", Options{Store: store, Fingerprint: m.Fingerprint})
+	none := mk(t, "none", Options{})
+	tok := m.Tokenizer
+	msgs := []tokenizer.Message{{Role: "system", Content: "You answer questions about the house rules. Be brief."}}
+	prevStored := 0
+	for turn := range 4 {
+		msgs = append(msgs, tokenizer.Message{Role: "user", Content: fmt.Sprintf("Question %d: %s", turn, strings.Repeat("why? ", 1+turn))})
+		ids, pl, err := tok.EncodeMessages(msgs, len(msgs)-1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := generate(t, m, none, ids, pl, o)
+		got, info := generate(t, m, meth, ids, pl, o)
+		if !slices.Equal(got.Canvas, want.Canvas) {
+			t.Errorf("turn %d: with the store %v\nnone %v", turn, got.Answer, want.Answer)
+		}
+		if turn > 0 && (info.HitTokens < prevStored || info.HitTokens == 0) {
+			t.Errorf("turn %d: %d prefix tokens from the store, want the earlier turns' %d at least", turn, info.HitTokens, prevStored)
+		}
+		msgs = append(msgs, tokenizer.Message{Role: "assistant", Content: m.AnswerText(got.Answer)})
+		text, err := tok.ApplyChat(msgs, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		answered := tok.Encode(text)
+		if _, _, err := StorePrefix(m.LLaDA, meth, answered, ""); err != nil {
+			t.Fatal(err)
+		}
+		prevStored = len(answered) / B * B
+		// The next turn's prompt starts with this turn's answered
+		// conversation, whose full blocks are now stored.
+		next, _, _ := tok.EncodeMessages(append(slices.Clone(msgs), tokenizer.Message{Role: "user", Content: "x"}), len(msgs))
+		if !slices.Equal(next[:len(answered)], answered) {
+			t.Fatalf("turn %d: the next turn does not start with the answered conversation", turn)
+		}
+	}
+}
+
+// A forced chain-hash collision in the block store is never served: the
+// colliding request computes its own blocks and answers as none does.
+func TestExactBlockForcedCollision(t *testing.T) {
+	old := blockKey
+	blockKey = func(parent Key, _, _ string, _ []int32) Key { return parent + 1 }
+	defer func() { blockKey = old }()
+	const B = 8
+	m := loadBlockTiny(t, B)
+	o := exactRegimes(B)["threshold"]
+	store := NewBlockStore(m.Backend, B, 1<<30, true, nil)
+	meth := mk(t, "exact-block", Options{Store: store, Fingerprint: m.Fingerprint})
+	none := mk(t, "none", Options{})
+	for i := range 3 { // three system messages, every block on the same keys
+		ids, pl := request(t, m, i)
+		want, _ := generate(t, m, none, ids, pl, o)
+		got, info := generate(t, m, meth, ids, pl, o)
+		if !slices.Equal(got.Canvas, want.Canvas) {
+			t.Errorf("request %d: %v\nnone %v", i, got.Answer, want.Answer)
+		}
+		if i > 0 && info.HitTokens != 0 {
+			t.Errorf("request %d: served %d tokens of another prefix's blocks", i, info.HitTokens)
+		}
+	}
+	if st := store.Stats(); st.Collisions == 0 {
+		t.Errorf("no collision counted: %+v", st)
+	}
+}
+
+// The exact cache refuses a bidirectional model and a block store whose
+// blocks are not whole model blocks, with errors that say so.
+func TestExactBlockRefuses(t *testing.T) {
+	bi := loadTiny(t)
+	ids, pl := request(t, bi, 0)
+	o := model.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}
+	meth := mk(t, "exact-block", Options{})
+	if err := CheckModel(meth, bi.Config); err == nil || !strings.Contains(err.Error(), "block-causal") {
+		t.Errorf("bidirectional model: CheckModel %v", err)
+	}
+	if _, err := Run(context.Background(), bi.LLaDA, meth, Request{Prompt: ids, PrefixLen: pl}, o); err == nil || !strings.Contains(err.Error(), "bidirectional") {
+		t.Errorf("bidirectional model: Run %v", err)
+	}
+	const B = 8
+	m := loadBlockTiny(t, B)
+	half := mk(t, "exact-block", Options{Store: NewBlockStore(m.Backend, B/2, 1<<30, true, nil)})
+	if _, err := Run(context.Background(), m.LLaDA, half, Request{Prompt: ids, PrefixLen: pl}, o); err == nil || !strings.Contains(err.Error(), "--store-blocks 8") {
+		t.Errorf("store blocks of B/2: %v", err)
+	}
+	if err := CheckModel(mk(t, "none", Options{}), bi.Config); err != nil {
+		t.Errorf("none refuses a model: %v", err)
+	}
+}

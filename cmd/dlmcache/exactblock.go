@@ -1,0 +1,44 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/dlmcache/dlmcache/cache"
+)
+
+// exactMethod is the method a block-causal model is served with when
+// --method is not given: the exact block cache, with the line saying so
+// ("", "" for a bidirectional model).
+func exactMethod(lm *loadedModel) (method, note string) {
+	B := cache.CausalBlock(lm.Config)
+	if B == 0 {
+		return "", ""
+	}
+	return "exact-block", fmt.Sprintf("block-causal model (blocks of %d tokens): method exact-block — committed blocks' K/V computed once, "+
+		"every full block of a shared prefix or an earlier turn served from the store at every layer; the answers of computing every row (--method none computes them)", B)
+}
+
+// exactStore gives the exact block cache, when methods has it and
+// --store-blocks is 0, a block store of the model's block size: every full
+// block of a shared prefix is then reused, and a conversation's earlier
+// turns with it. It returns the line saying so ("" when nothing changed).
+func exactStore(lm *loadedModel, methods []string, c *cacheFlags) string {
+	B := cache.CausalBlock(lm.Config)
+	if B == 0 || c.StoreBlocks != 0 || !slices.Contains(methods, "exact-block") {
+		return ""
+	}
+	c.StoreBlocks = B
+	return fmt.Sprintf("prefix store in blocks of %d tokens, the model's block (--store-blocks %d)", B, B)
+}
+
+// reusablePrefix is the part of a request's shared prefix of m tokens that
+// a cache can reuse exactly: on a block-causal model its full blocks (the
+// rows of the partial last block attend to what follows them in the
+// block), else all of it. profile measures prefixes of this length.
+func reusablePrefix(lm *loadedModel, m int) int {
+	if B := cache.CausalBlock(lm.Config); B > 0 {
+		return m / B * B
+	}
+	return m
+}

@@ -1,0 +1,162 @@
+package serve
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/dlmcache/dlmcache/cache"
+	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/cpu"
+)
+
+// loadBlockTiny is the random-weight fixture made block-causal with blocks
+// of B (its config.json marked; the same weights).
+func loadBlockTiny(t *testing.T, B int) *model.Model {
+	t.Helper()
+	src, err := filepath.Abs(filepath.Join("..", "model", "testdata", "tiny-f32"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for _, f := range []string{"model.safetensors", "tokenizer.json", "tokenizer_config.json"} {
+		if err := os.Symlink(filepath.Join(src, f), filepath.Join(dir, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raw, err := os.ReadFile(filepath.Join(src, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c map[string]any
+	if err := json.Unmarshal(raw, &c); err != nil {
+		t.Fatal(err)
+	}
+	c["block_causal"], c["block_size"] = true, B
+	raw, _ = json.Marshal(c)
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.Load(dir, cpu.New(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// A block-causal model served with the exact block cache and a block store
+// at its block size: four questions under each of two system messages and
+// a three-turn conversation get the answers of a server computing every
+// row, unbatched and batched; every repeated system message's full blocks
+// are counted as prefix tokens served from the store; a stream sends its
+// answer a committed block at a time.
+func TestExactBlockServe(t *testing.T) {
+	const B = 8
+	m := loadBlockTiny(t, B)
+	gen := model.GenOptions{GenLength: 4 * B, Steps: 2 * B, BlockLength: B}
+	server := func(method string, batch int) *Server {
+		o := cache.Options{Fingerprint: m.Fingerprint}
+		if method != "none" {
+			o.Store = cache.NewBlockStore(m.Backend, B, 1<<30, true, nil)
+		}
+		meth, err := cache.New(method, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := New(Config{Model: m, Method: meth, Gen: gen, MaxConcurrency: max(1, batch), MaxBatch: batch})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	none, exact, batched := server("none", 1), server("exact-block", 1), server("exact-block", 4)
+	var bodies []string
+	systems := []string{"You are a terse assistant. Follow the house rules: be brief, be kind, never guess.", "Answer in one word."}
+	for _, sys := range systems {
+		for q := range 4 {
+			bodies = append(bodies, chatBody(sys, fmt.Sprintf("Question %d: what is %d plus %d?", q, q, q+1), ""))
+		}
+	}
+	conv := []map[string]string{{"role": "system", "content": systems[0]}}
+	for turn := range 3 {
+		conv = append(conv, map[string]string{"role": "user", "content": fmt.Sprintf("Turn %d: and then?", turn)})
+		raw, _ := json.Marshal(map[string]any{"messages": conv})
+		bodies = append(bodies, string(raw))
+		conv = append(conv, map[string]string{"role": "assistant", "content": fmt.Sprintf("Answer %d.", turn)})
+	}
+	want := make([]string, len(bodies))
+	for i, b := range bodies {
+		want[i] = decodeChat(t, post(t, none, "/v1/chat/completions", b)).Choices[0].Message.Content
+		if got := decodeChat(t, post(t, exact, "/v1/chat/completions", b)).Choices[0].Message.Content; got != want[i] {
+			t.Errorf("request %d: exact-block %q, none %q", i, got, want[i])
+		}
+	}
+	var wg sync.WaitGroup
+	for i, b := range bodies {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if r := chatFrom(t, i, batched, b); r != nil && r.Choices[0].Message.Content != want[i] {
+				t.Errorf("request %d batched: exact-block %q, none %q", i, r.Choices[0].Message.Content, want[i])
+			}
+		}()
+	}
+	wg.Wait()
+
+	// Each system message's repeats hit its full blocks; each turn of the
+	// conversation the blocks of the one before.
+	st := exact.Method().Store().Stats()
+	tok := m.Tokenizer
+	hits := int64(0)
+	for _, sys := range systems {
+		_, pm, err := tok.EncodeChat(sys, "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		hits += int64(3 * (pm / B * B))
+	}
+	if st.HitTokens < hits {
+		t.Errorf("%d prefix tokens served from the store, want at least the repeated system messages' %d", st.HitTokens, hits)
+	}
+	rec := httptest.NewRecorder()
+	exact.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if got := metric(t, rec.Body.String(), "dlmcache_prefix_cache_hits_tokens_total"); got != float64(st.HitTokens) {
+		t.Errorf("metrics: %g prefix tokens hit, the store %d", got, st.HitTokens)
+	}
+
+	// Streaming: a delta per committed block at most, joining to the answer.
+	srec := post(t, exact, "/v1/chat/completions", chatBody(systems[0], "Question 0: what is 0 plus 1?", `"stream":true`))
+	deltas, text := 0, ""
+	for _, e := range sseEvents(t, srec.Body.String()) {
+		var c struct {
+			Choices []struct {
+				Delta struct{ Content string } `json:"delta"`
+			} `json:"choices"`
+		}
+		if e == "[DONE]" || json.Unmarshal([]byte(e), &c) != nil || len(c.Choices) == 0 || c.Choices[0].Delta.Content == "" {
+			continue
+		}
+		deltas++
+		text += c.Choices[0].Delta.Content
+	}
+	if text != want[0] || deltas > gen.GenLength/B+1 {
+		t.Errorf("stream: %d deltas joining to %q, want at most %d joining to %q", deltas, text, gen.GenLength/B+1, want[0])
+	}
+}
+
+// A bidirectional model is refused at start by the exact block cache.
+func TestExactBlockServeRefusesBidirectional(t *testing.T) {
+	meth, err := cache.New("exact-block", cache.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(Config{Model: loadTiny(t), Method: meth, Gen: testGen}); err == nil || !strings.Contains(err.Error(), "block-causal") {
+		t.Errorf("serve.New with a bidirectional model: %v", err)
+	}
+}
