@@ -14,6 +14,8 @@ import (
 
 // SuiteResult is one method's outcome on one task suite.
 type SuiteResult struct {
+	// Model names the model when a bench compares models ("" otherwise).
+	Model    string  `json:"model,omitempty" parquet:"model,optional"`
 	Method   string  `json:"method" parquet:"method"`
 	Suite    string  `json:"suite" parquet:"suite"`
 	N        int     `json:"n" parquet:"n"`
@@ -53,6 +55,9 @@ type Evaluator struct {
 	Method   cache.Method
 	Gen      model.GenOptions
 	Progress func(done, total int)
+	// ModelName, if set, labels the results (a bench comparing models);
+	// agreement with none is then with none on the same model.
+	ModelName string
 	// HistoryPrefix makes a multi-turn sample's shared prefix the whole
 	// conversation before its question (what a block store reuses) instead
 	// of the system message.
@@ -69,7 +74,7 @@ func (e *Evaluator) Evaluate(ctx context.Context, samples []datasets.Sample) ([]
 	if len(samples) == 0 {
 		return nil, fmt.Errorf("eval: no samples")
 	}
-	t := newTally(e.Method.Name())
+	t := newTally(e.ModelName, e.Method.Name())
 	for i, s := range samples {
 		if err := e.run(ctx, s, t); err != nil {
 			return nil, err
@@ -93,7 +98,7 @@ func EvaluateInterleaved(ctx context.Context, es []*Evaluator, samples []dataset
 	}
 	tallies := make([]*tally, len(es))
 	for j, e := range es {
-		tallies[j] = newTally(e.Method.Name())
+		tallies[j] = newTally(e.ModelName, e.Method.Name())
 	}
 	done, total := 0, len(samples)*len(es)
 	for i, s := range samples {
@@ -112,23 +117,23 @@ func EvaluateInterleaved(ctx context.Context, es []*Evaluator, samples []dataset
 	for j, e := range es {
 		out[j] = tallies[j].results(e.Gen.GenLength)
 	}
-	for k, e := range es {
-		if e.Method.Name() != "none" {
-			continue
-		}
-		for j := range es {
-			if j != k {
-				tallies[j].agreement(tallies[k], out[j])
+	for j := range es {
+		// Against the first none on the same model.
+		for k, e := range es {
+			if e.Method.Name() == "none" && e.ModelName == es[j].ModelName {
+				if k != j {
+					tallies[j].agreement(tallies[k], out[j])
+				}
+				break
 			}
 		}
-		break
 	}
 	return out, nil
 }
 
 // tally accumulates one method's per-suite outcomes.
 type tally struct {
-	method               string
+	model, method        string
 	by                   map[string]*SuiteResult
 	order                []string
 	rows, full, depthSum map[string]int
@@ -138,8 +143,8 @@ type tally struct {
 	answers map[string]map[string]string
 }
 
-func newTally(method string) *tally {
-	return &tally{method: method, by: map[string]*SuiteResult{}, rows: map[string]int{}, full: map[string]int{},
+func newTally(model, method string) *tally {
+	return &tally{model: model, method: method, by: map[string]*SuiteResult{}, rows: map[string]int{}, full: map[string]int{},
 		depthSum: map[string]int{}, flopsFull: map[string]float64{}, answers: map[string]map[string]string{}}
 }
 
@@ -196,7 +201,7 @@ func (e *Evaluator) run(ctx context.Context, s datasets.Sample, t *tally) error 
 	}
 	r := t.by[key]
 	if r == nil {
-		r = &SuiteResult{Method: t.method, Suite: key, Unscored: !s.Scored()}
+		r = &SuiteResult{Model: t.model, Method: t.method, Suite: key, Unscored: !s.Scored()}
 		t.by[key] = r
 		t.answers[key] = map[string]string{}
 		t.order = append(t.order, key)
@@ -271,7 +276,7 @@ func Overall(rs []SuiteResult) SuiteResult {
 	if len(rs) == 0 {
 		return SuiteResult{}
 	}
-	o := SuiteResult{Method: rs[0].Method, Suite: "average"}
+	o := SuiteResult{Model: rs[0].Model, Method: rs[0].Method, Suite: "average"}
 	var acc, rowsW, ratio, depth, flopsFull, agree float64
 	scored, agreed := 0, 0
 	for _, r := range rs {

@@ -30,6 +30,9 @@ type benchOptions struct {
 	PerSystem   int
 	Turns       int
 	StoreAnswer bool
+	// CompareModel, if set, runs the same methods (those it can run) on a
+	// second model over the same samples, interleaved with the first's.
+	CompareModel string
 	Chat        []string
 	ChatSystem  string
 	ChatChars   int
@@ -72,6 +75,7 @@ Methods:` + methodsHelp(),
 	fl.StringVar(&opts.ChatSystem, "chat-system", "You are a helpful assistant.", "system message of the --wildchat conversations")
 	fl.IntVar(&opts.ChatChars, "max-conversation-chars", 6000, "skip --wildchat conversations whose first --turns exchanges are longer (characters; 0: no bound)")
 	fl.BoolVar(&opts.StoreAnswer, "store-answers", false, "with --store-blocks and --turns: keep each answered conversation's blocks for the next turn (serve --store-answers)")
+	fl.StringVar(&opts.CompareModel, "compare-model", "", "a second model run on the same samples, interleaved request by request (e.g. llada-tiny beside llada-tiny-block): the methods it can run, each at its own defaults, the results labelled by model; --lut applies to --model only")
 	opts.regimeFlags.add(fl)
 	addCacheFlags(fl, &opts.Cache)
 	fl.StringVar(&opts.Out, "out", "", "directory for bench.md, bench.parquet and bench.json")
@@ -146,6 +150,7 @@ func benchRun(ctx context.Context, opts *benchOptions) error {
 	}
 	defer env.lm.Close()
 	lm, gen := env.lm, env.gen
+	flags := opts.Cache // as given, for --compare-model
 	if note := exactStore(lm, opts.Methods, &opts.Cache); note != "" {
 		fmt.Fprintf(opts.f.ErrOut, "bench: %s\n", note)
 	}
@@ -154,6 +159,10 @@ func benchRun(ctx context.Context, opts *benchOptions) error {
 	}
 	allMethods := slices.Equal(opts.Methods, cache.Names())
 	var es []*profile.Evaluator
+	label := ""
+	if opts.CompareModel != "" {
+		label = lm.Name
+	}
 	for _, name := range opts.Methods {
 		meth, err := env.method(name, &opts.Cache, nil)
 		if allMethods && err != nil && cache.CausalBlock(lm.Config) == 0 && name == "exact-block" {
@@ -164,7 +173,15 @@ func benchRun(ctx context.Context, opts *benchOptions) error {
 			return err
 		}
 		_, blocks := meth.Store().(*cache.BlockStore)
-		es = append(es, &profile.Evaluator{Model: lm.Model, Method: meth, Gen: meth.Gen(gen), HistoryPrefix: blocks, StoreAnswers: opts.StoreAnswer})
+		es = append(es, &profile.Evaluator{Model: lm.Model, ModelName: label, Method: meth, Gen: meth.Gen(gen), HistoryPrefix: blocks, StoreAnswers: opts.StoreAnswer})
+	}
+	if opts.CompareModel != "" {
+		other, err := compareEvaluators(opts, flags)
+		if err != nil {
+			return err
+		}
+		defer other.lm.Close()
+		es = append(es, other.es...)
 	}
 	bar := progress.New(opts.f.ErrOut, "bench "+strings.Join(opts.Methods, ","), "req", len(samples)*len(es), opts.Quiet)
 	res, err := profile.EvaluateInterleaved(ctx, es, samples, func(d, _ int) { bar.Set(d) })
@@ -216,7 +233,7 @@ func benchRun(ctx context.Context, opts *benchOptions) error {
 func writeBenchMarkdown(w io.Writer, rows []profile.SuiteResult) {
 	by := map[string]profile.SuiteResult{}
 	for _, r := range rows {
-		by[r.Method+"/"+r.Suite] = r
+		by[r.Model+"/"+r.Method+"/"+r.Suite] = r
 	}
 	fmt.Fprintln(w, "| method | suite | n | accuracy | Δ acc (pts) | = none | tokens/s | speed-up | vs base | FLOPs predict | NFE | rows computed | FLOPs | mean ratio | mean depth | deep refreshes / request | prefix hits (tokens) |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -228,7 +245,7 @@ func writeBenchMarkdown(w io.Writer, rows []profile.SuiteResult) {
 		if r.AgreeNone != nil {
 			agree = fmt.Sprintf("%.1f%%", 100**r.AgreeNone)
 		}
-		if b, ok := by["none/"+r.Suite]; ok && r.Method != "none" {
+		if b, ok := by[r.Model+"/none/"+r.Suite]; ok && r.Method != "none" {
 			if !r.Unscored {
 				dAcc = fmt.Sprintf("%+.1f", 100*(r.Accuracy-b.Accuracy))
 			}
@@ -237,7 +254,7 @@ func writeBenchMarkdown(w io.Writer, rows []profile.SuiteResult) {
 				predict = fmt.Sprintf("%.2f×", b.FLOPs/r.FLOPs)
 			}
 		}
-		if b, ok := by[benchBase(r.Method)+"/"+r.Suite]; ok {
+		if b, ok := by[r.Model+"/"+benchBase(r.Method)+"/"+r.Suite]; ok {
 			vsBase = fmt.Sprintf("%.2f× vs %s", r.TokensPerSec/b.TokensPerSec, b.Method)
 			if !r.Unscored {
 				vsBase += fmt.Sprintf(" (%+.1f pts)", 100*(r.Accuracy-b.Accuracy))
@@ -247,9 +264,53 @@ func writeBenchMarkdown(w io.Writer, rows []profile.SuiteResult) {
 		if name == "average" {
 			name = "**average**"
 		}
-		fmt.Fprintf(w, "| %s | %s | %d | %s | %s | %s | %.1f | %s | %s | %s | %d | %.1f%% | %.1f%% | %.3f | %.2f | %.1f | %d/%d |\n", r.Method, name, r.N, acc, dAcc, agree,
+		method := r.Method
+		if r.Model != "" {
+			method = r.Model + " " + r.Method
+		}
+		fmt.Fprintf(w, "| %s | %s | %d | %s | %s | %s | %.1f | %s | %s | %s | %d | %.1f%% | %.1f%% | %.3f | %.2f | %.1f | %d/%d |\n", method, name, r.N, acc, dAcc, agree,
 			r.TokensPerSec, speed, vsBase, predict, r.NFE, 100*r.RowsFraction, 100*r.FLOPsFraction, r.MeanRatio, r.MeanDepth, float64(r.Refreshes)/float64(max(1, r.N)), r.HitTokens, r.QueryTokens)
 	}
 }
 
 func writeFileAtomic(path string, b []byte) error { return atomicfile.WriteFile(path, b, 0o644) }
+
+// compared is the second model of bench --compare-model with its
+// evaluators.
+type compared struct {
+	lm *loadedModel
+	es []*profile.Evaluator
+}
+
+// compareEvaluators loads --compare-model and builds the evaluators of
+// the methods it can run (at its own generation defaults and its own
+// block store size for the exact cache); the others are skipped, said on
+// stderr.
+func compareEvaluators(opts *benchOptions, c cacheFlags) (*compared, error) {
+	c.LUT = ""
+	mf := opts.modelFlags
+	mf.Model = opts.CompareModel
+	env, err := loadMethodEnv(opts.f, mf, opts.regimeFlags, &c)
+	if err != nil {
+		return nil, fmt.Errorf("--compare-model: %w", err)
+	}
+	if note := exactStore(env.lm, opts.Methods, &c); note != "" {
+		fmt.Fprintf(opts.f.ErrOut, "bench: %s: %s\n", env.lm.Name, note)
+	}
+	out := &compared{lm: env.lm}
+	for _, name := range opts.Methods {
+		meth, err := env.method(name, &c, nil)
+		if err != nil {
+			fmt.Fprintf(opts.f.ErrOut, "bench: %s: skipping %s: %v\n", env.lm.Name, name, err)
+			continue
+		}
+		_, blocks := meth.Store().(*cache.BlockStore)
+		out.es = append(out.es, &profile.Evaluator{Model: env.lm.Model, ModelName: env.lm.Name, Method: meth, Gen: meth.Gen(env.gen),
+			HistoryPrefix: blocks, StoreAnswers: opts.StoreAnswer})
+	}
+	if len(out.es) == 0 {
+		env.lm.Close()
+		return nil, fmt.Errorf("--compare-model %s runs none of %v", opts.CompareModel, opts.Methods)
+	}
+	return out, nil
+}
