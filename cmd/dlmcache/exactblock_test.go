@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlmcache/dlmcache/lut"
+)
+
+// blockFixture is the serve fixture made block-causal with blocks of B
+// (its config.json marked; the same weights), in a directory of its own.
+func blockFixture(t *testing.T, B int) string {
+	t.Helper()
+	src, err := filepath.Abs(serveFixture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "tiny-block")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"model.safetensors", "tokenizer.json", "tokenizer_config.json", "dlmcache.json"} {
+		if err := os.Symlink(filepath.Join(src, f), filepath.Join(dir, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raw, err := os.ReadFile(filepath.Join(src, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c map[string]any
+	if err := json.Unmarshal(raw, &c); err != nil {
+		t.Fatal(err)
+	}
+	c["block_causal"], c["block_size"] = true, B
+	raw, _ = json.Marshal(c)
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// profile on a block-causal model: the prefixes measured at their full
+// blocks have cosine 1 at every layer, so every filled bin's depth is the
+// model's layer count.
+func TestProfileBlockCausal(t *testing.T) {
+	model := blockFixture(t, 8)
+	prof := filepath.Join(t.TempDir(), "prof")
+	out, errOut, code := run(t, "profile", "--model", model, "--ratios", "0.5:0.9:0.2", "--per-ratio", "4", "--quiet", "--out", prof,
+		"--user-prompts", "200", "--system-prompts", "builtin:assistant,builtin:coder")
+	if code != 0 {
+		t.Fatalf("profile: exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(errOut, "measured at its full blocks") {
+		t.Errorf("profile does not say how it measured a block-causal model's prefixes:\n%s", errOut)
+	}
+	for _, f := range []string{"table.json", "table-row-min.json"} {
+		tab, err := lut.Read(filepath.Join(prof, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		L, filled := tab.Model.NLayers, 0
+		for _, b := range tab.Bins {
+			if b.Count == 0 {
+				continue
+			}
+			filled++
+			if d := b.Depth(lut.Mean, L); d != L || b.Min != L {
+				t.Errorf("%s: bin [%.2f, %.2f): depth %d (min %d), want every layer (%d)", f, b.Lo, b.Hi, d, b.Min, L)
+			}
+		}
+		if filled == 0 {
+			t.Errorf("%s: no bin filled:\n%s", f, out)
+		}
+	}
+}
+
+// bench --compare-model: the block-causal model with and without the exact
+// cache beside the bidirectional one (which skips exact-block), rows
+// labelled by model; the exact cache answers as none on its model and
+// serves the repeated system messages' full blocks from the store.
+func TestBenchCompareModels(t *testing.T) {
+	model := blockFixture(t, 8)
+	out, errOut, code := run(t, "bench", "--model", model, "--compare-model", serveFixture, "--methods", "none,exact-block",
+		"--suite", "lookup", "--limit", "2", "--questions-per-system", "2", "--gen-length", "16", "--steps", "8", "--block-length", "8", "--quiet", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(errOut, "skipping exact-block") || !strings.Contains(errOut, "blocks of 8 tokens") {
+		t.Errorf("stderr does not say the bidirectional model skips exact-block and the store's block size:\n%s", errOut)
+	}
+	var js struct {
+		Results []struct {
+			Model, Method, Suite string
+			AgreeNone            *float64 `json:"agree_none"`
+			HitTokens            int64    `json:"prefix_hit_tokens"`
+			RowsFraction         float64  `json:"rows_fraction"`
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &js); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	seen := map[string]bool{}
+	for _, r := range js.Results {
+		seen[r.Model+" "+r.Method] = true
+		if r.Method == "exact-block" && r.Suite == "average" {
+			if r.AgreeNone == nil || *r.AgreeNone != 1 || r.HitTokens == 0 || r.RowsFraction >= 0.5 {
+				t.Errorf("exact-block: agreement %v, %d prefix tokens hit, rows %.2f of none's", r.AgreeNone, r.HitTokens, r.RowsFraction)
+			}
+		}
+	}
+	for _, want := range []string{"tiny-block none", "tiny-block exact-block", "tiny-bf16 none"} {
+		if !seen[want] {
+			t.Errorf("no rows for %s: %v", want, seen)
+		}
+	}
+	if seen["tiny-bf16 exact-block"] {
+		t.Error("the bidirectional model ran exact-block")
+	}
+}
+
+// serve on a block-causal model defaults to the exact cache with a block
+// store of the model's block size and says so; the exact cache refuses a
+// bidirectional model at start.
+func TestServeBlockCausalDefaults(t *testing.T) {
+	model := blockFixture(t, 8)
+	var out, errOut syncBuffer
+	var opts *serveOptions
+	cmd := newCmdServe(&factory{Out: &out, ErrOut: &errOut}, func(o *serveOptions) error { opts = o; return nil })
+	cmd.SetArgs([]string{"--model", model, "--threads", "1", "--addr", "127.0.0.1:0", "--timeout", "30s", "--gen-length", "16", "--steps", "8", "--block-length", "8"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	addr := make(chan string, 1)
+	opts.ready = func(a string) { addr <- a }
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- serveRun(ctx, opts) }()
+	var url string
+	select {
+	case a := <-addr:
+		url = "http://" + a
+	case err := <-done:
+		t.Fatalf("serve stopped at start-up: %v\n%s", err, errOut.String())
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not start listening")
+	}
+	if s := errOut.String(); !strings.Contains(s, "method exact-block") || !strings.Contains(s, "blocks of 8 tokens, the model's block") {
+		t.Errorf("start-up lines do not say the method and store defaulted to the exact block cache:\n%s", s)
+	}
+	body := `{"messages":[{"role":"system","content":"Be terse and kind, and follow the rules."},{"role":"user","content":"Hi"}]}`
+	for range 2 {
+		resp, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var r struct {
+			Dlmcache struct{ Method string } `json:"dlmcache"`
+		}
+		if resp.StatusCode != 200 || json.Unmarshal(raw, &r) != nil || r.Dlmcache.Method != "exact-block" {
+			t.Errorf("chat completion: %d %s", resp.StatusCode, raw)
+		}
+	}
+	cancel()
+	<-done
+
+	cmd = newCmdServe(&factory{Out: io.Discard, ErrOut: io.Discard}, func(o *serveOptions) error { opts = o; return nil })
+	cmd.SetArgs([]string{"--model", serveFixture, "--threads", "1", "--addr", "127.0.0.1:0", "--method", "exact-block"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if err := serveRun(context.Background(), opts); err == nil || !strings.Contains(err.Error(), "block-causal") {
+		t.Errorf("serve --method exact-block on a bidirectional model: %v", err)
+	}
+}
