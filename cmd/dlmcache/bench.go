@@ -33,10 +33,10 @@ type benchOptions struct {
 	// CompareModel, if set, runs the same methods (those it can run) on a
 	// second model over the same samples, interleaved with the first's.
 	CompareModel string
-	Chat        []string
-	ChatSystem  string
-	ChatChars   int
-	Seed        int64
+	Chat         []string
+	ChatSystem   string
+	ChatChars    int
+	Seed         int64
 	regimeFlags
 	Cache cacheFlags
 	Out   string
