@@ -39,7 +39,7 @@ func (m *exactBlock) Store() PrefixStore { return m.o.Store }
 // bidirectional one) and a block store whose blocks are not whole model
 // blocks.
 func (m *exactBlock) CheckModel(c *model.Config) error {
-	B := causalBlock(c)
+	B := c.CausalBlock()
 	if B == 0 {
 		return errors.New("exact-block needs a block-causal model (config.json \"block_causal\": true with a \"block_size\"); " +
 			"this model's attention is bidirectional, so committed tokens' K/V change at every step and no cache of them is exact " +
@@ -66,10 +66,6 @@ func CheckModel(meth Method, c *model.Config) error {
 	}
 	return nil
 }
-
-// CausalBlock is the block size of a block-causal model (0: attention is
-// bidirectional).
-func CausalBlock(c *model.Config) int { return causalBlock(c) }
 
 func (m *exactBlock) Planner(lm *model.LLaDA, salt string, info *Info) model.Planner {
 	if info == nil {
@@ -101,7 +97,7 @@ func (p *exactPlanner) Begin(r *model.Request) error {
 	if err := p.meth.CheckModel(p.lm.Config); err != nil {
 		return err
 	}
-	p.B = causalBlock(p.lm.Config)
+	p.B = p.lm.Config.CausalBlock()
 	n := len(r.Canvas)
 	p.kv = newKVBuffers(p.lm, n)
 	for l := range p.kv.k {
@@ -156,12 +152,31 @@ func (p *exactPlanner) fromStore(r *model.Request) error {
 }
 
 func (p *exactPlanner) Plan(s *model.Step) model.Plan {
-	// The current block's model block starts at start; everything before it
-	// is committed and final once computed over the final tokens.
-	start := s.BlockStart / p.B * p.B
-	end := stepEnd(s, p.B)
-	p.keepTo = max(p.cached, start)
-	p.rows = iota32(p.cached, end)
+	// Rows before the current block's model block are committed, and
+	// final once computed over their final tokens: those not kept yet are
+	// computed with the block and kept. Blocks are by position id
+	// (non-decreasing along the rows).
+	pos := func(i int) int {
+		if s.Positions == nil {
+			return i
+		}
+		return int(s.Positions[i])
+	}
+	cur := pos(s.BlockStart) / p.B
+	p.keepTo = p.cached
+	for p.keepTo < s.BlockStart && pos(p.keepTo)/p.B < cur {
+		p.keepTo++
+	}
+	lo := p.cached
+	if p.lm.Config.ShiftLogits {
+		// A slot's logits come from the row before it.
+		lo = min(lo, max(0, s.BlockStart-1))
+	}
+	end := s.Len
+	if end == 0 {
+		end = len(s.Canvas)
+	}
+	p.rows = iota32(lo, end)
 	return p
 }
 
@@ -195,15 +210,6 @@ func (p *exactPlanner) Observe(l int, _ []int32, _, k, v backend.Tensor) {
 // tiles says whether c is block-causal with blocks that tile store blocks
 // of n tokens.
 func tiles(c *model.Config, n int) bool {
-	B := causalBlock(c)
+	B := c.CausalBlock()
 	return B > 0 && n%B == 0
 }
-
-// causalBlock is c's block size when c is block-causal, else 0.
-// TODO(block-go API): read the config's accessor.
-func causalBlock(c *model.Config) int { return 0 }
-
-// stepEnd is the end of the rows a step computes: the end of the model
-// block holding the current block's last position, within the forward's
-// input. TODO(block-go API): the input's length.
-func stepEnd(s *model.Step, B int) int { return min(len(s.Canvas), (s.BlockEnd+B-1)/B*B) }

@@ -16,8 +16,9 @@ import (
 )
 
 // loadBlockTiny is the random-weight test model made block-causal with
-// blocks of B: the same weights, its config.json marked.
-func loadBlockTiny(t testing.TB, B int) *model.Model {
+// blocks of B (and token-shifted logits with shift): the same weights, its
+// config.json marked.
+func loadBlockTiny(t testing.TB, B int, shift ...bool) *model.Model {
 	t.Helper()
 	src := filepath.Join("..", "model", "testdata", "tiny-f32")
 	dir := t.TempDir()
@@ -34,7 +35,7 @@ func loadBlockTiny(t testing.TB, B int) *model.Model {
 	if err := json.Unmarshal(raw, &c); err != nil {
 		t.Fatal(err)
 	}
-	c["block_causal"], c["block_size"] = true, B
+	c["block_causal"], c["block_size"], c["shift_logits"] = true, B, len(shift) > 0 && shift[0]
 	raw, _ = json.Marshal(c)
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), raw, 0o644); err != nil {
 		t.Fatal(err)
@@ -44,7 +45,7 @@ func loadBlockTiny(t testing.TB, B int) *model.Model {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close() })
-	if got := CausalBlock(m.Config); got != B {
+	if got := m.Config.CausalBlock(); got != B {
 		t.Fatalf("block-causal test model: block size %d, want %d", got, B)
 	}
 	return m
@@ -70,18 +71,21 @@ func exactRegimes(B int) map[string]model.GenOptions {
 // from fewer rows.
 func TestExactBlockEqualsNone(t *testing.T) {
 	const B = 8
-	m := loadBlockTiny(t, B)
 	none, exact := mk(t, "none", Options{}), mk(t, "exact-block", Options{})
-	for name, o := range exactRegimes(B) {
-		for i := range 4 {
-			ids, pl := request(t, m, i)
-			want, _ := generate(t, m, none, ids, pl, o)
-			got, _ := generate(t, m, exact, ids, pl, o)
-			if !slices.Equal(got.Canvas, want.Canvas) {
-				t.Errorf("%s, request %d: exact-block %v\nnone %v", name, i, got.Answer, want.Answer)
-			}
-			if got.NFE != want.NFE || got.RowsComputed*2 > want.RowsComputed {
-				t.Errorf("%s, request %d: exact-block %d forwards, %d rows; none %d, %d", name, i, got.NFE, got.RowsComputed, want.NFE, want.RowsComputed)
+	for _, shift := range []bool{false, true} {
+		m := loadBlockTiny(t, B, shift)
+		for regime, o := range exactRegimes(B) {
+			for i := range 4 {
+				name := fmt.Sprintf("%s, shifted logits %v, request %d", regime, shift, i)
+				ids, pl := request(t, m, i)
+				want, _ := generate(t, m, none, ids, pl, o)
+				got, _ := generate(t, m, exact, ids, pl, o)
+				if !slices.Equal(got.Canvas, want.Canvas) {
+					t.Errorf("%s: exact-block %v\nnone %v", name, got.Answer, want.Answer)
+				}
+				if got.NFE != want.NFE || got.RowsComputed*2 > want.RowsComputed {
+					t.Errorf("%s: exact-block %d forwards, %d rows; none %d, %d", name, got.NFE, got.RowsComputed, want.NFE, want.RowsComputed)
+				}
 			}
 		}
 	}

@@ -165,7 +165,7 @@ func benchRun(ctx context.Context, opts *benchOptions) error {
 	}
 	for _, name := range opts.Methods {
 		meth, err := env.method(name, &opts.Cache, nil)
-		if allMethods && err != nil && cache.CausalBlock(lm.Config) == 0 && name == "exact-block" {
+		if allMethods && err != nil && lm.Config.CausalBlock() == 0 && name == "exact-block" {
 			fmt.Fprintf(opts.f.ErrOut, "bench: skipping %s: %v\n", name, err)
 			continue
 		}

@@ -11,7 +11,7 @@ import (
 // --method is not given: the exact block cache, with the line saying so
 // ("", "" for a bidirectional model).
 func exactMethod(lm *loadedModel) (method, note string) {
-	B := cache.CausalBlock(lm.Config)
+	B := lm.Config.CausalBlock()
 	if B == 0 {
 		return "", ""
 	}
@@ -24,7 +24,7 @@ func exactMethod(lm *loadedModel) (method, note string) {
 // block of a shared prefix is then reused, and a conversation's earlier
 // turns with it. It returns the line saying so ("" when nothing changed).
 func exactStore(lm *loadedModel, methods []string, c *cacheFlags) string {
-	B := cache.CausalBlock(lm.Config)
+	B := lm.Config.CausalBlock()
 	if B == 0 || c.StoreBlocks != 0 || !slices.Contains(methods, "exact-block") {
 		return ""
 	}
@@ -37,7 +37,7 @@ func exactStore(lm *loadedModel, methods []string, c *cacheFlags) string {
 // rows of the partial last block attend to what follows them in the
 // block), else all of it. profile measures prefixes of this length.
 func reusablePrefix(lm *loadedModel, m int) int {
-	if B := cache.CausalBlock(lm.Config); B > 0 {
+	if B := lm.Config.CausalBlock(); B > 0 {
 		return m / B * B
 	}
 	return m

@@ -111,7 +111,7 @@ func profileRun(ctx context.Context, opts *profileOptions) error {
 		return err
 	}
 	defer lm.Close()
-	if B := cache.CausalBlock(lm.Config); B > 0 {
+	if B := lm.Config.CausalBlock(); B > 0 {
 		fmt.Fprintf(opts.f.ErrOut, "profile: block-causal model (blocks of %d tokens): each request's shared prefix is measured at its full blocks, the part a cache reuses exactly\n", B)
 	}
 	preqs, unfilledS, err := opts.sampling().sample(opts.f, lm, gen.GenLength, edges, shardK, shardN)
