@@ -93,53 +93,56 @@ func TestExactBlockEqualsNone(t *testing.T) {
 
 // Rows computed: the first step computes the prompt's full blocks with the
 // current block, a block's first step the block just committed with it,
-// every other step the current block alone.
+// every other step the current block alone — always up to the end of the
+// input.
 func TestExactBlockRows(t *testing.T) {
 	const B = 8
 	m := loadBlockTiny(t, B)
 	L := len(m.Blocks)
 	ids, pl := request(t, m, 1)
-	o := model.GenOptions{GenLength: 4 * B, Steps: 2 * B, BlockLength: B} // two steps a block
-	var steps [][]int32
+	o := model.GenOptions{GenLength: 4 * B, Steps: 2 * B, BlockLength: B}
+	var steps []recorded
 	p := mk(t, "exact-block", Options{}).Planner(m.LLaDA, "", nil)
-	rec := &rowRecorder{Planner: p, rows: &steps}
-	g, err := m.Generate(context.Background(), ids, pl, o, rec)
+	g, err := m.Generate(context.Background(), ids, pl, o, &rowRecorder{Planner: p, steps: &steps})
 	if err != nil {
 		t.Fatal(err)
 	}
 	total := 0
+	prevStart := 0 // model block start of the previous step's block
 	for i, r := range steps {
-		total += len(r)
-		if len(r) == 0 {
-			t.Fatalf("step %d computes no rows", i)
-		}
-		lo, hi := int(r[0]), int(r[len(r)-1])+1
-		if len(r) != hi-lo || hi%B != 0 && hi != len(g.Canvas) {
-			t.Errorf("step %d: rows %d..%d are not whole blocks", i, lo, hi-1)
-		}
+		total += len(r.rows)
+		start := r.BlockStart / B * B
+		want := start
 		switch {
-		case i == 0 && lo != 0:
-			t.Errorf("step 0 starts at row %d, want 0 (no store: the prompt is computed)", lo)
-		case i > 0 && i%2 == 1 && hi-lo > B:
-			t.Errorf("step %d (a block's second) computes %d rows, want at most one block", i, hi-lo)
-		case i > 0 && i%2 == 0 && hi-lo > 2*B:
-			t.Errorf("step %d (a block's first) computes %d rows, want at most two blocks", i, hi-lo)
+		case i == 0:
+			want = 0
+		case r.BlockStep == 0:
+			want = prevStart
 		}
+		if len(r.rows) == 0 || int(r.rows[0]) != want || int(r.rows[len(r.rows)-1]) != r.Len-1 || len(r.rows) != r.Len-want {
+			t.Errorf("step %d (block %d step %d, block %d..%d, %d fed): rows %v, want %d..%d", i, r.Block, r.BlockStep, r.BlockStart, r.BlockEnd, r.Len, r.rows, want, r.Len-1)
+		}
+		prevStart = start
 	}
 	if L*total != g.RowsComputed {
 		t.Errorf("%d rows over %d layers, the forwards counted %d", total, L, g.RowsComputed)
 	}
 }
 
-// rowRecorder records the rows each step's plan computes.
+type recorded struct {
+	model.Step
+	rows []int32
+}
+
+// rowRecorder records each step and the rows its plan computes.
 type rowRecorder struct {
 	model.Planner
-	rows *[][]int32
+	steps *[]recorded
 }
 
 func (r *rowRecorder) Plan(s *model.Step) model.Plan {
 	p := r.Planner.Plan(s)
-	*r.rows = append(*r.rows, slices.Clone(p.Rows(0)))
+	*r.steps = append(*r.steps, recorded{*s, slices.Clone(p.Rows(0))})
 	return p
 }
 
