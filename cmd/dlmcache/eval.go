@@ -75,6 +75,9 @@ func evalRun(ctx context.Context, opts *evalOptions) error {
 	}
 	defer env.lm.Close()
 	lm, gen := env.lm, env.gen
+	if note := exactStore(lm, []string{opts.Method}, &opts.Cache); note != "" {
+		fmt.Fprintf(opts.f.ErrOut, "eval: %s\n", note)
+	}
 	meth, err := env.method(opts.Method, &opts.Cache, nil)
 	if err != nil {
 		return err
