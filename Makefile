@@ -3,7 +3,7 @@ GO        ?= go
 BIN       := bin/dlmcache
 export CGO_ENABLED := 1
 
-.PHONY: all build deps test sanitize e2e hfcheck run bench bench-8b results vet fuzz clean docs cuda-deps cuda-check gpu-test
+.PHONY: all build deps test sanitize e2e hfcheck run bench bench-8b bench-block results vet fuzz clean docs cuda-deps cuda-check gpu-test
 
 all: build
 
@@ -106,6 +106,12 @@ bench: build
 # ≈ 10 min on 2 cores.
 bench-8b: build
 	./scripts/bench.sh 8b
+
+# bench-block compares llada-tiny-block with llada-tiny on the suites and
+# times the exact block cache + store against no cache on shared system
+# messages and four-turn conversations, into bench-out/block/.
+bench-block:
+	./scripts/bench-block.sh
 
 # results reruns every measurement behind docs/results.md and docs/profiling.md
 # into results-out/ (≈ 12 min on 2 cores).

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# make bench-block: block diffusion on the bundled models (docs/serving.md,
+# "Block-causal models: the exact block cache").
+#   - suites: llada-tiny-block beside llada-tiny on the same held-out
+#     samples (accuracy, tokens/s, NFE, rows computed, prefix tokens
+#     shared), none and the exact block cache (which llada-tiny, being
+#     bidirectional, skips);
+#   - shared: four questions under each system message, llada-tiny-block
+#     with no cache against the exact block cache + block store (same model,
+#     same decoder);
+#   - turns: four-turn conversations, each turn's answered conversation kept
+#     in the store (--store-answers), the same two.
+# The methods take turns request by request, so the speed-ups are ratios of
+# one run. LIMIT (default 20) samples per suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${BENCH_OUT:-bench-out/block}
+LIMIT=${LIMIT:-20}
+mkdir -p "$OUT"
+go build -o "$OUT/dlmcache" ./cmd/dlmcache
+D="$OUT/dlmcache"
+grep -m1 'model name' /proc/cpuinfo | tee "$OUT/cpu.txt"
+set -x
+"$D" bench --model llada-tiny-block --compare-model llada-tiny --methods none,exact-block --suite all --limit "$LIMIT" --quiet --out "$OUT/suites"
+"$D" bench --model llada-tiny-block --methods none,exact-block --suite lookup --limit "$LIMIT" --questions-per-system 4 --quiet --out "$OUT/shared"
+"$D" bench --model llada-tiny-block --methods none,exact-block --suite lookup --limit "$LIMIT" --turns 4 --store-answers --quiet --out "$OUT/turns"
