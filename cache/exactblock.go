@@ -172,10 +172,9 @@ func (p *exactPlanner) Plan(s *model.Step) model.Plan {
 		// A slot's logits come from the row before it.
 		lo = min(lo, max(0, s.BlockStart-1))
 	}
-	end := s.Len
-	if end == 0 {
-		end = len(s.Canvas)
-	}
+	// Through the end of the model block holding the current block's end,
+	// within the input.
+	end := min(fedLen(s), (s.BlockEnd+p.B-1)/p.B*p.B)
 	p.rows = iota32(lo, end)
 	return p
 }
@@ -213,3 +212,6 @@ func tiles(c *model.Config, n int) bool {
 	B := c.CausalBlock()
 	return B > 0 && n%B == 0
 }
+
+// fedLen is the number of tokens step s's forward is given.
+func fedLen(s *model.Step) int { return len(s.Canvas) }
