@@ -3,8 +3,6 @@ package main
 import (
 	"fmt"
 	"slices"
-
-	"github.com/dlmcache/dlmcache/cache"
 )
 
 // exactMethod is the method a block-causal model is served with when
