@@ -68,6 +68,12 @@ every step); with --modules, "modules": ["name", …] imports prompt modules
 (GET /v1/modules lists them) that open the system message; tools, tool_choice, response_format and logprobs are refused
 with a 400 naming the field. GET /health answers as /healthz does.
 
+With no --method, a block-causal model (config.json "block_causal") is
+served with exact-block and a block store of the model's block size unless
+--store-blocks says otherwise: committed blocks' K/V are computed once and
+every full block of a shared prefix or an earlier turn is reused at every
+layer, with the answers of computing every row.
+
 With --lut and no --method, a calibrated table (table.json from dlmcache
 calibrate) serves each request with the method, knobs and decoder it chose
 for the request's ratio bin and answer-length class (the table method; the
@@ -94,7 +100,7 @@ Methods:` + methodsHelp(),
 	opts.modelFlags.add(fl)
 	fl.StringVar(&opts.Addr, "addr", "127.0.0.1:8080", "listen address (host:port; port 0 picks a free one)")
 	fl.StringVar(&opts.ServedName, "served-model-name", "", "the model name the API reports (GET /v1/models, responses' model); default: the model's name")
-	fl.StringVar(&opts.Method, "method", "", "caching method: "+strings.Join(cache.Names(), ", ")+"; default: bicache with --lut, else none")
+	fl.StringVar(&opts.Method, "method", "", "caching method: "+strings.Join(cache.Names(), ", ")+"; default: exact-block on a block-causal model, else bicache with --lut, else none")
 	addCacheFlags(fl, &opts.Cache)
 	opts.regimeFlags.add(fl)
 	fl.BoolVar(&opts.StoreAnswers, "store-answers", false, "with --store-blocks: keep each answered conversation's blocks so the next turn reuses every earlier turn (a fill forward over the question and answer per request)")
