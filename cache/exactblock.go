@@ -214,4 +214,9 @@ func tiles(c *model.Config, n int) bool {
 }
 
 // fedLen is the number of tokens step s's forward is given.
-func fedLen(s *model.Step) int { return len(s.Canvas) }
+func fedLen(s *model.Step) int {
+	if s.Len > 0 {
+		return s.Len
+	}
+	return len(s.Canvas)
+}
