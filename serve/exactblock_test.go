@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -15,34 +14,10 @@ import (
 	"github.com/dlmcache/dlmcache/model/cpu"
 )
 
-// loadBlockTiny is the random-weight fixture made block-causal with blocks
-// of B (its config.json marked; the same weights).
-func loadBlockTiny(t *testing.T, B int) *model.Model {
+// loadBlockTiny loads the block-causal random-weight fixture (blocks of 8).
+func loadBlockTiny(t *testing.T) *model.Model {
 	t.Helper()
-	src, err := filepath.Abs(filepath.Join("..", "model", "testdata", "tiny-f32"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	for _, f := range []string{"model.safetensors", "tokenizer.json", "tokenizer_config.json"} {
-		if err := os.Symlink(filepath.Join(src, f), filepath.Join(dir, f)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	raw, err := os.ReadFile(filepath.Join(src, "config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var c map[string]any
-	if err := json.Unmarshal(raw, &c); err != nil {
-		t.Fatal(err)
-	}
-	c["block_causal"], c["block_size"] = true, B
-	raw, _ = json.Marshal(c)
-	if err := os.WriteFile(filepath.Join(dir, "config.json"), raw, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	m, err := model.Load(dir, cpu.New(1))
+	m, err := model.Load(filepath.Join("..", "model", "testdata", "tiny-block"), cpu.New(1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +33,7 @@ func loadBlockTiny(t *testing.T, B int) *model.Model {
 // answer a committed block at a time.
 func TestExactBlockServe(t *testing.T) {
 	const B = 8
-	m := loadBlockTiny(t, B)
+	m := loadBlockTiny(t)
 	gen := model.GenOptions{GenLength: 4 * B, Steps: 2 * B, BlockLength: B}
 	server := func(method string, batch int) *Server {
 		o := cache.Options{Fingerprint: m.Fingerprint}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,47 +13,17 @@ import (
 	"github.com/dlmcache/dlmcache/lut"
 )
 
-// blockFixture is the serve fixture made block-causal with blocks of B
-// (its config.json marked; the same weights), in a directory of its own.
-func blockFixture(t *testing.T, B int) string {
-	t.Helper()
-	src, err := filepath.Abs(serveFixture)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(t.TempDir(), "tiny-block")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{"model.safetensors", "tokenizer.json", "tokenizer_config.json", "dlmcache.json"} {
-		if err := os.Symlink(filepath.Join(src, f), filepath.Join(dir, f)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	raw, err := os.ReadFile(filepath.Join(src, "config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var c map[string]any
-	if err := json.Unmarshal(raw, &c); err != nil {
-		t.Fatal(err)
-	}
-	c["block_causal"], c["block_size"] = true, B
-	raw, _ = json.Marshal(c)
-	if err := os.WriteFile(filepath.Join(dir, "config.json"), raw, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
+// blockFixture is the block-causal random-weight fixture (blocks of 8).
+const blockFixture = "../../model/testdata/tiny-block"
 
 // profile on a block-causal model: the prefixes measured at their full
 // blocks have cosine 1 at every layer, so every filled bin's depth is the
 // model's layer count.
 func TestProfileBlockCausal(t *testing.T) {
-	model := blockFixture(t, 8)
+	model := blockFixture
 	prof := filepath.Join(t.TempDir(), "prof")
 	out, errOut, code := run(t, "profile", "--model", model, "--ratios", "0.5:0.9:0.2", "--per-ratio", "4", "--quiet", "--out", prof,
-		"--user-prompts", "200", "--system-prompts", "builtin:assistant,builtin:coder")
+		"--user-prompts", "200", "--system-prompts", "builtin:assistant,builtin:coder", "--gen-length", "16", "--steps", "16", "--block-length", "8")
 	if code != 0 {
 		t.Fatalf("profile: exit %d: %s", code, errOut)
 	}
@@ -87,7 +56,7 @@ func TestProfileBlockCausal(t *testing.T) {
 // labelled by model; the exact cache answers as none on its model and
 // serves the repeated system messages' full blocks from the store.
 func TestBenchCompareModels(t *testing.T) {
-	model := blockFixture(t, 8)
+	model := blockFixture
 	out, errOut, code := run(t, "bench", "--model", model, "--compare-model", serveFixture, "--methods", "none,exact-block",
 		"--suite", "lookup", "--limit", "2", "--questions-per-system", "2", "--gen-length", "16", "--steps", "8", "--block-length", "8", "--quiet", "--json")
 	if code != 0 {
@@ -130,7 +99,7 @@ func TestBenchCompareModels(t *testing.T) {
 // store of the model's block size and says so; the exact cache refuses a
 // bidirectional model at start.
 func TestServeBlockCausalDefaults(t *testing.T) {
-	model := blockFixture(t, 8)
+	model := blockFixture
 	var out, errOut syncBuffer
 	var opts *serveOptions
 	cmd := newCmdServe(&factory{Out: &out, ErrOut: &errOut}, func(o *serveOptions) error { opts = o; return nil })
