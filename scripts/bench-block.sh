@@ -21,6 +21,6 @@ go build -o "$OUT/dlmcache" ./cmd/dlmcache
 D="$OUT/dlmcache"
 grep -m1 'model name' /proc/cpuinfo | tee "$OUT/cpu.txt"
 set -x
-"$D" bench --model llada-tiny-block --compare-model llada-tiny --methods none,exact-block --suite all --limit "$LIMIT" --quiet --out "$OUT/suites"
-"$D" bench --model llada-tiny-block --methods none,exact-block --suite lookup --limit "$LIMIT" --questions-per-system 4 --quiet --out "$OUT/shared"
-"$D" bench --model llada-tiny-block --methods none,exact-block --suite lookup --limit "$LIMIT" --turns 4 --store-answers --quiet --out "$OUT/turns"
+"$D" bench --model models/llada-tiny-block --compare-model llada-tiny --methods none,exact-block --suite all --limit "$LIMIT" --quiet --out "$OUT/suites"
+"$D" bench --model models/llada-tiny-block --methods none,exact-block --suite lookup --limit "$LIMIT" --questions-per-system 4 --quiet --out "$OUT/shared"
+"$D" bench --model models/llada-tiny-block --methods none,exact-block --suite lookup --limit "$LIMIT" --turns 4 --store-answers --quiet --out "$OUT/turns"
