@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlmcache/dlmcache/lut"
+	"github.com/dlmcache/dlmcache/profile"
 )
 
 // blockFixture is the block-causal random-weight fixture (blocks of 8).
@@ -30,7 +31,7 @@ func TestProfileBlockCausal(t *testing.T) {
 	if !strings.Contains(errOut, "measured at its full blocks") {
 		t.Errorf("profile does not say how it measured a block-causal model's prefixes:\n%s", errOut)
 	}
-	for _, f := range []string{"table.json", "table-row-min.json"} {
+	for _, f := range []string{profile.TableFile, profile.CrossTableFile} {
 		tab, err := lut.Read(filepath.Join(prof, f))
 		if err != nil {
 			t.Fatal(err)
