@@ -161,7 +161,7 @@ func benchRun(ctx context.Context, opts *benchOptions) error {
 	var es []*profile.Evaluator
 	label := ""
 	if opts.CompareModel != "" {
-		label = lm.Model.Name()
+		label = filepath.Base(lm.Name)
 	}
 	for _, name := range opts.Methods {
 		meth, err := env.method(name, &opts.Cache, nil)
@@ -305,7 +305,7 @@ func compareEvaluators(opts *benchOptions, c cacheFlags) (*compared, error) {
 			continue
 		}
 		_, blocks := meth.Store().(*cache.BlockStore)
-		out.es = append(out.es, &profile.Evaluator{Model: env.lm.Model, ModelName: env.lm.Model.Name(), Method: meth, Gen: meth.Gen(env.gen),
+		out.es = append(out.es, &profile.Evaluator{Model: env.lm.Model, ModelName: filepath.Base(env.lm.Name), Method: meth, Gen: meth.Gen(env.gen),
 			HistoryPrefix: blocks, StoreAnswers: opts.StoreAnswer})
 	}
 	if len(out.es) == 0 {
