@@ -102,13 +102,13 @@ func ParseConfig(raw []byte) (*Config, error) {
 	return &c, c.Validate()
 }
 
-// Validate reports the first field that makes the config unusable.
+// Validate reports the first field that makes the config unusable. Every
+// numeric field is checked against its range (numericFields); the error
+// names the field (ReadConfig adds the file).
 func (c *Config) Validate() error {
-	pos := map[string]int{"d_model": c.DModel, "n_layers": c.NLayers, "n_heads": c.NHeads,
-		"n_kv_heads": c.NKVHeads, "mlp_hidden_size": c.MLPHiddenSize, "vocab_size": c.VocabSize}
-	for _, k := range []string{"d_model", "n_layers", "n_heads", "n_kv_heads", "mlp_hidden_size", "vocab_size"} {
-		if pos[k] <= 0 {
-			return fmt.Errorf("config.json: %s must be positive, got %d", k, pos[k])
+	for _, f := range c.numericFields() {
+		if err := f.check(); err != nil {
+			return fmt.Errorf("config.json: %w", err)
 		}
 	}
 	if c.DModel%c.NHeads != 0 {
@@ -123,14 +123,16 @@ func (c *Config) Validate() error {
 	if c.EmbeddingSize != 0 && c.EmbeddingSize < c.VocabSize {
 		return fmt.Errorf("config.json: embedding_size %d < vocab_size %d", c.EmbeddingSize, c.VocabSize)
 	}
-	if c.MaskTokenID < 0 || c.MaskTokenID >= c.Embeddings() {
-		return fmt.Errorf("config.json: mask_token_id %d outside the vocabulary (%d)", c.MaskTokenID, c.Embeddings())
+	for _, t := range []struct {
+		name string
+		id   int
+	}{{"mask_token_id", c.MaskTokenID}, {"eos_token_id", c.EOSTokenID}, {"pad_token_id", c.PadTokenID}} {
+		if t.id >= c.Embeddings() {
+			return fmt.Errorf("config.json: %s %d outside the vocabulary (%d)", t.name, t.id, c.Embeddings())
+		}
 	}
 	if c.BlockCausal && c.BlockSize <= 0 {
 		return fmt.Errorf("config.json: block_size must be positive when block_causal is true, got %d", c.BlockSize)
-	}
-	if c.BlockSize < 0 {
-		return fmt.Errorf("config.json: block_size must not be negative, got %d", c.BlockSize)
 	}
 	if c.IncludeBias || c.IncludeQKVBias {
 		return fmt.Errorf("config.json: biases (include_bias/include_qkv_bias) are not supported for LLaDA yet")
@@ -142,4 +144,51 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("config.json: activation_type %q is not supported (want \"silu\")", c.ActivationType)
 	}
 	return nil
+}
+
+// numericField is one numeric config.json field and its allowed range.
+type numericField struct {
+	name string
+	v    float64
+	min  float64 // the least value allowed
+	open bool    // min itself is refused (v must exceed it)
+	hint string  // what the field's zero or absence means, if anything
+}
+
+func (f numericField) check() error {
+	if f.v > f.min || (!f.open && f.v == f.min) {
+		return nil
+	}
+	want := fmt.Sprintf("must be at least %g", f.min)
+	switch {
+	case f.open && f.min == 0:
+		want = "must be positive"
+	case f.min == 0:
+		want = "must not be negative"
+	}
+	if f.hint != "" {
+		want += " (" + f.hint + ")"
+	}
+	return fmt.Errorf("%s %s, got %g", f.name, want, f.v)
+}
+
+// numericFields lists every numeric field with its range; a field added to
+// Config gets a line here.
+func (c *Config) numericFields() []numericField {
+	return []numericField{
+		{name: "d_model", v: float64(c.DModel), open: true},
+		{name: "n_layers", v: float64(c.NLayers), open: true},
+		{name: "n_heads", v: float64(c.NHeads), open: true},
+		{name: "n_kv_heads", v: float64(c.NKVHeads), open: true},
+		{name: "mlp_hidden_size", v: float64(c.MLPHiddenSize), open: true},
+		{name: "vocab_size", v: float64(c.VocabSize), open: true},
+		{name: "embedding_size", v: float64(c.EmbeddingSize), hint: "0 or absent: vocab_size"},
+		{name: "rope_theta", v: c.RopeTheta, open: true},
+		{name: "rms_norm_eps", v: c.RMSNormEps, open: true},
+		{name: "mask_token_id", v: float64(c.MaskTokenID)},
+		{name: "eos_token_id", v: float64(c.EOSTokenID)},
+		{name: "pad_token_id", v: float64(c.PadTokenID)},
+		{name: "max_sequence_length", v: float64(c.MaxSequenceLength), hint: "the model's context in tokens; 0 or absent: none given"},
+		{name: "block_size", v: float64(c.BlockSize)},
+	}
 }

@@ -71,8 +71,12 @@ func (a CalibrationRun) same(b CalibrationRun) error {
 		return fmt.Errorf("regime %d/%d/%d vs %d/%d/%d", a.GenLength, a.Steps, a.BlockLength, b.GenLength, b.Steps, b.BlockLength)
 	case a.Refresh != b.Refresh || !slices.Equal(a.Sources, b.Sources):
 		return fmt.Errorf("refresh %d sources %v vs refresh %d sources %v", a.Refresh, a.Sources, b.Refresh, b.Sources)
-	case !slices.Equal(a.Edges, b.Edges) || a.Seed != b.Seed:
-		return fmt.Errorf("bins or seed differ")
+	case !slices.Equal(a.Edges, b.Edges):
+		return fmt.Errorf("ratio bins %v vs %v", a.Edges, b.Edges)
+	case a.Seed != b.Seed:
+		return fmt.Errorf("seed %d vs %d (--seed)", a.Seed, b.Seed)
+	case !slices.Equal(a.Data, b.Data):
+		return fmt.Errorf("data %q vs %q (--data)", a.Data, b.Data)
 	}
 	return nil
 }

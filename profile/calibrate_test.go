@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/dlmcache/dlmcache/lut"
@@ -146,5 +148,32 @@ func TestCalibrateResumeAndShards(t *testing.T) {
 	}
 	if _, err := testCalibrator(m, t.TempDir()).Merge(dirs[:2], reqs); err == nil {
 		t.Error("merging without a shard: no error")
+	}
+}
+
+// TestCalibrationRunSame: a calibration resumed or merged with settings
+// that change its outcomes is refused with the setting named.
+func TestCalibrationRunSame(t *testing.T) {
+	base := CalibrationRun{GenLength: 16, Steps: 8, BlockLength: 8, Refresh: 4, Sources: []string{"request"},
+		Edges: []float64{0, 0.5, 1}, Seed: 1, Data: []string{"a.jsonl"}}
+	for _, tc := range []struct {
+		change func(*CalibrationRun)
+		want   string
+	}{
+		{func(r *CalibrationRun) { r.Steps = 16 }, "regime"},
+		{func(r *CalibrationRun) { r.Sources = []string{"request", "store"} }, "sources"},
+		{func(r *CalibrationRun) { r.Edges = []float64{0, 1} }, "ratio bins"},
+		{func(r *CalibrationRun) { r.Seed = 2 }, "seed 1 vs 2"},
+		{func(r *CalibrationRun) { r.Data = []string{"b.jsonl"} }, "data"},
+	} {
+		b := base
+		b.Sources, b.Edges, b.Data = slices.Clone(base.Sources), slices.Clone(base.Edges), slices.Clone(base.Data)
+		tc.change(&b)
+		if err := base.same(b); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want an error naming %q", b, err, tc.want)
+		}
+	}
+	if err := base.same(base); err != nil {
+		t.Errorf("same settings: %v", err)
 	}
 }

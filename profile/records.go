@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"sort"
 
 	"github.com/parquet-go/parquet-go"
@@ -123,6 +124,28 @@ func (a RunInfo) sameRun(b RunInfo) error {
 		return fmt.Errorf("generation settings %d/%d/%d vs %d/%d/%d (gen length/steps/block)", a.GenLength, a.Steps, a.BlockLength, b.GenLength, b.Steps, b.BlockLength)
 	case fmt.Sprint(a.Edges) != fmt.Sprint(b.Edges):
 		return fmt.Errorf("ratio bins %s vs %s", a.Ratios, b.Ratios)
+	case a.AllSteps != b.AllSteps:
+		return fmt.Errorf("all_steps %t vs %t (--all-steps: every step's similarities or the first step's only)", a.AllSteps, b.AllSteps)
+	case !slices.Equal(a.Data, b.Data) || !slices.Equal(a.Systems, b.Systems):
+		return fmt.Errorf("sources: data %q, system prompts %q vs data %q, system prompts %q (--data, --system)", a.Data, a.Systems, b.Data, b.Systems)
+	case a.MaxTokens != b.MaxTokens:
+		return fmt.Errorf("max_tokens %d vs %d (--max-tokens)", a.MaxTokens, b.MaxTokens)
+	}
+	return nil
+}
+
+// sameResume reports why an interrupted run cannot be continued by a
+// command with settings b: anything that changes what its records mean
+// (sameRun) or which requests they are.
+func (a RunInfo) sameResume(b RunInfo) error {
+	if err := a.sameRun(b); err != nil {
+		return err
+	}
+	switch {
+	case a.Seed != b.Seed || a.PerRatio != b.PerRatio:
+		return fmt.Errorf("sampling: seed %d, %d per ratio vs seed %d, %d per ratio (--seed, --per-ratio)", a.Seed, a.PerRatio, b.Seed, b.PerRatio)
+	case a.Shard != b.Shard:
+		return fmt.Errorf("shard %q vs %q (--shard)", a.Shard, b.Shard)
 	}
 	return nil
 }

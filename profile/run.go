@@ -105,8 +105,8 @@ func (r *Runner) Run(ctx context.Context, reqs []Request) (*Result, error) {
 	case r.Resume:
 		// A finished run resumes to itself: its records are all there.
 		if recs, info, err := ReadParquet(filepath.Join(r.OutDir, SimilarityFile)); err == nil {
-			if err := info.sameRun(r.Info); err != nil {
-				return nil, fmt.Errorf("--resume: %s is from another run: %w", r.OutDir, err)
+			if err := info.sameResume(r.Info); err != nil {
+				return nil, fmt.Errorf("--resume: %s was made with other settings (the run there vs this command): %w", r.OutDir, err)
 			}
 			for _, rec := range recs {
 				done[rec.RequestID] = append(done[rec.RequestID], rec)
@@ -225,8 +225,8 @@ func readPartial(path string, want RunInfo) (map[string][]Record, error) {
 			if err := json.Unmarshal(ln, &h); err != nil {
 				return nil, fmt.Errorf("%s: first line is not a run header: %w", path, err)
 			}
-			if err := h.Run.sameRun(want); err != nil {
-				return nil, fmt.Errorf("--resume: %s was started with other settings: %w", path, err)
+			if err := h.Run.sameResume(want); err != nil {
+				return nil, fmt.Errorf("--resume: %s was started with other settings (the run there vs this command): %w", path, err)
 			}
 		} else {
 			var pl partialLine

@@ -567,3 +567,57 @@ func TestEvaluateChatAgreement(t *testing.T) {
 		}
 	}
 }
+
+// TestResumeRefusesOtherMeaning: an interrupted run resumed with settings
+// that change what its records mean or which requests they are (--all-steps,
+// the sources, the regime, the sampling) is refused with the setting named,
+// and the partial file is left as it was.
+func TestResumeRefusesOtherMeaning(t *testing.T) {
+	m := loadTiny(t)
+	reqs := testRequests(t, m, 6)
+	dir := t.TempDir()
+	r := testRunner(m, dir)
+	r.AllSteps, r.Info.AllSteps = true, true
+	r.Info.Data = []string{"a.jsonl"}
+	ctx, cancel := context.WithCancel(context.Background())
+	r.Progress = func(done, _ int) {
+		if done == 2 {
+			cancel()
+		}
+	}
+	if _, err := r.Run(ctx, reqs); !errors.Is(err, context.Canceled) {
+		t.Fatalf("interrupted run: %v", err)
+	}
+	part := filepath.Join(dir, PartialFile)
+	before, _ := os.ReadFile(part)
+	resume := func(change func(*Runner)) error {
+		r := testRunner(m, dir)
+		r.Resume, r.AllSteps, r.Info.AllSteps = true, true, true
+		r.Info.Data = []string{"a.jsonl"}
+		change(r)
+		_, err := r.Run(context.Background(), reqs)
+		return err
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(*Runner)
+		want   string
+	}{
+		{"without --all-steps", func(r *Runner) { r.AllSteps, r.Info.AllSteps = false, false }, "all_steps true vs false"},
+		{"other data", func(r *Runner) { r.Info.Data = []string{"b.jsonl"} }, "sources"},
+		{"other system prompts", func(r *Runner) { r.Info.Systems = []string{"x"} }, "sources"},
+		{"other regime", func(r *Runner) { r.Info.Steps, r.Gen.Steps = 8, 8 }, "generation settings"},
+		{"other seed", func(r *Runner) { r.Info.Seed = 7 }, "seed"},
+	} {
+		err := resume(tc.change)
+		if err == nil || !strings.Contains(err.Error(), "--resume") || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want a --resume error naming %q", tc.name, err, tc.want)
+		}
+		if after, _ := os.ReadFile(part); string(after) != string(before) {
+			t.Fatalf("%s: the refused resume changed %s", tc.name, PartialFile)
+		}
+	}
+	if err := resume(func(*Runner) {}); err != nil {
+		t.Errorf("resume with the same settings: %v", err)
+	}
+}

@@ -21,8 +21,8 @@ import (
 
 // chatRequest is the body of POST /v1/chat/completions.
 type chatRequest struct {
-	Model    string        `json:"model"`
-	Messages []chatMessage `json:"messages"`
+	Model    string      `json:"model"`
+	Messages messageList `json:"messages"`
 	// Modules is a dlmcache extra: the prompt modules (serve --modules)
 	// whose texts open the system message, reused across requests.
 	Modules []string `json:"modules"`
@@ -80,6 +80,38 @@ type chatMessage struct {
 	Role    string          `json:"role"`
 	Content json.RawMessage `json:"content"`
 	Name    string          `json:"name"`
+}
+
+// messageList decodes messages one by one, so that a wrong-typed field is
+// reported with its message's index (messages[2].role), which
+// encoding/json's own error leaves out.
+type messageList []chatMessage
+
+func (l *messageList) UnmarshalJSON(b []byte) error {
+	var raws []json.RawMessage
+	if err := json.Unmarshal(b, &raws); err != nil {
+		return err // not an array: encoding/json names "messages"
+	}
+	if raws == nil {
+		*l = nil
+		return nil
+	}
+	out := make(messageList, len(raws))
+	for i, raw := range raws {
+		if err := json.Unmarshal(raw, &out[i]); err != nil {
+			field := fmt.Sprintf("messages[%d]", i)
+			var ute *json.UnmarshalTypeError
+			if errors.As(err, &ute) {
+				if ute.Field != "" {
+					field += "." + ute.Field
+				}
+				return badRequest(fmt.Sprintf("%s: want %s, got %s", field, jsonKind(ute.Type.Kind().String()), ute.Value), field)
+			}
+			return badRequest(fmt.Sprintf("%s: %v", field, err), field)
+		}
+	}
+	*l = out
+	return nil
 }
 
 // text returns the message's content as one string. Content is required
@@ -273,8 +305,11 @@ func decodeBody(r io.Reader, v any) *apiError {
 		mbe *http.MaxBytesError
 		ute *json.UnmarshalTypeError
 		se  *json.SyntaxError
+		ae  *apiError
 	)
 	switch {
+	case errors.As(err, &ae):
+		return ae
 	case errors.As(err, &mbe):
 		return newAPIError(http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large", "",
 			fmt.Sprintf("request body exceeds %d bytes", mbe.Limit))

@@ -2,6 +2,8 @@ package serve
 
 import (
 	"encoding/json"
+	"io"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -201,5 +203,61 @@ func TestRegimeWarning(t *testing.T) {
 	}
 	if c := strings.Count(log.String(), "warning: a request at gen length 32"); c != 1 {
 		t.Errorf("%d warnings, want 1:\n%s", c, log.String())
+	}
+}
+
+// TestAPIKeys: with keys, a request without one, with a wrong one or with
+// another scheme gets 401 in OpenAI's shape (counted and logged); each key
+// is accepted; the health checks and the playground page stay open.
+func TestAPIKeys(t *testing.T) {
+	var log syncBuffer
+	s := newTestServer(t, "none", 0, func(c *Config) { c.APIKeys = []string{"sk-one", "sk-two"}; c.Log = &log })
+	send := func(method, path, auth string) *httptest.ResponseRecorder {
+		var body io.Reader
+		if method == "POST" {
+			body = strings.NewReader(chatBody("", "hi", ""))
+		}
+		req := httptest.NewRequest(method, path, body)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, req)
+		return rec
+	}
+	for _, auth := range []string{"", "Bearer sk-three", "Bearer sk-on", "Basic c2stb25lOg==", "sk-one", "Bearer "} {
+		for _, path := range []string{"/v1/chat/completions", "/v1/models", "/metrics", "/v1/nothing"} {
+			method := "GET"
+			if path == "/v1/chat/completions" {
+				method = "POST"
+			}
+			rec := send(method, path, auth)
+			var e struct {
+				Error struct{ Type, Code string } `json:"error"`
+			}
+			if rec.Code != 401 || json.Unmarshal(rec.Body.Bytes(), &e) != nil || e.Error.Code != "invalid_api_key" || rec.Header().Get("WWW-Authenticate") == "" {
+				t.Errorf("%s %s with %q: %d %s", method, path, auth, rec.Code, rec.Body)
+			}
+		}
+	}
+	for _, auth := range []string{"Bearer sk-one", "Bearer sk-two", "bearer sk-two"} {
+		if rec := send("POST", "/v1/chat/completions", auth); rec.Code != 200 {
+			t.Errorf("with %q: %d %s", auth, rec.Code, rec.Body)
+		}
+	}
+	for _, path := range []string{"/health", "/healthz", "/"} {
+		if rec := send("GET", path, ""); rec.Code != 200 {
+			t.Errorf("%s without a key: %d", path, rec.Code)
+		}
+	}
+	page := send("GET", "/metrics", "Bearer sk-one").Body.String()
+	if n := metric(t, page, "dlmcache_requests_unauthorized_total"); n != 24 {
+		t.Errorf("401s counted: %g, want 24", n)
+	}
+	if !strings.Contains(log.String(), " 401 ") {
+		t.Errorf("401s not logged:\n%s", log.String())
+	}
+	if _, err := New(Config{Model: loadTiny(t), APIKeys: []string{" "}}); err == nil {
+		t.Error("an empty key: accepted")
 	}
 }

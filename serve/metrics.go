@@ -23,34 +23,35 @@ import (
 type metrics struct {
 	reg *prometheus.Registry
 
-	requests    *prometheus.CounterVec   // endpoint, code
-	latency     *prometheus.HistogramVec // endpoint
-	unrouted    *prometheus.CounterVec   // code: 404 and 405
-	inFlight    prometheus.Gauge
-	inFlightN   atomic.Int64 // inFlight, readable
-	queued      prometheus.Gauge
-	queuedN     atomic.Int64 // queued, readable by tests
-	running     prometheus.Gauge
-	rejected    *prometheus.CounterVec // reason
-	cancelled   *prometheus.CounterVec // reason
-	queueWait   prometheus.Histogram
-	depths      *prometheus.CounterVec // depth
-	methods     *prometheus.CounterVec // method
-	clamped     prometheus.Counter
-	prefixReqs  *prometheus.CounterVec // hit
-	genTokens   prometheus.Counter
-	complTokens prometheus.Counter
-	promptTok   prometheus.Counter
-	genSecs     prometheus.Counter
-	nfe         prometheus.Counter
-	nfeHist     prometheus.Histogram
-	rowsComp    prometheus.Counter
-	rowsFull    prometheus.Counter
-	flops       prometheus.Counter
-	flopsFull   prometheus.Counter
-	genLat      prometheus.Histogram
-	firstBlock  prometheus.Histogram
-	batchSize   prometheus.Histogram
+	requests     *prometheus.CounterVec   // endpoint, code
+	latency      *prometheus.HistogramVec // endpoint
+	unrouted     *prometheus.CounterVec   // code: 404 and 405
+	unauthorized prometheus.Counter
+	inFlight     prometheus.Gauge
+	inFlightN    atomic.Int64 // inFlight, readable
+	queued       prometheus.Gauge
+	queuedN      atomic.Int64 // queued, readable by tests
+	running      prometheus.Gauge
+	rejected     *prometheus.CounterVec // reason
+	cancelled    *prometheus.CounterVec // reason
+	queueWait    prometheus.Histogram
+	depths       *prometheus.CounterVec // depth
+	methods      *prometheus.CounterVec // method
+	clamped      prometheus.Counter
+	prefixReqs   *prometheus.CounterVec // hit
+	genTokens    prometheus.Counter
+	complTokens  prometheus.Counter
+	promptTok    prometheus.Counter
+	genSecs      prometheus.Counter
+	nfe          prometheus.Counter
+	nfeHist      prometheus.Histogram
+	rowsComp     prometheus.Counter
+	rowsFull     prometheus.Counter
+	flops        prometheus.Counter
+	flopsFull    prometheus.Counter
+	genLat       prometheus.Histogram
+	firstBlock   prometheus.Histogram
+	batchSize    prometheus.Histogram
 
 	regimeMismatch prometheus.Counter
 
@@ -89,6 +90,7 @@ func newMetrics(method string, be backend.Backend, store func() cache.Stats, now
 	m.unrouted = f.NewCounterVec(prometheus.CounterOpts{Name: "dlmcache_requests_unrouted_total", Help: "Requests for no endpoint (404) or with a method the path does not take (405)."}, []string{"code"})
 	m.unrouted.WithLabelValues("404")
 	m.unrouted.WithLabelValues("405")
+	m.unauthorized = counter("dlmcache_requests_unauthorized_total", "Requests refused for a missing or wrong API key (401).")
 	m.inFlight = gauge("dlmcache_requests_in_flight", "Completion requests being handled (queued or generating).")
 	m.queued = gauge("dlmcache_requests_queued", "Completion requests waiting for a generation slot.")
 	m.running = gauge("dlmcache_generations_running", "Generations running.")

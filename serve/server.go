@@ -68,7 +68,8 @@ type Config struct {
 	// MaxContext bounds prompt + gen length in tokens (default: the model's
 	// max_sequence_length, or unbounded when it has none).
 	MaxContext int
-	// MaxGenLength bounds a request's gen length (default 4096).
+	// MaxGenLength bounds a request's gen length: the completion tokens
+	// (max_tokens) it may ask for (default 1024).
 	MaxGenLength int
 
 	// Events, if not nil, is the block store's KV event log, served at
@@ -84,6 +85,9 @@ type Config struct {
 	// Modules, if not nil, is the prompt-module schema chat requests may
 	// import from ("modules": […]; modules.go), served at GET /v1/modules.
 	Modules *Modules
+
+	// APIKeys, if any, are the keys a request must carry (auth.go).
+	APIKeys []string
 
 	// Log, if not nil, gets one line per request.
 	Log io.Writer
@@ -107,6 +111,7 @@ type Server struct {
 	shutdown context.CancelCauseFunc
 	warned   sync.Map // table regimes warned about (lut.Regime → true)
 	batch    *batcher // nil: each generation runs its own forwards
+	keys     apiKeys  // nil: no API key needed
 }
 
 // New checks cfg and returns a Server.
@@ -171,13 +176,19 @@ func New(cfg Config) (*Server, error) {
 		cfg.MaxContext = cfg.Model.Config.MaxSequenceLength
 	}
 	if cfg.MaxGenLength <= 0 {
-		cfg.MaxGenLength = 4096
+		cfg.MaxGenLength = DefaultMaxGenLength
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
 	s := &Server{cfg: cfg, mux: http.NewServeMux(), slots: make(chan struct{}, cfg.MaxConcurrency)}
 	s.base, s.shutdown = context.WithCancelCause(context.Background())
+	for i, k := range cfg.APIKeys {
+		if strings.TrimSpace(k) == "" || strings.TrimSpace(k) != k {
+			return nil, fmt.Errorf("serve: API key %d is empty or has surrounding spaces", i+1)
+		}
+	}
+	s.keys = newAPIKeys(cfg.APIKeys)
 	// The prefix-store metrics count the method's store and the modules'.
 	var stores []cache.PrefixStore
 	for _, m := range []cache.Method{cfg.Method, cfg.Modules.Method()} {
@@ -211,12 +222,21 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
+// DefaultMaxGenLength is Config.MaxGenLength's default: a request's
+// completion tokens at most.
+const DefaultMaxGenLength = 1024
+
 // Method is the caching method served.
 func (s *Server) Method() cache.Method { return s.cfg.Method }
 
-// ServeHTTP implements http.Handler. Unknown paths get a 404 and wrong
-// methods a 405, both in OpenAI's error shape.
+// ServeHTTP implements http.Handler. Without a valid API key (when the
+// server has keys) a request gets 401; unknown paths get a 404 and wrong
+// methods a 405; all in OpenAI's error shape.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !s.keys.allows(r) {
+		s.unauthorized(w, r)
+		return
+	}
 	if _, pattern := s.mux.Handler(r); pattern == "" {
 		rec := &statusWriter{ResponseWriter: w}
 		start := s.cfg.Now()
@@ -482,7 +502,7 @@ func (s *Server) genOptions(g *genFields) (model.GenOptions, *apiError) {
 		}
 	}
 	if o.GenLength > s.cfg.MaxGenLength {
-		return o, badRequest(fmt.Sprintf("%s %d exceeds the server's limit of %d answer slots", param, o.GenLength, s.cfg.MaxGenLength), param)
+		return o, badRequest(fmt.Sprintf("%s %d exceeds the server's limit of %d completion tokens per request (serve --max-completion-tokens)", param, o.GenLength, s.cfg.MaxGenLength), param)
 	}
 	if B := s.cfg.Model.Config.CausalBlock(); B > 0 {
 		return s.blockGenOptions(g, o, B, param)

@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -38,6 +40,9 @@ type serveOptions struct {
 	ReadTimeout    time.Duration
 	ReadHeader     time.Duration
 	IdleTimeout    time.Duration
+	MaxTokens      int
+	APIKeys        []string
+	APIKeyFile     string
 	MaxContext     int
 	ServedName     string
 	Quiet          bool
@@ -119,6 +124,9 @@ Methods:` + methodsHelp(),
 	fl.DurationVar(&opts.ReadHeader, "read-header-timeout", 10*time.Second, "longest time to read a request's header")
 	fl.DurationVar(&opts.IdleTimeout, "idle-timeout", 2*time.Minute, "longest a keep-alive connection may wait for its next request")
 	fl.IntVar(&opts.MaxContext, "max-context", 0, "largest prompt + gen length in tokens (0: the model's max_sequence_length)")
+	fl.IntVar(&opts.MaxTokens, "max-completion-tokens", serve.DefaultMaxGenLength, "most completion tokens (max_tokens, gen_length) one request may ask for; more get 400")
+	fl.StringArrayVar(&opts.APIKeys, "api-key", nil, "API key requests must send as \"Authorization: Bearer KEY\" (repeatable; /health, /healthz and the playground page stay open); a key on the command line shows in the process list: prefer --api-key-file")
+	fl.StringVar(&opts.APIKeyFile, "api-key-file", "", "file of API keys, one a line (blank lines and lines starting with # skipped); with --api-key, all are accepted")
 	fl.BoolVar(&opts.Quiet, "quiet", false, "no per-request log lines")
 	fl.BoolVar(&opts.AllowUncalibrated, "allow-uncalibrated", false, "serve a --lut table no calibration checked against the model's answers (profile's cosine estimates lost 10 points on held-out requests: docs/results.md)")
 	return cmd
@@ -127,6 +135,13 @@ Methods:` + methodsHelp(),
 func serveRun(ctx context.Context, opts *serveOptions) error {
 	if opts.MaxBatch < 1 {
 		return fmt.Errorf("--max-batch must be at least 1, got %d", opts.MaxBatch)
+	}
+	if opts.MaxTokens < 1 {
+		return fmt.Errorf("--max-completion-tokens must be at least 1, got %d", opts.MaxTokens)
+	}
+	keys, err := apiKeys(opts.APIKeys, opts.APIKeyFile)
+	if err != nil {
+		return err
 	}
 	env, err := loadMethodEnv(opts.f, opts.modelFlags, opts.regimeFlags, &opts.Cache)
 	if err != nil {
@@ -169,7 +184,7 @@ func serveRun(ctx context.Context, opts *serveOptions) error {
 		logw = nil
 	}
 	srv, err := serve.New(serve.Config{
-		Model: lm.Model, Name: cmp.Or(opts.ServedName, lm.Name), Method: meth, Gen: gen, Events: opts.Cache.Events, StoreAnswers: opts.StoreAnswers,
+		Model: lm.Model, Name: cmp.Or(opts.ServedName, servedName(lm)), APIKeys: keys, MaxGenLength: opts.MaxTokens, Method: meth, Gen: gen, Events: opts.Cache.Events, StoreAnswers: opts.StoreAnswers,
 		MaxConcurrency: concurrency(opts.MaxConcurrency, opts.MaxBatch), MaxBatch: opts.MaxBatch, MaxQueue: opts.MaxQueue, QueueWait: opts.QueueWait,
 		Timeout: opts.Timeout, MaxBodyBytes: opts.MaxBodyBytes, StreamBufferBytes: opts.StreamBuffer, WriteTimeout: opts.WriteTimeout,
 		ReadTimeout: opts.ReadTimeout, ReadHeaderTimeout: opts.ReadHeader, IdleTimeout: opts.IdleTimeout, MaxContext: opts.MaxContext, Log: logw, Modules: mods,
@@ -197,6 +212,9 @@ func serveRun(ctx context.Context, opts *serveOptions) error {
 		gen.GenLength, gen.Steps, gen.BlockLength, srv.MaxConcurrency(), max(1, opts.MaxBatch), ln.Addr())
 	for _, n := range notes {
 		fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: %s\n", n)
+	}
+	if len(keys) > 0 {
+		fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: %d API keys: requests need \"Authorization: Bearer KEY\" (/health, /healthz and / are open)\n", len(keys))
 	}
 	if mods != nil {
 		var names []string
@@ -263,4 +281,44 @@ func concurrency(flag, batch int) int {
 		return batch
 	}
 	return 2
+}
+
+// servedName is the model name the API reports by default: --model as
+// given when it names a bundled or published model, the directory's base
+// name when it is a path (a response never shows the server's paths).
+func servedName(lm *loadedModel) string {
+	if st, err := os.Stat(lm.Name); err == nil && st.IsDir() {
+		return lm.Model.Name()
+	}
+	return lm.Name
+}
+
+// apiKeys gathers --api-key and the keys of --api-key-file.
+func apiKeys(flags []string, file string) ([]string, error) {
+	keys := slices.Clone(flags)
+	for i, k := range keys {
+		if strings.TrimSpace(k) == "" || strings.TrimSpace(k) != k {
+			return nil, fmt.Errorf("--api-key %d is empty or has surrounding spaces", i+1)
+		}
+	}
+	if file == "" {
+		return keys, nil
+	}
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("--api-key-file: %w", err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(raw), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		keys = append(keys, line)
+		n++
+	}
+	if n == 0 {
+		return nil, fmt.Errorf("--api-key-file %s holds no keys (one a line)", file)
+	}
+	return keys, nil
 }

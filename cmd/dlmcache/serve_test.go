@@ -261,3 +261,71 @@ func TestServeAppliesTheTablesChoice(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// TestServeAPIKeysAndName: --api-key and --api-key-file's keys are all
+// accepted, a request without one gets 401, /healthz stays open, and no
+// response shows the model's path (its name instead).
+func TestServeAPIKeysAndName(t *testing.T) {
+	keyFile := filepath.Join(t.TempDir(), "keys")
+	os.WriteFile(keyFile, []byte("# team keys\nsk-file-1\n\n  sk-file-2  \n"), 0o600)
+	var errOut syncBuffer
+	var opts *serveOptions
+	cmd := newCmdServe(&factory{Out: io.Discard, ErrOut: &errOut}, func(o *serveOptions) error { opts = o; return nil })
+	abs, _ := filepath.Abs(serveFixture)
+	cmd.SetArgs([]string{"--model", abs, "--threads", "1", "--addr", "127.0.0.1:0", "--api-key", "sk-flag", "--api-key-file", keyFile})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	addr := make(chan string, 1)
+	opts.ready = func(a string) { addr <- a }
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- serveRun(ctx, opts) }()
+	var url string
+	select {
+	case a := <-addr:
+		url = "http://" + a
+	case err := <-done:
+		t.Fatalf("serve stopped at start-up: %v\n%s", err, errOut.String())
+	}
+	get := func(path, key string) (int, string) {
+		req, _ := http.NewRequest("GET", url+path, nil)
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get("/v1/models", ""); code != 401 || !strings.Contains(body, "invalid_api_key") {
+		t.Errorf("/v1/models without a key: %d %s", code, body)
+	}
+	for _, k := range []string{"sk-flag", "sk-file-1", "sk-file-2"} {
+		code, body := get("/v1/models", k)
+		if code != 200 || !strings.Contains(body, `"id":"tiny-bf16"`) || strings.Contains(body, abs) {
+			t.Errorf("/v1/models with %s: %d %s", k, code, body)
+		}
+	}
+	if code, body := get("/healthz", ""); code != 200 || strings.Contains(body, "/") {
+		t.Errorf("/healthz: %d %s", code, body)
+	}
+	if !strings.Contains(errOut.String(), "3 API keys") || strings.Contains(errOut.String(), "sk-") {
+		t.Errorf("start-up lines should count the keys and show none:\n%s", errOut.String())
+	}
+	cancel()
+	<-done
+	for _, bad := range []string{filepath.Join(t.TempDir(), "missing"), func() string {
+		p := filepath.Join(t.TempDir(), "empty")
+		os.WriteFile(p, []byte("# nothing\n\n"), 0o600)
+		return p
+	}()} {
+		if _, err := apiKeys(nil, bad); err == nil || !strings.Contains(err.Error(), "--api-key-file") {
+			t.Errorf("key file %s: %v", bad, err)
+		}
+	}
+}
