@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/dlmcache/dlmcache/cache"
+	"github.com/dlmcache/dlmcache/internal/memlimit"
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
 )
@@ -86,6 +87,11 @@ type Config struct {
 	// import from ("modules": […]; modules.go), served at GET /v1/modules.
 	Modules *Modules
 
+	// IdleTrim is how long the server must be idle (no request in
+	// flight) before it returns the memory the last burst left (pooled
+	// buffers, freed heap) to the kernel (default 2 s; negative: never).
+	IdleTrim time.Duration
+
 	// APIKeys, if any, are the keys a request must carry (auth.go).
 	APIKeys []string
 
@@ -112,6 +118,7 @@ type Server struct {
 	warned   sync.Map // table regimes warned about (lut.Regime → true)
 	batch    *batcher // nil: each generation runs its own forwards
 	keys     apiKeys  // nil: no API key needed
+	trim     *memlimit.Trimmer
 }
 
 // New checks cfg and returns a Server.
@@ -189,6 +196,11 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	s.keys = newAPIKeys(cfg.APIKeys)
+	if cfg.IdleTrim >= 0 {
+		s.trim = &memlimit.Trimmer{After: cmp.Or(cfg.IdleTrim, 2*time.Second), Trimmed: func(before, after uint64) {
+			s.logf("idle: memory trimmed, heap held %d → %d MiB", before>>20, after>>20)
+		}}
+	}
 	// The prefix-store metrics count the method's store and the modules'.
 	var stores []cache.PrefixStore
 	for _, m := range []cache.Method{cfg.Method, cfg.Modules.Method()} {
@@ -589,6 +601,10 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, endpoint strin
 	note := ""
 	s.met.inFlight.Inc()
 	s.met.inFlightN.Add(1)
+	if s.trim != nil {
+		s.trim.Busy()
+		defer s.trim.Idle()
+	}
 	defer func() {
 		s.met.inFlight.Dec()
 		s.met.inFlightN.Add(-1)

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dlmcache/dlmcache/cache"
+	"github.com/dlmcache/dlmcache/internal/memlimit"
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/serve"
 )
@@ -41,6 +42,7 @@ type serveOptions struct {
 	ReadHeader     time.Duration
 	IdleTimeout    time.Duration
 	MaxTokens      int
+	IdleTrim       time.Duration
 	APIKeys        []string
 	APIKeyFile     string
 	MaxContext     int
@@ -124,6 +126,7 @@ Methods:` + methodsHelp(),
 	fl.DurationVar(&opts.ReadHeader, "read-header-timeout", 10*time.Second, "longest time to read a request's header")
 	fl.DurationVar(&opts.IdleTimeout, "idle-timeout", 2*time.Minute, "longest a keep-alive connection may wait for its next request")
 	fl.IntVar(&opts.MaxContext, "max-context", 0, "largest prompt + gen length in tokens (0: the model's max_sequence_length)")
+	fl.DurationVar(&opts.IdleTrim, "idle-trim", 2*time.Second, "after this long with no request in flight, return the memory the last burst left (pooled buffers, freed heap) to the kernel; negative: never")
 	fl.IntVar(&opts.MaxTokens, "max-completion-tokens", serve.DefaultMaxGenLength, "most completion tokens (max_tokens, gen_length) one request may ask for; more get 400")
 	fl.StringArrayVar(&opts.APIKeys, "api-key", nil, "API key requests must send as \"Authorization: Bearer KEY\" (repeatable; /health, /healthz and the playground page stay open); a key on the command line shows in the process list: prefer --api-key-file")
 	fl.StringVar(&opts.APIKeyFile, "api-key-file", "", "file of API keys, one a line (blank lines and lines starting with # skipped); with --api-key, all are accepted")
@@ -184,7 +187,7 @@ func serveRun(ctx context.Context, opts *serveOptions) error {
 		logw = nil
 	}
 	srv, err := serve.New(serve.Config{
-		Model: lm.Model, Name: cmp.Or(opts.ServedName, servedName(lm)), APIKeys: keys, MaxGenLength: opts.MaxTokens, Method: meth, Gen: gen, Events: opts.Cache.Events, StoreAnswers: opts.StoreAnswers,
+		Model: lm.Model, Name: cmp.Or(opts.ServedName, servedName(lm)), APIKeys: keys, MaxGenLength: opts.MaxTokens, IdleTrim: opts.IdleTrim, Method: meth, Gen: gen, Events: opts.Cache.Events, StoreAnswers: opts.StoreAnswers,
 		MaxConcurrency: concurrency(opts.MaxConcurrency, opts.MaxBatch), MaxBatch: opts.MaxBatch, MaxQueue: opts.MaxQueue, QueueWait: opts.QueueWait,
 		Timeout: opts.Timeout, MaxBodyBytes: opts.MaxBodyBytes, StreamBufferBytes: opts.StreamBuffer, WriteTimeout: opts.WriteTimeout,
 		ReadTimeout: opts.ReadTimeout, ReadHeaderTimeout: opts.ReadHeader, IdleTimeout: opts.IdleTimeout, MaxContext: opts.MaxContext, Log: logw, Modules: mods,
@@ -213,6 +216,7 @@ func serveRun(ctx context.Context, opts *serveOptions) error {
 	for _, n := range notes {
 		fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: %s\n", n)
 	}
+	fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: %s; idle trim after %s\n", memlimit.Apply(), opts.IdleTrim)
 	if len(keys) > 0 {
 		fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: %d API keys: requests need \"Authorization: Bearer KEY\" (/health, /healthz and / are open)\n", len(keys))
 	}

@@ -28,19 +28,25 @@ fail() {
 	exit 1
 }
 
-url=""
-for _ in $(seq 300); do
-	url=$(grep -o 'listening on http://127\.0\.0\.1:[0-9]*' "$log" | sed 's/listening on //' || true)
-	[ -n "$url" ] && break
-	kill -0 "$pid" 2>/dev/null || fail "the server exited at start-up"
-	sleep 0.1
-done
-[ -n "$url" ] || fail "the server did not start listening within 30 s"
-for _ in $(seq 100); do
-	curl -fsS "$url/healthz" >/dev/null 2>&1 && break
-	sleep 0.1
-done
-curl -fsS "$url/healthz" >/dev/null || fail "$url/healthz is not answering"
+# wait_listening prints the URL the server in $log listens on once its
+# /healthz answers.
+wait_listening() {
+	local url=""
+	for _ in $(seq 300); do
+		url=$(grep -o 'listening on http://127\.0\.0\.1:[0-9]*' "$log" | sed 's/listening on //' || true)
+		[ -n "$url" ] && break
+		kill -0 "$pid" 2>/dev/null || fail "the server exited at start-up"
+		sleep 0.1
+	done
+	[ -n "$url" ] || fail "the server did not start listening within 30 s"
+	for _ in $(seq 100); do
+		curl -fsS "$url/healthz" >/dev/null 2>&1 && break
+		sleep 0.1
+	done
+	curl -fsS "$url/healthz" >/dev/null || fail "$url/healthz is not answering"
+	echo "$url"
+}
+url=$(wait_listening)
 echo "e2e: dlmcache serve at $url"
 
 (cd serve/e2e && DLMCACHE_URL="$url" node --test serve.test.mjs) || fail "node --test failed"
@@ -55,4 +61,19 @@ status=0
 wait "$pid" || status=$?
 [ "$status" = 0 ] || fail "the server exited with status $status after SIGTERM"
 grep -q 'dlmcache serve: stopped' "$log" || fail "no clean shutdown line in the server log"
-echo "e2e: ok ($(grep -c ' POST ' "$log") requests logged, clean shutdown)"
+requests=$(grep -c ' POST ' "$log")
+
+# API keys: one on the command line, two in a key file.
+keyfile=$(mktemp)
+printf '# e2e keys\nsk-e2e-file-1\n\nsk-e2e-file-2\n' >"$keyfile"
+: >"$log"
+bin/dlmcache serve --model "$root/model/testdata/tiny-bf16" --addr 127.0.0.1:0 --api-key sk-e2e-flag --api-key-file "$keyfile" 2>"$log" &
+pid=$!
+url=$(wait_listening)
+(cd serve/e2e && DLMCACHE_URL="$url" DLMCACHE_KEYS="sk-e2e-flag,sk-e2e-file-1,sk-e2e-file-2" node --test auth.test.mjs) || fail "the API-key test failed"
+rm -f "$keyfile"
+grep -q ' 401 ' "$log" || fail "no 401 logged"
+if grep -q 'sk-e2e' "$log"; then fail "the server log shows a key"; fi
+kill -TERM "$pid"
+wait "$pid" || fail "the keyed server did not stop cleanly"
+echo "e2e: ok ($requests requests logged, clean shutdown; API keys: 401 without, 200 with each)"
