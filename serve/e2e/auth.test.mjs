@@ -13,7 +13,16 @@ const client = (apiKey) => new OpenAI({ baseURL: `${base}/v1`, apiKey, maxRetrie
 const ask = (c) => c.chat.completions.create({ model: "tiny-bf16", messages: [{ role: "user", content: "Say hi." }], max_tokens: 8 });
 
 test("without a valid key: 401 in OpenAI's shape", async () => {
-  for (const key of ["", "sk-wrong", keys[0] + "x"]) {
+  // No key at all (the client insists on one, so plain fetch).
+  const res = await fetch(`${base}/v1/chat/completions`, {
+    method: "POST", headers: { "content-type": "application/json" },
+    body: JSON.stringify({ messages: [{ role: "user", content: "Say hi." }] }),
+  });
+  assert.equal(res.status, 401);
+  const body = await res.json();
+  assert.equal(body.error.code, "invalid_api_key");
+  assert.equal(body.error.type, "invalid_request_error");
+  for (const key of ["sk-wrong", keys[0] + "x"]) {
     await assert.rejects(ask(client(key)), (err) => {
       assert.ok(err instanceof OpenAI.AuthenticationError, `${key}: ${err}`);
       assert.equal(err.status, 401);
