@@ -111,6 +111,22 @@ searches their merged outcomes and writes the table one run would have.`,
 	return cmd
 }
 
+// checkCommon validates the flags both modes read: the agreement target,
+// its confidence, the requests per ratio, and shard vs merge.
+func (opts *calibrateOptions) checkCommon() error {
+	switch {
+	case !(opts.Agreement > 0 && opts.Agreement <= 1):
+		return fmt.Errorf("--agreement %g: want (0, 1]", opts.Agreement)
+	case !(opts.Confidence > 0.5 && opts.Confidence < 1):
+		return fmt.Errorf("--confidence %g: want (0.5, 1)", opts.Confidence)
+	case opts.PerRatio <= 0:
+		return fmt.Errorf("--per-ratio must be positive, got %d", opts.PerRatio)
+	case opts.Shard != "" && len(opts.Merge) > 0:
+		return fmt.Errorf("--shard and --merge: a shard runs, a merge only reads shards; give one")
+	}
+	return nil
+}
+
 func calibrateRun(ctx context.Context, opts *calibrateOptions) error {
 	switch opts.Mode {
 	case "methods":
@@ -119,19 +135,14 @@ func calibrateRun(ctx context.Context, opts *calibrateOptions) error {
 	default:
 		return fmt.Errorf("--mode %q: want methods or depth", opts.Mode)
 	}
-	switch {
-	case opts.Gate != profile.GateToken && opts.Gate != profile.GateAnswer:
+	if opts.Gate != profile.GateToken && opts.Gate != profile.GateAnswer {
 		return fmt.Errorf("--gate %q: want token or answer", opts.Gate)
-	case !(opts.Agreement > 0 && opts.Agreement <= 1):
-		return fmt.Errorf("--agreement %g: want (0, 1]", opts.Agreement)
-	case !(opts.Confidence > 0.5 && opts.Confidence < 1):
-		return fmt.Errorf("--confidence %g: want (0.5, 1)", opts.Confidence)
-	case opts.PerRatio <= 0:
-		return fmt.Errorf("--per-ratio must be positive, got %d", opts.PerRatio)
-	case opts.Refresh < 0:
+	}
+	if err := opts.checkCommon(); err != nil {
+		return err
+	}
+	if opts.Refresh < 0 {
 		return fmt.Errorf("--refresh must be positive (0: the model card's), got %d", opts.Refresh)
-	case opts.Shard != "" && len(opts.Merge) > 0:
-		return fmt.Errorf("--shard and --merge: a shard runs, a merge only reads shards; give one")
 	}
 	for _, s := range opts.Sources {
 		if s != "store" && s != "request" {

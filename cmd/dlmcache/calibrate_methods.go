@@ -17,17 +17,11 @@ import (
 // calibrateMethods is calibrate --mode methods: the method search that
 // writes a v3 table.
 func calibrateMethods(ctx context.Context, opts *calibrateOptions) error {
-	switch {
-	case !(opts.Agreement > 0 && opts.Agreement <= 1):
-		return fmt.Errorf("--agreement %g: want (0, 1]", opts.Agreement)
-	case !(opts.Confidence > 0.5 && opts.Confidence < 1):
-		return fmt.Errorf("--confidence %g: want (0.5, 1)", opts.Confidence)
-	case opts.PerRatio <= 0:
-		return fmt.Errorf("--per-ratio must be positive, got %d", opts.PerRatio)
-	case opts.MaxLoss < 0:
+	if err := opts.checkCommon(); err != nil {
+		return err
+	}
+	if opts.MaxLoss < 0 {
 		return fmt.Errorf("--max-loss %g: want ≥ 0 points", opts.MaxLoss)
-	case opts.Shard != "" && len(opts.Merge) > 0:
-		return fmt.Errorf("--shard and --merge: a shard runs, a merge only reads shards; give one")
 	}
 	grid := cache.DefaultGrid()
 	if len(opts.Grid) > 0 {
