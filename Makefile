@@ -3,7 +3,7 @@ GO        ?= go
 BIN       := bin/dlmcache
 export CGO_ENABLED := 1
 
-.PHONY: all build deps test sanitize e2e hfcheck run bench bench-8b bench-block results vet fuzz clean docs cuda-deps cuda-check gpu-test
+.PHONY: all build deps test sanitize e2e hfcheck run bench bench-8b bench-block results vet fuzz clean docs cuda-deps cuda-check gpu-test gpu-bundle
 
 all: build
 
@@ -159,6 +159,15 @@ cuda-check: cuda-deps
 # (compute capability 8.0 or later) and its driver.
 gpu-test: cuda-deps
 	$(GO) test -count=1 -tags 'cuda gpu nvrtc' ./cuda/...
+
+# gpu-bundle: gpu-test and the Forward8B benchmark as binaries, for a GPU
+# machine with NVIDIA's CUDA CUDA_MAJOR libraries and no Go toolchain: copy
+# the repository and $(GPU_BUNDLE) there and run $(GPU_BUNDLE)/run.sh from the
+# repository root (scripts/gpu-bundle.sh says how it links).
+GPU_BUNDLE ?= bin/gpu-bundle
+CUDA_MAJOR ?= 13
+gpu-bundle: cuda-deps
+	bash scripts/gpu-bundle.sh $(GPU_BUNDLE) $(CUDA_MAJOR)
 
 # ggufpy-check converts the bundled model to GGUF (F32, F16, BF16, Q8_0),
 # reads the files with llama.cpp's gguf-py and checks them against what
