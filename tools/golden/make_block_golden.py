@@ -24,7 +24,6 @@ config.json with "block_causal": true, "block_size": 8, "shift_logits": false. F
   golden.json: ids, positions, the block layout and the block decoding cases (threshold and the
   low-confidence fixed schedule) with per-step traces and decision margins.
 """
-import json
 import os
 import sys
 
@@ -34,8 +33,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import make_golden as G  # noqa: E402  (its tokenizer, chat framing, config shape, weight init)
 
-from pyllada import safetensors_io as st  # noqa: E402
-from pyllada.model import LLaDA, save_pretrained  # noqa: E402
+from pyllada.model import LLaDA  # noqa: E402
 from pyllada.generate import generate_block_batch  # noqa: E402
 
 BS = 8
@@ -93,24 +91,10 @@ def gen_case(m64, m32, name, prompt_text, gen_length, decoding, threshold=None, 
 
 def main():
     out_dir = os.path.join(G.ROOT, "model", "testdata", "tiny-block")
-    os.makedirs(out_dir, exist_ok=True)
     c = block_config()
     m = LLaDA(c).to(torch.float64)
     G.init_weights(m, SEED)
-    with torch.no_grad():
-        for p in m.parameters():
-            p.copy_(p.to(torch.float32).to(torch.float64))
-    save_pretrained(m.float(), out_dir, dtype="F32",
-                    metadata={"generator": "tools/golden/make_block_golden.py", "seed": SEED})
-    sd = st.load_file(os.path.join(out_dir, "model.safetensors"))
-    m64, m32 = LLaDA(c), LLaDA(c)
-    m64.load_hf_state_dict(sd, out_dir)
-    m32.load_hf_state_dict(sd, out_dir)
-    m64, m32 = m64.to(torch.float64).eval(), m32.eval()
-    for name, obj in (("tokenizer.json", G.tokenizer_json()), ("tokenizer_config.json", G.tokenizer_config_json())):
-        with open(os.path.join(out_dir, name), "w") as f:
-            json.dump(obj, f, indent=1 if name == "tokenizer.json" else 2, ensure_ascii=False)
-            f.write("\n")
+    m64, m32 = G.save_checkpoint(m, out_dir, "F32", SEED, "tools/golden/make_block_golden.py")
 
     # a 21-token prompt (not a multiple of 8), three committed answer tokens, then masks and
     # two more committed tokens: 45 positions = blocks 0..4 full, block 5 partial (40..44)
@@ -120,16 +104,9 @@ def main():
     n = len(ids)
     assert n == 45, n
     pos = list(range(n))
-    tensors = {}
     with torch.no_grad():
-        lg, s = m64(torch.tensor([ids]), torch.tensor(pos), return_states=True)
+        lg, tensors = G.reference_tensors(m64, ids, pos)
         lg32 = m32(torch.tensor([ids]), torch.tensor(pos))
-        tensors["logits"] = lg[0]
-        for l in range(c.n_layers):
-            tensors[f"k.{l}"] = s["k"][l][0]
-            tensors[f"v.{l}"] = s["v"][l][0]
-        for l in range(c.n_layers + 1):
-            tensors[f"h.{l}"] = s["h"][l][0]
         tensors["cut24.logits"] = m64(torch.tensor([ids[:24]]))[0]
         tensors["cut29.logits"] = m64(torch.tensor([ids[:29]]))[0]
         m64.config.block_causal = False
@@ -139,10 +116,8 @@ def main():
     assert float((tensors["cut29.logits"][:24] - lg[0, :24]).abs().max()) < 1e-12
     assert float((tensors["cut29.logits"][24:] - lg[0, 24:29]).abs().max()) > 1e-3
     assert float((tensors["bidir.logits"] - lg[0]).abs().max()) > 1e-1
-    rel32 = float((lg32[0].double() - lg[0]).abs().max() / lg[0].abs().max())
-    st.save_file({k: v.to(torch.float32) for k, v in tensors.items()},
-                 os.path.join(out_dir, "golden.safetensors"), dtype="F32",
-                 metadata={"generator": "tools/golden/make_block_golden.py"})
+    rel32 = G.rel_error32(lg32, lg)
+    G.save_golden_tensors(out_dir, tensors, "tools/golden/make_block_golden.py")
 
     gens = [
         gen_case(m64, m32, "threshold", G.chat("You are terse.", "Say hi."), 24, "threshold", threshold=0.12),
@@ -155,10 +130,7 @@ def main():
         "generator": "tools/golden/make_block_golden.py",
         "seed": SEED,
         "weights_dtype": "F32",
-        "config": {"n_layers": c.n_layers, "d_model": c.d_model, "n_heads": c.n_heads, "n_kv_heads": c.n_kv_heads,
-                   "head_dim": c.head_dim, "vocab_size": c.vocab_size, "embedding_size": c.embedding_size,
-                   "mask_token_id": G.MASK, "eos_token_id": G.EOS, "bos_token_id": G.BOS,
-                   "block_causal": True, "block_size": BS, "shift_logits": False},
+        "config": {**G.config_json(c), "block_causal": True, "block_size": BS, "shift_logits": False},
         "attention": "block-causal: query at position i attends key at position j iff j // block_size <= "
                      "i // block_size (blocks absolute, aligned at position 0; the prompt's tail shares the "
                      "first answer block)",
@@ -188,9 +160,7 @@ def main():
                          "completes an EOS run to the canvas end (the rest filled with EOS). trace[].committed: the "
                          "canvas indices committed at each step; trace[].block: the absolute block index.",
     }
-    with open(os.path.join(out_dir, "golden.json"), "w") as f:
-        json.dump(gj, f, indent=1, ensure_ascii=False)
-        f.write("\n")
+    G.write_json(os.path.join(out_dir, "golden.json"), gj, 1)
     print(out_dir, "logits std %.3f" % float(lg[0].std()), "f32 rel err %.2e" % rel32,
           [(g["name"], g["nfe"], g["min_argmax_logit_gap"], g["min_threshold_gap"], g["min_confidence_gap"])
            for g in gens])

@@ -173,35 +173,68 @@ def gen_case(model64, model32, name, prompt_text, gen_length, steps, block_lengt
     }
 
 
-def build(out_dir, dtype, seed):
+def write_json(path, obj, indent):
+    with open(path, "w") as f:
+        json.dump(obj, f, indent=indent, ensure_ascii=False)
+        f.write("\n")
+
+
+def save_checkpoint(m, out_dir, dtype, seed, generator):
+    """Rounds the float64 model m's weights to dtype (F32 or BF16), writes config.json,
+    model.safetensors and the tokenizer files into out_dir, and returns the float64 and
+    float32 models loaded back from disk: the reference uses exactly what is stored."""
     os.makedirs(out_dir, exist_ok=True)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.copy_((st.round_bf16(p) if dtype == "BF16" else p.to(torch.float32)).to(torch.float64))
+    m.eval()
+    save_pretrained(m, out_dir, dtype=dtype, metadata={"generator": generator, "seed": seed})
+    sd = st.load_file(os.path.join(out_dir, "model.safetensors"))
+    m64, m32 = LLaDA(m.config), LLaDA(m.config)
+    m64.load_hf_state_dict(sd, out_dir)
+    m32.load_hf_state_dict(sd, out_dir)
+    write_json(os.path.join(out_dir, "tokenizer.json"), tokenizer_json(), 1)
+    write_json(os.path.join(out_dir, "tokenizer_config.json"), tokenizer_config_json(), 2)
+    return m64.to(torch.float64).eval(), m32.eval()
+
+
+def reference_tensors(m64, ids, pos, prefix="", hidden=True):
+    """The float64 reference's logits of ids at positions pos, and golden.safetensors' tensors
+    of them under prefix: logits, each layer's keys and values, and (hidden) the hidden
+    states entering each layer."""
+    lg, s = m64(torch.tensor([ids]), torch.tensor(pos), return_states=True)
+    tensors = {prefix + "logits": lg[0]}
+    for l in range(m64.config.n_layers):
+        tensors[f"{prefix}k.{l}"] = s["k"][l][0]
+        tensors[f"{prefix}v.{l}"] = s["v"][l][0]
+    if hidden:
+        for l in range(m64.config.n_layers + 1):
+            tensors[f"{prefix}h.{l}"] = s["h"][l][0]
+    return lg, tensors
+
+
+def save_golden_tensors(out_dir, tensors, generator):
+    st.save_file({k: v.to(torch.float32) for k, v in tensors.items()},
+                 os.path.join(out_dir, "golden.safetensors"), dtype="F32", metadata={"generator": generator})
+
+
+def rel_error32(lg32, lg):
+    """The float32 model's largest logit error relative to the reference's largest logit."""
+    return float((lg32[0].double() - lg[0]).abs().max() / lg[0].abs().max())
+
+
+def config_json(c):
+    """golden.json's config: the shape and the special ids."""
+    return {"n_layers": c.n_layers, "d_model": c.d_model, "n_heads": c.n_heads, "n_kv_heads": c.n_kv_heads,
+            "head_dim": c.head_dim, "vocab_size": c.vocab_size, "embedding_size": c.embedding_size,
+            "mask_token_id": MASK, "eos_token_id": EOS, "bos_token_id": BOS}
+
+
+def build(out_dir, dtype, seed):
     c = make_config()
     m = LLaDA(c).to(torch.float64)
     init_weights(m, seed)
-    if dtype == "BF16":
-        with torch.no_grad():
-            for p in m.parameters():
-                p.copy_(st.round_bf16(p).to(torch.float64))
-    else:
-        with torch.no_grad():
-            for p in m.parameters():
-                p.copy_(p.to(torch.float32).to(torch.float64))
-    m.eval()
-    save_pretrained(m, out_dir, dtype=dtype, metadata={"generator": "tools/golden/make_golden.py", "seed": seed})
-    # reload from disk: the reference uses exactly what is stored
-    sd = st.load_file(os.path.join(out_dir, "model.safetensors"))
-    m64 = LLaDA(c)
-    m64.load_hf_state_dict(sd, out_dir)
-    m32 = LLaDA(c)
-    m32.load_hf_state_dict(sd, out_dir)
-    m64 = m64.to(torch.float64).eval()
-    m32 = m32.eval()
-    with open(os.path.join(out_dir, "tokenizer.json"), "w") as f:
-        json.dump(tokenizer_json(), f, indent=1, ensure_ascii=False)
-        f.write("\n")
-    with open(os.path.join(out_dir, "tokenizer_config.json"), "w") as f:
-        json.dump(tokenizer_config_json(), f, indent=2)
-        f.write("\n")
+    m64, m32 = save_checkpoint(m, out_dir, dtype, seed, "tools/golden/make_golden.py")
 
     # case 1: chat prefix + masks, contiguous positions
     text = chat(None, "Name: Ada. Hi!")
@@ -213,25 +246,12 @@ def build(out_dir, dtype, seed):
     ids2 = encode(chat("k=v", "x?"))[:16] + [MASK] * 8 + encode("abc 12 ##") + [MASK] * (32 - 8 - 9)
     pos2 = list(range(16)) + list(range(100, 132))
     assert len(ids2) == 48 and len(pos2) == 48
-    tensors = {}
     with torch.no_grad():
-        lg, s = m64(torch.tensor([ids]), torch.tensor(pos), return_states=True)
+        lg, tensors = reference_tensors(m64, ids, pos)
         lg32 = m32(torch.tensor([ids]), torch.tensor(pos))
-        tensors["logits"] = lg[0]
-        for l in range(c.n_layers):
-            tensors[f"k.{l}"] = s["k"][l][0]
-            tensors[f"v.{l}"] = s["v"][l][0]
-        for l in range(c.n_layers + 1):
-            tensors[f"h.{l}"] = s["h"][l][0]
-        lg2, s2 = m64(torch.tensor([ids2]), torch.tensor(pos2), return_states=True)
-        tensors["pos2.logits"] = lg2[0]
-        for l in range(c.n_layers):
-            tensors[f"pos2.k.{l}"] = s2["k"][l][0]
-            tensors[f"pos2.v.{l}"] = s2["v"][l][0]
-    rel32 = float((lg32[0].double() - lg[0]).abs().max() / lg[0].abs().max())
-    st.save_file({k: v.to(torch.float32) for k, v in tensors.items()},
-                 os.path.join(out_dir, "golden.safetensors"), dtype="F32",
-                 metadata={"generator": "tools/golden/make_golden.py"})
+        tensors.update(reference_tensors(m64, ids2, pos2, prefix="pos2.", hidden=False)[1])
+    rel32 = rel_error32(lg32, lg)
+    save_golden_tensors(out_dir, tensors, "tools/golden/make_golden.py")
 
     gens = [
         gen_case(m64, m32, "two_blocks", chat("You are terse.", "Say hi."), 16, 8, 8),
@@ -246,9 +266,7 @@ def build(out_dir, dtype, seed):
         "generator": "tools/golden/make_golden.py",
         "seed": seed,
         "weights_dtype": dtype,
-        "config": {"n_layers": c.n_layers, "d_model": c.d_model, "n_heads": c.n_heads, "n_kv_heads": c.n_kv_heads,
-                   "head_dim": c.head_dim, "vocab_size": c.vocab_size, "embedding_size": c.embedding_size,
-                   "mask_token_id": MASK, "eos_token_id": EOS, "bos_token_id": BOS},
+        "config": config_json(c),
         "input_ids": ids,
         "position_ids": pos,
         "pos2": {"input_ids": ids2, "position_ids": pos2},
@@ -268,9 +286,7 @@ def build(out_dir, dtype, seed):
                          "trace[].committed lists the canvas indices committed at each step.",
         "tokenizer": tok_cases,
     }
-    with open(os.path.join(out_dir, "golden.json"), "w") as f:
-        json.dump(gj, f, indent=1, ensure_ascii=False)
-        f.write("\n")
+    write_json(os.path.join(out_dir, "golden.json"), gj, 1)
     print(out_dir, "logits std %.3f" % float(lg[0].std()), "f32 rel err %.2e" % rel32,
           [(g["name"], g["min_argmax_logit_gap"], g["min_confidence_gap"], g["argmax_in_padding_or_mask"]) for g in gens])
 
