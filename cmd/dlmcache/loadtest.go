@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -21,8 +23,10 @@ import (
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/vg"
 
+	"github.com/dlmcache/dlmcache/datasets"
 	"github.com/dlmcache/dlmcache/internal/atomicfile"
 	"github.com/dlmcache/dlmcache/plots"
+	"github.com/dlmcache/dlmcache/serve"
 )
 
 type loadtestOptions struct {
@@ -53,6 +57,14 @@ block (the first chunk with text), and errors. --out DIR keeps the results
 in DIR/loadtest.json under --label (the server's method by default), so runs
 against servers with different methods add up; --plot draws tokens/s and
 p99 latency against clients for every label there.
+
+Against dlmcache serve it also reports, per level, what the server said of
+each request: its generation time alone (no queue) as answer slots per
+second, the method that served it (with a calibrated table, each
+request's choice), and the shared-prefix tokens it found in the prefix
+store; and, for the requests with a reference answer, the accuracy
+(the held-out set carries them: compare a server with --lut against one
+without on the same requests).
 
 Requests: the held-out set of lut verify (--requests builtin: 4 questions
 per system message) or a JSON Lines file of {"system", "user"}.`,
@@ -86,31 +98,54 @@ type loadLevel struct {
 	LatencyP99   float64 `json:"latency_p99_s"`
 	FirstP50     float64 `json:"first_block_p50_s"`
 	FirstP99     float64 `json:"first_block_p99_s"`
+	// What the server reported per request (dlmcache serve's dlmcache
+	// object): the generation time alone (no queue) and its answer slots/s,
+	// the method that served each request (a calibrated table's choice),
+	// and the shared-prefix tokens found in the store.
+	GenSeconds      float64        `json:"generation_s,omitempty"`
+	GenTokensPerS   float64        `json:"generation_tokens_per_s,omitempty"`
+	Methods         map[string]int `json:"methods,omitempty"`
+	PrefixTokens    int            `json:"prefix_tokens,omitempty"`
+	PrefixHitTokens int            `json:"prefix_hit_tokens,omitempty"`
+	// Requests with a reference answer, and those answered correctly
+	// (datasets.CheckAnswer).
+	Checked int `json:"checked,omitempty"`
+	Correct int `json:"correct,omitempty"`
+}
+
+// loadAnswer is one streamed request's outcome.
+type loadAnswer struct {
+	lat, first float64 // seconds: the whole request, the first text
+	tokens     int     // answer slots (or completion tokens)
+	text       string
+	stats      *serve.Stats // dlmcache serve's dlmcache object (nil from other servers)
 }
 
 // oneRequest streams one chat request: latency, time to the first text,
-// answer slots (or completion tokens).
-func oneRequest(ctx context.Context, client *http.Client, url string, r verifyRequest) (lat, first float64, tokens int, err error) {
+// answer slots (or completion tokens), the answer and the server's stats.
+func oneRequest(ctx context.Context, client *http.Client, url string, r verifyRequest) (loadAnswer, error) {
+	var a loadAnswer
 	body, _ := json.Marshal(map[string]any{"messages": []map[string]string{{"role": "system", "content": r.System}, {"role": "user", "content": r.User}},
 		"stream": true, "stream_options": map[string]bool{"include_usage": true}})
 	req, err := http.NewRequestWithContext(ctx, "POST", url+"/v1/chat/completions", bytes.NewReader(body))
 	if err != nil {
-		return 0, 0, 0, err
+		return a, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	start := time.Now()
 	resp, err := client.Do(req)
 	if err != nil {
-		return 0, 0, 0, err
+		return a, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != 200 {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 500))
-		return 0, 0, 0, fmt.Errorf("status %d: %s", resp.StatusCode, b)
+		return a, fmt.Errorf("status %d: %s", resp.StatusCode, b)
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(nil, 1<<22)
-	first = -1
+	a.first = -1
+	var text strings.Builder
 	for sc.Scan() {
 		data, ok := strings.CutPrefix(sc.Text(), "data: ")
 		if !ok || data == "[DONE]" {
@@ -123,34 +158,66 @@ func oneRequest(ctx context.Context, client *http.Client, url string, r verifyRe
 			Usage *struct {
 				CompletionTokens int `json:"completion_tokens"`
 			} `json:"usage"`
-			Dlmcache *struct {
-				GenLength int `json:"gen_length"`
-			} `json:"dlmcache"`
-			Error any `json:"error"`
+			Dlmcache *serve.Stats `json:"dlmcache"`
+			Error    any          `json:"error"`
 		}
 		if err := json.Unmarshal([]byte(data), &c); err != nil {
-			return 0, 0, 0, err
+			return a, err
 		}
 		if c.Error != nil {
-			return 0, 0, 0, fmt.Errorf("stream error: %v", c.Error)
+			return a, fmt.Errorf("stream error: %v", c.Error)
 		}
-		if first < 0 && len(c.Choices) > 0 && c.Choices[0].Delta.Content != "" {
-			first = time.Since(start).Seconds()
+		if len(c.Choices) > 0 && c.Choices[0].Delta.Content != "" {
+			if a.first < 0 {
+				a.first = time.Since(start).Seconds()
+			}
+			text.WriteString(c.Choices[0].Delta.Content)
 		}
 		if c.Dlmcache != nil {
-			tokens = c.Dlmcache.GenLength
-		} else if c.Usage != nil && tokens == 0 {
-			tokens = c.Usage.CompletionTokens
+			a.tokens, a.stats = c.Dlmcache.GenLength, c.Dlmcache
+		} else if c.Usage != nil && a.tokens == 0 {
+			a.tokens = c.Usage.CompletionTokens
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return 0, 0, 0, err
+		return a, err
 	}
-	lat = time.Since(start).Seconds()
-	if first < 0 {
-		first = lat
+	a.lat = time.Since(start).Seconds()
+	if a.first < 0 {
+		a.first = a.lat
 	}
-	return lat, first, tokens, nil
+	a.text = text.String()
+	return a, nil
+}
+
+// add counts one answered request of r into the level.
+func (lv *loadLevel) add(r verifyRequest, a loadAnswer) {
+	if r.Answer != "" {
+		lv.Checked++
+		if datasets.CheckAnswer(r.Suite, a.text, r.Answer) {
+			lv.Correct++
+		}
+	}
+	if st := a.stats; st != nil {
+		lv.GenSeconds += st.Seconds
+		if lv.Methods == nil {
+			lv.Methods = map[string]int{}
+		}
+		lv.Methods[st.Method]++
+		lv.PrefixTokens += st.PrefixTokens
+		if st.PrefixHit {
+			lv.PrefixHitTokens += st.PrefixTokens
+		}
+	}
+}
+
+// Accuracy is the share of checked requests answered correctly, in percent
+// (-1: none checked).
+func (lv loadLevel) Accuracy() float64 {
+	if lv.Checked == 0 {
+		return -1
+	}
+	return 100 * float64(lv.Correct) / float64(lv.Checked)
 }
 
 func quantile(xs []float64, q float64) float64 {
@@ -214,7 +281,8 @@ func loadtestRun(ctx context.Context, opts *loadtestOptions) error {
 						if i >= n || ctx.Err() != nil {
 							return
 						}
-						lat, first, tok, err := oneRequest(ctx, client, url, reqs[i%len(reqs)])
+						r := reqs[i%len(reqs)]
+						a, err := oneRequest(ctx, client, url, r)
 						mu.Lock()
 						if err != nil {
 							lv.Errors++
@@ -222,8 +290,9 @@ func loadtestRun(ctx context.Context, opts *loadtestOptions) error {
 								fmt.Fprintf(opts.f.ErrOut, "loadtest: %d clients: %v\n", c, err)
 							}
 						} else {
-							lats, firsts = append(lats, lat), append(firsts, first)
-							tokens += tok
+							lats, firsts = append(lats, a.lat), append(firsts, a.first)
+							tokens += a.tokens
+							lv.add(r, a)
 						}
 						mu.Unlock()
 					}
@@ -238,6 +307,10 @@ func loadtestRun(ctx context.Context, opts *loadtestOptions) error {
 			lv.TokensPerS = float64(tokens) / lv.Seconds
 			lv.LatencyP50, lv.LatencyP99 = quantile(lats, 0.5), quantile(lats, 0.99)
 			lv.FirstP50, lv.FirstP99 = quantile(firsts, 0.5), quantile(firsts, 0.99)
+			if lv.GenSeconds > 0 {
+				lv.GenSeconds = math.Round(lv.GenSeconds*1000) / 1000
+				lv.GenTokensPerS = float64(tokens) / lv.GenSeconds
+			}
 			levels = append(levels, lv)
 			fmt.Fprintf(opts.f.ErrOut, "loadtest %s: %d clients: %.2f req/s, %.1f tokens/s, p99 %.2fs\n", label, c, lv.RequestsPerS, lv.TokensPerS, lv.LatencyP99)
 		}
@@ -279,12 +352,31 @@ func serverMethod(url string) string {
 
 func writeLoad(w io.Writer, label string, levels []loadLevel) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "%s\tclients\trequests\terrors\treq/s\ttokens/s\tlatency p50\tp99\tfirst block p50\tp99\t\n", label)
+	fmt.Fprintf(tw, "%s\tclients\trequests\terrors\treq/s\ttokens/s\tlatency p50\tp99\tfirst block p50\tp99\taccuracy\tgeneration tokens/s\tprefix hits (tokens)\t\n", label)
 	for _, l := range levels {
-		fmt.Fprintf(tw, "\t%d\t%d\t%d\t%.2f\t%.1f\t%.2fs\t%.2fs\t%.2fs\t%.2fs\t\n", l.Clients, l.Requests, l.Errors,
-			l.RequestsPerS, l.TokensPerS, l.LatencyP50, l.LatencyP99, l.FirstP50, l.FirstP99)
+		acc, gen, hits := "-", "-", "-"
+		if l.Checked > 0 {
+			acc = fmt.Sprintf("%.1f%% (%d/%d)", l.Accuracy(), l.Correct, l.Checked)
+		}
+		if l.GenTokensPerS > 0 {
+			gen = fmt.Sprintf("%.1f", l.GenTokensPerS)
+		}
+		if l.PrefixTokens > 0 {
+			hits = fmt.Sprintf("%d/%d", l.PrefixHitTokens, l.PrefixTokens)
+		}
+		fmt.Fprintf(tw, "\t%d\t%d\t%d\t%.2f\t%.1f\t%.2fs\t%.2fs\t%.2fs\t%.2fs\t%s\t%s\t%s\t\n", l.Clients, l.Requests, l.Errors,
+			l.RequestsPerS, l.TokensPerS, l.LatencyP50, l.LatencyP99, l.FirstP50, l.FirstP99, acc, gen, hits)
 	}
 	tw.Flush()
+	for _, l := range levels {
+		if len(l.Methods) > 1 || (len(l.Methods) == 1 && l.Methods[label] == 0) {
+			var ms []string
+			for _, m := range slices.Sorted(maps.Keys(l.Methods)) {
+				ms = append(ms, fmt.Sprintf("%s %d", m, l.Methods[m]))
+			}
+			fmt.Fprintf(w, "%d clients, served by: %s\n", l.Clients, strings.Join(ms, ", "))
+		}
+	}
 }
 
 // plotLoad draws tokens/s and p99 latency against clients, one line per

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -58,6 +59,41 @@ func TestLoadtestAnswersEveryRequestAndPlots(t *testing.T) {
 	}
 	if st, err := os.Stat(filepath.Join(dir, "load.png")); err != nil || st.Size() == 0 {
 		t.Errorf("figure: %v", err)
+	}
+	// Accuracy over the requests with a reference answer, the method per
+	// request, and prefix tokens found in the store, from a prefix-all
+	// server (its store shares "Be brief." across the requests).
+	pa, err := cache.New("prefix-all", cache.Options{Stat: lut.Mean, Store: cache.NewStore(m.Backend, 1<<30, cache.FIFO)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv2, err := serve.New(serve.Config{Model: m, Method: pa,
+		Gen: model.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}, MaxConcurrency: 1, MaxQueue: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts2 := httptest.NewServer(srv2)
+	defer ts2.Close()
+	os.WriteFile(reqs, []byte(`{"system":"Be brief.","user":"Hi","answer":"zz-never","suite":"lookup"}`+"\n"+`{"system":"Be brief.","user":"Why?"}`+"\n"), 0o644)
+	out, errOut, code = run(t, "loadtest", "--url", ts2.URL, "--clients", "1", "--requests", "4", "--requests-file", reqs, "--out", dir)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	b, _ = os.ReadFile(filepath.Join(dir, "loadtest.json"))
+	res = nil
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatal(err)
+	}
+	l := res["prefix-all"]
+	if len(l) != 1 || len(res["none"]) != 2 {
+		t.Fatalf("labels %v", res)
+	}
+	if l[0].Checked != 2 || l[0].Correct != 0 || l[0].Methods["prefix-all"] != 4 || l[0].PrefixTokens == 0 ||
+		l[0].PrefixHitTokens != 3*l[0].PrefixTokens/4 || l[0].GenSeconds <= 0 || l[0].GenTokensPerS <= 0 {
+		t.Errorf("level %+v", l[0])
+	}
+	if !strings.Contains(out, "0.0% (0/2)") || !strings.Contains(out, fmt.Sprintf("%d/%d", l[0].PrefixHitTokens, l[0].PrefixTokens)) {
+		t.Errorf("output:\n%s", out)
 	}
 	if _, errOut, code := run(t, "loadtest"); code == 0 || !strings.Contains(errOut, "--url") {
 		t.Errorf("no --url: exit %d %s", code, errOut)
