@@ -23,6 +23,17 @@ type Method struct {
 // and joins the methods no other beats on both (the Pareto front). The
 // speed-up axis is logarithmic when it spans a factor of 8 or more.
 func Pareto(ms []Method, title string) (*plot.Plot, error) {
+	return pareto(ms, title, "accuracy (%)")
+}
+
+// ParetoAgreement is Pareto with the share of answers unchanged from the
+// uncached ones on the y axis (a calibrated table's settings: Accuracy
+// holds that share).
+func ParetoAgreement(ms []Method, title string) (*plot.Plot, error) {
+	return pareto(ms, title, "answers unchanged from none's (%)")
+}
+
+func pareto(ms []Method, title, ylabel string) (*plot.Plot, error) {
 	if len(ms) == 0 {
 		return nil, errors.New("plots: pareto: no methods")
 	}
@@ -35,7 +46,7 @@ func Pareto(ms []Method, title string) (*plot.Plot, error) {
 		pts[i] = plotter.XY{X: m.SpeedUp, Y: 100 * m.Accuracy}
 		lo, hi = min(lo, m.SpeedUp), max(hi, m.SpeedUp)
 	}
-	p := newPlot(title, "speed-up over none (tokens/s, same run)", "accuracy (%)")
+	p := newPlot(title, "speed-up over none (tokens/s, same run)", ylabel)
 	p.Add(plotter.NewGrid())
 	leg := plot.NewLegend()
 	leg.TextStyle.Font.Size = vg.Points(8)

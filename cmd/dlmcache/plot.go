@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/vg"
 
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/plots"
@@ -36,7 +39,7 @@ func newCmdPlot(f *factory) *cobra.Command {
 		{"convergence", "convergence.json", "table L1 distance vs requests per bin (sweep n)"},
 		{"sweep", "sweep-tau.json|sweep-refresh.json", "accuracy and throughput vs τ or R"},
 		{"refresh", "sweep-refresh.json", "deep-layer similarity: cross-request vs stale vs refreshed"},
-		{"pareto", "bench.json", "accuracy vs speed-up over none, one point per method, with the Pareto front (dlmcache bench)"},
+		{"pareto", "bench.json|table.json", "accuracy vs speed-up over none, one point per method, with the Pareto front (dlmcache bench); for a calibrated table, one panel per ratio bin and answer-length class: every setting tried, answers kept vs speed-up, the choice marked"},
 	} {
 		cmd.AddCommand(newCmdPlotKind(f, k.name, k.in, k.short, nil))
 	}
@@ -139,6 +142,19 @@ func plotRun(opts *plotOptions) error {
 		}
 		fig = p
 	case "pareto":
+		if t, ok, err := choosingTable(opts.In); err != nil {
+			return err
+		} else if ok {
+			ps, err := tablePareto(t, opts.Title)
+			if err != nil {
+				return fmt.Errorf("%s: %w", opts.In, err)
+			}
+			if err := plots.SaveStack(ps, opts.Out, 7*vg.Inch, vg.Length(len(ps))*3*vg.Inch); err != nil {
+				return err
+			}
+			fmt.Fprintln(opts.f.ErrOut, "wrote", opts.Out)
+			return nil
+		}
 		var b struct {
 			Model     string                `json:"model"`
 			GenLength int                   `json:"gen_length"`
@@ -237,6 +253,68 @@ func meanSimilarity(recs []profile.Record, nLayers int, sim profile.Similarity) 
 		}
 	}
 	return sum, nil
+}
+
+// choosingTable reads path as a table when it is one (its "format" names
+// a dlmcache table): a table that chooses methods (v3), or an error for one
+// that does not.
+func choosingTable(path string) (*lut.Table, bool, error) {
+	var head struct {
+		Format string `json:"format"`
+	}
+	if err := readJSONFile(path, &head); err != nil {
+		return nil, false, err
+	}
+	if !strings.HasPrefix(head.Format, "dlmcache.lut/") {
+		return nil, false, nil
+	}
+	t, err := lut.Read(path)
+	if err != nil {
+		return nil, false, err
+	}
+	if !t.Chooses() {
+		return nil, false, fmt.Errorf("%s is a table without method choices (format %s): plot pareto draws a calibrated table (dlmcache calibrate) or bench.json; plot depth draws this one", path, t.Format)
+	}
+	return t, true, nil
+}
+
+// tablePareto is one panel per ratio bin and answer-length class of a
+// calibrated table: every setting the search tried, at its measured
+// speed-up over none and the share of answers it kept unchanged (on the
+// requests it ran before it stopped), with the bin's front and choice.
+func tablePareto(t *lut.Table, title string) ([]*plot.Plot, error) {
+	var ps []*plot.Plot
+	for _, b := range t.Bins {
+		for _, c := range b.Choices {
+			ms := []plots.Method{{Name: "none@schedule (the reference)", SpeedUp: 1, Accuracy: 1}}
+			for _, p := range c.Tried {
+				if p.Requests == 0 || p.SpeedUp <= 0 {
+					continue
+				}
+				name := p.Setting.String()
+				switch {
+				case p.Setting.String() == c.Setting.String():
+					name += " (chosen)"
+				case p.Stopped != "":
+					name += fmt.Sprintf(" (%s, %d/%d)", p.Stopped, p.Requests, c.Samples)
+				}
+				ms = append(ms, plots.Method{Name: name, SpeedUp: p.SpeedUp, Accuracy: p.AnswerAgreement()})
+			}
+			tt := fmt.Sprintf("%s, ratio [%.2f, %.2f), %s answers: %s", t.Model.Name, b.Lo, b.Hi, c.Class, c.Setting)
+			if title != "" {
+				tt = title + ": " + tt
+			}
+			p, err := plots.ParetoAgreement(ms, tt)
+			if err != nil {
+				return nil, err
+			}
+			ps = append(ps, p)
+		}
+	}
+	if len(ps) == 0 {
+		return nil, fmt.Errorf("no bin has a choice")
+	}
+	return ps, nil
 }
 
 // benchPoints are the methods' average rows as speed-up over none and
