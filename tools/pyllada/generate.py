@@ -106,10 +106,12 @@ def generate_batch(model, prompts, gen_length, steps, block_length, mask_id=None
         pos[j, :P + gen_length] = torch.arange(P + gen_length)
         pos[j, P + gen_length:] = torch.arange(N - P - gen_length) + P + gen_length
         ans[j] = torch.arange(P, P + gen_length)
+    dev = next(model.parameters()).device
+    x, valid, pos, ans = x.to(dev), valid.to(dev), pos.to(dev), ans.to(dev)
     nblocks = gen_length // block_length
     assert gen_length % block_length == 0 and steps % nblocks == 0
     spb = steps // nblocks
-    rows = torch.arange(B)[:, None]
+    rows = torch.arange(B, device=dev)[:, None]
     for b in range(nblocks):
         # answer-slot indices of this block and of everything after it
         ntt = [num_transfer_tokens(int((x[j, ans[j, b * block_length:(b + 1) * block_length]] == mask_id).sum()), spb)
@@ -174,8 +176,10 @@ def generate_block_batch(model, prompts, gen_length, decoding="threshold", thres
     for j, p in enumerate(prompts):
         x[j, :lens[j]] = torch.as_tensor(p)
         x[j, lens[j]:ends[j]] = mask_id
-    pos = torch.arange(N)
-    valid = pos[None] < torch.as_tensor(ends)[:, None]
+    dev = next(model.parameters()).device  # the canvas lives beside the weights (CPU or CUDA)
+    x = x.to(dev)
+    pos = torch.arange(N, device=dev)
+    valid = pos[None] < torch.as_tensor(ends, device=dev)[:, None]
     cur = [P // bs for P in lens]
     done = [False] * R
     sched = {}
@@ -192,7 +196,7 @@ def generate_block_batch(model, prompts, gen_length, decoding="threshold", thres
                     lo, hi = spans[j]
                     sched[j] = [k for k in num_transfer_tokens(int((x[j, lo:hi] == mask_id).sum()), spb) if k]
         n = max(hi for _, hi in spans.values())
-        ia = torch.as_tensor(act)
+        ia = torch.as_tensor(act, device=dev)
         kv = valid[ia, :n]
         logits = model(x[ia, :n], pos=pos[:n], key_valid=None if bool(kv.all()) else kv)
         rows_computed += n * len(act)

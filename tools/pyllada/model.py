@@ -142,7 +142,7 @@ def rope_cos_sin(pos, head_dim, theta, dtype):
     """pos [B, n] int -> cos, sin [B, 1, n, head_dim] in fp32 (fp64 if dtype is fp64)."""
     cdt = torch.float64 if dtype == torch.float64 else torch.float32
     i = torch.arange(0, head_dim, 2, dtype=torch.float64)
-    inv_freq = (1.0 / (theta ** (i / head_dim))).to(cdt)
+    inv_freq = (1.0 / (theta ** (i / head_dim))).to(device=pos.device, dtype=cdt)
     ang = pos.to(cdt)[..., None] * inv_freq  # [B, n, hd/2]
     emb = torch.cat([ang, ang], dim=-1)
     return emb.cos()[:, None], emb.sin()[:, None]
@@ -195,11 +195,14 @@ class Block(nn.Module):
         if KH != H:
             kk = k.repeat_interleave(H // KH, dim=1)
             vv = v.repeat_interleave(H // KH, dim=1)
-        s = torch.matmul(q, kk.transpose(-1, -2)) * (1.0 / math.sqrt(hd))
-        if attn_bias is not None:
-            s = s + attn_bias
-        p = torch.softmax(s, dim=-1)
-        o = torch.matmul(p, vv).transpose(1, 2).reshape(B, n, d)
+        if attn_bias is not None and attn_bias.dtype == torch.bool:  # CUDA: fused attention, True = attend
+            o = F.scaled_dot_product_attention(q, kk, vv, attn_mask=attn_bias).transpose(1, 2).reshape(B, n, d)
+        else:
+            s = torch.matmul(q, kk.transpose(-1, -2)) * (1.0 / math.sqrt(hd))
+            if attn_bias is not None:
+                s = s + attn_bias
+            p = torch.softmax(s, dim=-1)
+            o = torch.matmul(p, vv).transpose(1, 2).reshape(B, n, d)
         h = x + self.attn_out(o)
         m = self.ff_norm(h)
         y = h + self.ff_out(F.silu(self.ff_proj(m)) * self.up_proj(m))
@@ -229,20 +232,29 @@ class LLaDA(nn.Module):
         if ids.dim() == 1:
             ids = ids[None]
         B, n = ids.shape
+        dev = ids.device
         if pos is None:
-            pos = torch.arange(n)
+            pos = torch.arange(n, device=dev)
+        pos = pos.to(dev)
         if pos.dim() == 1:
             pos = pos[None].expand(B, n)
         x = self.wte(ids)
         cos, sin = rope_cos_sin(pos, self.config.head_dim, self.config.rope_theta, x.dtype)
         bias = None
-        if key_valid is not None and not bool(key_valid.all()):
-            bias = torch.zeros(B, 1, 1, n, dtype=x.dtype)
-            bias = bias.masked_fill(~key_valid[:, None, None, :], float("-inf"))
-        if self.config.block_causal:
-            allowed = block_causal_mask(pos, self.config.block_size)  # [B, n, n]
-            bb = torch.zeros(B, 1, n, n, dtype=x.dtype).masked_fill(~allowed[:, None], float("-inf"))
-            bias = bb if bias is None else bias + bb
+        if dev.type == "cuda":  # a boolean mask (True = attend) for scaled_dot_product_attention
+            if key_valid is not None and not bool(key_valid.all()):
+                bias = key_valid.to(dev)[:, None, None, :]
+            if self.config.block_causal:
+                allowed = block_causal_mask(pos, self.config.block_size)[:, None]  # [B, 1, n, n]
+                bias = allowed if bias is None else bias & allowed
+        else:
+            if key_valid is not None and not bool(key_valid.all()):
+                bias = torch.zeros(B, 1, 1, n, dtype=x.dtype)
+                bias = bias.masked_fill(~key_valid[:, None, None, :], float("-inf"))
+            if self.config.block_causal:
+                allowed = block_causal_mask(pos, self.config.block_size)  # [B, n, n]
+                bb = torch.zeros(B, 1, n, n, dtype=x.dtype).masked_fill(~allowed[:, None], float("-inf"))
+                bias = bb if bias is None else bias + bb
         ks, vs, hs = [], [], []
         for blk in self.blocks:
             if return_states:

@@ -184,8 +184,27 @@ def parse_args(argv=None):
                          "threshold (--eval-threshold); the export keeps the best mean over them")
     ap.add_argument("--eval-threshold", type=float, default=0.95)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu",
+                    help="where the model, its batches and the periodic eval run: cpu or cuda (cuda[:N]); masks and "
+                         "batches are drawn on the CPU (same random streams), the forward, backward and decoding run "
+                         "there; on cuda the attention is fused (scaled_dot_product_attention) and fp32 matrix "
+                         "products use TF32")
+    ap.add_argument("--time-budget", type=float, default=0,
+                    help="seconds of this process's training: the cosine runs over this wall time instead of "
+                         "--max-steps, training stops when it is spent, then evaluates, exports if better and "
+                         "checkpoints (0: off)")
+    ap.add_argument("--curriculum-frac", type=float, default=0.4,
+                    help="with --time-budget and --curriculum linear: the share of the budget over which the prompt "
+                         "length quantile grows to 1")
+    ap.add_argument("--recall-offset", action=argparse.BooleanOptionalAction, default=True,
+                    help="block-causal: recall samples start at a random position in [0, block size) so that block "
+                         "boundaries fall inside their short tables (rows in earlier blocks than the question: the "
+                         "backwards lookup); without it a bare table sits in one bidirectional block")
     # evaluation / saving
     ap.add_argument("--eval-every", type=int, default=1000, help="steps between evaluations")
+    ap.add_argument("--eval-seconds", type=float, default=0,
+                    help="also evaluate when this many seconds of wall time passed since the last evaluation "
+                         "(0: steps only)")
     ap.add_argument("--eval-per-suite", type=int, default=50)
     ap.add_argument("--eval-batch", type=int, default=16)
     ap.add_argument("--tokens-per-step", type=int, default=2, help="eval decoding: gen_length/steps")
@@ -204,6 +223,9 @@ class Corpus:
     """A jsonl split held as numpy arrays: prompts flat + offsets, answers [N, G]."""
 
     def __init__(self, path, gen_length, eos, suites=None):
+        if not os.path.exists(path) and os.path.exists(path[:-len(".jsonl")] + ".npz"):
+            self._load_npz(path[:-len(".jsonl")] + ".npz", gen_length, eos, suites)
+            return
         flat, offs = array.array("i"), [0]
         plen, ans, alen, suite, level = [], array.array("i"), [], [], []
         self.suites = list(suites or [])
@@ -233,6 +255,40 @@ class Corpus:
         self.alen = np.asarray(alen, dtype=np.int64)
         self.suite = np.asarray(suite, dtype=np.int64)
         self.level = np.asarray(level, dtype=np.int64)
+        self.G, self.eos = gen_length, eos
+
+    def _load_npz(self, path, gen_length, eos, suites):
+        """The compact form pack_corpus.py writes (the same samples, for machines the jsonl is too large to carry)."""
+        z = np.load(path)
+        names = [str(x) for x in z["suites"]]
+        self.suites = list(suites or [])
+        for name in names:
+            if name not in self.suites:
+                self.suites.append(name)
+        alen = z["alen"].astype(np.int64)
+        keep = alen <= gen_length
+        self.skipped = int((~keep).sum())
+        offs = z["offs"].astype(np.int64)
+        aoffs = z["aoffs"].astype(np.int64)
+        flat, aflat = z["flat"].astype(np.int64), z["aflat"].astype(np.int64)
+        idx = np.nonzero(keep)[0]
+        plen = offs[1:] - offs[:-1]
+        ans = np.full((len(alen), gen_length), eos, dtype=np.int64)
+        r = np.repeat(np.arange(len(alen)), np.where(keep, alen, 0))
+        src = np.concatenate([np.arange(aoffs[i], aoffs[i + 1]) for i in idx]) if not keep.all() else \
+            np.arange(len(aflat))
+        ans[r, src - aoffs[:-1][r]] = aflat[src]
+        if keep.all():
+            self.offs, self.flat = offs, flat
+        else:
+            self.offs = np.concatenate([[0], np.cumsum(plen[idx])]).astype(np.int64)
+            self.flat = np.concatenate([flat[offs[i]:offs[i + 1]] for i in idx]) if len(idx) else np.zeros(0, np.int64)
+        self.plen = plen[idx]
+        self.ans = ans[idx]
+        self.alen = alen[idx]
+        remap = np.asarray([self.suites.index(nm) for nm in names], dtype=np.int64)
+        self.suite = remap[z["suite"].astype(np.int64)[idx]]
+        self.level = z["level"].astype(np.int64)[idx]
         self.G, self.eos = gen_length, eos
 
     def __len__(self):
@@ -293,6 +349,10 @@ class Batcher:
         a = self.a
         if a.curriculum == "adaptive":
             return int(np.quantile(self.sorted_len, self.q))
+        if getattr(self, "time_frac", None) is not None:  # --time-budget: the linear curriculum runs over wall time
+            f = getattr(a, "curriculum_frac", 0.4)
+            q = 1.0 if f <= 0 else min(1.0, a.curriculum_start + (1 - a.curriculum_start) * self.time_frac / f)
+            return int(np.quantile(self.sorted_len, q))
         q = 1.0 if a.curriculum_steps <= 0 else min(1.0, a.curriculum_start + (1 - a.curriculum_start) * step / a.curriculum_steps)
         return int(np.quantile(self.sorted_len, q))
 
@@ -422,14 +482,18 @@ def block_size_at(step, args, phase_from=0):
     return args.block_size
 
 
-def lr_at(step, args, warm_from=0, phase_from=0):
+def lr_at(step, args, warm_from=0, phase_from=0, prog=None):
+    """The learning rate at a step: linear warm-up, then the cosine over the phase's steps (or over
+    prog, the spent share of --time-budget, when given)."""
     w = step - warm_from
     if w < args.warmup:
         f = (w + 1) / args.warmup
     else:
         f = 1.0
     if args.schedule == "cosine":
-        prog = min(1.0, (step - phase_from) / max(1, args.max_steps - phase_from))
+        if prog is None:
+            prog = (step - phase_from) / max(1, args.max_steps - phase_from)
+        prog = min(1.0, prog)
         f *= args.min_lr_frac + (1 - args.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * prog))
     return args.lr * f
 
@@ -470,11 +534,16 @@ def block_targets(ans_pos, alen, G, bs, pad_weight, rng_t):
 
 
 def loss_on(model, ids, valid, ans_pos, args, rng_t, mask_id, alen, G, suite=None, nsuites=0, fixed_t=0.0,
-            semi_ar=0.0, block=0):
+            semi_ar=0.0, block=0, pos_offset=None):
     """LLaDA SFT loss on one batch (with fixed_t > 0: every sample masked at that ratio,
     unweighted, for the recall warm-up; with block > 0, the block-diffusion states of
-    block_targets, normalised by the answer slots of the trained blocks). Returns (loss, stats)."""
+    block_targets, normalised by the answer slots of the trained blocks; pos_offset [B]: each
+    sample's position ids start there instead of 0). The batch is drawn on the CPU and the
+    forward runs on the model's device. Returns (loss, stats); on a CUDA device the CE sums in
+    stats are device tensors (no synchronisation per step), on the CPU floats."""
     B, n = ids.shape
+    dev = next(model.parameters()).device
+    num = float if dev.type == "cpu" else (lambda t: t.detach())
     denom = B * G
     if block > 0 and not fixed_t:
         p = mask_ratios(B, args, rng_t)
@@ -515,31 +584,35 @@ def loss_on(model, ids, valid, ans_pos, args, rng_t, mask_id, alen, G, suite=Non
         pm = (col > 0) & (col < P[:, None]) & pt[:, None] & (torch.rand(B, n, generator=rng_t) < p[:, None])
         noisy[pm] = mask_id
     pos = torch.arange(n)
-    x = model(noisy, pos=pos, key_valid=valid, return_hidden=True)       # [B, n, d]
-    h = x[mrow, mpos]                                                    # [M, d]
+    if pos_offset is not None:
+        pos = pos[None] + torch.as_tensor(pos_offset)[:, None]
+    x = model(noisy.to(dev), pos=pos.to(dev), key_valid=valid, return_hidden=True)  # [B, n, d] (valid: moved there)
+    h = x[mrow.to(dev), mpos.to(dev)]                                    # [M, d]
     logits = model.head(h)
-    tgt = ids[mrow, mpos]
+    tgt = ids[mrow, mpos].to(dev)
     ce = F.cross_entropy(logits, tgt, reduction="none")                  # [M]
-    w = p[mrow] if pslot is None else pslot[m]
+    w = (p[mrow] if pslot is None else pslot[m]).to(dev)
     loss = (ce / w).sum() / denom
     ce_prompt, n_prompt = 0.0, 0
     if pm is not None and bool(pm.any()):
         prow = torch.arange(B)[:, None].expand(B, n)[pm]
-        cp = F.cross_entropy(model.head(x[pm]), ids[pm], reduction="none")
+        cp = F.cross_entropy(model.head(x[pm.to(dev)]), ids[pm].to(dev), reduction="none")
         denom = float((P[pt] - 1).sum())
-        loss = loss + (cp / p[prow]).sum() / max(1.0, denom)
-        ce_prompt, n_prompt = float(cp.sum()), int(pm.sum())
+        loss = loss + (cp / p[prow].to(dev)).sum() / max(1.0, denom)
+        ce_prompt, n_prompt = num(cp.sum()), int(pm.sum())
     slot = torch.arange(G)[None].expand(B, G)[m]
     content = slot < torch.as_tensor(alen)[mrow]
     if pm is not None:  # score the answer only where the prompt was clean (the SFT task)
         content &= ~pt[mrow]
-    st_ = {"ce_content": float(ce[content].sum()), "n_content": int(content.sum()),
-           "ce_pad": float(ce[~content].sum()), "n_pad": int((~content).sum()),
+    cd = content.to(dev)
+    st_ = {"ce_content": num(ce[cd].sum()), "n_content": int(content.sum()),
+           "ce_pad": num(ce[~cd].sum()), "n_pad": int((~content).sum()),
            "ce_prompt": ce_prompt, "n_prompt": n_prompt, "n_tokens": int(valid.sum())}
     if suite is not None:  # content CE per suite: which task is stuck
         srow = torch.as_tensor(suite)[mrow][content]
-        cc = ce[content].detach()
-        st_["suite_ce"] = torch.zeros(nsuites, dtype=torch.float64).index_add_(0, srow, cc.double()).tolist()
+        cc = ce[cd].detach()
+        sce = torch.zeros(nsuites, dtype=torch.float64, device=dev).index_add_(0, srow.to(dev), cc.double())
+        st_["suite_ce"] = sce.tolist() if dev.type == "cpu" else sce
         st_["suite_n"] = torch.bincount(srow, minlength=nsuites).tolist()
     return loss, st_
 
@@ -686,6 +759,14 @@ def log(fh, rec):
 def main(argv=None):
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise SystemExit(f"--device {args.device}: no CUDA device is available to this PyTorch")
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    elif device.type != "cpu":
+        raise SystemExit(f"--device {args.device!r}: cpu or cuda[:N]")
     with open(os.path.join(args.corpus, "meta.json")) as f:
         meta = json.load(f)
     G = int(meta["gen_length"])
@@ -704,7 +785,7 @@ def main(argv=None):
     ckpt = None
     resumed_from = None
     if args.resume and os.path.exists(ckpt_path):
-        ckpt = torch.load(ckpt_path)
+        ckpt = torch.load(ckpt_path, map_location="cpu")
         cfg = LLaDAConfig.from_json(ckpt["config"])
         resumed_from = ckpt_path
     elif args.init_from or (args.resume and os.path.exists(os.path.join(args.out, "model.safetensors")) and
@@ -722,6 +803,7 @@ def main(argv=None):
     model = LLaDA(cfg)
     if args.init == "scaled":
         init_weights(model, args.seed)
+    model.to(device)
     opt = torch.optim.AdamW(param_groups(model, args.weight_decay), lr=args.lr, betas=(0.9, args.beta2), eps=1e-8)
     rng = np.random.RandomState(args.seed)
     rng_t = torch.Generator().manual_seed(args.seed + 1)
@@ -758,7 +840,8 @@ def main(argv=None):
         exp_dtype = "F32" if export_bytes(cfg) <= 30e6 else "BF16"
     print(f"model: {cfg.n_layers} layers, d {cfg.d_model}, heads {cfg.n_heads}, mlp {cfg.mlp_hidden_size}, "
           f"vocab {cfg.vocab_size} (rows {cfg.embedding_size}), {nparams / 1e6:.2f} M params, export {exp_dtype}; "
-          f"resumed from {resumed_from} at step {state['step']}", flush=True)
+          f"resumed from {resumed_from} at step {state['step']}; device {device}"
+          f"{' (' + torch.cuda.get_device_name(device) + ')' if device.type == 'cuda' else ''}", flush=True)
 
     check_suite_weights(args, train.suites)
     batcher = Batcher(train, args, rng)
@@ -792,7 +875,10 @@ def main(argv=None):
             return
         save_ckpt(ckpt_path, model, opt, state, rng, rng_t)
 
+    t_last_eval = [time.time()]
+
     def do_eval():
+        t_last_eval[0] = time.time()
         em = bf16_copy(model) if exp_dtype == "BF16" else model
         r = evaluate(em, evalc, eval_idx, args, meta, stop_flag=lambda: stop["flag"])
         if r is None:
@@ -820,9 +906,10 @@ def main(argv=None):
             rec["exported"] = True
         log(logf, rec)
 
-    def new_acc():  # sums over one log interval
+    def new_acc():  # sums over one log interval (CE sums may be device tensors: read once per log line)
         return {"loss": 0.0, "n": 0, "ce_content": 0.0, "n_content": 0, "ce_pad": 0.0, "n_pad": 0, "ce_prompt": 0.0,
-                "n_prompt": 0, "tok": 0, "t": time.time(), "sce": [0.0] * len(train.suites),
+                "n_prompt": 0, "tok": 0, "t": time.time(),
+                "sce": torch.zeros(len(train.suites), dtype=torch.float64, device=device),
                 "sn": [0] * len(train.suites), "rce": 0.0, "rn": 0}
 
     model.train()
@@ -831,11 +918,19 @@ def main(argv=None):
     wall0 = state["wall_seconds"]
     acc = new_acc()
     bench_t0, bench_tok = None, 0
+    budget_spent = False
     while state["step"] < args.max_steps and not stop["flag"]:
         step = state["step"]
         if step % 1000 == 0:
             batcher.reshuffle()
-        lr = lr_at(step, args, state["warm_from"], state.get("phase_from", 0))
+        tprog = None
+        if args.time_budget > 0:
+            tprog = (time.time() - t_start) / args.time_budget
+            if tprog >= 1.0:
+                budget_spent = True
+                break
+            batcher.time_frac = tprog
+        lr = lr_at(step, args, state["warm_from"], state.get("phase_from", 0), prog=tprog)
         for g in opt.param_groups:
             g["lr"] = lr
         if recall is not None and rng.random_sample() < recall_fraction(args, state["recall_level"]):
@@ -844,8 +939,11 @@ def main(argv=None):
             Gr = recall.slots(state["recall_level"])
             ids, valid, ans_pos = pack(prompts, answers, Gr, eos)
             idx = prompts
+            off = None
+            if cfg.block_causal and args.recall_offset:
+                off = torch.randint(0, cfg.block_size, (len(prompts),), generator=rng_t)
             loss, s = loss_on(model, ids, valid, ans_pos, args, rng_t, mask_id, np.array([len(a) for a in answers]),
-                              Gr, fixed_t=args.recall_t)
+                              Gr, fixed_t=args.recall_t, pos_offset=off)
             acc["rce"] += s["ce_content"]
             acc["rn"] += s["n_content"]
             s = dict(s, ce_content=0.0, n_content=0, ce_pad=0.0, n_pad=0,
@@ -872,13 +970,13 @@ def main(argv=None):
         state["samples"] += len(idx)
         state["tokens"] += ntok
         state["wall_seconds"] = wall0 + (time.time() - t_start)
-        acc["loss"] += float(loss)
+        acc["loss"] += float(loss) if device.type == "cpu" else loss.detach()
         acc["n"] += 1
         acc["tok"] += ntok
         for k in ("ce_content", "n_content", "ce_pad", "n_pad", "ce_prompt", "n_prompt"):
             acc[k] += s[k]
+        acc["sce"] += torch.as_tensor(s["suite_ce"], dtype=torch.float64, device=device)
         for j in range(len(train.suites)):
-            acc["sce"][j] += s["suite_ce"][j]
             acc["sn"][j] += s["suite_n"][j]
         if args.bench:
             if state["step"] == 3:
@@ -886,21 +984,26 @@ def main(argv=None):
             elif bench_t0 is not None:
                 bench_tok += ntok
             if state["step"] >= args.bench:
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
                 dt = time.time() - bench_t0
                 print(json.dumps({"bench": {"layers": cfg.n_layers, "d": cfg.d_model, "heads": cfg.n_heads,
                                             "mlp": cfg.mlp_hidden_size, "params_M": round(nparams / 1e6, 2),
                                             "tokens_per_s": round(bench_tok / dt), "steps_per_min": round((args.bench - 3) / dt * 60, 1),
-                                            "batch_tokens": args.batch_tokens, "loss": round(acc["loss"] / acc["n"], 3)}}))
+                                            "batch_tokens": args.batch_tokens, "loss": round(float(acc["loss"]) / acc["n"], 3)}}))
                 return
             continue
         if state["step"] % args.log_every == 0:
+            for k in ("loss", "ce_content", "ce_pad", "ce_prompt", "rce"):  # one synchronisation per log line
+                acc[k] = float(acc[k])
+            sce = acc["sce"].tolist()
             dt = time.time() - acc["t"]
             log(logf, {"type": "train", "step": state["step"], "samples": state["samples"], "lr": lr,
                        "loss": acc["loss"] / acc["n"],
                        "ce_content": acc["ce_content"] / max(1, acc["n_content"]),
                        "ce_pad": acc["ce_pad"] / max(1, acc["n_pad"]),
                        "ce_prompt": round(acc["ce_prompt"] / max(1, acc["n_prompt"]), 3),
-                       "ce_suite": {name: round(acc["sce"][j] / max(1, acc["sn"][j]), 3)
+                       "ce_suite": {name: round(sce[j] / max(1, acc["sn"][j]), 3)
                                     for j, name in enumerate(train.suites)},
                        "tok_s": round(acc["tok"] / dt), "len_limit": batcher.limit(step),
                        "wall_h": round(state["wall_seconds"] / 3600, 3),
@@ -916,7 +1019,8 @@ def main(argv=None):
                 state["curriculum_q"] = batcher.q
                 log(logf, {"type": "curriculum", "step": state["step"], "q": batcher.q, "len_limit": batcher.limit(step)})
             acc = new_acc()
-        if state["step"] % args.eval_every == 0:
+        if state["step"] % args.eval_every == 0 or (args.eval_seconds > 0 and
+                                                      time.time() - t_last_eval[0] > args.eval_seconds):
             do_eval()
         if time.time() - t_last_ckpt > args.ckpt_minutes * 60:
             checkpoint()
@@ -924,7 +1028,7 @@ def main(argv=None):
         if args.max_hours and time.time() - t_start > args.max_hours * 3600:
             break
     if not args.bench:
-        if not stop["flag"] and state["step"] >= args.max_steps:
+        if not stop["flag"] and (state["step"] >= args.max_steps or budget_spent):
             do_eval()
         checkpoint()
         log(logf, {"type": "stop", "step": state["step"], "signal": stop["flag"], "best_mean": state["best_mean"],
