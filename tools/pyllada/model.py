@@ -195,7 +195,7 @@ class Block(nn.Module):
         if KH != H:
             kk = k.repeat_interleave(H // KH, dim=1)
             vv = v.repeat_interleave(H // KH, dim=1)
-        if attn_bias is not None and attn_bias.dtype == torch.bool:  # CUDA: fused attention, True = attend
+        if q.is_cuda:  # fused attention; the mask is boolean there (True = attend) or None
             o = F.scaled_dot_product_attention(q, kk, vv, attn_mask=attn_bias).transpose(1, 2).reshape(B, n, d)
         else:
             s = torch.matmul(q, kk.transpose(-1, -2)) * (1.0 / math.sqrt(hd))
