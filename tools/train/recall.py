@@ -22,7 +22,7 @@ class RecallGen:
     single-piece names from the 24 most frequent word-initial pieces, later levels widen
     the pool, add the chat framing, then add rows and pieces (LEVELS)."""
 
-    def __init__(self, tokenizer_json, gen_length, eos, numbers=0.0, sums=0.0):
+    def __init__(self, tokenizer_json, gen_length, eos, numbers=0.0, sums=0.0, queues=0.0):
         with open(tokenizer_json) as f:
             t = json.load(f)
         self.vocab = dict(t["model"]["vocab"])
@@ -59,6 +59,23 @@ class RecallGen:
         self.star, self.nl, self.ans = self.enc("*")[0], self.enc("Ċ")[0], self.enc("##")[0]
         self.comma, self.and_ = self.enc(","), self.enc("Ġand")
         self.seps = [self.enc(s) for s in ("Ġ=", "Ġ->", ":") if all(p in self.vocab for p in self.split(s))]
+        # queues: the share of samples that are the sequence and span suites' task in the same
+        # levels, "Queue: a, b, c, d." and "Which guest comes right after b?" -> "## c" (or the m
+        # names after b, "## c, d"): the successor lookup, a circuit of its own under block-causal
+        # attention (the queue's rows cannot see the question).
+        self.queues = float(queues)
+        if self.queues > 0:
+            self.queue_head = self.enc("Queue", ":")
+            self.period = self.enc(".")
+            self.after = self.enc("Ġafter")
+            self.q_one = self.enc("Which", "Ġguest", "Ġcomes", "Ġright", "Ġafter")
+            self.q_many = (self.enc("L", "ist", "Ġthe"), self.enc("Ġgues", "ts", "Ġthat", "Ġcom", "e", "Ġright", "Ġafter"),
+                           self.enc(",", "Ġin", "Ġorder", "."))
+            self.instr_one = self.enc("Ċ", "Answer", "Ġwith", "Ġ##", "Ġand", "Ġthen", "Ġthe", "Ġname", ",", "Ġnothing",
+                                      "Ġelse", ".", "<|eot_id|>", "<|start_header_id|>", "user", "<|end_header_id|>", "ĊĊ")
+            self.instr_many = self.enc("Ċ", "Answer", "Ġwith", "Ġ##", "Ġand", "Ġthen", "Ġthe", "Ġnames", "Ġin", "Ġorder",
+                                       ",", "Ġnothing", "Ġelse", ".", "<|eot_id|>", "<|start_header_id|>", "user",
+                                       "<|end_header_id|>", "ĊĊ")
 
     def split(self, s):
         # "ĊĊ" may be one token or two
@@ -127,10 +144,47 @@ class RecallGen:
                self.vocab[f"Ġ{k}"], self.eq]
         return ids, [self.vocab[f"Ġ{r}"], self.eos]
 
+    def queue_sample(self, rng, level):
+        """A queue of single-piece names (the level's pool, its row range + 2) and the question for
+        the name right after one of them, or (half the time, where the answer window holds them)
+        for the m names after it, in the sequence and span suites' words when the level is framed
+        ("Queue: a, b, c." ... "Which guest comes right after a?" / "List the 2 guests that come
+        right after a, in order."), bare otherwise ("<|startoftext|>Queue: a, b, c.\n after a?")."""
+        lo, hi, _ = self.shape(level)
+        first = self.pool(level)[0]
+        framed, slots = self.framed(level), self.slots(level)
+        rows = min(len(first), lo + 2 + rng.randint(0, hi - lo + 1))
+        names = [int(x) for x in rng.choice(first, size=rows, replace=False)]
+        i = rng.randint(rows - 1)
+        most = min(rows - 1 - i, (slots - 1) // 2, 48)  # "##", m names, m-1 commas, EOS
+        m = 1 if most < 2 or rng.random_sample() < 0.5 else 2 + rng.randint(most - 1)
+        if m > 1 and f"Ġ{m}" not in self.vocab:
+            m = 1
+        ids = list(self.head[:-3]) if framed else [self.head[0]]  # the system header without "Codes:"
+        ids += self.queue_head
+        for n, x in enumerate(names):
+            ids += ([self.comma[0]] if n else []) + [x]
+        ids += self.period
+        if framed:
+            ids += self.instr_one if m == 1 else self.instr_many
+            if m == 1:
+                ids += self.q_one + [names[i]] + self.tail
+            else:
+                ids += self.q_many[0] + [self.vocab[f"Ġ{m}"]] + self.q_many[1] + [names[i]] + self.q_many[2] + \
+                    self.tail[1:]
+        else:
+            ids += [self.nl] + self.after + [names[i]] + self.tail[:1]
+        answer = [self.ans]
+        for n, x in enumerate(names[i + 1:i + 1 + m]):
+            answer += ([self.comma[0]] if n else []) + [x]
+        return ids, answer + [self.eos]
+
     def sample(self, rng, level, queries=1):
         """One sample; with queries > 1 the user asks for up to that many distinct keys
         ("Which code belongs to a, b and c?") and the answer lists their values in order,
         which multiplies the supervised recall events per sample."""
+        if self.queues > 0 and rng.random_sample() < self.queues:
+            return self.queue_sample(rng, min(level, self.MAX_LEVEL))
         if self.sums > 0 and rng.random_sample() < self.sums:
             return self.sum_sample(rng)
         level = min(level, self.MAX_LEVEL)

@@ -375,6 +375,69 @@ class TestTrain(unittest.TestCase):
             self.assertEqual(starts[-1]["resumed_from"], os.path.join(d, "wb", "ckpt.pt"))
             self.assertTrue(starts[-1]["config"]["block_causal"])
 
+    def test_pack_corpus_npz(self):
+        """pack_corpus.py's train.npz loads as the same Corpus as the jsonl (also with answers skipped)."""
+        import numpy as np
+        import shutil
+        with tempfile.TemporaryDirectory() as d:
+            src, dst = os.path.join(d, "src"), os.path.join(d, "dst")
+            subprocess.run([sys.executable, os.path.join(HERE, "make_synth.py"), "--out", src,
+                            "--train", "200", "--eval", "10"], check=True)
+            os.makedirs(dst)
+            subprocess.run([sys.executable, os.path.join(HERE, "pack_corpus.py"), "--corpus", src,
+                            "--out", os.path.join(dst, "train.npz")], check=True)
+            for g in (16, 6, 3):
+                a = T.Corpus(os.path.join(src, "train.jsonl"), g, 257)
+                b = T.Corpus(os.path.join(dst, "train.jsonl"), g, 257)  # no jsonl there: the npz
+                self.assertEqual((a.suites, a.skipped, len(a)), (b.suites, b.skipped, len(b)))
+                for k in ("flat", "offs", "plen", "ans", "alen", "suite", "level"):
+                    self.assertTrue(np.array_equal(getattr(a, k), getattr(b, k)), k)
+            self.assertGreater(T.Corpus(os.path.join(dst, "train.jsonl"), 3, 257).skipped, 0)
+            shutil.copy(os.path.join(src, "meta.json"), dst)
+            shutil.copy(os.path.join(src, "eval.jsonl"), dst)
+            # --time-budget: stops by wall time (max-steps far away), evaluates and exports
+            out = os.path.join(d, "out")
+            T.main(["--corpus", dst, "--work", os.path.join(d, "work"), "--out", out, "--n-layers", "2",
+                    "--d-model", "32", "--n-heads", "2", "--mlp-hidden", "64", "--batch-tokens", "512",
+                    "--log-every", "2", "--warmup", "2", "--recall-frac", "0", "--max-steps", "1000000",
+                    "--time-budget", "3", "--eval-every", "1000000", "--eval-seconds", "1", "--eval-per-suite", "1"])
+            logs = [json.loads(l) for l in open(os.path.join(d, "work", "log.jsonl"))]
+            self.assertEqual(logs[-1]["type"], "stop")
+            self.assertLess(logs[-1]["step"], 1000000)
+            self.assertTrue([r for r in logs if r["type"] == "eval"])
+            self.assertTrue(os.path.exists(os.path.join(out, "model.safetensors")))
+        a = T.parse_args(["--warmup", "0", "--lr", "1e-3", "--min-lr-frac", "0.1", "--time-budget", "100"])
+        self.assertAlmostEqual(T.lr_at(5, a, prog=0.0), 1e-3)
+        self.assertAlmostEqual(T.lr_at(5, a, prog=1.0), 1e-4)
+        self.assertAlmostEqual(T.lr_at(5, a, prog=0.5), 0.55e-3)
+
+    def test_queue_samples(self):
+        """RecallGen queues: the answer is the name right after the asked one, or the m names after it."""
+        import numpy as np
+        from recall import RecallGen
+        tok = os.path.join(HERE, "..", "..", "models", "llada-tiny", "tokenizer.json")
+        g = RecallGen(tok, 32, 2043, queues=1.0)
+        rng = np.random.RandomState(5)
+        seen_many = False
+        for level in range(RecallGen.MAX_LEVEL + 1):
+            for _ in range(20):
+                p, a = g.sample(rng, level)
+                self.assertLessEqual(len(a), g.slots(level))
+                self.assertEqual((a[0], a[-1]), (g.ans, g.eos))
+                q0 = p.index(g.queue_head[-1]) + 1
+                q1 = q0 + p[q0:].index(g.period[0])
+                names = [x for x in p[q0:q1] if x != g.comma[0]]
+                self.assertEqual(len(set(names)), len(names))
+                got = [x for x in a[1:-1] if x != g.comma[0]]
+                if g.framed(level):
+                    asked = p[p.index(g.q_many[1][-1]) + 1] if len(got) > 1 else p[len(p) - len(g.tail) - 1]
+                    seen_many |= len(got) > 1
+                else:
+                    asked = p[-2]
+                i = names.index(asked)
+                self.assertEqual(got, names[i + 1:i + 1 + len(got)])
+        self.assertTrue(seen_many)
+
     def test_canvases(self):
         a = T.parse_args(["--canvas", "128,32,64", "--canvas-weights", "1,2,1"])
         cs, ps = T.canvases(a, 16)

@@ -144,6 +144,9 @@ def parse_args(argv=None):
                     help="share of recall samples whose values are number tokens (teaches copying numbers)")
     ap.add_argument("--recall-sums", type=float, default=0.0,
                     help="share of recall samples that are bare worked sums (## 13 + 4 = 17) for the arithmetic suite")
+    ap.add_argument("--recall-queues", type=float, default=0.0,
+                    help="share of recall samples that are queues (the sequence and span suites' successor lookup: "
+                         "the name right after one, or the m names after it)")
     ap.add_argument("--recall-t", type=float, default=1.0,
                     help="if > 0, recall answers are masked with this fixed ratio and weight 1 instead of "
                          "the SFT objective's t ~ U(0, 1) with 1/t (1: every answer slot masked, as in the probe)")
@@ -261,13 +264,15 @@ class Corpus:
         """The compact form pack_corpus.py writes (the same samples, for machines the jsonl is too large to carry)."""
         z = np.load(path)
         names = [str(x) for x in z["suites"]]
-        self.suites = list(suites or [])
-        for name in names:
-            if name not in self.suites:
-                self.suites.append(name)
         alen = z["alen"].astype(np.int64)
         keep = alen <= gen_length
         self.skipped = int((~keep).sum())
+        codes = z["suite"].astype(np.int64)[keep]
+        u, first = np.unique(codes, return_index=True)
+        self.suites = list(suites or [])
+        for c in u[np.argsort(first)]:  # suites not given: in the order the kept samples show them, as the jsonl
+            if names[c] not in self.suites:
+                self.suites.append(names[c])
         offs = z["offs"].astype(np.int64)
         aoffs = z["aoffs"].astype(np.int64)
         flat, aflat = z["flat"].astype(np.int64), z["aflat"].astype(np.int64)
@@ -275,18 +280,18 @@ class Corpus:
         plen = offs[1:] - offs[:-1]
         ans = np.full((len(alen), gen_length), eos, dtype=np.int64)
         r = np.repeat(np.arange(len(alen)), np.where(keep, alen, 0))
-        src = np.concatenate([np.arange(aoffs[i], aoffs[i + 1]) for i in idx]) if not keep.all() else \
-            np.arange(len(aflat))
+        src = np.arange(len(aflat)) if keep.all() else \
+            np.concatenate([np.arange(aoffs[i], aoffs[i + 1]) for i in idx] + [np.zeros(0, np.int64)])
         ans[r, src - aoffs[:-1][r]] = aflat[src]
         if keep.all():
             self.offs, self.flat = offs, flat
         else:
             self.offs = np.concatenate([[0], np.cumsum(plen[idx])]).astype(np.int64)
-            self.flat = np.concatenate([flat[offs[i]:offs[i + 1]] for i in idx]) if len(idx) else np.zeros(0, np.int64)
+            self.flat = np.concatenate([flat[offs[i]:offs[i + 1]] for i in idx] + [np.zeros(0, np.int64)])
         self.plen = plen[idx]
         self.ans = ans[idx]
         self.alen = alen[idx]
-        remap = np.asarray([self.suites.index(nm) for nm in names], dtype=np.int64)
+        remap = np.asarray([self.suites.index(nm) if nm in self.suites else -1 for nm in names], dtype=np.int64)
         self.suite = remap[z["suite"].astype(np.int64)[idx]]
         self.level = z["level"].astype(np.int64)[idx]
         self.G, self.eos = gen_length, eos
@@ -785,7 +790,7 @@ def main(argv=None):
     ckpt = None
     resumed_from = None
     if args.resume and os.path.exists(ckpt_path):
-        ckpt = torch.load(ckpt_path, map_location="cpu")
+        ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)  # our own file: RNG states too
         cfg = LLaDAConfig.from_json(ckpt["config"])
         resumed_from = ckpt_path
     elif args.init_from or (args.resume and os.path.exists(os.path.join(args.out, "model.safetensors")) and
@@ -851,7 +856,7 @@ def main(argv=None):
         if not os.path.isabs(tok_dir):
             tok_dir = os.path.join(ROOT, tok_dir)
         recall = RecallGen(os.path.join(tok_dir, "tokenizer.json"), min(G, cs[0]), eos, numbers=args.recall_numbers,
-                           sums=args.recall_sums)
+                           sums=args.recall_sums, queues=args.recall_queues)
         state.setdefault("recall_level", 0)
     if args.curriculum == "adaptive" and "curriculum_q" in state:
         batcher.q = state["curriculum_q"]
