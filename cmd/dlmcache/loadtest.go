@@ -101,7 +101,8 @@ type loadLevel struct {
 	// What the server reported per request (dlmcache serve's dlmcache
 	// object): the generation time alone (no queue) and its answer slots/s,
 	// the method that served each request (a calibrated table's choice),
-	// and the shared-prefix tokens found in the store.
+	// and the shared-prefix tokens of the requests whose method looked
+	// them up in the store (depth > 0), and those it found there.
 	GenSeconds      float64        `json:"generation_s,omitempty"`
 	GenTokensPerS   float64        `json:"generation_tokens_per_s,omitempty"`
 	Methods         map[string]int `json:"methods,omitempty"`
@@ -204,9 +205,11 @@ func (lv *loadLevel) add(r verifyRequest, a loadAnswer) {
 			lv.Methods = map[string]int{}
 		}
 		lv.Methods[st.Method]++
-		lv.PrefixTokens += st.PrefixTokens
-		if st.PrefixHit {
-			lv.PrefixHitTokens += st.PrefixTokens
+		if st.Depth > 0 || st.PrefixHit { // its method looked the prefix up in the store
+			lv.PrefixTokens += st.PrefixTokens
+			if st.PrefixHit {
+				lv.PrefixHitTokens += st.PrefixTokens
+			}
 		}
 	}
 }
@@ -352,7 +355,7 @@ func serverMethod(url string) string {
 
 func writeLoad(w io.Writer, label string, levels []loadLevel) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "%s\tclients\trequests\terrors\treq/s\ttokens/s\tlatency p50\tp99\tfirst block p50\tp99\taccuracy\tgeneration tokens/s\tprefix hits (tokens)\t\n", label)
+	fmt.Fprintf(tw, "%s\tclients\trequests\terrors\treq/s\ttokens/s\tlatency p50\tp99\tfirst block p50\tp99\taccuracy\tgeneration tokens/s\tprefix tokens found in the store\t\n", label)
 	for _, l := range levels {
 		acc, gen, hits := "-", "-", "-"
 		if l.Checked > 0 {
