@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -137,5 +139,42 @@ func TestCalibrateMethodsResumesAndMerges(t *testing.T) {
 	}
 	if _, errOut, code := run(t, "calibrate", "--model", serveFixture, "--setting", "bicache depth=x"); code == 0 || !strings.Contains(errOut, "depth") {
 		t.Errorf("a bad setting: exit %d %s", code, errOut)
+	}
+}
+
+// Calibration's External requests come a system message at a time, its
+// questions consecutive between the suites' samples, so a bin's requests
+// share system messages (the store is timed with hits) as served traffic
+// does.
+func TestSampleSuitesKeepsExternalGroupsTogether(t *testing.T) {
+	f := &factory{Out: io.Discard, ErrOut: io.Discard}
+	lm, err := loadModel(f, serveFixture, "cpu", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lm.Close()
+	s := requestSampling{Data: []string{"suites", "external"}, PerRatio: 60, Seed: 1}
+	reqs, _, err := s.sampleSuites(f, lm, 96, []float64{0, 1}, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups := 0
+	for i, r := range reqs {
+		var g, q int
+		if _, err := fmt.Sscanf(r.ID, "external/%d/%d", &g, &q); err != nil {
+			continue
+		}
+		if q == 0 {
+			groups++
+			continue
+		}
+		if i == 0 || !strings.HasPrefix(reqs[i-1].ID, fmt.Sprintf("external/%d/", g)) {
+			t.Errorf("request %d, %s, does not follow its system message's previous question", i, r.ID)
+		} else if !slices.Equal(r.Prompt[:r.PrefixLen], reqs[i-1].Prompt[:reqs[i-1].PrefixLen]) {
+			t.Errorf("request %d does not share %s's system message", i, reqs[i-1].ID)
+		}
+	}
+	if groups < 2 || len(reqs) != 60 {
+		t.Errorf("%d requests, %d external system messages", len(reqs), groups)
 	}
 }

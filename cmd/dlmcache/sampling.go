@@ -95,19 +95,33 @@ func (s requestSampling) sampleSuites(f *factory, lm *loadedModel, genLength int
 	var out []profile.Request
 	opts := []datasets.GenOptions{datasets.Level(0), datasets.Level(1), datasets.Level(2), datasets.DefaultOptions()}
 	const pool = 400 // samples drawn per suite and option set
-	// Sources take turns: each suite under each option set, and with
-	// "external" datasets.External's system messages (drawn with a seed of
-	// their own: lut verify's default set is another).
-	var sources [][]datasets.Sample
+	// Sources take turns, a group of samples each: each suite under each
+	// option set (one sample a turn), and with "external"
+	// datasets.External's system messages (drawn with a seed of their own:
+	// lut verify's default set is another), a system message's four
+	// questions a turn, kept together in order so that a bin holds requests
+	// that share their system message, as served traffic does: the search
+	// then times the prefix store with hits, not only fills.
+	var sources [][][]datasets.Sample
 	if slices.Contains(s.Data, "suites") {
 		for oi, o := range opts {
 			for _, suite := range datasets.Suites() {
-				sources = append(sources, datasets.Generate(suite, datasets.Train, s.Seed+int64(oi)*7919, pool, o))
+				var src [][]datasets.Sample
+				for _, x := range datasets.Generate(suite, datasets.Train, s.Seed+int64(oi)*7919, pool, o) {
+					src = append(src, []datasets.Sample{x})
+				}
+				sources = append(sources, src)
 			}
 		}
 	}
 	if slices.Contains(s.Data, "external") {
-		sources = append(sources, datasets.External(pool/4, 4, 1000+s.Seed))
+		const questions = 4
+		ext := datasets.External(pool/4, questions, 1000+s.Seed)
+		var src [][]datasets.Sample
+		for g := 0; g+questions <= len(ext); g += questions {
+			src = append(src, ext[g:g+questions])
+		}
+		sources = append(sources, src)
 	}
 	full := func() bool { return !slices.ContainsFunc(perBin, func(c int) bool { return c < s.PerRatio }) }
 	for i := 0; i < pool && !full(); i++ {
@@ -115,22 +129,23 @@ func (s requestSampling) sampleSuites(f *factory, lm *loadedModel, genLength int
 			if i >= len(src) {
 				continue
 			}
-			x := src[i]
-			ids, m, err := lm.Tokenizer.EncodeChat(x.System, x.User)
-			if err != nil {
-				return nil, nil, err
+			for _, x := range src[i] {
+				ids, m, err := lm.Tokenizer.EncodeChat(x.System, x.User)
+				if err != nil {
+					return nil, nil, err
+				}
+				m = reusablePrefix(lm, m)
+				if m == 0 || len(lm.Tokenizer.Encode(x.Target()))+1 > genLength || (s.MaxTokens > 0 && len(ids)+genLength > s.MaxTokens) {
+					continue
+				}
+				r := float64(m) / float64(len(ids)+genLength)
+				b := sort.SearchFloat64s(edges, r) - 1
+				if b < 0 || b >= len(perBin) || r == edges[b+1] || perBin[b] >= s.PerRatio {
+					continue
+				}
+				perBin[b]++
+				out = append(out, profile.Request{ID: x.ID, Source: x.ID[:strings.Index(x.ID, "/")], Prompt: ids, PrefixLen: m, Suite: x.Suite, Answer: x.Answer})
 			}
-			m = reusablePrefix(lm, m)
-			if m == 0 || len(lm.Tokenizer.Encode(x.Target()))+1 > genLength || (s.MaxTokens > 0 && len(ids)+genLength > s.MaxTokens) {
-				continue
-			}
-			r := float64(m) / float64(len(ids)+genLength)
-			b := sort.SearchFloat64s(edges, r) - 1
-			if b < 0 || b >= len(perBin) || r == edges[b+1] || perBin[b] >= s.PerRatio {
-				continue
-			}
-			perBin[b]++
-			out = append(out, profile.Request{ID: x.ID, Source: x.ID[:strings.Index(x.ID, "/")], Prompt: ids, PrefixLen: m, Suite: x.Suite, Answer: x.Answer})
 		}
 	}
 	var unfilled []string
