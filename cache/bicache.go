@@ -5,10 +5,83 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/spf13/pflag"
+
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/backend"
 )
+
+// BiCacheOptions are BiCache's own settings (the bicache family's).
+type BiCacheOptions struct {
+	// Refresh is the deep refresh period R in steps.
+	Refresh int
+	// Drift, if > 0, replaces the fixed period by Elastic-Cache's trigger
+	// γ: refresh when the cosine between the most-attended token's
+	// attention column now and at the last refresh falls below γ, from the
+	// first layer where it does (γ > 1: every step).
+	Drift float64
+}
+
+// biCacheFlags are the bicache family's flags: the refresh period and
+// trigger, and how the table is read (the statistic, the deep source).
+// --refresh 0 and --deep-source auto are settled by Options.ForModel.
+func biCacheFlags(fl *pflag.FlagSet, o *Options) {
+	fl.IntVar(&o.BiCache.Refresh, "refresh", 0, "BiCache: recompute the deep layers' prefix K/V every R steps (0: the model card's R, else 16)")
+	fl.Float64Var(&o.BiCache.Drift, "drift", 0, "bicache: Elastic-Cache's refresh trigger γ instead of the fixed period: refresh the deep layers when the most-attended token's attention column drifts below cosine γ (e.g. 0.9); 0: every --refresh steps")
+	fl.StringVar((*string)(&o.DeepSource), "deep-source", string(SourceAuto), "BiCache refresh input of the deep layers: recompute (full step), store (stored hidden state at depth d), request (the request's own first step; needs no store) or auto (request: docs/results.md)")
+	fl.StringVar((*string)(&o.Stat), "stat", string(lut.Mean), "table statistic served: mean (floor of the mean depth), mean-std, min")
+}
+
+// DeepSource says where BiCache's deep layers get the prefix rows' input on
+// refresh steps.
+type DeepSource string
+
+const (
+	// SourceStore: the hidden state the prefix had alone, entering layer
+	// d+1, from the store (shallow prefix K/V shared across requests).
+	SourceStore DeepSource = "store"
+	// SourceRecompute: a refresh step computes every row of every layer.
+	SourceRecompute DeepSource = "recompute"
+	// SourceRequest: the request's own first step (which computes every
+	// row) supplies the shallow layers' prefix K/V and the hidden state
+	// entering layer d+1; no store is needed.
+	SourceRequest DeepSource = "request"
+	// SourceAuto lets the table choose (ResolveDeepSource): --deep-source's
+	// default.
+	SourceAuto DeepSource = "auto"
+)
+
+// ParseDeepSource parses a --deep-source value ("" is the store).
+func ParseDeepSource(s string) (DeepSource, error) {
+	switch DeepSource(s) {
+	case "":
+		return SourceStore, nil
+	case SourceStore, SourceRecompute, SourceRequest:
+		return DeepSource(s), nil
+	}
+	return "", fmt.Errorf("deep refresh source %q: want store, recompute or request", s)
+}
+
+// ResolveDeepSource resolves auto for table t: the store (prefix K/V
+// shared across requests) when t is calibrated for it (dlmcache calibrate
+// checked those depths against answers), else the request source, the one
+// that kept every answer of the bundled model with a cosine table
+// (docs/results.md: the store's stand-alone prefix K/V lose what the
+// question writes into the prefix rows at cosine depths). Any other s is
+// returned as it is (the methods that use it check it). why says which
+// and why, for serve's startup line.
+func ResolveDeepSource(s DeepSource, t *lut.Table) (source DeepSource, why string) {
+	switch {
+	case s != SourceAuto:
+		return s, "--deep-source " + string(s)
+	case t != nil && t.CalibratedFor(string(SourceStore)):
+		return SourceStore, "the table is calibrated for the store source: shallow prefix K/V are shared across requests"
+	case t != nil:
+		return SourceRequest, "the table is not calibrated for the store source (dlmcache calibrate), so no prefix K/V are shared across requests; each request reuses its own first step's"
+	}
+	return SourceRequest, "no table"
+}
 
 // biCache is BiCache: layers 1..d, d from the table for the request's
 // shared-prefix ratio, reuse the prefix's K/V (the shallow wrapper); the
@@ -21,11 +94,11 @@ func newBiCache(o Options) (Method, error) {
 	if err := checkTable(o); err != nil {
 		return nil, err
 	}
-	if o.Refresh <= 0 && o.Drift <= 0 {
-		return nil, fmt.Errorf("refresh period (--refresh) must be positive, got %d", o.Refresh)
+	if o.BiCache.Refresh <= 0 && o.BiCache.Drift <= 0 {
+		return nil, fmt.Errorf("refresh period (--refresh) must be positive, got %d", o.BiCache.Refresh)
 	}
-	if o.Drift < 0 {
-		return nil, fmt.Errorf("drift threshold must be positive (0: the fixed period), got %g", o.Drift)
+	if o.BiCache.Drift < 0 {
+		return nil, fmt.Errorf("drift threshold must be positive (0: the fixed period), got %g", o.BiCache.Drift)
 	}
 	return &biCache{base{"bicache", o}}, nil
 }
@@ -36,8 +109,8 @@ var biCacheKnobs = []Knob{
 	intKnob("depth", "layers whose prefix K/V are reused (0: none)", 0, func(o *Options, d int) {
 		o.Table = DepthTable(lut.ModelID{Fingerprint: o.Fingerprint}, d)
 	}),
-	intKnob("refresh", "deep layers' refresh period R in steps", 1, func(o *Options, r int) { o.Refresh = r }),
-	floatKnob("drift", "Elastic-Cache's drift trigger γ (0: the fixed period)", 0, 2, func(o *Options, g float64) { o.Drift = g }),
+	intKnob("refresh", "deep layers' refresh period R in steps", 1, func(o *Options, r int) { o.BiCache.Refresh = r }),
+	floatKnob("drift", "Elastic-Cache's drift trigger γ (0: the fixed period)", 0, 2, func(o *Options, g float64) { o.BiCache.Drift = g }),
 }
 
 // biCacheGrid: the shallowest depths (deeper reuse broke long answers on
@@ -53,8 +126,8 @@ const DefaultDrift = 0.9
 
 // newBiCacheElastic is bicache with the drift trigger on.
 func newBiCacheElastic(o Options) (Method, error) {
-	if o.Drift == 0 {
-		o.Drift = DefaultDrift
+	if o.BiCache.Drift == 0 {
+		o.BiCache.Drift = DefaultDrift
 	}
 	m, err := newBiCache(o)
 	if err != nil {
@@ -92,7 +165,7 @@ func source(s DeepSource) DeepSource {
 }
 
 func (m *biCache) Planner(lm *model.LLaDA, salt string, info *Info) model.Planner {
-	deep := &deepRefresh{lm: lm, b: lm.Backend, L: len(lm.Blocks), period: m.o.Refresh, drift: m.o.Drift}
+	deep := &deepRefresh{lm: lm, b: lm.Backend, L: len(lm.Blocks), period: m.o.BiCache.Refresh, drift: m.o.BiCache.Drift}
 	p := tableWrapper(m.o, lm, salt, info, deep)
 	p.offAtZero = true
 	deep.info = p.info

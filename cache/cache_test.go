@@ -181,7 +181,7 @@ func TestBiCacheDepthOneIsExact(t *testing.T) {
 	o := model.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}
 	want, _ := generate(t, m, mk(t, "none", Options{}), ids, pl, o)
 	for _, src := range []string{"recompute"} {
-		meth := mk(t, "bicache", Options{Store: NewStore(m.Backend, 1<<30, FIFO), Table: table(L, 1), Refresh: 1, DeepSource: DeepSource(src), Fingerprint: m.Fingerprint})
+		meth := mk(t, "bicache", Options{Store: NewStore(m.Backend, 1<<30, FIFO), Table: table(L, 1), BiCache: BiCacheOptions{Refresh: 1}, DeepSource: DeepSource(src), Fingerprint: m.Fingerprint})
 		got, info := generate(t, m, meth, ids, pl, o)
 		if !reflect.DeepEqual(got.Canvas, want.Canvas) {
 			t.Errorf("%s: bicache d=1 R=1 %v\nno cache %v", src, got.Canvas, want.Canvas)
@@ -206,14 +206,14 @@ func TestMethodsRowsComputed(t *testing.T) {
 	}{
 		{mk(t, "none", Options{}), o.Steps * L * n},
 		{mk(t, "prefix-all", Options{Store: store}), o.Steps * L * (n - pl)},
-		{mk(t, "prefix-all", Options{Store: store, Refresh: 4, DeepSource: "recompute"}), o.Steps * L * (n - pl)},
+		{mk(t, "prefix-all", Options{Store: store, BiCache: BiCacheOptions{Refresh: 4}, DeepSource: "recompute"}), o.Steps * L * (n - pl)},
 		// depth 1, R 4: steps 1 and 5 compute the deep layers' prefix rows.
-		{mk(t, "bicache", Options{Store: store, Table: table(L, 1), Refresh: 4}), o.Steps*L*(n-pl) + 2*(L-1)*pl},
-		{mk(t, "bicache", Options{Store: store, Table: table(L, 1), Refresh: 4, DeepSource: "recompute"}), o.Steps*L*(n-pl) + 2*L*pl},
+		{mk(t, "bicache", Options{Store: store, Table: table(L, 1), BiCache: BiCacheOptions{Refresh: 4}}), o.Steps*L*(n-pl) + 2*(L-1)*pl},
+		{mk(t, "bicache", Options{Store: store, Table: table(L, 1), BiCache: BiCacheOptions{Refresh: 4}, DeepSource: "recompute"}), o.Steps*L*(n-pl) + 2*L*pl},
 	} {
 		g, _ := generate(t, m, tc.meth, ids, pl, o)
 		if g.RowsComputed != tc.want {
-			t.Errorf("%s/%s: %d rows computed, want %d", tc.meth.Name(), tc.meth.Source(), g.RowsComputed, tc.want)
+			t.Errorf("%s/%s: %d rows computed, want %d", tc.meth.Name(), SourceOf(tc.meth), g.RowsComputed, tc.want)
 		}
 		// FLOPs fall with the rows, but not quite in proportion: a
 		// computed row costs the same as in a full forward (its attention
@@ -223,7 +223,7 @@ func TestMethodsRowsComputed(t *testing.T) {
 			t.Errorf("none: %g FLOPs, want every row's %g", g.FLOPs, full)
 		case tc.meth.Name() != "none" && !(g.FLOPs < full && g.FLOPs/full > float64(g.RowsComputed)/float64(g.RowsFull)):
 			t.Errorf("%s/%s: FLOPs %g of %g (%.3f) against rows %.3f: want fewer than full, above the rows' fraction",
-				tc.meth.Name(), tc.meth.Source(), g.FLOPs, full, g.FLOPs/full, float64(g.RowsComputed)/float64(g.RowsFull))
+				tc.meth.Name(), SourceOf(tc.meth), g.FLOPs, full, g.FLOPs/full, float64(g.RowsComputed)/float64(g.RowsFull))
 		}
 	}
 	if st := store.Stats(); st.Queries != 4 || st.Hits != 3 || st.HitTokens != int64(3*pl) {
@@ -286,7 +286,7 @@ func TestBiCacheRequestSource(t *testing.T) {
 	ids, pl := request(t, m, 1)
 	o := model.GenOptions{GenLength: 16, Steps: 8}
 	n := len(ids) + o.GenLength
-	meth := mk(t, "bicache", Options{Table: table(L, 1), Refresh: 4, DeepSource: "request"})
+	meth := mk(t, "bicache", Options{Table: table(L, 1), BiCache: BiCacheOptions{Refresh: 4}, DeepSource: "request"})
 	g, info := generate(t, m, meth, ids, pl, o)
 	// step 1: everything; step 5: layer 1's suffix and the deep layers'
 	// every row; the other six: the suffix only.
@@ -297,7 +297,7 @@ func TestBiCacheRequestSource(t *testing.T) {
 	// hidden state entering layer 2 at step 1, which saw the canvas of step
 	// 1 only: the answer may differ from no caching, but the request must
 	// still decode every position.
-	meth = mk(t, "bicache", Options{Table: table(L, 1), Refresh: 1, DeepSource: "request"})
+	meth = mk(t, "bicache", Options{Table: table(L, 1), BiCache: BiCacheOptions{Refresh: 1}, DeepSource: "request"})
 	g, _ = generate(t, m, meth, ids, pl, o)
 	for i, id := range g.Canvas[len(ids):] {
 		if id == int32(m.Config.MaskTokenID) {
@@ -316,15 +316,15 @@ func TestMethodValidate(t *testing.T) {
 		{"prefix-all", Options{}},
 		{"bicache", Options{Store: s}},
 		{"bicache", Options{Store: s, Table: table(3, 1)}}, // refresh 0
-		{"bicache", Options{Store: s, Table: table(3, 1), Refresh: 4, DeepSource: "magic"}},
-		{"bicache", Options{Table: table(3, 1), Refresh: 4, DeepSource: "recompute"}}, // no store
-		{"bicache", Options{Store: s, Table: table(3, 1), Refresh: 4, Drift: -1}},
+		{"bicache", Options{Store: s, Table: table(3, 1), BiCache: BiCacheOptions{Refresh: 4}, DeepSource: "magic"}},
+		{"bicache", Options{Table: table(3, 1), BiCache: BiCacheOptions{Refresh: 4}, DeepSource: "recompute"}}, // no store
+		{"bicache", Options{Store: s, Table: table(3, 1), BiCache: BiCacheOptions{Refresh: 4, Drift: -1}}},
 		{"bicache+block", Options{Store: s}}, // no table
 		{"d2cache", Options{D2: D2Options{K: 0, P: 0.1, Sigma: 10}}},
 		{"d2cache", Options{D2: D2Options{K: 32, P: 1.5, Sigma: 10}}},
 		{"dllm-cache", Options{DLLM: DLLMOptions{Kp: 0, Kr: 2, Rho: 0.25}}},
 		{"dllm-cache", Options{DLLM: DLLMOptions{Kp: 50, Kr: 2, Rho: 2}}},
-		{"freecache", Options{FreeRefresh: -1}},
+		{"freecache", Options{Free: FreeOptions{Refresh: -1}}},
 	} {
 		if _, err := New(tc.name, tc.o); err == nil {
 			t.Errorf("%s %+v: no error", tc.name, tc.o)
@@ -373,7 +373,7 @@ func TestConcurrentRequests(t *testing.T) {
 	ids0, pl0 := request(t, m, 0)
 	entryBytes := int64(4 * L * pl0 * (2*m.Config.KVDim() + m.Config.DModel))
 	store := NewStore(m.Backend, entryBytes*3/2, LRU) // room for about one prefix
-	meth := mk(t, "bicache", Options{Store: store, Table: table(L, 2), Refresh: 2, Fingerprint: m.Fingerprint})
+	meth := mk(t, "bicache", Options{Store: store, Table: table(L, 2), BiCache: BiCacheOptions{Refresh: 2}, Fingerprint: m.Fingerprint})
 	const N = 24
 	want := make([][]int32, N)
 	for i := range want {

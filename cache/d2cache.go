@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/spf13/pflag"
+
 	"github.com/dlmcache/dlmcache/model"
 )
 
@@ -17,6 +19,15 @@ type D2Options struct {
 	// Prior decodes by certainty prior (confidence × density) instead of
 	// the schedule's decoder: a quasi left-to-right order.
 	Prior bool
+}
+
+// d2Flags are d2Cache's flags.
+func d2Flags(fl *pflag.FlagSet, o *Options) {
+	d := DefaultOptions().D2
+	fl.IntVar(&o.D2.K, "d2-k", d.K, "d2cache: masked slots recomputed per step, by certainty prior")
+	fl.Float64Var(&o.D2.P, "d2-p", d.P, "d2cache: attention-rollout importance share of the other rows recomputed per step (1: every row)")
+	fl.Float64Var(&o.D2.Sigma, "d2-sigma", d.Sigma, "d2cache: certainty density's Gaussian width in tokens")
+	fl.BoolVar(&o.D2.Prior, "d2-prior-order", false, "d2cache: decode by certainty prior (confidence × density of decoded neighbours) instead of confidence alone")
 }
 
 // d2Knobs are d2Cache's knobs.

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/spf13/pflag"
+
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/backend"
 )
@@ -16,6 +18,14 @@ type DLLMOptions struct {
 	Kp  int     // prompt rows refreshed every Kp steps
 	Kr  int     // response rows refreshed every Kr steps
 	Rho float64 // between refreshes, the fraction of response rows recomputed
+}
+
+// dllmFlags are dLLM-Cache's flags.
+func dllmFlags(fl *pflag.FlagSet, o *Options) {
+	d := DefaultOptions().DLLM
+	fl.IntVar(&o.DLLM.Kp, "dllm-kp", d.Kp, "dllm-cache: refresh the prompt's K/V every Kp steps")
+	fl.IntVar(&o.DLLM.Kr, "dllm-kr", d.Kr, "dllm-cache: refresh the response's K/V every Kr steps")
+	fl.Float64Var(&o.DLLM.Rho, "dllm-rho", d.Rho, "dllm-cache: between refreshes, the fraction of response rows recomputed (those whose V changed most)")
 }
 
 // dllmKnobs are dLLM-Cache's knobs.

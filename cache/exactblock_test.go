@@ -205,8 +205,8 @@ func TestExactBlockStore(t *testing.T) {
 		{"whole prefixes", func() PrefixStore { return NewStore(m.Backend, 1<<30, LRU) }, B},
 	} {
 		meth := mk(t, "exact-block", Options{Store: tc.store(), Fingerprint: m.Fingerprint})
-		_, whole := meth.Store().(*Store)
-		var seen [][]int32 // earlier requests' prefixes
+		_, whole := StoreOf(meth).(*Store)
+		var seen [][]int32                 // earlier requests' prefixes
 		for _, i := range []int{0, 1, 3} { // requests 0 and 3 share a system message
 			ids, pl := request(t, m, i)
 			if wants[i] == nil {

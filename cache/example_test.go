@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/spf13/pflag"
+
 	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
@@ -33,7 +35,7 @@ func Example() {
 	o.Table = table
 	o.Store = cache.NewStore(b, 64<<20, cache.LRU)
 	o.Fingerprint = m.Fingerprint
-	o.Refresh = m.Card.RefreshOr(0) // the card's R: 1 for llada-tiny
+	o.BiCache.Refresh = m.Card.RefreshOr(0) // the card's R: 1 for llada-tiny
 	bicache, err := cache.New("bicache", o)
 	if err != nil {
 		fmt.Println(err)
@@ -76,4 +78,24 @@ func ExampleLookup() {
 	// Output:
 	// bicache+block is built on block <nil>
 	// true
+}
+
+// Each method declares its own flags in its file; a command declares them
+// all with AddFlags and settles what they leave to the model and the table
+// (--refresh 0: the card's R; --deep-source auto) with ForModel.
+func ExampleAddFlags() {
+	fl := pflag.NewFlagSet("eval", pflag.ContinueOnError)
+	var o cache.Options
+	cache.AddFlags(fl, &o)
+	if err := fl.Parse([]string{"--d2-k", "8", "--dual-block", "16"}); err != nil {
+		fmt.Println(err)
+		return
+	}
+	o, err := o.ForModel(model.Card{Refresh: 4}, nil)
+	fmt.Println(o.D2.K, o.Block.Length, o.BiCache.Refresh, o.DeepSource, err)
+	d2, err := cache.New("d2cache", o)
+	fmt.Println(d2.Name(), err)
+	// Output:
+	// 8 16 4 request <nil>
+	// d2cache <nil>
 }

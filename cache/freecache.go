@@ -3,13 +3,30 @@ package cache
 import (
 	"fmt"
 
+	"github.com/spf13/pflag"
+
 	"github.com/dlmcache/dlmcache/model"
 )
 
+// FreeOptions are FreeCache's settings (its block length is
+// BlockOptions.Length).
+type FreeOptions struct {
+	// Refresh, if > 0, makes FreeCache run a full forward every that many
+	// steps (1: every step, as none).
+	Refresh int
+}
+
+// freeFlags are FreeCache's flags: the full-forward period and the block
+// length.
+func freeFlags(fl *pflag.FlagSet, o *Options) {
+	fl.IntVar(&o.Free.Refresh, "free-refresh", 0, "freecache: a full forward every N steps (0: only the first)")
+	blockLengthFlag(fl, o)
+}
+
 // freeKnobs: the full-forward period and the block length.
 var freeKnobs = []Knob{
-	intKnob("free-refresh", "a full forward every N steps (0: only the first)", 0, func(o *Options, n int) { o.FreeRefresh = n }),
-	intKnob("block-length", "block length in tokens when the regime has one block", 1, func(o *Options, n int) { o.BlockLength = n }),
+	intKnob("free-refresh", "a full forward every N steps (0: only the first)", 0, func(o *Options, n int) { o.Free.Refresh = n }),
+	intKnob("block-length", "block length in tokens when the regime has one block", 1, func(o *Options, n int) { o.Block.Length = n }),
 }
 
 // freeCache is FlashDLM's FreeCache: after a full first step, the prompt
@@ -22,18 +39,18 @@ var freeKnobs = []Knob{
 type freeCache struct{ base }
 
 func newFreeCache(o Options) (Method, error) {
-	if o.FreeRefresh < 0 {
-		return nil, fmt.Errorf("full-forward period (--free-refresh) must be ≥ 0, got %d", o.FreeRefresh)
+	if o.Free.Refresh < 0 {
+		return nil, fmt.Errorf("full-forward period (--free-refresh) must be ≥ 0, got %d", o.Free.Refresh)
 	}
 	return &freeCache{base{"freecache", o}}, nil
 }
 
 // Gen decodes in blocks (FreeCache freezes finished blocks) with the
 // schedule's own decoder.
-func (m *freeCache) Gen(o model.GenOptions) model.GenOptions { return blocked(o, m.o.BlockLength) }
+func (m *freeCache) Gen(o model.GenOptions) model.GenOptions { return blocked(o, m.o.Block.Length) }
 
 func (m *freeCache) Planner(lm *model.LLaDA, _ string, _ *Info) model.Planner {
-	return &freePlanner{tokenPlan: tokenPlan{lm: lm}, refresh: m.o.FreeRefresh}
+	return &freePlanner{tokenPlan: tokenPlan{lm: lm}, refresh: m.o.Free.Refresh}
 }
 
 // freePlanner: the window is the current block and everything after it.

@@ -107,7 +107,7 @@ func ParseSetting(s string) (lut.Setting, error) {
 	if dec.IsDefault() {
 		dec = model.Decoding{Kind: model.DecodeSchedule}
 		if name == "block" || name == "bicache+block" {
-			dec = model.Decoding{Kind: model.DecodeThreshold, T: DefaultOptions().Threshold}
+			dec = model.Decoding{Kind: model.DecodeThreshold, T: DefaultOptions().Block.Threshold}
 		}
 	}
 	st := lut.Setting{Method: name, Decoder: dec.String()}

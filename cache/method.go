@@ -1,19 +1,25 @@
 package cache
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/spf13/pflag"
 
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
 )
 
 // Method is a caching method: the whole policy of one strategy — the
-// per-request planner that steers the forward through model.Plan, the
-// generation options it needs (block decoding, thresholds) and what it
-// shares across requests. Build one with New.
+// per-request planner that steers the forward through model.Plan and the
+// generation options it needs (block decoding, thresholds). What only some
+// methods have is an optional interface: a prefix store shared across
+// requests (Storer), a ratio → depth table and its deep source (Tabled), a
+// choice per request (Chooser), models it cannot serve (ModelChecker).
+// Build one with New.
 type Method interface {
 	// Name is the registered name ("bicache", "bicache+block", …).
 	Name() string
@@ -25,82 +31,80 @@ type Method interface {
 	// salt, if not empty, isolates the request's stored prefixes from other
 	// tenants' (appended to the method's own salt).
 	Planner(lm *model.LLaDA, salt string, info *Info) model.Planner
-	// Store is the prefix store shared across requests (nil: none).
+}
+
+// Storer is a method that keeps prefixes in a store shared across
+// requests (prefix-all, the bicache family, exact-block, table, modules).
+type Storer interface {
+	Method
 	Store() PrefixStore
-	// Table is the ratio → depth table the method serves (nil: none).
+}
+
+// Tabled is a method that serves a ratio → depth table (the bicache
+// family; table serves its choices).
+type Tabled interface {
+	Method
 	Table() *lut.Table
 	// Source is the deep source whose calibrated depths the method serves
-	// ("store", "request" or "recompute"; "" for methods without a table).
+	// ("store", "request" or "recompute"; "" for none).
 	Source() string
 }
 
-// DeepSource says where BiCache's deep layers get the prefix rows' input on
-// refresh steps.
-type DeepSource string
-
-const (
-	// SourceStore: the hidden state the prefix had alone, entering layer
-	// d+1, from the store (shallow prefix K/V shared across requests).
-	SourceStore DeepSource = "store"
-	// SourceRecompute: a refresh step computes every row of every layer.
-	SourceRecompute DeepSource = "recompute"
-	// SourceRequest: the request's own first step (which computes every
-	// row) supplies the shallow layers' prefix K/V and the hidden state
-	// entering layer d+1; no store is needed.
-	SourceRequest DeepSource = "request"
-)
-
-// ParseDeepSource parses a --deep-source value ("" is the store).
-func ParseDeepSource(s string) (DeepSource, error) {
-	switch DeepSource(s) {
-	case "":
-		return SourceStore, nil
-	case SourceStore, SourceRecompute, SourceRequest:
-		return DeepSource(s), nil
+// StoreOf is the prefix store m shares across requests (nil: none).
+func StoreOf(m Method) PrefixStore {
+	if s, ok := m.(Storer); ok {
+		return s.Store()
 	}
-	return "", fmt.Errorf("deep refresh source %q: want store, recompute or request", s)
+	return nil
 }
 
-// Options configure every method; each reads the fields it needs and
-// validates them.
+// TableOf is the table m serves (nil: none).
+func TableOf(m Method) *lut.Table {
+	if t, ok := m.(Tabled); ok {
+		return t.Table()
+	}
+	return nil
+}
+
+// SourceOf is the deep source whose calibrated depths m serves ("" for a
+// method without one).
+func SourceOf(m Method) string {
+	if t, ok := m.(Tabled); ok {
+		return t.Source()
+	}
+	return ""
+}
+
+// Options configure a method: what every method may share (the store,
+// the table and how it is read, the model's fingerprint, the salt, the
+// decoder) and one typed value per method, declared in the method's file
+// with its flags.
 type Options struct {
 	Store       PrefixStore // prefix store (prefix-all and the bicache family): *Store or *BlockStore
-	Table       *lut.Table  // ratio → depth (the bicache family)
+	Table       *lut.Table  // ratio → depth (the bicache family); the choices (table)
 	Stat        lut.Statistic
 	DeepSource  DeepSource
 	Fingerprint string // model fingerprint, part of the store key
 	Salt        string // tenant isolation, part of the store key
 
-	// Refresh is BiCache's deep refresh period R in steps.
-	Refresh int
-	// Drift, if > 0, replaces the fixed period by Elastic-Cache's trigger
-	// γ: refresh when the cosine between the most-attended token's
-	// attention column now and at the last refresh falls below γ, from the
-	// first layer where it does (γ > 1: every step).
-	Drift float64
-
-	// BlockLength is the semi-autoregressive block length block methods
-	// decode in when the options have one block (0: 32).
-	BlockLength int
-	// Threshold is Fast-dLLM's confidence threshold (block methods).
-	Threshold float64
-
-	D2   D2Options
-	DLLM DLLMOptions
-	// FreeRefresh, if > 0, makes FreeCache run a full forward every that
-	// many steps (1: every step, as none).
-	FreeRefresh int
-
 	// Decoding, unless the zero value, replaces the method's own decoder
 	// (the schedule; threshold decoding for block): any cache under any
 	// decoder. A method spec "NAME@DECODER" sets it too.
 	Decoding model.Decoding
+
+	BiCache BiCacheOptions // bicache.go
+	Block   BlockOptions   // block.go (freecache's block length too)
+	D2      D2Options      // d2cache.go
+	DLLM    DLLMOptions    // dllmcache.go
+	Free    FreeOptions    // freecache.go
+	Modules ModuleOptions  // modules.go
 }
 
 // DefaultOptions are the papers' defaults.
 func DefaultOptions() Options {
-	return Options{Stat: lut.Mean, DeepSource: SourceStore, Refresh: 16, BlockLength: 32, Threshold: 0.9,
-		D2: D2Options{K: 32, P: 0.1, Sigma: 10}, DLLM: DLLMOptions{Kp: 50, Kr: 2, Rho: 0.25}}
+	return Options{Stat: lut.Mean, DeepSource: SourceStore, BiCache: BiCacheOptions{Refresh: 16},
+		Block: BlockOptions{Length: 32, Threshold: 0.9},
+		D2:    D2Options{K: 32, P: 0.1, Sigma: 10}, DLLM: DLLMOptions{Kp: 50, Kr: 2, Rho: 0.25}}
 }
 
 // Spec is a registered method.
@@ -117,38 +121,107 @@ type Spec struct {
 	// Grid is what calibration tries of the method by default (declared
 	// in its file; none: the method is not searched by default).
 	Grid []GridPoint
+	// Flags declares the method's command-line flags on fl, bound to its
+	// options in o (declared in its file; AddFlags declares every
+	// method's).
+	Flags func(fl *pflag.FlagSet, o *Options)
+	// Calibration is the method whose calibrated depths it serves (a
+	// table's calibration.method; "" for the method's own name): bicache's
+	// compositions serve bicache's.
+	Calibration string
+	// Needs, if not empty, says what the method needs that no flag gives
+	// (the module method: a schema): it is built by the code that has
+	// that, and not offered by name (Names, --help, bench).
+	Needs string
 }
 
 // registry lists the methods in the order --help and bench show them.
 var registry = []Spec{
-	{"none", "every row, every layer, every step", newNone, "", nil, nil},
-	{"prefix-all", "the shared prefix's K/V from the store at every layer and step (an autoregressive server's prefix cache)", newPrefixAll, "", nil, nil},
-	{"bicache", "BiCache: layers 1..d (d from the table) reuse the prefix's K/V; deeper layers refresh the prefix rows every R steps (or on attention drift with --drift)", newBiCache, "", biCacheKnobs, biCacheGrid},
-	{"bicache-elastic", "BiCache with Elastic-Cache's trigger: the deep layers refresh when the most-attended token's attention drifts below cosine γ (--drift, default 0.9), from the layer where it does", newBiCacheElastic, "bicache", biCacheKnobs, nil},
-	{"block", "Fast-dLLM's dual cache: a full forward at each block start, then only the block's rows; threshold decoding (another with NAME@DECODER)", newBlock, "", blockKnobs, blockGrid},
-	{"bicache+block", "BiCache's shallow prefix reuse under Fast-dLLM's dual cache", composed(newBlock), "block", slices.Concat(biCacheKnobs, blockKnobs), nil},
-	{"exact-block", "block-causal models only: committed blocks' K/V kept at every layer, each step computes the current block; a shared prefix's full blocks from the store at every layer (exact: the answers of none)", newExactBlock, "", nil, nil},
-	{"d2cache", "d2Cache: after a full first step, only the most certain masked slots, the tokens just decoded and the rollout-important rest are recomputed", newD2Cache, "", d2Knobs, d2Grid},
-	{"dllm-cache", "dLLM-Cache: prompt refreshed every Kp steps, response every Kr, and between refreshes the response rows whose V changed most", newDLLMCache, "", dllmKnobs, nil},
-	{"freecache", "FlashDLM's FreeCache: finished blocks frozen; each step computes the current block and everything after it", newFreeCache, "", freeKnobs, nil},
-	{"bicache+d2cache", "BiCache's shallow prefix reuse under d2Cache", composed(newD2Cache), "d2cache", slices.Concat(biCacheKnobs, d2Knobs), nil},
-	{"bicache+freecache", "BiCache's shallow prefix reuse under FreeCache", composed(newFreeCache), "freecache", slices.Concat(biCacheKnobs, freeKnobs), nil},
+	{Name: "none", Summary: "every row, every layer, every step", New: newNone},
+	{Name: "prefix-all", Summary: "the shared prefix's K/V from the store at every layer and step (an autoregressive server's prefix cache)", New: newPrefixAll},
+	{Name: "bicache", Summary: "BiCache: layers 1..d (d from the table) reuse the prefix's K/V; deeper layers refresh the prefix rows every R steps (or on attention drift with --drift)",
+		New: newBiCache, Knobs: biCacheKnobs, Grid: biCacheGrid, Flags: biCacheFlags},
+	{Name: "bicache-elastic", Summary: "BiCache with Elastic-Cache's trigger: the deep layers refresh when the most-attended token's attention drifts below cosine γ (--drift, default 0.9), from the layer where it does",
+		New: newBiCacheElastic, Base: "bicache", Knobs: biCacheKnobs, Flags: biCacheFlags},
+	{Name: "block", Summary: "Fast-dLLM's dual cache: a full forward at each block start, then only the block's rows; threshold decoding (another with NAME@DECODER)",
+		New: newBlock, Knobs: blockKnobs, Grid: blockGrid, Flags: blockFlags},
+	{Name: "bicache+block", Summary: "BiCache's shallow prefix reuse under Fast-dLLM's dual cache",
+		New: composed(newBlock), Base: "block", Knobs: slices.Concat(biCacheKnobs, blockKnobs), Flags: flags(biCacheFlags, blockFlags), Calibration: "bicache"},
+	{Name: "exact-block", Summary: "block-causal models only: committed blocks' K/V kept at every layer, each step computes the current block; a shared prefix's full blocks from the store at every layer (exact: the answers of none)",
+		New: newExactBlock},
+	{Name: "d2cache", Summary: "d2Cache: after a full first step, only the most certain masked slots, the tokens just decoded and the rollout-important rest are recomputed",
+		New: newD2Cache, Knobs: d2Knobs, Grid: d2Grid, Flags: d2Flags},
+	{Name: "dllm-cache", Summary: "dLLM-Cache: prompt refreshed every Kp steps, response every Kr, and between refreshes the response rows whose V changed most",
+		New: newDLLMCache, Knobs: dllmKnobs, Flags: dllmFlags},
+	{Name: "freecache", Summary: "FlashDLM's FreeCache: finished blocks frozen; each step computes the current block and everything after it",
+		New: newFreeCache, Knobs: freeKnobs, Flags: freeFlags},
+	{Name: "bicache+d2cache", Summary: "BiCache's shallow prefix reuse under d2Cache",
+		New: composed(newD2Cache), Base: "d2cache", Knobs: slices.Concat(biCacheKnobs, d2Knobs), Flags: flags(biCacheFlags, d2Flags), Calibration: "bicache"},
+	{Name: "bicache+freecache", Summary: "BiCache's shallow prefix reuse under FreeCache",
+		New: composed(newFreeCache), Base: "freecache", Knobs: slices.Concat(biCacheKnobs, freeKnobs), Flags: flags(biCacheFlags, freeFlags), Calibration: "bicache"},
+	moduleSpec,
+}
+
+// flags declares each of fs's flags.
+func flags(fs ...func(*pflag.FlagSet, *Options)) func(*pflag.FlagSet, *Options) {
+	return func(fl *pflag.FlagSet, o *Options) {
+		for _, f := range fs {
+			f(fl, o)
+		}
+	}
+}
+
+// AddFlags declares every registered method's flags on fl, bound to o
+// (each method's Spec.Flags; a flag several methods declare, once). The
+// flags leave some settings to the model and the table: Options.ForModel
+// settles them.
+func AddFlags(fl *pflag.FlagSet, o *Options) {
+	for _, s := range registry {
+		if s.Flags == nil {
+			continue
+		}
+		own := pflag.NewFlagSet(s.Name, pflag.ContinueOnError)
+		s.Flags(own, o)
+		fl.AddFlagSet(own) // skips the flags fl has already
+	}
+}
+
+// ForModel settles what the flags (AddFlags) leave to the model and the
+// table: it checks --stat and --refresh, takes the model card's R for
+// --refresh 0 and resolves --deep-source auto for table t
+// (ResolveDeepSource).
+func (o Options) ForModel(card model.Card, t *lut.Table) (Options, error) {
+	switch o.Stat {
+	case lut.Mean, lut.MeanStd, lut.MinStat:
+	default:
+		return o, fmt.Errorf("--stat %q: want mean, mean-std or min", o.Stat)
+	}
+	if o.BiCache.Refresh < 0 {
+		return o, fmt.Errorf("--refresh must be positive (0: the model card's R), got %d", o.BiCache.Refresh)
+	}
+	o.BiCache.Refresh = card.RefreshOr(o.BiCache.Refresh)
+	o.DeepSource, _ = ResolveDeepSource(o.DeepSource, t)
+	return o, nil
 }
 
 // The table method builds the methods its table names from the registry,
 // so it joins it at init.
 func init() {
-	registry = append(registry, Spec{"table", "the calibrated table's choice (dlmcache calibrate, format v3): each request served by the method, knobs and decoder chosen for its ratio bin and answer-length class", newTableMethod, "", nil, nil})
+	registry = append(registry, Spec{Name: "table", Summary: "the calibrated table's choice (dlmcache calibrate, format v3): each request served by the method, knobs and decoder chosen for its ratio bin and answer-length class",
+		New: newTableMethod, Calibration: "search"})
 }
 
-// Specs returns the registered methods.
-func Specs() []Spec { return slices.Clone(registry) }
+// Specs returns the methods offered by name (those that need nothing a
+// flag cannot give).
+func Specs() []Spec {
+	return slices.DeleteFunc(slices.Clone(registry), func(s Spec) bool { return s.Needs != "" })
+}
 
-// Names returns the registered method names.
+// Names returns the names of the methods offered by name.
 func Names() []string {
-	r := make([]string, len(registry))
-	for i, s := range registry {
-		r[i] = s.Name
+	var r []string
+	for _, s := range Specs() {
+		r = append(r, s.Name)
 	}
 	return r
 }
@@ -163,6 +236,23 @@ func Lookup(name string) (Spec, error) {
 		}
 	}
 	return Spec{}, fmt.Errorf("unknown method %q (want one of %s)", name, strings.Join(Names(), ", "))
+}
+
+// CheckTable refuses a calibrated table for the method a spec names when
+// the table was calibrated for another: the method's Spec.Calibration
+// (bicache's compositions serve bicache's depths) or its own name.
+func CheckTable(t *lut.Table, spec string) error {
+	if t.Calibration == nil || t.Calibration.Method == "" {
+		return nil
+	}
+	s, err := Lookup(spec)
+	if err != nil {
+		return err
+	}
+	if cmp.Or(s.Calibration, s.Name) != t.Calibration.Method {
+		return fmt.Errorf("table was calibrated for method %s, not %s", t.Calibration.Method, spec)
+	}
+	return nil
 }
 
 // ParseSpec splits a method spec "NAME[@DECODER]" ("none@threshold:0.9",
@@ -217,6 +307,12 @@ type decoded struct {
 func (m *decoded) Name() string { return m.Method.Name() + "@" + m.d.String() }
 
 func (m *decoded) Gen(o model.GenOptions) model.GenOptions { return m.d.Apply(m.Method.Gen(o)) }
+
+// The optional interfaces of the method under the decoder.
+func (m *decoded) Store() PrefixStore               { return StoreOf(m.Method) }
+func (m *decoded) Table() *lut.Table                { return TableOf(m.Method) }
+func (m *decoded) Source() string                   { return SourceOf(m.Method) }
+func (m *decoded) CheckModel(c *model.Config) error { return CheckModel(m.Method, c) }
 
 // Decoding is the decoder a method generates with on options o (its own,
 // or the one it was built with).
@@ -282,9 +378,6 @@ type base struct {
 
 func (b *base) options() Options                        { return b.o }
 func (b *base) Name() string                            { return b.name }
-func (b *base) Store() PrefixStore                      { return nil }
-func (b *base) Table() *lut.Table                       { return nil }
-func (b *base) Source() string                          { return "" }
 func (b *base) Gen(o model.GenOptions) model.GenOptions { return o }
 
 // none computes everything.

@@ -25,7 +25,7 @@ func TestDegenerateSettingsEqualNone(t *testing.T) {
 	}{
 		{"d2cache", func(o *Options) { o.D2.P = 1 }},
 		{"dllm-cache", func(o *Options) { o.DLLM.Kp, o.DLLM.Kr = 1, 1 }},
-		{"freecache", func(o *Options) { o.FreeRefresh = 1 }},
+		{"freecache", func(o *Options) { o.Free.Refresh = 1 }},
 	} {
 		opts := d
 		tc.o(&opts)
@@ -116,7 +116,7 @@ func TestDriftTriggerExtremes(t *testing.T) {
 	ids, pl := request(t, m, 2)
 	o := model.GenOptions{GenLength: 16, Steps: 8}
 	opts := func(refresh int, drift float64) Options {
-		return Options{Store: NewStore(m.Backend, 1<<30, FIFO), Table: table(L, 2), Fingerprint: m.Fingerprint, Refresh: refresh, Drift: drift}
+		return Options{Store: NewStore(m.Backend, 1<<30, FIFO), Table: table(L, 2), Fingerprint: m.Fingerprint, BiCache: BiCacheOptions{Refresh: refresh, Drift: drift}}
 	}
 	never, ni := generate(t, m, mk(t, "bicache", opts(1000, 0)), ids, pl, o)
 	got, gi := generate(t, m, mk(t, "bicache", opts(0, 1e-9)), ids, pl, o)
@@ -180,7 +180,7 @@ func TestBlockMethodsGen(t *testing.T) {
 		{0, 64, 32, 32, 32}, // 0: Fast-dLLM's 32
 	} {
 		for _, name := range []string{"block", "freecache"} {
-			o := mk(t, name, Options{BlockLength: tc.dual, Threshold: 0.9}).Gen(model.GenOptions{GenLength: tc.gen, Steps: tc.steps})
+			o := mk(t, name, Options{Block: BlockOptions{Length: tc.dual, Threshold: 0.9}}).Gen(model.GenOptions{GenLength: tc.gen, Steps: tc.steps})
 			if o.BlockLength != tc.wantBlock || o.Steps != tc.wantSteps {
 				t.Errorf("%s: dual %d gen %d steps %d: block %d steps %d, want %d and %d", name, tc.dual, tc.gen, tc.steps, o.BlockLength, o.Steps, tc.wantBlock, tc.wantSteps)
 			}
@@ -350,7 +350,7 @@ func TestTableMethodDispatches(t *testing.T) {
 			{Class: "long", Setting: lut.Setting{Method: "bicache", Decoder: "schedule", Knobs: map[string]float64{"depth": 1}, Source: "store"}},
 		}}}}
 	o := DefaultOptions()
-	o.Table, o.Fingerprint, o.Refresh = tab, m.Fingerprint, 2
+	o.Table, o.Fingerprint, o.BiCache.Refresh = tab, m.Fingerprint, 2
 	o.Store = NewStore(m.Backend, 1<<30, FIFO)
 	meth := mk(t, "table", o)
 	short := model.GenOptions{GenLength: 8, Steps: 8, BlockLength: 8}
@@ -359,8 +359,8 @@ func TestTableMethodDispatches(t *testing.T) {
 		t.Errorf("short request served by %s", got)
 	}
 	got := Resolve(meth, len(ids), pl, long)
-	if got.Name() != "bicache@schedule" || got.Store() != o.Store {
-		t.Errorf("long request served by %s (store shared: %v)", got.Name(), got.Store() == o.Store)
+	if got.Name() != "bicache@schedule" || StoreOf(got) != o.Store {
+		t.Errorf("long request served by %s (store shared: %v)", got.Name(), StoreOf(got) == o.Store)
 	}
 	for range 2 {
 		res, err := Run(context.Background(), m.LLaDA, meth, Request{Prompt: ids, PrefixLen: pl}, long)
@@ -403,5 +403,24 @@ func TestParseSetting(t *testing.T) {
 	}
 	if len(DefaultGrid()) < 8 {
 		t.Errorf("default grid: %v", DefaultGrid())
+	}
+}
+
+// A method under another decoder keeps what it shares and what it
+// refuses: its store, its table and source, and its model check.
+func TestDecodedKeepsOptionalInterfaces(t *testing.T) {
+	m := loadTiny(t)
+	L := len(m.Blocks)
+	o := DefaultOptions()
+	o.Store, o.Table, o.Fingerprint = NewStore(m.Backend, 1<<30, FIFO), table(L, 1), m.Fingerprint
+	bi := mk(t, "bicache@threshold:0.9", o)
+	if StoreOf(bi) != o.Store || TableOf(bi) != o.Table || SourceOf(bi) != "store" {
+		t.Errorf("bicache@threshold:0.9: store %v table %v source %q", StoreOf(bi), TableOf(bi), SourceOf(bi))
+	}
+	if StoreOf(mk(t, "none@schedule", o)) != nil || TableOf(mk(t, "block", o)) != nil {
+		t.Error("a method without a store or table reports one")
+	}
+	if err := CheckModel(mk(t, "exact-block@schedule", o), m.Config); err == nil {
+		t.Error("exact-block@schedule accepts a bidirectional model")
 	}
 }

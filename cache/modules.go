@@ -230,6 +230,19 @@ func ModulePlanner(lm *model.LLaDA, fingerprint string, store *ModuleStore, dept
 		depth: func(float64) (int, bool) { return depth, false }}
 }
 
+// ModuleOptions are the module method's settings (its refresh period is
+// BiCacheOptions.Refresh; its store, Options.Store, a *ModuleStore).
+type ModuleOptions struct {
+	// Depth is the layers in which imported modules' K/V are reused.
+	Depth int
+}
+
+// moduleSpec registers the module method. It needs a schema's module
+// store, which no flag gives: serve builds it from --modules (serve's
+// --module-depth is its depth), so it is not offered by name.
+var moduleSpec = Spec{Name: "modules", Summary: "Prompt Cache's modules: imported modules' K/V, each computed once alone at its reserved positions, reused in layers 1..depth; the deeper layers as bicache's",
+	New: newModuleMethod, Needs: "a module schema (serve --modules)"}
+
 // moduleMethod serves prompts composed of a schema's modules.
 type moduleMethod struct {
 	base
@@ -237,20 +250,32 @@ type moduleMethod struct {
 	depth, refresh int
 }
 
-// NewModuleMethod is the Method of prompt-module requests (not a registered
-// method: it needs a schema): ModulePlanner over store at the given depth
-// and refresh period, for the model of o.Fingerprint. Its requests must
-// carry Schema.Compose's position ids (Request.Positions). The modules are
-// the operator's own declared text, so the salt is ignored: every request
-// importing a module shares its K/V.
-func NewModuleMethod(store *ModuleStore, depth, refresh int, o Options) (Method, error) {
-	if store == nil {
+// newModuleMethod is the Method of prompt-module requests: ModulePlanner
+// over o.Store (a *ModuleStore) at depth o.Modules.Depth and refresh
+// period o.BiCache.Refresh, for the model of o.Fingerprint. Its requests
+// must carry Schema.Compose's position ids (Request.Positions). The
+// modules are the operator's own declared text, so the salt is ignored:
+// every request importing a module shares its K/V.
+func newModuleMethod(o Options) (Method, error) {
+	store, ok := o.Store.(*ModuleStore)
+	if !ok || store == nil {
 		return nil, fmt.Errorf("modules: no module store")
 	}
+	depth, refresh := o.Modules.Depth, o.BiCache.Refresh
 	if depth < 0 || refresh < 1 {
 		return nil, fmt.Errorf("modules: depth %d, refresh %d: want depth ≥ 0 and refresh ≥ 1", depth, refresh)
 	}
 	return &moduleMethod{base: base{"modules", o}, store: store, depth: depth, refresh: refresh}, nil
+}
+
+// NewModuleMethod is the registered "modules" method on options o with
+// store, depth and refresh set in them.
+func NewModuleMethod(store *ModuleStore, depth, refresh int, o Options) (Method, error) {
+	if store != nil {
+		o.Store = store
+	}
+	o.Modules.Depth, o.BiCache.Refresh = depth, refresh
+	return newModuleMethod(o)
 }
 
 func (m *moduleMethod) Planner(lm *model.LLaDA, _ string, info *Info) model.Planner {

@@ -143,7 +143,7 @@ func TestModuleReuse(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		bi := mk(t, "bicache", Options{Store: NewStore(m.Backend, 1<<30, FIFO), Table: table(L, d), Refresh: 1, DeepSource: SourceStore, Fingerprint: m.Fingerprint})
+		bi := mk(t, "bicache", Options{Store: NewStore(m.Backend, 1<<30, FIFO), Table: table(L, d), BiCache: BiCacheOptions{Refresh: 1}, DeepSource: SourceStore, Fingerprint: m.Fingerprint})
 		want, _ := generate(t, m, bi, ids, pl, o)
 		if !reflect.DeepEqual(got.Canvas, want.Canvas) {
 			t.Errorf("one module, depth %d: %v\nbicache: %v", d, got.Canvas, want.Canvas)

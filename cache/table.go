@@ -67,6 +67,7 @@ func newTableMethod(o Options) (Method, error) {
 
 func (m *tableMethod) Store() PrefixStore { return m.o.Store }
 func (m *tableMethod) Table() *lut.Table  { return m.o.Table }
+func (m *tableMethod) Source() string     { return "" } // each choice has its own
 
 // Planner serves a request that was not resolved first with no caching.
 func (m *tableMethod) Planner(*model.LLaDA, string, *Info) model.Planner { return nil }

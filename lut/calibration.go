@@ -151,17 +151,6 @@ func (t *Table) CheckRegime(g Regime) error {
 	return nil
 }
 
-// CheckMethod refuses a calibrated table used with another method.
-func (t *Table) CheckMethod(method string) error {
-	if t.Calibration == nil || t.Calibration.Method == "" {
-		return nil
-	}
-	if base, _, _ := strings.Cut(method, "+"); base != t.Calibration.Method && method != t.Calibration.Method {
-		return fmt.Errorf("table was calibrated for method %s, not %s", t.Calibration.Method, method)
-	}
-	return nil
-}
-
 // writeCalibration prints the calibrated depths with their evidence.
 func (t *Table) writeCalibration(sb *strings.Builder) {
 	c := t.Calibration

@@ -395,7 +395,7 @@ func (c *Calibrator) evaluate(ctx context.Context, q Request, src string, d int)
 	if err != nil {
 		return outcome{}, err
 	}
-	meth, err := cache.New("bicache", cache.Options{Store: c.store, Table: tab, Stat: lut.Mean, Refresh: c.Run.Refresh,
+	meth, err := cache.New("bicache", cache.Options{Store: c.store, Table: tab, Stat: lut.Mean, BiCache: cache.BiCacheOptions{Refresh: c.Run.Refresh},
 		DeepSource: cache.DeepSource(src), Fingerprint: c.Run.Model.Fingerprint})
 	if err != nil {
 		return outcome{}, err

@@ -82,7 +82,7 @@ func BenchmarkConcurrency(b *testing.B) {
 				case "prefix-all":
 					o.Store = cache.NewStore(m.Backend, 1<<30, cache.FIFO)
 				case "bicache":
-					o.Table, o.Refresh, o.DeepSource = half, gen.Steps, cache.SourceRequest
+					o.Table, o.BiCache.Refresh, o.DeepSource = half, gen.Steps, cache.SourceRequest
 				}
 				meth, err := cache.New(method, o)
 				if err != nil {

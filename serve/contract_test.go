@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/model/tokenizer"
 )
 
@@ -192,7 +193,8 @@ func TestMetricsExposition(t *testing.T) {
 func TestRegimeWarning(t *testing.T) {
 	var log strings.Builder
 	s := newTestServer(t, "bicache", 1<<30, func(c *Config) { c.Log = &log })
-	s.cfg.Method.Table().GenLength, s.cfg.Method.Table().Steps, s.cfg.Method.Table().BlockLength = 16, 8, 8
+	tab := cache.TableOf(s.cfg.Method)
+	tab.GenLength, tab.Steps, tab.BlockLength = 16, 8, 8
 	decodeChat(t, post(t, s, "/v1/chat/completions", chatBody("Be brief.", "Hello", "")))
 	for range 2 {
 		decodeChat(t, post(t, s, "/v1/chat/completions", chatBody("Be brief.", "Hello", `"gen_length":32`)))

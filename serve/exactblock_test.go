@@ -86,7 +86,7 @@ func TestExactBlockServe(t *testing.T) {
 
 	// Each system message's repeats hit its full blocks; each turn of the
 	// conversation the blocks of the one before.
-	st := exact.Method().Store().Stats()
+	st := cache.StoreOf(exact.Method()).Stats()
 	tok := m.Tokenizer
 	hits := int64(0)
 	for _, sys := range systems {

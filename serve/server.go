@@ -204,8 +204,8 @@ func New(cfg Config) (*Server, error) {
 	// The prefix-store metrics count the method's store and the modules'.
 	var stores []cache.PrefixStore
 	for _, m := range []cache.Method{cfg.Method, cfg.Modules.Method()} {
-		if m != nil && m.Store() != nil {
-			stores = append(stores, m.Store())
+		if st := cache.StoreOf(m); m != nil && st != nil {
+			stores = append(stores, st)
 		}
 	}
 	var store func() cache.Stats
@@ -370,7 +370,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 			}
 			return j, e
 		}
-		_, blocks := s.cfg.Method.Store().(*cache.BlockStore)
+		_, blocks := cache.StoreOf(s.cfg.Method).(*cache.BlockStore)
 		ids, m, conv, err := encodeConversation(s.cfg.Model.Tokenizer, req.Messages, blocks)
 		if err != nil {
 			return nil, asAPIError(err)
@@ -848,7 +848,7 @@ func newID() string {
 // another regime than the one its method's table was profiled in (its
 // depths were measured there), and counts it.
 func (s *Server) checkRegime(o model.GenOptions) {
-	t := s.cfg.Method.Table()
+	t := cache.TableOf(s.cfg.Method)
 	if t == nil {
 		return
 	}

@@ -54,7 +54,7 @@ func newTestServer(t *testing.T, method string, budget int64, mod func(*Config))
 	t.Helper()
 	m := loadTiny(t)
 	o := cache.DefaultOptions()
-	o.Refresh, o.Fingerprint = 4, m.Fingerprint
+	o.BiCache.Refresh, o.Fingerprint = 4, m.Fingerprint
 	if method != "none" {
 		o.Store = cache.NewStore(m.Backend, budget, cache.FIFO)
 	}
@@ -532,7 +532,7 @@ func TestConcurrentRequests(t *testing.T) {
 	// One prefix's bytes: 3 layers × (K, V, H) × m × 64 floats.
 	probe := newTestServer(t, "bicache", 1<<30, nil)
 	decodeChat(t, post(t, probe, "/v1/chat/completions", reqs[0]))
-	one := probe.Method().Store().Stats().Bytes
+	one := cache.StoreOf(probe.Method()).Stats().Bytes
 	budget := one * 3 / 2 // room for one prefix (they are all about the same size)
 
 	want := make([]string, len(reqs))
@@ -542,7 +542,7 @@ func TestConcurrentRequests(t *testing.T) {
 	}
 
 	s := newTestServer(t, "bicache", budget, func(c *Config) { c.MaxConcurrency = 4; c.MaxQueue = len(reqs) })
-	store := s.Method().Store()
+	store := cache.StoreOf(s.Method())
 	stop := make(chan struct{})
 	var over []cache.Stats
 	var watch sync.WaitGroup

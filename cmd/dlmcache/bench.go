@@ -172,7 +172,7 @@ func benchRun(ctx context.Context, opts *benchOptions) error {
 		if err != nil {
 			return err
 		}
-		_, blocks := meth.Store().(*cache.BlockStore)
+		_, blocks := cache.StoreOf(meth).(*cache.BlockStore)
 		es = append(es, &profile.Evaluator{Model: lm.Model, ModelName: label, Method: meth, Gen: meth.Gen(gen), HistoryPrefix: blocks, StoreAnswers: opts.StoreAnswer})
 	}
 	if opts.CompareModel != "" {
@@ -198,7 +198,7 @@ func benchRun(ctx context.Context, opts *benchOptions) error {
 	writeBenchMarkdown(&md, rows)
 	// bench.json and --json print the same object.
 	js, err := json.MarshalIndent(map[string]any{"model": lm.Name, "fingerprint": lm.Fingerprint, "gen_length": gen.GenLength,
-		"steps": gen.Steps, "block_length": gen.BlockLength, "refresh": lm.Card.RefreshOr(opts.Cache.Refresh), "lut": opts.Cache.LUT,
+		"steps": gen.Steps, "block_length": gen.BlockLength, "refresh": lm.Card.RefreshOr(opts.Cache.Method.BiCache.Refresh), "lut": opts.Cache.LUT,
 		"backend": lm.Backend.Name(), "gemm": gemmOf(lm.Backend), "results": rows}, "", "  ")
 	if err != nil {
 		return err
@@ -304,7 +304,7 @@ func compareEvaluators(opts *benchOptions, c cacheFlags) (*compared, error) {
 			fmt.Fprintf(opts.f.ErrOut, "bench: %s: skipping %s: %v\n", env.lm.Name, name, err)
 			continue
 		}
-		_, blocks := meth.Store().(*cache.BlockStore)
+		_, blocks := cache.StoreOf(meth).(*cache.BlockStore)
 		out.es = append(out.es, &profile.Evaluator{Model: env.lm.Model, ModelName: filepath.Base(env.lm.Name), Method: meth, Gen: meth.Gen(env.gen),
 			HistoryPrefix: blocks, StoreAnswers: opts.StoreAnswer})
 	}

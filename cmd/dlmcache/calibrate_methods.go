@@ -50,7 +50,7 @@ func calibrateMethods(ctx context.Context, opts *calibrateOptions) error {
 		}
 	}
 	base := cache.DefaultOptions()
-	base.Fingerprint, base.Refresh = lm.Fingerprint, lm.Card.RefreshOr(opts.Refresh)
+	base.Fingerprint, base.BiCache.Refresh = lm.Fingerprint, lm.Card.RefreshOr(opts.Refresh)
 	for _, g := range grid { // every setting must build before hours are spent
 		if _, err := cache.FromSetting(g, withStore(base, lm, opts.CacheBytes)); err != nil {
 			return fmt.Errorf("setting %s: %w", g, err)

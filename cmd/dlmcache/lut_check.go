@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/lut"
 )
 
@@ -46,7 +47,7 @@ func lutCheckRun(opts *lutCheckOptions) error {
 	}
 	defer lm.Close()
 	regime := regimeOf(gen)
-	for _, err := range []error{t.Check(lm.Name, len(lm.Blocks), lm.Fingerprint), t.CheckRegime(regime), t.CheckMethod(opts.Method)} {
+	for _, err := range []error{t.Check(lm.Name, len(lm.Blocks), lm.Fingerprint), t.CheckRegime(regime), cache.CheckTable(t, opts.Method)} {
 		if err != nil {
 			return &exitError{code: 2, err: fmt.Errorf("%s: incompatible: %w", opts.File, err)}
 		}

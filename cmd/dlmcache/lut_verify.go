@@ -313,8 +313,8 @@ func lutVerifyRun(ctx context.Context, opts *lutVerifyOptions) error {
 	}
 	speed := secNone / max(secMeth, 1e-9)
 	var st cache.Stats
-	if meth.Store() != nil {
-		st = meth.Store().Stats()
+	if store := cache.StoreOf(meth); store != nil {
+		st = store.Stats()
 	}
 	if opts.JSON {
 		enc := json.NewEncoder(opts.f.Out)

@@ -13,51 +13,32 @@ import (
 	"github.com/dlmcache/dlmcache/profile"
 )
 
-// cacheFlags are the caching options that eval, bench, sweep and serve share.
+// cacheFlags are the caching options that eval, bench, sweep and serve
+// share: the table, the prefix store and the decoder here; each method's
+// own settings in Method, whose flags the method declares in its file
+// under cache/ (cache.AddFlags).
 type cacheFlags struct {
 	LUT         string
-	Refresh     int
-	Drift       float64
 	CacheBytes  int64
 	SpillBytes  int64
 	Eviction    string
-	DeepSource  string
-	Stat        string
-	Threshold   float64
-	DualBlock   int
 	Salt        string
 	StoreBlocks int
 	StoreFill   string
 	Events      *cache.EventLog // set by serve: the block store's KV events
-	D2          cache.D2Options
-	DLLM        cache.DLLMOptions
-	FreeRefresh int
 	Decoder     string
+	Method      cache.Options // every method's flags (cache.AddFlags); ForModel settles them
 }
 
 func addCacheFlags(fl *pflag.FlagSet, c *cacheFlags) {
 	fl.StringVar(&c.LUT, "lut", "", "ratio→depth table (table.json from dlmcache profile); needed by bicache methods")
-	fl.IntVar(&c.Refresh, "refresh", 0, "BiCache: recompute the deep layers' prefix K/V every R steps (0: the model card's R, else 16)")
 	fl.Int64Var(&c.CacheBytes, "cache-bytes", 1<<30, "prefix store budget in bytes")
 	fl.Int64Var(&c.SpillBytes, "spill-bytes", 0, "host-memory second tier for prefixes evicted from the store (useful with --device cuda); 0: none")
 	fl.StringVar(&c.Eviction, "eviction", "fifo", "prefix store eviction: fifo or lru (the whole-prefix store)")
 	fl.IntVar(&c.StoreBlocks, "store-blocks", 0, "prefix store granularity: 0 keys whole prefixes; N > 0 stores N-token blocks under chained hashes, so prefixes sharing leading blocks share them (lazy LRU over leaves)")
 	fl.StringVar(&c.StoreFill, "store-fill", "causal", "block store: what a block's K/V are computed over — causal (the prefix up to the block's end: a block depends on its chain alone) or whole (the request's whole prefix)")
-	fl.StringVar(&c.DeepSource, "deep-source", "auto", "BiCache refresh input of the deep layers: recompute (full step), store (stored hidden state at depth d), request (the request's own first step; needs no store) or auto (request: docs/results.md)")
-	fl.StringVar(&c.Stat, "stat", "mean", "table statistic served: mean (floor of the mean depth), mean-std, min")
-	fl.Float64Var(&c.Threshold, "block-threshold", 0.9, "block methods: Fast-dLLM confidence threshold for parallel decoding")
-	fl.IntVar(&c.DualBlock, "dual-block", 32, "block methods (block, freecache and their bicache compositions): block length in tokens when the regime has one block (clamped to a divisor of the gen length)")
-	d := cache.DefaultOptions()
-	fl.Float64Var(&c.Drift, "drift", 0, "bicache: Elastic-Cache's refresh trigger γ instead of the fixed period: refresh the deep layers when the most-attended token's attention column drifts below cosine γ (e.g. 0.9); 0: every --refresh steps")
-	fl.IntVar(&c.D2.K, "d2-k", d.D2.K, "d2cache: masked slots recomputed per step, by certainty prior")
-	fl.Float64Var(&c.D2.P, "d2-p", d.D2.P, "d2cache: attention-rollout importance share of the other rows recomputed per step (1: every row)")
-	fl.Float64Var(&c.D2.Sigma, "d2-sigma", d.D2.Sigma, "d2cache: certainty density's Gaussian width in tokens")
-	fl.BoolVar(&c.D2.Prior, "d2-prior-order", false, "d2cache: decode by certainty prior (confidence × density of decoded neighbours) instead of confidence alone")
-	fl.IntVar(&c.DLLM.Kp, "dllm-kp", d.DLLM.Kp, "dllm-cache: refresh the prompt's K/V every Kp steps")
-	fl.IntVar(&c.DLLM.Kr, "dllm-kr", d.DLLM.Kr, "dllm-cache: refresh the response's K/V every Kr steps")
-	fl.Float64Var(&c.DLLM.Rho, "dllm-rho", d.DLLM.Rho, "dllm-cache: between refreshes, the fraction of response rows recomputed (those whose V changed most)")
-	fl.IntVar(&c.FreeRefresh, "free-refresh", 0, "freecache: a full forward every N steps (0: only the first)")
 	fl.StringVar(&c.Decoder, "decoder", "", "decoder for every method: schedule (the schedule's count of commits a step) or threshold:T (Fast-dLLM's parallel decoding, T in (0, 1]); empty: each method's own (threshold for block, the schedule for the rest); a method spec NAME@DECODER sets it for one method")
+	cache.AddFlags(fl, &c.Method)
 }
 
 // methodsHelp lists the registered methods for --help.
@@ -84,45 +65,19 @@ func readTable(path string, lm *loadedModel) (*lut.Table, error) {
 // newMethod builds a caching method by name on a (possibly shared) store
 // and table.
 func newMethod(name string, c *cacheFlags, lm *loadedModel, store cache.PrefixStore, table *lut.Table) (cache.Method, error) {
-	stat, err := parseStat(c.Stat)
+	o, err := c.Method.ForModel(lm.Card, table)
 	if err != nil {
 		return nil, err
 	}
-	if c.Refresh < 0 {
-		return nil, fmt.Errorf("--refresh must be positive (0: the model card's R), got %d", c.Refresh)
-	}
-	dec, err := model.ParseDecoding(c.Decoder)
-	if err != nil {
+	if o.Decoding, err = model.ParseDecoding(c.Decoder); err != nil {
 		return nil, fmt.Errorf("--decoder: %w", err)
 	}
-	src, _ := deepSource(c.DeepSource, table)
-	o := cache.Options{Decoding: dec, Store: store, Table: table, Stat: stat, DeepSource: cache.DeepSource(src),
-		Fingerprint: lm.Fingerprint, Salt: c.Salt, Refresh: lm.Card.RefreshOr(c.Refresh), Drift: c.Drift,
-		BlockLength: c.DualBlock, Threshold: c.Threshold, D2: c.D2, DLLM: c.DLLM, FreeRefresh: c.FreeRefresh}
+	o.Store, o.Table, o.Fingerprint, o.Salt = store, table, lm.Fingerprint, c.Salt
 	m, err := cache.New(name, o)
 	if err != nil {
 		return nil, err
 	}
 	return m, cache.CheckModel(m, lm.Config)
-}
-
-// deepSource resolves --deep-source auto for table t: the store (prefix
-// K/V shared across requests) when t is calibrated for it (dlmcache
-// calibrate checked those depths against answers), else the request
-// source, the one that kept every answer of the bundled model with a
-// cosine table (docs/results.md: the store's stand-alone prefix K/V lose
-// what the question writes into the prefix rows at cosine depths). why
-// says which and why, for serve's startup line.
-func deepSource(flag string, t *lut.Table) (source, why string) {
-	switch {
-	case flag != "auto":
-		return flag, "--deep-source " + flag
-	case t != nil && t.CalibratedFor("store"):
-		return "store", "the table is calibrated for the store source: shallow prefix K/V are shared across requests"
-	case t != nil:
-		return "request", "the table is not calibrated for the store source (dlmcache calibrate), so no prefix K/V are shared across requests; each request reuses its own first step's"
-	}
-	return "request", "no table"
 }
 
 // methodEnv is a loaded model with its generation defaults and the --lut
@@ -148,8 +103,8 @@ func loadMethodEnv(f *factory, mf modelFlags, rf regimeFlags, c *cacheFlags) (*m
 			lm.Close()
 			return nil, err
 		}
-		src, _ := deepSource(c.DeepSource, e.table)
-		if w := crossRequestWarning(src, e.table); w != "" {
+		src, _ := cache.ResolveDeepSource(c.Method.DeepSource, e.table)
+		if w := crossRequestWarning(string(src), e.table); w != "" {
 			fmt.Fprintln(f.ErrOut, "warning:", w)
 		}
 		if err := e.table.CheckRegime(regimeOf(e.gen)); err != nil {

@@ -178,7 +178,7 @@ func serveRun(ctx context.Context, opts *serveOptions) error {
 	}
 	var mods *serve.Modules
 	if opts.Modules != "" {
-		if mods, err = serve.LoadModules(opts.Modules, lm.Model, opts.ModuleDepth, lm.Card.RefreshOr(opts.Cache.Refresh)); err != nil {
+		if mods, err = serve.LoadModules(opts.Modules, lm.Model, opts.ModuleDepth, lm.Card.RefreshOr(opts.Cache.Method.BiCache.Refresh)); err != nil {
 			return fmt.Errorf("--modules: %w", err)
 		}
 	}
@@ -204,8 +204,8 @@ func serveRun(ctx context.Context, opts *serveOptions) error {
 	case table != nil && method == "table":
 		tableNote = fmt.Sprintf("table %s: per request, its bin's choice: %s", opts.Cache.LUT, choicesNote(table))
 	case table != nil:
-		_, why := deepSource(opts.Cache.DeepSource, table)
-		tableNote = fmt.Sprintf("table %s, deep source %s: %s", opts.Cache.LUT, meth.Source(), why)
+		_, why := cache.ResolveDeepSource(opts.Cache.Method.DeepSource, table)
+		tableNote = fmt.Sprintf("table %s, deep source %s: %s", opts.Cache.LUT, cache.SourceOf(meth), why)
 	}
 	if table != nil && !table.Calibrated() {
 		tableNote += "; UNCALIBRATED (a cosine estimate, served because of --allow-uncalibrated)"

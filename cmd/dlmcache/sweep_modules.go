@@ -35,15 +35,15 @@ computed whole. Writes sweep-modules.json.`,
 	cmd.Flags().StringVar(&opts.Depths, "depths", "", "depths d: a,b,c or lo:hi:step (default: 0 to the model's layer count)")
 	// The cache flags' --refresh, with another default: 1, so that only the
 	// module reuse differs from the whole request.
-	opts.Cache.Refresh = 1
+	opts.Cache.Method.BiCache.Refresh = 1
 	r := cmd.Flags().Lookup("refresh")
 	r.DefValue, r.Usage = "1", "deep layers' refresh period R (1: every step, so only the module reuse differs from the whole request)"
 	return cmd
 }
 
 func sweepModulesRun(ctx context.Context, opts *sweepModulesOptions) error {
-	if opts.Cache.Refresh < 1 {
-		return fmt.Errorf("--refresh must be positive, got %d", opts.Cache.Refresh)
+	if opts.Cache.Method.BiCache.Refresh < 1 {
+		return fmt.Errorf("--refresh must be positive, got %d", opts.Cache.Method.BiCache.Refresh)
 	}
 	var ds []float64
 	var err error
@@ -73,7 +73,7 @@ func sweepModulesRun(ctx context.Context, opts *sweepModulesOptions) error {
 	total := len(env.samples) * (1 + len(profile.ModuleLayouts)*len(depths))
 	bar := progress.New(opts.f.ErrOut, "sweep modules", "req", total, opts.Quiet)
 	done := 0
-	res, err := profile.ModuleSweep(ctx, env.lm.Model, env.samples, depths, opts.Cache.Refresh, env.gen, func() { done++; bar.Set(done) })
+	res, err := profile.ModuleSweep(ctx, env.lm.Model, env.samples, depths, opts.Cache.Method.BiCache.Refresh, env.gen, func() { done++; bar.Set(done) })
 	bar.Done()
 	if err != nil {
 		return err

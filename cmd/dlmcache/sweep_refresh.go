@@ -63,7 +63,7 @@ func sweepRefreshRun(ctx context.Context, opts *sweepRefreshOptions) error {
 			return fmt.Errorf("--rs: refresh periods must be positive integers, got %v", r)
 		}
 		c := opts.Cache
-		c.Refresh = int(r)
+		c.Method.BiCache.Refresh = int(r)
 		meth, err := env.method("bicache", &c, nil)
 		if err != nil {
 			return err
