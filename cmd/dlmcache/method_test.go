@@ -1,9 +1,14 @@
 package main
 
 import (
+	"io"
 	"strings"
 	"testing"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/lut"
 )
 
@@ -33,6 +38,51 @@ func TestCrossRequestWarning(t *testing.T) {
 		w := crossRequestWarning(tc.source, tc.table)
 		if (w != "") != tc.warn || tc.warn && !strings.Contains(w, "--similarity kv-row-min") {
 			t.Errorf("%s with %+v: warning %q, want one: %v", tc.source, tc.table, w, tc.warn)
+		}
+	}
+}
+
+// Every command that builds methods takes each method's flags from the
+// registry (cache.AddFlags): the same names, defaults and help, and the
+// values land in the method's typed options.
+func TestCommandsTakeMethodFlagsFromTheRegistry(t *testing.T) {
+	want := pflag.NewFlagSet("want", pflag.ContinueOnError)
+	cache.AddFlags(want, &cache.Options{})
+	f := &factory{Out: io.Discard, ErrOut: io.Discard}
+	var got *cacheFlags
+	cmds := map[string]*cobra.Command{
+		"eval":          newCmdEval(f, func(o *evalOptions) error { got = &o.Cache; return nil }),
+		"bench":         newCmdBench(f, func(o *benchOptions) error { got = &o.Cache; return nil }),
+		"serve":         newCmdServe(f, func(o *serveOptions) error { got = &o.Cache; return nil }),
+		"lut verify":    newCmdLutVerify(f, func(o *lutVerifyOptions) error { got = &o.Cache; return nil }),
+		"sweep tau":     newCmdSweepTau(f, func(o *sweepTauOptions) error { got = &o.Cache; return nil }),
+		"sweep refresh": newCmdSweepRefresh(f, func(o *sweepRefreshOptions) error { got = &o.Cache; return nil }),
+	}
+	args := strings.Fields("--d2-k 8 --dual-block 16 --deep-source store --free-refresh 2 --drift 0.5")
+	for name, cmd := range cmds {
+		want.VisitAll(func(w *pflag.Flag) {
+			if g := cmd.Flags().Lookup(w.Name); g == nil || g.Usage != w.Usage || g.DefValue != w.DefValue {
+				t.Errorf("%s --%s: %+v, want the registry's %+v", name, w.Name, g, w)
+			}
+		})
+		got = nil
+		a := args
+		switch name {
+		case "lut verify":
+			a = append([]string{"table.json"}, a...)
+		case "sweep tau":
+			a = append([]string{"--from", "out"}, a...)
+		case "sweep refresh":
+			a = append([]string{"--lut", "table.json"}, a...)
+		}
+		cmd.SetArgs(a)
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		if err := cmd.Execute(); err != nil || got == nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if m := got.Method; m.D2.K != 8 || m.Block.Length != 16 || m.DeepSource != cache.SourceStore || m.Free.Refresh != 2 || m.BiCache.Drift != 0.5 {
+			t.Errorf("%s: method options %+v", name, m)
 		}
 	}
 }
