@@ -165,7 +165,7 @@ func TestRun(t *testing.T) {
 	}
 }
 
-// Block methods decode in blocks of Options.BlockLength tokens (--dual-block)
+// Block methods decode in blocks of Options.Block.Length tokens (--dual-block)
 // when the regime has one block, shrunk to a divisor of the gen length,
 // with at least one step per block; block adds the threshold decoder,
 // freecache keeps the schedule's.
