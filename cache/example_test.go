@@ -99,3 +99,23 @@ func ExampleAddFlags() {
 	// 8 16 4 request <nil>
 	// d2cache <nil>
 }
+
+// Which methods a calibrated table serves is the registry's answer:
+// bicache's compositions serve the depths calibrated for bicache.
+func ExampleCheckTable() {
+	t := &lut.Table{Calibration: &lut.Calibration{Method: "bicache"}}
+	fmt.Println(cache.CheckTable(t, "bicache+block"))
+	fmt.Println(cache.CheckTable(t, "block"))
+	// Output:
+	// <nil>
+	// table was calibrated for method bicache, not block
+}
+
+// --deep-source auto shares the store's prefix K/V across requests only
+// when the table was calibrated for that source.
+func ExampleResolveDeepSource() {
+	src, why := cache.ResolveDeepSource(cache.SourceAuto, nil)
+	fmt.Println(src+":", why)
+	// Output:
+	// request: no table
+}
