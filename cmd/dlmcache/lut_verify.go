@@ -68,7 +68,7 @@ samples of every suite, the long-answer span suite among them. Otherwise a
 JSON Lines file, one request a line: {"system": "...", "user": "...",
 "answer": "..." (optional), "suite": "..."}.`,
 		Example: `  dlmcache lut verify calib/table.json                          # the calibrated table, its deep source
-  dlmcache lut verify prof/table-cosine.json --allow-uncalibrated # a cosine estimate (fails the gate)
+  dlmcache lut verify prof/table-cosine.json                      # a cosine estimate, served as bicache (fails the gate)
   dlmcache lut verify calib/table.json --requests held-out.jsonl`,
 		Args: cobra.ExactArgs(1),
 		RunE: runE(opts, runF, func(args []string) { opts.File = args[0] }, func(ctx context.Context) error { return lutVerifyRun(ctx, opts) }),
