@@ -180,18 +180,11 @@ func (s *Server) chatChunk(id string, created int64, delta string, first bool, f
 		FinishReason *string  `json:"finish_reason"`
 		Logprobs     any      `json:"logprobs"`
 	}
-	c := map[string]any{"id": "chatcmpl-" + id, "object": "chat.completion.chunk", "created": created, "model": s.cfg.Name,
-		"system_fingerprint": s.fingerprint()}
-	if u != nil {
-		c["choices"], c["usage"] = []choice{}, u
-		return c
-	}
 	d := deltaMsg{Content: delta}
 	if first {
 		d.Role = "assistant"
 	}
-	c["choices"] = []choice{{Delta: d, FinishReason: finish}}
-	return c
+	return s.chunk("chatcmpl-"+id, "chat.completion.chunk", created, choice{Delta: d, FinishReason: finish}, u)
 }
 
 func (s *Server) completionChunk(id string, created int64, delta string, _ bool, finish *string, u *usage) any {
@@ -201,13 +194,19 @@ func (s *Server) completionChunk(id string, created int64, delta string, _ bool,
 		FinishReason *string `json:"finish_reason"`
 		Logprobs     any     `json:"logprobs"`
 	}
-	c := map[string]any{"id": "cmpl-" + id, "object": "text_completion", "created": created, "model": s.cfg.Name,
+	return s.chunk("cmpl-"+id, "text_completion", created, choice{Text: delta, FinishReason: finish}, u)
+}
+
+// chunk is a streamed chunk object: its one choice, or, for the usage
+// chunk (u set), no choice and the usage.
+func (s *Server) chunk(id, object string, created int64, choice any, u *usage) map[string]any {
+	c := map[string]any{"id": id, "object": object, "created": created, "model": s.cfg.Name,
 		"system_fingerprint": s.fingerprint()}
 	if u != nil {
-		c["choices"], c["usage"] = []choice{}, u
+		c["choices"], c["usage"] = []any{}, u
 		return c
 	}
-	c["choices"] = []choice{{Text: delta, FinishReason: finish}}
+	c["choices"] = []any{choice}
 	return c
 }
 
