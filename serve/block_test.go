@@ -49,25 +49,12 @@ func TestBlockCausalGenOptions(t *testing.T) {
 	if def.BlockLength != 8 || def.Steps != 16 || def.Decoder != (model.Threshold{T: model.DefaultBlockThreshold}) {
 		t.Fatalf("defaults %+v", def)
 	}
-	ip := func(v int) *int { return &v }
-	for _, c := range []struct {
-		name string
-		g    genFields
-		want [3]int // gen, steps, block
-	}{
+	checkGenOptions(t, s, []genCase{
 		{"defaults", genFields{}, [3]int{16, 16, 8}},
 		{"gen_length off the blocks", genFields{GenLength: ip(20)}, [3]int{20, 20, 8}},
 		{"max_tokens rounds up to blocks", genFields{MaxTokens: ip(20)}, [3]int{24, 24, 8}},
 		{"block_length restated", genFields{BlockLength: ip(8), Steps: ip(8)}, [3]int{16, 8, 8}},
-	} {
-		o, e := s.genOptions(&c.g)
-		if e != nil {
-			t.Fatalf("%s: %v", c.name, e)
-		}
-		if got := [3]int{o.GenLength, o.Steps, o.BlockLength}; got != c.want {
-			t.Errorf("%s: got %v, want %v", c.name, got, c.want)
-		}
-	}
+	})
 	for _, g := range []genFields{{BlockLength: ip(4)}, {Steps: ip(3)}} {
 		if _, e := s.genOptions(&g); e == nil {
 			t.Errorf("%+v: no error", g)

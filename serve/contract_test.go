@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/dlmcache/dlmcache/cache"
+	"github.com/dlmcache/dlmcache/internal/testutil"
 	"github.com/dlmcache/dlmcache/model/tokenizer"
 )
 
@@ -212,7 +213,7 @@ func TestRegimeWarning(t *testing.T) {
 // another scheme gets 401 in OpenAI's shape (counted and logged); each key
 // is accepted; the health checks and the playground page stay open.
 func TestAPIKeys(t *testing.T) {
-	var log syncBuffer
+	var log testutil.SyncBuffer
 	s := newTestServer(t, "none", 0, func(c *Config) { c.APIKeys = []string{"sk-one", "sk-two"}; c.Log = &log })
 	send := func(method, path, auth string) *httptest.ResponseRecorder {
 		var body io.Reader

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/dlmcache/dlmcache/internal/testutil"
 )
 
 // smallBuffers shrinks the send buffer of every connection the server
@@ -24,24 +26,6 @@ func (l smallBuffers) Accept() (net.Conn, error) {
 		tc.SetWriteBuffer(4096)
 	}
 	return c, err
-}
-
-// syncBuffer is a log the server and the test share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // liveServer runs s on a loopback listener with small send buffers and
@@ -200,22 +184,29 @@ func TestStalledReaderIsolated(t *testing.T) {
 	}
 }
 
+// cutStalled starts a live server with the settings set makes (its log
+// kept), stalls a 256-token stream on it and waits until the server has
+// cut the stream; the connection stays open until the test ends.
+func cutStalled(t *testing.T, set func(*Config)) (*Server, *testutil.SyncBuffer) {
+	t.Helper()
+	log := &testutil.SyncBuffer{}
+	s := newTestServer(t, "none", 0, func(c *Config) { set(c); c.Log = log })
+	stalled := stalledStream(t, liveServer(t, s), 256)
+	t.Cleanup(func() { stalled.Close() })
+	eventually(t, "the stalled request is cut", func() bool { return s.met.inFlightN.Load() == 0 })
+	return s, log
+}
+
 // TestSlowReaderCut: a stream whose unread output passes the buffer is cut
 // (slow_reader): its generation is cancelled and leaves at once, its
 // forwards are counted, the log names the reason, and the metrics count it
 // — while its client still holds the connection.
 func TestSlowReaderCut(t *testing.T) {
-	var log syncBuffer
-	s := newTestServer(t, "none", 0, func(c *Config) {
+	s, log := cutStalled(t, func(c *Config) {
 		c.MaxBatch, c.MaxConcurrency = 4, 4
 		c.StreamBufferBytes = 64 << 10
 		c.WriteTimeout = 10 * time.Minute
-		c.Log = &log
 	})
-	base := liveServer(t, s)
-	stalled := stalledStream(t, base, 256)
-	defer stalled.Close()
-	eventually(t, "the stalled request is cut", func() bool { return s.met.inFlightN.Load() == 0 })
 	page := metricsPage(t, s)
 	if c := metric(t, page, `dlmcache_requests_cancelled_total{reason="slow_reader"}`); c != 1 {
 		t.Errorf("slow_reader counted %g times, want 1", c)
@@ -233,16 +224,10 @@ func TestSlowReaderCut(t *testing.T) {
 // write timeout is cut (write_timeout), even when its whole output fits in
 // the buffer.
 func TestWriteTimeoutCut(t *testing.T) {
-	var log syncBuffer
-	s := newTestServer(t, "none", 0, func(c *Config) {
+	s, log := cutStalled(t, func(c *Config) {
 		c.StreamBufferBytes = 64 << 20
 		c.WriteTimeout = 300 * time.Millisecond
-		c.Log = &log
 	})
-	base := liveServer(t, s)
-	stalled := stalledStream(t, base, 256)
-	defer stalled.Close()
-	eventually(t, "the stalled request is cut", func() bool { return s.met.inFlightN.Load() == 0 })
 	if c := metric(t, metricsPage(t, s), `dlmcache_requests_cancelled_total{reason="write_timeout"}`); c != 1 {
 		t.Errorf("write_timeout counted %g times, want 1", c)
 	}

@@ -21,6 +21,7 @@ import (
 	pmodel "github.com/prometheus/common/model"
 
 	"github.com/dlmcache/dlmcache/cache"
+	"github.com/dlmcache/dlmcache/internal/testutil"
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/cpu"
@@ -368,19 +369,29 @@ func TestMalformedRequests(t *testing.T) {
 
 func TestGenOptions(t *testing.T) {
 	s := newTestServer(t, "none", 0, nil) // defaults 16/8/8: two tokens per step
-	ip := func(v int) *int { return &v }
-	for _, c := range []struct {
-		name string
-		g    genFields
-		want [3]int // gen, steps, block
-	}{
+	checkGenOptions(t, s, []genCase{
 		{"defaults", genFields{}, [3]int{16, 8, 8}},
 		{"max_tokens rounds up to blocks", genFields{MaxTokens: ip(20)}, [3]int{24, 12, 8}},
 		{"max_tokens below a block", genFields{MaxTokens: ip(6)}, [3]int{6, 3, 6}},
 		{"max_completion_tokens", genFields{MaxCompletionTokens: ip(32)}, [3]int{32, 16, 8}},
 		{"gen_length wins", genFields{GenLength: ip(8), MaxTokens: ip(64)}, [3]int{8, 4, 8}},
 		{"explicit", genFields{GenLength: ip(32), Steps: ip(32), BlockLength: ip(16)}, [3]int{32, 32, 16}},
-	} {
+	})
+}
+
+func ip(v int) *int { return &v }
+
+// genCase is a request's generation fields and the gen length, steps and
+// block length the server makes of them.
+type genCase struct {
+	name string
+	g    genFields
+	want [3]int // gen, steps, block
+}
+
+func checkGenOptions(t *testing.T, s *Server, cases []genCase) {
+	t.Helper()
+	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			o, e := s.genOptions(&c.g)
 			if e != nil {
@@ -462,32 +473,54 @@ func TestAdmissionQueuesThenRefuses(t *testing.T) {
 	}
 }
 
-// TestGracefulShutdown: a request in flight when shutdown starts finishes
-// with 200; requests after it get 503; Serve returns nil.
-func TestGracefulShutdown(t *testing.T) {
-	s := newTestServer(t, "none", 0, func(c *Config) { c.MaxConcurrency = 1 })
+// serveOn runs s.Serve on a loopback listener with the grace period; it
+// returns the base URL, cancel (which starts the shutdown) and Serve's
+// result.
+func serveOn(t *testing.T, s *Server, grace time.Duration) (string, context.CancelFunc, <-chan error) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
 	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx, ln, 30*time.Second) }()
-	url := "http://" + ln.Addr().String()
+	go func() { done <- s.Serve(ctx, ln, grace) }()
+	return "http://" + ln.Addr().String(), cancel, done
+}
+
+// answer is an HTTP response's status and body (-1 and the error when the
+// request failed).
+type answer struct {
+	code int
+	body string
+}
+
+// postLater posts a chat completion body to url in the background.
+func postLater(url, body string) <-chan answer {
+	got := make(chan answer, 1)
+	go func() {
+		resp, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			got <- answer{-1, err.Error()}
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		got <- answer{resp.StatusCode, string(b)}
+	}()
+	return got
+}
+
+// TestGracefulShutdown: a request in flight when shutdown starts finishes
+// with 200; requests after it get 503; Serve returns nil.
+func TestGracefulShutdown(t *testing.T) {
+	s := newTestServer(t, "none", 0, func(c *Config) { c.MaxConcurrency = 1 })
+	url, cancel, done := serveOn(t, s, 30*time.Second)
 
 	s.slots <- struct{}{} // hold the slot so that the request queues
 	s.waiting.Add(1)
-	got := make(chan int, 1)
-	go func() {
-		resp, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(chatBody("", "hi", "")))
-		if err != nil {
-			got <- -1
-			return
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		got <- resp.StatusCode
-	}()
+	got := postLater(url, chatBody("", "hi", ""))
 	for s.met.snapshotQueued() == 0 {
 		time.Sleep(time.Millisecond)
 	}
@@ -504,8 +537,8 @@ func TestGracefulShutdown(t *testing.T) {
 	}
 	s.waiting.Add(-1)
 	<-s.slots
-	if code := <-got; code != 200 {
-		t.Errorf("in-flight request finished with %d", code)
+	if a := <-got; a.code != 200 {
+		t.Errorf("in-flight request finished with %d", a.code)
 	}
 	if err := <-done; err != nil {
 		t.Errorf("Serve: %v", err)
@@ -599,32 +632,11 @@ func TestConcurrentRequests(t *testing.T) {
 // period ends is cancelled and answered 503 shutting_down, logged and
 // counted; Serve says how many it cut.
 func TestShutdownAnswersWhatItCuts(t *testing.T) {
-	var log syncBuffer
+	var log testutil.SyncBuffer
 	s := newTestServer(t, "none", 0, func(c *Config) { c.Log = &log })
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx, ln, 50*time.Millisecond) }()
-	type answer struct {
-		code int
-		body string
-	}
-	got := make(chan answer, 1)
-	go func() {
-		// 960 one-token steps: far longer than the grace period.
-		resp, err := http.Post("http://"+ln.Addr().String()+"/v1/chat/completions", "application/json",
-			strings.NewReader(chatBody("", "long", `"gen_length":960,"steps":960,"block_length":960`)))
-		if err != nil {
-			got <- answer{-1, err.Error()}
-			return
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		got <- answer{resp.StatusCode, string(b)}
-	}()
+	url, cancel, done := serveOn(t, s, 50*time.Millisecond)
+	// 960 one-token steps: far longer than the grace period.
+	got := postLater(url, chatBody("", "long", `"gen_length":960,"steps":960,"block_length":960`))
 	eventually(t, "the generation runs", func() bool { return metric(t, metricsPage(t, s), "dlmcache_generations_running") == 1 })
 	cancel()
 	a := <-got

@@ -4,12 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/dlmcache/dlmcache/internal/testutil"
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/profile"
 )
@@ -101,54 +100,25 @@ func TestBenchCompareModels(t *testing.T) {
 // bidirectional model at start.
 func TestServeBlockCausalDefaults(t *testing.T) {
 	model := blockFixture
-	var out, errOut syncBuffer
-	var opts *serveOptions
-	cmd := newCmdServe(&factory{Out: &out, ErrOut: &errOut}, func(o *serveOptions) error { opts = o; return nil })
-	cmd.SetArgs([]string{"--model", model, "--threads", "1", "--addr", "127.0.0.1:0", "--timeout", "30s", "--gen-length", "16", "--steps", "8", "--block-length", "8"})
-	if err := cmd.Execute(); err != nil {
-		t.Fatal(err)
-	}
-	addr := make(chan string, 1)
-	opts.ready = func(a string) { addr <- a }
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- serveRun(ctx, opts) }()
-	var url string
-	select {
-	case a := <-addr:
-		url = "http://" + a
-	case err := <-done:
-		t.Fatalf("serve stopped at start-up: %v\n%s", err, errOut.String())
-	case <-time.After(30 * time.Second):
-		t.Fatal("serve did not start listening")
-	}
+	var errOut testutil.SyncBuffer
+	opts := parseServe(t, &errOut, "--model", model, "--threads", "1", "--addr", "127.0.0.1:0", "--timeout", "30s", "--gen-length", "16", "--steps", "8", "--block-length", "8")
+	url, stop := startServe(t, opts, &errOut)
 	if s := errOut.String(); !strings.Contains(s, "method exact-block") || !strings.Contains(s, "blocks of 8 tokens, the model's block") {
 		t.Errorf("start-up lines do not say the method and store defaulted to the exact block cache:\n%s", s)
 	}
 	body := `{"messages":[{"role":"system","content":"Be terse and kind, and follow the rules."},{"role":"user","content":"Hi"}]}`
 	for range 2 {
-		resp, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		raw, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		code, raw := httpDo(t, url+"/v1/chat/completions", body)
 		var r struct {
 			Dlmcache struct{ Method string } `json:"dlmcache"`
 		}
-		if resp.StatusCode != 200 || json.Unmarshal(raw, &r) != nil || r.Dlmcache.Method != "exact-block" {
-			t.Errorf("chat completion: %d %s", resp.StatusCode, raw)
+		if code != 200 || json.Unmarshal(raw, &r) != nil || r.Dlmcache.Method != "exact-block" {
+			t.Errorf("chat completion: %d %s", code, raw)
 		}
 	}
-	cancel()
-	<-done
+	stop()
 
-	cmd = newCmdServe(&factory{Out: io.Discard, ErrOut: io.Discard}, func(o *serveOptions) error { opts = o; return nil })
-	cmd.SetArgs([]string{"--model", serveFixture, "--threads", "1", "--addr", "127.0.0.1:0", "--method", "exact-block"})
-	if err := cmd.Execute(); err != nil {
-		t.Fatal(err)
-	}
+	opts = parseServe(t, io.Discard, "--model", serveFixture, "--threads", "1", "--addr", "127.0.0.1:0", "--method", "exact-block")
 	if err := serveRun(context.Background(), opts); err == nil || !strings.Contains(err.Error(), "block-causal") {
 		t.Errorf("serve --method exact-block on a bidirectional model: %v", err)
 	}

@@ -2,18 +2,13 @@ package main
 
 import (
 	"context"
+	"io"
 	"strings"
 	"testing"
 )
 
 func TestServeRefusesMaxBatchBelowOne(t *testing.T) {
-	var out, errOut syncBuffer
-	var opts *serveOptions
-	cmd := newCmdServe(&factory{Out: &out, ErrOut: &errOut}, func(o *serveOptions) error { opts = o; return nil })
-	cmd.SetArgs([]string{"--model", serveFixture, "--max-batch", "0", "--addr", "127.0.0.1:0"})
-	if err := cmd.Execute(); err != nil {
-		t.Fatal(err)
-	}
+	opts := parseServe(t, io.Discard, "--model", serveFixture, "--max-batch", "0", "--addr", "127.0.0.1:0")
 	if err := serveRun(context.Background(), opts); err == nil || !strings.Contains(err.Error(), "--max-batch") {
 		t.Fatalf("--max-batch 0: %v", err)
 	}
@@ -32,12 +27,7 @@ func TestServeConcurrencyDefault(t *testing.T) {
 // TestServeBatchesByDefault: with no flags, serve batches up to 16
 // generations' forwards and runs 16 at once.
 func TestServeBatchesByDefault(t *testing.T) {
-	var opts *serveOptions
-	cmd := newCmdServe(&factory{Out: &syncBuffer{}, ErrOut: &syncBuffer{}}, func(o *serveOptions) error { opts = o; return nil })
-	cmd.SetArgs([]string{"--model", serveFixture})
-	if err := cmd.Execute(); err != nil {
-		t.Fatal(err)
-	}
+	opts := parseServe(t, io.Discard, "--model", serveFixture)
 	if opts.MaxBatch != 16 || concurrency(opts.MaxConcurrency, opts.MaxBatch) != 16 {
 		t.Errorf("defaults: --max-batch %d, %d generations at once; want 16 and 16", opts.MaxBatch, concurrency(opts.MaxConcurrency, opts.MaxBatch))
 	}

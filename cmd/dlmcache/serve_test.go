@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -9,10 +8,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/dlmcache/dlmcache/internal/testutil"
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/cpu"
@@ -35,33 +34,76 @@ func writeTable(t *testing.T, name string, nLayers int, fp string) string {
 	return p
 }
 
-// syncBuffer is a bytes.Buffer safe for the server's log goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+// parseServe parses serve's command line (serving nothing) and returns the
+// options serveRun takes; the server's log goes to errOut.
+func parseServe(t *testing.T, errOut io.Writer, args ...string) *serveOptions {
+	t.Helper()
+	var opts *serveOptions
+	cmd := newCmdServe(&factory{Out: io.Discard, ErrOut: errOut}, func(o *serveOptions) error { opts = o; return nil })
+	cmd.SetArgs(args)
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	return opts
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
+// startServe runs serveRun in the background and returns the server's
+// base URL once it listens, and stop, which cancels the server and returns
+// serveRun's result (the test's end stops it too).
+func startServe(t *testing.T, opts *serveOptions, errOut *testutil.SyncBuffer) (url string, stop func() error) {
+	t.Helper()
+	addr := make(chan string, 1)
+	opts.ready = func(a string) { addr <- a }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	var err error
+	go func() { err = serveRun(ctx, opts); close(done) }()
+	stop = func() error { cancel(); <-done; return err }
+	t.Cleanup(func() { stop() })
+	select {
+	case a := <-addr:
+		return "http://" + a, stop
+	case <-done:
+		t.Fatalf("serve stopped at start-up: %v\n%s", err, errOut.String())
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not start listening")
+	}
+	return "", stop
 }
 
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+// httpDo sends a request (a POST of body with a JSON body, a GET when body
+// is empty) and returns the status and the response body.
+func httpDo(t *testing.T, url, body string) (int, []byte) {
+	t.Helper()
+	var resp *http.Response
+	var err error
+	if body == "" {
+		resp, err = http.Get(url)
+	} else {
+		resp, err = http.Post(url, "application/json", strings.NewReader(body))
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, raw
+}
+
+// fixtureModel is serveFixture's layer count and fingerprint.
+func fixtureModel(t *testing.T) (int, string) {
+	t.Helper()
+	m, err := model.Load(serveFixture, cpu.New(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	return len(m.Blocks), m.Fingerprint
 }
 
 func TestServeRefusesAnotherModelsTable(t *testing.T) {
 	p := writeTable(t, "llada-8b", 32, "0123456789abcdef")
-	var out, errOut syncBuffer
-	var opts *serveOptions
-	cmd := newCmdServe(&factory{Out: &out, ErrOut: &errOut}, func(o *serveOptions) error { opts = o; return nil })
-	cmd.SetArgs([]string{"--model", serveFixture, "--lut", p, "--threads", "1", "--addr", "127.0.0.1:0"})
-	if err := cmd.Execute(); err != nil {
-		t.Fatal(err)
-	}
+	opts := parseServe(t, io.Discard, "--model", serveFixture, "--lut", p, "--threads", "1", "--addr", "127.0.0.1:0")
 	err := serveRun(context.Background(), opts)
 	if err == nil || !strings.Contains(err.Error(), "llada-8b") || !strings.Contains(err.Error(), "0123456789abcdef") || !strings.Contains(err.Error(), p) {
 		t.Fatalf("serve with another model's table: %v", err)
@@ -72,12 +114,7 @@ func TestServeRefusesBadModules(t *testing.T) {
 	bad := filepath.Join(t.TempDir(), "modules.json")
 	os.WriteFile(bad, []byte(`{"modules":[{"name":"a","text":""}]}`), 0o644)
 	for _, file := range []string{filepath.Join(t.TempDir(), "missing.json"), bad} {
-		var opts *serveOptions
-		cmd := newCmdServe(&factory{Out: io.Discard, ErrOut: io.Discard}, func(o *serveOptions) error { opts = o; return nil })
-		cmd.SetArgs([]string{"--model", serveFixture, "--threads", "1", "--addr", "127.0.0.1:0", "--modules", file})
-		if err := cmd.Execute(); err != nil {
-			t.Fatal(err)
-		}
+		opts := parseServe(t, io.Discard, "--model", serveFixture, "--threads", "1", "--addr", "127.0.0.1:0", "--modules", file)
 		if err := serveRun(context.Background(), opts); err == nil || !strings.Contains(err.Error(), "--modules") || !strings.Contains(err.Error(), file) {
 			t.Errorf("--modules %s: %v", file, err)
 		}
@@ -85,38 +122,13 @@ func TestServeRefusesBadModules(t *testing.T) {
 }
 
 func TestServeRunsAndStops(t *testing.T) {
-	m, err := model.Load(serveFixture, cpu.New(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := writeTable(t, "tiny-bf16", len(m.Blocks), m.Fingerprint)
-	m.Close()
-
-	var out, errOut syncBuffer
-	f := &factory{Out: &out, ErrOut: &errOut}
-	var opts *serveOptions
-	cmd := newCmdServe(f, func(o *serveOptions) error { opts = o; return nil })
+	nLayers, fp := fixtureModel(t)
+	p := writeTable(t, "tiny-bf16", nLayers, fp)
+	var errOut testutil.SyncBuffer
 	mods := filepath.Join(t.TempDir(), "modules.json")
 	os.WriteFile(mods, []byte(`{"modules":[{"name":"doc","text":"Orders ship in two days.\n\n"}]}`), 0o644)
-	cmd.SetArgs([]string{"--model", serveFixture, "--lut", p, "--threads", "1", "--addr", "127.0.0.1:0", "--timeout", "30s", "--modules", mods, "--allow-uncalibrated"})
-	if err := cmd.Execute(); err != nil {
-		t.Fatal(err)
-	}
-	addr := make(chan string, 1)
-	opts.ready = func(a string) { addr <- a }
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- serveRun(ctx, opts) }()
-	var url string
-	select {
-	case a := <-addr:
-		url = "http://" + a
-	case err := <-done:
-		t.Fatalf("serve stopped at start-up: %v\n%s", err, errOut.String())
-	case <-time.After(30 * time.Second):
-		t.Fatal("serve did not start listening")
-	}
+	opts := parseServe(t, &errOut, "--model", serveFixture, "--lut", p, "--threads", "1", "--addr", "127.0.0.1:0", "--timeout", "30s", "--modules", mods, "--allow-uncalibrated")
+	url, stop := startServe(t, opts, &errOut)
 	// The method defaulted to bicache; a cosine table keeps the request
 	// source and the start-up line says why.
 	if s := errOut.String(); !strings.Contains(s, "method bicache (table "+p+", deep source request: the table is not calibrated") {
@@ -125,37 +137,25 @@ func TestServeRunsAndStops(t *testing.T) {
 	if s := errOut.String(); !strings.Contains(s, "UNCALIBRATED (a cosine estimate, served because of --allow-uncalibrated)") {
 		t.Errorf("start-up line does not say the table is uncalibrated:\n%s", s)
 	}
-	body := `{"messages":[{"role":"system","content":"Be terse."},{"role":"user","content":"Hi"}]}`
-	resp, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	code, raw := httpDo(t, url+"/v1/chat/completions", `{"messages":[{"role":"system","content":"Be terse."},{"role":"user","content":"Hi"}]}`)
 	var r struct {
 		Dlmcache struct {
 			Method string `json:"method"`
 			Depth  int    `json:"depth"`
 		} `json:"dlmcache"`
 	}
-	if resp.StatusCode != 200 || json.Unmarshal(raw, &r) != nil || r.Dlmcache.Method != "bicache" || r.Dlmcache.Depth != 2 {
-		t.Errorf("chat completion: %d %s", resp.StatusCode, raw)
+	if code != 200 || json.Unmarshal(raw, &r) != nil || r.Dlmcache.Method != "bicache" || r.Dlmcache.Depth != 2 {
+		t.Errorf("chat completion: %d %s", code, raw)
 	}
 	// A request importing the module is served by the modules' method.
 	if !strings.Contains(errOut.String(), "prompt modules at depth 1: doc (") {
 		t.Errorf("start-up lines do not list the modules:\n%s", errOut.String())
 	}
-	resp, err = http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(`{"modules":["doc"],"messages":[{"role":"user","content":"When?"}]}`))
-	if err != nil {
-		t.Fatal(err)
+	code, raw = httpDo(t, url+"/v1/chat/completions", `{"modules":["doc"],"messages":[{"role":"user","content":"When?"}]}`)
+	if code != 200 || json.Unmarshal(raw, &r) != nil || r.Dlmcache.Method != "modules" || r.Dlmcache.Depth != 1 {
+		t.Errorf("module request: %d %s", code, raw)
 	}
-	raw, _ = io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || json.Unmarshal(raw, &r) != nil || r.Dlmcache.Method != "modules" || r.Dlmcache.Depth != 1 {
-		t.Errorf("module request: %d %s", resp.StatusCode, raw)
-	}
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Errorf("serve after cancel: %v", err)
 	}
 	log := errOut.String()
@@ -166,19 +166,10 @@ func TestServeRunsAndStops(t *testing.T) {
 
 // A cosine table is refused with a message naming calibrate.
 func TestServeRefusesUncalibratedTable(t *testing.T) {
-	m, err := model.Load(serveFixture, cpu.New(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := writeTable(t, "tiny-bf16", len(m.Blocks), m.Fingerprint)
-	m.Close()
-	var opts *serveOptions
-	cmd := newCmdServe(&factory{Out: io.Discard, ErrOut: io.Discard}, func(o *serveOptions) error { opts = o; return nil })
-	cmd.SetArgs([]string{"--model", serveFixture, "--lut", p, "--threads", "1", "--addr", "127.0.0.1:0"})
-	if err := cmd.Execute(); err != nil {
-		t.Fatal(err)
-	}
-	err = serveRun(context.Background(), opts)
+	nLayers, fp := fixtureModel(t)
+	p := writeTable(t, "tiny-bf16", nLayers, fp)
+	opts := parseServe(t, io.Discard, "--model", serveFixture, "--lut", p, "--threads", "1", "--addr", "127.0.0.1:0")
+	err := serveRun(context.Background(), opts)
 	if err == nil || !strings.Contains(err.Error(), "dlmcache calibrate") || !strings.Contains(err.Error(), "--allow-uncalibrated") {
 		t.Fatalf("serve with a cosine table: %v", err)
 	}
@@ -203,63 +194,27 @@ func writeChoosingTable(t *testing.T, nLayers int, fp string, setting lut.Settin
 // request with the table's choice, says so at start-up, in the response
 // and in /metrics.
 func TestServeAppliesTheTablesChoice(t *testing.T) {
-	m, err := model.Load(serveFixture, cpu.New(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := writeChoosingTable(t, len(m.Blocks), m.Fingerprint, lut.Setting{Method: "none", Decoder: "threshold:0.9"})
-	m.Close()
-	var errOut syncBuffer
-	var opts *serveOptions
-	cmd := newCmdServe(&factory{Out: io.Discard, ErrOut: &errOut}, func(o *serveOptions) error { opts = o; return nil })
-	cmd.SetArgs([]string{"--model", serveFixture, "--lut", p, "--threads", "1", "--addr", "127.0.0.1:0", "--timeout", "30s"})
-	if err := cmd.Execute(); err != nil {
-		t.Fatal(err)
-	}
-	addr := make(chan string, 1)
-	opts.ready = func(a string) { addr <- a }
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- serveRun(ctx, opts) }()
-	var url string
-	select {
-	case a := <-addr:
-		url = "http://" + a
-	case err := <-done:
-		t.Fatalf("serve stopped at start-up: %v\n%s", err, errOut.String())
-	case <-time.After(30 * time.Second):
-		t.Fatal("serve did not start listening")
-	}
+	nLayers, fp := fixtureModel(t)
+	p := writeChoosingTable(t, nLayers, fp, lut.Setting{Method: "none", Decoder: "threshold:0.9"})
+	var errOut testutil.SyncBuffer
+	opts := parseServe(t, &errOut, "--model", serveFixture, "--lut", p, "--threads", "1", "--addr", "127.0.0.1:0", "--timeout", "30s")
+	url, stop := startServe(t, opts, &errOut)
 	if s := errOut.String(); !strings.Contains(s, "method table (table "+p+": per request, its bin's choice: [0.00, 1.00) all: none@threshold:0.9") {
 		t.Errorf("start-up line does not name the table's choice:\n%s", s)
 	}
-	resp, err := http.Post(url+"/v1/chat/completions", "application/json",
-		strings.NewReader(`{"messages":[{"role":"system","content":"Be terse."},{"role":"user","content":"Hi"}]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	code, raw := httpDo(t, url+"/v1/chat/completions", `{"messages":[{"role":"system","content":"Be terse."},{"role":"user","content":"Hi"}]}`)
 	var r struct {
 		Dlmcache struct {
 			Method string `json:"method"`
 		} `json:"dlmcache"`
 	}
-	if resp.StatusCode != 200 || json.Unmarshal(raw, &r) != nil || r.Dlmcache.Method != "none@threshold:0.9" {
-		t.Errorf("chat completion: %d %s", resp.StatusCode, raw)
+	if code != 200 || json.Unmarshal(raw, &r) != nil || r.Dlmcache.Method != "none@threshold:0.9" {
+		t.Errorf("chat completion: %d %s", code, raw)
 	}
-	resp, err = http.Get(url + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, _ = io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if !strings.Contains(string(raw), `dlmcache_method_requests_total{method="none@threshold:0.9"} 1`) {
+	if _, raw = httpDo(t, url+"/metrics", ""); !strings.Contains(string(raw), `dlmcache_method_requests_total{method="none@threshold:0.9"} 1`) {
 		t.Errorf("/metrics does not count the chosen method:\n%s", raw)
 	}
-	cancel()
-	<-done
+	stop()
 }
 
 // TestServeAPIKeysAndName: --api-key and --api-key-file's keys are all
@@ -268,27 +223,10 @@ func TestServeAppliesTheTablesChoice(t *testing.T) {
 func TestServeAPIKeysAndName(t *testing.T) {
 	keyFile := filepath.Join(t.TempDir(), "keys")
 	os.WriteFile(keyFile, []byte("# team keys\nsk-file-1\n\n  sk-file-2  \n"), 0o600)
-	var errOut syncBuffer
-	var opts *serveOptions
-	cmd := newCmdServe(&factory{Out: io.Discard, ErrOut: &errOut}, func(o *serveOptions) error { opts = o; return nil })
+	var errOut testutil.SyncBuffer
 	abs, _ := filepath.Abs(serveFixture)
-	cmd.SetArgs([]string{"--model", abs, "--threads", "1", "--addr", "127.0.0.1:0", "--api-key", "sk-flag", "--api-key-file", keyFile})
-	if err := cmd.Execute(); err != nil {
-		t.Fatal(err)
-	}
-	addr := make(chan string, 1)
-	opts.ready = func(a string) { addr <- a }
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- serveRun(ctx, opts) }()
-	var url string
-	select {
-	case a := <-addr:
-		url = "http://" + a
-	case err := <-done:
-		t.Fatalf("serve stopped at start-up: %v\n%s", err, errOut.String())
-	}
+	opts := parseServe(t, &errOut, "--model", abs, "--threads", "1", "--addr", "127.0.0.1:0", "--api-key", "sk-flag", "--api-key-file", keyFile)
+	url, stop := startServe(t, opts, &errOut)
 	get := func(path, key string) (int, string) {
 		req, _ := http.NewRequest("GET", url+path, nil)
 		if key != "" {
@@ -317,8 +255,7 @@ func TestServeAPIKeysAndName(t *testing.T) {
 	if !strings.Contains(errOut.String(), "3 API keys") || strings.Contains(errOut.String(), "sk-") {
 		t.Errorf("start-up lines should count the keys and show none:\n%s", errOut.String())
 	}
-	cancel()
-	<-done
+	stop()
 	for _, bad := range []string{filepath.Join(t.TempDir(), "missing"), func() string {
 		p := filepath.Join(t.TempDir(), "empty")
 		os.WriteFile(p, []byte("# nothing\n\n"), 0o600)
