@@ -1,13 +1,10 @@
 package profile
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"math"
 	"os"
@@ -136,12 +133,9 @@ func (c *Calibrator) Calibrate(ctx context.Context, reqs []Request) (*lut.Table,
 	if len(reqs) == 0 {
 		return nil, errors.New("calibrate: no requests")
 	}
-	if err := os.MkdirAll(c.OutDir, 0o755); err != nil {
+	path, err := logPath(c.OutDir, CalibrationFile, c.Resume)
+	if err != nil {
 		return nil, err
-	}
-	path := filepath.Join(c.OutDir, CalibrationFile)
-	if _, err := os.Stat(path); err == nil && !c.Resume {
-		return nil, fmt.Errorf("%s already holds a calibration (%s): pass --resume to continue it, or choose another --out", c.OutDir, CalibrationFile)
 	}
 	c.refs, c.results = map[string][]int32{}, map[trialKey]outcome{}
 	if c.Resume {
@@ -149,17 +143,12 @@ func (c *Calibrator) Calibrate(ctx context.Context, reqs []Request) (*lut.Table,
 			return nil, err
 		}
 	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	f, err := openLog(path, c.Run)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
 	c.log = f
-	if st, _ := f.Stat(); st.Size() == 0 {
-		if err := appendLine(f, c.Run); err != nil {
-			return nil, err
-		}
-	}
 	c.store = cache.NewStore(c.Model.Backend, 1<<40, cache.LRU)
 	bins := binRequests(reqs, c.Run.Edges, c.Gen.GenLength)
 	units, done := 0, 0
@@ -488,39 +477,21 @@ func (c *Calibrator) load(path string) error {
 // died mid-write) is cut off the file.
 func readCalibration(path string) (map[string][]int32, map[trialKey]outcome, CalibrationRun, error) {
 	var run CalibrationRun
-	raw, err := os.ReadFile(path)
+	refs, results := map[string][]int32{}, map[trialKey]outcome{}
+	err := readLog(path, "calibration", &run, func(ln []byte) error {
+		var l calibLine
+		if err := json.Unmarshal(ln, &l); err != nil {
+			return err
+		}
+		if l.Ref != "" {
+			refs[l.Ref] = l.Answer
+		} else {
+			results[trialKey{l.ID, l.Source, l.Depth}] = outcome{tokens: l.Tokens, agree: l.Agree, equal: l.AnswerEqual}
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, nil, run, err
-	}
-	refs, results := map[string][]int32{}, map[trialKey]outcome{}
-	good := 0
-	sc := bufio.NewReader(bytes.NewReader(raw))
-	for first := true; ; first = false {
-		ln, err := sc.ReadBytes('\n')
-		if err == io.EOF {
-			break // a torn line has no newline
-		}
-		if first {
-			if err := json.Unmarshal(ln, &run); err != nil {
-				return nil, nil, run, fmt.Errorf("%s: first line is not a calibration header: %w", path, err)
-			}
-		} else {
-			var l calibLine
-			if err := json.Unmarshal(ln, &l); err != nil {
-				return nil, nil, run, fmt.Errorf("%s: malformed line at byte %d: %w", path, good, err)
-			}
-			if l.Ref != "" {
-				refs[l.Ref] = l.Answer
-			} else {
-				results[trialKey{l.ID, l.Source, l.Depth}] = outcome{tokens: l.Tokens, agree: l.Agree, equal: l.AnswerEqual}
-			}
-		}
-		good += len(ln)
-	}
-	if good < len(raw) {
-		if err := os.Truncate(path, int64(good)); err != nil {
-			return nil, nil, run, err
-		}
 	}
 	return refs, results, run, nil
 }

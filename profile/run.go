@@ -122,16 +122,11 @@ func (r *Runner) Run(ctx context.Context, reqs []Request) (*Result, error) {
 		}
 	}
 
-	pf, err := os.OpenFile(partPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	pf, err := openLog(partPath, partialHeader{Run: r.Info})
 	if err != nil {
 		return nil, err
 	}
 	defer pf.Close()
-	if st, _ := pf.Stat(); st.Size() == 0 {
-		if err := appendLine(pf, partialHeader{Run: r.Info}); err != nil {
-			return nil, err
-		}
-	}
 
 	n := resumed
 	if r.Progress != nil {

@@ -1,13 +1,10 @@
 package profile
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"math"
 	"os"
@@ -162,12 +159,9 @@ func (s *Searcher) Search(ctx context.Context, reqs []ClassRequest) (*lut.Table,
 	if len(reqs) == 0 {
 		return nil, errors.New("calibrate: no requests")
 	}
-	if err := os.MkdirAll(s.OutDir, 0o755); err != nil {
+	path, err := logPath(s.OutDir, SearchFile, s.Resume)
+	if err != nil {
 		return nil, err
-	}
-	path := filepath.Join(s.OutDir, SearchFile)
-	if _, err := os.Stat(path); err == nil && !s.Resume {
-		return nil, fmt.Errorf("%s already holds a calibration (%s): pass --resume to continue it, or choose another --out", s.OutDir, SearchFile)
 	}
 	s.lines = map[searchKey]searchLine{}
 	if s.Resume {
@@ -183,17 +177,12 @@ func (s *Searcher) Search(ctx context.Context, reqs []ClassRequest) (*lut.Table,
 			s.lines = lines
 		}
 	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	f, err := openLog(path, s.Run)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
 	s.log = f
-	if st, _ := f.Stat(); st.Size() == 0 {
-		if err := appendLine(f, s.Run); err != nil {
-			return nil, err
-		}
-	}
 	return s.search(ctx, reqs, s.runOne)
 }
 
@@ -320,8 +309,7 @@ func (s *Searcher) search(ctx context.Context, reqs []ClassRequest,
 	for _, g := range s.Grid {
 		settings = append(settings, g.String())
 	}
-	conf := math.Round(0.5*math.Erfc(-s.Z/math.Sqrt2)*1000) / 1000
-	t.Calibration = &lut.Calibration{Method: "search", Gate: GateAnswer, Target: s.Target, Confidence: conf, MaxLoss: s.MaxLoss,
+	t.Calibration = &lut.Calibration{Method: "search", Gate: GateAnswer, Target: s.Target, Confidence: normalCDF(s.Z), MaxLoss: s.MaxLoss,
 		Requests: len(reqs), Seconds: math.Round(time.Since(s.start).Seconds()*10) / 10, Data: s.Run.Data, Seed: s.Run.Seed, Settings: settings}
 	return t, nil
 }
@@ -511,35 +499,17 @@ func (s *Searcher) method(setting string) (cache.Method, error) {
 // readSearch reads a search.jsonl (a torn last line is cut off).
 func readSearch(path string) (map[searchKey]searchLine, SearchRun, error) {
 	var run SearchRun
-	raw, err := os.ReadFile(path)
+	lines := map[searchKey]searchLine{}
+	err := readLog(path, "search", &run, func(ln []byte) error {
+		var l searchLine
+		if err := json.Unmarshal(ln, &l); err != nil {
+			return err
+		}
+		lines[searchKey{l.ID, l.Class, l.Setting}] = l
+		return nil
+	})
 	if err != nil {
 		return nil, run, err
-	}
-	lines := map[searchKey]searchLine{}
-	good := 0
-	rd := bufio.NewReader(bytes.NewReader(raw))
-	for first := true; ; first = false {
-		ln, err := rd.ReadBytes('\n')
-		if err == io.EOF {
-			break
-		}
-		if first {
-			if err := json.Unmarshal(ln, &run); err != nil {
-				return nil, run, fmt.Errorf("%s: first line is not a search header: %w", path, err)
-			}
-		} else {
-			var l searchLine
-			if err := json.Unmarshal(ln, &l); err != nil {
-				return nil, run, fmt.Errorf("%s: malformed line at byte %d: %w", path, good, err)
-			}
-			lines[searchKey{l.ID, l.Class, l.Setting}] = l
-		}
-		good += len(ln)
-	}
-	if good < len(raw) {
-		if err := os.Truncate(path, int64(good)); err != nil {
-			return nil, run, err
-		}
 	}
 	return lines, run, nil
 }
