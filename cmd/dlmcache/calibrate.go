@@ -12,7 +12,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/dlmcache/dlmcache/datasets"
 	"github.com/dlmcache/dlmcache/internal/progress"
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/profile"
@@ -22,21 +21,14 @@ type calibrateOptions struct {
 	f *factory
 
 	modelFlags
-	Data        []string
-	Systems     []string
-	Language    string
-	UserPrompts int
-	MaxTokens   int
-	Seed        int64
-	LUT         string
-	Ratios      string
-	PerRatio    int
-	Sources     []string
-	Gate        string
-	Agreement   float64
-	Confidence  float64
-	Refresh     int
-	Stat        string
+	requestSampling
+	LUT        string
+	Sources    []string
+	Gate       string
+	Agreement  float64
+	Confidence float64
+	Refresh    int
+	Stat       string
 	regimeFlags
 	Shard      string
 	Merge      []string
@@ -87,7 +79,7 @@ searches their merged outcomes and writes the table one run would have.`,
 	}
 	fl := cmd.Flags()
 	opts.modelFlags.add(fl)
-	addSamplingFlags(fl, &opts.Data, &opts.Systems, &opts.Language, &opts.UserPrompts, &opts.MaxTokens, &opts.Seed)
+	opts.requestSampling.addFlags(fl)
 	fl.StringVar(&opts.LUT, "lut", "", "cosine table (table.json from dlmcache profile): the table calibrated (its bins take the calibration bin holding their middle) and the depths the search starts from; empty: the calibration bins, starting at depth 1")
 	fl.StringVar(&opts.Ratios, "ratios", "0.5:1:0.1", "calibration bins: LO:HI:STEP or ascending edges; a table bin outside them keeps no reuse (depth 0)")
 	fl.IntVar(&opts.PerRatio, "per-ratio", 40, "requests per calibration bin (at 90% confidence, 0.9 needs ≥ 15 agreeing samples, 0.95 ≥ 32, 0.99 ≥ 163)")
@@ -159,7 +151,6 @@ func calibrateRun(ctx context.Context, opts *calibrateOptions) error {
 	}
 	defer lm.Close()
 	var start *lut.Table
-	var edges []float64
 	if opts.LUT != "" {
 		if start, err = readTable(opts.LUT, lm); err != nil {
 			return err
@@ -168,18 +159,11 @@ func calibrateRun(ctx context.Context, opts *calibrateOptions) error {
 			return fmt.Errorf("--lut %s: %w (calibrate in the table's regime, or profile this one)", opts.LUT, err)
 		}
 	}
-	if edges, err = datasets.ParseRatioBins(opts.Ratios); err != nil {
+	edges, shardK, shardN, err := opts.binsAndShard(opts.Shard)
+	if err != nil {
 		return err
 	}
-	shardK, shardN := 0, 1
-	if opts.Shard != "" {
-		if shardK, shardN, err = datasets.ParseShard(opts.Shard); err != nil {
-			return err
-		}
-	}
-	s := requestSampling{Data: opts.Data, Systems: opts.Systems, Language: opts.Language, UserPrompts: opts.UserPrompts,
-		MaxTokens: opts.MaxTokens, PerRatio: opts.PerRatio, Seed: opts.Seed, Ratios: opts.Ratios}
-	reqs, _, err := s.sample(opts.f, lm, gen.GenLength, edges, shardK, shardN)
+	reqs, _, err := opts.sample(opts.f, lm, gen.GenLength, edges, shardK, shardN)
 	if err != nil {
 		return err
 	}

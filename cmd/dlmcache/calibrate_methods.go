@@ -39,15 +39,9 @@ func calibrateMethods(ctx context.Context, opts *calibrateOptions) error {
 		return err
 	}
 	defer lm.Close()
-	edges, err := datasets.ParseRatioBins(opts.Ratios)
+	edges, shardK, shardN, err := opts.binsAndShard(opts.Shard)
 	if err != nil {
 		return err
-	}
-	shardK, shardN := 0, 1
-	if opts.Shard != "" {
-		if shardK, shardN, err = datasets.ParseShard(opts.Shard); err != nil {
-			return err
-		}
 	}
 	base := cache.DefaultOptions()
 	base.Fingerprint, base.BiCache.Refresh = lm.Fingerprint, lm.Card.RefreshOr(opts.Refresh)
@@ -64,8 +58,8 @@ func calibrateMethods(ctx context.Context, opts *calibrateOptions) error {
 	var reqs []profile.ClassRequest
 	for _, cl := range classes {
 		g := profile.ClassGen(gen, cl)
-		s := requestSampling{Data: data, Systems: opts.Systems, Language: opts.Language, UserPrompts: opts.UserPrompts,
-			MaxTokens: opts.MaxTokens, PerRatio: opts.PerRatio, Seed: opts.Seed, Ratios: opts.Ratios}
+		s := opts.requestSampling
+		s.Data = data
 		rs, _, err := s.sample(opts.f, lm, g.GenLength, edges, shardK, shardN)
 		if err != nil {
 			return fmt.Errorf("class %s (gen length %d): %w", cl.Name, g.GenLength, err)

@@ -8,7 +8,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/dlmcache/dlmcache/datasets"
 	"github.com/dlmcache/dlmcache/internal/progress"
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/profile"
@@ -18,16 +17,9 @@ type profileOptions struct {
 	f *factory
 
 	modelFlags
-	Data        []string
-	Systems     []string
-	Language    string
-	UserPrompts int
-	MaxTokens   int
-	Ratios      string
-	PerRatio    int
-	Seed        int64
-	Tau         float64
-	Similarity  string
+	requestSampling
+	Tau        float64
+	Similarity string
 	regimeFlags
 	AllSteps bool
 	Shard    string
@@ -65,7 +57,7 @@ parts (for several machines); dlmcache lut build --from merges them.`,
 	}
 	fl := cmd.Flags()
 	opts.modelFlags.add(fl)
-	addSamplingFlags(fl, &opts.Data, &opts.Systems, &opts.Language, &opts.UserPrompts, &opts.MaxTokens, &opts.Seed)
+	opts.requestSampling.addFlags(fl)
 	fl.StringVar(&opts.Ratios, "ratios", "0.05:0.95:0.05", "ratio bins: LO:HI:STEP or ascending edges a,b,c")
 	fl.IntVar(&opts.PerRatio, "per-ratio", 64, "requests per ratio bin (N)")
 	fl.Float64Var(&opts.Tau, "tau", 0.97, "similarity threshold τ of the table")
@@ -79,11 +71,6 @@ parts (for several machines); dlmcache lut build --from merges them.`,
 	return cmd
 }
 
-func (opts *profileOptions) sampling() requestSampling {
-	return requestSampling{Data: opts.Data, Systems: opts.Systems, Language: opts.Language, UserPrompts: opts.UserPrompts,
-		MaxTokens: opts.MaxTokens, PerRatio: opts.PerRatio, Seed: opts.Seed, Ratios: opts.Ratios}
-}
-
 func profileRun(ctx context.Context, opts *profileOptions) error {
 	if err := lut.CheckTau(opts.Tau); err != nil {
 		return fmt.Errorf("--tau: %w", err)
@@ -95,15 +82,9 @@ func profileRun(ctx context.Context, opts *profileOptions) error {
 	if opts.PerRatio <= 0 {
 		return fmt.Errorf("--per-ratio must be positive, got %d", opts.PerRatio)
 	}
-	edges, err := datasets.ParseRatioBins(opts.Ratios)
+	edges, shardK, shardN, err := opts.binsAndShard(opts.Shard)
 	if err != nil {
 		return err
-	}
-	shardK, shardN := 0, 1
-	if opts.Shard != "" {
-		if shardK, shardN, err = datasets.ParseShard(opts.Shard); err != nil {
-			return err
-		}
 	}
 	lm, gen, err := loadRegime(opts.f, opts.modelFlags, opts.regimeFlags)
 	if err != nil {
@@ -113,7 +94,7 @@ func profileRun(ctx context.Context, opts *profileOptions) error {
 	if B := lm.Config.CausalBlock(); B > 0 {
 		fmt.Fprintf(opts.f.ErrOut, "profile: block-causal model (blocks of %d tokens): each request's shared prefix is measured at its full blocks, the part a cache reuses exactly\n", B)
 	}
-	preqs, unfilledS, err := opts.sampling().sample(opts.f, lm, gen.GenLength, edges, shardK, shardN)
+	preqs, unfilledS, err := opts.sample(opts.f, lm, gen.GenLength, edges, shardK, shardN)
 	if err != nil {
 		return err
 	}

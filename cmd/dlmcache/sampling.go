@@ -14,6 +14,8 @@ import (
 
 // requestSampling is how profile and calibrate sample requests into ratio
 // bins: system prompts × user prompts (WildChat-style or WildChat parquet).
+// Both commands embed it; addFlags declares the flags they share (each
+// declares its own --ratios and --per-ratio: their defaults differ).
 type requestSampling struct {
 	Data        []string
 	Systems     []string
@@ -25,13 +27,28 @@ type requestSampling struct {
 	Ratios      string // for messages
 }
 
-func addSamplingFlags(fl *pflag.FlagSet, data, systems *[]string, language *string, userPrompts, maxTokens *int, seed *int64) {
-	fl.StringSliceVar(data, "data", []string{"builtin"}, "user prompts: builtin (WildChat-style, generated) and/or WildChat parquet files or directories; or suites (the task suites' own requests)")
-	fl.StringSliceVar(systems, "system-prompts", []string{"builtin"}, "system prompts: builtin, builtin:NAME, or @FILE (one prompt per file)")
-	fl.StringVar(language, "language", "English", "WildChat language filter (empty: all)")
-	fl.IntVar(userPrompts, "user-prompts", 2000, "number of builtin WildChat-style prompts to generate")
-	fl.IntVar(maxTokens, "max-tokens", 1024, "longest input string (prompt + gen length) a request may have; 0: no bound")
-	fl.Int64Var(seed, "seed", 1, "sampling seed (every shard must use the same)")
+func (s *requestSampling) addFlags(fl *pflag.FlagSet) {
+	fl.StringSliceVar(&s.Data, "data", []string{"builtin"}, "user prompts: builtin (WildChat-style, generated) and/or WildChat parquet files or directories; or suites (the task suites' own requests)")
+	fl.StringSliceVar(&s.Systems, "system-prompts", []string{"builtin"}, "system prompts: builtin, builtin:NAME, or @FILE (one prompt per file)")
+	fl.StringVar(&s.Language, "language", "English", "WildChat language filter (empty: all)")
+	fl.IntVar(&s.UserPrompts, "user-prompts", 2000, "number of builtin WildChat-style prompts to generate")
+	fl.IntVar(&s.MaxTokens, "max-tokens", 1024, "longest input string (prompt + gen length) a request may have; 0: no bound")
+	fl.Int64Var(&s.Seed, "seed", 1, "sampling seed (every shard must use the same)")
+}
+
+// binsAndShard parses --ratios and shard (--shard K/N; "": the whole
+// set, shard 0 of 1).
+func (s *requestSampling) binsAndShard(shard string) (edges []float64, k, n int, err error) {
+	if edges, err = datasets.ParseRatioBins(s.Ratios); err != nil {
+		return nil, 0, 0, err
+	}
+	k, n = 0, 1
+	if shard != "" {
+		if k, n, err = datasets.ParseShard(shard); err != nil {
+			return nil, 0, 0, err
+		}
+	}
+	return edges, k, n, nil
 }
 
 // sample draws the requests of shard k of n, tokenized with lm's chat
