@@ -194,9 +194,17 @@ func BenchmarkFused(b *testing.B) {
 // Attention gives for each: each query row goes through the same kernel
 // whatever block it falls in.
 func TestAttentionBatch(t *testing.T) {
-	const heads, kvHeads, hd = 4, 2, 16
-	r := rand.New(rand.NewPCG(3, 3))
-	sizes := []struct{ nq, nk int }{{37, 37}, {1, 20}, {150, 150}, {60, 203}, {6, 6}}
+	checkAttentionBatch(t, 4, 2, 16, rand.New(rand.NewPCG(3, 3)), []attnSize{{37, 37}, {1, 20}, {150, 150}, {60, 203}, {6, 6}})
+}
+
+// attnSize is one attention's query and key counts.
+type attnSize struct{ nq, nk int }
+
+// checkAttentionBatch runs random attentions of the sizes as one batch on
+// every backend configuration and checks each against Attention, bit for
+// bit.
+func checkAttentionBatch(t *testing.T, heads, kvHeads, hd int, r *rand.Rand, sizes []attnSize) {
+	t.Helper()
 	for _, nb := range backends() {
 		t.Run(nb.name, func(t *testing.T) {
 			b := nb.b
@@ -225,30 +233,7 @@ func TestAttentionBatch(t *testing.T) {
 // 48 rows a block; 1,000 keys: 30) runs within the scratch the team
 // allots, and each attention is what Attention gives.
 func TestAttentionBatchMixedStrides(t *testing.T) {
-	const heads, kvHeads, hd = 4, 4, 16
-	r := rand.New(rand.NewPCG(4, 4))
-	sizes := []struct{ nq, nk int }{{48, 1000}, {48, 672}, {48, 672}}
-	for _, nb := range backends() {
-		t.Run(nb.name, func(t *testing.T) {
-			b := nb.b
-			var dst, q, k, v []backend.Tensor
-			for _, s := range sizes {
-				dst = append(dst, b.New(s.nq, heads*hd))
-				q = append(q, b.FromHost(s.nq, heads*hd, randMat(r, s.nq, heads*hd, 1)))
-				k = append(k, b.FromHost(s.nk, kvHeads*hd, randMat(r, s.nk, kvHeads*hd, 1)))
-				v = append(v, b.FromHost(s.nk, kvHeads*hd, randMat(r, s.nk, kvHeads*hd, 1)))
-			}
-			b.AttentionBatch(dst, q, k, v, heads, kvHeads)
-			for i := range sizes {
-				want := b.New(sizes[i].nq, heads*hd)
-				b.Attention(want, q[i], k[i], v[i], heads, kvHeads)
-				if g, w := b.ToHost(dst[i], nil), b.ToHost(want, nil); !slices.Equal(g, w) {
-					j := firstDiff(g, w)
-					t.Fatalf("attention %d (nq %d, nk %d): element %d = %g, Attention gives %g", i, sizes[i].nq, sizes[i].nk, j, g[j], w[j])
-				}
-			}
-		})
-	}
+	checkAttentionBatch(t, 4, 4, 16, rand.New(rand.NewPCG(4, 4)), []attnSize{{48, 1000}, {48, 672}, {48, 672}})
 }
 
 // TestTeamConcurrentPosters: goroutines posting fused operations and
