@@ -406,9 +406,7 @@ func (b *Backend) New(rows, cols int) backend.Tensor {
 
 // FromHost copies data into a new float32 matrix.
 func (b *Backend) FromHost(rows, cols int, data []float32) backend.Tensor {
-	if rows < 0 || cols < 0 || len(data) != rows*cols {
-		panic(fmt.Sprintf("cuda: FromHost: %d values for shape [%d, %d]", len(data), rows, cols))
-	}
+	checked(backend.CheckFromHost(rows, cols, len(data)))
 	defer b.enter()()
 	t := b.newF32(rows, cols)
 	if t.ptr != 0 {
@@ -423,14 +421,9 @@ func (b *Backend) FromHost(rows, cols int, data []float32) backend.Tensor {
 // A half-precision weight is widened on the host.
 func (b *Backend) ToHost(t backend.Tensor, dst []float32) []float32 {
 	x := tensor(t, "ToHost")
-	n := x.rows * x.cols
-	if dst == nil {
-		dst = make([]float32, n)
-	}
-	if len(dst) != n {
-		panic(fmt.Sprintf("cuda: ToHost: dst has %d values for %v", len(dst), x))
-	}
-	if n == 0 {
+	dst, err := backend.HostDst(x, dst)
+	checked(err)
+	if len(dst) == 0 {
 		return dst
 	}
 	defer b.enter()()
@@ -440,7 +433,7 @@ func (b *Backend) ToHost(t backend.Tensor, dst []float32) []float32 {
 		}
 		return dst
 	}
-	h := make([]uint16, n)
+	h := make([]uint16, len(dst))
 	if err := cu.MemcpyDtoH(unsafe.Pointer(&h[0]), x.ptr, x.bytes()); err != nil {
 		panic(fmt.Sprintf("cuda: ToHost: %v", err))
 	}

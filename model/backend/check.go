@@ -123,3 +123,25 @@ func CheckCopyRows(dst Tensor, dstRows []int32, src Tensor, srcRows []int32) (n 
 	}
 	return n, nil
 }
+
+// CheckFromHost checks FromHost's operands: rows and cols not negative,
+// rows×cols values.
+func CheckFromHost(rows, cols, values int) error {
+	if rows < 0 || cols < 0 || values != rows*cols {
+		return shapeError("FromHost", "%d values for shape [%d, %d]", values, rows, cols)
+	}
+	return nil
+}
+
+// HostDst is ToHost's destination for t: dst, or a new slice when dst is
+// nil; an error when dst does not hold t's rows×cols values.
+func HostDst(t Tensor, dst []float32) ([]float32, error) {
+	n := t.Rows() * t.Cols()
+	if dst == nil {
+		dst = make([]float32, n)
+	}
+	if len(dst) != n {
+		return nil, shapeError("ToHost", "dst has %d values for %v", len(dst), t)
+	}
+	return dst, nil
+}

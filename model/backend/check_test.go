@@ -30,6 +30,13 @@ func TestChecksAcceptWellShapedOperandsAndNameTheOperationOtherwise(t *testing.T
 		_, err := CheckCopyRows(dst, dr, src, sr)
 		return err
 	}
+	hostDst := func(t shape, dst []float32) error {
+		got, err := HostDst(t, dst)
+		if err == nil && (len(got) != t.r*t.c || dst != nil && &got[0] != &dst[0]) {
+			return fmt.Errorf("HostDst gave %d values (%p), want %d (dst %p or a new slice)", len(got), got, t.r*t.c, dst)
+		}
+		return err
+	}
 	for _, c := range []tc{
 		{"embed ok", CheckEmbed(shape{2, 4}, shape{10, 4}, []int32{0, 9}), ""},
 		{"embed rows", CheckEmbed(shape{3, 4}, shape{10, 4}, []int32{0, 9}), "Embed: dst [3, 4] for 2 ids into table [10, 4]"},
@@ -64,6 +71,13 @@ func TestChecksAcceptWellShapedOperandsAndNameTheOperationOtherwise(t *testing.T
 		{"copyrows src index", cp(shape{5, 4}, []int32{0, 1}, shape{3, 4}, []int32{2, -1}), "CopyRows: src row -1 at 1 outside [0, 3)"},
 		{"copyrows src too short", cp(shape{5, 4}, []int32{0, 1, 2, 3}, shape{3, 4}, nil), "CopyRows: 4 rows do not fit src with 3 rows"},
 		{"copyrows dst too short", cp(shape{2, 4}, nil, shape{3, 4}, []int32{0, 1, 2}), "CopyRows: 3 rows do not fit dst with 2 rows"},
+		{"fromhost ok", CheckFromHost(2, 3, 6), ""},
+		{"fromhost empty", CheckFromHost(0, 3, 0), ""},
+		{"fromhost values", CheckFromHost(2, 3, 5), "FromHost: 5 values for shape [2, 3]"},
+		{"fromhost negative", CheckFromHost(-2, -3, 6), "FromHost: 6 values for shape [-2, -3]"},
+		{"tohost ok", hostDst(shape{2, 3}, make([]float32, 6)), ""},
+		{"tohost nil", hostDst(shape{2, 3}, nil), ""},
+		{"tohost short", hostDst(shape{2, 3}, make([]float32, 5)), "ToHost: dst has 5 values for [2, 3]"},
 	} {
 		switch {
 		case c.want == "" && c.err != nil:

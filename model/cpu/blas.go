@@ -49,13 +49,7 @@ func sgemm(bt bool, m, n, k int, alpha float32, a []float32, lda int, b []float3
 		scaleRows(c, m, n, ldc, beta)
 		return
 	}
-	checkSpan("a", a, m, k, lda)
-	if bt {
-		checkSpan("b", b, n, k, ldb)
-	} else {
-		checkSpan("b", b, k, n, ldb)
-	}
-	checkSpan("c", c, m, n, ldc)
+	checkSpans(bt, m, n, k, a, lda, b, ldb, c, ldc)
 	C.dlmc_sgemm(cbool(bt), C.int(m), C.int(n), C.int(k), C.float(alpha), fptr(a), C.int(lda), fptr(b), C.int(ldb),
 		C.float(beta), fptr(c), C.int(ldc))
 }
@@ -72,6 +66,18 @@ func scaleRows(c []float32, m, n, ldc int, beta float32) {
 			}
 		}
 	}
+}
+
+// checkSpans checks a product's operands against their shapes: a [m,k],
+// b [n,k] where bt, else [k,n], c [m,n].
+func checkSpans(bt bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+	checkSpan("a", a, m, k, lda)
+	if bt {
+		checkSpan("b", b, n, k, ldb)
+	} else {
+		checkSpan("b", b, k, n, ldb)
+	}
+	checkSpan("c", c, m, n, ldc)
 }
 
 // checkSpan panics unless s holds a rows×cols matrix with row stride ld, so

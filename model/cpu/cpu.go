@@ -472,9 +472,7 @@ var poisonUninit = sync.OnceValue(func() bool {
 
 // FromHost copies data into a new [rows, cols] matrix.
 func (b *Backend) FromHost(rows, cols int, data []float32) backend.Tensor {
-	if rows < 0 || cols < 0 || len(data) != rows*cols {
-		panic(fmt.Sprintf("cpu: FromHost: %d values for shape [%d, %d]", len(data), rows, cols))
-	}
+	checked(backend.CheckFromHost(rows, cols, len(data)))
 	d := make([]float32, len(data))
 	copy(d, data)
 	return &Tensor{rows: rows, cols: cols, stride: cols, data: d}
@@ -484,13 +482,8 @@ func (b *Backend) FromHost(rows, cols int, data []float32) backend.Tensor {
 // weight is converted (exactly).
 func (b *Backend) ToHost(t backend.Tensor, dst []float32) []float32 {
 	x := anyTensor(t, "ToHost")
-	n := x.rows * x.cols
-	if dst == nil {
-		dst = make([]float32, n)
-	}
-	if len(dst) != n {
-		panic(fmt.Sprintf("cpu: ToHost: dst has %d values for %v", len(dst), x))
-	}
+	dst, err := backend.HostDst(x, dst)
+	checked(err)
 	if x.bf16 != nil {
 		b.parallel(x.rows, rowGrain(x.cols), func(lo, hi int) { bf16Rows(dst[lo*x.cols:], x, lo, hi) })
 		return dst

@@ -253,13 +253,7 @@ func (b *Backend) gemmNN(m, n, k int, alpha float32, a []float32, lda int, w []f
 // gemm is gemmNT (bt) or gemmNN.
 func (b *Backend) gemm(bt bool, m, n, k int, alpha float32, a []float32, lda int, w []float32, ldw int, c []float32, ldc int) {
 	if b.dnnlOK(m, n, k) {
-		checkSpan("a", a, m, k, lda)
-		if bt {
-			checkSpan("b", w, n, k, ldw)
-		} else {
-			checkSpan("b", w, k, n, ldw)
-		}
-		checkSpan("c", c, m, n, ldc)
+		checkSpans(bt, m, n, k, a, lda, w, ldw, c, ldc)
 		_, err := dnnlMatMul(false, bt, m, n, k, alpha, unsafe.Pointer(&a[0]), lda, unsafe.Pointer(&w[0]), ldw, c, ldc, false)
 		if err == nil {
 			return
