@@ -276,7 +276,8 @@ class LLaDA(nn.Module):
         return logits
 
     # ---- LLaDA HF layout ----------------------------------------------------
-    def hf_state_dict(self):
+    def hf_parameters(self):
+        """The model's weights by their LLaDA HF names (the parameters themselves)."""
         out = {"model.transformer.wte.weight": self.wte.weight,
                "model.transformer.ln_f.weight": self.ln_f.weight,
                "model.transformer.ff_out.weight": self.ff_out.weight}
@@ -284,24 +285,20 @@ class LLaDA(nn.Module):
             for name in ("attn_norm", "q_proj", "k_proj", "v_proj", "attn_out",
                          "ff_norm", "ff_proj", "up_proj", "ff_out"):
                 out[f"model.transformer.blocks.{i}.{name}.weight"] = getattr(b, name).weight
-        return {k: v.detach().to(torch.float32).contiguous() for k, v in out.items()}
+        return out
+
+    def hf_state_dict(self):
+        return {k: v.detach().to(torch.float32).contiguous() for k, v in self.hf_parameters().items()}
 
     def load_hf_state_dict(self, sd, path="<state>"):
-        mine = self.hf_state_dict()
-        missing = [k for k in mine if k not in sd]
-        extra = [k for k in sd if k not in mine]
+        tgt = self.hf_parameters()
+        missing = [k for k in tgt if k not in sd]
+        extra = [k for k in sd if k not in tgt]
         if missing:
             raise ValueError(f"{path}: missing tensors {missing[:5]}")
         if extra:
             raise ValueError(f"{path}: unexpected tensors {extra[:5]}")
         with torch.no_grad():
-            tgt = {"model.transformer.wte.weight": self.wte.weight,
-                   "model.transformer.ln_f.weight": self.ln_f.weight,
-                   "model.transformer.ff_out.weight": self.ff_out.weight}
-            for i, b in enumerate(self.blocks):
-                for name in ("attn_norm", "q_proj", "k_proj", "v_proj", "attn_out",
-                             "ff_norm", "ff_proj", "up_proj", "ff_out"):
-                    tgt[f"model.transformer.blocks.{i}.{name}.weight"] = getattr(b, name).weight
             for k, p in tgt.items():
                 if tuple(sd[k].shape) != tuple(p.shape):
                     raise ValueError(f"{path}: {k} has shape {tuple(sd[k].shape)}, want {tuple(p.shape)}")
