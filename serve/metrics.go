@@ -85,29 +85,30 @@ func newMetrics(method string, be backend.Backend, store func() cache.Stats, now
 	gauge := func(name, help string) prometheus.Gauge {
 		return f.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
 	}
+	// counterVec is a counter by one label; each of values is exported (at
+	// 0) from the start.
+	counterVec := func(name, help, label string, values ...string) *prometheus.CounterVec {
+		v := f.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{label})
+		for _, l := range values {
+			v.WithLabelValues(l)
+		}
+		return v
+	}
 	m.requests = f.NewCounterVec(prometheus.CounterOpts{Name: "dlmcache_requests_total", Help: "HTTP requests by endpoint and status code."}, []string{"endpoint", "code"})
 	m.latency = f.NewHistogramVec(prometheus.HistogramOpts{Name: "dlmcache_request_duration_seconds", Help: "HTTP request latency by endpoint, queueing included.", Buckets: latencyBuckets}, []string{"endpoint"})
-	m.unrouted = f.NewCounterVec(prometheus.CounterOpts{Name: "dlmcache_requests_unrouted_total", Help: "Requests for no endpoint (404) or with a method the path does not take (405)."}, []string{"code"})
-	m.unrouted.WithLabelValues("404")
-	m.unrouted.WithLabelValues("405")
+	m.unrouted = counterVec("dlmcache_requests_unrouted_total", "Requests for no endpoint (404) or with a method the path does not take (405).", "code", "404", "405")
 	m.unauthorized = counter("dlmcache_requests_unauthorized_total", "Requests refused for a missing or wrong API key (401).")
 	m.inFlight = gauge("dlmcache_requests_in_flight", "Completion requests being handled (queued or generating).")
 	m.queued = gauge("dlmcache_requests_queued", "Completion requests waiting for a generation slot.")
 	m.running = gauge("dlmcache_generations_running", "Generations running.")
-	m.rejected = f.NewCounterVec(prometheus.CounterOpts{Name: "dlmcache_requests_rejected_total", Help: "Requests refused by the admission bounds, by reason."}, []string{"reason"})
-	m.rejected.WithLabelValues("queue_full")
-	m.rejected.WithLabelValues("queue_timeout")
-	m.cancelled = f.NewCounterVec(prometheus.CounterOpts{Name: "dlmcache_requests_cancelled_total", Help: "Completion requests cancelled before their response was complete, by reason: slow_reader (a stream's unread output passed --stream-buffer-bytes), write_timeout (the client accepted no bytes for --write-timeout), client_closed, timeout (--timeout), shutdown (still running after --grace)."}, []string{"reason"})
-	for _, r := range []string{"slow_reader", "write_timeout", "client_closed", "timeout", "shutdown"} {
-		m.cancelled.WithLabelValues(r)
-	}
+	m.rejected = counterVec("dlmcache_requests_rejected_total", "Requests refused by the admission bounds, by reason.", "reason", "queue_full", "queue_timeout")
+	m.cancelled = counterVec("dlmcache_requests_cancelled_total", "Completion requests cancelled before their response was complete, by reason: slow_reader (a stream's unread output passed --stream-buffer-bytes), write_timeout (the client accepted no bytes for --write-timeout), client_closed, timeout (--timeout), shutdown (still running after --grace).", "reason",
+		"slow_reader", "write_timeout", "client_closed", "timeout", "shutdown")
 	m.queueWait = f.NewHistogram(prometheus.HistogramOpts{Name: "dlmcache_queue_wait_seconds", Help: "Time a generation waited for a slot.", Buckets: latencyBuckets})
-	m.depths = f.NewCounterVec(prometheus.CounterOpts{Name: "dlmcache_depth_requests_total", Help: "Generations by the number of leading layers whose prefix K/V came from the store."}, []string{"depth"})
-	m.methods = f.NewCounterVec(prometheus.CounterOpts{Name: "dlmcache_method_requests_total", Help: "Generations by the method that served them (with a calibrated table, its choice for the request: NAME@DECODER)."}, []string{"method"})
+	m.depths = counterVec("dlmcache_depth_requests_total", "Generations by the number of leading layers whose prefix K/V came from the store.", "depth")
+	m.methods = counterVec("dlmcache_method_requests_total", "Generations by the method that served them (with a calibrated table, its choice for the request: NAME@DECODER).", "method")
 	m.clamped = counter("dlmcache_ratio_clamped_total", "Generations whose shared-prefix ratio lay outside the table's profiled bins (depth of the nearest bin used).")
-	m.prefixReqs = f.NewCounterVec(prometheus.CounterOpts{Name: "dlmcache_prefix_requests_total", Help: "Generations that used the store, by whether their prefix was already there."}, []string{"hit"})
-	m.prefixReqs.WithLabelValues("true")
-	m.prefixReqs.WithLabelValues("false")
+	m.prefixReqs = counterVec("dlmcache_prefix_requests_total", "Generations that used the store, by whether their prefix was already there.", "hit", "true", "false")
 	m.genTokens = counter("dlmcache_generated_tokens_total", "Answer slots decoded (gen_length per generation); rate() over dlmcache_generation_seconds_total is tokens/s per generation.")
 	m.complTokens = counter("dlmcache_completion_tokens_total", "Completion tokens returned (after max_tokens and stop strings).")
 	m.promptTok = counter("dlmcache_prompt_tokens_total", "Prompt tokens of finished generations.")
