@@ -3,7 +3,6 @@ package lut
 import (
 	"fmt"
 	"maps"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -179,22 +178,7 @@ func (t *Table) Choose(r float64, g int) (c *Choice, clamped, ok bool) {
 	if !ok {
 		return nil, false, false
 	}
-	best, bestDist := -1, math.Inf(1)
-	for i, b := range t.Bins {
-		if _, has := b.Chosen(cl.Name); !has {
-			continue
-		}
-		var dist float64
-		switch {
-		case r < b.Lo:
-			dist = b.Lo - r
-		case r >= b.Hi && !(i == len(t.Bins)-1 && r == b.Hi):
-			dist = r - b.Hi
-		}
-		if dist < bestDist {
-			best, bestDist = i, dist
-		}
-	}
+	best, bestDist := t.nearestWhere(r, func(b Bin) bool { _, has := b.Chosen(cl.Name); return has })
 	if best < 0 {
 		return nil, false, false
 	}

@@ -162,10 +162,15 @@ func (t *Table) Lookup(r float64, stat Statistic) (depth int, clamped bool) {
 
 // nearest is the filled bin closest to r and its distance (0 inside it);
 // -1 when no bin is filled.
-func (t *Table) nearest(r float64) (int, float64) {
+func (t *Table) nearest(r float64) (int, float64) { return t.nearestWhere(r, Bin.Filled) }
+
+// nearestWhere is the bin closest to r among those ok accepts, and its
+// distance (0 inside it); -1 when ok accepts none. The last bin holds its
+// upper edge.
+func (t *Table) nearestWhere(r float64, ok func(Bin) bool) (int, float64) {
 	best, bestDist := -1, math.Inf(1)
 	for i, b := range t.Bins {
-		if !b.Filled() {
+		if !ok(b) {
 			continue
 		}
 		var dist float64
