@@ -12,11 +12,10 @@ import (
 )
 
 type lutBuildOptions struct {
-	f          *factory
-	From       []string
-	Tau        float64
-	Similarity string
-	Out        string
+	f *factory
+	similarityFiles
+	Tau float64
+	Out string
 }
 
 // addSimilarityFlag registers --similarity, the statistic depths come from.
@@ -32,6 +31,30 @@ func parseSimilarity(s string) (profile.Similarity, error) {
 	return sim, nil
 }
 
+// similarityFiles are the similarity files of one profile run (--from;
+// shards are merged) and the statistic read from them (--similarity), for
+// the commands that rebuild tables without the model.
+type similarityFiles struct {
+	From []string
+	Sim  string
+}
+
+func (s *similarityFiles) add(cmd *cobra.Command, fromHelp string) {
+	cmd.Flags().StringSliceVar(&s.From, "from", nil, fromHelp)
+	addSimilarityFlag(cmd.Flags(), &s.Sim)
+	_ = cmd.MarkFlagRequired("from")
+}
+
+// read parses --similarity and reads the files' records.
+func (s *similarityFiles) read() ([]profile.Record, profile.RunInfo, profile.Similarity, error) {
+	sim, err := parseSimilarity(s.Sim)
+	if err != nil {
+		return nil, profile.RunInfo{}, "", err
+	}
+	recs, info, err := profile.ReadAll(s.From)
+	return recs, info, sim, err
+}
+
 func newCmdLutBuild(f *factory, runF func(*lutBuildOptions) error) *cobra.Command {
 	opts := &lutBuildOptions{f: f}
 	cmd := &cobra.Command{
@@ -40,11 +63,9 @@ func newCmdLutBuild(f *factory, runF func(*lutBuildOptions) error) *cobra.Comman
 		Args:  cobra.NoArgs,
 		RunE:  runE(opts, runF, nil, func(context.Context) error { return lutBuildRun(opts) }),
 	}
-	cmd.Flags().StringSliceVar(&opts.From, "from", nil, "similarity.parquet files (shards of one run are merged)")
+	opts.similarityFiles.add(cmd, "similarity.parquet files (shards of one run are merged)")
 	cmd.Flags().Float64Var(&opts.Tau, "tau", 0.97, "similarity threshold τ in (0, 1]")
-	addSimilarityFlag(cmd.Flags(), &opts.Similarity)
 	cmd.Flags().StringVar(&opts.Out, "out", "table-cosine.json", "output table (a cosine estimate: dlmcache calibrate makes the table.json to serve)")
-	_ = cmd.MarkFlagRequired("from")
 	return cmd
 }
 
@@ -52,11 +73,7 @@ func lutBuildRun(opts *lutBuildOptions) error {
 	if err := lut.CheckTau(opts.Tau); err != nil {
 		return err
 	}
-	sim, err := parseSimilarity(opts.Similarity)
-	if err != nil {
-		return err
-	}
-	recs, info, err := profile.ReadAll(opts.From)
+	recs, info, sim, err := opts.read()
 	if err != nil {
 		return err
 	}

@@ -11,13 +11,12 @@ import (
 )
 
 type sweepNOptions struct {
-	f    *factory
-	From []string
+	f *factory
+	similarityFiles
 	Tau  float64
 	Step int
 	Eps  float64
 	Stat string
-	Sim  string
 	Out  string
 }
 
@@ -30,14 +29,12 @@ func newCmdSweepN(f *factory, runF func(*sweepNOptions) error) *cobra.Command {
 		RunE:  runE(opts, runF, nil, func(context.Context) error { return sweepNRun(opts) }),
 	}
 	fl := cmd.Flags()
-	fl.StringSliceVar(&opts.From, "from", nil, "similarity.parquet files of one run")
 	fl.Float64Var(&opts.Tau, "tau", 0.97, "similarity threshold τ")
 	fl.IntVar(&opts.Step, "step", 2, "N grows by this many requests per bin")
 	fl.Float64Var(&opts.Eps, "eps", 0.05, "the table has converged once L1 stays ≤ eps (layers)")
 	fl.StringVar(&opts.Stat, "stat", "mean", "depth statistic: mean, mean-std or min")
-	addSimilarityFlag(fl, &opts.Sim)
 	fl.StringVar(&opts.Out, "out", ".", "directory for convergence.json (plot it with dlmcache plot convergence)")
-	_ = cmd.MarkFlagRequired("from")
+	opts.similarityFiles.add(cmd, "similarity.parquet files of one run")
 	return cmd
 }
 
@@ -46,11 +43,7 @@ func sweepNRun(opts *sweepNOptions) error {
 	if err != nil {
 		return err
 	}
-	sim, err := parseSimilarity(opts.Sim)
-	if err != nil {
-		return err
-	}
-	recs, info, err := profile.ReadAll(opts.From)
+	recs, info, sim, err := opts.read()
 	if err != nil {
 		return err
 	}

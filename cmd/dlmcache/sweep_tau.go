@@ -108,9 +108,8 @@ func printSweep(f *factory, param string, r *sweepResult) {
 type sweepTauOptions struct {
 	f *factory
 	sweepCommon
-	From []string
+	similarityFiles
 	Taus string
-	Sim  string
 }
 
 func newCmdSweepTau(f *factory, runF func(*sweepTauOptions) error) *cobra.Command {
@@ -122,10 +121,8 @@ func newCmdSweepTau(f *factory, runF func(*sweepTauOptions) error) *cobra.Comman
 		RunE:  runE(opts, runF, nil, func(ctx context.Context) error { return sweepTauRun(ctx, opts) }),
 	}
 	opts.addFlags(cmd)
-	cmd.Flags().StringSliceVar(&opts.From, "from", nil, "similarity.parquet files of one profile run")
+	opts.similarityFiles.add(cmd, "similarity.parquet files of one profile run")
 	cmd.Flags().StringVar(&opts.Taus, "taus", "0.91:0.99:0.02", "τ values: lo:hi:step or a,b,c")
-	addSimilarityFlag(cmd.Flags(), &opts.Sim)
-	_ = cmd.MarkFlagRequired("from")
 	return cmd
 }
 
@@ -139,11 +136,7 @@ func sweepTauRun(ctx context.Context, opts *sweepTauOptions) error {
 			return err
 		}
 	}
-	sim, err := parseSimilarity(opts.Sim)
-	if err != nil {
-		return err
-	}
-	recs, info, err := profile.ReadAll(opts.From)
+	recs, info, sim, err := opts.read()
 	if err != nil {
 		return err
 	}
