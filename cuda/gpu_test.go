@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmcache/dlmcache/internal/testutil"
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/backend"
 	"github.com/dlmcache/dlmcache/model/cpu"
@@ -47,22 +48,6 @@ func newGPU(t testing.TB, o Options) *Backend {
 	t.Cleanup(func() { b.Close() })
 	t.Logf("device: %s", b.Device())
 	return b
-}
-
-// relErr is max |a−b| / max |b|.
-func relErr(a, b []float32) float64 {
-	if len(a) != len(b) {
-		return math.Inf(1)
-	}
-	var num, den float64
-	for i := range a {
-		num = max(num, math.Abs(float64(a[i])-float64(b[i])))
-		den = max(den, math.Abs(float64(b[i])))
-	}
-	if den == 0 {
-		return num
-	}
-	return num / den
 }
 
 func randVec(rng *rand.Rand, n int) []float32 {
@@ -131,7 +116,7 @@ func TestGPUOpsMatchCPU(t *testing.T) {
 			check := func(name string, p pair, tol float64) {
 				t.Helper()
 				a, b := g.ToHost(p.g, nil), c.ToHost(p.c, nil)
-				if e := relErr(a, b); e > tol {
+				if e := testutil.RelErr(a, b); e > tol {
 					t.Errorf("%s: relative error %.3g > %.3g", name, e, tol)
 				}
 			}
@@ -295,13 +280,13 @@ func TestForwardMatchesCPU(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if e := relErr(gout.Logits, cout.Logits); e > m.tol {
+			if e := testutil.RelErr(gout.Logits, cout.Logits); e > m.tol {
 				t.Errorf("logits: relative error %.3g > %.3g", e, m.tol)
 			} else {
 				t.Logf("logits: relative error %.3g", e)
 			}
 			for l := range crec.k {
-				ek, ev := relErr(grec.k[l], crec.k[l]), relErr(grec.v[l], crec.v[l])
+				ek, ev := testutil.RelErr(grec.k[l], crec.k[l]), testutil.RelErr(grec.v[l], crec.v[l])
 				if ek > m.tol || ev > m.tol {
 					t.Errorf("layer %d: K error %.3g, V error %.3g > %.3g", l, ek, ev, m.tol)
 				}

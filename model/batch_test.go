@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/dlmcache/dlmcache/internal/testutil"
 	"github.com/dlmcache/dlmcache/model/backend"
 )
 
@@ -53,7 +54,7 @@ func TestForwardBatchMatchesForward(t *testing.T) {
 		}
 		for i := range size {
 			if !slices.Equal(got[i].Logits, copied[i].Logits) {
-				t.Errorf("batch of %d, request %d: logits with views and with copies differ (relative error %.3g)", size, i, relErr(got[i].Logits, copied[i].Logits))
+				t.Errorf("batch of %d, request %d: logits with views and with copies differ (relative error %.3g)", size, i, testutil.RelErr(got[i].Logits, copied[i].Logits))
 			}
 		}
 		for i := range size {
@@ -65,9 +66,9 @@ func TestForwardBatchMatchesForward(t *testing.T) {
 			// others, OpenBLAS picks kernels by the row count, which
 			// changes the rounding (measured: relative error ≤ 3e-7).
 			if size == 1 && !slices.Equal(got[i].Logits, want.Logits) {
-				t.Errorf("batch of 1: logits differ from its own forward (relative error %.3g)", relErr(got[i].Logits, want.Logits))
+				t.Errorf("batch of 1: logits differ from its own forward (relative error %.3g)", testutil.RelErr(got[i].Logits, want.Logits))
 			}
-			if e := relErr(got[i].Logits, want.Logits); e > 1e-5 || len(got[i].Logits) != len(want.Logits) {
+			if e := testutil.RelErr(got[i].Logits, want.Logits); e > 1e-5 || len(got[i].Logits) != len(want.Logits) {
 				t.Errorf("batch of %d, request %d: logits: relative error %.3g > 1e-5 against its own forward", size, i, e)
 			}
 			if got[i].RowsComputed != want.RowsComputed || got[i].FLOPs != want.FLOPs {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dlmcache/dlmcache/internal/testutil"
 	"github.com/dlmcache/dlmcache/model/cpu"
 	"github.com/dlmcache/dlmcache/model/safetensors"
 )
@@ -126,7 +127,7 @@ func testBF16Weights(t *testing.T, src, bf string, lib cpu.GEMMLib) {
 		}
 		lk, lc, lf := logits(kept), logits(conv), logits(f32)
 		last, lastLogits = in, lk
-		if e := relErr(lk, lc); e > same {
+		if e := testutil.RelErr(lk, lc); e > same {
 			t.Errorf("%q: kept vs converted BF16 logits: relative error %.2g, want ≤ %g", q, e, same)
 		} else {
 			t.Logf("%q: kept vs converted BF16 logits: relative error %.2g", q, e)
@@ -134,7 +135,7 @@ func testBF16Weights(t *testing.T, src, bf string, lib cpu.GEMMLib) {
 		// BF16 keeps 8 bits of mantissa: each weight moves by up to 2⁻⁹
 		// (0.2%) of itself; through the 8 layers the logits moved by
 		// 0.13–0.18% of the largest one when this test was written.
-		if e := relErr(lk, lf); e > 0.01 {
+		if e := testutil.RelErr(lk, lf); e > 0.01 {
 			t.Errorf("%q: BF16 vs F32 logits: relative error %.3g, want ≤ 0.01", q, e)
 		} else {
 			t.Logf("%q: BF16 vs F32 logits: relative error %.3g (max |Δ| ÷ max |logit|)", q, e)
@@ -164,7 +165,7 @@ func testBF16Weights(t *testing.T, src, bf string, lib cpu.GEMMLib) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e := relErr(out.Logits, lastLogits); e > same {
+	if e := testutil.RelErr(out.Logits, lastLogits); e > same {
 		t.Errorf("fused BF16 logits: relative error %.2g, want ≤ %g", e, same)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dlmcache/dlmcache/internal/testutil"
 	"github.com/dlmcache/dlmcache/model/backend"
 	"github.com/dlmcache/dlmcache/model/cpu"
 	"github.com/dlmcache/dlmcache/model/safetensors"
@@ -196,14 +197,14 @@ func TestBlockCausalForwardMatchesMaskedReference(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if e := relErr(out.Logits, want); e > 1e-5 {
+		if e := testutil.RelErr(out.Logits, want); e > 1e-5 {
 			t.Errorf("%s: relative error %.3g > 1e-5 against the masked reference", tc.name, e)
 		}
 		outs, err := bc.ForwardBatch([]Input{{Tokens: ids[:20], LogitRows: []int32{3}}, in}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if e := relErr(outs[1].Logits, want); e > 1e-5 {
+		if e := testutil.RelErr(outs[1].Logits, want); e > 1e-5 {
 			t.Errorf("%s in a batch: relative error %.3g > 1e-5 against the masked reference", tc.name, e)
 		}
 		copies := *bc
@@ -213,7 +214,7 @@ func TestBlockCausalForwardMatchesMaskedReference(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !slices.Equal(cp.Logits, out.Logits) {
-			t.Errorf("%s: logits with views and with copies differ (relative error %.3g)", tc.name, relErr(cp.Logits, out.Logits))
+			t.Errorf("%s: logits with views and with copies differ (relative error %.3g)", tc.name, testutil.RelErr(cp.Logits, out.Logits))
 		}
 		if out.FLOPs >= m.Config.StepFLOPs(len(ids), len(ids), len(ids)) {
 			t.Errorf("%s: %g FLOPs, not fewer than the bidirectional forward's", tc.name, out.FLOPs)
@@ -224,7 +225,7 @@ func TestBlockCausalForwardMatchesMaskedReference(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e := relErr(out.Logits, flat32(refForward(t, m.LLaDA, ids, all, 0), all)); e > 1e-5 {
+	if e := testutil.RelErr(out.Logits, flat32(refForward(t, m.LLaDA, ids, all, 0), all)); e > 1e-5 {
 		t.Errorf("bidirectional: relative error %.3g > 1e-5 against the reference", e)
 	}
 }
@@ -252,7 +253,7 @@ func TestBlockCausalLaterBlocksDoNotMatter(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !slices.Equal(got.Logits, base.Logits) {
-		t.Errorf("later blocks masked: logits of blocks 0-1 moved (relative error %.3g)", relErr(got.Logits, base.Logits))
+		t.Errorf("later blocks masked: logits of blocks 0-1 moved (relative error %.3g)", testutil.RelErr(got.Logits, base.Logits))
 	}
 	cut, err := bc.Forward(Input{Tokens: ids[:2*B], LogitRows: rows}, nil)
 	if err != nil {
@@ -260,7 +261,7 @@ func TestBlockCausalLaterBlocksDoNotMatter(t *testing.T) {
 	}
 	// A shorter canvas is a product of fewer rows: the same values up to
 	// the matrix library's rounding.
-	if e := relErr(cut.Logits, base.Logits); e > 1e-5 {
+	if e := testutil.RelErr(cut.Logits, base.Logits); e > 1e-5 {
 		t.Errorf("canvas cut after block 1: relative error %.3g > 1e-5", e)
 	}
 	// A change inside block 1 does move block 1 (the test can fail).
@@ -293,7 +294,7 @@ func TestBlockCausalOneBlockIsBidirectional(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !slices.Equal(got.Logits, want.Logits) || got.FLOPs != want.FLOPs {
-		t.Errorf("one block: logits differ (relative error %.3g) or FLOPs %g != %g", relErr(got.Logits, want.Logits), got.FLOPs, want.FLOPs)
+		t.Errorf("one block: logits differ (relative error %.3g) or FLOPs %g != %g", testutil.RelErr(got.Logits, want.Logits), got.FLOPs, want.FLOPs)
 	}
 }
 
@@ -319,7 +320,7 @@ func TestBlockCausalPlan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e := relErr(got.Logits, want.Logits); e > 1e-5 {
+	if e := testutil.RelErr(got.Logits, want.Logits); e > 1e-5 {
 		t.Errorf("last block from the plan's K/V: relative error %.3g > 1e-5", e)
 	}
 	if got.RowsComputed != B*len(m.Blocks) {
@@ -346,7 +347,7 @@ func TestShiftLogits(t *testing.T) {
 	for i, p := range rows {
 		src := max(p-1, 0)
 		// A head product of another row count: equal up to rounding.
-		if r := relErr(shifted.Logits[i*e:(i+1)*e], plain.Logits[int(src)*e:int(src+1)*e]); r > 1e-5 {
+		if r := testutil.RelErr(shifted.Logits[i*e:(i+1)*e], plain.Logits[int(src)*e:int(src+1)*e]); r > 1e-5 {
 			t.Errorf("shifted logits of position %d are not row %d's (relative error %.3g)", p, src, r)
 		}
 	}
@@ -471,7 +472,7 @@ func TestBlockCausalForwardGolden(t *testing.T) {
 			}
 			check := func(name string, got []float32) {
 				t.Helper()
-				if e := relErr(got, goldenF32(t, gs, name)); e > tol {
+				if e := testutil.RelErr(got, goldenF32(t, gs, name)); e > tol {
 					t.Errorf("%s: relative error %.3g > %g", name, e, tol)
 				}
 			}

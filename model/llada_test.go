@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/dlmcache/dlmcache/internal/testutil"
 	"github.com/dlmcache/dlmcache/model/backend"
 	"github.com/dlmcache/dlmcache/model/cpu"
 	"github.com/dlmcache/dlmcache/model/safetensors"
@@ -101,19 +102,6 @@ func goldenF32(t testing.TB, s *safetensors.Set, name string) []float32 {
 	return out
 }
 
-// relErr is max|got-want| / max|want|.
-func relErr(got, want []float32) float64 {
-	if len(got) != len(want) {
-		return math.Inf(1)
-	}
-	var num, den float64
-	for i := range want {
-		num = math.Max(num, math.Abs(float64(got[i])-float64(want[i])))
-		den = math.Max(den, math.Abs(float64(want[i])))
-	}
-	return num / den
-}
-
 // capture records every layer's full K and V.
 type capture struct {
 	b    backend.Backend
@@ -163,7 +151,7 @@ func testForwardGolden(t *testing.T, fx string, be *cpu.Backend) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if e := relErr(out.Logits, goldenF32(t, gs, tc.prefix+"logits")); e > tol {
+				if e := testutil.RelErr(out.Logits, goldenF32(t, gs, tc.prefix+"logits")); e > tol {
 					t.Errorf("%slogits: relative error %.3g > %g", tc.prefix, e, tol)
 				}
 				for l := range m.Blocks {
@@ -172,7 +160,7 @@ func testForwardGolden(t *testing.T, fx string, be *cpu.Backend) {
 						got  []float32
 					}{{"k", cap.k[l]}, {"v", cap.v[l]}} {
 						name := fmt.Sprintf("%s%s.%d", tc.prefix, kv.name, l)
-						if e := relErr(kv.got, goldenF32(t, gs, name)); e > tol {
+						if e := testutil.RelErr(kv.got, goldenF32(t, gs, name)); e > tol {
 							t.Errorf("%s: relative error %.3g > %g", name, e, tol)
 						}
 					}
@@ -190,7 +178,7 @@ func testForwardGolden(t *testing.T, fx string, be *cpu.Backend) {
 					t.Fatal(err)
 				}
 				for j, i := range order {
-					if e := relErr(outs[j].Logits, goldenF32(t, gs, cases[i].prefix+"logits")); e > tol {
+					if e := testutil.RelErr(outs[j].Logits, goldenF32(t, gs, cases[i].prefix+"logits")); e > tol {
 						t.Errorf("%slogits in a batch of two at %d: relative error %.3g > %g", cases[i].prefix, j, e, tol)
 					}
 				}
@@ -312,7 +300,7 @@ func TestPlanReplaysFullForward(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if e := relErr(got.Logits, want.Logits); e > 1e-5 {
+		if e := testutil.RelErr(got.Logits, want.Logits); e > 1e-5 {
 			t.Errorf("from %d upTo %d: relative error %.3g against the full forward", tc.from, tc.upTo, e)
 		}
 		wantRows, wantFLOPs := 0, m.Config.HeadFLOPs(len(logitRows))

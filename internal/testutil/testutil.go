@@ -3,6 +3,7 @@ package testutil
 
 import (
 	"bytes"
+	"math"
 	"sync"
 )
 
@@ -23,4 +24,21 @@ func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// RelErr is max |got−want| / max |want| (max |got−want| when want is all
+// zeros; +Inf when the lengths differ).
+func RelErr(got, want []float32) float64 {
+	if len(got) != len(want) {
+		return math.Inf(1)
+	}
+	var num, den float64
+	for i := range want {
+		num = max(num, math.Abs(float64(got[i])-float64(want[i])))
+		den = max(den, math.Abs(float64(want[i])))
+	}
+	if den == 0 {
+		return num
+	}
+	return num / den
 }
