@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dlmcache/dlmcache/internal/testmodel"
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
 )
@@ -74,7 +75,7 @@ func TestCalibrationSearchFindsDeepestPassingDepth(t *testing.T) {
 // Killing a calibration and resuming it gives the identical table; shards
 // merged give the table of one run.
 func TestCalibrateResumeAndShards(t *testing.T) {
-	m := loadTiny(t)
+	m := testmodel.Load(t, "tiny-f32")
 	reqs := testRequests(t, m, 9)
 	whole, err := testCalibrator(m, t.TempDir()).Calibrate(context.Background(), reqs)
 	if err != nil {

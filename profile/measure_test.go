@@ -3,25 +3,14 @@ package profile
 import (
 	"context"
 	"math"
-	"path/filepath"
 	"testing"
 
+	"github.com/dlmcache/dlmcache/internal/testmodel"
 	"github.com/dlmcache/dlmcache/model"
-	"github.com/dlmcache/dlmcache/model/cpu"
 )
 
-func loadTiny(t testing.TB) *model.Model {
-	t.Helper()
-	m, err := model.Load(filepath.Join("..", "model", "testdata", "tiny-f32"), cpu.New(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	return m
-}
-
 func TestMeasureLayerOneIsExactAndDeeperLayersDrift(t *testing.T) {
-	m := loadTiny(t)
+	m := testmodel.Load(t, "tiny-f32")
 	ids, prefix, err := m.Tokenizer.EncodeChat("You are a careful assistant. Keep answers short.", "What is two plus two?")
 	if err != nil {
 		t.Fatal(err)
@@ -120,7 +109,7 @@ func TestSafeDepth(t *testing.T) {
 }
 
 func TestMeasureRefresh(t *testing.T) {
-	m := loadTiny(t)
+	m := testmodel.Load(t, "tiny-f32")
 	ids, prefix, err := m.Tokenizer.EncodeChat("You are a careful assistant. Keep answers short.", "What is two plus two?")
 	if err != nil {
 		t.Fatal(err)

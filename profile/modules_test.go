@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/dlmcache/dlmcache/datasets"
+	"github.com/dlmcache/dlmcache/internal/testmodel"
 	"github.com/dlmcache/dlmcache/model"
 )
 
@@ -14,7 +15,7 @@ import (
 // at depth 0 is the whole request (every answer agrees), every point counts
 // every sample, and reuse computes fewer rows.
 func TestModuleSweep(t *testing.T) {
-	m := loadTiny(t)
+	m := testmodel.Load(t, "tiny-f32")
 	samples, err := SuiteSamples([]string{"lookup", "sequence"}, 2, 1, datasets.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)

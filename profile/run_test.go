@@ -19,6 +19,7 @@ import (
 
 	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/datasets"
+	"github.com/dlmcache/dlmcache/internal/testmodel"
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
 )
@@ -47,7 +48,7 @@ func testRunner(m *model.Model, dir string) *Runner {
 }
 
 func TestRunResumeEqualsUninterrupted(t *testing.T) {
-	m := loadTiny(t)
+	m := testmodel.Load(t, "tiny-f32")
 	reqs := testRequests(t, m, 10)
 	full, err := testRunner(m, t.TempDir()).Run(context.Background(), reqs)
 	if err != nil {
@@ -100,7 +101,7 @@ func TestRunResumeEqualsUninterrupted(t *testing.T) {
 }
 
 func TestShardsMergeToOneTable(t *testing.T) {
-	m := loadTiny(t)
+	m := testmodel.Load(t, "tiny-f32")
 	reqs := testRequests(t, m, 9)
 	one, err := testRunner(m, t.TempDir()).Run(context.Background(), reqs)
 	if err != nil {
@@ -240,7 +241,7 @@ func TestOverallPoolsFLOPs(t *testing.T) {
 // request runs, not what it computes: answers, forwards, rows and FLOPs equal
 // each method's run on its own, and the progress counts every request.
 func TestEvaluateInterleavedEqualsSeparate(t *testing.T) {
-	m := loadTiny(t)
+	m := testmodel.Load(t, "tiny-f32")
 	samples, err := SuiteSamples([]string{"lookup", "sequence"}, 3, 1, datasets.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
@@ -293,7 +294,7 @@ func TestEvaluateInterleavedEqualsSeparate(t *testing.T) {
 // existed still builds the whole-prefix table and refuses the other, naming
 // the fix.
 func TestRowMinStatistic(t *testing.T) {
-	m := loadTiny(t)
+	m := testmodel.Load(t, "tiny-f32")
 	reqs := testRequests(t, m, 6)
 	dir := t.TempDir()
 	r := testRunner(m, dir)
@@ -375,7 +376,7 @@ func TestRowMinStatistic(t *testing.T) {
 // TestRunWritesCrossTable: a whole-prefix run also writes the worst-row
 // table; a worst-row run writes only its own.
 func TestRunWritesCrossTable(t *testing.T) {
-	m := loadTiny(t)
+	m := testmodel.Load(t, "tiny-f32")
 	reqs := testRequests(t, m, 4)
 	dir := t.TempDir()
 	res, err := testRunner(m, dir).Run(context.Background(), reqs)
@@ -432,7 +433,7 @@ func TestReadPartialOldLines(t *testing.T) {
 // default umask (atomicfile applies the umask as os.WriteFile does), and
 // similarity.parquet is zstd-compressed and reads back.
 func TestRunOutputsReadable(t *testing.T) {
-	m := loadTiny(t)
+	m := testmodel.Load(t, "tiny-f32")
 	reqs := testRequests(t, m, 3)
 	dir := t.TempDir()
 	old := syscall.Umask(0o022)
@@ -481,7 +482,7 @@ func TestRunOutputsReadable(t *testing.T) {
 // conversation before its question is found stored but for the last
 // partial block.
 func TestEvaluateConversations(t *testing.T) {
-	m := loadTiny(t)
+	m := testmodel.Load(t, "tiny-f32")
 	samples, err := SuiteSamples([]string{"lookup"}, 2, 1, datasets.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
@@ -513,7 +514,7 @@ func TestEvaluateConversations(t *testing.T) {
 // average's accuracy is the scored suites', and every method's answers are
 // compared with none's (a second none agrees with the first on all).
 func TestEvaluateChatAgreement(t *testing.T) {
-	m := loadTiny(t)
+	m := testmodel.Load(t, "tiny-f32")
 	samples, err := SuiteSamples([]string{"lookup"}, 1, 1, datasets.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
@@ -573,7 +574,7 @@ func TestEvaluateChatAgreement(t *testing.T) {
 // the sources, the regime, the sampling) is refused with the setting named,
 // and the partial file is left as it was.
 func TestResumeRefusesOtherMeaning(t *testing.T) {
-	m := loadTiny(t)
+	m := testmodel.Load(t, "tiny-f32")
 	reqs := testRequests(t, m, 6)
 	dir := t.TempDir()
 	r := testRunner(m, dir)

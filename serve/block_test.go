@@ -2,20 +2,12 @@ package serve
 
 import (
 	"encoding/json"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/dlmcache/dlmcache/cache"
+	"github.com/dlmcache/dlmcache/internal/testmodel"
 	"github.com/dlmcache/dlmcache/model"
-	"github.com/dlmcache/dlmcache/model/cpu"
-)
-
-var (
-	blockOnce  sync.Once
-	blockModel *model.Model
-	blockErr   error
 )
 
 // blockCausalServer serves the block-causal random-weights fixture (blocks of
@@ -23,12 +15,7 @@ var (
 // gen length of 16 alone.
 func blockCausalServer(t *testing.T) *Server {
 	t.Helper()
-	blockOnce.Do(func() {
-		blockModel, blockErr = model.Load(filepath.Join("..", "model", "testdata", "tiny-block"), cpu.New(1))
-	})
-	if blockErr != nil {
-		t.Fatal(blockErr)
-	}
+	blockModel := testmodel.Shared(t, "tiny-block")
 	none, err := cache.New("none", cache.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -4,26 +4,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/dlmcache/dlmcache/cache"
+	"github.com/dlmcache/dlmcache/internal/testmodel"
 	"github.com/dlmcache/dlmcache/model"
-	"github.com/dlmcache/dlmcache/model/cpu"
 )
-
-// loadBlockTiny loads the block-causal random-weight fixture (blocks of 8).
-func loadBlockTiny(t *testing.T) *model.Model {
-	t.Helper()
-	m, err := model.Load(filepath.Join("..", "model", "testdata", "tiny-block"), cpu.New(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	return m
-}
 
 // A block-causal model served with the exact block cache and a block store
 // at its block size: four questions under each of two system messages and
@@ -33,7 +21,7 @@ func loadBlockTiny(t *testing.T) *model.Model {
 // answer a committed block at a time.
 func TestExactBlockServe(t *testing.T) {
 	const B = 8
-	m := loadBlockTiny(t)
+	m := testmodel.Load(t, "tiny-block") // block-causal, blocks of 8
 	gen := model.GenOptions{GenLength: 4 * B, Steps: 2 * B, BlockLength: B}
 	server := func(method string, batch int) *Server {
 		o := cache.Options{Fingerprint: m.Fingerprint}

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -21,29 +20,14 @@ import (
 	pmodel "github.com/prometheus/common/model"
 
 	"github.com/dlmcache/dlmcache/cache"
+	"github.com/dlmcache/dlmcache/internal/testmodel"
 	"github.com/dlmcache/dlmcache/internal/testutil"
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
-	"github.com/dlmcache/dlmcache/model/cpu"
-)
-
-var (
-	tinyOnce sync.Once
-	tiny     *model.Model
-	tinyErr  error
 )
 
 // loadTiny loads the random-weights fixture once for the package's tests.
-func loadTiny(t *testing.T) *model.Model {
-	t.Helper()
-	tinyOnce.Do(func() {
-		tiny, tinyErr = model.Load(filepath.Join("..", "model", "testdata", "tiny-f32"), cpu.New(1))
-	})
-	if tinyErr != nil {
-		t.Fatal(tinyErr)
-	}
-	return tiny
-}
+func loadTiny(t *testing.T) *model.Model { return testmodel.Shared(t, "tiny-f32") }
 
 // testGen keeps generations short: 16 slots, 8 steps, blocks of 8.
 var testGen = model.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}

@@ -11,10 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmcache/dlmcache/internal/testmodel"
 	"github.com/dlmcache/dlmcache/internal/testutil"
 	"github.com/dlmcache/dlmcache/lut"
-	"github.com/dlmcache/dlmcache/model"
-	"github.com/dlmcache/dlmcache/model/cpu"
 )
 
 const serveFixture = "../../model/testdata/tiny-bf16"
@@ -92,12 +91,7 @@ func httpDo(t *testing.T, url, body string) (int, []byte) {
 
 // fixtureModel is serveFixture's layer count and fingerprint.
 func fixtureModel(t *testing.T) (int, string) {
-	t.Helper()
-	m, err := model.Load(serveFixture, cpu.New(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m := testmodel.Load(t, "tiny-bf16")
 	return len(m.Blocks), m.Fingerprint
 }
 
