@@ -147,14 +147,6 @@ func sequence[T any](o object, key string, parse func(json.RawMessage, string) (
 	return seq, nil
 }
 
-// checkSequence is sequence for parts that are only checked.
-func checkSequence(o object, key string, check func(json.RawMessage, string) error) (int, error) {
-	seq, err := sequence(o, key, func(raw json.RawMessage, where string) (struct{}, error) {
-		return struct{}{}, check(raw, where)
-	})
-	return len(seq), err
-}
-
 func isNull(raw json.RawMessage) bool {
 	return len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null"
 }
@@ -220,7 +212,7 @@ func parse(data []byte, name string) (*Tokenizer, error) {
 		return nil, fmt.Errorf("%s: pre_tokenizer has no ByteLevel step; only byte-level BPE is supported", name)
 	}
 	if raw, ok := top.m["post_processor"]; ok && !isNull(raw) {
-		if err := checkPostProcessor(raw, name+": post_processor"); err != nil {
+		if err := postProcessorRules.check(raw, name+": post_processor"); err != nil {
 			return nil, err
 		}
 	}
@@ -228,7 +220,7 @@ func parse(data []byte, name string) (*Tokenizer, error) {
 	if !ok || isNull(raw) {
 		return nil, fmt.Errorf("%s: decoder is null; want ByteLevel", name)
 	}
-	if err := checkDecoder(raw, name+": decoder"); err != nil {
+	if err := decoderRules.check(raw, name+": decoder"); err != nil {
 		return nil, err
 	}
 	t.finish()
@@ -501,41 +493,44 @@ func parsePreTokenizer(raw json.RawMessage, where string, hasByteLevel *bool) (p
 	return nil, o.unsupportedType(typ)
 }
 
-// checkPostProcessor accepts the post-processors that only add special
-// tokens around an encoding (ignored: Encode adds none; the chat template
-// adds BOS) or fix offsets.
-func checkPostProcessor(raw json.RawMessage, where string) error {
-	o, typ, err := decodeTyped(raw, where)
-	if err != nil {
-		return err
-	}
-	switch typ {
-	case "ByteLevel":
-		return o.known("type", "add_prefix_space", "trim_offsets", "use_regex")
-	case "TemplateProcessing":
-		return o.known("type", "single", "pair", "special_tokens")
-	case "Sequence":
-		_, err := checkSequence(o, "processors", checkPostProcessor)
-		return err
-	}
-	return o.unsupportedType(typ)
+// sectionRules is what a checked section of tokenizer.json (the
+// post-processor, the decoder) accepts: each type's fields, and a Sequence
+// of such sections listed under seqKey (refused when empty if emptyBad).
+type sectionRules struct {
+	fields   map[string][]string
+	seqKey   string
+	emptyBad bool
 }
 
-// checkDecoder accepts the ByteLevel decoder (alone or in a Sequence).
-func checkDecoder(raw json.RawMessage, where string) error {
+var byteLevelFields = []string{"type", "add_prefix_space", "trim_offsets", "use_regex"}
+
+// postProcessorRules accepts the post-processors that only add special
+// tokens around an encoding (ignored: Encode adds none; the chat template
+// adds BOS) or fix offsets.
+var postProcessorRules = &sectionRules{
+	fields: map[string][]string{"ByteLevel": byteLevelFields, "TemplateProcessing": {"type", "single", "pair", "special_tokens"}},
+	seqKey: "processors",
+}
+
+// decoderRules accepts the ByteLevel decoder (alone or in a Sequence).
+var decoderRules = &sectionRules{fields: map[string][]string{"ByteLevel": byteLevelFields}, seqKey: "decoders", emptyBad: true}
+
+func (r *sectionRules) check(raw json.RawMessage, where string) error {
 	o, typ, err := decodeTyped(raw, where)
 	if err != nil {
 		return err
 	}
-	switch typ {
-	case "ByteLevel":
-		return o.known("type", "add_prefix_space", "trim_offsets", "use_regex")
-	case "Sequence":
-		n, err := checkSequence(o, "decoders", checkDecoder)
-		if err == nil && n == 0 {
+	if typ == "Sequence" {
+		seq, err := sequence(o, r.seqKey, func(raw json.RawMessage, where string) (struct{}, error) {
+			return struct{}{}, r.check(raw, where)
+		})
+		if err == nil && len(seq) == 0 && r.emptyBad {
 			err = fmt.Errorf("%s: empty Sequence", where)
 		}
 		return err
+	}
+	if f, ok := r.fields[typ]; ok {
+		return o.known(f...)
 	}
 	return o.unsupportedType(typ)
 }
