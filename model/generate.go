@@ -492,15 +492,24 @@ func (m *LLaDA) step(s *Step, o GenOptions, dec Decoder, k int, mask int32, plan
 		fpos = fpos[:s.Len]
 	}
 	full := m.fullFLOPs(fpos, s.Len, len(rows))
-	out, err := forward(Input{Tokens: fed, Positions: fpos, LogitRows: rows}, plan)
+	// run is one forward of tokens (the canvas, or its unconditional copy)
+	// under plan, counted in g.
+	run := func(tokens []int32, plan Plan) (*Output, error) {
+		out, err := forward(Input{Tokens: tokens, Positions: fpos, LogitRows: rows}, plan)
+		if err != nil {
+			return nil, err
+		}
+		g.NFE++
+		g.RowsComputed += out.RowsComputed
+		g.RowsFull += len(m.Blocks) * s.Len
+		g.FLOPs += out.FLOPs
+		g.FLOPsFull += full
+		return out, nil
+	}
+	out, err := run(fed, plan)
 	if err != nil {
 		return nil, err
 	}
-	g.NFE++
-	g.RowsComputed += out.RowsComputed
-	g.RowsFull += len(m.Blocks) * s.Len
-	g.FLOPs += out.FLOPs
-	g.FLOPsFull += full
 	logits := out.Logits
 	e := m.Config.Embeddings()
 	if o.CFGScale > 0 {
@@ -508,15 +517,10 @@ func (m *LLaDA) step(s *Step, o GenOptions, dec Decoder, k int, mask int32, plan
 		for i := 0; i < s.PromptLen; i++ {
 			un[i] = mask
 		}
-		uo, err := forward(Input{Tokens: un, Positions: fpos, LogitRows: rows}, nil)
+		uo, err := run(un, nil)
 		if err != nil {
 			return nil, err
 		}
-		g.NFE++
-		g.RowsComputed += uo.RowsComputed
-		g.RowsFull += len(m.Blocks) * s.Len
-		g.FLOPs += uo.FLOPs
-		g.FLOPsFull += full
 		w := float32(o.CFGScale + 1)
 		for i := range logits {
 			logits[i] = uo.Logits[i] + w*(logits[i]-uo.Logits[i])
