@@ -217,19 +217,26 @@ extern "C" __global__ void copy_rows(float* dst, const int* dstRows, const float
 	}
 }
 
+// exp_max_sum replaces each of the block's n values x[j] with
+// exp(x[j] − max x) and returns their sum; every replaced value is visible
+// to the whole block on return.
+__device__ __forceinline__ float exp_max_sum(float* x, long long n) {
+	float m = NEG_INF;
+	for (long long j = threadIdx.x; j < n; j += blockDim.x) m = fmaxf(m, x[j]);
+	m = block_max_f(m);
+	float sum = 0.0f;
+	for (long long j = threadIdx.x; j < n; j += blockDim.x) {
+		float e = expf(x[j] - m);
+		x[j] = e;
+		sum += e;
+	}
+	return block_sum_f(sum);
+}
+
 // ---- softmax over each row, in place: s [rows, cols], one block per row ----
 extern "C" __global__ void softmax_rows(float* s, long long cols) {
 	float* r = s + (long long)blockIdx.x * cols;
-	float m = NEG_INF;
-	for (long long j = threadIdx.x; j < cols; j += blockDim.x) m = fmaxf(m, r[j]);
-	m = block_max_f(m);
-	float sum = 0.0f;
-	for (long long j = threadIdx.x; j < cols; j += blockDim.x) {
-		float e = expf(r[j] - m);
-		r[j] = e;
-		sum += e;
-	}
-	sum = block_sum_f(sum);
+	float sum = exp_max_sum(r, cols);
 	float inv = 1.0f / sum;
 	for (long long j = threadIdx.x; j < cols; j += blockDim.x) r[j] *= inv;
 }
@@ -260,16 +267,7 @@ extern "C" __global__ void attention_rowhead(float* out, const float* q, const f
 		if (lane == 0) sc[j] = a * fs;
 	}
 	__syncthreads();
-	float m = NEG_INF;
-	for (long long j = threadIdx.x; j < nk; j += blockDim.x) m = fmaxf(m, sc[j]);
-	m = block_max_f(m);
-	float sum = 0.0f;
-	for (long long j = threadIdx.x; j < nk; j += blockDim.x) {
-		float e = expf(sc[j] - m);
-		sc[j] = e;
-		sum += e;
-	}
-	sum = block_sum_f(sum); // also makes every sc[j] visible to the block
+	float sum = exp_max_sum(sc, nk);
 	float inv = nk > 0 ? 1.0f / sum : 0.0f;
 	const float* vb = v + kh * hd;
 	float* o = out + i * qc + h * hd;
