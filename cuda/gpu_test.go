@@ -50,6 +50,18 @@ func newGPU(t testing.TB, o Options) *Backend {
 	return b
 }
 
+// loadTinyOn loads the tiny BF16 fixture on b; it is closed when the test
+// ends.
+func loadTinyOn(t testing.TB, b backend.Backend) *model.Model {
+	t.Helper()
+	m, err := model.Load(tinyBF16, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
 func randVec(rng *rand.Rand, n int) []float32 {
 	v := make([]float32, n)
 	for i := range v {
@@ -251,11 +263,7 @@ func goldenGenerations(t *testing.T) []goldenGen {
 // bundled tiny BF16 model.
 func TestForwardMatchesCPU(t *testing.T) {
 	gen := goldenGenerations(t)[0]
-	cm, err := model.Load(tinyBF16, cpu.New(2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cm.Close()
+	cm := loadTinyOn(t, cpu.New(2))
 	tokens := append(slices.Clone(gen.PromptIDs), slices.Repeat([]int32{int32(cm.Config.MaskTokenID)}, gen.GenLength)...)
 	rows := make([]int32, len(tokens))
 	for i := range rows {
@@ -270,11 +278,7 @@ func TestForwardMatchesCPU(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			g := newGPU(t, m.opts)
-			gm, err := model.Load(tinyBF16, g)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer gm.Close()
+			gm := loadTinyOn(t, g)
 			grec := &recorder{b: g}
 			gout, err := gm.Forward(in, grec)
 			if err != nil {
@@ -301,19 +305,11 @@ func TestForwardMatchesCPU(t *testing.T) {
 // confidences differ by less than BF16 rounding moves them (see
 // min_confidence_gap in golden.json).
 func TestGenerateMatchesCPU(t *testing.T) {
-	cm, err := model.Load(tinyBF16, cpu.New(2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cm.Close()
+	cm := loadTinyOn(t, cpu.New(2))
 	for _, m := range modes[:2] {
 		t.Run(m.name, func(t *testing.T) {
 			g := newGPU(t, m.opts)
-			gm, err := model.Load(tinyBF16, g)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer gm.Close()
+			gm := loadTinyOn(t, g)
 			for _, gen := range goldenGenerations(t) {
 				o := model.GenOptions{GenLength: gen.GenLength, Steps: gen.Steps, BlockLength: gen.BlockLen}
 				want, err := cm.Generate(context.Background(), gen.PromptIDs, 0, o, nil)
