@@ -28,11 +28,26 @@ func roundTrip16(decode func([]byte, []float32), encode func([]float32) []byte) 
 	return f, encode(f)
 }
 
+// halfCase is a 16-bit pattern and the float32 it decodes to.
+type halfCase struct {
+	bits uint16
+	want float32
+}
+
+// checkDecode decodes each case's bits alone with decode (named name).
+func checkDecode(t *testing.T, name string, decode func([]byte, []float32), cases []halfCase) {
+	t.Helper()
+	for _, tc := range cases {
+		dst := make([]float32, 1)
+		decode(u16le(tc.bits), dst)
+		if dst[0] != tc.want {
+			t.Errorf("%s(%#04x) = %g, want %g", name, tc.bits, dst[0], tc.want)
+		}
+	}
+}
+
 func TestF16ToF32(t *testing.T) {
-	for _, tc := range []struct {
-		bits uint16
-		want float32
-	}{
+	checkDecode(t, "F16ToF32", F16ToF32, []halfCase{
 		{0x0000, 0},
 		{0x3c00, 1},
 		{0xc000, -2},
@@ -68,13 +83,7 @@ func TestF16ToF32(t *testing.T) {
 		{0x3a00, 0.75},                  // below one with mantissa
 		{0x4900, 10},                    // ten
 		{0x57d0, 125},                   // integer with mantissa
-	} {
-		dst := make([]float32, 1)
-		F16ToF32(u16le(tc.bits), dst)
-		if dst[0] != tc.want {
-			t.Errorf("F16ToF32(%#04x) = %g, want %g", tc.bits, dst[0], tc.want)
-		}
-	}
+	})
 	dst := make([]float32, 1)
 	F16ToF32(u16le(0x8000), dst)
 	if !math.Signbit(float64(dst[0])) || dst[0] != 0 {
@@ -180,10 +189,7 @@ func TestF32ToF16Nearest(t *testing.T) {
 }
 
 func TestBF16(t *testing.T) {
-	for _, tc := range []struct {
-		bits uint16
-		want float32
-	}{
+	checkDecode(t, "BF16ToF32", BF16ToF32, []halfCase{
 		{0x0000, 0},
 		{0x3f80, 1},
 		{0xc000, -2},
@@ -193,13 +199,7 @@ func TestBF16(t *testing.T) {
 		{0x0080, pow2(-126)},                       // smallest normal
 		{0x7f80, float32(math.Inf(1))},
 		{0xff80, float32(math.Inf(-1))},
-	} {
-		dst := make([]float32, 1)
-		BF16ToF32(u16le(tc.bits), dst)
-		if dst[0] != tc.want {
-			t.Errorf("BF16ToF32(%#04x) = %g, want %g", tc.bits, dst[0], tc.want)
-		}
-	}
+	})
 	for _, tc := range []struct {
 		v    float32
 		want uint16
