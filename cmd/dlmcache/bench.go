@@ -24,10 +24,8 @@ type benchOptions struct {
 	f *factory
 
 	modelFlags
-	Methods     []string
-	Suites      []string
-	Limit       int
-	PerSystem   int
+	Methods []string
+	suiteSampling
 	Turns       int
 	StoreAnswer bool
 	// CompareModel, if set, runs the same methods (those it can run) on a
@@ -36,7 +34,6 @@ type benchOptions struct {
 	Chat         []string
 	ChatSystem   string
 	ChatChars    int
-	Seed         int64
 	regimeFlags
 	Cache cacheFlags
 	Out   string
@@ -66,10 +63,7 @@ Methods:` + methodsHelp(),
 	fl := cmd.Flags()
 	opts.modelFlags.add(fl)
 	fl.StringSliceVar(&opts.Methods, "methods", cache.Names(), "methods to compare (every registered one by default)")
-	fl.StringSliceVar(&opts.Suites, "suite", []string{"all"}, "task suites: all, names from "+fmt.Sprint(datasets.Suites())+", or KIND=FILE for a public benchmark (gsm8k, arc, math500, gpqa)")
-	fl.IntVar(&opts.Limit, "limit", 20, "samples per suite")
-	fl.Int64Var(&opts.Seed, "seed", 1, "sample seed")
-	fl.IntVar(&opts.PerSystem, "questions-per-system", 1, "ask each lookup table this many questions (a shared-prefix workload: requests share system messages)")
+	opts.suiteSampling.add(fl, 20)
 	fl.IntVar(&opts.Turns, "turns", 0, "a multi-turn workload: each lookup table becomes a conversation of this many questions (2–6), each turn carrying the earlier questions and their answers; results per turn")
 	fl.StringSliceVar(&opts.Chat, "wildchat", nil, "with --turns: add --limit chat conversations to the workload, builtin (generated in WildChat's manner) and/or WildChat parquet files or directories (English conversations with that many turns); they have no reference answers, so each method's answers are compared with none's")
 	fl.StringVar(&opts.ChatSystem, "chat-system", "You are a helpful assistant.", "system message of the --wildchat conversations")
@@ -134,11 +128,8 @@ func benchBase(method string) string {
 }
 
 func benchRun(ctx context.Context, opts *benchOptions) error {
-	samples, err := profile.SuiteSamples(opts.Suites, opts.Limit, opts.Seed, datasets.DefaultOptions())
+	samples, err := opts.samples()
 	if err != nil {
-		return err
-	}
-	if samples, err = datasets.SharedLookup(samples, opts.PerSystem); err != nil {
 		return err
 	}
 	if samples, err = benchConversations(opts, samples); err != nil {

@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/datasets"
@@ -20,10 +21,7 @@ type evalOptions struct {
 	f *factory
 
 	modelFlags
-	Suites    []string
-	Limit     int
-	PerSystem int
-	Seed      int64
+	suiteSampling
 	regimeFlags
 	Method string
 	Cache  cacheFlags
@@ -49,10 +47,7 @@ Methods:` + methodsHelp(),
 	}
 	fl := cmd.Flags()
 	opts.modelFlags.add(fl)
-	fl.StringSliceVar(&opts.Suites, "suite", []string{"all"}, "task suites: all, names from "+fmt.Sprint(datasets.Suites())+", or KIND=FILE for a public benchmark (gsm8k, arc, math500, gpqa)")
-	fl.IntVar(&opts.Limit, "limit", 50, "samples per suite")
-	fl.Int64Var(&opts.Seed, "seed", 1, "sample seed")
-	fl.IntVar(&opts.PerSystem, "questions-per-system", 1, "ask each lookup table this many questions (a shared-prefix workload: requests share system messages)")
+	opts.suiteSampling.add(fl, 50)
 	opts.regimeFlags.add(fl)
 	fl.StringVar(&opts.Method, "method", "none", "caching method: "+strings.Join(cache.Names(), ", "))
 	addCacheFlags(fl, &opts.Cache)
@@ -61,12 +56,36 @@ Methods:` + methodsHelp(),
 	return cmd
 }
 
-func evalRun(ctx context.Context, opts *evalOptions) error {
-	samples, err := profile.SuiteSamples(opts.Suites, opts.Limit, opts.Seed, datasets.DefaultOptions())
+// suiteSampling is how bench and eval draw held-out samples: the task
+// suites, the samples per suite, the seed, and the lookup questions asked
+// under one system message (a shared-prefix workload).
+type suiteSampling struct {
+	Suites    []string
+	Limit     int
+	PerSystem int
+	Seed      int64
+}
+
+func (s *suiteSampling) add(fl *pflag.FlagSet, limit int) {
+	fl.StringSliceVar(&s.Suites, "suite", []string{"all"}, "task suites: all, names from "+fmt.Sprint(datasets.Suites())+", or KIND=FILE for a public benchmark (gsm8k, arc, math500, gpqa)")
+	fl.IntVar(&s.Limit, "limit", limit, "samples per suite")
+	fl.Int64Var(&s.Seed, "seed", 1, "sample seed")
+	fl.IntVar(&s.PerSystem, "questions-per-system", 1, "ask each lookup table this many questions (a shared-prefix workload: requests share system messages)")
+}
+
+// samples draws the samples, --questions-per-system lookup questions to a
+// system message.
+func (s *suiteSampling) samples() ([]datasets.Sample, error) {
+	samples, err := profile.SuiteSamples(s.Suites, s.Limit, s.Seed, datasets.DefaultOptions())
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if samples, err = datasets.SharedLookup(samples, opts.PerSystem); err != nil {
+	return datasets.SharedLookup(samples, s.PerSystem)
+}
+
+func evalRun(ctx context.Context, opts *evalOptions) error {
+	samples, err := opts.samples()
+	if err != nil {
 		return err
 	}
 	env, err := loadMethodEnv(opts.f, opts.modelFlags, opts.regimeFlags, &opts.Cache)
