@@ -10,31 +10,33 @@ import (
 	"testing"
 
 	"github.com/dlmcache/dlmcache/cache"
+	"github.com/dlmcache/dlmcache/internal/testmodel"
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
-	"github.com/dlmcache/dlmcache/model/cpu"
 	"github.com/dlmcache/dlmcache/serve"
 )
 
 // loadtest against a server on the fixture: every request answered, the
 // levels recorded under the server's method, the figure drawn.
 func TestLoadtestAnswersEveryRequestAndPlots(t *testing.T) {
-	m, err := model.Load(serveFixture, cpu.New(1))
-	if err != nil {
-		t.Fatal(err)
+	m := testmodel.Load(t, "tiny-bf16")
+	// server serves m with meth (16 slots, 8 steps, blocks of 8) over HTTP
+	// until the test ends.
+	server := func(meth cache.Method, concurrency int) *httptest.Server {
+		srv, err := serve.New(serve.Config{Model: m, Method: meth,
+			Gen: model.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}, MaxConcurrency: concurrency, MaxQueue: 64})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts := httptest.NewServer(srv)
+		t.Cleanup(ts.Close)
+		return ts
 	}
-	defer m.Close()
 	none, err := cache.New("none", cache.Options{Stat: lut.Mean})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := serve.New(serve.Config{Model: m, Method: none,
-		Gen: model.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}, MaxConcurrency: 2, MaxQueue: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(srv)
-	defer ts.Close()
+	ts := server(none, 2)
 	dir := t.TempDir()
 	// The fixture's byte-level tokenizer makes the builtin requests too long
 	// for its context: short ones from a file.
@@ -67,13 +69,7 @@ func TestLoadtestAnswersEveryRequestAndPlots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv2, err := serve.New(serve.Config{Model: m, Method: pa,
-		Gen: model.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}, MaxConcurrency: 1, MaxQueue: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts2 := httptest.NewServer(srv2)
-	defer ts2.Close()
+	ts2 := server(pa, 1)
 	os.WriteFile(reqs, []byte(`{"system":"Be brief.","user":"Hi","answer":"zz-never","suite":"lookup"}`+"\n"+`{"system":"Be brief.","user":"Why?"}`+"\n"), 0o644)
 	out, errOut, code = run(t, "loadtest", "--url", ts2.URL, "--clients", "1", "--requests", "4", "--requests-file", reqs, "--out", dir)
 	if code != 0 {
