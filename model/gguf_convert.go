@@ -30,19 +30,22 @@ type ConvertedTensor struct {
 }
 
 // ToGGUF writes the Hugging Face LLaDA checkpoint in dir as a GGUF file at
-// out with 2-D weights of type typ (F32, F16, BF16 or Q8_0), laid out as
+// out with 2-D weights of type typ (F32, F16, BF16, Q8_0 or Q4_0), laid out as
 // llama.cpp's convert_hf_to_gguf.py does for LLaDA: its metadata keys and
 // tensor names, q and k rows permuted for ggml's RoPE, 1-D tensors and norm
 // weights kept F32, and a weight whose rows are not a multiple of 32
-// written F16 where Q8_0 was asked (as llama.cpp falls back). The
+// written F16 where Q8_0 or Q4_0 was asked (as llama.cpp falls back). In
+// a Q4_0 file the output head (output.weight) is Q8_0: llama-quantize
+// keeps it at 6 bits (Q6_K), which this package does not write, and the
+// head's errors reach every logit. The
 // tokenizer goes in as tokenizer.ggml.* (see gguf.VocabFromHF) and
 // dlmcache.json, when present, as dlmcache.card. The file appears
 // atomically.
 func ToGGUF(dir, out string, typ gguf.GGMLType) (*ConvertReport, error) {
 	switch typ {
-	case gguf.F32, gguf.F16, gguf.BF16, gguf.Q8_0:
+	case gguf.F32, gguf.F16, gguf.BF16, gguf.Q8_0, gguf.Q4_0:
 	default:
-		return nil, fmt.Errorf("convert: output type %s is not supported (F32, F16, BF16, Q8_0)", typ)
+		return nil, fmt.Errorf("convert: output type %s is not supported (F32, F16, BF16, Q8_0, Q4_0)", typ)
 	}
 	cfg, rawCfg, err := ReadConfig(filepath.Join(dir, "config.json"))
 	if err != nil {
@@ -85,7 +88,7 @@ func ToGGUF(dir, out string, typ gguf.GGMLType) (*ConvertReport, error) {
 	vocab.Mask = -1
 
 	fileType := map[gguf.GGMLType]uint32{gguf.F32: gguf.FileTypeF32, gguf.F16: gguf.FileTypeF16,
-		gguf.BF16: gguf.FileTypeBF16, gguf.Q8_0: gguf.FileTypeQ8_0}[typ]
+		gguf.BF16: gguf.FileTypeBF16, gguf.Q8_0: gguf.FileTypeQ8_0, gguf.Q4_0: gguf.FileTypeQ4_0}[typ]
 	a := func(k string) string { return archKey(k, ArchLLaDA) }
 	u32 := func(x int) gguf.Value { return gguf.Uint32(uint32(x)) }
 	kv := []gguf.KV{
@@ -164,9 +167,12 @@ func ToGGUF(dir, out string, typ gguf.GGMLType) (*ConvertReport, error) {
 		}
 		if len(shape) == 1 || strings.HasSuffix(name, "_norm.weight") {
 			j.typ = gguf.F32
-		} else if typ == gguf.Q8_0 && rc[1]%gguf.QK8_0 != 0 {
+		} else if typ.BlockSize() > 1 && rc[1]%typ.BlockSize() != 0 {
 			j.typ = gguf.F16
-			ct.Note = fmt.Sprintf("rows of %d are not a multiple of %d: F16, as llama.cpp falls back", rc[1], gguf.QK8_0)
+			ct.Note = fmt.Sprintf("rows of %d are not a multiple of %d: F16, as llama.cpp falls back", rc[1], typ.BlockSize())
+		} else if typ == gguf.Q4_0 && name == "output.weight" {
+			j.typ = gguf.Q8_0
+			ct.Note = "the output head: Q8_0 (llama-quantize keeps it at 6 bits, Q6_K)"
 		}
 		ct.To, ct.Shape = j.typ.String(), shape
 		rep.Tensors = append(rep.Tensors, ct)

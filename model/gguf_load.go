@@ -35,11 +35,12 @@ func IsGGUF(path string) bool {
 //
 // F32, F16 and BF16 tensors are handed to the backend straight from the
 // memory mapping, except the query and key weights, whose rows are put back
-// in Hugging Face's order (a copy; see ggufPermute). Q8_0 matrices stay
-// Q8_0 on a backend that keeps them (backend.Q8Weighter: the CPU backend,
-// which decodes them inside its products), in the mapping; elsewhere (and
-// Q8_0 vectors) they are dequantized to F32 at load, 4 bytes per weight.
-// Other quantized types are refused by name.
+// in Hugging Face's order (a copy; see ggufPermute). Q8_0 and Q4_0
+// matrices stay quantized on a backend that keeps them
+// (backend.QuantWeighter: the CPU backend, which multiplies them as they
+// are inside its products), in the mapping; elsewhere (CUDA, and
+// quantized vectors) they are dequantized to F32 at load, 4 bytes per
+// weight. Other quantized types are refused by name.
 func LoadGGUF(path string, b backend.Backend) (*Model, error) {
 	f, err := gguf.Open(path)
 	if err != nil {
@@ -101,13 +102,13 @@ func loadGGUF(f *gguf.File, b backend.Backend) (*Model, error) {
 			return nil, err
 		}
 		used[name] = true
-		if qw, ok := b.(backend.Q8Weighter); ok && rows > 1 {
-			if ti, ok := f.Tensor(name); ok && ti.Type == gguf.Q8_0 {
+		if qw, ok := b.(backend.QuantWeighter); ok && rows > 1 {
+			if ti, ok := f.Tensor(name); ok && (ti.Type == gguf.Q8_0 || ti.Type == gguf.Q4_0) {
 				data, err := ggufRows(f, ti, name, rows, cols, permutedHeads(hf, cfg))
 				if err != nil {
 					return nil, err
 				}
-				t, err := qw.WeightQ8_0(rows, cols, data)
+				t, err := qw.WeightQuant(backend.QuantType(ti.Type), rows, cols, data)
 				if err != nil {
 					return nil, fmt.Errorf("tensor %s: %w", name, err)
 				}
@@ -157,14 +158,15 @@ func ggufWeight(f *gguf.File, name string, rows, cols, heads int) (backend.DType
 		return backend.F16, data, nil
 	case gguf.BF16:
 		return backend.BF16, data, nil
-	case gguf.Q8_0:
-		x, err := gguf.ToF32(t.Type, data, rows*cols)
-		if err != nil {
-			return 0, nil, fmt.Errorf("tensor %s: %w", name, err)
-		}
-		return backend.F32, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(x))), 4*len(x)), nil
 	}
-	return 0, nil, fmt.Errorf("tensor %s has type %s, which is not supported yet (supported: F32, F16, BF16, Q8_0)", name, t.Type)
+	if !gguf.Supported(t.Type) {
+		return 0, nil, fmt.Errorf("tensor %s has type %s, which is not supported yet (supported: F32, F16, BF16, Q8_0, Q4_0)", name, t.Type)
+	}
+	x, err := gguf.ToF32(t.Type, data, rows*cols)
+	if err != nil {
+		return 0, nil, fmt.Errorf("tensor %s: %w", name, err)
+	}
+	return backend.F32, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(x))), 4*len(x)), nil
 }
 
 // ggufRows returns tensor t's bytes after checking its shape against

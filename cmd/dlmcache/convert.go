@@ -32,12 +32,14 @@ name) as a GGUF file laid out as llama.cpp's convert_hf_to_gguf.py lays it out
 ggml's RoPE, the tokenizer as tokenizer.ggml.*), so that llama.cpp's
 llama-diffusion-cli and dlmcache both run it. 2-D weights take --outtype; 1-D
 tensors and norms stay F32, and a weight whose rows are not a multiple of 32
-is written F16 where Q8_0 is asked, as llama.cpp does.
+is written F16 where Q8_0 or Q4_0 is asked, as llama.cpp does. A Q4_0 file
+keeps its output head Q8_0 (llama-quantize keeps it at 6 bits).
 
 Given a .gguf file as SRC, convert writes it back as a model directory OUT
 (config.json, model.safetensors, tokenizer.json, tokenizer_config.json),
 which is lossless for F32, F16 and BF16 files; quantized files are refused.`,
 		Example: `  dlmcache convert llada-tiny llada-tiny-q8_0.gguf --outtype q8_0
+  dlmcache convert llada-tiny llada-tiny-q4_0.gguf --outtype q4_0
   dlmcache convert ~/models/LLaDA-8B-Instruct llada-8b-bf16.gguf
   dlmcache convert llada-tiny-f32.gguf ./llada-tiny-back`,
 		Args: cobra.ExactArgs(2),
@@ -50,7 +52,7 @@ which is lossless for F32, F16 and BF16 files; quantized files are refused.`,
 		},
 	}
 	cmd.Flags().StringVar(&opts.OutType, "outtype", "auto",
-		"type of the 2-D weights: f32, f16, bf16, q8_0, or auto (the checkpoint's own type, so nothing is rounded)")
+		"type of the 2-D weights: f32, f16, bf16, q8_0, q4_0, or auto (the checkpoint's own type, so nothing is rounded)")
 	return cmd
 }
 
@@ -96,8 +98,8 @@ func convertRun(opts *convertOptions) error {
 func outType(s, dir string) (gguf.GGMLType, string, error) {
 	if s != "auto" {
 		t, err := gguf.ParseGGMLType(s)
-		if err != nil || (t != gguf.F32 && t != gguf.F16 && t != gguf.BF16 && t != gguf.Q8_0) {
-			return 0, "", fmt.Errorf("--outtype %q: want f32, f16, bf16, q8_0 or auto", s)
+		if err != nil || (t != gguf.F32 && t != gguf.F16 && t != gguf.BF16 && t != gguf.Q8_0 && t != gguf.Q4_0) {
+			return 0, "", fmt.Errorf("--outtype %q: want f32, f16, bf16, q8_0, q4_0 or auto", s)
 		}
 		return t, "--outtype", nil
 	}

@@ -100,14 +100,49 @@ type Backend interface {
 	CopyRows(dst Tensor, dstRows []int32, src Tensor, srcRows []int32)
 }
 
-// Q8Weighter is an optional Backend method: a [rows, cols] weight kept in
-// ggml's Q8_0 blocks (32 int8 quants and a float16 scale, 34 bytes, per 32
-// values of a row; cols a multiple of 32) and decoded inside the products
-// that use it, never as a whole float32 copy. raw is rows·cols/32 blocks,
-// row-major; the backend may keep a reference to it. A backend without it
-// is handed such weights dequantized to float32.
-type Q8Weighter interface {
-	WeightQ8_0(rows, cols int, raw []byte) (Tensor, error)
+// QuantType is a quantized weight format, numbered as ggml numbers it
+// (ggml_type), so that a GGUF tensor's type converts to it as it is.
+type QuantType uint32
+
+// The quantized formats a QuantWeighter may keep: blocks of 32 values of a
+// row, each block a float16 scale d and its quants.
+const (
+	// Q4_0: 16 bytes of 4-bit quants q (q[t] in the low nibble of byte t,
+	// q[t+16] in its high nibble), each value (q − 8)·d; 18 bytes.
+	Q4_0 QuantType = 2
+	// Q8_0: 32 int8 quants q, each value q·d; 34 bytes.
+	Q8_0 QuantType = 8
+)
+
+func (q QuantType) String() string {
+	switch q {
+	case Q4_0:
+		return "Q4_0"
+	case Q8_0:
+		return "Q8_0"
+	}
+	return fmt.Sprintf("QuantType(%d)", uint32(q))
+}
+
+// BlockBytes is the size of one block of 32 values (0 for an unknown type).
+func (q QuantType) BlockBytes() int {
+	switch q {
+	case Q4_0:
+		return 18
+	case Q8_0:
+		return 34
+	}
+	return 0
+}
+
+// QuantWeighter is an optional Backend method: a [rows, cols] weight kept
+// in the quantized format typ (cols a multiple of 32) and decoded inside
+// the products that use it, never as a whole float32 copy. raw is
+// rows·cols/32 blocks, row-major; the backend may keep a reference to it.
+// It reports an error for a format it does not keep; a backend without
+// it is handed such weights dequantized to float32.
+type QuantWeighter interface {
+	WeightQuant(typ QuantType, rows, cols int, raw []byte) (Tensor, error)
 }
 
 // AttentionWeigher is an optional Backend method: the head-mean attention

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -468,4 +469,46 @@ func BenchmarkBF16Decode(b *testing.B) {
 		}
 		b.SetBytes(4 * rows * cols)
 	})
+}
+
+// BenchmarkQuantMatMul: dst [n, out] = x [n, in] · wᵀ on one thread, w
+// F32 (as a model's: the panel kernel where k is small), Q8_0 or Q4_0,
+// the quantized ones multiplied both ways (QuantImpl: int8, f32): the
+// bundled model's shapes (d 128, FFN 384, vocabulary 2048; 283 rows a
+// full step) and l16-d2048's (512 rows).
+func BenchmarkQuantMatMul(b *testing.B) {
+	r := rand.New(rand.NewPCG(1, 1))
+	for _, s := range []struct{ n, in, out int }{
+		{283, 128, 384}, {283, 384, 128}, {283, 128, 2048}, {34, 128, 384},
+		{512, 256, 768}, {512, 2048, 2048}, {512, 5632, 2048},
+	} {
+		for _, form := range []string{"f32", "q8_0-int8", "q8_0-f32", "q4_0-int8", "q4_0-f32"} {
+			b.Run(fmt.Sprintf("n%d_in%d_out%d/%s", s.n, s.in, s.out, form), func(b *testing.B) {
+				bk := New(1)
+				defer New(0)
+				x := bk.FromHost(s.n, s.in, randMat(r, s.n, s.in, 1))
+				var w backend.Tensor
+				if form == "f32" {
+					w = weightF32(b, bk, s.out, s.in, randMat(r, s.out, s.in, 1))
+				} else {
+					typ := map[byte]backend.QuantType{'8': backend.Q8_0, '4': backend.Q4_0}[form[1]]
+					raw, _ := quantWeight(b, r, typ, s.out, s.in)
+					var err error
+					if w, err = bk.WeightQuant(typ, s.out, s.in, raw); err != nil {
+						b.Fatal(err)
+					}
+					if strings.HasSuffix(form, "-f32") {
+						bk.quantISA = -1
+					}
+				}
+				dst := bk.New(s.n, s.out)
+				bk.MatMul(dst, x, w)
+				b.ResetTimer()
+				for b.Loop() {
+					bk.MatMul(dst, x, w)
+				}
+				gflops(b, 2*float64(s.n)*float64(s.in)*float64(s.out))
+			})
+		}
+	}
 }

@@ -22,9 +22,9 @@ import (
 // some rows or columns of another one without a copy.
 //
 // A BF16 weight (see Weight) is one other form: its values are bfloat16s
-// in bf16, laid out the same way, and data is nil. A Q8_0 weight
-// (WeightQ8_0) is the last: ggml's blocks in q8, each row q8Stride bytes,
-// data nil. Only MatMul (as w), Embed (as the table), ToHost, Free and the
+// in bf16, laid out the same way, and data is nil. A quantized weight
+// (WeightQuant: Q8_0, Q4_0) is the last: ggml's blocks in q, each row
+// qStride bytes, data nil. Only MatMul (as w), Embed (as the table), ToHost, Free and the
 // row views take those; every other operation panics on them.
 type Tensor struct {
 	rows, cols, stride int
@@ -32,10 +32,12 @@ type Tensor struct {
 	// bf16 holds a BF16 weight's values, usually the checkpoint's
 	// memory-mapped bytes in place (then also readOnly).
 	bf16 []uint16
-	// q8 holds a Q8_0 weight's blocks (34 bytes per 32 values), usually
-	// the GGUF file's memory-mapped bytes; row i starts at i·q8Stride.
-	q8       []byte
-	q8Stride int
+	// q holds a quantized weight's blocks (qType's, per 32 values),
+	// usually the GGUF file's memory-mapped bytes; row i starts at
+	// i·qStride.
+	q       []byte
+	qStride int
+	qType   backend.QuantType
 	// readOnly marks a weight that aliases the checkpoint's read-only
 	// memory map: writing to it would fault.
 	readOnly bool
@@ -81,8 +83,8 @@ func (t *Tensor) span() []float32 {
 }
 
 func (t *Tensor) String() string {
-	if t.q8 != nil {
-		return fmt.Sprintf("cpu.Tensor[%d, %d] Q8_0", t.rows, t.cols)
+	if t.q != nil {
+		return fmt.Sprintf("cpu.Tensor[%d, %d] %s", t.rows, t.cols, t.qType)
 	}
 	if t.bf16 != nil {
 		return fmt.Sprintf("cpu.Tensor[%d, %d] BF16", t.rows, t.cols)
@@ -116,6 +118,13 @@ type Backend struct {
 	// bf16x recycles the BF16 copies of activations that oneDNN's BF16
 	// products take.
 	bf16x sync.Pool
+	// i8x recycles the int8 copies of activations that the int8 products
+	// with quantized weights take.
+	i8x sync.Pool
+	// quantISA is the instruction set of the int8 products with quantized
+	// weights (quant.c), or -1 where they decode the weight and keep the
+	// activations F32 (Options.QuantProducts).
+	quantISA int
 	// packWeights reorders weight matrices at load for oneDNN
 	// (Options.PackWeights); packedBytes and packErr count what it did.
 	packWeights bool
@@ -158,6 +167,43 @@ type Options struct {
 	// Attention picks Attention's implementation ("" is AttentionFused);
 	// see AttentionImpl.
 	Attention AttentionImpl
+	// QuantProducts picks how products with quantized weights (Q8_0,
+	// Q4_0) run ("" is QuantInt8); see QuantImpl.
+	QuantProducts QuantImpl
+}
+
+// QuantEnv is the environment variable New reads to set
+// Options.QuantProducts: "int8" (or unset) or "f32".
+const QuantEnv = "DLMCACHE_CPU_QUANT"
+
+// QuantImpl names a way of multiplying by a quantized weight.
+type QuantImpl string
+
+// The ways of multiplying by a quantized weight. docs/gguf.md has what
+// each measured.
+const (
+	// QuantInt8 quantizes the activations per row to Q8_0 blocks (a
+	// float32 scale per 32 values) and multiplies them with the weight's
+	// blocks as integers, as llama.cpp does: AVX-VNNI or AVX512-VNNI
+	// where the CPU has them, else AVX2, else C.
+	QuantInt8 QuantImpl = "int8"
+	// QuantF32 keeps the activations F32: the weight is decoded a panel
+	// of rows at a time into float32 scratch, and sgemm multiplies.
+	QuantF32 QuantImpl = "f32"
+)
+
+// ParseQuant parses a QuantImpl; "" is QuantInt8.
+func ParseQuant(s string) (QuantImpl, error) {
+	return parseChoice("quantized products", s, QuantInt8, QuantF32)
+}
+
+// QuantProducts describes how this backend multiplies by quantized
+// weights: "int8 (AVX2)", "f32 (decoded panels, sgemm)", ….
+func (b *Backend) QuantProducts() string {
+	if b.quantISA < 0 {
+		return string(QuantF32) + " (decoded panels, sgemm)"
+	}
+	return fmt.Sprintf("%s (%s)", QuantInt8, isaNames[b.quantISA])
 }
 
 // AttentionEnv is the environment variable New reads to set
@@ -259,6 +305,9 @@ func NewFromEnv(threads int) (*Backend, error) {
 	if o.Attention, err = ParseAttention(os.Getenv(AttentionEnv)); err != nil {
 		return nil, fmt.Errorf("%s: %w", AttentionEnv, err)
 	}
+	if o.QuantProducts, err = ParseQuant(os.Getenv(QuantEnv)); err != nil {
+		return nil, fmt.Errorf("%s: %w", QuantEnv, err)
+	}
 	return newBackend(o)
 }
 
@@ -299,8 +348,15 @@ func newBackend(o Options) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
+	qi, err := ParseQuant(string(o.QuantProducts))
+	if err != nil {
+		return nil, err
+	}
 	b := &Backend{threads: threads, split: true, decodeBF16: o.DecodeBF16, gemmPick: pick, gemmDesc: pick.desc,
-		packWeights: o.PackWeights && pick.dnnl}
+		packWeights: o.PackWeights && pick.dnnl, quantISA: quantISA}
+	if qi == QuantF32 {
+		b.quantISA = -1
+	}
 	if attn == AttentionFused {
 		b.attn = bestAttn
 	}
@@ -316,7 +372,7 @@ func newBLASThreaded(threads int) *Backend {
 	if threads <= 0 {
 		threads = runtime.NumCPU()
 	}
-	b := &Backend{threads: threads, split: false, gemmDesc: BLAS() + ", threaded by OpenBLAS"}
+	b := &Backend{threads: threads, split: false, gemmDesc: BLAS() + ", threaded by OpenBLAS", quantISA: quantISA}
 	blasSetThreads(threads)
 	return b
 }
@@ -396,24 +452,28 @@ func (b *Backend) Weight(dtype backend.DType, rows, cols int, raw []byte) (backe
 	return t, nil
 }
 
-// WeightQ8_0 implements backend.Q8Weighter: a [rows, cols] weight kept
-// as ggml's Q8_0 blocks (raw: rows·cols/32 blocks of 34 bytes, used in
-// place; the tensor is read-only). MatMul decodes it a panel of rows at a
-// time into reused scratch and runs sgemm on the panel (convertedMatMul);
-// Embed and ToHost decode the rows they read. It is never held as float32
-// whole, and never laid out for the panel kernel or oneDNN, so products
-// with it do not run fused (backend.Fuser reports false).
-func (b *Backend) WeightQ8_0(rows, cols int, raw []byte) (backend.Tensor, error) {
+// WeightQuant implements backend.QuantWeighter: a [rows, cols] weight
+// kept as ggml's Q8_0 or Q4_0 blocks (raw: rows·cols/32 blocks, used in
+// place; the tensor is read-only). MatMul multiplies it as quantProduct
+// says (Options.QuantProducts); Embed and ToHost decode the rows they
+// read. It is never held as float32 whole, and never laid out for the
+// panel kernel or oneDNN, so products with it do not run fused
+// (backend.Fuser reports false).
+func (b *Backend) WeightQuant(typ backend.QuantType, rows, cols int, raw []byte) (backend.Tensor, error) {
+	bb := typ.BlockBytes()
+	if bb == 0 {
+		return nil, fmt.Errorf("cpu: quantized weight type %s is not kept (Q8_0, Q4_0 are)", typ)
+	}
 	if rows < 0 || cols <= 0 || cols%32 != 0 {
-		return nil, fmt.Errorf("cpu: Q8_0 weight [%d, %d]: rows must be ≥ 0 and cols a positive multiple of 32", rows, cols)
+		return nil, fmt.Errorf("cpu: %s weight [%d, %d]: rows must be ≥ 0 and cols a positive multiple of 32", typ, rows, cols)
 	}
-	stride := cols / 32 * 34
+	stride := cols / 32 * bb
 	if rows > (1<<62)/stride || len(raw) != rows*stride {
-		return nil, fmt.Errorf("cpu: Q8_0 weight [%d, %d] needs %d bytes, got %d", rows, cols, rows*stride, len(raw))
+		return nil, fmt.Errorf("cpu: %s weight [%d, %d] needs %d bytes, got %d", typ, rows, cols, rows*stride, len(raw))
 	}
-	t := &Tensor{rows: rows, cols: cols, stride: cols, q8Stride: stride, readOnly: true}
+	t := &Tensor{rows: rows, cols: cols, stride: cols, qStride: stride, qType: typ, readOnly: true}
 	if rows > 0 {
-		t.q8 = raw
+		t.q = raw
 	}
 	return t, nil
 }
@@ -488,8 +548,8 @@ func (b *Backend) ToHost(t backend.Tensor, dst []float32) []float32 {
 		b.parallel(x.rows, rowGrain(x.cols), func(lo, hi int) { bf16Rows(dst[lo*x.cols:], x, lo, hi) })
 		return dst
 	}
-	if x.q8 != nil {
-		b.parallel(x.rows, rowGrain(x.cols), func(lo, hi int) { q8Rows(dst[lo*x.cols:], x, lo, hi) })
+	if x.q != nil {
+		b.parallel(x.rows, rowGrain(x.cols), func(lo, hi int) { quantRows(dst[lo*x.cols:], x, lo, hi) })
 		return dst
 	}
 	if x.stride == x.cols {
@@ -510,7 +570,7 @@ func (b *Backend) Free(t backend.Tensor) {
 		b.bufs.put(x.data)
 		x.pooled = false
 	}
-	x.data, x.bf16, x.q8 = nil, nil, nil
+	x.data, x.bf16, x.q = nil, nil, nil
 	x.rows, x.cols, x.stride = 0, 0, 0
 }
 
@@ -521,10 +581,10 @@ func (b *Backend) RowView(t backend.Tensor, lo, hi int) *Tensor {
 	if lo < 0 || hi < lo || hi > x.rows {
 		panic(fmt.Sprintf("cpu: RowView: rows [%d, %d) of %v", lo, hi, x))
 	}
-	v := &Tensor{rows: hi - lo, cols: x.cols, stride: x.stride, readOnly: x.readOnly, q8Stride: x.q8Stride}
+	v := &Tensor{rows: hi - lo, cols: x.cols, stride: x.stride, readOnly: x.readOnly, qStride: x.qStride, qType: x.qType}
 	if hi > lo {
-		if x.q8 != nil {
-			v.q8 = x.q8[lo*x.q8Stride:]
+		if x.q != nil {
+			v.q = x.q[lo*x.qStride:]
 		} else if x.bf16 != nil {
 			v.bf16 = x.bf16[lo*x.stride:]
 		} else {
@@ -544,8 +604,8 @@ func (b *Backend) ViewCols(t backend.Tensor, lo, hi int) backend.Tensor { return
 // BF16 weight's view is a BF16 weight).
 func (b *Backend) ColView(t backend.Tensor, lo, hi int) *Tensor {
 	x := anyTensor(t, "ColView")
-	if x.q8 != nil {
-		panic(fmt.Sprintf("cpu: ColView of %v: a Q8_0 weight has row views only", x))
+	if x.q != nil {
+		panic(fmt.Sprintf("cpu: ColView of %v: a quantized weight has row views only", x))
 	}
 	if lo < 0 || hi < lo || hi > x.cols {
 		panic(fmt.Sprintf("cpu: ColView: columns [%d, %d) of %v", lo, hi, x))
@@ -565,8 +625,8 @@ func (b *Backend) ColView(t backend.Tensor, lo, hi int) *Tensor {
 // reads its data, which a BF16 weight does not have.
 func tensor(t backend.Tensor, op string) *Tensor {
 	x := anyTensor(t, op)
-	if x.bf16 != nil || x.q8 != nil {
-		panic(fmt.Sprintf("cpu: %s: %v is a BF16 or Q8_0 weight, which only MatMul (as w), Embed (as the table), ToHost and the views take", op, x))
+	if x.bf16 != nil || x.q != nil {
+		panic(fmt.Sprintf("cpu: %s: %v is a BF16 or quantized weight, which only MatMul (as w), Embed (as the table), ToHost and the views take", op, x))
 	}
 	return x
 }
@@ -577,7 +637,7 @@ func anyTensor(t backend.Tensor, op string) *Tensor {
 	if !ok || x == nil {
 		panic(fmt.Sprintf("cpu: %s: tensor %T is not a cpu tensor", op, t))
 	}
-	if x.data == nil && x.bf16 == nil && x.q8 == nil && x.rows*x.cols != 0 {
+	if x.data == nil && x.bf16 == nil && x.q == nil && x.rows*x.cols != 0 {
 		panic(fmt.Sprintf("cpu: %s: tensor used after Free", op))
 	}
 	return x

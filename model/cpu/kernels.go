@@ -75,23 +75,68 @@ func bf16RowsWith(useSIMD bool, dst []float32, w *Tensor, lo, hi int) {
 	C.dlmc_bf16_rows(cbool(useSIMD && simd), (*C.float)(unsafe.Pointer(&dst[0])), (*C.uint16_t)(unsafe.Pointer(&src[0])), C.long(hi-lo), C.long(w.cols), C.long(w.stride))
 }
 
-// q8Rows decodes rows [lo, hi) of the Q8_0 weight w into dst (dense,
-// len ≥ (hi−lo)·cols), exactly as ggml dequantizes them (q·d), in one cgo
-// call: an AVX2 loop where the machine has it.
-func q8Rows(dst []float32, w *Tensor, lo, hi int) { q8RowsWith(simd, dst, w, lo, hi) }
+// quantRows decodes rows [lo, hi) of the quantized weight w into dst
+// (dense, len ≥ (hi−lo)·cols), exactly as ggml dequantizes them, in one
+// cgo call: an AVX2 loop where the machine has it.
+func quantRows(dst []float32, w *Tensor, lo, hi int) { quantRowsWith(simd, dst, w, lo, hi) }
 
-// q8RowsWith is q8Rows with the AVX2 loop only when useSIMD (and the
+// quantRowsWith is quantRows with the AVX2 loop only when useSIMD (and the
 // machine has it). For tests.
-func q8RowsWith(useSIMD bool, dst []float32, w *Tensor, lo, hi int) {
+func quantRowsWith(useSIMD bool, dst []float32, w *Tensor, lo, hi int) {
 	if hi <= lo || w.cols == 0 {
 		return
 	}
 	if len(dst) < (hi-lo)*w.cols {
-		panic("cpu: q8Rows: dst too short")
+		panic("cpu: quantRows: dst too short")
 	}
-	src := w.q8[lo*w.q8Stride:]
-	_ = src[(hi-lo)*w.q8Stride-1]
-	C.dlmc_q8_0_rows(cbool(useSIMD && simd), (*C.float)(unsafe.Pointer(&dst[0])), (*C.uint8_t)(unsafe.Pointer(&src[0])), C.long(hi-lo), C.long(w.cols), C.long(w.q8Stride))
+	src := w.q[lo*w.qStride:]
+	_ = src[(hi-lo)*w.qStride-1]
+	C.dlmc_quant_rows(cbool(useSIMD && simd), C.int(w.qType), (*C.float)(unsafe.Pointer(&dst[0])), (*C.uint8_t)(unsafe.Pointer(&src[0])), C.long(hi-lo), C.long(w.cols), C.long(w.qStride))
+}
+
+// The instruction sets of the int8 products (quant.c's DLMC_ISA_*).
+const (
+	isaGeneric    = C.DLMC_ISA_GENERIC
+	isaAVX2       = C.DLMC_ISA_AVX2
+	isaAVXVNNI    = C.DLMC_ISA_AVXVNNI
+	isaAVX512VNNI = C.DLMC_ISA_AVX512VNNI
+)
+
+// quantISA is the best instruction set for the int8 products this machine
+// runs.
+var quantISA = int(C.dlmc_quant_isa())
+
+// isaNames names quantISA's values.
+var isaNames = map[int]string{isaGeneric: "generic C", isaAVX2: "AVX2", isaAVXVNNI: "AVX-VNNI", isaAVX512VNNI: "AVX512-VNNI"}
+
+// quantizeAct quantizes rows of x (rows × cols, row stride ldx; cols a
+// multiple of 32) per block of 32 into q (rows·cols int8) and d
+// (rows·cols/32 scales) with the instruction set isa.
+func quantizeAct(isa int, q []int8, d []float32, x []float32, rows, cols, ldx int) {
+	if rows == 0 {
+		return
+	}
+	if cols%32 != 0 || len(q) < rows*cols || len(d) < rows*cols/32 || len(x) < (rows-1)*ldx+cols {
+		panic("cpu: quantizeAct: bad shape or buffers too short")
+	}
+	C.dlmc_quantize_act(C.int(isa), (*C.int8_t)(unsafe.Pointer(&q[0])), (*C.float)(unsafe.Pointer(&d[0])),
+		(*C.float)(unsafe.Pointer(&x[0])), C.long(rows), C.long(cols), C.long(ldx))
+}
+
+// qMatMul computes c[m × n] (row stride ldc) = x·wᵀ for m quantized rows
+// of x (q, d from quantizeAct, k values each) and rows [j0, j0+n) of the
+// quantized weight w, with the instruction set isa.
+func qMatMul(isa int, m, n, k int, q []int8, d []float32, w *Tensor, j0 int, c []float32, ldc int) {
+	if m == 0 || n == 0 {
+		return
+	}
+	if k != w.cols || len(q) < m*k || len(d) < m*k/32 || j0+n > w.rows || len(c) < (m-1)*ldc+n {
+		panic("cpu: qMatMul: bad shape or buffers too short")
+	}
+	src := w.q[j0*w.qStride : (j0+n)*w.qStride]
+	C.dlmc_qmatmul(C.int(isa), C.int(w.qType), C.int(m), C.int(n), C.int(k), (*C.int8_t)(unsafe.Pointer(&q[0])),
+		(*C.float)(unsafe.Pointer(&d[0])), (*C.uint8_t)(unsafe.Pointer(&src[0])), C.long(w.qStride),
+		(*C.float)(unsafe.Pointer(&c[0])), C.long(ldc))
 }
 
 // avx512 reports whether the AVX-512F attention kernel runs on this machine.

@@ -10,7 +10,8 @@
 //	onednn.c  the oneDNN shim (dlopen'd at run time; a stub without headers)
 //	blas.c    OpenBLAS's sgemm, row-major
 //	peak.c    the peak-FLOP probes
-//	q8.c      ggml's Q8_0 weight blocks decoded to float32 rows
+//	quant.c   ggml's Q8_0 and Q4_0 weights: decoded to float32 rows, and
+//	          their int8 products with activations quantized per row
 //
 // simd.h holds the vector helpers vec.c and attn.c share. Each vector
 // kernel is compiled for its ISA by a target attribute; the Go side picks
@@ -40,10 +41,31 @@ void dlmc_bf16_rows(int simd, float *dst, const uint16_t *src, long rows, long c
 // BF16, ties to even; NaN stays NaN.
 void dlmc_f32_to_bf16(uint16_t *dst, const float *src, long rows, long cols, long lds);
 
-// q8.c: dst (rows × cols, dense) = the Q8_0 blocks of src (rows stride
-// bytes apart; cols a multiple of 32, 34 bytes per 32 values): q·d, exactly
-// as ggml dequantizes them.
-void dlmc_q8_0_rows(int simd, float *dst, const uint8_t *src, long rows, long cols, long stride);
+// quant.c: ggml's quantized weight types (their ggml_type numbers), and
+// the instruction sets of the int8 products.
+#define DLMC_Q4_0 2 // blocks of 32: float16 d, 16 bytes of 4-bit q; (q − 8)·d
+#define DLMC_Q8_0 8 // blocks of 32: float16 d, 32 int8 q; q·d
+#define DLMC_ISA_GENERIC 0
+#define DLMC_ISA_AVX2 1       // AVX2, FMA, F16C: vpmaddubsw + vpmaddwd
+#define DLMC_ISA_AVXVNNI 2    // AVX-VNNI: vpdpbusd (VEX)
+#define DLMC_ISA_AVX512VNNI 3 // AVX512-VNNI + AVX512-VL: vpdpbusd on ymm
+// The best of the above this machine runs.
+int dlmc_quant_isa(void);
+// dst (rows × cols, dense) = the blocks of type wt of src (rows stride
+// bytes apart; cols a multiple of 32), exactly as ggml dequantizes them;
+// simd picks the AVX2 loop.
+void dlmc_quant_rows(int simd, int wt, float *dst, const uint8_t *src, long rows, long cols, long stride);
+// Activations quantized per row as llama.cpp's Q8_0 (float32 scales):
+// for each block of 32 of each row of x (row stride ldx; cols a multiple
+// of 32), d = max|x|/127 into d (rows·cols/32, dense) and x·(127/max|x|)
+// rounded to nearest, ties to even, into q (rows × cols, dense).
+void dlmc_quantize_act(int isa, int8_t *q, float *d, const float *x, long rows, long cols, long ldx);
+// c[m × n] (row stride ldc) = xᵀ·w products: row i of x (q, d as
+// dlmc_quantize_act writes them, k values) times row j of the weight w
+// (type wt, rows wstride bytes apart), block by block in int32, each
+// block's sum scaled by d_w·d_x and accumulated in float32.
+void dlmc_qmatmul(int isa, int wt, int m, int n, int k, const int8_t *xq, const float *xd, const uint8_t *w,
+	long wstride, float *c, long ldc);
 
 // rowops.c: RMSNorm of rows of x (stride ldx) by the weight w into dst.
 void dlmc_rms_norm_rows(int simd, float *dst, long ldd, const float *x, long ldx, const float *w,

@@ -35,8 +35,8 @@ func (b *Backend) MatMul(dst, x, w backend.Tensor) {
 		b.matMulBF16(d, xs, ws)
 		return
 	}
-	if ws.q8 != nil {
-		b.convertedMatMul(d, xs, ws, q8Rows)
+	if ws.q != nil {
+		b.matMulQuant(d, xs, ws)
 		return
 	}
 	b.matMulF32(d, xs, ws)
@@ -173,8 +173,41 @@ func (b *Backend) matMulBF16(d, xs, ws *Tensor) {
 	b.convertedMatMul(d, xs, ws, bf16Rows)
 }
 
+// matMulQuant is MatMul for a quantized w (Q8_0, Q4_0), shapes checked:
+// with b.quantISA ≥ 0, x is quantized per row to Q8_0 blocks once
+// (quantizeAct, split over the rows) and each part of the product, cut as
+// matMulF32 cuts it, multiplies those with w's blocks as integers
+// (qMatMul); else convertedMatMul decodes w a panel at a time and runs
+// sgemm on float32 x.
+func (b *Backend) matMulQuant(d, xs, ws *Tensor) {
+	if b.quantISA < 0 {
+		b.convertedMatMul(d, xs, ws, quantRows)
+		return
+	}
+	n, in, out := xs.rows, xs.cols, ws.rows
+	q := b.int8Scratch(n * in)
+	defer b.i8x.Put(&q)
+	ds := b.bufs.scratch(n * in / 32)
+	defer b.bufs.put(ds)
+	b.parallel(n, rowGrain(in), func(lo, hi int) {
+		quantizeAct(b.quantISA, q[lo*in:], ds[lo*in/32:], xs.data[lo*xs.stride:], hi-lo, in, xs.stride)
+	})
+	b.forParts(n, in, out, func(r0, r1, c0, c1 int) {
+		qMatMul(b.quantISA, r1-r0, c1-c0, in, q[r0*in:], ds[r0*in/32:], ws, c0, d.data[r0*d.stride+c0:], d.stride)
+	})
+}
+
+// int8Scratch returns an int8 buffer of n elements from the backend's
+// pool.
+func (b *Backend) int8Scratch(n int) []int8 {
+	if p, ok := b.i8x.Get().(*[]int8); ok && cap(*p) >= n {
+		return (*p)[:n]
+	}
+	return make([]int8, n)
+}
+
 // convertedMatMul computes d = x·wᵀ for a weight kept in another type
-// (BF16, Q8_0), which convert decodes (rows [lo, hi) of w into a dense
+// (BF16, Q8_0, Q4_0), which convert decodes (rows [lo, hi) of w into a dense
 // float32 buffer): w's rows are cut into one contiguous range per
 // goroutine, as matMulF32 cuts them, and each goroutine decodes its range
 // a panel of rows at a time (bf16PanelBytes of float32) into its own

@@ -39,8 +39,8 @@ func (b *Backend) Embed(dst, table backend.Tensor, ids []int32) {
 		for i := lo; i < hi; i++ {
 			if t.bf16 != nil {
 				bf16Rows(d.Row(i), t, int(ids[i]), int(ids[i])+1)
-			} else if t.q8 != nil {
-				q8Rows(d.Row(i), t, int(ids[i]), int(ids[i])+1)
+			} else if t.q != nil {
+				quantRows(d.Row(i), t, int(ids[i]), int(ids[i])+1)
 			} else {
 				copy(d.Row(i), t.Row(int(ids[i])))
 			}

@@ -148,29 +148,53 @@ func TestQ8_0MatchesGGUFPy(t *testing.T) {
 	}
 }
 
-// TestQ8_0Probe quantizes the probe's F32 values (random, rounding ties, a
-// zero block) and compares with gguf-py's Q8_0 of them, bit for bit.
-func TestQ8_0Probe(t *testing.T) {
-	f, err := Open(filepath.Join(fixtureDir, "q8_probe.gguf"))
+// TestQuantProbe quantizes the probe's F32 values (random, Q8_0 and Q4_0
+// rounding ties, a zero block) and compares with gguf-py's Q8_0 ("q") and
+// Q4_0 ("q4") of them, block by block, bit for bit; the Q4_0 blocks also
+// decode as gguf-py's dequantize does ((q − 8)·d).
+func TestQuantProbe(t *testing.T) {
+	f, err := Open(filepath.Join(fixtureDir, "quant_probe.gguf"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	xi, ok1 := f.Tensor("x")
-	qi, ok2 := f.Tensor("q")
-	if !ok1 || !ok2 || xi.Type != F32 || qi.Type != Q8_0 {
-		t.Fatalf("probe tensors: %+v %+v", xi, qi)
+	xi, ok := f.Tensor("x")
+	if !ok || xi.Type != F32 {
+		t.Fatalf("probe tensor x: %+v", xi)
 	}
 	x, _ := ToF32(F32, f.Data(xi), xi.Numel())
-	b, err := QuantizeQ8_0(x)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := f.Data(qi)
-	for blk := 0; blk*blockQ8_0 < len(want); blk++ {
-		lo, hi := blk*blockQ8_0, (blk+1)*blockQ8_0
-		if string(b[lo:hi]) != string(want[lo:hi]) {
-			t.Errorf("block %d: % x, gguf-py % x", blk, b[lo:hi], want[lo:hi])
+	for _, c := range []struct {
+		name string
+		typ  GGMLType
+	}{{"q", Q8_0}, {"q4", Q4_0}} {
+		qi, ok := f.Tensor(c.name)
+		if !ok || qi.Type != c.typ {
+			t.Fatalf("probe tensor %s: %+v", c.name, qi)
+		}
+		b, err := FromF32(c.typ, x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, size := f.Data(qi), c.typ.TypeSize()
+		for blk := 0; blk*size < len(want); blk++ {
+			lo, hi := blk*size, (blk+1)*size
+			if string(b[lo:hi]) != string(want[lo:hi]) {
+				t.Errorf("%s block %d: % x, gguf-py % x", c.typ, blk, b[lo:hi], want[lo:hi])
+			}
+		}
+		// Decoding: the quantized values are within d/2 (Q8_0) or d
+		// (Q4_0, whose −8 end is exact and whose +7 end clips) of x.
+		y, err := ToF32(c.typ, want, len(x))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for blk := 0; blk*32 < len(x); blk++ {
+			d := math.Abs(float64(blockScale(want[blk*size:])))
+			for i := blk * 32; i < blk*32+32; i++ {
+				if e := math.Abs(float64(y[i] - x[i])); e > d*1.0001+1e-6 {
+					t.Errorf("%s block %d element %d: %g decodes to %g (d %g)", c.typ, blk, i, x[i], y[i], d)
+				}
+			}
 		}
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 
 	"github.com/dlmcache/dlmcache/model/safetensors"
 )
@@ -12,88 +14,168 @@ import (
 // 32 int8 quants q, each element being q·d.
 const QK8_0 = 32
 
-// blockQ8_0 is the size of a Q8_0 block in bytes.
-const blockQ8_0 = 2 + QK8_0
+// QK4_0 is the number of elements of a Q4_0 block: a float16 scale d and
+// 32 4-bit quants q (16 bytes: q[j] in the low nibble of byte j, q[j+16]
+// in its high nibble), each element being (q − 8)·d.
+const QK4_0 = 32
+
+// codec is one tensor type ToF32 and FromF32 take: decode fills dst from
+// the bytes of len(dst) elements; encode returns the bytes of src, whose
+// length is a multiple of the type's block size.
+type codec struct {
+	decode func(src []byte, dst []float32)
+	encode func(src []float32) []byte
+}
+
+// codecs is the table of the tensor types this package reads and writes.
+// The block types' encoders are ggml's reference quantizers
+// (quantize_row_*_ref) as gguf-py's quants.py computes them, bit for bit.
+var codecs = map[GGMLType]codec{
+	F32:  {safetensors.BytesToF32, safetensors.F32ToBytes},
+	F16:  {safetensors.F16ToF32, safetensors.F32ToF16},
+	BF16: {safetensors.BF16ToF32, safetensors.F32ToBF16},
+	Q8_0: blockCodec(Q8_0, decodeQ8_0, encodeQ8_0),
+	Q4_0: blockCodec(Q4_0, decodeQ4_0, encodeQ4_0),
+}
+
+// blockCodec lifts a block type's functions of one block (its bytes, its
+// elements) to runs of blocks.
+func blockCodec(t GGMLType, dec func(blk []byte, dst []float32), enc func(blk []byte, src []float32)) codec {
+	n, size := t.BlockSize(), t.TypeSize()
+	return codec{
+		decode: func(src []byte, dst []float32) {
+			for b := 0; b*n < len(dst); b++ {
+				dec(src[b*size:(b+1)*size], dst[b*n:(b+1)*n])
+			}
+		},
+		encode: func(src []float32) []byte {
+			out := make([]byte, len(src)/n*size)
+			for b := 0; b*n < len(src); b++ {
+				enc(out[b*size:(b+1)*size], src[b*n:(b+1)*n])
+			}
+			return out
+		},
+	}
+}
+
+// blockScale returns a block's float16 scale d.
+func blockScale(blk []byte) float32 {
+	var d [1]float32
+	safetensors.F16ToF32(blk[:2], d[:])
+	return d[0]
+}
+
+// putScale stores d in a block as float16 (rounded to nearest, ties even).
+func putScale(blk []byte, d float32) { copy(blk[:2], safetensors.F32ToF16([]float32{d})) }
+
+func decodeQ8_0(blk []byte, dst []float32) {
+	d := blockScale(blk)
+	for i := range dst {
+		dst[i] = float32(int8(blk[2+i])) * d
+	}
+}
+
+// encodeQ8_0 is quantize_row_q8_0_ref: d = max|x|/127 in float32,
+// q = round-half-away(x·(1/d)), d stored as float16.
+func encodeQ8_0(blk []byte, x []float32) {
+	var amax float32
+	for _, v := range x {
+		amax = max(amax, float32(math.Abs(float64(v))))
+	}
+	d := amax / 127
+	var id float32
+	if d != 0 {
+		id = 1 / d
+	}
+	putScale(blk, d)
+	for i, v := range x {
+		p := float32(v * id) // rounded to float32, never fused
+		blk[2+i] = byte(int8(math.Round(float64(p))))
+	}
+}
+
+func decodeQ4_0(blk []byte, dst []float32) {
+	d := blockScale(blk)
+	for j := range QK4_0 / 2 {
+		dst[j] = float32(int(blk[2+j]&0x0f)-8) * d
+		dst[j+QK4_0/2] = float32(int(blk[2+j]>>4)-8) * d
+	}
+}
+
+// encodeQ4_0 is quantize_row_q4_0_ref: m is the element of largest
+// magnitude (the first such), d = m/−8, q = min(15, trunc(x·(1/d) + 8.5)).
+// The product and sum are taken in float64, as gguf-py does (ggml's C
+// rounds x·(1/d) to float32 first unless its compiler fuses the two, so
+// the C quantizer and gguf-py can differ by one on a value within an ulp
+// of a rounding edge; gguf-py's is the one that does not depend on the
+// compiler).
+func encodeQ4_0(blk []byte, x []float32) {
+	var amax, m float32
+	for _, v := range x {
+		if a := float32(math.Abs(float64(v))); a > amax {
+			amax, m = a, v
+		}
+	}
+	d := m / -8
+	var id float32
+	if d != 0 {
+		id = 1 / d
+	}
+	putScale(blk, d)
+	q := func(v float32) byte {
+		return byte(min(15, max(0, int(math.Trunc(float64(v)*float64(id)+8.5)))))
+	}
+	for j := range QK4_0 / 2 {
+		blk[2+j] = q(x[j]) | q(x[j+QK4_0/2])<<4
+	}
+}
 
 // QuantizeQ8_0 encodes src (a multiple of 32 values) as Q8_0 blocks, bit
-// for bit as ggml's quantize_row_q8_0_ref and gguf-py do: d = max|x|/127 in
-// float32, q = round-half-away(x·(1/d)), d stored as float16.
-func QuantizeQ8_0(src []float32) ([]byte, error) {
-	if len(src)%QK8_0 != 0 {
-		return nil, fmt.Errorf("Q8_0: %d values is not a multiple of %d", len(src), QK8_0)
-	}
-	out := make([]byte, len(src)/QK8_0*blockQ8_0)
-	var dh [1]float32
-	for b := 0; b*QK8_0 < len(src); b++ {
-		x := src[b*QK8_0 : (b+1)*QK8_0]
-		var amax float32
-		for _, v := range x {
-			amax = max(amax, float32(math.Abs(float64(v))))
-		}
-		d := amax / 127
-		var id float32
-		if d != 0 {
-			id = 1 / d
-		}
-		blk := out[b*blockQ8_0 : (b+1)*blockQ8_0]
-		dh[0] = d
-		copy(blk[:2], safetensors.F32ToF16(dh[:]))
-		for i, v := range x {
-			p := float32(v * id) // rounded to float32, never fused
-			blk[2+i] = byte(int8(math.Round(float64(p))))
-		}
-	}
-	return out, nil
-}
+// for bit as ggml's quantize_row_q8_0_ref and gguf-py do.
+func QuantizeQ8_0(src []float32) ([]byte, error) { return FromF32(Q8_0, src) }
 
 // DequantizeQ8_0 decodes Q8_0 blocks into dst (len a multiple of 32).
-func DequantizeQ8_0(src []byte, dst []float32) {
-	var d [1]float32
-	for b := 0; b*QK8_0 < len(dst); b++ {
-		blk := src[b*blockQ8_0 : (b+1)*blockQ8_0]
-		safetensors.F16ToF32(blk[:2], d[:])
-		o := dst[b*QK8_0 : (b+1)*QK8_0]
-		for i := range o {
-			o[i] = float32(int8(blk[2+i])) * d[0]
-		}
-	}
-}
+func DequantizeQ8_0(src []byte, dst []float32) { codecs[Q8_0].decode(src, dst) }
 
-// ToF32 decodes n elements of type t from src into a new slice. It supports
-// F32, F16, BF16 and Q8_0.
+// ToF32 decodes n elements of type t from src into a new slice, for the
+// types of codecs (F32, F16, BF16, Q8_0, Q4_0).
 func ToF32(t GGMLType, src []byte, n int) ([]float32, error) {
-	if t.Known() && t.RowBytes(n) != len(src) || !t.Known() {
+	if !t.Known() || n%t.BlockSize() != 0 || t.RowBytes(n) != len(src) {
 		return nil, fmt.Errorf("%d bytes do not hold %d %s values", len(src), n, t)
 	}
-	dst := make([]float32, n)
-	switch t {
-	case F32:
-		safetensors.BytesToF32(src, dst)
-	case F16:
-		safetensors.F16ToF32(src, dst)
-	case BF16:
-		safetensors.BF16ToF32(src, dst)
-	case Q8_0:
-		DequantizeQ8_0(src, dst)
-	default:
-		return nil, fmt.Errorf("tensor type %s is not supported yet (supported: F32, F16, BF16, Q8_0)", t)
+	c, ok := codecs[t]
+	if !ok {
+		return nil, fmt.Errorf("tensor type %s is not supported yet (supported: %s)", t, codecNames())
 	}
+	dst := make([]float32, n)
+	c.decode(src, dst)
 	return dst, nil
 }
 
-// FromF32 encodes src as type t (F32, F16, BF16 or Q8_0).
+// FromF32 encodes src as type t, one of codecs' types; src's length must
+// be a multiple of t's block size.
 func FromF32(t GGMLType, src []float32) ([]byte, error) {
-	switch t {
-	case F32:
-		return safetensors.F32ToBytes(src), nil
-	case F16:
-		return safetensors.F32ToF16(src), nil
-	case BF16:
-		return safetensors.F32ToBF16(src), nil
-	case Q8_0:
-		return QuantizeQ8_0(src)
+	c, ok := codecs[t]
+	if !ok {
+		return nil, fmt.Errorf("writing tensor type %s is not supported (supported: %s)", t, codecNames())
 	}
-	return nil, fmt.Errorf("writing tensor type %s is not supported (supported: F32, F16, BF16, Q8_0)", t)
+	if len(src)%t.BlockSize() != 0 {
+		return nil, fmt.Errorf("%s: %d values is not a multiple of %d", t, len(src), t.BlockSize())
+	}
+	return c.encode(src), nil
+}
+
+// Supported reports whether ToF32 and FromF32 take type t.
+func Supported(t GGMLType) bool { _, ok := codecs[t]; return ok }
+
+// codecNames lists codecs' types, for errors.
+func codecNames() string {
+	var names []string
+	for t := range codecs {
+		names = append(names, t.String())
+	}
+	slices.Sort(names)
+	return strings.Join(names, ", ")
 }
 
 // le is shorthand for the byte order of every GGUF field.

@@ -68,8 +68,8 @@ func (t ValueType) scalarSize() int {
 // GGMLType is the element type of a tensor (ggml_type).
 type GGMLType uint32
 
-// Tensor types, numbered as ggml numbers them. Only F32, F16, BF16 and Q8_0
-// are decoded by this package; the others are named so that an error can say
+// Tensor types, numbered as ggml numbers them. Only F32, F16, BF16, Q8_0
+// and Q4_0 are decoded by this package (codecs); the others are named so that an error can say
 // what a file holds.
 const (
 	F32     GGMLType = 0
@@ -186,6 +186,7 @@ const (
 const (
 	FileTypeF32  = 0
 	FileTypeF16  = 1
+	FileTypeQ4_0 = 2
 	FileTypeQ8_0 = 7
 	FileTypeBF16 = 32
 )

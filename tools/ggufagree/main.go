@@ -1,10 +1,14 @@
-// Command ggufagree runs the task suites' held-out samples through two
-// checkpoints of the same model — typically a Hugging Face directory and a
-// GGUF converted from it — with greedy decoding and no caching, the two
+// Command ggufagree runs the task suites' held-out samples through
+// checkpoints of the same model — typically a Hugging Face directory and
+// GGUFs converted from it — with greedy decoding and no caching, the models
 // taking turns request by request, and prints each one's per-suite accuracy
-// and the fraction of answers identical to the first one's:
+// and the fraction of answers identical to the first one's (-a):
 //
-//	go run ./tools/ggufagree -a models/llada-tiny -b llada-tiny-q8_0.gguf -limit 50
+//	go run ./tools/ggufagree -a models/llada-tiny -b llada-tiny-q8_0.gguf,llada-tiny-q4_0.gguf -limit 50
+//
+// The CPU backend's settings come from the environment as for dlmcache
+// (DLMCACHE_CPU_QUANT picks how quantized weights multiply); the output
+// names the one used.
 package main
 
 import (
@@ -24,7 +28,7 @@ import (
 
 func main() {
 	a := flag.String("a", "models/llada-tiny", "reference model (directory or GGUF)")
-	b := flag.String("b", "", "model compared with it (directory or GGUF)")
+	b := flag.String("b", "", "models compared with it (directories or GGUFs, comma-separated)")
 	suites := flag.String("suite", "all", "task suites (comma-separated)")
 	limit := flag.Int("limit", 50, "samples per suite")
 	seed := flag.Int64("seed", 1, "sample seed")
@@ -41,13 +45,18 @@ func run(pa, pb string, suites []string, limit int, seed int64, threads int, asJ
 	if pb == "" {
 		return fmt.Errorf("-b is required")
 	}
+	paths := append([]string{pa}, strings.Split(pb, ",")...)
 	samples, err := profile.SuiteSamples(suites, limit, seed, datasets.DefaultOptions())
 	if err != nil {
 		return err
 	}
 	var es []*profile.Evaluator
-	for _, p := range []string{pa, pb} {
-		m, err := model.Load(p, cpu.New(threads))
+	be, err := cpu.NewFromEnv(threads)
+	if err != nil {
+		return err
+	}
+	for _, p := range paths {
+		m, err := model.Load(p, be)
 		if err != nil {
 			return err
 		}
@@ -64,25 +73,54 @@ func run(pa, pb string, suites []string, limit int, seed int64, threads int, asJ
 		return err
 	}
 	if asJSON {
+		out := map[string]any{"quant_products": be.QuantProducts(), "limit": limit, "seed": seed}
+		var ms []map[string]any
+		for i, p := range paths {
+			o := profile.Overall(res[i])
+			ms = append(ms, map[string]any{"model": p, "suites": res[i], "accuracy": o.Accuracy, "agreement": o.AgreeNone})
+		}
+		out["models"] = ms
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"a": pa, "b": pb, "suites_a": res[0], "suites_b": res[1],
-			"average_a": profile.Overall(res[0]), "average_b": profile.Overall(res[1])})
+		return enc.Encode(out)
 	}
-	fmt.Printf("%-12s %8s %8s %8s\n", "suite", "acc a", "acc b", "agree")
-	for i := range res[0] {
-		ra, rb := res[0][i], res[1][i]
-		ag := "-"
-		if rb.AgreeNone != nil {
-			ag = fmt.Sprintf("%.3f", *rb.AgreeNone)
+	fmt.Printf("quantized products: %s; %d samples per suite, seed %d\n", be.QuantProducts(), limit, seed)
+	for i, p := range paths {
+		fmt.Printf("model %d: %s\n", i, p)
+	}
+	fmt.Printf("%-12s", "suite")
+	for i := range paths {
+		fmt.Printf(" %8s", fmt.Sprintf("acc %d", i))
+		if i > 0 {
+			fmt.Printf(" %8s", fmt.Sprintf("agree %d", i))
 		}
-		fmt.Printf("%-12s %8.3f %8.3f %8s\n", ra.Suite, ra.Accuracy, rb.Accuracy, ag)
 	}
-	oa, ob := profile.Overall(res[0]), profile.Overall(res[1])
-	ag := "-"
-	if ob.AgreeNone != nil {
-		ag = fmt.Sprintf("%.3f", *ob.AgreeNone)
+	fmt.Println()
+	row := func(name string, rs []profile.SuiteResult) {
+		fmt.Printf("%-12s", name)
+		for i, r := range rs {
+			fmt.Printf(" %8.3f", r.Accuracy)
+			if i > 0 {
+				ag := "-"
+				if r.AgreeNone != nil {
+					ag = fmt.Sprintf("%.3f", *r.AgreeNone)
+				}
+				fmt.Printf(" %8s", ag)
+			}
+		}
+		fmt.Println()
 	}
-	fmt.Printf("%-12s %8.3f %8.3f %8s\n", "all", oa.Accuracy, ob.Accuracy, ag)
+	for s := range res[0] {
+		rs := make([]profile.SuiteResult, len(paths))
+		for i := range paths {
+			rs[i] = res[i][s]
+		}
+		row(rs[0].Suite, rs)
+	}
+	all := make([]profile.SuiteResult, len(paths))
+	for i := range paths {
+		all[i] = profile.Overall(res[i])
+	}
+	row("all", all)
 	return nil
 }

@@ -2,7 +2,8 @@
 """Writes model/testdata/ggufpy/: a tiny LLaDA GGUF written by llama.cpp's own gguf-py,
 so that dlmcache's GGUF reader is tested on a file it did not write.
 
-    /usr/bin/python3 tools/ggufpy/make_fixture.py GGUF_PY_DIR     # from the repo root
+    /usr/bin/python3 tools/ggufpy/make_fixture.py GGUF_PY_DIR          # from the repo root
+    /usr/bin/python3 tools/ggufpy/make_fixture.py GGUF_PY_DIR probe    # quant_probe.gguf only
 
 GGUF_PY_DIR is the gguf-py directory of a llama.cpp checkout (the one holding the
 gguf package; it needs numpy only). Nothing of gguf-py is copied into this repository.
@@ -24,9 +25,10 @@ Outputs:
                           (float32, little-endian); the input ids of the logits check
   golden.safetensors      logits [n, embedding_size] of a float64 PyTorch forward
                           (tools/pyllada) over the dequantized weights, un-permuted
-  q8_probe.gguf           tensor "x" (F32: random values, exact ties and zero blocks)
-                          and "q", gguf-py's Q8_0 quantization of x, so that dlmcache's
-                          quantizer can be held to gguf-py's bit for bit
+  quant_probe.gguf        tensor "x" (F32: random values, exact ties and zero blocks),
+                          "q", gguf-py's Q8_0 quantization of x, and "q4", its Q4_0
+                          quantization, so that dlmcache's quantizers can be held to
+                          gguf-py's bit for bit
 """
 import hashlib
 import json
@@ -52,11 +54,15 @@ SEED = 33
 
 
 def main():
-    if len(sys.argv) != 2:
+    if len(sys.argv) not in (2, 3) or len(sys.argv) == 3 and sys.argv[2] != "probe":
         sys.exit(__doc__)
     sys.path.insert(0, os.path.abspath(sys.argv[1]))
     import gguf  # noqa: E402  (llama.cpp's gguf-py)
     from gguf import GGMLQuantizationType as Q
+
+    if len(sys.argv) == 3:
+        write_probe(gguf, Q)
+        return
 
     with open(os.path.join(TOK_DIR, "tokenizer.json")) as f:
         tj = json.load(f)
@@ -203,20 +209,31 @@ def main():
     with open(os.path.join(OUT, "golden.json"), "w") as f:
         json.dump(golden, f, indent=1, ensure_ascii=False)
         f.write("\n")
-    # Q8_0 probe: 64 blocks of random values, values on rounding ties, a zero block.
+    write_probe(gguf, Q)
+    print(f"wrote {path} ({os.path.getsize(path)} bytes), golden.json, golden.safetensors")
+
+
+def write_probe(gguf, Q):
+    """quant_probe.gguf (see the docstring)."""
+    # 64 blocks of random values; Q8_0 and Q4_0 rounding ties (d = 1); a zero block.
     rng = np.random.default_rng(SEED)
     x = (rng.standard_normal(64 * 32) * rng.uniform(0.01, 10, 64 * 32)).astype(np.float32)
     x[:32] = np.arange(-16, 16, dtype=np.float32) + 0.5  # d = 1: every product a rounding tie
     x[31] = 127
     x[32:64] = 0
-    pw = gguf.GGUFWriter(os.path.join(OUT, "q8_probe.gguf"), "probe")
+    x[64:96] = np.arange(-8, 8, 0.5, dtype=np.float32) + 0.25
+    x[64] = -8  # Q4_0: d = -8/-8 = 1, so x + 8.5 lands on .75 and .25
+    x[96:128] = np.arange(32, dtype=np.float32) / 4 - 4
+    x[96] = -8  # d = 1: x + 8.5 on .5 steps
+    pw = gguf.GGUFWriter(os.path.join(OUT, "quant_probe.gguf"), "probe")
     pw.add_tensor("x", x, raw_dtype=Q.F32)
     pw.add_tensor("q", gguf.quants.quantize(x, Q.Q8_0), raw_dtype=Q.Q8_0)
+    pw.add_tensor("q4", gguf.quants.quantize(x, Q.Q4_0), raw_dtype=Q.Q4_0)
     pw.write_header_to_file()
     pw.write_kv_data_to_file()
     pw.write_tensors_to_file()
     pw.close()
-    print(f"wrote {path} ({os.path.getsize(path)} bytes), golden.json, golden.safetensors")
+    print("wrote " + os.path.join(OUT, "quant_probe.gguf"))
 
 
 if __name__ == "__main__":

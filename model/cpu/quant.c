@@ -1,0 +1,328 @@
+// quant.c: ggml's quantized weights (Q8_0: a float16 scale d and 32 int8
+// quants per block of 32 values, 34 bytes; Q4_0: d and 32 4-bit quants
+// q ∈ [0, 16) standing for (q − 8)·d, 18 bytes) in the products that keep
+// them quantized (matmul.go, quant.go):
+//
+//   - decoded to float32 rows (exactly as ggml dequantizes them), for Embed,
+//     ToHost and the product that keeps activations F32 (a panel of rows
+//     decoded, then sgemm);
+//   - multiplied as integers with activations quantized per row to Q8_0
+//     blocks (float32 scales here), as llama.cpp's CPU backend multiplies
+//     them (ggml_vec_dot_q8_0_q8_0, ggml_vec_dot_q4_0_q8_0): each block's
+//     32 int8 products summed in int32 (AVX2: vpmaddubsw + vpmaddwd; the
+//     VNNI paths: vpdpbusd), scaled by d_w·d_x into float32 accumulators.
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+// half_to_float is IEEE binary16 → binary32, exactly (subnormals, ±Inf,
+// NaN included); one per block, so scalar.
+static inline float half_to_float(uint16_t h) {
+	uint32_t sign = (uint32_t)(h >> 15) << 31;
+	uint32_t exp = (h >> 10) & 0x1f;
+	uint32_t man = h & 0x3ff;
+	uint32_t bits;
+	if (exp == 0) {
+		if (man == 0) {
+			bits = sign;
+		} else {
+			int e = -14;
+			while (!(man & 0x400)) {
+				man <<= 1;
+				e--;
+			}
+			bits = sign | (uint32_t)(e + 127) << 23 | (man & 0x3ff) << 13;
+		}
+	} else if (exp == 0x1f) {
+		bits = sign | 0x7f800000u | man << 13;
+	} else {
+		bits = sign | (exp + 127 - 15) << 23 | man << 13;
+	}
+	float f;
+	memcpy(&f, &bits, 4);
+	return f;
+}
+
+static inline float block_d(const uint8_t *b) { return half_to_float((uint16_t)(b[0] | b[1] << 8)); }
+
+// block_bytes is the size of one block of the weight type wt.
+static inline long block_bytes(int wt) { return wt == DLMC_Q4_0 ? 18 : 34; }
+
+// block_quants writes the 32 quants of block b (its values over d) as int8.
+static inline void block_quants(int wt, int8_t *q, const uint8_t *b) {
+	if (wt == DLMC_Q4_0) {
+		for (int t = 0; t < 16; t++) {
+			q[t] = (int8_t)((b[2 + t] & 0x0f) - 8);
+			q[t + 16] = (int8_t)((b[2 + t] >> 4) - 8);
+		}
+	} else {
+		memcpy(q, b + 2, 32);
+	}
+}
+
+static void quant_rows_generic(int wt, float *dst, const uint8_t *src, long rows, long cols, long stride) {
+	long bb = block_bytes(wt);
+	int8_t q[32];
+	for (long i = 0; i < rows; i++, dst += cols, src += stride) {
+		const uint8_t *b = src;
+		for (long j = 0; j < cols; j += 32, b += bb) {
+			float d = block_d(b);
+			block_quants(wt, q, b);
+			for (int t = 0; t < 32; t++) dst[j + t] = (float)q[t] * d;
+		}
+	}
+}
+
+// quantize_act_generic: per block of 32, d = max|x|/127 and q = x·(1/d)
+// rounded to nearest, ties to even (as ggml's AVX2 quantize_row_q8_0);
+// d = 0 for an all-zero block.
+static void quantize_act_generic(int8_t *q, float *d, const float *x, long rows, long cols, long ldx) {
+	for (long i = 0; i < rows; i++, x += ldx) {
+		for (long j = 0; j < cols; j += 32, q += 32) {
+			float amax = 0;
+			for (int t = 0; t < 32; t++) amax = fmaxf(amax, fabsf(x[j + t]));
+			float s = amax / 127.0f;
+			float id = s != 0 ? 127.0f / amax : 0;
+			*d++ = s;
+			for (int t = 0; t < 32; t++) q[t] = (int8_t)nearbyintf(x[j + t] * id);
+		}
+	}
+}
+
+static void qmatmul_generic(int wt, int m, int n, int k, const int8_t *xq, const float *xd, const uint8_t *w,
+	long wstride, float *c, long ldc) {
+	long nb = k / 32, bb = block_bytes(wt);
+	int8_t q[32];
+	for (int j = 0; j < n; j++) {
+		const uint8_t *wr = w + j * wstride;
+		for (int i = 0; i < m; i++) {
+			const int8_t *xr = xq + (long)i * k;
+			const float *dr = xd + i * nb;
+			float acc = 0;
+			for (long b = 0; b < nb; b++) {
+				block_quants(wt, q, wr + b * bb);
+				int32_t s = 0;
+				for (int t = 0; t < 32; t++) s += (int32_t)q[t] * xr[b * 32 + t];
+				acc += (float)s * (block_d(wr + b * bb) * dr[b]);
+			}
+			c[(long)i * ldc + j] = acc;
+		}
+	}
+}
+
+#if defined(__x86_64__)
+#define TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+TARGET_AVX2 static void quant_rows_avx2(int wt, float *dst, const uint8_t *src, long rows, long cols, long stride) {
+	if (wt == DLMC_Q4_0) {
+		quant_rows_generic(wt, dst, src, rows, cols, stride);
+		return;
+	}
+	// 32 quants: sign-extend 8 at a time to int32, convert, scale.
+	for (long i = 0; i < rows; i++, dst += cols, src += stride) {
+		const uint8_t *b = src;
+		for (long j = 0; j < cols; j += 32, b += 34) {
+			__m256 d = _mm256_set1_ps(block_d(b));
+			for (int t = 0; t < 32; t += 8) {
+				__m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b + 2 + t)));
+				_mm256_storeu_ps(dst + j + t, _mm256_mul_ps(_mm256_cvtepi32_ps(q), d));
+			}
+		}
+	}
+}
+
+TARGET_AVX2 static void quantize_act_avx2(int8_t *q, float *d, const float *x, long rows, long cols, long ldx) {
+	const __m256 sign = _mm256_set1_ps(-0.0f);
+	for (long i = 0; i < rows; i++, x += ldx) {
+		for (long j = 0; j < cols; j += 32, q += 32) {
+			__m256 v[4];
+			__m256 amax = _mm256_setzero_ps();
+			for (int t = 0; t < 4; t++) {
+				v[t] = _mm256_loadu_ps(x + j + 8 * t);
+				amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[t]));
+			}
+			__m128 h = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+			h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+			h = _mm_max_ss(h, _mm_movehdup_ps(h));
+			float a = _mm_cvtss_f32(h);
+			*d++ = a / 127.0f;
+			__m256 id = _mm256_set1_ps(a != 0 ? 127.0f / a : 0);
+			__m256i r[4];
+			for (int t = 0; t < 4; t++)
+				r[t] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[t], id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+			// int32 → int16 → int8 packs interleave 128-bit lanes; the
+			// permute puts the 32 bytes back in order.
+			__m256i p = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
+			p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+			_mm256_storeu_si256((__m256i *)q, p);
+		}
+	}
+}
+
+// load_w returns block b's 32 quants as int8 (Q4_0: q − 8) and sets *d.
+TARGET_AVX2 static inline __m256i load_w(int wt, const uint8_t *b, float *d) {
+	*d = _cvtsh_ss((unsigned short)(b[0] | b[1] << 8));
+	if (wt == DLMC_Q4_0) {
+		__m128i t = _mm_loadu_si128((const __m128i *)(b + 2));
+		__m256i q = _mm256_insertf128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
+		q = _mm256_and_si256(q, _mm256_set1_epi8(0x0f));
+		return _mm256_sub_epi8(q, _mm256_set1_epi8(8));
+	}
+	return _mm256_loadu_si256((const __m256i *)(b + 2));
+}
+
+// dot32 is the 8 int32 partial sums of the 32 products w·x: |w| (unsigned)
+// times x with w's sign (signed), so that vpmaddubsw's int16 pair sums stay
+// within ±2·128·127 and never saturate.
+TARGET_AVX2 static inline __m256i dot32_avx2(__m256i aw, __m256i w, __m256i x) {
+	__m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(x, w));
+	return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+TARGET_AVX2 static inline float hsum8(__m256 v) {
+	__m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+	h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+	h = _mm_add_ss(h, _mm_movehdup_ps(h));
+	return _mm_cvtss_f32(h);
+}
+
+// QTILE defines tile_<isa>: c[MR × NR] for MR rows of x and NR rows of w
+// of type WT (all three compile-time constants where it is inlined), in
+// MR·NR float32 accumulators of 8 lanes; DOT is the int32 block product.
+// Each block's scale d_x·d_w is a scalar product broadcast, so that the
+// 4 × 2 tile's accumulators, weights and |weights| fit the 16 registers.
+#define QTILE(name, target, DOT)                                                                                \
+	target static inline __attribute__((always_inline)) void name(const int WT, const int MR, const int NR,      \
+		long nb, const int8_t *xq, long k, const float *xd, const uint8_t *w, long wstride, float *c, long ldc) { \
+		__m256 acc[4][2];                                                                                   \
+		_Pragma("GCC unroll 4") for (int i = 0; i < MR; i++) _Pragma("GCC unroll 2") for (int j = 0; j < NR; j++) \
+			acc[i][j] = _mm256_setzero_ps();                                                                  \
+		const long bb = block_bytes(WT);                                                                    \
+		for (long b = 0; b < nb; b++) {                                                                     \
+			__m256i wv[2], aw[2];                                                                           \
+			float dw[2];                                                                                    \
+			_Pragma("GCC unroll 2") for (int j = 0; j < NR; j++) {                                          \
+				wv[j] = load_w(WT, w + j * wstride + b * bb, &dw[j]);                                       \
+				aw[j] = _mm256_sign_epi8(wv[j], wv[j]);                                                     \
+			}                                                                                               \
+			_Pragma("GCC unroll 4") for (int i = 0; i < MR; i++) {                                          \
+				__m256i xv = _mm256_loadu_si256((const __m256i *)(xq + i * k + b * 32));                     \
+				float dx = xd[i * nb + b];                                                                  \
+				_Pragma("GCC unroll 2") for (int j = 0; j < NR; j++) {                                      \
+					__m256 p = _mm256_cvtepi32_ps(DOT(aw[j], wv[j], xv));                                   \
+					acc[i][j] = _mm256_fmadd_ps(p, _mm256_set1_ps(dx * dw[j]), acc[i][j]);                  \
+				}                                                                                           \
+			}                                                                                               \
+		}                                                                                                   \
+		_Pragma("GCC unroll 4") for (int i = 0; i < MR; i++) _Pragma("GCC unroll 2") for (int j = 0; j < NR; j++) \
+			c[i * ldc + j] = hsum8(acc[i][j]);                                                              \
+	}
+
+// QMATMUL defines qmatmul_<isa> from its tile: the rows of w in blocks
+// that stay in L1 (QBLOCK_BYTES), each against every row of x, 4 rows of x
+// by 2 of w at a time; one copy of the loops per weight type.
+#define QBLOCK_BYTES 16384
+#define QLOOPS(tile, WT)                                                                                    \
+	for (int j0 = 0; j0 < n; j0 += jb) {                                                                    \
+		int j1 = j0 + jb < n ? j0 + jb : n;                                                                 \
+		int i = 0;                                                                                          \
+		for (; i + 4 <= m; i += 4) {                                                                        \
+			const int8_t *x = xq + (long)i * k;                                                             \
+			const float *d = xd + (long)i * nb;                                                             \
+			int j = j0;                                                                                     \
+			for (; j + 2 <= j1; j += 2) tile(WT, 4, 2, nb, x, k, d, w + j * wstride, wstride, c + i * ldc + j, ldc); \
+			if (j < j1) tile(WT, 4, 1, nb, x, k, d, w + j * wstride, wstride, c + i * ldc + j, ldc);         \
+		}                                                                                                   \
+		for (; i < m; i++) {                                                                                \
+			const int8_t *x = xq + (long)i * k;                                                             \
+			const float *d = xd + (long)i * nb;                                                             \
+			int j = j0;                                                                                     \
+			for (; j + 2 <= j1; j += 2) tile(WT, 1, 2, nb, x, k, d, w + j * wstride, wstride, c + i * ldc + j, ldc); \
+			if (j < j1) tile(WT, 1, 1, nb, x, k, d, w + j * wstride, wstride, c + i * ldc + j, ldc);         \
+		}                                                                                                   \
+	}
+#define QMATMUL(name, target, tile)                                                                         \
+	target static void name(int wt, int m, int n, int k, const int8_t *xq, const float *xd, const uint8_t *w, \
+		long wstride, float *c, long ldc) {                                                                 \
+		long nb = k / 32;                                                                                   \
+		int jb = (int)(QBLOCK_BYTES / wstride) & ~1;                                                        \
+		if (jb < 2) jb = 2;                                                                                 \
+		if (wt == DLMC_Q4_0) {                                                                              \
+			QLOOPS(tile, DLMC_Q4_0)                                                                         \
+		} else {                                                                                            \
+			QLOOPS(tile, DLMC_Q8_0)                                                                         \
+		}                                                                                                   \
+	}
+
+QTILE(tile_avx2, TARGET_AVX2, dot32_avx2)
+QMATMUL(qmatmul_avx2, TARGET_AVX2, tile_avx2)
+
+// The VNNI paths: vpdpbusd sums the four u8·s8 products of each int32 lane
+// in one instruction (exactly, no int16 step), in place of vpmaddubsw +
+// vpmaddwd. AVX-VNNI is its VEX form (Alder Lake, Zen 5), AVX512-VNNI with
+// AVX512-VL its EVEX form on ymm registers (Ice Lake, Zen 4).
+#define TARGET_AVXVNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
+#define TARGET_AVX512VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")))
+
+TARGET_AVXVNNI static inline __m256i dot32_avxvnni(__m256i aw, __m256i w, __m256i x) {
+	return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), aw, _mm256_sign_epi8(x, w));
+}
+TARGET_AVX512VNNI static inline __m256i dot32_avx512vnni(__m256i aw, __m256i w, __m256i x) {
+	return _mm256_dpbusd_epi32(_mm256_setzero_si256(), aw, _mm256_sign_epi8(x, w));
+}
+QTILE(tile_avxvnni, TARGET_AVXVNNI, dot32_avxvnni)
+QMATMUL(qmatmul_avxvnni, TARGET_AVXVNNI, tile_avxvnni)
+QTILE(tile_avx512vnni, TARGET_AVX512VNNI, dot32_avx512vnni)
+QMATMUL(qmatmul_avx512vnni, TARGET_AVX512VNNI, tile_avx512vnni)
+
+int dlmc_quant_isa(void) {
+	__builtin_cpu_init();
+	if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !__builtin_cpu_supports("f16c"))
+		return DLMC_ISA_GENERIC;
+	if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl")) return DLMC_ISA_AVX512VNNI;
+	if (__builtin_cpu_supports("avxvnni")) return DLMC_ISA_AVXVNNI;
+	return DLMC_ISA_AVX2;
+}
+#else
+int dlmc_quant_isa(void) { return DLMC_ISA_GENERIC; }
+#endif
+
+void dlmc_quant_rows(int simd, int wt, float *dst, const uint8_t *src, long rows, long cols, long stride) {
+#if defined(__x86_64__)
+	if (simd) {
+		quant_rows_avx2(wt, dst, src, rows, cols, stride);
+		return;
+	}
+#endif
+	(void)simd;
+	quant_rows_generic(wt, dst, src, rows, cols, stride);
+}
+
+void dlmc_quantize_act(int isa, int8_t *q, float *d, const float *x, long rows, long cols, long ldx) {
+#if defined(__x86_64__)
+	if (isa != DLMC_ISA_GENERIC) {
+		quantize_act_avx2(q, d, x, rows, cols, ldx);
+		return;
+	}
+#endif
+	(void)isa;
+	quantize_act_generic(q, d, x, rows, cols, ldx);
+}
+
+void dlmc_qmatmul(int isa, int wt, int m, int n, int k, const int8_t *xq, const float *xd, const uint8_t *w,
+	long wstride, float *c, long ldc) {
+	switch (isa) {
+#if defined(__x86_64__)
+	case DLMC_ISA_AVX2: qmatmul_avx2(wt, m, n, k, xq, xd, w, wstride, c, ldc); return;
+	case DLMC_ISA_AVXVNNI: qmatmul_avxvnni(wt, m, n, k, xq, xd, w, wstride, c, ldc); return;
+	case DLMC_ISA_AVX512VNNI: qmatmul_avx512vnni(wt, m, n, k, xq, xd, w, wstride, c, ldc); return;
+#endif
+	default: qmatmul_generic(wt, m, n, k, xq, xd, w, wstride, c, ldc);
+	}
+}

@@ -1,0 +1,228 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/dlmcache/dlmcache/model/backend"
+	"github.com/dlmcache/dlmcache/model/gguf"
+)
+
+// quantTypes are the quantized weight types the backend keeps.
+var quantTypes = []backend.QuantType{backend.Q8_0, backend.Q4_0}
+
+// quantWeight quantizes a random [rows, cols] matrix to typ and returns the
+// raw blocks and their exact float32 values.
+func quantWeight(t testing.TB, rng *rand.Rand, typ backend.QuantType, rows, cols int) ([]byte, []float32) {
+	t.Helper()
+	w := make([]float32, rows*cols)
+	for i := range w {
+		w[i] = float32(rng.NormFloat64())
+	}
+	raw, err := gguf.FromF32(gguf.GGMLType(typ), w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deq, err := gguf.ToF32(gguf.GGMLType(typ), raw, len(w))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw, deq
+}
+
+// actBound is, for each element of x·wᵀ, a bound on what quantizing x per
+// block of 32 (d = max|x|/127, values rounded to the nearest multiple of
+// d) can change it by: Σ_k |w_jk|·d(x_i, block of k)/2, plus float32
+// rounding of the sums (1e-5 of Σ|x||w|).
+func actBound(x, w []float32, n, in, out int) []float64 {
+	bound := make([]float64, n*out)
+	for i := range n {
+		xr := x[i*in : (i+1)*in]
+		half := make([]float64, in)
+		for b := 0; b < in; b += 32 {
+			var amax float64
+			for _, v := range xr[b : b+32] {
+				amax = max(amax, math.Abs(float64(v)))
+			}
+			for k := b; k < b+32; k++ {
+				half[k] = amax / 127 / 2 * 1.0001
+			}
+		}
+		for j := range out {
+			var s, abs float64
+			for k, wv := range w[j*in : (j+1)*in] {
+				s += math.Abs(float64(wv)) * half[k]
+				abs += math.Abs(float64(wv) * float64(xr[k]))
+			}
+			bound[i*out+j] = s + 1e-5*abs + 1e-6
+		}
+	}
+	return bound
+}
+
+// TestQuantWeight: products of a Q8_0 or Q4_0 weight, on each way of
+// multiplying (f32: decoded panels and sgemm; int8: activations quantized
+// per row, on each instruction set this machine runs) against the same
+// weight dequantized to float32: within 1e-5 for f32, within actBound for
+// int8; Embed, ToHost and row views give the dequantized values exactly.
+func TestQuantWeight(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	isas := []int{isaGeneric}
+	for isa := isaAVX2; isa <= quantISA; isa++ {
+		isas = append(isas, isa)
+	}
+	if quantISA < isaAVX512VNNI {
+		t.Logf("int8 products tested on %d of 4 instruction sets: this CPU lacks the others (VNNI paths run only where the CPU has them)", len(isas))
+	}
+	for _, typ := range quantTypes {
+		for _, threads := range []int{1, 2} {
+			b := New(threads)
+			for _, sh := range [][3]int{{1, 64, 5}, {7, 96, 40}, {300, 256, 384}, {33, 4096, 20}, {5, 32, 3}} {
+				n, in, out := sh[0], sh[1], sh[2]
+				raw, deq := quantWeight(t, rng, typ, out, in)
+				wq, err := b.WeightQuant(typ, out, in, raw)
+				if err != nil {
+					t.Fatal(err)
+				}
+				wf := b.FromHost(out, in, deq)
+				x := make([]float32, n*in)
+				for i := range x {
+					x[i] = float32(rng.NormFloat64() * math.Exp(rng.NormFloat64()))
+				}
+				xs := b.FromHost(n, in, x)
+				want := b.New(n, out)
+				b.MatMul(want, xs, wf)
+				w := b.ToHost(want, nil)
+				var scale float64
+				for i := range w {
+					scale = max(scale, math.Abs(float64(w[i])))
+				}
+				bound := actBound(x, deq, n, in, out)
+				for _, isa := range append([]int{-1}, isas...) {
+					b.quantISA = isa
+					got := b.New(n, out)
+					b.MatMul(got, xs, wq)
+					g := b.ToHost(got, nil)
+					for i := range w {
+						diff := math.Abs(float64(g[i] - w[i]))
+						if isa < 0 && diff > 1e-5*scale || isa >= 0 && diff > bound[i] {
+							t.Fatalf("%s, threads %d, %v, isa %d: element %d is %g, the dequantized weight's %g (bound %g)", typ, threads, sh, isa, i, g[i], w[i], bound[i])
+						}
+					}
+				}
+				if h := b.ToHost(wq, nil); !equalF32(h, deq) {
+					t.Errorf("%s %v: ToHost differs from the dequantized values", typ, sh)
+				}
+				ids := []int32{int32(out - 1), 0, int32(out / 2)}
+				e := b.New(len(ids), in)
+				b.Embed(e, wq, ids)
+				eh := b.ToHost(e, nil)
+				for i, id := range ids {
+					if !equalF32(eh[i*in:(i+1)*in], deq[int(id)*in:(int(id)+1)*in]) {
+						t.Errorf("%s %v: Embed row %d differs", typ, sh, id)
+					}
+				}
+				if out > 2 {
+					v := b.RowView(wq, 1, out-1)
+					if h := b.ToHost(v, nil); !equalF32(h, deq[in:(out-1)*in]) {
+						t.Errorf("%s %v: RowView differs", typ, sh)
+					}
+				}
+			}
+		}
+	}
+	b := New(1)
+	for _, bad := range [][2]int{{2, 48}, {2, 0}, {-1, 32}} {
+		if _, err := b.WeightQuant(backend.Q8_0, bad[0], bad[1], make([]byte, 100)); err == nil {
+			t.Errorf("%v: no error", bad)
+		}
+	}
+	if _, err := b.WeightQuant(backend.Q8_0, 2, 32, make([]byte, 67)); err == nil {
+		t.Error("short data: no error")
+	}
+	if _, err := b.WeightQuant(backend.Q4_0, 2, 32, make([]byte, 34)); err == nil {
+		t.Error("Q4_0 short data: no error")
+	}
+	if _, err := b.WeightQuant(backend.QuantType(12), 2, 256, make([]byte, 288)); err == nil {
+		t.Error("Q4_K: no error")
+	}
+	var _ backend.QuantWeighter = b
+}
+
+// TestQuantProductsInt8Exact: the vector int8 products and the plain C one
+// sum the same int32 block products, so they differ only in the order of
+// the float32 accumulation (within 1e-5 of Σ|x||w|); the AVX2 activation
+// quantizer and the C one agree bit for bit. Shapes cover the tile edges
+// (rows of x not a multiple of 4, of w not a multiple of 2) and weights
+// larger than a cache block.
+func TestQuantProductsInt8Exact(t *testing.T) {
+	if quantISA == isaGeneric {
+		t.Skip("no AVX2+FMA+F16C: only the plain C int8 product runs here")
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, typ := range quantTypes {
+		for _, sh := range [][3]int{{1, 32, 1}, {4, 64, 2}, {6, 160, 7}, {13, 1024, 33}, {9, 4096, 11}} {
+			n, in, out := sh[0], sh[1], sh[2]
+			raw, _ := quantWeight(t, rng, typ, out, in)
+			w := &Tensor{rows: out, cols: in, stride: in, q: raw, qStride: len(raw) / out, qType: typ}
+			x := make([]float32, n*in)
+			for i := range x {
+				x[i] = float32(rng.NormFloat64() * 3)
+			}
+			x[0] = 0 // and a block of zeros below
+			for k := range min(32, in) {
+				x[(n-1)*in+k] = 0
+			}
+			qg, dg := make([]int8, n*in), make([]float32, n*in/32)
+			quantizeAct(isaGeneric, qg, dg, x, n, in, in)
+			want := make([]float32, n*out)
+			qMatMul(isaGeneric, n, out, in, qg, dg, w, 0, want, out)
+			for isa := isaAVX2; isa <= quantISA; isa++ {
+				q, d := make([]int8, n*in), make([]float32, n*in/32)
+				quantizeAct(isa, q, d, x, n, in, in)
+				if fmt.Sprint(q) != fmt.Sprint(qg) || !equalF32(d, dg) {
+					t.Fatalf("%s %v isa %d: quantized activations differ from the C quantizer's", typ, sh, isa)
+				}
+				got := make([]float32, n*out)
+				qMatMul(isa, n, out, in, q, d, w, 0, got, out)
+				for i := range want {
+					if math.Abs(float64(got[i]-want[i])) > 1e-5*math.Abs(float64(want[i]))+1e-4 {
+						t.Fatalf("%s %v isa %d: element %d is %g, the C product's %g", typ, sh, isa, i, got[i], want[i])
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestQuantRowsGeneric: the AVX2 decoder and the plain C one agree bit for
+// bit with gguf's decoder (the Go test machine runs the one it has; this
+// runs both).
+func TestQuantRowsGeneric(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, typ := range quantTypes {
+		raw, deq := quantWeight(t, rng, typ, 5, 128)
+		w := &Tensor{rows: 5, cols: 128, stride: 128, q: raw, qStride: len(raw) / 5, qType: typ}
+		for _, s := range []bool{false, true} {
+			dst := make([]float32, 5*128)
+			quantRowsWith(s, dst, w, 0, 5)
+			if !equalF32(dst, deq) {
+				t.Errorf("%s simd %v: decoded values differ from gguf's", typ, s)
+			}
+		}
+	}
+}
+
+func equalF32(a, b []float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return false
+		}
+	}
+	return true
+}
