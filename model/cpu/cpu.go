@@ -118,8 +118,8 @@ type Backend struct {
 	// bf16x recycles the BF16 copies of activations that oneDNN's BF16
 	// products take.
 	bf16x sync.Pool
-	// i8x recycles the int8 copies of activations that the int8 products
-	// with quantized weights take.
+	// i8x recycles the quantized copies of activations that the int8
+	// products with quantized weights take.
 	i8x sync.Pool
 	// quantISA is the instruction set of the int8 products with quantized
 	// weights (quant.c), or -1 where they decode the weight and keep the

@@ -109,32 +109,42 @@ var quantISA = int(C.dlmc_quant_isa())
 // isaNames names quantISA's values.
 var isaNames = map[int]string{isaGeneric: "generic C", isaAVX2: "AVX2", isaAVXVNNI: "AVX-VNNI", isaAVX512VNNI: "AVX512-VNNI"}
 
+// actBytes is the size of one quantized activation for the instruction
+// set isa: int16 for the AVX2 product, int8 for the others.
+func actBytes(isa int) int {
+	if isa == isaAVX2 {
+		return 2
+	}
+	return 1
+}
+
 // quantizeAct quantizes rows of x (rows × cols, row stride ldx; cols a
-// multiple of 32) per block of 32 into q (rows·cols int8) and d
-// (rows·cols/32 scales) with the instruction set isa.
-func quantizeAct(isa int, q []int8, d []float32, x []float32, rows, cols, ldx int) {
+// multiple of 32) per block of 32 into q (rows·cols values of
+// actBytes(isa) bytes) and d (rows·cols/32 scales) for the instruction
+// set isa.
+func quantizeAct(isa int, q []byte, d []float32, x []float32, rows, cols, ldx int) {
 	if rows == 0 {
 		return
 	}
-	if cols%32 != 0 || len(q) < rows*cols || len(d) < rows*cols/32 || len(x) < (rows-1)*ldx+cols {
+	if cols%32 != 0 || len(q) < rows*cols*actBytes(isa) || len(d) < rows*cols/32 || len(x) < (rows-1)*ldx+cols {
 		panic("cpu: quantizeAct: bad shape or buffers too short")
 	}
-	C.dlmc_quantize_act(C.int(isa), (*C.int8_t)(unsafe.Pointer(&q[0])), (*C.float)(unsafe.Pointer(&d[0])),
+	C.dlmc_quantize_act(C.int(isa), unsafe.Pointer(&q[0]), (*C.float)(unsafe.Pointer(&d[0])),
 		(*C.float)(unsafe.Pointer(&x[0])), C.long(rows), C.long(cols), C.long(ldx))
 }
 
 // qMatMul computes c[m × n] (row stride ldc) = x·wᵀ for m quantized rows
-// of x (q, d from quantizeAct, k values each) and rows [j0, j0+n) of the
-// quantized weight w, with the instruction set isa.
-func qMatMul(isa int, m, n, k int, q []int8, d []float32, w *Tensor, j0 int, c []float32, ldc int) {
+// of x (q, d from quantizeAct with the same isa, k values each) and rows
+// [j0, j0+n) of the quantized weight w, with the instruction set isa.
+func qMatMul(isa int, m, n, k int, q []byte, d []float32, w *Tensor, j0 int, c []float32, ldc int) {
 	if m == 0 || n == 0 {
 		return
 	}
-	if k != w.cols || len(q) < m*k || len(d) < m*k/32 || j0+n > w.rows || len(c) < (m-1)*ldc+n {
+	if k != w.cols || len(q) < m*k*actBytes(isa) || len(d) < m*k/32 || j0+n > w.rows || len(c) < (m-1)*ldc+n {
 		panic("cpu: qMatMul: bad shape or buffers too short")
 	}
 	src := w.q[j0*w.qStride : (j0+n)*w.qStride]
-	C.dlmc_qmatmul(C.int(isa), C.int(w.qType), C.int(m), C.int(n), C.int(k), (*C.int8_t)(unsafe.Pointer(&q[0])),
+	C.dlmc_qmatmul(C.int(isa), C.int(w.qType), C.int(m), C.int(n), C.int(k), unsafe.Pointer(&q[0]),
 		(*C.float)(unsafe.Pointer(&d[0])), (*C.uint8_t)(unsafe.Pointer(&src[0])), C.long(w.qStride),
 		(*C.float)(unsafe.Pointer(&c[0])), C.long(ldc))
 }

@@ -46,7 +46,7 @@ void dlmc_f32_to_bf16(uint16_t *dst, const float *src, long rows, long cols, lon
 #define DLMC_Q4_0 2 // blocks of 32: float16 d, 16 bytes of 4-bit q; (q − 8)·d
 #define DLMC_Q8_0 8 // blocks of 32: float16 d, 32 int8 q; q·d
 #define DLMC_ISA_GENERIC 0
-#define DLMC_ISA_AVX2 1       // AVX2, FMA, F16C: vpmaddubsw + vpmaddwd
+#define DLMC_ISA_AVX2 1       // AVX2, FMA, F16C: vpmaddwd on int16
 #define DLMC_ISA_AVXVNNI 2    // AVX-VNNI: vpdpbusd (VEX)
 #define DLMC_ISA_AVX512VNNI 3 // AVX512-VNNI + AVX512-VL: vpdpbusd on ymm
 // The best of the above this machine runs.
@@ -58,13 +58,14 @@ void dlmc_quant_rows(int simd, int wt, float *dst, const uint8_t *src, long rows
 // Activations quantized per row as llama.cpp's Q8_0 (float32 scales):
 // for each block of 32 of each row of x (row stride ldx; cols a multiple
 // of 32), d = max|x|/127 into d (rows·cols/32, dense) and x·(127/max|x|)
-// rounded to nearest, ties to even, into q (rows × cols, dense).
-void dlmc_quantize_act(int isa, int8_t *q, float *d, const float *x, long rows, long cols, long ldx);
-// c[m × n] (row stride ldc) = xᵀ·w products: row i of x (q, d as
-// dlmc_quantize_act writes them, k values) times row j of the weight w
-// (type wt, rows wstride bytes apart), block by block in int32, each
-// block's sum scaled by d_w·d_x and accumulated in float32.
-void dlmc_qmatmul(int isa, int wt, int m, int n, int k, const int8_t *xq, const float *xd, const uint8_t *w,
+// rounded to nearest, ties to even, into q (rows × cols, dense): int16
+// for isa DLMC_ISA_AVX2 (its product's form), int8 for the others.
+void dlmc_quantize_act(int isa, void *q, float *d, const float *x, long rows, long cols, long ldx);
+// c[m × n] (row stride ldc) = x·wᵀ: row i of x (q, d as dlmc_quantize_act
+// writes them for isa, k values) times row j of the weight w (type wt,
+// rows wstride bytes apart), block by block in int32, each block's sum
+// scaled by d_w·d_x and accumulated in float32.
+void dlmc_qmatmul(int isa, int wt, int m, int n, int k, const void *xq, const float *xd, const uint8_t *w,
 	long wstride, float *c, long ldc);
 
 // rowops.c: RMSNorm of rows of x (stride ldx) by the weight w into dst.

@@ -185,25 +185,25 @@ func (b *Backend) matMulQuant(d, xs, ws *Tensor) {
 		return
 	}
 	n, in, out := xs.rows, xs.cols, ws.rows
-	q := b.int8Scratch(n * in)
+	row := in * actBytes(b.quantISA)
+	q := b.byteScratch(n * row)
 	defer b.i8x.Put(&q)
 	ds := b.bufs.scratch(n * in / 32)
 	defer b.bufs.put(ds)
 	b.parallel(n, rowGrain(in), func(lo, hi int) {
-		quantizeAct(b.quantISA, q[lo*in:], ds[lo*in/32:], xs.data[lo*xs.stride:], hi-lo, in, xs.stride)
+		quantizeAct(b.quantISA, q[lo*row:], ds[lo*in/32:], xs.data[lo*xs.stride:], hi-lo, in, xs.stride)
 	})
 	b.forParts(n, in, out, func(r0, r1, c0, c1 int) {
-		qMatMul(b.quantISA, r1-r0, c1-c0, in, q[r0*in:], ds[r0*in/32:], ws, c0, d.data[r0*d.stride+c0:], d.stride)
+		qMatMul(b.quantISA, r1-r0, c1-c0, in, q[r0*row:], ds[r0*in/32:], ws, c0, d.data[r0*d.stride+c0:], d.stride)
 	})
 }
 
-// int8Scratch returns an int8 buffer of n elements from the backend's
-// pool.
-func (b *Backend) int8Scratch(n int) []int8 {
-	if p, ok := b.i8x.Get().(*[]int8); ok && cap(*p) >= n {
+// byteScratch returns a buffer of n bytes from the backend's pool.
+func (b *Backend) byteScratch(n int) []byte {
+	if p, ok := b.i8x.Get().(*[]byte); ok && cap(*p) >= n {
 		return (*p)[:n]
 	}
-	return make([]int8, n)
+	return make([]byte, n)
 }
 
 // convertedMatMul computes d = x·wᵀ for a weight kept in another type

@@ -82,15 +82,21 @@ static void quant_rows_generic(int wt, float *dst, const uint8_t *src, long rows
 // quantize_act_generic: per block of 32, d = max|x|/127 and q = x·(1/d)
 // rounded to nearest, ties to even (as ggml's AVX2 quantize_row_q8_0);
 // d = 0 for an all-zero block.
-static void quantize_act_generic(int8_t *q, float *d, const float *x, long rows, long cols, long ldx) {
+static void quantize_act_generic(int wide, void *qv, float *d, const float *x, long rows, long cols, long ldx) {
+	int8_t *q = qv;
+	int16_t *q16 = qv;
 	for (long i = 0; i < rows; i++, x += ldx) {
-		for (long j = 0; j < cols; j += 32, q += 32) {
+		for (long j = 0; j < cols; j += 32, q += 32, q16 += 32) {
 			float amax = 0;
 			for (int t = 0; t < 32; t++) amax = fmaxf(amax, fabsf(x[j + t]));
 			float s = amax / 127.0f;
 			float id = s != 0 ? 127.0f / amax : 0;
 			*d++ = s;
-			for (int t = 0; t < 32; t++) q[t] = (int8_t)nearbyintf(x[j + t] * id);
+			for (int t = 0; t < 32; t++) {
+				int8_t v = (int8_t)nearbyintf(x[j + t] * id);
+				if (wide) q16[t] = v;
+				else q[t] = v;
+			}
 		}
 	}
 }
@@ -137,10 +143,12 @@ TARGET_AVX2 static void quant_rows_avx2(int wt, float *dst, const uint8_t *src, 
 	}
 }
 
-TARGET_AVX2 static void quantize_act_avx2(int8_t *q, float *d, const float *x, long rows, long cols, long ldx) {
+TARGET_AVX2 static void quantize_act_avx2(int wide, void *qv, float *d, const float *x, long rows, long cols, long ldx) {
 	const __m256 sign = _mm256_set1_ps(-0.0f);
+	int8_t *q = qv;
+	int16_t *q16 = qv;
 	for (long i = 0; i < rows; i++, x += ldx) {
-		for (long j = 0; j < cols; j += 32, q += 32) {
+		for (long j = 0; j < cols; j += 32, q += 32, q16 += 32) {
 			__m256 v[4];
 			__m256 amax = _mm256_setzero_ps();
 			for (int t = 0; t < 4; t++) {
@@ -157,8 +165,14 @@ TARGET_AVX2 static void quantize_act_avx2(int8_t *q, float *d, const float *x, l
 			for (int t = 0; t < 4; t++)
 				r[t] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[t], id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 			// int32 → int16 → int8 packs interleave 128-bit lanes; the
-			// permute puts the 32 bytes back in order.
-			__m256i p = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
+			// permutes put the values back in order.
+			__m256i h0 = _mm256_packs_epi32(r[0], r[1]), h1 = _mm256_packs_epi32(r[2], r[3]);
+			if (wide) {
+				_mm256_storeu_si256((__m256i *)q16, _mm256_permute4x64_epi64(h0, 0xd8));
+				_mm256_storeu_si256((__m256i *)(q16 + 16), _mm256_permute4x64_epi64(h1, 0xd8));
+				continue;
+			}
+			__m256i p = _mm256_packs_epi16(h0, h1);
 			p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 			_mm256_storeu_si256((__m256i *)q, p);
 		}
@@ -260,8 +274,95 @@ TARGET_AVX2 static inline float hsum8(__m256 v) {
 		}                                                                                                   \
 	}
 
-QTILE(tile_avx2, TARGET_AVX2, dot32_avx2)
-QMATMUL(qmatmul_avx2, TARGET_AVX2, tile_avx2)
+// The AVX2 product: vpmaddwd on int16, on weights repacked 8 rows at a
+// time so that each int32 lane is one row's (one output's) sum. Per block
+// of 32 values and group of 8 rows of w, the pack holds the 8 float32
+// scales and 16 vectors of 16 int16: vector t is, for each row r, its
+// values 2t and 2t+1. A row of x (int16, dlmc_quantize_act's wide form)
+// multiplies a vector by broadcasting its values 2t, 2t+1 to every lane
+// (vpbroadcastd): one vpmaddwd and one vpaddd per 16 products, exact, and
+// one conversion and FMA per block and 8 outputs; no horizontal sums. The
+// pack covers QPACK_BLOCKS blocks (16 KB of int16, in L1 beside 4 rows of
+// x), made on the fly from the weight's own blocks: nothing is kept.
+#define QPACK_BLOCKS 32
+
+TARGET_AVX2 static void pack8(int wt, int rows, long b0, long nb, const uint8_t *w, long wstride, int16_t *v,
+	float *sc) {
+	long bb = block_bytes(wt);
+	_Alignas(32) uint32_t q[16]; // 32 int16, in pairs
+	for (long b = 0; b < nb; b++) {
+		uint32_t *vb = (uint32_t *)(v + b * 256);
+		for (int r = 0; r < 8; r++) {
+			if (r >= rows) {
+				sc[b * 8 + r] = 0;
+				for (int t = 0; t < 16; t++) vb[t * 8 + r] = 0;
+				continue;
+			}
+			const uint8_t *blk = w + r * wstride + (b0 + b) * bb;
+			float d;
+			__m256i q8 = load_w(wt, blk, &d);
+			sc[b * 8 + r] = d;
+			_mm256_store_si256((__m256i *)q, _mm256_cvtepi8_epi16(_mm256_castsi256_si128(q8)));
+			_mm256_store_si256((__m256i *)(q + 8), _mm256_cvtepi8_epi16(_mm256_extracti128_si256(q8, 1)));
+			for (int t = 0; t < 16; t++) vb[t * 8 + r] = q[t];
+		}
+	}
+}
+
+// mm8 adds to (first: stores in) c[MR × 8] the products of MR rows of x
+// (int16, row stride k, scales xd row stride nb; blocks [0, nb_) of the
+// pack) with the packed group; cols of the 8 are written.
+TARGET_AVX2 static inline __attribute__((always_inline)) void mm8(const int MR, long nb_, const int16_t *x, long k,
+	const float *xd, long nb, const int16_t *v, const float *sc, float *c, long ldc, int first, int cols) {
+	__m256 fa[4];
+	_Pragma("GCC unroll 4") for (int i = 0; i < MR; i++) fa[i] = _mm256_setzero_ps();
+	for (long b = 0; b < nb_; b++) {
+		__m256i acc[4];
+		_Pragma("GCC unroll 4") for (int i = 0; i < MR; i++) acc[i] = _mm256_setzero_si256();
+		const __m256i *vb = (const __m256i *)(v + b * 256);
+		_Pragma("GCC unroll 2") for (int t = 0; t < 16; t++) {
+			__m256i V = _mm256_load_si256(vb + t);
+			_Pragma("GCC unroll 4") for (int i = 0; i < MR; i++) {
+				int32_t pair;
+				memcpy(&pair, x + i * k + b * 32 + 2 * t, 4);
+				acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(V, _mm256_set1_epi32(pair)));
+			}
+		}
+		__m256 S = _mm256_load_ps(sc + b * 8);
+		_Pragma("GCC unroll 4") for (int i = 0; i < MR; i++)
+			fa[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i]), _mm256_mul_ps(S, _mm256_set1_ps(xd[i * nb + b])), fa[i]);
+	}
+	_Pragma("GCC unroll 4") for (int i = 0; i < MR; i++) {
+		float *o = c + i * ldc;
+		if (cols == 8) {
+			if (!first) fa[i] = _mm256_add_ps(fa[i], _mm256_loadu_ps(o));
+			_mm256_storeu_ps(o, fa[i]);
+		} else {
+			float t[8];
+			_mm256_storeu_ps(t, fa[i]);
+			for (int j = 0; j < cols; j++) o[j] = first ? t[j] : o[j] + t[j];
+		}
+	}
+}
+
+TARGET_AVX2 static void qmatmul_avx2(int wt, int m, int n, int k, const int16_t *xq, const float *xd, const uint8_t *w,
+	long wstride, float *c, long ldc) {
+	_Alignas(32) int16_t v[QPACK_BLOCKS * 256];
+	_Alignas(32) float sc[QPACK_BLOCKS * 8];
+	long nb = k / 32;
+	for (int j = 0; j < n; j += 8) {
+		int cols = n - j < 8 ? n - j : 8;
+		for (long b0 = 0; b0 < nb; b0 += QPACK_BLOCKS) {
+			long nb_ = nb - b0 < QPACK_BLOCKS ? nb - b0 : QPACK_BLOCKS;
+			pack8(wt, cols, b0, nb_, w + j * wstride, wstride, v, sc);
+			int i = 0;
+			for (; i + 4 <= m; i += 4)
+				mm8(4, nb_, xq + (long)i * k + b0 * 32, k, xd + i * nb + b0, nb, v, sc, c + (long)i * ldc + j, ldc, b0 == 0, cols);
+			for (; i < m; i++)
+				mm8(1, nb_, xq + (long)i * k + b0 * 32, k, xd + i * nb + b0, nb, v, sc, c + (long)i * ldc + j, ldc, b0 == 0, cols);
+		}
+	}
+}
 
 // The VNNI paths: vpdpbusd sums the four u8·s8 products of each int32 lane
 // in one instruction (exactly, no int16 step), in place of vpmaddubsw +
@@ -304,18 +405,17 @@ void dlmc_quant_rows(int simd, int wt, float *dst, const uint8_t *src, long rows
 	quant_rows_generic(wt, dst, src, rows, cols, stride);
 }
 
-void dlmc_quantize_act(int isa, int8_t *q, float *d, const float *x, long rows, long cols, long ldx) {
+void dlmc_quantize_act(int isa, void *q, float *d, const float *x, long rows, long cols, long ldx) {
 #if defined(__x86_64__)
 	if (isa != DLMC_ISA_GENERIC) {
-		quantize_act_avx2(q, d, x, rows, cols, ldx);
+		quantize_act_avx2(isa == DLMC_ISA_AVX2, q, d, x, rows, cols, ldx);
 		return;
 	}
 #endif
-	(void)isa;
-	quantize_act_generic(q, d, x, rows, cols, ldx);
+	quantize_act_generic(isa == DLMC_ISA_AVX2, q, d, x, rows, cols, ldx);
 }
 
-void dlmc_qmatmul(int isa, int wt, int m, int n, int k, const int8_t *xq, const float *xd, const uint8_t *w,
+void dlmc_qmatmul(int isa, int wt, int m, int n, int k, const void *xq, const float *xd, const uint8_t *w,
 	long wstride, float *c, long ldc) {
 	switch (isa) {
 #if defined(__x86_64__)
