@@ -169,48 +169,39 @@ func encodeValue(h *bytes.Buffer, v Value) error {
 		h.WriteString(s)
 		return nil
 	}
-	var ok bool
-	switch x := v.v.(type) {
-	case uint8:
-		ok = v.Type == TypeUint8
-		h.WriteByte(x)
-	case int8:
-		ok = v.Type == TypeInt8
-		h.WriteByte(byte(x))
-	case bool:
-		ok = v.Type == TypeBool
-		if x {
-			h.WriteByte(1)
-		} else {
-			h.WriteByte(0)
+	if put, known := scalarWriters[v.Type]; known {
+		if b, ok := put(nil, v.v); ok {
+			h.Write(b)
+			return nil
 		}
-	case uint16:
-		ok = v.Type == TypeUint16
-		h.Write(le.AppendUint16(nil, x))
-	case int16:
-		ok = v.Type == TypeInt16
-		h.Write(le.AppendUint16(nil, uint16(x)))
-	case uint32:
-		ok = v.Type == TypeUint32
-		h.Write(le.AppendUint32(nil, x))
-	case int32:
-		ok = v.Type == TypeInt32
-		h.Write(le.AppendUint32(nil, uint32(x)))
-	case float32:
-		ok = v.Type == TypeFloat32
-		h.Write(le.AppendUint32(nil, math.Float32bits(x)))
-	case uint64:
-		ok = v.Type == TypeUint64
-		h.Write(le.AppendUint64(nil, x))
-	case int64:
-		ok = v.Type == TypeInt64
-		h.Write(le.AppendUint64(nil, uint64(x)))
-	case float64:
-		ok = v.Type == TypeFloat64
-		h.Write(le.AppendUint64(nil, math.Float64bits(x)))
 	}
-	if !ok {
-		return fmt.Errorf("a %s value holds %T", v.Type, v.v)
+	return fmt.Errorf("a %s value holds %T", v.Type, v.v)
+}
+
+// scalarWriters is the table of the fixed-size value types: each appends
+// the encoding of a value holding that type's Go type, and reports false
+// for any other Go type.
+var scalarWriters = map[ValueType]func([]byte, any) ([]byte, bool){
+	TypeUint8:   scalar(func(b []byte, x uint8) []byte { return append(b, x) }),
+	TypeInt8:    scalar(func(b []byte, x int8) []byte { return append(b, byte(x)) }),
+	TypeBool:    scalar(func(b []byte, x bool) []byte { return append(b, map[bool]byte{true: 1}[x]) }),
+	TypeUint16:  scalar(le.AppendUint16),
+	TypeInt16:   scalar(func(b []byte, x int16) []byte { return le.AppendUint16(b, uint16(x)) }),
+	TypeUint32:  scalar(le.AppendUint32),
+	TypeInt32:   scalar(func(b []byte, x int32) []byte { return le.AppendUint32(b, uint32(x)) }),
+	TypeFloat32: scalar(func(b []byte, x float32) []byte { return le.AppendUint32(b, math.Float32bits(x)) }),
+	TypeUint64:  scalar(le.AppendUint64),
+	TypeInt64:   scalar(func(b []byte, x int64) []byte { return le.AppendUint64(b, uint64(x)) }),
+	TypeFloat64: scalar(func(b []byte, x float64) []byte { return le.AppendUint64(b, math.Float64bits(x)) }),
+}
+
+// scalar makes a scalarWriters entry from an appender of T.
+func scalar[T any](put func([]byte, T) []byte) func([]byte, any) ([]byte, bool) {
+	return func(b []byte, v any) ([]byte, bool) {
+		x, ok := v.(T)
+		if !ok {
+			return b, false
+		}
+		return put(b, x), true
 	}
-	return nil
 }
