@@ -169,7 +169,7 @@ CUDA_MAJOR ?= 13
 gpu-bundle: cuda-deps
 	bash scripts/gpu-bundle.sh $(GPU_BUNDLE) $(CUDA_MAJOR)
 
-# ggufpy-check converts the bundled model to GGUF (F32, F16, BF16, Q8_0),
+# ggufpy-check converts the bundled model to GGUF (F32, F16, BF16, Q8_0, Q4_0),
 # reads the files with llama.cpp's gguf-py and checks them against what
 # llama.cpp's converter writes, byte for byte (tools/ggufpy/check_convert.py).
 # GGUF_PY is llama.cpp's gguf-py directory; gguf-py is not a dependency of
@@ -181,5 +181,5 @@ PYTHON    ?= /usr/bin/python3
 ggufpy-check: build
 	@if [ -z "$(GGUF_PY)" ]; then echo "ggufpy-check: set GGUF_PY to the gguf-py directory of a llama.cpp checkout"; exit 2; fi
 	@d=$$(mktemp -d); trap 'rm -rf "$$d"' EXIT; \
-	for t in f32 f16 bf16 q8_0; do $(BIN) convert llada-tiny $$d/llada-tiny-$$t.gguf --outtype $$t >/dev/null || exit 1; done; \
+	for t in f32 f16 bf16 q8_0 q4_0; do $(BIN) convert llada-tiny $$d/llada-tiny-$$t.gguf --outtype $$t >/dev/null || exit 1; done; \
 	$(PYTHON) tools/ggufpy/check_convert.py $(GGUF_PY) models/llada-tiny $$d/*.gguf

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,8 +18,9 @@ import (
 // benchSeq is the canvas length of the step benchmarks.
 const benchSeq = 512
 
-// benchDirs are the checkpoints to benchmark: every subdirectory of
-// $DLMCACHE_BENCH_DIR (make bench writes them with tools/benchckpt), or a
+// benchDirs are the checkpoints to benchmark: every subdirectory and .gguf
+// file of $DLMCACHE_BENCH_DIR (make bench writes them with tools/benchckpt
+// and dlmcache convert; a GGUF's benchmark is named without .gguf), or a
 // random LLaDA-tiny-like shape (8 layers, d 256) written on the fly.
 func benchDirs(b *testing.B) []string {
 	if root := os.Getenv("DLMCACHE_BENCH_DIR"); root != "" {
@@ -28,7 +30,7 @@ func benchDirs(b *testing.B) []string {
 		}
 		var dirs []string
 		for _, e := range ents {
-			if e.IsDir() {
+			if e.IsDir() || strings.HasSuffix(e.Name(), ".gguf") {
 				dirs = append(dirs, filepath.Join(root, e.Name()))
 			}
 		}
@@ -83,7 +85,7 @@ func (s *kvStore) Observe(l int, _ []int32, _, k, v backend.Tensor) {
 // $DLMCACHE_CPU_BF16=f32 converts a BF16 checkpoint at load.
 func BenchmarkStep(b *testing.B) {
 	for _, dir := range benchDirs(b) {
-		b.Run(filepath.Base(dir), func(b *testing.B) { benchStep(b, dir) })
+		b.Run(strings.TrimSuffix(filepath.Base(dir), ".gguf"), func(b *testing.B) { benchStep(b, dir) })
 	}
 }
 
@@ -97,7 +99,7 @@ func benchStep(b *testing.B, dir string) {
 	defer m.Close()
 	loadS := time.Since(start).Seconds()
 	start = time.Now()
-	if err := pageIn(m.files); err != nil {
+	if err := pageIn(m); err != nil {
 		b.Fatal(err)
 	}
 	pageinS := time.Since(start).Seconds()
@@ -142,16 +144,27 @@ func benchStep(b *testing.B, dir string) {
 	})
 }
 
-// pageIn reads one byte of every 4 KiB page of the checkpoint's tensors.
-func pageIn(set *safetensors.Set) error {
+// pageIn reads one byte of every 4 KiB page of the checkpoint's tensors
+// (safetensors or GGUF).
+func pageIn(m *Model) error {
 	var sum byte
-	for _, name := range set.Names() {
-		t, err := set.Tensor(name)
-		if err != nil {
-			return err
+	touch := func(data []byte) {
+		for i := 0; i < len(data); i += 4096 {
+			sum += data[i]
 		}
-		for i := 0; i < len(t.Data); i += 4096 {
-			sum += t.Data[i]
+	}
+	if f := m.ggufFile; f != nil {
+		for _, t := range f.Tensors {
+			touch(f.Data(t))
+		}
+	}
+	if set := m.files; set != nil {
+		for _, name := range set.Names() {
+			t, err := set.Tensor(name)
+			if err != nil {
+				return err
+			}
+			touch(t.Data)
 		}
 	}
 	pageSink = sum

@@ -15,8 +15,15 @@
 #     with BF16 weights (mapped and packed); the GEMM column says
 #     library/weights;
 #   - the PyTorch reference forward on the same checkpoints and threads;
-#   - a step that computes only 10% of the rows, as a fraction of the full step.
+#   - a step that computes only 10% of the rows, as a fraction of the full step;
+#   - both shapes converted to GGUF Q8_0 and Q4_0 (dlmcache convert) and run
+#     with the weights kept quantized (the quant column says how their
+#     products run: $DLMCACHE_CPU_QUANT, int8 by default), and one product
+#     512×2048×2048 on one thread for each weight form (F32, Q8_0 and Q4_0,
+#     each with int8 and with f32 activations).
 # Each shape runs in a process of its own, which reports its peak RSS.
+# BENCH_ONLY='l8-d256(-q8_0|-q4_0)?' (a regular expression matching labels
+# whole) runs only those rows, and writes only their checkpoints.
 #
 # scripts/bench.sh 8b (make bench-8b) times BF16 weights instead, into
 # bench-out/8b: l16-d2048 in F32, the same draws in BF16 kept as BF16 and
@@ -33,23 +40,22 @@ case "$MODE" in
 default)
 	OUT=${BENCH_OUT:-bench-out}
 	ITERS=3x
-	go run ./tools/benchckpt -out "$BENCH_DIR"
-	go run ./tools/benchckpt -out "$BENCH_8B_DIR" -shape l16-d2048-bf16
-	# label directory dtype $DLMCACHE_CPU_BF16 $DLMCACHE_CPU_GEMM $DLMCACHE_CPU_WEIGHTS
+	# label checkpoint dtype $DLMCACHE_CPU_BF16 $DLMCACHE_CPU_GEMM $DLMCACHE_CPU_WEIGHTS
 	RUNS="l8-d256 $BENCH_DIR/l8-d256 f32 - auto mapped
 l8-d256-openblas $BENCH_DIR/l8-d256 f32 - openblas mapped
+l8-d256-q8_0 $BENCH_DIR/l8-d256-q8_0.gguf q8_0 - auto mapped
+l8-d256-q4_0 $BENCH_DIR/l8-d256-q4_0.gguf q4_0 - auto mapped
 l16-d2048 $BENCH_DIR/l16-d2048 f32 - auto mapped
 l16-d2048-openblas $BENCH_DIR/l16-d2048 f32 - openblas mapped
 l16-d2048-packed $BENCH_DIR/l16-d2048 f32 - auto packed
 l16-d2048-bf16 $BENCH_8B_DIR/l16-d2048-bf16 bf16 bf16 auto mapped
-l16-d2048-bf16-packed $BENCH_8B_DIR/l16-d2048-bf16 bf16 bf16 auto packed"
+l16-d2048-bf16-packed $BENCH_8B_DIR/l16-d2048-bf16 bf16 bf16 auto packed
+l16-d2048-q8_0 $BENCH_DIR/l16-d2048-q8_0.gguf q8_0 - auto mapped
+l16-d2048-q4_0 $BENCH_DIR/l16-d2048-q4_0.gguf q4_0 - auto mapped"
 	;;
 8b)
 	OUT=${BENCH_OUT:-bench-out/8b}
 	ITERS=1x
-	go run ./tools/benchckpt -out "$BENCH_DIR" -shape l16-d2048
-	go run ./tools/benchckpt -out "$BENCH_8B_DIR" -shape l16-d2048-bf16
-	go run ./tools/benchckpt -out "$BENCH_8B_DIR" -shape llada-8b
 	RUNS="l16-d2048 $BENCH_DIR/l16-d2048 f32 - auto mapped
 l16-d2048-bf16 $BENCH_8B_DIR/l16-d2048-bf16 bf16 bf16 auto mapped
 l16-d2048-bf16-as-f32 $BENCH_8B_DIR/l16-d2048-bf16 bf16-as-f32 f32 auto mapped
@@ -60,24 +66,50 @@ llada-8b $BENCH_8B_DIR/llada-8b bf16 bf16 auto mapped"
 	exit 2
 	;;
 esac
+# BENCH_ONLY (an extended regular expression) keeps the runs whose label it
+# matches whole, e.g. BENCH_ONLY='l8-d256(-q8_0|-q4_0)?'.
+if [ -n "${BENCH_ONLY:-}" ]; then
+	RUNS=$(grep -E "^($BENCH_ONLY) " <<< "$RUNS" || true)
+	[ -n "$RUNS" ] || { echo "BENCH_ONLY=$BENCH_ONLY matches no run" >&2; exit 2; }
+fi
+# Each run's checkpoint: written by tools/benchckpt (kept when present); a
+# .gguf converted from the checkpoint its name starts with.
+while read -r label dir dtype conv gemm weights; do
+	base=$dir
+	[[ $dir == *.gguf ]] && base=${dir%-*.gguf}
+	go run ./tools/benchckpt -out "$(dirname "$base")" -shape "$(basename "$base")"
+	if [[ $dir == *.gguf ]] && ! [ -e "$dir" ]; then
+		q=${dir##*-}
+		go run ./cmd/dlmcache convert "$base" "$dir" --outtype "${q%.gguf}" >&2
+	fi
+done <<< "$RUNS"
 mkdir -p "$OUT"
 
 echo "== peak" >&2
 GOMAXPROCS="$THREADS" go test ./model/cpu -run '^$' -bench 'BenchmarkPeak' -benchtime 5x -count 1 | tee "$OUT/peak.txt" >&2
 echo "== raw sgemm" >&2
 go test ./model/cpu -run '^$' -bench 'BenchmarkSgemmRaw|BenchmarkMatMulRaw' -benchtime 20x -count 1 | tee "$OUT/sgemm.txt" >&2
+if [ "$MODE" = default ]; then
+	echo "== quantized products (one thread)" >&2
+	go test ./model/cpu -run '^$' -bench 'BenchmarkQuantMatMul/n512_in2048_out2048/' -benchtime 5x -count 1 | tee "$OUT/quant.txt" >&2
+else
+	: > "$OUT/quant.txt"
+fi
 echo "== Go forward" >&2
 TESTBIN=$(realpath "$OUT")/model.test
 go test -c -o "$TESTBIN" ./model
 : > "$OUT/go.txt"
+# How products with quantized weights run, as `dlmcache version` says it.
+QUANT=$(go run ./cmd/dlmcache version --json | sed -n 's/^  "quant_products": "\(.*\)",*$/\1/p' | tr ' ' '_')
 while read -r label dir dtype conv gemm weights; do
 	echo "== $label: load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-	shape=$(basename "$dir")
+	shape=$(basename "$dir" .gguf)
 	# A process per shape: its peak RSS is that shape's. The label
 	# replaces the directory's name in the benchmark lines.
 	echo "dtype $label $dtype" >> "$OUT/go.txt"
 	echo "gemm $label $gemm/$weights" >> "$OUT/go.txt"
 	echo "dir $label $shape" >> "$OUT/go.txt"
+	echo "quant $label $QUANT" >> "$OUT/go.txt"
 	(cd model && DLMCACHE_CPU_BF16="${conv/#-/bf16}" DLMCACHE_CPU_GEMM="$gemm" DLMCACHE_CPU_WEIGHTS="$weights" DLMCACHE_BENCH_DIR="$(dirname "$dir")" GOMAXPROCS="$THREADS" \
 		"$TESTBIN" -test.run '^$' -test.bench "BenchmarkStep/^$shape\$/" -test.benchtime "$ITERS" -test.count 1 -test.timeout 60m) |
 		sed "s|^BenchmarkStep/$shape/|BenchmarkStep/$label/|" | tee -a "$OUT/go.txt" >&2
@@ -88,7 +120,13 @@ if [ "$MODE" = 8b ]; then
 	echo "8b: no PyTorch column" >&2
 	: > "$OUT/torch.txt"
 elif /usr/bin/python3 -c 'import torch' 2>/dev/null; then
-	/usr/bin/python3 tools/bench/torch_step.py --threads "$THREADS" "$BENCH_DIR"/l8-d256 "$BENCH_DIR"/l16-d2048 | tee "$OUT/torch.txt" >&2
+	# The F32 safetensors checkpoints that ran.
+	TORCH_DIRS=$(awk '$3 == "f32" && $2 !~ /\.gguf$/ { print $2 }' <<< "$RUNS" | sort -u)
+	if [ -n "$TORCH_DIRS" ]; then
+		/usr/bin/python3 tools/bench/torch_step.py --threads "$THREADS" $TORCH_DIRS | tee "$OUT/torch.txt" >&2
+	else
+		: > "$OUT/torch.txt"
+	fi
 else
 	echo "python3-torch is not installed (apt-get install python3-torch): PyTorch column skipped" >&2
 	: > "$OUT/torch.txt"
@@ -107,7 +145,12 @@ FILENAME ~ /sgemm/ && /BenchmarkMatMulRaw\// {
 	split($1, p, "/"); sub(/-[0-9]+$/, "", p[3])
 	for (i = 1; i < NF; i++) if ($(i+1) == "GFLOP/s") raw[p[2] "/" p[3]] = $i + 0
 }
+FILENAME ~ /quant.txt/ && /BenchmarkQuantMatMul\// {
+	split($1, p, "/"); sub(/-[0-9]+$/, "", p[3])
+	for (i = 1; i < NF; i++) if ($(i+1) == "GFLOP/s") qraw[p[3]] = $i + 0
+}
 FILENAME ~ /go.txt/ && $1 == "gemm" { gemm[$2] = $3 }
+FILENAME ~ /go.txt/ && $1 == "quant" { quant[$2] = $3 }
 FILENAME ~ /go.txt/ && $1 == "dir" { base[$2] = $3 }
 FILENAME ~ /go.txt/ && $1 == "dtype" { dtype[$2] = $3 }
 FILENAME ~ /go.txt/ && /BenchmarkStep\// {
@@ -131,9 +174,13 @@ END {
 	rj = ""
 	for (k in raw) { printf "  %s %.1f (%.2f)", k, raw[k], (pk > 0 ? raw[k] / pk : 0); rj = rj (rj == "" ? "" : ", ") sprintf("\"%s\": %.2f", k, raw[k]) }
 	printf "\n\n"
-	printf "| shape | weights | GEMM | Go step (s) | Go GFLOP/s | ÷ F32 peak | ÷ raw sgemm | PyTorch step (s) | Go speed ÷ PyTorch | 10%%-rows step (s) | ÷ full step | load (s) | peak RSS (GB) |\n"
-	printf "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
-	printf "{\"threads\": %s, \"peak_gflops_f32\": %.2f, \"peak_gflops_f32_avx2\": %s, \"peak_gflops_bf16\": %s, \"sgemm_gflops\": %.2f, \"raw_matmul_gflops\": {%s}, \"gemm_auto\": \"%s\", \"shapes\": [", threads, pk, av, bf, sgemm, rj, gemmauto > json
+	printf "one MatMul 512×2048×2048 on one thread (GFLOP/s):"
+	qj = ""
+	for (k in qraw) { printf "  %s %.1f", k, qraw[k]; qj = qj (qj == "" ? "" : ", ") sprintf("\"%s\": %.2f", k, qraw[k]) }
+	printf "\n\n"
+	printf "| shape | weights | GEMM | quantized products | Go step (s) | Go GFLOP/s | ÷ F32 peak | ÷ raw sgemm | PyTorch step (s) | Go speed ÷ PyTorch | 10%%-rows step (s) | ÷ full step | load (s) | peak RSS (GB) |\n"
+	printf "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+	printf "{\"threads\": %s, \"peak_gflops_f32\": %.2f, \"peak_gflops_f32_avx2\": %s, \"peak_gflops_bf16\": %s, \"sgemm_gflops\": %.2f, \"raw_matmul_gflops\": {%s}, \"quant_matmul_gflops_1thread\": {%s}, \"gemm_auto\": \"%s\", \"shapes\": [", threads, pk, av, bf, sgemm, rj, qj, gemmauto > json
 	for (i = 1; i <= n; i++) {
 		s = order[i]; full = ns[s "/full"] / 1e9; part = ns[s "/rows10"] / 1e9
 		b = (s in base) ? base[s] : s
@@ -145,9 +192,11 @@ END {
 		gm = (s in gemm) ? gemm[s] : "auto"
 		rb = (rss[s] > 0) ? sprintf("%.0f", rss[s]) : "null"
 		rg = (rss[s] > 0) ? sprintf("%.2f", rss[s] / 1e9) : "n/a"
-		printf "| %s | %s | %s | %.3f | %.1f | %.2f | %.2f | %s | %s | %.3f | %.3f | %.2f | %s |\n", s, dt, gm, full, gf[s "/full"], fp, gf[s "/full"] / sgemm, ts, vs, part, part / full, load[s], rg
-		printf "%s{\"shape\": \"%s\", \"dtype\": \"%s\", \"gemm\": \"%s\", \"step_s\": %.4f, \"gflops\": %.2f, \"frac_peak\": %.3f, \"torch_step_s\": %s, \"rows10_step_s\": %.4f, \"rows10_frac\": %.3f, \"load_s\": %.3f, \"rss_bytes\": %s}", (i > 1 ? ", " : ""), s, dt, gm, full, gf[s "/full"], fp, (tk ? tsec[b] : "null"), part, part / full, load[s], rb > json
+		qp = (dt ~ /^q/ && (s in quant)) ? quant[s] : ""
+		gsub(/_/, " ", qp)
+		printf "| %s | %s | %s | %s | %.3f | %.1f | %.2f | %.2f | %s | %s | %.3f | %.3f | %.2f | %s |\n", s, dt, gm, (qp == "" ? "n/a" : qp), full, gf[s "/full"], fp, gf[s "/full"] / sgemm, ts, vs, part, part / full, load[s], rg
+		printf "%s{\"shape\": \"%s\", \"dtype\": \"%s\", \"gemm\": \"%s\", \"quant_products\": %s, \"step_s\": %.4f, \"gflops\": %.2f, \"frac_peak\": %.3f, \"torch_step_s\": %s, \"rows10_step_s\": %.4f, \"rows10_frac\": %.3f, \"load_s\": %.3f, \"rss_bytes\": %s}", (i > 1 ? ", " : ""), s, dt, gm, (qp == "" ? "null" : "\"" qp "\""), full, gf[s "/full"], fp, (tk ? tsec[b] : "null"), part, part / full, load[s], rb > json
 	}
 	printf "]}\n" > json
-}' "$OUT/peak.txt" "$OUT/sgemm.txt" "$OUT/go.txt" "$OUT/torch.txt" | tee "$OUT/summary.md"
+}' "$OUT/peak.txt" "$OUT/sgemm.txt" "$OUT/quant.txt" "$OUT/go.txt" "$OUT/torch.txt" | tee "$OUT/summary.md"
 mv "$OUT/summary.json.tmp" "$OUT/summary.json"

@@ -36,13 +36,17 @@ type versionInfo struct {
 	// ($DLMCACHE_CPU_GEMM, default auto: oneDNN where it has AVX-512
 	// kernels, else OpenBLAS), or why it could not be set up.
 	GEMM string `json:"gemm"`
+	// QuantProducts: how products with Q8_0/Q4_0 weights run here
+	// ($DLMCACHE_CPU_QUANT, default int8: activations quantized per row,
+	// integer products on the widest instruction set the CPU has).
+	QuantProducts string `json:"quant_products"`
 }
 
 func newCmdVersion(f *factory, runF func(*versionOptions) error) *cobra.Command {
 	opts := &versionOptions{f: f}
 	cmd := &cobra.Command{
 		Use:   "version",
-		Short: "Print the version, commit, backend, BLAS kernel and GEMM library in use",
+		Short: "Print the version, commit, backend, BLAS kernel, GEMM library and quantized products in use",
 		Args:  cobra.NoArgs,
 		RunE:  runE(opts, runF, nil, func(context.Context) error { return versionRun(opts) }),
 	}
@@ -57,6 +61,7 @@ func buildVersion() versionInfo {
 		v.GEMM = err.Error()
 	} else {
 		v.GEMM = b.GEMM()
+		v.QuantProducts = b.QuantProducts()
 	}
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		v.Version = bi.Main.Version
@@ -85,7 +90,7 @@ func versionRun(opts *versionOptions) error {
 	if v.Modified {
 		mod = " (modified)"
 	}
-	fmt.Fprintf(opts.f.Out, "dlmcache %s\ncommit   %s%s\ngo       %s %s\nbackend  %s (the CUDA backend needs a build with -tags cuda)\nblas     %s\ngemm     %s\n",
-		v.Version, v.Commit, mod, v.Go, v.Platform, v.Backend, v.BLAS, v.GEMM)
+	fmt.Fprintf(opts.f.Out, "dlmcache %s\ncommit   %s%s\ngo       %s %s\nbackend  %s (the CUDA backend needs a build with -tags cuda)\nblas     %s\ngemm     %s\nquant    %s\n",
+		v.Version, v.Commit, mod, v.Go, v.Platform, v.Backend, v.BLAS, v.GEMM, v.QuantProducts)
 	return nil
 }

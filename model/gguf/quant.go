@@ -103,12 +103,9 @@ func decodeQ4_0(blk []byte, dst []float32) {
 }
 
 // encodeQ4_0 is quantize_row_q4_0_ref: m is the element of largest
-// magnitude (the first such), d = m/−8, q = min(15, trunc(x·(1/d) + 8.5)).
-// The product and sum are taken in float64, as gguf-py does (ggml's C
-// rounds x·(1/d) to float32 first unless its compiler fuses the two, so
-// the C quantizer and gguf-py can differ by one on a value within an ulp
-// of a rounding edge; gguf-py's is the one that does not depend on the
-// compiler).
+// magnitude (the first such), d = m/−8, q = min(15, trunc(x·(1/d) + 8.5)),
+// the product and the sum each rounded to float32, as gguf-py computes
+// them (and ggml's C where its compiler does not fuse the two).
 func encodeQ4_0(blk []byte, x []float32) {
 	var amax, m float32
 	for _, v := range x {
@@ -123,7 +120,8 @@ func encodeQ4_0(blk []byte, x []float32) {
 	}
 	putScale(blk, d)
 	q := func(v float32) byte {
-		return byte(min(15, max(0, int(math.Trunc(float64(v)*float64(id)+8.5)))))
+		p := float32(v * id) // each step rounded to float32, never fused
+		return byte(min(15, max(0, int(float32(p+8.5)))))
 	}
 	for j := range QK4_0 / 2 {
 		blk[2+j] = q(x[j]) | q(x[j+QK4_0/2])<<4

@@ -4,7 +4,7 @@ against what llama.cpp's converter would write for the same checkpoint.
 
     /usr/bin/python3 tools/ggufpy/check_convert.py GGUF_PY_DIR HF_DIR FILE.gguf...
 
-(make ggufpy-check GGUF_PY=... runs it on the bundled model in F32, F16, BF16 and Q8_0.)
+(make ggufpy-check GGUF_PY=... runs it on the bundled model in F32, F16, BF16, Q8_0 and Q4_0.)
 
 For each file, with gguf-py's GGUFReader:
   - every metadata key LLaDAModel writes is there with the value type gguf-py's add_*
@@ -13,7 +13,8 @@ For each file, with gguf-py's GGUFReader:
   - the tokenizer arrays equal LLaDAModel.get_vocab_base's for the tokenizer.json;
   - the tensors are the checkpoint's under llama.cpp's names, shapes reversed, 1-D and
     norm tensors F32, and each tensor's bytes equal gguf-py's own
-    gguf.quants.quantize(permute(weight), type) bit for bit (F32, F16, BF16 and Q8_0).
+    gguf.quants.quantize(permute(weight), type) bit for bit (F32, F16, BF16, Q8_0 and Q4_0;
+    a Q4_0 file's output.weight is Q8_0).
 Exits 1 on the first file with a difference, listing them.
 """
 import json
@@ -75,7 +76,7 @@ def main():
         "tokenizer.ggml.padding_token_id": (V.UINT32, hp["pad_token_id"]),
         "tokenizer.ggml.add_bos_token": (V.BOOL, True),
     }
-    file_types = {0: Q.F32, 1: Q.F16, 7: Q.Q8_0, 32: Q.BF16}
+    file_types = {0: Q.F32, 1: Q.F16, 2: Q.Q4_0, 7: Q.Q8_0, 32: Q.BF16}
     failed = False
     for path in sys.argv[3:]:
         errs = []
@@ -113,8 +114,10 @@ def main():
             qt = want_t
             if w.ndim == 1 or name.endswith("_norm.weight"):
                 qt = Q.F32
-            elif qt == Q.Q8_0 and w.shape[-1] % 32 != 0:
+            elif qt in (Q.Q8_0, Q.Q4_0) and w.shape[-1] % 32 != 0:
                 qt = Q.F16
+            elif qt == Q.Q4_0 and name == "output.weight":
+                qt = Q.Q8_0
             if t.tensor_type != qt:
                 errs.append(f"{name}: {t.tensor_type.name}, want {qt.name}")
                 continue
