@@ -281,9 +281,9 @@ TARGET_AVX2 static inline float hsum8(__m256 v) {
 // values 2t and 2t+1. A row of x (int16, dlmc_quantize_act's wide form)
 // multiplies a vector by broadcasting its values 2t, 2t+1 to every lane
 // (vpbroadcastd): one vpmaddwd and one vpaddd per 16 products, exact, and
-// one conversion and FMA per block and 8 outputs; no horizontal sums. The
-// pack covers QPACK_BLOCKS blocks (16 KB of int16, in L1 beside 4 rows of
-// x), made on the fly from the weight's own blocks: nothing is kept.
+// one conversion and FMA per block and 8 outputs; no horizontal sums. A
+// group's pack covers QPACK_BLOCKS blocks (16 KB of int16), made on the fly
+// from the weight's own blocks: nothing is kept.
 #define QPACK_BLOCKS 32
 
 TARGET_AVX2 static void pack8(int wt, int rows, long b0, long nb, const uint8_t *w, long wstride, int16_t *v,
@@ -345,21 +345,37 @@ TARGET_AVX2 static inline __attribute__((always_inline)) void mm8(const int MR, 
 	}
 }
 
+// qmatmul_avx2 packs QPACK_GROUPS groups of 8 rows of w (QPACK_BLOCKS
+// blocks each: 128 KB, in L2) at a time and runs every 4 rows of x (4 KB
+// per 1,024 values, in L1) against the whole pack, so that x streams from
+// memory once per 64 rows of w rather than once per 8.
+#define QPACK_GROUPS 8
 TARGET_AVX2 static void qmatmul_avx2(int wt, int m, int n, int k, const int16_t *xq, const float *xd, const uint8_t *w,
 	long wstride, float *c, long ldc) {
-	_Alignas(32) int16_t v[QPACK_BLOCKS * 256];
-	_Alignas(32) float sc[QPACK_BLOCKS * 8];
+	static _Thread_local _Alignas(32) int16_t v[QPACK_GROUPS][QPACK_BLOCKS * 256];
+	static _Thread_local _Alignas(32) float sc[QPACK_GROUPS][QPACK_BLOCKS * 8];
 	long nb = k / 32;
-	for (int j = 0; j < n; j += 8) {
-		int cols = n - j < 8 ? n - j : 8;
+	for (int j0 = 0; j0 < n; j0 += 8 * QPACK_GROUPS) {
+		int ng = (n - j0 + 7) / 8 < QPACK_GROUPS ? (n - j0 + 7) / 8 : QPACK_GROUPS;
 		for (long b0 = 0; b0 < nb; b0 += QPACK_BLOCKS) {
 			long nb_ = nb - b0 < QPACK_BLOCKS ? nb - b0 : QPACK_BLOCKS;
-			pack8(wt, cols, b0, nb_, w + j * wstride, wstride, v, sc);
+			for (int g = 0; g < ng; g++) {
+				int j = j0 + 8 * g, cols = n - j < 8 ? n - j : 8;
+				pack8(wt, cols, b0, nb_, w + j * wstride, wstride, v[g], sc[g]);
+			}
 			int i = 0;
 			for (; i + 4 <= m; i += 4)
-				mm8(4, nb_, xq + (long)i * k + b0 * 32, k, xd + i * nb + b0, nb, v, sc, c + (long)i * ldc + j, ldc, b0 == 0, cols);
+				for (int g = 0; g < ng; g++) {
+					int j = j0 + 8 * g, cols = n - j < 8 ? n - j : 8;
+					mm8(4, nb_, xq + (long)i * k + b0 * 32, k, xd + i * nb + b0, nb, v[g], sc[g], c + (long)i * ldc + j,
+						ldc, b0 == 0, cols);
+				}
 			for (; i < m; i++)
-				mm8(1, nb_, xq + (long)i * k + b0 * 32, k, xd + i * nb + b0, nb, v, sc, c + (long)i * ldc + j, ldc, b0 == 0, cols);
+				for (int g = 0; g < ng; g++) {
+					int j = j0 + 8 * g, cols = n - j < 8 ? n - j : 8;
+					mm8(1, nb_, xq + (long)i * k + b0 * 32, k, xd + i * nb + b0, nb, v[g], sc[g], c + (long)i * ldc + j,
+						ldc, b0 == 0, cols);
+				}
 		}
 	}
 }
