@@ -93,7 +93,9 @@ static void quantize_act_generic(int wide, void *qv, float *d, const float *x, l
 			float id = s != 0 ? 127.0f / amax : 0;
 			*d++ = s;
 			for (int t = 0; t < 32; t++) {
-				int8_t v = (int8_t)nearbyintf(x[j + t] * id);
+				// Clamped first, so that a NaN (which fmaxf drops) or
+				// an infinite x converts to a defined value.
+				int8_t v = (int8_t)nearbyintf(fminf(fmaxf(x[j + t] * id, -127.0f), 127.0f));
 				if (wide) q16[t] = v;
 				else q[t] = v;
 			}
