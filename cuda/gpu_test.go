@@ -236,22 +236,13 @@ func (r *recorder) Observe(l int, _ []int32, _, k, v backend.Tensor) {
 	r.v = append(r.v, r.b.ToHost(v, nil))
 }
 
-type goldenGen struct {
-	Name      string  `json:"name"`
-	PromptIDs []int32 `json:"prompt_ids"`
-	GenLength int     `json:"gen_length"`
-	Steps     int     `json:"steps"`
-	BlockLen  int     `json:"block_length"`
-	AnswerIDs []int32 `json:"answer_ids"`
-}
-
-func goldenGenerations(t *testing.T) []goldenGen {
+func goldenGenerations(t *testing.T) []testutil.Generation {
 	raw, err := os.ReadFile(filepath.Join(tinyBF16, "golden.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var g struct {
-		Generate []goldenGen `json:"generate"`
+		Generate []testutil.Generation `json:"generate"`
 	}
 	if err := json.Unmarshal(raw, &g); err != nil {
 		t.Fatalf("%s/golden.json: %v", tinyBF16, err)
@@ -311,7 +302,7 @@ func TestGenerateMatchesCPU(t *testing.T) {
 			g := newGPU(t, m.opts)
 			gm := loadTinyOn(t, g)
 			for _, gen := range goldenGenerations(t) {
-				o := model.GenOptions{GenLength: gen.GenLength, Steps: gen.Steps, BlockLength: gen.BlockLen}
+				o := model.GenOptions{GenLength: gen.GenLength, Steps: gen.Steps, BlockLength: gen.BlockLength}
 				want, err := cm.Generate(context.Background(), gen.PromptIDs, 0, o, nil)
 				if err != nil {
 					t.Fatal(err)

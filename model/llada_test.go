@@ -25,14 +25,7 @@ type goldenCase struct {
 		InputIDs    []int32 `json:"input_ids"`
 		PositionIDs []int32 `json:"position_ids"`
 	} `json:"pos2"`
-	Generate []struct {
-		Name        string  `json:"name"`
-		PromptIDs   []int32 `json:"prompt_ids"`
-		GenLength   int     `json:"gen_length"`
-		Steps       int     `json:"steps"`
-		BlockLength int     `json:"block_length"`
-		OutputIDs   []int32 `json:"output_ids"`
-	} `json:"generate"`
+	Generate []testutil.Generation `json:"generate"`
 }
 
 var fixtures = []string{"tiny-f32", "tiny-bf16"}

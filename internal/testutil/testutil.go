@@ -42,3 +42,16 @@ func RelErr(got, want []float32) float64 {
 	}
 	return num / den
 }
+
+// Generation is one generation case of a model/testdata fixture's
+// golden.json (tools/golden): the prompt, the schedule and the reference
+// sampler's answer.
+type Generation struct {
+	Name        string  `json:"name"`
+	PromptIDs   []int32 `json:"prompt_ids"`
+	GenLength   int     `json:"gen_length"`
+	Steps       int     `json:"steps"`
+	BlockLength int     `json:"block_length"`
+	OutputIDs   []int32 `json:"output_ids"`
+	AnswerIDs   []int32 `json:"answer_ids"`
+}
