@@ -350,3 +350,20 @@ func TestBlockStoreForcedCollision(t *testing.T) {
 		t.Errorf("%d blocks stored, want the first prefix's 2 (colliding blocks are the requests' own)", st.Entries)
 	}
 }
+
+// A method under another decoder (a calibrated table's choices are) stores
+// an answered conversation in its block store as the method does under
+// its own decoder.
+func TestStorePrefixThroughADecoder(t *testing.T) {
+	m := loadTiny(t)
+	L := len(m.Blocks)
+	o := DefaultOptions()
+	o.Store, o.Table, o.Fingerprint = NewBlockStore(m.Backend, 4, 1<<30, true, nil), table(L, 1), m.Fingerprint
+	ids, _ := request(t, m, 0)
+	for _, name := range []string{"bicache", "bicache@threshold:0.9"} {
+		rows, _, err := StorePrefix(m.LLaDA, mk(t, name, o), ids, name) // a salt each: both fill
+		if err != nil || rows == 0 {
+			t.Errorf("%s: %d rows stored, %v", name, rows, err)
+		}
+	}
+}

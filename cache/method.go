@@ -314,6 +314,15 @@ func (m *decoded) Table() *lut.Table                { return TableOf(m.Method) }
 func (m *decoded) Source() string                   { return SourceOf(m.Method) }
 func (m *decoded) CheckModel(c *model.Config) error { return CheckModel(m.Method, c) }
 
+// options are the method's own (StorePrefix reads its store, fingerprint
+// and salt from them).
+func (m *decoded) options() Options {
+	if b, ok := m.Method.(interface{ options() Options }); ok {
+		return b.options()
+	}
+	return Options{}
+}
+
 // Decoding is the decoder a method generates with on options o (its own,
 // or the one it was built with).
 func Decoding(m Method, o model.GenOptions) model.Decoding { return model.DecodingOf(m.Gen(o)) }
