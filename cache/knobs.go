@@ -105,10 +105,7 @@ func ParseSetting(s string) (lut.Setting, error) {
 		return lut.Setting{}, err
 	}
 	if dec.IsDefault() {
-		dec = model.Decoding{Kind: model.DecodeSchedule}
-		if name == "block" || name == "bicache+block" {
-			dec = model.Decoding{Kind: model.DecodeThreshold, T: DefaultOptions().Block.Threshold}
-		}
+		dec = ownDecoding(name)
 	}
 	st := lut.Setting{Method: name, Decoder: dec.String()}
 	for _, f := range fields[1:] {
@@ -138,6 +135,20 @@ func ParseSetting(s string) (lut.Setting, error) {
 		return lut.Setting{}, err
 	}
 	return st, nil
+}
+
+// ownDecoding is the decoder a registered method generates with on its
+// default options when no decoder is named (block's threshold rule, the
+// schedule for most); the schedule for a method that cannot be built
+// without what only a caller has (table, modules).
+func ownDecoding(name string) model.Decoding {
+	o := DefaultOptions()
+	o.Store, o.Table = nopStore{}, DepthTable(lut.ModelID{}, 0)
+	m, err := New(name, o)
+	if err != nil {
+		return model.Decoding{Kind: model.DecodeSchedule}
+	}
+	return Decoding(m, model.GenOptions{GenLength: 32, Steps: 32})
 }
 
 // DefaultGrid is the method space calibration searches by default: no

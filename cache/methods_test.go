@@ -396,6 +396,21 @@ func TestParseSetting(t *testing.T) {
 	if st, _ := ParseSetting("block"); st.Decoder != "threshold:0.9" {
 		t.Errorf("block's own decoder: %q", st.Decoder)
 	}
+	// A setting without a decoder names the method's own, which the
+	// method says (Gen), not a list of names.
+	for _, name := range Names() {
+		want := "schedule"
+		if name == "block" || name == "bicache+block" {
+			want = "threshold:0.9"
+		}
+		setting := name
+		if spec, _ := Lookup(name); slices.Contains(KnobNames(spec), "depth") {
+			setting += " depth=1" // the bicache family needs its depth
+		}
+		if st, err := ParseSetting(setting); name != "table" && (err != nil || st.Decoder != want) {
+			t.Errorf("%s's own decoder: %q (%v), want %q", setting, st.Decoder, err, want)
+		}
+	}
 	for _, bad := range []string{"", "nope", "none@x", "d2cache depth=1", "bicache depth=-1", "bicache depth=1.5", "d2cache d2-p=2", "bicache source=disk", "bicache depth"} {
 		if _, err := ParseSetting(bad); err == nil {
 			t.Errorf("%q parsed", bad)
