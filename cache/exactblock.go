@@ -87,9 +87,9 @@ type exactPlanner struct {
 	id   PrefixID
 
 	B      int
-	kv     kvBuffers
-	cached int // rows 0..cached-1 hold final K/V in kv
-	keepTo int // this step's rows cached..keepTo-1 are final: kept by Observe
+	kv     kvBuffers // the forward writes every computed row's K/V here
+	cached int       // rows 0..cached-1 hold final K/V in kv
+	keepTo int       // this step's rows cached..keepTo-1 are final after it
 	rows   []int32
 }
 
@@ -99,9 +99,16 @@ func (p *exactPlanner) Begin(r *model.Request) error {
 	}
 	p.B = p.lm.Config.CausalBlock()
 	n := len(r.Canvas)
+	// Every row attention reads is written before it is read (the stored
+	// blocks, then each step's computed rows), so the buffers need no
+	// clearing.
 	p.kv = newKVBuffers(p.lm, n)
+	newT := p.kv.b.New
+	if u, ok := p.kv.b.(backend.Uninit); ok {
+		newT = u.NewUninit
+	}
 	for l := range p.kv.k {
-		p.kv.k[l], p.kv.v[l] = p.kv.b.New(n, p.kv.cols), p.kv.b.New(n, p.kv.cols)
+		p.kv.k[l], p.kv.v[l] = newT(n, p.kv.cols), newT(n, p.kv.cols)
 	}
 	m := r.PrefixLen
 	p.info.PrefixToken = m
@@ -193,18 +200,21 @@ func (p *exactPlanner) Hidden(l int, _ []int32, _ backend.Tensor) error {
 	return fmt.Errorf("cache: exact-block computes the same rows at every layer (layer %d)", l)
 }
 
-// KV supplies the kept rows; rows after the current block (when the
-// forward is given them) are never attended to by the computed ones and
-// get the buffers' zeros.
+// KVBuffers hands the forward the kept K/V (model.KVHolder): it writes
+// each step's computed rows into them and attends over them in place, so
+// the kept rows are never copied and nothing needs keeping in Observe.
+func (p *exactPlanner) KVBuffers(l int) (k, v backend.Tensor) { return p.kv.k[l], p.kv.v[l] }
+
+// KV supplies the kept rows where the forward cannot attend over the
+// buffers in place; rows after the current block (when the forward is
+// given them) are never attended to by the computed ones.
 func (p *exactPlanner) KV(l int, rows []int32, k, v backend.Tensor) error {
 	return p.kv.fill(l, rows, k, v)
 }
 
-func (p *exactPlanner) Observe(l int, _ []int32, _, k, v backend.Tensor) {
-	if p.keepTo > p.cached {
-		p.kv.keep(l, iota32(p.cached, p.keepTo), k, v)
-	}
-}
+// Observe has nothing to do: the forward wrote the computed rows' K/V
+// into the buffers.
+func (p *exactPlanner) Observe(int, []int32, backend.Tensor, backend.Tensor, backend.Tensor) {}
 
 // tiles says whether c is block-causal with blocks that tile store blocks
 // of n tokens.

@@ -328,6 +328,105 @@ func TestBlockCausalPlan(t *testing.T) {
 	}
 }
 
+// TestKVHolder: a plan holding the K/V in buffers of its own (an exact
+// cache's) gets the logits of the full forward from computing the last
+// block only — with buffers of exactly the input's rows, with longer ones
+// (read through a view, or completed through KV on a backend without
+// views), alone and in a batch — and finds every computed row's K/V
+// written into its buffers, the other rows untouched.
+func TestKVHolder(t *testing.T) {
+	m, g, _ := loadFixture(t, "tiny-f32")
+	const B = 8
+	bc := blockCausal(m.LLaDA, B, false)
+	ids := g.InputIDs
+	n, kvDim := len(ids), m.Config.KVDim()
+	last := iotaFrom(n-B, B)
+	fc := &fullCapture{capture: capture{b: m.Backend}}
+	want, err := bc.Forward(Input{Tokens: ids, LogitRows: last}, fc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copies := *bc
+	copies.Backend = noViews{bc.Backend}
+	for _, tc := range []struct {
+		name  string
+		lm    *LLaDA
+		extra int // buffer rows after the input's
+		batch bool
+		viaKV bool // the forward completes its own copy through KV
+	}{
+		{"n rows", bc, 0, false, false},
+		{"longer, view", bc, 5, false, false},
+		{"longer, view, in a batch", bc, 5, true, false},
+		{"n rows, no views", &copies, 0, false, false},
+		{"longer, no views", &copies, 5, false, true},
+	} {
+		b := tc.lm.Backend
+		N := n + tc.extra
+		const mark = 7.5 // rows the forward must not write
+		h := &kvHolder{b: b, rows: last}
+		for l := range m.Blocks {
+			k, v := make([]float32, N*kvDim), make([]float32, N*kvDim)
+			for i := range k {
+				k[i], v[i] = mark, mark
+			}
+			copy(k, fc.k[l][:(n-B)*kvDim])
+			copy(v, fc.v[l][:(n-B)*kvDim])
+			h.k, h.v = append(h.k, b.FromHost(N, kvDim, k)), append(h.v, b.FromHost(N, kvDim, v))
+		}
+		in := Input{Tokens: ids, LogitRows: last}
+		var got *Output
+		if tc.batch {
+			outs, err := tc.lm.ForwardBatch([]Input{{Tokens: ids[:20], LogitRows: []int32{3}}, in}, []Plan{nil, h})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = outs[1]
+		} else if got, err = tc.lm.Forward(in, h); err != nil {
+			t.Fatal(err)
+		}
+		if e := relErr(got.Logits, want.Logits); e > 1e-5 {
+			t.Errorf("%s: relative error %.3g > 1e-5 against the full forward", tc.name, e)
+		}
+		if (h.kvCalls > 0) != tc.viaKV {
+			t.Errorf("%s: %d KV calls", tc.name, h.kvCalls)
+		}
+		for l := range m.Blocks {
+			k := b.ToHost(h.k[l], nil)
+			if e := relErr(k[(n-B)*kvDim:n*kvDim], fc.k[l][(n-B)*kvDim:]); e > 1e-5 {
+				t.Errorf("%s: layer %d: the computed rows' K in the buffer: relative error %.3g", tc.name, l, e)
+			}
+			if !slices.Equal(k[:(n-B)*kvDim], fc.k[l][:(n-B)*kvDim]) {
+				t.Errorf("%s: layer %d: rows not computed changed in the buffer", tc.name, l)
+			}
+			for _, x := range k[n*kvDim:] {
+				if x != mark {
+					t.Fatalf("%s: layer %d: a buffer row after the input's was written", tc.name, l)
+				}
+			}
+		}
+	}
+}
+
+// kvHolder computes rows and holds every layer's K/V (KVHolder).
+type kvHolder struct {
+	b       backend.Backend
+	rows    []int32
+	k, v    []backend.Tensor
+	kvCalls int
+}
+
+func (h *kvHolder) Rows(int) []int32                          { return h.rows }
+func (h *kvHolder) Hidden(int, []int32, backend.Tensor) error { return fmt.Errorf("unexpected") }
+func (h *kvHolder) KV(l int, rows []int32, k, v backend.Tensor) error {
+	h.kvCalls++
+	h.b.CopyRows(k, rows, h.k[l], rows)
+	h.b.CopyRows(v, rows, h.v[l], rows)
+	return nil
+}
+func (h *kvHolder) Observe(int, []int32, backend.Tensor, backend.Tensor, backend.Tensor) {}
+func (h *kvHolder) KVBuffers(l int) (backend.Tensor, backend.Tensor)                     { return h.k[l], h.v[l] }
+
 // TestShiftLogits: with the token shift, position p's logits are row
 // p-1's (row 0 its own).
 func TestShiftLogits(t *testing.T) {

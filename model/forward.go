@@ -314,7 +314,20 @@ func (f *batch) attnArgs(l int, it *batchItem, q, k, v, att backend.Tensor) ([]a
 		ai = alloc(r, c.DModel)
 	}
 	K, V := ki, vi
-	if r != n {
+	held := false
+	if hk, hv := f.holder(it, l); hk != nil {
+		// The plan holds the K/V: the computed rows are written into its
+		// buffers, and attention reads them there where it can (the
+		// kept rows in place).
+		b.CopyRows(hk, it.rows, ki, nil)
+		b.CopyRows(hv, it.rows, vi, nil)
+		if hk.Rows() == n {
+			K, V, held = hk, hv, true
+		} else if f.vw != nil {
+			K, V, held = f.vw.ViewRows(hk, 0, n), f.vw.ViewRows(hv, 0, n), true
+		}
+	}
+	if !held && r != n {
 		if it.kFull == nil {
 			it.kFull, it.vFull = alloc(n, c.KVDim()), alloc(n, c.KVDim())
 		}
@@ -328,6 +341,20 @@ func (f *batch) attnArgs(l int, it *batchItem, q, k, v, att backend.Tensor) ([]a
 	calls := f.blockCalls(it, attnCall{out: ai, q: qi, k: K, v: V, sel: sel})
 	m.observe(it.plan, l, it.rows, it.x, K, V, calls)
 	return calls, nil
+}
+
+// holder returns the plan's own K/V buffers of layer l (KVHolder), or
+// nils when it has none that cover the request's rows.
+func (f *batch) holder(it *batchItem, l int) (k, v backend.Tensor) {
+	h, ok := it.plan.(KVHolder)
+	if !ok {
+		return nil, nil
+	}
+	k, v = h.KVBuffers(l)
+	if n := len(it.in.Tokens); k == nil || v == nil || k.Rows() < n || v.Rows() < n {
+		return nil, nil
+	}
+	return k, v
 }
 
 // blockCalls splits one request's attention cl (its computed rows against

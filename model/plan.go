@@ -25,3 +25,16 @@ type Plan interface {
 	// by the forward after Observe returns: copy what you keep.
 	Observe(l int, computed []int32, hidden, k, v backend.Tensor)
 }
+
+// KVHolder is an optional Plan method for a plan that keeps every layer's
+// K/V of the whole input in buffers of its own (an exact cache): KVBuffers
+// returns layer l's ([N, kv_dim], N ≥ the input's rows, RoPE applied to
+// k), holding the K/V of every row not computed at l. The forward writes
+// the computed rows' K/V into them at their rows, so the plan need not
+// keep them in Observe, and attends over them in place where the backend
+// can (a view of the leading rows, or N equal to the input's rows), so
+// the rows kept need no copy each step; elsewhere it completes its own
+// copy through KV as for any plan. Observe sees the K/V attended.
+type KVHolder interface {
+	KVBuffers(l int) (k, v backend.Tensor)
+}

@@ -1,0 +1,64 @@
+package cache
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+
+	"github.com/dlmcache/dlmcache/datasets"
+	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/cpu"
+)
+
+// BenchmarkExactBlock times the shared-system workload of `bench
+// --questions-per-system 4` on the bundled block-causal model: five system
+// messages, four questions each, none against exact-block with a block
+// store of the model's block (fresh each iteration, so each system
+// message's first request fills it). Compare the rows' ns/op, not absolute
+// times: docs/results.md has the measured ratios.
+func BenchmarkExactBlock(b *testing.B) {
+	for _, threads := range []int{1, 2} {
+		b.Run(fmt.Sprintf("threads=%d", threads), func(b *testing.B) { benchExactBlock(b, threads) })
+	}
+}
+
+func benchExactBlock(b *testing.B, threads int) {
+	m, err := model.Load(filepath.Join("..", "models", "llada-tiny-block"), cpu.New(threads))
+	if err != nil {
+		b.Skip("bundled block model:", err)
+	}
+	defer m.Close()
+	samples, err := datasets.SharedLookup(datasets.Generate("lookup", datasets.Eval, 1, 20, datasets.DefaultOptions()), 4)
+	if err != nil {
+		b.Fatal(err)
+	}
+	type req struct {
+		ids []int32
+		pl  int
+	}
+	var reqs []req
+	for _, s := range samples {
+		ids, pl, err := m.Tokenizer.EncodeChat(s.System, s.User)
+		if err != nil {
+			b.Fatal(err)
+		}
+		reqs = append(reqs, req{ids, pl})
+	}
+	B := m.Config.CausalBlock()
+	o := model.GenOptions{GenLength: 128, Steps: 128, BlockLength: B, Decoder: model.Threshold{T: 0.95}}
+	for _, name := range []string{"none", "exact-block"} {
+		b.Run(name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				opts := DefaultOptions()
+				opts.Store, opts.Fingerprint = NewBlockStore(m.Backend, B, 1<<30, true, nil), m.Fingerprint
+				meth := mk(b, name, opts)
+				for _, r := range reqs {
+					if _, err := Run(context.Background(), m.LLaDA, meth, Request{Prompt: r.ids, PrefixLen: r.pl}, o); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+	}
+}
