@@ -127,14 +127,19 @@ func chainKey(parent Key, fp, salt string, tokens []int32) Key {
 
 // Get implements PrefixStore.
 func (s *BlockStore) Get(lm *model.LLaDA, id PrefixID) (*Entry, int, int, float64, error) {
-	return s.get(lm, id, true)
+	chain, hit, rows, flops, err := s.get(lm, id, true)
+	if err != nil {
+		return nil, 0, 0, 0, err
+	}
+	return s.assemble(lm, chain), hit, rows, flops, nil
 }
 
-// get is Get; count says whether the lookup counts in Stats (queries and
-// hit tokens): a request's does, StorePrefix's fill of an answered
-// conversation does not, or every turn's blocks would be counted as hit
-// twice.
-func (s *BlockStore) get(lm *model.LLaDA, id PrefixID, count bool) (*Entry, int, int, float64, error) {
+// get is Get without assembling the entry: the held chain of id's full
+// blocks (releaseNodes when done), filled where missing. count says
+// whether the lookup counts in Stats (queries and hit tokens): a
+// request's does, StorePrefix's fill of an answered conversation does
+// not, or every turn's blocks would be counted as hit twice.
+func (s *BlockStore) get(lm *model.LLaDA, id PrefixID, count bool) ([]*blockNode, int, int, float64, error) {
 	B := s.blockSize
 	nb := len(id.Tokens) / B
 	s.mu.Lock()
@@ -155,16 +160,11 @@ func (s *BlockStore) get(lm *model.LLaDA, id PrefixID, count bool) (*Entry, int,
 	}
 	hit := len(chain) * B
 	if count {
-		s.stats.Queries++
-		s.stats.QueryTokens += int64(len(id.Tokens))
-		s.stats.HitTokens += int64(hit)
-		if len(chain) == nb {
-			s.stats.Hits++
-		}
+		s.count(id, len(chain), nb)
 	}
 	if len(chain) == nb {
 		s.mu.Unlock()
-		return s.assemble(lm, chain), hit, 0, 0, nil
+		return chain, hit, 0, 0, nil
 	}
 	done := make(chan struct{})
 	s.filling[next] = done
@@ -191,7 +191,59 @@ func (s *BlockStore) get(lm *model.LLaDA, id PrefixID, count bool) (*Entry, int,
 		chain = append(chain, s.insert(n, up))
 	}
 	s.mu.Unlock()
-	return s.assemble(lm, chain), hit, rows, flops, nil
+	return chain, hit, rows, flops, nil
+}
+
+// count adds a request's lookup of id (found: the chain's length, of nb
+// full blocks) to Stats (mu held).
+func (s *BlockStore) count(id PrefixID, found, nb int) {
+	s.stats.Queries++
+	s.stats.QueryTokens += int64(len(id.Tokens))
+	s.stats.HitTokens += int64(found * s.blockSize)
+	if found == nb {
+		s.stats.Hits++
+	}
+}
+
+// lookup holds the longest stored chain of id's full blocks and counts the
+// lookup in Stats, computing nothing: for a caller that computes the
+// missing blocks itself (put stores them; releaseNodes the chain when
+// done). It does not wait for a fill in flight, so a caller inside a
+// batched forward cannot wait on a request of the same batch.
+func (s *BlockStore) lookup(id PrefixID) []*blockNode {
+	nb := len(id.Tokens) / s.blockSize
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	chain, _ := s.walk(id, nb)
+	s.count(id, len(chain), nb)
+	return chain
+}
+
+// newNode is an unstored block of id, blocks i of its tokens, for put.
+func (s *BlockStore) newNode(id PrefixID, i int) *blockNode {
+	B := s.blockSize
+	return &blockNode{tokens: slices.Clone(id.Tokens[i*B : (i+1)*B]), fp: id.Fingerprint, salt: id.Salt}
+}
+
+// addLayer appends a layer's K, V and hidden states to a node being built.
+func (n *blockNode) addLayer(k, v, h backend.Tensor) {
+	n.k, n.v, n.h = append(n.k, k), append(n.v, v), append(n.h, h)
+	n.bytes += 4 * int64(k.Rows()*(k.Cols()+v.Cols()+h.Cols()))
+}
+
+// put stores fresh blocks (computed by the caller, following chain, which
+// lookup returned) and returns the chain extended by them, to release.
+func (s *BlockStore) put(chain, fresh []*blockNode) []*blockNode {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, n := range fresh {
+		var up *blockNode
+		if len(chain) > 0 {
+			up = chain[len(chain)-1]
+		}
+		chain = append(chain, s.insert(n, up))
+	}
+	return chain
 }
 
 // walk holds the longest stored chain of id's first nb blocks and returns
@@ -246,13 +298,10 @@ func (s *BlockStore) fill(lm *model.LLaDA, id PrefixID, chain []*blockNode, nb i
 		}
 		defer c.free()
 		for i := lo; i < hi; i++ {
-			n := &blockNode{tokens: slices.Clone(id.Tokens[i*B : (i+1)*B]), fp: id.Fingerprint, salt: id.Salt}
+			n := s.newNode(id, i)
 			r := iota32((i-lo)*B, (i-lo+1)*B)
 			for l := range c.k {
-				n.k = append(n.k, s.sub(c.k[l], r))
-				n.v = append(n.v, s.sub(c.v[l], r))
-				n.h = append(n.h, s.sub(c.h[l], r))
-				n.bytes += 4 * int64(B*(c.k[l].Cols()+c.v[l].Cols()+c.h[l].Cols()))
+				n.addLayer(s.sub(c.k[l], r), s.sub(c.v[l], r), s.sub(c.h[l], r))
 			}
 			fresh = append(fresh, n)
 		}
@@ -282,9 +331,18 @@ func (s *BlockStore) fill(lm *model.LLaDA, id PrefixID, chain []*blockNode, nb i
 
 // sub copies rows r of t into a new tensor.
 func (s *BlockStore) sub(t backend.Tensor, r []int32) backend.Tensor {
-	c := s.b.New(len(r), t.Cols())
+	c := newFull(s.b, len(r), t.Cols())
 	s.b.CopyRows(c, nil, t, r)
 	return c
+}
+
+// newFull is a [rows, cols] tensor its maker writes in full: not cleared
+// where the backend can skip it.
+func newFull(b backend.Backend, rows, cols int) backend.Tensor {
+	if u, ok := b.(backend.Uninit); ok {
+		return u.NewUninit(rows, cols)
+	}
+	return b.New(rows, cols)
 }
 
 func (s *BlockStore) freeNode(n *blockNode) {
@@ -461,8 +519,8 @@ func (c *blockFill) KV(l int, rows []int32, k, v backend.Tensor) error {
 }
 func (c *blockFill) Observe(_ int, _ []int32, h, k, v backend.Tensor) {
 	r := iota32(c.from, c.to)
-	kk := c.b.New(len(r), k.Cols())
-	vv := c.b.New(len(r), v.Cols())
+	kk := newFull(c.b, len(r), k.Cols())
+	vv := newFull(c.b, len(r), v.Cols())
 	c.b.CopyRows(kk, nil, k, r)
 	c.b.CopyRows(vv, nil, v, r)
 	c.k, c.v, c.h = append(c.k, kk), append(c.v, vv), append(c.h, clone(c.b, h))
@@ -490,10 +548,10 @@ func StorePrefix(lm *model.LLaDA, meth Method, tokens []int32, salt string) (int
 	if !ok {
 		return 0, 0, nil
 	}
-	e, _, rows, flops, err := bs.get(lm, PrefixID{Fingerprint: o.Fingerprint, Salt: joinSalt(o.Salt, salt), Tokens: tokens}, false)
+	chain, _, rows, flops, err := bs.get(lm, PrefixID{Fingerprint: o.Fingerprint, Salt: joinSalt(o.Salt, salt), Tokens: tokens}, false)
 	if err != nil {
 		return 0, 0, err
 	}
-	bs.Release(e)
+	bs.releaseNodes(chain)
 	return rows, flops, nil
 }

@@ -91,6 +91,12 @@ type exactPlanner struct {
 	cached int       // rows 0..cached-1 hold final K/V in kv
 	keepTo int       // this step's rows cached..keepTo-1 are final after it
 	rows   []int32
+
+	// The block store's chain of the prefix (held) and the prefix's
+	// blocks after it, filled from the first step and stored after it.
+	bs    *BlockStore
+	chain []*blockNode
+	fresh []*blockNode
 }
 
 func (p *exactPlanner) Begin(r *model.Request) error {
@@ -136,6 +142,10 @@ func (p *exactPlanner) fromStore(r *model.Request) error {
 	}
 	id := p.id
 	id.Tokens = r.Prompt[:m]
+	if bs, ok := store.(*BlockStore); ok {
+		p.fromBlocks(bs, id)
+		return nil
+	}
 	e, hit, rows, flops, err := store.Get(p.lm, id)
 	if err != nil {
 		return fmt.Errorf("computing the shared prefix: %w", err)
@@ -149,13 +159,56 @@ func (p *exactPlanner) fromStore(r *model.Request) error {
 		return nil
 	}
 	p.info.Depth = len(p.lm.Blocks)
-	stored := iota32(0, h)
-	for l := range p.kv.k {
-		p.kv.b.CopyRows(p.kv.k[l], stored, e.K[l], stored)
-		p.kv.b.CopyRows(p.kv.v[l], stored, e.V[l], stored)
-	}
+	p.copyIn(0, h, e.K, e.V)
 	p.cached = h
 	return nil
+}
+
+// fromBlocks copies the stored chain of the prefix's full blocks into the
+// kept rows. The blocks missing after it are not computed apart: the
+// request's first step computes their rows anyway (every row from the
+// chain's end on), and stores them from there (Observe, After) — exact,
+// since a block-causal block's K/V depend on it and the blocks before it
+// only.
+func (p *exactPlanner) fromBlocks(bs *BlockStore, id PrefixID) {
+	SB := bs.BlockSize()
+	p.bs, p.chain = bs, bs.lookup(id)
+	for i, n := range p.chain {
+		p.copyIn(i*SB, (i+1)*SB, n.k, n.v)
+	}
+	nb := len(id.Tokens) / SB
+	p.cached = len(p.chain) * SB
+	p.info.QueryTokens, p.info.HitTokens = len(id.Tokens), p.cached
+	p.info.Hit = len(p.chain) == nb
+	p.info.Depth = len(p.lm.Blocks)
+	for i := len(p.chain); i < nb; i++ {
+		p.fresh = append(p.fresh, bs.newNode(id, i))
+	}
+	if len(p.fresh) == 0 {
+		p.releaseStore()
+	}
+}
+
+// copyIn copies rows [lo, hi) of every layer's kept K/V from k and v
+// ([hi-lo, kv] per layer).
+func (p *exactPlanner) copyIn(lo, hi int, k, v []backend.Tensor) {
+	rows := iota32(lo, hi)
+	for l := range p.kv.k {
+		p.kv.b.CopyRows(p.kv.k[l], rows, k[l], nil)
+		p.kv.b.CopyRows(p.kv.v[l], rows, v[l], nil)
+	}
+}
+
+// releaseStore lets go of the held chain and frees the blocks not stored.
+func (p *exactPlanner) releaseStore() {
+	if p.bs == nil {
+		return
+	}
+	p.bs.releaseNodes(p.chain)
+	for _, n := range p.fresh {
+		p.bs.freeNode(n)
+	}
+	p.bs, p.chain, p.fresh = nil, nil, nil
 }
 
 func (p *exactPlanner) Plan(s *model.Step) model.Plan {
@@ -186,9 +239,17 @@ func (p *exactPlanner) Plan(s *model.Step) model.Plan {
 	return p
 }
 
-func (p *exactPlanner) After(*model.Step, []int32) { p.cached = p.keepTo }
+func (p *exactPlanner) After(*model.Step, []int32) {
+	p.cached = p.keepTo
+	if len(p.fresh) > 0 {
+		// The first step computed the prefix's missing blocks: store them.
+		p.chain, p.fresh = p.bs.put(p.chain, p.fresh), nil
+		p.releaseStore()
+	}
+}
 
 func (p *exactPlanner) End() {
+	p.releaseStore()
 	if p.kv.k != nil {
 		p.kv.free()
 	}
@@ -212,9 +273,25 @@ func (p *exactPlanner) KV(l int, rows []int32, k, v backend.Tensor) error {
 	return p.kv.fill(l, rows, k, v)
 }
 
-// Observe has nothing to do: the forward wrote the computed rows' K/V
-// into the buffers.
-func (p *exactPlanner) Observe(int, []int32, backend.Tensor, backend.Tensor, backend.Tensor) {}
+// Observe keeps nothing (the forward wrote the computed rows' K/V into
+// the buffers) except, on the first step, the prefix blocks missing from
+// the block store: their K/V and hidden states, rows of this step's
+// computed ones.
+func (p *exactPlanner) Observe(l int, computed []int32, hidden, k, v backend.Tensor) {
+	if len(p.fresh) == 0 {
+		return
+	}
+	b, SB := p.kv.b, p.bs.BlockSize()
+	for j, n := range p.fresh {
+		lo := (len(p.chain) + j) * SB
+		rows := iota32(lo, lo+SB)
+		nk, nv, nh := newFull(b, SB, k.Cols()), newFull(b, SB, v.Cols()), newFull(b, SB, hidden.Cols())
+		b.CopyRows(nk, nil, k, rows)
+		b.CopyRows(nv, nil, v, rows)
+		b.CopyRows(nh, nil, hidden, iota32(lo-int(computed[0]), lo-int(computed[0])+SB))
+		n.addLayer(nk, nv, nh)
+	}
+}
 
 // tiles says whether c is block-causal with blocks that tile store blocks
 // of n tokens.

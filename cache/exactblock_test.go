@@ -213,7 +213,12 @@ func TestExactBlockStore(t *testing.T) {
 				wants[i], _ = generate(t, m, none, ids, pl, o)
 			}
 			want := wants[i]
-			got, info := generate(t, m, meth, ids, pl, o)
+			var steps []recorded
+			var info Info
+			got, err := m.Generate(context.Background(), ids, pl, o, &rowRecorder{Planner: meth.Planner(m.LLaDA, "", &info), steps: &steps})
+			if err != nil {
+				t.Fatal(err)
+			}
 			if !slices.Equal(got.Canvas, want.Canvas) {
 				t.Errorf("%s, request %d: with the store %v\nnone %v", tc.name, i, got.Answer, want.Answer)
 			}
@@ -230,13 +235,19 @@ func TestExactBlockStore(t *testing.T) {
 				stored = max(stored, n/tc.unit*tc.unit)
 			}
 			seen = append(seen, ids[:pl])
-			wantRows := L * (full - stored)
+			// A block store's missing blocks are computed by the request's
+			// first step (from the stored ones on) and stored from it; the
+			// whole-prefix store computes a missing prefix alone.
+			wantRows, first := 0, stored
 			if whole && stored == 0 {
-				wantRows = L * pl // computed whole; its partial block is not served
+				wantRows, first = L*pl, full // computed whole; its partial block is not served
 			}
 			if full == 0 || info.HitTokens != stored || info.PrefixRows != wantRows || info.Hit != (stored == full) || info.Depth != L {
 				t.Errorf("%s, request %d (prefix %d tokens): hit %d tokens, filled %d rows, hit %v, depth %d; want %d, %d, %v, %d",
 					tc.name, i, pl, info.HitTokens, info.PrefixRows, info.Hit, info.Depth, stored, wantRows, stored == full, L)
+			}
+			if r := steps[0].rows; len(r) == 0 || int(r[0]) != first {
+				t.Errorf("%s, request %d: the first step computes from row %v, want %d", tc.name, i, r[:min(1, len(r))], first)
 			}
 		}
 		if commonPrefix(seen[2], seen[0]) != len(seen[0]) {
