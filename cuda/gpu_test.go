@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/internal/testutil"
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/backend"
@@ -236,8 +237,9 @@ func (r *recorder) Observe(l int, _ []int32, _, k, v backend.Tensor) {
 	r.v = append(r.v, r.b.ToHost(v, nil))
 }
 
-func goldenGenerations(t *testing.T) []testutil.Generation {
-	raw, err := os.ReadFile(filepath.Join(tinyBF16, "golden.json"))
+// goldenGenerations are the golden decodings of the fixture in dir.
+func goldenGenerations(t *testing.T, dir string) []testutil.Generation {
+	raw, err := os.ReadFile(filepath.Join(dir, "golden.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +247,7 @@ func goldenGenerations(t *testing.T) []testutil.Generation {
 		Generate []testutil.Generation `json:"generate"`
 	}
 	if err := json.Unmarshal(raw, &g); err != nil {
-		t.Fatalf("%s/golden.json: %v", tinyBF16, err)
+		t.Fatalf("%s/golden.json: %v", dir, err)
 	}
 	return g.Generate
 }
@@ -253,7 +255,7 @@ func goldenGenerations(t *testing.T) []testutil.Generation {
 // TestForwardMatchesCPU compares logits and every layer's K/V on the
 // bundled tiny BF16 model.
 func TestForwardMatchesCPU(t *testing.T) {
-	gen := goldenGenerations(t)[0]
+	gen := goldenGenerations(t, tinyBF16)[0]
 	cm := loadTinyOn(t, cpu.New(2))
 	tokens := append(slices.Clone(gen.PromptIDs), slices.Repeat([]int32{int32(cm.Config.MaskTokenID)}, gen.GenLength)...)
 	rows := make([]int32, len(tokens))
@@ -301,7 +303,7 @@ func TestGenerateMatchesCPU(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			g := newGPU(t, m.opts)
 			gm := loadTinyOn(t, g)
-			for _, gen := range goldenGenerations(t) {
+			for _, gen := range goldenGenerations(t, tinyBF16) {
 				o := model.GenOptions{GenLength: gen.GenLength, Steps: gen.Steps, BlockLength: gen.BlockLength}
 				want, err := cm.Generate(context.Background(), gen.PromptIDs, 0, o, nil)
 				if err != nil {
@@ -321,6 +323,109 @@ func TestGenerateMatchesCPU(t *testing.T) {
 			}
 		})
 	}
+}
+
+const tinyBlock = "../model/testdata/tiny-block"
+
+// TestBlockCausalMatchesCPU: on the block-causal fixture (blocks of 8) the
+// CUDA forward honours the block-causal mask as the CPU backend does —
+// logits and every layer's K/V of a whole canvas, and of a canvas cut
+// inside a block — and in F32 the exact block cache (committed blocks'
+// K/V kept, a block store across requests) decodes on the GPU the tokens
+// that no cache decodes there and on the CPU.
+func TestBlockCausalMatchesCPU(t *testing.T) {
+	cm, err := model.Load(tinyBlock, cpu.New(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cm.Close()
+	if cm.Config.CausalBlock() != 8 {
+		t.Fatalf("%s: block size %d, want 8", tinyBlock, cm.Config.CausalBlock())
+	}
+	gens := goldenGenerations(t, tinyBlock)
+	prompt := gens[0].PromptIDs
+	canvas := append(slices.Clone(prompt), slices.Repeat([]int32{int32(cm.Config.MaskTokenID)}, 24)...)
+	inputs := map[string][]int32{"canvas": canvas, "cut inside a block": canvas[:len(prompt)+7]}
+	type ref struct {
+		out *model.Output
+		rec *recorder
+	}
+	want := map[string]ref{}
+	for name, toks := range inputs {
+		in := model.Input{Tokens: toks, LogitRows: iotaRows(len(toks))}
+		rec := &recorder{b: cm.Backend}
+		out, err := cm.Forward(in, rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[name] = ref{out, rec}
+	}
+	o := model.GenOptions{GenLength: 24, Steps: 24, BlockLength: 8, Decoder: model.Threshold{T: 0.12}}
+	cpuNone, err := cm.Generate(context.Background(), prompt, 0, o, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			g := newGPU(t, m.opts)
+			gm, err := model.Load(tinyBlock, g)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer gm.Close()
+			for name, toks := range inputs {
+				rec := &recorder{b: g}
+				out, err := gm.Forward(model.Input{Tokens: toks, LogitRows: iotaRows(len(toks))}, rec)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if e := testutil.RelErr(out.Logits, want[name].out.Logits); e > m.tol {
+					t.Errorf("%s: logits: relative error %.3g > %.3g", name, e, m.tol)
+				}
+				for l := range rec.k {
+					ek, ev := testutil.RelErr(rec.k[l], want[name].rec.k[l]), testutil.RelErr(rec.v[l], want[name].rec.v[l])
+					if ek > m.tol || ev > m.tol {
+						t.Errorf("%s: layer %d: K error %.3g, V error %.3g > %.3g", name, l, ek, ev, m.tol)
+					}
+				}
+			}
+			if !m.opts.F32 {
+				return
+			}
+			none, err := gm.Generate(context.Background(), prompt, 0, o, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(none.Answer, cpuNone.Answer) {
+				t.Errorf("no cache: GPU answer %v, CPU answer %v", none.Answer, cpuNone.Answer)
+			}
+			meth, err := cache.New("exact-block", cache.Options{Store: cache.NewBlockStore(g, 8, 1<<30, true, nil), Fingerprint: gm.Fingerprint})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 2 { // the second request's prefix blocks come from the store
+				res, err := cache.Run(context.Background(), gm.LLaDA, meth, cache.Request{Prompt: prompt, PrefixLen: len(prompt) - 3}, o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(res.Generation.Answer, none.Answer) {
+					t.Errorf("exact-block, request %d: answer %v, no cache %v", i, res.Generation.Answer, none.Answer)
+				}
+				if i == 1 && res.Info.HitTokens == 0 {
+					t.Errorf("exact-block, request %d: nothing served from the store", i)
+				}
+			}
+		})
+	}
+}
+
+// iotaRows is 0, 1, …, n-1.
+func iotaRows(n int) []int32 {
+	r := make([]int32, n)
+	for i := range r {
+		r[i] = int32(i)
+	}
+	return r
 }
 
 // BenchmarkForward8B times one full forward at LLaDA-8B shapes (32 layers,

@@ -1,7 +1,9 @@
 package serve
 
 import (
+	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
@@ -49,18 +51,20 @@ func TestBlockCausalGenOptions(t *testing.T) {
 	}
 }
 
-// Streaming a block-causal model's answer: one delta per committed block
-// at most, joining to the unstreamed answer.
+// Streaming a block-causal model's answer: a delta per committed block —
+// exactly the text each block adds, in the order the blocks commit (the
+// model's own generation, block by block, is the reference) — joining to
+// the unstreamed answer.
 func TestBlockCausalStream(t *testing.T) {
 	s := blockCausalServer(t)
-	full := decodeChat(t, post(t, s, "/v1/chat/completions", chatBody("Be brief.", "Hello", "")))
-	rec := post(t, s, "/v1/chat/completions", chatBody("Be brief.", "Hello", `"stream":true`))
+	const sys, user = "Be brief.", "Hello"
+	full := decodeChat(t, post(t, s, "/v1/chat/completions", chatBody(sys, user, "")))
+	rec := post(t, s, "/v1/chat/completions", chatBody(sys, user, `"stream":true`))
 	if rec.Code != 200 {
 		t.Fatalf("status %d: %s", rec.Code, rec.Body)
 	}
 	ev := sseEvents(t, rec.Body.String())
-	var text strings.Builder
-	deltas := 0
+	var got []string
 	for _, e := range ev[:len(ev)-1] {
 		var c struct {
 			Choices []struct {
@@ -71,18 +75,38 @@ func TestBlockCausalStream(t *testing.T) {
 		if err := json.Unmarshal([]byte(e), &c); err != nil {
 			t.Fatal(err)
 		}
-		if len(c.Choices) == 0 || c.Choices[0].FinishReason != nil {
+		if len(c.Choices) == 0 || c.Choices[0].FinishReason != nil || c.Choices[0].Delta.Content == "" {
 			continue
 		}
-		deltas++
-		text.WriteString(c.Choices[0].Delta.Content)
+		got = append(got, c.Choices[0].Delta.Content)
 	}
-	if text.String() != full.Choices[0].Message.Content {
-		t.Errorf("streamed %q, unstreamed %q", text.String(), full.Choices[0].Message.Content)
+	if strings.Join(got, "") != full.Choices[0].Message.Content {
+		t.Errorf("streamed %q, unstreamed %q", strings.Join(got, ""), full.Choices[0].Message.Content)
 	}
-	// The prompt's tail block, then 8-slot blocks: at most 3 blocks for
-	// 16 slots, and the role chunk.
-	if deltas > 4 {
-		t.Errorf("%d delta chunks for at most three blocks", deltas)
+	// The reference: the text each committed block adds to the answer.
+	bm := testmodel.Shared(t, "tiny-block")
+	ids, _, err := bm.Tokenizer.EncodeChat(sys, user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := s.cfg.Gen
+	var want []string
+	sent, blocks := "", 0
+	o.OnBlock = func(_, end int, canvas []int32) {
+		blocks++
+		text, _, _ := s.answer(canvas[len(ids):end], 0, nil)
+		if strings.HasPrefix(text, sent) && len(text) > len(sent) {
+			want = append(want, text[len(sent):])
+			sent = text
+		}
+	}
+	if _, err := bm.Generate(context.Background(), ids, 0, o, nil); err != nil {
+		t.Fatal(err)
+	}
+	if len(want) < 2 {
+		t.Fatalf("the reference answer grows in %d of %d blocks: the test needs an answer over several blocks", len(want), blocks)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("streamed deltas %q, want the blocks' texts %q", got, want)
 	}
 }
