@@ -143,11 +143,24 @@ static void team_run(int workers, int tasks, team_fn fn, const void *arg, size_t
 	free(s);
 }
 
-// The fused layer halves (backend.Fuser), a block of FUSED_ROWS rows a task.
+// The fused layer halves (backend.Fuser), a block of at most FUSED_ROWS
+// rows a task.
 #define FUSED_ROWS DLMC_FUSED_ROWS
 
+// fused_rows is the rows a task of a fused half takes: FUSED_ROWS, or
+// fewer so that every worker gets as many rows as the others (64 rows on
+// 2 threads in tasks of FUSED_ROWS would be 48 and 16: one thread idle
+// for half the time). A row's result does not depend on its task.
+static int fused_rows(int rows, int workers) {
+	if (workers < 1) workers = 1;
+	int tasks = (rows + FUSED_ROWS - 1) / FUSED_ROWS;
+	tasks = (tasks + workers - 1) / workers * workers;
+	int per = (rows + tasks - 1) / tasks;
+	return per < 1 ? 1 : per;
+}
+
 typedef struct {
-	int rows, d, nq, nk, nv, hd, npos, simd;
+	int rows, per, d, nq, nk, nv, hd, npos, simd;
 	float eps;
 	const float *x, *norm, *pq, *pk, *pv, *cs;
 	long ldx, ldq, ldk, ldv;
@@ -157,7 +170,7 @@ typedef struct {
 
 static void attn_input_task(const void *arg, int t, float *nb) {
 	const attn_input_job *j = arg;
-	int lo = t * FUSED_ROWS, m = j->rows - lo < FUSED_ROWS ? j->rows - lo : FUSED_ROWS;
+	int lo = t * j->per, m = j->rows - lo < j->per ? j->rows - lo : j->per;
 	float *q = j->q + (long)lo * j->ldq, *k = j->k + (long)lo * j->ldk;
 	dlmc_rms_norm_rows(j->simd, nb, j->d, j->x + (long)lo * j->ldx, j->ldx, j->norm, m, j->d, j->eps);
 	dlmc_panel_gemm(m, j->nq, j->d, nb, j->d, j->pq, q, j->ldq);
@@ -172,12 +185,13 @@ static void attn_input_task(const void *arg, int t, float *nb) {
 void dlmc_attn_input(int workers, int rows, int d, int nq, int nk, int nv, int hd, int simd, float eps,
 		const float *x, long ldx, const float *norm, const float *pq, const float *pk, const float *pv,
 		float *q, long ldq, float *k, long ldk, float *v, long ldv, const int32_t *pos, const float *cs, int npos) {
-	attn_input_job j = {rows, d, nq, nk, nv, hd, npos, simd, eps, x, norm, pq, pk, pv, cs, ldx, ldq, ldk, ldv, q, k, v, pos};
-	team_run(workers, (rows + FUSED_ROWS - 1) / FUSED_ROWS, attn_input_task, &j, (size_t)FUSED_ROWS * d);
+	int per = fused_rows(rows, workers);
+	attn_input_job j = {rows, per, d, nq, nk, nv, hd, npos, simd, eps, x, norm, pq, pk, pv, cs, ldx, ldq, ldk, ldv, q, k, v, pos};
+	team_run(workers, (rows + per - 1) / per, attn_input_task, &j, (size_t)FUSED_ROWS * d);
 }
 
 typedef struct {
-	int rows, d, na, h, simd, vsimd;
+	int rows, per, d, na, h, simd, vsimd;
 	float eps;
 	float *x;
 	long ldx, lda;
@@ -186,7 +200,7 @@ typedef struct {
 
 static void block_output_task(const void *arg, int t, float *buf) {
 	const block_output_job *j = arg;
-	int lo = t * FUSED_ROWS, m = j->rows - lo < FUSED_ROWS ? j->rows - lo : FUSED_ROWS;
+	int lo = t * j->per, m = j->rows - lo < j->per ? j->rows - lo : j->per;
 	int d = j->d, h = j->h;
 	float *x = j->x + (long)lo * j->ldx;
 	float *o = buf, *nb = buf + FUSED_ROWS * d, *g = buf + 2 * FUSED_ROWS * d, *u = g + (long)FUSED_ROWS * h;
@@ -203,8 +217,9 @@ static void block_output_task(const void *arg, int t, float *buf) {
 void dlmc_block_output(int workers, int rows, int d, int na, int h, int simd, int vsimd, float eps,
 		float *x, long ldx, const float *att, long lda, const float *norm,
 		const float *po, const float *pg, const float *pu, const float *pd) {
-	block_output_job j = {rows, d, na, h, simd, vsimd, eps, x, ldx, lda, att, norm, po, pg, pu, pd};
-	team_run(workers, (rows + FUSED_ROWS - 1) / FUSED_ROWS, block_output_task, &j,
+	int per = fused_rows(rows, workers);
+	block_output_job j = {rows, per, d, na, h, simd, vsimd, eps, x, ldx, lda, att, norm, po, pg, pu, pd};
+	team_run(workers, (rows + per - 1) / per, block_output_task, &j,
 		(size_t)FUSED_ROWS * (2 * d + 2 * h));
 }
 
