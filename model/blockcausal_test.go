@@ -385,7 +385,7 @@ func TestKVHolder(t *testing.T) {
 		} else if got, err = tc.lm.Forward(in, h); err != nil {
 			t.Fatal(err)
 		}
-		if e := relErr(got.Logits, want.Logits); e > 1e-5 {
+		if e := testutil.RelErr(got.Logits, want.Logits); e > 1e-5 {
 			t.Errorf("%s: relative error %.3g > 1e-5 against the full forward", tc.name, e)
 		}
 		if (h.kvCalls > 0) != tc.viaKV {
@@ -393,7 +393,7 @@ func TestKVHolder(t *testing.T) {
 		}
 		for l := range m.Blocks {
 			k := b.ToHost(h.k[l], nil)
-			if e := relErr(k[(n-B)*kvDim:n*kvDim], fc.k[l][(n-B)*kvDim:]); e > 1e-5 {
+			if e := testutil.RelErr(k[(n-B)*kvDim:n*kvDim], fc.k[l][(n-B)*kvDim:]); e > 1e-5 {
 				t.Errorf("%s: layer %d: the computed rows' K in the buffer: relative error %.3g", tc.name, l, e)
 			}
 			if !slices.Equal(k[:(n-B)*kvDim], fc.k[l][:(n-B)*kvDim]) {
