@@ -294,8 +294,9 @@ func TestGGUFBadInput(t *testing.T) {
 	}
 }
 
-// plainBackend hides the CPU backend's optional interfaces, Q8Weighter
-// among them, so that a Q8_0 GGUF loads dequantized to float32.
+// plainBackend hides the CPU backend's optional interfaces, QuantWeighter
+// among them, so that a Q8_0 or Q4_0 GGUF loads dequantized to float32 (as
+// on the CUDA backend).
 type plainBackend struct{ backend.Backend }
 
 // TestGGUFQuantKeptQuantized loads the Q8_0 and Q4_0 conversions of the
