@@ -4,8 +4,8 @@
 package testmodel
 
 import (
+	"os"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"testing"
 
@@ -13,10 +13,20 @@ import (
 	"github.com/dlmcache/dlmcache/model/cpu"
 )
 
-// Dir is the directory of fixture name.
+// Dir is the directory of fixture name: model/testdata/name in the module
+// holding the working directory (a test runs in its package's directory).
 func Dir(name string) string {
-	_, file, _, _ := runtime.Caller(0) // …/internal/testmodel/testmodel.go
-	return filepath.Join(filepath.Dir(file), "..", "..", "model", "testdata", name)
+	root, _ := os.Getwd()
+	for d := root; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			root = d
+			break
+		}
+		if filepath.Dir(d) == d {
+			break // no go.mod above: Load's error names the path tried
+		}
+	}
+	return filepath.Join(root, "model", "testdata", name)
 }
 
 // Load loads fixture name on a one-thread CPU backend; it is closed when
