@@ -7,7 +7,9 @@ import (
 	"strings"
 )
 
-// Config is a LLaDA config.json, with LLaDA's own field names (not Llama's).
+// Config is a model's configuration: a LLaDA config.json, with LLaDA's own
+// field names (not Llama's), or another architecture's config.json read
+// into the same fields by its parser (arch.go).
 type Config struct {
 	ModelType     string   `json:"model_type,omitempty"`
 	Architectures []string `json:"architectures,omitempty"`
@@ -45,6 +47,13 @@ type Config struct {
 	// ShiftLogits is Fast-dLLM v2's (and Dream's) token shift: the logits
 	// of position i are read from row i-1 (position 0 from its own row).
 	ShiftLogits bool `json:"shift_logits,omitempty"`
+
+	// Set by an architecture's config parser (arch_*.go), never read from
+	// a LLaDA config.json:
+	Arch    string     `json:"-"` // the architecture's name; "" for LLaDA (ArchName)
+	QKVBias bool       `json:"-"` // the q, k and v projections have biases
+	QKNorm  bool       `json:"-"` // per-head RMSNorm of q and k before RoPE
+	MoE     *MoEConfig `json:"-"` // the MLP is a mixture of experts
 }
 
 // CausalBlock is the attention block size: 0 for a bidirectional model
@@ -84,8 +93,8 @@ func ReadConfig(path string) (*Config, []byte, error) {
 	return c, raw, nil
 }
 
-// ParseConfig decodes and validates config.json bytes.
-func ParseConfig(raw []byte) (*Config, error) {
+// parseLLaDAConfig decodes and validates a LLaDA config.json.
+func parseLLaDAConfig(raw []byte) (*Config, error) {
 	var c Config
 	if err := json.Unmarshal(raw, &c); err != nil {
 		return nil, fmt.Errorf("config.json is not valid JSON: %w", err)

@@ -17,8 +17,13 @@ func (c *Config) LayerFLOPs(n, r int) float64 { return c.layerFLOPs(r, r*n) }
 func (c *Config) layerFLOPs(r, keys int) float64 {
 	d, kv, hid := float64(c.DModel), float64(c.KVDim()), float64(c.MLPHiddenSize)
 	R := float64(r)
+	mlp := 2 * R * 3 * d * hid // gate, up, down
+	if mc := c.MoE; mc != nil {
+		// the router, and the active experts only
+		mlp = 2*R*d*float64(mc.Experts) + 2*R*3*d*float64(mc.Hidden*mc.TopK)
+	}
 	return 2*R*(2*d*d+2*d*kv) + // q, attn_out, k, v
-		2*R*3*d*hid + // gate, up, down
+		mlp +
 		4*float64(keys)*d // scores and weighted values
 }
 

@@ -16,7 +16,8 @@ import "github.com/dlmcache/dlmcache/model/backend"
 // (the strided q/k/v views the attention then reads cost more than the
 // saved calls). Call Fuse where a measurement says it pays.
 
-// Fuse concatenates each block's q/k/v and gate/up weights; it reports
+// Fuse concatenates each block's q/k/v (where the layer has no biases or
+// q/k norms) and gate/up (where it has no experts) weights; it reports
 // false (and changes nothing) on a backend without views. The fused
 // weights are float32 matrices (FromHost): on the CPU backend, BF16
 // weights kept as BF16 become float32 copies, twice their memory.
@@ -45,8 +46,12 @@ func (m *LLaDA) Fuse() bool {
 	}
 	for i := range m.Blocks {
 		blk := &m.Blocks[i]
-		blk.QKV = cat(&blk.Q, &blk.K, &blk.V)
-		blk.GateUp = cat(&blk.Gate, &blk.Up)
+		if blk.plainAttn() {
+			blk.QKV = cat(&blk.Q, &blk.K, &blk.V)
+		}
+		if blk.MoE == nil {
+			blk.GateUp = cat(&blk.Gate, &blk.Up)
+		}
 	}
 	return true
 }
@@ -99,7 +104,7 @@ func (m *LLaDA) gateUp(blk *Block, mm backend.Tensor, alloc func(int, int) backe
 func (m *LLaDA) attnInput(blk *Block, x backend.Tensor, pos []int32, alloc func(int, int) backend.Tensor) (q, k, v backend.Tensor) {
 	b, c := m.Backend, m.Config
 	r, d, kv, hd, eps := x.Rows(), c.DModel, c.KVDim(), c.HeadDim(), float32(c.RMSNormEps)
-	if f, ok := b.(backend.Fuser); ok {
+	if f, ok := b.(backend.Fuser); ok && blk.plainAttn() {
 		q, k, v = alloc(r, d), alloc(r, kv), alloc(r, kv)
 		if f.AttnInput(q, k, v, x, blk.AttnNorm, blk.Q, blk.K, blk.V, pos, hd, c.RopeTheta, eps) {
 			return q, k, v
@@ -109,6 +114,9 @@ func (m *LLaDA) attnInput(blk *Block, x backend.Tensor, pos []int32, alloc func(
 	nrm := alloc(r, d)
 	b.RMSNorm(nrm, x, blk.AttnNorm, eps)
 	q, k, v = m.qkv(blk, nrm, q, k, v, alloc)
+	if !blk.plainAttn() {
+		m.qkvExtras(blk, q, k, v)
+	}
 	b.RoPE(q, pos, hd, c.RopeTheta)
 	b.RoPE(k, pos, hd, c.RopeTheta)
 	return q, k, v
@@ -121,7 +129,7 @@ func (m *LLaDA) attnInput(blk *Block, x backend.Tensor, pos []int32, alloc func(
 func (m *LLaDA) blockOutput(blk *Block, x, att backend.Tensor, alloc func(int, int) backend.Tensor) {
 	b, c := m.Backend, m.Config
 	r, d, eps := x.Rows(), c.DModel, float32(c.RMSNormEps)
-	if f, ok := b.(backend.Fuser); ok && f.BlockOutput(x, att, blk.AttnOut, blk.FFNorm, blk.Gate, blk.Up, blk.Down, eps) {
+	if f, ok := b.(backend.Fuser); ok && blk.MoE == nil && f.BlockOutput(x, att, blk.AttnOut, blk.FFNorm, blk.Gate, blk.Up, blk.Down, eps) {
 		return
 	}
 	o := alloc(r, d)
@@ -129,6 +137,10 @@ func (m *LLaDA) blockOutput(blk *Block, x, att backend.Tensor, alloc func(int, i
 	b.Add(x, o) // x is now h
 	mm := alloc(r, d)
 	b.RMSNorm(mm, x, blk.FFNorm, eps)
+	if blk.MoE != nil {
+		b.Add(x, m.moe(blk.MoE, mm, alloc))
+		return
+	}
 	g := m.gateUp(blk, mm, alloc) // [r, hidden]
 	y := alloc(r, d)
 	b.MatMul(y, g, blk.Down)

@@ -51,6 +51,9 @@ func ToGGUF(dir, out string, typ gguf.GGMLType) (*ConvertReport, error) {
 	if err != nil {
 		return nil, err
 	}
+	if a := cfg.ArchName(); a != "llada" {
+		return nil, fmt.Errorf("%s: convert writes LLaDA checkpoints only, this is %s", dir, a)
+	}
 	if cfg.BlockCausal {
 		return nil, fmt.Errorf("%s: block_causal attention has no key in llama.cpp's llada architecture; it cannot be written as GGUF", dir)
 	}

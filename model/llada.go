@@ -6,10 +6,13 @@ import (
 	"github.com/dlmcache/dlmcache/model/backend"
 )
 
-// LLaDA is a masked diffusion transformer: a Llama-shaped stack of pre-norm
-// blocks with bidirectional attention (no causal mask; block-causal for a
+// LLaDA is the network every architecture loads into (arch.go): a masked
+// diffusion transformer, a Llama-shaped stack of pre-norm blocks with
+// bidirectional attention (no causal mask; block-causal for a
 // block-diffusion config, Config.BlockCausal), RoPE, RMSNorm and a
-// SiLU-gated MLP, no biases, and an output head separate from the embedding.
+// SiLU-gated MLP, and an output head (LLaDA's own: no biases, a head
+// separate from the embedding). Other architectures add q/k/v biases,
+// per-head q/k norms or a mixture of experts (Block's optional weights).
 //
 //	x⁰ = wte[tokens]
 //	for each block l:
@@ -39,6 +42,14 @@ type Block struct {
 	Gate     backend.Tensor // ff_proj [hidden, d]
 	Up       backend.Tensor // up_proj [hidden, d]
 	Down     backend.Tensor // ff_out  [d, hidden]
+
+	// An architecture's variants (arch.go), nil where it has none: the
+	// biases of q, k and v, the per-head RMSNorm weights of q and k
+	// [head_dim] (applied after the biases, before RoPE), and a mixture of
+	// experts in place of Gate, Up and Down.
+	QBias, KBias, VBias []float32
+	QNorm, KNorm        []float32
+	MoE                 *MoE
 
 	// QKV and GateUp are the fused [Q; K; V] and [Gate; Up] weights on a
 	// backend with views (fuse.go); Q, K, V, Gate and Up are then row

@@ -270,7 +270,13 @@ func (c *fullCapture) Observe(l int, rows []int32, h, k, v backend.Tensor) {
 }
 
 func TestPlanReplaysFullForward(t *testing.T) {
-	m, g, _ := loadFixture(t, "tiny-f32")
+	for _, fx := range []string{"tiny-f32", "tiny-dream", "tiny-llada-moe"} {
+		t.Run(fx, func(t *testing.T) { testPlanReplays(t, fx) })
+	}
+}
+
+func testPlanReplays(t *testing.T, fx string) {
+	m, g, _ := loadFixture(t, fx)
 	ids := g.InputIDs
 	n := len(ids)
 	logitRows := []int32{int32(n - 3), int32(n - 2), int32(n - 1)}

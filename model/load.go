@@ -93,11 +93,12 @@ func (m *Model) Name() string {
 	return strings.TrimSuffix(filepath.Base(filepath.Clean(m.Dir)), ".gguf")
 }
 
-// newLLaDA maps LLaDA's tensor names onto backend tensors, checking every
-// shape against the config.
+// newLLaDA maps the checkpoint's tensors onto backend tensors by the names
+// of the config's architecture (arch.go), checking every shape against the
+// config and that every tensor is used.
 func newLLaDA(dir string, c *Config, set *safetensors.Set, b backend.Backend) (*LLaDA, error) {
 	used := map[string]bool{}
-	m, err := buildLLaDA(c, b, func(name string, rows, cols int) (backend.Tensor, error) {
+	m, err := buildModel(c, b, func(name string, rows, cols int) (backend.Tensor, error) {
 		used[name] = true
 		t, err := set.Matrix(name, rows, cols)
 		if err != nil {
@@ -117,51 +118,6 @@ func newLLaDA(dir string, c *Config, set *safetensors.Set, b backend.Backend) (*
 			return nil, fmt.Errorf("%s: the checkpoint has tensor %s, which config.json (n_layers %d, weight_tying %v) does not account for",
 				dir, name, c.NLayers, c.WeightTying)
 		}
-	}
-	return m, nil
-}
-
-// buildLLaDA asks weight for each of LLaDA's tensors by its Hugging Face
-// name and the [rows, cols] shape the config gives it (rows 1 for a norm
-// weight), and returns the network or weight's first error.
-func buildLLaDA(c *Config, b backend.Backend, weight func(name string, rows, cols int) (backend.Tensor, error)) (*LLaDA, error) {
-	d, kv, hid, e := c.DModel, c.KVDim(), c.MLPHiddenSize, c.Embeddings()
-	var firstErr error
-	w := func(name string, rows, cols int) backend.Tensor {
-		if firstErr != nil {
-			return nil
-		}
-		t, err := weight(name, rows, cols)
-		if err != nil {
-			firstErr = err
-			return nil
-		}
-		return t
-	}
-	m := &LLaDA{Config: c, Backend: b}
-	m.Embed = w(hfPrefix+"wte.weight", e, d)
-	for i := 0; i < c.NLayers; i++ {
-		p := fmt.Sprintf("%sblocks.%d.", hfPrefix, i)
-		m.Blocks = append(m.Blocks, Block{
-			AttnNorm: w(p+"attn_norm.weight", 1, d),
-			Q:        w(p+"q_proj.weight", d, d),
-			K:        w(p+"k_proj.weight", kv, d),
-			V:        w(p+"v_proj.weight", kv, d),
-			AttnOut:  w(p+"attn_out.weight", d, d),
-			FFNorm:   w(p+"ff_norm.weight", 1, d),
-			Gate:     w(p+"ff_proj.weight", hid, d),
-			Up:       w(p+"up_proj.weight", hid, d),
-			Down:     w(p+"ff_out.weight", d, hid),
-		})
-	}
-	m.Norm = w(hfPrefix+"ln_f.weight", 1, d)
-	if c.WeightTying {
-		m.Head = m.Embed
-	} else {
-		m.Head = w(hfPrefix+"ff_out.weight", e, d)
-	}
-	if firstErr != nil {
-		return nil, firstErr
 	}
 	return m, nil
 }

@@ -209,10 +209,12 @@ func (t *Tokenizer) defaultChat(messages []Message, addGenerationPrompt bool) st
 // EncodeChat encodes a system + user request with the generation prompt and
 // returns the length of its shared prefix: the templated system message
 // (BOS, system header, content, end of turn), or only BOS when system is
-// empty. ids[:prefixLen] equals Encode of the prefix text alone.
+// empty (nothing with a chat template that has no BOS token, as ChatML's).
+// ids[:prefixLen] equals Encode of the prefix text alone.
 //
 // The prefix text is found by rendering the system message alone and
-// keeping what it shares with the full prompt up to its last <|eot_id|>:
+// keeping it whole where it starts the full prompt (ChatML templates: Qwen,
+// Dream), else what it shares with the full prompt up to its last <|eot_id|>:
 // LLaDA-8B-Instruct's shipped template appends the assistant header even
 // without add_generation_prompt, so the system-only rendering is not itself
 // a prefix of the prompt. An error says so when no clean split exists (no
@@ -235,15 +237,21 @@ func (t *Tokenizer) EncodeChat(system, user string) (ids []int32, prefixLen int,
 		if err != nil {
 			return nil, 0, err
 		}
-		n := 0
-		for n < len(sys) && n < len(full) && sys[n] == full[n] {
-			n++
+		if strings.HasPrefix(full, sys) {
+			prefix = sys // the system turn alone is the prompt's start (ChatML: Qwen, Dream)
+		} else {
+			n := 0
+			for n < len(sys) && n < len(full) && sys[n] == full[n] {
+				n++
+			}
+			end := strings.LastIndex(full[:n], TokenEOT)
+			if end < 0 {
+				return nil, 0, fmt.Errorf("tokenizer: the prompt and the templated system message share no %s to end the prefix at", TokenEOT)
+			}
+			prefix = full[:end+len(TokenEOT)]
 		}
-		end := strings.LastIndex(full[:n], TokenEOT)
-		if end < 0 {
-			return nil, 0, fmt.Errorf("tokenizer: the prompt and the templated system message share no %s to end the prefix at", TokenEOT)
-		}
-		prefix = full[:end+len(TokenEOT)]
+	} else if t.cfg.bos == "" && t.cfg.template != "" && !strings.HasPrefix(full, prefix) {
+		prefix = "" // a template without a BOS token (ChatML): no shared prefix
 	}
 	if !strings.HasPrefix(full, prefix) {
 		return nil, 0, fmt.Errorf("tokenizer: chat template output does not start with %q", abbrevString(prefix))

@@ -1,0 +1,155 @@
+package model
+
+import (
+	"math"
+	"sort"
+
+	"github.com/dlmcache/dlmcache/model/backend"
+)
+
+// The row-wise steps other architectures add to LLaDA's layer (arch.go),
+// run on the host over the rows a step computes (O(rows·d), beside the
+// products' O(rows·d²)): q/k/v biases and per-head q/k norms, and the
+// routing of a mixture of experts. The products stay on the backend.
+
+// plainAttn reports a layer whose attention input is LLaDA's (norm,
+// products, RoPE): no biases, no q/k norms.
+func (blk *Block) plainAttn() bool {
+	return blk.QBias == nil && blk.KBias == nil && blk.VBias == nil && blk.QNorm == nil && blk.KNorm == nil
+}
+
+// qkvExtras adds the layer's biases to q, k and v and applies its per-head
+// RMSNorm to q and k (before RoPE), in place.
+func (m *LLaDA) qkvExtras(blk *Block, q, k, v backend.Tensor) {
+	eps := float32(m.Config.RMSNormEps)
+	hd := m.Config.HeadDim()
+	m.hostRows(q, blk.QBias, blk.QNorm, hd, eps)
+	m.hostRows(k, blk.KBias, blk.KNorm, hd, eps)
+	m.hostRows(v, blk.VBias, nil, hd, eps)
+}
+
+// hostRows adds bias (nil: none) to every row of t, then RMS-normalises
+// each head of hd columns with weights norm (nil: none).
+func (m *LLaDA) hostRows(t backend.Tensor, bias, norm []float32, hd int, eps float32) {
+	if bias == nil && norm == nil {
+		return
+	}
+	b := m.Backend
+	rows, cols := t.Rows(), t.Cols()
+	h := b.ToHost(t, nil)
+	for i := 0; i < rows; i++ {
+		row := h[i*cols : (i+1)*cols]
+		for j, x := range bias {
+			row[j] += x
+		}
+		if norm == nil {
+			continue
+		}
+		for o := 0; o < cols; o += hd {
+			head := row[o : o+hd]
+			var ss float64
+			for _, x := range head {
+				ss += float64(x) * float64(x)
+			}
+			s := float32(1 / math.Sqrt(ss/float64(hd)+float64(eps)))
+			for j := range head {
+				head[j] = head[j] * s * norm[j]
+			}
+		}
+	}
+	m.writeHost(t, h)
+}
+
+// writeHost overwrites t with the host values h.
+func (m *LLaDA) writeHost(t backend.Tensor, h []float32) {
+	b := m.Backend
+	tmp := b.FromHost(t.Rows(), t.Cols(), h)
+	b.CopyRows(t, nil, tmp, nil)
+	b.Free(tmp)
+}
+
+// moe is a mixture of experts over the rows of mm [r, d]: the router's
+// scores pick each row's experts (route), then each expert runs its MLP
+// over the rows routed to it, gathered into one matrix (one product per
+// weight and expert, never one per row), and the outputs are summed into
+// their rows weighted by the routing weights. Returns [r, d].
+func (m *LLaDA) moe(moe *MoE, mm backend.Tensor, alloc func(int, int) backend.Tensor) backend.Tensor {
+	b, c := m.Backend, m.Config
+	r, d, E := mm.Rows(), c.DModel, len(moe.Experts)
+	lg := alloc(r, E)
+	b.MatMul(lg, mm, moe.Router)
+	rows, wts := route(b.ToHost(lg, nil), r, E, c.MoE)
+	acc := make([]float32, r*d)
+	var host []float32
+	for e, er := range rows {
+		n := len(er)
+		if n == 0 {
+			continue
+		}
+		ex := &moe.Experts[e]
+		xe := alloc(n, d)
+		b.CopyRows(xe, nil, mm, er)
+		h := ex.Gate.Rows()
+		g, u := alloc(n, h), alloc(n, h)
+		b.MatMul(g, xe, ex.Gate)
+		b.MatMul(u, xe, ex.Up)
+		b.SiLUMul(g, g, u)
+		ye := alloc(n, d)
+		b.MatMul(ye, g, ex.Down)
+		if cap(host) < n*d {
+			host = make([]float32, n*d)
+		}
+		host = b.ToHost(ye, host[:n*d])
+		for i, row := range er {
+			w := wts[e][i]
+			dst, src := acc[int(row)*d:int(row+1)*d], host[i*d:(i+1)*d]
+			for j, x := range src {
+				dst[j] += w * x
+			}
+		}
+	}
+	y := alloc(r, d)
+	m.writeHost(y, acc)
+	return y
+}
+
+// route picks each of r rows' experts from its router logits [r, E]
+// (softmax over all experts, the TopK most probable, ties to the lower
+// index; with NormTopK their weights renormalised to sum to 1) and returns,
+// per expert, the rows routed to it (ascending) and their weights.
+func route(logits []float32, r, E int, mc *MoEConfig) (rows [][]int32, wts [][]float32) {
+	rows, wts = make([][]int32, E), make([][]float32, E)
+	p := make([]float64, E)
+	idx := make([]int, E)
+	for i := 0; i < r; i++ {
+		lg := logits[i*E : (i+1)*E]
+		mx := math.Inf(-1)
+		for _, x := range lg {
+			mx = max(mx, float64(x))
+		}
+		var sum float64
+		for j, x := range lg {
+			p[j] = math.Exp(float64(x) - mx)
+			sum += p[j]
+		}
+		for j := range p {
+			p[j] /= sum
+			idx[j] = j
+		}
+		sort.SliceStable(idx, func(a, b int) bool { return p[idx[a]] > p[idx[b]] })
+		top := idx[:mc.TopK]
+		norm := 1.0
+		if mc.NormTopK {
+			var s float64
+			for _, j := range top {
+				s += p[j]
+			}
+			norm = s
+		}
+		for _, j := range top {
+			rows[j] = append(rows[j], int32(i))
+			wts[j] = append(wts[j], float32(p[j]/norm))
+		}
+	}
+	return rows, wts
+}

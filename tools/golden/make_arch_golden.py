@@ -1,0 +1,284 @@
+#!/usr/bin/env python3
+"""Writes the parity fixtures of the Go engine's other architectures into model/testdata/:
+
+    /usr/bin/python3 tools/golden/make_arch_golden.py            # from the repo root
+
+  tiny-dream/      Dream (Qwen2.5 layout): q/k/v biases, GQA 4/2, head dim 16 (hidden/heads),
+                   RoPE theta 1e6 from config.json, shifted logits, mask id from config.json
+  tiny-llada-moe/  LLaDA-MoE: per-head q/k RMSNorm, softmax top-2 of 8 experts (width 16), GQA 4/2, 2 layers
+
+The reference is tools/pyllada/decoder.py (written from the public modeling code, not from
+this project's Go), run in float64 from the stored F32 weights. Each directory holds:
+  config.json (the architecture's own Hugging Face names), model.safetensors (HF tensor names),
+  tokenizer.json, tokenizer_config.json, dlmcache.json (a card: random weights);
+  golden.safetensors (F32): logits [n, vocab], k.{l}, v.{l} [n, kv_dim] (keys after RoPE),
+      h.{l} [n, d] (hidden state entering layer l; h.{L} the last layer's output), and the same
+      logits/k/v under pos2. for a second input at non-contiguous positions;
+  golden.json: the inputs and greedy generations with LLaDA's low-confidence sampler
+      (tools/pyllada/generate.py, temperature 0) with their smallest decision margins.
+
+Tokenizers: byte-level BPE without merges (ids 0..255 are the bytes) and the architecture's
+special tokens; Dream's in Qwen2's tokenizer.json layout (a Split pre-tokenizer with Qwen2's
+regex before ByteLevel) with a ChatML chat template, LLaDA-MoE's with LLaDA's chat tokens and
+no template (the project's LLaDA format). They stand in for the released vocabularies, which
+are not checked here.
+"""
+import json
+import os
+import sys
+
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+
+from bpe_ref import bytes_to_unicode  # noqa: E402
+from pyllada import safetensors_io as st  # noqa: E402
+from pyllada.decoder import Decoder, DecoderConfig, save_pretrained  # noqa: E402
+from pyllada.generate import generate  # noqa: E402
+
+QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+               r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+DREAM_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|mask|>", "<|beginoftext|>"]
+LLADA_SPECIALS = ["<|startoftext|>", "<|endoftext|>", "<|mdm_mask|>",
+                  "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
+
+# Qwen2.5's ChatML framing; a conversation without a system message gets Qwen's default one.
+CHATML = ("{% for message in messages %}"
+          "{% if loop.first and message['role'] != 'system' %}"
+          "{{ '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}{% endif %}"
+          "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+          "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+
+
+def tokenizer_files(specials, qwen):
+    b2u = bytes_to_unicode()
+    sid = {s: 256 + i for i, s in enumerate(specials)}
+    added = [{"id": sid[s], "content": s, "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": False, "special": True} for s in specials]
+    if qwen:
+        pre = {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": QWEN2_REGEX}, "behavior": "Isolated", "invert": False},
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]}
+        norm = {"type": "NFC"}
+    else:
+        pre = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+        norm = None
+    tok = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": norm,
+           "pre_tokenizer": pre, "post_processor": None,
+           "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
+           "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                     "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
+                     "ignore_merges": False, "vocab": {b2u[b]: b for b in range(256)}, "merges": []}}
+    cfg = {"added_tokens_decoder": {str(sid[s]): {"content": s, "lstrip": False, "normalized": False,
+                                                  "rstrip": False, "single_word": False, "special": True}
+                                    for s in specials},
+           "clean_up_tokenization_spaces": False, "model_max_length": 1024,
+           "tokenizer_class": "PreTrainedTokenizerFast"}
+    if qwen:
+        cfg.update({"bos_token": None, "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>",
+                    "mask_token": "<|mask|>", "chat_template": CHATML})
+    else:
+        cfg.update({"bos_token": "<|startoftext|>", "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>"})
+    return tok, cfg, sid
+
+
+def encode(text, sid):
+    """Reference encoder for these tokenizers: specials split out, everything else = UTF-8 bytes
+    (no merges, so the pre-tokenizer's split does not change the ids)."""
+    ids, i = [], 0
+    while i < len(text):
+        for s, t in sid.items():
+            if text.startswith(s, i):
+                ids.append(t)
+                i += len(s)
+                break
+        else:
+            j = i
+            while j < len(text) and not any(text.startswith(s, j) for s in sid):
+                j += 1
+            ids.extend(text[i:j].encode("utf-8"))
+            i = j
+    return ids
+
+
+def chatml(system, user):
+    s = "<|im_start|>system\n" + (system if system is not None else "You are a helpful assistant.") + "<|im_end|>\n"
+    return s + "<|im_start|>user\n" + user + "<|im_end|>\n<|im_start|>assistant\n"
+
+
+def llada_chat(system, user):
+    s = "<|startoftext|>"
+    if system is not None:
+        s += "<|start_header_id|>system<|end_header_id|>\n\n" + system + "<|eot_id|>"
+    return s + "<|start_header_id|>user<|end_header_id|>\n\n" + user + \
+        "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
+
+
+def init_weights(m, seed):
+    c = m.config
+    g = torch.Generator().manual_seed(seed)
+
+    def rn(*shape, std=1.0):
+        return torch.randn(*shape, generator=g, dtype=torch.float64) * std
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1 + 0.1 * rn(*p.shape))
+            elif name.endswith(".bias"):
+                p.copy_(rn(*p.shape, std=0.3))
+            elif name == "embed_tokens.weight":
+                p.copy_(rn(*p.shape))
+            elif name == "lm_head.weight":
+                head = rn(*p.shape, std=2.5 / np.sqrt(c.hidden_size))
+                head[c.mask_token_id] *= 0.1  # the mask token: rarely predicted
+                p.copy_(head)
+            elif name.endswith("mlp.gate.weight"):
+                p.copy_(rn(*p.shape, std=2.0 / np.sqrt(p.shape[1])))  # a decisive router
+            else:
+                o, i = p.shape
+                p.copy_(rn(o, i, std=1.0 / np.sqrt(i)))
+        for layer in m.layers:  # sharper attention so that positions matter
+            layer.self_attn.q_proj.weight.mul_(1.5)
+            layer.self_attn.k_proj.weight.mul_(1.5)
+
+
+def margins(model, x, mask_id, hi, k):
+    logits = model(x)[0].to(torch.float64)
+    masked = (x[0] == mask_id).nonzero().flatten()
+    masked = masked[masked < hi]
+    top2 = torch.topk(logits[masked], 2, dim=-1).values
+    p = torch.softmax(logits[masked], dim=-1).max(-1).values
+    ps = torch.sort(p, descending=True).values
+    return float((top2[:, 0] - top2[:, 1]).min()), float(ps[k - 1] - ps[k]) if len(ps) > k else float("inf")
+
+
+def router_margin(model, ids):
+    """The smallest gap between the k-th and (k+1)-th router probability over every row and
+    MoE layer (a routing decision a float32 engine could flip if it were tiny)."""
+    c = model.config
+    if not c.moe:
+        return None
+    gaps = []
+
+    def hook(mod, inp, out):
+        p = torch.softmax(out.to(torch.float64), -1)
+        s = torch.sort(p, -1, descending=True).values
+        gaps.append(float((s[..., c.num_experts_per_tok - 1] - s[..., c.num_experts_per_tok]).min()))
+    hs = [layer.mlp.gate.register_forward_hook(hook) for layer in model.layers]
+    with torch.no_grad():
+        model(torch.tensor([ids]))
+    for h in hs:
+        h.remove()
+    return min(gaps)
+
+
+def gen_case(m64, m32, name, prompt, gen_length, steps, block_length, mask_id):
+    p = torch.tensor(prompt)
+    trace = []
+    out = generate(m64, p, gen_length, steps, block_length, trace=trace)
+    out32 = generate(m32, p, gen_length, steps, block_length)
+    assert torch.equal(out, out32), f"{name}: float32 and float64 generations differ"
+    P = len(prompt)
+    x = torch.full((1, P + gen_length), mask_id)
+    x[0, :P] = p
+    min_lg = min_cg = float("inf")
+    with torch.no_grad():
+        for t in trace:
+            hi = P + (t["block"] + 1) * block_length
+            lg, cg = margins(m64, x, mask_id, hi, len(t["committed"]))
+            min_lg, min_cg = min(min_lg, lg), min(min_cg, cg)
+            x = torch.tensor(t["canvas"])[None]
+    return {"name": name, "prompt_ids": prompt, "gen_length": gen_length, "steps": steps,
+            "block_length": block_length, "temperature": 0.0, "remasking": "low_confidence",
+            "mask_id": mask_id, "output_ids": out[0].tolist(), "answer_ids": out[0, P:].tolist(),
+            "trace": [{"block": t["block"], "step": t["step"], "committed": t["committed"]} for t in trace],
+            "min_argmax_logit_gap": min_lg, "min_confidence_gap": min_cg}
+
+
+def build(out_dir, c, seed, specials, qwen, chat, card):
+    os.makedirs(out_dir, exist_ok=True)
+    m = Decoder(c).to(torch.float64)
+    init_weights(m, seed)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.copy_(p.to(torch.float32).to(torch.float64))
+    save_pretrained(m, out_dir, "F32", {"generator": "tools/golden/make_arch_golden.py", "seed": str(seed)})
+    sd = st.load_file(os.path.join(out_dir, "model.safetensors"))
+    m64, m32 = Decoder(c), Decoder(c)
+    m64.load_hf_state_dict(sd, out_dir)
+    m32.load_hf_state_dict(sd, out_dir)
+    m64, m32 = m64.to(torch.float64).eval(), m32.eval()
+    tok, tcfg, sid = tokenizer_files(specials, qwen)
+    for name, obj in (("tokenizer.json", tok), ("tokenizer_config.json", tcfg), ("dlmcache.json", card)):
+        with open(os.path.join(out_dir, name), "w") as f:
+            json.dump(obj, f, indent=1, ensure_ascii=False)
+            f.write("\n")
+    M = c.mask_token_id
+    ids = encode(chat(None, "Name: Ada. Hi!"), sid)[:32] + [M] * 16
+    pos = list(range(len(ids)))
+    ids2 = encode(chat("k=v", "x?"), sid)[:16] + [M] * 8 + encode("abc 12 ##", sid) + [M] * 15
+    pos2 = list(range(16)) + list(range(100, 132))
+    assert len(ids2) == 48
+    tensors = {}
+    with torch.no_grad():
+        lg, s = m64(torch.tensor([ids]), torch.tensor(pos), return_states=True)
+        lg32 = m32(torch.tensor([ids]), torch.tensor(pos))
+        tensors["logits"] = lg[0]
+        for l in range(c.num_hidden_layers):
+            tensors[f"k.{l}"], tensors[f"v.{l}"] = s["k"][l][0], s["v"][l][0]
+        for l in range(c.num_hidden_layers + 1):
+            tensors[f"h.{l}"] = s["h"][l][0]
+        lg2, s2 = m64(torch.tensor([ids2]), torch.tensor(pos2), return_states=True)
+        tensors["pos2.logits"] = lg2[0]
+        for l in range(c.num_hidden_layers):
+            tensors[f"pos2.k.{l}"], tensors[f"pos2.v.{l}"] = s2["k"][l][0], s2["v"][l][0]
+    rel32 = float((lg32[0].double() - lg[0]).abs().max() / lg[0].abs().max())
+    st.save_file({k: v.to(torch.float32) for k, v in tensors.items()}, os.path.join(out_dir, "golden.safetensors"),
+                 dtype="F32", metadata={"generator": "tools/golden/make_arch_golden.py"})
+    gens = [gen_case(m64, m32, "two_blocks", encode(chat("You are terse.", "Say hi."), sid), 16, 8, 8, M),
+            gen_case(m64, m32, "one_block", encode(chat(None, "2+2?"), sid), 12, 6, 12, M)]
+    gj = {"description": "Golden outputs of the independent PyTorch reference (tools/pyllada/decoder.py, "
+                         f"{c.arch}) for this random-weights checkpoint, computed in float64 from the stored weights.",
+          "generator": "tools/golden/make_arch_golden.py", "seed": seed, "architecture": c.arch,
+          "input_ids": ids, "position_ids": pos, "pos2": {"input_ids": ids2, "position_ids": pos2},
+          "float32_torch_logits_rel_error": rel32, "min_router_gap": router_margin(m64, ids),
+          "generate": gens,
+          "chat": [{"system": "You are terse.", "user": "Say hi.", "ids": encode(chat("You are terse.", "Say hi."), sid)}],
+          "sampler_notes": "LLaDA low-confidence remasking, temperature 0 (tools/pyllada/generate.py); with shifted "
+                           "logits (Dream) the model's logits at position i are row i-1's."}
+    with open(os.path.join(out_dir, "golden.json"), "w") as f:
+        json.dump(gj, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+    print(out_dir, "f32 rel err %.2e" % rel32, "router gap", gj["min_router_gap"],
+          [(g["name"], round(g["min_argmax_logit_gap"], 4), round(g["min_confidence_gap"], 5)) for g in gens])
+
+
+CARD = {"gen_length": 16, "steps": 8, "block_length": 8, "demo_system": "You are terse.",
+        "demo_prompt": "Say hi.", "random_weights": True}
+
+
+def main():
+    base = os.path.join(ROOT, "model", "testdata")
+    dsid = {s: 256 + i for i, s in enumerate(DREAM_SPECIALS)}
+    dream = DecoderConfig(arch="dream", hidden_size=64, num_hidden_layers=3, num_attention_heads=4,
+                          num_key_value_heads=2, intermediate_size=96, vocab_size=272, rope_theta=1e6,
+                          rms_norm_eps=1e-6, mask_token_id=dsid["<|mask|>"], eos_token_id=dsid["<|endoftext|>"],
+                          pad_token_id=dsid["<|endoftext|>"], bos_token_id=dsid["<|beginoftext|>"])
+    build(os.path.join(base, "tiny-dream"), dream, 1357, DREAM_SPECIALS, True, chatml, CARD)
+    lsid = {s: 256 + i for i, s in enumerate(LLADA_SPECIALS)}
+    moe = DecoderConfig(arch="llada-moe", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                        num_key_value_heads=2, intermediate_size=128, vocab_size=272, rope_theta=50000.0,
+                        rms_norm_eps=1e-5, mask_token_id=lsid["<|mdm_mask|>"], eos_token_id=lsid["<|endoftext|>"],
+                        pad_token_id=lsid["<|endoftext|>"], bos_token_id=lsid["<|startoftext|>"],
+                        num_experts=8, num_experts_per_tok=2, expert_intermediate_size=16,
+                        norm_topk_prob=False, qk_layernorm=True)
+    build(os.path.join(base, "tiny-llada-moe"), moe, 2468, LLADA_SPECIALS, False, llada_chat, CARD)
+
+
+if __name__ == "__main__":
+    main()
