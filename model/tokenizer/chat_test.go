@@ -146,11 +146,22 @@ func TestShippedLLaDATemplate(t *testing.T) {
 
 func TestEncodeChatNoCleanSplit(t *testing.T) {
 	tk := mustLoad(t, "gpt2")
-	tk.cfg.template = "{{ bos_token }}{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+	// The system turn rendered alone ends with what the prompt goes on
+	// with (here the assistant's cue) and there is no end-of-turn token
+	// to cut it at: no clean split.
+	tk.cfg.template = "{{ bos_token }}{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}assistant:"
 	if _, _, err := tk.EncodeChat("sys", "user"); err == nil || !strings.Contains(err.Error(), "<|eot_id|>") {
 		t.Errorf("template without end of turn: %v", err)
 	}
-	ids, n, err := tk.EncodeChat("", "user")
+	// Where the system turn alone starts the prompt, it is the prefix
+	// (ChatML's case), end-of-turn token or not.
+	tk = mustLoad(t, "gpt2")
+	tk.cfg.template = "{{ bos_token }}{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+	ids, n, err := tk.EncodeChat("sys", "user")
+	if want := tk.Encode(tk.BOS() + "system: sys\n"); err != nil || n != len(want) || !reflect.DeepEqual(ids[:n], want) {
+		t.Errorf("system turn as the prefix: %v %d %v, want prefix %v", ids, n, err, want)
+	}
+	ids, n, err = tk.EncodeChat("", "user")
 	if err != nil || n != 1 || len(ids) < 2 {
 		t.Errorf("no system: %v %d %v", ids, n, err)
 	}
