@@ -400,7 +400,7 @@ func (*none) Planner(*model.LLaDA, string, *Info) model.Planner { return nil }
 // length (32 by default, clamped to a divisor of the gen length) when o
 // has one block, with the steps rounded to a multiple of the blocks.
 func blocked(o model.GenOptions, length int) model.GenOptions {
-	if o.BlockLength == 0 || o.BlockLength == o.GenLength {
+	if o.BlockLength == 0 || o.BlockLength >= o.GenLength {
 		if length <= 0 {
 			length = 32
 		}

@@ -35,7 +35,7 @@ type Architecture interface {
 
 // architectures is every architecture Load knows, LLaDA first (the one a
 // config.json without model_type or architectures is taken for).
-var architectures = []Architecture{lladaArch{}, dreamArch{}, lladaMoEArch{}}
+var architectures = []Architecture{lladaArch{}, dreamArch{}, lladaMoEArch{}, llada2Arch{}}
 
 // ArchitectureOf returns the architecture whose config.json raw is.
 func ArchitectureOf(raw []byte) (Architecture, error) {
@@ -151,13 +151,32 @@ type MoEConfig struct {
 	Experts  int  // routed experts
 	TopK     int  // experts per row
 	Hidden   int  // each expert's MLP width
-	NormTopK bool // renormalise the chosen experts' softmax weights to sum to 1
+	NormTopK bool // softmax routing: renormalise the chosen experts' weights to sum to 1
+
+	// Sigmoid routing (LLaDA 2.x): scores are sigmoid(logits), experts are
+	// chosen by score plus the layer's expert bias (MoE.Bias), and the
+	// chosen experts' scores, normalised to sum to 1 (TopK > 1), times
+	// RoutedScaling, weight their outputs.
+	Sigmoid       bool
+	RoutedScaling float64
+	// Group-limited choice: the experts form Groups equal groups, and only
+	// the TopKGroups groups with the largest sums of their two best scores
+	// are chosen from (Groups ≤ 1: no groups).
+	Groups, TopKGroups int
+	// SharedHidden is the width of a shared expert every row runs, added
+	// to the routed experts' output (0: none).
+	SharedHidden int
+	// FirstDense is the number of leading layers with a dense MLP
+	// (Config.MLPHiddenSize wide) instead of the experts.
+	FirstDense int
 }
 
 // MoE is one layer's mixture of experts (MoEConfig).
 type MoE struct {
 	Router  backend.Tensor // [experts, d]
+	Bias    []float32      // sigmoid routing's expert bias [experts]; nil: none
 	Experts []Expert
+	Shared  *Expert // the shared expert; nil: none
 }
 
 // Expert is one SiLU-gated MLP: down(silu(gate(x)) · up(x)).
@@ -204,6 +223,18 @@ type hfDecoderConfig struct {
 	RopeScaling        any      `json:"rope_scaling"`
 	AttentionBias      bool     `json:"attention_bias"`
 	PartialRotary      *float64 `json:"partial_rotary_factor"`
+	BlockSize          int      `json:"block_size"`
+	NumSharedExperts   int      `json:"num_shared_experts"`
+	MoEIntermediate    int      `json:"moe_intermediate_size"`
+	FirstKDense        int      `json:"first_k_dense_replace"`
+	NGroup             int      `json:"n_group"`
+	TopKGroup          int      `json:"topk_group"`
+	RoutedScaling      *float64 `json:"routed_scaling_factor"`
+	ScoreFunction      string   `json:"score_function"`
+	UseQKNorm          *bool    `json:"use_qk_norm"`
+	UseQKVBias         bool     `json:"use_qkv_bias"`
+	UseBias            *bool    `json:"use_bias"`
+	NormHead           bool     `json:"norm_head"`
 	SlidingWindow      bool     `json:"use_sliding_window"`
 	NumExperts         int      `json:"num_experts"`
 	NumExpertsPerTok   int      `json:"num_experts_per_tok"`
@@ -214,8 +245,9 @@ type hfDecoderConfig struct {
 
 // decoderConfig decodes raw as an hfDecoderConfig and fills the Config
 // fields every such architecture shares, checking the fields it does not
-// support. defaultTheta is the RoPE base where the config gives none.
-func decoderConfig(raw []byte, arch string, defaultTheta float64) (*hfDecoderConfig, *Config, error) {
+// support. defaultTheta is the RoPE base where the config gives none,
+// defaultMask the mask token's id (-1: config.json must give it).
+func decoderConfig(raw []byte, arch string, defaultTheta float64, defaultMask int) (*hfDecoderConfig, *Config, error) {
 	var h hfDecoderConfig
 	if err := json.Unmarshal(raw, &h); err != nil {
 		return nil, nil, fmt.Errorf("config.json is not valid JSON: %w", err)
@@ -233,20 +265,23 @@ func decoderConfig(raw []byte, arch string, defaultTheta float64) (*hfDecoderCon
 			return nil, nil, fmt.Errorf("config.json: %w", err)
 		}
 	}
+	if h.MaskTokenID == nil && defaultMask >= 0 {
+		h.MaskTokenID = &defaultMask
+	}
 	if h.MaskTokenID == nil {
 		return nil, nil, fmt.Errorf("config.json: %s needs mask_token_id (the id of the mask token the model was trained with)", arch)
 	}
 	if h.HeadDim != 0 && h.NumAttentionHeads > 0 && h.HeadDim*h.NumAttentionHeads != h.HiddenSize {
 		return nil, nil, fmt.Errorf("config.json: head_dim %d × num_attention_heads %d ≠ hidden_size %d is not supported", h.HeadDim, h.NumAttentionHeads, h.HiddenSize)
 	}
+	if h.NormHead {
+		return nil, nil, fmt.Errorf("config.json: norm_head true is not supported")
+	}
 	if a := strings.ToLower(h.HiddenAct); a != "" && a != "silu" {
 		return nil, nil, fmt.Errorf("config.json: hidden_act %q is not supported (want \"silu\")", h.HiddenAct)
 	}
 	if h.RopeScaling != nil {
 		return nil, nil, fmt.Errorf("config.json: rope_scaling %v is not supported (plain RoPE only)", h.RopeScaling)
-	}
-	if h.PartialRotary != nil && *h.PartialRotary != 1 {
-		return nil, nil, fmt.Errorf("config.json: partial_rotary_factor %g is not supported for %s", *h.PartialRotary, arch)
 	}
 	if h.SlidingWindow {
 		return nil, nil, fmt.Errorf("config.json: use_sliding_window true is not supported")
@@ -292,6 +327,15 @@ func firstID(v any) (int, error) {
 		}
 	}
 	return 0, fmt.Errorf("config.json: eos_token_id %v is neither an id nor a list of ids", v)
+}
+
+// fullRotary refuses a partial_rotary_factor other than 1 (an
+// architecture whose public code rotates every dimension of a head).
+func (h *hfDecoderConfig) fullRotary(arch string) error {
+	if h.PartialRotary != nil && *h.PartialRotary != 1 {
+		return fmt.Errorf("config.json: partial_rotary_factor %g is not supported for %s", *h.PartialRotary, arch)
+	}
+	return nil
 }
 
 // validateDecoder checks c (the shared range checks, in Config's terms) and

@@ -17,8 +17,11 @@ func (dreamArch) Claims(modelType string, archs []string) bool {
 }
 
 func (dreamArch) ParseConfig(raw []byte) (*Config, error) {
-	_, c, err := decoderConfig(raw, "Dream", 1e6)
+	h, c, err := decoderConfig(raw, "Dream", 1e6, -1)
 	if err != nil {
+		return nil, err
+	}
+	if err := h.fullRotary("Dream"); err != nil {
 		return nil, err
 	}
 	if err := (numericField{name: "intermediate_size", v: float64(c.MLPHiddenSize), open: true}).check(); err != nil {

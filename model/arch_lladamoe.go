@@ -22,8 +22,11 @@ func (lladaMoEArch) Claims(modelType string, archs []string) bool {
 }
 
 func (lladaMoEArch) ParseConfig(raw []byte) (*Config, error) {
-	h, c, err := decoderConfig(raw, "LLaDA-MoE", 50000)
+	h, c, err := decoderConfig(raw, "LLaDA-MoE", 50000, -1)
 	if err != nil {
+		return nil, err
+	}
+	if err := h.fullRotary("LLaDA-MoE"); err != nil {
 		return nil, err
 	}
 	for _, f := range []numericField{

@@ -1,12 +1,16 @@
 package model
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/dlmcache/dlmcache/model/cpu"
 )
 
 // The fixtures testdata/tiny-dream and testdata/tiny-llada-moe were written
@@ -15,6 +19,7 @@ import (
 var archFixtures = []struct{ dir, arch string }{
 	{"tiny-dream", "dream"},
 	{"tiny-llada-moe", "llada-moe"},
+	{"tiny-llada2", "llada2"},
 }
 
 // TestArchGolden: each architecture's logits and K/V within 1e-4 of the
@@ -30,7 +35,51 @@ func TestArchGolden(t *testing.T) {
 				}
 				testForwardGolden(t, fx.dir, be)
 				testGenerateGolden(t, fx.dir, be)
+				testArchBlockGenerate(t, fx.dir, be)
 			})
+		}
+	}
+}
+
+// testArchBlockGenerate checks a block-causal fixture's block decodings
+// (golden.json's block_generate) step by step against the reference's.
+func testArchBlockGenerate(t *testing.T, fx string, be *cpu.Backend) {
+	m, g, _ := loadGolden[struct {
+		Block []struct {
+			Name      string   `json:"name"`
+			PromptIDs []int32  `json:"prompt_ids"`
+			GenLength int      `json:"gen_length"`
+			Decoding  string   `json:"decoding"`
+			Threshold *float64 `json:"threshold"`
+			Steps     *int     `json:"steps"`
+			AnswerIDs []int32  `json:"answer_ids"`
+			Trace     []struct {
+				Committed []int32 `json:"committed"`
+			} `json:"trace"`
+		} `json:"block_generate"`
+	}](t, fx, be)
+	for _, gc := range g.Block {
+		o := GenOptions{GenLength: gc.GenLength, Decoder: LowConfidence{}}
+		if gc.Decoding == "threshold" {
+			o.Decoder = Threshold{T: *gc.Threshold}
+		} else {
+			o.Steps = *gc.Steps
+		}
+		o = m.Config.BlockDefaults(o)
+		var steps [][]int32
+		o.OnStep = func(_ *Step, c []int32) { steps = append(steps, c) }
+		res, err := m.Generate(context.Background(), gc.PromptIDs, 0, o, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(res.Answer, gc.AnswerIDs) || len(steps) != len(gc.Trace) {
+			t.Errorf("%s: answer %v in %d steps\nwant   %v in %d", gc.Name, res.Answer, len(steps), gc.AnswerIDs, len(gc.Trace))
+			continue
+		}
+		for i, w := range gc.Trace {
+			if !slices.Equal(steps[i], w.Committed) {
+				t.Errorf("%s: step %d committed %v, want %v", gc.Name, i, steps[i], w.Committed)
+			}
 		}
 	}
 }
@@ -55,7 +104,7 @@ func TestArchConfig(t *testing.T) {
 	base := `"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
 		"intermediate_size": 96, "vocab_size": 300, "eos_token_id": [1, 2], "mask_token_id": 3`
 	for _, tc := range []struct{ json, want string }{
-		{`{"model_type": "llada2_moe", "architectures": ["LLaDA2MoeModelLM"]}`, `model_type "llada2_moe"`},
+		{`{"model_type": "sdar", "architectures": ["SDARForCausalLM"]}`, `model_type "sdar"`},
 		{`{"model_type": "Dream", ` + strings.Replace(base, `, "mask_token_id": 3`, "", 1) + `}`, "mask_token_id"},
 		{`{"model_type": "Dream", "head_dim": 32, ` + base + `}`, "head_dim 32"},
 		{`{"model_type": "Dream", "rope_scaling": {"type": "yarn"}, ` + base + `}`, "rope_scaling"},
@@ -81,9 +130,9 @@ func TestArchConfig(t *testing.T) {
 // TestRoute: softmax routing picks the top k (ties to the lower index),
 // weights them by their probabilities, renormalised with NormTopK.
 func TestRoute(t *testing.T) {
-	lg := []float32{0, 1, 2, 2, /* row 1 */ 3, 0, 0, 0}
+	lg := []float32{0, 1, 2, 2 /* row 1 */, 3, 0, 0, 0}
 	for _, norm := range []bool{false, true} {
-		rows, wts := route(lg, 2, 4, &MoEConfig{Experts: 4, TopK: 2, NormTopK: norm})
+		rows, wts := route(lg, 2, 4, &MoEConfig{Experts: 4, TopK: 2, NormTopK: norm}, nil)
 		want := [][]int32{{1}, {1}, {0}, {0}}
 		for e := range want {
 			if len(rows[e]) != len(want[e]) {

@@ -60,6 +60,37 @@ func (m *LLaDA) hostRows(t backend.Tensor, bias, norm []float32, hd int, eps flo
 	m.writeHost(t, h)
 }
 
+// partialRoPE rotates the first Config.RotaryDim dimensions of each head
+// of t [r, heads·head_dim] at positions pos, in place: rotate-half over
+// those dimensions with inv_freq = θ^(−2j/RotaryDim); the rest of the head
+// passes through.
+func (m *LLaDA) partialRoPE(t backend.Tensor, pos []int32) {
+	c := m.Config
+	hd, rd := c.HeadDim(), c.RotaryDim
+	half := rd / 2
+	inv := make([]float64, half)
+	for j := range inv {
+		inv[j] = math.Pow(c.RopeTheta, -float64(2*j)/float64(rd))
+	}
+	rows, cols := t.Rows(), t.Cols()
+	h := m.Backend.ToHost(t, nil)
+	cs, sn := make([]float64, half), make([]float64, half)
+	for i := 0; i < rows; i++ {
+		for j := range inv {
+			cs[j], sn[j] = math.Cos(float64(pos[i])*inv[j]), math.Sin(float64(pos[i])*inv[j])
+		}
+		row := h[i*cols : (i+1)*cols]
+		for o := 0; o < cols; o += hd {
+			x := row[o : o+rd]
+			for j := 0; j < half; j++ {
+				a, b := float64(x[j]), float64(x[j+half])
+				x[j], x[j+half] = float32(a*cs[j]-b*sn[j]), float32(b*cs[j]+a*sn[j])
+			}
+		}
+	}
+	m.writeHost(t, h)
+}
+
 // writeHost overwrites t with the host values h.
 func (m *LLaDA) writeHost(t backend.Tensor, h []float32) {
 	b := m.Backend
@@ -78,7 +109,7 @@ func (m *LLaDA) moe(moe *MoE, mm backend.Tensor, alloc func(int, int) backend.Te
 	r, d, E := mm.Rows(), c.DModel, len(moe.Experts)
 	lg := alloc(r, E)
 	b.MatMul(lg, mm, moe.Router)
-	rows, wts := route(b.ToHost(lg, nil), r, E, c.MoE)
+	rows, wts := route(b.ToHost(lg, nil), r, E, c.MoE, moe.Bias)
 	acc := make([]float32, r*d)
 	var host []float32
 	for e, er := range rows {
@@ -110,45 +141,110 @@ func (m *LLaDA) moe(moe *MoE, mm backend.Tensor, alloc func(int, int) backend.Te
 	}
 	y := alloc(r, d)
 	m.writeHost(y, acc)
+	if sh := moe.Shared; sh != nil {
+		h := sh.Gate.Rows()
+		g, u := alloc(r, h), alloc(r, h)
+		b.MatMul(g, mm, sh.Gate)
+		b.MatMul(u, mm, sh.Up)
+		b.SiLUMul(g, g, u)
+		ys := alloc(r, d)
+		b.MatMul(ys, g, sh.Down)
+		b.Add(y, ys)
+	}
 	return y
 }
 
-// route picks each of r rows' experts from its router logits [r, E]
-// (softmax over all experts, the TopK most probable, ties to the lower
-// index; with NormTopK their weights renormalised to sum to 1) and returns,
-// per expert, the rows routed to it (ascending) and their weights.
-func route(logits []float32, r, E int, mc *MoEConfig) (rows [][]int32, wts [][]float32) {
+// route picks each of r rows' experts from its router logits [r, E] and
+// returns, per expert, the rows routed to it (ascending) and their
+// weights. Softmax routing: probabilities over all experts, the TopK
+// most probable, weighted by their probabilities (renormalised to sum to
+// 1 with NormTopK). Sigmoid routing: scores sigmoid(logit), chosen by
+// score + bias (nil: none) among the TopKGroups groups whose two best
+// biased scores sum highest (Groups > 1), weighted by their scores
+// normalised to sum to 1 (TopK > 1) times RoutedScaling. Ties go to the
+// lower index.
+func route(logits []float32, r, E int, mc *MoEConfig, bias []float32) (rows [][]int32, wts [][]float32) {
 	rows, wts = make([][]int32, E), make([][]float32, E)
-	p := make([]float64, E)
-	idx := make([]int, E)
+	p := make([]float64, E)   // the weights' scores
+	sel := make([]float64, E) // the choice's scores
+	idx := make([]int, 0, E)
+	var gs []float64
+	var gi []int
+	if mc.Groups > 1 {
+		gs, gi = make([]float64, mc.Groups), make([]int, mc.Groups)
+	}
 	for i := 0; i < r; i++ {
 		lg := logits[i*E : (i+1)*E]
-		mx := math.Inf(-1)
-		for _, x := range lg {
-			mx = max(mx, float64(x))
-		}
-		var sum float64
-		for j, x := range lg {
-			p[j] = math.Exp(float64(x) - mx)
-			sum += p[j]
-		}
-		for j := range p {
-			p[j] /= sum
-			idx[j] = j
-		}
-		sort.SliceStable(idx, func(a, b int) bool { return p[idx[a]] > p[idx[b]] })
-		top := idx[:mc.TopK]
-		norm := 1.0
-		if mc.NormTopK {
-			var s float64
-			for _, j := range top {
-				s += p[j]
+		if mc.Sigmoid {
+			for j, x := range lg {
+				p[j] = 1 / (1 + math.Exp(-float64(x)))
+				sel[j] = p[j]
+				if bias != nil {
+					sel[j] += float64(bias[j])
+				}
 			}
-			norm = s
+		} else {
+			mx := math.Inf(-1)
+			for _, x := range lg {
+				mx = max(mx, float64(x))
+			}
+			var sum float64
+			for j, x := range lg {
+				p[j] = math.Exp(float64(x) - mx)
+				sum += p[j]
+			}
+			for j := range p {
+				p[j] /= sum
+				sel[j] = p[j]
+			}
+		}
+		idx = idx[:0]
+		if mc.Groups > 1 {
+			size := E / mc.Groups
+			for g := range gs {
+				b1, b2 := math.Inf(-1), math.Inf(-1)
+				for _, x := range sel[g*size : (g+1)*size] {
+					if x > b1 {
+						b1, b2 = x, b1
+					} else if x > b2 {
+						b2 = x
+					}
+				}
+				gs[g], gi[g] = b1+b2, g
+			}
+			sort.SliceStable(gi, func(a, b int) bool { return gs[gi[a]] > gs[gi[b]] })
+			for _, g := range gi[:mc.TopKGroups] {
+				for j := g * size; j < (g+1)*size; j++ {
+					idx = append(idx, j)
+				}
+			}
+			sort.Ints(idx)
+		} else {
+			for j := 0; j < E; j++ {
+				idx = append(idx, j)
+			}
+		}
+		sort.SliceStable(idx, func(a, b int) bool { return sel[idx[a]] > sel[idx[b]] })
+		top := idx[:mc.TopK]
+		norm, scale := 1.0, 1.0
+		switch {
+		case mc.Sigmoid:
+			if mc.TopK > 1 {
+				norm = 1e-20
+				for _, j := range top {
+					norm += p[j]
+				}
+			}
+			scale = mc.RoutedScaling
+		case mc.NormTopK:
+			norm = 0
+			for _, j := range top {
+				norm += p[j]
+			}
 		}
 		for _, j := range top {
 			rows[j] = append(rows[j], int32(i))
-			wts[j] = append(wts[j], float32(p[j]/norm))
+			wts[j] = append(wts[j], float32(p[j]/norm*scale))
 		}
 	}
 	return rows, wts

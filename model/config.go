@@ -54,6 +54,12 @@ type Config struct {
 	QKVBias bool       `json:"-"` // the q, k and v projections have biases
 	QKNorm  bool       `json:"-"` // per-head RMSNorm of q and k before RoPE
 	MoE     *MoEConfig `json:"-"` // the MLP is a mixture of experts
+	// RotaryDim is how many leading dimensions of each head RoPE rotates
+	// (partial RoPE: rotate-half over them, frequencies from RotaryDim);
+	// 0: the whole head.
+	RotaryDim int `json:"-"`
+	// OutBias: the attention output projection has a bias.
+	OutBias bool `json:"-"`
 }
 
 // CausalBlock is the attention block size: 0 for a bidirectional model

@@ -19,8 +19,11 @@ func (c *Config) layerFLOPs(r, keys int) float64 {
 	R := float64(r)
 	mlp := 2 * R * 3 * d * hid // gate, up, down
 	if mc := c.MoE; mc != nil {
-		// the router, and the active experts only
-		mlp = 2*R*d*float64(mc.Experts) + 2*R*3*d*float64(mc.Hidden*mc.TopK)
+		// the router, the active and shared experts only; with leading
+		// dense layers the mean over the layers (the sum over them exact)
+		moe := 2*R*d*float64(mc.Experts) + 2*R*3*d*float64(mc.Hidden*mc.TopK+mc.SharedHidden)
+		L, dense := float64(c.NLayers), float64(mc.FirstDense)
+		mlp = ((L-dense)*moe + dense*mlp) / L
 	}
 	return 2*R*(2*d*d+2*d*kv) + // q, attn_out, k, v
 		mlp +

@@ -46,7 +46,7 @@ func (m *LLaDA) Fuse() bool {
 	}
 	for i := range m.Blocks {
 		blk := &m.Blocks[i]
-		if blk.plainAttn() {
+		if blk.plainAttn() && blk.QKV == nil {
 			blk.QKV = cat(&blk.Q, &blk.K, &blk.V)
 		}
 		if blk.MoE == nil {
@@ -104,7 +104,7 @@ func (m *LLaDA) gateUp(blk *Block, mm backend.Tensor, alloc func(int, int) backe
 func (m *LLaDA) attnInput(blk *Block, x backend.Tensor, pos []int32, alloc func(int, int) backend.Tensor) (q, k, v backend.Tensor) {
 	b, c := m.Backend, m.Config
 	r, d, kv, hd, eps := x.Rows(), c.DModel, c.KVDim(), c.HeadDim(), float32(c.RMSNormEps)
-	if f, ok := b.(backend.Fuser); ok && blk.plainAttn() {
+	if f, ok := b.(backend.Fuser); ok && blk.plainAttn() && c.RotaryDim == 0 {
 		q, k, v = alloc(r, d), alloc(r, kv), alloc(r, kv)
 		if f.AttnInput(q, k, v, x, blk.AttnNorm, blk.Q, blk.K, blk.V, pos, hd, c.RopeTheta, eps) {
 			return q, k, v
@@ -116,6 +116,11 @@ func (m *LLaDA) attnInput(blk *Block, x backend.Tensor, pos []int32, alloc func(
 	q, k, v = m.qkv(blk, nrm, q, k, v, alloc)
 	if !blk.plainAttn() {
 		m.qkvExtras(blk, q, k, v)
+	}
+	if c.RotaryDim != 0 {
+		m.partialRoPE(q, pos)
+		m.partialRoPE(k, pos)
+		return q, k, v
 	}
 	b.RoPE(q, pos, hd, c.RopeTheta)
 	b.RoPE(k, pos, hd, c.RopeTheta)
@@ -129,11 +134,12 @@ func (m *LLaDA) attnInput(blk *Block, x backend.Tensor, pos []int32, alloc func(
 func (m *LLaDA) blockOutput(blk *Block, x, att backend.Tensor, alloc func(int, int) backend.Tensor) {
 	b, c := m.Backend, m.Config
 	r, d, eps := x.Rows(), c.DModel, float32(c.RMSNormEps)
-	if f, ok := b.(backend.Fuser); ok && blk.MoE == nil && f.BlockOutput(x, att, blk.AttnOut, blk.FFNorm, blk.Gate, blk.Up, blk.Down, eps) {
+	if f, ok := b.(backend.Fuser); ok && blk.MoE == nil && blk.OBias == nil && f.BlockOutput(x, att, blk.AttnOut, blk.FFNorm, blk.Gate, blk.Up, blk.Down, eps) {
 		return
 	}
 	o := alloc(r, d)
 	b.MatMul(o, att, blk.AttnOut)
+	m.hostRows(o, blk.OBias, nil, 0, 0)
 	b.Add(x, o) // x is now h
 	mm := alloc(r, d)
 	b.RMSNorm(mm, x, blk.FFNorm, eps)

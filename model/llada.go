@@ -46,10 +46,12 @@ type Block struct {
 	// An architecture's variants (arch.go), nil where it has none: the
 	// biases of q, k and v, the per-head RMSNorm weights of q and k
 	// [head_dim] (applied after the biases, before RoPE), and a mixture of
-	// experts in place of Gate, Up and Down.
+	// experts in place of Gate, Up and Down. A checkpoint whose q/k/v
+	// weight is one fused tensor sets QKV itself (Q, K, V its row views).
 	QBias, KBias, VBias []float32
 	QNorm, KNorm        []float32
 	MoE                 *MoE
+	OBias               []float32 // the attention output projection's bias
 
 	// QKV and GateUp are the fused [Q; K; V] and [Gate; Up] weights on a
 	// backend with views (fuse.go); Q, K, V, Gate and Up are then row

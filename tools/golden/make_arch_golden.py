@@ -6,6 +6,11 @@
   tiny-dream/      Dream (Qwen2.5 layout): q/k/v biases, GQA 4/2, head dim 16 (hidden/heads),
                    RoPE theta 1e6 from config.json, shifted logits, mask id from config.json
   tiny-llada-moe/  LLaDA-MoE: per-head q/k RMSNorm, softmax top-2 of 8 experts (width 16), GQA 4/2, 2 layers
+  tiny-llada2/     LLaDA 2.x (BailingMoeV2): fused q/k/v, per-head q/k RMSNorm, partial RoPE (half of each
+                   head), GQA 4/2, an output bias, one dense first layer, then sigmoid routing with an expert
+                   bias, group-limited top-2 (4 groups of 2, the best 2 groups), routed scaling 2.5, a shared
+                   expert; block-causal attention in blocks of 32 (the default: config.json has no block size)
+                   and no mask_token_id (the default 156895 does not fit this vocabulary, so it gives one)
 
 The reference is tools/pyllada/decoder.py (written from the public modeling code, not from
 this project's Go), run in float64 from the stored F32 weights. Each directory holds:
@@ -15,7 +20,9 @@ this project's Go), run in float64 from the stored F32 weights. Each directory h
       h.{l} [n, d] (hidden state entering layer l; h.{L} the last layer's output), and the same
       logits/k/v under pos2. for a second input at non-contiguous positions;
   golden.json: the inputs and greedy generations with LLaDA's low-confidence sampler
-      (tools/pyllada/generate.py, temperature 0) with their smallest decision margins.
+      (tools/pyllada/generate.py, temperature 0) with their smallest decision margins; for the
+      block-causal tiny-llada2, block decoding (generate_block_batch: threshold and schedule) with
+      its per-step trace.
 
 Tokenizers: byte-level BPE without merges (ids 0..255 are the bytes) and the architecture's
 special tokens; Dream's in Qwen2's tokenizer.json layout (a Split pre-tokenizer with Qwen2's
@@ -29,6 +36,7 @@ import sys
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -38,7 +46,7 @@ sys.path.insert(0, os.path.join(ROOT, "tools"))
 from bpe_ref import bytes_to_unicode  # noqa: E402
 from pyllada import safetensors_io as st  # noqa: E402
 from pyllada.decoder import Decoder, DecoderConfig, save_pretrained  # noqa: E402
-from pyllada.generate import generate  # noqa: E402
+from pyllada.generate import generate, generate_block_batch  # noqa: E402
 
 QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -137,14 +145,20 @@ def init_weights(m, seed):
                 head = rn(*p.shape, std=2.5 / np.sqrt(c.hidden_size))
                 head[c.mask_token_id] *= 0.1  # the mask token: rarely predicted
                 p.copy_(head)
+            elif name.endswith("expert_bias"):
+                p.copy_(rn(*p.shape, std=0.05))  # moves the choice where scores are close
             elif name.endswith("mlp.gate.weight"):
                 p.copy_(rn(*p.shape, std=2.0 / np.sqrt(p.shape[1])))  # a decisive router
             else:
                 o, i = p.shape
                 p.copy_(rn(o, i, std=1.0 / np.sqrt(i)))
         for layer in m.layers:  # sharper attention so that positions matter
-            layer.self_attn.q_proj.weight.mul_(1.5)
-            layer.self_attn.k_proj.weight.mul_(1.5)
+            a = getattr(layer, layer.attn_name)
+            if c.llada2:
+                a.query_key_value.weight[:c.hidden_size + c.kv_dim].mul_(1.5)
+            else:
+                a.q_proj.weight.mul_(1.5)
+                a.k_proj.weight.mul_(1.5)
 
 
 def margins(model, x, mask_id, hi, k):
@@ -158,23 +172,40 @@ def margins(model, x, mask_id, hi, k):
 
 
 def router_margin(model, ids):
-    """The smallest gap between the k-th and (k+1)-th router probability over every row and
-    MoE layer (a routing decision a float32 engine could flip if it were tiny)."""
+    """The smallest gap between the k-th and (k+1)-th router score (softmax probability, or
+    LLaDA 2's biased sigmoid score) over every row and MoE layer: a routing decision a float32
+    engine could flip if it were tiny (group choice not counted)."""
     c = model.config
     if not c.moe:
         return None
     gaps = []
 
     def hook(mod, inp, out):
-        p = torch.softmax(out.to(torch.float64), -1)
+        x = inp[0]
+        if c.llada2:
+            lg = F.linear(x.reshape(-1, x.shape[-1]), mod.gate.weight).to(torch.float64)
+            p = torch.sigmoid(lg) + mod.gate.expert_bias.to(torch.float64)
+        else:
+            p = torch.softmax(mod.gate(x).to(torch.float64), -1)
         s = torch.sort(p, -1, descending=True).values
         gaps.append(float((s[..., c.num_experts_per_tok - 1] - s[..., c.num_experts_per_tok]).min()))
-    hs = [layer.mlp.gate.register_forward_hook(hook) for layer in model.layers]
+    hs = [layer.mlp.register_forward_hook(hook) for layer in model.layers if not hasattr(layer.mlp, "gate_proj")]
     with torch.no_grad():
         model(torch.tensor([ids]))
     for h in hs:
         h.remove()
     return min(gaps)
+
+
+def block_case(m64, m32, name, prompt, gen_length, decoding, threshold=None, steps=None):
+    kw = {"threshold": threshold} if decoding == "threshold" else {"steps": steps}
+    trace = []
+    out = generate_block_batch(m64, [prompt], gen_length, decoding=decoding, trace=trace, **kw)[0]
+    out32 = generate_block_batch(m32, [prompt], gen_length, decoding=decoding, **kw)[0]
+    assert out == out32, f"{name}: float32 and float64 generations differ"
+    return {"name": name, "prompt_ids": prompt, "gen_length": gen_length, "block_length": m64.config.block_size,
+            "decoding": decoding, "threshold": threshold, "steps": steps, "answer_ids": out,
+            "trace": trace, "nfe": len(trace)}
 
 
 def gen_case(m64, m32, name, prompt, gen_length, steps, block_length, mask_id):
@@ -240,14 +271,20 @@ def build(out_dir, c, seed, specials, qwen, chat, card):
     rel32 = float((lg32[0].double() - lg[0]).abs().max() / lg[0].abs().max())
     st.save_file({k: v.to(torch.float32) for k, v in tensors.items()}, os.path.join(out_dir, "golden.safetensors"),
                  dtype="F32", metadata={"generator": "tools/golden/make_arch_golden.py"})
-    gens = [gen_case(m64, m32, "two_blocks", encode(chat("You are terse.", "Say hi."), sid), 16, 8, 8, M),
-            gen_case(m64, m32, "one_block", encode(chat(None, "2+2?"), sid), 12, 6, 12, M)]
+    if c.block_causal:
+        gens, bgens = [], [
+            block_case(m64, m32, "threshold", encode(chat("You are terse.", "Say hi."), sid), 24, "threshold", 0.12),
+            block_case(m64, m32, "schedule", encode(chat(None, "2+2?"), sid), 24, "schedule", steps=12)]
+    else:
+        bgens = []
+        gens = [gen_case(m64, m32, "two_blocks", encode(chat("You are terse.", "Say hi."), sid), 16, 8, 8, M),
+                gen_case(m64, m32, "one_block", encode(chat(None, "2+2?"), sid), 12, 6, 12, M)]
     gj = {"description": "Golden outputs of the independent PyTorch reference (tools/pyllada/decoder.py, "
                          f"{c.arch}) for this random-weights checkpoint, computed in float64 from the stored weights.",
           "generator": "tools/golden/make_arch_golden.py", "seed": seed, "architecture": c.arch,
           "input_ids": ids, "position_ids": pos, "pos2": {"input_ids": ids2, "position_ids": pos2},
           "float32_torch_logits_rel_error": rel32, "min_router_gap": router_margin(m64, ids),
-          "generate": gens,
+          "generate": gens, "block_generate": bgens,
           "chat": [{"system": "You are terse.", "user": "Say hi.", "ids": encode(chat("You are terse.", "Say hi."), sid)}],
           "sampler_notes": "LLaDA low-confidence remasking, temperature 0 (tools/pyllada/generate.py); with shifted "
                            "logits (Dream) the model's logits at position i are row i-1's."}
@@ -255,7 +292,8 @@ def build(out_dir, c, seed, specials, qwen, chat, card):
         json.dump(gj, f, indent=1, ensure_ascii=False)
         f.write("\n")
     print(out_dir, "f32 rel err %.2e" % rel32, "router gap", gj["min_router_gap"],
-          [(g["name"], round(g["min_argmax_logit_gap"], 4), round(g["min_confidence_gap"], 5)) for g in gens])
+          [(g["name"], round(g["min_argmax_logit_gap"], 4), round(g["min_confidence_gap"], 5)) for g in gens],
+          [(g["name"], g["nfe"]) for g in bgens])
 
 
 CARD = {"gen_length": 16, "steps": 8, "block_length": 8, "demo_system": "You are terse.",
@@ -278,6 +316,16 @@ def main():
                         num_experts=8, num_experts_per_tok=2, expert_intermediate_size=16,
                         norm_topk_prob=False, qk_layernorm=True)
     build(os.path.join(base, "tiny-llada-moe"), moe, 2468, LLADA_SPECIALS, False, llada_chat, CARD)
+    llada2 = DecoderConfig(arch="llada2", hidden_size=64, num_hidden_layers=3, num_attention_heads=4,
+                           num_key_value_heads=2, intermediate_size=96, vocab_size=272, rope_theta=600000.0,
+                           rms_norm_eps=1e-6, mask_token_id=lsid["<|mdm_mask|>"], eos_token_id=lsid["<|endoftext|>"],
+                           pad_token_id=lsid["<|endoftext|>"], bos_token_id=lsid["<|startoftext|>"],
+                           num_experts=8, num_experts_per_tok=2, expert_intermediate_size=16,
+                           num_shared_experts=1, first_k_dense_replace=1, n_group=4, topk_group=2,
+                           routed_scaling_factor=2.5, partial_rotary_factor=0.5, use_bias=True, block_size=32,
+                           extra={"mask_token_id": lsid["<|mdm_mask|>"]})
+    card2 = {"gen_length": 32, "steps": 32, "demo_system": "You are terse.", "demo_prompt": "Say hi.", "random_weights": True}
+    build(os.path.join(base, "tiny-llada2"), llada2, 3579, LLADA_SPECIALS, False, llada_chat, card2)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
-"""Dream and LLaDA-MoE forwards in PyTorch, written from the public modeling code
+"""Dream, LLaDA-MoE and LLaDA 2.x forwards in PyTorch, written from the public modeling code
 (Dream's modeling_dream.py, the Qwen2 layout it copies; LLaDA-MoE's modeling file and
-llama.cpp's llada-moe graph) and /work/shared/REFERENCE.md, not from this project's Go.
+llama.cpp's llada-moe graph; LLaDA 2's modeling_llada2_moe.py, BailingMoeV2) and
+/work/shared/REFERENCE.md, not from this project's Go.
 
 Layer l (0-based), x entering it, hd = hidden_size // num_attention_heads:
     n = input_layernorm(x)
@@ -14,6 +15,15 @@ Layer l (0-based), x entering it, hd = hidden_size // num_attention_heads:
                (renormalised to sum 1 when norm_topk_prob); y = h + sum_j p_j * expert_j(m)
 logits = lm_head(norm(y_last)); Dream shifts them: position i gets row i-1's (0 its own).
 
+LLaDA 2 (arch "llada2"): q/k/v from one query_key_value product (heads [q..., k..., v...]),
+per-head q/k RMSNorm, RoPE on the first rot = head_dim * partial_rotary_factor dims of each
+head only (frequencies over rot), output projection "dense" (with bias when use_bias),
+block-causal attention (key j visible to query i iff j // block_size <= i // block_size);
+layers < first_k_dense_replace have a dense MLP, the others: s = sigmoid(gate(m)); experts
+chosen by s + expert_bias among the topk_group groups (of n_group) with the largest sum of
+their two best biased scores; weights = s of the chosen / their sum (top_k > 1) *
+routed_scaling_factor; y = h + sum_j w_j expert_j(m) + shared_experts(m).
+
 Shapes as tools/pyllada/model.py: ids [B, n]; pos [B, n] or [n]; key_valid [B, n].
 """
 import json
@@ -26,7 +36,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from . import safetensors_io as st
-from .model import RMSNorm, rope_cos_sin, apply_rope
+from .model import RMSNorm, rope_cos_sin, apply_rope, block_causal_mask
 
 
 @dataclass
@@ -51,7 +61,28 @@ class DecoderConfig:
     expert_intermediate_size: int = 0
     norm_topk_prob: bool = False
     qk_layernorm: bool = False
+    # LLaDA 2
+    num_shared_experts: int = 0
+    first_k_dense_replace: int = 0
+    n_group: int = 1
+    topk_group: int = 1
+    routed_scaling_factor: float = 1.0
+    partial_rotary_factor: float = 1.0
+    use_bias: bool = False
+    block_size: int = 32
     extra: dict = field(default_factory=dict)
+
+    @property
+    def llada2(self):
+        return self.arch == "llada2"
+
+    @property
+    def block_causal(self):
+        return self.llada2
+
+    @property
+    def rot_dim(self):
+        return int(self.head_dim * self.partial_rotary_factor)
 
     @property
     def head_dim(self):
@@ -71,7 +102,7 @@ class DecoderConfig:
 
     @property
     def moe(self):
-        return self.arch == "llada-moe"
+        return self.arch in ("llada-moe", "llada2")
 
     def to_json(self):
         d = {
@@ -84,7 +115,19 @@ class DecoderConfig:
             "eos_token_id": self.eos_token_id, "pad_token_id": self.pad_token_id, "bos_token_id": self.bos_token_id,
             "attention_dropout": 0.0, "initializer_range": 0.02, "use_cache": False,
         }
-        if self.arch == "dream":
+        if self.llada2:
+            d.update({"architectures": ["LLaDA2MoeModelLM"], "model_type": "llada2_moe",
+                      "num_experts": self.num_experts, "num_shared_experts": self.num_shared_experts,
+                      "num_experts_per_tok": self.num_experts_per_tok, "n_group": self.n_group,
+                      "topk_group": self.topk_group, "routed_scaling_factor": self.routed_scaling_factor,
+                      "moe_intermediate_size": self.expert_intermediate_size,
+                      "first_k_dense_replace": self.first_k_dense_replace, "head_dim": self.head_dim,
+                      "partial_rotary_factor": self.partial_rotary_factor, "use_qk_norm": True,
+                      "use_qkv_bias": False, "use_bias": self.use_bias, "norm_head": False,
+                      "score_function": "sigmoid", "moe_router_enable_expert_bias": True,
+                      "norm_topk_prob": True})
+            del d["mask_token_id"]  # the released configs have none (156895 is the default)
+        elif self.arch == "dream":
             d.update({"architectures": ["DreamModel"], "model_type": "Dream", "use_sliding_window": False,
                       "sliding_window": None, "max_window_layers": self.num_hidden_layers})
         else:
@@ -106,6 +149,53 @@ class MLP(nn.Module):
 
     def forward(self, x):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Gate(nn.Module):
+    """LLaDA 2's router: weight [E, d] and the expert bias [E] (a parameter here, a buffer upstream:
+    both are in the checkpoint)."""
+
+    def __init__(self, c: DecoderConfig):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(c.num_experts, c.hidden_size))
+        self.expert_bias = nn.Parameter(torch.zeros(c.num_experts))
+
+
+class SigmoidMoE(nn.Module):
+    """LLaDA 2 (BailingMoeV2): sigmoid scores, group-limited top-k on score + expert bias,
+    normalised chosen scores times routed_scaling_factor, plus the shared experts."""
+
+    def __init__(self, c: DecoderConfig):
+        super().__init__()
+        self.c = c
+        self.gate = Gate(c)
+        self.experts = nn.ModuleList([MLP(c.hidden_size, c.expert_intermediate_size) for _ in range(c.num_experts)])
+        if c.num_shared_experts:
+            self.shared_experts = MLP(c.hidden_size, c.expert_intermediate_size * c.num_shared_experts)
+
+    def forward(self, x):
+        c = self.c
+        B, n, d = x.shape
+        flat = x.reshape(-1, d)
+        s = torch.sigmoid(F.linear(flat, self.gate.weight).to(torch.float64))       # [T, E]
+        biased = s + self.gate.expert_bias.to(torch.float64)
+        T, E = s.shape
+        if c.n_group > 1:
+            g = biased.view(T, c.n_group, E // c.n_group).topk(2, dim=-1).values.sum(-1)   # [T, G]
+            keep = torch.zeros_like(g).scatter_(1, torch.topk(g, c.topk_group, dim=-1).indices, 1.0)
+            keep = keep[:, :, None].expand(T, c.n_group, E // c.n_group).reshape(T, E).bool()
+            biased = biased.masked_fill(~keep, float("-inf"))
+        idx = torch.topk(biased, c.num_experts_per_tok, dim=-1).indices                # [T, k]
+        w = torch.gather(s, 1, idx)
+        if c.num_experts_per_tok > 1:
+            w = w / (w.sum(-1, keepdim=True) + 1e-20)
+        w = w * c.routed_scaling_factor
+        ys = torch.stack([e(flat) for e in self.experts], dim=1)                      # [T, E, d]
+        chosen = torch.gather(ys, 1, idx[..., None].expand(T, idx.shape[1], d))
+        y = (chosen * w.to(x.dtype)[..., None]).sum(1).view(B, n, d)
+        if c.num_shared_experts:
+            y = y + self.shared_experts(x)
+        return y
 
 
 class SparseMoE(nn.Module):
@@ -134,6 +224,12 @@ class Attention(nn.Module):
         super().__init__()
         self.c = c
         d, kv = c.hidden_size, c.kv_dim
+        if c.llada2:
+            self.query_key_value = nn.Linear(d, d + 2 * kv, bias=False)
+            self.dense = nn.Linear(d, d, bias=c.use_bias)
+            self.query_layernorm = RMSNorm(c.head_dim, c.rms_norm_eps)
+            self.key_layernorm = RMSNorm(c.head_dim, c.rms_norm_eps)
+            return
         self.q_proj = nn.Linear(d, d, bias=c.qkv_bias)
         self.k_proj = nn.Linear(d, kv, bias=c.qkv_bias)
         self.v_proj = nn.Linear(d, kv, bias=c.qkv_bias)
@@ -147,33 +243,46 @@ class Attention(nn.Module):
         c = self.c
         B, n, d = a.shape
         H, KH, hd = c.num_attention_heads, c.num_key_value_heads, c.head_dim
-        q = self.q_proj(a).view(B, n, H, hd)
-        k = self.k_proj(a).view(B, n, KH, hd)
-        v = self.v_proj(a).view(B, n, KH, hd)
-        if c.qk_layernorm:
-            q, k = self.q_norm(q), self.k_norm(k)
+        if c.llada2:
+            q, k, v = self.query_key_value(a).view(B, n, H + 2 * KH, hd).split([H, KH, KH], dim=2)
+            q, k = self.query_layernorm(q), self.key_layernorm(k)
+        else:
+            q = self.q_proj(a).view(B, n, H, hd)
+            k = self.k_proj(a).view(B, n, KH, hd)
+            v = self.v_proj(a).view(B, n, KH, hd)
+            if c.qk_layernorm:
+                q, k = self.q_norm(q), self.k_norm(k)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        r = cos.shape[-1]  # rotated dims: the whole head, or LLaDA 2's partial share
+        q = torch.cat([apply_rope(q[..., :r], cos, sin), q[..., r:]], dim=-1)
+        k = torch.cat([apply_rope(k[..., :r], cos, sin), k[..., r:]], dim=-1)
         kk = k.repeat_interleave(H // KH, dim=1)
         vv = v.repeat_interleave(H // KH, dim=1)
         s = torch.matmul(q, kk.transpose(-1, -2)) / math.sqrt(hd)
         if attn_bias is not None:
             s = s + attn_bias
         o = torch.matmul(torch.softmax(s, dim=-1), vv).transpose(1, 2).reshape(B, n, d)
-        return self.o_proj(o), k.transpose(1, 2).reshape(B, n, KH * hd), v.transpose(1, 2).reshape(B, n, KH * hd)
+        out = self.dense(o) if c.llada2 else self.o_proj(o)
+        return out, k.transpose(1, 2).reshape(B, n, KH * hd), v.transpose(1, 2).reshape(B, n, KH * hd)
 
 
 class Layer(nn.Module):
-    def __init__(self, c: DecoderConfig):
+    def __init__(self, c: DecoderConfig, i):
         super().__init__()
         d = c.hidden_size
         self.input_layernorm = RMSNorm(d, c.rms_norm_eps)
-        self.self_attn = Attention(c)
+        self.attn_name = "attention" if c.llada2 else "self_attn"
+        setattr(self, self.attn_name, Attention(c))
         self.post_attention_layernorm = RMSNorm(d, c.rms_norm_eps)
-        self.mlp = SparseMoE(c) if c.moe else MLP(d, c.intermediate_size)
+        if c.llada2 and i >= c.first_k_dense_replace:
+            self.mlp = SigmoidMoE(c)
+        elif c.moe and not c.llada2:
+            self.mlp = SparseMoE(c)
+        else:
+            self.mlp = MLP(d, c.intermediate_size)
 
     def forward(self, x, cos, sin, attn_bias):
-        o, k, v = self.self_attn(self.input_layernorm(x), cos, sin, attn_bias)
+        o, k, v = getattr(self, self.attn_name)(self.input_layernorm(x), cos, sin, attn_bias)
         h = x + o
         y = h + self.mlp(self.post_attention_layernorm(h))
         return y, k, v
@@ -183,8 +292,9 @@ class Decoder(nn.Module):
     def __init__(self, c: DecoderConfig):
         super().__init__()
         self.config = c
-        self.embed_tokens = nn.Embedding(c.vocab_size, c.hidden_size)
-        self.layers = nn.ModuleList([Layer(c) for _ in range(c.num_hidden_layers)])
+        self.emb_name = "word_embeddings" if c.llada2 else "embed_tokens"
+        setattr(self, self.emb_name, nn.Embedding(c.vocab_size, c.hidden_size))
+        self.layers = nn.ModuleList([Layer(c, i) for i in range(c.num_hidden_layers)])
         self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
         self.lm_head = nn.Linear(c.hidden_size, c.vocab_size, bias=False)
 
@@ -196,11 +306,17 @@ class Decoder(nn.Module):
             pos = torch.arange(n)
         if pos.dim() == 1:
             pos = pos[None].expand(B, n)
-        x = self.embed_tokens(ids)
-        cos, sin = rope_cos_sin(pos, self.config.head_dim, self.config.rope_theta, x.dtype)
+        c = self.config
+        emb = getattr(self, self.emb_name)
+        x = emb(ids)
+        cos, sin = rope_cos_sin(pos, c.rot_dim, c.rope_theta, x.dtype)
         bias = None
         if key_valid is not None and not bool(key_valid.all()):
             bias = torch.zeros(B, 1, 1, n, dtype=x.dtype).masked_fill(~key_valid[:, None, None, :], float("-inf"))
+        if c.block_causal:
+            allowed = block_causal_mask(pos, c.block_size)
+            bb = torch.zeros(B, 1, n, n, dtype=x.dtype).masked_fill(~allowed[:, None], float("-inf"))
+            bias = bb if bias is None else bias + bb
         ks, vs, hs = [], [], []
         for layer in self.layers:
             hs.append(x)
@@ -208,7 +324,7 @@ class Decoder(nn.Module):
             ks.append(k)
             vs.append(v)
         hs.append(x)
-        head = self.embed_tokens.weight if self.config.tie_word_embeddings else self.lm_head.weight
+        head = emb.weight if c.tie_word_embeddings else self.lm_head.weight
         logits = F.linear(self.norm(x), head)
         if self.config.shift_logits:
             logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)
