@@ -12,7 +12,8 @@ import (
 // layer's MLP a mixture of experts: a softmax router over num_experts,
 // the num_experts_per_tok best (renormalised with norm_topk_prob), each
 // a SiLU-gated MLP of width expert_intermediate_size; no shared expert.
-// Bidirectional, logits not shifted.
+// Bidirectional, logits not shifted. config.json without mask_token_id
+// gets 156895, the released models' mask token (LLaDA 2's too).
 type lladaMoEArch struct{}
 
 func (lladaMoEArch) Name() string { return "llada-moe" }
@@ -22,7 +23,7 @@ func (lladaMoEArch) Claims(modelType string, archs []string) bool {
 }
 
 func (lladaMoEArch) ParseConfig(raw []byte) (*Config, error) {
-	h, c, err := decoderConfig(raw, "LLaDA-MoE", 50000, -1)
+	h, c, err := decoderConfig(raw, "LLaDA-MoE", 50000, LLaDA2Mask)
 	if err != nil {
 		return nil, err
 	}

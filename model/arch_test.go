@@ -125,6 +125,38 @@ func TestArchConfig(t *testing.T) {
 	if c.EOSTokenID != 1 || c.RMSNormEps != 1e-6 || c.RopeTheta != 1e6 {
 		t.Errorf("defaults: eos %d eps %g theta %g", c.EOSTokenID, c.RMSNormEps, c.RopeTheta)
 	}
+	// LLaDA 2 without the keys its public code defaults: mask id 156895,
+	// blocks of 32, half the head rotated, q/k norms and an output bias.
+	l2 := `{"model_type": "llada2_moe", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+		"num_key_value_heads": 2, "intermediate_size": 96, "vocab_size": 157184, "eos_token_id": 156892,
+		"num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 16, "n_group": 4, "topk_group": 2}`
+	c, err = ParseConfig([]byte(l2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := MoEConfig{Experts: 8, TopK: 2, Hidden: 16, Sigmoid: true, RoutedScaling: 2.5, Groups: 4, TopKGroups: 2}
+	if c.MaskTokenID != 156895 || c.CausalBlock() != 32 || c.RotaryDim != 8 || !c.QKNorm || !c.OutBias || *c.MoE != want {
+		t.Errorf("llada2 defaults: %+v (moe %+v)", c, c.MoE)
+	}
+	for _, tc := range []struct{ edit, want string }{
+		{`"n_group": 3`, "n_group 3"},
+		{`"topk_group": 0`, "topk_group 0"},
+		{`"score_function": "softmax"`, "score_function"},
+		{`"partial_rotary_factor": 0.1`, "partial_rotary_factor"},
+		{`"first_k_dense_replace": 3`, "first_k_dense_replace 3"},
+	} {
+		key := tc.edit[:strings.Index(tc.edit, ":")]
+		raw := l2
+		if i := strings.Index(raw, key); i >= 0 {
+			j := i + strings.IndexAny(raw[i:], ",}")
+			raw = raw[:i] + tc.edit + raw[j:]
+		} else {
+			raw = strings.Replace(raw, "{", "{"+tc.edit+", ", 1)
+		}
+		if _, err := ParseConfig([]byte(raw)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want one naming %q", tc.edit, err, tc.want)
+		}
+	}
 }
 
 // TestRoute: softmax routing picks the top k (ties to the lower index),
