@@ -307,3 +307,24 @@ func fedLen(s *model.Step) int {
 	}
 	return len(s.Canvas)
 }
+
+// wholeCanvas refuses a block-causal model for a method whose plans index
+// the rows of the whole canvas at every step: block decoding feeds each
+// step only the canvas up to the current block's end.
+func wholeCanvas(name string, c *model.Config) error {
+	if B := c.CausalBlock(); B > 0 {
+		return fmt.Errorf("%s plans rows over the whole canvas at every step, but this model is block-causal (blocks of %d) "+
+			"and decodes one block at a time: use exact-block (exact reuse at every layer), block or none", name, B)
+	}
+	return nil
+}
+
+func (m *prefixAll) CheckModel(c *model.Config) error { return wholeCanvas(m.name, c) }
+func (m *biCache) CheckModel(c *model.Config) error   { return wholeCanvas(m.name, c) }
+func (m *d2Cache) CheckModel(c *model.Config) error   { return wholeCanvas(m.name, c) }
+func (m *dllmCache) CheckModel(c *model.Config) error { return wholeCanvas(m.name, c) }
+func (m *freeCache) CheckModel(c *model.Config) error { return wholeCanvas(m.name, c) }
+
+// CheckModel: bicache's shallow reuse around any inner method is planned
+// over the whole canvas.
+func (m *withBiCache) CheckModel(c *model.Config) error { return wholeCanvas(m.name, c) }

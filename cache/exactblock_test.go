@@ -371,3 +371,41 @@ func TestExactBlockRefuses(t *testing.T) {
 		t.Errorf("none refuses a model: %v", err)
 	}
 }
+
+// On a block-causal model every method either serves requests (block
+// decoding feeds each step the canvas up to the current block's end) or
+// refuses the model up front with a reason; none fails mid-request.
+func TestEveryMethodServesOrRefusesBlockCausal(t *testing.T) {
+	m := loadBlockTiny(t, 16) // the block methods' own blocks: 32 clamped to the gen length
+	L := len(m.Blocks)
+	ids, pl := request(t, m, 0)
+	o := DefaultOptions()
+	o.Store, o.Table, o.Fingerprint = NewStore(m.Backend, 1<<30, FIFO), table(L, 2), m.Fingerprint
+	gen := model.GenOptions{GenLength: 16, Steps: 8}
+	for _, name := range Names() {
+		if name == "table" { // dispatches to the others
+			continue
+		}
+		t.Run(name, func(t *testing.T) {
+			meth := mk(t, name, o)
+			if err := CheckModel(meth, m.Config); err != nil {
+				if !strings.Contains(err.Error(), "block-causal") {
+					t.Errorf("refusal does not say why: %v", err)
+				}
+				return
+			}
+			defer func() {
+				if r := recover(); r != nil {
+					t.Errorf("accepted the model, then panicked mid-request: %v", r)
+				}
+			}()
+			res, err := Run(context.Background(), m.LLaDA, meth, Request{Prompt: ids, PrefixLen: pl}, gen)
+			if err != nil {
+				t.Fatalf("accepted the model, then failed mid-request: %v", err)
+			}
+			if slices.Contains(res.Answer, int32(m.Config.MaskTokenID)) {
+				t.Errorf("answer still masked: %v", res.Answer)
+			}
+		})
+	}
+}

@@ -45,11 +45,22 @@ func calibrateMethods(ctx context.Context, opts *calibrateOptions) error {
 	}
 	base := cache.DefaultOptions()
 	base.Fingerprint, base.BiCache.Refresh = lm.Fingerprint, lm.Card.RefreshOr(opts.Refresh)
+	kept := grid[:0:0]
 	for _, g := range grid { // every setting must build before hours are spent
-		if _, err := cache.FromSetting(g, withStore(base, lm, opts.CacheBytes)); err != nil {
+		m, err := cache.FromSetting(g, withStore(base, lm, opts.CacheBytes))
+		if err != nil {
 			return fmt.Errorf("setting %s: %w", g, err)
 		}
+		if err := cache.CheckModel(m, lm.Config); err != nil {
+			if len(opts.Grid) > 0 {
+				return fmt.Errorf("--setting %s: %w", g, err)
+			}
+			fmt.Fprintf(opts.f.ErrOut, "calibrate: leaving out %s: %v\n", g, err)
+			continue
+		}
+		kept = append(kept, g)
 	}
+	grid = kept
 	data := opts.Data
 	if slices.Equal(data, []string{"builtin"}) {
 		data = []string{"suites", "external"} // requests with reference answers: accuracy is checked too
