@@ -150,6 +150,14 @@ func table(L, d int) *lut.Table {
 	return t
 }
 
+// everyMethodOptions lets every registered method build on m: a store, a
+// table of depth 2, m's fingerprint.
+func everyMethodOptions(m *model.Model) Options {
+	o := DefaultOptions()
+	o.Store, o.Table, o.Fingerprint = NewStore(m.Backend, 1<<30, FIFO), table(len(m.Blocks), 2), m.Fingerprint
+	return o
+}
+
 func request(t testing.TB, m *model.Model, i int) ([]int32, int) {
 	sys := fmt.Sprintf("You are assistant number %d. Follow the house rules: be brief, be kind.", i%3)
 	ids, pl, err := m.Tokenizer.EncodeChat(sys, strings.Repeat("Tell me more. ", 1+i%4))

@@ -377,11 +377,8 @@ func TestExactBlockRefuses(t *testing.T) {
 // refuses the model up front with a reason; none fails mid-request.
 func TestEveryMethodServesOrRefusesBlockCausal(t *testing.T) {
 	m := loadBlockTiny(t, 16) // the block methods' own blocks: 32 clamped to the gen length
-	L := len(m.Blocks)
 	ids, pl := request(t, m, 0)
-	o := DefaultOptions()
-	o.Store, o.Table, o.Fingerprint = NewStore(m.Backend, 1<<30, FIFO), table(L, 2), m.Fingerprint
-	gen := model.GenOptions{GenLength: 16, Steps: 8}
+	o, gen := everyMethodOptions(m), model.GenOptions{GenLength: 16, Steps: 8}
 	for _, name := range Names() {
 		if name == "table" { // dispatches to the others
 			continue

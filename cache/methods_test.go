@@ -133,11 +133,8 @@ func TestDriftTriggerExtremes(t *testing.T) {
 // blocks with the threshold rule, and the info comes back.
 func TestRun(t *testing.T) {
 	m := loadTiny(t)
-	L := len(m.Blocks)
 	ids, pl := request(t, m, 0)
-	o := DefaultOptions()
-	o.Store, o.Table, o.Fingerprint = NewStore(m.Backend, 1<<30, FIFO), table(L, 2), m.Fingerprint
-	gen := model.GenOptions{GenLength: 16, Steps: 8}
+	o, gen := everyMethodOptions(m), model.GenOptions{GenLength: 16, Steps: 8}
 	for _, name := range Names() {
 		if name == "table" { // needs a table that chooses: TestTableMethodDispatches
 			continue
