@@ -369,3 +369,6 @@ func cosine(a, b []float32) float64 {
 	}
 	return ab / math.Sqrt(aa*bb)
 }
+
+// CheckModel refuses block-causal models (wholeCanvas).
+func (m *biCache) CheckModel(c *model.Config) error { return wholeCanvas(m.name, c) }

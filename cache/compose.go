@@ -38,3 +38,7 @@ func (m *withBiCache) Gen(o model.GenOptions) model.GenOptions { return m.inner.
 func (m *withBiCache) Planner(lm *model.LLaDA, salt string, info *Info) model.Planner {
 	return tableWrapper(m.o, lm, salt, info, m.inner.Planner(lm, salt, nil))
 }
+
+// CheckModel: bicache's shallow reuse around any inner method is planned
+// over the whole canvas.
+func (m *withBiCache) CheckModel(c *model.Config) error { return wholeCanvas(m.name, c) }

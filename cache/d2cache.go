@@ -236,3 +236,6 @@ type attnLayer struct {
 	computed []int32
 	probs    []float32
 }
+
+// CheckModel refuses block-causal models (wholeCanvas).
+func (m *d2Cache) CheckModel(c *model.Config) error { return wholeCanvas(m.name, c) }

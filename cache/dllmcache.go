@@ -160,3 +160,6 @@ func (p *dllmPlanner) choose(v backend.Tensor) []int32 {
 	slices.Sort(out)
 	return out
 }
+
+// CheckModel refuses block-causal models (wholeCanvas).
+func (m *dllmCache) CheckModel(c *model.Config) error { return wholeCanvas(m.name, c) }

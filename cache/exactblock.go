@@ -52,21 +52,6 @@ func (m *exactBlock) CheckModel(c *model.Config) error {
 	return nil
 }
 
-// ModelChecker is a method that serves only some models: CheckModel says
-// why it cannot serve c (nil: it can).
-type ModelChecker interface {
-	CheckModel(c *model.Config) error
-}
-
-// CheckModel reports why meth cannot serve a model of config c (nil: it
-// can). Methods that serve every model pass.
-func CheckModel(meth Method, c *model.Config) error {
-	if mc, ok := meth.(ModelChecker); ok {
-		return mc.CheckModel(c)
-	}
-	return nil
-}
-
 func (m *exactBlock) Planner(lm *model.LLaDA, salt string, info *Info) model.Planner {
 	if info == nil {
 		info = &Info{}
@@ -307,24 +292,3 @@ func fedLen(s *model.Step) int {
 	}
 	return len(s.Canvas)
 }
-
-// wholeCanvas refuses a block-causal model for a method whose plans index
-// the rows of the whole canvas at every step: block decoding feeds each
-// step only the canvas up to the current block's end.
-func wholeCanvas(name string, c *model.Config) error {
-	if B := c.CausalBlock(); B > 0 {
-		return fmt.Errorf("%s plans rows over the whole canvas at every step, but this model is block-causal (blocks of %d) "+
-			"and decodes one block at a time: use exact-block (exact reuse at every layer), block or none", name, B)
-	}
-	return nil
-}
-
-func (m *prefixAll) CheckModel(c *model.Config) error { return wholeCanvas(m.name, c) }
-func (m *biCache) CheckModel(c *model.Config) error   { return wholeCanvas(m.name, c) }
-func (m *d2Cache) CheckModel(c *model.Config) error   { return wholeCanvas(m.name, c) }
-func (m *dllmCache) CheckModel(c *model.Config) error { return wholeCanvas(m.name, c) }
-func (m *freeCache) CheckModel(c *model.Config) error { return wholeCanvas(m.name, c) }
-
-// CheckModel: bicache's shallow reuse around any inner method is planned
-// over the whole canvas.
-func (m *withBiCache) CheckModel(c *model.Config) error { return wholeCanvas(m.name, c) }

@@ -75,3 +75,6 @@ func (p *freePlanner) Plan(s *model.Step) model.Plan {
 	p.rows = iota32(from, p.n)
 	return p
 }
+
+// CheckModel refuses block-causal models (wholeCanvas).
+func (m *freeCache) CheckModel(c *model.Config) error { return wholeCanvas(m.name, c) }

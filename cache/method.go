@@ -379,6 +379,32 @@ func Run(ctx context.Context, lm *model.LLaDA, meth Method, r Request, gen model
 	return res, nil
 }
 
+// ModelChecker is a method that serves only some models: CheckModel says
+// why it cannot serve c (nil: it can).
+type ModelChecker interface {
+	CheckModel(c *model.Config) error
+}
+
+// CheckModel reports why meth cannot serve a model of config c (nil: it
+// can). Methods that serve every model pass.
+func CheckModel(meth Method, c *model.Config) error {
+	if mc, ok := meth.(ModelChecker); ok {
+		return mc.CheckModel(c)
+	}
+	return nil
+}
+
+// wholeCanvas refuses a block-causal model for a method whose plans index
+// the rows of the whole canvas at every step: block decoding feeds each
+// step only the canvas up to the current block's end.
+func wholeCanvas(name string, c *model.Config) error {
+	if B := c.CausalBlock(); B > 0 {
+		return fmt.Errorf("%s plans rows over the whole canvas at every step, but this model is block-causal (blocks of %d) "+
+			"and decodes one block at a time: use exact-block (exact reuse at every layer), block or none", name, B)
+	}
+	return nil
+}
+
 // base carries what every method has: its name and options.
 type base struct {
 	name string

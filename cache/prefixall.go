@@ -29,3 +29,6 @@ func (m *prefixAll) Planner(lm *model.LLaDA, salt string, info *Info) model.Plan
 		id: PrefixID{Fingerprint: m.o.Fingerprint, Salt: joinSalt(m.o.Salt, salt)}, info: info,
 		depth: func(float64) (int, bool) { return L, false }}
 }
+
+// CheckModel refuses block-causal models (wholeCanvas).
+func (m *prefixAll) CheckModel(c *model.Config) error { return wholeCanvas(m.name, c) }
