@@ -17,13 +17,206 @@ import (
 // tokenizers give them ids.
 var SpecialTokens = []string{"<|startoftext|>", "<|endoftext|>", "<|mdm_mask|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"}
 
-// WriteRandom writes a random-weights checkpoint of shape c in LLaDA's
-// Hugging Face layout into dir: config.json, model.safetensors (F32 or
-// BF16), a byte-level tokenizer with LLaDA's special tokens, and a
-// dlmcache.json card marking the weights as random. Benchmarks and backend
-// checks use it; it is never a stand-in for a trained model.
+// WriteRandom writes a random-weights checkpoint of shape c into dir in the
+// Hugging Face layout of c's architecture (c.Arch: LLaDA's, Dream's or
+// LLaDA-MoE's tensor names, and config.json in that architecture's released
+// keys, so Load reads it through the architecture's own parser):
+// config.json, model.safetensors (F32 or BF16), a byte-level tokenizer with
+// LLaDA's special tokens (whose mask and end-of-text ids config.json
+// names), and a dlmcache.json card marking the weights as random.
+// Benchmarks and backend checks use it; it is never a stand-in for a
+// trained model.
 func WriteRandom(dir string, c Config, seed uint64, dtype safetensors.DType) error {
 	return WriteRandomProgress(dir, c, seed, dtype, nil)
+}
+
+// randomTensor is one tensor of a random checkpoint: its name, its shape
+// (rows 1: a vector) and its values' draw, scale·N(0,1) or, with one,
+// 1 + 0.1·N(0,1) (norm weights).
+type randomTensor struct {
+	name       string
+	rows, cols int
+	scale      float64
+	one        bool
+}
+
+// randomLayout returns the tensors of c's random checkpoint in file order
+// and its config.json, in the layout of c's architecture. c's mask, EOS
+// and pad ids are those config.json gives.
+func randomLayout(c *Config, dtype safetensors.DType) ([]randomTensor, []byte, error) {
+	d, kv, hid, e := c.DModel, c.KVDim(), c.MLPHiddenSize, c.Embeddings()
+	in := 1 / math.Sqrt(float64(d))
+	var ts []randomTensor
+	add := func(name string, rows, cols int, scale float64) {
+		ts = append(ts, randomTensor{name: name, rows: rows, cols: cols, scale: scale})
+	}
+	norm := func(name string, n int) { ts = append(ts, randomTensor{name: name, rows: 1, cols: n, one: true}) }
+	switch c.ArchName() {
+	case "llada":
+		if c.QKVBias || c.QKNorm || c.MoE != nil {
+			return nil, nil, fmt.Errorf("random checkpoint: LLaDA's layout has no q/k/v biases, q/k norms or experts")
+		}
+		c.ModelType, c.Architectures = "llada", []string{"LLaDAModelLM"}
+		c.LayerNormType, c.ActivationType = "rms", "silu"
+		const pre = "model.transformer."
+		add(pre+"wte.weight", e, d, 1)
+		for i := 0; i < c.NLayers; i++ {
+			p := fmt.Sprintf("%sblocks.%d.", pre, i)
+			norm(p+"attn_norm.weight", d)
+			add(p+"q_proj.weight", d, d, in)
+			add(p+"k_proj.weight", kv, d, in)
+			add(p+"v_proj.weight", kv, d, in)
+			add(p+"attn_out.weight", d, d, in)
+			norm(p+"ff_norm.weight", d)
+			add(p+"ff_proj.weight", hid, d, in)
+			add(p+"up_proj.weight", hid, d, in)
+			add(p+"ff_out.weight", d, hid, 1/math.Sqrt(float64(hid)))
+		}
+		norm(pre+"ln_f.weight", d)
+		if !c.WeightTying {
+			add(pre+"ff_out.weight", e, d, in)
+		}
+		cfg, _ := json.MarshalIndent(c, "", "  ")
+		return ts, cfg, nil
+	case "dream", "llada-moe":
+	default:
+		return nil, nil, fmt.Errorf("random checkpoint: architecture %q is not one WriteRandom writes (llada, dream, llada-moe)", c.ArchName())
+	}
+	dream := c.Arch == "dream"
+	if dream && (!c.QKVBias || c.QKNorm || c.MoE != nil) {
+		return nil, nil, fmt.Errorf("random checkpoint: Dream's layout has q/k/v biases and a dense MLP (no q/k norms, no experts)")
+	}
+	if !dream && (c.QKVBias || c.MoE == nil || c.MoE.SharedHidden > 0 || c.MoE.Sigmoid || c.MoE.FirstDense > 0 || c.MoE.Groups > 1) {
+		return nil, nil, fmt.Errorf("random checkpoint: LLaDA-MoE's layout has softmax-routed experts in every layer, no shared expert and no q/k/v biases")
+	}
+	// The Llama/Qwen names buildDecoder reads.
+	hd := c.HeadDim()
+	add("model.embed_tokens.weight", e, d, 1)
+	for i := 0; i < c.NLayers; i++ {
+		p := fmt.Sprintf("model.layers.%d.", i)
+		a := p + "self_attn."
+		norm(p+"input_layernorm.weight", d)
+		add(a+"q_proj.weight", d, d, in)
+		add(a+"k_proj.weight", kv, d, in)
+		add(a+"v_proj.weight", kv, d, in)
+		if dream {
+			add(a+"q_proj.bias", 1, d, 0.1)
+			add(a+"k_proj.bias", 1, kv, 0.1)
+			add(a+"v_proj.bias", 1, kv, 0.1)
+		}
+		if c.QKNorm {
+			norm(a+"q_norm.weight", hd)
+			norm(a+"k_norm.weight", hd)
+		}
+		add(a+"o_proj.weight", d, d, in)
+		norm(p+"post_attention_layernorm.weight", d)
+		if dream {
+			add(p+"mlp.gate_proj.weight", hid, d, in)
+			add(p+"mlp.up_proj.weight", hid, d, in)
+			add(p+"mlp.down_proj.weight", d, hid, 1/math.Sqrt(float64(hid)))
+			continue
+		}
+		mc := c.MoE
+		add(p+"mlp.gate.weight", mc.Experts, d, in)
+		for j := 0; j < mc.Experts; j++ {
+			x := fmt.Sprintf("%smlp.experts.%d.", p, j)
+			add(x+"gate_proj.weight", mc.Hidden, d, in)
+			add(x+"up_proj.weight", mc.Hidden, d, in)
+			add(x+"down_proj.weight", d, mc.Hidden, 1/math.Sqrt(float64(mc.Hidden)))
+		}
+	}
+	norm("model.norm.weight", d)
+	if !c.WeightTying {
+		add("lm_head.weight", e, d, in)
+	}
+	torchDType := map[safetensors.DType]string{safetensors.BF16: "bfloat16", safetensors.F32: "float32"}[dtype]
+	var cfg any
+	if dream {
+		// Dream-v0-Instruct-7B's config.json keys.
+		cfg = struct {
+			Architectures     []string `json:"architectures"`
+			ModelType         string   `json:"model_type"`
+			HiddenSize        int      `json:"hidden_size"`
+			IntermediateSize  int      `json:"intermediate_size"`
+			NumHiddenLayers   int      `json:"num_hidden_layers"`
+			NumAttentionHeads int      `json:"num_attention_heads"`
+			NumKeyValueHeads  int      `json:"num_key_value_heads"`
+			VocabSize         int      `json:"vocab_size"`
+			HiddenAct         string   `json:"hidden_act"`
+			MaxPositions      int      `json:"max_position_embeddings"`
+			RMSNormEps        float64  `json:"rms_norm_eps"`
+			RopeTheta         float64  `json:"rope_theta"`
+			RopeScaling       any      `json:"rope_scaling"`
+			TieWordEmbeddings bool     `json:"tie_word_embeddings"`
+			UseSlidingWindow  bool     `json:"use_sliding_window"`
+			SlidingWindow     any      `json:"sliding_window"`
+			MaxWindowLayers   int      `json:"max_window_layers"`
+			AttentionDropout  float64  `json:"attention_dropout"`
+			InitializerRange  float64  `json:"initializer_range"`
+			MaskTokenID       int      `json:"mask_token_id"`
+			EOSTokenID        int      `json:"eos_token_id"`
+			PadTokenID        int      `json:"pad_token_id"`
+			BOSTokenID        int      `json:"bos_token_id"`
+			TorchDType        string   `json:"torch_dtype"`
+			UseCache          bool     `json:"use_cache"`
+		}{[]string{"DreamModel"}, "Dream", d, hid, c.NLayers, c.NHeads, c.NKVHeads, c.VocabSize, "silu", c.MaxSequenceLength,
+			c.RMSNormEps, c.RopeTheta, nil, c.WeightTying, false, nil, c.NLayers, 0, 0.02,
+			c.MaskTokenID, c.EOSTokenID, c.PadTokenID, c.EOSTokenID, torchDType, false}
+	} else {
+		// LLaDA-MoE-7B-A1B's config.json keys (no intermediate_size: the
+		// MLPs are the experts; dense_intermediate_size is unused).
+		mc := c.MoE
+		cfg = struct {
+			Architectures       []string `json:"architectures"`
+			ModelType           string   `json:"model_type"`
+			HiddenSize          int      `json:"hidden_size"`
+			NumHiddenLayers     int      `json:"num_hidden_layers"`
+			NumAttentionHeads   int      `json:"num_attention_heads"`
+			NumKeyValueHeads    int      `json:"num_key_value_heads"`
+			VocabSize           int      `json:"vocab_size"`
+			HiddenAct           string   `json:"hidden_act"`
+			MaxPositions        int      `json:"max_position_embeddings"`
+			RMSNormEps          float64  `json:"rms_norm_eps"`
+			RopeTheta           float64  `json:"rope_theta"`
+			RopeScaling         any      `json:"rope_scaling"`
+			PartialRotaryFactor float64  `json:"partial_rotary_factor"`
+			TieWordEmbeddings   bool     `json:"tie_word_embeddings"`
+			AttentionBias       bool     `json:"attention_bias"`
+			AttentionDropout    float64  `json:"attention_dropout"`
+			ClipQKV             any      `json:"clip_qkv"`
+			DenseIntermediate   int      `json:"dense_intermediate_size"`
+			ExpertIntermediate  int      `json:"expert_intermediate_size"`
+			NumExperts          int      `json:"num_experts"`
+			NumExpertsPerTok    int      `json:"num_experts_per_tok"`
+			NormTopKProb        bool     `json:"norm_topk_prob"`
+			QKLayerNorm         bool     `json:"qk_layernorm"`
+			RouterAuxLossCoef   float64  `json:"router_aux_loss_coef"`
+			InitializerRange    float64  `json:"initializer_range"`
+			MaskTokenID         int      `json:"mask_token_id"`
+			EOSTokenID          int      `json:"eos_token_id"`
+			PadTokenID          int      `json:"pad_token_id"`
+			TorchDType          string   `json:"torch_dtype"`
+			UseCache            bool     `json:"use_cache"`
+		}{[]string{"LLaDAMoEModelLM"}, "lladamoe", d, c.NLayers, c.NHeads, c.NKVHeads, c.VocabSize, "silu", c.MaxSequenceLength,
+			c.RMSNormEps, c.RopeTheta, nil, 1, c.WeightTying, false, 0, nil, c.MLPHiddenSize, mc.Hidden, mc.Experts, mc.TopK,
+			mc.NormTopK, c.QKNorm, 0.01, 0.02, c.MaskTokenID, c.EOSTokenID, c.PadTokenID, torchDType, false}
+	}
+	raw, _ := json.MarshalIndent(cfg, "", "  ")
+	return ts, raw, nil
+}
+
+// RandomWeightBytes is the size of the weights WriteRandom writes for c in
+// dtype (the tensors' data, without the file's header).
+func RandomWeightBytes(c Config, dtype safetensors.DType) (int64, error) {
+	ts, _, err := randomLayout(&c, dtype)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, t := range ts {
+		n += int64(t.rows) * int64(t.cols) * int64(dtype.Size())
+	}
+	return n, nil
 }
 
 // WriteRandomProgress is WriteRandom, calling progress (when not nil) as
@@ -33,9 +226,6 @@ func WriteRandom(dir string, c Config, seed uint64, dtype safetensors.DType) err
 // model.safetensors appears, atomically, only once complete.
 func WriteRandomProgress(dir string, c Config, seed uint64, dtype safetensors.DType, progress func(written, total int64)) error {
 	if err := c.Validate(); err != nil {
-		return err
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	tok, err := tokenizer.Train(nil, 256+len(SpecialTokens), SpecialTokens)
@@ -51,12 +241,25 @@ func WriteRandomProgress(dir string, c Config, seed uint64, dtype safetensors.DT
 	if id, ok := tok.TokenID("<|endoftext|>"); ok {
 		c.EOSTokenID, c.PadTokenID = int(id), int(id)
 	}
-	c.ModelType, c.Architectures = "llada", []string{"LLaDAModelLM"}
-	c.LayerNormType, c.ActivationType = "rms", "silu"
+	specs, cfg, err := randomLayout(&c, dtype)
+	if err != nil {
+		return err
+	}
+	// config.json must read back, through its architecture's parser, as
+	// the shape whose tensors are written.
+	back, err := ParseConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("random checkpoint: its config.json does not parse: %w", err)
+	}
+	if err := sameShape(back, &c); err != nil {
+		return fmt.Errorf("random checkpoint: its config.json reads back as another shape: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
 	if err := tok.Save(dir); err != nil {
 		return err
 	}
-	cfg, _ := json.MarshalIndent(c, "", "  ")
 	if err := atomicfile.WriteFile(filepath.Join(dir, "config.json"), append(cfg, '\n'), 0o644); err != nil {
 		return err
 	}
@@ -66,49 +269,22 @@ func WriteRandomProgress(dir string, c Config, seed uint64, dtype safetensors.DT
 	}
 
 	rng := rand.New(rand.NewPCG(seed, seed+1))
-	d, kv, hid, e := c.DModel, c.KVDim(), c.MLPHiddenSize, c.Embeddings()
 	// The tensors in file order; gen makes tensor i's values when it is
 	// written, drawing from rng in that order.
-	var ts []safetensors.WriteTensor
-	type spec struct {
-		n     int
-		scale float64
-		one   bool
-	}
-	var specs []spec
+	ts := make([]safetensors.WriteTensor, len(specs))
 	var total int64
-	add := func(name string, rows, cols int, scale float64, one bool) {
-		shape := []int{rows, cols}
-		if rows == 1 {
-			shape = []int{cols}
+	for i, sp := range specs {
+		shape := []int{sp.rows, sp.cols}
+		if sp.rows == 1 {
+			shape = []int{sp.cols}
 		}
-		ts = append(ts, safetensors.WriteTensor{Name: name, DType: dtype, Shape: shape})
-		specs = append(specs, spec{rows * cols, scale, one})
-		total += int64(rows * cols * dtype.Size())
-	}
-	in := 1 / math.Sqrt(float64(d))
-	const pre = "model.transformer."
-	add(pre+"wte.weight", e, d, 1, false)
-	for i := 0; i < c.NLayers; i++ {
-		p := fmt.Sprintf("%sblocks.%d.", pre, i)
-		add(p+"attn_norm.weight", 1, d, 0, true)
-		add(p+"q_proj.weight", d, d, in, false)
-		add(p+"k_proj.weight", kv, d, in, false)
-		add(p+"v_proj.weight", kv, d, in, false)
-		add(p+"attn_out.weight", d, d, in, false)
-		add(p+"ff_norm.weight", 1, d, 0, true)
-		add(p+"ff_proj.weight", hid, d, in, false)
-		add(p+"up_proj.weight", hid, d, in, false)
-		add(p+"ff_out.weight", d, hid, 1/math.Sqrt(float64(hid)), false)
-	}
-	add(pre+"ln_f.weight", 1, d, 0, true)
-	if !c.WeightTying {
-		add(pre+"ff_out.weight", e, d, in, false)
+		ts[i] = safetensors.WriteTensor{Name: sp.name, DType: dtype, Shape: shape}
+		total += int64(sp.rows * sp.cols * dtype.Size())
 	}
 	var written int64
 	gen := func(i int) ([]byte, error) {
 		sp := specs[i]
-		v := make([]float32, sp.n)
+		v := make([]float32, sp.rows*sp.cols)
 		for j := range v {
 			if sp.one {
 				v[j] = float32(1 + 0.1*rng.NormFloat64())
@@ -129,4 +305,37 @@ func WriteRandomProgress(dir string, c Config, seed uint64, dtype safetensors.DT
 		return raw, nil
 	}
 	return safetensors.WriteFunc(filepath.Join(dir, "model.safetensors"), ts, map[string]string{"format": "pt", "generator": "dlmcache model.WriteRandom"}, gen)
+}
+
+// sameShape reports the first shape field in which got differs from want.
+func sameShape(got, want *Config) error {
+	type field struct {
+		name      string
+		got, want any
+	}
+	var moeGot, moeWant MoEConfig
+	if got.MoE != nil {
+		moeGot = *got.MoE
+	}
+	if want.MoE != nil {
+		moeWant = *want.MoE
+	}
+	for _, f := range []field{
+		{"architecture", got.ArchName(), want.ArchName()},
+		{"d_model", got.DModel, want.DModel}, {"layers", got.NLayers, want.NLayers},
+		{"heads", got.NHeads, want.NHeads}, {"kv heads", got.NKVHeads, want.NKVHeads},
+		{"embeddings", got.Embeddings(), want.Embeddings()}, {"vocabulary", got.VocabSize, want.VocabSize},
+		{"RoPE theta", got.RopeTheta, want.RopeTheta}, {"RMSNorm eps", got.RMSNormEps, want.RMSNormEps},
+		{"q/k/v biases", got.QKVBias, want.QKVBias}, {"q/k norms", got.QKNorm, want.QKNorm},
+		{"weight tying", got.WeightTying, want.WeightTying}, {"mask id", got.MaskTokenID, want.MaskTokenID},
+		{"experts", moeGot, moeWant},
+	} {
+		if f.got != f.want {
+			return fmt.Errorf("%s %v, want %v", f.name, f.got, f.want)
+		}
+	}
+	if want.MoE == nil && got.MLPHiddenSize != want.MLPHiddenSize {
+		return fmt.Errorf("MLP width %d, want %d", got.MLPHiddenSize, want.MLPHiddenSize)
+	}
+	return nil
 }

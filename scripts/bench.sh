@@ -27,9 +27,16 @@
 #
 # scripts/bench.sh 8b (make bench-8b) times BF16 weights instead, into
 # bench-out/8b: l16-d2048 in F32, the same draws in BF16 kept as BF16 and
-# converted at load ($DLMCACHE_CPU_BF16=f32), and LLaDA-8B-Instruct's shape
-# in BF16 (a 16 GB checkpoint in $DLMCACHE_BENCH_8B_DIR, written once; one
-# full step there is 7.3 TFLOP as Config.StepFLOPs counts it), one step each, no PyTorch column.
+# converted at load ($DLMCACHE_CPU_BF16=f32), and three 7–8B shapes in BF16,
+# each a checkpoint in its architecture's Hugging Face layout under
+# $DLMCACHE_BENCH_8B_DIR, loaded through its own config parser:
+# LLaDA-8B-Instruct's (16.0 GB; one full step 7.3 TFLOP as Config.StepFLOPs
+# counts it), Dream-v0-7B's (15.2 GB; 6.8 TFLOP) and LLaDA-MoE-7B-A1B's
+# (14.7 GB; 1.2 TFLOP: the router and the 8 active experts of 64 only).
+# One step each, no PyTorch column. Each checkpoint is written (once: kept
+# when present) just before its run; BENCH_8B_REMOVE=1 deletes each of
+# $DLMCACHE_BENCH_8B_DIR's after its run, so the disk holds one at a time
+# (they take 46 GB together).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODE=${1:-default}
@@ -59,7 +66,9 @@ l16-d2048-q4_0 $BENCH_DIR/l16-d2048-q4_0.gguf q4_0 - auto mapped"
 	RUNS="l16-d2048 $BENCH_DIR/l16-d2048 f32 - auto mapped
 l16-d2048-bf16 $BENCH_8B_DIR/l16-d2048-bf16 bf16 bf16 auto mapped
 l16-d2048-bf16-as-f32 $BENCH_8B_DIR/l16-d2048-bf16 bf16-as-f32 f32 auto mapped
-llada-8b $BENCH_8B_DIR/llada-8b bf16 bf16 auto mapped"
+llada-8b $BENCH_8B_DIR/llada-8b bf16 bf16 auto mapped
+dream-7b $BENCH_8B_DIR/dream-7b bf16 bf16 auto mapped
+llada-moe-7b $BENCH_8B_DIR/llada-moe-7b bf16 bf16 auto mapped"
 	;;
 *)
 	echo "usage: $0 [8b]" >&2
@@ -72,17 +81,22 @@ if [ -n "${BENCH_ONLY:-}" ]; then
 	RUNS=$(grep -E "^($BENCH_ONLY) " <<< "$RUNS" || true)
 	[ -n "$RUNS" ] || { echo "BENCH_ONLY=$BENCH_ONLY matches no run" >&2; exit 2; }
 fi
-# Each run's checkpoint: written by tools/benchckpt (kept when present); a
+# A run's checkpoint: written by tools/benchckpt (kept when present); a
 # .gguf converted from the checkpoint its name starts with.
-while read -r label dir dtype conv gemm weights; do
-	base=$dir
+checkpoint() {
+	local dir=$1 base=$1
 	[[ $dir == *.gguf ]] && base=${dir%-*.gguf}
 	go run ./tools/benchckpt -out "$(dirname "$base")" -shape "$(basename "$base")"
 	if [[ $dir == *.gguf ]] && ! [ -e "$dir" ]; then
-		q=${dir##*-}
+		local q=${dir##*-}
 		go run ./cmd/dlmcache convert "$base" "$dir" --outtype "${q%.gguf}" >&2
 	fi
-done <<< "$RUNS"
+}
+# The default mode writes every checkpoint first; 8b writes each just
+# before its run.
+if [ "$MODE" = default ]; then
+	while read -r label dir rest; do checkpoint "$dir"; done <<< "$RUNS"
+fi
 mkdir -p "$OUT"
 
 echo "== peak" >&2
@@ -102,6 +116,7 @@ go test -c -o "$TESTBIN" ./model
 # How products with quantized weights run, as `dlmcache version` says it.
 QUANT=$(go run ./cmd/dlmcache version --json | sed -n 's/^  "quant_products": "\(.*\)",*$/\1/p' | tr ' ' '_')
 while read -r label dir dtype conv gemm weights; do
+	[ "$MODE" = 8b ] && checkpoint "$dir" < /dev/null
 	echo "== $label: load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 	shape=$(basename "$dir" .gguf)
 	# A process per shape: its peak RSS is that shape's. The label
@@ -113,6 +128,12 @@ while read -r label dir dtype conv gemm weights; do
 	(cd model && DLMCACHE_CPU_BF16="${conv/#-/bf16}" DLMCACHE_CPU_GEMM="$gemm" DLMCACHE_CPU_WEIGHTS="$weights" DLMCACHE_BENCH_DIR="$(dirname "$dir")" GOMAXPROCS="$THREADS" \
 		"$TESTBIN" -test.run '^$' -test.bench "BenchmarkStep/^$shape\$/" -test.benchtime "$ITERS" -test.count 1 -test.timeout 60m) |
 		sed "s|^BenchmarkStep/$shape/|BenchmarkStep/$label/|" | tee -a "$OUT/go.txt" >&2
+	run=$((${run:-0} + 1))
+	if [ "${BENCH_8B_REMOVE:-0}" = 1 ] && [ "$(dirname "$dir")" = "$BENCH_8B_DIR" ] &&
+		! tail -n +$((run + 1)) <<< "$RUNS" | grep -q " $dir "; then
+		echo "BENCH_8B_REMOVE=1: removing $dir" >&2
+		rm -rf -- "$dir"
+	fi
 done <<< "$RUNS"
 rm -f "$TESTBIN"
 echo "== PyTorch forward" >&2
