@@ -100,10 +100,13 @@ bench: build
 	./scripts/bench.sh
 
 # bench-8b times BF16 weights: l16-d2048 in F32 and in BF16 (kept, and
-# converted at load), and LLaDA-8B-Instruct's shape in BF16, one step each,
-# with each process's peak RSS, into bench-out/8b/. It writes a 16 GB
-# checkpoint under $$DLMCACHE_BENCH_8B_DIR (/tmp/dlmcache-bench-8b) once;
-# ≈ 10 min on 2 cores.
+# converted at load), and LLaDA-8B-Instruct's, Dream-v0-7B's and
+# LLaDA-MoE-7B-A1B's shapes in BF16, one step each, with each process's
+# peak RSS, into bench-out/8b/. It writes their checkpoints (16.0, 15.2 and
+# 14.7 GB) under $$DLMCACHE_BENCH_8B_DIR (/tmp/dlmcache-bench-8b) once,
+# each just before its run (BENCH_8B_REMOVE=1: deleted after it, so the
+# disk holds one at a time); BENCH_ONLY='dream-7b|llada-moe-7b' runs only
+# those. ≈ 30 min on 2 idle AVX2 cores.
 bench-8b: build
 	./scripts/bench.sh 8b
 
