@@ -81,8 +81,11 @@ e2e: deps
 	fi
 	./serve/e2e/run.sh
 
-# hfcheck compares the tokenizer's ids and the chat templates' renders with
-# @huggingface/tokenizers and @huggingface/jinja (npm ci needs the npm registry).
+# hfcheck compares the tokenizer's ids, decoded text and the chat templates'
+# renders with Hugging Face's Rust tokenizers (Node binding),
+# @huggingface/tokenizers and @huggingface/jinja, on Qwen3's released
+# tokenizer.json and template and the fixtures' tokenizers (npm ci needs the
+# npm registry).
 hfcheck: deps
 	./tools/hfcheck/run.sh
 

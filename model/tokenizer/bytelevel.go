@@ -48,3 +48,17 @@ func byteLevelUnmap(dst []byte, tok string) []byte {
 	}
 	return dst
 }
+
+// byteLevelUnmapString inverts byteLevelMap; a rune outside the byte
+// alphabet is kept as its UTF-8 bytes.
+func byteLevelUnmapString(s string) string {
+	buf := make([]byte, 0, len(s))
+	for _, r := range s {
+		if b, ok := runeToByte[r]; ok {
+			buf = append(buf, b)
+		} else {
+			buf = utf8.AppendRune(buf, r)
+		}
+	}
+	return string(buf)
+}

@@ -211,6 +211,7 @@ func parse(data []byte, name string) (*Tokenizer, error) {
 	if !hasByteLevel {
 		return nil, fmt.Errorf("%s: pre_tokenizer has no ByteLevel step; only byte-level BPE is supported", name)
 	}
+	t.pre, t.rawPieces = deferByteMap(t.pre)
 	if raw, ok := top.m["post_processor"]; ok && !isNull(raw) {
 		if err := postProcessorRules.check(raw, name+": post_processor"); err != nil {
 			return nil, err
@@ -428,7 +429,7 @@ func parsePreTokenizer(raw json.RawMessage, where string, hasByteLevel *bool) (p
 		if err := o.get("use_regex", &useRegex); err != nil {
 			return nil, err
 		}
-		p := byteLevelPre{addPrefixSpace: addPrefix}
+		p := byteLevelPre{addPrefixSpace: addPrefix, mapBytes: true}
 		if useRegex {
 			if p.re, err = compileRegex(PatternGPT2, where); err != nil {
 				return nil, err
@@ -491,6 +492,29 @@ func parsePreTokenizer(raw json.RawMessage, where string, hasByteLevel *bool) (p
 		return preSequence(seq), nil
 	}
 	return nil, o.unsupportedType(typ)
+}
+
+// deferByteMap turns off the byte mapping of a pre-tokenizer whose last step
+// is ByteLevel, so that its pieces stay raw text for the BPE to read byte by
+// byte; it reports whether it did.
+func deferByteMap(p preTokenizer) (preTokenizer, bool) {
+	switch q := p.(type) {
+	case byteLevelPre:
+		q.mapBytes = false
+		return q, true
+	case preSequence:
+		if len(q) == 0 {
+			return q, false
+		}
+		last, ok := deferByteMap(q[len(q)-1])
+		if !ok {
+			return q, false
+		}
+		q = append(preSequence(nil), q...)
+		q[len(q)-1] = last
+		return q, true
+	}
+	return p, false
 }
 
 // sectionRules is what a checked section of tokenizer.json (the

@@ -5,7 +5,6 @@ import (
 	"strings"
 	"unicode"
 
-	"github.com/dlclark/regexp2"
 	"golang.org/x/text/unicode/norm"
 )
 
@@ -52,20 +51,26 @@ type preTokenizer interface {
 // every piece mapped through byteToRune.
 type byteLevelPre struct {
 	addPrefixSpace bool
-	re             *regexp2.Regexp // nil when use_regex is false
+	re             wordRegex // nil when use_regex is false
+	// mapBytes: map every byte through byteToRune. Off when this is the
+	// pipeline's last step: the BPE then reads the pieces' bytes directly.
+	mapBytes bool
 }
 
 func (p byteLevelPre) split(dst []string, s string) []string {
 	if p.addPrefixSpace && !strings.HasPrefix(s, " ") {
 		s = " " + s
 	}
-	if p.re == nil {
-		return append(dst, byteLevelMap(s))
-	}
 	start := len(dst)
-	dst = regexSplit(dst, s, p.re, false, behaviorIsolated)
-	for i := start; i < len(dst); i++ {
-		dst[i] = byteLevelMap(dst[i])
+	if p.re == nil {
+		dst = append(dst, s)
+	} else {
+		dst = regexSplit(dst, s, p.re, false, behaviorIsolated)
+	}
+	if p.mapBytes {
+		for i := start; i < len(dst); i++ {
+			dst[i] = byteLevelMap(dst[i])
+		}
 	}
 	return dst
 }
@@ -91,7 +96,7 @@ var behaviorNames = map[string]splitBehavior{
 
 // splitPre is the Hugging Face Split pre-tokenizer.
 type splitPre struct {
-	re       *regexp2.Regexp
+	re       wordRegex
 	invert   bool
 	behavior splitBehavior
 }
@@ -145,11 +150,20 @@ type span struct {
 // regexSplit splits s by the matches of re with the given behaviour, as the
 // Hugging Face Split pre-tokenizer does, and appends the non-empty pieces to
 // dst.
-func regexSplit(dst []string, s string, re *regexp2.Regexp, invert bool, behavior splitBehavior) []string {
+func regexSplit(dst []string, s string, re wordRegex, invert bool, behavior splitBehavior) []string {
 	if s == "" {
 		return dst
 	}
-	spans := findSpans(s, re)
+	if p, ok := re.(wordPattern); ok && behavior == behaviorIsolated && !invert {
+		// The matches tile s: no spans to build.
+		for i := 0; i < len(s); {
+			j := p.match(s, i)
+			dst = append(dst, s[i:j])
+			i = j
+		}
+		return dst
+	}
+	spans := re.spans(s)
 	if invert {
 		for i := range spans {
 			spans[i].match = !spans[i].match
@@ -208,45 +222,6 @@ func regexSplit(dst []string, s string, re *regexp2.Regexp, invert bool, behavio
 	return dst
 }
 
-// findSpans covers s with alternating unmatched and matched spans of re.
-// Empty matches are skipped. regexp2 reports rune offsets; they are turned
-// into byte offsets here.
-func findSpans(s string, re *regexp2.Regexp) []span {
-	runes := []rune(s)
-	// byteAt[i] is the byte offset of rune i; byteAt[len(runes)] = len(s).
-	byteAt := make([]int, 0, len(runes)+1)
-	for i := range s {
-		byteAt = append(byteAt, i)
-	}
-	byteAt = append(byteAt, len(s))
-
-	var spans []span
-	prev := 0
-	m, err := re.FindRunesMatch(runes)
-	for err == nil && m != nil {
-		if m.Length > 0 {
-			b0, b1 := byteAt[m.Index], byteAt[m.Index+m.Length]
-			if b0 > prev {
-				spans = append(spans, span{prev, b0, false})
-			}
-			spans = append(spans, span{b0, b1, true})
-			prev = b1
-		}
-		m, err = re.FindNextMatch(m)
-	}
-	if prev < len(s) {
-		spans = append(spans, span{prev, len(s), false})
-	}
-	return spans
-}
-
-// compileRegex compiles a Hugging Face (Oniguruma) pattern with regexp2,
-// whose default syntax supports the lookahead and \p{..} classes used by
-// the GPT-2 and Llama-3 patterns.
-func compileRegex(pattern, where string) (*regexp2.Regexp, error) {
-	re, err := regexp2.Compile(pattern, regexp2.None)
-	if err != nil {
-		return nil, fmt.Errorf("%s: bad regex %q: %v", where, pattern, err)
-	}
-	return re, nil
+func badRegex(where, pattern string, err error) error {
+	return fmt.Errorf("%s: bad regex %q: %v", where, pattern, err)
 }

@@ -1,7 +1,6 @@
 package tokenizer
 
 import (
-	"container/heap"
 	"sort"
 	"strings"
 	"sync"
@@ -23,7 +22,11 @@ type Tokenizer struct {
 	unk          int32 // -1 when there is no unk_token
 	fuseUnk      bool
 	ignoreMerges bool
-	runeID       map[rune]int32 // vocab ids of one-rune tokens
+	byteID       [256]int32 // vocab id of each byte's one-rune token, -1 if none
+	// rawPieces: the pre-tokenizer leaves its pieces as raw text (its last
+	// step is ByteLevel, whose mapping bpe does itself); otherwise the pieces
+	// are byte-mapped and bpe maps them back.
+	rawPieces bool
 
 	added        []addedToken
 	addedID      map[int32]*addedToken
@@ -76,11 +79,12 @@ func (t *Tokenizer) finish() {
 	for tok, id := range t.vocab {
 		t.idToToken[id] = tok
 	}
-	t.runeID = make(map[rune]int32)
-	for tok, id := range t.vocab {
-		if r, size := utf8.DecodeRuneInString(tok); size == len(tok) && r != utf8.RuneError {
-			t.runeID[r] = id
+	for b := range t.byteID {
+		id, ok := t.vocab[string(byteToRune[b])]
+		if !ok {
+			id = -1
 		}
+		t.byteID[b] = id
 	}
 	t.addedID = make(map[int32]*addedToken, len(t.added))
 	t.addedContent = make(map[string]int32, len(t.added))
@@ -204,12 +208,12 @@ func (t *Tokenizer) wordBounded(text string, i, j int) bool {
 	return true
 }
 
-// bpeWord appends the ids of one pre-tokenized (byte-mapped) word.
+// bpeWord appends the ids of one pre-tokenized word: raw text, or
+// byte-mapped text when the pre-tokenizer maps (rawPieces false). Results
+// are cached per word.
 func (t *Tokenizer) bpeWord(dst []int32, w string) []int32 {
-	if t.ignoreMerges {
-		if id, ok := t.vocab[w]; ok {
-			return append(dst, id)
-		}
+	if len(w) == 1 && t.rawPieces && t.byteID[w[0]] >= 0 {
+		return append(dst, t.byteID[w[0]])
 	}
 	t.cache.RLock()
 	ids, ok := t.cache.m[w]
@@ -217,23 +221,34 @@ func (t *Tokenizer) bpeWord(dst []int32, w string) []int32 {
 	if ok {
 		return append(dst, ids...)
 	}
-	ids = t.bpe(w)
+	word := w
+	if !t.rawPieces {
+		word = byteLevelUnmapString(w)
+	}
+	ids = t.bpe(word)
 	t.cache.Lock()
 	if len(t.cache.m) >= maxCacheEntries {
 		t.cache.m = make(map[string][]int32)
 	}
-	t.cache.m[w] = ids
+	t.cache.m[strings.Clone(w)] = ids // w may be a slice of a long text
 	t.cache.Unlock()
 	return append(dst, ids...)
 }
 
-// bpe merges the runes of w by merge rank: repeatedly the adjacent pair of
-// lowest rank (leftmost among equals) is merged, until no pair has a rule.
+// bpe merges the bytes of w (each byte starts as its byte-level token) by
+// merge rank: repeatedly the adjacent pair of lowest rank (leftmost among
+// equals) is merged, until no pair has a rule. With ignore_merges a word
+// that is a vocab token as a whole is that token.
 func (t *Tokenizer) bpe(w string) []int32 {
+	if t.ignoreMerges {
+		if id, ok := t.vocab[byteLevelMap(w)]; ok {
+			return []int32{id}
+		}
+	}
 	syms := make([]bpeSym, 0, len(w))
-	for _, r := range w {
-		id, ok := t.runeID[r]
-		if !ok {
+	for i := 0; i < len(w); i++ {
+		id := t.byteID[w[i]]
+		if id < 0 {
 			if t.unk < 0 {
 				continue // Hugging Face drops a symbol it cannot map
 			}
@@ -259,14 +274,14 @@ func (t *Tokenizer) bpe(w string) []int32 {
 			return
 		}
 		if m, ok := t.merges[pairKey(syms[i].id, syms[j].id)]; ok {
-			heap.Push(&q, pairCand{rank: m.rank, pos: i, left: syms[i].id, right: syms[j].id, id: m.id})
+			q.push(pairCand{rank: m.rank, pos: i, left: syms[i].id, right: syms[j].id, id: m.id})
 		}
 	}
 	for i := 0; i < n-1; i++ {
 		push(int32(i))
 	}
-	for q.Len() > 0 {
-		c := heap.Pop(&q).(pairCand)
+	for len(q) > 0 {
+		c := q.pop()
 		s := &syms[c.pos]
 		if s.dead || s.id != c.left || s.next < 0 || syms[s.next].id != c.right {
 			continue // stale
@@ -301,23 +316,49 @@ type pairCand struct {
 	left, right, id int32
 }
 
-// pairQueue is a min-heap by (rank, pos).
+func (a pairCand) less(b pairCand) bool {
+	return a.rank < b.rank || (a.rank == b.rank && a.pos < b.pos)
+}
+
+// pairQueue is a binary min-heap by (rank, pos).
 type pairQueue []pairCand
 
-func (q pairQueue) Len() int { return len(q) }
-func (q pairQueue) Less(i, j int) bool {
-	if q[i].rank != q[j].rank {
-		return q[i].rank < q[j].rank
+func (q *pairQueue) push(c pairCand) {
+	h := append(*q, c)
+	i := len(h) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if !h[i].less(h[p]) {
+			break
+		}
+		h[i], h[p] = h[p], h[i]
+		i = p
 	}
-	return q[i].pos < q[j].pos
+	*q = h
 }
-func (q pairQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
-func (q *pairQueue) Push(x any)   { *q = append(*q, x.(pairCand)) }
-func (q *pairQueue) Pop() any {
-	old := *q
-	x := old[len(old)-1]
-	*q = old[:len(old)-1]
-	return x
+
+func (q *pairQueue) pop() pairCand {
+	h := *q
+	top := h[0]
+	n := len(h) - 1
+	h[0] = h[n]
+	h = h[:n]
+	for i := 0; ; {
+		l, m := 2*i+1, i
+		if l < n && h[l].less(h[m]) {
+			m = l
+		}
+		if r := l + 1; r < n && h[r].less(h[m]) {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+	*q = h
+	return top
 }
 
 // Decode turns ids back into text: vocab tokens through the ByteLevel

@@ -267,7 +267,7 @@ func TestUnsupportedTokenizerFeaturesAreRefusedByName(t *testing.T) {
 }
 
 func TestSplitBehaviors(t *testing.T) {
-	re, err := compileRegex("-", "test")
+	re, err := compileRegexp2("-", "test")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -139,9 +139,12 @@ func Train(texts []string, vocabSize int, specials []string, opts ...TrainOption
 
 	tr := newTrainer(len(keys))
 	for i, w := range keys {
-		syms := make([]int32, 0, len(w))
-		for _, r := range w {
-			syms = append(syms, int32(runeToByte[r]))
+		if !t0.rawPieces {
+			w = byteLevelUnmapString(w)
+		}
+		syms := make([]int32, len(w))
+		for j := range syms {
+			syms[j] = int32(w[j])
 		}
 		tr.addWord(int32(i), syms, wordCount[w])
 	}

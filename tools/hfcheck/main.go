@@ -12,8 +12,10 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/dlmcache/dlmcache/model/tokenizer"
 )
@@ -48,7 +50,49 @@ var corpus = []string{
 	"don't won't it's I'm you're we've they'll she'd",
 	"URL: http://example.invalid/a/b?c=d&e=f#g",
 	"Punctuation!!! ??? ... --- ___ *** ### @@@",
+	"x'ſa 'S 'LL 'Ve 'x ''s I'M",
+	"a\ufeffb \ufeff\ufeff c\u0085\u0085d e\u2028\u2029f g\u00a0\u00a0h i\u3000\u3000j\u2009k",
+	"٣٤٥ ੩ ²³ ½ Ⅻ ⑫ 𝟙𝟚 1٢3",
+	"cafe\u0301 n\u0303 e\u0301\u0301 ǅemal ʰʲ Å Å",
+	"line\r\n\r\n  indented\r\n\t\ttabbed\n \n \n",
+	"<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nOK<|im_end|>",
+	"x<|endoftext|>y <|im_start|> <|im_start <|im_end|><|im_end|>",
+	"<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call><|fim_prefix|>a<|fim_suffix|>b<|fim_middle|>",
+	"<|mask|><|mask|> and <|beginoftext|>",
 }
+
+// randomRunes are drawn from for the random strings: every class the
+// pre-tokenizers tell apart (letters of several scripts and categories,
+// combining marks, numbers, the contractions' letters, white space of
+// several kinds, line breaks, symbols, emoji, format characters).
+var randomRunes = []rune("aSsTtrReEvVmMlLdDxZ'’ſ \t\n\r\u0085\u00a0\u3000\u2028\u2009" +
+	"é\u0301ǅʰ中文日本語한국ΩЖ٣੩²½Ⅻ0123456789.,;:!?-_#@*()[]{}<>/\\\"`~$%^&+=|😀👍🏽\u200d\ufeff")
+
+// randomPieces are glued in whole now and then: contractions, runs of
+// white space and line breaks, added tokens of the checked tokenizers.
+var randomPieces = []string{"'s", "'LL", "'Re", "'ve", "'M", "'d", "'T", "\r\n", "  ", "\n\n", " \n",
+	"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "<|eot_id|>", "<|mdm_mask|>", "<|mask|>"}
+
+// randomTexts returns n seeded random strings (the same on every run).
+func randomTexts(n int) []string {
+	rng := rand.New(rand.NewSource(20250601))
+	out := make([]string, n)
+	for i := range out {
+		var b strings.Builder
+		for k := rng.Intn(40); k > 0; k-- {
+			if rng.Intn(8) == 0 {
+				b.WriteString(randomPieces[rng.Intn(len(randomPieces))])
+			} else {
+				b.WriteRune(randomRunes[rng.Intn(len(randomRunes))])
+			}
+		}
+		out[i] = b.String()
+	}
+	return out
+}
+
+// documents are a few KB of the repository's own prose and code each.
+var documents = []string{"README.md", "docs/architecture.md", "model/tokenizer/tokenizer.go"}
 
 // conversations exercise the chat templates: an explicit empty system
 // message, several turns, content with spaces to trim.
@@ -59,11 +103,15 @@ var conversations = [][]tokenizer.Message{
 	{{Role: "system", Content: "  padded  "}, {Role: "user", Content: "\nline\n"}},
 	{{Role: "system", Content: "S"}, {Role: "user", Content: "Q1"}, {Role: "assistant", Content: "A1"}, {Role: "user", Content: "Q2"}},
 	{{Role: "user", Content: "中文 😀"}},
+	{{Role: "system", Content: "You are terse."}, {Role: "user", Content: "Q1"},
+		{Role: "assistant", Content: "<think>\nstep one\n</think>\n\nA1"}, {Role: "user", Content: "Q2"},
+		{Role: "assistant", Content: "<think>\nmore\n</think>\n\nA2"}},
 }
 
 type encodeCase struct {
-	Text string  `json:"text"`
-	IDs  []int32 `json:"ids"`
+	Text    string  `json:"text"`
+	IDs     []int32 `json:"ids"`
+	Decoded string  `json:"decoded"` // Decode(IDs)
 }
 
 type chatCase struct {
@@ -83,6 +131,15 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: hfcheck TOKENIZER_DIR... > cases.json")
 		os.Exit(2)
 	}
+	texts := append(append([]string(nil), corpus...), randomTexts(1000)...)
+	for _, f := range documents {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "hfcheck: %v\n", err)
+			os.Exit(1)
+		}
+		texts = append(texts, strings.ToValidUTF8(string(data[:min(len(data), 6000)]), ""))
+	}
 	var out []tokenizerCases
 	for _, dir := range os.Args[1:] {
 		tok, err := tokenizer.Load(dir)
@@ -92,12 +149,12 @@ func main() {
 		}
 		abs, _ := filepath.Abs(dir)
 		tc := tokenizerCases{Dir: abs}
-		for _, s := range corpus {
+		for _, s := range texts {
 			ids := tok.Encode(s)
 			if ids == nil {
 				ids = []int32{}
 			}
-			tc.Encode = append(tc.Encode, encodeCase{Text: s, IDs: ids})
+			tc.Encode = append(tc.Encode, encodeCase{Text: s, IDs: ids, Decoded: tok.Decode(ids)})
 		}
 		for _, msgs := range conversations {
 			for _, gen := range []bool{false, true} {

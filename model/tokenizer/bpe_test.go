@@ -1,0 +1,133 @@
+package tokenizer
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+)
+
+// handMade builds a byte-level BPE tokenizer.json from merges (each "a b"
+// in rank order, over plain ASCII so that the byte-level forms are the
+// letters themselves) and added tokens, with Qwen2's pre-tokenizer.
+func handMade(t *testing.T, merges []string, added ...string) *Tokenizer {
+	t.Helper()
+	vocab := map[string]int{}
+	for b := 0; b < 256; b++ {
+		vocab[string(byteToRune[b])] = b
+	}
+	for _, m := range merges {
+		var a, b string
+		for i := range m {
+			if m[i] == ' ' {
+				a, b = m[:i], m[i+1:]
+				break
+			}
+		}
+		if _, ok := vocab[a+b]; !ok {
+			vocab[a+b] = len(vocab)
+		}
+	}
+	var at []map[string]any
+	for i, s := range added {
+		at = append(at, map[string]any{"id": len(vocab) + i, "content": s, "special": true})
+	}
+	doc := map[string]any{
+		"version": "1.0", "added_tokens": at, "normalizer": map[string]any{"type": "NFC"},
+		"pre_tokenizer": map[string]any{"type": "Sequence", "pretokenizers": []any{
+			map[string]any{"type": "Split", "pattern": map[string]any{"Regex": PatternQwen2}, "behavior": "Isolated", "invert": false},
+			map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false},
+		}},
+		"decoder": map[string]any{"type": "ByteLevel"},
+		"model":   map[string]any{"type": "BPE", "vocab": vocab, "merges": merges},
+	}
+	data, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk, err := parse(data, "hand-made tokenizer.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tk
+}
+
+// TestBPEMergeOrder: merges apply by rank, lowest first, the leftmost
+// occurrence first among equal pairs, and a merge that only becomes
+// possible after others still applies. Each case gives a different answer
+// if the merges ran in list order reversed, left to right greedily, or
+// rightmost first.
+func TestBPEMergeOrder(t *testing.T) {
+	for _, c := range []struct {
+		merges []string
+		text   string
+		want   []string
+	}{
+		// "b c" outranks "a b": a·bc, not ab·c (left-to-right greed).
+		{[]string{"b c", "a b"}, "abc", []string{"a", "bc"}},
+		{[]string{"a b", "b c"}, "abc", []string{"ab", "c"}},
+		// Equal pairs: the leftmost merges first: aa·a, not a·aa.
+		{[]string{"a a"}, "aaa", []string{"aa", "a"}},
+		{[]string{"a a", "aa aa"}, "aaaaa", []string{"aaaa", "a"}},
+		// A chain: cd, then b+cd, then a+bcd (rank 2 "a b" never gets its
+		// chance because b is taken by rank 1 first).
+		{[]string{"c d", "b cd", "a b", "a bcd"}, "abcd", []string{"abcd"}},
+		{[]string{"c d", "a b", "b cd", "a bcd"}, "abcd", []string{"ab", "cd"}},
+		// Merges never cross pre-tokenizer pieces: "b c" cannot join "ab"
+		// and " c" (Qwen2's split: "ab", " c").
+		{[]string{"b Ġ", "Ġ c", "a b"}, "ab c", []string{"ab", "Ġc"}},
+		// Digits are single pieces in Qwen2's split: no "1 2" merge applies.
+		{[]string{"1 2"}, "12", []string{"1", "2"}},
+	} {
+		tk := handMade(t, c.merges)
+		if got := tokens(tk, tk.Encode(c.text)); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("merges %q: Encode(%q) = %q, want %q", c.merges, c.text, got, c.want)
+		}
+	}
+}
+
+// TestBPEAddedTokensInText: added tokens are split out of the raw text
+// before the BPE, leftmost and longest first, and no merge crosses them.
+func TestBPEAddedTokensInText(t *testing.T) {
+	tk := handMade(t, []string{"a b", "ab c", "< |"}, "<|x|>", "<|x|>y", "<|z|>")
+	for _, c := range []struct {
+		text string
+		want []string
+	}{
+		{"ab<|x|>c", []string{"ab", "<|x|>", "c"}},
+		{"a<|x|>bc", []string{"a", "<|x|>", "b", "c"}},       // a·b split by the token
+		{"abc<|x|>yabc", []string{"abc", "<|x|>y", "abc"}},   // longest added token
+		{"<|x|<|z|>", []string{"<|", "x", "|", "<|z|>"}},     // an unfinished token is text
+		{"<|z|><|z|>abc", []string{"<|z|>", "<|z|>", "abc"}}, // adjacent tokens
+	} {
+		if got := tokens(tk, tk.Encode(c.text)); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("Encode(%q) = %q, want %q", c.text, got, c.want)
+		}
+		if back := tk.Decode(tk.Encode(c.text)); back != c.text {
+			t.Errorf("Decode(Encode(%q)) = %q", c.text, back)
+		}
+	}
+}
+
+// TestBPEInvalidUTF8: bytes that are not UTF-8 still get their byte-level
+// tokens (each a piece of its own, as U+FFFD would be a symbol) and merge
+// with nothing across them; Decode gives U+FFFD for them.
+func TestBPEInvalidUTF8(t *testing.T) {
+	tk := handMade(t, []string{"a b", "Ã ©", "Ã ¿"})
+	for _, c := range []struct {
+		text string
+		want []string
+	}{
+		{"ab\xffab", []string{"ab", "ÿ", "ab"}},
+		{"\xc3\xa9", []string{"Ã©"}},         // é, valid: the merge applies
+		{"\xc3ab", []string{"Ã", "ab"}},      // a cut sequence: no merge
+		{"ab\xc3\xbf", []string{"ab", "Ã¿"}}, // ÿ, valid
+		{"\xe4\xb8", []string{"ä", "¸"}},
+	} {
+		if got := tokens(tk, tk.Encode(c.text)); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("Encode(%q) = %q, want %q", c.text, got, c.want)
+		}
+	}
+	if got := tk.Decode(tk.Encode("ab\xffab")); got != "ab\uFFFDab" {
+		t.Errorf("Decode of an invalid byte = %q", got)
+	}
+}
