@@ -2,7 +2,10 @@ package tokenizer
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -129,5 +132,60 @@ func TestBPEInvalidUTF8(t *testing.T) {
 	}
 	if got := tk.Decode(tk.Encode("ab\xffab")); got != "ab\uFFFDab" {
 		t.Errorf("Decode of an invalid byte = %q", got)
+	}
+}
+
+// TestVocabAndMergesScanner: the hand-written scanner of model.vocab and
+// model.merges reads what encoding/json reads, escapes included, in both
+// merge forms, on every test tokenizer and Qwen3's when installed.
+func TestVocabAndMergesScanner(t *testing.T) {
+	docs := map[string][]byte{
+		"escaped": []byte(`{"model": {"vocab": {"\u0120": 0, "a\"b": 1, "\u0120a\"b": 2, "c\\d": 3, "x": 4, "c\\dx": 5},
+			"merges": ["\u0120 a\"b" , ["c\\d", "x"]]}}`),
+	}
+	for _, f := range []string{"testdata/gpt2/tokenizer.json", "testdata/llama3/tokenizer.json", "testdata/trained/tokenizer.json", filepath.Join(qwen3Dir, "tokenizer.json")} {
+		if data, err := os.ReadFile(f); err == nil {
+			docs[f] = data
+		}
+	}
+	for name, data := range docs {
+		var want struct {
+			Model struct {
+				Vocab  map[string]int32  `json:"vocab"`
+				Merges []json.RawMessage `json:"merges"`
+			} `json:"model"`
+		}
+		if err := json.Unmarshal(data, &want); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var top struct {
+			Model json.RawMessage `json:"model"`
+		}
+		json.Unmarshal(data, &top)
+		m, err := scanObject(top.Model, name)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		vocab, err := parseVocab(m.m["vocab"], name)
+		if err != nil || !reflect.DeepEqual(vocab, want.Model.Vocab) {
+			t.Errorf("%s: vocab differs from encoding/json's (%v)", name, err)
+		}
+		merges, err := parseMerges(m.m["merges"], name)
+		if err != nil || len(merges) != len(want.Model.Merges) {
+			t.Fatalf("%s: %d merges, want %d (%v)", name, len(merges), len(want.Model.Merges), err)
+		}
+		for i, raw := range want.Model.Merges {
+			var s string
+			var pair [2]string
+			if json.Unmarshal(raw, &s) == nil {
+				pair[0], pair[1], _ = strings.Cut(s, " ")
+			} else if err := json.Unmarshal(raw, &pair); err != nil {
+				t.Fatal(err)
+			}
+			if merges[i] != pair {
+				t.Errorf("%s: merges[%d] = %q, want %q", name, i, merges[i], pair)
+				break
+			}
+		}
 	}
 }

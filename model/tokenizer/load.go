@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/dlclark/regexp2"
@@ -233,7 +234,7 @@ func (t *Tokenizer) parseModel(top object, name string) error {
 	if !ok || isNull(raw) {
 		return fmt.Errorf("%s: missing model", name)
 	}
-	m, err := decodeObject(raw, name+": model")
+	m, err := scanObject(raw, name+": model")
 	if err != nil {
 		return err
 	}
@@ -286,8 +287,8 @@ func (t *Tokenizer) parseModel(top object, name string) error {
 		return err
 	}
 
-	vocab := map[string]int32{}
-	if err := m.get("vocab", &vocab); err != nil {
+	vocab, err := parseVocab(m.m["vocab"], name)
+	if err != nil {
 		return err
 	}
 	if len(vocab) == 0 {
@@ -308,27 +309,14 @@ func (t *Tokenizer) parseModel(top object, name string) error {
 		t.unk = id
 	}
 
-	var merges []json.RawMessage
-	if err := m.get("merges", &merges); err != nil {
+	merges, err := parseMerges(m.m["merges"], name)
+	if err != nil {
 		return err
 	}
 	t.merges = make(map[uint64]merge, len(merges))
 	t.mergeList = make([][2]string, 0, len(merges))
-	for i, rawMerge := range merges {
-		var a, b string
-		var s string
-		var pair []string
-		if json.Unmarshal(rawMerge, &s) == nil {
-			var found bool
-			a, b, found = strings.Cut(s, " ")
-			if !found || strings.Contains(b, " ") {
-				return fmt.Errorf("%s: model merges[%d] %q: want two tokens separated by one space", name, i, s)
-			}
-		} else if json.Unmarshal(rawMerge, &pair) == nil && len(pair) == 2 {
-			a, b = pair[0], pair[1]
-		} else {
-			return fmt.Errorf("%s: model merges[%d] %s: want \"a b\" or [\"a\", \"b\"]", name, i, abbrev(rawMerge))
-		}
+	for i, ab := range merges {
+		a, b := ab[0], ab[1]
 		ia, ok1 := vocab[a]
 		ib, ok2 := vocab[b]
 		ic, ok3 := vocab[a+b]
@@ -345,6 +333,231 @@ func (t *Tokenizer) parseModel(top object, name string) error {
 		t.mergeList = append(t.mergeList, [2]string{a, b})
 	}
 	return nil
+}
+
+// parseMerges reads model.merges, a list of "a b" strings or ["a", "b"]
+// pairs (null or absent: none). It scans the JSON itself: a released
+// vocabulary has some 150,000 merges, which encoding/json decodes an
+// order of magnitude slower; strings with escapes go through
+// encoding/json.
+func parseMerges(raw json.RawMessage, name string) ([][2]string, error) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	sc := jsonScanner{data: raw}
+	bad := func(i int, what string) error {
+		return fmt.Errorf("%s: model merges[%d]: %s", name, i, what)
+	}
+	if !sc.expect('[') {
+		return nil, fmt.Errorf("%s: model merges: want a list, got %s", name, abbrev(raw))
+	}
+	var out [][2]string
+	if sc.expect(']') {
+		return out, nil
+	}
+	for i := 0; ; i++ {
+		var a, b string
+		var ok bool
+		switch sc.peek() {
+		case '"':
+			var s string
+			if s, ok = sc.str(); !ok {
+				return nil, bad(i, "bad string")
+			}
+			var found bool
+			a, b, found = strings.Cut(s, " ")
+			if !found || strings.Contains(b, " ") {
+				return nil, bad(i, fmt.Sprintf("%q: want two tokens separated by one space", s))
+			}
+		case '[':
+			sc.pos++
+			a, ok = sc.str()
+			ok = ok && sc.expect(',')
+			if ok {
+				b, ok = sc.str()
+			}
+			if !ok || !sc.expect(']') {
+				return nil, bad(i, `want "a b" or ["a", "b"]`)
+			}
+		default:
+			return nil, bad(i, `want "a b" or ["a", "b"]`)
+		}
+		out = append(out, [2]string{a, b})
+		if sc.expect(']') {
+			break
+		}
+		if !sc.expect(',') {
+			return nil, bad(i, "want , or ] after it")
+		}
+	}
+	return out, nil
+}
+
+// jsonScanner reads a few JSON tokens from valid JSON (parse has already
+// checked the whole document).
+type jsonScanner struct {
+	data []byte
+	pos  int
+}
+
+func (s *jsonScanner) skipSpace() {
+	for s.pos < len(s.data) {
+		switch s.data[s.pos] {
+		case ' ', '\t', '\n', '\r':
+			s.pos++
+		default:
+			return
+		}
+	}
+}
+
+func (s *jsonScanner) peek() byte {
+	s.skipSpace()
+	if s.pos < len(s.data) {
+		return s.data[s.pos]
+	}
+	return 0
+}
+
+// expect consumes c if it comes next.
+func (s *jsonScanner) expect(c byte) bool {
+	if s.peek() == c {
+		s.pos++
+		return true
+	}
+	return false
+}
+
+// skipString moves past the string that starts at pos.
+func (s *jsonScanner) skipString() {
+	for s.pos++; s.pos < len(s.data); s.pos++ {
+		switch s.data[s.pos] {
+		case '\\':
+			s.pos++
+		case '"':
+			s.pos++
+			return
+		}
+	}
+}
+
+// value moves past the next value and returns it.
+func (s *jsonScanner) value() json.RawMessage {
+	start := s.pos
+	switch s.peek() {
+	case '"':
+		start = s.pos
+		s.skipString()
+	case '{', '[':
+		start = s.pos
+		depth := 0
+		for s.pos < len(s.data) {
+			switch s.data[s.pos] {
+			case '"':
+				s.skipString()
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+			}
+			s.pos++
+			if depth == 0 {
+				break
+			}
+		}
+	default:
+		start = s.pos
+		for s.pos < len(s.data) && !strings.ContainsRune(",}] \t\n\r", rune(s.data[s.pos])) {
+			s.pos++
+		}
+	}
+	return json.RawMessage(s.data[start:s.pos])
+}
+
+// scanObject is decodeObject for a part of a document that json has
+// already checked: its fields are slices of raw, not copies.
+func scanObject(raw json.RawMessage, where string) (object, error) {
+	sc := jsonScanner{data: raw}
+	if !sc.expect('{') {
+		return object{}, fmt.Errorf("%s: want an object, got %s", where, abbrev(raw))
+	}
+	m := map[string]json.RawMessage{}
+	if !sc.expect('}') {
+		for {
+			k, ok := sc.str()
+			if !ok || !sc.expect(':') {
+				return object{}, fmt.Errorf("%s: malformed object", where)
+			}
+			m[k] = sc.value()
+			if sc.expect('}') {
+				break
+			}
+			if !sc.expect(',') {
+				return object{}, fmt.Errorf("%s: malformed object", where)
+			}
+		}
+	}
+	return object{m: m, where: where}, nil
+}
+
+// parseVocab reads model.vocab, an object from token to id, with
+// jsonScanner (encoding/json is several times slower on 150,000 entries).
+func parseVocab(raw json.RawMessage, name string) (map[string]int32, error) {
+	vocab := map[string]int32{}
+	if isNull(raw) {
+		return vocab, nil
+	}
+	sc := jsonScanner{data: raw}
+	if !sc.expect('{') {
+		return nil, fmt.Errorf("%s: model vocab: want an object, got %s", name, abbrev(raw))
+	}
+	if sc.expect('}') {
+		return vocab, nil
+	}
+	for {
+		tok, ok := sc.str()
+		if !ok || !sc.expect(':') {
+			return nil, fmt.Errorf("%s: model vocab: malformed", name)
+		}
+		num := sc.value()
+		id, err := strconv.ParseInt(string(num), 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("%s: model vocab: token %q: id %s is not an integer", name, tok, abbrev(num))
+		}
+		vocab[tok] = int32(id)
+		if sc.expect('}') {
+			return vocab, nil
+		}
+		if !sc.expect(',') {
+			return nil, fmt.Errorf("%s: model vocab: malformed after %q", name, tok)
+		}
+	}
+}
+
+// str reads a string.
+func (s *jsonScanner) str() (string, bool) {
+	if s.peek() != '"' {
+		return "", false
+	}
+	start := s.pos
+	escaped := false
+	for j := start + 1; j < len(s.data); j++ {
+		switch s.data[j] {
+		case '\\':
+			escaped = true
+			j++
+		case '"':
+			s.pos = j + 1
+			if !escaped {
+				return string(s.data[start+1 : j]), true
+			}
+			var v string
+			err := json.Unmarshal(s.data[start:j+1], &v)
+			return v, err == nil
+		}
+	}
+	return "", false
 }
 
 func (t *Tokenizer) parseAdded(top object, name string) error {
