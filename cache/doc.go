@@ -12,7 +12,7 @@
 // Each method's file declares its typed options (BiCacheOptions,
 // BlockOptions, D2Options, DLLMOptions, FreeOptions, ModuleOptions: fields
 // of Options), its command-line flags (Spec.Flags; AddFlags declares every
-// method's, Options.ForModel settles what they leave to the model and the
+// method's, or the named ones, Options.ForModel settles what they leave to the model and the
 // table, such as --deep-source auto) and its knobs and calibration grid.
 //
 // One file per method: none and the registry (method.go), prefixall.go,

@@ -41,7 +41,9 @@ func TestAddFlagsBindEachMethodsOptions(t *testing.T) {
 }
 
 // Every flag a method declares is the one AddFlags declares (a flag two
-// methods share, such as --dual-block, is declared alike by both).
+// methods share, such as --dual-block, is declared alike by both); the
+// flags of a method not offered by name (the module method's
+// --module-depth) only when named.
 func TestEachMethodDeclaresItsFlags(t *testing.T) {
 	all := pflag.NewFlagSet("all", pflag.ContinueOnError)
 	AddFlags(all, &Options{})
@@ -52,11 +54,45 @@ func TestEachMethodDeclaresItsFlags(t *testing.T) {
 		own := pflag.NewFlagSet(s.Name, pflag.ContinueOnError)
 		s.Flags(own, &Options{})
 		own.VisitAll(func(f *pflag.Flag) {
-			if g := all.Lookup(f.Name); g == nil || g.Usage != f.Usage || g.DefValue != f.DefValue {
+			g := all.Lookup(f.Name)
+			if s.Needs != "" {
+				if g != nil {
+					t.Errorf("%s (not offered by name): --%s declared without its name", s.Name, f.Name)
+				}
+				named := pflag.NewFlagSet("named", pflag.ContinueOnError)
+				AddFlags(named, &Options{}, f.Name)
+				g = named.Lookup(f.Name)
+			}
+			if g == nil || g.Usage != f.Usage || g.DefValue != f.DefValue {
 				t.Errorf("%s: --%s is not AddFlags' (%+v)", s.Name, f.Name, g)
 			}
 		})
 	}
+}
+
+// AddFlags with names declares those flags alone, bound to o: serve's
+// --module-depth, calibrate's --refresh.
+func TestAddFlagsByName(t *testing.T) {
+	fl := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	var o Options
+	AddFlags(fl, &o, "module-depth", "refresh")
+	var names []string
+	fl.VisitAll(func(f *pflag.Flag) { names = append(names, f.Name) })
+	if strings.Join(names, " ") != "module-depth refresh" {
+		t.Errorf("declared %v, want module-depth and refresh", names)
+	}
+	if err := fl.Parse(strings.Fields("--module-depth 2 --refresh 4")); err != nil {
+		t.Fatal(err)
+	}
+	if o.Modules.Depth != 2 || o.BiCache.Refresh != 4 {
+		t.Errorf("parsed %+v", o)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("AddFlags with a name no method declares did not panic")
+		}
+	}()
+	AddFlags(fl, &o, "no-such-flag")
 }
 
 // ForModel takes the card's R for --refresh 0, resolves --deep-source auto

@@ -171,18 +171,36 @@ func flags(fs ...func(*pflag.FlagSet, *Options)) func(*pflag.FlagSet, *Options) 
 	}
 }
 
-// AddFlags declares every registered method's flags on fl, bound to o
-// (each method's Spec.Flags; a flag several methods declare, once). The
-// flags leave some settings to the model and the table: Options.ForModel
+// AddFlags declares on fl, bound to o, the flags of every method offered by
+// name (each method's Spec.Flags; a flag several methods declare, once).
+// With names, it declares only the flags so named, of any registered
+// method: serve takes the module method's --module-depth (only serve
+// builds that method), calibrate bicache's --refresh alone. The flags
+// leave some settings to the model and the table: Options.ForModel
 // settles them.
-func AddFlags(fl *pflag.FlagSet, o *Options) {
+func AddFlags(fl *pflag.FlagSet, o *Options, names ...string) {
+	found := map[string]bool{}
 	for _, s := range registry {
-		if s.Flags == nil {
+		if s.Flags == nil || (s.Needs != "" && len(names) == 0) {
 			continue
 		}
 		own := pflag.NewFlagSet(s.Name, pflag.ContinueOnError)
 		s.Flags(own, o)
-		fl.AddFlagSet(own) // skips the flags fl has already
+		if len(names) == 0 {
+			fl.AddFlagSet(own) // skips the flags fl has already
+			continue
+		}
+		own.VisitAll(func(f *pflag.Flag) {
+			if slices.Contains(names, f.Name) && !found[f.Name] {
+				found[f.Name] = true
+				fl.AddFlag(f)
+			}
+		})
+	}
+	for _, n := range names {
+		if !found[n] {
+			panic("cache.AddFlags: no method declares --" + n)
+		}
 	}
 }
 

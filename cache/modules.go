@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/spf13/pflag"
+
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/backend"
 )
@@ -238,10 +240,15 @@ type ModuleOptions struct {
 }
 
 // moduleSpec registers the module method. It needs a schema's module
-// store, which no flag gives: serve builds it from --modules (serve's
-// --module-depth is its depth), so it is not offered by name.
+// store, which no flag gives: serve builds it from --modules, so it is not
+// offered by name, and its flag is serve's alone (AddFlags with the name).
 var moduleSpec = Spec{Name: "modules", Summary: "Prompt Cache's modules: imported modules' K/V, each computed once alone at its reserved positions, reused in layers 1..depth; the deeper layers as bicache's",
-	New: newModuleMethod, Needs: "a module schema (serve --modules)"}
+	New: newModuleMethod, Needs: "a module schema (serve --modules)", Flags: moduleFlags}
+
+// moduleFlags declares --module-depth (serve --modules).
+func moduleFlags(fl *pflag.FlagSet, o *Options) {
+	fl.IntVar(&o.Modules.Depth, "module-depth", 1, "layers in which imported modules' K/V are reused (1 is exact; 2 held on the bundled model, 3 and deeper did not: docs/results.md 0.6)")
+}
 
 // moduleMethod serves prompts composed of a schema's modules.
 type moduleMethod struct {

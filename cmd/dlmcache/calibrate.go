@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/internal/progress"
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/profile"
@@ -27,7 +28,7 @@ type calibrateOptions struct {
 	Gate       string
 	Agreement  float64
 	Confidence float64
-	Refresh    int
+	Method     cache.Options // bicache's --refresh (cache.AddFlags)
 	Stat       string
 	regimeFlags
 	Shard      string
@@ -87,7 +88,7 @@ searches their merged outcomes and writes the table one run would have.`,
 	fl.StringVar(&opts.Gate, "gate", profile.GateAnswer, "agreement a depth must keep: answer (whole answers unchanged) or token (per answer token: laxer, one changed token in twenty passes 0.95)")
 	fl.Float64Var(&opts.Agreement, "agreement", 0.9, "the Wilson lower bound the gated agreement must reach (0.9 needs ≥ 15 agreeing requests a bin with the answer gate; 0.99 is out of reach: depth 1, exact reuse but for float rounding, already changes ~2% of the bundled model's answer tokens)")
 	fl.Float64Var(&opts.Confidence, "confidence", 0.9, "one-sided confidence of the Wilson bound")
-	fl.IntVar(&opts.Refresh, "refresh", 0, "BiCache's deep-layer refresh period R (0: the model card's, else 16)")
+	cache.AddFlags(fl, &opts.Method, "refresh")
 	fl.StringVar(&opts.Stat, "stat", "mean", "statistic of the cosine table's start depth: mean, mean-std, min")
 	opts.regimeFlags.add(fl)
 	fl.StringVar(&opts.Shard, "shard", "", "evaluate every depth for shard K/N of the requests (merge with --merge)")
@@ -133,8 +134,8 @@ func calibrateRun(ctx context.Context, opts *calibrateOptions) error {
 	if err := opts.checkCommon(); err != nil {
 		return err
 	}
-	if opts.Refresh < 0 {
-		return fmt.Errorf("--refresh must be positive (0: the model card's), got %d", opts.Refresh)
+	if opts.Method.BiCache.Refresh < 0 {
+		return fmt.Errorf("--refresh must be positive (0: the model card's), got %d", opts.Method.BiCache.Refresh)
 	}
 	for _, s := range opts.Sources {
 		if s != "store" && s != "request" {
@@ -171,7 +172,7 @@ func calibrateRun(ctx context.Context, opts *calibrateOptions) error {
 		Model: lm.LLaDA, Gen: gen, Start: start, Stat: stat, Gate: opts.Gate, Target: opts.Agreement,
 		Z: normalQuantile(opts.Confidence), Stop: lm.AnswerEnd, Warn: func(w string) { fmt.Fprintln(opts.f.ErrOut, "warning:", w) }, Exhaustive: opts.Shard != "", OutDir: opts.Out, Resume: opts.Resume,
 		Run: profile.CalibrationRun{Model: lut.ModelID{Name: lm.Name, NLayers: len(lm.Blocks), Fingerprint: lm.Fingerprint},
-			GenLength: gen.GenLength, Steps: gen.Steps, BlockLength: gen.BlockLength, Refresh: lm.Card.RefreshOr(opts.Refresh),
+			GenLength: gen.GenLength, Steps: gen.Steps, BlockLength: gen.BlockLength, Refresh: lm.Card.RefreshOr(opts.Method.BiCache.Refresh),
 			Sources: slices.Clone(opts.Sources), Edges: edges, Seed: opts.Seed, Data: opts.Data, StartFrom: opts.LUT, Shard: opts.Shard},
 	}
 	var t *lut.Table

@@ -44,7 +44,7 @@ func calibrateMethods(ctx context.Context, opts *calibrateOptions) error {
 		return err
 	}
 	base := cache.DefaultOptions()
-	base.Fingerprint, base.BiCache.Refresh = lm.Fingerprint, lm.Card.RefreshOr(opts.Refresh)
+	base.Fingerprint, base.BiCache.Refresh = lm.Fingerprint, lm.Card.RefreshOr(opts.Method.BiCache.Refresh)
 	kept := grid[:0:0]
 	for _, g := range grid { // every setting must build before hours are spent
 		m, err := cache.FromSetting(g, withStore(base, lm, opts.CacheBytes))

@@ -86,3 +86,34 @@ func TestCommandsTakeMethodFlagsFromTheRegistry(t *testing.T) {
 		}
 	}
 }
+
+// serve's --module-depth and calibrate's --refresh are their methods'
+// flags (cache.AddFlags by name): the registry's help and default, the
+// value in the method's typed options.
+func TestNamedMethodFlagsComeFromTheirMethods(t *testing.T) {
+	want := pflag.NewFlagSet("want", pflag.ContinueOnError)
+	cache.AddFlags(want, &cache.Options{}, "module-depth", "refresh")
+	f := &factory{Out: io.Discard, ErrOut: io.Discard}
+	var got cache.Options
+	for _, tc := range []struct {
+		cmd   *cobra.Command
+		flag  string
+		value func(cache.Options) int
+	}{
+		{newCmdServe(f, func(o *serveOptions) error { got = o.Cache.Method; return nil }), "module-depth", func(o cache.Options) int { return o.Modules.Depth }},
+		{newCmdCalibrate(f, func(o *calibrateOptions) error { got = o.Method; return nil }), "refresh", func(o cache.Options) int { return o.BiCache.Refresh }},
+	} {
+		w, g := want.Lookup(tc.flag), tc.cmd.Flags().Lookup(tc.flag)
+		if g == nil || g.Usage != w.Usage || g.DefValue != w.DefValue {
+			t.Errorf("%s --%s: %+v, want the registry's %+v", tc.cmd.Name(), tc.flag, g, w)
+		}
+		got = cache.Options{}
+		tc.cmd.SetArgs([]string{"--" + tc.flag, "3"})
+		if err := tc.cmd.Execute(); err != nil {
+			t.Fatalf("%s: %v", tc.cmd.Name(), err)
+		}
+		if tc.value(got) != 3 {
+			t.Errorf("%s --%s 3: method options %+v", tc.cmd.Name(), tc.flag, got)
+		}
+	}
+}

@@ -30,7 +30,6 @@ type serveOptions struct {
 	MaxBatch       int
 	StoreAnswers   bool
 	Modules        string
-	ModuleDepth    int
 	MaxQueue       int
 	QueueWait      time.Duration
 	Timeout        time.Duration
@@ -112,7 +111,7 @@ Methods:` + methodsHelp(),
 	opts.regimeFlags.add(fl)
 	fl.BoolVar(&opts.StoreAnswers, "store-answers", false, "with --store-blocks: keep each answered conversation's blocks so the next turn reuses every earlier turn (a fill forward over the question and answer per request)")
 	fl.StringVar(&opts.Modules, "modules", "", "prompt-module schema (JSON: {\"modules\": [{\"name\", \"text\", \"start\"}]}): chat requests import modules by name (\"modules\": [...]) to open their system message with them, each module's K/V computed once at its reserved positions and reused")
-	fl.IntVar(&opts.ModuleDepth, "module-depth", 1, "layers in which imported modules' K/V are reused (1 is exact; 2 held on the bundled model, 3 and deeper did not: docs/results.md 0.6)")
+	cache.AddFlags(fl, &opts.Cache.Method, "module-depth") // the module method's, serve's alone
 	fl.IntVar(&opts.MaxBatch, "max-batch", defaultMaxBatch, "generations whose step forwards run as one batched forward (continuous batching; 16 gave 1.4–1.7× the requests/s of two unbatched generations at 16 clients on an idle 2-core CPU: docs/serving.md); 1: each runs its own forwards, which does better on a CPU shared with other work")
 	fl.IntVar(&opts.MaxConcurrency, "max-concurrency", 0, "generations run at once (0: --max-batch when above 1, else 2, which gave 33–59% more tokens/s than 1 on a 2-core CPU: see docs/serving.md)")
 	fl.IntVar(&opts.MaxQueue, "max-queue", 1024, "requests that may wait for a generation slot beyond those running; more get 429 (0: 4×max-concurrency)")
@@ -178,7 +177,7 @@ func serveRun(ctx context.Context, opts *serveOptions) error {
 	}
 	var mods *serve.Modules
 	if opts.Modules != "" {
-		if mods, err = serve.LoadModules(opts.Modules, lm.Model, opts.ModuleDepth, lm.Card.RefreshOr(opts.Cache.Method.BiCache.Refresh)); err != nil {
+		if mods, err = serve.LoadModules(opts.Modules, lm.Model, opts.Cache.Method.Modules.Depth, lm.Card.RefreshOr(opts.Cache.Method.BiCache.Refresh)); err != nil {
 			return fmt.Errorf("--modules: %w", err)
 		}
 	}
@@ -225,7 +224,7 @@ func serveRun(ctx context.Context, opts *serveOptions) error {
 		for _, m := range mods.Infos() {
 			names = append(names, fmt.Sprintf("%s (%d tokens at %d)", m.Name, m.Tokens, m.Start))
 		}
-		fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: prompt modules at depth %d: %s\n", opts.ModuleDepth, strings.Join(names, ", "))
+		fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: prompt modules at depth %d: %s\n", opts.Cache.Method.Modules.Depth, strings.Join(names, ", "))
 	}
 	if opts.ready != nil {
 		opts.ready(ln.Addr().String())
