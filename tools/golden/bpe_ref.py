@@ -38,7 +38,11 @@ LLAMA3_HF = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| 
 LLAMA3_PY = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|%s?%s+|%s{1,3}| ?%s+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
              % (NOT_CRLF_L_N, L, N, NOT_SPACE_L_N))
 
-PATTERNS = {GPT2_HF: GPT2_PY, LLAMA3_HF: LLAMA3_PY}
+QWEN2_HF = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+QWEN2_PY = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|%s?%s+|%s| ?%s+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+            % (NOT_CRLF_L_N, L, N, NOT_SPACE_L_N))
+
+PATTERNS = {GPT2_HF: GPT2_PY, LLAMA3_HF: LLAMA3_PY, QWEN2_HF: QWEN2_PY}
 
 CASES = [
     "Hello world",

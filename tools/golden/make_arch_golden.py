@@ -24,11 +24,16 @@ this project's Go), run in float64 from the stored F32 weights. Each directory h
       block-causal tiny-llada2, block decoding (generate_block_batch: threshold and schedule) with
       its per-step trace.
 
-Tokenizers: byte-level BPE without merges (ids 0..255 are the bytes) and the architecture's
-special tokens; Dream's in Qwen2's tokenizer.json layout (a Split pre-tokenizer with Qwen2's
-regex before ByteLevel) with a ChatML chat template, LLaDA-MoE's with LLaDA's chat tokens and
-no template (the project's LLaDA format). They stand in for the released vocabularies, which
-are not checked here.
+Tokenizers: byte-level BPE (ids 0..255 are the bytes) and the architecture's special tokens;
+Dream's in Qwen2's tokenizer.json layout (a Split pre-tokenizer with Qwen2's regex before
+ByteLevel, NFC) with a ChatML chat template and, in the 11 ids left after its special tokens,
+the first 11 merges of Qwen2's released tokenizer.json (ranks 0..10, in its [a, b] form), so
+that loading a model directory exercises merges; LLaDA-MoE's and LLaDA 2's without merges, with
+LLaDA's chat tokens and no template (the project's LLaDA format). They stand in for the released
+vocabularies (Qwen2's is checked by make hfcheck; LLaDA-MoE's and LLaDA 2's are not available).
+golden.json's "chat" ids come from tools/golden/bpe_ref.py's independent encoder; the inputs of
+the logits and generation goldens are byte ids (valid token ids, not the BPE's tokenization), so
+that they do not depend on the tokenizer.
 """
 import json
 import os
@@ -43,13 +48,17 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 
-from bpe_ref import bytes_to_unicode  # noqa: E402
+from bpe_ref import Ref, bytes_to_unicode  # noqa: E402
 from pyllada import safetensors_io as st  # noqa: E402
 from pyllada.decoder import Decoder, DecoderConfig, save_pretrained  # noqa: E402
 from pyllada.generate import generate, generate_block_batch  # noqa: E402
 
 QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+# The first 11 merges (ranks 0..10) of Qwen2's released tokenizer.json (also Qwen2.5's and Qwen3's).
+QWEN2_FIRST_MERGES = [["Ġ", "Ġ"], ["ĠĠ", "ĠĠ"], ["i", "n"], ["Ġ", "t"], ["ĠĠĠĠ", "ĠĠĠĠ"], ["e", "r"],
+                      ["ĠĠ", "Ġ"], ["o", "n"], ["Ġ", "a"], ["r", "e"], ["a", "t"]]
 
 DREAM_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|mask|>", "<|beginoftext|>"]
 LLADA_SPECIALS = ["<|startoftext|>", "<|endoftext|>", "<|mdm_mask|>",
@@ -68,6 +77,10 @@ def tokenizer_files(specials, qwen):
     sid = {s: 256 + i for i, s in enumerate(specials)}
     added = [{"id": sid[s], "content": s, "single_word": False, "lstrip": False, "rstrip": False,
               "normalized": False, "special": True} for s in specials]
+    vocab = {b2u[b]: b for b in range(256)}
+    merges = QWEN2_FIRST_MERGES if qwen else []
+    for a, b in merges:
+        vocab[a + b] = len(vocab) + len(specials)  # after the bytes and the special tokens
     if qwen:
         pre = {"type": "Sequence", "pretokenizers": [
             {"type": "Split", "pattern": {"Regex": QWEN2_REGEX}, "behavior": "Isolated", "invert": False},
@@ -81,7 +94,7 @@ def tokenizer_files(specials, qwen):
            "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
            "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
                      "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
-                     "ignore_merges": False, "vocab": {b2u[b]: b for b in range(256)}, "merges": []}}
+                     "ignore_merges": False, "vocab": vocab, "merges": merges}}
     cfg = {"added_tokens_decoder": {str(sid[s]): {"content": s, "lstrip": False, "normalized": False,
                                                   "rstrip": False, "single_word": False, "special": True}
                                     for s in specials},
@@ -285,7 +298,9 @@ def build(out_dir, c, seed, specials, qwen, chat, card):
           "input_ids": ids, "position_ids": pos, "pos2": {"input_ids": ids2, "position_ids": pos2},
           "float32_torch_logits_rel_error": rel32, "min_router_gap": router_margin(m64, ids),
           "generate": gens, "block_generate": bgens,
-          "chat": [{"system": "You are terse.", "user": "Say hi.", "ids": encode(chat("You are terse.", "Say hi."), sid)}],
+          "chat": [{"system": s, "user": u, "ids": Ref(os.path.join(out_dir, "tokenizer.json")).encode(chat(s, u))}
+                   for s, u in (("You are terse.", "Say hi."), ("You are a tutor. Answer in one line.",
+                                                                 "What is in the attic at night?"))],
           "sampler_notes": "LLaDA low-confidence remasking, temperature 0 (tools/pyllada/generate.py); with shifted "
                            "logits (Dream) the model's logits at position i are row i-1's."}
     with open(os.path.join(out_dir, "golden.json"), "w") as f:

