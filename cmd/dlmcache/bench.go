@@ -42,8 +42,7 @@ type benchOptions struct {
 }
 
 func newCmdBench(f *factory, runF func(*benchOptions) error) *cobra.Command {
-	opts := &benchOptions{f: f}
-	cmd := &cobra.Command{
+	return newCommand(&benchOptions{f: f}, runF, &cobra.Command{
 		Use:   "bench",
 		Short: "Side-by-side throughput and accuracy of caching methods on task suites",
 		Long: `Bench runs the same held-out samples through each caching method, one request
@@ -58,8 +57,10 @@ slows them alike; the speed-ups are ratios of the same run.
 Methods:` + methodsHelp(),
 		Example: `  dlmcache bench --lut out/table.json --limit 20 --out bench-out`,
 		Args:    cobra.NoArgs,
-		RunE:    runE(opts, runF, nil, func(ctx context.Context) error { return benchRun(ctx, opts) }),
-	}
+	})
+}
+
+func (opts *benchOptions) flags(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	opts.modelFlags.add(fl)
 	fl.StringSliceVar(&opts.Methods, "methods", cache.Names(), "methods to compare (every registered one by default)")
@@ -75,7 +76,6 @@ Methods:` + methodsHelp(),
 	fl.StringVar(&opts.Out, "out", "", "directory for bench.md, bench.parquet and bench.json")
 	fl.BoolVar(&opts.JSON, "json", false, "print JSON instead of the markdown table")
 	fl.BoolVar(&opts.Quiet, "quiet", false, "no progress bar")
-	return cmd
 }
 
 // benchConversations makes the multi-turn workload of --turns: the lookup
@@ -127,7 +127,7 @@ func benchBase(method string) string {
 	return s.Base
 }
 
-func benchRun(ctx context.Context, opts *benchOptions) error {
+func (opts *benchOptions) run(ctx context.Context) error {
 	samples, err := opts.samples()
 	if err != nil {
 		return err

@@ -44,8 +44,7 @@ type calibrateOptions struct {
 }
 
 func newCmdCalibrate(f *factory, runF func(*calibrateOptions) error) *cobra.Command {
-	opts := &calibrateOptions{f: f}
-	cmd := &cobra.Command{
+	return newCommand(&calibrateOptions{f: f}, runF, &cobra.Command{
 		Use:   "calibrate",
 		Short: "Check each ratio bin's depth against the model's own answers and write a calibrated table",
 		Long: `Calibrate samples requests into ratio bins (--ratios, coarser than a profile's:
@@ -76,8 +75,10 @@ searches their merged outcomes and writes the table one run would have.`,
   dlmcache calibrate --mode depth --lut prof/table-cosine.json --shard 0/4 --out calib-0     # on four machines
   dlmcache calibrate --mode depth --lut prof/table-cosine.json --merge calib-0,calib-1,calib-2,calib-3 --out calib`,
 		Args: cobra.NoArgs,
-		RunE: runE(opts, runF, nil, func(ctx context.Context) error { return calibrateRun(ctx, opts) }),
-	}
+	})
+}
+
+func (opts *calibrateOptions) flags(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	opts.modelFlags.add(fl)
 	opts.requestSampling.addFlags(fl)
@@ -101,7 +102,6 @@ searches their merged outcomes and writes the table one run would have.`,
 	fl.Float64Var(&opts.MaxLoss, "max-loss", 1, "methods mode: the accuracy (points against none) a user may lose: a setting must lose at most this much on the bin's requests that carry reference answers, besides meeting --agreement")
 	fl.DurationVar(&opts.Budget, "budget", 0, "methods mode: stop starting settings on new requests after this long (those cut short do not pass); 0: no limit")
 	fl.Int64Var(&opts.CacheBytes, "cache-bytes", 1<<30, "methods mode: each setting's prefix store budget in bytes")
-	return cmd
 }
 
 // checkCommon validates the flags both modes read: the agreement target,
@@ -120,7 +120,7 @@ func (opts *calibrateOptions) checkCommon() error {
 	return nil
 }
 
-func calibrateRun(ctx context.Context, opts *calibrateOptions) error {
+func (opts *calibrateOptions) run(ctx context.Context) error {
 	switch opts.Mode {
 	case "methods":
 		return calibrateMethods(ctx, opts)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -22,8 +23,7 @@ type convertOptions struct {
 }
 
 func newCmdConvert(f *factory, runF func(*convertOptions) error) *cobra.Command {
-	opts := &convertOptions{f: f}
-	cmd := &cobra.Command{
+	return newCommand(&convertOptions{f: f}, runF, &cobra.Command{
 		Use:   "convert SRC OUT",
 		Short: "Convert a Hugging Face LLaDA checkpoint to GGUF, or a GGUF back to safetensors",
 		Long: `convert writes a Hugging Face LLaDA model directory (or a bundled model's
@@ -43,20 +43,17 @@ which is lossless for F32, F16 and BF16 files; quantized files are refused.`,
   dlmcache convert ~/models/LLaDA-8B-Instruct llada-8b-bf16.gguf
   dlmcache convert llada-tiny-f32.gguf ./llada-tiny-back`,
 		Args: cobra.ExactArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.Src, opts.Out = args[0], args[1]
-			if runF != nil {
-				return runF(opts)
-			}
-			return convertRun(opts)
-		},
-	}
-	cmd.Flags().StringVar(&opts.OutType, "outtype", "auto",
-		"type of the 2-D weights: f32, f16, bf16, q8_0, q4_0, or auto (the checkpoint's own type, so nothing is rounded)")
-	return cmd
+	})
 }
 
-func convertRun(opts *convertOptions) error {
+func (opts *convertOptions) setArgs(args []string) { opts.Src, opts.Out = args[0], args[1] }
+
+func (opts *convertOptions) flags(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&opts.OutType, "outtype", "auto",
+		"type of the 2-D weights: f32, f16, bf16, q8_0, q4_0, or auto (the checkpoint's own type, so nothing is rounded)")
+}
+
+func (opts *convertOptions) run(context.Context) error {
 	out := opts.f.Out
 	if model.IsGGUF(opts.Src) {
 		if opts.OutType != "auto" {

@@ -30,8 +30,7 @@ type evalOptions struct {
 }
 
 func newCmdEval(f *factory, runF func(*evalOptions) error) *cobra.Command {
-	opts := &evalOptions{f: f}
-	cmd := &cobra.Command{
+	return newCommand(&evalOptions{f: f}, runF, &cobra.Command{
 		Use:   "eval",
 		Short: "Accuracy and throughput on the task suites (held-out system messages)",
 		Long: `Eval generates answers for held-out samples of the task suites (system
@@ -43,8 +42,10 @@ Methods:` + methodsHelp(),
 		Example: `  dlmcache eval --suite all --limit 50
   dlmcache eval --suite lookup --method bicache --lut out/table.json --json`,
 		Args: cobra.NoArgs,
-		RunE: runE(opts, runF, nil, func(ctx context.Context) error { return evalRun(ctx, opts) }),
-	}
+	})
+}
+
+func (opts *evalOptions) flags(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	opts.modelFlags.add(fl)
 	opts.suiteSampling.add(fl, 50)
@@ -53,7 +54,6 @@ Methods:` + methodsHelp(),
 	addCacheFlags(fl, &opts.Cache)
 	fl.BoolVar(&opts.JSON, "json", false, "print JSON: per-suite results and the average")
 	fl.BoolVar(&opts.Quiet, "quiet", false, "no progress bar")
-	return cmd
 }
 
 // suiteSampling is how bench and eval draw held-out samples: the task
@@ -83,7 +83,7 @@ func (s *suiteSampling) samples() ([]datasets.Sample, error) {
 	return datasets.SharedLookup(samples, s.PerSystem)
 }
 
-func evalRun(ctx context.Context, opts *evalOptions) error {
+func (opts *evalOptions) run(ctx context.Context) error {
 	samples, err := opts.samples()
 	if err != nil {
 		return err

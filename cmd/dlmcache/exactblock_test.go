@@ -119,7 +119,7 @@ func TestServeBlockCausalDefaults(t *testing.T) {
 	stop()
 
 	opts = parseServe(t, io.Discard, "--model", serveFixture, "--threads", "1", "--addr", "127.0.0.1:0", "--method", "exact-block")
-	if err := serveRun(context.Background(), opts); err == nil || !strings.Contains(err.Error(), "block-causal") {
+	if err := opts.run(context.Background()); err == nil || !strings.Contains(err.Error(), "block-causal") {
 		t.Errorf("serve --method exact-block on a bidirectional model: %v", err)
 	}
 }

@@ -30,8 +30,7 @@ type generateOptions struct {
 }
 
 func newCmdGenerate(f *factory, runF func(*generateOptions) error) *cobra.Command {
-	opts := &generateOptions{f: f}
-	cmd := &cobra.Command{
+	return newCommand(&generateOptions{f: f}, runF, &cobra.Command{
 		Use:   "generate",
 		Short: "Run one request end to end and print the answer",
 		Long: `Generate runs one chat request (system message + user prompt) through the
@@ -42,8 +41,10 @@ The system message and the prompt may be given inline, as @FILE, or as @-
 		Example: `  dlmcache generate --prompt "What is the value of key ab12?" --system @system.txt
   dlmcache generate --model /path/to/LLaDA-8B-Instruct --gen-length 256 --steps 128 --block-length 32 --json`,
 		Args: cobra.NoArgs,
-		RunE: runE(opts, runF, nil, func(ctx context.Context) error { return generateRun(ctx, opts) }),
-	}
+	})
+}
+
+func (opts *generateOptions) flags(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	opts.modelFlags.add(fl)
 	fl.StringVar(&opts.System, "system", "", "system message (the shared prefix), TEXT, @FILE or @- (stdin); default: the bundled model's demo system message")
@@ -55,10 +56,9 @@ The system message and the prompt may be given inline, as @FILE, or as @-
 	fl.Float64Var(&opts.Threshold, "threshold", 0, "Fast-dLLM threshold decoding: commit every token with confidence ≥ this (0 disables)")
 	fl.Uint64Var(&opts.Seed, "seed", 0, "random seed (temperature > 0 or random remasking)")
 	fl.BoolVar(&opts.JSON, "json", false, "print a JSON object with the answer, token counts and timings")
-	return cmd
 }
 
-func generateRun(ctx context.Context, opts *generateOptions) error {
+func (opts *generateOptions) run(ctx context.Context) error {
 	if opts.System == "@-" && opts.Prompt == "@-" {
 		return fmt.Errorf("--system and --prompt cannot both read standard input (@-)")
 	}

@@ -44,8 +44,7 @@ type loadtestOptions struct {
 }
 
 func newCmdLoadtest(f *factory, runF func(*loadtestOptions) error) *cobra.Command {
-	opts := &loadtestOptions{f: f}
-	cmd := &cobra.Command{
+	return newCommand(&loadtestOptions{f: f}, runF, &cobra.Command{
 		Use:   "loadtest --url URL",
 		Short: "Load a running dlmcache serve with concurrent streaming clients: tokens/s, latency, time to first block",
 		Long: `Loadtest sends chat requests to a running server (dlmcache serve, or any
@@ -71,8 +70,10 @@ per system message) or a JSON Lines file of {"system", "user"}.`,
 		Example: `  dlmcache serve --addr 127.0.0.1:8080 & dlmcache loadtest --url http://127.0.0.1:8080 --out load
   dlmcache serve --lut calib/table.json --addr 127.0.0.1:8081 & dlmcache loadtest --url http://127.0.0.1:8081 --out load --plot docs/figures/loadtest.png`,
 		Args: cobra.NoArgs,
-		RunE: runE(opts, runF, nil, func(ctx context.Context) error { return loadtestRun(ctx, opts) }),
-	}
+	})
+}
+
+func (opts *loadtestOptions) flags(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringVar(&opts.URL, "url", "", "the server's base URL (required)")
 	fl.IntSliceVar(&opts.Clients, "clients", []int{1, 2, 4, 8, 16, 32}, "concurrent client counts, one level each")
@@ -83,7 +84,6 @@ per system message) or a JSON Lines file of {"system", "user"}.`,
 	fl.StringVar(&opts.Out, "out", "", "directory keeping loadtest.json across runs")
 	fl.StringVar(&opts.Plot, "plot", "", "draw every label in --out's loadtest.json to this PNG/SVG")
 	fl.DurationVar(&opts.Timeout, "timeout", 10*time.Minute, "per-request time limit")
-	return cmd
 }
 
 // loadLevel is one concurrency level's outcome.
@@ -232,7 +232,7 @@ func quantile(xs []float64, q float64) float64 {
 	return s[min(len(s)-1, int(q*float64(len(s))))]
 }
 
-func loadtestRun(ctx context.Context, opts *loadtestOptions) error {
+func (opts *loadtestOptions) run(ctx context.Context) error {
 	if opts.URL == "" && opts.Plot == "" {
 		return fmt.Errorf("--url is required (the base URL of a running dlmcache serve)")
 	}

@@ -56,20 +56,20 @@ func (s *similarityFiles) read() ([]profile.Record, profile.RunInfo, profile.Sim
 }
 
 func newCmdLutBuild(f *factory, runF func(*lutBuildOptions) error) *cobra.Command {
-	opts := &lutBuildOptions{f: f}
-	cmd := &cobra.Command{
+	return newCommand(&lutBuildOptions{f: f}, runF, &cobra.Command{
 		Use:   "build --from similarity.parquet... --tau X --out table-cosine.json",
 		Short: "Rebuild a table from similarity files at any τ, merging shards, without the model",
 		Args:  cobra.NoArgs,
-		RunE:  runE(opts, runF, nil, func(context.Context) error { return lutBuildRun(opts) }),
-	}
+	})
+}
+
+func (opts *lutBuildOptions) flags(cmd *cobra.Command) {
 	opts.similarityFiles.add(cmd, "similarity.parquet files (shards of one run are merged)")
 	cmd.Flags().Float64Var(&opts.Tau, "tau", 0.97, "similarity threshold τ in (0, 1]")
 	cmd.Flags().StringVar(&opts.Out, "out", "table-cosine.json", "output table (a cosine estimate: dlmcache calibrate makes the table.json to serve)")
-	return cmd
 }
 
-func lutBuildRun(opts *lutBuildOptions) error {
+func (opts *lutBuildOptions) run(context.Context) error {
 	if err := lut.CheckTau(opts.Tau); err != nil {
 		return err
 	}

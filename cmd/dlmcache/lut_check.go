@@ -19,24 +19,26 @@ type lutCheckOptions struct {
 }
 
 func newCmdLutCheck(f *factory, runF func(*lutCheckOptions) error) *cobra.Command {
-	opts := &lutCheckOptions{f: f}
-	cmd := &cobra.Command{
+	return newCommand(&lutCheckOptions{f: f}, runF, &cobra.Command{
 		Use:   "check table.json [--model M]",
 		Short: "Say whether a table fits a model, regime and method, and why not",
 		Long: `Check refuses (exit status 2) a table profiled or calibrated on another
 model, in another regime (gen length, steps, block length: the model's
 defaults, or the flags) or, for a calibrated table, for another method.`,
 		Args: cobra.ExactArgs(1),
-		RunE: runE(opts, runF, func(args []string) { opts.File = args[0] }, func(context.Context) error { return lutCheckRun(opts) }),
-	}
+	})
+}
+
+func (opts *lutCheckOptions) setArgs(args []string) { opts.File = args[0] }
+
+func (opts *lutCheckOptions) flags(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	opts.modelFlags.add(fl)
 	opts.regimeFlags.add(fl)
 	fl.StringVar(&opts.Method, "method", "bicache", "the method that will serve the table")
-	return cmd
 }
 
-func lutCheckRun(opts *lutCheckOptions) error {
+func (opts *lutCheckOptions) run(context.Context) error {
 	t, err := lut.Read(opts.File)
 	if err != nil {
 		return err

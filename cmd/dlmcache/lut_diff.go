@@ -16,15 +16,17 @@ type lutDiffOptions struct {
 }
 
 func newCmdLutDiff(f *factory, runF func(*lutDiffOptions) error) *cobra.Command {
-	opts := &lutDiffOptions{f: f}
-	cmd := &cobra.Command{
+	return newCommand(&lutDiffOptions{f: f}, runF, &cobra.Command{
 		Use:   "diff A.json B.json",
 		Short: "L1 distance between two tables' depths (mean over bins both filled)",
 		Args:  cobra.ExactArgs(2),
-		RunE:  runE(opts, runF, func(args []string) { opts.A, opts.B = args[0], args[1] }, func(context.Context) error { return lutDiffRun(opts) }),
-	}
+	})
+}
+
+func (opts *lutDiffOptions) setArgs(args []string) { opts.A, opts.B = args[0], args[1] }
+
+func (opts *lutDiffOptions) flags(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&opts.Stat, "stat", "mean", "depth statistic: mean, mean-std or min")
-	return cmd
 }
 
 func parseStat(s string) (lut.Statistic, error) {
@@ -35,7 +37,7 @@ func parseStat(s string) (lut.Statistic, error) {
 	return "", fmt.Errorf("--stat %q: want mean, mean-std or min", s)
 }
 
-func lutDiffRun(opts *lutDiffOptions) error {
+func (opts *lutDiffOptions) run(context.Context) error {
 	stat, err := parseStat(opts.Stat)
 	if err != nil {
 		return err

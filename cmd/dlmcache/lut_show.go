@@ -17,18 +17,20 @@ type lutShowOptions struct {
 }
 
 func newCmdLutShow(f *factory, runF func(*lutShowOptions) error) *cobra.Command {
-	opts := &lutShowOptions{f: f}
-	cmd := &cobra.Command{
+	return newCommand(&lutShowOptions{f: f}, runF, &cobra.Command{
 		Use:   "show table.json",
 		Short: "Print a table readably",
 		Args:  cobra.ExactArgs(1),
-		RunE:  runE(opts, runF, func(args []string) { opts.File = args[0] }, func(context.Context) error { return lutShowRun(opts) }),
-	}
-	cmd.Flags().BoolVar(&opts.JSON, "json", false, "print the table as JSON")
-	return cmd
+	})
 }
 
-func lutShowRun(opts *lutShowOptions) error {
+func (opts *lutShowOptions) setArgs(args []string) { opts.File = args[0] }
+
+func (opts *lutShowOptions) flags(cmd *cobra.Command) {
+	cmd.Flags().BoolVar(&opts.JSON, "json", false, "print the table as JSON")
+}
+
+func (opts *lutShowOptions) run(context.Context) error {
 	t, err := lut.Read(opts.File)
 	if err != nil {
 		return err

@@ -42,8 +42,7 @@ type lutVerifyOptions struct {
 }
 
 func newCmdLutVerify(f *factory, runF func(*lutVerifyOptions) error) *cobra.Command {
-	opts := &lutVerifyOptions{f: f}
-	cmd := &cobra.Command{
+	return newCommand(&lutVerifyOptions{f: f}, runF, &cobra.Command{
 		Use:   "verify table.json",
 		Short: "Replay held-out requests through what serve --lut runs with the table; fail when it loses accuracy",
 		Long: `Verify replays held-out requests, in order, through what serve --lut would
@@ -71,8 +70,12 @@ JSON Lines file, one request a line: {"system": "...", "user": "...",
   dlmcache lut verify prof/table-cosine.json                      # a cosine estimate, served as bicache (fails the gate)
   dlmcache lut verify calib/table.json --requests held-out.jsonl`,
 		Args: cobra.ExactArgs(1),
-		RunE: runE(opts, runF, func(args []string) { opts.File = args[0] }, func(ctx context.Context) error { return lutVerifyRun(ctx, opts) }),
-	}
+	})
+}
+
+func (opts *lutVerifyOptions) setArgs(args []string) { opts.File = args[0] }
+
+func (opts *lutVerifyOptions) flags(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	opts.modelFlags.add(fl)
 	addCacheFlags(fl, &opts.Cache)
@@ -85,7 +88,6 @@ JSON Lines file, one request a line: {"system": "...", "user": "...",
 	fl.BoolVar(&opts.JSON, "json", false, "print the per-bin report as JSON")
 	fl.StringVar(&opts.Dump, "dump-requests", "", "write the requests as JSON Lines to this file and exit (to replay them elsewhere, e.g. through serve)")
 	fl.BoolVar(&opts.Quiet, "quiet", false, "no progress bar")
-	return cmd
 }
 
 // verifyRequest is one held-out request.
@@ -163,7 +165,7 @@ type verifyBin struct {
 	Pass            bool           `json:"pass"`
 }
 
-func lutVerifyRun(ctx context.Context, opts *lutVerifyOptions) error {
+func (opts *lutVerifyOptions) run(ctx context.Context) error {
 	if opts.Gate != profile.GateToken && opts.Gate != profile.GateAnswer && opts.Gate != gateAccuracy {
 		return fmt.Errorf("--gate %q: want accuracy, answer or token", opts.Gate)
 	}

@@ -47,19 +47,21 @@ func newCmdPlot(f *factory) *cobra.Command {
 }
 
 func newCmdPlotKind(f *factory, kind, in, short string, runF func(*plotOptions) error) *cobra.Command {
-	opts := &plotOptions{f: f, kind: kind}
-	cmd := &cobra.Command{
+	return newCommand(&plotOptions{f: f, kind: kind}, runF, &cobra.Command{
 		Use:   kind + " " + in + " -o FILE.png|FILE.svg",
 		Short: short,
 		Args:  cobra.ExactArgs(1),
-		RunE:  runE(opts, runF, func(args []string) { opts.In = args[0] }, func(context.Context) error { return plotRun(opts) }),
-	}
-	cmd.Flags().StringVarP(&opts.Out, "out", "o", kind+".png", "output file (.png or .svg)")
+	})
+}
+
+func (opts *plotOptions) setArgs(args []string) { opts.In = args[0] }
+
+func (opts *plotOptions) flags(cmd *cobra.Command) {
+	cmd.Flags().StringVarP(&opts.Out, "out", "o", opts.kind+".png", "output file (.png or .svg)")
 	cmd.Flags().StringVar(&opts.Title, "title", "", "figure title")
-	if kind == "heatmap" || kind == "refresh" {
+	if opts.kind == "heatmap" || opts.kind == "refresh" {
 		addSimilarityFlag(cmd.Flags(), &opts.Similarity)
 	}
-	return cmd
 }
 
 func readJSONFile(path string, v any) error {
@@ -73,7 +75,7 @@ func readJSONFile(path string, v any) error {
 	return nil
 }
 
-func plotRun(opts *plotOptions) error {
+func (opts *plotOptions) run(context.Context) error {
 	title := func(def string) string {
 		if opts.Title != "" {
 			return opts.Title

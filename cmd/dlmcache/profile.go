@@ -29,8 +29,7 @@ type profileOptions struct {
 }
 
 func newCmdProfile(f *factory, runF func(*profileOptions) error) *cobra.Command {
-	opts := &profileOptions{f: f}
-	cmd := &cobra.Command{
+	return newCommand(&profileOptions{f: f}, runF, &cobra.Command{
 		Use:   "profile",
 		Short: "Measure prefix K/V similarity per layer and build the ratio→depth table",
 		Long: `Profile samples requests into shared-prefix-ratio bins (system prompts ×
@@ -53,8 +52,10 @@ parts (for several machines); dlmcache lut build --from merges them.`,
 		Example: `  dlmcache profile                                   # bundled model, builtin data
   dlmcache profile --model llada --data wildchat/*.parquet --per-ratio 64 --shard 0/4 --out prof-0`,
 		Args: cobra.NoArgs,
-		RunE: runE(opts, runF, nil, func(ctx context.Context) error { return profileRun(ctx, opts) }),
-	}
+	})
+}
+
+func (opts *profileOptions) flags(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	opts.modelFlags.add(fl)
 	opts.requestSampling.addFlags(fl)
@@ -68,10 +69,9 @@ parts (for several machines); dlmcache lut build --from merges them.`,
 	fl.StringVar(&opts.Out, "out", "profile-out", "output directory")
 	fl.BoolVar(&opts.Resume, "resume", false, "continue an interrupted run in --out")
 	fl.BoolVar(&opts.Quiet, "quiet", false, "no progress bar")
-	return cmd
 }
 
-func profileRun(ctx context.Context, opts *profileOptions) error {
+func (opts *profileOptions) run(ctx context.Context) error {
 	if err := lut.CheckTau(opts.Tau); err != nil {
 		return fmt.Errorf("--tau: %w", err)
 	}

@@ -61,17 +61,37 @@ func execute(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	return 0
 }
 
-// runE is a command's RunE: bind (when set) stores the positional
-// arguments in opts, then the test hook runF runs when set, else run with
-// the command's context (cancelled on SIGINT/SIGTERM by main).
-func runE[T any](opts T, runF func(T) error, bind func(args []string), run func(context.Context) error) func(*cobra.Command, []string) error {
-	return func(cmd *cobra.Command, args []string) error {
-		if bind != nil {
-			bind(args)
+// A command's options type: the command's flags and positional arguments
+// fill it, and it does the command's work. newCommand joins it to the
+// command's help.
+type runner interface {
+	// flags declares the command's flags on cmd, bound to the options.
+	flags(cmd *cobra.Command)
+	// run does the work; ctx is the command's context (main cancels it on
+	// SIGINT or SIGTERM).
+	run(ctx context.Context) error
+}
+
+// argsSetter is a runner that takes positional arguments (cmd.Args has
+// checked how many).
+type argsSetter interface {
+	setArgs(args []string)
+}
+
+// newCommand completes cmd — a command's help and the check of its
+// positional arguments — for opts: it declares opts' flags, and its RunE
+// stores the positional arguments in opts, then calls the test hook runF
+// when set (tests see the parsed options; nothing runs), else opts.run.
+func newCommand[T runner](opts T, runF func(T) error, cmd *cobra.Command) *cobra.Command {
+	opts.flags(cmd)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if a, ok := any(opts).(argsSetter); ok {
+			a.setArgs(args)
 		}
 		if runF != nil {
 			return runF(opts)
 		}
-		return run(cmd.Context())
+		return opts.run(cmd.Context())
 	}
+	return cmd
 }

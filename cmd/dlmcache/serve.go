@@ -56,8 +56,7 @@ type serveOptions struct {
 }
 
 func newCmdServe(f *factory, runF func(*serveOptions) error) *cobra.Command {
-	opts := &serveOptions{f: f}
-	cmd := &cobra.Command{
+	return newCommand(&serveOptions{f: f}, runF, &cobra.Command{
 		Use:   "serve",
 		Short: "Serve an OpenAI-compatible HTTP API with shared-prefix caching",
 		Long: `Serve answers POST /v1/chat/completions and POST /v1/completions in
@@ -100,8 +99,10 @@ Methods:` + methodsHelp(),
   dlmcache serve --lut out/table.json --addr 127.0.0.1:8080 --cache-bytes 2147483648
   curl -s localhost:8080/v1/chat/completions -d '{"messages":[{"role":"system","content":"Be terse."},{"role":"user","content":"Hi"}]}'`,
 		Args: cobra.NoArgs,
-		RunE: runE(opts, runF, nil, func(ctx context.Context) error { return serveRun(ctx, opts) }), // cancelled on SIGINT/SIGTERM (main)
-	}
+	})
+}
+
+func (opts *serveOptions) flags(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	opts.modelFlags.add(fl)
 	fl.StringVar(&opts.Addr, "addr", "127.0.0.1:8080", "listen address (host:port; port 0 picks a free one)")
@@ -131,10 +132,9 @@ Methods:` + methodsHelp(),
 	fl.StringVar(&opts.APIKeyFile, "api-key-file", "", "file of API keys, one a line (blank lines and lines starting with # skipped); with --api-key, all are accepted")
 	fl.BoolVar(&opts.Quiet, "quiet", false, "no per-request log lines")
 	fl.BoolVar(&opts.AllowUncalibrated, "allow-uncalibrated", false, "serve a --lut table no calibration checked against the model's answers (profile's cosine estimates lost 10 points on held-out requests: docs/results.md)")
-	return cmd
 }
 
-func serveRun(ctx context.Context, opts *serveOptions) error {
+func (opts *serveOptions) run(ctx context.Context) error {
 	if opts.MaxBatch < 1 {
 		return fmt.Errorf("--max-batch must be at least 1, got %d", opts.MaxBatch)
 	}

@@ -9,7 +9,7 @@ import (
 
 func TestServeRefusesMaxBatchBelowOne(t *testing.T) {
 	opts := parseServe(t, io.Discard, "--model", serveFixture, "--max-batch", "0", "--addr", "127.0.0.1:0")
-	if err := serveRun(context.Background(), opts); err == nil || !strings.Contains(err.Error(), "--max-batch") {
+	if err := opts.run(context.Background()); err == nil || !strings.Contains(err.Error(), "--max-batch") {
 		t.Fatalf("--max-batch 0: %v", err)
 	}
 }

@@ -34,7 +34,7 @@ func writeTable(t *testing.T, name string, nLayers int, fp string) string {
 }
 
 // parseServe parses serve's command line (serving nothing) and returns the
-// options serveRun takes; the server's log goes to errOut.
+// options serve runs with; the server's log goes to errOut.
 func parseServe(t *testing.T, errOut io.Writer, args ...string) *serveOptions {
 	t.Helper()
 	var opts *serveOptions
@@ -46,9 +46,9 @@ func parseServe(t *testing.T, errOut io.Writer, args ...string) *serveOptions {
 	return opts
 }
 
-// startServe runs serveRun in the background and returns the server's
+// startServe runs serve (opts.run) in the background and returns the server's
 // base URL once it listens, and stop, which cancels the server and returns
-// serveRun's result (the test's end stops it too).
+// opts.run's result (the test's end stops it too).
 func startServe(t *testing.T, opts *serveOptions, errOut *testutil.SyncBuffer) (url string, stop func() error) {
 	t.Helper()
 	addr := make(chan string, 1)
@@ -56,7 +56,7 @@ func startServe(t *testing.T, opts *serveOptions, errOut *testutil.SyncBuffer) (
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	var err error
-	go func() { err = serveRun(ctx, opts); close(done) }()
+	go func() { err = opts.run(ctx); close(done) }()
 	stop = func() error { cancel(); <-done; return err }
 	t.Cleanup(func() { stop() })
 	select {
@@ -98,7 +98,7 @@ func fixtureModel(t *testing.T) (int, string) {
 func TestServeRefusesAnotherModelsTable(t *testing.T) {
 	p := writeTable(t, "llada-8b", 32, "0123456789abcdef")
 	opts := parseServe(t, io.Discard, "--model", serveFixture, "--lut", p, "--threads", "1", "--addr", "127.0.0.1:0")
-	err := serveRun(context.Background(), opts)
+	err := opts.run(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "llada-8b") || !strings.Contains(err.Error(), "0123456789abcdef") || !strings.Contains(err.Error(), p) {
 		t.Fatalf("serve with another model's table: %v", err)
 	}
@@ -109,7 +109,7 @@ func TestServeRefusesBadModules(t *testing.T) {
 	os.WriteFile(bad, []byte(`{"modules":[{"name":"a","text":""}]}`), 0o644)
 	for _, file := range []string{filepath.Join(t.TempDir(), "missing.json"), bad} {
 		opts := parseServe(t, io.Discard, "--model", serveFixture, "--threads", "1", "--addr", "127.0.0.1:0", "--modules", file)
-		if err := serveRun(context.Background(), opts); err == nil || !strings.Contains(err.Error(), "--modules") || !strings.Contains(err.Error(), file) {
+		if err := opts.run(context.Background()); err == nil || !strings.Contains(err.Error(), "--modules") || !strings.Contains(err.Error(), file) {
 			t.Errorf("--modules %s: %v", file, err)
 		}
 	}
@@ -163,7 +163,7 @@ func TestServeRefusesUncalibratedTable(t *testing.T) {
 	nLayers, fp := fixtureModel(t)
 	p := writeTable(t, "tiny-bf16", nLayers, fp)
 	opts := parseServe(t, io.Discard, "--model", serveFixture, "--lut", p, "--threads", "1", "--addr", "127.0.0.1:0")
-	err := serveRun(context.Background(), opts)
+	err := opts.run(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "dlmcache calibrate") || !strings.Contains(err.Error(), "--allow-uncalibrated") {
 		t.Fatalf("serve with a cosine table: %v", err)
 	}

@@ -17,8 +17,7 @@ type sweepModulesOptions struct {
 }
 
 func newCmdSweepModules(f *factory, runF func(*sweepModulesOptions) error) *cobra.Command {
-	opts := &sweepModulesOptions{f: f}
-	cmd := &cobra.Command{
+	return newCommand(&sweepModulesOptions{f: f}, runF, &cobra.Command{
 		Use:   "modules",
 		Short: "Accuracy vs depth of Prompt Cache's module reuse (modules computed alone at reserved positions) against the whole request",
 		Long: `Sweep modules cuts each sample's system message into prompt modules (the
@@ -29,8 +28,10 @@ gap (a module declared before the last paragraph but not imported, so the
 ids jump). Each point's accuracy and agreement are against the same tokens
 computed whole. Writes sweep-modules.json.`,
 		Args: cobra.NoArgs,
-		RunE: runE(opts, runF, nil, func(ctx context.Context) error { return sweepModulesRun(ctx, opts) }),
-	}
+	})
+}
+
+func (opts *sweepModulesOptions) flags(cmd *cobra.Command) {
 	opts.addFlags(cmd)
 	cmd.Flags().StringVar(&opts.Depths, "depths", "", "depths d: a,b,c or lo:hi:step (default: 0 to the model's layer count)")
 	// The cache flags' --refresh, with another default: 1, so that only the
@@ -38,10 +39,9 @@ computed whole. Writes sweep-modules.json.`,
 	opts.Cache.Method.BiCache.Refresh = 1
 	r := cmd.Flags().Lookup("refresh")
 	r.DefValue, r.Usage = "1", "deep layers' refresh period R (1: every step, so only the module reuse differs from the whole request)"
-	return cmd
 }
 
-func sweepModulesRun(ctx context.Context, opts *sweepModulesOptions) error {
+func (opts *sweepModulesOptions) run(ctx context.Context) error {
 	if opts.Cache.Method.BiCache.Refresh < 1 {
 		return fmt.Errorf("--refresh must be positive, got %d", opts.Cache.Method.BiCache.Refresh)
 	}

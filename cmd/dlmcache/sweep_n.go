@@ -21,13 +21,14 @@ type sweepNOptions struct {
 }
 
 func newCmdSweepN(f *factory, runF func(*sweepNOptions) error) *cobra.Command {
-	opts := &sweepNOptions{f: f}
-	cmd := &cobra.Command{
+	return newCommand(&sweepNOptions{f: f}, runF, &cobra.Command{
 		Use:   "n --from similarity.parquet...",
 		Short: "Table convergence: L1 between tables from the first N and N-step requests per bin",
 		Args:  cobra.NoArgs,
-		RunE:  runE(opts, runF, nil, func(context.Context) error { return sweepNRun(opts) }),
-	}
+	})
+}
+
+func (opts *sweepNOptions) flags(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.Float64Var(&opts.Tau, "tau", 0.97, "similarity threshold τ")
 	fl.IntVar(&opts.Step, "step", 2, "N grows by this many requests per bin")
@@ -35,10 +36,9 @@ func newCmdSweepN(f *factory, runF func(*sweepNOptions) error) *cobra.Command {
 	fl.StringVar(&opts.Stat, "stat", "mean", "depth statistic: mean, mean-std or min")
 	fl.StringVar(&opts.Out, "out", ".", "directory for convergence.json (plot it with dlmcache plot convergence)")
 	opts.similarityFiles.add(cmd, "similarity.parquet files of one run")
-	return cmd
 }
 
-func sweepNRun(opts *sweepNOptions) error {
+func (opts *sweepNOptions) run(context.Context) error {
 	stat, err := parseStat(opts.Stat)
 	if err != nil {
 		return err

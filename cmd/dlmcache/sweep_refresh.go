@@ -20,8 +20,7 @@ type sweepRefreshOptions struct {
 }
 
 func newCmdSweepRefresh(f *factory, runF func(*sweepRefreshOptions) error) *cobra.Command {
-	opts := &sweepRefreshOptions{f: f}
-	cmd := &cobra.Command{
+	return newCommand(&sweepRefreshOptions{f: f}, runF, &cobra.Command{
 		Use:   "refresh --lut table.json",
 		Short: "Accuracy and throughput of BiCache vs the deep-layer refresh period R, and the deep-layer similarity picture",
 		Long: `Sweep refresh evaluates BiCache at several refresh periods R, and measures, per
@@ -29,17 +28,18 @@ layer, how similar the prefix K/V are to the ones the request really has at
 each step when they are reused across requests (computed alone), computed
 once per request (stale after step 1), or refreshed every R steps.`,
 		Args: cobra.NoArgs,
-		RunE: runE(opts, runF, nil, func(ctx context.Context) error { return sweepRefreshRun(ctx, opts) }),
-	}
+	})
+}
+
+func (opts *sweepRefreshOptions) flags(cmd *cobra.Command) {
 	opts.addFlags(cmd)
 	cmd.Flags().StringVar(&opts.Rs, "rs", "", "refresh periods R: a,b,c or lo:hi:step (default: 1, 2, 4, … up to the model's step count)")
 	cmd.Flags().IntVar(&opts.PictureR, "picture-refresh", 0, "R of the deep-layer picture (default: a quarter of the steps, at least 1)")
 	cmd.Flags().IntVar(&opts.PictureN, "picture-requests", 8, "requests averaged in the deep-layer picture")
 	_ = cmd.MarkFlagRequired("lut")
-	return cmd
 }
 
-func sweepRefreshRun(ctx context.Context, opts *sweepRefreshOptions) error {
+func (opts *sweepRefreshOptions) run(ctx context.Context) error {
 	env, err := opts.load(opts.f)
 	if err != nil {
 		return err

@@ -113,20 +113,20 @@ type sweepTauOptions struct {
 }
 
 func newCmdSweepTau(f *factory, runF func(*sweepTauOptions) error) *cobra.Command {
-	opts := &sweepTauOptions{f: f}
-	cmd := &cobra.Command{
+	return newCommand(&sweepTauOptions{f: f}, runF, &cobra.Command{
 		Use:   "tau --from similarity.parquet",
 		Short: "Accuracy and throughput of BiCache vs the threshold τ (tables rebuilt without rerunning the profile)",
 		Args:  cobra.NoArgs,
-		RunE:  runE(opts, runF, nil, func(ctx context.Context) error { return sweepTauRun(ctx, opts) }),
-	}
+	})
+}
+
+func (opts *sweepTauOptions) flags(cmd *cobra.Command) {
 	opts.addFlags(cmd)
 	opts.similarityFiles.add(cmd, "similarity.parquet files of one profile run")
 	cmd.Flags().StringVar(&opts.Taus, "taus", "0.91:0.99:0.02", "τ values: lo:hi:step or a,b,c")
-	return cmd
 }
 
-func sweepTauRun(ctx context.Context, opts *sweepTauOptions) error {
+func (opts *sweepTauOptions) run(ctx context.Context) error {
 	taus, err := parseFloats(opts.Taus)
 	if err != nil {
 		return fmt.Errorf("--taus %w", err)

@@ -43,15 +43,15 @@ type versionInfo struct {
 }
 
 func newCmdVersion(f *factory, runF func(*versionOptions) error) *cobra.Command {
-	opts := &versionOptions{f: f}
-	cmd := &cobra.Command{
+	return newCommand(&versionOptions{f: f}, runF, &cobra.Command{
 		Use:   "version",
 		Short: "Print the version, commit, backend, BLAS kernel, GEMM library and quantized products in use",
 		Args:  cobra.NoArgs,
-		RunE:  runE(opts, runF, nil, func(context.Context) error { return versionRun(opts) }),
-	}
+	})
+}
+
+func (opts *versionOptions) flags(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&opts.JSON, "json", false, "print JSON")
-	return cmd
 }
 
 func buildVersion() versionInfo {
@@ -79,7 +79,7 @@ func buildVersion() versionInfo {
 	return v
 }
 
-func versionRun(opts *versionOptions) error {
+func (opts *versionOptions) run(context.Context) error {
 	v := buildVersion()
 	if opts.JSON {
 		enc := json.NewEncoder(opts.f.Out)
