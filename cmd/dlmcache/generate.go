@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/dlmcache/dlmcache/model"
 )
@@ -29,23 +29,7 @@ type generateOptions struct {
 	JSON        bool
 }
 
-func newCmdGenerate(f *factory, runF func(*generateOptions) error) *cobra.Command {
-	return newCommand(&generateOptions{f: f}, runF, &cobra.Command{
-		Use:   "generate",
-		Short: "Run one request end to end and print the answer",
-		Long: `Generate runs one chat request (system message + user prompt) through the
-diffusion sampler with no caching and prints the answer.
-
-The system message and the prompt may be given inline, as @FILE, or as @-
-(standard input).`,
-		Example: `  dlmcache generate --prompt "What is the value of key ab12?" --system @system.txt
-  dlmcache generate --model /path/to/LLaDA-8B-Instruct --gen-length 256 --steps 128 --block-length 32 --json`,
-		Args: cobra.NoArgs,
-	})
-}
-
-func (opts *generateOptions) flags(cmd *cobra.Command) {
-	fl := cmd.Flags()
+func (opts *generateOptions) flags(fl *pflag.FlagSet) {
 	opts.modelFlags.add(fl)
 	fl.StringVar(&opts.System, "system", "", "system message (the shared prefix), TEXT, @FILE or @- (stdin); default: the bundled model's demo system message")
 	fl.StringVar(&opts.Prompt, "prompt", "", "user prompt, TEXT, @FILE or @- (stdin); default: the bundled model's demo question")

@@ -19,7 +19,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/vg"
 
@@ -43,38 +43,7 @@ type loadtestOptions struct {
 	Timeout  time.Duration
 }
 
-func newCmdLoadtest(f *factory, runF func(*loadtestOptions) error) *cobra.Command {
-	return newCommand(&loadtestOptions{f: f}, runF, &cobra.Command{
-		Use:   "loadtest --url URL",
-		Short: "Load a running dlmcache serve with concurrent streaming clients: tokens/s, latency, time to first block",
-		Long: `Loadtest sends chat requests to a running server (dlmcache serve, or any
-OpenAI-compatible one that streams) from 1, 2, 4, … concurrent clients,
-each streaming (stream: true), and reports per level: requests/s, answer
-slots decoded per second (the dlmcache object's gen_length; completion
-tokens for other servers), p50/p99 latency and p50/p99 time to the first
-block (the first chunk with text), and errors. --out DIR keeps the results
-in DIR/loadtest.json under --label (the server's method by default), so runs
-against servers with different methods add up; --plot draws tokens/s and
-p99 latency against clients for every label there.
-
-Against dlmcache serve it also reports, per level, what the server said of
-each request: its generation time alone (no queue) as answer slots per
-second, the method that served it (with a calibrated table, each
-request's choice), and the shared-prefix tokens it found in the prefix
-store; and, for the requests with a reference answer, the accuracy
-(the held-out set carries them: compare a server with --lut against one
-without on the same requests).
-
-Requests: the held-out set of lut verify (--requests builtin: 4 questions
-per system message) or a JSON Lines file of {"system", "user"}.`,
-		Example: `  dlmcache serve --addr 127.0.0.1:8080 & dlmcache loadtest --url http://127.0.0.1:8080 --out load
-  dlmcache serve --lut calib/table.json --addr 127.0.0.1:8081 & dlmcache loadtest --url http://127.0.0.1:8081 --out load --plot docs/figures/loadtest.png`,
-		Args: cobra.NoArgs,
-	})
-}
-
-func (opts *loadtestOptions) flags(cmd *cobra.Command) {
-	fl := cmd.Flags()
+func (opts *loadtestOptions) flags(fl *pflag.FlagSet) {
 	fl.StringVar(&opts.URL, "url", "", "the server's base URL (required)")
 	fl.IntSliceVar(&opts.Clients, "clients", []int{1, 2, 4, 8, 16, 32}, "concurrent client counts, one level each")
 	fl.IntVar(&opts.Requests, "requests", 0, "requests per level (0: 4 per client, at least 16)")

@@ -39,10 +39,10 @@ type similarityFiles struct {
 	Sim  string
 }
 
-func (s *similarityFiles) add(cmd *cobra.Command, fromHelp string) {
-	cmd.Flags().StringSliceVar(&s.From, "from", nil, fromHelp)
-	addSimilarityFlag(cmd.Flags(), &s.Sim)
-	_ = cmd.MarkFlagRequired("from")
+func (s *similarityFiles) add(fl *pflag.FlagSet, fromHelp string) {
+	fl.StringSliceVar(&s.From, "from", nil, fromHelp)
+	addSimilarityFlag(fl, &s.Sim)
+	_ = cobra.MarkFlagRequired(fl, "from")
 }
 
 // read parses --similarity and reads the files' records.
@@ -55,18 +55,10 @@ func (s *similarityFiles) read() ([]profile.Record, profile.RunInfo, profile.Sim
 	return recs, info, sim, err
 }
 
-func newCmdLutBuild(f *factory, runF func(*lutBuildOptions) error) *cobra.Command {
-	return newCommand(&lutBuildOptions{f: f}, runF, &cobra.Command{
-		Use:   "build --from similarity.parquet... --tau X --out table-cosine.json",
-		Short: "Rebuild a table from similarity files at any τ, merging shards, without the model",
-		Args:  cobra.NoArgs,
-	})
-}
-
-func (opts *lutBuildOptions) flags(cmd *cobra.Command) {
-	opts.similarityFiles.add(cmd, "similarity.parquet files (shards of one run are merged)")
-	cmd.Flags().Float64Var(&opts.Tau, "tau", 0.97, "similarity threshold τ in (0, 1]")
-	cmd.Flags().StringVar(&opts.Out, "out", "table-cosine.json", "output table (a cosine estimate: dlmcache calibrate makes the table.json to serve)")
+func (opts *lutBuildOptions) flags(fl *pflag.FlagSet) {
+	opts.similarityFiles.add(fl, "similarity.parquet files (shards of one run are merged)")
+	fl.Float64Var(&opts.Tau, "tau", 0.97, "similarity threshold τ in (0, 1]")
+	fl.StringVar(&opts.Out, "out", "table-cosine.json", "output table (a cosine estimate: dlmcache calibrate makes the table.json to serve)")
 }
 
 func (opts *lutBuildOptions) run(context.Context) error {

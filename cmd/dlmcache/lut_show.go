@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/dlmcache/dlmcache/lut"
 )
@@ -16,18 +16,10 @@ type lutShowOptions struct {
 	JSON bool
 }
 
-func newCmdLutShow(f *factory, runF func(*lutShowOptions) error) *cobra.Command {
-	return newCommand(&lutShowOptions{f: f}, runF, &cobra.Command{
-		Use:   "show table.json",
-		Short: "Print a table readably",
-		Args:  cobra.ExactArgs(1),
-	})
-}
-
 func (opts *lutShowOptions) setArgs(args []string) { opts.File = args[0] }
 
-func (opts *lutShowOptions) flags(cmd *cobra.Command) {
-	cmd.Flags().BoolVar(&opts.JSON, "json", false, "print the table as JSON")
+func (opts *lutShowOptions) flags(fl *pflag.FlagSet) {
+	fl.BoolVar(&opts.JSON, "json", false, "print the table as JSON")
 }
 
 func (opts *lutShowOptions) run(context.Context) error {

@@ -8,7 +8,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/vg"
 
@@ -28,39 +28,13 @@ type plotOptions struct {
 	Similarity string // heatmap, refresh: which statistic
 }
 
-func newCmdPlot(f *factory) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "plot",
-		Short: "Figures (PNG or SVG) from profile and sweep outputs",
-	}
-	for _, k := range []struct{ name, in, short string }{
-		{"heatmap", "similarity.parquet", "mean prefix K/V similarity over layers × steps (profile --all-steps)"},
-		{"depth", "table.json", "safe depth vs shared-prefix ratio, with spread"},
-		{"convergence", "convergence.json", "table L1 distance vs requests per bin (sweep n)"},
-		{"sweep", "sweep-tau.json|sweep-refresh.json", "accuracy and throughput vs τ or R"},
-		{"refresh", "sweep-refresh.json", "deep-layer similarity: cross-request vs stale vs refreshed"},
-		{"pareto", "bench.json|table.json", "accuracy vs speed-up over none, one point per method, with the Pareto front (dlmcache bench); for a calibrated table, one panel per ratio bin and answer-length class: every setting tried, answers kept vs speed-up, the choice marked"},
-	} {
-		cmd.AddCommand(newCmdPlotKind(f, k.name, k.in, k.short, nil))
-	}
-	return cmd
-}
-
-func newCmdPlotKind(f *factory, kind, in, short string, runF func(*plotOptions) error) *cobra.Command {
-	return newCommand(&plotOptions{f: f, kind: kind}, runF, &cobra.Command{
-		Use:   kind + " " + in + " -o FILE.png|FILE.svg",
-		Short: short,
-		Args:  cobra.ExactArgs(1),
-	})
-}
-
 func (opts *plotOptions) setArgs(args []string) { opts.In = args[0] }
 
-func (opts *plotOptions) flags(cmd *cobra.Command) {
-	cmd.Flags().StringVarP(&opts.Out, "out", "o", opts.kind+".png", "output file (.png or .svg)")
-	cmd.Flags().StringVar(&opts.Title, "title", "", "figure title")
+func (opts *plotOptions) flags(fl *pflag.FlagSet) {
+	fl.StringVarP(&opts.Out, "out", "o", opts.kind+".png", "output file (.png or .svg)")
+	fl.StringVar(&opts.Title, "title", "", "figure title")
 	if opts.kind == "heatmap" || opts.kind == "refresh" {
-		addSimilarityFlag(cmd.Flags(), &opts.Similarity)
+		addSimilarityFlag(fl, &opts.Similarity)
 	}
 }
 

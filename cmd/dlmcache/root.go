@@ -7,6 +7,7 @@ import (
 	"io"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // factory carries what every command needs from its surroundings, so that
@@ -24,24 +25,6 @@ type exitError struct {
 }
 
 func (e *exitError) Error() string { return e.err.Error() }
-
-func newRootCmd(f *factory) *cobra.Command {
-	root := &cobra.Command{
-		Use:   "dlmcache",
-		Short: "Shared-prefix K/V caching for diffusion language models",
-		Long: `dlmcache measures, per diffusion language model, how deep a shared
-prompt prefix's keys and values can be reused across requests, writes that as a
-ratio→depth lookup table, and serves requests with it.`,
-		SilenceUsage:  true,
-		SilenceErrors: true,
-	}
-	root.SetOut(f.Out)
-	root.SetErr(f.ErrOut)
-	root.AddCommand(newCmdGenerate(f, nil), newCmdProfile(f, nil), newCmdCalibrate(f, nil), newCmdEval(f, nil), newCmdBench(f, nil), newCmdLut(f), newCmdSweep(f), newCmdPlot(f), newCmdServe(f, nil), newCmdVersion(f, nil), newCmdLoadtest(f, nil), newCmdConvert(f, nil))
-	root.AddCommand(newCmdGenDocs())
-	addFlagCompletions(root)
-	return root
-}
 
 // execute runs the command line args; ctx is every command's context
 // (main cancels it on SIGINT or SIGTERM).
@@ -65,8 +48,8 @@ func execute(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 // fill it, and it does the command's work. newCommand joins it to the
 // command's help.
 type runner interface {
-	// flags declares the command's flags on cmd, bound to the options.
-	flags(cmd *cobra.Command)
+	// flags declares the command's flags on fl, bound to the options.
+	flags(fl *pflag.FlagSet)
 	// run does the work; ctx is the command's context (main cancels it on
 	// SIGINT or SIGTERM).
 	run(ctx context.Context) error
@@ -83,7 +66,7 @@ type argsSetter interface {
 // stores the positional arguments in opts, then calls the test hook runF
 // when set (tests see the parsed options; nothing runs), else opts.run.
 func newCommand[T runner](opts T, runF func(T) error, cmd *cobra.Command) *cobra.Command {
-	opts.flags(cmd)
+	opts.flags(cmd.Flags())
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		if a, ok := any(opts).(argsSetter); ok {
 			a.setArgs(args)

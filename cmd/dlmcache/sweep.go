@@ -6,18 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-
-	"github.com/spf13/cobra"
 )
-
-func newCmdSweep(f *factory) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "sweep",
-		Short: "Parameter analyses: table convergence vs N, accuracy/throughput vs τ and vs R, prompt-module reuse vs depth",
-	}
-	cmd.AddCommand(newCmdSweepN(f, nil), newCmdSweepTau(f, nil), newCmdSweepRefresh(f, nil), newCmdSweepModules(f, nil))
-	return cmd
-}
 
 // sweepResult is what sweep tau and sweep refresh write: one point per
 // parameter value, averaged over the suites.

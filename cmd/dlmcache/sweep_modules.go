@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/dlmcache/dlmcache/internal/progress"
 	"github.com/dlmcache/dlmcache/profile"
@@ -16,28 +16,13 @@ type sweepModulesOptions struct {
 	Depths string
 }
 
-func newCmdSweepModules(f *factory, runF func(*sweepModulesOptions) error) *cobra.Command {
-	return newCommand(&sweepModulesOptions{f: f}, runF, &cobra.Command{
-		Use:   "modules",
-		Short: "Accuracy vs depth of Prompt Cache's module reuse (modules computed alone at reserved positions) against the whole request",
-		Long: `Sweep modules cuts each sample's system message into prompt modules (the
-template's head and each paragraph), computes each module's K/V once, alone,
-at its reserved position ids, and reuses them in the first d layers, the
-deeper layers computed every --refresh steps. Two layouts: contiguous, and
-gap (a module declared before the last paragraph but not imported, so the
-ids jump). Each point's accuracy and agreement are against the same tokens
-computed whole. Writes sweep-modules.json.`,
-		Args: cobra.NoArgs,
-	})
-}
-
-func (opts *sweepModulesOptions) flags(cmd *cobra.Command) {
-	opts.addFlags(cmd)
-	cmd.Flags().StringVar(&opts.Depths, "depths", "", "depths d: a,b,c or lo:hi:step (default: 0 to the model's layer count)")
+func (opts *sweepModulesOptions) flags(fl *pflag.FlagSet) {
+	opts.addFlags(fl)
+	fl.StringVar(&opts.Depths, "depths", "", "depths d: a,b,c or lo:hi:step (default: 0 to the model's layer count)")
 	// The cache flags' --refresh, with another default: 1, so that only the
 	// module reuse differs from the whole request.
 	opts.Cache.Method.BiCache.Refresh = 1
-	r := cmd.Flags().Lookup("refresh")
+	r := fl.Lookup("refresh")
 	r.DefValue, r.Usage = "1", "deep layers' refresh period R (1: every step, so only the module reuse differs from the whole request)"
 }
 

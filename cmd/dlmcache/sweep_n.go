@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/dlmcache/dlmcache/profile"
 )
@@ -20,22 +20,13 @@ type sweepNOptions struct {
 	Out  string
 }
 
-func newCmdSweepN(f *factory, runF func(*sweepNOptions) error) *cobra.Command {
-	return newCommand(&sweepNOptions{f: f}, runF, &cobra.Command{
-		Use:   "n --from similarity.parquet...",
-		Short: "Table convergence: L1 between tables from the first N and N-step requests per bin",
-		Args:  cobra.NoArgs,
-	})
-}
-
-func (opts *sweepNOptions) flags(cmd *cobra.Command) {
-	fl := cmd.Flags()
+func (opts *sweepNOptions) flags(fl *pflag.FlagSet) {
 	fl.Float64Var(&opts.Tau, "tau", 0.97, "similarity threshold τ")
 	fl.IntVar(&opts.Step, "step", 2, "N grows by this many requests per bin")
 	fl.Float64Var(&opts.Eps, "eps", 0.05, "the table has converged once L1 stays ≤ eps (layers)")
 	fl.StringVar(&opts.Stat, "stat", "mean", "depth statistic: mean, mean-std or min")
 	fl.StringVar(&opts.Out, "out", ".", "directory for convergence.json (plot it with dlmcache plot convergence)")
-	opts.similarityFiles.add(cmd, "similarity.parquet files of one run")
+	opts.similarityFiles.add(fl, "similarity.parquet files of one run")
 }
 
 func (opts *sweepNOptions) run(context.Context) error {

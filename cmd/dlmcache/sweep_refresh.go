@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/lut"
@@ -19,24 +20,12 @@ type sweepRefreshOptions struct {
 	PictureN int
 }
 
-func newCmdSweepRefresh(f *factory, runF func(*sweepRefreshOptions) error) *cobra.Command {
-	return newCommand(&sweepRefreshOptions{f: f}, runF, &cobra.Command{
-		Use:   "refresh --lut table.json",
-		Short: "Accuracy and throughput of BiCache vs the deep-layer refresh period R, and the deep-layer similarity picture",
-		Long: `Sweep refresh evaluates BiCache at several refresh periods R, and measures, per
-layer, how similar the prefix K/V are to the ones the request really has at
-each step when they are reused across requests (computed alone), computed
-once per request (stale after step 1), or refreshed every R steps.`,
-		Args: cobra.NoArgs,
-	})
-}
-
-func (opts *sweepRefreshOptions) flags(cmd *cobra.Command) {
-	opts.addFlags(cmd)
-	cmd.Flags().StringVar(&opts.Rs, "rs", "", "refresh periods R: a,b,c or lo:hi:step (default: 1, 2, 4, … up to the model's step count)")
-	cmd.Flags().IntVar(&opts.PictureR, "picture-refresh", 0, "R of the deep-layer picture (default: a quarter of the steps, at least 1)")
-	cmd.Flags().IntVar(&opts.PictureN, "picture-requests", 8, "requests averaged in the deep-layer picture")
-	_ = cmd.MarkFlagRequired("lut")
+func (opts *sweepRefreshOptions) flags(fl *pflag.FlagSet) {
+	opts.addFlags(fl)
+	fl.StringVar(&opts.Rs, "rs", "", "refresh periods R: a,b,c or lo:hi:step (default: 1, 2, 4, … up to the model's step count)")
+	fl.IntVar(&opts.PictureR, "picture-refresh", 0, "R of the deep-layer picture (default: a quarter of the steps, at least 1)")
+	fl.IntVar(&opts.PictureN, "picture-requests", 8, "requests averaged in the deep-layer picture")
+	_ = cobra.MarkFlagRequired(fl, "lut")
 }
 
 func (opts *sweepRefreshOptions) run(ctx context.Context) error {

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/datasets"
@@ -25,8 +25,7 @@ type sweepCommon struct {
 	Quiet  bool
 }
 
-func (c *sweepCommon) addFlags(cmd *cobra.Command) {
-	fl := cmd.Flags()
+func (c *sweepCommon) addFlags(fl *pflag.FlagSet) {
 	c.modelFlags.add(fl)
 	fl.StringSliceVar(&c.Suites, "suite", []string{"all"}, "task suites")
 	fl.IntVar(&c.Limit, "limit", 10, "samples per suite at each point")
@@ -112,18 +111,10 @@ type sweepTauOptions struct {
 	Taus string
 }
 
-func newCmdSweepTau(f *factory, runF func(*sweepTauOptions) error) *cobra.Command {
-	return newCommand(&sweepTauOptions{f: f}, runF, &cobra.Command{
-		Use:   "tau --from similarity.parquet",
-		Short: "Accuracy and throughput of BiCache vs the threshold τ (tables rebuilt without rerunning the profile)",
-		Args:  cobra.NoArgs,
-	})
-}
-
-func (opts *sweepTauOptions) flags(cmd *cobra.Command) {
-	opts.addFlags(cmd)
-	opts.similarityFiles.add(cmd, "similarity.parquet files of one profile run")
-	cmd.Flags().StringVar(&opts.Taus, "taus", "0.91:0.99:0.02", "τ values: lo:hi:step or a,b,c")
+func (opts *sweepTauOptions) flags(fl *pflag.FlagSet) {
+	opts.addFlags(fl)
+	opts.similarityFiles.add(fl, "similarity.parquet files of one profile run")
+	fl.StringVar(&opts.Taus, "taus", "0.91:0.99:0.02", "τ values: lo:hi:step or a,b,c")
 }
 
 func (opts *sweepTauOptions) run(ctx context.Context) error {

@@ -8,7 +8,7 @@ import (
 	"runtime"
 	"runtime/debug"
 
-	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/dlmcache/dlmcache/model/cpu"
 )
@@ -42,16 +42,8 @@ type versionInfo struct {
 	QuantProducts string `json:"quant_products"`
 }
 
-func newCmdVersion(f *factory, runF func(*versionOptions) error) *cobra.Command {
-	return newCommand(&versionOptions{f: f}, runF, &cobra.Command{
-		Use:   "version",
-		Short: "Print the version, commit, backend, BLAS kernel, GEMM library and quantized products in use",
-		Args:  cobra.NoArgs,
-	})
-}
-
-func (opts *versionOptions) flags(cmd *cobra.Command) {
-	cmd.Flags().BoolVar(&opts.JSON, "json", false, "print JSON")
+func (opts *versionOptions) flags(fl *pflag.FlagSet) {
+	fl.BoolVar(&opts.JSON, "json", false, "print JSON")
 }
 
 func buildVersion() versionInfo {
