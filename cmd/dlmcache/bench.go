@@ -41,23 +41,6 @@ type benchOptions struct {
 	Quiet bool
 }
 
-func (opts *benchOptions) flags(fl *pflag.FlagSet) {
-	opts.modelFlags.add(fl)
-	fl.StringSliceVar(&opts.Methods, "methods", cache.Names(), "methods to compare (every registered one by default)")
-	opts.suiteSampling.add(fl, 20)
-	fl.IntVar(&opts.Turns, "turns", 0, "a multi-turn workload: each lookup table becomes a conversation of this many questions (2–6), each turn carrying the earlier questions and their answers; results per turn")
-	fl.StringSliceVar(&opts.Chat, "wildchat", nil, "with --turns: add --limit chat conversations to the workload, builtin (generated in WildChat's manner) and/or WildChat parquet files or directories (English conversations with that many turns); they have no reference answers, so each method's answers are compared with none's")
-	fl.StringVar(&opts.ChatSystem, "chat-system", "You are a helpful assistant.", "system message of the --wildchat conversations")
-	fl.IntVar(&opts.ChatChars, "max-conversation-chars", 6000, "skip --wildchat conversations whose first --turns exchanges are longer (characters; 0: no bound)")
-	fl.BoolVar(&opts.StoreAnswer, "store-answers", false, "with --store-blocks and --turns: keep each answered conversation's blocks for the next turn (serve --store-answers)")
-	fl.StringVar(&opts.CompareModel, "compare-model", "", "a second model run on the same samples, interleaved request by request (e.g. llada-tiny beside llada-tiny-block): the methods it can run, each at its own defaults, the results labelled by model; --lut applies to --model only")
-	opts.regimeFlags.add(fl)
-	addCacheFlags(fl, &opts.Cache)
-	fl.StringVar(&opts.Out, "out", "", "directory for bench.md, bench.parquet and bench.json")
-	fl.BoolVar(&opts.JSON, "json", false, "print JSON instead of the markdown table")
-	fl.BoolVar(&opts.Quiet, "quiet", false, "no progress bar")
-}
-
 // benchConversations makes the multi-turn workload of --turns: the lookup
 // samples' conversations and --wildchat's chat conversations.
 func benchConversations(opts *benchOptions, samples []datasets.Sample) ([]datasets.Sample, error) {
@@ -196,6 +179,23 @@ func (opts *benchOptions) run(ctx context.Context) error {
 	}
 	fmt.Fprint(opts.f.Out, md.String())
 	return nil
+}
+
+func (opts *benchOptions) flags(fl *pflag.FlagSet) {
+	opts.modelFlags.add(fl)
+	fl.StringSliceVar(&opts.Methods, "methods", cache.Names(), "methods to compare (every registered one by default)")
+	opts.suiteSampling.add(fl, 20)
+	fl.IntVar(&opts.Turns, "turns", 0, "a multi-turn workload: each lookup table becomes a conversation of this many questions (2–6), each turn carrying the earlier questions and their answers; results per turn")
+	fl.StringSliceVar(&opts.Chat, "wildchat", nil, "with --turns: add --limit chat conversations to the workload, builtin (generated in WildChat's manner) and/or WildChat parquet files or directories (English conversations with that many turns); they have no reference answers, so each method's answers are compared with none's")
+	fl.StringVar(&opts.ChatSystem, "chat-system", "You are a helpful assistant.", "system message of the --wildchat conversations")
+	fl.IntVar(&opts.ChatChars, "max-conversation-chars", 6000, "skip --wildchat conversations whose first --turns exchanges are longer (characters; 0: no bound)")
+	fl.BoolVar(&opts.StoreAnswer, "store-answers", false, "with --store-blocks and --turns: keep each answered conversation's blocks for the next turn (serve --store-answers)")
+	fl.StringVar(&opts.CompareModel, "compare-model", "", "a second model run on the same samples, interleaved request by request (e.g. llada-tiny beside llada-tiny-block): the methods it can run, each at its own defaults, the results labelled by model; --lut applies to --model only")
+	opts.regimeFlags.add(fl)
+	addCacheFlags(fl, &opts.Cache)
+	fl.StringVar(&opts.Out, "out", "", "directory for bench.md, bench.parquet and bench.json")
+	fl.BoolVar(&opts.JSON, "json", false, "print JSON instead of the markdown table")
+	fl.BoolVar(&opts.Quiet, "quiet", false, "no progress bar")
 }
 
 // writeBenchMarkdown prints one row per method and suite with deltas

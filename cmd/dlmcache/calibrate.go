@@ -43,31 +43,6 @@ type calibrateOptions struct {
 	CacheBytes int64
 }
 
-func (opts *calibrateOptions) flags(fl *pflag.FlagSet) {
-	opts.modelFlags.add(fl)
-	opts.requestSampling.addFlags(fl)
-	fl.StringVar(&opts.LUT, "lut", "", "cosine table (table.json from dlmcache profile): the table calibrated (its bins take the calibration bin holding their middle) and the depths the search starts from; empty: the calibration bins, starting at depth 1")
-	fl.StringVar(&opts.Ratios, "ratios", "0.5:1:0.1", "calibration bins: LO:HI:STEP or ascending edges; a table bin outside them keeps no reuse (depth 0)")
-	fl.IntVar(&opts.PerRatio, "per-ratio", 40, "requests per calibration bin (at 90% confidence, 0.9 needs ≥ 15 agreeing samples, 0.95 ≥ 32, 0.99 ≥ 163)")
-	fl.StringSliceVar(&opts.Sources, "sources", []string{"store", "request"}, "deep sources to calibrate: store, request")
-	fl.StringVar(&opts.Gate, "gate", profile.GateAnswer, "agreement a depth must keep: answer (whole answers unchanged) or token (per answer token: laxer, one changed token in twenty passes 0.95)")
-	fl.Float64Var(&opts.Agreement, "agreement", 0.9, "the Wilson lower bound the gated agreement must reach (0.9 needs ≥ 15 agreeing requests a bin with the answer gate; 0.99 is out of reach: depth 1, exact reuse but for float rounding, already changes ~2% of the bundled model's answer tokens)")
-	fl.Float64Var(&opts.Confidence, "confidence", 0.9, "one-sided confidence of the Wilson bound")
-	cache.AddFlags(fl, &opts.Method, "refresh")
-	fl.StringVar(&opts.Stat, "stat", "mean", "statistic of the cosine table's start depth: mean, mean-std, min")
-	opts.regimeFlags.add(fl)
-	fl.StringVar(&opts.Shard, "shard", "", "evaluate every depth for shard K/N of the requests (merge with --merge)")
-	fl.StringSliceVar(&opts.Merge, "merge", nil, "merge these shard directories' outcomes into one table (same flags as the shards, without --shard)")
-	fl.StringVar(&opts.Out, "out", "calibrate-out", "output directory")
-	fl.BoolVar(&opts.Resume, "resume", false, "continue an interrupted run in --out")
-	fl.BoolVar(&opts.Quiet, "quiet", false, "no progress bar")
-	fl.StringVar(&opts.Mode, "mode", "methods", "methods: search the method space (methods × knobs × decoders) per ratio bin and answer-length class and write a table that chooses (format v3); depth: calibrate bicache's depth per bin and deep source only (format v2)")
-	fl.StringArrayVar(&opts.Grid, "setting", nil, "methods mode: a setting to try, as \"NAME@DECODER knob=v … source=S\" (repeat the flag); default: every method's declared grid (dlmcache calibrate --help lists it)")
-	fl.Float64Var(&opts.MaxLoss, "max-loss", 1, "methods mode: the accuracy (points against none) a user may lose: a setting must lose at most this much on the bin's requests that carry reference answers, besides meeting --agreement")
-	fl.DurationVar(&opts.Budget, "budget", 0, "methods mode: stop starting settings on new requests after this long (those cut short do not pass); 0: no limit")
-	fl.Int64Var(&opts.CacheBytes, "cache-bytes", 1<<30, "methods mode: each setting's prefix store budget in bytes")
-}
-
 // checkCommon validates the flags both modes read: the agreement target,
 // its confidence, the requests per ratio, and shard vs merge.
 func (opts *calibrateOptions) checkCommon() error {
@@ -151,15 +126,10 @@ func (opts *calibrateOptions) run(ctx context.Context) error {
 			return err
 		}
 	} else {
-		var bar *progress.Bar // its total (bins × sources) is known at the first report
-		c.Progress = func(d, total int) {
-			if bar == nil {
-				bar = progress.New(opts.f.ErrOut, "calibrate", "bin·source", total, opts.Quiet)
-			}
-			bar.Set(d)
-		}
+		bar := &lateBar{f: opts.f, unit: "bin·source", quiet: opts.Quiet}
+		c.Progress = bar.set
 		t, err = c.Calibrate(ctx, reqs)
-		bar.Done()
+		bar.done()
 		if err != nil {
 			return err
 		}
@@ -173,6 +143,49 @@ func (opts *calibrateOptions) run(ctx context.Context) error {
 	fmt.Fprintf(opts.f.ErrOut, "wrote %s (%d requests, sources %s)\n", filepath.Join(opts.Out, profile.CalibratedTable), len(reqs), strings.Join(opts.Sources, ", "))
 	return nil
 }
+
+func (opts *calibrateOptions) flags(fl *pflag.FlagSet) {
+	opts.modelFlags.add(fl)
+	opts.requestSampling.addFlags(fl)
+	fl.StringVar(&opts.LUT, "lut", "", "cosine table (table.json from dlmcache profile): the table calibrated (its bins take the calibration bin holding their middle) and the depths the search starts from; empty: the calibration bins, starting at depth 1")
+	fl.StringVar(&opts.Ratios, "ratios", "0.5:1:0.1", "calibration bins: LO:HI:STEP or ascending edges; a table bin outside them keeps no reuse (depth 0)")
+	fl.IntVar(&opts.PerRatio, "per-ratio", 40, "requests per calibration bin (at 90% confidence, 0.9 needs ≥ 15 agreeing samples, 0.95 ≥ 32, 0.99 ≥ 163)")
+	fl.StringSliceVar(&opts.Sources, "sources", []string{"store", "request"}, "deep sources to calibrate: store, request")
+	fl.StringVar(&opts.Gate, "gate", profile.GateAnswer, "agreement a depth must keep: answer (whole answers unchanged) or token (per answer token: laxer, one changed token in twenty passes 0.95)")
+	fl.Float64Var(&opts.Agreement, "agreement", 0.9, "the Wilson lower bound the gated agreement must reach (0.9 needs ≥ 15 agreeing requests a bin with the answer gate; 0.99 is out of reach: depth 1, exact reuse but for float rounding, already changes ~2% of the bundled model's answer tokens)")
+	fl.Float64Var(&opts.Confidence, "confidence", 0.9, "one-sided confidence of the Wilson bound")
+	cache.AddFlags(fl, &opts.Method, "refresh")
+	fl.StringVar(&opts.Stat, "stat", "mean", "statistic of the cosine table's start depth: mean, mean-std, min")
+	opts.regimeFlags.add(fl)
+	fl.StringVar(&opts.Shard, "shard", "", "evaluate every depth for shard K/N of the requests (merge with --merge)")
+	fl.StringSliceVar(&opts.Merge, "merge", nil, "merge these shard directories' outcomes into one table (same flags as the shards, without --shard)")
+	fl.StringVar(&opts.Out, "out", "calibrate-out", "output directory")
+	fl.BoolVar(&opts.Resume, "resume", false, "continue an interrupted run in --out")
+	fl.BoolVar(&opts.Quiet, "quiet", false, "no progress bar")
+	fl.StringVar(&opts.Mode, "mode", "methods", "methods: search the method space (methods × knobs × decoders) per ratio bin and answer-length class and write a table that chooses (format v3); depth: calibrate bicache's depth per bin and deep source only (format v2)")
+	fl.StringArrayVar(&opts.Grid, "setting", nil, "methods mode: a setting to try, as \"NAME@DECODER knob=v … source=S\" (repeat the flag); default: every method's declared grid (dlmcache calibrate --help lists it)")
+	fl.Float64Var(&opts.MaxLoss, "max-loss", 1, "methods mode: the accuracy (points against none) a user may lose: a setting must lose at most this much on the bin's requests that carry reference answers, besides meeting --agreement")
+	fl.DurationVar(&opts.Budget, "budget", 0, "methods mode: stop starting settings on new requests after this long (those cut short do not pass); 0: no limit")
+	fl.Int64Var(&opts.CacheBytes, "cache-bytes", 1<<30, "methods mode: each setting's prefix store budget in bytes")
+}
+
+// lateBar is calibrate's progress bar, whose total (bins × sources, or
+// requests × settings) is known at the first report.
+type lateBar struct {
+	f     *factory
+	unit  string
+	quiet bool
+	bar   *progress.Bar
+}
+
+func (b *lateBar) set(done, total int) {
+	if b.bar == nil {
+		b.bar = progress.New(b.f.ErrOut, "calibrate", b.unit, total, b.quiet)
+	}
+	b.bar.Set(done)
+}
+
+func (b *lateBar) done() { b.bar.Done() }
 
 // normalQuantile is the standard normal quantile Φ⁻¹(p) (bisection on
 // math.Erfc; a bound's z needs no more).

@@ -9,7 +9,6 @@ import (
 
 	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/datasets"
-	"github.com/dlmcache/dlmcache/internal/progress"
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/profile"
 )
@@ -99,21 +98,16 @@ func calibrateMethods(ctx context.Context, opts *calibrateOptions) error {
 			return err
 		}
 	} else {
-		var bar *progress.Bar
-		s.Progress = func(d, total int) {
-			if bar == nil {
-				bar = progress.New(opts.f.ErrOut, "calibrate", "req", total, opts.Quiet)
-			}
-			bar.Set(d)
-		}
+		bar := &lateBar{f: opts.f, unit: "req", quiet: opts.Quiet}
+		s.Progress = bar.set
 		s.Log = func(l string) {
-			if bar != nil && !opts.Quiet {
+			if bar.bar != nil && !opts.Quiet {
 				fmt.Fprintln(opts.f.ErrOut)
 			}
 			fmt.Fprintln(opts.f.ErrOut, l)
 		}
 		t, err = s.Search(ctx, reqs)
-		bar.Done()
+		bar.done()
 		if err != nil {
 			return err
 		}

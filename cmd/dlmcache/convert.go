@@ -22,13 +22,6 @@ type convertOptions struct {
 	OutType string
 }
 
-func (opts *convertOptions) setArgs(args []string) { opts.Src, opts.Out = args[0], args[1] }
-
-func (opts *convertOptions) flags(fl *pflag.FlagSet) {
-	fl.StringVar(&opts.OutType, "outtype", "auto",
-		"type of the 2-D weights: f32, f16, bf16, q8_0, q4_0, or auto (the checkpoint's own type, so nothing is rounded)")
-}
-
 func (opts *convertOptions) run(context.Context) error {
 	out := opts.f.Out
 	if model.IsGGUF(opts.Src) {
@@ -65,6 +58,13 @@ func (opts *convertOptions) run(context.Context) error {
 	}
 	fmt.Fprintf(out, "wrote %s: %d tensors (%s), %.1f MB of tensor data\n", opts.Out, len(rep.Tensors), typeCounts(rep), float64(rep.Bytes)/1e6)
 	return nil
+}
+
+func (opts *convertOptions) setArgs(args []string) { opts.Src, opts.Out = args[0], args[1] }
+
+func (opts *convertOptions) flags(fl *pflag.FlagSet) {
+	fl.StringVar(&opts.OutType, "outtype", "auto",
+		"type of the 2-D weights: f32, f16, bf16, q8_0, q4_0, or auto (the checkpoint's own type, so nothing is rounded)")
 }
 
 // outType resolves --outtype; auto is the checkpoint's widest weight type.

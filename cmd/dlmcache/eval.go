@@ -28,16 +28,6 @@ type evalOptions struct {
 	Quiet  bool
 }
 
-func (opts *evalOptions) flags(fl *pflag.FlagSet) {
-	opts.modelFlags.add(fl)
-	opts.suiteSampling.add(fl, 50)
-	opts.regimeFlags.add(fl)
-	fl.StringVar(&opts.Method, "method", "none", "caching method: "+strings.Join(cache.Names(), ", "))
-	addCacheFlags(fl, &opts.Cache)
-	fl.BoolVar(&opts.JSON, "json", false, "print JSON: per-suite results and the average")
-	fl.BoolVar(&opts.Quiet, "quiet", false, "no progress bar")
-}
-
 // suiteSampling is how bench and eval draw held-out samples: the task
 // suites, the samples per suite, the seed, and the lookup questions asked
 // under one system message (a shared-prefix workload).
@@ -99,6 +89,16 @@ func (opts *evalOptions) run(ctx context.Context) error {
 	}
 	printResults(opts.f.Out, append(res, all))
 	return nil
+}
+
+func (opts *evalOptions) flags(fl *pflag.FlagSet) {
+	opts.modelFlags.add(fl)
+	opts.suiteSampling.add(fl, 50)
+	opts.regimeFlags.add(fl)
+	fl.StringVar(&opts.Method, "method", "none", "caching method: "+strings.Join(cache.Names(), ", "))
+	addCacheFlags(fl, &opts.Cache)
+	fl.BoolVar(&opts.JSON, "json", false, "print JSON: per-suite results and the average")
+	fl.BoolVar(&opts.Quiet, "quiet", false, "no progress bar")
 }
 
 func printResults(w io.Writer, rs []profile.SuiteResult) {

@@ -29,19 +29,6 @@ type generateOptions struct {
 	JSON        bool
 }
 
-func (opts *generateOptions) flags(fl *pflag.FlagSet) {
-	opts.modelFlags.add(fl)
-	fl.StringVar(&opts.System, "system", "", "system message (the shared prefix), TEXT, @FILE or @- (stdin); default: the bundled model's demo system message")
-	fl.StringVar(&opts.Prompt, "prompt", "", "user prompt, TEXT, @FILE or @- (stdin); default: the bundled model's demo question")
-	opts.regimeFlags.add(fl)
-	fl.Float64Var(&opts.Temperature, "temperature", 0, "sampling temperature (Gumbel noise); 0 is greedy")
-	fl.Float64Var(&opts.CFG, "cfg", 0, "classifier-free guidance scale; 0 disables")
-	fl.StringVar(&opts.Remasking, "remasking", "", "remasking strategy: low_confidence or random; empty: the model's default (low_confidence, or threshold decoding at 0.95 for a block-causal model)")
-	fl.Float64Var(&opts.Threshold, "threshold", 0, "Fast-dLLM threshold decoding: commit every token with confidence ≥ this (0 disables)")
-	fl.Uint64Var(&opts.Seed, "seed", 0, "random seed (temperature > 0 or random remasking)")
-	fl.BoolVar(&opts.JSON, "json", false, "print a JSON object with the answer, token counts and timings")
-}
-
 func (opts *generateOptions) run(ctx context.Context) error {
 	if opts.System == "@-" && opts.Prompt == "@-" {
 		return fmt.Errorf("--system and --prompt cannot both read standard input (@-)")
@@ -132,6 +119,19 @@ func (opts *generateOptions) run(ctx context.Context) error {
 	enc := json.NewEncoder(opts.f.Out)
 	enc.SetIndent("", "  ")
 	return enc.Encode(res)
+}
+
+func (opts *generateOptions) flags(fl *pflag.FlagSet) {
+	opts.modelFlags.add(fl)
+	fl.StringVar(&opts.System, "system", "", "system message (the shared prefix), TEXT, @FILE or @- (stdin); default: the bundled model's demo system message")
+	fl.StringVar(&opts.Prompt, "prompt", "", "user prompt, TEXT, @FILE or @- (stdin); default: the bundled model's demo question")
+	opts.regimeFlags.add(fl)
+	fl.Float64Var(&opts.Temperature, "temperature", 0, "sampling temperature (Gumbel noise); 0 is greedy")
+	fl.Float64Var(&opts.CFG, "cfg", 0, "classifier-free guidance scale; 0 disables")
+	fl.StringVar(&opts.Remasking, "remasking", "", "remasking strategy: low_confidence or random; empty: the model's default (low_confidence, or threshold decoding at 0.95 for a block-causal model)")
+	fl.Float64Var(&opts.Threshold, "threshold", 0, "Fast-dLLM threshold decoding: commit every token with confidence ≥ this (0 disables)")
+	fl.Uint64Var(&opts.Seed, "seed", 0, "random seed (temperature > 0 or random remasking)")
+	fl.BoolVar(&opts.JSON, "json", false, "print a JSON object with the answer, token counts and timings")
 }
 
 // readTextArg returns s, the contents of the file when s is @FILE, or

@@ -43,18 +43,6 @@ type loadtestOptions struct {
 	Timeout  time.Duration
 }
 
-func (opts *loadtestOptions) flags(fl *pflag.FlagSet) {
-	fl.StringVar(&opts.URL, "url", "", "the server's base URL (required)")
-	fl.IntSliceVar(&opts.Clients, "clients", []int{1, 2, 4, 8, 16, 32}, "concurrent client counts, one level each")
-	fl.IntVar(&opts.Requests, "requests", 0, "requests per level (0: 4 per client, at least 16)")
-	fl.StringVar(&opts.File, "requests-file", "builtin", "requests: builtin (datasets.External) or a JSON Lines file")
-	fl.IntVar(&opts.Groups, "groups", 40, "builtin: system messages (4 questions each)")
-	fl.StringVar(&opts.Label, "label", "", "name of this run in --out (default: the server's method)")
-	fl.StringVar(&opts.Out, "out", "", "directory keeping loadtest.json across runs")
-	fl.StringVar(&opts.Plot, "plot", "", "draw every label in --out's loadtest.json to this PNG/SVG")
-	fl.DurationVar(&opts.Timeout, "timeout", 10*time.Minute, "per-request time limit")
-}
-
 // loadLevel is one concurrency level's outcome.
 type loadLevel struct {
 	Clients      int     `json:"clients"`
@@ -302,6 +290,18 @@ func (opts *loadtestOptions) run(ctx context.Context) error {
 		return plotLoad(results, opts.Plot)
 	}
 	return nil
+}
+
+func (opts *loadtestOptions) flags(fl *pflag.FlagSet) {
+	fl.StringVar(&opts.URL, "url", "", "the server's base URL (required)")
+	fl.IntSliceVar(&opts.Clients, "clients", []int{1, 2, 4, 8, 16, 32}, "concurrent client counts, one level each")
+	fl.IntVar(&opts.Requests, "requests", 0, "requests per level (0: 4 per client, at least 16)")
+	fl.StringVar(&opts.File, "requests-file", "builtin", "requests: builtin (datasets.External) or a JSON Lines file")
+	fl.IntVar(&opts.Groups, "groups", 40, "builtin: system messages (4 questions each)")
+	fl.StringVar(&opts.Label, "label", "", "name of this run in --out (default: the server's method)")
+	fl.StringVar(&opts.Out, "out", "", "directory keeping loadtest.json across runs")
+	fl.StringVar(&opts.Plot, "plot", "", "draw every label in --out's loadtest.json to this PNG/SVG")
+	fl.DurationVar(&opts.Timeout, "timeout", 10*time.Minute, "per-request time limit")
 }
 
 // serverMethod reads the method from the server's /metrics (dlmcache_info).

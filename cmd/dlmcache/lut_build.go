@@ -55,12 +55,6 @@ func (s *similarityFiles) read() ([]profile.Record, profile.RunInfo, profile.Sim
 	return recs, info, sim, err
 }
 
-func (opts *lutBuildOptions) flags(fl *pflag.FlagSet) {
-	opts.similarityFiles.add(fl, "similarity.parquet files (shards of one run are merged)")
-	fl.Float64Var(&opts.Tau, "tau", 0.97, "similarity threshold τ in (0, 1]")
-	fl.StringVar(&opts.Out, "out", "table-cosine.json", "output table (a cosine estimate: dlmcache calibrate makes the table.json to serve)")
-}
-
 func (opts *lutBuildOptions) run(context.Context) error {
 	if err := lut.CheckTau(opts.Tau); err != nil {
 		return err
@@ -79,4 +73,10 @@ func (opts *lutBuildOptions) run(context.Context) error {
 	fmt.Fprint(opts.f.Out, t.String())
 	fmt.Fprintf(opts.f.ErrOut, "wrote %s (%d requests from %d file(s))\n", opts.Out, info.Requests, len(opts.From))
 	return nil
+}
+
+func (opts *lutBuildOptions) flags(fl *pflag.FlagSet) {
+	opts.similarityFiles.add(fl, "similarity.parquet files (shards of one run are merged)")
+	fl.Float64Var(&opts.Tau, "tau", 0.97, "similarity threshold τ in (0, 1]")
+	fl.StringVar(&opts.Out, "out", "table-cosine.json", "output table (a cosine estimate: dlmcache calibrate makes the table.json to serve)")
 }

@@ -18,14 +18,6 @@ type lutCheckOptions struct {
 	Method string
 }
 
-func (opts *lutCheckOptions) setArgs(args []string) { opts.File = args[0] }
-
-func (opts *lutCheckOptions) flags(fl *pflag.FlagSet) {
-	opts.modelFlags.add(fl)
-	opts.regimeFlags.add(fl)
-	fl.StringVar(&opts.Method, "method", "bicache", "the method that will serve the table")
-}
-
 func (opts *lutCheckOptions) run(context.Context) error {
 	t, err := lut.Read(opts.File)
 	if err != nil {
@@ -44,4 +36,12 @@ func (opts *lutCheckOptions) run(context.Context) error {
 	}
 	fmt.Fprintf(opts.f.Out, "%s: compatible with %s (%d layers, fingerprint %s) at %s with %s\n", opts.File, lm.Name, len(lm.Blocks), lm.Fingerprint, regime, opts.Method)
 	return nil
+}
+
+func (opts *lutCheckOptions) setArgs(args []string) { opts.File = args[0] }
+
+func (opts *lutCheckOptions) flags(fl *pflag.FlagSet) {
+	opts.modelFlags.add(fl)
+	opts.regimeFlags.add(fl)
+	fl.StringVar(&opts.Method, "method", "bicache", "the method that will serve the table")
 }

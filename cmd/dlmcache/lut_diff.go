@@ -15,12 +15,6 @@ type lutDiffOptions struct {
 	Stat string
 }
 
-func (opts *lutDiffOptions) setArgs(args []string) { opts.A, opts.B = args[0], args[1] }
-
-func (opts *lutDiffOptions) flags(fl *pflag.FlagSet) {
-	fl.StringVar(&opts.Stat, "stat", "mean", "depth statistic: mean, mean-std or min")
-}
-
 func parseStat(s string) (lut.Statistic, error) {
 	switch st := lut.Statistic(s); st {
 	case lut.Mean, lut.MeanStd, lut.MinStat:
@@ -58,4 +52,10 @@ func (opts *lutDiffOptions) run(context.Context) error {
 		}
 	}
 	return nil
+}
+
+func (opts *lutDiffOptions) setArgs(args []string) { opts.A, opts.B = args[0], args[1] }
+
+func (opts *lutDiffOptions) flags(fl *pflag.FlagSet) {
+	fl.StringVar(&opts.Stat, "stat", "mean", "depth statistic: mean, mean-std or min")
 }

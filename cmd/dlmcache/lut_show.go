@@ -16,12 +16,6 @@ type lutShowOptions struct {
 	JSON bool
 }
 
-func (opts *lutShowOptions) setArgs(args []string) { opts.File = args[0] }
-
-func (opts *lutShowOptions) flags(fl *pflag.FlagSet) {
-	fl.BoolVar(&opts.JSON, "json", false, "print the table as JSON")
-}
-
 func (opts *lutShowOptions) run(context.Context) error {
 	t, err := lut.Read(opts.File)
 	if err != nil {
@@ -34,4 +28,10 @@ func (opts *lutShowOptions) run(context.Context) error {
 	}
 	fmt.Fprint(opts.f.Out, t.String())
 	return nil
+}
+
+func (opts *lutShowOptions) setArgs(args []string) { opts.File = args[0] }
+
+func (opts *lutShowOptions) flags(fl *pflag.FlagSet) {
+	fl.BoolVar(&opts.JSON, "json", false, "print the table as JSON")
 }

@@ -41,22 +41,6 @@ type lutVerifyOptions struct {
 	Quiet     bool
 }
 
-func (opts *lutVerifyOptions) setArgs(args []string) { opts.File = args[0] }
-
-func (opts *lutVerifyOptions) flags(fl *pflag.FlagSet) {
-	opts.modelFlags.add(fl)
-	addCacheFlags(fl, &opts.Cache)
-	fl.StringVar(&opts.Requests, "requests", "builtin", "held-out requests: builtin (datasets.External) or a JSON Lines file")
-	fl.IntVar(&opts.Groups, "groups", 15, "builtin: held-out system messages (4 questions each), and samples of each suite's held-out split")
-	fl.Int64Var(&opts.Seed, "seed", 7, "builtin: sampling seed")
-	fl.StringVar(&opts.Gate, "gate", gateAccuracy, "what is held to the target: accuracy (the held-out accuracy a user may lose against none, --max-loss), answer (each bin's whole-answer agreement, --agreement) or token")
-	fl.Float64Var(&opts.Agreement, "agreement", 0.9, "--gate answer or token: the least agreement a bin may have")
-	fl.Float64Var(&opts.MaxLoss, "max-loss", 1, "--gate accuracy: the accuracy (points against none, over every held-out request with a reference answer) the table may lose")
-	fl.BoolVar(&opts.JSON, "json", false, "print the per-bin report as JSON")
-	fl.StringVar(&opts.Dump, "dump-requests", "", "write the requests as JSON Lines to this file and exit (to replay them elsewhere, e.g. through serve)")
-	fl.BoolVar(&opts.Quiet, "quiet", false, "no progress bar")
-}
-
 // verifyRequest is one held-out request.
 type verifyRequest struct {
 	System string `json:"system"`
@@ -311,6 +295,22 @@ func (opts *lutVerifyOptions) run(ctx context.Context) error {
 		fmt.Fprintf(opts.f.ErrOut, "%s: every bin keeps %s agreement ≥ %g\n", opts.File, opts.Gate, opts.Agreement)
 	}
 	return nil
+}
+
+func (opts *lutVerifyOptions) setArgs(args []string) { opts.File = args[0] }
+
+func (opts *lutVerifyOptions) flags(fl *pflag.FlagSet) {
+	opts.modelFlags.add(fl)
+	addCacheFlags(fl, &opts.Cache)
+	fl.StringVar(&opts.Requests, "requests", "builtin", "held-out requests: builtin (datasets.External) or a JSON Lines file")
+	fl.IntVar(&opts.Groups, "groups", 15, "builtin: held-out system messages (4 questions each), and samples of each suite's held-out split")
+	fl.Int64Var(&opts.Seed, "seed", 7, "builtin: sampling seed")
+	fl.StringVar(&opts.Gate, "gate", gateAccuracy, "what is held to the target: accuracy (the held-out accuracy a user may lose against none, --max-loss), answer (each bin's whole-answer agreement, --agreement) or token")
+	fl.Float64Var(&opts.Agreement, "agreement", 0.9, "--gate answer or token: the least agreement a bin may have")
+	fl.Float64Var(&opts.MaxLoss, "max-loss", 1, "--gate accuracy: the accuracy (points against none, over every held-out request with a reference answer) the table may lose")
+	fl.BoolVar(&opts.JSON, "json", false, "print the per-bin report as JSON")
+	fl.StringVar(&opts.Dump, "dump-requests", "", "write the requests as JSON Lines to this file and exit (to replay them elsewhere, e.g. through serve)")
+	fl.BoolVar(&opts.Quiet, "quiet", false, "no progress bar")
 }
 
 // gateAccuracy holds the table to the accuracy a user may lose.

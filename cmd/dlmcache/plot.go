@@ -28,16 +28,6 @@ type plotOptions struct {
 	Similarity string // heatmap, refresh: which statistic
 }
 
-func (opts *plotOptions) setArgs(args []string) { opts.In = args[0] }
-
-func (opts *plotOptions) flags(fl *pflag.FlagSet) {
-	fl.StringVarP(&opts.Out, "out", "o", opts.kind+".png", "output file (.png or .svg)")
-	fl.StringVar(&opts.Title, "title", "", "figure title")
-	if opts.kind == "heatmap" || opts.kind == "refresh" {
-		addSimilarityFlag(fl, &opts.Similarity)
-	}
-}
-
 func readJSONFile(path string, v any) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -195,6 +185,16 @@ func (opts *plotOptions) run(context.Context) error {
 	}
 	fmt.Fprintln(opts.f.ErrOut, "wrote", opts.Out)
 	return nil
+}
+
+func (opts *plotOptions) setArgs(args []string) { opts.In = args[0] }
+
+func (opts *plotOptions) flags(fl *pflag.FlagSet) {
+	fl.StringVarP(&opts.Out, "out", "o", opts.kind+".png", "output file (.png or .svg)")
+	fl.StringVar(&opts.Title, "title", "", "figure title")
+	if opts.kind == "heatmap" || opts.kind == "refresh" {
+		addSimilarityFlag(fl, &opts.Similarity)
+	}
 }
 
 // meanSimilarity averages the statistic sim over requests into [layer][step].

@@ -28,21 +28,6 @@ type profileOptions struct {
 	Quiet    bool
 }
 
-func (opts *profileOptions) flags(fl *pflag.FlagSet) {
-	opts.modelFlags.add(fl)
-	opts.requestSampling.addFlags(fl)
-	fl.StringVar(&opts.Ratios, "ratios", "0.05:0.95:0.05", "ratio bins: LO:HI:STEP or ascending edges a,b,c")
-	fl.IntVar(&opts.PerRatio, "per-ratio", 64, "requests per ratio bin (N)")
-	fl.Float64Var(&opts.Tau, "tau", 0.97, "similarity threshold τ of the table")
-	addSimilarityFlag(fl, &opts.Similarity)
-	opts.regimeFlags.add(fl)
-	fl.BoolVar(&opts.AllSteps, "all-steps", false, "measure at every denoising step (for heatmaps), not only the first")
-	fl.StringVar(&opts.Shard, "shard", "", "run shard K/N of the requests (0 ≤ K < N)")
-	fl.StringVar(&opts.Out, "out", "profile-out", "output directory")
-	fl.BoolVar(&opts.Resume, "resume", false, "continue an interrupted run in --out")
-	fl.BoolVar(&opts.Quiet, "quiet", false, "no progress bar")
-}
-
 func (opts *profileOptions) run(ctx context.Context) error {
 	if err := lut.CheckTau(opts.Tau); err != nil {
 		return fmt.Errorf("--tau: %w", err)
@@ -99,4 +84,19 @@ func (opts *profileOptions) run(ctx context.Context) error {
 		fmt.Fprintf(opts.f.ErrOut, "%d bin(s) not filled: %s\n", len(unfilledS), strings.Join(unfilledS, "; "))
 	}
 	return nil
+}
+
+func (opts *profileOptions) flags(fl *pflag.FlagSet) {
+	opts.modelFlags.add(fl)
+	opts.requestSampling.addFlags(fl)
+	fl.StringVar(&opts.Ratios, "ratios", "0.05:0.95:0.05", "ratio bins: LO:HI:STEP or ascending edges a,b,c")
+	fl.IntVar(&opts.PerRatio, "per-ratio", 64, "requests per ratio bin (N)")
+	fl.Float64Var(&opts.Tau, "tau", 0.97, "similarity threshold τ of the table")
+	addSimilarityFlag(fl, &opts.Similarity)
+	opts.regimeFlags.add(fl)
+	fl.BoolVar(&opts.AllSteps, "all-steps", false, "measure at every denoising step (for heatmaps), not only the first")
+	fl.StringVar(&opts.Shard, "shard", "", "run shard K/N of the requests (0 ≤ K < N)")
+	fl.StringVar(&opts.Out, "out", "profile-out", "output directory")
+	fl.BoolVar(&opts.Resume, "resume", false, "continue an interrupted run in --out")
+	fl.BoolVar(&opts.Quiet, "quiet", false, "no progress bar")
 }

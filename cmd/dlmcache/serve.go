@@ -55,37 +55,6 @@ type serveOptions struct {
 	ready func(addr string)
 }
 
-func (opts *serveOptions) flags(fl *pflag.FlagSet) {
-	opts.modelFlags.add(fl)
-	fl.StringVar(&opts.Addr, "addr", "127.0.0.1:8080", "listen address (host:port; port 0 picks a free one)")
-	fl.StringVar(&opts.ServedName, "served-model-name", "", "the model name the API reports (GET /v1/models, responses' model); default: the model's name")
-	fl.StringVar(&opts.Method, "method", "", "caching method: "+strings.Join(cache.Names(), ", ")+"; default: exact-block on a block-causal model, else bicache with --lut, else none")
-	addCacheFlags(fl, &opts.Cache)
-	opts.regimeFlags.add(fl)
-	fl.BoolVar(&opts.StoreAnswers, "store-answers", false, "with --store-blocks: keep each answered conversation's blocks so the next turn reuses every earlier turn (a fill forward over the question and answer per request)")
-	fl.StringVar(&opts.Modules, "modules", "", "prompt-module schema (JSON: {\"modules\": [{\"name\", \"text\", \"start\"}]}): chat requests import modules by name (\"modules\": [...]) to open their system message with them, each module's K/V computed once at its reserved positions and reused")
-	cache.AddFlags(fl, &opts.Cache.Method, "module-depth") // the module method's, serve's alone
-	fl.IntVar(&opts.MaxBatch, "max-batch", defaultMaxBatch, "generations whose step forwards run as one batched forward (continuous batching; 16 gave 1.4–1.7× the requests/s of two unbatched generations at 16 clients on an idle 2-core CPU: docs/serving.md); 1: each runs its own forwards, which does better on a CPU shared with other work")
-	fl.IntVar(&opts.MaxConcurrency, "max-concurrency", 0, "generations run at once (0: --max-batch when above 1, else 2, which gave 33–59% more tokens/s than 1 on a 2-core CPU: see docs/serving.md)")
-	fl.IntVar(&opts.MaxQueue, "max-queue", 1024, "requests that may wait for a generation slot beyond those running; more get 429 (0: 4×max-concurrency)")
-	fl.DurationVar(&opts.QueueWait, "queue-wait", 0, "longest wait for a generation slot before a 503 (0: --timeout)")
-	fl.DurationVar(&opts.Timeout, "timeout", 5*time.Minute, "per-request time limit, queueing included (504 past it)")
-	fl.DurationVar(&opts.Grace, "grace", 30*time.Second, "on SIGINT/SIGTERM, how long requests in flight may take to finish")
-	fl.Int64Var(&opts.MaxBodyBytes, "max-body-bytes", 1<<20, "largest request body (413 past it)")
-	fl.IntVar(&opts.StreamBuffer, "stream-buffer-bytes", 1<<20, "a streamed response's output that may wait for its client; past it the request is cancelled (slow_reader), so a client that stops reading never holds up the others")
-	fl.DurationVar(&opts.WriteTimeout, "write-timeout", 30*time.Second, "longest a write to a client may make no progress; past it the response is cut and the request cancelled (write_timeout)")
-	fl.DurationVar(&opts.ReadTimeout, "read-timeout", 30*time.Second, "longest time to read a request, header and body")
-	fl.DurationVar(&opts.ReadHeader, "read-header-timeout", 10*time.Second, "longest time to read a request's header")
-	fl.DurationVar(&opts.IdleTimeout, "idle-timeout", 2*time.Minute, "longest a keep-alive connection may wait for its next request")
-	fl.IntVar(&opts.MaxContext, "max-context", 0, "largest prompt + gen length in tokens (0: the model's max_sequence_length)")
-	fl.DurationVar(&opts.IdleTrim, "idle-trim", 2*time.Second, "after this long with no request in flight, return the memory the last burst left (pooled buffers, freed heap) to the kernel; negative: never")
-	fl.IntVar(&opts.MaxTokens, "max-completion-tokens", serve.DefaultMaxGenLength, "most completion tokens (max_tokens, gen_length) one request may ask for; more get 400")
-	fl.StringArrayVar(&opts.APIKeys, "api-key", nil, "API key requests must send as \"Authorization: Bearer KEY\" (repeatable; /health, /healthz and the playground page stay open); a key on the command line shows in the process list: prefer --api-key-file")
-	fl.StringVar(&opts.APIKeyFile, "api-key-file", "", "file of API keys, one a line (blank lines and lines starting with # skipped); with --api-key, all are accepted")
-	fl.BoolVar(&opts.Quiet, "quiet", false, "no per-request log lines")
-	fl.BoolVar(&opts.AllowUncalibrated, "allow-uncalibrated", false, "serve a --lut table no calibration checked against the model's answers (profile's cosine estimates lost 10 points on held-out requests: docs/results.md)")
-}
-
 func (opts *serveOptions) run(ctx context.Context) error {
 	if opts.MaxBatch < 1 {
 		return fmt.Errorf("--max-batch must be at least 1, got %d", opts.MaxBatch)
@@ -184,6 +153,37 @@ func (opts *serveOptions) run(ctx context.Context) error {
 	err = srv.Serve(ctx, ln, opts.Grace)
 	fmt.Fprintln(opts.f.ErrOut, "dlmcache serve: stopped")
 	return err
+}
+
+func (opts *serveOptions) flags(fl *pflag.FlagSet) {
+	opts.modelFlags.add(fl)
+	fl.StringVar(&opts.Addr, "addr", "127.0.0.1:8080", "listen address (host:port; port 0 picks a free one)")
+	fl.StringVar(&opts.ServedName, "served-model-name", "", "the model name the API reports (GET /v1/models, responses' model); default: the model's name")
+	fl.StringVar(&opts.Method, "method", "", "caching method: "+strings.Join(cache.Names(), ", ")+"; default: exact-block on a block-causal model, else bicache with --lut, else none")
+	addCacheFlags(fl, &opts.Cache)
+	opts.regimeFlags.add(fl)
+	fl.BoolVar(&opts.StoreAnswers, "store-answers", false, "with --store-blocks: keep each answered conversation's blocks so the next turn reuses every earlier turn (a fill forward over the question and answer per request)")
+	fl.StringVar(&opts.Modules, "modules", "", "prompt-module schema (JSON: {\"modules\": [{\"name\", \"text\", \"start\"}]}): chat requests import modules by name (\"modules\": [...]) to open their system message with them, each module's K/V computed once at its reserved positions and reused")
+	cache.AddFlags(fl, &opts.Cache.Method, "module-depth") // the module method's, serve's alone
+	fl.IntVar(&opts.MaxBatch, "max-batch", defaultMaxBatch, "generations whose step forwards run as one batched forward (continuous batching; 16 gave 1.4–1.7× the requests/s of two unbatched generations at 16 clients on an idle 2-core CPU: docs/serving.md); 1: each runs its own forwards, which does better on a CPU shared with other work")
+	fl.IntVar(&opts.MaxConcurrency, "max-concurrency", 0, "generations run at once (0: --max-batch when above 1, else 2, which gave 33–59% more tokens/s than 1 on a 2-core CPU: see docs/serving.md)")
+	fl.IntVar(&opts.MaxQueue, "max-queue", 1024, "requests that may wait for a generation slot beyond those running; more get 429 (0: 4×max-concurrency)")
+	fl.DurationVar(&opts.QueueWait, "queue-wait", 0, "longest wait for a generation slot before a 503 (0: --timeout)")
+	fl.DurationVar(&opts.Timeout, "timeout", 5*time.Minute, "per-request time limit, queueing included (504 past it)")
+	fl.DurationVar(&opts.Grace, "grace", 30*time.Second, "on SIGINT/SIGTERM, how long requests in flight may take to finish")
+	fl.Int64Var(&opts.MaxBodyBytes, "max-body-bytes", 1<<20, "largest request body (413 past it)")
+	fl.IntVar(&opts.StreamBuffer, "stream-buffer-bytes", 1<<20, "a streamed response's output that may wait for its client; past it the request is cancelled (slow_reader), so a client that stops reading never holds up the others")
+	fl.DurationVar(&opts.WriteTimeout, "write-timeout", 30*time.Second, "longest a write to a client may make no progress; past it the response is cut and the request cancelled (write_timeout)")
+	fl.DurationVar(&opts.ReadTimeout, "read-timeout", 30*time.Second, "longest time to read a request, header and body")
+	fl.DurationVar(&opts.ReadHeader, "read-header-timeout", 10*time.Second, "longest time to read a request's header")
+	fl.DurationVar(&opts.IdleTimeout, "idle-timeout", 2*time.Minute, "longest a keep-alive connection may wait for its next request")
+	fl.IntVar(&opts.MaxContext, "max-context", 0, "largest prompt + gen length in tokens (0: the model's max_sequence_length)")
+	fl.DurationVar(&opts.IdleTrim, "idle-trim", 2*time.Second, "after this long with no request in flight, return the memory the last burst left (pooled buffers, freed heap) to the kernel; negative: never")
+	fl.IntVar(&opts.MaxTokens, "max-completion-tokens", serve.DefaultMaxGenLength, "most completion tokens (max_tokens, gen_length) one request may ask for; more get 400")
+	fl.StringArrayVar(&opts.APIKeys, "api-key", nil, "API key requests must send as \"Authorization: Bearer KEY\" (repeatable; /health, /healthz and the playground page stay open); a key on the command line shows in the process list: prefer --api-key-file")
+	fl.StringVar(&opts.APIKeyFile, "api-key-file", "", "file of API keys, one a line (blank lines and lines starting with # skipped); with --api-key, all are accepted")
+	fl.BoolVar(&opts.Quiet, "quiet", false, "no per-request log lines")
+	fl.BoolVar(&opts.AllowUncalibrated, "allow-uncalibrated", false, "serve a --lut table no calibration checked against the model's answers (profile's cosine estimates lost 10 points on held-out requests: docs/results.md)")
 }
 
 // checkCalibrated refuses a table no calibration checked, unless allowed.

@@ -64,11 +64,16 @@ func parseFloats(s string) ([]float64, error) {
 	return out, nil
 }
 
-func writeJSON(dir, name string, v any) (string, error) {
+// writeJSON writes v as indented JSON to dir/name and says so on f.ErrOut.
+func writeJSON(f *factory, dir, name string, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
-		return "", err
+		return err
 	}
 	p := filepath.Join(dir, name)
-	return p, writeFileAtomic(p, append(b, '\n'))
+	if err := writeFileAtomic(p, append(b, '\n')); err != nil {
+		return err
+	}
+	fmt.Fprintln(f.ErrOut, "wrote", p)
+	return nil
 }

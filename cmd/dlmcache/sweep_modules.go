@@ -16,16 +16,6 @@ type sweepModulesOptions struct {
 	Depths string
 }
 
-func (opts *sweepModulesOptions) flags(fl *pflag.FlagSet) {
-	opts.addFlags(fl)
-	fl.StringVar(&opts.Depths, "depths", "", "depths d: a,b,c or lo:hi:step (default: 0 to the model's layer count)")
-	// The cache flags' --refresh, with another default: 1, so that only the
-	// module reuse differs from the whole request.
-	opts.Cache.Method.BiCache.Refresh = 1
-	r := fl.Lookup("refresh")
-	r.DefValue, r.Usage = "1", "deep layers' refresh period R (1: every step, so only the module reuse differs from the whole request)"
-}
-
 func (opts *sweepModulesOptions) run(ctx context.Context) error {
 	if opts.Cache.Method.BiCache.Refresh < 1 {
 		return fmt.Errorf("--refresh must be positive, got %d", opts.Cache.Method.BiCache.Refresh)
@@ -68,9 +58,15 @@ func (opts *sweepModulesOptions) run(ctx context.Context) error {
 	for _, p := range res.Points {
 		fmt.Fprintf(opts.f.Out, "%-10s %5d %8.1f%% %8.1f%% %5.1f%%\n", p.Layout, p.Depth, 100*p.Accuracy, 100*p.Agreement, 100*float64(p.RowsComputed)/float64(max(p.RowsFull, 1)))
 	}
-	p, err := writeJSON(opts.Out, "sweep-modules.json", res)
-	if err == nil {
-		fmt.Fprintln(opts.f.ErrOut, "wrote", p)
-	}
-	return err
+	return writeJSON(opts.f, opts.Out, "sweep-modules.json", res)
+}
+
+func (opts *sweepModulesOptions) flags(fl *pflag.FlagSet) {
+	opts.addFlags(fl)
+	fl.StringVar(&opts.Depths, "depths", "", "depths d: a,b,c or lo:hi:step (default: 0 to the model's layer count)")
+	// The cache flags' --refresh, with another default: 1, so that only the
+	// module reuse differs from the whole request.
+	opts.Cache.Method.BiCache.Refresh = 1
+	r := fl.Lookup("refresh")
+	r.DefValue, r.Usage = "1", "deep layers' refresh period R (1: every step, so only the module reuse differs from the whole request)"
 }

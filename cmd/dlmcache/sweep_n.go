@@ -20,15 +20,6 @@ type sweepNOptions struct {
 	Out  string
 }
 
-func (opts *sweepNOptions) flags(fl *pflag.FlagSet) {
-	fl.Float64Var(&opts.Tau, "tau", 0.97, "similarity threshold τ")
-	fl.IntVar(&opts.Step, "step", 2, "N grows by this many requests per bin")
-	fl.Float64Var(&opts.Eps, "eps", 0.05, "the table has converged once L1 stays ≤ eps (layers)")
-	fl.StringVar(&opts.Stat, "stat", "mean", "depth statistic: mean, mean-std or min")
-	fl.StringVar(&opts.Out, "out", ".", "directory for convergence.json (plot it with dlmcache plot convergence)")
-	opts.similarityFiles.add(fl, "similarity.parquet files of one run")
-}
-
 func (opts *sweepNOptions) run(context.Context) error {
 	stat, err := parseStat(opts.Stat)
 	if err != nil {
@@ -53,9 +44,14 @@ func (opts *sweepNOptions) run(context.Context) error {
 	if err := os.MkdirAll(opts.Out, 0o755); err != nil {
 		return err
 	}
-	p, err := writeJSON(opts.Out, "convergence.json", map[string]any{"tau": opts.Tau, "step": opts.Step, "eps": opts.Eps, "stable_n": stable, "points": pts})
-	if err == nil {
-		fmt.Fprintln(opts.f.ErrOut, "wrote", p)
-	}
-	return err
+	return writeJSON(opts.f, opts.Out, "convergence.json", map[string]any{"tau": opts.Tau, "step": opts.Step, "eps": opts.Eps, "stable_n": stable, "points": pts})
+}
+
+func (opts *sweepNOptions) flags(fl *pflag.FlagSet) {
+	fl.Float64Var(&opts.Tau, "tau", 0.97, "similarity threshold τ")
+	fl.IntVar(&opts.Step, "step", 2, "N grows by this many requests per bin")
+	fl.Float64Var(&opts.Eps, "eps", 0.05, "the table has converged once L1 stays ≤ eps (layers)")
+	fl.StringVar(&opts.Stat, "stat", "mean", "depth statistic: mean, mean-std or min")
+	fl.StringVar(&opts.Out, "out", ".", "directory for convergence.json (plot it with dlmcache plot convergence)")
+	opts.similarityFiles.add(fl, "similarity.parquet files of one run")
 }

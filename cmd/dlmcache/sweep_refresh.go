@@ -20,14 +20,6 @@ type sweepRefreshOptions struct {
 	PictureN int
 }
 
-func (opts *sweepRefreshOptions) flags(fl *pflag.FlagSet) {
-	opts.addFlags(fl)
-	fl.StringVar(&opts.Rs, "rs", "", "refresh periods R: a,b,c or lo:hi:step (default: 1, 2, 4, … up to the model's step count)")
-	fl.IntVar(&opts.PictureR, "picture-refresh", 0, "R of the deep-layer picture (default: a quarter of the steps, at least 1)")
-	fl.IntVar(&opts.PictureN, "picture-requests", 8, "requests averaged in the deep-layer picture")
-	_ = cobra.MarkFlagRequired(fl, "lut")
-}
-
 func (opts *sweepRefreshOptions) run(ctx context.Context) error {
 	env, err := opts.load(opts.f)
 	if err != nil {
@@ -92,9 +84,13 @@ func (opts *sweepRefreshOptions) run(ctx context.Context) error {
 		fmt.Fprintf(opts.f.Out, "%6d %14.4f %8.4f %10.4f              %14.4f %8.4f %10.4f\n", l, pic.Cross[i], pic.Stale[i], pic.Refreshed[i],
 			pic.CrossRowMin[i], pic.StaleRowMin[i], pic.RefreshedRowMin[i])
 	}
-	p, err := writeJSON(opts.Out, "sweep-refresh.json", res)
-	if err == nil {
-		fmt.Fprintln(opts.f.ErrOut, "wrote", p)
-	}
-	return err
+	return writeJSON(opts.f, opts.Out, "sweep-refresh.json", res)
+}
+
+func (opts *sweepRefreshOptions) flags(fl *pflag.FlagSet) {
+	opts.addFlags(fl)
+	fl.StringVar(&opts.Rs, "rs", "", "refresh periods R: a,b,c or lo:hi:step (default: 1, 2, 4, … up to the model's step count)")
+	fl.IntVar(&opts.PictureR, "picture-refresh", 0, "R of the deep-layer picture (default: a quarter of the steps, at least 1)")
+	fl.IntVar(&opts.PictureN, "picture-requests", 8, "requests averaged in the deep-layer picture")
+	_ = cobra.MarkFlagRequired(fl, "lut")
 }

@@ -111,12 +111,6 @@ type sweepTauOptions struct {
 	Taus string
 }
 
-func (opts *sweepTauOptions) flags(fl *pflag.FlagSet) {
-	opts.addFlags(fl)
-	opts.similarityFiles.add(fl, "similarity.parquet files of one profile run")
-	fl.StringVar(&opts.Taus, "taus", "0.91:0.99:0.02", "τ values: lo:hi:step or a,b,c")
-}
-
 func (opts *sweepTauOptions) run(ctx context.Context) error {
 	taus, err := parseFloats(opts.Taus)
 	if err != nil {
@@ -159,9 +153,11 @@ func (opts *sweepTauOptions) run(ctx context.Context) error {
 		return err
 	}
 	printSweep(opts.f, "τ", res)
-	p, err := writeJSON(opts.Out, "sweep-tau.json", res)
-	if err == nil {
-		fmt.Fprintln(opts.f.ErrOut, "wrote", p)
-	}
-	return err
+	return writeJSON(opts.f, opts.Out, "sweep-tau.json", res)
+}
+
+func (opts *sweepTauOptions) flags(fl *pflag.FlagSet) {
+	opts.addFlags(fl)
+	opts.similarityFiles.add(fl, "similarity.parquet files of one profile run")
+	fl.StringVar(&opts.Taus, "taus", "0.91:0.99:0.02", "τ values: lo:hi:step or a,b,c")
 }

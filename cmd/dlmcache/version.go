@@ -42,10 +42,6 @@ type versionInfo struct {
 	QuantProducts string `json:"quant_products"`
 }
 
-func (opts *versionOptions) flags(fl *pflag.FlagSet) {
-	fl.BoolVar(&opts.JSON, "json", false, "print JSON")
-}
-
 func buildVersion() versionInfo {
 	v := versionInfo{Version: "unknown", Commit: cmp.Or(commit, "unknown"), Go: runtime.Version(),
 		Platform: runtime.GOOS + "/" + runtime.GOARCH, Backend: "cpu", BLAS: cpu.BLAS()}
@@ -85,4 +81,8 @@ func (opts *versionOptions) run(context.Context) error {
 	fmt.Fprintf(opts.f.Out, "dlmcache %s\ncommit   %s%s\ngo       %s %s\nbackend  %s (the CUDA backend needs a build with -tags cuda)\nblas     %s\ngemm     %s\nquant    %s\n",
 		v.Version, v.Commit, mod, v.Go, v.Platform, v.Backend, v.BLAS, v.GEMM, v.QuantProducts)
 	return nil
+}
+
+func (opts *versionOptions) flags(fl *pflag.FlagSet) {
+	fl.BoolVar(&opts.JSON, "json", false, "print JSON")
 }
