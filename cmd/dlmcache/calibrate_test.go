@@ -24,17 +24,27 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// TestCalibrateShardProcesses runs N calibrate shards as separate processes,
-// as deploy/k8s/calibrate-job.yaml does, merges them, and gets the table of
-// one run.
-func TestCalibrateShardProcesses(t *testing.T) {
+// calibrateTo runs calibrate with args and --out out, and reads the table
+// it wrote; what names the run in a failure.
+func calibrateTo(t *testing.T, what string, args []string, out string) *lut.Table {
+	t.Helper()
+	if _, errOut, code := run(t, append(slices.Clone(args), "--out", out)...); code != 0 {
+		t.Fatalf("%s: exit %d: %s", what, code, errOut)
+	}
+	tab, err := lut.Read(filepath.Join(out, "table.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tab
+}
+
+// N calibrate shards run as separate processes, as
+// deploy/k8s/calibrate-job.yaml runs them, merge into the table of one run.
+func TestCalibrateShardProcessesMergeToOneRunsTable(t *testing.T) {
 	dir := t.TempDir()
 	common := []string{"calibrate", "--mode", "depth", "--model", serveFixture, "--ratios", "0.2,0.5,0.8,1", "--per-ratio", "3", "--quiet",
 		"--user-prompts", "100", "--system-prompts", "builtin:assistant,builtin:coder", "--refresh", "2", "--agreement", "0.5"}
-	one := filepath.Join(dir, "one")
-	if _, errOut, code := run(t, append(common, "--out", one)...); code != 0 {
-		t.Fatalf("one run: exit %d: %s", code, errOut)
-	}
+	a := calibrateTo(t, "one run", common, filepath.Join(dir, "one"))
 	const n = 3
 	var shards []string
 	procs := make([]*exec.Cmd, n)
@@ -53,17 +63,7 @@ func TestCalibrateShardProcesses(t *testing.T) {
 		}
 	}
 	merged := filepath.Join(dir, "merged")
-	if _, errOut, code := run(t, append(common, "--merge", strings.Join(shards, ","), "--out", merged)...); code != 0 {
-		t.Fatalf("merge: exit %d: %s", code, errOut)
-	}
-	a, err := lut.Read(filepath.Join(one, "table.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := lut.Read(filepath.Join(merged, "table.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := calibrateTo(t, "merge", append(common, "--merge", strings.Join(shards, ",")), merged)
 	if !reflect.DeepEqual(a.Bins, b.Bins) || a.Calibration == nil {
 		t.Errorf("merged bins %+v\none run's %+v", b.Bins, a.Bins)
 	}
@@ -84,24 +84,11 @@ func TestCalibrateMethodsResumesAndMerges(t *testing.T) {
 	common := []string{"calibrate", "--model", serveFixture, "--ratios", "0.6,0.75,0.9", "--per-ratio", "2", "--quiet",
 		"--setting", "none@threshold:0.9", "--setting", "bicache@schedule depth=1 source=store", "--agreement", "0.3", "--max-loss", "100"}
 	one := filepath.Join(dir, "one")
-	if _, errOut, code := run(t, append(common, "--out", one)...); code != 0 {
-		t.Fatalf("one run: exit %d: %s", code, errOut)
-	}
-	a, err := lut.Read(filepath.Join(one, "table.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := calibrateTo(t, "one run", common, one)
 	if !a.Chooses() || !a.Calibrated() || a.Format != lut.Format {
 		t.Fatalf("the search wrote no choices: %+v", a)
 	}
-	if _, errOut, code := run(t, append(common, "--out", one, "--resume")...); code != 0 {
-		t.Fatalf("resume: exit %d: %s", code, errOut)
-	}
-	b, err := lut.Read(filepath.Join(one, "table.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(a.Bins, b.Bins) {
+	if b := calibrateTo(t, "resume", append(common, "--resume"), one); !reflect.DeepEqual(a.Bins, b.Bins) {
 		t.Errorf("resumed bins differ:\n%+v\n%+v", b.Bins, a.Bins)
 	}
 	var shards []string
@@ -112,14 +99,7 @@ func TestCalibrateMethodsResumesAndMerges(t *testing.T) {
 			t.Fatalf("shard %d: exit %d: %s", k, code, errOut)
 		}
 	}
-	merged := filepath.Join(dir, "merged")
-	if _, errOut, code := run(t, append(common, "--merge", strings.Join(shards, ","), "--out", merged)...); code != 0 {
-		t.Fatalf("merge: exit %d: %s", code, errOut)
-	}
-	c, err := lut.Read(filepath.Join(merged, "table.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := calibrateTo(t, "merge", append(common, "--merge", strings.Join(shards, ",")), filepath.Join(dir, "merged"))
 	if len(c.Bins) != len(a.Bins) || !reflect.DeepEqual(c.Classes, a.Classes) {
 		t.Fatalf("merged table: %+v", c)
 	}

@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
 )
 
 // runIn is run with standard input.
@@ -33,7 +36,7 @@ func TestVersionReportsBackendAndGEMM(t *testing.T) {
 	}
 }
 
-func TestFlagCompletions(t *testing.T) {
+func TestFlagsCompleteTheirValues(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -91,7 +94,7 @@ func TestGenerateReadsStdin(t *testing.T) {
 // bench --turns --wildchat: chat conversations beside the lookup ones,
 // unscored, every method's answers compared with none's, in the table and
 // in bench.json.
-func TestBenchChatConversations(t *testing.T) {
+func TestBenchComparesChatAnswersWithNone(t *testing.T) {
 	dir := t.TempDir()
 	out, errOut, code := run(t, "bench", "--model", serveFixture, "--suite", "lookup", "--limit", "1", "--turns", "2", "--wildchat", "builtin",
 		"--max-conversation-chars", "1500", "--methods", "none,prefix-all", "--gen-length", "8", "--steps", "4", "--quiet", "--out", dir)
@@ -135,6 +138,44 @@ func TestBenchChatConversations(t *testing.T) {
 	for _, bad := range [][]string{{"--wildchat", "builtin"}, {"--turns", "2", "--wildchat", filepath.Join(dir, "missing.parquet")}} {
 		if _, errOut, code := run(t, append([]string{"bench", "--model", serveFixture, "--suite", "lookup", "--limit", "1", "--quiet"}, bad...)...); code == 0 || !strings.Contains(errOut, "--wildchat") {
 			t.Errorf("%v: exit %d: %s", bad, code, errOut)
+		}
+	}
+}
+
+// A command that takes positional arguments stores them in its options
+// (setArgs) before its runF hook sees them, and a wrong count is refused
+// before anything runs.
+func TestCommandsStoreTheirPositionalArguments(t *testing.T) {
+	f := &factory{Out: io.Discard, ErrOut: io.Discard}
+	var got []string
+	for _, tc := range []struct {
+		cmd  *cobra.Command
+		args []string
+		want []string // what the options hold
+	}{
+		{newCmdLutShow(f, func(o *lutShowOptions) error { got = []string{o.File}; return nil }), []string{"a.json"}, nil},
+		{newCmdLutDiff(f, func(o *lutDiffOptions) error { got = []string{o.A, o.B}; return nil }), []string{"a.json", "b.json"}, nil},
+		{newCmdLutCheck(f, func(o *lutCheckOptions) error { got = []string{o.File}; return nil }), []string{"a.json"}, nil},
+		{newCmdLutVerify(f, func(o *lutVerifyOptions) error { got = []string{o.File}; return nil }), []string{"a.json"}, nil},
+		{newCmdConvert(f, func(o *convertOptions) error { got = []string{o.Src, o.Out}; return nil }), []string{"llada-tiny", "tiny.gguf"}, nil},
+		// A plot's --out defaults to its kind.
+		{newCmdPlotKind(f, "depth", "table.json", "", func(o *plotOptions) error { got = []string{o.In, o.Out}; return nil }), []string{"t.json"}, []string{"t.json", "depth.png"}},
+	} {
+		want := tc.want
+		if want == nil {
+			want = tc.args
+		}
+		tc.cmd.SetOut(io.Discard)
+		tc.cmd.SetErr(io.Discard)
+		got = nil
+		tc.cmd.SetArgs(tc.args)
+		if err := tc.cmd.Execute(); err != nil || !slices.Equal(got, want) {
+			t.Errorf("%s %v: options hold %q (%v), want %q", tc.cmd.Name(), tc.args, got, err, want)
+		}
+		got = nil
+		tc.cmd.SetArgs(append(slices.Clone(tc.args), "extra"))
+		if err := tc.cmd.Execute(); err == nil || got != nil {
+			t.Errorf("%s with an argument too many: %v, ran with %q", tc.cmd.Name(), err, got)
 		}
 	}
 }

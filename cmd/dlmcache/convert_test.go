@@ -8,10 +8,10 @@ import (
 	"testing"
 )
 
-// TestConvertGenerate converts the bundled model to GGUF (F32 and Q8_0) and
+// TestConvertedModelsGiveTheBundledAnswer converts the bundled model to GGUF (F32 and Q8_0) and
 // back, and generates with each: the F32 file and the directory converted
 // back give the bundled model's answer token for token.
-func TestConvertGenerate(t *testing.T) {
+func TestConvertedModelsGiveTheBundledAnswer(t *testing.T) {
 	dir := t.TempDir()
 	type gen struct {
 		Answer string  `json:"answer"`

@@ -19,7 +19,7 @@ const blockFixture = "../../model/testdata/tiny-block"
 // profile on a block-causal model: the prefixes measured at their full
 // blocks have cosine 1 at every layer, so every filled bin's depth is the
 // model's layer count.
-func TestProfileBlockCausal(t *testing.T) {
+func TestProfileOfABlockCausalModelReusesEveryLayer(t *testing.T) {
 	model := blockFixture
 	prof := filepath.Join(t.TempDir(), "prof")
 	out, errOut, code := run(t, "profile", "--model", model, "--ratios", "0.5:0.9:0.2", "--per-ratio", "4", "--quiet", "--out", prof,
@@ -55,7 +55,7 @@ func TestProfileBlockCausal(t *testing.T) {
 // cache beside the bidirectional one (which skips exact-block), rows
 // labelled by model; the exact cache answers as none on its model and
 // serves the repeated system messages' full blocks from the store.
-func TestBenchCompareModels(t *testing.T) {
+func TestBenchComparesModelsOnTheSameSamples(t *testing.T) {
 	model := blockFixture
 	out, errOut, code := run(t, "bench", "--model", model, "--compare-model", serveFixture, "--methods", "none,exact-block",
 		"--suite", "lookup", "--limit", "2", "--questions-per-system", "2", "--gen-length", "16", "--steps", "8", "--block-length", "8", "--quiet", "--json")
@@ -98,7 +98,7 @@ func TestBenchCompareModels(t *testing.T) {
 // serve on a block-causal model defaults to the exact cache with a block
 // store of the model's block size and says so; the exact cache refuses a
 // bidirectional model at start.
-func TestServeBlockCausalDefaults(t *testing.T) {
+func TestServeDefaultsToTheExactCacheOnBlockCausalModels(t *testing.T) {
 	model := blockFixture
 	var errOut testutil.SyncBuffer
 	opts := parseServe(t, &errOut, "--model", model, "--threads", "1", "--addr", "127.0.0.1:0", "--timeout", "30s", "--gen-length", "16", "--steps", "8", "--block-length", "8")

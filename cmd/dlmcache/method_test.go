@@ -14,7 +14,7 @@ import (
 
 // The bicache methods warn before reusing the store's prefix K/V across
 // requests at depths from the whole-prefix cosine, and only then.
-func TestCrossRequestWarning(t *testing.T) {
+func TestCosineDepthsAcrossRequestsWarn(t *testing.T) {
 	kv, old, rowMin := &lut.Table{Similarity: "kv"}, &lut.Table{}, &lut.Table{Similarity: "kv-row-min"}
 	calibrated := &lut.Table{Bins: []lut.Bin{{Lo: 0, Hi: 1, Count: 3, MeanDepth: 6,
 		Calibrated: map[string]*lut.BinCalibration{"store": {Depth: 2}}}},

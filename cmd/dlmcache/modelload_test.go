@@ -7,11 +7,11 @@ import (
 	"github.com/dlmcache/dlmcache/model"
 )
 
-// TestGenOptionsFromCard: every command resolves zero flags through
+// TestGenOptionsDefaultToTheCardsRegime: every command resolves zero flags through
 // genOptions, so the card's regime is the default, and --gen-length alone
 // (a length other than the card's) gives gen/2 steps in one block: the
 // one-flag way back to the 16-slot regime from a long-regime card.
-func TestGenOptionsFromCard(t *testing.T) {
+func TestGenOptionsDefaultToTheCardsRegime(t *testing.T) {
 	short := model.Card{GenLength: 16, Steps: 8, BlockLength: 16}
 	long := model.Card{GenLength: 128, Steps: 64, BlockLength: 32}
 	tests := []struct {
@@ -47,10 +47,10 @@ func TestGenOptionsFromCard(t *testing.T) {
 	}
 }
 
-// TestGenOptionsBlockCausal: a block-causal model decodes in its own
+// TestBlockCausalModelsDecodeInTheirOwnBlocks: a block-causal model decodes in its own
 // blocks with one step per slot at most and threshold decoding at the
 // public default unless flags say otherwise, and its regime line says so.
-func TestGenOptionsBlockCausal(t *testing.T) {
+func TestBlockCausalModelsDecodeInTheirOwnBlocks(t *testing.T) {
 	cfg := &model.Config{BlockCausal: true, BlockSize: 8}
 	lm := &loadedModel{Model: &model.Model{Card: model.Card{GenLength: 32, Steps: 32, BlockLength: 8}, LLaDA: &model.LLaDA{Config: cfg}}, Name: "b"}
 	o, err := lm.genOptions(0, 0, 0)

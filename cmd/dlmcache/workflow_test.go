@@ -19,7 +19,7 @@ func run(t *testing.T, args ...string) (string, string, int) {
 
 // The profiling workflow on the random-weights fixture: profile, resume,
 // rebuild at another τ, show, diff, check, sweep n, plot.
-func TestProfileWorkflow(t *testing.T) {
+func TestProfilingWorkflowRunsOnTheFixture(t *testing.T) {
 	dir := t.TempDir()
 	prof := filepath.Join(dir, "prof")
 	common := []string{"--model", serveFixture, "--ratios", "0.5:0.9:0.2", "--per-ratio", "4", "--quiet", "--out", prof, "--user-prompts", "200", "--system-prompts", "builtin:assistant,builtin:coder"}
