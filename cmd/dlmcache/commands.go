@@ -1,8 +1,6 @@
 package main
 
-import (
-	"github.com/spf13/cobra"
-)
+import "github.com/spf13/cobra"
 
 // The command tree, and each command's help (what --help and docs/cli/
 // show) and positional arguments. What a command does is its options type,

@@ -44,9 +44,9 @@ func execute(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	return 0
 }
 
-// A command's options type: the command's flags and positional arguments
-// fill it, and it does the command's work. newCommand joins it to the
-// command's help.
+// runner is a command's options type: the command's flags and positional
+// arguments fill it, and it does the command's work. newCommand joins it
+// to the command's help (commands.go).
 type runner interface {
 	// flags declares the command's flags on fl, bound to the options.
 	flags(fl *pflag.FlagSet)
