@@ -14,7 +14,9 @@ func TestServeRefusesMaxBatchBelowOne(t *testing.T) {
 	}
 }
 
-func TestServeConcurrencyDefault(t *testing.T) {
+// --max-concurrency 0 runs --max-batch generations at once when batching,
+// else 2; a value given is kept.
+func TestServeConcurrencyDefaultsToTheBatch(t *testing.T) {
 	for _, tc := range []struct{ flag, batch, want int }{
 		{0, 1, 2}, {0, 16, 16}, {3, 16, 3}, {1, 1, 1},
 	} {

@@ -211,10 +211,10 @@ func TestServeAppliesTheTablesChoice(t *testing.T) {
 	stop()
 }
 
-// TestServeAPIKeysAndName: --api-key and --api-key-file's keys are all
-// accepted, a request without one gets 401, /healthz stays open, and no
-// response shows the model's path (its name instead).
-func TestServeAPIKeysAndName(t *testing.T) {
+// --api-key and --api-key-file's keys are all accepted, a request without
+// one gets 401, /healthz stays open, and no response shows the model's path
+// (its name instead).
+func TestServeAcceptsItsAPIKeysAndHidesTheModelPath(t *testing.T) {
 	keyFile := filepath.Join(t.TempDir(), "keys")
 	os.WriteFile(keyFile, []byte("# team keys\nsk-file-1\n\n  sk-file-2  \n"), 0o600)
 	var errOut testutil.SyncBuffer
