@@ -131,6 +131,7 @@ docs:
 
 fuzz: deps
 	$(GO) test ./model/safetensors -run '^$$' -fuzz FuzzParseHeader -fuzztime 60s
+	$(GO) test ./model/tokenizer -run '^$$' -fuzz FuzzWordPatterns -fuzztime 60s
 
 clean:
 	rm -rf bin
