@@ -1,6 +1,8 @@
 package cache
 
 import (
+	"fmt"
+
 	"github.com/spf13/pflag"
 
 	"github.com/dlmcache/dlmcache/model"
@@ -25,7 +27,7 @@ func blockFlags(fl *pflag.FlagSet, o *Options) {
 // blockLengthFlag is the block length of every method that decodes in
 // blocks (block, freecache).
 func blockLengthFlag(fl *pflag.FlagSet, o *Options) {
-	fl.IntVar(&o.Block.Length, "dual-block", DefaultOptions().Block.Length, "block methods (block, freecache and their bicache compositions): block length in tokens when the regime has one block (clamped to a divisor of the gen length)")
+	fl.IntVar(&o.Block.Length, "dual-block", DefaultOptions().Block.Length, "block methods (block, freecache and their bicache compositions): block length in tokens when the regime has one block (clamped to a divisor of the gen length; a block-causal model decodes in its own blocks, so at least its block)")
 }
 
 // blockKnobs: the block length the dual cache decodes in.
@@ -48,6 +50,18 @@ func (m *block) Gen(o model.GenOptions) model.GenOptions {
 	o = blocked(o, m.o.Block.Length)
 	o.Decoder = model.Threshold{T: m.o.Block.Threshold}
 	return o
+}
+
+// CheckModel refuses a dual block shorter than a block-causal model's own
+// block: such a model decodes in its blocks of B, so the dual block (used
+// where the regime is one block, a gen length of at most B) can only be
+// the whole answer, and a shorter one would fail every such request.
+func (m *block) CheckModel(c *model.Config) error {
+	if B := c.CausalBlock(); B > 0 && m.o.Block.Length > 0 && m.o.Block.Length < B {
+		return fmt.Errorf("%s: --dual-block %d is shorter than this block-causal model's blocks of %d, in which it decodes: "+
+			"use --dual-block %d (or more)", m.name, m.o.Block.Length, B, B)
+	}
+	return nil
 }
 
 func (m *block) Planner(lm *model.LLaDA, _ string, _ *Info) model.Planner {

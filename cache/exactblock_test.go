@@ -374,11 +374,20 @@ func TestExactBlockRefuses(t *testing.T) {
 
 // On a block-causal model every method either serves requests (block
 // decoding feeds each step the canvas up to the current block's end) or
-// refuses the model up front with a reason; none fails mid-request.
+// refuses the model up front with a reason; none fails mid-request:
+// with model blocks shorter than the gen length, equal to it and longer
+// (the block methods' own length, 32, clamped to the gen length, is not
+// the model's block in the first and last).
 func TestEveryMethodServesOrRefusesBlockCausal(t *testing.T) {
-	m := loadBlockTiny(t, 16) // the block methods' own blocks: 32 clamped to the gen length
+	for _, B := range []int{8, 16, 32} {
+		t.Run(fmt.Sprint("B=", B), func(t *testing.T) { everyMethodServesOrRefuses(t, B) })
+	}
+}
+
+func everyMethodServesOrRefuses(t *testing.T, B int) {
+	m := loadBlockTiny(t, B)
 	ids, pl := request(t, m, 0)
-	o, gen := everyMethodOptions(m), model.GenOptions{GenLength: 16, Steps: 8}
+	o, gen := everyMethodOptions(m), model.GenOptions{GenLength: 16, Steps: 16}
 	for _, name := range Names() {
 		if name == "table" { // dispatches to the others
 			continue
@@ -404,5 +413,31 @@ func TestEveryMethodServesOrRefusesBlockCausal(t *testing.T) {
 				t.Errorf("answer still masked: %v", res.Answer)
 			}
 		})
+	}
+}
+
+// The dual cache on a block-causal model: a --dual-block shorter than the
+// model's block is refused up front (it would fail every request whose
+// answer is one model block); one at least as long serves.
+func TestBlockDualBlockOnBlockCausal(t *testing.T) {
+	m := loadBlockTiny(t, 16)
+	ids, pl := request(t, m, 0)
+	for _, n := range []int{8, 16, 32} {
+		o := DefaultOptions()
+		o.Block.Length = n
+		meth := mk(t, "block", o)
+		err := CheckModel(meth, m.Config)
+		if n < 16 {
+			if err == nil || !strings.Contains(err.Error(), "--dual-block 16") {
+				t.Errorf("--dual-block %d on blocks of 16: %v, want a refusal naming --dual-block 16", n, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("--dual-block %d on blocks of 16: %v", n, err)
+		}
+		if _, err := Run(context.Background(), m.LLaDA, meth, Request{Prompt: ids, PrefixLen: pl}, model.GenOptions{GenLength: 16, Steps: 16}); err != nil {
+			t.Errorf("--dual-block %d, gen length 16 on blocks of 16: %v", n, err)
+		}
 	}
 }

@@ -384,6 +384,9 @@ type Result struct {
 // Run generates an answer to r under meth: the one path that serve, eval,
 // bench and the calibration take. gen is adapted by meth.Gen.
 func Run(ctx context.Context, lm *model.LLaDA, meth Method, r Request, gen model.GenOptions) (*Result, error) {
+	// A block-causal model's block length, before the method adapts the
+	// options (as every command and the server do).
+	gen = lm.Config.BlockDefaults(gen)
 	meth = Resolve(meth, len(r.Prompt), r.PrefixLen, gen)
 	res := &Result{}
 	if r.Positions != nil {
@@ -443,8 +446,15 @@ func (*none) Planner(*model.LLaDA, string, *Info) model.Planner { return nil }
 // blocked sets o's block length for a block method: the method's block
 // length (32 by default, clamped to a divisor of the gen length) when o
 // has one block, with the steps rounded to a multiple of the blocks.
+//
+// A block length past the gen length is a block-causal model's own block
+// (model.Config.BlockDefaults; cache.Run applies it), which such a model
+// decodes in whatever the method's length: it is left as it is.
 func blocked(o model.GenOptions, length int) model.GenOptions {
-	if o.BlockLength == 0 || o.BlockLength >= o.GenLength {
+	if o.BlockLength > o.GenLength {
+		return o
+	}
+	if o.BlockLength == 0 || o.BlockLength == o.GenLength {
 		if length <= 0 {
 			length = 32
 		}

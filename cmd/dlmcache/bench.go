@@ -76,6 +76,36 @@ func benchConversations(opts *benchOptions, samples []datasets.Sample) ([]datase
 	return out, nil
 }
 
+// storeAnswersNote checks --store-answers against the methods: those
+// with a prefix store must keep it in blocks (only a block store can hold
+// a conversation for its next turn), and where none of them keeps a store
+// (--methods none alone: the baseline of a turns run) there is nothing to
+// store, which it says and goes on.
+func storeAnswersNote(opts *benchOptions, es []*profile.Evaluator) error {
+	if !opts.StoreAnswer {
+		return nil
+	}
+	var blocks, stores []string
+	for _, e := range es {
+		switch cache.StoreOf(e.Method).(type) {
+		case nil:
+		case *cache.BlockStore:
+			blocks = append(blocks, e.Method.Name())
+		default:
+			stores = append(stores, e.Method.Name())
+		}
+	}
+	if len(stores) > 0 {
+		return fmt.Errorf("--store-answers keeps answered conversations in a block store, but %s keep whole prefixes: add --store-blocks N (a block store of N-token blocks)",
+			strings.Join(stores, ", "))
+	}
+	if len(blocks) == 0 {
+		fmt.Fprintf(opts.f.ErrOut, "bench: --store-answers: none of the methods (%s) keeps a prefix store, so no answered turn is stored\n",
+			strings.Join(opts.Methods, ", "))
+	}
+	return nil
+}
+
 // benchBase is the method a composition or variant is built on ("" for
 // the primitives); for a cache under another decoder than its own
 // (NAME@DECODER), the decoder alone (none@DECODER): what the cache adds.
@@ -108,8 +138,8 @@ func (opts *benchOptions) run(ctx context.Context) error {
 	if note := exactStore(lm, opts.Methods, &opts.Cache); note != "" {
 		fmt.Fprintf(opts.f.ErrOut, "bench: %s\n", note)
 	}
-	if opts.StoreAnswer && (opts.Turns == 0 || opts.Cache.StoreBlocks == 0) {
-		return fmt.Errorf("--store-answers needs --turns and a block store (--store-blocks 16)")
+	if opts.StoreAnswer && opts.Turns == 0 {
+		return fmt.Errorf("--store-answers keeps each answered turn for the next: it needs --turns")
 	}
 	allMethods := slices.Equal(opts.Methods, cache.Names())
 	var es []*profile.Evaluator
@@ -128,6 +158,9 @@ func (opts *benchOptions) run(ctx context.Context) error {
 		}
 		_, blocks := cache.StoreOf(meth).(*cache.BlockStore)
 		es = append(es, &profile.Evaluator{Model: lm.Model, ModelName: label, Method: meth, Gen: meth.Gen(gen), HistoryPrefix: blocks, StoreAnswers: opts.StoreAnswer})
+	}
+	if err := storeAnswersNote(opts, es); err != nil {
+		return err
 	}
 	if opts.CompareModel != "" {
 		other, err := compareEvaluators(opts, flags)
@@ -189,7 +222,7 @@ func (opts *benchOptions) flags(fl *pflag.FlagSet) {
 	fl.StringSliceVar(&opts.Chat, "wildchat", nil, "with --turns: add --limit chat conversations to the workload, builtin (generated in WildChat's manner) and/or WildChat parquet files or directories (English conversations with that many turns); they have no reference answers, so each method's answers are compared with none's")
 	fl.StringVar(&opts.ChatSystem, "chat-system", "You are a helpful assistant.", "system message of the --wildchat conversations")
 	fl.IntVar(&opts.ChatChars, "max-conversation-chars", 6000, "skip --wildchat conversations whose first --turns exchanges are longer (characters; 0: no bound)")
-	fl.BoolVar(&opts.StoreAnswer, "store-answers", false, "with --store-blocks and --turns: keep each answered conversation's blocks for the next turn (serve --store-answers)")
+	fl.BoolVar(&opts.StoreAnswer, "store-answers", false, "with --turns: the methods with a block store keep each answered conversation's blocks for the next turn (serve --store-answers)")
 	fl.StringVar(&opts.CompareModel, "compare-model", "", "a second model run on the same samples, interleaved request by request (e.g. llada-tiny beside llada-tiny-block): the methods it can run, each at its own defaults, the results labelled by model; --lut applies to --model only")
 	opts.regimeFlags.add(fl)
 	addCacheFlags(fl, &opts.Cache)

@@ -123,3 +123,21 @@ func TestServeDefaultsToTheExactCacheOnBlockCausalModels(t *testing.T) {
 		t.Errorf("serve --method exact-block on a bidirectional model: %v", err)
 	}
 }
+
+// bench --store-answers with no method that keeps a store (the baseline of
+// a turns run, none alone) runs and says nothing is stored; without
+// --turns it is refused.
+func TestBenchStoreAnswersNoneAlone(t *testing.T) {
+	args := []string{"bench", "--model", blockFixture, "--methods", "none", "--suite", "lookup", "--limit", "1",
+		"--gen-length", "16", "--steps", "8", "--block-length", "8", "--quiet", "--store-answers"}
+	out, errOut, code := run(t, append(args, "--turns", "2")...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(errOut, "no answered turn is stored") || !strings.Contains(out, "none | lookup turn 2") {
+		t.Errorf("stderr does not say nothing is stored, or no turn-2 row:\nstderr: %s\nout: %s", errOut, out)
+	}
+	if _, errOut, code := run(t, args...); code == 0 || !strings.Contains(errOut, "needs --turns") {
+		t.Errorf("--store-answers without --turns: exit %d: %s", code, errOut)
+	}
+}
