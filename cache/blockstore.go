@@ -537,17 +537,15 @@ func (c *blockFill) free() {
 // will render it) into meth's block store, so that a later request whose
 // prompt starts with them reuses their blocks; salt is the request's. It
 // returns the (layer, row) pairs and FLOPs computed, and does nothing for
-// a method without a block store.
+// a method that keeps no block store (Storer): a store in the options of
+// a method that never reads it (none) is not filled.
 func StorePrefix(lm *model.LLaDA, meth Method, tokens []int32, salt string) (int, float64, error) {
-	b, ok := meth.(interface{ options() Options })
-	if !ok {
+	bs, ok := StoreOf(meth).(*BlockStore)
+	b, ok2 := meth.(interface{ options() Options })
+	if !ok || !ok2 {
 		return 0, 0, nil
 	}
 	o := b.options()
-	bs, ok := o.Store.(*BlockStore)
-	if !ok {
-		return 0, 0, nil
-	}
 	chain, _, rows, flops, err := bs.get(lm, PrefixID{Fingerprint: o.Fingerprint, Salt: joinSalt(o.Salt, salt), Tokens: tokens}, false)
 	if err != nil {
 		return 0, 0, err

@@ -366,4 +366,16 @@ func TestStorePrefixThroughADecoder(t *testing.T) {
 			t.Errorf("%s: %d rows stored, %v", name, rows, err)
 		}
 	}
+	// A method that keeps no store (none, block) computes and stores
+	// nothing, even with a block store in its options: nobody would read
+	// it, and bench would time the fill as the method's.
+	before := o.Store.Stats().Entries
+	for _, name := range []string{"none", "block"} {
+		if rows, _, err := StorePrefix(m.LLaDA, mk(t, name, o), ids, "other "+name); err != nil || rows != 0 {
+			t.Errorf("%s: %d rows computed, %v; want none", name, rows, err)
+		}
+	}
+	if n := o.Store.Stats().Entries; n != before {
+		t.Errorf("none and block stored %d blocks", n-before)
+	}
 }
