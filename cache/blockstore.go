@@ -160,7 +160,7 @@ func (s *BlockStore) get(lm *model.LLaDA, id PrefixID, count bool) ([]*blockNode
 	}
 	hit := len(chain) * B
 	if count {
-		s.count(id, len(chain), nb)
+		s.count(len(id.Tokens), len(chain), nb)
 	}
 	if len(chain) == nb {
 		s.mu.Unlock()
@@ -194,11 +194,11 @@ func (s *BlockStore) get(lm *model.LLaDA, id PrefixID, count bool) ([]*blockNode
 	return chain, hit, rows, flops, nil
 }
 
-// count adds a request's lookup of id (found: the chain's length, of nb
-// full blocks) to Stats (mu held).
-func (s *BlockStore) count(id PrefixID, found, nb int) {
+// count adds a request's lookup of a prefix of m tokens (found: the
+// chain's length in blocks, of nb full blocks) to Stats (mu held).
+func (s *BlockStore) count(m, found, nb int) {
 	s.stats.Queries++
-	s.stats.QueryTokens += int64(len(id.Tokens))
+	s.stats.QueryTokens += int64(m)
 	s.stats.HitTokens += int64(found * s.blockSize)
 	if found == nb {
 		s.stats.Hits++
@@ -206,16 +206,20 @@ func (s *BlockStore) count(id PrefixID, found, nb int) {
 }
 
 // lookup holds the longest stored chain of id's full blocks and counts the
-// lookup in Stats, computing nothing: for a caller that computes the
-// missing blocks itself (put stores them; releaseNodes the chain when
-// done). It does not wait for a fill in flight, so a caller inside a
-// batched forward cannot wait on a request of the same batch.
-func (s *BlockStore) lookup(id PrefixID) []*blockNode {
+// lookup of its first m tokens (the shared prefix; none when they hold no
+// full block) in Stats, computing
+// nothing: for a caller that computes the missing blocks itself (put
+// stores them; releaseNodes the chain when done). It does not wait for a
+// fill in flight, so a caller inside a batched forward cannot wait on a
+// request of the same batch.
+func (s *BlockStore) lookup(id PrefixID, m int) []*blockNode {
 	nb := len(id.Tokens) / s.blockSize
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	chain, _ := s.walk(id, nb)
-	s.count(id, len(chain), nb)
+	if mb := min(m, len(id.Tokens)) / s.blockSize; mb > 0 {
+		s.count(m, min(len(chain), mb), mb)
+	}
 	return chain
 }
 
@@ -509,11 +513,21 @@ func (c *blockFill) Hidden(l int, _ []int32, _ backend.Tensor) error {
 	return fmt.Errorf("cache: block fill computes the same rows at every layer (layer %d)", l)
 }
 func (c *blockFill) KV(l int, rows []int32, k, v backend.Tensor) error {
-	for _, p := range rows {
-		n := c.known[int(p)/c.blockSize]
-		r := []int32{p % int32(c.blockSize)}
-		c.b.CopyRows(k, []int32{p}, n.k[l], r)
-		c.b.CopyRows(v, []int32{p}, n.v[l], r)
+	// One copy a known block: the rows of each block are a run.
+	B := int32(c.blockSize)
+	for lo := 0; lo < len(rows); {
+		blk := rows[lo] / B
+		hi := lo + 1
+		for hi < len(rows) && rows[hi]/B == blk {
+			hi++
+		}
+		n, src := c.known[blk], make([]int32, hi-lo)
+		for i, p := range rows[lo:hi] {
+			src[i] = p - blk*B
+		}
+		c.b.CopyRows(k, rows[lo:hi], n.k[l], src)
+		c.b.CopyRows(v, rows[lo:hi], n.v[l], src)
+		lo = hi
 	}
 	return nil
 }

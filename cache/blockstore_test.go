@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/dlmcache/dlmcache/internal/testutil"
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/backend"
 )
@@ -377,5 +378,58 @@ func TestStorePrefixThroughADecoder(t *testing.T) {
 	}
 	if n := o.Store.Stats().Entries; n != before {
 		t.Errorf("none and block stored %d blocks", n-before)
+	}
+}
+
+// kvTap computes every row and keeps each layer's K/V.
+type kvTap struct {
+	b    backend.Backend
+	k, v [][]float32
+}
+
+func (c *kvTap) Rows(int) []int32                                      { return nil }
+func (c *kvTap) Hidden(int, []int32, backend.Tensor) error             { return nil }
+func (c *kvTap) KV(int, []int32, backend.Tensor, backend.Tensor) error { return nil }
+func (c *kvTap) Observe(_ int, _ []int32, _, k, v backend.Tensor) {
+	c.k, c.v = append(c.k, c.b.ToHost(k, nil)), append(c.v, c.b.ToHost(v, nil))
+}
+
+// On a block-causal model a block store's fill computes the missing blocks
+// in one forward over the stored ones' K/V: every layer's K/V of a prefix
+// filled on top of a stored shorter one equal those of the whole prefix
+// computed at once.
+func TestBlockStoreFillOverStoredBlocks(t *testing.T) {
+	const B = 8
+	m := loadBlockTiny(t, B)
+	ids, _ := request(t, m, 0)
+	n := len(ids) / B * B
+	if n < 4*B {
+		t.Fatalf("prompt of %d tokens: want 4 blocks", len(ids))
+	}
+	ref := &kvTap{b: m.Backend}
+	if _, err := m.Forward(model.Input{Tokens: ids[:n]}, ref); err != nil {
+		t.Fatal(err)
+	}
+	s := NewBlockStore(m.Backend, B, 1<<30, true, nil)
+	id := PrefixID{Fingerprint: m.Fingerprint, Tokens: ids[:2*B]}
+	e, _, _, _, err := s.Get(m.LLaDA, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Release(e)
+	id.Tokens = ids[:n]
+	e, hit, _, _, err := s.Get(m.LLaDA, id)
+	if err != nil || hit != 2*B {
+		t.Fatalf("second prefix: hit %d, %v; want the first's %d tokens", hit, err, 2*B)
+	}
+	defer s.Release(e)
+	for l := range m.Blocks {
+		k, v := m.Backend.ToHost(e.K[l], nil), m.Backend.ToHost(e.V[l], nil)
+		if d := testutil.RelErr(k, ref.k[l]); d > 1e-5 {
+			t.Errorf("layer %d: K off the whole prefix's by %.3g", l, d)
+		}
+		if d := testutil.RelErr(v, ref.v[l]); d > 1e-5 {
+			t.Errorf("layer %d: V off the whole prefix's by %.3g", l, d)
+		}
 	}
 }

@@ -112,25 +112,34 @@ func (p *exactPlanner) Begin(r *model.Request) error {
 }
 
 // fromStore copies the stored K/V of the shared prefix's full blocks into
-// the kept rows.
+// the kept rows; a block store's, those of every full block of the prompt
+// it holds.
 func (p *exactPlanner) fromStore(r *model.Request) error {
 	store, m := p.meth.o.Store, r.PrefixLen
-	if store == nil || m < p.B {
+	bs, blocks := store.(*BlockStore)
+	if store == nil || m < p.B && !blocks {
 		return nil
 	}
 	// The store computes prefixes at positions 0, 1, 2, …; a prompt
 	// composed at other position ids gets none of them.
-	for i := range m {
+	for i := range r.Prompt {
 		if r.Positions != nil && r.Positions[i] != int32(i) {
 			return nil
 		}
 	}
 	id := p.id
-	id.Tokens = r.Prompt[:m]
-	if bs, ok := store.(*BlockStore); ok {
-		p.fromBlocks(bs, id)
+	if blocks {
+		// Every full block of the prompt, not only of the shared prefix:
+		// a block's K/V depend on it and the blocks before it alone, so
+		// the blocks after the prefix (a question, a conversation's
+		// latest turn) are as exact for any later prompt that starts with
+		// them, and a conversation's stored answer (StorePrefix) then
+		// needs only the blocks from the prompt's end on.
+		id.Tokens = r.Prompt
+		p.fromBlocks(bs, id, m)
 		return nil
 	}
+	id.Tokens = r.Prompt[:m]
 	e, hit, rows, flops, err := store.Get(p.lm, id)
 	if err != nil {
 		return fmt.Errorf("computing the shared prefix: %w", err)
@@ -149,22 +158,23 @@ func (p *exactPlanner) fromStore(r *model.Request) error {
 	return nil
 }
 
-// fromBlocks copies the stored chain of the prefix's full blocks into the
-// kept rows. The blocks missing after it are not computed apart: the
-// request's first step computes their rows anyway (every row from the
-// chain's end on), and stores them from there (Observe, After) — exact,
-// since a block-causal block's K/V depend on it and the blocks before it
-// only.
-func (p *exactPlanner) fromBlocks(bs *BlockStore, id PrefixID) {
+// fromBlocks copies the stored chain of id's full blocks (the prompt's,
+// whose shared prefix is its first m tokens) into the kept rows. The
+// blocks missing after it are not computed apart: the request's first
+// step computes their rows anyway (every row from the chain's end on),
+// and stores them from there (Observe, After) — exact, since a
+// block-causal block's K/V depend on it and the blocks before it only.
+// Info counts the shared prefix's tokens.
+func (p *exactPlanner) fromBlocks(bs *BlockStore, id PrefixID, m int) {
 	SB := bs.BlockSize()
-	p.bs, p.chain = bs, bs.lookup(id)
+	p.bs, p.chain = bs, bs.lookup(id, m)
 	for i, n := range p.chain {
 		p.copyIn(i*SB, (i+1)*SB, n.k, n.v)
 	}
 	nb := len(id.Tokens) / SB
 	p.cached = len(p.chain) * SB
-	p.info.QueryTokens, p.info.HitTokens = len(id.Tokens), p.cached
-	p.info.Hit = len(p.chain) == nb
+	p.info.QueryTokens, p.info.HitTokens = m, min(p.cached, m)
+	p.info.Hit = m >= SB && p.cached >= m/SB*SB
 	p.info.Depth = len(p.lm.Blocks)
 	for i := len(p.chain); i < nb; i++ {
 		p.fresh = append(p.fresh, bs.newNode(id, i))
