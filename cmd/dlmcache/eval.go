@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -29,13 +30,15 @@ type evalOptions struct {
 }
 
 // suiteSampling is how bench and eval draw held-out samples: the task
-// suites, the samples per suite, the seed, and the lookup questions asked
-// under one system message (a shared-prefix workload).
+// suites, the samples per suite, the seed, the lookup questions asked
+// under one system message (a shared-prefix workload), and the filler
+// prose around each system message's data (longer system messages).
 type suiteSampling struct {
 	Suites    []string
 	Limit     int
 	PerSystem int
 	Seed      int64
+	Filler    string // "MIN:MAX" estimated tokens; "": the suites' own
 }
 
 func (s *suiteSampling) add(fl *pflag.FlagSet, limit int) {
@@ -43,12 +46,34 @@ func (s *suiteSampling) add(fl *pflag.FlagSet, limit int) {
 	fl.IntVar(&s.Limit, "limit", limit, "samples per suite")
 	fl.Int64Var(&s.Seed, "seed", 1, "sample seed")
 	fl.IntVar(&s.PerSystem, "questions-per-system", 1, "ask each lookup table this many questions (a shared-prefix workload: requests share system messages)")
+	d := datasets.DefaultOptions()
+	fl.StringVar(&s.Filler, "filler-tokens", "", fmt.Sprintf("MIN:MAX: the filler prose around each system message's data, in estimated tokens, drawn per sample (empty: the suites' own, %d:%d; longer system messages, as deployments carry documents and rules, e.g. 800:1200)", d.MinFiller, d.MaxFiller))
+}
+
+// genOptions are the suites' generator options, with --filler-tokens.
+func (s *suiteSampling) genOptions() (datasets.GenOptions, error) {
+	o := datasets.DefaultOptions()
+	if s.Filler == "" {
+		return o, nil
+	}
+	lo, hi, ok := strings.Cut(s.Filler, ":")
+	a, err1 := strconv.Atoi(lo)
+	b, err2 := strconv.Atoi(hi)
+	if !ok || err1 != nil || err2 != nil || a < 0 || b < a || b > 100000 {
+		return o, fmt.Errorf("--filler-tokens %q: want MIN:MAX, 0 ≤ MIN ≤ MAX ≤ 100000 (estimated tokens)", s.Filler)
+	}
+	o.MinFiller, o.MaxFiller = a, b
+	return o, nil
 }
 
 // samples draws the samples, --questions-per-system lookup questions to a
 // system message.
 func (s *suiteSampling) samples() ([]datasets.Sample, error) {
-	samples, err := profile.SuiteSamples(s.Suites, s.Limit, s.Seed, datasets.DefaultOptions())
+	o, err := s.genOptions()
+	if err != nil {
+		return nil, err
+	}
+	samples, err := profile.SuiteSamples(s.Suites, s.Limit, s.Seed, o)
 	if err != nil {
 		return nil, err
 	}
