@@ -461,12 +461,7 @@ func (s *BlockStore) releaseNodes(chain []*blockNode) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i := len(chain) - 1; i >= 0; i-- {
-		n := chain[i]
-		n.refs--
-		if n.refs < 0 {
-			panic("cache: block released more often than acquired")
-		}
-		if n.refs == 0 && !n.stored {
+		if n := chain[i]; drop(&n.refs, "block") && !n.stored {
 			s.freeNode(n)
 		}
 	}
@@ -476,10 +471,7 @@ func (s *BlockStore) releaseNodes(chain []*blockNode) {
 func (s *BlockStore) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := s.stats
-	st.Entries = len(s.nodes)
-	st.BudgetBytes = s.budget
-	return st
+	return s.stats.with(len(s.nodes), s.budget)
 }
 
 // Blocks returns the hashes of the stored blocks (for tests and routers'

@@ -392,11 +392,7 @@ func (s *Store) free(e *Entry) { freeLayers(s.b, e.K, e.V, e.H) }
 func (s *Store) Release(e *Entry) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e.refs--
-	if e.refs < 0 {
-		panic("cache: entry released more often than acquired")
-	}
-	if e.refs == 0 && e.evicted {
+	if drop(&e.refs, "entry") && e.evicted {
 		s.free(e)
 	}
 }
@@ -405,8 +401,21 @@ func (s *Store) Release(e *Entry) {
 func (s *Store) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := s.stats
-	st.Entries = len(s.entries)
-	st.BudgetBytes = s.budget
+	return s.stats.with(len(s.entries), s.budget)
+}
+
+// drop ends one hold (refs, under the store's lock) on a stored entry or
+// block, what, and reports whether none is left.
+func drop(refs *int, what string) bool {
+	*refs--
+	if *refs < 0 {
+		panic("cache: " + what + " released more often than acquired")
+	}
+	return *refs == 0
+}
+
+// with is a store's counters with its entries and budget: its Stats.
+func (st Stats) with(entries int, budget int64) Stats {
+	st.Entries, st.BudgetBytes = entries, budget
 	return st
 }
