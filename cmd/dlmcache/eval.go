@@ -47,7 +47,7 @@ func (s *suiteSampling) add(fl *pflag.FlagSet, limit int) {
 	fl.Int64Var(&s.Seed, "seed", 1, "sample seed")
 	fl.IntVar(&s.PerSystem, "questions-per-system", 1, "ask each lookup table this many questions (a shared-prefix workload: requests share system messages)")
 	d := datasets.DefaultOptions()
-	fl.StringVar(&s.Filler, "filler-tokens", "", fmt.Sprintf("MIN:MAX: the filler prose around each system message's data, in estimated tokens, drawn per sample (empty: the suites' own, %d:%d; longer system messages, as deployments carry documents and rules, e.g. 800:1200)", d.MinFiller, d.MaxFiller))
+	fl.StringVar(&s.Filler, "filler-tokens", "", fmt.Sprintf("MIN:MAX: the filler prose around each system message's data, in estimated tokens, drawn per sample (empty: the suites' own, %d:%d; longer system messages, as deployments carry documents and rules)", d.MinFiller, d.MaxFiller))
 }
 
 // genOptions are the suites' generator options, with --filler-tokens.
