@@ -115,7 +115,8 @@ bench-8b: build
 
 # bench-block compares llada-tiny-block with llada-tiny on the suites and
 # times the exact block cache + store against no cache on shared system
-# messages and four-turn conversations, into bench-out/block/.
+# messages, four-turn conversations and WildChat-style chats, into
+# bench-out/block/.
 bench-block:
 	./scripts/bench-block.sh
 

@@ -9,13 +9,17 @@
 #     with no cache against the exact block cache + block store (same model,
 #     same decoder);
 #   - turns: four-turn conversations, each turn's answered conversation kept
-#     in the store (--store-answers), the same two.
+#     in the store (--store-answers), the same two;
+#   - chat: WildChat-style four-turn conversations (recorded replies as
+#     history) under the bundled support system message, the same two.
 # The methods take turns request by request, so the speed-ups are ratios of
-# one run. LIMIT (default 20) samples per suite.
+# one run. LIMIT (default 20) samples per suite, CHAT_LIMIT (default 8)
+# chat conversations.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${BENCH_OUT:-bench-out/block}
 LIMIT=${LIMIT:-20}
+CHAT_LIMIT=${CHAT_LIMIT:-8}
 mkdir -p "$OUT"
 go build -o "$OUT/dlmcache" ./cmd/dlmcache
 D="$OUT/dlmcache"
@@ -24,3 +28,5 @@ set -x
 "$D" bench --model models/llada-tiny-block --compare-model llada-tiny --methods none,exact-block --suite all --limit "$LIMIT" --quiet --out "$OUT/suites"
 "$D" bench --model models/llada-tiny-block --methods none,exact-block --suite lookup --limit "$LIMIT" --questions-per-system 4 --quiet --out "$OUT/shared"
 "$D" bench --model models/llada-tiny-block --methods none,exact-block --suite lookup --limit "$LIMIT" --turns 4 --store-answers --quiet --out "$OUT/turns"
+"$D" bench --model models/llada-tiny-block --methods none,exact-block --suite arithmetic --limit "$CHAT_LIMIT" --turns 4 \
+	--wildchat builtin --chat-system "$(cat datasets/systems/support.txt)" --store-answers --quiet --out "$OUT/chat"
