@@ -3,6 +3,7 @@ package cache
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sync"
@@ -205,11 +206,7 @@ func TestBlockStoreEvictionAndEvents(t *testing.T) {
 			t.Fatalf("event type %q", e.Type)
 		}
 	}
-	var replayed []string
-	for h := range index {
-		replayed = append(replayed, h)
-	}
-	slices.Sort(replayed)
+	replayed := slices.Sorted(maps.Keys(index))
 	if !slices.Equal(replayed, s.Blocks()) {
 		t.Errorf("replayed %v\nstore    %v", replayed, s.Blocks())
 	}

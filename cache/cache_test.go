@@ -98,9 +98,7 @@ func TestStoreComputesOnce(t *testing.T) {
 	start := make(chan struct{})
 	var wg sync.WaitGroup
 	for i := 0; i < 16; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			<-start
 			e, _, err := s.Acquire(testID(7, 3), func() (*Entry, error) {
 				computed.Add(1)
@@ -111,7 +109,7 @@ func TestStoreComputesOnce(t *testing.T) {
 				return
 			}
 			s.Release(e)
-		}()
+		})
 	}
 	close(start)
 	wg.Wait()
@@ -462,15 +460,22 @@ func TestStoreSpill(t *testing.T) {
 	}
 }
 
+// collidingStore is a FIFO store of 1 MiB on a one-thread CPU backend whose
+// key function puts every prefix on key (restored at the test's end).
+func collidingStore(t *testing.T, key Key) (*cpu.Backend, *Store) {
+	t.Helper()
+	old := keyOf
+	keyOf = func(PrefixID) Key { return key }
+	t.Cleanup(func() { keyOf = old })
+	b := cpu.New(1)
+	return b, NewStore(b, 1<<20, FIFO)
+}
+
 // TestForcedCollision forces every prefix onto one 64-bit key: a second
 // prefix (another tenant's salt, other tokens, another model) finds the
 // first one's entry under its key and must never be served it.
 func TestForcedCollision(t *testing.T) {
-	old := keyOf
-	keyOf = func(PrefixID) Key { return 42 }
-	defer func() { keyOf = old }()
-	b := cpu.New(1)
-	s := NewStore(b, 1<<20, FIFO)
+	b, s := collidingStore(t, 42)
 	mark := func(v int32) func() (*Entry, error) {
 		return func() (*Entry, error) {
 			e := fakeEntry(b, 3, 100)
@@ -509,11 +514,7 @@ func TestForcedCollision(t *testing.T) {
 // The in-flight path: a colliding prefix asked for while the first is still
 // being computed does not wait for it and does not get it.
 func TestForcedCollisionInFlight(t *testing.T) {
-	old := keyOf
-	keyOf = func(PrefixID) Key { return 7 }
-	defer func() { keyOf = old }()
-	b := cpu.New(1)
-	s := NewStore(b, 1<<20, FIFO)
+	b, s := collidingStore(t, 7)
 	started, finish := make(chan struct{}), make(chan struct{})
 	done := make(chan *Entry)
 	go func() {

@@ -8,11 +8,9 @@ package cuda
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"math"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -239,16 +237,10 @@ func (r *recorder) Observe(l int, _ []int32, _, k, v backend.Tensor) {
 
 // goldenGenerations are the golden decodings of the fixture in dir.
 func goldenGenerations(t *testing.T, dir string) []testutil.Generation {
-	raw, err := os.ReadFile(filepath.Join(dir, "golden.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var g struct {
 		Generate []testutil.Generation `json:"generate"`
 	}
-	if err := json.Unmarshal(raw, &g); err != nil {
-		t.Fatalf("%s/golden.json: %v", dir, err)
-	}
+	testutil.ReadJSON(t, filepath.Join(dir, "golden.json"), &g)
 	return g.Generate
 }
 

@@ -350,6 +350,54 @@ func validateDecoder(c *Config) error {
 	return c.Validate()
 }
 
+// hfLayout names a checkpoint's tensors outside its layers: the
+// embedding, the final norm and the LM head, and the layers' prefix (a
+// format of the layer's index).
+type hfLayout struct {
+	embed, layers, norm, head string
+}
+
+// build builds a network on this layout: the embedding [Embeddings, d],
+// c.NLayers blocks made by layer from the layer's index and tensor prefix,
+// the final norm and the head (the embedding itself with c.WeightTying).
+func (l hfLayout) build(c *Config, b backend.Backend, w *Weights, layer func(i int, prefix string) Block) *LLaDA {
+	d, e := c.DModel, c.Embeddings()
+	m := &LLaDA{Config: c, Backend: b}
+	m.Embed = w.Matrix(l.embed, e, d)
+	for i := 0; i < c.NLayers; i++ {
+		m.Blocks = append(m.Blocks, layer(i, fmt.Sprintf(l.layers, i)))
+	}
+	m.Norm = w.Matrix(l.norm, 1, d)
+	if c.WeightTying {
+		m.Head = m.Embed
+	} else {
+		m.Head = w.Matrix(l.head, e, d)
+	}
+	return m
+}
+
+// attnWeights names a block's norms and its separate attention products.
+type attnWeights struct {
+	attnNorm, q, k, v, out, ffNorm string
+}
+
+// block reads them into a Block: the norms [1, d], q and the output
+// [d, d], k and v [kv_dim, d].
+func (n attnWeights) block(c *Config, w *Weights) Block {
+	d, kv := c.DModel, c.KVDim()
+	return Block{
+		AttnNorm: w.Matrix(n.attnNorm, 1, d),
+		Q:        w.Matrix(n.q, d, d),
+		K:        w.Matrix(n.k, kv, d),
+		V:        w.Matrix(n.v, kv, d),
+		AttnOut:  w.Matrix(n.out, d, d),
+		FFNorm:   w.Matrix(n.ffNorm, 1, d),
+	}
+}
+
+// qwenLayout is the Llama/Qwen tensor layout of Dream and LLaDA-MoE.
+var qwenLayout = hfLayout{embed: "model.embed_tokens.weight", layers: "model.layers.%d.", norm: "model.norm.weight", head: "lm_head.weight"}
+
 // buildDecoder builds a network in the Llama/Qwen tensor layout (Dream,
 // LLaDA-MoE): model.embed_tokens, model.layers.N.{input_layernorm,
 // self_attn.{q,k,v,o}_proj (q/k/v biases with c.QKVBias; self_attn.q_norm,
@@ -357,20 +405,14 @@ func validateDecoder(c *Config) error {
 // and lm_head (the embedding with c.WeightTying). mlp fills each layer's
 // MLP from its prefix "model.layers.N.".
 func buildDecoder(c *Config, b backend.Backend, w *Weights, mlp func(blk *Block, prefix string)) *LLaDA {
-	d, kv, hd, e := c.DModel, c.KVDim(), c.HeadDim(), c.Embeddings()
-	m := &LLaDA{Config: c, Backend: b}
-	m.Embed = w.Matrix("model.embed_tokens.weight", e, d)
-	for i := 0; i < c.NLayers; i++ {
-		p := fmt.Sprintf("model.layers.%d.", i)
+	d, kv, hd := c.DModel, c.KVDim(), c.HeadDim()
+	return qwenLayout.build(c, b, w, func(_ int, p string) Block {
 		a := p + "self_attn."
-		blk := Block{
-			AttnNorm: w.Matrix(p+"input_layernorm.weight", 1, d),
-			Q:        w.Matrix(a+"q_proj.weight", d, d),
-			K:        w.Matrix(a+"k_proj.weight", kv, d),
-			V:        w.Matrix(a+"v_proj.weight", kv, d),
-			AttnOut:  w.Matrix(a+"o_proj.weight", d, d),
-			FFNorm:   w.Matrix(p+"post_attention_layernorm.weight", 1, d),
-		}
+		blk := attnWeights{
+			attnNorm: p + "input_layernorm.weight",
+			q:        a + "q_proj.weight", k: a + "k_proj.weight", v: a + "v_proj.weight", out: a + "o_proj.weight",
+			ffNorm: p + "post_attention_layernorm.weight",
+		}.block(c, w)
 		if c.QKVBias {
 			blk.QBias = w.Vector(a+"q_proj.bias", d)
 			blk.KBias = w.Vector(a+"k_proj.bias", kv)
@@ -381,13 +423,6 @@ func buildDecoder(c *Config, b backend.Backend, w *Weights, mlp func(blk *Block,
 			blk.KNorm = w.Vector(a+"k_norm.weight", hd)
 		}
 		mlp(&blk, p)
-		m.Blocks = append(m.Blocks, blk)
-	}
-	m.Norm = w.Matrix("model.norm.weight", 1, d)
-	if c.WeightTying {
-		m.Head = m.Embed
-	} else {
-		m.Head = w.Matrix("lm_head.weight", e, d)
-	}
-	return m
+		return blk
+	})
 }

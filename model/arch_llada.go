@@ -1,10 +1,6 @@
 package model
 
-import (
-	"fmt"
-
-	"github.com/dlmcache/dlmcache/model/backend"
-)
+import "github.com/dlmcache/dlmcache/model/backend"
 
 // lladaArch is LLaDA (GSAI-ML/LLaDA-8B and the models this project
 // trains): config.json in LLaDA's own names (config.go), tensors under
@@ -24,29 +20,19 @@ func (lladaArch) ParseConfig(raw []byte) (*Config, error) { return parseLLaDACon
 // Build asks w for each of LLaDA's tensors by its Hugging Face name and
 // the [rows, cols] shape the config gives it (rows 1 for a norm weight).
 func (lladaArch) Build(c *Config, b backend.Backend, w *Weights) (*LLaDA, error) {
-	d, kv, hid, e := c.DModel, c.KVDim(), c.MLPHiddenSize, c.Embeddings()
-	m := &LLaDA{Config: c, Backend: b}
-	m.Embed = w.Matrix(hfPrefix+"wte.weight", e, d)
-	for i := 0; i < c.NLayers; i++ {
-		p := fmt.Sprintf("%sblocks.%d.", hfPrefix, i)
-		m.Blocks = append(m.Blocks, Block{
-			AttnNorm: w.Matrix(p+"attn_norm.weight", 1, d),
-			Q:        w.Matrix(p+"q_proj.weight", d, d),
-			K:        w.Matrix(p+"k_proj.weight", kv, d),
-			V:        w.Matrix(p+"v_proj.weight", kv, d),
-			AttnOut:  w.Matrix(p+"attn_out.weight", d, d),
-			FFNorm:   w.Matrix(p+"ff_norm.weight", 1, d),
-			Gate:     w.Matrix(p+"ff_proj.weight", hid, d),
-			Up:       w.Matrix(p+"up_proj.weight", hid, d),
-			Down:     w.Matrix(p+"ff_out.weight", d, hid),
-		})
-	}
-	m.Norm = w.Matrix(hfPrefix+"ln_f.weight", 1, d)
-	if c.WeightTying {
-		m.Head = m.Embed
-	} else {
-		m.Head = w.Matrix(hfPrefix+"ff_out.weight", e, d)
-	}
+	d, hid := c.DModel, c.MLPHiddenSize
+	l := hfLayout{embed: hfPrefix + "wte.weight", layers: hfPrefix + "blocks.%d.", norm: hfPrefix + "ln_f.weight", head: hfPrefix + "ff_out.weight"}
+	m := l.build(c, b, w, func(_ int, p string) Block {
+		blk := attnWeights{
+			attnNorm: p + "attn_norm.weight",
+			q:        p + "q_proj.weight", k: p + "k_proj.weight", v: p + "v_proj.weight", out: p + "attn_out.weight",
+			ffNorm: p + "ff_norm.weight",
+		}.block(c, w)
+		blk.Gate = w.Matrix(p+"ff_proj.weight", hid, d)
+		blk.Up = w.Matrix(p+"up_proj.weight", hid, d)
+		blk.Down = w.Matrix(p+"ff_out.weight", d, hid)
+		return blk
+	})
 	return m, w.Err()
 }
 

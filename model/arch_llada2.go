@@ -109,15 +109,13 @@ func (llada2Arch) Build(c *Config, b backend.Backend, w *Weights) (*LLaDA, error
 	if !ok {
 		return nil, fmt.Errorf("LLaDA 2's fused q/k/v weight needs a backend with views; %s has none", b.Name())
 	}
-	mc, d, kv, hd, e := c.MoE, c.DModel, c.KVDim(), c.HeadDim(), c.Embeddings()
+	mc, d, kv, hd := c.MoE, c.DModel, c.KVDim(), c.HeadDim()
 	mlp := func(p string, hid int) Expert {
 		return Expert{Gate: w.Matrix(p+"gate_proj.weight", hid, d), Up: w.Matrix(p+"up_proj.weight", hid, d),
 			Down: w.Matrix(p+"down_proj.weight", d, hid)}
 	}
-	m := &LLaDA{Config: c, Backend: b}
-	m.Embed = w.Matrix("model.word_embeddings.weight", e, d)
-	for i := 0; i < c.NLayers; i++ {
-		p := fmt.Sprintf("model.layers.%d.", i)
+	l := hfLayout{embed: "model.word_embeddings.weight", layers: qwenLayout.layers, norm: qwenLayout.norm, head: qwenLayout.head}
+	m := l.build(c, b, w, func(i int, p string) Block {
 		a := p + "attention."
 		blk := Block{
 			AttnNorm: w.Matrix(p+"input_layernorm.weight", 1, d),
@@ -154,13 +152,7 @@ func (llada2Arch) Build(c *Config, b backend.Backend, w *Weights) (*LLaDA, error
 			}
 			blk.MoE = moe
 		}
-		m.Blocks = append(m.Blocks, blk)
-	}
-	m.Norm = w.Matrix("model.norm.weight", 1, d)
-	if c.WeightTying {
-		m.Head = m.Embed
-	} else {
-		m.Head = w.Matrix("lm_head.weight", e, d)
-	}
+		return blk
+	})
 	return m, w.Err()
 }

@@ -2,10 +2,8 @@ package model
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -45,18 +43,7 @@ func TestArchGolden(t *testing.T) {
 // (golden.json's block_generate) step by step against the reference's.
 func testArchBlockGenerate(t *testing.T, fx string, be *cpu.Backend) {
 	m, g, _ := loadGolden[struct {
-		Block []struct {
-			Name      string   `json:"name"`
-			PromptIDs []int32  `json:"prompt_ids"`
-			GenLength int      `json:"gen_length"`
-			Decoding  string   `json:"decoding"`
-			Threshold *float64 `json:"threshold"`
-			Steps     *int     `json:"steps"`
-			AnswerIDs []int32  `json:"answer_ids"`
-			Trace     []struct {
-				Committed []int32 `json:"committed"`
-			} `json:"trace"`
-		} `json:"block_generate"`
+		Block []blockGeneration `json:"block_generate"`
 	}](t, fx, be)
 	for _, gc := range g.Block {
 		o := GenOptions{GenLength: gc.GenLength, Decoder: LowConfidence{}}
@@ -200,20 +187,12 @@ func TestRoute(t *testing.T) {
 // TestDreamChat: the Dream fixture's ChatML template encodes a request as
 // the reference does, and its shared prefix is the system turn.
 func TestDreamChat(t *testing.T) {
-	m, _, _ := loadFixture(t, "tiny-dream")
-	raw, err := os.ReadFile("testdata/tiny-dream/golden.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var g struct {
+	m, g, _ := loadGolden[struct {
 		Chat []struct {
 			System, User string
 			IDs          []int32
 		}
-	}
-	if err := json.Unmarshal(raw, &g); err != nil {
-		t.Fatal(err)
-	}
+	}](t, "tiny-dream", fixtureBackend())
 	for _, c := range g.Chat {
 		ids, pl, err := m.Tokenizer.EncodeChat(c.System, c.User)
 		if err != nil {

@@ -120,13 +120,7 @@ func (m *LLaDA) moe(moe *MoE, mm backend.Tensor, alloc func(int, int) backend.Te
 		ex := &moe.Experts[e]
 		xe := alloc(n, d)
 		b.CopyRows(xe, nil, mm, er)
-		h := ex.Gate.Rows()
-		g, u := alloc(n, h), alloc(n, h)
-		b.MatMul(g, xe, ex.Gate)
-		b.MatMul(u, xe, ex.Up)
-		b.SiLUMul(g, g, u)
-		ye := alloc(n, d)
-		b.MatMul(ye, g, ex.Down)
+		ye := m.expertMLP(ex, xe, alloc)
 		if cap(host) < n*d {
 			host = make([]float32, n*d)
 		}
@@ -142,15 +136,22 @@ func (m *LLaDA) moe(moe *MoE, mm backend.Tensor, alloc func(int, int) backend.Te
 	y := alloc(r, d)
 	m.writeHost(y, acc)
 	if sh := moe.Shared; sh != nil {
-		h := sh.Gate.Rows()
-		g, u := alloc(r, h), alloc(r, h)
-		b.MatMul(g, mm, sh.Gate)
-		b.MatMul(u, mm, sh.Up)
-		b.SiLUMul(g, g, u)
-		ys := alloc(r, d)
-		b.MatMul(ys, g, sh.Down)
-		b.Add(y, ys)
+		b.Add(y, m.expertMLP(sh, mm, alloc))
 	}
+	return y
+}
+
+// expertMLP is an expert's MLP over the rows of x [n, d]:
+// down(silu(gate·x) ⊙ up·x), [n, d].
+func (m *LLaDA) expertMLP(ex *Expert, x backend.Tensor, alloc func(int, int) backend.Tensor) backend.Tensor {
+	b, n := m.Backend, x.Rows()
+	h := ex.Gate.Rows()
+	g, u := alloc(n, h), alloc(n, h)
+	b.MatMul(g, x, ex.Gate)
+	b.MatMul(u, x, ex.Up)
+	b.SiLUMul(g, g, u)
+	y := alloc(n, m.Config.DModel)
+	b.MatMul(y, g, ex.Down)
 	return y
 }
 

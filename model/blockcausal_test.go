@@ -24,6 +24,14 @@ func blockCausal(m *LLaDA, B int, shift bool) *LLaDA {
 	return &bc
 }
 
+// blockCausalF32 loads tiny-f32 and returns it, its layer made block-causal
+// in blocks of B, and golden.json's input ids.
+func blockCausalF32(t *testing.T, B int) (*Model, *LLaDA, []int32) {
+	t.Helper()
+	m, g, _ := loadFixture(t, "tiny-f32")
+	return m, blockCausal(m.LLaDA, B, false), g.InputIDs
+}
+
 // refForward is a plain float64 forward of the LLaDA layer on the host,
 // written from the layer's definition with the block-causal mask as a
 // mask over every key (query at position id p reads the key at p' iff
@@ -234,10 +242,8 @@ func TestBlockCausalForwardMatchesMaskedReference(t *testing.T) {
 // when the tokens of later blocks change, or when the canvas ends after
 // its block.
 func TestBlockCausalLaterBlocksDoNotMatter(t *testing.T) {
-	m, g, _ := loadFixture(t, "tiny-f32")
 	const B = 8
-	bc := blockCausal(m.LLaDA, B, false)
-	ids := g.InputIDs
+	m, bc, ids := blockCausalF32(t, B)
 	n := len(ids)
 	rows := iota32(2 * B) // blocks 0 and 1
 	base, err := bc.Forward(Input{Tokens: ids, LogitRows: rows}, nil)
@@ -303,10 +309,8 @@ func TestBlockCausalOneBlockIsBidirectional(t *testing.T) {
 // forward's logits of that block: the block-causal forward reads the
 // plan's K/V as it reads its own.
 func TestBlockCausalPlan(t *testing.T) {
-	m, g, _ := loadFixture(t, "tiny-f32")
 	const B = 8
-	bc := blockCausal(m.LLaDA, B, false)
-	ids := g.InputIDs
+	m, bc, ids := blockCausalF32(t, B)
 	n := len(ids)
 	last := iotaFrom(n-B, B)
 	fc := &fullCapture{capture: capture{b: m.Backend}}
@@ -335,10 +339,8 @@ func TestBlockCausalPlan(t *testing.T) {
 // views), alone and in a batch — and finds every computed row's K/V
 // written into its buffers, the other rows untouched.
 func TestKVHolder(t *testing.T) {
-	m, g, _ := loadFixture(t, "tiny-f32")
 	const B = 8
-	bc := blockCausal(m.LLaDA, B, false)
-	ids := g.InputIDs
+	m, bc, ids := blockCausalF32(t, B)
 	n, kvDim := len(ids), m.Config.KVDim()
 	last := iotaFrom(n-B, B)
 	fc := &fullCapture{capture: capture{b: m.Backend}}
@@ -525,24 +527,30 @@ func TestBlockCausalBadInput(t *testing.T) {
 // reference of the block-causal forward and its block decoding
 // (tools/golden/make_block_golden.py, tools/pyllada in float64).
 type blockGolden struct {
-	InputIDs    []int32 `json:"input_ids"`
-	PositionIDs []int32 `json:"position_ids"`
-	Generate    []struct {
-		Name        string   `json:"name"`
-		PromptIDs   []int32  `json:"prompt_ids"`
-		GenLength   int      `json:"gen_length"`
-		BlockLength int      `json:"block_length"`
-		Decoding    string   `json:"decoding"`
-		Threshold   *float64 `json:"threshold"`
-		Steps       *int     `json:"steps"`
-		AnswerIDs   []int32  `json:"answer_ids"`
-		Trace       []struct {
-			Block     int     `json:"block"`
-			Committed []int32 `json:"committed"`
-			N         int     `json:"n"`
-		} `json:"trace"`
-		NFE int `json:"nfe"`
-	} `json:"generate"`
+	InputIDs    []int32           `json:"input_ids"`
+	PositionIDs []int32           `json:"position_ids"`
+	Generate    []blockGeneration `json:"generate"`
+}
+
+// blockGeneration is one block decoding of a block-causal fixture's
+// golden.json (tools/golden): the prompt, the decoder (threshold or
+// schedule) and the reference's answer with the positions each step
+// committed.
+type blockGeneration struct {
+	Name        string   `json:"name"`
+	PromptIDs   []int32  `json:"prompt_ids"`
+	GenLength   int      `json:"gen_length"`
+	BlockLength int      `json:"block_length"`
+	Decoding    string   `json:"decoding"`
+	Threshold   *float64 `json:"threshold"`
+	Steps       *int     `json:"steps"`
+	AnswerIDs   []int32  `json:"answer_ids"`
+	Trace       []struct {
+		Block     int     `json:"block"`
+		Committed []int32 `json:"committed"`
+		N         int     `json:"n"`
+	} `json:"trace"`
+	NFE int `json:"nfe"`
 }
 
 func loadBlockGolden(t *testing.T, be *cpu.Backend) (*Model, *blockGolden, *safetensors.Set) {

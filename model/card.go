@@ -2,10 +2,7 @@ package model
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"strings"
 )
@@ -68,12 +65,12 @@ func (c Card) RefreshOr(r int) int {
 
 func readCard(dir string) (Card, error) {
 	p := filepath.Join(dir, CardFile)
-	raw, err := os.ReadFile(p)
-	if errors.Is(err, fs.ErrNotExist) {
-		return DefaultCard, nil
-	}
+	raw, err := readOptional(p)
 	if err != nil {
 		return Card{}, err
+	}
+	if raw == nil {
+		return DefaultCard, nil
 	}
 	return parseCard(raw, p)
 }

@@ -2,9 +2,7 @@ package model
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -312,13 +310,4 @@ func FromGGUF(path, outDir string) (*ConvertReport, error) {
 		}
 	}
 	return rep, nil
-}
-
-// readOptional reads a file, returning nil without error when it is absent.
-func readOptional(path string) ([]byte, error) {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	return b, err
 }

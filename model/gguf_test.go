@@ -42,6 +42,18 @@ func testIDs(t *testing.T, m *Model) []int32 {
 	return ids
 }
 
+// ggufReference is m's logits on testIDs and their largest magnitude, the
+// scale the GGUF tests hold the other models' logits against.
+func ggufReference(t *testing.T, m *Model) (ids []int32, want []float32, scale float64) {
+	t.Helper()
+	ids = testIDs(t, m)
+	want = ggufLogits(t, m, ids)
+	for _, v := range want {
+		scale = max(scale, math.Abs(float64(v)))
+	}
+	return ids, want, scale
+}
+
 func maxAbsDiff(a, b []float32) float64 {
 	var d float64
 	for i := range a {
@@ -61,12 +73,7 @@ func TestGGUFRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ref.Close()
-	ids := testIDs(t, ref)
-	want := ggufLogits(t, ref, ids)
-	var scale float64
-	for _, v := range want {
-		scale = max(scale, math.Abs(float64(v)))
-	}
+	ids, want, scale := ggufReference(t, ref)
 	tmp := t.TempDir()
 	for _, tc := range []struct {
 		typ gguf.GGMLType
@@ -322,12 +329,7 @@ func TestGGUFQuantKeptQuantized(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer deq.Close()
-		ids := testIDs(t, deq)
-		want := ggufLogits(t, deq, ids)
-		var scale float64
-		for _, v := range want {
-			scale = max(scale, math.Abs(float64(v)))
-		}
+		ids, want, scale := ggufReference(t, deq)
 		for _, q := range []struct {
 			impl  cpu.QuantImpl
 			bound float64

@@ -1,13 +1,12 @@
 package model
 
 import (
-	"encoding/json"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"testing"
 
+	"github.com/dlmcache/dlmcache/internal/testutil"
 	"github.com/dlmcache/dlmcache/model/cpu"
 	"github.com/dlmcache/dlmcache/model/safetensors"
 	"github.com/dlmcache/dlmcache/model/tokenizer"
@@ -26,13 +25,7 @@ func TestGGUFPyFixtureLogits(t *testing.T) {
 		File string  `json:"file"`
 		IDs  []int32 `json:"ids"`
 	}
-	raw, err := os.ReadFile(filepath.Join(dir, "golden.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(raw, &g); err != nil {
-		t.Fatal(err)
-	}
+	testutil.ReadJSON(t, filepath.Join(dir, "golden.json"), &g)
 	// Float32 activations (cpu.QuantF32): the products are exact in the
 	// dequantized weights, so the reference holds to float32 rounding.
 	m, err := Load(filepath.Join(dir, g.File), cpu.NewWithOptions(cpu.Options{Threads: 1, QuantProducts: cpu.QuantF32}))

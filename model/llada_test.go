@@ -2,10 +2,8 @@ package model
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -45,7 +43,12 @@ func goldenBackends(t testing.TB) map[string]*cpu.Backend {
 }
 
 func loadFixture(t testing.TB, name string) (*Model, *goldenCase, *safetensors.Set) {
-	return loadFixtureOn(t, name, cpu.NewWithOptions(cpu.Options{Threads: 2, GEMM: cpu.GEMMOpenBLAS}))
+	return loadFixtureOn(t, name, fixtureBackend())
+}
+
+// fixtureBackend is the backend loadFixture loads on: two threads, OpenBLAS.
+func fixtureBackend() *cpu.Backend {
+	return cpu.NewWithOptions(cpu.Options{Threads: 2, GEMM: cpu.GEMMOpenBLAS})
 }
 
 func loadFixtureOn(t testing.TB, name string, be *cpu.Backend) (*Model, *goldenCase, *safetensors.Set) {
@@ -63,14 +66,8 @@ func loadGolden[G any](t testing.TB, name string, be *cpu.Backend) (*Model, *G, 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close() })
-	raw, err := os.ReadFile(filepath.Join(dir, "golden.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var g G
-	if err := json.Unmarshal(raw, &g); err != nil {
-		t.Fatal(err)
-	}
+	testutil.ReadJSON(t, filepath.Join(dir, "golden.json"), &g)
 	gs, err := safetensors.OpenFile(filepath.Join(dir, "golden.safetensors"))
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dlmcache/dlmcache/internal/testutil"
 	"github.com/dlmcache/dlmcache/model/cpu"
 )
 
@@ -34,16 +35,10 @@ func copyFixture(t *testing.T, name string) string {
 func editConfig(t *testing.T, dir string, edit func(map[string]any)) {
 	t.Helper()
 	p := filepath.Join(dir, "config.json")
-	raw, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var m map[string]any
-	if err := json.Unmarshal(raw, &m); err != nil {
-		t.Fatal(err)
-	}
+	testutil.ReadJSON(t, p, &m)
 	edit(m)
-	raw, _ = json.Marshal(m)
+	raw, _ := json.Marshal(m)
 	if err := os.WriteFile(p, raw, 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -402,45 +402,43 @@ func TestRefreshOrder(t *testing.T) {
 	}
 }
 
-func TestIntTicks(t *testing.T) {
-	labels := func(lo, hi float64) string {
+// tickCase is a ticker's range and the labels it should put on it,
+// comma-separated.
+type tickCase struct {
+	lo, hi float64
+	want   string
+}
+
+// checkTicks checks tk's labels on each case's range; with majorOnly the
+// ticks without a label (minor ticks) are left out of the list.
+func checkTicks(t *testing.T, tk plot.Ticker, majorOnly bool, cases []tickCase) {
+	t.Helper()
+	for _, tc := range cases {
 		var s []string
-		for _, tk := range (intTicks{}).Ticks(lo, hi) {
-			if tk.Label != "" {
-				s = append(s, tk.Label)
+		for _, k := range tk.Ticks(tc.lo, tc.hi) {
+			if !majorOnly || k.Label != "" {
+				s = append(s, k.Label)
 			}
 		}
-		return strings.Join(s, ",")
+		if got := strings.Join(s, ","); got != tc.want {
+			t.Errorf("ticks on [%g, %g]: %s, want %s", tc.lo, tc.hi, got, tc.want)
+		}
 	}
-	for _, tc := range []struct {
-		lo, hi float64
-		want   string
-	}{
+}
+
+func TestIntTicks(t *testing.T) {
+	checkTicks(t, intTicks{}, true, []tickCase{
 		{0.5, 8.5, "1,2,3,4,5,6,7,8"},
 		{0.5, 32.5, "1,5,10,15,20,25,30"},
 		{0, 32, "0,5,10,15,20,25,30"},
 		{0.5, 128.5, "1,20,40,60,80,100,120"},
 		{16.5, 32.5, "18,20,22,24,26,28,30,32"},
 		{0.2, 0.8, ""},
-	} {
-		if got := labels(tc.lo, tc.hi); got != tc.want {
-			t.Errorf("ticks on [%g, %g]: %s, want %s", tc.lo, tc.hi, got, tc.want)
-		}
-	}
+	})
 }
 
 func TestNiceTicks(t *testing.T) {
-	labels := func(lo, hi float64) string {
-		var s []string
-		for _, tk := range (niceTicks{}).Ticks(lo, hi) {
-			s = append(s, tk.Label)
-		}
-		return strings.Join(s, ",")
-	}
-	for _, tc := range []struct {
-		lo, hi float64
-		want   string
-	}{
+	checkTicks(t, niceTicks{}, false, []tickCase{
 		{0.73, 1, "0.75,0.80,0.85,0.90,0.95,1.00"},
 		{0, 1, "0.0,0.2,0.4,0.6,0.8,1.0"},
 		{0.91, 0.99, "0.92,0.94,0.96,0.98"},
@@ -449,11 +447,7 @@ func TestNiceTicks(t *testing.T) {
 		{0, 2.5, "0.0,0.5,1.0,1.5,2.0,2.5"},
 		{0, 3000, "0,500,1000,1500,2000,2500,3000"},
 		{1, 1, ""},
-	} {
-		if got := labels(tc.lo, tc.hi); got != tc.want {
-			t.Errorf("ticks on [%g, %g]: %s, want %s", tc.lo, tc.hi, got, tc.want)
-		}
-	}
+	})
 }
 
 var _ Figure = (*plot.Plot)(nil)

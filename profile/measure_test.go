@@ -9,12 +9,20 @@ import (
 	"github.com/dlmcache/dlmcache/model"
 )
 
-func TestMeasureLayerOneIsExactAndDeeperLayersDrift(t *testing.T) {
+// measureRequest loads tiny-f32 and encodes the request the measure tests
+// run: a system prompt and a question, and the system prompt's length.
+func measureRequest(t *testing.T) (*model.Model, []int32, int) {
+	t.Helper()
 	m := testmodel.Load(t, "tiny-f32")
 	ids, prefix, err := m.Tokenizer.EncodeChat("You are a careful assistant. Keep answers short.", "What is two plus two?")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return m, ids, prefix
+}
+
+func TestMeasureLayerOneIsExactAndDeeperLayersDrift(t *testing.T) {
+	m, ids, prefix := measureRequest(t)
 	o := model.GenOptions{GenLength: 8, Steps: 4}
 	sims, err := Measure(context.Background(), m.LLaDA, ids, prefix, o, false)
 	if err != nil {
@@ -109,11 +117,7 @@ func TestSafeDepth(t *testing.T) {
 }
 
 func TestMeasureRefresh(t *testing.T) {
-	m := testmodel.Load(t, "tiny-f32")
-	ids, prefix, err := m.Tokenizer.EncodeChat("You are a careful assistant. Keep answers short.", "What is two plus two?")
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, ids, prefix := measureRequest(t)
 	o := model.GenOptions{GenLength: 8, Steps: 8}
 	pic, err := MeasureRefresh(context.Background(), m.LLaDA, ids, prefix, o, 1)
 	if err != nil {

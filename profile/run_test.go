@@ -125,10 +125,7 @@ func TestShardsMergeToOneTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	merged, err := BuildTable(recs, info, 0.99, SimPrefix)
-	if err != nil {
-		t.Fatal(err)
-	}
+	merged := buildTable(t, recs, info, 0.99, SimPrefix)
 	if !reflect.DeepEqual(merged.Bins, one.Table.Bins) {
 		t.Errorf("merged shards %+v\none run %+v", merged.Bins, one.Table.Bins)
 	}
@@ -315,14 +312,8 @@ func TestRowMinStatistic(t *testing.T) {
 			t.Fatalf("record %+v: worst-row similarity outside [-1, 1]", x)
 		}
 	}
-	prefix, err := BuildTable(recs, info, 0.99, SimPrefix)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rowMin, err := BuildTable(recs, info, 0.99, SimRowMin)
-	if err != nil {
-		t.Fatal(err)
-	}
+	prefix := buildTable(t, recs, info, 0.99, SimPrefix)
+	rowMin := buildTable(t, recs, info, 0.99, SimRowMin)
 	if !reflect.DeepEqual(rowMin.Bins, res.Table.Bins) {
 		t.Errorf("rebuilt row-min table %+v, run's %+v", rowMin.Bins, res.Table.Bins)
 	}
@@ -387,10 +378,7 @@ func TestRunWritesCrossTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := BuildTable(res.Records, testRunner(m, dir).Info, 0.99, SimRowMin)
-	if err != nil {
-		t.Fatal(err)
-	}
+	want := buildTable(t, res.Records, testRunner(m, dir).Info, 0.99, SimRowMin)
 	if cross.Similarity != string(SimRowMin) || !reflect.DeepEqual(cross.Bins, want.Bins) || res.CrossTable == nil {
 		t.Errorf("cross table %+v, want the worst-row bins %+v", cross, want.Bins)
 	}
@@ -621,4 +609,14 @@ func TestResumeRefusesOtherMeaning(t *testing.T) {
 	if err := resume(func(*Runner) {}); err != nil {
 		t.Errorf("resume with the same settings: %v", err)
 	}
+}
+
+// buildTable is BuildTable; an error ends the test.
+func buildTable(t *testing.T, recs []Record, info RunInfo, tau float64, sim Similarity) *lut.Table {
+	t.Helper()
+	tb, err := BuildTable(recs, info, tau, sim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tb
 }

@@ -87,9 +87,7 @@ func TestBatcherWaitsForEveryGeneration(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make([]error, n)
 	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			defer sess[i].end()
 			for range i + 1 {
 				out, err := sess[i].Forward(in, nil)
@@ -102,7 +100,7 @@ func TestBatcherWaitsForEveryGeneration(t *testing.T) {
 					return
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	for _, err := range errs {
@@ -141,13 +139,11 @@ func TestBatchedAnswersMatchAlone(t *testing.T) {
 			got := make([]string, len(prompts))
 			var wg sync.WaitGroup
 			for i, p := range prompts {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
+				wg.Go(func() {
 					if r := chatFrom(t, i, batched, chatBody(p.system, p.user, "")); r != nil {
 						got[i] = r.Choices[0].Message.Content
 					}
-				}()
+				})
 			}
 			wg.Wait()
 			for i := range prompts {
@@ -205,9 +201,7 @@ func TestQueueHoldsABurst(t *testing.T) {
 			close(next)
 			var wg sync.WaitGroup
 			for range clients {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
+				wg.Go(func() {
 					for i := range next {
 						p := prompts[i%len(prompts)]
 						r := chatFrom(t, i, s, chatBody("Be brief.", p, ""))
@@ -221,7 +215,7 @@ func TestQueueHoldsABurst(t *testing.T) {
 						ids[r.ID]++
 						mu.Unlock()
 					}
-				}()
+				})
 			}
 			wg.Wait()
 			if len(ids) != requests {

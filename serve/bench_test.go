@@ -102,13 +102,11 @@ func BenchmarkConcurrency(b *testing.B) {
 				for i := 0; i < b.N; i++ {
 					var wg sync.WaitGroup
 					for _, r := range reqs {
-						wg.Add(1)
-						go func() {
-							defer wg.Done()
+						wg.Go(func() {
 							if rec := post(b, s, "/v1/chat/completions", r); rec.Code != 200 {
 								b.Errorf("%d %s", rec.Code, rec.Body)
 							}
-						}()
+						})
 					}
 					wg.Wait()
 				}

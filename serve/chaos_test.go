@@ -84,9 +84,7 @@ func TestChaos(t *testing.T) {
 	var calm atomic.Int64
 	var wg sync.WaitGroup
 	for c := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			d, err := ask(c%distinct, 5*time.Minute)
 			if err != nil {
 				t.Errorf("calm run, client %d: %v", c, err)
@@ -94,7 +92,7 @@ func TestChaos(t *testing.T) {
 			}
 			for v := calm.Load(); int64(d) > v && !calm.CompareAndSwap(v, int64(d)); v = calm.Load() {
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	if t.Failed() {
@@ -122,9 +120,7 @@ func TestChaos(t *testing.T) {
 	var served, cut, malformed atomic.Int64
 	var slowest atomic.Int64
 	for c := range clients {
-		wg.Add(1)
-		go func() { // ordinary clients
-			defer wg.Done()
+		wg.Go(func() { // ordinary clients
 			for k := c; time.Now().Before(stop); k++ {
 				d, err := ask(k%distinct, limit)
 				if err != nil {
@@ -135,12 +131,10 @@ func TestChaos(t *testing.T) {
 				for v := slowest.Load(); int64(d) > v && !slowest.CompareAndSwap(v, int64(d)); v = slowest.Load() {
 				}
 			}
-		}()
+		})
 	}
 	for c := range 4 {
-		wg.Add(1)
-		go func() { // disconnecting clients: streamed and not, gone after 0–20 ms
-			defer wg.Done()
+		wg.Go(func() { // disconnecting clients: streamed and not, gone after 0–20 ms
 			rng := rand.New(rand.NewPCG(uint64(c), 1))
 			for k := 0; time.Now().Before(stop); k++ {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rng.IntN(20))*time.Millisecond)
@@ -159,14 +153,12 @@ func TestChaos(t *testing.T) {
 				cancel()
 				cut.Add(1)
 			}
-		}()
+		})
 	}
 	bad := []string{`{"messages": [`, `hello`, `{"messages":"x"}`, `{"messages":[{"role":5,"content":"x"}]}`,
 		chatBody("", "x", `"max_tokens":100000`), chatBody("", strings.Repeat("long ", 20000), "")}
 	for c := range 4 {
-		wg.Add(1)
-		go func() { // malformed and oversized bodies
-			defer wg.Done()
+		wg.Go(func() { // malformed and oversized bodies
 			for k := c; time.Now().Before(stop); k++ {
 				resp, err := client.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(bad[k%len(bad)]))
 				if err != nil {
@@ -180,11 +172,9 @@ func TestChaos(t *testing.T) {
 				}
 				malformed.Add(1)
 			}
-		}()
+		})
 	}
-	wg.Add(1)
-	go func() { // a body sent a byte at a time: cut by the read timeout
-		defer wg.Done()
+	wg.Go(func() { // a body sent a byte at a time: cut by the read timeout
 		c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
 		if err != nil {
 			t.Error(err)
@@ -200,7 +190,7 @@ func TestChaos(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 		t.Error("a body sent a byte every 100 ms was read to its end past the 1 s read timeout")
-	}()
+	})
 	wg.Wait()
 	if t.Failed() {
 		t.FailNow()

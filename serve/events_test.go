@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -94,11 +95,7 @@ func TestKVEventsAndSharedDocument(t *testing.T) {
 	if st.Stats().Evictions == 0 {
 		t.Fatalf("no evictions: %+v", st.Stats())
 	}
-	var replayed []string
-	for h := range index {
-		replayed = append(replayed, h)
-	}
-	slices.Sort(replayed)
+	replayed := slices.Sorted(maps.Keys(index))
 	if !slices.Equal(replayed, st.Blocks()) {
 		t.Errorf("replayed index %v\nstore blocks   %v", replayed, st.Blocks())
 	}

@@ -62,13 +62,11 @@ func TestExactBlockServe(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	for i, b := range bodies {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			if r := chatFrom(t, i, batched, b); r != nil && r.Choices[0].Message.Content != want[i] {
 				t.Errorf("request %d batched: exact-block %q, none %q", i, r.Choices[0].Message.Content, want[i])
 			}
-		}()
+		})
 	}
 	wg.Wait()
 

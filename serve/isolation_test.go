@@ -103,9 +103,7 @@ func victims(t *testing.T, base string, rounds, n int, limit time.Duration) ([]s
 	for r := range rounds {
 		var wg sync.WaitGroup
 		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				k := r*n + i
 				resp, err := client.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(chatBody("", fmt.Sprintf("victim %d", k), "")))
 				if err != nil {
@@ -119,7 +117,7 @@ func victims(t *testing.T, base string, rounds, n int, limit time.Duration) ([]s
 					return
 				}
 				answers[k] = string(b[bytes.Index(b, []byte(`"choices"`)):bytes.Index(b, []byte(`"usage"`))])
-			}()
+			})
 		}
 		wg.Wait()
 	}

@@ -581,9 +581,7 @@ func TestConcurrentRequests(t *testing.T) {
 	hits := make([]bool, len(reqs))
 	var wg sync.WaitGroup
 	for i, b := range reqs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			rec := post(t, s, "/v1/chat/completions", b)
 			if rec.Code != 200 {
 				t.Errorf("request %d: %d %s", i, rec.Code, rec.Body)
@@ -592,7 +590,7 @@ func TestConcurrentRequests(t *testing.T) {
 			var r chatResponse
 			json.Unmarshal(rec.Body.Bytes(), &r)
 			got[i], hits[i] = r.Choices[0].Message.Content, r.Dlmcache.PrefixHit
-		}()
+		})
 	}
 	wg.Wait()
 	close(stop)

@@ -3,8 +3,11 @@ package testutil
 
 import (
 	"bytes"
+	"encoding/json"
 	"math"
+	"os"
 	"sync"
+	"testing"
 )
 
 // SyncBuffer is a bytes.Buffer that a server's goroutines may write while
@@ -24,6 +27,18 @@ func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// ReadJSON decodes the JSON file at path into v; an error ends the test.
+func ReadJSON(t testing.TB, path string, v any) {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
 }
 
 // RelErr is max |got−want| / max |want| (max |got−want| when want is all

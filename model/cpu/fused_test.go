@@ -264,9 +264,7 @@ func TestTeamConcurrentPosters(t *testing.T) {
 	wantX, wantO := run()
 	var wg sync.WaitGroup
 	for g := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for range 5 {
 				x, o := run()
 				if !slices.Equal(x, wantX) || !slices.Equal(o, wantO) {
@@ -274,7 +272,7 @@ func TestTeamConcurrentPosters(t *testing.T) {
 					return
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 }

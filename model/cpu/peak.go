@@ -123,16 +123,14 @@ func peakRun(threads int, d time.Duration, opsPerIter float64, loop func(int64))
 	start := make(chan struct{})
 	times := make([]time.Duration, threads)
 	for i := range threads {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
 			<-start
 			t := time.Now()
 			loop(iters)
 			times[i] = time.Since(t)
-		}()
+		})
 	}
 	close(start)
 	wg.Wait()

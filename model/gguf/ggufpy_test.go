@@ -5,12 +5,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"math"
-	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/dlmcache/dlmcache/internal/testutil"
 	"github.com/dlmcache/dlmcache/model/safetensors"
 )
 
@@ -42,14 +42,8 @@ type pyGolden struct {
 // entry (type and value) and every tensor (type, shape, offset, raw bytes,
 // dequantized values) against what gguf-py's reader and dequantizer give.
 func TestGGUFPyFixture(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join(fixtureDir, "golden.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var g pyGolden
-	if err := json.Unmarshal(raw, &g); err != nil {
-		t.Fatal(err)
-	}
+	testutil.ReadJSON(t, filepath.Join(fixtureDir, "golden.json"), &g)
 	f, err := Open(filepath.Join(fixtureDir, g.File))
 	if err != nil {
 		t.Fatal(err)

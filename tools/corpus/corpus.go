@@ -302,9 +302,7 @@ func encode(tok *tokenizer.Tokenizer, eos int32, rows []row, workers int) error 
 	var wg sync.WaitGroup
 	errs := make([]error, workers)
 	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for i := w; i < len(rows); i += workers {
 				r := &rows[i]
 				ids, m, err := tok.EncodeChat(r.s.System, r.s.User)
@@ -323,7 +321,7 @@ func encode(tok *tokenizer.Tokenizer, eos int32, rows []row, workers int) error 
 					return
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	return errors.Join(errs...)
