@@ -35,7 +35,6 @@ golden.json's "chat" ids come from tools/golden/bpe_ref.py's independent encoder
 the logits and generation goldens are byte ids (valid token ids, not the BPE's tokenization), so
 that they do not depend on the tokenizer.
 """
-import json
 import os
 import sys
 
@@ -48,10 +47,10 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 
-from bpe_ref import Ref, bytes_to_unicode  # noqa: E402
-from pyllada import safetensors_io as st  # noqa: E402
-from pyllada.decoder import Decoder, DecoderConfig, save_pretrained  # noqa: E402
-from pyllada.generate import generate, generate_block_batch  # noqa: E402
+import make_golden as G  # noqa: E402  (encoder, chat framing, tokenizer parts, checkpoint and golden writers)
+from bpe_ref import Ref  # noqa: E402
+from pyllada.decoder import Decoder, DecoderConfig  # noqa: E402
+from pyllada.generate import generate_block_batch  # noqa: E402
 
 QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -64,6 +63,8 @@ DREAM_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|mask|>", "<|
 LLADA_SPECIALS = ["<|startoftext|>", "<|endoftext|>", "<|mdm_mask|>",
                   "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
 
+GENERATOR = "tools/golden/make_arch_golden.py"
+
 # Qwen2.5's ChatML framing; a conversation without a system message gets Qwen's default one.
 CHATML = ("{% for message in messages %}"
           "{% if loop.first and message['role'] != 'system' %}"
@@ -73,14 +74,11 @@ CHATML = ("{% for message in messages %}"
 
 
 def tokenizer_files(specials, qwen):
-    b2u = bytes_to_unicode()
     sid = {s: 256 + i for i, s in enumerate(specials)}
-    added = [{"id": sid[s], "content": s, "single_word": False, "lstrip": False, "rstrip": False,
-              "normalized": False, "special": True} for s in specials]
-    vocab = {b2u[b]: b for b in range(256)}
-    merges = QWEN2_FIRST_MERGES if qwen else []
-    for a, b in merges:
-        vocab[a + b] = len(vocab) + len(specials)  # after the bytes and the special tokens
+    bpe = G.byte_bpe()
+    bpe["merges"] = QWEN2_FIRST_MERGES if qwen else []
+    for a, b in bpe["merges"]:
+        bpe["vocab"][a + b] = len(bpe["vocab"]) + len(specials)  # after the bytes and the special tokens
     if qwen:
         pre = {"type": "Sequence", "pretokenizers": [
             {"type": "Split", "pattern": {"Regex": QWEN2_REGEX}, "behavior": "Isolated", "invert": False},
@@ -89,15 +87,11 @@ def tokenizer_files(specials, qwen):
     else:
         pre = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
         norm = None
-    tok = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": norm,
+    tok = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": G.added_tokens(sid), "normalizer": norm,
            "pre_tokenizer": pre, "post_processor": None,
            "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
-           "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
-                     "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
-                     "ignore_merges": False, "vocab": vocab, "merges": merges}}
-    cfg = {"added_tokens_decoder": {str(sid[s]): {"content": s, "lstrip": False, "normalized": False,
-                                                  "rstrip": False, "single_word": False, "special": True}
-                                    for s in specials},
+           "model": bpe}
+    cfg = {"added_tokens_decoder": G.added_tokens_decoder(sid),
            "clean_up_tokenization_spaces": False, "model_max_length": 1024,
            "tokenizer_class": "PreTrainedTokenizerFast"}
     if qwen:
@@ -108,44 +102,14 @@ def tokenizer_files(specials, qwen):
     return tok, cfg, sid
 
 
-def encode(text, sid):
-    """Reference encoder for these tokenizers: specials split out, everything else = UTF-8 bytes
-    (no merges, so the pre-tokenizer's split does not change the ids)."""
-    ids, i = [], 0
-    while i < len(text):
-        for s, t in sid.items():
-            if text.startswith(s, i):
-                ids.append(t)
-                i += len(s)
-                break
-        else:
-            j = i
-            while j < len(text) and not any(text.startswith(s, j) for s in sid):
-                j += 1
-            ids.extend(text[i:j].encode("utf-8"))
-            i = j
-    return ids
-
-
 def chatml(system, user):
     s = "<|im_start|>system\n" + (system if system is not None else "You are a helpful assistant.") + "<|im_end|>\n"
     return s + "<|im_start|>user\n" + user + "<|im_end|>\n<|im_start|>assistant\n"
 
 
-def llada_chat(system, user):
-    s = "<|startoftext|>"
-    if system is not None:
-        s += "<|start_header_id|>system<|end_header_id|>\n\n" + system + "<|eot_id|>"
-    return s + "<|start_header_id|>user<|end_header_id|>\n\n" + user + \
-        "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
-
-
 def init_weights(m, seed):
     c = m.config
-    g = torch.Generator().manual_seed(seed)
-
-    def rn(*shape, std=1.0):
-        return torch.randn(*shape, generator=g, dtype=torch.float64) * std
+    rn = G.normal(seed)
     with torch.no_grad():
         for name, p in m.named_parameters():
             if name.endswith("norm.weight"):
@@ -172,16 +136,6 @@ def init_weights(m, seed):
             else:
                 a.q_proj.weight.mul_(1.5)
                 a.k_proj.weight.mul_(1.5)
-
-
-def margins(model, x, mask_id, hi, k):
-    logits = model(x)[0].to(torch.float64)
-    masked = (x[0] == mask_id).nonzero().flatten()
-    masked = masked[masked < hi]
-    top2 = torch.topk(logits[masked], 2, dim=-1).values
-    p = torch.softmax(logits[masked], dim=-1).max(-1).values
-    ps = torch.sort(p, descending=True).values
-    return float((top2[:, 0] - top2[:, 1]).min()), float(ps[k - 1] - ps[k]) if len(ps) > k else float("inf")
 
 
 def router_margin(model, ids):
@@ -221,80 +175,38 @@ def block_case(m64, m32, name, prompt, gen_length, decoding, threshold=None, ste
             "trace": trace, "nfe": len(trace)}
 
 
-def gen_case(m64, m32, name, prompt, gen_length, steps, block_length, mask_id):
-    p = torch.tensor(prompt)
-    trace = []
-    out = generate(m64, p, gen_length, steps, block_length, trace=trace)
-    out32 = generate(m32, p, gen_length, steps, block_length)
-    assert torch.equal(out, out32), f"{name}: float32 and float64 generations differ"
-    P = len(prompt)
-    x = torch.full((1, P + gen_length), mask_id)
-    x[0, :P] = p
-    min_lg = min_cg = float("inf")
-    with torch.no_grad():
-        for t in trace:
-            hi = P + (t["block"] + 1) * block_length
-            lg, cg = margins(m64, x, mask_id, hi, len(t["committed"]))
-            min_lg, min_cg = min(min_lg, lg), min(min_cg, cg)
-            x = torch.tensor(t["canvas"])[None]
-    return {"name": name, "prompt_ids": prompt, "gen_length": gen_length, "steps": steps,
-            "block_length": block_length, "temperature": 0.0, "remasking": "low_confidence",
-            "mask_id": mask_id, "output_ids": out[0].tolist(), "answer_ids": out[0, P:].tolist(),
-            "trace": [{"block": t["block"], "step": t["step"], "committed": t["committed"]} for t in trace],
-            "min_argmax_logit_gap": min_lg, "min_confidence_gap": min_cg}
-
-
 def build(out_dir, c, seed, specials, qwen, chat, card):
-    os.makedirs(out_dir, exist_ok=True)
     m = Decoder(c).to(torch.float64)
     init_weights(m, seed)
-    with torch.no_grad():
-        for p in m.parameters():
-            p.copy_(p.to(torch.float32).to(torch.float64))
-    save_pretrained(m, out_dir, "F32", {"generator": "tools/golden/make_arch_golden.py", "seed": str(seed)})
-    sd = st.load_file(os.path.join(out_dir, "model.safetensors"))
-    m64, m32 = Decoder(c), Decoder(c)
-    m64.load_hf_state_dict(sd, out_dir)
-    m32.load_hf_state_dict(sd, out_dir)
-    m64, m32 = m64.to(torch.float64).eval(), m32.eval()
     tok, tcfg, sid = tokenizer_files(specials, qwen)
-    for name, obj in (("tokenizer.json", tok), ("tokenizer_config.json", tcfg), ("dlmcache.json", card)):
-        with open(os.path.join(out_dir, name), "w") as f:
-            json.dump(obj, f, indent=1, ensure_ascii=False)
-            f.write("\n")
+    m64, m32 = G.save_checkpoint(m, out_dir, "F32", seed, GENERATOR,
+                                 {"tokenizer.json": (tok, 1), "tokenizer_config.json": (tcfg, 1), "dlmcache.json": (card, 1)})
     M = c.mask_token_id
-    ids = encode(chat(None, "Name: Ada. Hi!"), sid)[:32] + [M] * 16
+
+    def encode(text):
+        return G.encode(text, sid)
+    ids = encode(chat(None, "Name: Ada. Hi!"))[:32] + [M] * 16
     pos = list(range(len(ids)))
-    ids2 = encode(chat("k=v", "x?"), sid)[:16] + [M] * 8 + encode("abc 12 ##", sid) + [M] * 15
+    ids2 = encode(chat("k=v", "x?"))[:16] + [M] * 8 + encode("abc 12 ##") + [M] * 15
     pos2 = list(range(16)) + list(range(100, 132))
     assert len(ids2) == 48
-    tensors = {}
     with torch.no_grad():
-        lg, s = m64(torch.tensor([ids]), torch.tensor(pos), return_states=True)
+        lg, tensors = G.reference_tensors(m64, ids, pos)
         lg32 = m32(torch.tensor([ids]), torch.tensor(pos))
-        tensors["logits"] = lg[0]
-        for l in range(c.num_hidden_layers):
-            tensors[f"k.{l}"], tensors[f"v.{l}"] = s["k"][l][0], s["v"][l][0]
-        for l in range(c.num_hidden_layers + 1):
-            tensors[f"h.{l}"] = s["h"][l][0]
-        lg2, s2 = m64(torch.tensor([ids2]), torch.tensor(pos2), return_states=True)
-        tensors["pos2.logits"] = lg2[0]
-        for l in range(c.num_hidden_layers):
-            tensors[f"pos2.k.{l}"], tensors[f"pos2.v.{l}"] = s2["k"][l][0], s2["v"][l][0]
-    rel32 = float((lg32[0].double() - lg[0]).abs().max() / lg[0].abs().max())
-    st.save_file({k: v.to(torch.float32) for k, v in tensors.items()}, os.path.join(out_dir, "golden.safetensors"),
-                 dtype="F32", metadata={"generator": "tools/golden/make_arch_golden.py"})
+        tensors.update(G.reference_tensors(m64, ids2, pos2, prefix="pos2.", hidden=False)[1])
+    rel32 = G.rel_error32(lg32, lg)
+    G.save_golden_tensors(out_dir, tensors, GENERATOR)
     if c.block_causal:
         gens, bgens = [], [
-            block_case(m64, m32, "threshold", encode(chat("You are terse.", "Say hi."), sid), 24, "threshold", 0.12),
-            block_case(m64, m32, "schedule", encode(chat(None, "2+2?"), sid), 24, "schedule", steps=12)]
+            block_case(m64, m32, "threshold", encode(chat("You are terse.", "Say hi.")), 24, "threshold", 0.12),
+            block_case(m64, m32, "schedule", encode(chat(None, "2+2?")), 24, "schedule", steps=12)]
     else:
         bgens = []
-        gens = [gen_case(m64, m32, "two_blocks", encode(chat("You are terse.", "Say hi."), sid), 16, 8, 8, M),
-                gen_case(m64, m32, "one_block", encode(chat(None, "2+2?"), sid), 12, 6, 12, M)]
+        gens = [G.gen_case(m64, m32, "two_blocks", encode(chat("You are terse.", "Say hi.")), 16, 8, 8, M, count_bad=False),
+                G.gen_case(m64, m32, "one_block", encode(chat(None, "2+2?")), 12, 6, 12, M, count_bad=False)]
     gj = {"description": "Golden outputs of the independent PyTorch reference (tools/pyllada/decoder.py, "
                          f"{c.arch}) for this random-weights checkpoint, computed in float64 from the stored weights.",
-          "generator": "tools/golden/make_arch_golden.py", "seed": seed, "architecture": c.arch,
+          "generator": GENERATOR, "seed": seed, "architecture": c.arch,
           "input_ids": ids, "position_ids": pos, "pos2": {"input_ids": ids2, "position_ids": pos2},
           "float32_torch_logits_rel_error": rel32, "min_router_gap": router_margin(m64, ids),
           "generate": gens, "block_generate": bgens,
@@ -303,9 +215,7 @@ def build(out_dir, c, seed, specials, qwen, chat, card):
                                                                  "What is in the attic at night?"))],
           "sampler_notes": "LLaDA low-confidence remasking, temperature 0 (tools/pyllada/generate.py); with shifted "
                            "logits (Dream) the model's logits at position i are row i-1's."}
-    with open(os.path.join(out_dir, "golden.json"), "w") as f:
-        json.dump(gj, f, indent=1, ensure_ascii=False)
-        f.write("\n")
+    G.write_json(os.path.join(out_dir, "golden.json"), gj, 1)
     print(out_dir, "f32 rel err %.2e" % rel32, "router gap", gj["min_router_gap"],
           [(g["name"], round(g["min_argmax_logit_gap"], 4), round(g["min_confidence_gap"], 5)) for g in gens],
           [(g["name"], g["nfe"]) for g in bgens])
@@ -330,7 +240,7 @@ def main():
                         pad_token_id=lsid["<|endoftext|>"], bos_token_id=lsid["<|startoftext|>"],
                         num_experts=8, num_experts_per_tok=2, expert_intermediate_size=16,
                         norm_topk_prob=False, qk_layernorm=True)
-    build(os.path.join(base, "tiny-llada-moe"), moe, 2468, LLADA_SPECIALS, False, llada_chat, CARD)
+    build(os.path.join(base, "tiny-llada-moe"), moe, 2468, LLADA_SPECIALS, False, G.chat, CARD)
     llada2 = DecoderConfig(arch="llada2", hidden_size=64, num_hidden_layers=3, num_attention_heads=4,
                            num_key_value_heads=2, intermediate_size=96, vocab_size=272, rope_theta=600000.0,
                            rms_norm_eps=1e-6, mask_token_id=lsid["<|mdm_mask|>"], eos_token_id=lsid["<|endoftext|>"],
@@ -340,7 +250,7 @@ def main():
                            routed_scaling_factor=2.5, partial_rotary_factor=0.5, use_bias=True, block_size=32,
                            extra={"mask_token_id": lsid["<|mdm_mask|>"]})
     card2 = {"gen_length": 32, "steps": 32, "demo_system": "You are terse.", "demo_prompt": "Say hi.", "random_weights": True}
-    build(os.path.join(base, "tiny-llada2"), llada2, 3579, LLADA_SPECIALS, False, llada_chat, card2)
+    build(os.path.join(base, "tiny-llada2"), llada2, 3579, LLADA_SPECIALS, False, G.chat, card2)
 
 
 if __name__ == "__main__":

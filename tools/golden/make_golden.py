@@ -39,23 +39,38 @@ SPECIAL_ID = {s: 256 + i for i, s in enumerate(SPECIALS)}
 BOS, EOS, MASK = SPECIAL_ID["<|startoftext|>"], SPECIAL_ID["<|endoftext|>"], SPECIAL_ID["<|mdm_mask|>"]
 
 
-def tokenizer_json():
+def added_tokens(sid):
+    """tokenizer.json's added_tokens for the specials sid (content -> id)."""
+    return [{"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
+             "normalized": False, "special": True} for s, i in sid.items()]
+
+
+def added_tokens_decoder(sid):
+    """tokenizer_config.json's added_tokens_decoder for the specials sid."""
+    return {str(i): {"content": s, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
+                     "special": True} for s, i in sid.items()}
+
+
+def byte_bpe():
+    """tokenizer.json's model: byte-level BPE without merges, ids 0..255 the bytes (GPT-2's
+    printable symbols)."""
     b2u = bytes_to_unicode()
-    vocab = {b2u[b]: b for b in range(256)}
-    added = [{"id": SPECIAL_ID[s], "content": s, "single_word": False, "lstrip": False,
-              "rstrip": False, "normalized": False, "special": True} for s in SPECIALS]
+    return {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+            "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
+            "ignore_merges": False, "vocab": {b2u[b]: b for b in range(256)}, "merges": []}
+
+
+def tokenizer_json():
     return {
         "version": "1.0",
         "truncation": None,
         "padding": None,
-        "added_tokens": added,
+        "added_tokens": added_tokens(SPECIAL_ID),
         "normalizer": None,
         "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
         "post_processor": None,
         "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
-        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
-                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
-                  "ignore_merges": False, "vocab": vocab, "merges": []},
+        "model": byte_bpe(),
     }
 
 
@@ -64,27 +79,26 @@ def tokenizer_config_json():
         "bos_token": "<|startoftext|>",
         "eos_token": "<|endoftext|>",
         "pad_token": "<|endoftext|>",
-        "added_tokens_decoder": {str(SPECIAL_ID[s]): {"content": s, "lstrip": False, "normalized": False,
-                                                       "rstrip": False, "single_word": False, "special": True}
-                                 for s in SPECIALS},
+        "added_tokens_decoder": added_tokens_decoder(SPECIAL_ID),
         "clean_up_tokenization_spaces": False,
         "model_max_length": 4096,
         "tokenizer_class": "PreTrainedTokenizerFast",
     }
 
 
-def encode(text):
-    """Reference encoder for this tokenizer: specials split out, everything else = UTF-8 bytes."""
+def encode(text, sid=SPECIAL_ID):
+    """Reference encoder for these tokenizers (specials sid: content -> id): specials split out,
+    everything else = UTF-8 bytes (no merges, so no pre-tokenizer's split changes the ids)."""
     ids, i = [], 0
     while i < len(text):
-        for s in SPECIALS:
+        for s, t in sid.items():
             if text.startswith(s, i):
-                ids.append(SPECIAL_ID[s])
+                ids.append(t)
                 i += len(s)
                 break
         else:
             j = i
-            while j < len(text) and not any(text.startswith(s, j) for s in SPECIALS):
+            while j < len(text) and not any(text.startswith(s, j) for s in sid):
                 j += 1
             ids.extend(text[i:j].encode("utf-8"))
             i = j
@@ -106,12 +120,18 @@ def make_config():
                        extra={"bos_token_id": BOS})
 
 
-def init_weights(m, seed):
-    c = m.config
+def normal(seed):
+    """rn(*shape, std=1.0): float64 normal samples of one generator seeded with seed."""
     g = torch.Generator().manual_seed(seed)
 
     def rn(*shape, std=1.0):
         return torch.randn(*shape, generator=g, dtype=torch.float64) * std
+    return rn
+
+
+def init_weights(m, seed):
+    c = m.config
+    rn = normal(seed)
     with torch.no_grad():
         m.wte.weight.copy_(rn(c.rows, c.d_model))
         for b in m.blocks:
@@ -146,8 +166,12 @@ def margins_of(model, x, mask_id, hi, k):
     return lg, cg, bad
 
 
-def gen_case(model64, model32, name, prompt_text, gen_length, steps, block_length):
-    prompt = torch.tensor(encode(prompt_text))
+def gen_case(model64, model32, name, prompt, gen_length, steps, block_length, mask_id=MASK, prompt_text=None,
+             count_bad=True):
+    """One greedy generation of prompt (ids) by the float64 reference (the float32 model must
+    agree), its per-step trace and the smallest decision margins along it; prompt_text is
+    recorded when given, and with count_bad the argmaxes that fell on padding rows or the mask."""
+    prompt = torch.tensor(prompt)
     trace = []
     out = generate(model64, prompt, gen_length, steps, block_length, trace=trace)
     out32 = generate(model32, prompt, gen_length, steps, block_length)
@@ -155,22 +179,28 @@ def gen_case(model64, model32, name, prompt_text, gen_length, steps, block_lengt
     # decision margins along the trajectory
     P = len(prompt)
     min_lg, min_cg, bad = float("inf"), float("inf"), 0
-    x = torch.full((1, P + gen_length), MASK)
+    x = torch.full((1, P + gen_length), mask_id)
     x[0, :P] = prompt
-    for t in trace:
-        hi = P + (t["block"] + 1) * block_length
-        lg, cg, bd = margins_of(model64, x, MASK, hi, len(t["committed"]))
-        min_lg, min_cg, bad = min(min_lg, lg), min(min_cg, cg), bad + bd
-        x = torch.tensor(t["canvas"])[None]
-    return {
-        "name": name, "prompt_text": prompt_text, "prompt_ids": prompt.tolist(),
+    with torch.no_grad():
+        for t in trace:
+            hi = P + (t["block"] + 1) * block_length
+            lg, cg, bd = margins_of(model64, x, mask_id, hi, len(t["committed"]))
+            min_lg, min_cg, bad = min(min_lg, lg), min(min_cg, cg), bad + bd
+            x = torch.tensor(t["canvas"])[None]
+    case = {"name": name}
+    if prompt_text is not None:
+        case["prompt_text"] = prompt_text
+    case.update({
+        "prompt_ids": prompt.tolist(),
         "gen_length": gen_length, "steps": steps, "block_length": block_length,
-        "temperature": 0.0, "remasking": "low_confidence", "mask_id": MASK,
+        "temperature": 0.0, "remasking": "low_confidence", "mask_id": mask_id,
         "output_ids": out[0].tolist(), "answer_ids": out[0, P:].tolist(),
         "trace": [{"block": t["block"], "step": t["step"], "committed": t["committed"]} for t in trace],
         "min_argmax_logit_gap": min_lg, "min_confidence_gap": min_cg,
-        "argmax_in_padding_or_mask": bad,
-    }
+    })
+    if count_bad:
+        case["argmax_in_padding_or_mask"] = bad
+    return case
 
 
 def write_json(path, obj, indent):
@@ -179,10 +209,11 @@ def write_json(path, obj, indent):
         f.write("\n")
 
 
-def save_checkpoint(m, out_dir, dtype, seed, generator):
+def save_checkpoint(m, out_dir, dtype, seed, generator, files=None):
     """Rounds the float64 model m's weights to dtype (F32 or BF16), writes config.json,
-    model.safetensors and the tokenizer files into out_dir, and returns the float64 and
-    float32 models loaded back from disk: the reference uses exactly what is stored."""
+    model.safetensors and the other files (name -> (object, JSON indent); LLaDA's tokenizer
+    files when None) into out_dir, and returns the float64 and float32 models (m's class)
+    loaded back from disk: the reference uses exactly what is stored."""
     os.makedirs(out_dir, exist_ok=True)
     with torch.no_grad():
         for p in m.parameters():
@@ -190,11 +221,13 @@ def save_checkpoint(m, out_dir, dtype, seed, generator):
     m.eval()
     save_pretrained(m, out_dir, dtype=dtype, metadata={"generator": generator, "seed": seed})
     sd = st.load_file(os.path.join(out_dir, "model.safetensors"))
-    m64, m32 = LLaDA(m.config), LLaDA(m.config)
+    m64, m32 = type(m)(m.config), type(m)(m.config)
     m64.load_hf_state_dict(sd, out_dir)
     m32.load_hf_state_dict(sd, out_dir)
-    write_json(os.path.join(out_dir, "tokenizer.json"), tokenizer_json(), 1)
-    write_json(os.path.join(out_dir, "tokenizer_config.json"), tokenizer_config_json(), 2)
+    if files is None:
+        files = {"tokenizer.json": (tokenizer_json(), 1), "tokenizer_config.json": (tokenizer_config_json(), 2)}
+    for name, (obj, indent) in files.items():
+        write_json(os.path.join(out_dir, name), obj, indent)
     return m64.to(torch.float64).eval(), m32.eval()
 
 
@@ -204,11 +237,11 @@ def reference_tensors(m64, ids, pos, prefix="", hidden=True):
     states entering each layer."""
     lg, s = m64(torch.tensor([ids]), torch.tensor(pos), return_states=True)
     tensors = {prefix + "logits": lg[0]}
-    for l in range(m64.config.n_layers):
+    for l in range(len(s["k"])):
         tensors[f"{prefix}k.{l}"] = s["k"][l][0]
         tensors[f"{prefix}v.{l}"] = s["v"][l][0]
     if hidden:
-        for l in range(m64.config.n_layers + 1):
+        for l in range(len(s["h"])):
             tensors[f"{prefix}h.{l}"] = s["h"][l][0]
     return lg, tensors
 
@@ -253,10 +286,9 @@ def build(out_dir, dtype, seed):
     rel32 = rel_error32(lg32, lg)
     save_golden_tensors(out_dir, tensors, "tools/golden/make_golden.py")
 
-    gens = [
-        gen_case(m64, m32, "two_blocks", chat("You are terse.", "Say hi."), 16, 8, 8),
-        gen_case(m64, m32, "one_block", chat(None, "2+2?"), 12, 6, 12),
-    ]
+    gens = [gen_case(m64, m32, name, encode(text), n, steps, block, prompt_text=text)
+            for name, text, n, steps, block in (("two_blocks", chat("You are terse.", "Say hi."), 16, 8, 8),
+                                                ("one_block", chat(None, "2+2?"), 12, 6, 12))]
     tok_cases = []
     for t in [chat("System text.", "Héllo wörld ✓"), "  two  spaces\tand tab\n", "<|mdm_mask|><|mdm_mask|>x<|endoftext|>"]:
         tok_cases.append({"text": t, "ids": encode(t), "decoded": t})

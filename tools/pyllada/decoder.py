@@ -26,17 +26,13 @@ routed_scaling_factor; y = h + sum_j w_j expert_j(m) + shared_experts(m).
 
 Shapes as tools/pyllada/model.py: ids [B, n]; pos [B, n] or [n]; key_valid [B, n].
 """
-import json
-import math
-import os
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from . import safetensors_io as st
-from .model import RMSNorm, rope_cos_sin, apply_rope, block_causal_mask
+from .model import RMSNorm, HFWeights, rope_cos_sin, apply_rope, batch_positions, additive_mask, attend, run_layers
 
 
 @dataclass
@@ -253,15 +249,9 @@ class Attention(nn.Module):
             if c.qk_layernorm:
                 q, k = self.q_norm(q), self.k_norm(k)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        r = cos.shape[-1]  # rotated dims: the whole head, or LLaDA 2's partial share
-        q = torch.cat([apply_rope(q[..., :r], cos, sin), q[..., r:]], dim=-1)
-        k = torch.cat([apply_rope(k[..., :r], cos, sin), k[..., r:]], dim=-1)
-        kk = k.repeat_interleave(H // KH, dim=1)
-        vv = v.repeat_interleave(H // KH, dim=1)
-        s = torch.matmul(q, kk.transpose(-1, -2)) / math.sqrt(hd)
-        if attn_bias is not None:
-            s = s + attn_bias
-        o = torch.matmul(torch.softmax(s, dim=-1), vv).transpose(1, 2).reshape(B, n, d)
+        # rotated dims (cos's width): the whole head, or LLaDA 2's partial share
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        o = attend(q, k, v, attn_bias)
         out = self.dense(o) if c.llada2 else self.o_proj(o)
         return out, k.transpose(1, 2).reshape(B, n, KH * hd), v.transpose(1, 2).reshape(B, n, KH * hd)
 
@@ -288,7 +278,7 @@ class Layer(nn.Module):
         return y, k, v
 
 
-class Decoder(nn.Module):
+class Decoder(nn.Module, HFWeights):
     def __init__(self, c: DecoderConfig):
         super().__init__()
         self.config = c
@@ -299,41 +289,24 @@ class Decoder(nn.Module):
         self.lm_head = nn.Linear(c.hidden_size, c.vocab_size, bias=False)
 
     def forward(self, ids, pos=None, key_valid=None, return_states=False):
-        if ids.dim() == 1:
-            ids = ids[None]
-        B, n = ids.shape
-        if pos is None:
-            pos = torch.arange(n)
-        if pos.dim() == 1:
-            pos = pos[None].expand(B, n)
+        ids, pos = batch_positions(ids, pos)
         c = self.config
         emb = getattr(self, self.emb_name)
         x = emb(ids)
         cos, sin = rope_cos_sin(pos, c.rot_dim, c.rope_theta, x.dtype)
-        bias = None
-        if key_valid is not None and not bool(key_valid.all()):
-            bias = torch.zeros(B, 1, 1, n, dtype=x.dtype).masked_fill(~key_valid[:, None, None, :], float("-inf"))
-        if c.block_causal:
-            allowed = block_causal_mask(pos, c.block_size)
-            bb = torch.zeros(B, 1, n, n, dtype=x.dtype).masked_fill(~allowed[:, None], float("-inf"))
-            bias = bb if bias is None else bias + bb
-        ks, vs, hs = [], [], []
-        for layer in self.layers:
-            hs.append(x)
-            x, k, v = layer(x, cos, sin, bias)
-            ks.append(k)
-            vs.append(v)
-        hs.append(x)
+        bias = additive_mask(pos, key_valid, c.block_causal, c.block_size, x.dtype)
+        x, states = run_layers(self.layers, x, cos, sin, bias, return_states)
         head = emb.weight if c.tie_word_embeddings else self.lm_head.weight
         logits = F.linear(self.norm(x), head)
         if self.config.shift_logits:
             logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)
         if return_states:
-            return logits, {"k": ks, "v": vs, "h": hs}
+            return logits, states
         return logits
 
-    def hf_state_dict(self):
-        """The Hugging Face tensor names (model.embed_tokens, model.layers.N.self_attn.*, ...)."""
+    def hf_parameters(self):
+        """The parameters by their Hugging Face names (model.embed_tokens, model.layers.N.self_attn.*,
+        ..., lm_head unless tied)."""
         out = {}
         for name, p in self.named_parameters():
             if name.startswith("lm_head."):
@@ -341,29 +314,4 @@ class Decoder(nn.Module):
                     out[name] = p
                 continue
             out["model." + name] = p
-        return {k: v.detach().to(torch.float32).contiguous() for k, v in out.items()}
-
-    def load_hf_state_dict(self, sd, path="<state>"):
-        mine = self.hf_state_dict()
-        if set(mine) != set(sd):
-            raise ValueError(f"{path}: tensors differ: missing {sorted(set(mine) - set(sd))[:5]}, "
-                             f"unexpected {sorted(set(sd) - set(mine))[:5]}")
-        params = dict(self.named_parameters())
-        with torch.no_grad():
-            for k, t in sd.items():
-                p = params[k[len("model."):] if k.startswith("model.") else k]
-                if tuple(t.shape) != tuple(p.shape):
-                    raise ValueError(f"{path}: {k} has shape {tuple(t.shape)}, want {tuple(p.shape)}")
-                p.copy_(t.to(p.dtype))
-
-
-def save_pretrained(model, out_dir, dtype="F32", metadata=None):
-    os.makedirs(out_dir, exist_ok=True)
-    cfg = model.config.to_json()
-    cfg["torch_dtype"] = {"F32": "float32", "BF16": "bfloat16"}[dtype]
-    with open(os.path.join(out_dir, "config.json"), "w") as f:
-        json.dump(cfg, f, indent=2)
-        f.write("\n")
-    md = {"format": "pt"}
-    md.update(metadata or {})
-    st.save_file(model.hf_state_dict(), os.path.join(out_dir, "model.safetensors"), dtype=dtype, metadata=md)
+        return out

@@ -154,9 +154,13 @@ def rotate_half(x):
 
 
 def apply_rope(x, cos, sin):
+    """RoPE on the first cos.shape[-1] dimensions of each head of x (all of them, or a
+    partial share); the others pass through."""
+    r = cos.shape[-1]
     dt = x.dtype
-    xf = x.to(cos.dtype)
-    return (xf * cos + rotate_half(xf) * sin).to(dt)
+    xf = x[..., :r].to(cos.dtype)
+    out = (xf * cos + rotate_half(xf) * sin).to(dt)
+    return out if r == x.shape[-1] else torch.cat([out, x[..., r:]], dim=-1)
 
 
 def block_causal_mask(pos, block_size):
@@ -164,6 +168,96 @@ def block_causal_mask(pos, block_size):
     pos_j // block_size <= pos_i // block_size (absolute blocks from position 0)."""
     blk = torch.div(pos, block_size, rounding_mode="floor")
     return blk[:, None, :] <= blk[:, :, None]
+
+
+def batch_positions(ids, pos):
+    """ids [n] or [B, n], pos None (0..n-1), [n] or [B, n] -> ids [B, n], pos [B, n] on ids' device."""
+    if ids.dim() == 1:
+        ids = ids[None]
+    B, n = ids.shape
+    if pos is None:
+        pos = torch.arange(n, device=ids.device)
+    pos = pos.to(ids.device)
+    if pos.dim() == 1:
+        pos = pos[None].expand(B, n)
+    return ids, pos
+
+
+def additive_mask(pos, key_valid, block_causal, block_size, dtype):
+    """The attention bias added to the scores (0 = attend, -inf = not): padding keys
+    (key_valid False) [B, 1, 1, n] and, block-causal, the keys of later blocks [B, 1, n, n];
+    None when every key is visible."""
+    B, n = pos.shape
+    bias = None
+    if key_valid is not None and not bool(key_valid.all()):
+        bias = torch.zeros(B, 1, 1, n, dtype=dtype).masked_fill(~key_valid[:, None, None, :], float("-inf"))
+    if block_causal:
+        allowed = block_causal_mask(pos, block_size)  # [B, n, n]
+        bb = torch.zeros(B, 1, n, n, dtype=dtype).masked_fill(~allowed[:, None], float("-inf"))
+        bias = bb if bias is None else bias + bb
+    return bias
+
+
+def attend(q, k, v, attn_bias):
+    """softmax(q k^T / sqrt(hd) + bias) v for q [B, H, n, hd] and k, v [B, KH, n, hd] (each kv
+    head serves H // KH query heads) -> [B, n, H * hd]. attn_bias: additive (additive_mask),
+    or on CUDA, where the fused kernel runs, boolean (True = attend); None: every key."""
+    B, H, n, hd = q.shape
+    if k.shape[1] != H:
+        k = k.repeat_interleave(H // k.shape[1], dim=1)
+        v = v.repeat_interleave(H // v.shape[1], dim=1)
+    if q.is_cuda:
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_bias)
+    else:
+        s = torch.matmul(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(hd))
+        if attn_bias is not None:
+            s = s + attn_bias
+        o = torch.matmul(torch.softmax(s, dim=-1), v)
+    return o.transpose(1, 2).reshape(B, n, H * hd)
+
+
+def run_layers(layers, x, cos, sin, bias, return_states, checkpoint=False):
+    """x through each layer (layer(x, cos, sin, bias) -> x, k, v) -> x and, with return_states,
+    {"k": [L x [B,n,kv_dim]], "v": [...], "h": [L+1 x [B,n,d]]} (h[l] the hidden state entering
+    layer l, h[L] the last layer's output), else None. checkpoint: recompute each layer in the
+    backward pass (torch.utils.checkpoint)."""
+    ks, vs, hs = [], [], []
+    for layer in layers:
+        if return_states:
+            hs.append(x)
+        if checkpoint:
+            x, k, v = torch.utils.checkpoint.checkpoint(layer, x, cos, sin, bias)
+        else:
+            x, k, v = layer(x, cos, sin, bias)
+        if return_states:
+            ks.append(k)
+            vs.append(v)
+    if not return_states:
+        return x, None
+    hs.append(x)
+    return x, {"k": ks, "v": vs, "h": hs}
+
+
+class HFWeights:
+    """The Hugging Face checkpoint of a model whose hf_parameters() gives its parameters by
+    their checkpoint names."""
+
+    def hf_state_dict(self):
+        return {k: v.detach().to(torch.float32).contiguous() for k, v in self.hf_parameters().items()}
+
+    def load_hf_state_dict(self, sd, path="<state>"):
+        tgt = self.hf_parameters()
+        missing = [k for k in tgt if k not in sd]
+        extra = [k for k in sd if k not in tgt]
+        if missing:
+            raise ValueError(f"{path}: missing tensors {missing[:5]}")
+        if extra:
+            raise ValueError(f"{path}: unexpected tensors {extra[:5]}")
+        with torch.no_grad():
+            for k, p in tgt.items():
+                if tuple(sd[k].shape) != tuple(p.shape):
+                    raise ValueError(f"{path}: {k} has shape {tuple(sd[k].shape)}, want {tuple(p.shape)}")
+                p.copy_(sd[k].to(p.dtype))
 
 
 class Block(nn.Module):
@@ -191,25 +285,13 @@ class Block(nn.Module):
         v = self.v_proj(a).view(B, n, KH, hd).transpose(1, 2)
         q = apply_rope(q, cos, sin)
         k = apply_rope(k, cos, sin)
-        kk, vv = k, v
-        if KH != H:
-            kk = k.repeat_interleave(H // KH, dim=1)
-            vv = v.repeat_interleave(H // KH, dim=1)
-        if q.is_cuda:  # fused attention; the mask is boolean there (True = attend) or None
-            o = F.scaled_dot_product_attention(q, kk, vv, attn_mask=attn_bias).transpose(1, 2).reshape(B, n, d)
-        else:
-            s = torch.matmul(q, kk.transpose(-1, -2)) * (1.0 / math.sqrt(hd))
-            if attn_bias is not None:
-                s = s + attn_bias
-            p = torch.softmax(s, dim=-1)
-            o = torch.matmul(p, vv).transpose(1, 2).reshape(B, n, d)
-        h = x + self.attn_out(o)
+        h = x + self.attn_out(attend(q, k, v, attn_bias))
         m = self.ff_norm(h)
         y = h + self.ff_out(F.silu(self.ff_proj(m)) * self.up_proj(m))
         return y, k.transpose(1, 2).reshape(B, n, KH * hd), v.transpose(1, 2).reshape(B, n, KH * hd)
 
 
-class LLaDA(nn.Module):
+class LLaDA(nn.Module, HFWeights):
     def __init__(self, c: LLaDAConfig):
         super().__init__()
         self.config = c
@@ -229,50 +311,25 @@ class LLaDA(nn.Module):
         states = {"k": [L x [B,n,kv_dim]], "v": [...], "h": [L+1 x [B,n,d]]}; h[l] is the
         hidden state entering layer l, h[L] the output of the last layer (before ln_f).
         """
-        if ids.dim() == 1:
-            ids = ids[None]
-        B, n = ids.shape
+        ids, pos = batch_positions(ids, pos)
         dev = ids.device
-        if pos is None:
-            pos = torch.arange(n, device=dev)
-        pos = pos.to(dev)
-        if pos.dim() == 1:
-            pos = pos[None].expand(B, n)
         x = self.wte(ids)
         cos, sin = rope_cos_sin(pos, self.config.head_dim, self.config.rope_theta, x.dtype)
-        bias = None
         if dev.type == "cuda":  # a boolean mask (True = attend) for scaled_dot_product_attention
+            bias = None
             if key_valid is not None and not bool(key_valid.all()):
                 bias = key_valid.to(dev)[:, None, None, :]
             if self.config.block_causal:
                 allowed = block_causal_mask(pos, self.config.block_size)[:, None]  # [B, 1, n, n]
                 bias = allowed if bias is None else bias & allowed
         else:
-            if key_valid is not None and not bool(key_valid.all()):
-                bias = torch.zeros(B, 1, 1, n, dtype=x.dtype)
-                bias = bias.masked_fill(~key_valid[:, None, None, :], float("-inf"))
-            if self.config.block_causal:
-                allowed = block_causal_mask(pos, self.config.block_size)  # [B, n, n]
-                bb = torch.zeros(B, 1, n, n, dtype=x.dtype).masked_fill(~allowed[:, None], float("-inf"))
-                bias = bb if bias is None else bias + bb
-        ks, vs, hs = [], [], []
-        for blk in self.blocks:
-            if return_states:
-                hs.append(x)
-            if checkpoint_blocks and self.training:
-                x, k, v = torch.utils.checkpoint.checkpoint(blk, x, cos, sin, bias)
-            else:
-                x, k, v = blk(x, cos, sin, bias)
-            if return_states:
-                ks.append(k)
-                vs.append(v)
-        if return_states:
-            hs.append(x)
+            bias = additive_mask(pos, key_valid, self.config.block_causal, self.config.block_size, x.dtype)
+        x, states = run_layers(self.blocks, x, cos, sin, bias, return_states, checkpoint_blocks and self.training)
         if return_hidden:
             return x
         logits = self.head(x)
         if return_states:
-            return logits, {"k": ks, "v": vs, "h": hs}
+            return logits, states
         return logits
 
     # ---- LLaDA HF layout ----------------------------------------------------
@@ -287,26 +344,11 @@ class LLaDA(nn.Module):
                 out[f"model.transformer.blocks.{i}.{name}.weight"] = getattr(b, name).weight
         return out
 
-    def hf_state_dict(self):
-        return {k: v.detach().to(torch.float32).contiguous() for k, v in self.hf_parameters().items()}
-
-    def load_hf_state_dict(self, sd, path="<state>"):
-        tgt = self.hf_parameters()
-        missing = [k for k in tgt if k not in sd]
-        extra = [k for k in sd if k not in tgt]
-        if missing:
-            raise ValueError(f"{path}: missing tensors {missing[:5]}")
-        if extra:
-            raise ValueError(f"{path}: unexpected tensors {extra[:5]}")
-        with torch.no_grad():
-            for k, p in tgt.items():
-                if tuple(sd[k].shape) != tuple(p.shape):
-                    raise ValueError(f"{path}: {k} has shape {tuple(sd[k].shape)}, want {tuple(p.shape)}")
-                p.copy_(sd[k].to(p.dtype))
 
 
 def save_pretrained(model, out_dir, dtype="F32", metadata=None):
-    """Write config.json + model.safetensors (LLaDA HF names) into out_dir."""
+    """Write config.json (model.config.to_json()) and model.safetensors (model.hf_state_dict(): the
+    architecture's HF names) into out_dir."""
     os.makedirs(out_dir, exist_ok=True)
     cfg = model.config.to_json()
     cfg["torch_dtype"] = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}[dtype]
