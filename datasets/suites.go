@@ -364,14 +364,23 @@ func seqWords(suite, system string) ([]string, error) {
 	return words, nil
 }
 
+// seqQuery reads a sample of a suite with sequence-style lists: the names
+// listed in system, and user's match of q (form says what the question
+// must look like).
+func seqQuery(suite, system, user string, q *regexp.Regexp, form string) (words, match []string, err error) {
+	if words, err = seqWords(suite, system); err != nil {
+		return nil, nil, err
+	}
+	if match = q.FindStringSubmatch(user); match == nil {
+		return nil, nil, fmt.Errorf("datasets: %s: question %q is not \"%s\"", suite, user, form)
+	}
+	return words, match, nil
+}
+
 func solveSequence(system, user string) (string, error) {
-	words, err := seqWords("sequence", system)
+	words, qm, err := seqQuery("sequence", system, user, seqQuestion, "Which … comes right after|before …?")
 	if err != nil {
 		return "", err
-	}
-	qm := seqQuestion.FindStringSubmatch(user)
-	if qm == nil {
-		return "", fmt.Errorf("datasets: sequence: question %q is not \"Which … comes right after|before …?\"", user)
 	}
 	i := slices.Index(words, qm[2])
 	if i < 0 {
@@ -425,13 +434,9 @@ func genSpan(r *rand.Rand, rows int) item {
 }
 
 func solveSpan(system, user string) (string, error) {
-	words, err := seqWords("span", system)
+	words, qm, err := seqQuery("span", system, user, spanQuestion, "List the K … that come right after …, in order.")
 	if err != nil {
 		return "", err
-	}
-	qm := spanQuestion.FindStringSubmatch(user)
-	if qm == nil {
-		return "", fmt.Errorf("datasets: span: question %q is not \"List the K … that come right after …, in order.\"", user)
 	}
 	k, err := strconv.Atoi(qm[1])
 	if err != nil || k < 1 {

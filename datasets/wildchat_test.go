@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlmcache/dlmcache/internal/testutil"
 	"github.com/parquet-go/parquet-go"
 )
 
@@ -276,14 +277,7 @@ func TestReadWildChatErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ReadWildChat(tc.paths, tc.filter)
-			if err == nil {
-				t.Fatal("no error")
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not say %q", err, w)
-				}
-			}
+			testutil.ErrorSays(t, err, tc.want...)
 		})
 	}
 }

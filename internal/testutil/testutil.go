@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"math"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -38,6 +39,20 @@ func ReadJSON(t testing.TB, path string, v any) {
 	}
 	if err := json.Unmarshal(raw, v); err != nil {
 		t.Fatalf("%s: %v", path, err)
+	}
+}
+
+// ErrorSays checks that err is an error whose message contains each of
+// want; a nil err ends the test.
+func ErrorSays(t testing.TB, err error, want ...string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("no error; want one that says %q", want)
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q does not say %q", err, w)
+		}
 	}
 }
 

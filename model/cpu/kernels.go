@@ -64,15 +64,24 @@ func bf16Rows(dst []float32, w *Tensor, lo, hi int) { bf16RowsWith(simd, dst, w,
 // bf16RowsWith is bf16Rows with the AVX2 loop only when useSIMD (and the
 // machine has it). For tests.
 func bf16RowsWith(useSIMD bool, dst []float32, w *Tensor, lo, hi int) {
-	if hi <= lo || w.cols == 0 {
+	if !rowsToDecode("bf16Rows", dst, w, lo, hi) {
 		return
-	}
-	if len(dst) < (hi-lo)*w.cols {
-		panic("cpu: bf16Rows: dst too short")
 	}
 	src := w.bf16[lo*w.stride:]
 	_ = src[(hi-lo-1)*w.stride+w.cols-1]
 	C.dlmc_bf16_rows(cbool(useSIMD && simd), (*C.float)(unsafe.Pointer(&dst[0])), (*C.uint16_t)(unsafe.Pointer(&src[0])), C.long(hi-lo), C.long(w.cols), C.long(w.stride))
+}
+
+// rowsToDecode reports whether rows [lo, hi) of w hold values to decode
+// into dst, and panics, naming fn, when dst is too short for them.
+func rowsToDecode(fn string, dst []float32, w *Tensor, lo, hi int) bool {
+	if hi <= lo || w.cols == 0 {
+		return false
+	}
+	if len(dst) < (hi-lo)*w.cols {
+		panic("cpu: " + fn + ": dst too short")
+	}
+	return true
 }
 
 // quantRows decodes rows [lo, hi) of the quantized weight w into dst
@@ -83,11 +92,8 @@ func quantRows(dst []float32, w *Tensor, lo, hi int) { quantRowsWith(simd, dst, 
 // quantRowsWith is quantRows with the AVX2 loop only when useSIMD (and the
 // machine has it). For tests.
 func quantRowsWith(useSIMD bool, dst []float32, w *Tensor, lo, hi int) {
-	if hi <= lo || w.cols == 0 {
+	if !rowsToDecode("quantRows", dst, w, lo, hi) {
 		return
-	}
-	if len(dst) < (hi-lo)*w.cols {
-		panic("cpu: quantRows: dst too short")
 	}
 	src := w.q[lo*w.qStride:]
 	_ = src[(hi-lo)*w.qStride-1]

@@ -69,10 +69,15 @@ func F32ToBytes(src []float32) []byte {
 
 // F32ToBF16 encodes src as little-endian bfloat16, rounding to nearest even.
 // Values too large for bfloat16 become ±Inf; NaNs stay (quiet) NaNs.
-func F32ToBF16(src []float32) []byte {
+func F32ToBF16(src []float32) []byte { return encode16(src, f32ToBF16Bits) }
+
+// encode16 encodes src as little-endian 16-bit values conv(v). It is
+// inlined into its callers, so conv is a direct call there, inlined too
+// where it is small (go build -gcflags=-m): no indirect call per value.
+func encode16(src []float32, conv func(float32) uint16) []byte {
 	b := make([]byte, 2*len(src))
 	for i, v := range src {
-		binary.LittleEndian.PutUint16(b[2*i:], f32ToBF16Bits(v))
+		binary.LittleEndian.PutUint16(b[2*i:], conv(v))
 	}
 	return b
 }
@@ -89,13 +94,7 @@ func f32ToBF16Bits(v float32) uint16 {
 // F32ToF16 encodes src as little-endian IEEE half precision, rounding to
 // nearest even. Values above the half range become ±Inf, tiny values become
 // subnormals or ±0, NaNs stay (quiet) NaNs.
-func F32ToF16(src []float32) []byte {
-	b := make([]byte, 2*len(src))
-	for i, v := range src {
-		binary.LittleEndian.PutUint16(b[2*i:], f32ToF16Bits(v))
-	}
-	return b
-}
+func F32ToF16(src []float32) []byte { return encode16(src, f32ToF16Bits) }
 
 func f32ToF16Bits(v float32) uint16 {
 	bits := math.Float32bits(v)

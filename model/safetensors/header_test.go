@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"strings"
 	"testing"
+
+	"github.com/dlmcache/dlmcache/internal/testutil"
 )
 
 // rawFile builds a safetensors file from a literal JSON header (padded with
@@ -98,14 +100,7 @@ func TestParseHeaderErrors(t *testing.T) {
 				size = int64(len(tc.file))
 			}
 			_, err := ParseHeader(tc.file, size)
-			if err == nil {
-				t.Fatalf("no error")
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not contain %q", err, w)
-				}
-			}
+			testutil.ErrorSays(t, err, tc.want...)
 		})
 	}
 }
