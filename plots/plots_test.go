@@ -123,37 +123,45 @@ func figureCases() []figureCase {
 // TestFiguresMatchGoldenImages renders every figure to PNG and compares it with
 // testdata/NAME.png; -update rewrites the goldens.
 func TestFiguresMatchGoldenImages(t *testing.T) {
+	forEachRendered(t, "png", func(t *testing.T, tc figureCase, got []byte) {
+		golden := filepath.Join("testdata", tc.name+".png")
+		if *update {
+			if err := os.WriteFile(golden, got, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+		want, err := os.ReadFile(golden)
+		if err != nil {
+			t.Fatalf("%v (run go test ./plots -update to create it)", err)
+		}
+		if n, total, err := diffPNG(got, want); err != nil || n*1000 > total {
+			out := filepath.Join(t.TempDir(), tc.name+".png")
+			if werr := os.WriteFile(out, got, 0o644); werr != nil {
+				t.Log(werr)
+			}
+			if err != nil {
+				t.Fatalf("%s: %v; got image written to %s", golden, err, out)
+			}
+			t.Fatalf("%s: %d of %d pixels differ (more than 0.1%%); got image written to %s", golden, n, total, out)
+		}
+	})
+}
+
+// forEachRendered renders each of figureCases in format, in a subtest of
+// its name, and hands the bytes to check.
+func forEachRendered(t *testing.T, format string, check func(t *testing.T, tc figureCase, raw []byte)) {
 	for _, tc := range figureCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			f, err := tc.make()
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := Render(f, "png", tc.w, tc.h)
+			raw, err := Render(f, format, tc.w, tc.h)
 			if err != nil {
 				t.Fatal(err)
 			}
-			golden := filepath.Join("testdata", tc.name+".png")
-			if *update {
-				if err := os.WriteFile(golden, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run go test ./plots -update to create it)", err)
-			}
-			if n, total, err := diffPNG(got, want); err != nil || n*1000 > total {
-				out := filepath.Join(t.TempDir(), tc.name+".png")
-				if werr := os.WriteFile(out, got, 0o644); werr != nil {
-					t.Log(werr)
-				}
-				if err != nil {
-					t.Fatalf("%s: %v; got image written to %s", golden, err, out)
-				}
-				t.Fatalf("%s: %d of %d pixels differ (more than 0.1%%); got image written to %s", golden, n, total, out)
-			}
+			check(t, tc, raw)
 		})
 	}
 }
@@ -224,40 +232,30 @@ func TestGoldenDetectsChange(t *testing.T) {
 // TestSVG checks that every figure renders as well-formed XML that names
 // the figure's title (escaped where needed).
 func TestSVG(t *testing.T) {
-	for _, tc := range figureCases() {
-		t.Run(tc.name, func(t *testing.T) {
-			f, err := tc.make()
+	forEachRendered(t, "svg", func(t *testing.T, tc figureCase, raw []byte) {
+		dec := xml.NewDecoder(bytes.NewReader(raw))
+		root := ""
+		for {
+			tok, err := dec.Token()
+			if err == io.EOF {
+				break
+			}
 			if err != nil {
-				t.Fatal(err)
+				t.Fatalf("not well-formed XML: %v", err)
 			}
-			raw, err := Render(f, "svg", tc.w, tc.h)
-			if err != nil {
-				t.Fatal(err)
+			if se, ok := tok.(xml.StartElement); ok && root == "" {
+				root = se.Name.Local
 			}
-			dec := xml.NewDecoder(bytes.NewReader(raw))
-			root := ""
-			for {
-				tok, err := dec.Token()
-				if err == io.EOF {
-					break
-				}
-				if err != nil {
-					t.Fatalf("not well-formed XML: %v", err)
-				}
-				if se, ok := tok.(xml.StartElement); ok && root == "" {
-					root = se.Name.Local
-				}
+		}
+		if root != "svg" {
+			t.Errorf("root element %q, want svg", root)
+		}
+		for _, s := range tc.titles {
+			if !bytes.Contains(raw, []byte(s)) {
+				t.Errorf("SVG does not contain %q", s)
 			}
-			if root != "svg" {
-				t.Errorf("root element %q, want svg", root)
-			}
-			for _, s := range tc.titles {
-				if !bytes.Contains(raw, []byte(s)) {
-					t.Errorf("SVG does not contain %q", s)
-				}
-			}
-		})
-	}
+		}
+	})
 }
 
 func TestSaveWritesPNGOrSVGByExtension(t *testing.T) {

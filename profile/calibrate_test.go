@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dlmcache/dlmcache/internal/testmodel"
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
 )
@@ -75,8 +74,7 @@ func TestCalibrationSearchFindsDeepestPassingDepth(t *testing.T) {
 // Killing a calibration and resuming it gives the identical table; shards
 // merged give the table of one run.
 func TestCalibrateResumeAndShards(t *testing.T) {
-	m := testmodel.Load(t, "tiny-f32")
-	reqs := testRequests(t, m, 9)
+	m, reqs := tinyRequests(t, 9)
 	whole, err := testCalibrator(m, t.TempDir()).Calibrate(context.Background(), reqs)
 	if err != nil {
 		t.Fatal(err)

@@ -39,6 +39,13 @@ func testRequests(t *testing.T, m *model.Model, n int) []Request {
 	return reqs
 }
 
+// tinyRequests loads tiny-f32 and makes n of testRequests' requests for it.
+func tinyRequests(t *testing.T, n int) (*model.Model, []Request) {
+	t.Helper()
+	m := testmodel.Load(t, "tiny-f32")
+	return m, testRequests(t, m, n)
+}
+
 func testRunner(m *model.Model, dir string) *Runner {
 	return &Runner{
 		Model: m.LLaDA, Gen: model.GenOptions{GenLength: 8, Steps: 4}, OutDir: dir,
@@ -48,8 +55,7 @@ func testRunner(m *model.Model, dir string) *Runner {
 }
 
 func TestRunResumeEqualsUninterrupted(t *testing.T) {
-	m := testmodel.Load(t, "tiny-f32")
-	reqs := testRequests(t, m, 10)
+	m, reqs := tinyRequests(t, 10)
 	full, err := testRunner(m, t.TempDir()).Run(context.Background(), reqs)
 	if err != nil {
 		t.Fatal(err)
@@ -101,8 +107,7 @@ func TestRunResumeEqualsUninterrupted(t *testing.T) {
 }
 
 func TestShardsMergeToOneTable(t *testing.T) {
-	m := testmodel.Load(t, "tiny-f32")
-	reqs := testRequests(t, m, 9)
+	m, reqs := tinyRequests(t, 9)
 	one, err := testRunner(m, t.TempDir()).Run(context.Background(), reqs)
 	if err != nil {
 		t.Fatal(err)
@@ -291,8 +296,7 @@ func TestEvaluateInterleavedEqualsSeparate(t *testing.T) {
 // existed still builds the whole-prefix table and refuses the other, naming
 // the fix.
 func TestRowMinStatistic(t *testing.T) {
-	m := testmodel.Load(t, "tiny-f32")
-	reqs := testRequests(t, m, 6)
+	m, reqs := tinyRequests(t, 6)
 	dir := t.TempDir()
 	r := testRunner(m, dir)
 	r.Info.Similarity = SimRowMin
@@ -367,8 +371,7 @@ func TestRowMinStatistic(t *testing.T) {
 // TestRunWritesCrossTable: a whole-prefix run also writes the worst-row
 // table; a worst-row run writes only its own.
 func TestRunWritesCrossTable(t *testing.T) {
-	m := testmodel.Load(t, "tiny-f32")
-	reqs := testRequests(t, m, 4)
+	m, reqs := tinyRequests(t, 4)
 	dir := t.TempDir()
 	res, err := testRunner(m, dir).Run(context.Background(), reqs)
 	if err != nil {
@@ -421,8 +424,7 @@ func TestReadPartialOldLines(t *testing.T) {
 // default umask (atomicfile applies the umask as os.WriteFile does), and
 // similarity.parquet is zstd-compressed and reads back.
 func TestRunOutputsReadable(t *testing.T) {
-	m := testmodel.Load(t, "tiny-f32")
-	reqs := testRequests(t, m, 3)
+	m, reqs := tinyRequests(t, 3)
 	dir := t.TempDir()
 	old := syscall.Umask(0o022)
 	defer syscall.Umask(old)
@@ -562,8 +564,7 @@ func TestEvaluateChatAgreement(t *testing.T) {
 // the sources, the regime, the sampling) is refused with the setting named,
 // and the partial file is left as it was.
 func TestResumeRefusesOtherMeaning(t *testing.T) {
-	m := testmodel.Load(t, "tiny-f32")
-	reqs := testRequests(t, m, 6)
+	m, reqs := tinyRequests(t, 6)
 	dir := t.TempDir()
 	r := testRunner(m, dir)
 	r.AllSteps, r.Info.AllSteps = true, true

@@ -75,22 +75,15 @@ static void attn_gemm(int m, int n, int K, const float *a, long lda, const float
 	}
 }
 
+EXP_POLY(exp_poly512, __m512, _mm512, "avx512f")
+
 __attribute__((target("avx512f")))
 static inline __m512 exp512(__m512 x) {
 	const __m512 hi = _mm512_set1_ps(EXP_HI), lo = _mm512_set1_ps(EXP_LO);
 	__m512 xc = _mm512_max_ps(lo, _mm512_min_ps(hi, x));
 	__m512 fx = _mm512_roundscale_ps(_mm512_fmadd_ps(xc, _mm512_set1_ps(LOG2E), _mm512_set1_ps(0.5f)),
 		_MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-	__m512 r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(C1), xc);
-	r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(C2), r);
-	__m512 z = _mm512_mul_ps(r, r);
-	__m512 p = _mm512_set1_ps(P0);
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(P1));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(P2));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(P3));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(P4));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(P5));
-	p = _mm512_fmadd_ps(p, z, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+	__m512 p = exp_poly512(fx, xc);
 	__m512i n = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(fx), _mm512_set1_epi32(127)), 23);
 	__m512 y = _mm512_mul_ps(p, _mm512_castsi512_ps(n));
 	// As exp_scalar: 0 below EXP_LO, +Inf above EXP_HI.

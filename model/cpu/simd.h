@@ -21,21 +21,36 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-__attribute__((target("avx2,fma")))
-static inline float hsum256(__m256 v) {
-	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-	s = _mm_add_ss(s, _mm_movehdup_ps(s));
-	return _mm_cvtss_f32(s);
-}
+// HREDUCE256 defines NAME(v): OP (add or max) over v's eight lanes, the
+// upper half onto the lower, then pairs, then the last two.
+#define HREDUCE256(NAME, OP)                                                              \
+	__attribute__((target("avx2,fma"))) static inline float NAME(__m256 v) {           \
+		__m128 s = _mm_##OP##_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)); \
+		s = _mm_##OP##_ps(s, _mm_movehl_ps(s, s));                                    \
+		s = _mm_##OP##_ss(s, _mm_movehdup_ps(s));                                     \
+		return _mm_cvtss_f32(s);                                                      \
+	}
+HREDUCE256(hsum256, add)
+HREDUCE256(hmax256, max)
+#undef HREDUCE256
 
-__attribute__((target("avx2,fma")))
-static inline float hmax256(__m256 v) {
-	__m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-	s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-	s = _mm_max_ss(s, _mm_movehdup_ps(s));
-	return _mm_cvtss_f32(s);
-}
+// EXP_POLY defines NAME(fx, xc) at one vector width (V the vector type, P
+// the intrinsics' prefix, TARGET the instruction set): the Cephes expf
+// steps between the reduction's n = fx and the scaling by 2ⁿ: r = xc − n·ln2
+// (ln2 in two parts, C1 + C2), and e^r ≈ 1 + r + r²·P(r).
+#define EXP_POLY(NAME, V, P, TARGET)                                       \
+	__attribute__((target(TARGET))) static inline V NAME(V fx, V xc) {  \
+		V r = P##_fnmadd_ps(fx, P##_set1_ps(C1), xc);                \
+		r = P##_fnmadd_ps(fx, P##_set1_ps(C2), r);                   \
+		V z = P##_mul_ps(r, r);                                      \
+		V p = P##_set1_ps(P0);                                       \
+		p = P##_fmadd_ps(p, r, P##_set1_ps(P1));                     \
+		p = P##_fmadd_ps(p, r, P##_set1_ps(P2));                     \
+		p = P##_fmadd_ps(p, r, P##_set1_ps(P3));                     \
+		p = P##_fmadd_ps(p, r, P##_set1_ps(P4));                     \
+		p = P##_fmadd_ps(p, r, P##_set1_ps(P5));                     \
+		return P##_fmadd_ps(p, z, P##_add_ps(r, P##_set1_ps(1.0f))); \
+	}
 
 // exp2_le0 is 2^x for the softmax's x = s − max ≤ 0 (scores scaled by
 // log₂e, so e^(s − max) in the natural units): x = n + r, |r| ≤ ½, 2^r by

@@ -64,22 +64,15 @@ int dlmc_have_avx512bf16(void) {
 	return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
 }
 
+EXP_POLY(exp_poly256, __m256, _mm256, "avx2,fma")
+
 __attribute__((target("avx2,fma")))
 static inline __m256 exp256(__m256 x) {
 	const __m256 hi = _mm256_set1_ps(EXP_HI), lo = _mm256_set1_ps(EXP_LO);
 	// min/max with x second: a NaN x passes through to the result.
 	__m256 xc = _mm256_max_ps(lo, _mm256_min_ps(hi, x));
 	__m256 fx = _mm256_floor_ps(_mm256_fmadd_ps(xc, _mm256_set1_ps(LOG2E), _mm256_set1_ps(0.5f)));
-	__m256 r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(C1), xc);
-	r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(C2), r);
-	__m256 z = _mm256_mul_ps(r, r);
-	__m256 p = _mm256_set1_ps(P0);
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P1));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P2));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P3));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P4));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P5));
-	p = _mm256_fmadd_ps(p, z, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+	__m256 p = exp_poly256(fx, xc);
 	__m256i n = _mm256_cvttps_epi32(fx);
 	n = _mm256_slli_epi32(_mm256_add_epi32(n, _mm256_set1_epi32(127)), 23);
 	__m256 y = _mm256_mul_ps(p, _mm256_castsi256_ps(n));
