@@ -5,10 +5,8 @@ package cuda
 import (
 	"fmt"
 	"math"
-	"os"
 	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"unsafe"
 
@@ -85,15 +83,11 @@ type Argmaxer interface {
 // New returns a backend on device 0 with default options. The environment
 // variable DLMCACHE_CUDA_PRECISION=f32 selects Options.F32.
 func New() (backend.Backend, error) {
-	o := Options{}
-	switch p := strings.ToLower(os.Getenv("DLMCACHE_CUDA_PRECISION")); p {
-	case "", "bf16":
-	case "f32":
-		o.F32 = true
-	default:
-		return nil, fmt.Errorf("cuda: DLMCACHE_CUDA_PRECISION=%q: want bf16 or f32", p)
+	f32, err := backend.EnvSwitch("cuda", "DLMCACHE_CUDA_PRECISION", "bf16", "f32")
+	if err != nil {
+		return nil, err
 	}
-	b, err := NewWithOptions(o)
+	b, err := NewWithOptions(Options{F32: f32})
 	if err != nil {
 		return nil, err
 	}

@@ -8,7 +8,6 @@ package cuda
 
 import (
 	"context"
-	"errors"
 	"math"
 	"math/rand/v2"
 	"path/filepath"
@@ -219,17 +218,11 @@ func TestGPUOpsMatchCPU(t *testing.T) {
 
 // recorder is a plan that computes every row and keeps each layer's K/V.
 type recorder struct {
+	model.EveryRow
 	b    backend.Backend
 	k, v [][]float32
 }
 
-func (r *recorder) Rows(int) []int32 { return nil }
-func (r *recorder) Hidden(int, []int32, backend.Tensor) error {
-	return errors.New("recorder: no hidden states")
-}
-func (r *recorder) KV(int, []int32, backend.Tensor, backend.Tensor) error {
-	return errors.New("recorder: no K/V")
-}
 func (r *recorder) Observe(l int, _ []int32, _, k, v backend.Tensor) {
 	r.k = append(r.k, r.b.ToHost(k, nil))
 	r.v = append(r.v, r.b.ToHost(v, nil))

@@ -94,15 +94,11 @@ func goldenF32(t testing.TB, s *safetensors.Set, name string) []float32 {
 
 // capture records every layer's full K and V.
 type capture struct {
+	EveryRow
 	b    backend.Backend
 	k, v [][]float32
 }
 
-func (c *capture) Rows(int) []int32                          { return nil }
-func (c *capture) Hidden(int, []int32, backend.Tensor) error { return fmt.Errorf("unexpected") }
-func (c *capture) KV(int, []int32, backend.Tensor, backend.Tensor) error {
-	return fmt.Errorf("unexpected")
-}
 func (c *capture) Observe(l int, _ []int32, _, k, v backend.Tensor) {
 	c.k = append(c.k, c.b.ToHost(k, nil))
 	c.v = append(c.v, c.b.ToHost(v, nil))

@@ -1,6 +1,10 @@
 package model
 
-import "github.com/dlmcache/dlmcache/model/backend"
+import (
+	"fmt"
+
+	"github.com/dlmcache/dlmcache/model/backend"
+)
 
 // Plan steers one forward pass layer by layer. Layers are numbered 0..L-1
 // here (the design's layer l is index l-1). A nil Plan computes every row at
@@ -24,6 +28,22 @@ type Plan interface {
 	// state entering layer l of the computed rows. The tensors are reused
 	// by the forward after Observe returns: copy what you keep.
 	Observe(l int, computed []int32, hidden, k, v backend.Tensor)
+}
+
+// EveryRow is embedded by a Plan that computes every row at every layer
+// and watches the forward through its own Observe (a capture of K/V or
+// hidden states): Rows is nil at every layer, so the forward never asks
+// such a plan for Hidden or KV, which fail.
+type EveryRow struct{}
+
+func (EveryRow) Rows(int) []int32 { return nil }
+
+func (EveryRow) Hidden(l int, _ []int32, _ backend.Tensor) error {
+	return fmt.Errorf("model: layer %d: hidden states asked of a plan that computes every row", l)
+}
+
+func (EveryRow) KV(l int, _ []int32, _, _ backend.Tensor) error {
+	return fmt.Errorf("model: layer %d: K/V asked of a plan that computes every row", l)
 }
 
 // KVHolder is an optional Plan method for a plan that keeps every layer's

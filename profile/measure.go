@@ -121,18 +121,12 @@ func cos(ab, aa, bb float64) float64 {
 // kvCapture is a Plan that computes everything and copies the K/V of the
 // first m positions of every layer to the host.
 type kvCapture struct {
+	model.EveryRow
 	b    backend.Backend
 	m    int
 	k, v [][]float32 // per layer, [m, kv]
 }
 
-func (c *kvCapture) Rows(int) []int32 { return nil }
-func (c *kvCapture) Hidden(int, []int32, backend.Tensor) error {
-	return fmt.Errorf("profile: capture computes every row")
-}
-func (c *kvCapture) KV(int, []int32, backend.Tensor, backend.Tensor) error {
-	return fmt.Errorf("profile: capture computes every row")
-}
 func (c *kvCapture) Observe(l int, _ []int32, _, k, v backend.Tensor) {
 	n := c.m * k.Cols()
 	c.k = append(c.k, c.b.ToHost(k, nil)[:n:n])

@@ -283,24 +283,15 @@ func New(threads int) *Backend {
 // "onednn" where oneDNN cannot be used, are errors.
 func NewFromEnv(threads int) (*Backend, error) {
 	o := Options{Threads: threads}
-	switch v := strings.ToLower(os.Getenv(BF16Env)); v {
-	case "", "bf16":
-	case "f32":
-		o.DecodeBF16 = true
-	default:
-		return nil, fmt.Errorf("cpu: %s=%q: want bf16 or f32", BF16Env, v)
+	var err error
+	if o.DecodeBF16, err = backend.EnvSwitch("cpu", BF16Env, "bf16", "f32"); err != nil {
+		return nil, err
 	}
-	lib, err := ParseGEMM(os.Getenv(GEMMEnv))
-	if err != nil {
+	if o.GEMM, err = ParseGEMM(os.Getenv(GEMMEnv)); err != nil {
 		return nil, fmt.Errorf("%s: %w", GEMMEnv, err)
 	}
-	o.GEMM = lib
-	switch v := strings.ToLower(os.Getenv(WeightsEnv)); v {
-	case "", "mapped":
-	case "packed":
-		o.PackWeights = true
-	default:
-		return nil, fmt.Errorf("cpu: %s=%q: want mapped or packed", WeightsEnv, v)
+	if o.PackWeights, err = backend.EnvSwitch("cpu", WeightsEnv, "mapped", "packed"); err != nil {
+		return nil, err
 	}
 	if o.Attention, err = ParseAttention(os.Getenv(AttentionEnv)); err != nil {
 		return nil, fmt.Errorf("%s: %w", AttentionEnv, err)
