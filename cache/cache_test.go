@@ -3,13 +3,13 @@ package cache
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 
+	"github.com/dlmcache/dlmcache/internal/testmodel"
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/backend"
@@ -18,12 +18,7 @@ import (
 
 func loadTiny(t testing.TB) *model.Model {
 	t.Helper()
-	m, err := model.Load(filepath.Join("..", "model", "testdata", "tiny-f32"), cpu.New(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	return m
+	return testmodel.Load(t, "tiny-f32")
 }
 
 // fakeEntry is an entry of the given byte size.
