@@ -193,13 +193,19 @@ func TestBiCacheDepthOneIsExact(t *testing.T) {
 	}
 }
 
+// rowsCase is what the row-accounting tests generate: tiny-f32's
+// request 1 (ids, prefix length pl), 16 tokens in 8 steps.
+func rowsCase(t *testing.T) (m *model.Model, ids []int32, pl int, o model.GenOptions) {
+	t.Helper()
+	m = loadTiny(t)
+	ids, pl = request(t, m, 1)
+	return m, ids, pl, model.GenOptions{GenLength: 16, Steps: 8}
+}
+
 // Row accounting shows what each method skips.
 func TestMethodsRowsComputed(t *testing.T) {
-	m := loadTiny(t)
-	L := len(m.Blocks)
-	ids, pl := request(t, m, 1)
-	o := model.GenOptions{GenLength: 16, Steps: 8}
-	n := len(ids) + o.GenLength
+	m, ids, pl, o := rowsCase(t)
+	L, n := len(m.Blocks), len(ids)+o.GenLength
 	store := NewStore(m.Backend, 1<<30, FIFO)
 	for _, tc := range []struct {
 		meth Method
@@ -282,11 +288,8 @@ func TestBlockCache(t *testing.T) {
 // the prefix's K/V of every layer and the hidden state entering layer d+1;
 // refresh steps then skip the prefix rows of layers 1..d.
 func TestBiCacheRequestSource(t *testing.T) {
-	m := loadTiny(t)
-	L := len(m.Blocks)
-	ids, pl := request(t, m, 1)
-	o := model.GenOptions{GenLength: 16, Steps: 8}
-	n := len(ids) + o.GenLength
+	m, ids, pl, o := rowsCase(t)
+	L, n := len(m.Blocks), len(ids)+o.GenLength
 	meth := mk(t, "bicache", Options{Table: table(L, 1), BiCache: BiCacheOptions{Refresh: 4}, DeepSource: "request"})
 	g, info := generate(t, m, meth, ids, pl, o)
 	// step 1: everything; step 5: layer 1's suffix and the deep layers'
