@@ -79,6 +79,6 @@ func (p *blockPlanner) Begin(r *model.Request) error {
 
 func (p *blockPlanner) Plan(s *model.Step) model.Plan {
 	p.all = s.BlockStep == 0
-	p.rows = iota32(s.BlockStart, s.BlockEnd)
+	p.compute(s, iota32(s.BlockStart, s.BlockEnd))
 	return p
 }

@@ -108,7 +108,7 @@ func (p *d2Planner) After(_ *model.Step, committed []int32) {
 func (p *d2Planner) Plan(s *model.Step) model.Plan {
 	p.all = s.Index == 0
 	if !p.all {
-		p.rows = p.selectRows(s)
+		p.compute(s, p.selectRows(s))
 		p.all = len(p.rows) == p.n
 	}
 	return p

@@ -75,6 +75,8 @@ type dllmPlanner struct {
 	prompt, resp bool    // this step refreshes the prompt / the response
 	chosen       []int32 // rows computed from layer sel+1 on
 	scored       []int32 // the current block's masked slots (the decoder scores them)
+	src          []int32 // the rows their logits are read from, where not their own (logitSources)
+	fed          []int32 // the response rows with src
 }
 
 func (p *dllmPlanner) Begin(r *model.Request) error {
@@ -89,6 +91,8 @@ func (p *dllmPlanner) Plan(s *model.Step) model.Plan {
 	p.resp = s.Index%p.o.Kr == 0
 	p.all = p.prompt && p.resp
 	p.chosen, p.scored = nil, nil
+	p.src = logitSources(p.lm.Config, s)
+	p.fed = mergeRows(p.response, p.src)
 	for pos := s.BlockStart; pos < s.BlockEnd; pos++ {
 		if s.Canvas[pos] == p.mask {
 			p.scored = append(p.scored, int32(pos))
@@ -107,7 +111,7 @@ func (p *dllmPlanner) Rows(l int) []int32 {
 		}
 		return slices.Concat(iota32(0, p.P), p.chosen)
 	case p.resp || l <= p.sel:
-		return p.response
+		return p.fed
 	default:
 		return p.chosen
 	}
@@ -121,7 +125,7 @@ func (p *dllmPlanner) Observe(l int, computed []int32, _, k, v backend.Tensor) {
 }
 
 // choose returns the current block's masked slots (their logits are
-// wanted) and the ρ fraction (at least one) of the other response rows
+// wanted, from the rows src too) and the ρ fraction (at least one) of the other response rows
 // whose fresh V (in v, complete [n, kv]) is least cosine-similar to the
 // cached V, sorted.
 func (p *dllmPlanner) choose(v backend.Tensor) []int32 {
@@ -153,12 +157,12 @@ func (p *dllmPlanner) choose(v backend.Tensor) []int32 {
 	}
 	sort.SliceStable(rs, func(a, b int) bool { return rs[a].sim < rs[b].sim })
 	k := max(1, int(p.o.Rho*float64(len(p.response))))
-	out := slices.Clone(p.scored)
+	out := mergeRows(p.scored, p.src)
 	for _, r := range rs[:min(k, len(rs))] {
 		out = append(out, r.pos)
 	}
 	slices.Sort(out)
-	return out
+	return slices.Compact(out) // a logit source may be among the changed rows
 }
 
 // CheckModel refuses block-causal models (wholeCanvas).

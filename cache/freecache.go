@@ -72,7 +72,7 @@ func (p *freePlanner) Plan(s *model.Step) model.Plan {
 	if s.BlockStep == 0 && s.Block > 0 {
 		from -= s.BlockEnd - s.BlockStart // the block just finished, once more
 	}
-	p.rows = iota32(from, p.n)
+	p.compute(s, iota32(from, p.n))
 	return p
 }
 

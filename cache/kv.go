@@ -123,6 +123,31 @@ func (p *tokenPlan) Rows(int) []int32 {
 	return p.rows
 }
 
+// compute makes the step compute rows (sorted) at every layer, with the
+// rows its logits are read from (logitSources).
+func (p *tokenPlan) compute(s *model.Step, rows []int32) {
+	p.rows = mergeRows(rows, logitSources(p.lm.Config, s))
+}
+
+// logitSources are the rows whose last hidden states give step s's logits
+// on a model with shifted logits (Config.ShiftLogits, Dream's: a slot's
+// logits come from the row before it): the row before each masked slot of
+// the current block. A planner that computes a subset of the rows computes
+// these with it at every layer (nil for an unshifted model: the slots'
+// own rows, which every planner computes).
+func logitSources(c *model.Config, s *model.Step) []int32 {
+	if !c.ShiftLogits {
+		return nil
+	}
+	var src []int32
+	for pos := max(s.BlockStart, 1); pos < s.BlockEnd; pos++ {
+		if s.Canvas[pos] == int32(c.MaskTokenID) {
+			src = append(src, int32(pos-1))
+		}
+	}
+	return src
+}
+
 func (p *tokenPlan) Hidden(l int, _ []int32, _ backend.Tensor) error {
 	return fmt.Errorf("cache: no hidden state for layer %d (the planner computes the same rows at every layer)", l)
 }

@@ -1,6 +1,6 @@
 // Package testmodel loads the repository's random-weight model fixtures
-// (model/testdata: tiny-f32, tiny-bf16, tiny-block) for the tests of the
-// packages above model.
+// (model/testdata: tiny-f32, tiny-bf16, tiny-block and one of each other
+// architecture) for the tests of the packages above model.
 package testmodel
 
 import (
@@ -12,6 +12,21 @@ import (
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/cpu"
 )
+
+// Arch is the fixture of one architecture the model package runs.
+type Arch struct {
+	Name    string // the architecture (model.Config.ArchName)
+	Fixture string // its fixture in model/testdata
+}
+
+// Archs are a fixture of each architecture: the tests of the packages
+// above model (the caches, the profiler) run on each.
+var Archs = []Arch{
+	{"llada", "tiny-f32"},
+	{"dream", "tiny-dream"},
+	{"llada-moe", "tiny-llada-moe"},
+	{"llada2", "tiny-llada2"},
+}
 
 // Dir is the directory of fixture name: model/testdata/name in the module
 // holding the working directory (a test runs in its package's directory).
