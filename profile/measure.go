@@ -62,6 +62,17 @@ func Measure(ctx context.Context, m *model.LLaDA, prompt []int32, prefixLen int,
 	return sims, nil
 }
 
+// ReusablePrefix is the part of a shared prefix of m tokens that a cache
+// can reuse exactly, and so the part the profiler measures: on a
+// block-causal model its full blocks (the rows of a partial last block
+// attend to what follows them in the block), else all of it.
+func ReusablePrefix(c *model.Config, m int) int {
+	if B := c.CausalBlock(); B > 0 {
+		return m / B * B
+	}
+	return m
+}
+
 // SafeDepth is the largest l such that S(l', 1) ≥ τ for every l' ≤ l, from
 // the step-1 similarities (layers in order); at least 1.
 func SafeDepth(step1 []float64, tau float64) int {

@@ -29,14 +29,3 @@ func exactStore(lm *loadedModel, methods []string, c *cacheFlags) string {
 	c.StoreBlocks = B
 	return fmt.Sprintf("prefix store in blocks of %d tokens, the model's block (--store-blocks %d)", B, B)
 }
-
-// reusablePrefix is the part of a request's shared prefix of m tokens that
-// a cache can reuse exactly: on a block-causal model its full blocks (the
-// rows of the partial last block attend to what follows them in the
-// block), else all of it. profile measures prefixes of this length.
-func reusablePrefix(lm *loadedModel, m int) int {
-	if B := lm.Config.CausalBlock(); B > 0 {
-		return m / B * B
-	}
-	return m
-}

@@ -69,7 +69,7 @@ func (s requestSampling) sample(f *factory, lm *loadedModel, genLength int, edge
 	}
 	count := func(system, user string) (int, int, error) {
 		ids, m, err := lm.Tokenizer.EncodeChat(system, user)
-		return reusablePrefix(lm, m), len(ids), err
+		return profile.ReusablePrefix(lm.Config, m), len(ids), err
 	}
 	reqs, unfilled, err := datasets.SampleRequests(systems, users, count,
 		datasets.BinOptions{Edges: edges, PerBin: s.PerRatio, GenLength: genLength, Seed: s.Seed, MaxTokens: s.MaxTokens})
@@ -93,7 +93,7 @@ func (s requestSampling) sample(f *factory, lm *loadedModel, genLength int, edge
 		if err != nil {
 			return nil, nil, err
 		}
-		preqs = append(preqs, profile.Request{ID: r.ID, Source: r.SystemName, Prompt: ids, PrefixLen: reusablePrefix(lm, m)})
+		preqs = append(preqs, profile.Request{ID: r.ID, Source: r.SystemName, Prompt: ids, PrefixLen: profile.ReusablePrefix(lm.Config, m)})
 	}
 	return preqs, unfilledS, nil
 }
@@ -151,7 +151,7 @@ func (s requestSampling) sampleSuites(f *factory, lm *loadedModel, genLength int
 				if err != nil {
 					return nil, nil, err
 				}
-				m = reusablePrefix(lm, m)
+				m = profile.ReusablePrefix(lm.Config, m)
 				if m == 0 || len(lm.Tokenizer.Encode(x.Target()))+1 > genLength || (s.MaxTokens > 0 && len(ids)+genLength > s.MaxTokens) {
 					continue
 				}
