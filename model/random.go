@@ -130,79 +130,77 @@ func randomLayout(c *Config, dtype safetensors.DType) ([]randomTensor, []byte, e
 		add("lm_head.weight", e, d, in)
 	}
 	torchDType := map[safetensors.DType]string{safetensors.BF16: "bfloat16", safetensors.F32: "float32"}[dtype]
+	shape := hfShape{c.NLayers, c.NHeads, c.NKVHeads, c.VocabSize, "silu", c.MaxSequenceLength, c.RMSNormEps, c.RopeTheta, nil}
 	var cfg any
 	if dream {
 		// Dream-v0-Instruct-7B's config.json keys.
 		cfg = struct {
-			Architectures     []string `json:"architectures"`
-			ModelType         string   `json:"model_type"`
-			HiddenSize        int      `json:"hidden_size"`
-			IntermediateSize  int      `json:"intermediate_size"`
-			NumHiddenLayers   int      `json:"num_hidden_layers"`
-			NumAttentionHeads int      `json:"num_attention_heads"`
-			NumKeyValueHeads  int      `json:"num_key_value_heads"`
-			VocabSize         int      `json:"vocab_size"`
-			HiddenAct         string   `json:"hidden_act"`
-			MaxPositions      int      `json:"max_position_embeddings"`
-			RMSNormEps        float64  `json:"rms_norm_eps"`
-			RopeTheta         float64  `json:"rope_theta"`
-			RopeScaling       any      `json:"rope_scaling"`
-			TieWordEmbeddings bool     `json:"tie_word_embeddings"`
-			UseSlidingWindow  bool     `json:"use_sliding_window"`
-			SlidingWindow     any      `json:"sliding_window"`
-			MaxWindowLayers   int      `json:"max_window_layers"`
-			AttentionDropout  float64  `json:"attention_dropout"`
-			InitializerRange  float64  `json:"initializer_range"`
-			MaskTokenID       int      `json:"mask_token_id"`
-			EOSTokenID        int      `json:"eos_token_id"`
-			PadTokenID        int      `json:"pad_token_id"`
-			BOSTokenID        int      `json:"bos_token_id"`
-			TorchDType        string   `json:"torch_dtype"`
-			UseCache          bool     `json:"use_cache"`
-		}{[]string{"DreamModel"}, "Dream", d, hid, c.NLayers, c.NHeads, c.NKVHeads, c.VocabSize, "silu", c.MaxSequenceLength,
-			c.RMSNormEps, c.RopeTheta, nil, c.WeightTying, false, nil, c.NLayers, 0, 0.02,
+			Architectures    []string `json:"architectures"`
+			ModelType        string   `json:"model_type"`
+			HiddenSize       int      `json:"hidden_size"`
+			IntermediateSize int      `json:"intermediate_size"`
+			hfShape
+			TieWordEmbeddings bool    `json:"tie_word_embeddings"`
+			UseSlidingWindow  bool    `json:"use_sliding_window"`
+			SlidingWindow     any     `json:"sliding_window"`
+			MaxWindowLayers   int     `json:"max_window_layers"`
+			AttentionDropout  float64 `json:"attention_dropout"`
+			InitializerRange  float64 `json:"initializer_range"`
+			MaskTokenID       int     `json:"mask_token_id"`
+			EOSTokenID        int     `json:"eos_token_id"`
+			PadTokenID        int     `json:"pad_token_id"`
+			BOSTokenID        int     `json:"bos_token_id"`
+			TorchDType        string  `json:"torch_dtype"`
+			UseCache          bool    `json:"use_cache"`
+		}{[]string{"DreamModel"}, "Dream", d, hid, shape, c.WeightTying, false, nil, c.NLayers, 0, 0.02,
 			c.MaskTokenID, c.EOSTokenID, c.PadTokenID, c.EOSTokenID, torchDType, false}
 	} else {
 		// LLaDA-MoE-7B-A1B's config.json keys (no intermediate_size: the
 		// MLPs are the experts; dense_intermediate_size is unused).
 		mc := c.MoE
 		cfg = struct {
-			Architectures       []string `json:"architectures"`
-			ModelType           string   `json:"model_type"`
-			HiddenSize          int      `json:"hidden_size"`
-			NumHiddenLayers     int      `json:"num_hidden_layers"`
-			NumAttentionHeads   int      `json:"num_attention_heads"`
-			NumKeyValueHeads    int      `json:"num_key_value_heads"`
-			VocabSize           int      `json:"vocab_size"`
-			HiddenAct           string   `json:"hidden_act"`
-			MaxPositions        int      `json:"max_position_embeddings"`
-			RMSNormEps          float64  `json:"rms_norm_eps"`
-			RopeTheta           float64  `json:"rope_theta"`
-			RopeScaling         any      `json:"rope_scaling"`
-			PartialRotaryFactor float64  `json:"partial_rotary_factor"`
-			TieWordEmbeddings   bool     `json:"tie_word_embeddings"`
-			AttentionBias       bool     `json:"attention_bias"`
-			AttentionDropout    float64  `json:"attention_dropout"`
-			ClipQKV             any      `json:"clip_qkv"`
-			DenseIntermediate   int      `json:"dense_intermediate_size"`
-			ExpertIntermediate  int      `json:"expert_intermediate_size"`
-			NumExperts          int      `json:"num_experts"`
-			NumExpertsPerTok    int      `json:"num_experts_per_tok"`
-			NormTopKProb        bool     `json:"norm_topk_prob"`
-			QKLayerNorm         bool     `json:"qk_layernorm"`
-			RouterAuxLossCoef   float64  `json:"router_aux_loss_coef"`
-			InitializerRange    float64  `json:"initializer_range"`
-			MaskTokenID         int      `json:"mask_token_id"`
-			EOSTokenID          int      `json:"eos_token_id"`
-			PadTokenID          int      `json:"pad_token_id"`
-			TorchDType          string   `json:"torch_dtype"`
-			UseCache            bool     `json:"use_cache"`
-		}{[]string{"LLaDAMoEModelLM"}, "lladamoe", d, c.NLayers, c.NHeads, c.NKVHeads, c.VocabSize, "silu", c.MaxSequenceLength,
-			c.RMSNormEps, c.RopeTheta, nil, 1, c.WeightTying, false, 0, nil, c.MLPHiddenSize, mc.Hidden, mc.Experts, mc.TopK,
+			Architectures []string `json:"architectures"`
+			ModelType     string   `json:"model_type"`
+			HiddenSize    int      `json:"hidden_size"`
+			hfShape
+			PartialRotaryFactor float64 `json:"partial_rotary_factor"`
+			TieWordEmbeddings   bool    `json:"tie_word_embeddings"`
+			AttentionBias       bool    `json:"attention_bias"`
+			AttentionDropout    float64 `json:"attention_dropout"`
+			ClipQKV             any     `json:"clip_qkv"`
+			DenseIntermediate   int     `json:"dense_intermediate_size"`
+			ExpertIntermediate  int     `json:"expert_intermediate_size"`
+			NumExperts          int     `json:"num_experts"`
+			NumExpertsPerTok    int     `json:"num_experts_per_tok"`
+			NormTopKProb        bool    `json:"norm_topk_prob"`
+			QKLayerNorm         bool    `json:"qk_layernorm"`
+			RouterAuxLossCoef   float64 `json:"router_aux_loss_coef"`
+			InitializerRange    float64 `json:"initializer_range"`
+			MaskTokenID         int     `json:"mask_token_id"`
+			EOSTokenID          int     `json:"eos_token_id"`
+			PadTokenID          int     `json:"pad_token_id"`
+			TorchDType          string  `json:"torch_dtype"`
+			UseCache            bool    `json:"use_cache"`
+		}{[]string{"LLaDAMoEModelLM"}, "lladamoe", d, shape, 1, c.WeightTying, false, 0, nil, c.MLPHiddenSize, mc.Hidden, mc.Experts, mc.TopK,
 			mc.NormTopK, c.QKNorm, 0.01, 0.02, c.MaskTokenID, c.EOSTokenID, c.PadTokenID, torchDType, false}
 	}
 	raw, _ := json.MarshalIndent(cfg, "", "  ")
 	return ts, raw, nil
+}
+
+// hfShape is the part of a Llama/Qwen-named config.json that randomLayout
+// writes alike for Dream and LLaDA-MoE (embedded, its keys stand where it
+// does).
+type hfShape struct {
+	NumHiddenLayers   int     `json:"num_hidden_layers"`
+	NumAttentionHeads int     `json:"num_attention_heads"`
+	NumKeyValueHeads  int     `json:"num_key_value_heads"`
+	VocabSize         int     `json:"vocab_size"`
+	HiddenAct         string  `json:"hidden_act"`
+	MaxPositions      int     `json:"max_position_embeddings"`
+	RMSNormEps        float64 `json:"rms_norm_eps"`
+	RopeTheta         float64 `json:"rope_theta"`
+	RopeScaling       any     `json:"rope_scaling"`
 }
 
 // RandomWeightBytes is the size of the weights WriteRandom writes for c in

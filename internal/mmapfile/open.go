@@ -27,3 +27,12 @@ func Open(path string) (data []byte, unmap func() error, err error) {
 	}
 	return data, unmap, nil
 }
+
+// Map maps size bytes of f read-only (mmap_unix.go), or reads them where
+// memory mapping is not available (mmap_other.go). unmap releases them.
+func Map(f *os.File, size int64) (data []byte, unmap func() error, err error) {
+	if int64(int(size)) != size {
+		return nil, nil, fmt.Errorf("file of %d bytes is too large to %s", size, mapVerb)
+	}
+	return mapFile(f, int(size))
+}

@@ -240,28 +240,29 @@ TARGET_AVX2 static inline float hsum8(__m256 v) {
 			c[i * ldc + j] = hsum8(acc[i][j]);                                                              \
 	}
 
+// QROWS runs MR rows of x from row i against the rows j0..j1 of w, two
+// rows of w at a time, then a last one.
+#define QROWS(tile, WT, MR)                                                                             \
+	const int8_t *x = xq + (long)i * k;                                                                 \
+	const float *d = xd + (long)i * nb;                                                                 \
+	int j = j0;                                                                                         \
+	for (; j + 2 <= j1; j += 2) tile(WT, MR, 2, nb, x, k, d, w + j * wstride, wstride, c + i * ldc + j, ldc); \
+	if (j < j1) tile(WT, MR, 1, nb, x, k, d, w + j * wstride, wstride, c + i * ldc + j, ldc);
+
 // QMATMUL defines qmatmul_<isa> from its tile: the rows of w in blocks
 // that stay in L1 (QBLOCK_BYTES), each against every row of x, 4 rows of x
 // by 2 of w at a time; one copy of the loops per weight type.
 #define QBLOCK_BYTES 16384
-#define QLOOPS(tile, WT)                                                                                    \
-	for (int j0 = 0; j0 < n; j0 += jb) {                                                                    \
-		int j1 = j0 + jb < n ? j0 + jb : n;                                                                 \
-		int i = 0;                                                                                          \
-		for (; i + 4 <= m; i += 4) {                                                                        \
-			const int8_t *x = xq + (long)i * k;                                                             \
-			const float *d = xd + (long)i * nb;                                                             \
-			int j = j0;                                                                                     \
-			for (; j + 2 <= j1; j += 2) tile(WT, 4, 2, nb, x, k, d, w + j * wstride, wstride, c + i * ldc + j, ldc); \
-			if (j < j1) tile(WT, 4, 1, nb, x, k, d, w + j * wstride, wstride, c + i * ldc + j, ldc);         \
-		}                                                                                                   \
-		for (; i < m; i++) {                                                                                \
-			const int8_t *x = xq + (long)i * k;                                                             \
-			const float *d = xd + (long)i * nb;                                                             \
-			int j = j0;                                                                                     \
-			for (; j + 2 <= j1; j += 2) tile(WT, 1, 2, nb, x, k, d, w + j * wstride, wstride, c + i * ldc + j, ldc); \
-			if (j < j1) tile(WT, 1, 1, nb, x, k, d, w + j * wstride, wstride, c + i * ldc + j, ldc);         \
-		}                                                                                                   \
+#define QLOOPS(tile, WT)                                                                                \
+	for (int j0 = 0; j0 < n; j0 += jb) {                                                                \
+		int j1 = j0 + jb < n ? j0 + jb : n;                                                             \
+		int i = 0;                                                                                      \
+		for (; i + 4 <= m; i += 4) {                                                                    \
+			QROWS(tile, WT, 4)                                                                          \
+		}                                                                                               \
+		for (; i < m; i++) {                                                                            \
+			QROWS(tile, WT, 1)                                                                          \
+		}                                                                                               \
 	}
 #define QMATMUL(name, target, tile)                                                                         \
 	target static void name(int wt, int m, int n, int k, const int8_t *xq, const float *xd, const uint8_t *w, \
