@@ -189,3 +189,25 @@ func TestVocabAndMergesScanner(t *testing.T) {
 		}
 	}
 }
+
+// TestLossyUTF8: ill-formed UTF-8 decodes to one U+FFFD per maximal
+// subpart, as Rust's String::from_utf8_lossy and the WHATWG decoder do
+// (Go's strings.ToValidUTF8 would give one per run).
+func TestLossyUTF8(t *testing.T) {
+	for in, want := range map[string]string{
+		"ok é 😀":             "ok é 😀",
+		"\xff\xff":           "\uFFFD\uFFFD",
+		"\xe4\xb8":           "\uFFFD", // a cut 3-byte character
+		"\xe4\xb8a\xe4":      "\uFFFDa\uFFFD",
+		"\xf0\x9f\x98":       "\uFFFD",             // a cut emoji
+		"\xed\xa0\x80":       "\uFFFD\uFFFD\uFFFD", // a surrogate: ED A0 is not a prefix
+		"\xc0\xaf":           "\uFFFD\uFFFD",       // overlong
+		"\xf4\x90\x80\x80":   "\uFFFD\uFFFD\uFFFD\uFFFD",
+		"\xe0\x80":           "\uFFFD\uFFFD",
+		"a\xef\xbf\xbdb\x80": "a\uFFFDb\uFFFD", // a real U+FFFD stays one
+	} {
+		if got := lossyUTF8([]byte(in)); got != want {
+			t.Errorf("lossyUTF8(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

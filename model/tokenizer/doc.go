@@ -33,7 +33,9 @@
 // @huggingface/jinja on Qwen3's released tokenizer.json and chat template
 // (Qwen2's byte-level BPE with Qwen3's added tokens) and the test
 // tokenizers, over a fixed corpus, 1,000 seeded random strings and a few KB
-// of the repository's text.
+// of the repository's text, and decodes 300 random id lists per tokenizer
+// (cut characters and stray bytes included: one U+FFFD per maximal
+// ill-formed subpart, as Hugging Face).
 //
 // ApplyChat renders messages with the tokenizer_config.json chat template
 // (Jinja, through github.com/nikolalohinski/gonja/v2, with trim_blocks and

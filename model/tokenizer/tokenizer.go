@@ -363,7 +363,8 @@ func (q *pairQueue) pop() pairCand {
 
 // Decode turns ids back into text: vocab tokens through the ByteLevel
 // decoder, added tokens as their content. Invalid UTF-8 (a sequence cut
-// inside a character) becomes U+FFFD. Unknown ids are skipped.
+// inside a character) becomes U+FFFD, one per maximal ill-formed subpart as
+// in Hugging Face. Unknown ids are skipped.
 func (t *Tokenizer) Decode(ids []int32) string {
 	return t.decode(ids, false)
 }
@@ -387,5 +388,60 @@ func (t *Tokenizer) decode(ids []int32, skipSpecial bool) string {
 		}
 		buf = byteLevelUnmap(buf, t.idToToken[id])
 	}
-	return strings.ToValidUTF8(string(buf), "\uFFFD")
+	return lossyUTF8(buf)
+}
+
+// lossyUTF8 is b as a string with each maximal subpart of an ill-formed
+// UTF-8 sequence replaced by one U+FFFD: Unicode's recommended practice,
+// which Hugging Face's decoders follow (Rust's String::from_utf8_lossy,
+// JavaScript's TextDecoder). A cut character ("\xe4\xb8") is one U+FFFD;
+// each stray byte ("\xff\xff") is one.
+func lossyUTF8(b []byte) string {
+	if utf8.Valid(b) {
+		return string(b)
+	}
+	out := make([]byte, 0, len(b)+8)
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r != utf8.RuneError || n > 1 {
+			out = append(out, b[i:i+n]...)
+			i += n
+			continue
+		}
+		i += maximalSubpart(b[i:])
+		out = append(out, "\uFFFD"...)
+	}
+	return string(out)
+}
+
+// maximalSubpart is the length of the longest prefix of b (which does not
+// start with a well-formed character) that starts a well-formed sequence,
+// at least 1 (Unicode's Table 3-7).
+func maximalSubpart(b []byte) int {
+	lo, hi := byte(0x80), byte(0xBF)
+	need := 0
+	switch c := b[0]; {
+	case c >= 0xC2 && c <= 0xDF:
+		need = 1
+	case c == 0xE0:
+		need, lo = 2, 0xA0
+	case c >= 0xE1 && c <= 0xEC, c == 0xEE, c == 0xEF:
+		need = 2
+	case c == 0xED:
+		need, hi = 2, 0x9F
+	case c == 0xF0:
+		need, lo = 3, 0x90
+	case c >= 0xF1 && c <= 0xF3:
+		need = 3
+	case c == 0xF4:
+		need, hi = 3, 0x8F
+	default:
+		return 1
+	}
+	n := 1
+	for k := 0; k < need && n < len(b) && b[n] >= lo && b[n] <= hi; k++ {
+		n++
+		lo, hi = 0x80, 0xBF
+	}
+	return n
 }

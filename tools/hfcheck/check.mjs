@@ -20,7 +20,7 @@ try {
 }
 
 const cases = JSON.parse(readFileSync(process.argv[2] ?? 0, "utf8"));
-let ids = 0, strings = 0, renders = 0, bad = 0, rustStrings = 0, jsDeparts = 0;
+let ids = 0, strings = 0, decodes = 0, renders = 0, bad = 0, rustStrings = 0, jsDeparts = 0;
 const tokenText = (t) => (t == null ? "" : typeof t === "string" ? t : t.content ?? "");
 const show = (s) => JSON.stringify(s).replace(/[^\x20-\x7e]/g, (c) => "\\u" + c.charCodeAt(0).toString(16).padStart(4, "0"));
 const same = (a, b) => a.length === b.length && a.every((x, i) => x === b[i]);
@@ -79,6 +79,20 @@ for (const tc of cases) {
       disagree(`DISAGREE ${tc.dir}: decode of ${JSON.stringify(c.ids)}\n  dlmcache       ${show(c.decoded)}\n  HF JavaScript  ${show(text)}`);
     }
   }
+  for (const c of tc.decode) {
+    decodes++;
+    const js = tok.decode(c.ids, { skip_special_tokens: false, clean_up_tokenization_spaces: false });
+    if (js !== c.text) {
+      disagree(`DISAGREE ${tc.dir}: decode of ${JSON.stringify(c.ids)}\n  dlmcache       ${show(c.text)}\n  HF JavaScript  ${show(js)}`);
+    }
+    if (rtok) {
+      const inv = new Map([...renumber].map(([r, f]) => [f, r]));
+      const r = await rtok.decode(c.ids.map((i) => inv.get(i) ?? i), false);
+      if (r !== c.text) {
+        disagree(`DISAGREE ${tc.dir}: decode of ${JSON.stringify(c.ids)}\n  dlmcache       ${show(c.text)}\n  HF Rust        ${show(r)}`);
+      }
+    }
+  }
   if (cfg.chat_template) {
     const tpl = new Template(cfg.chat_template);
     for (const c of tc.chat) {
@@ -98,5 +112,5 @@ for (const tc of cases) {
 const refs = rust
   ? `Hugging Face's Rust tokenizers (Node binding; ${rustStrings} of them) and @huggingface/tokenizers (JavaScript; it departs from Rust on ${jsDeparts}, where dlmcache is held to Rust)`
   : "@huggingface/tokenizers";
-console.log(`hfcheck: ${cases.length} tokenizers, ${strings} strings (${ids} ids, and their decoded text) compared with ${refs}, ${renders} chat renders with @huggingface/jinja: ${bad} disagreements`);
+console.log(`hfcheck: ${cases.length} tokenizers, ${strings} strings (${ids} ids, and their decoded text) compared with ${refs}, ${decodes} random id lists decoded (with both where Rust loads the file), ${renders} chat renders with @huggingface/jinja: ${bad} disagreements`);
 process.exit(bad ? 1 : 0);

@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/dlmcache/dlmcache/model/tokenizer"
 )
@@ -120,10 +121,43 @@ type chatCase struct {
 	Rendered            string              `json:"rendered"`
 }
 
+type decodeCase struct {
+	IDs  []int32 `json:"ids"`
+	Text string  `json:"text"` // Decode(IDs)
+}
+
 type tokenizerCases struct {
 	Dir    string       `json:"dir"`
 	Encode []encodeCase `json:"encode"`
+	Decode []decodeCase `json:"decode"`
 	Chat   []chatCase   `json:"chat"`
+}
+
+// randomIDs returns n seeded random id lists: half of the ids single-rune
+// (byte) tokens, so that many lists are not UTF-8 (cut characters, stray
+// bytes), the rest any token, added tokens included.
+func randomIDs(tok *tokenizer.Tokenizer, n int) [][]int32 {
+	var all, bytes []int32
+	for id := int32(0); int(id) < tok.VocabSize(); id++ {
+		if s := tok.Token(id); s != "" {
+			all = append(all, id)
+			if utf8.RuneCountInString(s) == 1 {
+				bytes = append(bytes, id)
+			}
+		}
+	}
+	rng := rand.New(rand.NewSource(7))
+	out := make([][]int32, n)
+	for i := range out {
+		for k := 1 + rng.Intn(10); k > 0; k-- {
+			pool := all
+			if rng.Intn(2) == 0 {
+				pool = bytes
+			}
+			out[i] = append(out[i], pool[rng.Intn(len(pool))])
+		}
+	}
+	return out
 }
 
 func main() {
@@ -155,6 +189,9 @@ func main() {
 				ids = []int32{}
 			}
 			tc.Encode = append(tc.Encode, encodeCase{Text: s, IDs: ids, Decoded: tok.Decode(ids)})
+		}
+		for _, ids := range randomIDs(tok, 300) {
+			tc.Decode = append(tc.Decode, decodeCase{IDs: ids, Text: tok.Decode(ids)})
 		}
 		for _, msgs := range conversations {
 			for _, gen := range []bool{false, true} {

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Cross-checks dlmcache's tokenizer and chat templates against Hugging Face's
+# Cross-checks dlmcache's tokenizer (encoding, decoding) and chat templates
+# against Hugging Face's
 # own implementations — the Rust tokenizers library (its Node binding, what
 # Python's transformers runs), @huggingface/tokenizers (JavaScript) and
 # @huggingface/jinja — on Qwen3's released tokenizer.json and chat template
