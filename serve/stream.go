@@ -225,8 +225,12 @@ func (s *Server) streamHooks(j *job) {
 	mask := int32(s.cfg.Model.Config.MaskTokenID)
 	j.gen.OnBlock = func(_, end int, canvas []int32) {
 		ans := canvas[promptLen:end]
-		text, _, finish := s.answer(ans, j.maxTokens, j.stop)
+		text, n, finish := s.answer(ans, j.maxTokens, j.stop)
 		ended := s.cfg.Model.AnswerEnd(ans) < len(ans) || finish == "stop" || (j.maxTokens > 0 && len(ans) >= j.maxTokens)
+		if !ended && end < len(canvas) {
+			// A character cut at the block's end waits for the next block.
+			text = s.cfg.Model.Tokenizer.DecodePrefix(ans[:n])
+		}
 		k.block(text, ended, hold)
 	}
 	if k.canvas {

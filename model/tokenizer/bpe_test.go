@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"encoding/json"
+	"math/rand"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -208,6 +209,55 @@ func TestLossyUTF8(t *testing.T) {
 	} {
 		if got := lossyUTF8([]byte(in)); got != want {
 			t.Errorf("lossyUTF8(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestDecodePrefix: a character cut at the end is left out (not U+FFFD),
+// and the Decode of any longer list starts with DecodePrefix's text.
+func TestDecodePrefix(t *testing.T) {
+	tk := mustLoad(t, "gpt2")
+	b := func(bs ...byte) []int32 {
+		var ids []int32
+		for _, x := range bs {
+			ids = append(ids, tk.byteID[x])
+		}
+		return ids
+	}
+	for _, c := range []struct {
+		ids         []int32
+		prefix, all string
+	}{
+		{b(0xe8, 0xb1), "", "\uFFFD"},
+		{b('a', 0xe8), "a", "a\uFFFD"},
+		{b('a', 0xe8, 0xb1, 0xb1), "a豱", "a豱"},
+		{b(0xff), "\uFFFD", "\uFFFD"},
+		{b(0xe0, 0x80), "\uFFFD\uFFFD", "\uFFFD\uFFFD"},
+		{b(0xf0, 0x9f, 0x98), "", "\uFFFD"},
+		{b('x', 0xc0), "x\uFFFD", "x\uFFFD"},
+	} {
+		if got := tk.DecodePrefix(c.ids); got != c.prefix {
+			t.Errorf("DecodePrefix(%v) = %q, want %q", c.ids, got, c.prefix)
+		}
+		if got := tk.Decode(c.ids); got != c.all {
+			t.Errorf("Decode(%v) = %q, want %q", c.ids, got, c.all)
+		}
+	}
+	rng := rand.New(rand.NewSource(3))
+	for n := 0; n < 2000; n++ {
+		var ids []int32
+		for k := rng.Intn(8); k >= 0; k-- {
+			if rng.Intn(3) == 0 {
+				ids = append(ids, int32(rng.Intn(tk.VocabSize())))
+			} else {
+				ids = append(ids, tk.byteID[0x80+rng.Intn(0x80)])
+			}
+		}
+		all := tk.Decode(ids)
+		for k := 0; k <= len(ids); k++ {
+			if p := tk.DecodePrefix(ids[:k]); !strings.HasPrefix(all, p) {
+				t.Fatalf("Decode(%v) = %q does not start with DecodePrefix of its first %d ids, %q", ids, all, k, p)
+			}
 		}
 	}
 }

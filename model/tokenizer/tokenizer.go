@@ -374,7 +374,31 @@ func (t *Tokenizer) DecodeSkipSpecial(ids []int32) string {
 	return t.decode(ids, true)
 }
 
+// DecodePrefix is Decode for ids that more ids will follow (a streamed
+// answer): a character cut at the end — bytes that begin a well-formed
+// UTF-8 sequence and stop before it ends — is left out instead of becoming
+// U+FFFD, since the next ids may complete it. Decode of the longer sequence
+// then starts with DecodePrefix's text.
+func (t *Tokenizer) DecodePrefix(ids []int32) string {
+	b := t.decodeBytes(ids, false)
+	for k := 1; k <= 3 && k <= len(b); k++ {
+		i := len(b) - k
+		if b[i] < 0xC0 {
+			continue // a continuation byte (or ASCII): look further back
+		}
+		if n := maximalSubpart(b[i:]); n == k && !utf8.FullRune(b[i:]) {
+			b = b[:i]
+		}
+		break
+	}
+	return lossyUTF8(b)
+}
+
 func (t *Tokenizer) decode(ids []int32, skipSpecial bool) string {
+	return lossyUTF8(t.decodeBytes(ids, skipSpecial))
+}
+
+func (t *Tokenizer) decodeBytes(ids []int32, skipSpecial bool) []byte {
 	var buf []byte
 	for _, id := range ids {
 		if a, ok := t.addedID[id]; ok {
@@ -388,7 +412,7 @@ func (t *Tokenizer) decode(ids []int32, skipSpecial bool) string {
 		}
 		buf = byteLevelUnmap(buf, t.idToToken[id])
 	}
-	return lossyUTF8(buf)
+	return buf
 }
 
 // lossyUTF8 is b as a string with each maximal subpart of an ill-formed
