@@ -23,16 +23,16 @@ const (
 	BF16
 )
 
-func (d DType) String() string {
-	switch d {
-	case F32:
-		return "F32"
-	case F16:
-		return "F16"
-	case BF16:
-		return "BF16"
+var dtypeNames = map[DType]string{F32: "F32", F16: "F16", BF16: "BF16"}
+
+func (d DType) String() string { return enumString(d, "DType", dtypeNames) }
+
+// enumString is v's name in names, or typ(v) for a value without one.
+func enumString[T ~int | ~uint32](v T, typ string, names map[T]string) string {
+	if s, ok := names[v]; ok {
+		return s
 	}
-	return fmt.Sprintf("DType(%d)", int(d))
+	return fmt.Sprintf("%s(%d)", typ, v)
 }
 
 // Size is the number of bytes of one element.
@@ -114,15 +114,9 @@ const (
 	Q8_0 QuantType = 8
 )
 
-func (q QuantType) String() string {
-	switch q {
-	case Q4_0:
-		return "Q4_0"
-	case Q8_0:
-		return "Q8_0"
-	}
-	return fmt.Sprintf("QuantType(%d)", uint32(q))
-}
+var quantNames = map[QuantType]string{Q4_0: "Q4_0", Q8_0: "Q8_0"}
+
+func (q QuantType) String() string { return enumString(q, "QuantType", quantNames) }
 
 // BlockBytes is the size of one block of 32 values (0 for an unknown type).
 func (q QuantType) BlockBytes() int {
