@@ -31,6 +31,10 @@ type ModelID struct {
 	Name        string `json:"name"`
 	NLayers     int    `json:"n_layers"`
 	Fingerprint string `json:"fingerprint"`
+	// Arch is the model's architecture ("llada", "dream", "llada-moe",
+	// "llada2"; model.Config.ArchName); empty in files written before it
+	// was recorded.
+	Arch string `json:"arch,omitempty"`
 }
 
 // Bin is one shared-prefix-ratio interval [Lo, Hi) and the safe depths of
@@ -314,8 +318,12 @@ func (t *Table) SimilarityName() string {
 // String renders the table for people.
 func (t *Table) String() string {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "model %s (%d layers, fingerprint %s)  τ=%g (%s)  gen_length=%d steps=%d block_length=%d\n",
-		t.Model.Name, t.Model.NLayers, t.Model.Fingerprint, t.Tau, t.SimilarityName(), t.GenLength, t.Steps, t.BlockLength)
+	arch := ""
+	if t.Model.Arch != "" {
+		arch = t.Model.Arch + ", "
+	}
+	fmt.Fprintf(&sb, "model %s (%s%d layers, fingerprint %s)  τ=%g (%s)  gen_length=%d steps=%d block_length=%d\n",
+		t.Model.Name, arch, t.Model.NLayers, t.Model.Fingerprint, t.Tau, t.SimilarityName(), t.GenLength, t.Steps, t.BlockLength)
 	cosine := !t.Chooses() || slices.ContainsFunc(t.Bins, func(b Bin) bool { return b.Count > 0 })
 	if cosine {
 		fmt.Fprintf(&sb, "%-13s %6s %6s %5s %5s %7s\n", "ratio", "depth", "mean", "std", "min", "count")

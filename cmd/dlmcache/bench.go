@@ -184,7 +184,7 @@ func (opts *benchOptions) run(ctx context.Context) error {
 	var md strings.Builder
 	writeBenchMarkdown(&md, rows)
 	// bench.json and --json print the same object.
-	js, err := json.MarshalIndent(map[string]any{"model": lm.Name, "fingerprint": lm.Fingerprint, "gen_length": gen.GenLength,
+	js, err := json.MarshalIndent(map[string]any{"model": lm.Name, "fingerprint": lm.Fingerprint, "arch": lm.Config.ArchName(), "gen_length": gen.GenLength,
 		"steps": gen.Steps, "block_length": gen.BlockLength, "refresh": lm.Card.RefreshOr(opts.Cache.Method.BiCache.Refresh), "lut": opts.Cache.LUT,
 		"backend": lm.Backend.Name(), "gemm": gemmOf(lm.Backend), "results": rows}, "", "  ")
 	if err != nil {

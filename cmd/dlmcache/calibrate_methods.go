@@ -86,7 +86,7 @@ func calibrateMethods(ctx context.Context, opts *calibrateOptions) error {
 		Model: lm.LLaDA, Gen: gen, Grid: grid, Target: opts.Agreement, Z: normalQuantile(opts.Confidence), MaxLoss: opts.MaxLoss,
 		Stop: lm.AnswerEnd, Text: lm.AnswerText, Check: datasets.CheckAnswer, Budget: opts.Budget, Shard: opts.Shard != "",
 		OutDir: opts.Out, Resume: opts.Resume, Log: func(l string) { fmt.Fprintln(opts.f.ErrOut, l) },
-		Run: profile.SearchRun{Model: lut.ModelID{Name: lm.Name, NLayers: len(lm.Blocks), Fingerprint: lm.Fingerprint},
+		Run: profile.SearchRun{Model: lm.modelID(),
 			GenLength: gen.GenLength, Steps: gen.Steps, BlockLength: gen.BlockLength, Classes: classes, Edges: edges,
 			Settings: names, Seed: opts.Seed, Data: data, Shard: opts.Shard},
 	}

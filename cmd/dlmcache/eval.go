@@ -109,7 +109,7 @@ func (opts *evalOptions) run(ctx context.Context) error {
 	if opts.JSON {
 		enc := json.NewEncoder(opts.f.Out)
 		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"model": lm.Name, "fingerprint": lm.Fingerprint, "gen_length": gen.GenLength,
+		return enc.Encode(map[string]any{"model": lm.Name, "fingerprint": lm.Fingerprint, "arch": lm.Config.ArchName(), "gen_length": gen.GenLength,
 			"steps": gen.Steps, "method": opts.Method, "suites": res, "average": all})
 	}
 	printResults(opts.f.Out, append(res, all))

@@ -48,6 +48,9 @@ func (opts *generateOptions) run(ctx context.Context) error {
 	}
 	defer lm.Close()
 	loadTime := time.Since(t0)
+	if !opts.JSON {
+		fmt.Fprintln(opts.f.ErrOut, "dlmcache:", lm.describe())
+	}
 	prompt := userPrompt
 	if prompt == "" && system == "" && lm.Card.DemoSystem != "" {
 		system, prompt = lm.Card.DemoSystem, lm.Card.DemoPrompt
@@ -98,6 +101,7 @@ func (opts *generateOptions) run(ctx context.Context) error {
 	res := map[string]any{
 		"model":            lm.Name,
 		"fingerprint":      lm.Fingerprint,
+		"arch":             lm.Config.ArchName(),
 		"random_weights":   lm.Card.RandomWeights,
 		"answer":           answer,
 		"prompt_tokens":    len(ids),

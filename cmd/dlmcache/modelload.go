@@ -104,6 +104,29 @@ func loadModel(f *factory, name, device string, threads int) (*loadedModel, erro
 	return &loadedModel{Model: m, Name: name}, nil
 }
 
+// modelID is the model's identity as tables and run records keep it.
+func (m *loadedModel) modelID() lut.ModelID {
+	return lut.ModelID{Name: m.Name, NLayers: len(m.Blocks), Fingerprint: m.Fingerprint, Arch: m.Config.ArchName()}
+}
+
+// describe says which model loaded: its name, architecture and shape
+// (experts, block-causal attention) and fingerprint.
+func (m *loadedModel) describe() string {
+	c := m.Config
+	s := fmt.Sprintf("model %s: architecture %s, %d layers, width %d, %d heads (%d K/V)", m.Name, c.ArchName(), c.NLayers, c.DModel, c.NHeads, c.NKVHeads)
+	if e := c.MoE; e != nil {
+		s += fmt.Sprintf(", %d experts (top %d", e.Experts, e.TopK)
+		if e.SharedHidden > 0 {
+			s += ", a shared expert"
+		}
+		s += ")"
+	}
+	if B := c.CausalBlock(); B > 0 {
+		s += fmt.Sprintf(", block-causal (blocks of %d)", B)
+	}
+	return s + ", fingerprint " + m.Fingerprint
+}
+
 // genOptions fills zero values from the model's card: gen length, then
 // steps = gen length / 2 (two tokens per step, as in the paper; for a
 // block-causal model one step per slot at most, its block size as the
@@ -172,6 +195,7 @@ func loadRegime(f *factory, mf modelFlags, rf regimeFlags) (*loadedModel, model.
 	if err != nil {
 		return nil, model.GenOptions{}, err
 	}
+	fmt.Fprintln(f.ErrOut, "dlmcache:", lm.describe())
 	gen, err := lm.genOptions(rf.GenLength, rf.Steps, rf.BlockLength)
 	if err != nil {
 		lm.Close()

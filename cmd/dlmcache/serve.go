@@ -130,8 +130,8 @@ func (opts *serveOptions) run(ctx context.Context) error {
 	if table != nil && !table.Calibrated() {
 		tableNote += "; UNCALIBRATED (a cosine estimate, served because of --allow-uncalibrated)"
 	}
-	fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: model %s (%s), method %s (%s), store %d bytes %s, gen %d/%d/%d, max concurrency %d, max batch %d; listening on http://%s\n",
-		lm.Name, lm.Fingerprint, method, tableNote, opts.Cache.CacheBytes, opts.Cache.Eviction,
+	fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: model %s (%s, %s), method %s (%s), store %d bytes %s, gen %d/%d/%d, max concurrency %d, max batch %d; listening on http://%s\n",
+		lm.Name, lm.Config.ArchName(), lm.Fingerprint, method, tableNote, opts.Cache.CacheBytes, opts.Cache.Eviction,
 		gen.GenLength, gen.Steps, gen.BlockLength, srv.MaxConcurrency(), max(1, opts.MaxBatch), ln.Addr())
 	for _, n := range notes {
 		fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: %s\n", n)
