@@ -3,14 +3,20 @@ package cache
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"maps"
 	"math"
+	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/dlmcache/dlmcache/internal/testmodel"
 	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/cpu"
+	"github.com/dlmcache/dlmcache/model/safetensors"
 )
 
 // The caches on every architecture: every registered method on a fixture
@@ -264,5 +270,95 @@ func TestArchDegenerateListsTheRegistry(t *testing.T) {
 	names := slices.DeleteFunc(Names(), func(n string) bool { return n == "table" })
 	if listed := slices.Sorted(maps.Keys(archDegenerate)); !slices.Equal(listed, slices.Sorted(slices.Values(names))) {
 		t.Errorf("archDegenerate lists %v, the registry offers %v", listed, names)
+	}
+}
+
+// oneLayer is fixture name cut to its first layer: the same embeddings,
+// head and layer 0, config.json saying one layer.
+func oneLayer(t *testing.T, name string) *model.Model {
+	t.Helper()
+	src, dir := testmodel.Dir(name), t.TempDir()
+	for _, f := range []string{"tokenizer.json", "tokenizer_config.json", "dlmcache.json"} {
+		if _, err := os.Stat(filepath.Join(src, f)); err == nil {
+			if err := os.Symlink(filepath.Join(src, f), filepath.Join(dir, f)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var c map[string]any
+	if err := json.Unmarshal(must(os.ReadFile(filepath.Join(src, "config.json"))), &c); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"n_layers", "num_hidden_layers"} {
+		if _, ok := c[k]; ok {
+			c[k] = 1
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), must(json.Marshal(c)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	set := must(safetensors.Open(src))
+	defer set.Close()
+	deeper := regexp.MustCompile(`\.(blocks|layers)\.[1-9][0-9]*\.`)
+	var keep []safetensors.WriteTensor
+	for _, n := range set.Names() {
+		if deeper.MatchString(n) {
+			continue
+		}
+		info, _, _ := set.Info(n)
+		tn := must(set.Tensor(n))
+		keep = append(keep, safetensors.WriteTensor{Name: n, DType: info.DType, Shape: info.Shape, Data: tn.Data})
+	}
+	if err := safetensors.Write(filepath.Join(dir, "model.safetensors"), keep, set.Metadata()); err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.Load(dir, cpu.New(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// On one layer a row's K/V depend on its token and position alone, so
+// every cache that recomputes the rows whose tokens changed is exact:
+// prefix-all and the bicache family (the prefix alone has the K/V it has
+// in the request), the dual cache, d2Cache (the tokens just decoded) and
+// FreeCache (a finished block once more). Each architecture's layer cut
+// to one gives none's tokens and logits from fewer rows — every reuse path
+// (kept K/V, the store, the shallow layers) copies the right rows.
+// dLLM-Cache is not exact there: between refreshes it recomputes the rows
+// whose V changed most, not every row whose token did.
+func TestCachesExactOnOneLayer(t *testing.T) {
+	exact := []string{"prefix-all", "bicache", "bicache-elastic", "block", "bicache+block", "d2cache", "freecache", "bicache+d2cache", "bicache+freecache"}
+	for _, a := range testmodel.Archs {
+		if a.Name == "llada2" {
+			continue // block-causal: exact-block and block are exact on every layer (TestCachesOnEveryArchitecture)
+		}
+		t.Run(a.Name, func(t *testing.T) {
+			m := oneLayer(t, a.Fixture)
+			ids, pl := request(t, m, 1)
+			for _, name := range exact {
+				o := DefaultOptions()
+				o.Store, o.Table, o.Fingerprint, o.BiCache.Refresh = NewStore(m.Backend, 1<<30, FIFO), table(1, 1), m.Fingerprint, 4
+				meth := mk(t, name, o)
+				gen := meth.Gen(archRegime(m.Config))
+				var wantLogits, gotLogits [][]float32
+				want, _ := generate(t, m, mk(t, "none", Options{}), ids, pl, logged(m, gen, &wantLogits))
+				got, err := Run(context.Background(), m.LLaDA, meth, Request{Prompt: ids, PrefixLen: pl}, logged(m, gen, &gotLogits))
+				if err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				if !slices.Equal(got.Canvas, want.Canvas) {
+					t.Errorf("%s: %v\nnone %v", name, got.Answer, want.Answer)
+				}
+				if d := logitsDiff(gotLogits, wantLogits); d > 1e-4 {
+					t.Errorf("%s: the steps' logits differ from none's by %g", name, d)
+				}
+				if got.RowsComputed >= want.RowsComputed {
+					t.Errorf("%s: %d rows, none %d", name, got.RowsComputed, want.RowsComputed)
+				}
+			}
+		})
 	}
 }
