@@ -212,33 +212,12 @@ func checkDegenerate(t *testing.T, m *model.Model, meth Method, ids []int32, pl 
 // then all committed): the tokens and logits of none from fewer rows.
 func checkExactOnBlockCausal(t *testing.T, m *model.Model, gen model.GenOptions) {
 	B := m.Config.CausalBlock()
-	none := mk(t, "none", Options{})
-	exact := func(name string, meth Method, ids []int32, pl int, gen model.GenOptions) Info {
-		t.Helper()
-		gen = meth.Gen(gen)
-		var wantLogits, gotLogits [][]float32
-		want, _ := generate(t, m, none, ids, pl, logged(m, gen, &wantLogits))
-		got, err := Run(context.Background(), m.LLaDA, meth, Request{Prompt: ids, PrefixLen: pl}, logged(m, gen, &gotLogits))
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		if !slices.Equal(got.Canvas, want.Canvas) {
-			t.Errorf("%s: %v\nnone %v", name, got.Answer, want.Answer)
-		}
-		if d := logitsDiff(gotLogits, wantLogits); d > 1e-4 {
-			t.Errorf("%s: the steps' logits differ from none's by %g", name, d)
-		}
-		if got.RowsComputed >= want.RowsComputed {
-			t.Errorf("%s: %d rows, none %d", name, got.RowsComputed, want.RowsComputed)
-		}
-		return got.Info
-	}
 	ids, pl := request(t, m, 0)
-	exact("exact-block", mk(t, "exact-block", Options{}), ids, pl, gen)
+	checkExact(t, m, "exact-block", mk(t, "exact-block", Options{}), ids, pl, gen)
 	withStore := mk(t, "exact-block", Options{Store: NewBlockStore(m.Backend, B, 1<<30, true, nil), Fingerprint: m.Fingerprint})
 	for _, i := range []int{0, 3} { // one system message, two questions
 		ids, pl := request(t, m, i)
-		info := exact("exact-block with a block store", withStore, ids, pl, gen)
+		info := checkExact(t, m, "exact-block with a block store", withStore, ids, pl, gen)
 		// The second request finds the first's full blocks: the shared
 		// prefix's at least.
 		if lo, hi := map[int]int{3: pl / B * B}[i], map[int]int{3: pl}[i]; info.HitTokens < lo || info.HitTokens > hi || info.Depth != len(m.Blocks) {
@@ -249,7 +228,30 @@ func checkExactOnBlockCausal(t *testing.T, m *model.Model, gen model.GenOptions)
 	if n == 0 {
 		t.Fatalf("prompt of %d tokens: no full block of %d", len(ids), B)
 	}
-	exact("block, prompt ending at a block boundary", mk(t, "block", DefaultOptions()), ids[:n], min(pl, n), gen)
+	checkExact(t, m, "block, prompt ending at a block boundary", mk(t, "block", DefaultOptions()), ids[:n], min(pl, n), gen)
+}
+
+// checkExact: meth gives the tokens of none under meth's options, the
+// logits within 1e-4, from fewer rows; it returns meth's info.
+func checkExact(t *testing.T, m *model.Model, name string, meth Method, ids []int32, pl int, gen model.GenOptions) Info {
+	t.Helper()
+	gen = meth.Gen(gen)
+	var wantLogits, gotLogits [][]float32
+	want, _ := generate(t, m, mk(t, "none", Options{}), ids, pl, logged(m, gen, &wantLogits))
+	got, err := Run(context.Background(), m.LLaDA, meth, Request{Prompt: ids, PrefixLen: pl}, logged(m, gen, &gotLogits))
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	if !slices.Equal(got.Canvas, want.Canvas) {
+		t.Errorf("%s: %v\nnone %v", name, got.Answer, want.Answer)
+	}
+	if d := logitsDiff(gotLogits, wantLogits); d > 1e-4 {
+		t.Errorf("%s: the steps' logits differ from none's by %g", name, d)
+	}
+	if got.RowsComputed >= want.RowsComputed {
+		t.Errorf("%s: %d rows, none %d", name, got.RowsComputed, want.RowsComputed)
+	}
+	return got.Info
 }
 
 // allFinite reports the first logit that is not finite (forward i, logit
@@ -341,23 +343,7 @@ func TestCachesExactOnOneLayer(t *testing.T) {
 			for _, name := range exact {
 				o := DefaultOptions()
 				o.Store, o.Table, o.Fingerprint, o.BiCache.Refresh = NewStore(m.Backend, 1<<30, FIFO), table(1, 1), m.Fingerprint, 4
-				meth := mk(t, name, o)
-				gen := meth.Gen(archRegime(m.Config))
-				var wantLogits, gotLogits [][]float32
-				want, _ := generate(t, m, mk(t, "none", Options{}), ids, pl, logged(m, gen, &wantLogits))
-				got, err := Run(context.Background(), m.LLaDA, meth, Request{Prompt: ids, PrefixLen: pl}, logged(m, gen, &gotLogits))
-				if err != nil {
-					t.Fatalf("%s: %v", name, err)
-				}
-				if !slices.Equal(got.Canvas, want.Canvas) {
-					t.Errorf("%s: %v\nnone %v", name, got.Answer, want.Answer)
-				}
-				if d := logitsDiff(gotLogits, wantLogits); d > 1e-4 {
-					t.Errorf("%s: the steps' logits differ from none's by %g", name, d)
-				}
-				if got.RowsComputed >= want.RowsComputed {
-					t.Errorf("%s: %d rows, none %d", name, got.RowsComputed, want.RowsComputed)
-				}
+				checkExact(t, m, name, mk(t, name, o), ids, pl, archRegime(m.Config))
 			}
 		})
 	}
