@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dlmcache/dlmcache/cache"
+	"github.com/dlmcache/dlmcache/internal/testmodel"
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/backend"
 )
@@ -125,33 +126,43 @@ func TestBatchedAnswersMatchAlone(t *testing.T) {
 		{"You are terse.", "Name a color."},
 		{"", "x"},
 	}
-	for _, method := range cache.Names() {
-		if method == "exact-block" {
-			continue // block-causal models only (TestExactBlockServe)
+	// LLaDA, and the bidirectional architectures whose forward differs
+	// the most: Dream (shifted logits, q/k/v biases), LLaDA-MoE (routing
+	// over the batch's rows).
+	for _, fx := range []string{"tiny-f32", "tiny-dream", "tiny-llada-moe"} {
+		m := testmodel.Shared(t, fx)
+		for _, method := range cache.Names() {
+			if method == "exact-block" {
+				continue // block-causal models only (TestExactBlockServe)
+			}
+			t.Run(fx+"/"+method, func(t *testing.T) { batchedMatchesAlone(t, m, method, prompts) })
 		}
-		t.Run(method, func(t *testing.T) {
-			alone := newTestServer(t, method, 1<<30, func(c *Config) { c.MaxConcurrency = 1 })
-			want := make([]string, len(prompts))
-			for i, p := range prompts {
-				want[i] = decodeChat(t, post(t, alone, "/v1/chat/completions", chatBody(p.system, p.user, ""))).Choices[0].Message.Content
-			}
-			batched := newTestServer(t, method, 1<<30, func(c *Config) { c.MaxConcurrency = 0; c.MaxBatch = 4 })
-			got := make([]string, len(prompts))
-			var wg sync.WaitGroup
-			for i, p := range prompts {
-				wg.Go(func() {
-					if r := chatFrom(t, i, batched, chatBody(p.system, p.user, "")); r != nil {
-						got[i] = r.Choices[0].Message.Content
-					}
-				})
-			}
-			wg.Wait()
-			for i := range prompts {
-				if got[i] != want[i] {
-					t.Errorf("request %d batched: %q, alone: %q", i, got[i], want[i])
-				}
+	}
+}
+
+// batchedMatchesAlone: method's answers to prompts on m, sent together to
+// a server batching up to 4, equal those sent one at a time.
+func batchedMatchesAlone(t *testing.T, m *model.Model, method string, prompts []struct{ system, user string }) {
+	alone := newTestServerOn(t, m, method, 1<<30, func(c *Config) { c.MaxConcurrency = 1 })
+	want := make([]string, len(prompts))
+	for i, p := range prompts {
+		want[i] = decodeChat(t, post(t, alone, "/v1/chat/completions", chatBody(p.system, p.user, ""))).Choices[0].Message.Content
+	}
+	batched := newTestServerOn(t, m, method, 1<<30, func(c *Config) { c.MaxConcurrency = 0; c.MaxBatch = 4 })
+	got := make([]string, len(prompts))
+	var wg sync.WaitGroup
+	for i, p := range prompts {
+		wg.Go(func() {
+			if r := chatFrom(t, i, batched, chatBody(p.system, p.user, "")); r != nil {
+				got[i] = r.Choices[0].Message.Content
 			}
 		})
+	}
+	wg.Wait()
+	for i := range prompts {
+		if got[i] != want[i] {
+			t.Errorf("request %d batched: %q, alone: %q", i, got[i], want[i])
+		}
 	}
 }
 

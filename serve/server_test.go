@@ -37,7 +37,12 @@ var testGen = model.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}
 // the fixture's 3 layers at every ratio) on a store of budget bytes.
 func newTestServer(t *testing.T, method string, budget int64, mod func(*Config)) *Server {
 	t.Helper()
-	m := loadTiny(t)
+	return newTestServerOn(t, loadTiny(t), method, budget, mod)
+}
+
+// newTestServerOn is newTestServer on model m.
+func newTestServerOn(t *testing.T, m *model.Model, method string, budget int64, mod func(*Config)) *Server {
+	t.Helper()
 	o := cache.DefaultOptions()
 	o.BiCache.Refresh, o.Fingerprint = 4, m.Fingerprint
 	if method != "none" {
