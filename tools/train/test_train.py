@@ -90,6 +90,20 @@ class TestTrain(unittest.TestCase):
             self.assertEqual((T.suite_weight(a, first), T.suite_weight(a, "other"), T.suite_weight(a, "x")), (4.0, 0.5, 1.0))
             balanced, weighted = share([]), share(["--suite-weights", f"{first}=4"])
             self.assertGreater(weighted, balanced + 0.05)
+            # --suite-mix exact: the weights are the batches' composition (first=4 of 4 + the
+            # others' 1 each), within sampling noise, not diluted by length neighbours
+            k = len(c.suites)
+            exact = share(["--suite-weights", f"{first}=4", "--suite-mix", "exact"])
+            self.assertAlmostEqual(exact, 4 / (4 + (k - 1)), delta=0.03)
+            self.assertAlmostEqual(share(["--suite-mix", "exact"]), 1 / k, delta=0.03)
+            self.assertGreater(exact, weighted + 0.05)
+            a = T.parse_args(["--batch-tokens", "2000", "--curriculum", "linear", "--curriculum-start", "0.3",
+                              "--curriculum-steps", "100", "--suite-weights", f"{first}=4", "--suite-mix", "exact"])
+            b = T.Batcher(c, a, np.random.RandomState(1))
+            for _ in range(50):  # the length curriculum still holds, and no sample twice in a batch
+                idx = b.batch(0)
+                self.assertLessEqual(int((c.plen[idx] + 12).max()), b.limit(0))
+                self.assertEqual(len(set(idx.tolist())), len(idx))
             with self.assertRaises(SystemExit):
                 T.check_suite_weights(T.parse_args(["--suite-weights", "nosuch=2"]), c.suites)
 

@@ -152,6 +152,12 @@ def parse_args(argv=None):
                          "the SFT objective's t ~ U(0, 1) with 1/t (1: every answer slot masked, as in the probe)")
     ap.add_argument("--suite-weights", default="",
                     help="relative sampling weight per suite, e.g. arithmetic=2,rule=2 (default: balanced)")
+    ap.add_argument("--suite-mix", choices=["window", "exact"], default="window",
+                    help="how --suite-weights reach a batch: window (a window of the length-sorted corpus around a "
+                         "weighted anchor: its neighbours dilute the weights, e.g. span=3 of 8 gives ~22%% of the "
+                         "samples instead of 37.5%%) or exact (each batch's samples split over the suites by the "
+                         "weights, each suite's share a window of its own length-sorted samples near the anchor's "
+                         "length)")
     ap.add_argument("--canvas", default="",
                     help="answer canvas lengths to train on, e.g. 32,64,128,256 (EOS-padded, LLaDA SFT); "
                          "'' = the corpus's gen_length. A batch uses one canvas, raised to the smallest listed "
@@ -340,7 +346,8 @@ class Batcher:
         self.total_len = corpus.plen + corpus.G
         counts = np.bincount(corpus.suite, minlength=len(corpus.suites)).astype(np.float64)
         weights = np.asarray([suite_weight(args, s) for s in corpus.suites], dtype=np.float64)
-        self.w = weights[corpus.suite] / counts[corpus.suite]
+        self.w = weights[corpus.suite] / np.maximum(counts[corpus.suite], 1)
+        self.suite_w = np.where(counts > 0, weights, 0.0)  # --suite-mix exact: each batch split by these
         self.q = args.curriculum_start  # adaptive curriculum: eligible length quantile
         self.reshuffle()
 
@@ -349,6 +356,8 @@ class Batcher:
         self.order = np.lexsort((tie, self.total_len))  # by length, random among equals
         self.sorted_len = self.total_len[self.order]
         self.cum_w = np.cumsum(self.w[self.order])
+        # per suite: its samples in the same order (--suite-mix exact)
+        self.by_suite = [self.order[self.c.suite[self.order] == s] for s in range(len(self.c.suites))]
 
     def limit(self, step):
         a = self.a
@@ -369,9 +378,31 @@ class Batcher:
         anchor = min(anchor, n_elig - 1)
         L = int(self.sorted_len[anchor]) - self.c.G + (G or self.c.G)
         bs = max(1, min(self.a.max_batch, self.a.batch_tokens // L, n_elig))
+        if getattr(self.a, "suite_mix", "window") == "exact":
+            return self.exact_batch(self.limit(step), int(self.sorted_len[anchor]), bs)
         lo = anchor - self.rng.randint(0, bs)
         lo = min(max(lo, 0), n_elig - bs)
         return self.order[lo:lo + bs]
+
+    def exact_batch(self, limit, length, bs):
+        """--suite-mix exact: bs samples split over the suites by a multinomial draw with the suite
+        weights (suites with no sample under the length limit left out); each suite's share is a
+        window of its own length-sorted eligible samples around the anchor's length (prompt + G)."""
+        elig = [int(np.searchsorted(self.total_len[o], limit, side="right")) for o in self.by_suite]
+        w = np.asarray([wt if n > 0 else 0.0 for wt, n in zip(self.suite_w, elig)])
+        if w.sum() <= 0:
+            w = np.asarray([1.0 if n > 0 else 0.0 for n in elig])
+        k = self.rng.multinomial(bs, w / w.sum())
+        out = []
+        for s, (o, n, ks) in enumerate(zip(self.by_suite, elig, k)):
+            ks = min(int(ks), n)
+            if ks == 0:
+                continue
+            lens = self.total_len[o[:n]]
+            at = int(np.searchsorted(lens, length, side="left"))
+            lo = min(max(at - self.rng.randint(0, ks), 0), n - ks)
+            out.append(o[lo:lo + ks])
+        return np.concatenate(out)
 
     def tensors(self, idx, G=None):
         c = self.c
