@@ -144,7 +144,7 @@ class RecallGen:
                self.vocab[f"Ġ{k}"], self.eq]
         return ids, [self.vocab[f"Ġ{r}"], self.eos]
 
-    def queue_sample(self, rng, level):
+    def queue_sample(self, rng, level, ranges=None):
         """A queue of single-piece names (the level's pool, its row range + 2) and the question for
         the name right after one of them, or (half the time, where the answer window holds them)
         for the m names after it, in the sequence and span suites' words when the level is framed
@@ -165,6 +165,7 @@ class RecallGen:
         for n, x in enumerate(names):
             ids += ([self.comma[0]] if n else []) + [x]
         ids += self.period
+        list_end = len(ids) - 1  # the "." that ends the queue
         if framed:
             ids += self.instr_one if m == 1 else self.instr_many
             if m == 1:
@@ -174,17 +175,24 @@ class RecallGen:
                     self.tail[1:]
         else:
             ids += [self.nl] + self.after + [names[i]] + self.tail[:1]
+        if ranges is not None:  # where a block boundary separates the whole queue from the asked name
+            ranges.append((list_end + 1, len(ids) - 1 - ids[::-1].index(names[i])))
         answer = [self.ans]
         for n, x in enumerate(names[i + 1:i + 1 + m]):
             answer += ([self.comma[0]] if n else []) + [x]
         return ids, answer + [self.eos]
 
-    def sample(self, rng, level, queries=1):
+    def sample(self, rng, level, queries=1, ranges=None):
         """One sample; with queries > 1 the user asks for up to that many distinct keys
         ("Which code belongs to a, b and c?") and the answer lists their values in order,
-        which multiplies the supervised recall events per sample."""
+        which multiplies the supervised recall events per sample. ranges (a list) receives
+        the sample's split range: for a queue (lo, hi), the prompt positions b with lo <= b <= hi
+        at which a block starting puts the whole queue in earlier blocks than the asked name
+        (the backwards successor lookup), None for the other kinds."""
         if self.queues > 0 and rng.random_sample() < self.queues:
-            return self.queue_sample(rng, min(level, self.MAX_LEVEL))
+            return self.queue_sample(rng, min(level, self.MAX_LEVEL), ranges)
+        if ranges is not None:
+            ranges.append(None)
         if self.sums > 0 and rng.random_sample() < self.sums:
             return self.sum_sample(rng)
         level = min(level, self.MAX_LEVEL)
@@ -225,16 +233,20 @@ class RecallGen:
         answer.append(self.eos)
         return ids, answer
 
-    def batch(self, rng, level, batch_tokens, max_batch, queries=1):
+    def batch(self, rng, level, batch_tokens, max_batch, queries=1, ranges=None):
         """Prompts and (unpadded) answers of one batch: samples are added while the batch,
-        padded to its longest prompt plus slots(level), stays within batch_tokens."""
+        padded to its longest prompt plus slots(level), stays within batch_tokens. ranges (a
+        list) receives each kept sample's split range (sample)."""
         prompts, answers = [], []
         n, G = 0, self.slots(level)
         while len(prompts) < max_batch:
-            p, a = self.sample(rng, level, queries)
+            r = []
+            p, a = self.sample(rng, level, queries, r)
             L = max(n, len(p) + G)
             if prompts and (len(prompts) + 1) * L > batch_tokens:
                 break
+            if ranges is not None:
+                ranges.extend(r)
             prompts.append(p)
             answers.append(a)
             n = L

@@ -452,6 +452,37 @@ class TestTrain(unittest.TestCase):
                 self.assertEqual(got, names[i + 1:i + 1 + len(got)])
         self.assertTrue(seen_many)
 
+    def test_queue_split(self):
+        """--recall-queue-split: the split range separates the whole queue from the asked name, and
+        split_offsets puts a block boundary inside it; other samples keep their offsets."""
+        import numpy as np
+        import torch
+        from recall import RecallGen
+        tok = os.path.join(HERE, "..", "..", "models", "llada-tiny", "tokenizer.json")
+        g = RecallGen(tok, 32, 2043, queues=0.5, sums=0.5)
+        bs = 32
+        for level in (0, 5, RecallGen.MAX_LEVEL):
+            ranges = []
+            prompts, answers = g.batch(np.random.RandomState(level), level, 8192, 64, 1, ranges)
+            self.assertEqual(len(ranges), len(prompts))
+            self.assertTrue(any(r is None for r in ranges) and any(r is not None for r in ranges))
+            rng_t = torch.Generator().manual_seed(3)
+            before = torch.randint(0, bs, (len(prompts),), generator=rng_t)
+            off = T.split_offsets(before.clone(), ranges, bs, 1.0, rng_t)
+            for p, a, r, o, o0 in zip(prompts, answers, ranges, off.tolist(), before.tolist()):
+                if r is None:
+                    self.assertEqual(o, o0)
+                    continue
+                lo, hi = r
+                self.assertEqual(p[lo - 1], g.period[0])  # the queue ends just before lo
+                asked = a[1]  # the first name of the answer follows the asked one in the queue
+                q0 = p.index(g.queue_head[-1]) + 1
+                names = [x for x in p[q0:lo - 1] if x != g.comma[0]]
+                self.assertEqual(names[names.index(p[hi]) + 1], asked)
+                blk = [(o + j) // bs for j in range(len(p))]
+                self.assertLess(blk[lo - 1], blk[hi])  # every queue token in an earlier block than the asked name
+            self.assertTrue(torch.equal(T.split_offsets(before.clone(), ranges, bs, 0.0, rng_t), before))
+
     def test_canvases(self):
         a = T.parse_args(["--canvas", "128,32,64", "--canvas-weights", "1,2,1"])
         cs, ps = T.canvases(a, 16)

@@ -147,6 +147,11 @@ def parse_args(argv=None):
     ap.add_argument("--recall-queues", type=float, default=0.0,
                     help="share of recall samples that are queues (the sequence and span suites' successor lookup: "
                          "the name right after one, or the m names after it)")
+    ap.add_argument("--recall-queue-split", type=float, default=0.0,
+                    help="block-causal: share of the queue samples placed (their position offset) so that a block "
+                         "boundary falls between the queue and the asked name: the whole queue in earlier blocks, "
+                         "which cannot see the question (the sequence and span suites' case; with a random offset a "
+                         "short queue mostly shares the question's block and is read bidirectionally)")
     ap.add_argument("--recall-t", type=float, default=1.0,
                     help="if > 0, recall answers are masked with this fixed ratio and weight 1 instead of "
                          "the SFT objective's t ~ U(0, 1) with 1/t (1: every answer slot masked, as in the probe)")
@@ -770,6 +775,22 @@ def save_ckpt(path, model, opt, meta_state, batcher_rng, rng_t):
     os.replace(tmp, path)
 
 
+def split_offsets(off, ranges, bs, frac, rng_t):
+    """--recall-queue-split: rewrites the position offsets off [B] of a share frac of the samples
+    whose ranges entry is (lo, hi) so that a block starts at a prompt position b drawn from
+    [lo, hi] (offset + b a multiple of bs): the queue before b lies in earlier blocks than the
+    asked name. Entries None (not a queue) keep their offset."""
+    if frac <= 0:
+        return off
+    for j, r in enumerate(ranges):
+        if r is None or float(torch.rand(1, generator=rng_t)) >= frac:
+            continue
+        lo, hi = r
+        b = lo + int(torch.randint(0, hi - lo + 1, (1,), generator=rng_t))
+        off[j] = (-b) % bs
+    return off
+
+
 def recall_fraction(args, level):
     """The share of steps on the recall warm-up at a recall level: --recall-early-frac
     until the level reaches --recall-handover, --recall-frac from there (0 stays 0)."""
@@ -970,14 +991,16 @@ def main(argv=None):
         for g in opt.param_groups:
             g["lr"] = lr
         if recall is not None and rng.random_sample() < recall_fraction(args, state["recall_level"]):
+            ranges = []
             prompts, answers = recall.batch(rng, state["recall_level"], args.batch_tokens, args.max_batch,
-                                            args.recall_queries)
+                                            args.recall_queries, ranges)
             Gr = recall.slots(state["recall_level"])
             ids, valid, ans_pos = pack(prompts, answers, Gr, eos)
             idx = prompts
             off = None
             if cfg.block_causal and args.recall_offset:
                 off = torch.randint(0, cfg.block_size, (len(prompts),), generator=rng_t)
+                split_offsets(off, ranges, cfg.block_size, args.recall_queue_split, rng_t)
             loss, s = loss_on(model, ids, valid, ans_pos, args, rng_t, mask_id, np.array([len(a) for a in answers]),
                               Gr, fixed_t=args.recall_t, pos_offset=off)
             acc["rce"] += s["ce_content"]
