@@ -483,6 +483,14 @@ class TestTrain(unittest.TestCase):
                 self.assertLess(blk[lo - 1], blk[hi])  # every queue token in an earlier block than the asked name
             self.assertTrue(torch.equal(T.split_offsets(before.clone(), ranges, bs, 0.0, rng_t), before))
 
+    def test_queue_diag_helpers(self):
+        import queue_diag as Q
+        H, C, K, P = 1, 2, 3, 4  # header, colon, comma, period
+        p = [9, 9, H, C, 11, K, 12, K, 13, P, 9, 12]
+        self.assertEqual(Q.list_names(p, {H}, C, K, P), ([11, 12, 13], 9))
+        names = ("3-5", "6-9", "10-15", "16+")
+        self.assertEqual([Q.bucket(v, (6, 10, 16), names) for v in (3, 6, 15, 40)], list(names))
+
     def test_canvases(self):
         a = T.parse_args(["--canvas", "128,32,64", "--canvas-weights", "1,2,1"])
         cs, ps = T.canvases(a, 16)
