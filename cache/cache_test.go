@@ -170,12 +170,13 @@ func generate(t testing.TB, m *model.Model, meth Method, ids []int32, prefix int
 	return g, info
 }
 
-// Layer 1's prefix K/V are projections of the embeddings, identical whether
-// the prefix runs alone or inside the request; so BiCache at depth 1 that
-// recomputes the deep layers every step must reproduce no caching exactly.
-// (With the "store" deep source it need not: the hidden state entering
-// layer 2 is layer 1's output, whose attention saw the prefix alone.)
-func TestBiCacheDepthOneIsExact(t *testing.T) {
+// BiCache at depth 1 refreshing every step (R = 1) with the recompute
+// source: each refresh computes every row of every layer (the wrapper
+// passes it through whole), so the answer is no caching's, while the
+// prefix is still looked up in the store (depth 1, a miss). That reusing
+// layer 1's prefix K/V is itself exact is held where no deeper layer needs
+// the prefix rows' hidden state: on one layer (TestCachesExactOnOneLayer).
+func TestBiCacheRefreshingEveryStepIsNone(t *testing.T) {
 	m := loadTiny(t)
 	L := len(m.Blocks)
 	ids, pl := request(t, m, 0)
