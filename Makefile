@@ -109,7 +109,8 @@ bench: build
 # 14.7 GB) under $$DLMCACHE_BENCH_8B_DIR (/tmp/dlmcache-bench-8b) once,
 # each just before its run (BENCH_8B_REMOVE=1: deleted after it, so the
 # disk holds one at a time); BENCH_ONLY='dream-7b|llada-moe-7b' runs only
-# those.
+# those. The whole run with its checkpoints took 47 min on 2 AVX2 cores
+# shared with other jobs (load 12–18; docs/performance.md).
 bench-8b: build
 	./scripts/bench.sh 8b
 
