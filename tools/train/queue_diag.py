@@ -8,6 +8,10 @@ Teacher-forced: one forward per training-split sample with "##" given and the re
 block masked; the first name's argmax right or wrong, by the list's length and the distance
 from the list's end to the answer. Decoded: held-out samples under threshold decoding (0.95,
 gen length 128); the answer's list index minus the asked name's, per question direction.
+Layouts: the held-out "after" samples teacher-forced again with the list rewritten (the same
+names, filler and position): as lookup-table rows "* a = b" (one per neighbour pair) or
+"* a, b", or as a chain "a = b = c", under the sequence question or the lookup suite's
+("What is the code for a?") — which part of the list's layout the model's lookup needs.
 """
 import argparse
 import collections
@@ -42,7 +46,7 @@ def main():
     ap.add_argument("--model", default="models/llada-tiny-block")
     ap.add_argument("--corpus", default="data/corpus-long")
     ap.add_argument("--teacher", type=int, default=400, help="training-split samples, teacher-forced")
-    ap.add_argument("--decode", type=int, default=50, help="held-out samples decoded")
+    ap.add_argument("--decode", type=int, default=50, help="held-out samples decoded (and rewritten: layouts)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     m = from_pretrained(args.model)
@@ -93,6 +97,33 @@ def main():
         offs[(d, None if got is None else names.index(got) - names.index(q))] += 1
     out["decoded"] = {"n": len(idx), "right": right,
                       "offsets": [{"direction": d, "offset": k, "n": n} for (d, k), n in sorted(offs.items(), key=lambda kv: (kv[0][0], kv[0][1] is None, kv[0][1] or 0))]}
+    eq, nl, star = voc["Ġ="], voc["Ċ"], voc["*"]
+    lookq = [voc[x] for x in ("What", "Ġis", "Ġthe", "Ġcode", "Ġfor")]
+
+    def rows(names, sep):
+        return sum(([nl, star, a, sep, b] for a, b in zip(names, names[1:])), [])
+
+    lay = collections.defaultdict(lambda: [0, 0])
+    for i, p in zip(idx, prompts):
+        jq = max(j for j in range(len(p)) if p[j] in (after, before))
+        if p[jq] != after:
+            continue
+        names, e = list_names(p, heads, colon, comma, period)
+        h = next(j for j in range(len(p) - 1) if p[j] in heads and p[j + 1] == colon)
+        head, tail, ask = p[:h + 2], p[e + 1:], p[e + 1:jq - 4] + lookq + p[jq + 1:]  # "Which guest comes right after"
+        for name, x in (("original", p),
+                        ("rows '* a = b', sequence question", head + rows(names, eq) + tail),
+                        ("rows '* a = b', lookup question", head + rows(names, eq) + ask),
+                        ("rows '* a, b', lookup question", head + rows(names, comma) + ask),
+                        ("chain 'a = b = c', sequence question",
+                         head + sum(([eq, n] if k else [n] for k, n in enumerate(names)), []) + p[e:])):
+            P = len(x)
+            end = ((P + 1) // bs + 1) * bs
+            with torch.no_grad():
+                got = int(m(torch.tensor([x + [ev.ans[i][0]] + [mask] * (end - P - 1)]))[0, P + 1].argmax())
+            lay[name][0] += 1
+            lay[name][1] += got == int(ev.ans[i][1])
+    out["layouts"] = {k: {"n": n, "right": round(r / n, 3)} for k, (n, r) in lay.items()}
     print(json.dumps(out, indent=1))
 
 
