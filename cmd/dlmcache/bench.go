@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -147,10 +148,15 @@ func (opts *benchOptions) run(ctx context.Context) error {
 	if opts.CompareModel != "" {
 		label = filepath.Base(lm.Name)
 	}
+	var skipped []error
 	for _, name := range opts.Methods {
 		meth, err := env.method(name, &opts.Cache, nil)
-		if allMethods && err != nil && lm.Config.CausalBlock() == 0 && name == "exact-block" {
+		if allMethods && err != nil {
+			// The default list is every registered method: run those this
+			// model and these flags allow, and say why each other one is
+			// left out (a method named with --methods must run).
 			fmt.Fprintf(opts.f.ErrOut, "bench: skipping %s: %v\n", name, err)
+			skipped = append(skipped, fmt.Errorf("%s: %w", name, err))
 			continue
 		}
 		if err != nil {
@@ -158,6 +164,9 @@ func (opts *benchOptions) run(ctx context.Context) error {
 		}
 		_, blocks := cache.StoreOf(meth).(*cache.BlockStore)
 		es = append(es, &profile.Evaluator{Model: lm.Model, ModelName: label, Method: meth, Gen: meth.Gen(gen), HistoryPrefix: blocks, StoreAnswers: opts.StoreAnswer})
+	}
+	if len(es) == 0 {
+		return fmt.Errorf("no registered method runs on this model with these flags:\n%w", errors.Join(skipped...))
 	}
 	if err := storeAnswersNote(opts, es); err != nil {
 		return err
@@ -216,7 +225,7 @@ func (opts *benchOptions) run(ctx context.Context) error {
 
 func (opts *benchOptions) flags(fl *pflag.FlagSet) {
 	opts.modelFlags.add(fl)
-	fl.StringSliceVar(&opts.Methods, "methods", cache.Names(), "methods to compare (every registered one by default)")
+	fl.StringSliceVar(&opts.Methods, "methods", cache.Names(), "methods to compare (default: every registered method this model and flags allow; each one left out is printed with the reason)")
 	opts.suiteSampling.add(fl, 20)
 	fl.IntVar(&opts.Turns, "turns", 0, "a multi-turn workload: each lookup table becomes a conversation of this many questions (2–6), each turn carrying the earlier questions and their answers; results per turn")
 	fl.StringSliceVar(&opts.Chat, "wildchat", nil, "with --turns: add --limit chat conversations to the workload, builtin (generated in WildChat's manner) and/or WildChat parquet files or directories (English conversations with that many turns); they have no reference answers, so each method's answers are compared with none's")

@@ -141,3 +141,32 @@ func TestBenchStoreAnswersNoneAlone(t *testing.T) {
 		t.Errorf("--store-answers without --turns: exit %d: %s", code, errOut)
 	}
 }
+
+// bench with no --methods runs every registered method the model and flags
+// allow and names each one it leaves out with the reason (on a
+// block-causal model without a table: the whole-canvas methods and those
+// that need --lut); a refused method named with --methods fails.
+func TestBenchDefaultMethodsSkipWhatTheModelRefuses(t *testing.T) {
+	args := []string{"bench", "--model", blockFixture, "--suite", "lookup", "--limit", "1",
+		"--gen-length", "16", "--steps", "8", "--block-length", "8", "--quiet"}
+	out, errOut, code := run(t, args...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"skipping prefix-all: ", "block-causal", "skipping table: ", "--lut"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+	for _, ran := range []string{"| none | lookup", "| exact-block | lookup", "| block | lookup"} {
+		if !strings.Contains(out, ran) {
+			t.Errorf("no %q row:\n%s", ran, out)
+		}
+	}
+	if strings.Contains(out, "| prefix-all |") {
+		t.Errorf("a refused method has a row:\n%s", out)
+	}
+	if _, errOut, code := run(t, append(args, "--methods", "none,prefix-all")...); code == 0 || !strings.Contains(errOut, "block-causal") {
+		t.Errorf("--methods prefix-all on a block-causal model: exit %d: %s", code, errOut)
+	}
+}
