@@ -145,13 +145,31 @@ func (b *Backend) AttentionBatch(dst, q, k, v []backend.Tensor, nHeads, nKVHeads
 	}
 	type operands struct{ d, q, k, v *Tensor }
 	ops := make([]operands, len(dst))
-	hd, size, flops, nonEmpty := 0, 0, 0.0, true
+	// Attentions over leading rows of the same keys and values (a
+	// block-causal request's attention blocks: each over the key prefix
+	// through its block) share one layout, the longest's.
+	type kvAt struct {
+		k, v     *float32
+		ldk, ldv int
+	}
+	longest := map[kvAt]int{}
+	at := func(o operands) kvAt { return kvAt{&o.k.data[0], &o.v.data[0], o.k.stride, o.v.stride} }
+	hd, flops, nonEmpty := 0, 0.0, true
 	for i := range dst {
 		d, qs, ks, vs, h := attnOperands(dst[i], q[i], k[i], v[i], nHeads, nKVHeads, "AttentionBatch")
 		ops[i], hd = operands{d, qs, ks, vs}, h
-		size += nKVHeads * attnLayout(hd, ks.rows)
 		flops += 4 * float64(qs.rows) * float64(ks.rows) * float64(qs.cols)
 		nonEmpty = nonEmpty && qs.rows > 0 && ks.rows > 0 && hd > 0
+		if !nonEmpty {
+			break
+		}
+		if j, ok := longest[at(ops[i])]; !ok || ks.rows > ops[j].k.rows {
+			longest[at(ops[i])] = i
+		}
+	}
+	size := 0
+	for _, i := range longest {
+		size += nKVHeads * attnLayout(hd, ops[i].k.rows)
 	}
 	if b.attn == attnNone || !nonEmpty || size > maxAttnPack {
 		for i := range dst {
@@ -162,15 +180,29 @@ func (b *Backend) AttentionBatch(dst, q, k, v []backend.Tensor, nHeads, nKVHeads
 	buf := b.getScratch(size)
 	defer b.putScratch(buf)
 	var ap attnParts
-	at := 0
-	for _, o := range ops {
-		nq := o.q.rows
-		blocks := (nq + maxBatchAttnBlock - 1) / maxBatchAttnBlock
-		block := ((nq+blocks-1)/blocks + 5) / 6 * 6
-		blocks = (nq + block - 1) / block
+	split := func(nq int) (blocks, block int) {
+		blocks = (nq + maxBatchAttnBlock - 1) / maxBatchAttnBlock
+		block = ((nq+blocks-1)/blocks + 5) / 6 * 6
+		return (nq + block - 1) / block, block
+	}
+	// The layouts' owners first, in order, then the attentions sharing
+	// them (the team lays a layout out before any task reads it).
+	part, off := map[kvAt]int{}, 0
+	for i, o := range ops {
+		if longest[at(o)] != i {
+			continue
+		}
+		blocks, block := split(o.q.rows)
 		per := nKVHeads * attnLayout(hd, o.k.rows)
-		ap.add(o.d, o.q, o.k, o.v, hd, buf[at:at+per], 0, nKVHeads, blocks, block)
-		at += per
+		part[at(o)] = len(ap.parts)
+		ap.add(o.d, o.q, o.k, o.v, hd, buf[off:off+per], 0, nKVHeads, blocks, block)
+		off += per
+	}
+	for i, o := range ops {
+		if longest[at(o)] != i {
+			blocks, block := split(o.q.rows)
+			ap.share(o.d, o.q, o.k.rows, part[at(o)], nHeads/nKVHeads, blocks, block)
+		}
 	}
 	workers := b.threads
 	if flops < minSplitFlops {

@@ -385,13 +385,15 @@ static long attn_rows2_scratch(long ldt, int hd) {
 }
 
 // attn_rows2: attn_rows for AVX2, kᵀ and v in attn_pack2's panels (ldt a
-// multiple of 16), s a scratch of attn_rows2_scratch(ldt, hd) floats.
+// multiple of 16; v's column panels ldv apart: 16 times the keys laid
+// out, of which the first nk are read), s a scratch of
+// attn_rows2_scratch(ldt, hd) floats.
 // The scores are computed on whole panels, the zero padding's too: stores
 // without masks (a masked store costs a dozen cycles on AMD's cores), the
 // padding left out by the softmax.
 __attribute__((target("avx2,fma")))
 static void attn_rows2(int m, int nk, int hd, float scale, const float *q, long ldq,
-		const float *kt, long ldt, const float *v, float *o, long ldo, float *s) {
+		const float *kt, long ldt, const float *v, long ldv, float *o, long ldo, float *s) {
 	int rb = attn_rows2_block(ldt), hd8 = (hd + 7) & ~7;
 	float *inv = s + (long)rb * ldt, *qb = inv + rb;
 	const float sc = scale * LOG2E;
@@ -412,7 +414,7 @@ static void attn_rows2(int m, int nk, int hd, float scale, const float *q, long 
 		for (int j = 0; j < hd; j += 16)
 			for (int i = 0; i < r; i += ATTN_MR2)
 				tile2(r - i < ATTN_MR2 ? r - i : ATTN_MR2, hd - j < 16 ? hd - j : 16, 1, nk, s + (long)i * ldt, ldt,
-					v + (long)(j / 16) * nk * 16, 16, o + (long)(i0 + i) * ldo + j, ldo, 1.0f, inv + i);
+					v + (long)(j / 16) * ldv, 16, o + (long)(i0 + i) * ldo + j, ldo, 1.0f, inv + i);
 	}
 }
 #else
@@ -427,8 +429,8 @@ static void attn_rows(int m, int nk, int hd, float scale, const float *q, long l
 	(void)o, (void)ldo, (void)s;
 }
 static void attn_rows2(int m, int nk, int hd, float scale, const float *q, long ldq,
-		const float *kt, long ldt, const float *v, float *o, long ldo, float *s) {
-	(void)m, (void)nk, (void)hd, (void)scale, (void)q, (void)ldq, (void)kt, (void)ldt, (void)v;
+		const float *kt, long ldt, const float *v, long ldv, float *o, long ldo, float *s) {
+	(void)m, (void)nk, (void)hd, (void)scale, (void)q, (void)ldq, (void)kt, (void)ldt, (void)v, (void)ldv;
 	(void)o, (void)ldo, (void)s;
 }
 static long attn_rows2_scratch(long ldt, int hd) { (void)ldt, (void)hd; return 0; }
@@ -460,9 +462,9 @@ long dlmc_attn_scratch(int avx2, long ldt, int hd) {
 }
 
 // dlmc_attn_rows: attn_rows2 on dlmc_attn_pack's layouts where avx2 (v in
-// its panels, ldv unused), else attn_rows (v rows ldv apart).
+// its panels, ldv apart), else attn_rows (v rows ldv apart).
 void dlmc_attn_rows(int avx2, int m, int nk, int hd, float scale, const float *q, long ldq,
 		const float *kt, long ldt, const float *v, long ldv, float *o, long ldo, float *s) {
-	if (avx2) attn_rows2(m, nk, hd, scale, q, ldq, kt, ldt, v, o, ldo, s);
+	if (avx2) attn_rows2(m, nk, hd, scale, q, ldq, kt, ldt, v, ldv, o, ldo, s);
 	else attn_rows(m, nk, hd, scale, q, ldq, kt, ldt, v, ldv, o, ldo, s);
 }

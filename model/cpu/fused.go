@@ -198,11 +198,28 @@ func (ap *attnParts) add(d, qs, ks, vs *Tensor, hd int, buf []float32, g0, kvn, 
 	ap.parts = append(ap.parts, C.dlmc_attn_part{q: fptr(qs.data), k: fptr(ks.data), v: fptr(vs.data), o: fptr(d.data),
 		kt: fptr(buf), vp: fptr(buf[voff:]),
 		ldq: C.long(qs.stride), ldk: C.long(ks.stride), ldv: C.long(vs.stride), ldo: C.long(d.stride), ldt: C.long(ldt),
-		nq: C.int(nq), nk: C.int(nk), g0: C.int(g0), kvn: C.int(kvn), blocks: C.int(blocks), block: C.int(block),
+		nq: C.int(nq), nk: C.int(nk), pnk: C.int(nk), own: 1, g0: C.int(g0), kvn: C.int(kvn), blocks: C.int(blocks), block: C.int(block),
 		pack0: C.int(ap.packs), row0: C.int(ap.row)})
 	ap.packs += kvn
 	ap.row += kvn * (qs.cols / hd / (ks.cols / hd)) * blocks
 	ap.ldt = max(ap.ldt, ldt)
+}
+
+// share appends the part of the attention dst = Attention(q, k', v')
+// whose keys and values k', v' are the first nk rows of part owner's
+// (same storage), group query heads a kv head: it reads owner's layouts
+// instead of laying out its own.
+func (ap *attnParts) share(d, qs *Tensor, nk, owner, group, blocks, block int) {
+	nq := qs.rows
+	_, _ = qs.data[(nq-1)*qs.stride+qs.cols-1], d.data[(nq-1)*d.stride+d.cols-1]
+	for _, s := range [][]float32{qs.data, d.data} {
+		ap.pin.Pin(&s[0])
+	}
+	p := ap.parts[owner]
+	p.q, p.o, p.ldq, p.ldo, p.nq, p.nk, p.own = fptr(qs.data), fptr(d.data), C.long(qs.stride), C.long(d.stride), C.int(nq), C.int(nk), 0
+	p.blocks, p.block, p.row0 = C.int(blocks), C.int(block), C.int(ap.row)
+	ap.parts = append(ap.parts, p)
+	ap.row += int(p.kvn) * group * blocks
 }
 
 // runAttn runs the parts as one job of the team (group query heads a kv

@@ -228,6 +228,47 @@ func checkAttentionBatch(t *testing.T, heads, kvHeads, hd int, r *rand.Rand, siz
 	}
 }
 
+// TestAttentionBatchSharedKeys: attentions over leading rows of the same
+// keys and values (a block-causal request's attention blocks, each over
+// the key prefix through its block), in a batch with another request's,
+// share one layout of those keys and give exactly what Attention gives
+// for each, the longest listed first or last.
+func TestAttentionBatchSharedKeys(t *testing.T) {
+	const heads, kvHeads, hd, nk = 4, 2, 32, 100 // hd 32: v in two column panels
+	r := rand.New(rand.NewPCG(6, 6))
+	for _, nb := range backends() {
+		t.Run(nb.name, func(t *testing.T) {
+			b := nb.b
+			K := b.FromHost(nk, kvHeads*hd, randMat(r, nk, kvHeads*hd, 1))
+			V := b.FromHost(nk, kvHeads*hd, randMat(r, nk, kvHeads*hd, 1))
+			other := attnSize{10, 30}
+			oK := b.FromHost(other.nk, kvHeads*hd, randMat(r, other.nk, kvHeads*hd, 1))
+			oV := b.FromHost(other.nk, kvHeads*hd, randMat(r, other.nk, kvHeads*hd, 1))
+			for _, sizes := range [][]attnSize{{{32, 40}, {20, 100}, {7, 64}, other}, {{20, 100}, other, {32, 40}, {7, 64}, {5, 100}}} {
+				var dst, q, k, v []backend.Tensor
+				for _, s := range sizes {
+					dst = append(dst, b.New(s.nq, heads*hd))
+					q = append(q, b.FromHost(s.nq, heads*hd, randMat(r, s.nq, heads*hd, 1)))
+					if s == other {
+						k, v = append(k, oK), append(v, oV)
+					} else {
+						k, v = append(k, b.RowView(K, 0, s.nk)), append(v, b.RowView(V, 0, s.nk))
+					}
+				}
+				b.AttentionBatch(dst, q, k, v, heads, kvHeads)
+				for i, s := range sizes {
+					want := b.New(s.nq, heads*hd)
+					b.Attention(want, q[i], k[i], v[i], heads, kvHeads)
+					if g, w := b.ToHost(dst[i], nil), b.ToHost(want, nil); !slices.Equal(g, w) {
+						j := firstDiff(g, w)
+						t.Fatalf("attention %d of %v: element %d = %g, Attention gives %g", i, sizes, j, g[j], w[j])
+					}
+				}
+			}
+		})
+	}
+}
+
 // TestAttentionBatchMixedStrides: a batch whose attentions' key counts
 // give the kernel's scratch its largest need at a middle stride (672 keys:
 // 48 rows a block; 1,000 keys: 30) runs within the scratch the team

@@ -280,11 +280,12 @@ static void attn_task(const void *arg, int t, float *s) {
 	t = j->seq[t];
 	if (t < 0) {
 		t = -t - 1;
-		while (p + 1 < j->nparts && j->parts[p + 1].pack0 <= t) p++;
+		// The part that owns layout t (parts sharing it read it).
+		while (!j->parts[p].own || t >= j->parts[p].pack0 + j->parts[p].kvn) p++;
 		const dlmc_attn_part *a = &j->parts[p];
 		int i = t - a->pack0, h = a->g0 + i;
-		dlmc_attn_pack(j->avx2, a->nk, hd, a->k + (long)h * hd, a->ldk, a->v + (long)h * hd, a->ldv,
-			a->kt + (long)i * hd * a->ldt, a->ldt, a->vp + (long)i * a->nk * HD16(hd));
+		dlmc_attn_pack(j->avx2, a->pnk, hd, a->k + (long)h * hd, a->ldk, a->v + (long)h * hd, a->ldv,
+			a->kt + (long)i * hd * a->ldt, a->ldt, a->vp + (long)i * a->pnk * HD16(hd));
 		atomic_store_explicit(&j->ready[t], 1, memory_order_release);
 		return;
 	}
@@ -294,27 +295,33 @@ static void attn_task(const void *arg, int t, float *s) {
 	int hq = a->g0 * j->group + t / a->blocks, r0 = (t % a->blocks) * a->block;
 	int i = hq / j->group - a->g0, m = a->nq - r0 < a->block ? a->nq - r0 : a->block;
 	while (!atomic_load_explicit(&j->ready[a->pack0 + i], memory_order_acquire)) team_pause();
+	// v: AVX-512's rows hd apart, AVX2's column panels 16·pnk apart.
 	dlmc_attn_rows(j->avx2, m, a->nk, hd, j->scale, a->q + (long)r0 * a->ldq + (long)hq * hd, a->ldq,
-		a->kt + (long)i * hd * a->ldt, a->ldt, a->vp + (long)i * a->nk * HD16(hd), hd,
+		a->kt + (long)i * hd * a->ldt, a->ldt, a->vp + (long)i * a->pnk * HD16(hd), j->avx2 ? 16L * a->pnk : hd,
 		a->o + (long)r0 * a->ldo + (long)hq * hd, a->ldo, s);
 }
 
 // dlmc_attn_parts runs the parts (their pack0 and row0 set) as one job; ldt is
 // the largest of their ldt (a task's scratch is dlmc_attn_scratch(ldt, hd)
-// floats).
+// floats). The parts that own layouts have pack0 0, kvn, 2·kvn, … in
+// order, each before the parts that share its layouts.
 void dlmc_attn_parts(int workers, int avx2, int hd, int group, float scale, const dlmc_attn_part *parts, int nparts, long ldt) {
 	const dlmc_attn_part *last = &parts[nparts - 1];
-	int packs = last->pack0 + last->kvn, rows = last->row0 + last->kvn * group * last->blocks;
+	int packs = 0, rows = last->row0 + last->kvn * group * last->blocks;
+	for (int p = 0; p < nparts; p++)
+		if (parts[p].own) packs += parts[p].kvn;
 	atomic_int *ready = calloc((size_t)packs, sizeof *ready);
-	int *seq = malloc((size_t)(packs + rows) * sizeof *seq), n = 0;
+	int *seq = malloc((size_t)(packs + rows) * sizeof *seq), n = 0, laid = 1;
 	if (!ready || !seq) abort();
+	// A layout goes into the order before the first task that reads it
+	// (a part sharing layouts comes after the part that owns them).
 	seq[n++] = -1;
 	for (int p = 0; p < nparts; p++) {
 		const dlmc_attn_part *a = &parts[p];
 		int per = group * a->blocks;
 		for (int i = 0; i < a->kvn; i++) {
 			int g = a->pack0 + i;
-			if (g + 1 < packs) seq[n++] = -(g + 2);
+			for (; laid <= g + 1 && laid < packs; laid++) seq[n++] = -(laid + 1);
 			for (int r = 0; r < per; r++) seq[n++] = a->row0 + i * per + r;
 		}
 	}
