@@ -491,6 +491,29 @@ class TestTrain(unittest.TestCase):
         names = ("3-5", "6-9", "10-15", "16+")
         self.assertEqual([Q.bucket(v, (6, 10, 16), names) for v in (3, 6, 15, 40)], list(names))
 
+    def test_sequence_bridge(self):
+        """--sequence-bridge: the list becomes one '* a SEP b' row per neighbour pair, the question
+        stays or becomes the lookup suite's; the rest of the prompt is unchanged."""
+        import numpy as np
+        bv = T.bridge_vocab(os.path.join(HERE, "..", "..", "models", "llada-tiny", "tokenizer.json"))
+        v = bv["v"]
+        a, b, c = v["Ġsep"], v["Ġlef"], v["Ġdeli"]
+        which = [v[x] for x in ("Which", "Ġguest", "Ġcomes", "Ġright", "Ġafter")]
+        p = [v["<|startoftext|>"], v["Queue"], v[":"], a, v[","], b, v[","], c, v["."], v["Ċ"]] + which + [b, v["?"]]
+        seen = set()
+        for seed in range(40):
+            q = T.bridge_prompt(np.asarray(p), bv, np.random.RandomState(seed)).tolist()
+            self.assertEqual(q[:3], p[:3])
+            self.assertEqual(q[-2:], [b, v["?"]])
+            sep = q[6]
+            self.assertIn(sep, (v["Ġ="], v[","]))
+            self.assertEqual(q[3:13], [v["Ċ"], v["*"], a, sep, b, v["Ċ"], v["*"], b, sep, c])
+            self.assertEqual(q[13], v["Ċ"])
+            lookup = q[14:-2] == bv["lookq"]
+            self.assertTrue(lookup or q[14:-2] == which)
+            seen.add((sep, lookup))
+        self.assertEqual(len(seen), 4)  # both separators, both questions
+
     def test_canvases(self):
         a = T.parse_args(["--canvas", "128,32,64", "--canvas-weights", "1,2,1"])
         cs, ps = T.canvases(a, 16)

@@ -152,6 +152,11 @@ def parse_args(argv=None):
                          "boundary falls between the queue and the asked name: the whole queue in earlier blocks, "
                          "which cannot see the question (the sequence and span suites' case; with a random offset a "
                          "short queue mostly shares the question's block and is read bidirectionally)")
+    ap.add_argument("--sequence-bridge", type=float, default=0.0,
+                    help="share of the corpus's sequence samples whose list is rewritten as lookup rows "
+                         "('* a = b' or '* a, b', one per neighbour pair), half of their 'after' questions asked "
+                         "in the lookup suite's words: a bridge from the table lookup the model has to the "
+                         "list's layout (docs/training.md, 'Why the queue suites stay low')")
     ap.add_argument("--recall-t", type=float, default=1.0,
                     help="if > 0, recall answers are masked with this fixed ratio and weight 1 instead of "
                          "the SFT objective's t ~ U(0, 1) with 1/t (1: every answer slot masked, as in the probe)")
@@ -412,7 +417,45 @@ class Batcher:
     def tensors(self, idx, G=None):
         c = self.c
         G = G or c.G
-        return pack([c.prompt(i) for i in idx], [c.ans[i][:G] for i in idx], G, c.eos)
+        return pack([self.prompt(i) for i in idx], [c.ans[i][:G] for i in idx], G, c.eos)
+
+    def prompt(self, i):
+        """Sample i's prompt; with --sequence-bridge (and bridge_vocab set) a share of the sequence
+        samples rewritten by bridge_prompt."""
+        c, frac = self.c, getattr(self.a, "sequence_bridge", 0.0)
+        if frac <= 0 or getattr(self, "bridge_vocab", None) is None or c.suites[c.suite[i]] != "sequence" or \
+                self.rng.random_sample() >= frac:
+            return c.prompt(i)
+        return bridge_prompt(c.prompt(i), self.bridge_vocab, self.rng)
+
+
+def bridge_vocab(tokenizer_json):
+    """The token ids bridge_prompt needs, from a tokenizer.json."""
+    with open(tokenizer_json) as f:
+        t = json.load(f)
+    v = dict(t["model"]["vocab"])
+    for a in t.get("added_tokens", []):
+        v[a["content"]] = a["id"]
+    return {"v": v, "heads": {v[h] for h in ("Route", "Order", "Queue")},
+            "lookq": [v[x] for x in ("What", "Ġis", "Ġthe", "Ġcode", "Ġfor")]}
+
+
+def bridge_prompt(p, bv, rng):
+    """A sequence prompt with its list ("Queue: a, b, c.") rewritten as lookup rows ("\n* a = b\n* b = c"
+    or with a comma for "="), and half of the "after" questions ("Which guest comes right after a?")
+    asked as the lookup suite's ("What is the code for a?"). The answer is unchanged."""
+    v = bv["v"]
+    p = [int(x) for x in p]
+    h = next(j for j in range(len(p) - 1) if p[j] in bv["heads"] and p[j + 1] == v[":"])
+    e = h + 2 + p[h + 2:].index(v["."])
+    names = [x for x in p[h + 2:e] if x != v[","]]
+    jq = max(j for j in range(len(p)) if p[j] in (v["Ġafter"], v["Ġbefore"]))
+    sep = v["Ġ="] if rng.random_sample() < 0.5 else v[","]
+    rows = sum(([v["Ċ"], v["*"], a, sep, b] for a, b in zip(names, names[1:])), [])
+    tail = p[e + 1:]
+    if p[jq] == v["Ġafter"] and rng.random_sample() < 0.5:  # "Which <noun> comes right after" -> "What is the code for"
+        tail = p[e + 1:jq - 4] + bv["lookq"] + p[jq + 1:]
+    return np.asarray(p[:h + 2] + rows + tail, dtype=np.int64)
 
 
 def pack(prompts, answers, G, eos):
@@ -902,6 +945,10 @@ def main(argv=None):
 
     check_suite_weights(args, train.suites)
     batcher = Batcher(train, args, rng)
+    if args.sequence_bridge > 0:
+        tok_dir = meta.get("tokenizer_dir", args.out)
+        batcher.bridge_vocab = bridge_vocab(os.path.join(tok_dir if os.path.isabs(tok_dir) else os.path.join(ROOT, tok_dir),
+                                                         "tokenizer.json"))
     recall = None
     if args.recall_frac > 0:
         tok_dir = meta.get("tokenizer_dir", args.out)
