@@ -15,18 +15,25 @@ import (
 // per method and deep source (a fresh system message each time the store is
 // cold: the store is reset per iteration). Compare the ns/op of the rows,
 // not absolute times: docs/results.md has the measured ratios.
-func BenchmarkMethods(b *testing.B) {
+func BenchmarkMethods(b *testing.B) { benchBundled(b, "llada-tiny", benchMethods) }
+
+// benchBundled runs fn on the bundled model models/<name> on the CPU
+// backend with 1 and 2 threads, a sub-benchmark each; it skips where the
+// model is absent.
+func benchBundled(b *testing.B, name string, fn func(*testing.B, *model.Model)) {
 	for _, threads := range []int{1, 2} {
-		b.Run(fmt.Sprintf("threads=%d", threads), func(b *testing.B) { benchMethods(b, threads) })
+		b.Run(fmt.Sprintf("threads=%d", threads), func(b *testing.B) {
+			m, err := model.Load(filepath.Join("..", "models", name), cpu.New(threads))
+			if err != nil {
+				b.Skip("bundled model:", err)
+			}
+			defer m.Close()
+			fn(b, m)
+		})
 	}
 }
 
-func benchMethods(b *testing.B, threads int) {
-	m, err := model.Load(filepath.Join("..", "models", "llada-tiny"), cpu.New(threads))
-	if err != nil {
-		b.Skip("bundled model:", err)
-	}
-	defer m.Close()
+func benchMethods(b *testing.B, m *model.Model) {
 	s := datasets.Generate("lookup", datasets.Eval, 1, 1, datasets.DefaultOptions())[0]
 	ids, pl, err := m.Tokenizer.EncodeChat(s.System, s.User)
 	if err != nil {

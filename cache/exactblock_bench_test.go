@@ -2,13 +2,10 @@ package cache
 
 import (
 	"context"
-	"fmt"
-	"path/filepath"
 	"testing"
 
 	"github.com/dlmcache/dlmcache/datasets"
 	"github.com/dlmcache/dlmcache/model"
-	"github.com/dlmcache/dlmcache/model/cpu"
 )
 
 // BenchmarkExactBlock times the shared-system workload of `bench
@@ -17,18 +14,9 @@ import (
 // store of the model's block (fresh each iteration, so each system
 // message's first request fills it). Compare the rows' ns/op, not absolute
 // times: docs/results.md has the measured ratios.
-func BenchmarkExactBlock(b *testing.B) {
-	for _, threads := range []int{1, 2} {
-		b.Run(fmt.Sprintf("threads=%d", threads), func(b *testing.B) { benchExactBlock(b, threads) })
-	}
-}
+func BenchmarkExactBlock(b *testing.B) { benchBundled(b, "llada-tiny-block", benchExactBlock) }
 
-func benchExactBlock(b *testing.B, threads int) {
-	m, err := model.Load(filepath.Join("..", "models", "llada-tiny-block"), cpu.New(threads))
-	if err != nil {
-		b.Skip("bundled block model:", err)
-	}
-	defer m.Close()
+func benchExactBlock(b *testing.B, m *model.Model) {
 	samples, err := datasets.SharedLookup(datasets.Generate("lookup", datasets.Eval, 1, 20, datasets.DefaultOptions()), 4)
 	if err != nil {
 		b.Fatal(err)
