@@ -143,27 +143,16 @@ func (opts *benchOptions) run(ctx context.Context) error {
 		return fmt.Errorf("--store-answers keeps each answered turn for the next: it needs --turns")
 	}
 	allMethods := slices.Equal(opts.Methods, cache.Names())
-	var es []*profile.Evaluator
 	label := ""
 	if opts.CompareModel != "" {
 		label = filepath.Base(lm.Name)
 	}
-	var skipped []error
-	for _, name := range opts.Methods {
-		meth, err := env.method(name, &opts.Cache, nil)
-		if allMethods && err != nil {
-			// The default list is every registered method: run those this
-			// model and these flags allow, and say why each other one is
-			// left out (a method named with --methods must run).
-			fmt.Fprintf(opts.f.ErrOut, "bench: skipping %s: %v\n", name, err)
-			skipped = append(skipped, fmt.Errorf("%s: %w", name, err))
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		_, blocks := cache.StoreOf(meth).(*cache.BlockStore)
-		es = append(es, &profile.Evaluator{Model: lm.Model, ModelName: label, Method: meth, Gen: meth.Gen(gen), HistoryPrefix: blocks, StoreAnswers: opts.StoreAnswer})
+	// The default list is every registered method: run those this model
+	// and these flags allow, and say why each other one is left out (a
+	// method named with --methods must run).
+	es, skipped, err := opts.evaluators(env, &opts.Cache, label, "", allMethods)
+	if err != nil {
+		return err
 	}
 	if len(es) == 0 {
 		return fmt.Errorf("no registered method runs on this model with these flags:\n%w", errors.Join(skipped...))
@@ -311,19 +300,33 @@ func compareEvaluators(opts *benchOptions, c cacheFlags) (*compared, error) {
 		fmt.Fprintf(opts.f.ErrOut, "bench: %s: %s\n", env.lm.Name, note)
 	}
 	out := &compared{lm: env.lm}
-	for _, name := range opts.Methods {
-		meth, err := env.method(name, &c, nil)
-		if err != nil {
-			fmt.Fprintf(opts.f.ErrOut, "bench: %s: skipping %s: %v\n", env.lm.Name, name, err)
-			continue
-		}
-		_, blocks := cache.StoreOf(meth).(*cache.BlockStore)
-		out.es = append(out.es, &profile.Evaluator{Model: env.lm.Model, ModelName: filepath.Base(env.lm.Name), Method: meth, Gen: meth.Gen(env.gen),
-			HistoryPrefix: blocks, StoreAnswers: opts.StoreAnswer})
-	}
+	out.es, _, _ = opts.evaluators(env, &c, filepath.Base(env.lm.Name), env.lm.Name+": ", true)
 	if len(out.es) == 0 {
 		env.lm.Close()
 		return nil, fmt.Errorf("--compare-model %s runs none of %v", opts.CompareModel, opts.Methods)
 	}
 	return out, nil
+}
+
+// evaluators builds the evaluators of --methods on env's model with cache
+// flags c, label naming the model in the rows ("" with one model). With
+// skip, a method the model or the flags refuse is left out, said on stderr
+// (after prefix) and returned among skipped; without, its error is
+// returned.
+func (opts *benchOptions) evaluators(env *methodEnv, c *cacheFlags, label, prefix string, skip bool) (es []*profile.Evaluator, skipped []error, err error) {
+	for _, name := range opts.Methods {
+		meth, err := env.method(name, c, nil)
+		if err != nil {
+			if !skip {
+				return nil, nil, err
+			}
+			fmt.Fprintf(opts.f.ErrOut, "bench: %sskipping %s: %v\n", prefix, name, err)
+			skipped = append(skipped, fmt.Errorf("%s: %w", name, err))
+			continue
+		}
+		_, blocks := cache.StoreOf(meth).(*cache.BlockStore)
+		es = append(es, &profile.Evaluator{Model: env.lm.Model, ModelName: label, Method: meth, Gen: meth.Gen(env.gen),
+			HistoryPrefix: blocks, StoreAnswers: opts.StoreAnswer})
+	}
+	return es, skipped, nil
 }
