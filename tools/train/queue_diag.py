@@ -9,9 +9,11 @@ block masked; the first name's argmax right or wrong, by the list's length and t
 from the list's end to the answer. Decoded: held-out samples under threshold decoding (0.95,
 gen length 128); the answer's list index minus the asked name's, per question direction.
 Layouts: the held-out "after" samples teacher-forced again with the list rewritten (the same
-names, filler and position): as lookup-table rows "* a = b" (one per neighbour pair) or
-"* a, b", or as a chain "a = b = c", under the sequence question or the lookup suite's
-("What is the code for a?") — which part of the list's layout the model's lookup needs.
+names, filler and position; train.bridge_prompt, the rungs of --bridge-layouts): as lookup-table
+rows "* a = b" (one per neighbour pair) or "* a, b", as lines without the row marker, or as a
+chain "a = b = c", under the sequence question or the lookup suite's ("What is the code for a?")
+— which part of the list's layout the model's lookup needs. Span: held-out samples
+teacher-forced, the first name and a later one with the answer given up to it.
 """
 import argparse
 import collections
@@ -47,6 +49,8 @@ def main():
     ap.add_argument("--corpus", default="data/corpus-long")
     ap.add_argument("--teacher", type=int, default=400, help="training-split samples, teacher-forced")
     ap.add_argument("--decode", type=int, default=50, help="held-out samples decoded (and rewritten: layouts)")
+    ap.add_argument("--skip-decode", action="store_true", help="no decoding (the layouts still use --decode samples)")
+    ap.add_argument("--span", type=int, default=100, help="held-out span samples, teacher-forced")
     args = ap.parse_args()
     torch.set_num_threads(1)
     m = from_pretrained(args.model)
@@ -60,6 +64,14 @@ def main():
     after, before = voc["Ġafter"], voc["Ġbefore"]
     c, bs, mask, eos = m.config, m.config.block_size, m.config.mask_token_id, m.config.eos_token_id
     suites = ["lookup", "arithmetic", "rule", "sequence", "span"]
+
+    def first_name(x, a):
+        """Teacher-forced: prompt x, "##" given, the rest of its block masked; is the argmax a[1]?"""
+        P = len(x)
+        end = ((P + 1) // bs + 1) * bs
+        with torch.no_grad():
+            return int(m(torch.tensor([x + [a[0]] + [mask] * (end - P - 1)]))[0, P + 1].argmax()) == int(a[1])
+
     out = {"model": args.model}
 
     train = T.Corpus(os.path.join(args.corpus, "train.jsonl"), 128, eos, suites)
@@ -70,10 +82,7 @@ def main():
         p, a = train.prompt(i).tolist(), train.ans[i].tolist()
         names, e = list_names(p, heads, colon, comma, period)
         P = len(p)
-        end = ((P + 1) // bs + 1) * bs
-        x = p + [a[0]] + [mask] * (end - P - 1)
-        with torch.no_grad():
-            ok = int(m(torch.tensor([x]))[0, P + 1].argmax()) == a[1]
+        ok = first_name(p, a)
         for k in (("names", bucket(len(names), (6, 10, 16), ("3-5", "6-9", "10-15", "16+"))),
                   ("list end to answer", bucket(P - e, (40, 100, 200), ("<40", "40-99", "100-199", "200+"))),
                   ("all", "")):
@@ -84,7 +93,7 @@ def main():
     ev = T.Corpus(os.path.join(args.corpus, "eval.jsonl"), 128, eos, suites)
     idx = np.nonzero(ev.suite == ev.suites.index("sequence"))[0][:args.decode]
     prompts = [ev.prompt(i).tolist() for i in idx]
-    outs = generate_block_batch(m, prompts, 128, decoding="threshold", threshold=0.95, pad_id=eos)
+    outs = [] if args.skip_decode else generate_block_batch(m, prompts, 128, decoding="threshold", threshold=0.95, pad_id=eos)
     offs = collections.Counter()
     right = 0
     for i, p, o in zip(idx, prompts, outs):
@@ -95,35 +104,50 @@ def main():
         q, d = p[jq + 1], "after" if p[jq] == after else "before"
         got = next((x for x in o if x in names), None)
         offs[(d, None if got is None else names.index(got) - names.index(q))] += 1
-    out["decoded"] = {"n": len(idx), "right": right,
-                      "offsets": [{"direction": d, "offset": k, "n": n} for (d, k), n in sorted(offs.items(), key=lambda kv: (kv[0][0], kv[0][1] is None, kv[0][1] or 0))]}
-    eq, nl, star = voc["Ġ="], voc["Ċ"], voc["*"]
-    lookq = [voc[x] for x in ("What", "Ġis", "Ġthe", "Ġcode", "Ġfor")]
-
-    def rows(names, sep):
-        return sum(([nl, star, a, sep, b] for a, b in zip(names, names[1:])), [])
+    if not args.skip_decode:
+        out["decoded"] = {"n": len(idx), "right": right,
+                          "offsets": [{"direction": d, "offset": k, "n": n} for (d, k), n in sorted(offs.items(), key=lambda kv: (kv[0][0], kv[0][1] is None, kv[0][1] or 0))]}
+    bv = T.bridge_vocab(os.path.join(args.model, "tokenizer.json"))
+    eq, rng = voc["Ġ="], np.random.RandomState(0)
+    probes = (("original", "list", 0.0, None),
+              ("rows '* a = b', sequence question", "rows", 0.0, eq),
+              ("rows '* a = b', lookup question", "rows", 1.0, eq),
+              ("rows '* a, b', lookup question", "rows", 1.0, comma),
+              ("rows '* a, b', sequence question", "rows", 0.0, comma),
+              ("lines 'a = b', sequence question", "lines", 0.0, eq),
+              ("lines 'a, b', sequence question", "lines", 0.0, comma),
+              ("chain 'a = b = c', sequence question", "chain", 0.0, None),
+              ("chain 'a = b = c', lookup question", "chain", 1.0, None),
+              ("original, lookup question", "list", 1.0, None))
 
     lay = collections.defaultdict(lambda: [0, 0])
     for i, p in zip(idx, prompts):
         jq = max(j for j in range(len(p)) if p[j] in (after, before))
         if p[jq] != after:
             continue
-        names, e = list_names(p, heads, colon, comma, period)
-        h = next(j for j in range(len(p) - 1) if p[j] in heads and p[j + 1] == colon)
-        head, tail, ask = p[:h + 2], p[e + 1:], p[e + 1:jq - 4] + lookq + p[jq + 1:]  # "Which guest comes right after"
-        for name, x in (("original", p),
-                        ("rows '* a = b', sequence question", head + rows(names, eq) + tail),
-                        ("rows '* a = b', lookup question", head + rows(names, eq) + ask),
-                        ("rows '* a, b', lookup question", head + rows(names, comma) + ask),
-                        ("chain 'a = b = c', sequence question",
-                         head + sum(([eq, n] if k else [n] for k, n in enumerate(names)), []) + p[e:])):
-            P = len(x)
-            end = ((P + 1) // bs + 1) * bs
-            with torch.no_grad():
-                got = int(m(torch.tensor([x + [ev.ans[i][0]] + [mask] * (end - P - 1)]))[0, P + 1].argmax())
+        for name, layout, lq, sep in probes:
+            x = T.bridge_prompt(p, bv, rng, layout, lq, sep).tolist()
             lay[name][0] += 1
-            lay[name][1] += got == int(ev.ans[i][1])
+            lay[name][1] += first_name(x, ev.ans[i])
     out["layouts"] = {k: {"n": n, "right": round(r / n, 3)} for k, (n, r) in lay.items()}
+
+    # span, teacher-forced on held-out samples: the first name ("##" given), and a later name with
+    # the answer given up to it (the previous answer name can key the lookup), the rest masked
+    sidx = np.nonzero(ev.suite == ev.suites.index("span"))[0][:args.span]
+    sp = {"first": [0, 0], "next, answer given up to it": [0, 0]}
+    srng = np.random.RandomState(1)
+    for i in sidx:
+        p, a = ev.prompt(i).tolist(), [int(x) for x in T.strip_eos(ev.ans[i], eos)]
+        sp["first"][0] += 1
+        sp["first"][1] += first_name(p, a)
+        k = 3 + 2 * srng.randint(0, (len(a) - 3) // 2)  # a later name: "## n1 , n2 , ..." has names at 1, 3, 5, ...
+        P = len(p)
+        end = ((P + k) // bs + 1) * bs
+        with torch.no_grad():
+            got = int(m(torch.tensor([p + a[:k] + [mask] * (end - P - k)]))[0, P + k].argmax())
+        sp["next, answer given up to it"][0] += 1
+        sp["next, answer given up to it"][1] += got == a[k]
+    out["span_teacher_forced"] = {k: {"n": n, "right": round(r / max(n, 1), 3)} for k, (n, r) in sp.items()}
     print(json.dumps(out, indent=1))
 
 

@@ -514,6 +514,87 @@ class TestTrain(unittest.TestCase):
             seen.add((sep, lookup))
         self.assertEqual(len(seen), 4)  # both separators, both questions
 
+    def test_bridge_layouts(self):
+        """--bridge-layouts: each rung's list layout; the chain and list keep a closing period, the span
+        question is never rewritten, --sequence-max-names counts the list's names."""
+        import numpy as np
+        bv = T.bridge_vocab(os.path.join(HERE, "..", "..", "models", "llada-tiny", "tokenizer.json"))
+        v = bv["v"]
+        a, b, c = v["Ġsep"], v["Ġlef"], v["Ġdeli"]
+        which = [v[x] for x in ("Which", "Ġguest", "Ġcomes", "Ġright", "Ġafter")]
+        lst = [a, v[","], b, v[","], c, v["."]]
+        p = [v["<|startoftext|>"], v["Queue"], v[":"]] + lst + [v["Ċ"]] + which + [b, v["?"]]
+        self.assertEqual(T.list_len(p, bv), 3)
+        seps = set()
+        for seed in range(20):
+            rng = np.random.RandomState(seed)
+            q = T.bridge_prompt(np.asarray(p), bv, rng, "lines", 0.0).tolist()
+            sep = q[5]
+            seps.add(sep)
+            self.assertEqual(q[3:11], [v["Ċ"], a, sep, b, v["Ċ"], b, sep, c])
+            self.assertEqual(q[11:], [v["Ċ"]] + which + [b, v["?"]])
+            q = T.bridge_prompt(np.asarray(p), bv, rng, "chain", 0.0).tolist()
+            self.assertEqual(q[3:9], [a, v["Ġ="], b, v["Ġ="], c, v["."]])
+            self.assertEqual(q[9:], p[9:])
+            self.assertEqual(T.bridge_prompt(np.asarray(p), bv, rng, "list", 0.0).tolist(), p)
+            q = T.bridge_prompt(np.asarray(p), bv, rng, "list", 1.0).tolist()
+            self.assertEqual(q, p[:10] + bv["lookq"] + [b, v["?"]])
+        self.assertEqual(seps, {v["Ġ="], v[","]})
+        span_q = [v[x] for x in ("ist", "Ġthe", "Ġ18", "Ġgues", "ts", "Ġthat", "Ġcom", "e", "Ġright", "Ġafter")]
+        sp = p[:10] + span_q + [a, v["?"]]
+        q = T.bridge_prompt(np.asarray(sp), bv, np.random.RandomState(0), "chain", 1.0).tolist()
+        self.assertEqual(q[9:], sp[9:])  # a span question stays
+        self.assertEqual(T.bridge_layouts("rows=1, chain=3"), (["rows", "chain"], [0.25, 0.75]))
+        for bad in ("rows", "tree=1", "rows=-1", "rows=0", "rows=x"):
+            with self.assertRaises(SystemExit):
+                T.bridge_layouts(bad)
+
+    def test_sequence_max_names(self):
+        """--sequence-max-names: the exact mix draws only sequence samples with short lists; --bench
+        with --init-from runs its steps from the resumed step and prints tokens/s."""
+        import numpy as np
+        bv = T.bridge_vocab(os.path.join(HERE, "..", "..", "models", "llada-tiny", "tokenizer.json"))
+        v = bv["v"]
+        names = [v[x] for x in ("Ġsep", "Ġlef", "Ġdeli", "Ġnat", "Ġvis", "Ġchang", "Ġnam")]
+        q = [v["Ċ"], v["Which"], v["Ġafter"], names[0], v["?"]]
+        with tempfile.TemporaryDirectory() as d:
+            rows = []
+            for k in range(2, 8):  # lists of 2..7 names; other suites' prompts have no list
+                lst = sum(([n, v[","]] for n in names[:k]), [])[:-1] + [v["."]]
+                for _ in range(4):
+                    rows.append({"suite": "sequence", "ids": [v["Queue"], v[":"]] + lst + q, "answer": [names[1], 1]})
+            rows += [{"suite": "lookup", "ids": [5, 6, 7], "answer": [8, 1]}] * 8
+            path = os.path.join(d, "train.jsonl")
+            with open(path, "w") as f:
+                f.write("".join(json.dumps(r) + "\n" for r in rows))
+            c = T.Corpus(path, 4, 1)
+            a = T.parse_args(["--suite-mix", "exact", "--sequence-max-names", "4", "--curriculum-start", "1.0",
+                              "--batch-tokens", "64", "--max-batch", "8"])
+            bt = T.Batcher(c, a, np.random.RandomState(0))
+            bt.set_bridge_vocab(bv)
+            self.assertEqual(sorted(set(bt.names[c.suite == c.suites.index("sequence")].tolist())), [2, 3, 4, 5, 6, 7])
+            seen = set()
+            for step in range(50):
+                for i in bt.batch(step):
+                    if c.suites[c.suite[i]] == "sequence":
+                        seen.add(int(bt.names[i]))
+            self.assertEqual(seen, {2, 3, 4})
+            bt.reshuffle()  # the cap survives the trainer's reshuffles
+            self.assertEqual(len(bt.by_suite[c.suites.index("sequence")]), 12)
+
+    def test_bench_after_init_from(self):
+        with tempfile.TemporaryDirectory() as d:
+            corpus = os.path.join(d, "corpus")
+            subprocess.run([sys.executable, os.path.join(HERE, "make_synth.py"), "--out", corpus,
+                            "--train", "300", "--eval", "30"], check=True, capture_output=True)
+            T.main(tiny_run(d, corpus) + ["--max-steps", "4", "--eval-every", "4", "--eval-per-suite", "2"])
+            os.remove(os.path.join(d, "work", "ckpt.pt"))  # start from the export (step 4), as from a bundled model
+            r = subprocess.run([sys.executable, os.path.join(HERE, "train.py")] + tiny_run(d, corpus) +
+                               ["--init-from", os.path.join(d, "out"), "--bench", "5", "--max-steps", "4"],
+                               capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+            self.assertRegex(r.stdout, r'"bench": \{.*"tokens_per_s": [1-9]')
+
     def test_canvases(self):
         a = T.parse_args(["--canvas", "128,32,64", "--canvas-weights", "1,2,1"])
         cs, ps = T.canvases(a, 16)

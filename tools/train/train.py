@@ -153,10 +153,24 @@ def parse_args(argv=None):
                          "which cannot see the question (the sequence and span suites' case; with a random offset a "
                          "short queue mostly shares the question's block and is read bidirectionally)")
     ap.add_argument("--sequence-bridge", type=float, default=0.0,
-                    help="share of the corpus's sequence samples whose list is rewritten as lookup rows "
-                         "('* a = b' or '* a, b', one per neighbour pair), half of their 'after' questions asked "
-                         "in the lookup suite's words: a bridge from the table lookup the model has to the "
-                         "list's layout (docs/training.md, 'Why the queue suites stay low')")
+                    help="share of the corpus's sequence samples whose list is rewritten in one of the "
+                         "--bridge-layouts (default: lookup rows '* a = b' or '* a, b', one per neighbour pair), "
+                         "a share --bridge-lookup-q of their 'after' questions asked in the lookup suite's words: a "
+                         "bridge from the table lookup the model has to the list's layout (docs/training.md, "
+                         "'Why the queue suites stay low')")
+    ap.add_argument("--span-bridge", type=float, default=0.0,
+                    help="the same rewrite (--bridge-layouts) for a share of the span samples' lists; their "
+                         "question is kept")
+    ap.add_argument("--bridge-layouts", default="rows=1",
+                    help="the rungs of the bridge and their weights, NAME=WEIGHT,...: rows ('\\n* a SEP b', SEP "
+                         "'=' or ',' at random), lines ('\\n a SEP b', no row marker), chain ('a = b = c', the "
+                         "list with '=' for its commas), list (the suite's own list: only the question changes)")
+    ap.add_argument("--bridge-lookup-q", type=float, default=0.5,
+                    help="share of the bridged sequence samples' 'after' questions asked in the lookup suite's "
+                         "words ('What is the code for a?')")
+    ap.add_argument("--sequence-max-names", type=int, default=0,
+                    help="--suite-mix exact: only sequence samples whose list has at most this many names "
+                         "(a curriculum over the list's length; 0: all)")
     ap.add_argument("--recall-t", type=float, default=1.0,
                     help="if > 0, recall answers are masked with this fixed ratio and weight 1 instead of "
                          "the SFT objective's t ~ U(0, 1) with 1/t (1: every answer slot masked, as in the probe)")
@@ -368,6 +382,19 @@ class Batcher:
         self.cum_w = np.cumsum(self.w[self.order])
         # per suite: its samples in the same order (--suite-mix exact)
         self.by_suite = [self.order[self.c.suite[self.order] == s] for s in range(len(self.c.suites))]
+        cap = getattr(self.a, "sequence_max_names", 0)
+        if cap > 0 and getattr(self, "names", None) is not None:  # --sequence-max-names: short lists only
+            s = self.c.suites.index("sequence")
+            self.by_suite[s] = self.by_suite[s][self.names[self.by_suite[s]] <= cap]
+
+    def set_bridge_vocab(self, bv):
+        """The token ids of bridge_prompt; counts each sequence sample's names (--sequence-max-names)."""
+        self.bridge_vocab = bv
+        if getattr(self.a, "sequence_max_names", 0) > 0 and "sequence" in self.c.suites:
+            self.names = np.full(len(self.c), -1, dtype=np.int64)
+            for i in np.nonzero(self.c.suite == self.c.suites.index("sequence"))[0]:
+                self.names[i] = list_len(self.c.prompt(i), bv)
+            self.reshuffle()
 
     def limit(self, step):
         a = self.a
@@ -420,13 +447,17 @@ class Batcher:
         return pack([self.prompt(i) for i in idx], [c.ans[i][:G] for i in idx], G, c.eos)
 
     def prompt(self, i):
-        """Sample i's prompt; with --sequence-bridge (and bridge_vocab set) a share of the sequence
-        samples rewritten by bridge_prompt."""
-        c, frac = self.c, getattr(self.a, "sequence_bridge", 0.0)
-        if frac <= 0 or getattr(self, "bridge_vocab", None) is None or c.suites[c.suite[i]] != "sequence" or \
-                self.rng.random_sample() >= frac:
+        """Sample i's prompt; with --sequence-bridge / --span-bridge (and bridge_vocab set) a share of
+        the sequence / span samples rewritten by bridge_prompt in one of --bridge-layouts."""
+        c, bv = self.c, getattr(self, "bridge_vocab", None)
+        suite = c.suites[c.suite[i]]
+        frac = {"sequence": getattr(self.a, "sequence_bridge", 0.0),
+                "span": getattr(self.a, "span_bridge", 0.0)}.get(suite, 0.0)
+        if frac <= 0 or bv is None or self.rng.random_sample() >= frac:
             return c.prompt(i)
-        return bridge_prompt(c.prompt(i), self.bridge_vocab, self.rng)
+        names, w = bridge_layouts(getattr(self.a, "bridge_layouts", "rows=1"))
+        layout = names[int(self.rng.choice(len(names), p=w))]
+        return bridge_prompt(c.prompt(i), bv, self.rng, layout, getattr(self.a, "bridge_lookup_q", 0.5))
 
 
 def bridge_vocab(tokenizer_json):
@@ -440,22 +471,69 @@ def bridge_vocab(tokenizer_json):
             "lookq": [v[x] for x in ("What", "Ġis", "Ġthe", "Ġcode", "Ġfor")]}
 
 
-def bridge_prompt(p, bv, rng):
-    """A sequence prompt with its list ("Queue: a, b, c.") rewritten as lookup rows ("\n* a = b\n* b = c"
-    or with a comma for "="), and half of the "after" questions ("Which guest comes right after a?")
-    asked as the lookup suite's ("What is the code for a?"). The answer is unchanged."""
+BRIDGE_LAYOUTS = ("rows", "lines", "chain", "list")
+
+
+def bridge_layouts(text):
+    """--bridge-layouts "rows=1,chain=2" as (names, probabilities); exits on a bad entry."""
+    names, w = [], []
+    for part in filter(None, (x.strip() for x in text.split(","))):
+        name, eq, wt = part.partition("=")
+        try:
+            ok = eq == "=" and float(wt) >= 0 and name in BRIDGE_LAYOUTS
+        except ValueError:
+            ok = False
+        if not ok:
+            sys.exit(f"--bridge-layouts: {part!r} is not LAYOUT=WEIGHT with LAYOUT one of {', '.join(BRIDGE_LAYOUTS)}")
+        names.append(name)
+        w.append(float(wt))
+    if not names or sum(w) <= 0:
+        sys.exit("--bridge-layouts: no layout with a positive weight")
+    return names, [x / sum(w) for x in w]
+
+
+def list_span(p, bv):
+    """(h, e): the list's header index ("Queue" of "Queue: a, b, c.") and its closing period's."""
+    v = bv["v"]
+    h = next(j for j in range(len(p) - 1) if p[j] in bv["heads"] and p[j + 1] == v[":"])
+    return h, h + 2 + p[h + 2:].index(v["."])
+
+
+def list_len(p, bv):
+    """How many names the list of prompt p holds."""
+    p = [int(x) for x in p]
+    h, e = list_span(p, bv)
+    return sum(1 for x in p[h + 2:e] if x != bv["v"][","])
+
+
+def bridge_prompt(p, bv, rng, layout="rows", lookup_q=0.5, sep=None):
+    """A sequence or span prompt with its list ("Queue: a, b, c.") rewritten in one layout (the rungs
+    from the lookup table to the list): rows "\n* a = b\n* b = c" (or with a comma for "="), lines
+    "\n a = b\n b = c" (or a comma), chain "a = b = c", list (unchanged). A share lookup_q of the
+    sequence suite's "after" questions ("Which guest comes right after a?") are asked as the lookup
+    suite's ("What is the code for a?"); sep: the rows' and lines' separator token (None: "=" or ","
+    at random). The answer is unchanged."""
     v = bv["v"]
     p = [int(x) for x in p]
-    h = next(j for j in range(len(p) - 1) if p[j] in bv["heads"] and p[j + 1] == v[":"])
-    e = h + 2 + p[h + 2:].index(v["."])
+    h, e = list_span(p, bv)
     names = [x for x in p[h + 2:e] if x != v[","]]
     jq = max(j for j in range(len(p)) if p[j] in (v["Ġafter"], v["Ġbefore"]))
-    sep = v["Ġ="] if rng.random_sample() < 0.5 else v[","]
-    rows = sum(([v["Ċ"], v["*"], a, sep, b] for a, b in zip(names, names[1:])), [])
+    if sep is None:
+        sep = v["Ġ="] if rng.random_sample() < 0.5 else v[","]
+    if layout == "rows":
+        body = sum(([v["Ċ"], v["*"], a, sep, b] for a, b in zip(names, names[1:])), [])
+    elif layout == "lines":
+        body = sum(([v["Ċ"], a, sep, b] for a, b in zip(names, names[1:])), [])
+    elif layout == "chain":
+        body = sum(([v["Ġ="], n] if k else [n] for k, n in enumerate(names)), []) + [v["."]]
+    elif layout == "list":
+        body = p[h + 2:e + 1]
+    else:
+        raise ValueError(f"bridge layout {layout!r}")
     tail = p[e + 1:]
-    if p[jq] == v["Ġafter"] and rng.random_sample() < 0.5:  # "Which <noun> comes right after" -> "What is the code for"
-        tail = p[e + 1:jq - 4] + bv["lookq"] + p[jq + 1:]
-    return np.asarray(p[:h + 2] + rows + tail, dtype=np.int64)
+    if p[jq] == v["Ġafter"] and p[jq - 4] == v["Which"] and rng.random_sample() < lookup_q:
+        tail = p[e + 1:jq - 4] + bv["lookq"] + p[jq + 1:]  # "Which <noun> comes right after" -> "What is the code for"
+    return np.asarray(p[:h + 2] + body + tail, dtype=np.int64)
 
 
 def pack(prompts, answers, G, eos):
@@ -945,10 +1023,13 @@ def main(argv=None):
 
     check_suite_weights(args, train.suites)
     batcher = Batcher(train, args, rng)
-    if args.sequence_bridge > 0:
+    if args.sequence_max_names > 0 and args.suite_mix != "exact":
+        sys.exit("--sequence-max-names needs --suite-mix exact")
+    if args.sequence_bridge > 0 or args.span_bridge > 0 or args.sequence_max_names > 0:
+        bridge_layouts(args.bridge_layouts)  # a bad entry exits here, before any step
         tok_dir = meta.get("tokenizer_dir", args.out)
-        batcher.bridge_vocab = bridge_vocab(os.path.join(tok_dir if os.path.isabs(tok_dir) else os.path.join(ROOT, tok_dir),
-                                                         "tokenizer.json"))
+        batcher.set_bridge_vocab(bridge_vocab(os.path.join(tok_dir if os.path.isabs(tok_dir) else os.path.join(ROOT, tok_dir),
+                                                           "tokenizer.json")))
     recall = None
     if args.recall_frac > 0:
         tok_dir = meta.get("tokenizer_dir", args.out)
@@ -1022,8 +1103,12 @@ def main(argv=None):
     wall0 = state["wall_seconds"]
     acc = new_acc()
     bench_t0, bench_tok = None, 0
+    bench_from = state["step"]  # --bench counts its steps from here (a resumed run starts past 0)
+    bench_warm = min(3, max(args.bench - 1, 0))  # untimed first steps
+    if args.bench and not bench_warm:
+        bench_t0 = time.time()
     budget_spent = False
-    while state["step"] < args.max_steps and not stop["flag"]:
+    while (state["step"] < args.max_steps or args.bench) and not stop["flag"]:
         step = state["step"]
         if step % 1000 == 0:
             batcher.reshuffle()
@@ -1085,17 +1170,17 @@ def main(argv=None):
         for j in range(len(train.suites)):
             acc["sn"][j] += s["suite_n"][j]
         if args.bench:
-            if state["step"] == 3:
+            if bench_warm and state["step"] - bench_from == bench_warm:
                 bench_t0, bench_tok = time.time(), 0
             elif bench_t0 is not None:
                 bench_tok += ntok
-            if state["step"] >= args.bench:
+            if state["step"] - bench_from >= args.bench:
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
                 dt = time.time() - bench_t0
                 print(json.dumps({"bench": {"layers": cfg.n_layers, "d": cfg.d_model, "heads": cfg.n_heads,
                                             "mlp": cfg.mlp_hidden_size, "params_M": round(nparams / 1e6, 2),
-                                            "tokens_per_s": round(bench_tok / dt), "steps_per_min": round((args.bench - 3) / dt * 60, 1),
+                                            "tokens_per_s": round(bench_tok / dt), "steps_per_min": round((args.bench - bench_warm) / dt * 60, 1),
                                             "batch_tokens": args.batch_tokens, "loss": round(float(acc["loss"]) / acc["n"], 3)}}))
                 return
             continue
