@@ -17,7 +17,7 @@ import (
 func BenchmarkExactBlock(b *testing.B) { benchBundled(b, "llada-tiny-block", benchExactBlock) }
 
 func benchExactBlock(b *testing.B, m *model.Model) {
-	samples, err := datasets.SharedLookup(datasets.Generate("lookup", datasets.Eval, 1, 20, datasets.DefaultOptions()), 4)
+	samples, err := datasets.Shared(datasets.Generate("lookup", datasets.Eval, 1, 20, datasets.DefaultOptions()), 4)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -2,79 +2,69 @@ package datasets
 
 import (
 	"fmt"
-	"regexp"
 	"slices"
-	"strings"
 )
 
-var sharedLookupRow = regexp.MustCompile(`(?m)^\* ([a-z]+) = ([a-z]+)$`)
-
-// SharedLookup turns lookup samples into a shared-prefix workload: each
-// sample's system message (its table) is asked perSystem questions, about
-// different keys of the same table, the way many users query one document.
-// The requests come system by system. Samples of other suites are kept as
-// they are. Answers are recomputed with Solve, so they stay exact.
-func SharedLookup(samples []Sample, perSystem int) ([]Sample, error) {
+// Shared turns samples into a shared-prefix workload: each sample's
+// system message is asked perSystem questions of its suite's form, about
+// different items of the same data block (keys of a lookup table,
+// constants, input letters, names of a list), the way many users query one
+// document. The requests come system by system, the sample's own question
+// first; a data block with fewer items gives fewer. Answers are recomputed
+// with Solve, so they stay exact. Samples of suites without a data block
+// (public benchmarks, chats) are kept as they are.
+func Shared(samples []Sample, perSystem int) ([]Sample, error) {
 	if perSystem < 1 {
 		return nil, fmt.Errorf("datasets: %d questions per system message, want at least 1", perSystem)
 	}
 	var out []Sample
 	for _, s := range samples {
-		if s.Suite != "lookup" || perSystem == 1 {
+		st, ok := suiteByName(s.Suite)
+		if !ok || perSystem == 1 {
 			out = append(out, s)
 			continue
 		}
-		rows := sharedLookupRow.FindAllStringSubmatch(s.System, -1)
-		var asked string
-		for _, r := range rows {
-			if strings.Contains(s.User, " "+r[1]+"?") || strings.Contains(s.User, " "+r[1]+".") {
-				asked = r[1]
-			}
-		}
-		if asked == "" {
-			return nil, fmt.Errorf("datasets: lookup sample %s: cannot find the key its question asks for", s.ID)
+		users, err := st.others(s.System, s.User)
+		if err != nil {
+			return nil, fmt.Errorf("datasets: %s sample %s: %w", s.Suite, s.ID, err)
 		}
 		out = append(out, s)
-		for q, k := 1, 0; q < perSystem && k < len(rows); k++ {
-			key := rows[k][1]
-			if key == asked {
-				continue
-			}
+		for q, user := range users[:min(len(users), perSystem-1)] {
 			v := s
-			v.User = strings.Replace(s.User, " "+asked, " "+key, 1)
-			ans, err := Solve("lookup", v.System, v.User)
+			v.User = user
+			ans, err := Solve(s.Suite, v.System, v.User)
 			if err != nil {
-				return nil, fmt.Errorf("datasets: lookup sample %s, key %s: %w", s.ID, key, err)
+				return nil, fmt.Errorf("datasets: %s sample %s, question %q: %w", s.Suite, s.ID, user, err)
 			}
-			v.Answer, v.ID = ans, fmt.Sprintf("%s/q%d", s.ID, q)
+			v.Answer, v.ID = ans, fmt.Sprintf("%s/q%d", s.ID, q+1)
 			out = append(out, v)
-			q++
 		}
 	}
 	return out, nil
 }
 
-// Conversations turns each lookup sample into a conversation of turns
-// questions about its table (SharedLookup's questions), one sample per
-// turn: turn k carries the k−1 earlier questions with their reference
-// answers (as the assistant's "## answer" turns) and asks the k-th, so
-// every method sees the same prompts. Samples of other suites are left
-// out.
+// Conversations turns each sample of a suite with a data block into a
+// conversation of turns questions about its system message (Shared's
+// questions), one sample per turn: turn k carries the k−1 earlier
+// questions with their reference answers (as the assistant's "## answer"
+// turns) and asks the k-th, so every method sees the same prompts. Samples
+// of other suites, and those whose data block answers fewer than turns
+// questions (a span list with few names after the count), are left out.
 func Conversations(samples []Sample, turns int) ([]Sample, error) {
 	if turns < 2 {
 		return nil, fmt.Errorf("datasets: conversations of %d turns, want at least 2", turns)
 	}
 	var out []Sample
 	for _, s := range samples {
-		if s.Suite != "lookup" {
+		if _, ok := suiteByName(s.Suite); !ok {
 			continue
 		}
-		qs, err := SharedLookup([]Sample{s}, turns)
+		qs, err := Shared([]Sample{s}, turns)
 		if err != nil {
 			return nil, err
 		}
 		if len(qs) < turns {
-			return nil, fmt.Errorf("datasets: lookup sample %s has %d keys, want %d turns", s.ID, len(qs), turns)
+			continue
 		}
 		var hist []Turn
 		for k, q := range qs[:turns] {
@@ -85,7 +75,7 @@ func Conversations(samples []Sample, turns int) ([]Sample, error) {
 		}
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("datasets: no lookup samples to build conversations from")
+		return nil, fmt.Errorf("datasets: no task-suite sample answers %d questions to build conversations from", turns)
 	}
 	return out, nil
 }

@@ -7,48 +7,107 @@ import (
 	"testing"
 )
 
-func TestSharedLookup(t *testing.T) {
-	in := append(Generate("lookup", Eval, 1, 3, DefaultOptions()), Generate("rule", Eval, 1, 1, DefaultOptions())...)
-	out, err := SharedLookup(in, 4)
+// Every suite's system message is asked perSystem different questions of
+// its own form, each answered by Solve; a public benchmark's sample is kept
+// as it is.
+func TestShared(t *testing.T) {
+	var in []Sample
+	for _, suite := range Suites() {
+		in = append(in, Generate(suite, Eval, 1, 3, DefaultOptions())...)
+	}
+	bench := Sample{Suite: "gsm8k", User: "q", Answer: "1", ID: "gsm8k/1"}
+	out, err := Shared(append(in, bench), 4)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(out) != 3*4+1 {
-		t.Fatalf("%d samples, want 13", len(out))
-	}
 	users := map[string]bool{}
-	for i, s := range out[:12] {
-		if s.System != in[i/4].System {
-			t.Errorf("sample %d: system message changed", i)
+	at := 0
+	for _, src := range in {
+		st, _ := suiteByName(src.Suite)
+		others, err := st.others(src.System, src.User)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if want, err := Solve("lookup", s.System, s.User); err != nil || want != s.Answer {
-			t.Errorf("sample %d: answer %q, Solve %q (%v)", i, s.Answer, want, err)
+		// Four questions, fewer where the data block holds fewer items
+		// (a span list with few names after the count).
+		n := 1 + min(3, len(others))
+		if n < 4 && src.Suite != "span" {
+			t.Errorf("%s: %d questions of a system message", src.ID, n)
 		}
-		if users[s.User+s.System] {
-			t.Errorf("sample %d repeats a question", i)
+		for q, s := range out[at : at+n] {
+			if s.System != src.System || s.Suite != src.Suite {
+				t.Errorf("%s q%d: system message or suite changed", src.ID, q)
+			}
+			if q == 0 && (s.User != src.User || s.Answer != src.Answer) {
+				t.Errorf("%s: the sample's own question does not come first", src.ID)
+			}
+			if want, err := Solve(s.Suite, s.System, s.User); err != nil || want != s.Answer {
+				t.Errorf("%s q%d: answer %q, Solve %q (%v)", src.ID, q, s.Answer, want, err)
+			}
+			if users[s.User+s.System] {
+				t.Errorf("%s q%d repeats a question: %q", src.ID, q, s.User)
+			}
+			users[s.User+s.System] = true
 		}
-		users[s.User+s.System] = true
+		at += n
 	}
-	if out[12].Suite != "rule" {
-		t.Error("other suites are not kept")
+	if at != len(out)-1 {
+		t.Fatalf("%d samples, want %d", len(out), at+1)
 	}
-	if _, err := SharedLookup(in, 0); err == nil {
+	if last := out[len(out)-1]; last.ID != bench.ID || last.User != bench.User || last.Answer != bench.Answer {
+		t.Error("a public benchmark's sample is not kept as it is")
+	}
+	if _, err := Shared(in, 0); err == nil {
 		t.Error("0 per system: no error")
+	}
+}
+
+// The other questions keep each suite's form and only ask about items
+// that have an answer: a subtraction stays positive, a list name has a
+// neighbour in the question's direction, a span has its count of names.
+func TestSharedQuestionsStayAnswerable(t *testing.T) {
+	for _, tc := range []struct{ suite, system, user string }{
+		{"arithmetic", "Constants:\nlet B = 2\nlet C = 9\nlet D = 5", "Subtract 3 from C."},
+		{"sequence", "Queue: ann, bob, cid.", "Which guest comes right after bob?"},
+		{"sequence", "Queue: ann, bob, cid.", "Which guest comes right before bob?"},
+		{"span", "Queue: ann, bob, cid, dan, eve.", "List the 2 guests that come right after ann, in order."},
+		{"rule", "Code:\n* a -> B\n* c -> D\n* e -> F", "Encode: a a c"},
+	} {
+		st, _ := suiteByName(tc.suite)
+		users, err := st.others(tc.system, tc.user)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.suite, err)
+		}
+		want := map[string][]string{
+			"arithmetic": {"Subtract 3 from D."},
+			"sequence":   {"Which guest comes right after ann?"},
+			"span":       {"List the 2 guests that come right after bob, in order.", "List the 2 guests that come right after cid, in order."},
+			"rule":       {"Encode: c c e", "Encode: e e a"},
+		}[tc.suite]
+		if tc.suite == "sequence" && strings.Contains(tc.user, "before") {
+			want = []string{"Which guest comes right before cid?"}
+		}
+		if !slices.Equal(users, want) {
+			t.Errorf("%s %q: %q, want %q", tc.suite, tc.user, users, want)
+		}
 	}
 }
 
 func TestConversationsCarryEarlierTurnsUnderOneSystem(t *testing.T) {
 	in := append(Generate("lookup", Eval, 1, 2, DefaultOptions()), Generate("rule", Eval, 1, 1, DefaultOptions())...)
-	out, err := Conversations(in, 3)
+	bench := Sample{Suite: "gsm8k", User: "q", Answer: "1", ID: "gsm8k/1"}
+	// A span list with one start that has two names after it: one question.
+	short := Sample{Suite: "span", System: "Queue: ann, bob, cid.", User: "List the 2 guests that come right after ann, in order.", Answer: "bob, cid", ID: "span/1"}
+	out, err := Conversations(append(in, bench, short), 3)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(out) != 2*3 {
-		t.Fatalf("%d samples, want 6 (two conversations of 3 turns; rule left out)", len(out))
+	if len(out) != 3*3 {
+		t.Fatalf("%d samples, want 9 (three conversations of 3 turns; the benchmark sample and the short span left out)", len(out))
 	}
 	for i, s := range out {
 		k := i % 3
-		if s.Turn != k+1 || len(s.History) != k || s.System != in[i/3].System {
+		if s.Turn != k+1 || len(s.History) != k || s.System != in[i/3].System || s.Suite != in[i/3].Suite {
 			t.Errorf("sample %d: turn %d, %d earlier turns, same system %v", i, s.Turn, len(s.History), s.System == in[i/3].System)
 		}
 		for j, h := range s.History {
@@ -56,12 +115,15 @@ func TestConversationsCarryEarlierTurnsUnderOneSystem(t *testing.T) {
 				t.Errorf("sample %d turn %d: history %+v, want the earlier question and its answer", i, j, h)
 			}
 		}
-		if want, err := Solve("lookup", s.System, s.User); err != nil || want != s.Answer {
+		if want, err := Solve(s.Suite, s.System, s.User); err != nil || want != s.Answer {
 			t.Errorf("sample %d: answer %q, Solve %q (%v)", i, s.Answer, want, err)
 		}
 	}
 	if _, err := Conversations(in, 1); err == nil {
 		t.Error("1 turn: no error")
+	}
+	if _, err := Conversations([]Sample{bench, short}, 3); err == nil {
+		t.Error("no task-suite sample: no error")
 	}
 }
 

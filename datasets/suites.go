@@ -21,14 +21,18 @@ type suiteDef struct {
 	name  string
 	gen   func(r *rand.Rand, rows int) item
 	solve func(system, user string) (string, error)
+	// others lists the other questions the same system message answers,
+	// in the question's own form (Shared): another key, constant, input
+	// or name of its data block, in the block's order.
+	others func(system, user string) ([]string, error)
 }
 
 var suiteDefs = []suiteDef{
-	{"lookup", genLookup, solveLookup},
-	{"arithmetic", genArithmetic, solveArithmetic},
-	{"rule", genRule, solveRule},
-	{"sequence", genSequence, solveSequence},
-	{"span", genSpan, solveSpan},
+	{"lookup", genLookup, solveLookup, othersLookup},
+	{"arithmetic", genArithmetic, solveArithmetic, othersArithmetic},
+	{"rule", genRule, solveRule, othersRule},
+	{"sequence", genSequence, solveSequence, othersSequence},
+	{"span", genSpan, solveSpan, othersSpan},
 }
 
 // Suites returns the suite names in a fixed order.

@@ -42,7 +42,7 @@ type benchOptions struct {
 	Quiet bool
 }
 
-// benchConversations makes the multi-turn workload of --turns: the lookup
+// benchConversations makes the multi-turn workload of --turns: the task
 // samples' conversations and --wildchat's chat conversations.
 func benchConversations(opts *benchOptions, samples []datasets.Sample) ([]datasets.Sample, error) {
 	if opts.Turns == 0 {
@@ -55,10 +55,13 @@ func benchConversations(opts *benchOptions, samples []datasets.Sample) ([]datase
 		return nil, fmt.Errorf("--turns %d: want 2…6", opts.Turns)
 	}
 	var out []datasets.Sample
+	// With --wildchat, the suites' conversations come along where the
+	// lookup suite is among them (a chats-only run names another suite,
+	// as it always has).
 	if len(opts.Chat) == 0 || slices.ContainsFunc(samples, func(s datasets.Sample) bool { return s.Suite == "lookup" }) {
 		conv, err := datasets.Conversations(samples, opts.Turns)
 		if err != nil {
-			return nil, fmt.Errorf("--turns: %w (the conversations are built from the lookup suite)", err)
+			return nil, fmt.Errorf("--turns: %w (the conversations are built from the task suites)", err)
 		}
 		out = conv
 	}
@@ -216,7 +219,7 @@ func (opts *benchOptions) flags(fl *pflag.FlagSet) {
 	opts.modelFlags.add(fl)
 	fl.StringSliceVar(&opts.Methods, "methods", cache.Names(), "methods to compare (default: every registered method this model and flags allow; each one left out is printed with the reason)")
 	opts.suiteSampling.add(fl, 20)
-	fl.IntVar(&opts.Turns, "turns", 0, "a multi-turn workload: each lookup table becomes a conversation of this many questions (2–6), each turn carrying the earlier questions and their answers; results per turn")
+	fl.IntVar(&opts.Turns, "turns", 0, "a multi-turn workload: each task sample's system message becomes a conversation of this many questions of its suite (2–6), each turn carrying the earlier questions and their answers; results per suite and turn")
 	fl.StringSliceVar(&opts.Chat, "wildchat", nil, "with --turns: add --limit chat conversations to the workload, builtin (generated in WildChat's manner) and/or WildChat parquet files or directories (English conversations with that many turns); they have no reference answers, so each method's answers are compared with none's")
 	fl.StringVar(&opts.ChatSystem, "chat-system", "You are a helpful assistant.", "system message of the --wildchat conversations")
 	fl.IntVar(&opts.ChatChars, "max-conversation-chars", 6000, "skip --wildchat conversations whose first --turns exchanges are longer (characters; 0: no bound)")

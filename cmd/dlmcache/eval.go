@@ -45,7 +45,7 @@ func (s *suiteSampling) add(fl *pflag.FlagSet, limit int) {
 	fl.StringSliceVar(&s.Suites, "suite", []string{"all"}, "task suites: all, names from "+fmt.Sprint(datasets.Suites())+", or KIND=FILE for a public benchmark (gsm8k, arc, math500, gpqa)")
 	fl.IntVar(&s.Limit, "limit", limit, "samples per suite")
 	fl.Int64Var(&s.Seed, "seed", 1, "sample seed")
-	fl.IntVar(&s.PerSystem, "questions-per-system", 1, "ask each lookup table this many questions (a shared-prefix workload: requests share system messages)")
+	fl.IntVar(&s.PerSystem, "questions-per-system", 1, "ask each system message this many questions of its suite, about other items of its data (keys, constants, letters, names): a shared-prefix workload, requests sharing system messages")
 	d := datasets.DefaultOptions()
 	fl.StringVar(&s.Filler, "filler-tokens", "", fmt.Sprintf("MIN:MAX: the filler prose around each system message's data, in estimated tokens, drawn per sample (empty: the suites' own, %d:%d; longer system messages, as deployments carry documents and rules)", d.MinFiller, d.MaxFiller))
 }
@@ -66,8 +66,8 @@ func (s *suiteSampling) genOptions() (datasets.GenOptions, error) {
 	return o, nil
 }
 
-// samples draws the samples, --questions-per-system lookup questions to a
-// system message.
+// samples draws the samples, --questions-per-system questions to a system
+// message.
 func (s *suiteSampling) samples() ([]datasets.Sample, error) {
 	o, err := s.genOptions()
 	if err != nil {
@@ -77,7 +77,7 @@ func (s *suiteSampling) samples() ([]datasets.Sample, error) {
 	if err != nil {
 		return nil, err
 	}
-	return datasets.SharedLookup(samples, s.PerSystem)
+	return datasets.Shared(samples, s.PerSystem)
 }
 
 func (opts *evalOptions) run(ctx context.Context) error {
