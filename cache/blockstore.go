@@ -229,10 +229,16 @@ func (s *BlockStore) newNode(id PrefixID, i int) *blockNode {
 	return &blockNode{tokens: slices.Clone(id.Tokens[i*B : (i+1)*B]), fp: id.Fingerprint, salt: id.Salt}
 }
 
-// addLayer appends a layer's K, V and hidden states to a node being built.
+// addLayer appends a layer's K, V and hidden states (h nil: a block of a
+// block-causal model, whose hidden states nothing reads) to a node being
+// built.
 func (n *blockNode) addLayer(k, v, h backend.Tensor) {
-	n.k, n.v, n.h = append(n.k, k), append(n.v, v), append(n.h, h)
-	n.bytes += 4 * int64(k.Rows()*(k.Cols()+v.Cols()+h.Cols()))
+	n.k, n.v = append(n.k, k), append(n.v, v)
+	n.bytes += 4 * int64(k.Rows()*(k.Cols()+v.Cols()))
+	if h != nil {
+		n.h = append(n.h, h)
+		n.bytes += 4 * int64(h.Rows()*h.Cols())
+	}
 }
 
 // put stores fresh blocks (computed by the caller, following chain, which
@@ -295,7 +301,7 @@ func (s *BlockStore) fill(lm *model.LLaDA, id PrefixID, chain []*blockNode, nb i
 	var flops float64
 	run := func(lo, hi int) error { // compute blocks lo..hi-1
 		known := slices.Concat(chain, fresh)
-		c := &blockFill{b: s.b, known: known, blockSize: B, from: lo * B, to: hi * B}
+		c := &blockFill{b: s.b, known: known, blockSize: B, from: lo * B, to: hi * B, hidden: lm.Config.CausalBlock() == 0}
 		out, err := lm.Forward(model.Input{Tokens: id.Tokens[:hi*B]}, c)
 		if err != nil {
 			return err
@@ -305,7 +311,11 @@ func (s *BlockStore) fill(lm *model.LLaDA, id PrefixID, chain []*blockNode, nb i
 			n := s.newNode(id, i)
 			r := iota32((i-lo)*B, (i-lo+1)*B)
 			for l := range c.k {
-				n.addLayer(s.sub(c.k[l], r), s.sub(c.v[l], r), s.sub(c.h[l], r))
+				var h backend.Tensor
+				if c.hidden {
+					h = s.sub(c.h[l], r)
+				}
+				n.addLayer(s.sub(c.k[l], r), s.sub(c.v[l], r), h)
 			}
 			fresh = append(fresh, n)
 		}
@@ -491,12 +501,16 @@ func (s *BlockStore) Blocks() []string {
 func (k Key) String() string { return fmt.Sprintf("%016x", uint64(k)) }
 
 // blockFill computes rows from..to-1 of a prefix at every layer, with the
-// K/V of rows 0..from-1 from known blocks, and keeps what it computed.
+// K/V of rows 0..from-1 from known blocks, and keeps what it computed:
+// the K/V, and the hidden states where hidden (a bidirectional model's:
+// the bicache family's store source reads them; on a block-causal model
+// nothing does, and they would be a third of each block).
 type blockFill struct {
 	b         backend.Backend
 	known     []*blockNode
 	blockSize int
 	from, to  int
+	hidden    bool
 	k, v, h   []backend.Tensor // per layer, [to-from, …]
 }
 
@@ -529,15 +543,12 @@ func (c *blockFill) Observe(_ int, _ []int32, h, k, v backend.Tensor) {
 	vv := newFull(c.b, len(r), v.Cols())
 	c.b.CopyRows(kk, nil, k, r)
 	c.b.CopyRows(vv, nil, v, r)
-	c.k, c.v, c.h = append(c.k, kk), append(c.v, vv), append(c.h, clone(c.b, h))
-}
-func (c *blockFill) free() {
-	for l := range c.k {
-		c.b.Free(c.k[l])
-		c.b.Free(c.v[l])
-		c.b.Free(c.h[l])
+	c.k, c.v = append(c.k, kk), append(c.v, vv)
+	if c.hidden {
+		c.h = append(c.h, clone(c.b, h))
 	}
 }
+func (c *blockFill) free() { freeLayers(c.b, c.k, c.v, c.h) }
 
 // StorePrefix puts tokens (a conversation so far, rendered as the next turn
 // will render it) into meth's block store, so that a later request whose

@@ -270,9 +270,9 @@ func (p *exactPlanner) KV(l int, rows []int32, k, v backend.Tensor) error {
 
 // Observe keeps nothing (the forward wrote the computed rows' K/V into
 // the buffers) except, on the first step, the prefix blocks missing from
-// the block store: their K/V and hidden states, rows of this step's
-// computed ones.
-func (p *exactPlanner) Observe(l int, computed []int32, hidden, k, v backend.Tensor) {
+// the block store: their K/V, rows of this step's computed ones (not their
+// hidden states: on a block-causal model nothing reads them).
+func (p *exactPlanner) Observe(l int, _ []int32, _, k, v backend.Tensor) {
 	if len(p.fresh) == 0 {
 		return
 	}
@@ -280,11 +280,10 @@ func (p *exactPlanner) Observe(l int, computed []int32, hidden, k, v backend.Ten
 	for j, n := range p.fresh {
 		lo := (len(p.chain) + j) * SB
 		rows := iota32(lo, lo+SB)
-		nk, nv, nh := newFull(b, SB, k.Cols()), newFull(b, SB, v.Cols()), newFull(b, SB, hidden.Cols())
+		nk, nv := newFull(b, SB, k.Cols()), newFull(b, SB, v.Cols())
 		b.CopyRows(nk, nil, k, rows)
 		b.CopyRows(nv, nil, v, rows)
-		b.CopyRows(nh, nil, hidden, iota32(lo-int(computed[0]), lo-int(computed[0])+SB))
-		n.addLayer(nk, nv, nh)
+		n.addLayer(nk, nv, nil)
 	}
 }
 

@@ -317,6 +317,20 @@ func TestExactBlockConversation(t *testing.T) {
 			t.Fatalf("turn %d: the next turn does not start with the answered conversation", turn)
 		}
 	}
+	// The blocks a request stored and those of the answered conversations'
+	// fills keep K and V only: nothing reads a block-causal model's hidden
+	// states, and the budget counts what is kept.
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	kv := int64(4 * B * 2 * m.Config.KVDim() * len(m.Blocks))
+	for _, n := range store.nodes {
+		if n.h != nil || len(n.k) != len(m.Blocks) || n.bytes != kv {
+			t.Errorf("stored block: %d hidden-state layers, %d K layers, %d bytes; want 0, %d, %d", len(n.h), len(n.k), n.bytes, len(m.Blocks), kv)
+		}
+	}
+	if len(store.nodes) == 0 || store.stats.Bytes != int64(len(store.nodes))*kv {
+		t.Errorf("%d blocks stored, %d bytes counted", len(store.nodes), store.stats.Bytes)
+	}
 }
 
 // A forced chain-hash collision in the block store is never served: the

@@ -54,7 +54,9 @@ func PrefixKey(fingerprint, salt string, ids []int32) Key {
 }
 
 // Entry is a prefix computed alone: per layer its K and V ([m, kv], RoPE
-// applied) and the hidden state entering the layer ([m, d]).
+// applied) and the hidden state entering the layer ([m, d]; nil in a
+// block store's entry of a block-causal model, whose hidden states nothing
+// reads: the methods that read them refuse such a model).
 type Entry struct {
 	Tokens []int32
 	K, V   []backend.Tensor
@@ -103,29 +105,41 @@ func concatEntries(b backend.Backend, parts []*Entry) *Entry {
 		e.Tokens = append(e.Tokens, p.Tokens...)
 	}
 	n := len(e.Tokens)
+	// Blocks of a block-causal model's store hold no hidden states.
+	hidden := parts[0].H != nil
 	for l := range parts[0].K {
 		k := b.New(n, parts[0].K[l].Cols())
 		v := b.New(n, parts[0].V[l].Cols())
-		h := b.New(n, parts[0].H[l].Cols())
+		var h backend.Tensor
+		if hidden {
+			h = b.New(n, parts[0].H[l].Cols())
+		}
 		at := 0
 		for _, p := range parts {
 			r := iota32(at, at+len(p.Tokens))
 			b.CopyRows(k, r, p.K[l], nil)
 			b.CopyRows(v, r, p.V[l], nil)
-			b.CopyRows(h, r, p.H[l], nil)
+			if hidden {
+				b.CopyRows(h, r, p.H[l], nil)
+			}
 			at += len(p.Tokens)
 		}
-		e.K, e.V, e.H = append(e.K, k), append(e.V, v), append(e.H, h)
+		e.K, e.V = append(e.K, k), append(e.V, v)
+		if hidden {
+			e.H = append(e.H, h)
+		}
 	}
 	return e
 }
 
-// freeLayers frees per-layer K, V and H tensors.
+// freeLayers frees per-layer K, V and H tensors (h may be nil: none kept).
 func freeLayers(b backend.Backend, k, v, h []backend.Tensor) {
 	for l := range k {
 		b.Free(k[l])
 		b.Free(v[l])
-		b.Free(h[l])
+		if h != nil {
+			b.Free(h[l])
+		}
 	}
 }
 
