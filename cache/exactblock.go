@@ -93,13 +93,22 @@ func (p *exactPlanner) Begin(r *model.Request) error {
 	// Every row attention reads is written before it is read (the stored
 	// blocks, then each step's computed rows), so the buffers need no
 	// clearing.
+	// Where the backend keeps attention's layout of such buffers
+	// (backend.KVAllocator), a step lays out only the rows it computed.
 	p.kv = newKVBuffers(p.lm, n)
-	newT := p.kv.b.New
+	newKV := func(rows, cols int) (backend.Tensor, backend.Tensor) {
+		return p.kv.b.New(rows, cols), p.kv.b.New(rows, cols)
+	}
 	if u, ok := p.kv.b.(backend.Uninit); ok {
-		newT = u.NewUninit
+		newKV = func(rows, cols int) (backend.Tensor, backend.Tensor) {
+			return u.NewUninit(rows, cols), u.NewUninit(rows, cols)
+		}
+	}
+	if a, ok := p.kv.b.(backend.KVAllocator); ok {
+		newKV = a.NewKV
 	}
 	for l := range p.kv.k {
-		p.kv.k[l], p.kv.v[l] = newT(n, p.kv.cols), newT(n, p.kv.cols)
+		p.kv.k[l], p.kv.v[l] = newKV(n, p.kv.cols)
 	}
 	m := r.PrefixLen
 	p.info.PrefixToken = m

@@ -155,6 +155,18 @@ type Uninit interface {
 	NewUninit(rows, cols int) Tensor
 }
 
+// KVAllocator is an optional Backend method: a pair of [rows, cols]
+// key and value buffers (contents unspecified, as Uninit's) that attention
+// reads many times while only some of their rows change between reads —
+// the K/V a planner keeps across a request's steps (model.KVHolder). The
+// backend may keep what it derives from them for attention (the CPU's
+// layouts of keys and values) and derive again only the rows written since
+// (through any operation, CopyRows included), so the two must be written
+// through the backend alone. Free both when done.
+type KVAllocator interface {
+	NewKV(rows, cols int) (k, v Tensor)
+}
+
 // AttentionBatcher is an optional Backend method: the attentions of
 // several independent sets of operands (each as Attention's; the same head
 // counts) as one operation, for the requests of a batched forward. It

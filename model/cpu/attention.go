@@ -72,6 +72,14 @@ func (b *Backend) Attention(dst, q, k, v backend.Tensor, nHeads, nKVHeads int) {
 	blocks = (nq + attnBlock - 1) / attnBlock
 	workers = min(workers, nHeads*blocks)
 	fused := b.attn != attnNone
+	if l := b.keptLayout(ks, vs, hd, nKVHeads); l != nil {
+		// NewKV's pair: lay out only the keys written since the last
+		// attention over them.
+		var ap attnParts
+		ap.addKept(d, qs, ks, vs, hd, l, blocks, attnBlock)
+		b.runAttn(&ap, workers, hd, group, scale)
+		return
+	}
 	// The fused kernel reads each kv head's kᵀ [hd, ldt] and v [nk, hd]
 	// laid out for it, made for a group of kv heads at a time: as many as
 	// fit in maxAttnPack floats (all of them at the sizes this project
@@ -167,8 +175,15 @@ func (b *Backend) AttentionBatch(dst, q, k, v []backend.Tensor, nHeads, nKVHeads
 			longest[at(ops[i])] = i
 		}
 	}
+	// NewKV's pairs lay out only the keys written since the last
+	// attention over them, in their kept layouts.
+	kept := map[kvAt]*kvLayout{}
 	size := 0
-	for _, i := range longest {
+	for at, i := range longest {
+		if l := b.keptLayout(ops[i].k, ops[i].v, hd, nKVHeads); l != nil {
+			kept[at] = l
+			continue
+		}
 		size += nKVHeads * attnLayout(hd, ops[i].k.rows)
 	}
 	if b.attn == attnNone || !nonEmpty || size > maxAttnPack {
@@ -193,8 +208,12 @@ func (b *Backend) AttentionBatch(dst, q, k, v []backend.Tensor, nHeads, nKVHeads
 			continue
 		}
 		blocks, block := split(o.q.rows)
-		per := nKVHeads * attnLayout(hd, o.k.rows)
 		part[at(o)] = len(ap.parts)
+		if l := kept[at(o)]; l != nil {
+			ap.addKept(o.d, o.q, o.k, o.v, hd, l, blocks, block)
+			continue
+		}
+		per := nKVHeads * attnLayout(hd, o.k.rows)
 		ap.add(o.d, o.q, o.k, o.v, hd, buf[off:off+per], 0, nKVHeads, blocks, block)
 		off += per
 	}

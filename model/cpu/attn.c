@@ -118,22 +118,18 @@ static void attn_softmax(int m, int n, float *s, long lds, float *inv) {
 	}
 }
 
-// attn_pack lays out one kv head for attn_rows: kt[d·ldt + j] = k[j·ldk + d]
-// (in blocks of 16 keys, so each write touches one cache line per d) and
-// vp[j·hd + d] = v[j·ldv + d], contiguous: the product with v then reads
-// consecutive rows, not one page per key.
-static void attn_pack_v(int nk, int hd, const float *v, long ldv, float *vp) {
-	for (int j = 0; j < nk; j++) memcpy(vp + (long)j * hd, v + (long)j * ldv, (size_t)hd * sizeof(float));
-}
-
-static void attn_pack(int nk, int hd, const float *k, long ldk, const float *v, long ldv,
+// attn_pack lays out keys [lo, hi) of one kv head for attn_rows:
+// kt[d·ldt + j] = k[j·ldk + d] (in blocks of 16 keys, so each write touches
+// one cache line per d) and vp[j·hd + d] = v[j·ldv + d], contiguous: the
+// product with v then reads consecutive rows, not one page per key.
+static void attn_pack(int lo, int hi, int hd, const float *k, long ldk, const float *v, long ldv,
 		float *kt, long ldt, float *vp) {
-	for (int j0 = 0; j0 < nk; j0 += 16) {
-		int je = j0 + 16 < nk ? j0 + 16 : nk;
+	for (int j0 = lo; j0 < hi; j0 += 16) {
+		int je = j0 + 16 < hi ? j0 + 16 : hi;
 		for (int d = 0; d < hd; d++)
 			for (int j = j0; j < je; j++) kt[(long)d * ldt + j] = k[(long)j * ldk + d];
 	}
-	attn_pack_v(nk, hd, v, ldv, vp);
+	for (int j = lo; j < hi; j++) memcpy(vp + (long)j * hd, v + (long)j * ldv, (size_t)hd * sizeof(float));
 }
 
 // attn_rows: o[i] = softmax(scale·q[i]·ktᵀ)·v for the m query rows of one
@@ -341,29 +337,30 @@ static void attn_softmax2(int m, int n, float *s, long lds, float *inv) {
 	}
 }
 
-// attn_pack2 lays out one kv head for attn_rows2: kᵀ as the panel
-// kernel's panels of 16 keys (kp[(j/16)·hd·16 + d·16 + j%16] = k[j·ldk + d],
-// zero from nk up to a multiple of 16), each read front to back by the
-// scores' tiles, and v as panels of 16 columns, key-major, zero past hd
-// (vp[(c/16)·nk·16 + j·16 + c%16] = v[j·ldv + c]): each tile of the
+// attn_pack2 lays out keys [lo, hi) of one kv head (lo a multiple of 16)
+// for attn_rows2 in layouts of pnk keys: kᵀ as the panel kernel's panels
+// of 16 keys (kp[(j/16)·hd·16 + d·16 + j%16] = k[j·ldk + d], zero from hi
+// up to a multiple of 16), each read front to back by the scores' tiles,
+// and v as panels of 16 columns, key-major, zero past hd
+// (vp[(c/16)·pnk·16 + j·16 + c%16] = v[j·ldv + c]): each tile of the
 // values product reads one contiguous run. Rows of a head of 32 laid out
 // whole (128 B apart) put a tile's 16 columns in half of L1's sets (2–3%
 // slower, alternating in one process).
 __attribute__((target("avx2,fma")))
-static void attn_pack2(int nk, int hd, const float *k, long ldk, const float *v, long ldv,
+static void attn_pack2(int lo, int hi, int pnk, int hd, const float *k, long ldk, const float *v, long ldv,
 		float *kp, float *vp) {
-	panel_pack(k, ldk, nk, hd, kp);
+	panel_pack(k + (long)lo * ldk, ldk, hi - lo, hd, kp + (long)lo * hd);
 	for (int c0 = 0; c0 < hd; c0 += 16) {
-		float *pc = vp + (long)(c0 / 16) * nk * 16;
-		const float *vc = v + c0;
+		float *pc = vp + (long)(c0 / 16) * pnk * 16 + (long)lo * 16;
+		const float *vc = v + (long)lo * ldv + c0;
 		if (hd - c0 >= 16) {
-			for (int j = 0; j < nk; j++, pc += 16, vc += ldv) {
+			for (int j = lo; j < hi; j++, pc += 16, vc += ldv) {
 				_mm256_storeu_ps(pc, _mm256_loadu_ps(vc));
 				_mm256_storeu_ps(pc + 8, _mm256_loadu_ps(vc + 8));
 			}
 			continue;
 		}
-		for (int j = 0; j < nk; j++, pc += 16, vc += ldv)
+		for (int j = lo; j < hi; j++, pc += 16, vc += ldv)
 			for (int c = 0; c < 16; c++) pc[c] = c < hd - c0 ? vc[c] : 0;
 	}
 }
@@ -419,9 +416,9 @@ static void attn_rows2(int m, int nk, int hd, float scale, const float *q, long 
 }
 #else
 // Not x86-64: dlmc_have_* are 0, so the Go side never runs these.
-static void attn_pack(int nk, int hd, const float *k, long ldk, const float *v, long ldv,
+static void attn_pack(int lo, int hi, int hd, const float *k, long ldk, const float *v, long ldv,
 		float *kt, long ldt, float *vp) {
-	(void)nk, (void)hd, (void)k, (void)ldk, (void)v, (void)ldv, (void)kt, (void)ldt, (void)vp;
+	(void)lo, (void)hi, (void)hd, (void)k, (void)ldk, (void)v, (void)ldv, (void)kt, (void)ldt, (void)vp;
 }
 static void attn_rows(int m, int nk, int hd, float scale, const float *q, long ldq,
 		const float *kt, long ldt, const float *v, long ldv, float *o, long ldo, float *s) {
@@ -438,9 +435,9 @@ static void panel_pack(const float *w, long ldw, int n, int k, float *p) { (void
 static void panel_gemm(int m, int n, int k, const float *a, long lda, const float *p, float *c, long ldc, float alpha) {
 	(void)m, (void)n, (void)k, (void)a, (void)lda, (void)p, (void)c, (void)ldc, (void)alpha;
 }
-static void attn_pack2(int nk, int hd, const float *k, long ldk, const float *v, long ldv,
+static void attn_pack2(int lo, int hi, int pnk, int hd, const float *k, long ldk, const float *v, long ldv,
 		float *kp, float *vp) {
-	(void)nk, (void)hd, (void)k, (void)ldk, (void)v, (void)ldv, (void)kp, (void)vp;
+	(void)lo, (void)hi, (void)pnk, (void)hd, (void)k, (void)ldk, (void)v, (void)ldv, (void)kp, (void)vp;
 }
 #endif
 
@@ -450,10 +447,11 @@ void dlmc_panel_gemm(int m, int n, int k, const float *a, long lda, const float 
 	panel_gemm(m, n, k, a, lda, p, c, ldc, 1.0f);
 }
 
-void dlmc_attn_pack(int avx2, int nk, int hd, const float *k, long ldk, const float *v, long ldv,
+void dlmc_attn_pack(int avx2, int lo, int hi, int pnk, int hd, const float *k, long ldk, const float *v, long ldv,
 		float *kt, long ldt, float *vp) {
-	if (avx2) attn_pack2(nk, hd, k, ldk, v, ldv, kt, vp);
-	else attn_pack(nk, hd, k, ldk, v, ldv, kt, ldt, vp);
+	if (lo >= hi) return;
+	if (avx2) attn_pack2(lo, hi, pnk, hd, k, ldk, v, ldv, kt, vp);
+	else attn_pack(lo, hi, hd, k, ldk, v, ldv, kt, ldt, vp);
 }
 
 // dlmc_attn_scratch: the floats of scratch dlmc_attn_rows needs at ldt, hd.

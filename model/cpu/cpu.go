@@ -52,6 +52,12 @@ type Tensor struct {
 	// where the backend uses it (Backend.panel) and the weight is small
 	// enough; views never carry it.
 	panels []float32
+	// kv is the kept attention layout of NewKV's pair that the tensor is
+	// (a view: from its row kvRow0) one of, kvRole which (kvKeys,
+	// kvValues); nil elsewhere.
+	kv     *kvLayout
+	kvRow0 int
+	kvRole int8
 }
 
 // Rows is the number of rows.
@@ -557,6 +563,9 @@ func (b *Backend) ToHost(t backend.Tensor, dst []float32) []float32 {
 // next New); using t afterwards panics.
 func (b *Backend) Free(t backend.Tensor) {
 	x := anyTensor(t, "Free")
+	if x.kv != nil && x.kvRow0 == 0 && x.pooled {
+		x.kv.free(b)
+	}
 	if x.pooled {
 		b.bufs.put(x.data)
 		x.pooled = false
@@ -572,7 +581,8 @@ func (b *Backend) RowView(t backend.Tensor, lo, hi int) *Tensor {
 	if lo < 0 || hi < lo || hi > x.rows {
 		panic(fmt.Sprintf("cpu: RowView: rows [%d, %d) of %v", lo, hi, x))
 	}
-	v := &Tensor{rows: hi - lo, cols: x.cols, stride: x.stride, readOnly: x.readOnly, qStride: x.qStride, qType: x.qType}
+	v := &Tensor{rows: hi - lo, cols: x.cols, stride: x.stride, readOnly: x.readOnly, qStride: x.qStride, qType: x.qType,
+		kv: x.kv, kvRow0: x.kvRow0 + lo, kvRole: x.kvRole}
 	if hi > lo {
 		if x.q != nil {
 			v.q = x.q[lo*x.qStride:]
@@ -601,7 +611,7 @@ func (b *Backend) ColView(t backend.Tensor, lo, hi int) *Tensor {
 	if lo < 0 || hi < lo || hi > x.cols {
 		panic(fmt.Sprintf("cpu: ColView: columns [%d, %d) of %v", lo, hi, x))
 	}
-	v := &Tensor{rows: x.rows, cols: hi - lo, stride: x.stride, readOnly: x.readOnly}
+	v := &Tensor{rows: x.rows, cols: hi - lo, stride: x.stride, readOnly: x.readOnly, kv: x.kv, kvRow0: x.kvRow0}
 	if x.rows > 0 && hi > lo {
 		if x.bf16 != nil {
 			v.bf16 = x.bf16[lo:]
@@ -636,6 +646,14 @@ func anyTensor(t backend.Tensor, op string) *Tensor {
 
 // writable asserts that t may be written.
 func writable(t backend.Tensor, op string) *Tensor {
+	x := writableRows(t, op)
+	x.written(0)
+	return x
+}
+
+// writableRows is writable for an operation that records the rows it
+// writes itself (Tensor.written).
+func writableRows(t backend.Tensor, op string) *Tensor {
 	x := tensor(t, op)
 	if x.readOnly {
 		panic(fmt.Sprintf("cpu: %s: destination %v is a read-only weight", op, x))

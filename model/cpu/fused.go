@@ -187,18 +187,35 @@ type attnParts struct {
 // its layouts in buf (kvn·attnLayout(hd, nk) floats): every kᵀ, then
 // every v.
 func (ap *attnParts) add(d, qs, ks, vs *Tensor, hd int, buf []float32, g0, kvn, blocks, block int) {
+	nk := ks.rows
+	ap.own(d, qs, ks, vs, hd, buf, nk, 0, nk, g0, kvn, blocks, block)
+}
+
+// addKept appends the part for every kv head of the attention
+// dst = Attention(q, k, v) whose keys and values are NewKV's pair with the
+// kept layout l (keptLayout): it lays out only the keys not laid out yet.
+func (ap *attnParts) addKept(d, qs, ks, vs *Tensor, hd int, l *kvLayout, blocks, block int) {
+	lo, hi := l.span(ks.rows)
+	ap.own(d, qs, ks, vs, hd, l.buf, l.rows, lo, hi, 0, l.kvHead, blocks, block)
+}
+
+// own appends a part that lays out keys [plo, phi) of its kv heads
+// [g0, g0+kvn) in buf (kvn·attnLayout(hd, pnk) floats: every kᵀ, then every
+// v, with room for pnk keys).
+func (ap *attnParts) own(d, qs, ks, vs *Tensor, hd int, buf []float32, pnk, plo, phi, g0, kvn, blocks, block int) {
 	nq, nk := qs.rows, ks.rows
-	ldt := attnLdt(nk)
+	ldt := attnLdt(pnk)
 	voff := kvn * hd * ldt
 	_, _, _ = qs.data[(nq-1)*qs.stride+qs.cols-1], ks.data[(nk-1)*ks.stride+ks.cols-1], vs.data[(nk-1)*vs.stride+vs.cols-1]
-	_, _ = d.data[(nq-1)*d.stride+d.cols-1], buf[kvn*attnLayout(hd, nk)-1]
+	_, _ = d.data[(nq-1)*d.stride+d.cols-1], buf[kvn*attnLayout(hd, pnk)-1]
 	for _, s := range [][]float32{qs.data, ks.data, vs.data, d.data, buf} {
 		ap.pin.Pin(&s[0])
 	}
 	ap.parts = append(ap.parts, C.dlmc_attn_part{q: fptr(qs.data), k: fptr(ks.data), v: fptr(vs.data), o: fptr(d.data),
 		kt: fptr(buf), vp: fptr(buf[voff:]),
 		ldq: C.long(qs.stride), ldk: C.long(ks.stride), ldv: C.long(vs.stride), ldo: C.long(d.stride), ldt: C.long(ldt),
-		nq: C.int(nq), nk: C.int(nk), pnk: C.int(nk), own: 1, g0: C.int(g0), kvn: C.int(kvn), blocks: C.int(blocks), block: C.int(block),
+		nq: C.int(nq), nk: C.int(nk), pnk: C.int(pnk), plo: C.int(plo), phi: C.int(phi), own: 1,
+		g0: C.int(g0), kvn: C.int(kvn), blocks: C.int(blocks), block: C.int(block),
 		pack0: C.int(ap.packs), row0: C.int(ap.row)})
 	ap.packs += kvn
 	ap.row += kvn * (qs.cols / hd / (ks.cols / hd)) * blocks

@@ -317,3 +317,103 @@ func TestTeamConcurrentPosters(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestAttentionKeptLayout: attention over NewKV's pair, whose layout is
+// kept across calls and laid out again only from the rows written since
+// (CopyRows's rows, any other operation's whole destination, a view's from
+// its first row), gives bit for bit what attention over the same values in
+// plain tensors gives, on every backend config: keys after a write in the
+// middle of a 16-key panel, a write before the keys laid out, to the
+// values alone, through a view, an attention over fewer keys than laid
+// out, and batches whose attentions share the pair's layout beside a plain
+// one. hd 32: v in two column panels.
+func TestAttentionKeptLayout(t *testing.T) {
+	const heads, kvHeads, hd, n = 4, 2, 32, 100
+	cols := kvHeads * hd
+	for _, nb := range backends() {
+		t.Run(nb.name, func(t *testing.T) {
+			b := nb.b
+			r := rand.New(rand.NewPCG(7, 7))
+			K, V := b.NewKV(n, cols)
+			defer b.Free(K)
+			defer b.Free(V)
+			rk, rv := b.New(n, cols), b.New(n, cols) // the same values, plain
+			other, oV := b.FromHost(30, cols, randMat(r, 30, cols, 1)), b.FromHost(30, cols, randMat(r, 30, cols, 1))
+			// write puts random values in rows (nil: all) of the pair's
+			// keys and values (which) and of the plain copies.
+			write := func(rows []int32, which ...backend.Tensor) {
+				m := n
+				if rows != nil {
+					m = len(rows)
+				}
+				src := b.FromHost(m, cols, randMat(r, m, cols, 1))
+				for _, w := range which {
+					ref := rk
+					if w == V {
+						ref = rv
+					}
+					b.CopyRows(w, rows, src, nil)
+					b.CopyRows(ref, rows, src, nil)
+				}
+			}
+			check := func(step string, nks ...int) {
+				t.Helper()
+				var dst, q, k, v, want []backend.Tensor
+				for _, nk := range append(nks, 0) {
+					kk, vv := other, oV // 0: a plain attention beside the pair's
+					if nk > 0 {
+						kk, vv = b.RowView(K, 0, nk), b.RowView(V, 0, nk)
+					}
+					nq := 9 + nk%7
+					dst, q, k, v = append(dst, b.New(nq, heads*hd)), append(q, b.FromHost(nq, heads*hd, randMat(r, nq, heads*hd, 1))), append(k, kk), append(v, vv)
+					w := b.New(nq, heads*hd)
+					if nk > 0 {
+						kk, vv = b.RowView(rk, 0, nk), b.RowView(rv, 0, nk)
+					}
+					b.Attention(w, q[len(q)-1], kk, vv, heads, kvHeads)
+					want = append(want, w)
+				}
+				if len(nks) == 1 {
+					b.Attention(dst[0], q[0], k[0], v[0], heads, kvHeads)
+					dst, want = dst[:1], want[:1]
+				} else {
+					b.AttentionBatch(dst, q, k, v, heads, kvHeads)
+				}
+				for i := range dst {
+					if g, w := b.ToHost(dst[i], nil), b.ToHost(want[i], nil); !slices.Equal(g, w) {
+						j := firstDiff(g, w)
+						t.Fatalf("%s, attention %d of %v: element %d = %g, plain tensors give %g", step, i, nks, j, g[j], w[j])
+					}
+				}
+				// On the fused kernels the pair's attentions went through
+				// its kept layout.
+				if l := K.(*Tensor).kv; b.attn != attnNone && (l.buf == nil || l.valid < slices.Max(nks)) {
+					t.Fatalf("%s: the kept layout was not used (%d keys laid out)", step, l.valid)
+				}
+			}
+			write(nil, K, V)
+			check("all written", 40)
+			check("more keys", 70, 50)
+			write(iota32(37, 70), K, V)
+			check("rows 37..69 written", 70, 50, 100)
+			check("fewer keys than laid out", 30)
+			write([]int32{5}, K)
+			check("one key before those laid out", 60)
+			write(iota32(80, 90), V)
+			check("values alone", 100)
+			x := b.FromHost(10, cols, randMat(r, 10, cols, 1))
+			b.Add(b.RowView(K, 20, 30), x)
+			b.Add(b.RowView(rk, 20, 30), x)
+			check("an Add through a view", 100, 25)
+		})
+	}
+}
+
+// iota32 is lo, lo+1, …, hi-1.
+func iota32(lo, hi int) []int32 {
+	r := make([]int32, 0, hi-lo)
+	for i := lo; i < hi; i++ {
+		r = append(r, int32(i))
+	}
+	return r
+}

@@ -85,13 +85,14 @@ void dlmc_add_rows(int simd, float *dst, long ldd, const float *x, long ldx, int
 // dlmc_panel_gemm computes c[m × n] = a[m × k]·wᵀ from them (AVX2+FMA).
 void dlmc_panel_pack(const float *w, long ldw, int n, int k, float *p);
 void dlmc_panel_gemm(int m, int n, int k, const float *a, long lda, const float *p, float *c, long ldc);
-// attn.c: the fused attention of one head. dlmc_attn_pack lays out one kv
-// head (kᵀ into kt, v into vp) for the kernel avx2 picks (1: AVX2, 0:
-// AVX-512); dlmc_attn_scratch is the floats of scratch dlmc_attn_rows
-// needs; dlmc_attn_rows computes o = softmax(scale·q·kᵀ)·v for m query rows
-// over the first nk keys of the layouts (AVX2: ldv is the stride of v's
-// column panels, 16 times the keys laid out).
-void dlmc_attn_pack(int avx2, int nk, int hd, const float *k, long ldk, const float *v, long ldv,
+// attn.c: the fused attention of one head. dlmc_attn_pack lays out keys
+// [lo, hi) of one kv head (kᵀ into kt, v into vp) for the kernel avx2 picks
+// (1: AVX2, 0: AVX-512) in layouts of pnk keys (lo a multiple of 16; the
+// other keys' places left as they are); dlmc_attn_scratch is the floats of
+// scratch dlmc_attn_rows needs; dlmc_attn_rows computes
+// o = softmax(scale·q·kᵀ)·v for m query rows over the first nk keys of the
+// layouts (AVX2: ldv is the stride of v's column panels, 16·pnk).
+void dlmc_attn_pack(int avx2, int lo, int hi, int pnk, int hd, const float *k, long ldk, const float *v, long ldv,
 	float *kt, long ldt, float *vp);
 long dlmc_attn_scratch(int avx2, long ldt, int hd);
 void dlmc_attn_rows(int avx2, int m, int nk, int hd, float scale, const float *q, long ldq,
@@ -110,15 +111,17 @@ void dlmc_block_output(int workers, int rows, int d, int na, int h, int simd, in
 
 // A part of dlmc_attn_parts' job: the kv heads [g0, g0 + kvn) of one
 // attention (one request's) and their query heads, with the layouts'
-// buffers kt and vp. A part that owns its layouts (own) lays them out for
-// its nk keys (pnk = nk); one that shares another's (own 0: its keys are
-// the first nk of that part's pnk, the same k and v) reads them, with that
-// part's kt, vp, ldt, pnk and pack0.
+// buffers kt and vp. A part that owns its layouts (own) lays out keys
+// [plo, phi) in layouts of pnk keys (pnk = phi = nk, plo 0 for layouts of
+// its own; a kept layout, whose keys before plo are laid out already, has
+// room for pnk ≥ nk); one that shares another's (own 0: its keys are the
+// first nk of that part's, the same k and v) reads them, with that part's
+// kt, vp, ldt, pnk and pack0.
 typedef struct {
 	const float *q, *k, *v;
 	float *o, *kt, *vp;
 	long ldq, ldk, ldv, ldo, ldt;
-	int nq, nk, pnk, own, g0, kvn, blocks, block;
+	int nq, nk, pnk, plo, phi, own, g0, kvn, blocks, block;
 	int pack0, row0; // the part's first layout task, its first row task
 } dlmc_attn_part;
 

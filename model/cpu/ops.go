@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/dlmcache/dlmcache/model/backend"
 )
@@ -101,9 +102,14 @@ func (b *Backend) Add(dst, x backend.Tensor) {
 // means 0, 1, 2, …; when both are nil, min(rows) rows are copied. When
 // dstRows repeats a row, the last copy to it wins.
 func (b *Backend) CopyRows(dst backend.Tensor, dstRows []int32, src backend.Tensor, srcRows []int32) {
-	d, s := writable(dst, "CopyRows"), tensor(src, "CopyRows")
+	d, s := writableRows(dst, "CopyRows"), tensor(src, "CopyRows")
 	n, err := backend.CheckCopyRows(d, dstRows, s, srcRows)
 	checked(err)
+	if dstRows == nil {
+		d.written(0)
+	} else if n > 0 {
+		d.written(int(slices.Min(dstRows)))
+	}
 	grain := rowGrain(d.cols)
 	if hasDuplicate(dstRows, d.rows) {
 		grain = n // serial: the last copy to a row wins, as in a plain loop

@@ -284,7 +284,7 @@ static void attn_task(const void *arg, int t, float *s) {
 		while (!j->parts[p].own || t >= j->parts[p].pack0 + j->parts[p].kvn) p++;
 		const dlmc_attn_part *a = &j->parts[p];
 		int i = t - a->pack0, h = a->g0 + i;
-		dlmc_attn_pack(j->avx2, a->pnk, hd, a->k + (long)h * hd, a->ldk, a->v + (long)h * hd, a->ldv,
+		dlmc_attn_pack(j->avx2, a->plo, a->phi, a->pnk, hd, a->k + (long)h * hd, a->ldk, a->v + (long)h * hd, a->ldv,
 			a->kt + (long)i * hd * a->ldt, a->ldt, a->vp + (long)i * a->pnk * HD16(hd));
 		atomic_store_explicit(&j->ready[t], 1, memory_order_release);
 		return;
