@@ -304,6 +304,43 @@ func BenchmarkAttentionBatch(b *testing.B) {
 }
 
 // BenchmarkOps: the Go loops at a forward's sizes (n 512, d 2048, FFN 5632).
+// BenchmarkAttentionKept times one step of the exact block cache's
+// attention on the bundled block model's sizes: the current block's 32
+// rows written into the request's K/V (288 keys, 4 heads × 32), then their
+// attention over all of them: over plain tensors (every key laid out each
+// step) and over NewKV's pair (only the written rows laid out again).
+func BenchmarkAttentionKept(b *testing.B) {
+	r := rand.New(rand.NewPCG(8, 8))
+	const heads, hd, nk, nq = 4, 32, 288, 32
+	c := heads * hd
+	bk, err := NewFromEnv(0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	q, dst := bk.FromHost(nq, c, randMat(r, nq, c, 1)), bk.New(nq, c)
+	rows := bk.FromHost(nq, c, randMat(r, nq, c, 1))
+	at := make([]int32, nq)
+	for i := range at {
+		at[i] = int32(nk - nq + i)
+	}
+	kk, kv := bk.NewKV(nk, c)
+	for _, tc := range []struct {
+		name string
+		k, v backend.Tensor
+	}{{"plain", bk.FromHost(nk, c, randMat(r, nk, c, 1)), bk.FromHost(nk, c, randMat(r, nk, c, 1))}, {"kept", kk, kv}} {
+		bk.CopyRows(tc.k, nil, bk.FromHost(nk, c, randMat(r, nk, c, 1)), nil)
+		bk.CopyRows(tc.v, nil, bk.FromHost(nk, c, randMat(r, nk, c, 1)), nil)
+		b.Run(tc.name, func(b *testing.B) {
+			for range b.N {
+				bk.CopyRows(tc.k, at, rows, nil)
+				bk.CopyRows(tc.v, at, rows, nil)
+				bk.Attention(dst, q, tc.k, tc.v, heads, heads)
+			}
+			gflops(b, 4*float64(nq)*float64(nk)*float64(c))
+		})
+	}
+}
+
 func BenchmarkOps(b *testing.B) {
 	r := rand.New(rand.NewPCG(4, 4))
 	bk := New(0)
