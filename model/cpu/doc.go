@@ -97,8 +97,10 @@
 // runs as such jobs: on this project's shared 2-core VM, Go's goroutines
 // around long cgo calls left a core idle 15–18% of a batched forward (a
 // fixed half each, a goroutine started per operation, parked threads woken
-// late), where the team keeps both busy to the last task. Three operations
-// run on it:
+// late), where the team keeps both busy to the last task. A poster waits
+// only for the workers inside its job: once every task is claimed it
+// closes the job, and a worker that comes later (asleep, or its core taken
+// by another process) waits for the next one. Three operations run on it:
 //
 //   - The layer's row-wise halves (backend.Fuser), where the weights are
 //     laid out for the panel kernel: AttnInput (RMSNorm, the q/k/v

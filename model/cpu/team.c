@@ -34,7 +34,14 @@ static team_fn team_job_fn;
 static const void *team_job_arg;
 static int team_job_tasks, team_job_want;
 static size_t team_job_scratch;
-static atomic_int team_next, team_left; // the next task; workers yet to check in
+static atomic_int team_next; // the next task
+// team_active is the workers inside the posted job while it is open (≥ 0);
+// once its poster has run out of tasks it closes the job by adding
+// TEAM_CLOSED, and waits only for the workers inside: one that comes late
+// (asleep, or its core taken by another process) finds the job closed and
+// waits for the next, without the poster waiting for it.
+#define TEAM_CLOSED (-(1 << 30))
+static atomic_int team_active = TEAM_CLOSED;
 
 static float *team_alloc(size_t n) {
 	void *p = NULL;
@@ -70,6 +77,13 @@ static void *team_worker(void *p) {
 			pthread_mutex_unlock(&team_mu);
 		}
 		st.seen = g;
+		// Join the job if it is still open; its fields, written before it
+		// opened, are then this job's until the worker leaves it.
+		int a = atomic_load_explicit(&team_active, memory_order_acquire), joined = 0;
+		while (a >= 0 && !(joined = atomic_compare_exchange_weak_explicit(&team_active, &a, a + 1,
+			memory_order_acq_rel, memory_order_acquire)))
+			;
+		if (!joined) continue;
 		if (st.id < team_job_want - 1) {
 			if (cap < team_job_scratch) {
 				free(scratch);
@@ -78,7 +92,7 @@ static void *team_worker(void *p) {
 			}
 			team_tasks(scratch);
 		}
-		if (atomic_fetch_sub(&team_left, 1) == 1) {
+		if (atomic_fetch_sub_explicit(&team_active, 1, memory_order_acq_rel) == TEAM_CLOSED + 1) {
 			pthread_mutex_lock(&team_mu);
 			pthread_cond_signal(&team_idle);
 			pthread_mutex_unlock(&team_mu);
@@ -121,16 +135,21 @@ static void team_run(int workers, int tasks, team_fn fn, const void *arg, size_t
 			team_job_want = workers;
 			team_job_scratch = scratch;
 			atomic_store(&team_next, 0);
-			atomic_store(&team_left, team_started);
+			atomic_store_explicit(&team_active, 0, memory_order_release); // open
 			atomic_fetch_add_explicit(&team_gen, 1, memory_order_release);
 			pthread_cond_broadcast(&team_wake);
 			pthread_mutex_unlock(&team_mu);
 			float *s = team_alloc(scratch);
 			team_tasks(s);
 			free(s);
-			for (int i = 0; atomic_load(&team_left) > 0 && i < TEAM_SPIN; i++) team_pause();
+			// Every task is claimed: close the job and wait for the workers
+			// inside it (those running a task), not for those yet to come.
+			atomic_fetch_add_explicit(&team_active, TEAM_CLOSED, memory_order_acq_rel);
+			for (int i = 0; atomic_load_explicit(&team_active, memory_order_acquire) != TEAM_CLOSED && i < TEAM_SPIN; i++)
+				team_pause();
 			pthread_mutex_lock(&team_mu);
-			while (atomic_load(&team_left) > 0) pthread_cond_wait(&team_idle, &team_mu);
+			while (atomic_load_explicit(&team_active, memory_order_acquire) != TEAM_CLOSED)
+				pthread_cond_wait(&team_idle, &team_mu);
 			pthread_mutex_unlock(&team_mu);
 			pthread_mutex_unlock(&team_busy);
 			return;
