@@ -118,6 +118,7 @@ def main():
               ("lines 'a, b', sequence question", "lines", 0.0, comma),
               ("chain 'a = b = c', sequence question", "chain", 0.0, None),
               ("chain 'a = b = c', lookup question", "chain", 1.0, None),
+              ("chain 'a ; b ; c' (a chain-any separator), sequence question", "chain", 0.0, voc[";"]),
               ("original, lookup question", "list", 1.0, None))
 
     lay = collections.defaultdict(lambda: [0, 0])

@@ -536,10 +536,18 @@ class TestTrain(unittest.TestCase):
             q = T.bridge_prompt(np.asarray(p), bv, rng, "chain", 0.0).tolist()
             self.assertEqual(q[3:9], [a, v["Ġ="], b, v["Ġ="], c, v["."]])
             self.assertEqual(q[9:], p[9:])
+            q = T.bridge_prompt(np.asarray(p), bv, rng, "chain", 0.0, sep=v[";"]).tolist()
+            self.assertEqual(q[3:9], [a, v[";"], b, v[";"], c, v["."]])
+            q = T.bridge_prompt(np.asarray(p), bv, rng, "chain-any", 0.0).tolist()
+            self.assertEqual((q[3], q[5], q[7:]), (a, b, p[7:]))
+            self.assertEqual(q[4], q[6])
             self.assertEqual(T.bridge_prompt(np.asarray(p), bv, rng, "list", 0.0).tolist(), p)
             q = T.bridge_prompt(np.asarray(p), bv, rng, "list", 1.0).tolist()
             self.assertEqual(q, p[:10] + bv["lookq"] + [b, v["?"]])
         self.assertEqual(seps, {v["Ġ="], v[","]})
+        rng = np.random.RandomState(0)
+        any_seps = {T.bridge_prompt(np.asarray(p), bv, rng, "chain-any", 0.0)[4] for _ in range(200)}
+        self.assertEqual(any_seps, {v[x] for x in T.CHAIN_SEPS})  # all eight, never the list's comma
         span_q = [v[x] for x in ("ist", "Ġthe", "Ġ18", "Ġgues", "ts", "Ġthat", "Ġcom", "e", "Ġright", "Ġafter")]
         sp = p[:10] + span_q + [a, v["?"]]
         q = T.bridge_prompt(np.asarray(sp), bv, np.random.RandomState(0), "chain", 1.0).tolist()

@@ -164,7 +164,9 @@ def parse_args(argv=None):
     ap.add_argument("--bridge-layouts", default="rows=1",
                     help="the rungs of the bridge and their weights, NAME=WEIGHT,...: rows ('\\n* a SEP b', SEP "
                          "'=' or ',' at random), lines ('\\n a SEP b', no row marker), chain ('a = b = c', the "
-                         "list with '=' for its commas), list (the suite's own list: only the question changes)")
+                         "list with '=' for its commas), chain-any (a chain whose separator is drawn per sample from eight "
+                         "tokens, '=', '->', ':', ';', '/', '|', '+', '&': the comma held out), list (the suite's own "
+                         "list: only the question changes)")
     ap.add_argument("--bridge-lookup-q", type=float, default=0.5,
                     help="share of the bridged sequence samples' 'after' questions asked in the lookup suite's "
                          "words ('What is the code for a?')")
@@ -471,7 +473,8 @@ def bridge_vocab(tokenizer_json):
             "lookq": [v[x] for x in ("What", "Ġis", "Ġthe", "Ġcode", "Ġfor")]}
 
 
-BRIDGE_LAYOUTS = ("rows", "lines", "chain", "list")
+BRIDGE_LAYOUTS = ("rows", "lines", "chain", "chain-any", "list")
+CHAIN_SEPS = ("Ġ=", "Ġ->", ":", ";", "/", "|", "Ġ+", "&")  # chain-any's separators (not the list's comma)
 
 
 def bridge_layouts(text):
@@ -509,23 +512,26 @@ def list_len(p, bv):
 def bridge_prompt(p, bv, rng, layout="rows", lookup_q=0.5, sep=None):
     """A sequence or span prompt with its list ("Queue: a, b, c.") rewritten in one layout (the rungs
     from the lookup table to the list): rows "\n* a = b\n* b = c" (or with a comma for "="), lines
-    "\n a = b\n b = c" (or a comma), chain "a = b = c", list (unchanged). A share lookup_q of the
+    "\n a = b\n b = c" (or a comma), chain "a = b = c", chain-any (a chain with one of CHAIN_SEPS,
+    drawn per sample: a separator-agnostic successor, the comma held out), list (unchanged). A share lookup_q of the
     sequence suite's "after" questions ("Which guest comes right after a?") are asked as the lookup
-    suite's ("What is the code for a?"); sep: the rows' and lines' separator token (None: "=" or ","
-    at random). The answer is unchanged."""
+    suite's ("What is the code for a?"); sep: the rows', lines' or chain's separator token (None: "="
+    or "," at random, the chain's "="). The answer is unchanged."""
     v = bv["v"]
     p = [int(x) for x in p]
     h, e = list_span(p, bv)
     names = [x for x in p[h + 2:e] if x != v[","]]
     jq = max(j for j in range(len(p)) if p[j] in (v["Ġafter"], v["Ġbefore"]))
+    chain_sep = v["Ġ="] if sep is None else sep
     if sep is None:
         sep = v["Ġ="] if rng.random_sample() < 0.5 else v[","]
     if layout == "rows":
         body = sum(([v["Ċ"], v["*"], a, sep, b] for a, b in zip(names, names[1:])), [])
     elif layout == "lines":
         body = sum(([v["Ċ"], a, sep, b] for a, b in zip(names, names[1:])), [])
-    elif layout == "chain":
-        body = sum(([v["Ġ="], n] if k else [n] for k, n in enumerate(names)), []) + [v["."]]
+    elif layout in ("chain", "chain-any"):
+        cs = chain_sep if layout == "chain" else v[CHAIN_SEPS[rng.randint(len(CHAIN_SEPS))]]
+        body = sum(([cs, n] if k else [n] for k, n in enumerate(names)), []) + [v["."]]
     elif layout == "list":
         body = p[h + 2:e + 1]
     else:
