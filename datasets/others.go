@@ -15,14 +15,12 @@ import (
 // othersLookup asks for every other key of the table.
 func othersLookup(system, user string) ([]string, error) {
 	rows := lookupRow.FindAllStringSubmatch(system, -1)
-	asked := ""
-	for _, r := range rows {
-		if strings.Contains(user, " "+r[1]+"?") || strings.Contains(user, " "+r[1]+".") {
-			asked = r[1]
-		}
-	}
-	if asked == "" {
-		return nil, fmt.Errorf("cannot find the key its question asks for")
+	// The asked key as Solve finds it: the question's one word that is a key.
+	asked, err := oneOf(user, func(w string) bool {
+		return slices.ContainsFunc(rows, func(r []string) bool { return r[1] == w })
+	})
+	if err != nil {
+		return nil, err
 	}
 	var out []string
 	for _, r := range rows {
