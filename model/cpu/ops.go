@@ -105,10 +105,13 @@ func (b *Backend) CopyRows(dst backend.Tensor, dstRows []int32, src backend.Tens
 	d, s := writableRows(dst, "CopyRows"), tensor(src, "CopyRows")
 	n, err := backend.CheckCopyRows(d, dstRows, s, srcRows)
 	checked(err)
-	if dstRows == nil {
-		d.written(0)
-	} else if n > 0 {
-		d.written(int(slices.Min(dstRows)))
+	// Only NewKV's pairs track their writes: no scan of dstRows elsewhere.
+	if d.kv != nil {
+		if dstRows == nil {
+			d.written(0)
+		} else if n > 0 {
+			d.written(int(slices.Min(dstRows)))
+		}
 	}
 	grain := rowGrain(d.cols)
 	if hasDuplicate(dstRows, d.rows) {
