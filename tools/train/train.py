@@ -390,7 +390,9 @@ class Batcher:
             self.by_suite[s] = self.by_suite[s][self.names[self.by_suite[s]] <= cap]
 
     def set_bridge_vocab(self, bv):
-        """The token ids of bridge_prompt; counts each sequence sample's names (--sequence-max-names)."""
+        """The token ids of bridge_prompt and --bridge-layouts' rungs (parsed once: a bad entry exits here,
+        before any step); counts each sequence sample's names (--sequence-max-names)."""
+        self.bridge_mix = bridge_layouts(getattr(self.a, "bridge_layouts", "rows=1"))
         self.bridge_vocab = bv
         if getattr(self.a, "sequence_max_names", 0) > 0 and "sequence" in self.c.suites:
             self.names = np.full(len(self.c), -1, dtype=np.int64)
@@ -457,7 +459,7 @@ class Batcher:
                 "span": getattr(self.a, "span_bridge", 0.0)}.get(suite, 0.0)
         if frac <= 0 or bv is None or self.rng.random_sample() >= frac:
             return c.prompt(i)
-        names, w = bridge_layouts(getattr(self.a, "bridge_layouts", "rows=1"))
+        names, w = self.bridge_mix
         layout = names[int(self.rng.choice(len(names), p=w))]
         return bridge_prompt(c.prompt(i), bv, self.rng, layout, getattr(self.a, "bridge_lookup_q", 0.5))
 
@@ -1032,7 +1034,6 @@ def main(argv=None):
     if args.sequence_max_names > 0 and args.suite_mix != "exact":
         sys.exit("--sequence-max-names needs --suite-mix exact")
     if args.sequence_bridge > 0 or args.span_bridge > 0 or args.sequence_max_names > 0:
-        bridge_layouts(args.bridge_layouts)  # a bad entry exits here, before any step
         tok_dir = meta.get("tokenizer_dir", args.out)
         batcher.set_bridge_vocab(bridge_vocab(os.path.join(tok_dir if os.path.isabs(tok_dir) else os.path.join(ROOT, tok_dir),
                                                            "tokenizer.json")))
