@@ -51,17 +51,17 @@ func benchConversations(opts *benchOptions, samples []datasets.Sample) ([]datase
 		}
 		return samples, nil
 	}
-	if opts.Turns < 2 || opts.Turns > 6 {
-		return nil, fmt.Errorf("--turns %d: want 2…6", opts.Turns)
+	if err := checkTurns(opts.Turns); err != nil {
+		return nil, err
 	}
 	var out []datasets.Sample
 	// With --wildchat, the suites' conversations come along where the
 	// lookup suite is among them (a chats-only run names another suite,
 	// as it always has).
 	if len(opts.Chat) == 0 || slices.ContainsFunc(samples, func(s datasets.Sample) bool { return s.Suite == "lookup" }) {
-		conv, err := datasets.Conversations(samples, opts.Turns)
+		conv, err := suiteConversations(samples, opts.Turns)
 		if err != nil {
-			return nil, fmt.Errorf("--turns: %w (the conversations are built from the task suites)", err)
+			return nil, err
 		}
 		out = conv
 	}
@@ -78,6 +78,34 @@ func benchConversations(opts *benchOptions, samples []datasets.Sample) ([]datase
 		out = append(out, chat...)
 	}
 	return out, nil
+}
+
+// checkTurns checks --turns.
+func checkTurns(turns int) error {
+	if turns < 2 || turns > 6 {
+		return fmt.Errorf("--turns %d: want 2…6", turns)
+	}
+	return nil
+}
+
+// suiteConversations is --turns' workload of the task samples (bench's
+// and loadtest's): each sample's system message a conversation of turns
+// of its suite's questions (datasets.Conversations), turn by turn.
+func suiteConversations(samples []datasets.Sample, turns int) ([]datasets.Sample, error) {
+	if err := checkTurns(turns); err != nil {
+		return nil, err
+	}
+	conv, err := datasets.Conversations(samples, turns)
+	if err != nil {
+		return nil, fmt.Errorf("--turns: %w (the conversations are built from the task suites)", err)
+	}
+	return conv, nil
+}
+
+// addTurnsFlag declares --turns into p; carried says what each turn
+// carries of the earlier ones and how the results come.
+func addTurnsFlag(fl *pflag.FlagSet, p *int, carried string) {
+	fl.IntVar(p, "turns", 0, "a multi-turn workload: each task sample's system message becomes a conversation of this many questions of its suite (2–6), each turn carrying "+carried)
 }
 
 // storeAnswersNote checks --store-answers against the methods: those
@@ -218,8 +246,8 @@ func (opts *benchOptions) run(ctx context.Context) error {
 func (opts *benchOptions) flags(fl *pflag.FlagSet) {
 	opts.modelFlags.add(fl)
 	fl.StringSliceVar(&opts.Methods, "methods", cache.Names(), "methods to compare (default: every registered method this model and flags allow; each one left out is printed with the reason)")
-	opts.suiteSampling.add(fl, 20)
-	fl.IntVar(&opts.Turns, "turns", 0, "a multi-turn workload: each task sample's system message becomes a conversation of this many questions of its suite (2–6), each turn carrying the earlier questions and their answers; results per suite and turn")
+	opts.suiteSampling.add(fl, []string{"all"}, 20, "")
+	addTurnsFlag(fl, &opts.Turns, "the earlier questions and their reference answers (--wildchat: the recorded replies); results per suite and turn")
 	fl.StringSliceVar(&opts.Chat, "wildchat", nil, "with --turns: add --limit chat conversations to the workload, builtin (generated in WildChat's manner) and/or WildChat parquet files or directories (English conversations with that many turns); they have no reference answers, so each method's answers are compared with none's")
 	fl.StringVar(&opts.ChatSystem, "chat-system", "You are a helpful assistant.", "system message of the --wildchat conversations")
 	fl.IntVar(&opts.ChatChars, "max-conversation-chars", 6000, "skip --wildchat conversations whose first --turns exchanges are longer (characters; 0: no bound)")

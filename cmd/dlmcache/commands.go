@@ -370,10 +370,28 @@ store; and, for the requests with a reference answer, the accuracy
 (the held-out set carries them: compare a server with --lut against one
 without on the same requests).
 
-Requests: the held-out set of lut verify (--requests builtin: 4 questions
-per system message) or a JSON Lines file of {"system", "user"}.`,
+Requests: the held-out set of lut verify (--requests-file builtin, the
+default: 4 questions per system message, and each suite's held-out
+samples), a JSON Lines file of {"system", "user"} (with "answer" and
+"suite", checked), or, with --suite, the workloads of dlmcache bench on the
+held-out task suites: --questions-per-system Q asks each system message Q
+questions of its suite, and --turns T makes each a conversation of T
+turns. bench's flags give the same requests in the same order; with
+--suite each level sends the whole workload once (--requests to change).
+A client sends a conversation's turns one after another as a chat client
+does: each turn's messages are the system message, the earlier questions
+each followed by the server's own answer to it, and the new question, so
+that a server with a block store (serve --store-answers) finds the
+earlier turns there. The levels then report each turn too; its accuracy
+is against the exact answer of its question (the earlier turns carry the
+server's answers, right or wrong, where bench's carry the references).
+
+A server keeps what a level stored for the next: to compare caches, give
+each level a fresh server (one --clients count per run).`,
 		Example: `  dlmcache serve --addr 127.0.0.1:8080 & dlmcache loadtest --url http://127.0.0.1:8080 --out load
-  dlmcache serve --lut calib/table.json --addr 127.0.0.1:8081 & dlmcache loadtest --url http://127.0.0.1:8081 --out load --plot docs/figures/loadtest.png`,
+  dlmcache serve --lut calib/table.json --addr 127.0.0.1:8081 & dlmcache loadtest --url http://127.0.0.1:8081 --out load --plot docs/figures/loadtest.png
+  dlmcache serve --model models/llada-tiny-block --addr 127.0.0.1:8082 & dlmcache loadtest --url http://127.0.0.1:8082 --suite all --limit 10 --questions-per-system 4 --clients 8
+  dlmcache serve --model models/llada-tiny-block --store-answers --addr 127.0.0.1:8083 & dlmcache loadtest --url http://127.0.0.1:8083 --suite all --limit 10 --turns 4 --clients 8`,
 		Args: cobra.NoArgs,
 	})
 }

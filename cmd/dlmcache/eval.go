@@ -41,8 +41,11 @@ type suiteSampling struct {
 	Filler    string // "MIN:MAX" estimated tokens; "": the suites' own
 }
 
-func (s *suiteSampling) add(fl *pflag.FlagSet, limit int) {
-	fl.StringSliceVar(&s.Suites, "suite", []string{"all"}, "task suites: all, names from "+fmt.Sprint(datasets.Suites())+", or KIND=FILE for a public benchmark (gsm8k, arc, math500, gpqa)")
+// add declares the sampling flags: --suite defaults to suites (nil: no
+// suites, for a command with another request source, which more names in
+// --suite's help) and --limit to limit.
+func (s *suiteSampling) add(fl *pflag.FlagSet, suites []string, limit int, more string) {
+	fl.StringSliceVar(&s.Suites, "suite", suites, "task suites: all, names from "+fmt.Sprint(datasets.Suites())+", or KIND=FILE for a public benchmark (gsm8k, arc, math500, gpqa)"+more)
 	fl.IntVar(&s.Limit, "limit", limit, "samples per suite")
 	fl.Int64Var(&s.Seed, "seed", 1, "sample seed")
 	fl.IntVar(&s.PerSystem, "questions-per-system", 1, "ask each system message this many questions of its suite, about other items of its data (keys, constants, letters, names): a shared-prefix workload, requests sharing system messages")
@@ -118,7 +121,7 @@ func (opts *evalOptions) run(ctx context.Context) error {
 
 func (opts *evalOptions) flags(fl *pflag.FlagSet) {
 	opts.modelFlags.add(fl)
-	opts.suiteSampling.add(fl, 50)
+	opts.suiteSampling.add(fl, []string{"all"}, 50, "")
 	opts.regimeFlags.add(fl)
 	fl.StringVar(&opts.Method, "method", "none", "caching method: "+strings.Join(cache.Names(), ", "))
 	addCacheFlags(fl, &opts.Cache)

@@ -37,10 +37,15 @@ type loadtestOptions struct {
 	Requests int
 	File     string
 	Groups   int
-	Label    string
-	Out      string
-	Plot     string
-	Timeout  time.Duration
+	// The suites' workloads, drawn as bench draws them: --suite,
+	// --limit, --questions-per-system, --seed, --filler-tokens, and
+	// --turns conversations.
+	suiteSampling
+	Turns   int
+	Label   string
+	Out     string
+	Plot    string
+	Timeout time.Duration
 }
 
 // loadLevel is one concurrency level's outcome.
@@ -55,20 +60,44 @@ type loadLevel struct {
 	LatencyP99   float64 `json:"latency_p99_s"`
 	FirstP50     float64 `json:"first_block_p50_s"`
 	FirstP99     float64 `json:"first_block_p99_s"`
-	// What the server reported per request (dlmcache serve's dlmcache
-	// object): the generation time alone (no queue) and its answer slots/s,
-	// the method that served each request (a calibrated table's choice),
-	// and the shared-prefix tokens of the requests whose method looked
-	// them up in the store (depth > 0), and those it found there.
-	GenSeconds      float64        `json:"generation_s,omitempty"`
-	GenTokensPerS   float64        `json:"generation_tokens_per_s,omitempty"`
-	Methods         map[string]int `json:"methods,omitempty"`
-	PrefixTokens    int            `json:"prefix_tokens,omitempty"`
-	PrefixHitTokens int            `json:"prefix_hit_tokens,omitempty"`
+	// The generation time's answer slots/s, and the method that served
+	// each request (a calibrated table's choice).
+	GenTokensPerS float64        `json:"generation_tokens_per_s,omitempty"`
+	Methods       map[string]int `json:"methods,omitempty"`
+	loadServed
+	// Turns, with --turns: the same per turn of the conversations.
+	Turns []loadTurn `json:"turns,omitempty"`
+}
+
+// loadServed is what the server reported of the requests answered (dlmcache
+// serve's dlmcache object) and their accuracy.
+type loadServed struct {
+	// The answer slots decoded (or completion tokens).
+	AnswerSlots int `json:"answer_slots,omitempty"`
+	// The generation time alone (no queue), and the shared-prefix tokens
+	// of the requests whose method looked them up in the store (depth >
+	// 0), and those it found there.
+	GenSeconds      float64 `json:"generation_s,omitempty"`
+	PrefixTokens    int     `json:"prefix_tokens,omitempty"`
+	PrefixHitTokens int     `json:"prefix_hit_tokens,omitempty"`
 	// Requests with a reference answer, and those answered correctly
-	// (datasets.CheckAnswer).
+	// (datasets.CheckBenchmarkAnswer, as bench checks them).
 	Checked int `json:"checked,omitempty"`
 	Correct int `json:"correct,omitempty"`
+}
+
+// loadTurn is one turn's share of a level of conversations.
+type loadTurn struct {
+	Turn     int `json:"turn"`
+	Requests int `json:"requests"` // answered
+	loadServed
+}
+
+// loadRequest is one request of a workload; Turn is its turn in its
+// conversation (1-based; 0: a request of its own).
+type loadRequest struct {
+	verifyRequest
+	Turn int
 }
 
 // loadAnswer is one streamed request's outcome.
@@ -79,12 +108,17 @@ type loadAnswer struct {
 	stats      *serve.Stats // dlmcache serve's dlmcache object (nil from other servers)
 }
 
+// chatMessage is one message of an OpenAI chat request.
+type chatMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
 // oneRequest streams one chat request: latency, time to the first text,
 // answer slots (or completion tokens), the answer and the server's stats.
-func oneRequest(ctx context.Context, client *http.Client, url string, r verifyRequest) (loadAnswer, error) {
+func oneRequest(ctx context.Context, client *http.Client, url string, msgs []chatMessage) (loadAnswer, error) {
 	var a loadAnswer
-	body, _ := json.Marshal(map[string]any{"messages": []map[string]string{{"role": "system", "content": r.System}, {"role": "user", "content": r.User}},
-		"stream": true, "stream_options": map[string]bool{"include_usage": true}})
+	body, _ := json.Marshal(map[string]any{"messages": msgs, "stream": true, "stream_options": map[string]bool{"include_usage": true}})
 	req, err := http.NewRequestWithContext(ctx, "POST", url+"/v1/chat/completions", bytes.NewReader(body))
 	if err != nil {
 		return a, err
@@ -148,24 +182,40 @@ func oneRequest(ctx context.Context, client *http.Client, url string, r verifyRe
 	return a, nil
 }
 
-// add counts one answered request of r into the level.
-func (lv *loadLevel) add(r verifyRequest, a loadAnswer) {
-	if r.Answer != "" {
-		lv.Checked++
-		if datasets.CheckAnswer(r.Suite, a.text, r.Answer) {
-			lv.Correct++
-		}
-	}
+// add counts one answered request of r into the level (and its turn's
+// tally).
+func (lv *loadLevel) add(r loadRequest, a loadAnswer) {
+	lv.loadServed.add(r, a)
 	if st := a.stats; st != nil {
-		lv.GenSeconds += st.Seconds
 		if lv.Methods == nil {
 			lv.Methods = map[string]int{}
 		}
 		lv.Methods[st.Method]++
+	}
+	if r.Turn > 0 {
+		for len(lv.Turns) < r.Turn {
+			lv.Turns = append(lv.Turns, loadTurn{Turn: len(lv.Turns) + 1})
+		}
+		t := &lv.Turns[r.Turn-1]
+		t.Requests++
+		t.loadServed.add(r, a)
+	}
+}
+
+func (sv *loadServed) add(r loadRequest, a loadAnswer) {
+	sv.AnswerSlots += a.tokens
+	if r.Answer != "" && r.Suite != datasets.ChatSuite {
+		sv.Checked++
+		if datasets.CheckBenchmarkAnswer(r.Suite, a.text, r.Answer) {
+			sv.Correct++
+		}
+	}
+	if st := a.stats; st != nil {
+		sv.GenSeconds += st.Seconds
 		if st.Depth > 0 || st.PrefixHit { // its method looked the prefix up in the store
-			lv.PrefixTokens += st.PrefixTokens
+			sv.PrefixTokens += st.PrefixTokens
 			if st.PrefixHit {
-				lv.PrefixHitTokens += st.PrefixTokens
+				sv.PrefixHitTokens += st.PrefixTokens
 			}
 		}
 	}
@@ -173,11 +223,100 @@ func (lv *loadLevel) add(r verifyRequest, a loadAnswer) {
 
 // Accuracy is the share of checked requests answered correctly, in percent
 // (-1: none checked).
-func (lv loadLevel) Accuracy() float64 {
-	if lv.Checked == 0 {
+func (sv loadServed) Accuracy() float64 {
+	if sv.Checked == 0 {
 		return -1
 	}
-	return 100 * float64(lv.Correct) / float64(lv.Checked)
+	return 100 * float64(sv.Correct) / float64(sv.Checked)
+}
+
+// workload is the requests, grouped into what one client sends in turn:
+// a conversation's turns, or one request alone.
+func (opts *loadtestOptions) workload() ([][]loadRequest, error) {
+	if len(opts.Suites) == 0 {
+		switch {
+		case opts.Turns != 0:
+			return nil, fmt.Errorf("--turns needs --suite: the conversations are built from the task suites, and --requests-file %s has none", opts.File)
+		case opts.PerSystem != 1:
+			return nil, fmt.Errorf("--questions-per-system needs --suite (--requests-file %s keeps its own requests)", opts.File)
+		}
+		reqs, err := readVerifyRequests(opts.File, opts.Groups, 11)
+		if err != nil {
+			return nil, err
+		}
+		var out [][]loadRequest
+		for _, r := range reqs {
+			out = append(out, []loadRequest{{verifyRequest: r}})
+		}
+		return out, nil
+	}
+	if opts.File != "builtin" {
+		return nil, fmt.Errorf("--suite and --requests-file %s are two request sources: give one", opts.File)
+	}
+	// bench's workload for the same flags: the same samples in the same
+	// order.
+	samples, err := opts.samples()
+	if err != nil {
+		return nil, err
+	}
+	if opts.Turns != 0 {
+		if samples, err = suiteConversations(samples, opts.Turns); err != nil {
+			return nil, err
+		}
+	}
+	var out [][]loadRequest
+	for _, s := range samples {
+		r := loadRequest{verifyRequest{System: s.System, User: s.User, Answer: s.Answer, Suite: s.Suite}, s.Turn}
+		if s.Turn > 1 {
+			out[len(out)-1] = append(out[len(out)-1], r)
+		} else {
+			out = append(out, []loadRequest{r})
+		}
+	}
+	return out, nil
+}
+
+// converse sends one client's unit, turn after turn: each turn's
+// messages are the system message, the earlier questions each followed by
+// the server's own answer to it, and the turn's question, as an OpenAI
+// chat client sends a conversation. done is told of each turn's outcome;
+// after a failed turn the conversation stops (the turns not sent are
+// returned).
+func converse(ctx context.Context, client *http.Client, url string, unit []loadRequest, done func(loadRequest, loadAnswer, error)) (unsent int) {
+	msgs := []chatMessage{{Role: "system", Content: unit[0].System}}
+	for k, r := range unit {
+		msgs = append(msgs, chatMessage{Role: "user", Content: r.User})
+		a, err := oneRequest(ctx, client, url, msgs)
+		done(r, a, err)
+		if err != nil {
+			return len(unit) - k - 1
+		}
+		msgs = append(msgs, chatMessage{Role: "assistant", Content: a.text})
+	}
+	return 0
+}
+
+// levelUnits is what a level of n requests sends: the workload's units
+// from the first, round again where n asks for more, up to n requests
+// (whole conversations); n ≤ 0: the whole workload once.
+func levelUnits(units [][]loadRequest, n int) ([][]loadRequest, int) {
+	if len(units) == 0 {
+		return nil, 0
+	}
+	if n <= 0 {
+		n = 0
+		for _, u := range units {
+			n += len(u)
+		}
+	}
+	var out [][]loadRequest
+	sent := 0
+	for i := 0; sent < n; i++ {
+		u := units[i%len(units)]
+		out = append(out, u)
+		sent += len(u)
+	}
+	return out, sent
 }
 
 func quantile(xs []float64, q float64) float64 {
@@ -187,6 +326,66 @@ func quantile(xs []float64, q float64) float64 {
 	s := slices.Clone(xs)
 	sort.Float64s(s)
 	return s[min(len(s)-1, int(q*float64(len(s))))]
+}
+
+// loadLevelRun sends n requests of units (levelUnits) from c concurrent
+// clients, each taking the next unit when done with its last; firstErr
+// is told of the level's first error.
+func loadLevelRun(ctx context.Context, client *http.Client, url string, c int, units [][]loadRequest, n int, firstErr func(error)) (loadLevel, error) {
+	todo, n := levelUnits(units, n)
+	lv := loadLevel{Clients: c, Requests: n}
+	var mu sync.Mutex
+	var lats, firsts []float64
+	next := 0
+	done := func(r loadRequest, a loadAnswer, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			lv.Errors++
+			if lv.Errors == 1 {
+				firstErr(err)
+			}
+			return
+		}
+		lats, firsts = append(lats, a.lat), append(firsts, a.first)
+		lv.add(r, a)
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range c {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				mu.Lock()
+				i := next
+				next++
+				mu.Unlock()
+				if i >= len(todo) || ctx.Err() != nil {
+					return
+				}
+				if unsent := converse(ctx, client, url, todo[i], done); unsent > 0 {
+					mu.Lock()
+					lv.Errors += unsent
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return lv, err
+	}
+	lv.Seconds = time.Since(start).Seconds()
+	lv.RequestsPerS = float64(len(lats)) / lv.Seconds
+	lv.TokensPerS = float64(lv.AnswerSlots) / lv.Seconds
+	lv.LatencyP50, lv.LatencyP99 = quantile(lats, 0.5), quantile(lats, 0.99)
+	lv.FirstP50, lv.FirstP99 = quantile(firsts, 0.5), quantile(firsts, 0.99)
+	if lv.GenSeconds > 0 {
+		lv.GenSeconds = math.Round(lv.GenSeconds*1000) / 1000
+		lv.GenTokensPerS = float64(lv.AnswerSlots) / lv.GenSeconds
+	}
+	return lv, nil
 }
 
 func (opts *loadtestOptions) run(ctx context.Context) error {
@@ -204,7 +403,7 @@ func (opts *loadtestOptions) run(ctx context.Context) error {
 	}
 	if opts.URL != "" {
 		url := strings.TrimRight(opts.URL, "/")
-		reqs, err := readVerifyRequests(opts.File, opts.Groups, 11)
+		units, err := opts.workload()
 		if err != nil {
 			return err
 		}
@@ -219,57 +418,14 @@ func (opts *loadtestOptions) run(ctx context.Context) error {
 				return fmt.Errorf("--clients: %d is not a client count", c)
 			}
 			n := opts.Requests
-			if n <= 0 {
+			if n <= 0 && len(opts.Suites) == 0 {
 				n = max(16, 4*c)
 			}
-			lv := loadLevel{Clients: c, Requests: n}
-			var mu sync.Mutex
-			var lats, firsts []float64
-			tokens := 0
-			next := 0
-			start := time.Now()
-			var wg sync.WaitGroup
-			for range c {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for {
-						mu.Lock()
-						i := next
-						next++
-						mu.Unlock()
-						if i >= n || ctx.Err() != nil {
-							return
-						}
-						r := reqs[i%len(reqs)]
-						a, err := oneRequest(ctx, client, url, r)
-						mu.Lock()
-						if err != nil {
-							lv.Errors++
-							if lv.Errors == 1 {
-								fmt.Fprintf(opts.f.ErrOut, "loadtest: %d clients: %v\n", c, err)
-							}
-						} else {
-							lats, firsts = append(lats, a.lat), append(firsts, a.first)
-							tokens += a.tokens
-							lv.add(r, a)
-						}
-						mu.Unlock()
-					}
-				}()
-			}
-			wg.Wait()
-			if err := ctx.Err(); err != nil {
+			lv, err := loadLevelRun(ctx, client, url, c, units, n, func(err error) {
+				fmt.Fprintf(opts.f.ErrOut, "loadtest: %d clients: %v\n", c, err)
+			})
+			if err != nil {
 				return err
-			}
-			lv.Seconds = time.Since(start).Seconds()
-			lv.RequestsPerS = float64(len(lats)) / lv.Seconds
-			lv.TokensPerS = float64(tokens) / lv.Seconds
-			lv.LatencyP50, lv.LatencyP99 = quantile(lats, 0.5), quantile(lats, 0.99)
-			lv.FirstP50, lv.FirstP99 = quantile(firsts, 0.5), quantile(firsts, 0.99)
-			if lv.GenSeconds > 0 {
-				lv.GenSeconds = math.Round(lv.GenSeconds*1000) / 1000
-				lv.GenTokensPerS = float64(tokens) / lv.GenSeconds
 			}
 			levels = append(levels, lv)
 			fmt.Fprintf(opts.f.ErrOut, "loadtest %s: %d clients: %.2f req/s, %.1f tokens/s, p99 %.2fs\n", label, c, lv.RequestsPerS, lv.TokensPerS, lv.LatencyP99)
@@ -295,9 +451,11 @@ func (opts *loadtestOptions) run(ctx context.Context) error {
 func (opts *loadtestOptions) flags(fl *pflag.FlagSet) {
 	fl.StringVar(&opts.URL, "url", "", "the server's base URL (required)")
 	fl.IntSliceVar(&opts.Clients, "clients", []int{1, 2, 4, 8, 16, 32}, "concurrent client counts, one level each")
-	fl.IntVar(&opts.Requests, "requests", 0, "requests per level (0: 4 per client, at least 16)")
-	fl.StringVar(&opts.File, "requests-file", "builtin", "requests: builtin (datasets.External) or a JSON Lines file")
-	fl.IntVar(&opts.Groups, "groups", 40, "builtin: system messages (4 questions each)")
+	fl.IntVar(&opts.Requests, "requests", 0, "requests per level, the workload sent from its start (again where it has fewer; whole conversations with --turns); 0: with --suite the whole workload once, else 4 per client, at least 16")
+	fl.StringVar(&opts.File, "requests-file", "builtin", "requests (without --suite): builtin, the held-out set of lut verify (system messages the suites' generators never produce, 4 questions each, and each suite's held-out samples; the default, as it keeps the runs recorded with it comparable), or a JSON Lines file of {system, user, answer, suite}")
+	fl.IntVar(&opts.Groups, "groups", 40, "builtin: system messages (4 questions each), and held-out samples of each suite")
+	opts.suiteSampling.add(fl, nil, 20, "; given, the requests are bench's workload on them (the same samples, questions and order for the same --limit, --questions-per-system, --seed, --filler-tokens and --turns) instead of --requests-file's, sent once per level unless --requests says")
+	addTurnsFlag(fl, &opts.Turns, "the earlier questions each followed by the server's own answer to it, as a chat client sends them (needs --suite); a client sends a conversation's turns one after another, and the levels report each turn too (its accuracy against the question's exact answer)")
 	fl.StringVar(&opts.Label, "label", "", "name of this run in --out (default: the server's method)")
 	fl.StringVar(&opts.Out, "out", "", "directory keeping loadtest.json across runs")
 	fl.StringVar(&opts.Plot, "plot", "", "draw every label in --out's loadtest.json to this PNG/SVG")
@@ -326,20 +484,16 @@ func writeLoad(w io.Writer, label string, levels []loadLevel) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "%s\tclients\trequests\terrors\treq/s\ttokens/s\tlatency p50\tp99\tfirst block p50\tp99\taccuracy\tgeneration tokens/s\tprefix tokens found in the store\t\n", label)
 	for _, l := range levels {
-		acc, gen, hits := "-", "-", "-"
-		if l.Checked > 0 {
-			acc = fmt.Sprintf("%.1f%% (%d/%d)", l.Accuracy(), l.Correct, l.Checked)
-		}
-		if l.GenTokensPerS > 0 {
-			gen = fmt.Sprintf("%.1f", l.GenTokensPerS)
-		}
-		if l.PrefixTokens > 0 {
-			hits = fmt.Sprintf("%d/%d", l.PrefixHitTokens, l.PrefixTokens)
-		}
+		acc, gen, hits := servedColumns(l.loadServed)
 		fmt.Fprintf(tw, "\t%d\t%d\t%d\t%.2f\t%.1f\t%.2fs\t%.2fs\t%.2fs\t%.2fs\t%s\t%s\t%s\t\n", l.Clients, l.Requests, l.Errors,
 			l.RequestsPerS, l.TokensPerS, l.LatencyP50, l.LatencyP99, l.FirstP50, l.FirstP99, acc, gen, hits)
 	}
 	tw.Flush()
+	for _, l := range levels {
+		if len(l.Turns) > 0 {
+			writeTurns(w, l)
+		}
+	}
 	for _, l := range levels {
 		if len(l.Methods) > 1 || (len(l.Methods) == 1 && l.Methods[label] == 0) {
 			var ms []string
@@ -349,6 +503,34 @@ func writeLoad(w io.Writer, label string, levels []loadLevel) {
 			fmt.Fprintf(w, "%d clients, served by: %s\n", l.Clients, strings.Join(ms, ", "))
 		}
 	}
+}
+
+// writeTurns prints a level of conversations turn by turn.
+func writeTurns(w io.Writer, l loadLevel) {
+	fmt.Fprintf(w, "%d clients, by turn:\n", l.Clients)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "\tturn\trequests\taccuracy\tgeneration tokens/s\tprefix tokens found in the store\t\n")
+	for _, t := range l.Turns {
+		acc, gen, hits := servedColumns(t.loadServed)
+		fmt.Fprintf(tw, "\t%d\t%d\t%s\t%s\t%s\t\n", t.Turn, t.Requests, acc, gen, hits)
+	}
+	tw.Flush()
+}
+
+// servedColumns are the accuracy, generation tokens/s and prefix columns
+// ("-": not known).
+func servedColumns(sv loadServed) (acc, gen, hits string) {
+	acc, gen, hits = "-", "-", "-"
+	if sv.Checked > 0 {
+		acc = fmt.Sprintf("%.1f%% (%d/%d)", sv.Accuracy(), sv.Correct, sv.Checked)
+	}
+	if sv.GenSeconds > 0 {
+		gen = fmt.Sprintf("%.1f", float64(sv.AnswerSlots)/sv.GenSeconds)
+	}
+	if sv.PrefixTokens > 0 {
+		hits = fmt.Sprintf("%d/%d", sv.PrefixHitTokens, sv.PrefixTokens)
+	}
+	return acc, gen, hits
 }
 
 // plotLoad draws tokens/s and p99 latency against clients, one line per

@@ -3,14 +3,20 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/dlmcache/dlmcache/cache"
+	"github.com/dlmcache/dlmcache/datasets"
 	"github.com/dlmcache/dlmcache/internal/testmodel"
+	"github.com/dlmcache/dlmcache/internal/testutil"
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/serve"
@@ -93,5 +99,253 @@ func TestLoadtestAnswersEveryRequestAndPlots(t *testing.T) {
 	}
 	if _, errOut, code := run(t, "loadtest"); code == 0 || !strings.Contains(errOut, "--url") {
 		t.Errorf("no --url: exit %d %s", code, errOut)
+	}
+}
+
+// fakeChat is an OpenAI-compatible streaming chat server that records
+// every request's messages and the answer it gave: answer(msgs) says what
+// to answer. Its dlmcache object counts the messages before the last as
+// the shared prefix, found in the store from the second user turn on.
+type fakeChat struct {
+	mu      sync.Mutex
+	asked   [][]chatMessage
+	answers map[string]string // JSON of the messages → the answer given
+}
+
+func newFakeChat(t *testing.T, answer func(msgs []chatMessage) string) (*fakeChat, string) {
+	fc := &fakeChat{answers: map[string]string{}}
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/chat/completions" {
+			http.NotFound(w, r)
+			return
+		}
+		var req struct{ Messages []chatMessage }
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(w, err.Error(), 400)
+			return
+		}
+		text := answer(req.Messages)
+		key, _ := json.Marshal(req.Messages)
+		fc.mu.Lock()
+		fc.asked = append(fc.asked, req.Messages)
+		fc.answers[string(key)] = text
+		fc.mu.Unlock()
+		users, prefix := 0, 0
+		for _, m := range req.Messages[:len(req.Messages)-1] {
+			prefix += len(m.Content)
+		}
+		for _, m := range req.Messages {
+			if m.Role == "user" {
+				users++
+			}
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		// The answer in two chunks, as blocks arrive.
+		for _, part := range []string{text[:len(text)/2], text[len(text)/2:]} {
+			b, _ := json.Marshal(map[string]any{"choices": []any{map[string]any{"delta": map[string]string{"content": part}}}})
+			fmt.Fprintf(w, "data: %s\n\n", b)
+		}
+		b, _ := json.Marshal(map[string]any{"choices": []any{map[string]any{"delta": map[string]string{}, "finish_reason": "stop"}},
+			"dlmcache": serve.Stats{Method: "fake", Depth: 1, PrefixTokens: prefix, PrefixHit: users > 1, GenLength: 8, Seconds: 0.01}})
+		fmt.Fprintf(w, "data: %s\n\ndata: [DONE]\n\n", b)
+	}))
+	t.Cleanup(ts.Close)
+	return fc, ts.URL
+}
+
+// benchSamples is bench's workload for args (bench's flags): its samples
+// and conversations as bench.run draws them.
+func benchSamples(t *testing.T, args ...string) []datasets.Sample {
+	t.Helper()
+	var samples []datasets.Sample
+	cmd := newCmdBench(&factory{Out: io.Discard, ErrOut: io.Discard}, func(o *benchOptions) error {
+		s, err := o.samples()
+		if err != nil {
+			return err
+		}
+		samples, err = benchConversations(o, s)
+		return err
+	})
+	cmd.SetArgs(args)
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	return samples
+}
+
+// loadtest --suite sends bench's shared-prefix workload for the same
+// flags, request for request in order (one client), with its reference
+// answers checked.
+func TestLoadtestSendsBenchsSharedWorkload(t *testing.T) {
+	flags := []string{"--suite", "lookup,rule", "--limit", "2", "--questions-per-system", "3", "--seed", "5"}
+	want := benchSamples(t, flags...)
+	bench := map[string]datasets.Sample{}
+	for _, s := range want {
+		bench[s.System+"\x00"+s.User] = s
+	}
+	// Right on every question but the rule suite's.
+	fc, url := newFakeChat(t, func(msgs []chatMessage) string {
+		s := bench[msgs[0].Content+"\x00"+msgs[len(msgs)-1].Content]
+		if s.Suite != "lookup" {
+			return "## wrong"
+		}
+		return "## " + s.Answer
+	})
+	dir := t.TempDir()
+	_, errOut, code := run(t, append([]string{"loadtest", "--url", url, "--clients", "1", "--out", dir, "--label", "fake"}, flags...)...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if len(fc.asked) != len(want) || len(want) != 12 {
+		t.Fatalf("sent %d requests, bench's workload has %d (want 2 suites × 2 samples × 3 questions)", len(fc.asked), len(want))
+	}
+	lookups := 0
+	for i, s := range want {
+		got := fc.asked[i]
+		if len(got) != 2 || got[0] != (chatMessage{"system", s.System}) || got[1] != (chatMessage{"user", s.User}) {
+			t.Errorf("request %d: %+v, bench's is %s %q", i, got, s.ID, s.User)
+		}
+		if s.Suite == "lookup" {
+			lookups++
+		}
+	}
+	var res map[string][]loadLevel
+	b, _ := os.ReadFile(filepath.Join(dir, "loadtest.json"))
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatal(err)
+	}
+	lv := res["fake"]
+	if len(lv) != 1 || lv[0].Requests != 12 || lv[0].Checked != 12 || lv[0].Correct != lookups || len(lv[0].Turns) != 0 {
+		t.Errorf("level %+v: want 12 requests, %d of them right", lv, lookups)
+	}
+}
+
+// loadtest --turns: each conversation's turns are bench's questions, sent
+// one after another, each carrying the server's own earlier answers in
+// order; accuracy and the store's prefix tokens are reported per turn.
+func TestLoadtestConversationsCarryTheServersAnswers(t *testing.T) {
+	flags := []string{"--suite", "lookup,arithmetic", "--limit", "2", "--turns", "3"}
+	want := benchSamples(t, flags...)
+	bench := map[string]datasets.Sample{}
+	for _, s := range want {
+		bench[s.System+"\x00"+s.User] = s
+	}
+	// Right on turns 1 and 3, a unique wrong answer on turn 2.
+	var n atomic.Int64
+	fc, url := newFakeChat(t, func(msgs []chatMessage) string {
+		s := bench[msgs[0].Content+"\x00"+msgs[len(msgs)-1].Content]
+		if s.Turn == 2 {
+			return fmt.Sprintf("## wrong %d", n.Add(1))
+		}
+		return "## " + s.Answer
+	})
+	dir := t.TempDir()
+	out, errOut, code := run(t, append([]string{"loadtest", "--url", url, "--clients", "3", "--out", dir, "--label", "fake"}, flags...)...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	convs := len(want) / 3
+	if len(fc.asked) != len(want) || convs != 4 {
+		t.Fatalf("sent %d requests, bench's workload has %d turns (want 4 conversations of 3)", len(fc.asked), len(want))
+	}
+	seen := map[string]bool{}
+	for _, msgs := range fc.asked {
+		s, ok := bench[msgs[0].Content+"\x00"+msgs[len(msgs)-1].Content]
+		if !ok || len(msgs) != 2*s.Turn || msgs[0].Role != "system" {
+			t.Fatalf("request %+v is no turn of bench's workload", msgs)
+		}
+		seen[s.ID] = true
+		for k, h := range s.History {
+			u, a := msgs[1+2*k], msgs[2+2*k]
+			key, _ := json.Marshal(msgs[:2+2*k])
+			if u != (chatMessage{"user", h.User}) || a.Role != "assistant" || a.Content != fc.answers[string(key)] {
+				t.Errorf("%s: turn %d carries %+v %+v; want bench's question %q and the server's answer %q", s.ID, k+1, u, a, h.User, fc.answers[string(key)])
+			}
+		}
+	}
+	if len(seen) != len(want) {
+		t.Errorf("%d distinct turns sent of %d", len(seen), len(want))
+	}
+	var res map[string][]loadLevel
+	b, _ := os.ReadFile(filepath.Join(dir, "loadtest.json"))
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatal(err)
+	}
+	lv := res["fake"]
+	if len(lv) != 1 || lv[0].Requests != len(want) || lv[0].Errors != 0 || len(lv[0].Turns) != 3 {
+		t.Fatalf("levels %+v", lv)
+	}
+	for k, tn := range lv[0].Turns {
+		right := convs
+		if k == 1 {
+			right = 0
+		}
+		hit := tn.PrefixHitTokens == tn.PrefixTokens && tn.PrefixTokens > 0
+		if tn.Turn != k+1 || tn.Requests != convs || tn.Checked != convs || tn.Correct != right || hit != (k > 0) {
+			t.Errorf("turn %d: %+v", k+1, tn)
+		}
+	}
+	if !strings.Contains(out, "3 clients, by turn:") || !strings.Contains(out, fmt.Sprintf("0.0%% (0/%d)", convs)) {
+		t.Errorf("output:\n%s", out)
+	}
+}
+
+// The request sources and --turns: conversations need the suites, and
+// --suite is one source, --requests-file another.
+func TestLoadtestRefusesConversationsWithoutSuites(t *testing.T) {
+	fc, url := newFakeChat(t, func([]chatMessage) string { return "## x" })
+	reqs := filepath.Join(t.TempDir(), "reqs.jsonl")
+	os.WriteFile(reqs, []byte(`{"system":"Be brief.","user":"Hi"}`+"\n"), 0o644)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--turns", "3"}, "--turns needs --suite"},
+		{[]string{"--turns", "3", "--requests-file", reqs}, "--turns needs --suite"},
+		{[]string{"--questions-per-system", "4"}, "--questions-per-system needs --suite"},
+		{[]string{"--suite", "lookup", "--requests-file", reqs}, "two request sources"},
+		{[]string{"--suite", "lookup", "--turns", "9"}, "want 2…6"},
+	} {
+		_, errOut, code := run(t, append([]string{"loadtest", "--url", url, "--clients", "1"}, tc.args...)...)
+		if code == 0 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v: exit %d, %q lacks %q", tc.args, code, errOut, tc.want)
+		}
+	}
+	if len(fc.asked) != 0 {
+		t.Errorf("%d requests sent", len(fc.asked))
+	}
+}
+
+// loadtest --turns against serve --store-answers on the block-causal
+// fixture: each follow-up turn's prompt starts with the tokens the server
+// stored for the turn before (the server's own answer as the client sent
+// it back), so its whole shared prefix is found in the store; the first
+// turns' system messages are all different, so none is.
+func TestLoadtestConversationsReuseTheServersStoredTurns(t *testing.T) {
+	var errOut testutil.SyncBuffer
+	opts := parseServe(t, &errOut, "--model", blockFixture, "--store-answers", "--threads", "1", "--addr", "127.0.0.1:0",
+		"--gen-length", "16", "--steps", "8", "--block-length", "8")
+	url, _ := startServe(t, opts, &errOut)
+	dir := t.TempDir()
+	out, stderr, code := run(t, "loadtest", "--url", url, "--clients", "1", "--suite", "lookup", "--limit", "2", "--turns", "3", "--filler-tokens", "0:0", "--out", dir)
+	if code != 0 {
+		t.Fatalf("exit %d: %s\n%s", code, stderr, errOut.String())
+	}
+	var res map[string][]loadLevel
+	b, _ := os.ReadFile(filepath.Join(dir, "loadtest.json"))
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatal(err)
+	}
+	lv := res["exact-block"]
+	if len(lv) != 1 || lv[0].Errors != 0 || len(lv[0].Turns) != 3 {
+		t.Fatalf("levels %+v\n%s\n%s", res, out, stderr)
+	}
+	for k, tn := range lv[0].Turns {
+		if tn.Requests != 2 || tn.PrefixTokens == 0 || tn.PrefixHitTokens != map[bool]int{true: 0, false: tn.PrefixTokens}[k == 0] {
+			t.Errorf("turn %d: %d requests, %d/%d prefix tokens found in the store\n%s", k+1, tn.Requests, tn.PrefixHitTokens, tn.PrefixTokens, out)
+		}
+		if k > 0 && tn.PrefixTokens <= lv[0].Turns[k-1].PrefixTokens {
+			t.Errorf("turn %d's prefix (%d tokens) is no longer than turn %d's (%d)", k+1, tn.PrefixTokens, k, lv[0].Turns[k-1].PrefixTokens)
+		}
 	}
 }
