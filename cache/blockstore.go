@@ -207,20 +207,55 @@ func (s *BlockStore) count(m, found, nb int) {
 
 // lookup holds the longest stored chain of id's full blocks and counts the
 // lookup of its first m tokens (the shared prefix; none when they hold no
-// full block) in Stats, computing
-// nothing: for a caller that computes the missing blocks itself (put
-// stores them; releaseNodes the chain when done). It does not wait for a
-// fill in flight, so a caller inside a batched forward cannot wait on a
-// request of the same batch.
-func (s *BlockStore) lookup(id PrefixID, m int) []*blockNode {
+// full block) in Stats, computing nothing: for a caller that computes the
+// missing blocks itself (put stores them; releaseNodes the chain when
+// done). Single flight as in get: while another request is computing the
+// block after the chain (a fill, or a caller of lookup that claimed it),
+// it waits for that and looks again, so requests sharing a prefix that
+// arrive together compute it once. When blocks are missing it claims the
+// first of them for the caller, whose unclaim (never nil) ends the claim
+// once the blocks are stored or will not be; the requests waiting on it
+// then look again (and, if it stored nothing, the first of them claims).
+//
+// The caller must not hold up a forward another request's claim waits
+// for: a batching server lets a generation join its batch only at its
+// first forward, after the planner's Begin (where this is called).
+func (s *BlockStore) lookup(id PrefixID, m int) (chain []*blockNode, unclaim func()) {
 	nb := len(id.Tokens) / s.blockSize
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	chain, _ := s.walk(id, nb)
+	var next Key
+	for {
+		chain, next = s.walk(id, nb)
+		wait := s.filling[next]
+		if len(chain) == nb || wait == nil {
+			break
+		}
+		s.mu.Unlock()
+		s.releaseNodes(chain)
+		<-wait
+		s.mu.Lock()
+	}
 	if mb := min(m, len(id.Tokens)) / s.blockSize; mb > 0 {
 		s.count(m, min(len(chain), mb), mb)
 	}
-	return chain
+	if len(chain) == nb || next == 0 {
+		// Nothing missing, or a hash collision (the walk's key 0): nothing
+		// to claim.
+		s.mu.Unlock()
+		return chain, func() {}
+	}
+	done := make(chan struct{})
+	s.filling[next] = done
+	s.mu.Unlock()
+	var once sync.Once
+	return chain, func() {
+		once.Do(func() {
+			s.mu.Lock()
+			delete(s.filling, next)
+			s.mu.Unlock()
+			close(done)
+		})
+	}
 }
 
 // newNode is an unstored block of id, blocks i of its tokens, for put.

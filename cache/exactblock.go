@@ -79,9 +79,10 @@ type exactPlanner struct {
 
 	// The block store's chain of the prefix (held) and the prefix's
 	// blocks after it, filled from the first step and stored after it.
-	bs    *BlockStore
-	chain []*blockNode
-	fresh []*blockNode
+	bs      *BlockStore
+	chain   []*blockNode
+	fresh   []*blockNode
+	unclaim func() // ends the store's claim on the missing blocks
 }
 
 func (p *exactPlanner) Begin(r *model.Request) error {
@@ -173,10 +174,14 @@ func (p *exactPlanner) fromStore(r *model.Request) error {
 // step computes their rows anyway (every row from the chain's end on),
 // and stores them from there (Observe, After) — exact, since a
 // block-causal block's K/V depend on it and the blocks before it only.
+// The request claims them in the store meanwhile, so a request arriving
+// with the same prefix waits for that first step instead of computing the
+// same blocks beside it (BlockStore.lookup).
 // Info counts the shared prefix's tokens.
 func (p *exactPlanner) fromBlocks(bs *BlockStore, id PrefixID, m int) {
 	SB := bs.BlockSize()
-	p.bs, p.chain = bs, bs.lookup(id, m)
+	p.bs = bs
+	p.chain, p.unclaim = bs.lookup(id, m)
 	for i, n := range p.chain {
 		p.copyIn(i*SB, (i+1)*SB, n.k, n.v)
 	}
@@ -203,7 +208,8 @@ func (p *exactPlanner) copyIn(lo, hi int, k, v []backend.Tensor) {
 	}
 }
 
-// releaseStore lets go of the held chain and frees the blocks not stored.
+// releaseStore lets go of the held chain, frees the blocks not stored and
+// ends the claim on them (the requests waiting on it look again).
 func (p *exactPlanner) releaseStore() {
 	if p.bs == nil {
 		return
@@ -212,7 +218,8 @@ func (p *exactPlanner) releaseStore() {
 	for _, n := range p.fresh {
 		p.bs.freeNode(n)
 	}
-	p.bs, p.chain, p.fresh = nil, nil, nil
+	p.unclaim()
+	p.bs, p.chain, p.fresh, p.unclaim = nil, nil, nil, nil
 }
 
 func (p *exactPlanner) Plan(s *model.Step) model.Plan {

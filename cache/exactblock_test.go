@@ -3,13 +3,16 @@ package cache
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/cpu"
@@ -460,5 +463,93 @@ func TestBlockDualBlockOnBlockCausal(t *testing.T) {
 		if _, err := Run(context.Background(), m.LLaDA, meth, Request{Prompt: ids, PrefixLen: pl}, model.GenOptions{GenLength: 16, Steps: 16}); err != nil {
 			t.Errorf("--dual-block %d, gen length 16 on blocks of 16: %v", n, err)
 		}
+	}
+}
+
+// Requests sharing a prefix that arrive together compute it once: while
+// the first one's first step computes the prefix's blocks (it claimed them
+// in the store), a second request with the same system message waits in
+// Begin, then serves them from the store; a request whose prefix claim
+// ends unstored (its generation failed) lets the waiting one compute them.
+// The answers are none's.
+func TestExactBlockConcurrentSharedPrefix(t *testing.T) {
+	const B = 8
+	m := loadBlockTiny(t, B)
+	o := exactRegimes(B)["threshold"]
+	none := mk(t, "none", Options{})
+	ids0, pl := request(t, m, 0)
+	ids3, pl3 := request(t, m, 3) // the same system message, another question
+	if pl3 != pl || commonPrefix(ids0, ids3) < pl || pl < B {
+		t.Fatalf("requests 0 and 3 do not share a prefix of a full block")
+	}
+	want3, _ := generate(t, m, none, ids3, pl, o)
+	for _, firstFails := range []bool{false, true} {
+		store := NewBlockStore(m.Backend, B, 1<<30, true, nil)
+		meth := mk(t, "exact-block", Options{Store: store, Fingerprint: m.Fingerprint})
+		// The first request stops at its first forward until released
+		// (failing it then when firstFails).
+		inFirst, release := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		o0 := o
+		o0.Forward = func(in model.Input, p model.Plan) (*model.Output, error) {
+			once.Do(func() { close(inFirst); <-release })
+			if firstFails {
+				return nil, errors.New("the first request's forward failed")
+			}
+			return m.Forward(in, p)
+		}
+		firstDone := make(chan error, 1)
+		go func() {
+			_, err := m.Generate(context.Background(), ids0, pl, o0, meth.Planner(m.LLaDA, "", nil))
+			firstDone <- err
+		}()
+		<-inFirst
+		var info Info
+		secondForward := make(chan struct{})
+		var twice sync.Once
+		o3 := o
+		o3.Forward = func(in model.Input, p model.Plan) (*model.Output, error) {
+			twice.Do(func() { close(secondForward) })
+			return m.Forward(in, p)
+		}
+		type result struct {
+			g   *model.Generation
+			err error
+		}
+		second := make(chan result, 1)
+		go func() {
+			g, err := m.Generate(context.Background(), ids3, pl, o3, meth.Planner(m.LLaDA, "", &info))
+			second <- result{g, err}
+		}()
+		select {
+		case <-secondForward:
+			t.Fatalf("firstFails %v: the second request ran a forward while the first was computing the shared prefix", firstFails)
+		case <-time.After(50 * time.Millisecond):
+		}
+		close(release)
+		if err := <-firstDone; (err != nil) != firstFails {
+			t.Fatalf("firstFails %v: the first request: %v", firstFails, err)
+		}
+		r := <-second
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if !slices.Equal(r.g.Canvas, want3.Canvas) {
+			t.Errorf("firstFails %v: %v\nnone %v", firstFails, r.g.Answer, want3.Answer)
+		}
+		// The first request stores every full block of its prompt: those
+		// the second shares with it are served (its prefix's tokens counted).
+		hit := min(commonPrefix(ids0, ids3)/B*B, pl)
+		if firstFails {
+			hit = 0
+		}
+		if info.HitTokens != hit || !firstFails && hit < pl/B*B {
+			t.Errorf("firstFails %v: %d prefix tokens from the store, want %d", firstFails, info.HitTokens, hit)
+		}
+		store.mu.Lock()
+		if len(store.filling) != 0 {
+			t.Errorf("firstFails %v: %d claims left in the store", firstFails, len(store.filling))
+		}
+		store.mu.Unlock()
 	}
 }

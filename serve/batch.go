@@ -13,9 +13,11 @@ import (
 // keeps its own loop, planner and schedule and hands its forward to a
 // session; the batcher waits until every joined generation has a forward
 // pending (or maxBatch are), runs them together and hands each its output.
-// Generations join when they start (so the first step already waits for
-// the others started with it) and leave when they end, so the batch
-// changes between steps.
+// A generation joins at its first forward and leaves when it ends, so the
+// batch changes between steps. Joining at the first forward, not when the
+// generation starts, keeps a generation that waits before it (its planner
+// waiting in Begin for another request's first step to store a shared
+// prefix: cache.BlockStore) from holding up the batch that step runs in.
 type batcher struct {
 	lm       *model.LLaDA
 	maxBatch int
@@ -57,23 +59,34 @@ func (b *batcher) close() {
 type session struct {
 	b      *batcher
 	ctx    context.Context
-	joined bool // under b.mu
+	joined bool // under b.mu: in the batch (the others wait for its forwards)
+	ended  bool // under b.mu: left for good
 }
 
-// session joins a new generation, which leaves the batch when it ends or
-// as soon as ctx is done: the others stop waiting for its forwards then,
-// and its own generation stops at the next step boundary (its forwards
-// fail from then on).
+// session opens a new generation's door; it joins the batch at its first
+// forward (or join) and leaves when it ends or as soon as ctx is done:
+// the others stop waiting for its forwards then, and its own generation
+// stops at the next step boundary (its forwards fail from then on).
 func (b *batcher) session(ctx context.Context) (*session, func()) {
-	b.mu.Lock()
-	b.active++
-	b.mu.Unlock()
-	s := &session{b: b, ctx: ctx, joined: true}
+	s := &session{b: b, ctx: ctx}
 	stop := context.AfterFunc(ctx, s.end)
 	return s, func() {
 		stop()
 		s.end()
 	}
+}
+
+// join enters the batch: from now on a batch waits for this generation's
+// forward (b.mu held). It reports false once the session has ended.
+func (s *session) join() bool {
+	if s.ended {
+		return false
+	}
+	if !s.joined {
+		s.joined = true
+		s.b.active++
+	}
+	return true
 }
 
 // Forward is a model.Forwarder: it queues the forward and waits for the
@@ -82,7 +95,7 @@ func (s *session) Forward(in model.Input, plan model.Plan) (*model.Output, error
 	j := &fwdJob{in: in, plan: plan, done: make(chan struct{})}
 	b := s.b
 	b.mu.Lock()
-	if !s.joined {
+	if !s.join() {
 		b.mu.Unlock()
 		return nil, fmt.Errorf("the generation left the batch: %w", context.Cause(s.ctx))
 	}
@@ -98,12 +111,15 @@ func (s *session) end() {
 	b := s.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if !s.joined {
+	if s.ended {
 		return
 	}
-	s.joined = false
-	b.active--
-	b.cond.Broadcast()
+	s.ended = true
+	if s.joined {
+		s.joined = false
+		b.active--
+		b.cond.Broadcast()
+	}
 }
 
 func (b *batcher) loop() {

@@ -252,10 +252,18 @@ func chatFrom(t *testing.T, i int, h http.Handler, body string) *chatResponse {
 	return &r
 }
 
-// join joins a session with no deadline (its end leaves).
+// join joins a session with no deadline (its end leaves) to the batch at
+// once, as its first forward would.
 func join(b *batcher) *session {
 	s, _ := b.session(context.Background())
+	joinNow(s)
 	return s
+}
+
+func joinNow(s *session) {
+	s.b.mu.Lock()
+	s.join()
+	s.b.mu.Unlock()
 }
 
 // TestBatcherDropsCancelledSession: a generation whose request is
@@ -270,6 +278,7 @@ func TestBatcherDropsCancelledSession(t *testing.T) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	stuck, leaveStuck := b.session(ctx)
 	defer leaveStuck()
+	joinNow(stuck) // it has run forwards before
 	other := join(b)
 	defer other.end()
 	done := make(chan error, 1)

@@ -85,6 +85,13 @@ func TestExactBlockServe(t *testing.T) {
 	if st.HitTokens < hits {
 		t.Errorf("%d prefix tokens served from the store, want at least the repeated system messages' %d", st.HitTokens, hits)
 	}
+	// Sent all at once to the batching server, the requests sharing a
+	// system message wait for the first one's first step to store its
+	// blocks instead of computing them beside it (and a waiting request
+	// holds up no batch: it joins at its first forward).
+	if bst := cache.StoreOf(batched.Method()).Stats(); bst.HitTokens < hits {
+		t.Errorf("batched, sent at once: %d prefix tokens served from the store, want at least the repeated system messages' %d", bst.HitTokens, hits)
+	}
 	rec := httptest.NewRecorder()
 	exact.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	if got := metric(t, rec.Body.String(), "dlmcache_prefix_cache_hits_tokens_total"); got != float64(st.HitTokens) {
