@@ -359,8 +359,13 @@ slots decoded per second (the dlmcache object's gen_length; completion
 tokens for other servers), p50/p99 latency and p50/p99 time to the first
 block (the first chunk with text), and errors. --out DIR keeps the results
 in DIR/loadtest.json under --label (the server's method by default), so runs
-against servers with different methods add up; --plot draws tokens/s and
-p99 latency against clients for every label there.
+against servers with different methods add up (and a label's runs at other
+client counts: a count run again replaces its level); --plot draws tokens/s
+and p99 latency against clients for every label there. It keeps each
+level's answers too (DIR/loadtest-answers.json), and compares each level's
+answers, request by request, with those of the --agree-with label (none by
+default) at the same client count: the same answers as the server without
+a cache.
 
 Against dlmcache serve it also reports, per level, what the server said of
 each request: its generation time alone (no queue) as answer slots per
@@ -387,7 +392,7 @@ is against the exact answer of its question (the earlier turns carry the
 server's answers, right or wrong, where bench's carry the references).
 
 A server keeps what a level stored for the next: to compare caches, give
-each level a fresh server (one --clients count per run).`,
+each level a fresh server (one --clients count per run, the same --out).`,
 		Example: `  dlmcache serve --addr 127.0.0.1:8080 & dlmcache loadtest --url http://127.0.0.1:8080 --out load
   dlmcache serve --lut calib/table.json --addr 127.0.0.1:8081 & dlmcache loadtest --url http://127.0.0.1:8081 --out load --plot docs/figures/loadtest.png
   dlmcache serve --model models/llada-tiny-block --addr 127.0.0.1:8082 & dlmcache loadtest --url http://127.0.0.1:8082 --suite all --limit 10 --questions-per-system 4 --clients 8

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -41,11 +43,12 @@ type loadtestOptions struct {
 	// --limit, --questions-per-system, --seed, --filler-tokens, and
 	// --turns conversations.
 	suiteSampling
-	Turns   int
-	Label   string
-	Out     string
-	Plot    string
-	Timeout time.Duration
+	Turns     int
+	Label     string
+	Out       string
+	Plot      string
+	AgreeWith string
+	Timeout   time.Duration
 }
 
 // loadLevel is one concurrency level's outcome.
@@ -65,6 +68,9 @@ type loadLevel struct {
 	GenTokensPerS float64        `json:"generation_tokens_per_s,omitempty"`
 	Methods       map[string]int `json:"methods,omitempty"`
 	loadServed
+	// AgreeWith is the label whose answers at this client count the
+	// answers were compared with (loadServed.Agree).
+	AgreeWith string `json:"agree_with,omitempty"`
 	// Turns, with --turns: the same per turn of the conversations.
 	Turns []loadTurn `json:"turns,omitempty"`
 }
@@ -84,6 +90,10 @@ type loadServed struct {
 	// (datasets.CheckBenchmarkAnswer, as bench checks them).
 	Checked int `json:"checked,omitempty"`
 	Correct int `json:"correct,omitempty"`
+	// Requests that --agree-with's run answered too, and those answered
+	// the same.
+	Compared int `json:"compared,omitempty"`
+	Agree    int `json:"agree,omitempty"`
 }
 
 // loadTurn is one turn's share of a level of conversations.
@@ -94,10 +104,12 @@ type loadTurn struct {
 }
 
 // loadRequest is one request of a workload; Turn is its turn in its
-// conversation (1-based; 0: a request of its own).
+// conversation (1-based; 0: a request of its own), Key names it for
+// comparing answers across runs (requestKey).
 type loadRequest struct {
 	verifyRequest
 	Turn int
+	Key  string
 }
 
 // loadAnswer is one streamed request's outcome.
@@ -183,9 +195,9 @@ func oneRequest(ctx context.Context, client *http.Client, url string, msgs []cha
 }
 
 // add counts one answered request of r into the level (and its turn's
-// tally).
-func (lv *loadLevel) add(r loadRequest, a loadAnswer) {
-	lv.loadServed.add(r, a)
+// tally); ref holds the answers to compare with, by request key.
+func (lv *loadLevel) add(r loadRequest, a loadAnswer, ref map[string]string) {
+	lv.loadServed.add(r, a, ref)
 	if st := a.stats; st != nil {
 		if lv.Methods == nil {
 			lv.Methods = map[string]int{}
@@ -198,12 +210,18 @@ func (lv *loadLevel) add(r loadRequest, a loadAnswer) {
 		}
 		t := &lv.Turns[r.Turn-1]
 		t.Requests++
-		t.loadServed.add(r, a)
+		t.loadServed.add(r, a, ref)
 	}
 }
 
-func (sv *loadServed) add(r loadRequest, a loadAnswer) {
+func (sv *loadServed) add(r loadRequest, a loadAnswer, ref map[string]string) {
 	sv.AnswerSlots += a.tokens
+	if want, ok := ref[r.Key]; ok {
+		sv.Compared++
+		if a.text == want {
+			sv.Agree++
+		}
+	}
 	if r.Answer != "" && r.Suite != datasets.ChatSuite {
 		sv.Checked++
 		if datasets.CheckBenchmarkAnswer(r.Suite, a.text, r.Answer) {
@@ -246,7 +264,7 @@ func (opts *loadtestOptions) workload() ([][]loadRequest, error) {
 		}
 		var out [][]loadRequest
 		for _, r := range reqs {
-			out = append(out, []loadRequest{{verifyRequest: r}})
+			out = append(out, []loadRequest{{verifyRequest: r, Key: requestKey(r.System, r.User)}})
 		}
 		return out, nil
 	}
@@ -266,7 +284,12 @@ func (opts *loadtestOptions) workload() ([][]loadRequest, error) {
 	}
 	var out [][]loadRequest
 	for _, s := range samples {
-		r := loadRequest{verifyRequest{System: s.System, User: s.User, Answer: s.Answer, Suite: s.Suite}, s.Turn}
+		var users []string
+		for _, h := range s.History {
+			users = append(users, h.User)
+		}
+		users = append(users, s.User)
+		r := loadRequest{verifyRequest{System: s.System, User: s.User, Answer: s.Answer, Suite: s.Suite}, s.Turn, requestKey(s.System, users...)}
 		if s.Turn > 1 {
 			out[len(out)-1] = append(out[len(out)-1], r)
 		} else {
@@ -274,6 +297,16 @@ func (opts *loadtestOptions) workload() ([][]loadRequest, error) {
 		}
 	}
 	return out, nil
+}
+
+// requestKey names a request by its system message and its conversation's
+// user messages (not the answers between them, which are the server's).
+func requestKey(system string, users ...string) string {
+	h := sha256.New()
+	for _, t := range append([]string{system}, users...) {
+		fmt.Fprintf(h, "%d:%s", len(t), t)
+	}
+	return hex.EncodeToString(h.Sum(nil)[:12])
 }
 
 // converse sends one client's unit, turn after turn: each turn's
@@ -328,12 +361,29 @@ func quantile(xs []float64, q float64) float64 {
 	return s[min(len(s)-1, int(q*float64(len(s))))]
 }
 
-// loadLevelRun sends n requests of units (levelUnits) from c concurrent
-// clients, each taking the next unit when done with its last; firstErr
-// is told of the level's first error.
-func loadLevelRun(ctx context.Context, client *http.Client, url string, c int, units [][]loadRequest, n int, firstErr func(error)) (loadLevel, error) {
-	todo, n := levelUnits(units, n)
+// loadRun is one run's workload against one server.
+type loadRun struct {
+	client *http.Client
+	url    string
+	units  [][]loadRequest
+	// agree: by client count, the answers of --agree-with's run by
+	// request key (none: nothing compared).
+	agree     map[int]map[string]string
+	agreeWith string
+	firstErr  func(clients int, err error) // told of each level's first error
+}
+
+// level sends n requests of the workload (levelUnits) from c concurrent
+// clients, each taking the next unit when done with its last. It returns
+// the level and the answers by request key.
+func (lr *loadRun) level(ctx context.Context, c, n int) (loadLevel, map[string]string, error) {
+	todo, n := levelUnits(lr.units, n)
 	lv := loadLevel{Clients: c, Requests: n}
+	ref := lr.agree[c]
+	if ref != nil {
+		lv.AgreeWith = lr.agreeWith
+	}
+	answers := map[string]string{}
 	var mu sync.Mutex
 	var lats, firsts []float64
 	next := 0
@@ -343,12 +393,15 @@ func loadLevelRun(ctx context.Context, client *http.Client, url string, c int, u
 		if err != nil {
 			lv.Errors++
 			if lv.Errors == 1 {
-				firstErr(err)
+				lr.firstErr(c, err)
 			}
 			return
 		}
 		lats, firsts = append(lats, a.lat), append(firsts, a.first)
-		lv.add(r, a)
+		if _, ok := answers[r.Key]; !ok {
+			answers[r.Key] = a.text
+		}
+		lv.add(r, a, ref)
 	}
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -364,7 +417,7 @@ func loadLevelRun(ctx context.Context, client *http.Client, url string, c int, u
 				if i >= len(todo) || ctx.Err() != nil {
 					return
 				}
-				if unsent := converse(ctx, client, url, todo[i], done); unsent > 0 {
+				if unsent := converse(ctx, lr.client, lr.url, todo[i], done); unsent > 0 {
 					mu.Lock()
 					lv.Errors += unsent
 					mu.Unlock()
@@ -374,7 +427,7 @@ func loadLevelRun(ctx context.Context, client *http.Client, url string, c int, u
 	}
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
-		return lv, err
+		return lv, nil, err
 	}
 	lv.Seconds = time.Since(start).Seconds()
 	lv.RequestsPerS = float64(len(lats)) / lv.Seconds
@@ -385,7 +438,7 @@ func loadLevelRun(ctx context.Context, client *http.Client, url string, c int, u
 		lv.GenSeconds = math.Round(lv.GenSeconds*1000) / 1000
 		lv.GenTokensPerS = float64(lv.AnswerSlots) / lv.GenSeconds
 	}
-	return lv, nil
+	return lv, answers, nil
 }
 
 func (opts *loadtestOptions) run(ctx context.Context) error {
@@ -393,11 +446,15 @@ func (opts *loadtestOptions) run(ctx context.Context) error {
 		return fmt.Errorf("--url is required (the base URL of a running dlmcache serve)")
 	}
 	results := map[string][]loadLevel{}
-	path := filepath.Join(opts.Out, "loadtest.json")
+	// The answers of each label's levels by client count and request key.
+	answers := map[string]map[int]map[string]string{}
+	path, apath := filepath.Join(opts.Out, "loadtest.json"), filepath.Join(opts.Out, "loadtest-answers.json")
 	if opts.Out != "" {
-		if b, err := os.ReadFile(path); err == nil {
-			if err := json.Unmarshal(b, &results); err != nil {
-				return fmt.Errorf("%s: %w", path, err)
+		for p, v := range map[string]any{path: &results, apath: &answers} {
+			if b, err := os.ReadFile(p); err == nil {
+				if err := json.Unmarshal(b, v); err != nil {
+					return fmt.Errorf("%s: %w", p, err)
+				}
 			}
 		}
 	}
@@ -411,7 +468,15 @@ func (opts *loadtestOptions) run(ctx context.Context) error {
 		if label == "" {
 			label = serverMethod(url)
 		}
-		client := &http.Client{Timeout: opts.Timeout}
+		lr := &loadRun{client: &http.Client{Timeout: opts.Timeout}, url: url, units: units, firstErr: func(c int, err error) {
+			fmt.Fprintf(opts.f.ErrOut, "loadtest: %d clients: %v\n", c, err)
+		}}
+		if opts.AgreeWith != "" && opts.AgreeWith != label {
+			lr.agree, lr.agreeWith = answers[opts.AgreeWith], opts.AgreeWith
+		}
+		if answers[label] == nil {
+			answers[label] = map[int]map[string]string{}
+		}
 		var levels []loadLevel
 		for _, c := range opts.Clients {
 			if c < 1 {
@@ -421,24 +486,28 @@ func (opts *loadtestOptions) run(ctx context.Context) error {
 			if n <= 0 && len(opts.Suites) == 0 {
 				n = max(16, 4*c)
 			}
-			lv, err := loadLevelRun(ctx, client, url, c, units, n, func(err error) {
-				fmt.Fprintf(opts.f.ErrOut, "loadtest: %d clients: %v\n", c, err)
-			})
+			lv, ans, err := lr.level(ctx, c, n)
 			if err != nil {
 				return err
 			}
 			levels = append(levels, lv)
+			answers[label][c] = ans
 			fmt.Fprintf(opts.f.ErrOut, "loadtest %s: %d clients: %.2f req/s, %.1f tokens/s, p99 %.2fs\n", label, c, lv.RequestsPerS, lv.TokensPerS, lv.LatencyP99)
+			if opts.Out != "" && lr.agreeWith != "" && lv.Compared == 0 {
+				fmt.Fprintf(opts.f.ErrOut, "loadtest: %s has no answers at %d clients to these requests in %s: not compared\n", lr.agreeWith, c, apath)
+			}
 		}
-		results[label] = levels
+		results[label] = mergeLevels(results[label], levels)
 		writeLoad(opts.f.Out, label, levels)
 		if opts.Out != "" {
 			if err := os.MkdirAll(opts.Out, 0o755); err != nil {
 				return err
 			}
-			b, _ := json.MarshalIndent(results, "", "  ")
-			if err := atomicfile.WriteFile(path, append(b, '\n'), 0o644); err != nil {
-				return err
+			for p, v := range map[string]any{path: results, apath: answers} {
+				b, _ := json.MarshalIndent(v, "", "  ")
+				if err := atomicfile.WriteFile(p, append(b, '\n'), 0o644); err != nil {
+					return err
+				}
 			}
 		}
 	}
@@ -446,6 +515,17 @@ func (opts *loadtestOptions) run(ctx context.Context) error {
 		return plotLoad(results, opts.Plot)
 	}
 	return nil
+}
+
+// mergeLevels is a label's recorded levels with this run's: a client
+// count run again replaces its old level; by client count.
+func mergeLevels(old, now []loadLevel) []loadLevel {
+	out := slices.DeleteFunc(slices.Clone(old), func(l loadLevel) bool {
+		return slices.ContainsFunc(now, func(n loadLevel) bool { return n.Clients == l.Clients })
+	})
+	out = append(out, now...)
+	slices.SortStableFunc(out, func(a, b loadLevel) int { return a.Clients - b.Clients })
+	return out
 }
 
 func (opts *loadtestOptions) flags(fl *pflag.FlagSet) {
@@ -457,7 +537,8 @@ func (opts *loadtestOptions) flags(fl *pflag.FlagSet) {
 	opts.suiteSampling.add(fl, nil, 20, "; given, the requests are bench's workload on them (the same samples, questions and order for the same --limit, --questions-per-system, --seed, --filler-tokens and --turns) instead of --requests-file's, sent once per level unless --requests says")
 	addTurnsFlag(fl, &opts.Turns, "the earlier questions each followed by the server's own answer to it, as a chat client sends them (needs --suite); a client sends a conversation's turns one after another, and the levels report each turn too (its accuracy against the question's exact answer)")
 	fl.StringVar(&opts.Label, "label", "", "name of this run in --out (default: the server's method)")
-	fl.StringVar(&opts.Out, "out", "", "directory keeping loadtest.json across runs")
+	fl.StringVar(&opts.Out, "out", "", "directory keeping loadtest.json across runs (a label's levels by client count: a count run again replaces its level) and each level's answers in loadtest-answers.json")
+	fl.StringVar(&opts.AgreeWith, "agree-with", "none", "with --out: compare each level's answers with this label's at the same client count there, request by request (the same workload: the same flags), e.g. a cache's with the same model's none")
 	fl.StringVar(&opts.Plot, "plot", "", "draw every label in --out's loadtest.json to this PNG/SVG")
 	fl.DurationVar(&opts.Timeout, "timeout", 10*time.Minute, "per-request time limit")
 }
@@ -482,11 +563,10 @@ func serverMethod(url string) string {
 
 func writeLoad(w io.Writer, label string, levels []loadLevel) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "%s\tclients\trequests\terrors\treq/s\ttokens/s\tlatency p50\tp99\tfirst block p50\tp99\taccuracy\tgeneration tokens/s\tprefix tokens found in the store\t\n", label)
+	fmt.Fprintf(tw, "%s\tclients\trequests\terrors\treq/s\ttokens/s\tlatency p50\tp99\tfirst block p50\tp99\t%s\t\n", label, servedHeader)
 	for _, l := range levels {
-		acc, gen, hits := servedColumns(l.loadServed)
-		fmt.Fprintf(tw, "\t%d\t%d\t%d\t%.2f\t%.1f\t%.2fs\t%.2fs\t%.2fs\t%.2fs\t%s\t%s\t%s\t\n", l.Clients, l.Requests, l.Errors,
-			l.RequestsPerS, l.TokensPerS, l.LatencyP50, l.LatencyP99, l.FirstP50, l.FirstP99, acc, gen, hits)
+		fmt.Fprintf(tw, "\t%d\t%d\t%d\t%.2f\t%.1f\t%.2fs\t%.2fs\t%.2fs\t%.2fs\t%s\t\n", l.Clients, l.Requests, l.Errors,
+			l.RequestsPerS, l.TokensPerS, l.LatencyP50, l.LatencyP99, l.FirstP50, l.FirstP99, l.loadServed.columns(l.AgreeWith))
 	}
 	tw.Flush()
 	for _, l := range levels {
@@ -509,20 +589,25 @@ func writeLoad(w io.Writer, label string, levels []loadLevel) {
 func writeTurns(w io.Writer, l loadLevel) {
 	fmt.Fprintf(w, "%d clients, by turn:\n", l.Clients)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "\tturn\trequests\taccuracy\tgeneration tokens/s\tprefix tokens found in the store\t\n")
+	fmt.Fprintf(tw, "\tturn\trequests\t%s\t\n", servedHeader)
 	for _, t := range l.Turns {
-		acc, gen, hits := servedColumns(t.loadServed)
-		fmt.Fprintf(tw, "\t%d\t%d\t%s\t%s\t%s\t\n", t.Turn, t.Requests, acc, gen, hits)
+		fmt.Fprintf(tw, "\t%d\t%d\t%s\t\n", t.Turn, t.Requests, t.loadServed.columns(l.AgreeWith))
 	}
 	tw.Flush()
 }
 
-// servedColumns are the accuracy, generation tokens/s and prefix columns
-// ("-": not known).
-func servedColumns(sv loadServed) (acc, gen, hits string) {
-	acc, gen, hits = "-", "-", "-"
+// servedHeader heads loadServed.columns.
+const servedHeader = "accuracy\tsame answers as\tgeneration tokens/s\tprefix tokens found in the store"
+
+// columns are the accuracy, agreement with agreeWith's answers, generation
+// tokens/s and prefix columns, tab-separated ("-": not known).
+func (sv loadServed) columns(agreeWith string) string {
+	acc, agree, gen, hits := "-", "-", "-", "-"
 	if sv.Checked > 0 {
 		acc = fmt.Sprintf("%.1f%% (%d/%d)", sv.Accuracy(), sv.Correct, sv.Checked)
+	}
+	if sv.Compared > 0 {
+		agree = fmt.Sprintf("%s %.1f%% (%d/%d)", agreeWith, 100*float64(sv.Agree)/float64(sv.Compared), sv.Agree, sv.Compared)
 	}
 	if sv.GenSeconds > 0 {
 		gen = fmt.Sprintf("%.1f", float64(sv.AnswerSlots)/sv.GenSeconds)
@@ -530,7 +615,7 @@ func servedColumns(sv loadServed) (acc, gen, hits string) {
 	if sv.PrefixTokens > 0 {
 		hits = fmt.Sprintf("%d/%d", sv.PrefixHitTokens, sv.PrefixTokens)
 	}
-	return acc, gen, hits
+	return strings.Join([]string{acc, agree, gen, hits}, "\t")
 }
 
 // plotLoad draws tokens/s and p99 latency against clients, one line per

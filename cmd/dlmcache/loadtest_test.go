@@ -90,7 +90,7 @@ func TestLoadtestAnswersEveryRequestAndPlots(t *testing.T) {
 	if len(l) != 1 || len(res["none"]) != 2 {
 		t.Fatalf("labels %v", res)
 	}
-	if l[0].Checked != 2 || l[0].Correct != 0 || l[0].Methods["prefix-all"] != 4 || l[0].PrefixTokens == 0 ||
+	if l[0].Checked != 2 || l[0].Correct != 0 || l[0].Methods["prefix-all"] != 4 || l[0].PrefixTokens == 0 || l[0].AgreeWith != "none" || l[0].Compared != 4 ||
 		l[0].PrefixHitTokens != 3*l[0].PrefixTokens/4 || l[0].GenSeconds <= 0 || l[0].GenTokensPerS <= 0 {
 		t.Errorf("level %+v", l[0])
 	}
@@ -218,6 +218,45 @@ func TestLoadtestSendsBenchsSharedWorkload(t *testing.T) {
 	if len(lv) != 1 || lv[0].Requests != 12 || lv[0].Checked != 12 || lv[0].Correct != lookups || len(lv[0].Turns) != 0 {
 		t.Errorf("level %+v: want 12 requests, %d of them right", lv, lookups)
 	}
+
+	// A second server that answers one question otherwise: its answers
+	// compared with the first's request by request (--agree-with), at the
+	// client count both ran; a second client count adds a level.
+	odd := want[4]
+	_, url2 := newFakeChat(t, func(msgs []chatMessage) string {
+		s := bench[msgs[0].Content+"\x00"+msgs[len(msgs)-1].Content]
+		if s.ID == odd.ID {
+			return "## other"
+		}
+		if s.Suite != "lookup" {
+			return "## wrong"
+		}
+		return "## " + s.Answer
+	})
+	for _, c := range []string{"1", "2"} {
+		out, errOut, code := run(t, append([]string{"loadtest", "--url", url2, "--clients", c, "--out", dir, "--label", "fake2", "--agree-with", "fake"}, flags...)...)
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, errOut)
+		}
+		if c == "1" && !strings.Contains(out, "fake 91.7% (11/12)") {
+			t.Errorf("output:\n%s", out)
+		}
+		if c == "2" && !strings.Contains(errOut, "fake has no answers at 2 clients") {
+			t.Errorf("stderr does not say nothing was compared:\n%s", errOut)
+		}
+	}
+	b, _ = os.ReadFile(filepath.Join(dir, "loadtest.json"))
+	res = nil
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatal(err)
+	}
+	lv = res["fake2"]
+	if len(lv) != 2 || lv[0].Clients != 1 || lv[1].Clients != 2 || len(res["fake"]) != 1 {
+		t.Fatalf("levels %+v", res)
+	}
+	if lv[0].AgreeWith != "fake" || lv[0].Compared != 12 || lv[0].Agree != 11 || lv[1].Compared != 0 {
+		t.Errorf("agreement: %+v", lv)
+	}
 }
 
 // loadtest --turns: each conversation's turns are bench's questions, sent
@@ -288,6 +327,27 @@ func TestLoadtestConversationsCarryTheServersAnswers(t *testing.T) {
 	if !strings.Contains(out, "3 clients, by turn:") || !strings.Contains(out, fmt.Sprintf("0.0%% (0/%d)", convs)) {
 		t.Errorf("output:\n%s", out)
 	}
+	// The same server again, compared with the first run: turn 2's
+	// answers differ, and turn 3's (its own request whatever the answers
+	// before it) agree.
+	_, errOut, code = run(t, append([]string{"loadtest", "--url", url, "--clients", "3", "--out", dir, "--label", "again", "--agree-with", "fake"}, flags...)...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	b, _ = os.ReadFile(filepath.Join(dir, "loadtest.json"))
+	res = nil
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatal(err)
+	}
+	again := res["again"]
+	if len(again) != 1 || again[0].Compared != len(want) || again[0].Agree != 2*convs || len(again[0].Turns) != 3 {
+		t.Fatalf("agreement %+v", again)
+	}
+	for k, tn := range again[0].Turns {
+		if tn.Compared != convs || tn.Agree != map[bool]int{true: 0, false: convs}[k == 1] {
+			t.Errorf("turn %d agrees on %d of %d", k+1, tn.Agree, tn.Compared)
+		}
+	}
 }
 
 // The request sources and --turns: conversations need the suites, and
@@ -320,16 +380,25 @@ func TestLoadtestRefusesConversationsWithoutSuites(t *testing.T) {
 // fixture: each follow-up turn's prompt starts with the tokens the server
 // stored for the turn before (the server's own answer as the client sent
 // it back), so its whole shared prefix is found in the store; the first
-// turns' system messages are all different, so none is.
+// turns' system messages are all different, so none is. The answers are
+// those of a server with no cache (--method none), turn by turn.
 func TestLoadtestConversationsReuseTheServersStoredTurns(t *testing.T) {
-	var errOut testutil.SyncBuffer
-	opts := parseServe(t, &errOut, "--model", blockFixture, "--store-answers", "--threads", "1", "--addr", "127.0.0.1:0",
-		"--gen-length", "16", "--steps", "8", "--block-length", "8")
-	url, _ := startServe(t, opts, &errOut)
 	dir := t.TempDir()
-	out, stderr, code := run(t, "loadtest", "--url", url, "--clients", "1", "--suite", "lookup", "--limit", "2", "--turns", "3", "--filler-tokens", "0:0", "--out", dir)
+	loadtest := func(serveArgs ...string) (string, string, int) {
+		var errOut testutil.SyncBuffer
+		opts := parseServe(t, &errOut, append([]string{"--model", blockFixture, "--threads", "1", "--addr", "127.0.0.1:0",
+			"--gen-length", "16", "--steps", "8", "--block-length", "8"}, serveArgs...)...)
+		url, stop := startServe(t, opts, &errOut)
+		defer stop()
+		out, stderr, code := run(t, "loadtest", "--url", url, "--clients", "1", "--suite", "lookup", "--limit", "2", "--turns", "3", "--filler-tokens", "0:0", "--out", dir)
+		return out, stderr + errOut.String(), code
+	}
+	if _, stderr, code := loadtest("--method", "none"); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	out, stderr, code := loadtest("--store-answers")
 	if code != 0 {
-		t.Fatalf("exit %d: %s\n%s", code, stderr, errOut.String())
+		t.Fatalf("exit %d: %s", code, stderr)
 	}
 	var res map[string][]loadLevel
 	b, _ := os.ReadFile(filepath.Join(dir, "loadtest.json"))
@@ -337,8 +406,11 @@ func TestLoadtestConversationsReuseTheServersStoredTurns(t *testing.T) {
 		t.Fatal(err)
 	}
 	lv := res["exact-block"]
-	if len(lv) != 1 || lv[0].Errors != 0 || len(lv[0].Turns) != 3 {
+	if len(lv) != 1 || lv[0].Errors != 0 || len(lv[0].Turns) != 3 || len(res["none"]) != 1 {
 		t.Fatalf("levels %+v\n%s\n%s", res, out, stderr)
+	}
+	if lv[0].Compared != 6 || lv[0].Agree != 6 {
+		t.Errorf("exact-block answers %d of %d requests as none does", lv[0].Agree, lv[0].Compared)
 	}
 	for k, tn := range lv[0].Turns {
 		if tn.Requests != 2 || tn.PrefixTokens == 0 || tn.PrefixHitTokens != map[bool]int{true: 0, false: tn.PrefixTokens}[k == 0] {
