@@ -3,7 +3,7 @@ GO        ?= go
 BIN       := bin/dlmcache
 export CGO_ENABLED := 1
 
-.PHONY: all build deps test sanitize e2e hfcheck run bench bench-8b bench-block results vet fuzz clean docs cuda-deps cuda-check gpu-test gpu-bundle
+.PHONY: all build deps test sanitize e2e hfcheck run bench bench-8b bench-block serve-block results vet fuzz clean docs cuda-deps cuda-check gpu-test gpu-bundle
 
 all: build
 
@@ -120,6 +120,13 @@ bench-8b: build
 # bench-out/block/.
 bench-block:
 	./scripts/bench-block.sh
+
+# serve-block sends bench-block's shared-prefix and four-turn workloads
+# through dlmcache serve with dlmcache loadtest, none against the exact
+# block cache, a fresh server per method and client count, into
+# bench-out/served/ (about a minute on 2 cores).
+serve-block:
+	./scripts/serve-block.sh
 
 # results reruns every measurement behind docs/results.md and docs/profiling.md
 # into results-out/ (≈ 12 min on 2 cores).
