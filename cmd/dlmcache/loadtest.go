@@ -98,9 +98,12 @@ type loadServed struct {
 
 // loadTurn is one turn's share of a level of conversations.
 type loadTurn struct {
-	Turn     int `json:"turn"`
-	Requests int `json:"requests"` // answered
+	Turn       int     `json:"turn"`
+	Requests   int     `json:"requests"` // answered
+	LatencyP50 float64 `json:"latency_p50_s"`
+	LatencyP99 float64 `json:"latency_p99_s"`
 	loadServed
+	lats []float64 // the answered requests' latencies
 }
 
 // loadRequest is one request of a workload; Turn is its turn in its
@@ -210,6 +213,7 @@ func (lv *loadLevel) add(r loadRequest, a loadAnswer, ref map[string]string) {
 		}
 		t := &lv.Turns[r.Turn-1]
 		t.Requests++
+		t.lats = append(t.lats, a.lat)
 		t.loadServed.add(r, a, ref)
 	}
 }
@@ -433,6 +437,10 @@ func (lr *loadRun) level(ctx context.Context, c, n int) (loadLevel, map[string]s
 	lv.RequestsPerS = float64(len(lats)) / lv.Seconds
 	lv.TokensPerS = float64(lv.AnswerSlots) / lv.Seconds
 	lv.LatencyP50, lv.LatencyP99 = quantile(lats, 0.5), quantile(lats, 0.99)
+	for k := range lv.Turns {
+		t := &lv.Turns[k]
+		t.LatencyP50, t.LatencyP99 = quantile(t.lats, 0.5), quantile(t.lats, 0.99)
+	}
 	lv.FirstP50, lv.FirstP99 = quantile(firsts, 0.5), quantile(firsts, 0.99)
 	if lv.GenSeconds > 0 {
 		lv.GenSeconds = math.Round(lv.GenSeconds*1000) / 1000
@@ -589,9 +597,9 @@ func writeLoad(w io.Writer, label string, levels []loadLevel) {
 func writeTurns(w io.Writer, l loadLevel) {
 	fmt.Fprintf(w, "%d clients, by turn:\n", l.Clients)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "\tturn\trequests\t%s\t\n", servedHeader)
+	fmt.Fprintf(tw, "\tturn\trequests\tlatency p50\tp99\t%s\t\n", servedHeader)
 	for _, t := range l.Turns {
-		fmt.Fprintf(tw, "\t%d\t%d\t%s\t\n", t.Turn, t.Requests, t.loadServed.columns(l.AgreeWith))
+		fmt.Fprintf(tw, "\t%d\t%d\t%.2fs\t%.2fs\t%s\t\n", t.Turn, t.Requests, t.LatencyP50, t.LatencyP99, t.loadServed.columns(l.AgreeWith))
 	}
 	tw.Flush()
 }

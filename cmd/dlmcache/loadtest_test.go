@@ -320,7 +320,7 @@ func TestLoadtestConversationsCarryTheServersAnswers(t *testing.T) {
 			right = 0
 		}
 		hit := tn.PrefixHitTokens == tn.PrefixTokens && tn.PrefixTokens > 0
-		if tn.Turn != k+1 || tn.Requests != convs || tn.Checked != convs || tn.Correct != right || hit != (k > 0) {
+		if tn.Turn != k+1 || tn.Requests != convs || tn.Checked != convs || tn.Correct != right || hit != (k > 0) || tn.LatencyP50 <= 0 || tn.LatencyP99 < tn.LatencyP50 {
 			t.Errorf("turn %d: %+v", k+1, tn)
 		}
 	}
