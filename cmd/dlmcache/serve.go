@@ -85,9 +85,6 @@ func (opts *serveOptions) run(ctx context.Context) error {
 	if note := exactStore(lm, []string{method}, &opts.Cache); note != "" {
 		notes = append(notes, note)
 	}
-	if opts.StoreAnswers && opts.Cache.StoreBlocks == 0 {
-		return fmt.Errorf("--store-answers needs a block store (--store-blocks 16)")
-	}
 	method = defaultMethod(method, table)
 	if opts.Cache.StoreBlocks > 0 {
 		opts.Cache.Events = cache.NewEventLog(1 << 16)
@@ -95,6 +92,15 @@ func (opts *serveOptions) run(ctx context.Context) error {
 	meth, err := env.method(method, &opts.Cache, nil)
 	if err != nil {
 		return err
+	}
+	if opts.StoreAnswers {
+		note, err := storeAnswersServed(meth)
+		if err != nil {
+			return err
+		}
+		if note != "" {
+			notes, opts.StoreAnswers = append(notes, note), false
+		}
 	}
 	var mods *serve.Modules
 	if opts.Modules != "" {
@@ -162,7 +168,7 @@ func (opts *serveOptions) flags(fl *pflag.FlagSet) {
 	fl.StringVar(&opts.Method, "method", "", "caching method: "+strings.Join(cache.Names(), ", ")+"; default: exact-block on a block-causal model, else bicache with --lut, else none")
 	addCacheFlags(fl, &opts.Cache)
 	opts.regimeFlags.add(fl)
-	fl.BoolVar(&opts.StoreAnswers, "store-answers", false, "with --store-blocks: keep each answered conversation's blocks so the next turn reuses every earlier turn (a fill forward over the question and answer per request)")
+	fl.BoolVar(&opts.StoreAnswers, "store-answers", false, "with a block store (--store-blocks N, or exact-block's own): keep each answered conversation's blocks so the next turn reuses every earlier turn (a fill forward over the question and answer per request); a method with no prefix store stores nothing (said at start)")
 	fl.StringVar(&opts.Modules, "modules", "", "prompt-module schema (JSON: {\"modules\": [{\"name\", \"text\", \"start\"}]}): chat requests import modules by name (\"modules\": [...]) to open their system message with them, each module's K/V computed once at its reserved positions and reused")
 	cache.AddFlags(fl, &opts.Cache.Method, "module-depth") // the module method's, serve's alone
 	fl.IntVar(&opts.MaxBatch, "max-batch", defaultMaxBatch, "generations whose step forwards run as one batched forward (continuous batching; 16 gave 1.4–1.7× the requests/s of two unbatched generations at 16 clients on an idle 2-core CPU: docs/serving.md); 1: each runs its own forwards, which does better on a CPU shared with other work")
@@ -276,4 +282,21 @@ func apiKeys(flags []string, file string) ([]string, error) {
 		return nil, fmt.Errorf("--api-key-file %s holds no keys (one a line)", file)
 	}
 	return keys, nil
+}
+
+// storeAnswersServed checks --store-answers against the method served:
+// answered conversations are kept in a block store; a method that keeps
+// whole prefixes needs --store-blocks, and one that keeps no prefix store
+// (none, the approximate caches of one request) has nothing to keep them
+// in, which the note says (the server then stores nothing, as bench does
+// for such a method).
+func storeAnswersServed(meth cache.Method) (note string, err error) {
+	switch cache.StoreOf(meth).(type) {
+	case *cache.BlockStore:
+		return "", nil
+	case nil:
+		return fmt.Sprintf("--store-answers: method %s keeps no prefix store, so no answered conversation is stored", meth.Name()), nil
+	default:
+		return "", fmt.Errorf("--store-answers keeps answered conversations in a block store, but method %s keeps whole prefixes: add --store-blocks N (a block store of N-token blocks)", meth.Name())
+	}
 }

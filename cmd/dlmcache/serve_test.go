@@ -115,6 +115,31 @@ func TestServeRefusesBadModules(t *testing.T) {
 	}
 }
 
+// --store-answers against the method: a method with no prefix store
+// serves with a note that nothing is stored; one keeping whole prefixes is
+// refused, naming --store-blocks; a block store keeps the answers.
+func TestServeStoreAnswersChecksTheMethod(t *testing.T) {
+	var errOut testutil.SyncBuffer
+	opts := parseServe(t, &errOut, "--model", serveFixture, "--method", "none", "--store-answers", "--threads", "1", "--addr", "127.0.0.1:0")
+	_, stop := startServe(t, opts, &errOut)
+	if err := stop(); err != nil {
+		t.Fatalf("none with --store-answers: %v", err)
+	}
+	if s := errOut.String(); !strings.Contains(s, "--store-answers: method none keeps no prefix store, so no answered conversation is stored") {
+		t.Errorf("start-up lines do not say that nothing is stored:\n%s", s)
+	}
+	opts = parseServe(t, io.Discard, "--model", serveFixture, "--method", "prefix-all", "--store-answers", "--threads", "1", "--addr", "127.0.0.1:0")
+	if err := opts.run(context.Background()); err == nil || !strings.Contains(err.Error(), "--store-blocks") || !strings.Contains(err.Error(), "prefix-all") {
+		t.Errorf("prefix-all (whole prefixes) with --store-answers: %v", err)
+	}
+	errOut = testutil.SyncBuffer{}
+	opts = parseServe(t, &errOut, "--model", serveFixture, "--method", "prefix-all", "--store-blocks", "16", "--store-answers", "--threads", "1", "--addr", "127.0.0.1:0")
+	_, stop = startServe(t, opts, &errOut)
+	if err := stop(); err != nil || strings.Contains(errOut.String(), "no answered conversation is stored") || !opts.StoreAnswers {
+		t.Errorf("prefix-all with a block store and --store-answers: %v, store answers %v\n%s", err, opts.StoreAnswers, errOut.String())
+	}
+}
+
 func TestServeRunsAndStops(t *testing.T) {
 	nLayers, fp := fixtureModel(t)
 	p := writeTable(t, "tiny-bf16", nLayers, fp)
