@@ -174,6 +174,16 @@ type usage struct {
 	PromptTokens     int `json:"prompt_tokens"`
 	CompletionTokens int `json:"completion_tokens"`
 	TotalTokens      int `json:"total_tokens"`
+	// PromptTokensDetails.CachedTokens is OpenAI's count of prompt tokens
+	// served from the prompt cache: here those whose K/V came from the
+	// prefix store at every layer (exact-block, prefix-all); a method that
+	// takes only the shallow layers' from the store (bicache) computes
+	// every prefix row in the deeper ones, and reports 0.
+	PromptTokensDetails promptTokensDetails `json:"prompt_tokens_details"`
+}
+
+type promptTokensDetails struct {
+	CachedTokens int `json:"cached_tokens"`
 }
 
 // Stats is the dlmcache object added to every completion response: what the
@@ -185,14 +195,18 @@ type Stats struct {
 	Clamped      bool    `json:"clamped"`       // ratio outside the table's profiled bins
 	PrefixTokens int     `json:"prefix_tokens"` // shared-prefix length m
 	PrefixHit    bool    `json:"prefix_hit"`    // the prefix was already in the store
-	NFE          int     `json:"nfe"`           // forward evaluations
-	RowsFraction float64 `json:"rows_fraction"` // layer-rows computed / a full forward's
-	GenLength    int     `json:"gen_length"`
-	Steps        int     `json:"steps"`
-	BlockLength  int     `json:"block_length"`
-	Seconds      float64 `json:"seconds"`        // generation wall time
-	QueueSeconds float64 `json:"queue_seconds"`  // time waiting for a generation slot
-	TokensPerSec float64 `json:"tokens_per_sec"` // gen_length / seconds
+	// PrefixHitTokens is the shared prefix's tokens found in the store (a
+	// block store's longest stored chain of its full blocks; the whole
+	// prefix on a whole-prefix store's hit).
+	PrefixHitTokens int     `json:"prefix_hit_tokens"`
+	NFE             int     `json:"nfe"`           // forward evaluations
+	RowsFraction    float64 `json:"rows_fraction"` // layer-rows computed / a full forward's
+	GenLength       int     `json:"gen_length"`
+	Steps           int     `json:"steps"`
+	BlockLength     int     `json:"block_length"`
+	Seconds         float64 `json:"seconds"`        // generation wall time
+	QueueSeconds    float64 `json:"queue_seconds"`  // time waiting for a generation slot
+	TokensPerSec    float64 `json:"tokens_per_sec"` // gen_length / seconds
 }
 
 type chatChoice struct {

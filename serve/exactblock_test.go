@@ -56,8 +56,18 @@ func TestExactBlockServe(t *testing.T) {
 	want := make([]string, len(bodies))
 	for i, b := range bodies {
 		want[i] = decodeChat(t, post(t, none, "/v1/chat/completions", b)).Choices[0].Message.Content
-		if got := decodeChat(t, post(t, exact, "/v1/chat/completions", b)).Choices[0].Message.Content; got != want[i] {
+		r := decodeChat(t, post(t, exact, "/v1/chat/completions", b))
+		if got := r.Choices[0].Message.Content; got != want[i] {
 			t.Errorf("request %d: exact-block %q, none %q", i, got, want[i])
+		}
+		// Every layer's K/V of the prefix tokens found in the store come
+		// from it: they are OpenAI's cached prompt tokens, whole blocks.
+		d := r.Dlmcache
+		if c := r.Usage.PromptTokensDetails.CachedTokens; c != d.PrefixHitTokens || c > d.PrefixTokens || c%B != 0 && c != d.PrefixTokens {
+			t.Errorf("request %d: %d cached prompt tokens, %d prefix tokens found in the store of %d", i, c, d.PrefixHitTokens, d.PrefixTokens)
+		}
+		if q := i % 4; i < 8 && q > 0 && d.PrefixHitTokens < d.PrefixTokens/B*B {
+			t.Errorf("request %d, a repeated system message: %d of its %d prefix tokens found in the store", i, d.PrefixHitTokens, d.PrefixTokens)
 		}
 	}
 	var wg sync.WaitGroup

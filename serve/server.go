@@ -345,6 +345,13 @@ type result struct {
 	completion   int
 	stats        Stats
 	promptTokens int
+	cachedTokens int // prompt tokens whose K/V came from the store at every layer
+}
+
+// usage is the response's token counts.
+func (r *result) usage() usage {
+	return usage{PromptTokens: r.promptTokens, CompletionTokens: r.completion, TotalTokens: r.promptTokens + r.completion,
+		PromptTokensDetails: promptTokensDetails{CachedTokens: r.cachedTokens}}
 }
 
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
@@ -384,7 +391,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		return &chatResponse{ID: "chatcmpl-" + id, Object: "chat.completion", Created: created, Model: s.cfg.Name,
 			SystemFingerprint: s.fingerprint(),
 			Choices:           []chatChoice{{Index: 0, Message: responseMessage{Role: "assistant", Content: res.text}, FinishReason: res.finish}},
-			Usage:             usage{res.promptTokens, res.completion, res.promptTokens + res.completion}, Dlmcache: res.stats}
+			Usage:             res.usage(), Dlmcache: res.stats}
 	}, s.chatChunk)
 }
 
@@ -410,7 +417,7 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) {
 		return &completionResponse{ID: "cmpl-" + id, Object: "text_completion", Created: created, Model: s.cfg.Name,
 			SystemFingerprint: s.fingerprint(),
 			Choices:           []completionChoice{{Index: 0, Text: res.text, FinishReason: res.finish}},
-			Usage:             usage{res.promptTokens, res.completion, res.promptTokens + res.completion}, Dlmcache: res.stats}
+			Usage:             res.usage(), Dlmcache: res.stats}
 	}, s.completionChunk)
 }
 
@@ -770,7 +777,7 @@ func (s *Server) run(ctx context.Context, j *job) (*result, *apiError) {
 		}
 	}
 	st := Stats{Method: meth.Name(), Depth: info.Depth, Ratio: float64(j.prefixLen) / float64(len(j.ids)+j.gen.GenLength),
-		Clamped: info.Clamped, PrefixTokens: j.prefixLen, PrefixHit: info.Hit, NFE: g.NFE,
+		Clamped: info.Clamped, PrefixTokens: j.prefixLen, PrefixHit: info.Hit, PrefixHitTokens: info.HitTokens, NFE: g.NFE,
 		GenLength: j.gen.GenLength, Steps: j.gen.Steps, BlockLength: j.gen.BlockLength,
 		Seconds: g.Duration.Seconds(), QueueSeconds: queued.Seconds()}
 	if g.RowsFull > 0 {
@@ -781,7 +788,11 @@ func (s *Server) run(ctx context.Context, j *job) (*result, *apiError) {
 	}
 	s.met.generation(&st, len(j.ids), n, s.cfg.Now())
 	s.met.rows(g.RowsComputed, g.RowsFull, g.FLOPs+info.PrefixFLOPs, g.FLOPsFull)
-	return &result{text: text, finish: finish, completion: n, stats: st, promptTokens: len(j.ids)}, nil
+	cached := 0
+	if info.Depth >= len(lm.LLaDA.Blocks) {
+		cached = info.HitTokens
+	}
+	return &result{text: text, finish: finish, completion: n, stats: st, promptTokens: len(j.ids), cachedTokens: cached}, nil
 }
 
 // answer decodes the answer slots up to the first stop token, then applies

@@ -201,6 +201,14 @@ func TestChatCompletion(t *testing.T) {
 	if !r2.Dlmcache.PrefixHit || r2.Dlmcache.PrefixTokens != d.PrefixTokens {
 		t.Errorf("second request with the same system message: %+v", r2.Dlmcache)
 	}
+	// Found in the store, but bicache at depth 2 of 3 computes the prefix
+	// rows in the last layer: none of its tokens is a cached prompt token.
+	if r1.Dlmcache.PrefixHitTokens != 0 || r2.Dlmcache.PrefixHitTokens != d.PrefixTokens ||
+		r1.Usage.PromptTokensDetails.CachedTokens != 0 || r2.Usage.PromptTokensDetails.CachedTokens != 0 {
+		t.Errorf("prefix tokens found in the store %d, %d (want 0, %d); cached prompt tokens %d, %d (want 0, 0)",
+			r1.Dlmcache.PrefixHitTokens, r2.Dlmcache.PrefixHitTokens, d.PrefixTokens,
+			r1.Usage.PromptTokensDetails.CachedTokens, r2.Usage.PromptTokensDetails.CachedTokens)
+	}
 	page := get(t, s, "/metrics").Body.String()
 	// The backend and its GEMM library, as `dlmcache version` says them.
 	if fams, err := parseMetrics(page); err != nil || len(fams["dlmcache_backend_info"].GetMetric()) != 1 {

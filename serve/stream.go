@@ -149,7 +149,7 @@ func (k *sseSink) finish(res *result) {
 	}
 	k.event(last)
 	if k.usage {
-		u := usage{res.promptTokens, res.completion, res.promptTokens + res.completion}
+		u := res.usage()
 		k.event(k.chunk(k.id, k.created, "", false, nil, &u))
 	}
 	k.raw([]byte("data: [DONE]\n\n"))

@@ -236,9 +236,13 @@ func (sv *loadServed) add(r loadRequest, a loadAnswer, ref map[string]string) {
 		sv.GenSeconds += st.Seconds
 		if st.Depth > 0 || st.PrefixHit { // its method looked the prefix up in the store
 			sv.PrefixTokens += st.PrefixTokens
-			if st.PrefixHit {
-				sv.PrefixHitTokens += st.PrefixTokens
+			// The tokens found, partial matches of a block store included
+			// (a server without prefix_hit_tokens: the prefix on a hit).
+			hit := st.PrefixHitTokens
+			if hit == 0 && st.PrefixHit {
+				hit = st.PrefixTokens
 			}
+			sv.PrefixHitTokens += hit
 		}
 	}
 }

@@ -413,7 +413,14 @@ func TestLoadtestConversationsReuseTheServersStoredTurns(t *testing.T) {
 		t.Errorf("exact-block answers %d of %d requests as none does", lv[0].Agree, lv[0].Compared)
 	}
 	for k, tn := range lv[0].Turns {
-		if tn.Requests != 2 || tn.PrefixTokens == 0 || tn.PrefixHitTokens != map[bool]int{true: 0, false: tn.PrefixTokens}[k == 0] {
+		// Turn 1 finds only what the two conversations' prompts share (the
+		// chat template's opening); a later turn every full block of its
+		// prefix: all but each request's partial last block (blocks of 8).
+		found := tn.PrefixHitTokens < tn.PrefixTokens/2
+		if k > 0 {
+			found = tn.PrefixHitTokens <= tn.PrefixTokens && tn.PrefixTokens-tn.PrefixHitTokens < 8*tn.Requests
+		}
+		if tn.Requests != 2 || tn.PrefixTokens == 0 || !found {
 			t.Errorf("turn %d: %d requests, %d/%d prefix tokens found in the store\n%s", k+1, tn.Requests, tn.PrefixHitTokens, tn.PrefixTokens, out)
 		}
 		if k > 0 && tn.PrefixTokens <= lv[0].Turns[k-1].PrefixTokens {
