@@ -143,21 +143,7 @@ func (s *BlockStore) get(lm *model.LLaDA, id PrefixID, count bool) ([]*blockNode
 	B := s.blockSize
 	nb := len(id.Tokens) / B
 	s.mu.Lock()
-	var chain []*blockNode
-	var next Key // the first missing block's key
-	for {
-		chain, next = s.walk(id, nb)
-		// Single flight: a request already filling from the same block on
-		// stores what this one would compute; wait for it and look again.
-		wait := s.filling[next]
-		if len(chain) == nb || wait == nil {
-			break
-		}
-		s.mu.Unlock()
-		s.releaseNodes(chain)
-		<-wait
-		s.mu.Lock()
-	}
+	chain, next := s.walkWaiting(id, nb)
 	hit := len(chain) * B
 	if count {
 		s.count(len(id.Tokens), len(chain), nb)
@@ -166,15 +152,9 @@ func (s *BlockStore) get(lm *model.LLaDA, id PrefixID, count bool) ([]*blockNode
 		s.mu.Unlock()
 		return chain, hit, 0, 0, nil
 	}
-	done := make(chan struct{})
-	s.filling[next] = done
+	unclaim := s.claim(next)
 	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.filling, next)
-		s.mu.Unlock()
-		close(done)
-	}()
+	defer unclaim()
 
 	// Compute the missing blocks over the stored ones.
 	fresh, rows, flops, err := s.fill(lm, id, chain, nb)
@@ -223,32 +203,46 @@ func (s *BlockStore) count(m, found, nb int) {
 func (s *BlockStore) lookup(id PrefixID, m int) (chain []*blockNode, unclaim func()) {
 	nb := len(id.Tokens) / s.blockSize
 	s.mu.Lock()
-	var next Key
+	defer s.mu.Unlock()
+	chain, next := s.walkWaiting(id, nb)
+	if mb := min(m, len(id.Tokens)) / s.blockSize; mb > 0 {
+		s.count(m, min(len(chain), mb), mb)
+	}
+	if len(chain) == nb {
+		return chain, func() {}
+	}
+	return chain, s.claim(next)
+}
+
+// walkWaiting is walk, single flight: while another request computes the
+// block after the chain (it claimed it: get's fill, or a caller of
+// lookup), it waits for that and walks again, as that request stores what
+// this one would compute. mu is held on entry and on return.
+func (s *BlockStore) walkWaiting(id PrefixID, nb int) ([]*blockNode, Key) {
 	for {
-		chain, next = s.walk(id, nb)
+		chain, next := s.walk(id, nb)
 		wait := s.filling[next]
 		if len(chain) == nb || wait == nil {
-			break
+			return chain, next
 		}
 		s.mu.Unlock()
 		s.releaseNodes(chain)
 		<-wait
 		s.mu.Lock()
 	}
-	if mb := min(m, len(id.Tokens)) / s.blockSize; mb > 0 {
-		s.count(m, min(len(chain), mb), mb)
-	}
-	if len(chain) == nb || next == 0 {
-		// Nothing missing, or a hash collision (the walk's key 0): nothing
-		// to claim.
-		s.mu.Unlock()
-		return chain, func() {}
+}
+
+// claim marks the block of key next as being computed (mu held) and
+// returns what ends the claim, waking the requests waiting on it; it may
+// be called more than once. A hash collision's key 0 is not claimed.
+func (s *BlockStore) claim(next Key) (unclaim func()) {
+	if next == 0 {
+		return func() {}
 	}
 	done := make(chan struct{})
 	s.filling[next] = done
-	s.mu.Unlock()
 	var once sync.Once
-	return chain, func() {
+	return func() {
 		once.Do(func() {
 			s.mu.Lock()
 			delete(s.filling, next)

@@ -53,11 +53,7 @@ func TestLoadtestAnswersEveryRequestAndPlots(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	var res map[string][]loadLevel
-	b, err := os.ReadFile(filepath.Join(dir, "loadtest.json"))
-	if err != nil || json.Unmarshal(b, &res) != nil {
-		t.Fatalf("loadtest.json: %v %s", err, b)
-	}
+	res := readLoad(t, dir)
 	lv := res["none"]
 	if len(lv) != 2 || lv[1].Clients != 3 || lv[0].Errors+lv[1].Errors != 0 || lv[1].TokensPerS <= 0 || lv[1].FirstP50 > lv[1].LatencyP50 {
 		t.Errorf("levels %+v\n%s", lv, errOut)
@@ -81,11 +77,7 @@ func TestLoadtestAnswersEveryRequestAndPlots(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	b, _ = os.ReadFile(filepath.Join(dir, "loadtest.json"))
-	res = nil
-	if err := json.Unmarshal(b, &res); err != nil {
-		t.Fatal(err)
-	}
+	res = readLoad(t, dir)
 	l := res["prefix-all"]
 	if len(l) != 1 || len(res["none"]) != 2 {
 		t.Fatalf("labels %v", res)
@@ -209,11 +201,7 @@ func TestLoadtestSendsBenchsSharedWorkload(t *testing.T) {
 			lookups++
 		}
 	}
-	var res map[string][]loadLevel
-	b, _ := os.ReadFile(filepath.Join(dir, "loadtest.json"))
-	if err := json.Unmarshal(b, &res); err != nil {
-		t.Fatal(err)
-	}
+	res := readLoad(t, dir)
 	lv := res["fake"]
 	if len(lv) != 1 || lv[0].Requests != 12 || lv[0].Checked != 12 || lv[0].Correct != lookups || len(lv[0].Turns) != 0 {
 		t.Errorf("level %+v: want 12 requests, %d of them right", lv, lookups)
@@ -245,11 +233,7 @@ func TestLoadtestSendsBenchsSharedWorkload(t *testing.T) {
 			t.Errorf("stderr does not say nothing was compared:\n%s", errOut)
 		}
 	}
-	b, _ = os.ReadFile(filepath.Join(dir, "loadtest.json"))
-	res = nil
-	if err := json.Unmarshal(b, &res); err != nil {
-		t.Fatal(err)
-	}
+	res = readLoad(t, dir)
 	lv = res["fake2"]
 	if len(lv) != 2 || lv[0].Clients != 1 || lv[1].Clients != 2 || len(res["fake"]) != 1 {
 		t.Fatalf("levels %+v", res)
@@ -305,11 +289,7 @@ func TestLoadtestConversationsCarryTheServersAnswers(t *testing.T) {
 	if len(seen) != len(want) {
 		t.Errorf("%d distinct turns sent of %d", len(seen), len(want))
 	}
-	var res map[string][]loadLevel
-	b, _ := os.ReadFile(filepath.Join(dir, "loadtest.json"))
-	if err := json.Unmarshal(b, &res); err != nil {
-		t.Fatal(err)
-	}
+	res := readLoad(t, dir)
 	lv := res["fake"]
 	if len(lv) != 1 || lv[0].Requests != len(want) || lv[0].Errors != 0 || len(lv[0].Turns) != 3 {
 		t.Fatalf("levels %+v", lv)
@@ -334,11 +314,7 @@ func TestLoadtestConversationsCarryTheServersAnswers(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	b, _ = os.ReadFile(filepath.Join(dir, "loadtest.json"))
-	res = nil
-	if err := json.Unmarshal(b, &res); err != nil {
-		t.Fatal(err)
-	}
+	res = readLoad(t, dir)
 	again := res["again"]
 	if len(again) != 1 || again[0].Compared != len(want) || again[0].Agree != 2*convs || len(again[0].Turns) != 3 {
 		t.Fatalf("agreement %+v", again)
@@ -400,11 +376,7 @@ func TestLoadtestConversationsReuseTheServersStoredTurns(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	var res map[string][]loadLevel
-	b, _ := os.ReadFile(filepath.Join(dir, "loadtest.json"))
-	if err := json.Unmarshal(b, &res); err != nil {
-		t.Fatal(err)
-	}
+	res := readLoad(t, dir)
 	lv := res["exact-block"]
 	if len(lv) != 1 || lv[0].Errors != 0 || len(lv[0].Turns) != 3 || len(res["none"]) != 1 {
 		t.Fatalf("levels %+v\n%s\n%s", res, out, stderr)
@@ -427,4 +399,15 @@ func TestLoadtestConversationsReuseTheServersStoredTurns(t *testing.T) {
 			t.Errorf("turn %d's prefix (%d tokens) is no longer than turn %d's (%d)", k+1, tn.PrefixTokens, k, lv[0].Turns[k-1].PrefixTokens)
 		}
 	}
+}
+
+// readLoad reads the levels loadtest --out kept in dir, by label.
+func readLoad(t *testing.T, dir string) map[string][]loadLevel {
+	t.Helper()
+	var res map[string][]loadLevel
+	b, err := os.ReadFile(filepath.Join(dir, "loadtest.json"))
+	if err != nil || json.Unmarshal(b, &res) != nil {
+		t.Fatalf("loadtest.json: %v %s", err, b)
+	}
+	return res
 }
