@@ -374,18 +374,9 @@ func (s *BlockStore) fill(lm *model.LLaDA, id PrefixID, chain []*blockNode, nb i
 
 // sub copies rows r of t into a new tensor.
 func (s *BlockStore) sub(t backend.Tensor, r []int32) backend.Tensor {
-	c := newFull(s.b, len(r), t.Cols())
+	c := backend.NewUninit(s.b, len(r), t.Cols())
 	s.b.CopyRows(c, nil, t, r)
 	return c
-}
-
-// newFull is a [rows, cols] tensor its maker writes in full: not cleared
-// where the backend can skip it.
-func newFull(b backend.Backend, rows, cols int) backend.Tensor {
-	if u, ok := b.(backend.Uninit); ok {
-		return u.NewUninit(rows, cols)
-	}
-	return b.New(rows, cols)
 }
 
 func (s *BlockStore) freeNode(n *blockNode) {
@@ -568,8 +559,8 @@ func (c *blockFill) KV(l int, rows []int32, k, v backend.Tensor) error {
 }
 func (c *blockFill) Observe(_ int, _ []int32, h, k, v backend.Tensor) {
 	r := iota32(c.from, c.to)
-	kk := newFull(c.b, len(r), k.Cols())
-	vv := newFull(c.b, len(r), v.Cols())
+	kk := backend.NewUninit(c.b, len(r), k.Cols())
+	vv := backend.NewUninit(c.b, len(r), v.Cols())
 	c.b.CopyRows(kk, nil, k, r)
 	c.b.CopyRows(vv, nil, v, r)
 	c.k, c.v = append(c.k, kk), append(c.v, vv)

@@ -97,19 +97,8 @@ func (p *exactPlanner) Begin(r *model.Request) error {
 	// Where the backend keeps attention's layout of such buffers
 	// (backend.KVAllocator), a step lays out only the rows it computed.
 	p.kv = newKVBuffers(p.lm, n)
-	newKV := func(rows, cols int) (backend.Tensor, backend.Tensor) {
-		return p.kv.b.New(rows, cols), p.kv.b.New(rows, cols)
-	}
-	if u, ok := p.kv.b.(backend.Uninit); ok {
-		newKV = func(rows, cols int) (backend.Tensor, backend.Tensor) {
-			return u.NewUninit(rows, cols), u.NewUninit(rows, cols)
-		}
-	}
-	if a, ok := p.kv.b.(backend.KVAllocator); ok {
-		newKV = a.NewKV
-	}
 	for l := range p.kv.k {
-		p.kv.k[l], p.kv.v[l] = newKV(n, p.kv.cols)
+		p.kv.k[l], p.kv.v[l] = backend.NewKV(p.kv.b, n, p.kv.cols)
 	}
 	m := r.PrefixLen
 	p.info.PrefixToken = m
@@ -296,7 +285,7 @@ func (p *exactPlanner) Observe(l int, _ []int32, _, k, v backend.Tensor) {
 	for j, n := range p.fresh {
 		lo := (len(p.chain) + j) * SB
 		rows := iota32(lo, lo+SB)
-		nk, nv := newFull(b, SB, k.Cols()), newFull(b, SB, v.Cols())
+		nk, nv := backend.NewUninit(b, SB, k.Cols()), backend.NewUninit(b, SB, v.Cols())
 		b.CopyRows(nk, nil, k, rows)
 		b.CopyRows(nv, nil, v, rows)
 		n.addLayer(nk, nv, nil)

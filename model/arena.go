@@ -24,12 +24,7 @@ type arena struct {
 // destination of an operation (or a plan's KV or Hidden) that writes it
 // in full.
 func (a *arena) alloc(r, cols int) backend.Tensor {
-	var t backend.Tensor
-	if u, ok := a.b.(backend.Uninit); ok {
-		t = u.NewUninit(r, cols)
-	} else {
-		t = a.b.New(r, cols)
-	}
+	t := backend.NewUninit(a.b, r, cols)
 	a.mu.Lock()
 	a.ts = append(a.ts, t)
 	a.mu.Unlock()

@@ -155,6 +155,15 @@ type Uninit interface {
 	NewUninit(rows, cols int) Tensor
 }
 
+// NewUninit is a [rows, cols] matrix its maker writes in full: b's
+// NewUninit where it has one, else New.
+func NewUninit(b Backend, rows, cols int) Tensor {
+	if u, ok := b.(Uninit); ok {
+		return u.NewUninit(rows, cols)
+	}
+	return b.New(rows, cols)
+}
+
 // KVAllocator is an optional Backend method: a pair of [rows, cols]
 // key and value buffers (contents unspecified, as Uninit's) that attention
 // reads many times while only some of their rows change between reads —
@@ -165,6 +174,15 @@ type Uninit interface {
 // through the backend alone. Free both when done.
 type KVAllocator interface {
 	NewKV(rows, cols int) (k, v Tensor)
+}
+
+// NewKV is a pair of [rows, cols] key and value buffers kept across a
+// request's steps: b's NewKV where it has one, else two NewUninit.
+func NewKV(b Backend, rows, cols int) (k, v Tensor) {
+	if a, ok := b.(KVAllocator); ok {
+		return a.NewKV(rows, cols)
+	}
+	return NewUninit(b, rows, cols), NewUninit(b, rows, cols)
 }
 
 // AttentionBatcher is an optional Backend method: the attentions of
