@@ -117,16 +117,11 @@ func storeAnswersNote(opts *benchOptions, es []*profile.Evaluator) error {
 	if !opts.StoreAnswer {
 		return nil
 	}
-	var blocks, stores []string
-	for _, e := range es {
-		switch cache.StoreOf(e.Method).(type) {
-		case nil:
-		case *cache.BlockStore:
-			blocks = append(blocks, e.Method.Name())
-		default:
-			stores = append(stores, e.Method.Name())
-		}
+	ms := make([]cache.Method, len(es))
+	for i, e := range es {
+		ms[i] = e.Method
 	}
+	blocks, stores := storesOf(ms)
 	if len(stores) > 0 {
 		return fmt.Errorf("--store-answers keeps answered conversations in a block store, but %s keep whole prefixes: add --store-blocks N (a block store of N-token blocks)",
 			strings.Join(stores, ", "))
@@ -136,6 +131,23 @@ func storeAnswersNote(opts *benchOptions, es []*profile.Evaluator) error {
 			strings.Join(opts.Methods, ", "))
 	}
 	return nil
+}
+
+// storesOf names the methods that keep a block store (blocks) and those
+// that keep whole prefixes (whole); the others keep no prefix store. Only
+// a block store holds an answered conversation for its next turn
+// (--store-answers).
+func storesOf(ms []cache.Method) (blocks, whole []string) {
+	for _, m := range ms {
+		switch cache.StoreOf(m).(type) {
+		case nil:
+		case *cache.BlockStore:
+			blocks = append(blocks, m.Name())
+		default:
+			whole = append(whole, m.Name())
+		}
+	}
+	return blocks, whole
 }
 
 // benchBase is the method a composition or variant is built on ("" for

@@ -291,12 +291,12 @@ func apiKeys(flags []string, file string) ([]string, error) {
 // in, which the note says (the server then stores nothing, as bench does
 // for such a method).
 func storeAnswersServed(meth cache.Method) (note string, err error) {
-	switch cache.StoreOf(meth).(type) {
-	case *cache.BlockStore:
-		return "", nil
-	case nil:
-		return fmt.Sprintf("--store-answers: method %s keeps no prefix store, so no answered conversation is stored", meth.Name()), nil
-	default:
+	blocks, whole := storesOf([]cache.Method{meth})
+	switch {
+	case len(whole) > 0:
 		return "", fmt.Errorf("--store-answers keeps answered conversations in a block store, but method %s keeps whole prefixes: add --store-blocks N (a block store of N-token blocks)", meth.Name())
+	case len(blocks) == 0:
+		return fmt.Sprintf("--store-answers: method %s keeps no prefix store, so no answered conversation is stored", meth.Name()), nil
 	}
+	return "", nil
 }
