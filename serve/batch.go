@@ -21,6 +21,9 @@ import (
 type batcher struct {
 	lm       *model.LLaDA
 	maxBatch int
+	// group, if not nil, is the workers this batcher is one of: its
+	// forwards run on the model group.model() gives.
+	group *workers
 
 	mu      sync.Mutex
 	cond    *sync.Cond
@@ -85,6 +88,9 @@ func (s *session) join() bool {
 	if !s.joined {
 		s.joined = true
 		s.b.active++
+		if s.b.active == 1 && s.b.group != nil {
+			s.b.group.busy.Add(1)
+		}
 	}
 	return true
 }
@@ -118,6 +124,9 @@ func (s *session) end() {
 	if s.joined {
 		s.joined = false
 		b.active--
+		if b.active == 0 && b.group != nil {
+			b.group.busy.Add(-1)
+		}
 		b.cond.Broadcast()
 	}
 }
@@ -156,16 +165,20 @@ func (b *batcher) run(jobs []*fwdJob) {
 	for i, j := range jobs {
 		ins[i], plans[i] = j.in, j.plan
 	}
+	lm := b.lm
+	if b.group != nil {
+		lm = b.group.model()
+	}
 	var outs []*model.Output
 	err := recovered(func() (err error) {
-		outs, err = b.lm.ForwardBatch(ins, plans)
+		outs, err = lm.ForwardBatch(ins, plans)
 		return err
 	})
 	if err != nil && len(jobs) > 1 {
 		// One bad request must not fail the others: run each alone.
 		for _, j := range jobs {
 			j.err = recovered(func() (err error) {
-				j.out, err = b.lm.Forward(j.in, j.plan)
+				j.out, err = lm.Forward(j.in, j.plan)
 				return err
 			})
 			close(j.done)

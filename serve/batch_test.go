@@ -254,6 +254,85 @@ func chatFrom(t *testing.T, i int, h http.Handler, body string) *chatResponse {
 
 // join joins a session with no deadline (its end leaves) to the batch at
 // once, as its first forward would.
+// TestWorkersSpreadAndShare: generations go to the worker with the
+// fewest; a worker's forwards run on every thread while it is the only
+// one with generations in its batch and on threads/busy otherwise, with
+// the logits of the model's own forward.
+func TestWorkersSpreadAndShare(t *testing.T) {
+	base := loadTiny(t)
+	lm := *base.LLaDA
+	lm.Backend = base.Backend.(backend.Threaded).WithThreads(4)
+	w, err := newWorkers(&lm, 3, 8, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	threads := func() int { return w.model().Backend.(backend.Threaded).Threads() }
+	worker := func(s *session) int { return slices.Index(w.bs, s.b) }
+	open := func() (*session, func()) { return w.session(context.Background()) }
+	s0, leave0 := open()
+	s1, leave1 := open()
+	s2, leave2 := open()
+	if got := []int{worker(s0), worker(s1), worker(s2)}; !slices.Equal(got, []int{0, 1, 2}) {
+		t.Errorf("three generations went to workers %v, want [0 1 2]", got)
+	}
+	leave1()
+	s3, leave3 := open()
+	if worker(s3) != 1 {
+		t.Errorf("after worker 1's generation left, the next went to worker %d, want 1", worker(s3))
+	}
+	// Busy workers: those with a generation joined (at its first forward).
+	if threads() != 4 {
+		t.Errorf("no worker busy: %d threads, want 4", threads())
+	}
+	joinNow(s0)
+	if threads() != 4 {
+		t.Errorf("one worker busy: %d threads, want 4", threads())
+	}
+	joinNow(s2)
+	if threads() != 2 {
+		t.Errorf("two workers busy: %d threads, want 2", threads())
+	}
+	joinNow(s3)
+	if threads() != 1 {
+		t.Errorf("three workers busy: %d threads, want 1 (4/3)", threads())
+	}
+	in := model.Input{Tokens: []int32{1, 2, 3, 4, 5}, LogitRows: []int32{4}}
+	want, err := base.Forward(in, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []*session{s0, s2, s3} {
+		out, err := s.Forward(in, nil)
+		if err != nil || !slices.Equal(out.Logits, want.Logits) {
+			t.Errorf("worker %d's forward: err %v, or its logits differ from the model's forward", worker(s), err)
+		}
+	}
+	leave2()
+	leave3()
+	if threads() != 4 {
+		t.Errorf("one worker busy again: %d threads, want 4", threads())
+	}
+	leave0()
+	if w.busy.Load() != 0 || !slices.Equal(w.sessions, []int{0, 0, 0}) {
+		t.Errorf("all left: %d busy, sessions %v", w.busy.Load(), w.sessions)
+	}
+}
+
+// Workers need a backend that divides its threads.
+func TestWorkersNeedThreadedBackend(t *testing.T) {
+	lm := *loadTiny(t).LLaDA
+	lm.Backend = hideThreads{lm.Backend}
+	if _, err := newWorkers(&lm, 2, 8, nil); err == nil || !strings.Contains(err.Error(), "threads") {
+		t.Errorf("two workers on a backend without WithThreads: %v", err)
+	}
+	if _, err := newWorkers(&lm, 1, 8, nil); err != nil {
+		t.Errorf("one worker: %v", err)
+	}
+}
+
+// hideThreads is a backend without backend.Threaded.
+type hideThreads struct{ backend.Backend }
+
 func join(b *batcher) *session {
 	s, _ := b.session(context.Background())
 	joinNow(s)

@@ -22,7 +22,8 @@ import (
 // beats running them one after another: each iteration sends 4 chat
 // requests (2 shared system messages) through the handler with
 // MaxConcurrency 1, 2 and 4, and 16 requests with MaxConcurrency 2 unbatched
-// and with MaxBatch 16 (one batched forward per step), and reports answer
+// and with MaxBatch 16 (one batched forward per step; one worker, then
+// two side by side), and reports answer
 // tokens/s and requests/s over the batch, the server's GFLOP/s
 // (dlmcache_flops_total over the wall time) and its ratio to raw OpenBLAS
 // sgemm measured just before and just after (sgemm-ratio).
@@ -65,13 +66,15 @@ func BenchmarkConcurrency(b *testing.B) {
 		b.Fatal(err)
 	}
 	configs := []struct {
-		name                 string
-		conc, batch, clients int
+		name                          string
+		conc, batch, workers, clients int
 	}{
-		{"concurrency-1", 1, 0, 4}, {"concurrency-2", 2, 0, 4}, {"concurrency-4", 4, 0, 4},
+		{"concurrency-1", 1, 0, 1, 4}, {"concurrency-2", 2, 0, 1, 4}, {"concurrency-4", 4, 0, 1, 4},
 		// 16 clients: two unbatched generations at a time (the default
-		// before batching) against one batched forward for all 16.
-		{"concurrency-2/clients-16", 2, 0, 16}, {"batch-16/clients-16", 16, 16, 16},
+		// before batching) against one batched forward for all 16, and
+		// two batches side by side (serve's default --workers).
+		{"concurrency-2/clients-16", 2, 0, 1, 16}, {"batch-16/clients-16", 16, 16, 1, 16},
+		{"batch-16/workers-2/clients-16", 16, 16, 2, 16},
 	}
 	for _, method := range []string{"none", "prefix-all", "bicache"} {
 		for _, cf := range configs {
@@ -88,7 +91,7 @@ func BenchmarkConcurrency(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				s, err := New(Config{Model: m, Method: meth, Gen: gen, MaxConcurrency: cf.conc, MaxBatch: cf.batch, MaxQueue: len(reqs)})
+				s, err := New(Config{Model: m, Method: meth, Gen: gen, MaxConcurrency: cf.conc, MaxBatch: cf.batch, Workers: cf.workers, MaxQueue: len(reqs)})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -18,12 +18,13 @@ import (
 // a three-turn conversation get the answers of a server computing every
 // row, unbatched and batched; every repeated system message's full blocks
 // are counted as prefix tokens served from the store; a stream sends its
-// answer a committed block at a time.
+// answer a committed block at a time. Two workers give the same answers
+// and hits as one.
 func TestExactBlockServe(t *testing.T) {
 	const B = 8
 	m := testmodel.Load(t, "tiny-block") // block-causal, blocks of 8
 	gen := model.GenOptions{GenLength: 4 * B, Steps: 2 * B, BlockLength: B}
-	server := func(method string, batch int) *Server {
+	server := func(method string, batch, workers int) *Server {
 		o := cache.Options{Fingerprint: m.Fingerprint}
 		if method != "none" {
 			o.Store = cache.NewBlockStore(m.Backend, B, 1<<30, true, nil)
@@ -32,13 +33,14 @@ func TestExactBlockServe(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s, err := New(Config{Model: m, Method: meth, Gen: gen, MaxConcurrency: max(1, batch), MaxBatch: batch})
+		s, err := New(Config{Model: m, Method: meth, Gen: gen, MaxConcurrency: max(1, batch), MaxBatch: batch, Workers: workers})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return s
 	}
-	none, exact, batched := server("none", 1), server("exact-block", 1), server("exact-block", 4)
+	none, exact := server("none", 1, 1), server("exact-block", 1, 1)
+	batched, workers := server("exact-block", 4, 1), server("exact-block", 4, 2)
 	var bodies []string
 	systems := []string{"You are a terse assistant. Follow the house rules: be brief, be kind, never guess.", "Answer in one word."}
 	for _, sys := range systems {
@@ -71,12 +73,14 @@ func TestExactBlockServe(t *testing.T) {
 		}
 	}
 	var wg sync.WaitGroup
-	for i, b := range bodies {
-		wg.Go(func() {
-			if r := chatFrom(t, i, batched, b); r != nil && r.Choices[0].Message.Content != want[i] {
-				t.Errorf("request %d batched: exact-block %q, none %q", i, r.Choices[0].Message.Content, want[i])
-			}
-		})
+	for _, s := range []*Server{batched, workers} {
+		for i, b := range bodies {
+			wg.Go(func() {
+				if r := chatFrom(t, i, s, b); r != nil && r.Choices[0].Message.Content != want[i] {
+					t.Errorf("request %d batched, %d workers: exact-block %q, none %q", i, s.cfg.Workers, r.Choices[0].Message.Content, want[i])
+				}
+			})
+		}
 	}
 	wg.Wait()
 
@@ -99,8 +103,10 @@ func TestExactBlockServe(t *testing.T) {
 	// system message wait for the first one's first step to store its
 	// blocks instead of computing them beside it (and a waiting request
 	// holds up no batch: it joins at its first forward).
-	if bst := cache.StoreOf(batched.Method()).Stats(); bst.HitTokens < hits {
-		t.Errorf("batched, sent at once: %d prefix tokens served from the store, want at least the repeated system messages' %d", bst.HitTokens, hits)
+	for _, s := range []*Server{batched, workers} {
+		if bst := cache.StoreOf(s.Method()).Stats(); bst.HitTokens < hits {
+			t.Errorf("batched, %d workers, sent at once: %d prefix tokens served from the store, want at least the repeated system messages' %d", s.cfg.Workers, bst.HitTokens, hits)
+		}
 	}
 	rec := httptest.NewRecorder()
 	exact.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))

@@ -42,6 +42,11 @@ type Config struct {
 	// running generations as one batched forward (continuous batching;
 	// see batch.go); MaxConcurrency then defaults to MaxBatch.
 	MaxBatch int
+	// Workers, with MaxBatch above 1, is how many batches run side by
+	// side (default 1), each on its share of the backend's threads while
+	// others have work (workers.go); more than one needs a backend that
+	// divides its threads (backend.Threaded).
+	Workers int
 	// MaxQueue is how many more requests may wait for a slot (default
 	// 4·MaxConcurrency); past it a request gets 429 at once.
 	MaxQueue int
@@ -116,7 +121,7 @@ type Server struct {
 	base     context.Context
 	shutdown context.CancelCauseFunc
 	warned   sync.Map // table regimes warned about (lut.Regime → true)
-	batch    *batcher // nil: each generation runs its own forwards
+	batch    *workers // nil: each generation runs its own forwards
 	keys     apiKeys  // nil: no API key needed
 	trim     *memlimit.Trimmer
 }
@@ -220,7 +225,11 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.met = newMetrics(cfg.Method.Name(), cfg.Model.Backend, store, cfg.Now)
 	if cfg.MaxBatch > 1 {
-		s.batch = newBatcher(cfg.Model.LLaDA, cfg.MaxBatch, func(n int) { s.met.batchSize.Observe(float64(n)) })
+		w, err := newWorkers(cfg.Model.LLaDA, max(1, cfg.Workers), cfg.MaxBatch, func(n int) { s.met.batchSize.Observe(float64(n)) })
+		if err != nil {
+			return nil, fmt.Errorf("serve: %w", err)
+		}
+		s.batch = w
 	}
 	s.mux.HandleFunc("POST /v1/chat/completions", s.handleChat)
 	s.mux.HandleFunc("POST /v1/completions", s.handleCompletion)

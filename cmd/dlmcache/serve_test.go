@@ -14,6 +14,8 @@ import (
 	"github.com/dlmcache/dlmcache/internal/testmodel"
 	"github.com/dlmcache/dlmcache/internal/testutil"
 	"github.com/dlmcache/dlmcache/lut"
+	"github.com/dlmcache/dlmcache/model/backend"
+	"github.com/dlmcache/dlmcache/model/cpu"
 )
 
 const serveFixture = "../../model/testdata/tiny-bf16"
@@ -282,6 +284,40 @@ func TestServeAcceptsItsAPIKeysAndHidesTheModelPath(t *testing.T) {
 	}()} {
 		if _, err := apiKeys(nil, bad); err == nil || !strings.Contains(err.Error(), "--api-key-file") {
 			t.Errorf("key file %s: %v", bad, err)
+		}
+	}
+}
+
+// --workers: 2 by default where batches run on a backend of at least two
+// threads, else 1; more than one where they cannot run is refused.
+func TestServeWorkers(t *testing.T) {
+	two, one := cpu.New(2), cpu.New(1)
+	gpuLike := struct{ backend.Backend }{two} // no backend.Threaded
+	for _, c := range []struct {
+		flag, batch int
+		be          backend.Backend
+		want        int
+		note, err   string
+	}{
+		{0, 16, two, 2, "2 workers (2 threads for a worker alone, 1 each when all have work)", ""},
+		{0, 16, one, 1, "1 worker", ""},
+		{0, 16, gpuLike, 1, "1 worker", ""},
+		{0, 1, two, 1, "no batches (--max-batch 1)", ""},
+		{1, 16, two, 1, "1 worker", ""},
+		{3, 16, two, 3, "3 workers (2 threads for a worker alone, 1 each when all have work)", ""},
+		{2, 1, two, 0, "", "needs batched forwards"},
+		{2, 16, gpuLike, 0, "", "cannot divide its threads"},
+		{-1, 16, two, 0, "", "at least 0"},
+	} {
+		n, note, err := serveWorkers(c.flag, c.batch, c.be)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("--workers %d --max-batch %d: err %v, want one with %q", c.flag, c.batch, err, c.err)
+			}
+			continue
+		}
+		if err != nil || n != c.want || note != c.note {
+			t.Errorf("--workers %d --max-batch %d on %s: %d, %q, %v; want %d, %q", c.flag, c.batch, c.be.Name(), n, note, err, c.want, c.note)
 		}
 	}
 }

@@ -176,6 +176,17 @@ type KVAllocator interface {
 	NewKV(rows, cols int) (k, v Tensor)
 }
 
+// Threaded is an optional Backend interface of a backend whose operations
+// run on a number of threads: WithThreads returns a backend of the same
+// kind and settings over the same tensors (weights loaded by the
+// receiver, buffers made by either) whose operations run on n threads,
+// with the same values. A server runs several forwards side by side on
+// such backends, each on its share of the cores.
+type Threaded interface {
+	Threads() int
+	WithThreads(n int) Backend
+}
+
 // NewKV is a pair of [rows, cols] key and value buffers kept across a
 // request's steps: b's NewKV where it has one, else two NewUninit.
 func NewKV(b Backend, rows, cols int) (k, v Tensor) {

@@ -104,47 +104,55 @@ func (t *Tensor) String() string {
 // its threads, so running two at once only oversubscribes the cores.
 type Backend struct {
 	threads int
-	// split: MatMul splits each product over threads goroutines calling a
-	// single-threaded OpenBLAS; otherwise OpenBLAS threads it itself.
-	split bool
-	// splitMode picks the dimension a split product is cut along.
-	splitMode int
+	settings
 	// scratch holds attention score buffers.
 	scratch sync.Pool
 	// rope caches RoPE's cos/sin tables.
 	rope ropeCache
 	// bufs recycles the storage of freed tensors.
 	bufs bufPool
-	// decodeBF16 converts BF16 weights to float32 at load instead of
-	// keeping them (Options.DecodeBF16).
-	decodeBF16 bool
-	// gemmPick: which products run on oneDNN (Options.GEMM).
-	gemmPick
-	gemmDesc string
 	// bf16x recycles the BF16 copies of activations that oneDNN's BF16
 	// products take.
 	bf16x sync.Pool
 	// i8x recycles the quantized copies of activations that the int8
 	// products with quantized weights take.
 	i8x sync.Pool
+	// packedBytes and packErr count what packWeights did at load.
+	packedBytes atomic.Int64
+	packErr     atomic.Pointer[error]
+	// panelBytes counts the weights laid out for the panel kernel.
+	panelBytes atomic.Int64
+}
+
+// settings are how a Backend computes, fixed when it is made: what
+// WithThreads carries to a backend on other threads.
+type settings struct {
+	// split: MatMul splits each product over threads goroutines calling a
+	// single-threaded OpenBLAS; otherwise OpenBLAS threads it itself.
+	split bool
+	// splitMode picks the dimension a split product is cut along.
+	splitMode int
+	// decodeBF16 converts BF16 weights to float32 at load instead of
+	// keeping them (Options.DecodeBF16).
+	decodeBF16 bool
+	// gemmPick: which products run on oneDNN (Options.GEMM).
+	gemmPick
+	gemmDesc string
 	// quantISA is the instruction set of the int8 products with quantized
 	// weights (quant.c), or -1 where they decode the weight and keep the
 	// activations F32 (Options.QuantProducts).
 	quantISA int
 	// packWeights reorders weight matrices at load for oneDNN
-	// (Options.PackWeights); packedBytes and packErr count what it did.
+	// (Options.PackWeights).
 	packWeights bool
-	packedBytes atomic.Int64
-	packErr     atomic.Pointer[error]
 	// attn is the fused kernel Attention runs (Options.Attention: the
 	// widest this CPU has), or attnNone for the GEMM path.
 	attn attnKernel
 	// panel runs the products with F32 weights of at most panelMaxK
 	// columns on the AVX2 panel kernel (attn.c), each such weight laid
 	// out for it at load: where auto picked OpenBLAS on a CPU with AVX2
-	// but no AVX-512. panelBytes counts the layouts.
-	panel      bool
-	panelBytes atomic.Int64
+	// but no AVX-512.
+	panel bool
 	// scalarOps keeps the row-wise ops (RMSNorm, RoPE, Add) on their
 	// plain C loops even where AVX2 runs: for tests.
 	scalarOps bool
@@ -263,7 +271,10 @@ const WeightsEnv = "DLMCACHE_CPU_WEIGHTS"
 // Options.DecodeBF16, "bf16" or unset keeps BF16 weights as BF16.
 const BF16Env = "DLMCACHE_CPU_BF16"
 
-var _ backend.Backend = (*Backend)(nil)
+var (
+	_ backend.Backend  = (*Backend)(nil)
+	_ backend.Threaded = (*Backend)(nil)
+)
 
 // New returns a CPU backend that uses threads cores (threads ≤ 0: all of
 // runtime.NumCPU()), configured from the environment as NewFromEnv is; it
@@ -349,8 +360,8 @@ func newBackend(o Options) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Backend{threads: threads, split: true, decodeBF16: o.DecodeBF16, gemmPick: pick, gemmDesc: pick.desc,
-		packWeights: o.PackWeights && pick.dnnl, quantISA: quantISA}
+	b := &Backend{threads: threads, settings: settings{split: true, decodeBF16: o.DecodeBF16, gemmPick: pick, gemmDesc: pick.desc,
+		packWeights: o.PackWeights && pick.dnnl, quantISA: quantISA}}
 	if qi == QuantF32 {
 		b.quantISA = -1
 	}
@@ -369,7 +380,7 @@ func newBLASThreaded(threads int) *Backend {
 	if threads <= 0 {
 		threads = runtime.NumCPU()
 	}
-	b := &Backend{threads: threads, split: false, gemmDesc: BLAS() + ", threaded by OpenBLAS", quantISA: quantISA}
+	b := &Backend{threads: threads, settings: settings{split: false, gemmDesc: BLAS() + ", threaded by OpenBLAS", quantISA: quantISA}}
 	blasSetThreads(threads)
 	return b
 }
@@ -379,6 +390,18 @@ func (b *Backend) Name() string { return "cpu" }
 
 // Threads is the number of goroutines an operation is split over.
 func (b *Backend) Threads() int { return b.threads }
+
+// WithThreads implements backend.Threaded: a backend with b's settings
+// whose operations run on n threads (at least 1), for the same tensors —
+// weights loaded by b, K/V and activations made by either. Every value is
+// the same as b's: the threads split rows and tasks, never a sum.
+func (b *Backend) WithThreads(n int) backend.Backend {
+	if !b.split {
+		// OpenBLAS threads its own products, process-wide (blasSetThreads).
+		return b
+	}
+	return &Backend{threads: max(1, n), settings: b.settings}
+}
 
 // Weight makes a [rows, cols] tensor from little-endian checkpoint bytes.
 // F32 bytes that are 4-byte aligned are used in place (the result is
