@@ -13,7 +13,8 @@
 # level. Each exact-block level compares its answers with none's at the
 # same client count ("same answers as"). LIMIT (default 10) samples per
 # suite, CLIENTS (default "1 8") the client counts, THREADS (default 0: all
-# cores) the server's. Results: $OUT/{shared,turns}/loadtest.json (and
+# cores) the server's, SERVE_FLAGS (default none) more serve flags for
+# both methods (e.g. "--workers 1"). Results: $OUT/{shared,turns}/loadtest.json (and
 # the answers), summary.txt with every table, and the speed-ups at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +22,7 @@ OUT=${SERVE_OUT:-bench-out/served}
 LIMIT=${LIMIT:-10}
 CLIENTS=${CLIENTS:-1 8}
 THREADS=${THREADS:-0}
+read -r -a XFLAGS <<<"${SERVE_FLAGS:-}"
 mkdir -p "$OUT"
 rm -rf "$OUT/shared" "$OUT/turns"
 go build -o "$OUT/dlmcache" ./cmd/dlmcache
@@ -33,7 +35,7 @@ declare -A tps
 for wl in shared turns; do
 	for c in $CLIENTS; do
 		for m in none exact-block; do
-			sargs=(--model models/llada-tiny-block --method "$m" --threads "$THREADS" --addr 127.0.0.1:0)
+			sargs=(--model models/llada-tiny-block --method "$m" --threads "$THREADS" --addr 127.0.0.1:0 "${XFLAGS[@]}")
 			largs=(--suite all --limit "$LIMIT" --questions-per-system 4)
 			if [ "$wl" = turns ]; then
 				largs=(--suite all --limit "$LIMIT" --turns 4)
