@@ -63,8 +63,10 @@ type loadLevel struct {
 	LatencyP99   float64 `json:"latency_p99_s"`
 	FirstP50     float64 `json:"first_block_p50_s"`
 	FirstP99     float64 `json:"first_block_p99_s"`
-	// The generation time's answer slots/s, and the method that served
-	// each request (a calibrated table's choice).
+	// The answer slots over the requests' summed generation time (no
+	// queue): the speed of a request, not of the server, which under
+	// concurrency is TokensPerS; and the method that served each request
+	// (a calibrated table's choice).
 	GenTokensPerS float64        `json:"generation_tokens_per_s,omitempty"`
 	Methods       map[string]int `json:"methods,omitempty"`
 	loadServed
@@ -609,10 +611,10 @@ func writeTurns(w io.Writer, l loadLevel) {
 }
 
 // servedHeader heads loadServed.columns.
-const servedHeader = "accuracy\tsame answers as\tgeneration tokens/s\tprefix tokens found in the store"
+const servedHeader = "accuracy\tsame answers as\tgeneration tokens/s a request\tprefix tokens found in the store"
 
-// columns are the accuracy, agreement with agreeWith's answers, generation
-// tokens/s and prefix columns, tab-separated ("-": not known).
+// columns are the accuracy, agreement with agreeWith's answers, a
+// request's generation tokens/s and prefix columns, tab-separated ("-": not known).
 func (sv loadServed) columns(agreeWith string) string {
 	acc, agree, gen, hits := "-", "-", "-", "-"
 	if sv.Checked > 0 {
