@@ -40,8 +40,8 @@ type Config struct {
 	MaxConcurrency int
 	// MaxBatch, if above 1, runs the step forwards of up to MaxBatch
 	// running generations as one batched forward (continuous batching;
-	// see batch.go); MaxConcurrency then defaults to MaxBatch for each
-	// worker.
+	// see batch.go); MaxConcurrency then defaults to MaxBatch (over all
+	// workers).
 	MaxBatch int
 	// Workers, with MaxBatch above 1, is how many batches run side by
 	// side (default 1), each on its share of the backend's threads while
@@ -160,7 +160,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("serve: default generation options: %w", err)
 	}
 	if cfg.MaxConcurrency <= 0 {
-		cfg.MaxConcurrency = max(1, cfg.MaxBatch) * max(1, cfg.Workers)
+		cfg.MaxConcurrency = max(1, cfg.MaxBatch)
 	}
 	if cfg.MaxQueue < 0 {
 		cfg.MaxQueue = 0

@@ -120,7 +120,7 @@ func (opts *serveOptions) run(ctx context.Context) error {
 	}
 	srv, err := serve.New(serve.Config{
 		Model: lm.Model, Name: cmp.Or(opts.ServedName, servedName(lm)), APIKeys: keys, MaxGenLength: opts.MaxTokens, IdleTrim: opts.IdleTrim, Method: meth, Gen: gen, Events: opts.Cache.Events, StoreAnswers: opts.StoreAnswers,
-		MaxConcurrency: concurrency(opts.MaxConcurrency, opts.MaxBatch, workers), MaxBatch: opts.MaxBatch, Workers: workers, MaxQueue: opts.MaxQueue, QueueWait: opts.QueueWait,
+		MaxConcurrency: concurrency(opts.MaxConcurrency, opts.MaxBatch), MaxBatch: opts.MaxBatch, Workers: workers, MaxQueue: opts.MaxQueue, QueueWait: opts.QueueWait,
 		Timeout: opts.Timeout, MaxBodyBytes: opts.MaxBodyBytes, StreamBufferBytes: opts.StreamBuffer, WriteTimeout: opts.WriteTimeout,
 		ReadTimeout: opts.ReadTimeout, ReadHeaderTimeout: opts.ReadHeader, IdleTimeout: opts.IdleTimeout, MaxContext: opts.MaxContext, Log: logw, Modules: mods,
 	})
@@ -179,7 +179,7 @@ func (opts *serveOptions) flags(fl *pflag.FlagSet) {
 	cache.AddFlags(fl, &opts.Cache.Method, "module-depth") // the module method's, serve's alone
 	fl.IntVar(&opts.MaxBatch, "max-batch", defaultMaxBatch, "generations whose step forwards run as one batched forward (continuous batching; 16 gave 1.4–1.7× the requests/s of two unbatched generations at 16 clients on an idle 2-core CPU: docs/serving.md); 1: each runs its own forwards, which does better on a CPU shared with other work")
 	fl.IntVar(&opts.Workers, "workers", 0, "batches run side by side, the generations spread over them, each on its share of the threads while others have work and on all of them alone (0: 2 where --max-batch is above 1 and --threads at least 2, else 1; 2 gave the exact block cache 1.1–1.2× the tokens/s of 1 at 16 clients on an idle 2-core CPU: docs/serving.md)")
-	fl.IntVar(&opts.MaxConcurrency, "max-concurrency", 0, "generations run at once (0: --max-batch for each worker when above 1, else 2, which gave 33–59% more tokens/s than 1 on a 2-core CPU: see docs/serving.md)")
+	fl.IntVar(&opts.MaxConcurrency, "max-concurrency", 0, "generations run at once, over all workers (0: --max-batch when above 1, else 2, which gave 33–59% more tokens/s than 1 on a 2-core CPU: see docs/serving.md)")
 	fl.IntVar(&opts.MaxQueue, "max-queue", 1024, "requests that may wait for a generation slot beyond those running; more get 429 (0: 4×max-concurrency)")
 	fl.DurationVar(&opts.QueueWait, "queue-wait", 0, "longest wait for a generation slot before a 503 (0: --timeout)")
 	fl.DurationVar(&opts.Timeout, "timeout", 5*time.Minute, "per-request time limit, queueing included (504 past it)")
@@ -268,14 +268,15 @@ func serveWorkers(flag, batch int, be backend.Backend) (int, string, error) {
 // in docs/serving.md ("Batched forwards").
 const defaultMaxBatch = 16
 
-// concurrency is --max-concurrency after its default: --max-batch for
-// each worker when batching, else 2.
-func concurrency(flag, batch, workers int) int {
+// concurrency is --max-concurrency after its default: --max-batch when
+// batching (shared by the workers: each generation holds its K/V for its
+// whole run, so the default bounds the memory as one batch did), else 2.
+func concurrency(flag, batch int) int {
 	switch {
 	case flag > 0:
 		return flag
 	case batch > 1:
-		return batch * max(1, workers)
+		return batch
 	}
 	return 2
 }

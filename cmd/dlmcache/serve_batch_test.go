@@ -14,24 +14,24 @@ func TestServeRefusesMaxBatchBelowOne(t *testing.T) {
 	}
 }
 
-// --max-concurrency 0 runs --max-batch generations for each worker at
-// once when batching, else 2; a value given is kept.
+// --max-concurrency 0 runs --max-batch generations at once (over all
+// workers) when batching, else 2; a value given is kept.
 func TestServeConcurrencyDefaultsToTheBatch(t *testing.T) {
-	for _, tc := range []struct{ flag, batch, workers, want int }{
-		{0, 1, 1, 2}, {0, 16, 1, 16}, {0, 16, 2, 32}, {3, 16, 2, 3}, {1, 1, 1, 1},
+	for _, tc := range []struct{ flag, batch, want int }{
+		{0, 1, 2}, {0, 16, 16}, {3, 16, 3}, {1, 1, 1},
 	} {
-		if got := concurrency(tc.flag, tc.batch, tc.workers); got != tc.want {
-			t.Errorf("concurrency(%d, %d, %d) = %d, want %d", tc.flag, tc.batch, tc.workers, got, tc.want)
+		if got := concurrency(tc.flag, tc.batch); got != tc.want {
+			t.Errorf("concurrency(%d, %d) = %d, want %d", tc.flag, tc.batch, got, tc.want)
 		}
 	}
 }
 
 // TestServeBatchesByDefault: with no flags, serve batches up to 16
-// generations' forwards in each worker and runs 16 a worker at once.
+// generations' forwards and runs 16 at once, over the default workers.
 func TestServeBatchesByDefault(t *testing.T) {
 	opts := parseServe(t, io.Discard, "--model", serveFixture)
-	if opts.MaxBatch != 16 || opts.Workers != 0 || concurrency(opts.MaxConcurrency, opts.MaxBatch, 2) != 32 {
-		t.Errorf("defaults: --max-batch %d, --workers %d, %d generations at once for 2 workers; want 16, 0 and 32",
-			opts.MaxBatch, opts.Workers, concurrency(opts.MaxConcurrency, opts.MaxBatch, 2))
+	if opts.MaxBatch != 16 || opts.Workers != 0 || concurrency(opts.MaxConcurrency, opts.MaxBatch) != 16 {
+		t.Errorf("defaults: --max-batch %d, --workers %d, %d generations at once; want 16, 0 and 16",
+			opts.MaxBatch, opts.Workers, concurrency(opts.MaxConcurrency, opts.MaxBatch))
 	}
 }
