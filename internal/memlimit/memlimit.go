@@ -1,7 +1,8 @@
 // Package memlimit bounds a long-running process's memory: a soft limit
 // for the Go runtime (debug.SetMemoryLimit) that respects GOMEMLIMIT and
 // the container's cgroup limit, and a trimmer that, once the process goes
-// idle, collects twice (a sync.Pool keeps its buffers through one
+// idle, lets go of what the caches registered with OnTrim keep across
+// collections, collects twice (a sync.Pool keeps its buffers through one
 // collection) and returns the freed pages to the kernel, so that the
 // resident memory a burst of load left behind does not stay.
 package memlimit
@@ -122,6 +123,7 @@ func (t *Trimmer) fire() {
 	t.pending = false
 	t.mu.Unlock()
 	before := heapSys()
+	runTrims()
 	runtime.GC()         // the pools' buffers move to their victim caches…
 	debug.FreeOSMemory() // …and go here, with the pages returned
 	if t.Trimmed != nil {
@@ -135,4 +137,28 @@ func heapSys() uint64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.HeapSys - m.HeapReleased
+}
+
+// trims are the functions OnTrim registered.
+var trims struct {
+	sync.Mutex
+	fs []func()
+}
+
+// OnTrim registers f to run at every idle trim, before its collections:
+// a cache that keeps memory across collections (a free list of buffers)
+// lets go of it there, so that a quiet process returns it too.
+func OnTrim(f func()) {
+	trims.Lock()
+	defer trims.Unlock()
+	trims.fs = append(trims.fs, f)
+}
+
+func runTrims() {
+	trims.Lock()
+	fs := trims.fs
+	trims.Unlock()
+	for _, f := range fs {
+		f()
+	}
 }

@@ -60,3 +60,37 @@ func TestTrimmerReturnsPooledMemory(t *testing.T) {
 		t.Errorf("after the trim the heap holds %d MiB, %d MiB at start", got[1]>>20, start>>20)
 	}
 }
+
+// TestTrimRunsHooks: a trim runs what OnTrim registered, before its
+// collections, and only once the process has gone idle.
+func TestTrimRunsHooks(t *testing.T) {
+	var mu sync.Mutex
+	var calls []string
+	OnTrim(func() {
+		mu.Lock()
+		calls = append(calls, "hook")
+		mu.Unlock()
+	})
+	done := make(chan struct{})
+	tr := &Trimmer{After: 10 * time.Millisecond, Trimmed: func(uint64, uint64) {
+		mu.Lock()
+		calls = append(calls, "trimmed")
+		mu.Unlock()
+		close(done)
+	}}
+	tr.Busy()
+	time.Sleep(30 * time.Millisecond)
+	mu.Lock()
+	busy := len(calls)
+	mu.Unlock()
+	if busy != 0 {
+		t.Fatalf("hooks ran while busy: %v", calls)
+	}
+	tr.Idle()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	if len(calls) != 2 || calls[0] != "hook" {
+		t.Errorf("calls %v, want [hook trimmed]", calls)
+	}
+}
