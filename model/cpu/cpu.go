@@ -109,8 +109,9 @@ type Backend struct {
 	scratch sync.Pool
 	// rope caches RoPE's cos/sin tables.
 	rope ropeCache
-	// bufs recycles the storage of freed tensors.
-	bufs bufPool
+	// bufs recycles the storage of freed tensors, shared with the backends
+	// WithThreads makes (a tensor made on one may be freed on another).
+	bufs *bufPool
 	// bf16x recycles the BF16 copies of activations that oneDNN's BF16
 	// products take.
 	bf16x sync.Pool
@@ -360,7 +361,7 @@ func newBackend(o Options) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Backend{threads: threads, settings: settings{split: true, decodeBF16: o.DecodeBF16, gemmPick: pick, gemmDesc: pick.desc,
+	b := &Backend{threads: threads, bufs: new(bufPool), settings: settings{split: true, decodeBF16: o.DecodeBF16, gemmPick: pick, gemmDesc: pick.desc,
 		packWeights: o.PackWeights && pick.dnnl, quantISA: quantISA}}
 	if qi == QuantF32 {
 		b.quantISA = -1
@@ -380,7 +381,7 @@ func newBLASThreaded(threads int) *Backend {
 	if threads <= 0 {
 		threads = runtime.NumCPU()
 	}
-	b := &Backend{threads: threads, settings: settings{split: false, gemmDesc: BLAS() + ", threaded by OpenBLAS", quantISA: quantISA}}
+	b := &Backend{threads: threads, bufs: new(bufPool), settings: settings{split: false, gemmDesc: BLAS() + ", threaded by OpenBLAS", quantISA: quantISA}}
 	blasSetThreads(threads)
 	return b
 }
@@ -392,7 +393,9 @@ func (b *Backend) Name() string { return "cpu" }
 func (b *Backend) Threads() int { return b.threads }
 
 // WithThreads implements backend.Threaded: a backend with b's settings
-// whose operations run on n threads (at least 1), for the same tensors —
+// and b's pool of freed tensors' storage (a batch's buffers are recycled
+// on whichever share runs it) whose operations run on n threads (at least
+// 1), for the same tensors —
 // weights loaded by b, K/V and activations made by either. Every value is
 // the same as b's: the threads split rows and tasks, never a sum.
 func (b *Backend) WithThreads(n int) backend.Backend {
@@ -400,7 +403,7 @@ func (b *Backend) WithThreads(n int) backend.Backend {
 		// OpenBLAS threads its own products, process-wide (blasSetThreads).
 		return b
 	}
-	return &Backend{threads: max(1, n), settings: b.settings}
+	return &Backend{threads: max(1, n), settings: b.settings, bufs: b.bufs}
 }
 
 // Weight makes a [rows, cols] tensor from little-endian checkpoint bytes.

@@ -221,3 +221,26 @@ func TestPoolConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// TestWithThreadsSharesThePool: storage freed on a backend WithThreads
+// made comes back from the backend it was made from, and the other way.
+func TestWithThreadsSharesThePool(t *testing.T) {
+	b := New(2)
+	o := b.WithThreads(1).(*Backend)
+	if o == b {
+		t.Skip("this backend does not divide its threads")
+	}
+	for _, tc := range []struct {
+		name       string
+		free, make *Backend
+	}{{"freed on the share", o, b}, {"freed on the backend", b, o}} {
+		t.Run(tc.name, func(t *testing.T) {
+			x := tc.free.New(64, 128).(*Tensor)
+			storage := addr(x.data)
+			tc.free.Free(x)
+			if y := tc.make.NewUninit(64, 128).(*Tensor); addr(y.data) != storage {
+				t.Error("not the storage freed")
+			}
+		})
+	}
+}
