@@ -1,10 +1,11 @@
 package model
 
 import (
-	"fmt"
 	"path/filepath"
+	"slices"
 	"testing"
 
+	"github.com/dlmcache/dlmcache/internal/testutil"
 	"github.com/dlmcache/dlmcache/model/backend"
 	"github.com/dlmcache/dlmcache/model/cpu"
 )
@@ -46,28 +47,13 @@ func TestWithThreadsSameLogits(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for i, out := range append(batch, single) {
-				w := want[min(i, 1)]
-				if i < len(batch) {
-					w = want[i]
-				}
-				if d := firstDiff(out.Logits, w.Logits); d >= 0 {
-					t.Errorf("%s, %d threads, output %d: logit %d is %v, %v on 3 threads", fixture, threads, i, d, out.Logits[d], w.Logits[d])
+			// The batch's outputs, then ins[1] alone against its batched one.
+			got, exp := append(batch, single), append(slices.Clip(want), want[1])
+			for i, out := range got {
+				if d := testutil.FirstDiff(out.Logits, exp[i].Logits); d >= 0 {
+					t.Errorf("%s, %d threads, output %d: logit %d is %v, %v on 3 threads", fixture, threads, i, d, out.Logits[d], exp[i].Logits[d])
 				}
 			}
 		}
 	}
-}
-
-// firstDiff is the first index where a and b differ (bit for bit), or -1.
-func firstDiff(a, b []float32) int {
-	if len(a) != len(b) {
-		panic(fmt.Sprintf("lengths %d, %d", len(a), len(b)))
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return i
-		}
-	}
-	return -1
 }

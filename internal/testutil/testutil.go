@@ -56,6 +56,21 @@ func ErrorSays(t testing.TB, err error, want ...string) {
 	}
 }
 
+// FirstDiff is the first index where a and b differ bit for bit (the
+// shorter one's length where one is a prefix of the other), or -1 where
+// they are equal.
+func FirstDiff(a, b []float32) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	if len(a) != len(b) {
+		return min(len(a), len(b))
+	}
+	return -1
+}
+
 // RelErr is max |got−want| / max |want| (max |got−want| when want is all
 // zeros; +Inf when the lengths differ).
 func RelErr(got, want []float32) float64 {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/dlmcache/dlmcache/internal/testutil"
 	"github.com/dlmcache/dlmcache/model/backend"
 )
 
@@ -70,7 +71,7 @@ func TestFusedHalvesEqualTheOpsOneByOne(t *testing.T) {
 						got, want backend.Tensor
 					}{{"q", fq, q}, {"k", fk, k}, {"v", fv, v}} {
 						if g, w := b.ToHost(c.got, nil), b.ToHost(c.want, nil); !slices.Equal(g, w) {
-							i := firstDiff(g, w)
+							i := testutil.FirstDiff(g, w)
 							t.Fatalf("AttnInput %s[%d] = %g, the operations give %g", c.name, i, g[i], w[i])
 						}
 					}
@@ -98,21 +99,12 @@ func TestFusedHalvesEqualTheOpsOneByOne(t *testing.T) {
 					wv = xv
 				}
 				if !slices.Equal(gv, wv) {
-					i := firstDiff(gv, wv)
+					i := testutil.FirstDiff(gv, wv)
 					t.Fatalf("BlockOutput x[%d] = %g, want %g", i, gv[i], wv[i])
 				}
 			})
 		}
 	}
-}
-
-func firstDiff(a, b []float32) int {
-	for i := range min(len(a), len(b)) {
-		if a[i] != b[i] {
-			return i
-		}
-	}
-	return min(len(a), len(b))
 }
 
 // BenchmarkFused: the bundled model's layer halves over the rows of a
@@ -220,7 +212,7 @@ func checkAttentionBatch(t *testing.T, heads, kvHeads, hd int, r *rand.Rand, siz
 				want := b.New(sizes[i].nq, heads*hd)
 				b.Attention(want, q[i], k[i], v[i], heads, kvHeads)
 				if g, w := b.ToHost(dst[i], nil), b.ToHost(want, nil); !slices.Equal(g, w) {
-					j := firstDiff(g, w)
+					j := testutil.FirstDiff(g, w)
 					t.Fatalf("attention %d (nq %d, nk %d): element %d = %g, Attention gives %g", i, sizes[i].nq, sizes[i].nk, j, g[j], w[j])
 				}
 			}
@@ -260,7 +252,7 @@ func TestAttentionBatchSharedKeys(t *testing.T) {
 					want := b.New(s.nq, heads*hd)
 					b.Attention(want, q[i], k[i], v[i], heads, kvHeads)
 					if g, w := b.ToHost(dst[i], nil), b.ToHost(want, nil); !slices.Equal(g, w) {
-						j := firstDiff(g, w)
+						j := testutil.FirstDiff(g, w)
 						t.Fatalf("attention %d of %v: element %d = %g, Attention gives %g", i, sizes, j, g[j], w[j])
 					}
 				}
@@ -381,7 +373,7 @@ func TestAttentionKeptLayout(t *testing.T) {
 				}
 				for i := range dst {
 					if g, w := b.ToHost(dst[i], nil), b.ToHost(want[i], nil); !slices.Equal(g, w) {
-						j := firstDiff(g, w)
+						j := testutil.FirstDiff(g, w)
 						t.Fatalf("%s, attention %d of %v: element %d = %g, plain tensors give %g", step, i, nks, j, g[j], w[j])
 					}
 				}
