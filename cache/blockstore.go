@@ -285,6 +285,28 @@ func (s *BlockStore) put(chain, fresh []*blockNode) []*blockNode {
 	return chain
 }
 
+// keep stores those of id's first nb blocks that are missing, their K/V
+// copied from rows of k and v (per layer, the caller's final K/V of at
+// least the nb blocks' rows): nothing is computed. It is for K/V a request
+// already holds final — exact-block's committed answer blocks, the chain
+// of the next turn's prompt.
+func (s *BlockStore) keep(id PrefixID, nb int, k, v []backend.Tensor) {
+	B := s.blockSize
+	s.mu.Lock()
+	chain, _ := s.walk(id, nb)
+	s.mu.Unlock()
+	var fresh []*blockNode
+	for i := len(chain); i < nb; i++ {
+		n := s.newNode(id, i)
+		r := iota32(i*B, (i+1)*B)
+		for l := range k {
+			n.addLayer(s.sub(k[l], r), s.sub(v[l], r), nil)
+		}
+		fresh = append(fresh, n)
+	}
+	s.releaseNodes(s.put(chain, fresh))
+}
+
 // walk holds the longest stored chain of id's first nb blocks and returns
 // it with the key of the block after it (mu held).
 func (s *BlockStore) walk(id PrefixID, nb int) ([]*blockNode, Key) {

@@ -22,7 +22,10 @@ import (
 // prefix store at every layer (a block store's blocks must be whole
 // multiples of the model's block; a whole-prefix store's entry serves its
 // full blocks), so only the prompt's partial last block and the answer are
-// computed: an autoregressive server's prefix cache, exact.
+// computed: an autoregressive server's prefix cache, exact. A block store
+// also receives the answer's blocks as they become final (copies of the
+// kept rows), so a conversation's next turn, whose prompt starts with
+// this answer, finds them too.
 //
 // It leaves the generation options alone (the model's own decoder and
 // schedule), and refuses a bidirectional model, whose prefix K/V change
@@ -83,6 +86,12 @@ type exactPlanner struct {
 	chain   []*blockNode
 	fresh   []*blockNode
 	unclaim func() // ends the store's claim on the missing blocks
+
+	// answers is the block store that keeps the answer's committed
+	// blocks (nil: none, or a prompt at other position ids); kept is the
+	// store blocks of the canvas given to it so far.
+	answers *BlockStore
+	kept    int
 }
 
 func (p *exactPlanner) Begin(r *model.Request) error {
@@ -107,6 +116,12 @@ func (p *exactPlanner) Begin(r *model.Request) error {
 		p.End()
 		return err
 	}
+	for i, q := range r.Positions {
+		if q != int32(i) {
+			p.answers = nil // the store holds blocks at positions 0, 1, 2, … only
+			break
+		}
+	}
 	return nil
 }
 
@@ -128,6 +143,7 @@ func (p *exactPlanner) fromStore(r *model.Request) error {
 	}
 	id := p.id
 	if blocks {
+		p.answers, p.kept = bs, len(r.Prompt)/bs.BlockSize()
 		// Every full block of the prompt, not only of the shared prefix:
 		// a block's K/V depend on it and the blocks before it alone, so
 		// the blocks after the prefix (a question, a conversation's
@@ -239,13 +255,35 @@ func (p *exactPlanner) Plan(s *model.Step) model.Plan {
 	return p
 }
 
-func (p *exactPlanner) After(*model.Step, []int32) {
+func (p *exactPlanner) After(s *model.Step, _ []int32) {
 	p.cached = p.keepTo
 	if len(p.fresh) > 0 {
 		// The first step computed the prefix's missing blocks: store them.
 		p.chain, p.fresh = p.bs.put(p.chain, p.fresh), nil
 		p.releaseStore()
 	}
+	p.keepAnswer(s.Canvas)
+}
+
+// keepAnswer gives the block store the store blocks of the canvas whose
+// K/V became final (committed answer blocks, and the block holding the
+// prompt's end with the answer's start), copied from the kept rows: no
+// forward. A conversation's next turn, whose prompt starts with this one
+// and its answer, then finds them, as an autoregressive server's prefix
+// cache finds a reply's blocks. They are leaves of the prompt's chain, so
+// the store's LRU evicts them before the prefix they extend.
+func (p *exactPlanner) keepAnswer(canvas []int32) {
+	if p.answers == nil {
+		return
+	}
+	nb := p.cached / p.answers.BlockSize()
+	if nb <= p.kept {
+		return
+	}
+	id := p.id
+	id.Tokens = canvas[:nb*p.answers.BlockSize()]
+	p.answers.keep(id, nb, p.kv.k, p.kv.v)
+	p.kept = nb
 }
 
 func (p *exactPlanner) End() {

@@ -336,6 +336,67 @@ func TestExactBlockConversation(t *testing.T) {
 	}
 }
 
+// The answer's committed blocks go into the block store as they become
+// final, copied from the request's own K/V (no forward): the blocks of
+// the answered canvas up to the last model block decoded, not that block
+// (its K/V were last computed with masks in it), equal to what computing
+// them from their tokens gives, and found by a next request whose prompt
+// continues the answered canvas — which then answers as none does.
+func TestExactBlockKeepsAnswers(t *testing.T) {
+	const B = 8
+	m := loadBlockTiny(t, B)
+	o := exactRegimes(B)["threshold"]
+	none := mk(t, "none", Options{})
+	ids, pl := request(t, m, 0)
+	for _, SB := range []int{B, 2 * B} {
+		store := NewBlockStore(m.Backend, SB, 1<<30, true, nil)
+		meth := mk(t, "exact-block", Options{Store: store, Fingerprint: m.Fingerprint})
+		g, _ := generate(t, m, meth, ids, pl, o)
+		final := (len(ids) + g.Decoded - 1) / B * B // rows before the last model block decoded
+		nb := final / SB
+		if nb <= len(ids)/SB {
+			t.Fatalf("blocks of %d: the answer (%d slots decoded after %d prompt tokens) leaves no committed store block before its last", SB, g.Decoded, len(ids))
+		}
+		// Stored: the chain of the answered canvas through block nb-1, not
+		// block nb (where the canvas holds it).
+		chainOf := func(s *BlockStore, n int) []*blockNode {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			c, _ := s.walk(PrefixID{Fingerprint: m.Fingerprint, Tokens: g.Canvas[:n*SB]}, n)
+			return c
+		}
+		kept := chainOf(store, min(nb+1, len(g.Canvas)/SB))
+		if len(kept) != nb {
+			t.Errorf("blocks of %d: %d blocks of the answered canvas stored, want %d (every block before row %d)", SB, len(kept), nb, final)
+		}
+		// The same blocks computed from their tokens.
+		fresh := NewBlockStore(m.Backend, SB, 1<<30, true, nil)
+		if _, _, err := StorePrefix(m.LLaDA, mk(t, "exact-block", Options{Store: fresh, Fingerprint: m.Fingerprint}), g.Canvas[:nb*SB], ""); err != nil {
+			t.Fatal(err)
+		}
+		computed := chainOf(fresh, nb)
+		for i := len(ids) / SB; i < min(len(kept), len(computed)); i++ {
+			for l := range kept[i].k {
+				if d := max(maxDiff(m.Backend, kept[i].k[l], computed[i].k[l]), maxDiff(m.Backend, kept[i].v[l], computed[i].v[l])); d > 1e-5 {
+					t.Errorf("blocks of %d: kept block %d, layer %d differs from computing it by %g", SB, i, l, d)
+				}
+			}
+		}
+		store.releaseNodes(kept)
+		fresh.releaseNodes(computed)
+		// A next turn: the answered canvas's kept blocks and a question.
+		next := append(slices.Clone(g.Canvas[:final]), ids[len(ids)-6:]...)
+		want, _ := generate(t, m, none, next, len(next), o)
+		got, info := generate(t, m, meth, next, len(next), o)
+		if !slices.Equal(got.Canvas, want.Canvas) {
+			t.Errorf("blocks of %d: next turn with the kept answer %v\nnone %v", SB, got.Answer, want.Answer)
+		}
+		if info.HitTokens < nb*SB {
+			t.Errorf("blocks of %d: next turn served %d prompt tokens from the store, want the %d kept", SB, info.HitTokens, nb*SB)
+		}
+	}
+}
+
 // A forced chain-hash collision in the block store is never served: the
 // colliding request computes its own blocks and answers as none does.
 func TestExactBlockForcedCollision(t *testing.T) {

@@ -14,7 +14,8 @@ func exactMethod(lm *loadedModel) (method, note string) {
 		return "", ""
 	}
 	return "exact-block", fmt.Sprintf("block-causal model (blocks of %d tokens): method exact-block — committed blocks' K/V computed once, "+
-		"every full block of a shared prefix or an earlier turn served from the store at every layer; the answers of computing every row (--method none computes them)", B)
+		"every full block of a shared prefix or an earlier turn served from the store at every layer, an answer's committed blocks kept there for the next turn; "+
+		"the answers of computing every row (--method none computes them)", B)
 }
 
 // exactStore gives the exact block cache, when methods has it and
