@@ -288,8 +288,8 @@ func (s *BlockStore) put(chain, fresh []*blockNode) []*blockNode {
 // keep stores those of id's first nb blocks that are missing, their K/V
 // copied from rows of k and v (per layer, the caller's final K/V of at
 // least the nb blocks' rows): nothing is computed. It is for K/V a request
-// already holds final — exact-block's committed answer blocks, the chain
-// of the next turn's prompt.
+// already holds final: exact-block's committed answer blocks, which a
+// conversation's next turn finds at the end of its prompt's chain.
 func (s *BlockStore) keep(id PrefixID, nb int, k, v []backend.Tensor) {
 	B := s.blockSize
 	s.mu.Lock()
