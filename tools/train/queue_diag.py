@@ -51,9 +51,12 @@ def main():
     ap.add_argument("--decode", type=int, default=50, help="held-out samples decoded (and rewritten: layouts)")
     ap.add_argument("--skip-decode", action="store_true", help="no decoding (the layouts still use --decode samples)")
     ap.add_argument("--span", type=int, default=100, help="held-out span samples, teacher-forced")
+    ap.add_argument("--device", default="cpu", help="torch device of the model's forwards (cuda: a GPU run's probes)")
+    ap.add_argument("--out", help="also write the JSON here")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    m = from_pretrained(args.model)
+    dev = torch.device(args.device)
+    m = from_pretrained(args.model).to(dev)
     m.eval()
     tok = json.load(open(os.path.join(args.model, "tokenizer.json")))
     voc = dict(tok["model"]["vocab"])
@@ -70,7 +73,7 @@ def main():
         P = len(x)
         end = ((P + 1) // bs + 1) * bs
         with torch.no_grad():
-            return int(m(torch.tensor([x + [a[0]] + [mask] * (end - P - 1)]))[0, P + 1].argmax()) == int(a[1])
+            return int(m(torch.tensor([x + [a[0]] + [mask] * (end - P - 1)], device=dev))[0, P + 1].argmax()) == int(a[1])
 
     out = {"model": args.model}
 
@@ -145,11 +148,16 @@ def main():
         P = len(p)
         end = ((P + k) // bs + 1) * bs
         with torch.no_grad():
-            got = int(m(torch.tensor([p + a[:k] + [mask] * (end - P - k)]))[0, P + k].argmax())
+            got = int(m(torch.tensor([p + a[:k] + [mask] * (end - P - k)], device=dev))[0, P + k].argmax())
         sp["next, answer given up to it"][0] += 1
         sp["next, answer given up to it"][1] += got == a[k]
     out["span_teacher_forced"] = {k: {"n": n, "right": round(r / max(n, 1), 3)} for k, (n, r) in sp.items()}
-    print(json.dumps(out, indent=1))
+    text = json.dumps(out, indent=1)
+    print(text)
+    if args.out:
+        with open(args.out + ".tmp", "w") as f:
+            f.write(text + "\n")
+        os.replace(args.out + ".tmp", args.out)
 
 
 if __name__ == "__main__":
