@@ -54,7 +54,7 @@ func (b *Backend) Attention(dst, q, k, v backend.Tensor, nHeads, nKVHeads int) {
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	workers := b.threads
 	// Tiny attentions are not worth a goroutine.
-	if 4*nq*nk*qs.cols < minSplitFlops {
+	if flops := 4 * nq * nk * qs.cols; flops < minTeamFlops || b.attn == attnNone && flops < minSplitFlops {
 		workers = 1
 	}
 	// Blocks of equal size (a multiple of 24 rows: whole row blocks of
@@ -224,7 +224,7 @@ func (b *Backend) AttentionBatch(dst, q, k, v []backend.Tensor, nHeads, nKVHeads
 		}
 	}
 	workers := b.threads
-	if flops < minSplitFlops {
+	if flops < minTeamFlops {
 		workers = 1
 	}
 	b.runAttn(&ap, workers, hd, nHeads/nKVHeads, float32(1/math.Sqrt(float64(hd))))

@@ -100,7 +100,10 @@
 // late), where the team keeps both busy to the last task. A poster waits
 // only for the workers inside its job: once every task is claimed it
 // closes the job, and a worker that comes later (asleep, or its core taken
-// by another process) waits for the next one. Three operations run on it:
+// by another process) waits for the next one. A job under 1 MFLOP
+// (minTeamFlops) runs on the poster alone; the products split over
+// goroutines keep their 8 MFLOP bound (minSplitFlops), a goroutine's start
+// costing far more than a spinning worker's. Three operations run on it:
 //
 //   - The layer's row-wise halves (backend.Fuser), where the weights are
 //     laid out for the panel kernel: AttnInput (RMSNorm, the q/k/v

@@ -53,7 +53,7 @@ func (b *Backend) panelMatMul(d, xs, ws *Tensor) {
 // workers is how many threads a fused operation of flops runs on: one
 // where it is too small to split.
 func (b *Backend) workers(flops float64) int {
-	if !b.split || flops < minSplitFlops {
+	if !b.split || flops < minTeamFlops {
 		return 1
 	}
 	return b.threads
