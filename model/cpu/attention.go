@@ -53,7 +53,8 @@ func (b *Backend) Attention(dst, q, k, v backend.Tensor, nHeads, nKVHeads int) {
 	group := nHeads / nKVHeads
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	workers := b.threads
-	// Tiny attentions are not worth a goroutine.
+	// Tiny attentions run on one thread: under minTeamFlops as a job of
+	// the C team (the fused kernels), under minSplitFlops on goroutines.
 	if flops := 4 * nq * nk * qs.cols; flops < minTeamFlops || b.attn == attnNone && flops < minSplitFlops {
 		workers = 1
 	}

@@ -19,8 +19,9 @@ const (
 // (2·n·in·out FLOPs). Measured on the bundled model's shapes (bench_test.go):
 // a suffix-only step's products (34 rows × 128 → 128 or 384, 1–3 MFLOP) ran
 // 30% slower split over two goroutines than on one; a full step's (283 rows,
-// 9–28 MFLOP) ran as fast or up to 20% faster split. The attention's
-// threshold is the same constant.
+// 9–28 MFLOP) ran as fast or up to 20% faster split. The GEMM attention's
+// (its tasks on goroutines too) is the same constant; the C team's jobs
+// have their own, minTeamFlops.
 const minSplitFlops = 1 << 23
 
 // minTeamFlops is the smallest job worth splitting over the C thread team
@@ -28,8 +29,10 @@ const minSplitFlops = 1 << 23
 // attention): its workers spin between a forward's jobs, so a split costs
 // far less than a goroutine's. Measured on the block model's exact cache,
 // one request at a time on 2 threads (a 32-row step: AttnInput 3 MFLOP,
-// attention 4 MFLOP, logits 0.5 MFLOP a row): splitting from 0.5 MFLOP
-// instead of 8 gave 17–20% more tokens/s (three pairs, alternating).
+// attention 4 MFLOP, logits 0.5 MFLOP a row; docs/performance.md):
+// splitting from 1 MFLOP instead of 8 gave 2.70–2.82× no cache's tokens/s
+// against 2.31–2.43× (three pairs, alternating); bounds from 0.25 to 4
+// MFLOP measured alike within the noise.
 const minTeamFlops = 1 << 20
 
 // MatMul: dst = x · wᵀ. x [n, in], w [out, in], dst [n, out]. w may be a
