@@ -297,14 +297,23 @@ func (s *BlockStore) keep(id PrefixID, nb int, k, v []backend.Tensor) {
 	s.mu.Unlock()
 	var fresh []*blockNode
 	for i := len(chain); i < nb; i++ {
-		n := s.newNode(id, i)
-		r := iota32(i*B, (i+1)*B)
-		for l := range k {
-			n.addLayer(s.sub(k[l], r), s.sub(v[l], r), nil)
-		}
-		fresh = append(fresh, n)
+		fresh = append(fresh, s.block(id, i, iota32(i*B, (i+1)*B), k, v, nil))
 	}
 	s.releaseNodes(s.put(chain, fresh))
+}
+
+// block is block i of id, unstored, for put: its K/V (and hidden states,
+// where h is not nil) copied from rows r of k, v and h (per layer).
+func (s *BlockStore) block(id PrefixID, i int, r []int32, k, v, h []backend.Tensor) *blockNode {
+	n := s.newNode(id, i)
+	for l := range k {
+		var hl backend.Tensor
+		if h != nil {
+			hl = s.sub(h[l], r)
+		}
+		n.addLayer(s.sub(k[l], r), s.sub(v[l], r), hl)
+	}
+	return n
 }
 
 // walk holds the longest stored chain of id's first nb blocks and returns
@@ -358,17 +367,12 @@ func (s *BlockStore) fill(lm *model.LLaDA, id PrefixID, chain []*blockNode, nb i
 			return err
 		}
 		defer c.free()
+		var h []backend.Tensor
+		if c.hidden {
+			h = c.h
+		}
 		for i := lo; i < hi; i++ {
-			n := s.newNode(id, i)
-			r := iota32((i-lo)*B, (i-lo+1)*B)
-			for l := range c.k {
-				var h backend.Tensor
-				if c.hidden {
-					h = s.sub(c.h[l], r)
-				}
-				n.addLayer(s.sub(c.k[l], r), s.sub(c.v[l], r), h)
-			}
-			fresh = append(fresh, n)
+			fresh = append(fresh, s.block(id, i, iota32((i-lo)*B, (i-lo+1)*B), c.k, c.v, h))
 		}
 		rows += out.RowsComputed
 		flops += out.FLOPs

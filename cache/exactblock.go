@@ -116,13 +116,21 @@ func (p *exactPlanner) Begin(r *model.Request) error {
 		p.End()
 		return err
 	}
-	for i, q := range r.Positions {
-		if q != int32(i) {
-			p.answers = nil // the store holds blocks at positions 0, 1, 2, … only
-			break
-		}
+	if !fromZero(r.Positions, len(r.Positions)) {
+		p.answers = nil // the store holds blocks at positions 0, 1, 2, … only
 	}
 	return nil
+}
+
+// fromZero reports whether the first n position ids of pos are 0, 1, 2, …
+// (nil: every position is its index).
+func fromZero(pos []int32, n int) bool {
+	for i := range min(n, len(pos)) {
+		if pos[i] != int32(i) {
+			return false
+		}
+	}
+	return true
 }
 
 // fromStore copies the stored K/V of the shared prefix's full blocks into
@@ -136,10 +144,8 @@ func (p *exactPlanner) fromStore(r *model.Request) error {
 	}
 	// The store computes prefixes at positions 0, 1, 2, …; a prompt
 	// composed at other position ids gets none of them.
-	for i := range r.Prompt {
-		if r.Positions != nil && r.Positions[i] != int32(i) {
-			return nil
-		}
+	if !fromZero(r.Positions, len(r.Prompt)) {
+		return nil
 	}
 	id := p.id
 	if blocks {
