@@ -41,7 +41,7 @@ func newWorkers(lm *model.LLaDA, n, maxBatch int, observe func(int)) (*workers, 
 		}
 		for k := 2; k <= n; k++ {
 			share := *lm
-			share.Backend = th.WithThreads(max(1, th.Threads()/k))
+			share.Backend = th.WithThreads(ShareThreads(th.Threads(), k))
 			w.shares = append(w.shares, &share)
 		}
 	}
@@ -52,6 +52,10 @@ func newWorkers(lm *model.LLaDA, n, maxBatch int, observe func(int)) (*workers, 
 	}
 	return w, nil
 }
+
+// ShareThreads is how many of threads a worker's forward runs on while
+// busy workers have generations in their batches (at least 1).
+func ShareThreads(threads, busy int) int { return max(1, threads/max(1, busy)) }
 
 // model is the model a busy worker's forward runs on now.
 func (w *workers) model() *model.LLaDA {

@@ -261,7 +261,7 @@ func serveWorkers(flag, batch int, be backend.Backend) (int, string, error) {
 	if n == 1 {
 		return 1, "1 worker", nil
 	}
-	return n, fmt.Sprintf("%d workers (%d threads for a worker alone, %d each when all have work)", n, th.Threads(), max(1, th.Threads()/n)), nil
+	return n, fmt.Sprintf("%d workers (%d threads for a worker alone, %d each when all have work)", n, th.Threads(), serve.ShareThreads(th.Threads(), n)), nil
 }
 
 // defaultMaxBatch is --max-batch's default: the 16-client batch measured
