@@ -619,5 +619,195 @@ class TestTrain(unittest.TestCase):
         self.assertAlmostEqual(T.lr_at(200, a, warm_from=100, phase_from=100), 1e-4)  # cosine ends at min
 
 
+def llama_reference_logits(cfg, W, ids):
+    """Logits [n, vocab] of a Hugging Face Llama checkpoint (config.json dict cfg, tensors W by
+    their HF names) for one sequence, in float64, written from the public Llama modeling
+    conventions and nothing of pyllada: pre-norm RMSNorm (x * rsqrt(mean(x^2) + eps) * w), RoPE
+    with inv_freq = theta^(-2i/hd) applied as x*cos + rotate_half(x)*sin (halves, cos/sin of
+    cat(freqs, freqs)), causal softmax attention with grouped K/V heads, SwiGLU MLP
+    down(silu(gate(x)) * up(x)), final norm and lm_head."""
+    import torch
+    import torch.nn.functional as F
+    W = {k: v.double() for k, v in W.items()}
+    d, H = cfg["hidden_size"], cfg["num_attention_heads"]
+    KH = cfg.get("num_key_value_heads", H)
+    hd = cfg.get("head_dim") or d // H
+    eps, n = cfg["rms_norm_eps"], len(ids)
+
+    def rms(x, w):
+        return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+    def rotate_half(t):
+        return torch.cat([-t[..., hd // 2:], t[..., :hd // 2]], dim=-1)
+
+    inv = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+    freqs = torch.outer(torch.arange(n, dtype=torch.float64), inv)
+    emb = torch.cat([freqs, freqs], dim=-1)
+    cos, sin = emb.cos(), emb.sin()
+    causal = torch.full((n, n), float("-inf"), dtype=torch.float64).triu(1)
+    x = W["model.embed_tokens.weight"][torch.as_tensor(ids)]
+    for layer in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{layer}."
+        h = rms(x, W[p + "input_layernorm.weight"])
+        q = (h @ W[p + "self_attn.q_proj.weight"].T).view(n, H, hd).transpose(0, 1)
+        k = (h @ W[p + "self_attn.k_proj.weight"].T).view(n, KH, hd).transpose(0, 1)
+        v = (h @ W[p + "self_attn.v_proj.weight"].T).view(n, KH, hd).transpose(0, 1)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        k, v = k.repeat_interleave(H // KH, dim=0), v.repeat_interleave(H // KH, dim=0)
+        a = torch.softmax(q @ k.transpose(-1, -2) / hd ** 0.5 + causal, dim=-1) @ v
+        x = x + a.transpose(0, 1).reshape(n, H * hd) @ W[p + "self_attn.o_proj.weight"].T
+        h = rms(x, W[p + "post_attention_layernorm.weight"])
+        x = x + (F.silu(h @ W[p + "mlp.gate_proj.weight"].T) * (h @ W[p + "mlp.up_proj.weight"].T)) @ \
+            W[p + "mlp.down_proj.weight"].T
+    return rms(x, W["model.norm.weight"]) @ W["lm_head.weight"].T
+
+
+class TestAR(unittest.TestCase):
+    """--objective ar: the causal guide model."""
+
+    def model(self, n_kv_heads=4, seed=0):
+        import torch
+        from pyllada.model import LLaDA, LLaDAConfig
+        c = LLaDAConfig(d_model=32, n_layers=2, n_heads=4, n_kv_heads=n_kv_heads, mlp_hidden_size=48,
+                        vocab_size=60, embedding_size=64, mask_token_id=58, eos_token_id=57, pad_token_id=57,
+                        block_causal=True, block_size=1, extra={"bos_token_id": 56})
+        torch.manual_seed(seed)
+        m = LLaDA(c)
+        with torch.no_grad():  # norms off 1, so the export's norm mapping is tested too
+            for name, p in m.named_parameters():
+                if p.dim() == 1:
+                    p.uniform_(0.5, 1.5)
+        return m.eval()
+
+    def test_causal(self):
+        import torch
+        m = self.model()
+        ids = torch.randint(0, 56, (2, 20))
+        later = ids.clone()
+        later[:, 12:] = torch.randint(0, 56, (2, 8))
+        with torch.no_grad():
+            a, b = m(ids), m(later)
+        self.assertEqual(float((a[:, :12] - b[:, :12]).abs().max()), 0.0)  # earlier rows untouched
+        self.assertGreater(float((a[:, 12:] - b[:, 12:]).abs().max()), 1e-3)
+        # right padding is invisible to the real rows (the batches and the eval are right-padded)
+        valid = torch.ones(2, 20, dtype=torch.bool)
+        valid[0, 15:] = False
+        with torch.no_grad():
+            c = m(ids, key_valid=valid)
+        self.assertLess(float((c[0, :15] - a[0, :15]).abs().max()), 1e-6)
+
+    def test_loss_mask(self):
+        import numpy as np
+        import torch
+        import torch.nn.functional as F
+        m = self.model()
+        eos = 57
+        prompts = [np.arange(1, 8), np.arange(10, 14)]
+        answers = [np.array([40, 41, eos, eos, eos]), np.array([42, eos, eos, eos, eos])]  # canvas-padded
+        alen = np.array([3, 2])                                          # the answer + its one EOS
+        ids, valid, ans_pos = T.pack(prompts, answers, 5, eos)
+        arow, prow = T.ar_targets(ans_pos, alen, valid)
+        self.assertEqual(arow.tolist(), [[True] * 3 + [False] * 2, [True] * 2 + [False] * 3])
+        self.assertEqual(prow.sum(1).tolist(), [6, 3])                  # rows 0..P-2
+        loss, s = T.loss_ar(m, ids, valid, ans_pos, alen, 0.0)
+        with torch.no_grad():
+            lg = m(ids, key_valid=valid)
+        want = [F.cross_entropy(lg[0, [6, 7, 8]], torch.tensor([40, 41, eos]), reduction="sum"),
+                F.cross_entropy(lg[1, [3, 4]], torch.tensor([42, eos]), reduction="sum")]
+        self.assertAlmostEqual(float(loss), float(sum(want)) / 5, places=5)
+        self.assertEqual((s["n_content"], s["n_pad"]), (3, 2))         # content = answer, pad = its EOS
+        # the canvas padding after the EOS is no target: other tokens there change nothing
+        ids2 = ids.clone()
+        ids2[0, 10:12] = 3
+        ids2[1, 6:9] = 5
+        loss2, _ = T.loss_ar(m, ids2, valid, ans_pos, alen, 0.0)
+        self.assertAlmostEqual(float(loss2), float(loss), places=6)
+        # the prompt term: w x the mean next-token CE over rows 0..P-2
+        w = 0.25
+        loss3, s3 = T.loss_ar(m, ids, valid, ans_pos, alen, w)
+        pc = [F.cross_entropy(lg[0, :6], ids[0, 1:7], reduction="sum"),
+              F.cross_entropy(lg[1, :3], ids[1, 1:4], reduction="sum")]
+        self.assertAlmostEqual(float(loss3), float(loss) + w * float(sum(pc)) / 9, places=5)
+        self.assertEqual(s3["n_prompt"], 9)
+
+    def test_export_matches_llama_reference(self):
+        import torch
+        from pyllada import safetensors_io as st
+        from pyllada.hf_llama import from_llama, save_llama
+        for kv in (4, 2):  # multi-head and grouped K/V
+            m = self.model(n_kv_heads=kv, seed=kv)
+            with tempfile.TemporaryDirectory() as d:
+                save_llama(m, d)
+                cfg = json.load(open(os.path.join(d, "config.json")))
+                W = st.load_file(os.path.join(d, "model.safetensors"))
+                self.assertEqual(cfg["architectures"], ["LlamaForCausalLM"])
+                for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                          "num_key_value_heads", "rms_norm_eps", "rope_theta", "vocab_size",
+                          "max_position_embeddings", "tie_word_embeddings", "bos_token_id", "eos_token_id",
+                          "pad_token_id"):
+                    self.assertIn(k, cfg)
+                self.assertEqual((cfg["vocab_size"], cfg["num_key_value_heads"], cfg["bos_token_id"]), (64, kv, 56))
+                names = {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"} | {
+                    f"model.layers.{i}.{n}.weight" for i in range(2) for n in (
+                        "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                        "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "input_layernorm",
+                        "post_attention_layernorm")}
+                self.assertEqual(set(W), names)
+                ids = torch.randint(0, 60, (23,))
+                with torch.no_grad():
+                    ours = m(ids[None])[0].double()
+                ref = llama_reference_logits(cfg, W, ids.tolist())
+                self.assertLess(float((ours - ref).abs().max()), 1e-4)
+                m2 = from_llama(d)
+                self.assertTrue(m2.config.block_causal and m2.config.block_size == 1)
+                with torch.no_grad():
+                    self.assertEqual(float((m2(ids[None])[0] - m(ids[None])[0]).abs().max()), 0.0)
+
+    def test_greedy_ar(self):
+        import torch
+        m = self.model()
+        prompts = [[1, 2, 3, 4, 5], [7, 8]]
+        outs = T.greedy_ar(m, prompts, 4, eos=57)
+        for p, o in zip(prompts, outs):  # batched right-padded decoding = one sequence at a time
+            seq = list(p)
+            for t in o:
+                with torch.no_grad():
+                    self.assertEqual(int(m(torch.tensor([seq]))[0, -1].argmax()), t)
+                seq.append(t)
+            self.assertTrue(len(o) == 4 or o[-1] == 57)
+
+    def test_train_export_resume(self):
+        from pyllada import safetensors_io as st
+        with tempfile.TemporaryDirectory() as d:
+            corpus = os.path.join(d, "corpus")
+            subprocess.run([sys.executable, os.path.join(HERE, "make_synth.py"), "--out", corpus,
+                            "--train", "300", "--eval", "30"], check=True, capture_output=True)
+            base = tiny_run(d, corpus) + ["--objective", "ar", "--eval-every", "4", "--eval-per-suite", "3"]
+            T.main(base + ["--max-steps", "6"])
+            out = os.path.join(d, "out")
+            cfg = json.load(open(os.path.join(out, "config.json")))
+            self.assertEqual((cfg["architectures"], cfg["vocab_size"], cfg["eos_token_id"]),
+                             (["LlamaForCausalLM"], 320, 257))
+            self.assertIn("model.layers.1.mlp.down_proj.weight", st.load_file(os.path.join(out, "model.safetensors")))
+            ts = json.load(open(os.path.join(out, "train_state.json")))
+            self.assertIn(ts["step"], (4, 6))
+            self.assertTrue(ts["objective"].startswith("autoregressive"))
+            T.main(base + ["--max-steps", "8"])  # resumes from ckpt.pt
+            logs = [json.loads(l) for l in open(os.path.join(d, "work", "log.jsonl"))]
+            self.assertEqual([r["step"] for r in logs if r["type"] == "start"], [0, 6])
+            self.assertEqual(logs[-1], dict(logs[-1], type="stop", step=8))
+            ev = [r for r in logs if r["type"] == "eval"]
+            self.assertTrue(ev and all(r["decoding"] == "greedy ar" for r in ev))
+            os.remove(os.path.join(d, "work", "ckpt.pt"))
+            exported = json.load(open(os.path.join(out, "train_state.json")))["step"]
+            T.main(base + ["--max-steps", "9"])  # resumes from the Llama export
+            logs = [json.loads(l) for l in open(os.path.join(d, "work", "log.jsonl"))]
+            start = [r for r in logs if r["type"] == "start"][-1]
+            self.assertEqual((start["resumed_from"], start["step"]), (out, exported))
+            self.assertEqual(logs[-1]["type"], "stop")
+            self.assertTrue(start["config"]["block_causal"] and start["config"]["block_size"] == 1)
+            with self.assertRaises(SystemExit):  # a diffusion run refuses the causal export
+                T.main(tiny_run(d, corpus) + ["--max-steps", "10"])
+
 if __name__ == "__main__":
     unittest.main()

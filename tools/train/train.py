@@ -35,6 +35,12 @@ checkpoint by mean eval accuracy (greedy diffusion decoding of held-out samples,
 gen_length from meta, 2 tokens per step), as config.json, model.safetensors,
 train_state.json, each replaced atomically.
 
+--objective ar trains a causal next-token model instead (block-causal with blocks of 1; the
+FlashDLM-style guide and the base a block-diffusion model is converted from): prompt ⊕ answer
+(ending in its one EOS, no canvas padding), CE on the answer and EOS plus --prompt-loss-weight
+times the prompt's mean CE; eval by greedy autoregressive decoding; exported as a Hugging Face
+LlamaForCausalLM (pyllada/hf_llama.py). The batching, curriculum and recall warm-up are shared.
+
 Resume (--resume): from <work>/ckpt.pt; if missing, from <out>/model.safetensors +
 train_state.json with a fresh optimizer (a new short warmup).
 """
@@ -75,6 +81,7 @@ sys.path.insert(0, os.path.join(ROOT, "tools"))
 from pyllada import safetensors_io as st  # noqa: E402
 from pyllada.model import LLaDA, LLaDAConfig, save_pretrained  # noqa: E402
 from pyllada.generate import generate_batch, generate_block_batch  # noqa: E402
+from pyllada.hf_llama import config_from_llama, is_llama_dir, load_llama_into, save_llama  # noqa: E402
 from recall import RecallGen  # noqa: E402
 
 ARCH_KEYS = ("n_layers", "d_model", "n_heads", "mlp_hidden")
@@ -207,6 +214,15 @@ def parse_args(argv=None):
                          "1/t weights, the sequence cut after b), exactly the states block decoding visits; the eval "
                          "uses block decoding (--eval-decoding)")
     ap.add_argument("--block-size", type=int, default=32)
+    # autoregressive guide (FlashDLM-style verifier; the base a block-diffusion model is converted from)
+    ap.add_argument("--objective", choices=["diffusion", "ar"], default="diffusion",
+                    help="diffusion: LLaDA SFT (or block diffusion with --block-causal); ar: a causal next-token "
+                         "model (block-causal with blocks of 1), CE on the answer and its one EOS, --prompt-loss-weight "
+                         "on the prompt, greedy autoregressive eval, exported as a Hugging Face LlamaForCausalLM")
+    ap.add_argument("--prompt-loss-weight", type=float, default=0.1,
+                    help="ar: loss = mean answer CE + this x mean prompt CE (next-token on the prompt: dense signal "
+                         "for the chat framing and prose, kept small because the tables' values are random and "
+                         "their CE irreducible)")
     ap.add_argument("--block-decay", default="",
                     help="block-causal: larger blocks first, e.g. 128:250,64:250 = the phase's first 250 steps with "
                          "blocks of 128, the next 250 with 64, then --block-size (LLaDA 2.0's decaying block size: a "
@@ -787,6 +803,104 @@ def loss_on(model, ids, valid, ans_pos, args, rng_t, mask_id, alen, G, suite=Non
     return loss, st_
 
 
+def ar_targets(ans_pos, alen, valid):
+    """--objective ar: which rows are scored. Row r's logits predict token r + 1. Returns
+    (arow [B, G]: answer slot s < alen scored from row P + s - 1, i.e. the answer and its one
+    EOS, never the canvas padding after it; prow [B, n]: rows 0..P-2, the prompt's next tokens)."""
+    B, G = ans_pos.shape
+    n = valid.shape[1]
+    P = ans_pos[:, 0]
+    arow = torch.arange(G)[None].expand(B, G) < torch.as_tensor(alen)[:, None]
+    prow = torch.arange(n)[None] < (P - 1)[:, None]
+    return arow, prow
+
+
+def loss_ar(model, ids, valid, ans_pos, alen, prompt_w=0.0, suite=None, nsuites=0):
+    """Next-token loss of a causal model on one batch (prompt ⊕ answer, answers ending in one EOS):
+    mean CE over the answer tokens and their EOS (+ prompt_w x mean CE over the prompt's next
+    tokens). Stats as loss_on's: content = answer tokens before the EOS, pad = the EOS."""
+    B, n = ids.shape
+    dev = next(model.parameters()).device
+    num = float if dev.type == "cpu" else (lambda t: t.detach())
+    arow, prow = ar_targets(ans_pos, alen, valid)
+    x = model(ids.to(dev), key_valid=valid, return_hidden=True)        # [B, n, d]
+    rows = torch.arange(B)[:, None].expand_as(ans_pos)
+    r, c = rows[arow], ans_pos[arow]
+    ce = F.cross_entropy(model.head(x[r.to(dev), (c - 1).to(dev)]), ids[r, c].to(dev), reduction="none")
+    loss = ce.mean()
+    ce_prompt, n_prompt = 0.0, 0
+    if prompt_w > 0 and bool(prow.any()):
+        pr = torch.arange(B)[:, None].expand(B, n)[prow]
+        pc = torch.arange(n)[None].expand(B, n)[prow]
+        cp = F.cross_entropy(model.head(x[pr.to(dev), pc.to(dev)]), ids[pr, pc + 1].to(dev), reduction="none")
+        loss = loss + prompt_w * cp.mean()
+        ce_prompt, n_prompt = num(cp.detach().sum()), int(prow.sum())
+    slot = torch.arange(ans_pos.shape[1])[None].expand_as(ans_pos)[arow]
+    content = slot < torch.as_tensor(alen)[r] - 1
+    cd = content.to(dev)
+    st_ = {"ce_content": num(ce[cd].detach().sum()), "n_content": int(content.sum()),
+           "ce_pad": num(ce[~cd].detach().sum()), "n_pad": int((~content).sum()),
+           "ce_prompt": ce_prompt, "n_prompt": n_prompt, "n_tokens": int(valid.sum())}
+    if suite is not None:
+        srow = torch.as_tensor(suite)[r][content]
+        sce = torch.zeros(nsuites, dtype=torch.float64, device=dev).index_add_(0, srow.to(dev), ce[cd].detach().double())
+        st_["suite_ce"] = sce.tolist() if dev.type == "cpu" else sce
+        st_["suite_n"] = torch.bincount(srow, minlength=nsuites).tolist()
+    return loss, st_
+
+
+@torch.no_grad()
+def greedy_ar(model, prompts, max_new, eos, stop_ids=()):
+    """Greedy autoregressive decoding of a causal model, recomputing the whole sequence per
+    token (right-padded batch; causal attention makes the padding invisible to real rows).
+    Returns each prompt's new tokens, up to and including the first EOS (or a stop id)."""
+    dev = next(model.parameters()).device
+    seqs = [list(map(int, p)) for p in prompts]
+    outs = [[] for _ in prompts]
+    live = list(range(len(prompts)))
+    stop = {eos, *stop_ids}
+    for _ in range(max_new):
+        if not live:
+            break
+        n = max(len(seqs[j]) for j in live)
+        ids = torch.full((len(live), n), eos, dtype=torch.long)
+        last = torch.zeros(len(live), dtype=torch.long)
+        for k, j in enumerate(live):
+            ids[k, :len(seqs[j])] = torch.as_tensor(seqs[j])
+            last[k] = len(seqs[j]) - 1
+        x = model(ids.to(dev), return_hidden=True)
+        nxt = model.head(x[torch.arange(len(live), device=dev), last.to(dev)]).argmax(-1).tolist()
+        keep = []
+        for j, t in zip(live, nxt):
+            outs[j].append(t)
+            seqs[j].append(t)
+            if t not in stop:
+                keep.append(j)
+        live = keep
+    return outs
+
+
+def evaluate_ar(model, corpus, order, args, G, stop_flag=None):
+    """Held-out exact-match accuracy of a causal model under greedy decoding (up to G tokens)."""
+    eos = model.config.eos_token_id
+    hits = {s: [0, 0] for s in corpus.suites}
+    t0 = time.time()
+    for k in range(0, len(order), args.eval_batch):
+        if stop_flag is not None and stop_flag():
+            model.train()
+            return None
+        chunk = order[k:k + args.eval_batch]
+        outs = greedy_ar(model, [corpus.prompt(i) for i in chunk], G, eos)
+        for i, o in zip(chunk, outs):
+            s = corpus.suites[corpus.suite[i]]
+            hits[s][1] += 1
+            hits[s][0] += int(strip_eos(o, eos) == strip_eos(corpus.ans[i][:G], eos))
+    acc = {s: h[0] / h[1] for s, h in hits.items() if h[1]}
+    model.train()
+    return {"acc": acc, "mean": float(np.mean(list(acc.values()))) if acc else 0.0, "n": len(order),
+            "seconds": time.time() - t0, "steps": 0, "block_length": 1, "gen_length": G, "decoding": "greedy ar"}
+
+
 # ----------------------------------------------------------------------------- eval
 def eval_set(corpus, per_suite, seed):
     rng = np.random.RandomState(seed)
@@ -812,6 +926,8 @@ def evaluate(model, corpus, idx, args, meta, stop_flag=None):
     steps = max(nb, steps // nb * nb)
     eos = model.config.eos_token_id
     order = sorted(idx, key=lambda i: corpus.plen[i])
+    if getattr(args, "objective", "diffusion") == "ar":
+        return evaluate_ar(model, corpus, order, args, G, stop_flag)
     if model.config.block_causal:
         return evaluate_block(model, corpus, order, args, G, steps, stop_flag)
     hits = {s: [0, 0] for s in corpus.suites}
@@ -884,15 +1000,26 @@ def bf16_copy(model):
     return m2
 
 
-def export(model, args, state, dtype):
+def export(model, args, state, dtype, tokenizer_dir=None):
+    """The export into --out: config.json + model.safetensors (LLaDA's layout, or with --objective ar
+    Hugging Face Llama's), train_state.json and the tokenizer files (from the corpus directory, else
+    tokenizer_dir)."""
     os.makedirs(args.out, exist_ok=True)
-    save_pretrained(model, args.out, dtype=dtype,
-                    metadata={"generator": "tools/train/train.py", "step": state["step"]})
+    md = {"generator": "tools/train/train.py", "step": str(state["step"])}
+    if getattr(args, "objective", "diffusion") == "ar":
+        save_llama(model, args.out, dtype=dtype, metadata=md)
+    else:
+        save_pretrained(model, args.out, dtype=dtype,
+                        metadata={"generator": "tools/train/train.py", "step": state["step"]})
     atomic_json(state, os.path.join(args.out, "train_state.json"))
     for name in ("tokenizer.json", "tokenizer_config.json"):
-        src, dst = os.path.join(args.corpus, name), os.path.join(args.out, name)
-        if os.path.exists(src) and not os.path.exists(dst):
-            shutil.copyfile(src, dst)
+        dst = os.path.join(args.out, name)
+        for d in (args.corpus, tokenizer_dir):
+            src = os.path.join(d, name) if d else None
+            if src and os.path.exists(src):
+                if not os.path.exists(dst):
+                    shutil.copyfile(src, dst)
+                break
 
 
 def save_ckpt(path, model, opt, meta_state, batcher_rng, rng_t):
@@ -978,7 +1105,15 @@ def main(argv=None):
                             os.path.exists(os.path.join(args.out, "train_state.json"))):
         resumed_from = args.init_from or args.out
         with open(os.path.join(resumed_from, "config.json")) as f:
-            cfg = LLaDAConfig.from_json(json.load(f))
+            cj = json.load(f)
+        cfg = config_from_llama(cj) if is_llama_dir(resumed_from) else LLaDAConfig.from_json(cj)
+    ar = args.objective == "ar"
+    if ar and args.block_causal:
+        sys.exit("--objective ar is causal (block-causal with blocks of 1): drop --block-causal")
+    if ar:  # causal = block-causal with blocks of 1
+        cfg.block_causal, cfg.block_size, cfg.shift_logits = True, 1, False
+    elif cfg.block_causal and cfg.block_size == 1 and not args.block_causal:
+        sys.exit(f"{resumed_from} is a causal (AR) model: pass --objective ar")
     if args.block_causal:  # block diffusion (a bidirectional start is adapted)
         cfg.block_causal, cfg.block_size, cfg.shift_logits = True, args.block_size, False
     if cfg.vocab_size != int(meta["vocab_size"]) or cfg.mask_token_id != mask_id:
@@ -1005,8 +1140,11 @@ def main(argv=None):
         rng.set_state(ckpt["np_rng"])
         random.setstate(ckpt["py_rng"])
     elif resumed_from is not None:
-        sd = st.load_file(os.path.join(resumed_from, "model.safetensors"))
-        model.load_hf_state_dict(sd, resumed_from)
+        if is_llama_dir(resumed_from):
+            load_llama_into(model, resumed_from)
+        else:
+            sd = st.load_file(os.path.join(resumed_from, "model.safetensors"))
+            model.load_hf_state_dict(sd, resumed_from)
         with open(os.path.join(resumed_from, "train_state.json")) as f:
             ts = json.load(f)
         for k in ("step", "samples", "tokens", "wall_seconds"):
@@ -1048,6 +1186,10 @@ def main(argv=None):
     if args.curriculum == "adaptive" and "curriculum_q" in state:
         batcher.q = state["curriculum_q"]
     eval_idx = eval_set(evalc, args.eval_per_suite, 12345)
+    tokenizer_dir = meta.get("tokenizer_dir")  # the tokenizer the corpus was encoded with
+    if tokenizer_dir and not os.path.isabs(tokenizer_dir):
+        tokenizer_dir = os.path.join(ROOT, tokenizer_dir)
+    ar_size_G = max(1, int(round(float(train.alen.mean())))) if ar else 0  # batch sizing: the mean answer
     os.makedirs(args.work, exist_ok=True)
     logf = open(os.path.join(args.work, "log.jsonl"), "a") if not args.bench else open(os.devnull, "w")
     command = "python3 tools/train/train.py " + " ".join(sys.argv[1:] if argv is None else argv)
@@ -1084,17 +1226,21 @@ def main(argv=None):
                   "wall_seconds": round(state["wall_seconds"], 1), "eval": r,
                   "eval_accuracy": r["acc"], "export_dtype": exp_dtype, "command": command,
                   "corpus": os.path.abspath(args.corpus), "corpus_meta": {k: v for k, v in meta.items() if len(json.dumps(v)) < 400}, "params": nparams,
-                  "objective": (f"block diffusion (block-causal, blocks of {cfg.block_size} from position 0): one answer "
+                  "objective": ("autoregressive next-token (causal): CE on the answer and its one EOS"
+                                + (f" + {args.prompt_loss_weight} x mean prompt CE" if args.prompt_loss_weight > 0 else "")
+                                if ar else
+                                f"block diffusion (block-causal, blocks of {cfg.block_size} from position 0): one answer "
                                 "block per sample, earlier answer blocks clean, the block masked at t~U(0,1), CE / t "
                                 "over the block's answer slots, sequence cut after the block; canvas EOS-padded"
                                 if cfg.block_causal else
                                 "LLaDA SFT: answer padded with EOS to gen_length, t~U(0,1), CE on masked answer / t / gen_length"),
-                  "eval_decoding": (f"block decoding ({', '.join(r['decoding'])}; threshold {r.get('threshold')}), "
+                  "eval_decoding": (f"greedy autoregressive, up to {r['gen_length']} tokens" if ar else
+                                    f"block decoding ({', '.join(r['decoding'])}; threshold {r.get('threshold')}), "
                                     f"gen_length {r['gen_length']}, steps {r['steps']}, block {r['block_length']}"
                                     if cfg.block_causal else
                                     f"greedy low-confidence remasking, gen_length {r['gen_length']}, steps {r['steps']}, block {r['block_length']}"),
                   "canvas": args.canvas, "semi_ar_frac": args.semi_ar_frac, "phase": state.get("phase", "")}
-            export(model, args, ts, exp_dtype)
+            export(model, args, ts, exp_dtype, tokenizer_dir=tokenizer_dir if ar else None)
             rec["exported"] = True
         log(logf, rec)
 
@@ -1114,7 +1260,7 @@ def main(argv=None):
     bench_warm = min(3, max(args.bench - 1, 0))  # untimed first steps
     if args.bench and not bench_warm:
         bench_t0 = time.time()
-    budget_spent = False
+    budget_spent = hours_spent = False
     while (state["step"] < args.max_steps or args.bench) and not stop["flag"]:
         step = state["step"]
         if step % 1000 == 0:
@@ -1137,15 +1283,26 @@ def main(argv=None):
             ids, valid, ans_pos = pack(prompts, answers, Gr, eos)
             idx = prompts
             off = None
-            if cfg.block_causal and args.recall_offset:
+            if cfg.block_causal and not ar and args.recall_offset:
                 off = torch.randint(0, cfg.block_size, (len(prompts),), generator=rng_t)
                 split_offsets(off, ranges, cfg.block_size, args.recall_queue_split, rng_t)
-            loss, s = loss_on(model, ids, valid, ans_pos, args, rng_t, mask_id, np.array([len(a) for a in answers]),
-                              Gr, fixed_t=args.recall_t, pos_offset=off)
+            if ar:
+                ids, valid, ans_pos = pack(prompts, answers, max(len(a) for a in answers), eos)
+                loss, s = loss_ar(model, ids, valid, ans_pos, np.array([len(a) for a in answers]),
+                                  args.prompt_loss_weight)
+            else:
+                loss, s = loss_on(model, ids, valid, ans_pos, args, rng_t, mask_id,
+                                  np.array([len(a) for a in answers]), Gr, fixed_t=args.recall_t, pos_offset=off)
             acc["rce"] += s["ce_content"]
             acc["rn"] += s["n_content"]
             s = dict(s, ce_content=0.0, n_content=0, ce_pad=0.0, n_pad=0,
                      suite_ce=[0.0] * len(train.suites), suite_n=[0] * len(train.suites))
+        elif ar:  # answer + its EOS only: no canvas padding
+            idx = batcher.batch(step, ar_size_G)
+            Ga = int(train.alen[idx].max())
+            ids, valid, ans_pos = batcher.tensors(idx, Ga)
+            loss, s = loss_ar(model, ids, valid, ans_pos, train.alen[idx], args.prompt_loss_weight,
+                              train.suite[idx], len(train.suites))
         else:
             Gb = cs[int(rng.choice(len(cs), p=ps))]
             if cfg.block_causal:  # the training block size (--block-decay); eval/export restore --block-size
@@ -1161,7 +1318,7 @@ def main(argv=None):
         if args.clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
         opt.step()
-        if cfg.block_causal:
+        if cfg.block_causal and not ar:
             cfg.block_size = args.block_size
         ntok = int(s.get("n_tokens", int(valid.sum())))
         state["step"] += 1
@@ -1224,9 +1381,10 @@ def main(argv=None):
             checkpoint()
             t_last_ckpt = time.time()
         if args.max_hours and time.time() - t_start > args.max_hours * 3600:
+            hours_spent = ar  # the AR guide evaluates (and exports if better) before it stops, too
             break
     if not args.bench:
-        if not stop["flag"] and (state["step"] >= args.max_steps or budget_spent):
+        if not stop["flag"] and (state["step"] >= args.max_steps or budget_spent or hours_spent):
             do_eval()
         checkpoint()
         log(logf, {"type": "stop", "step": state["step"], "signal": stop["flag"], "best_mean": state["best_mean"],
