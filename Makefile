@@ -1,4 +1,4 @@
-# dlmcache — make run: the main job on the bundled defaults; make test: vet + race tests (+ the C under sanitizers).
+# dlmcache — make run: the main job on the bundled defaults; make test: vet + race tests, the model and kernel tests once per ISA level this CPU has (+ the C under sanitizers).
 GO        ?= go
 BIN       := bin/dlmcache
 export CGO_ENABLED := 1
@@ -37,6 +37,11 @@ vet: deps
 test: deps
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 30m ./...
+	@for l in $$($(GO) run ./tools/isalevels -below); do \
+		echo "model and kernel tests with the kernels capped at $$l (DLMCACHE_CPU_ISA=$$l):"; \
+		DLMCACHE_CPU_ISA=$$l $(GO) test -count=1 ./model ./model/cpu || exit 1; \
+	done
+	@$(GO) run ./tools/isalevels -summary
 	@echo "model/cpu built without oneDNN (as on a machine without libdnnl-dev):"
 	CGO_CFLAGS="-O2 -g -DDLMCACHE_NO_DNNL" $(GO) test -count=1 ./model/cpu
 	$(MAKE) --no-print-directory sanitize

@@ -26,9 +26,10 @@ func TestGGUFPyFixtureLogits(t *testing.T) {
 		IDs  []int32 `json:"ids"`
 	}
 	testutil.ReadJSON(t, filepath.Join(dir, "golden.json"), &g)
-	// Float32 activations (cpu.QuantF32): the products are exact in the
-	// dequantized weights, so the reference holds to float32 rounding.
-	m, err := Load(filepath.Join(dir, g.File), cpu.NewWithOptions(cpu.Options{Threads: 1, QuantProducts: cpu.QuantF32}))
+	// Float32 activations (cpu.QuantF32, and the BF16 tensors as float32
+	// panels on OpenBLAS): the products are exact in the dequantized
+	// weights, so the reference holds to float32 rounding.
+	m, err := Load(filepath.Join(dir, g.File), cpu.NewWithOptions(cpu.Options{Threads: 1, QuantProducts: cpu.QuantF32, GEMM: cpu.GEMMOpenBLAS}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +64,7 @@ func TestGGUFPyFixtureLogits(t *testing.T) {
 	// Q8_0 products round x per block of 32: on these random weights the
 	// logits move by 5.6e-2 of the largest (4.4e-3 on the trained bundled
 	// model, TestGGUFQuantKeptQuantized); held under twice that.
-	mi, err := Load(filepath.Join(dir, g.File), cpu.NewWithOptions(cpu.Options{Threads: 1, QuantProducts: cpu.QuantInt8}))
+	mi, err := Load(filepath.Join(dir, g.File), cpu.NewWithOptions(cpu.Options{Threads: 1, QuantProducts: cpu.QuantInt8, GEMM: cpu.GEMMOpenBLAS}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,6 +73,29 @@ func TestGGUFPyFixtureLogits(t *testing.T) {
 		t.Errorf("int8 products: logits differ from the PyTorch reference by %.3g (relative to max |logit|)", d)
 	} else {
 		t.Logf("int8 products: max |Δlogit| / max |logit| = %.3g", d)
+	}
+	// BF16 tensors on oneDNN's BF16 matmul (where the CPU has AVX512-BF16:
+	// the default there), activations rounded to BF16 (2⁻⁹ relative per
+	// element): on these random weights the logits move by 7.5e-3 of the
+	// largest (0.1% on the trained bundled model, TestBF16Weights); held
+	// under 2e-2, about 2.5 times that.
+	bb, err := cpu.NewChecked(cpu.Options{Threads: 1, QuantProducts: cpu.QuantF32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bb.BF16Activations() {
+		t.Logf("SKIPPED: BF16 products with BF16-rounded activations: %s", bb.GEMM())
+	} else {
+		mb, err := Load(filepath.Join(dir, g.File), bb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer mb.Close()
+		if d := maxAbsDiff(ggufLogits(t, mb, g.IDs), want) / scale; d > 2e-2 {
+			t.Errorf("BF16 products, BF16 activations: logits differ from the PyTorch reference by %.3g (relative to max |logit|)", d)
+		} else {
+			t.Logf("BF16 products, BF16 activations: max |Δlogit| / max |logit| = %.3g", d)
+		}
 	}
 
 	ref, err := tokenizer.Load(bundledDir)

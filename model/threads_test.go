@@ -33,7 +33,7 @@ func TestWithThreadsSameLogits(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, threads := range []int{1, 2, 4} {
+		for _, threads := range []int{1, 2, 3, 4} {
 			other := *m.LLaDA
 			other.Backend = m.Backend.(backend.Threaded).WithThreads(threads)
 			if got := other.Backend.(backend.Threaded).Threads(); got != threads {

@@ -343,7 +343,7 @@ Methods:` + methodsHelp(),
 func newCmdVersion(f *factory, runF func(*versionOptions) error) *cobra.Command {
 	return newCommand(&versionOptions{f: f}, runF, &cobra.Command{
 		Use:   "version",
-		Short: "Print the version, commit, backend, BLAS kernel, GEMM library and quantized products in use",
+		Short: "Print the version, commit, backend, BLAS kernel, GEMM library, quantized products and ISA level in use",
 		Args:  cobra.NoArgs,
 	})
 }

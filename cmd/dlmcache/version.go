@@ -40,11 +40,15 @@ type versionInfo struct {
 	// ($DLMCACHE_CPU_QUANT, default int8: activations quantized per row,
 	// integer products on the widest instruction set the CPU has).
 	QuantProducts string `json:"quant_products"`
+	// ISA: the instruction-set level the CPU backend's kernels run at
+	// ($DLMCACHE_CPU_ISA caps it: generic, avx2, avx512, native) and
+	// what this CPU has.
+	ISA string `json:"isa"`
 }
 
 func buildVersion() versionInfo {
 	v := versionInfo{Version: "unknown", Commit: cmp.Or(commit, "unknown"), Go: runtime.Version(),
-		Platform: runtime.GOOS + "/" + runtime.GOARCH, Backend: "cpu", BLAS: cpu.BLAS()}
+		Platform: runtime.GOOS + "/" + runtime.GOARCH, Backend: "cpu", BLAS: cpu.BLAS(), ISA: cpu.ISADescription()}
 	if b, err := cpu.NewFromEnv(1); err != nil {
 		v.GEMM = err.Error()
 	} else {
@@ -78,8 +82,8 @@ func (opts *versionOptions) run(context.Context) error {
 	if v.Modified {
 		mod = " (modified)"
 	}
-	fmt.Fprintf(opts.f.Out, "dlmcache %s\ncommit   %s%s\ngo       %s %s\nbackend  %s (the CUDA backend needs a build with -tags cuda)\nblas     %s\ngemm     %s\nquant    %s\n",
-		v.Version, v.Commit, mod, v.Go, v.Platform, v.Backend, v.BLAS, v.GEMM, v.QuantProducts)
+	fmt.Fprintf(opts.f.Out, "dlmcache %s\ncommit   %s%s\ngo       %s %s\nbackend  %s (the CUDA backend needs a build with -tags cuda)\nblas     %s\ngemm     %s\nquant    %s\nisa      %s\n",
+		v.Version, v.Commit, mod, v.Go, v.Platform, v.Backend, v.BLAS, v.GEMM, v.QuantProducts, v.ISA)
 	return nil
 }
 

@@ -300,6 +300,9 @@ func New(threads int) *Backend {
 // (GEMMEnv) picks the GEMM library (ParseGEMM). Other values, and
 // "onednn" where oneDNN cannot be used, are errors.
 func NewFromEnv(threads int) (*Backend, error) {
+	if isaCapErr != nil {
+		return nil, isaCapErr
+	}
 	o := Options{Threads: threads}
 	var err error
 	if o.DecodeBF16, err = backend.EnvSwitch("cpu", BF16Env, "bf16", "f32"); err != nil {
@@ -369,7 +372,7 @@ func newBackend(o Options) (*Backend, error) {
 	if attn == AttentionFused {
 		b.attn = bestAttn
 	}
-	b.panel = lib == GEMMAuto && !pick.dnnl && bestAttn == attnAVX2
+	b.panel = simd
 	blasSetThreads(1)
 	return b, nil
 }

@@ -20,17 +20,27 @@
 // DLMCACHE_CPU_BF16=f32 for New, converts every BF16 weight at load
 // instead, as before: twice the memory, no conversion per product.
 //
-// Matrix products run on one of two libraries, picked once per process
-// (GEMMLib; $DLMCACHE_CPU_GEMM for New and NewFromEnv), or, on a CPU with
-// AVX2 but no AVX-512 where auto keeps OpenBLAS, a small model's products
-// on the backend's own panel kernel (attn.c: weights of at most
-// panelMaxK columns laid out at load as 16-row k-major panels, a 6 × 16
-// AVX2 tile over them, x read in place and the output written once, none
-// of OpenBLAS's packing and clearing, which took a fifth of a batched
-// forward of the bundled model):
+// Matrix products with F32 weights of at most panelMaxK columns (a small
+// model's) run, wherever the CPU has AVX2 and FMA, on the backend's own
+// panel kernel (attn.c: each such weight laid out at load as 16-row
+// k-major panels, a 6 × 16 AVX2 tile over them, x read in place and the
+// output written once, none of OpenBLAS's packing and clearing, which
+// took a fifth of a batched forward of the bundled model). Every output
+// element is one pass over k in a fixed order, so a row's result does
+// not depend on the other rows of the product or on the thread count.
+// The other products run on one of two libraries, picked once per
+// process (GEMMLib; $DLMCACHE_CPU_GEMM for New and NewFromEnv), each
+// called so that a row's result is the same at every row count
+// (TestMatMulRowsInvariant): the libraries pick kernels by the product's
+// shape, and a server multiplies each request's rows in batches of
+// varying composition.
 //
 //   - OpenBLAS's cblas_sgemm through cgo (link with -lopenblas; Debian:
-//     libopenblas-dev). New sets OpenBLAS to one thread, process-wide,
+//     libopenblas-dev). A product with a weight is never handed to it
+//     with m·n·k ≤ 100³ or a single row (blasWeightNT pads x with zero
+//     rows instead): OpenBLAS runs such products on small-matrix kernels
+//     or gemv, whose summation order differs from its general kernel's.
+//     New sets OpenBLAS to one thread, process-wide,
 //     and splits each product over its own goroutines: with OpenBLAS's
 //     thread pool next to Go's, the two oversubscribe the cores and
 //     OpenBLAS's idle threads spin while Go code runs. bench_test.go
@@ -51,8 +61,12 @@
 //     odd shapes against float64 sums and uses it only if every element
 //     agrees to float32 accumulation error. A product on oneDNN is one
 //     call threaded by oneDNN (OpenMP) over the backend's threads;
-//     products inside attention run one per goroutine on one thread; F32
-//     products under dnnlMinFlops stay on OpenBLAS. BF16 weights, where
+//     products inside attention run one per goroutine on one thread. An
+//     F32 weight goes to oneDNN at every row count when its product with
+//     dnnlWeightRows rows reaches dnnlMinFlops (the choice is the
+//     weight's, never the batch's); products inside attention under
+//     dnnlMinFlops stay on OpenBLAS. oneDNN is used only where it has
+//     AVX-512 kernels: its AVX2 kernels block by the row count. BF16 weights, where
 //     the CPU has AVX512-BF16, go to oneDNN's BF16 matmul in place in the
 //     memory map, with the activations rounded to BF16 (to nearest, ties
 //     to even) and F32 accumulation: no conversion pass, about twice the
@@ -121,6 +135,13 @@
 //
 // While one job runs, a second poster runs its tasks alone on its own
 // thread; where no thread can be started the poster runs them all.
+//
+// $DLMCACHE_CPU_ISA (ISALevel: generic, avx2, avx512, native) caps the
+// instruction sets of the backend's own kernels and of oneDNN's, read
+// once per process: an AVX-512 machine capped at avx2 computes as an
+// AVX2-only processor does (the panel kernel, the AVX2 attention and
+// int8 products, OpenBLAS), so make test runs the model and kernel tests
+// once per level the machine has. OpenBLAS's own kernel is not capped.
 //
 // PeakF32 and PeakBF16 measure the processor's FMA and vdpbf16ps
 // throughput, the ceilings make bench divides by; SgemmRaw the linked

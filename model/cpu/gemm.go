@@ -38,8 +38,10 @@ const (
 	GEMMAuto GEMMLib = "auto"
 	// GEMMOpenBLAS keeps every product on OpenBLAS's cblas_sgemm.
 	GEMMOpenBLAS GEMMLib = "openblas"
-	// GEMMOneDNN puts the larger products on oneDNN's matmul primitive
-	// (libdnnl.so.2, loaded at run time) and fails where it cannot.
+	// GEMMOneDNN puts the products with weights on oneDNN's matmul
+	// primitive (libdnnl.so.2, loaded at run time) and fails where it
+	// cannot, or where it has no AVX-512 kernels (its AVX2 kernels give
+	// each row a result that depends on the batch).
 	GEMMOneDNN GEMMLib = "onednn"
 )
 
@@ -190,10 +192,18 @@ func pickGEMM(lib GEMMLib) (gemmPick, error) {
 		}
 		return gemmPick{desc: blas + "; oneDNN unused: " + s.err.Error()}, nil
 	}
-	if lib == GEMMAuto {
-		if s.isa < dnnlISAAVX512Core {
-			return gemmPick{desc: blas + "; " + s.version + " unused: no AVX-512 kernels for this CPU"}, nil
+	if s.isa < dnnlISAAVX512Core {
+		// Its AVX2 kernels pick their blocking by the row count, so a
+		// row's result would depend on the batch (TestMatMulRowsInvariant),
+		// and OpenBLAS's are as fast.
+		why := "no AVX-512 kernels for this CPU"
+		if isaCap < ISAAVX512 {
+			why = fmt.Sprintf("no AVX-512 kernels under %s=%s", ISAEnv, isaCap)
 		}
+		if lib == GEMMOneDNN {
+			return gemmPick{}, fmt.Errorf("cpu: %s=%s: %s %s", GEMMEnv, lib, s.version, why)
+		}
+		return gemmPick{desc: blas + "; " + s.version + " unused: " + why}, nil
 	}
 	p := gemmPick{dnnl: true, dnnlBF16: s.bf16Err == nil}
 	p.desc = fmt.Sprintf("%s (F32 %s", s.version, s.implF32)
@@ -202,7 +212,7 @@ func pickGEMM(lib GEMMLib) (gemmPick, error) {
 	} else {
 		p.desc += "; BF16 weights as F32 panels: " + s.bf16Err.Error()
 	}
-	p.desc += fmt.Sprintf("; F32 products under %d KFLOP, and any oneDNN fails: %s)", dnnlMinFlops>>10, blas)
+	p.desc += fmt.Sprintf("; F32 weights whose product with %d rows is under %d KFLOP, and any oneDNN fails: %s)", dnnlWeightRows, dnnlMinFlops>>10, blas)
 	return p, nil
 }
 

@@ -47,6 +47,11 @@ func TestNewFromEnvGEMM(t *testing.T) {
 			t.Fatalf("onednn without oneDNN (%v): no error", s.err)
 		}
 		t.Skipf("oneDNN: %v", s.err)
+	} else if s.isa < dnnlISAAVX512Core {
+		if err == nil {
+			t.Fatalf("onednn without AVX-512 kernels: no error")
+		}
+		t.Skipf("SKIPPED: oneDNN: %v", err)
 	}
 	if err != nil {
 		t.Fatal(err)

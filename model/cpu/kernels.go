@@ -14,7 +14,7 @@ import "C"
 import "unsafe"
 
 // simd reports whether the AVX2+FMA kernels run on this machine.
-var simd = C.dlmc_have_avx2() != 0
+var simd = isaCap >= ISAAVX2 && C.dlmc_have_avx2() != 0
 
 func cbool(b bool) C.int {
 	if b {
@@ -110,7 +110,14 @@ const (
 
 // quantISA is the best instruction set for the int8 products this machine
 // runs.
-var quantISA = int(C.dlmc_quant_isa())
+var quantISA = capQuantISA(int(C.dlmc_quant_isa()))
+
+// quantISASupported reports whether this machine runs the int8 products'
+// instruction set isa (one below quantISA may be missing: AVX-VNNI on an
+// AVX512-VNNI processor).
+func quantISASupported(isa int) bool {
+	return C.dlmc_quant_isa_supported(C.int(isa)) != 0 && isa <= capQuantISA(isaAVX512VNNI)
+}
 
 // isaNames names quantISA's values.
 var isaNames = map[int]string{isaGeneric: "generic C", isaAVX2: "AVX2", isaAVXVNNI: "AVX-VNNI", isaAVX512VNNI: "AVX512-VNNI"}
@@ -156,7 +163,7 @@ func qMatMul(isa int, m, n, k int, q []byte, d []float32, w *Tensor, j0 int, c [
 }
 
 // avx512 reports whether the AVX-512F attention kernel runs on this machine.
-var avx512 = C.dlmc_have_avx512() != 0
+var avx512 = isaCap >= ISAAVX512 && C.dlmc_have_avx512() != 0
 
 // attnKernel names the fused attention kernel a backend runs (attn_rows
 // or attn_rows2 in C), or none: Attention's GEMM path.

@@ -51,6 +51,8 @@ void dlmc_f32_to_bf16(uint16_t *dst, const float *src, long rows, long cols, lon
 #define DLMC_ISA_AVX512VNNI 3 // AVX512-VNNI + AVX512-VL: vpdpbusd on ymm
 // The best of the above this machine runs.
 int dlmc_quant_isa(void);
+// dlmc_quant_isa_supported reports whether this CPU runs the int8 products' instruction set isa.
+int dlmc_quant_isa_supported(int isa);
 // dst (rows × cols, dense) = the blocks of type wt of src (rows stride
 // bytes apart; cols a multiple of 32), exactly as ggml dequantizes them;
 // simd picks the AVX2 loop.
@@ -132,7 +134,7 @@ void dlmc_attn_parts(int workers, int avx2, int hd, int group, float scale, cons
 
 // onednn.c: oneDNN 2, loaded with dlopen (0 on success, else -1 and
 // dlmc_dnnl_reason says why).
-int dlmc_dnnl_open(void);
+int dlmc_dnnl_open(int max_isa);
 const char *dlmc_dnnl_reason(void);
 int dlmc_dnnl_isa(void); // dnnl_cpu_isa_t
 void dlmc_dnnl_describe(char *buf, int n);

@@ -80,7 +80,11 @@ func (b *Backend) matMulF32(d, xs, ws *Tensor) {
 	// and 3.67 s split over goroutines, the 10%-rows step 0.71 s and
 	// 0.95 s; a 512×2048×2048 product ran at 316 GFLOP/s against 190
 	// (BenchmarkMatMulRaw, 2 cores, Zen 5).
-	if b.dnnlOK(xs.rows, ws.rows, in) {
+	// Every product with a weight goes to oneDNN when the backend uses it,
+	// however small (as BF16 weights do): choosing the library by the
+	// product's size, which the row count sets, made a request's results
+	// depend on the batch it ran in.
+	if b.dnnlOK(max(xs.rows, dnnlWeightRows), ws.rows, in) {
 		checkSpan("x", xs.data, xs.rows, in, xs.stride)
 		checkSpan("w", ws.data, ws.rows, in, ws.stride)
 		checkSpan("dst", d.data, xs.rows, ws.rows, d.stride)
@@ -103,8 +107,54 @@ func (b *Backend) matMulF32(d, xs, ws *Tensor) {
 	b.forParts(xs.rows, in, ws.rows, func(r0, r1, c0, c1 int) {
 		x := xs.data[r0*xs.stride:]
 		o := d.data[r0*d.stride+c0:]
-		b.gemmNT(r1-r0, c1-c0, in, 1, x, xs.stride, ws.data[c0*ws.stride:], ws.stride, o, d.stride)
+		b.blasWeightNT(r1-r0, c1-c0, in, x, xs.stride, ws.data[c0*ws.stride:], ws.stride, o, d.stride)
 	})
+}
+
+// dnnlWeightRows is the row count a product with a weight is judged by
+// for oneDNN (dnnlOK): a weight whose product with this many rows is too
+// small for oneDNN stays on OpenBLAS at every row count.
+const dnnlWeightRows = 64
+
+// blasSmallMNK is the largest m·n·k of a product OpenBLAS may run on a
+// kernel of another summation order than its general one: OpenBLAS
+// (0.3.21 on AVX-512) takes products with m·n·k ≤ 100³ to "small matrix"
+// kernels, and newer releases send m = 1 to gemv. Either makes a row's
+// result depend on how many rows its product had, i.e. on the batch
+// (TestMatMulRowsInvariant).
+const blasSmallMNK = 1_000_000
+
+// blasMinRows is the fewest rows blasWeightNT hands OpenBLAS for a
+// product with an n × k weight: at least 2, and enough that m·n·k is past
+// blasSmallMNK.
+func blasMinRows(n, k int) int {
+	return max(2, blasSmallMNK/max(1, n*k)+1)
+}
+
+// blasWeightNT is sgemmNT (c = a·wᵀ) for a product with a weight, on
+// OpenBLAS, so that each row of c is the same whatever m is: a product of
+// fewer than blasMinRows rows runs on a zero-padded copy of a with that
+// many rows (cheap: such a product is small by definition).
+func (b *Backend) blasWeightNT(m, n, k int, a []float32, lda int, w []float32, ldw int, c []float32, ldc int) {
+	if m == 0 || n == 0 {
+		return
+	}
+	pm := blasMinRows(n, k)
+	if m >= pm || k == 0 {
+		sgemmNT(m, n, k, 1, a, lda, w, ldw, 0, c, ldc)
+		return
+	}
+	pa := b.bufs.take(pm*k, true)
+	pc := b.bufs.scratch(pm * n)
+	for i := range m {
+		copy(pa[i*k:(i+1)*k], a[i*lda:i*lda+k])
+	}
+	sgemmNT(pm, n, k, 1, pa, k, w, ldw, 0, pc, n)
+	for i := range m {
+		copy(c[i*ldc:i*ldc+n], pc[i*n:(i+1)*n])
+	}
+	b.bufs.put(pa)
+	b.bufs.put(pc)
 }
 
 // forParts cuts the product [n, in]·[out, in]ᵀ into one part per
@@ -235,7 +285,7 @@ func (b *Backend) convertedMatMul(d, xs, ws *Tensor, convert func(dst []float32,
 			e := min(r+panel, hi)
 			convert(buf, ws, r, e)
 			o := b.ColView(d, r, e)
-			sgemmNT(n, e-r, in, 1, xs.span(), xs.stride, buf, in, 0, o.span(), o.stride)
+			b.blasWeightNT(n, e-r, in, xs.span(), xs.stride, buf, in, o.span(), o.stride)
 		}
 		b.bufs.put(buf)
 	}

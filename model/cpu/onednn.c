@@ -50,9 +50,10 @@ DNNL_FNS(DNNL_DECL)
 static void (*p_omp_set_num_threads)(int);
 static dnnl_engine_t dnnl_eng;
 
-// dlmc_dnnl_open loads libdnnl.so.2 and creates the CPU engine: 0 on success,
+// dlmc_dnnl_open loads libdnnl.so.2, caps its kernels at max_isa (a
+// dnnl_cpu_isa_t; 0: no cap) and creates the CPU engine: 0 on success,
 // else -1 with the reason in dnnl_why.
-int dlmc_dnnl_open(void) {
+int dlmc_dnnl_open(int max_isa) {
 	char name[32];
 	snprintf(name, sizeof name, "libdnnl.so.%d", DNNL_VERSION_MAJOR);
 	void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
@@ -69,6 +70,14 @@ int dlmc_dnnl_open(void) {
 	// OpenMP builds: each call runs on the calling thread alone (the Go
 	// side splits products over its goroutines, as it does OpenBLAS's).
 	p_omp_set_num_threads = (void (*)(int))dlsym(h, "omp_set_num_threads");
+	if (max_isa) {
+		// Before any primitive is made: oneDNN fixes the cap at its first use.
+		dnnl_status_t (*set_isa)(dnnl_cpu_isa_t) = (dnnl_status_t (*)(dnnl_cpu_isa_t))dlsym(h, "dnnl_set_max_cpu_isa");
+		if (!set_isa || set_isa((dnnl_cpu_isa_t)max_isa) != dnnl_success) {
+			snprintf(dnnl_why, sizeof dnnl_why, "%s: could not cap its kernels (dnnl_set_max_cpu_isa)", name);
+			return -1;
+		}
+	}
 	if (p_dnnl_engine_create(&dnnl_eng, dnnl_cpu, 0) != dnnl_success) {
 		snprintf(dnnl_why, sizeof dnnl_why, "%s: no CPU engine", name);
 		return -1;
@@ -264,7 +273,8 @@ int dlmc_dnnl_mm_packed(int bf16, long m, long n, long k, const void *a, long ld
 	(void)bf16, (void)m, (void)n, (void)k, (void)a, (void)lda, (void)pk, (void)c, (void)ldc, (void)threads;
 	return -1;
 }
-int dlmc_dnnl_open(void) {
+int dlmc_dnnl_open(int max_isa) {
+	(void)max_isa;
 	snprintf(dnnl_why, sizeof dnnl_why, "built without oneDNN 2 headers (Debian: libdnnl-dev)");
 	return -1;
 }

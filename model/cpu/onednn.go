@@ -15,6 +15,8 @@ import (
 
 // oneDNN's effective ISA values (dnnl_cpu_isa_t) the backend tests for.
 const (
+	dnnlISASSE41          = 0x1
+	dnnlISAAVX2           = 0x7
 	dnnlISAAVX512Core     = 0x27
 	dnnlISAAVX512CoreBF16 = 0xe7
 )
@@ -22,7 +24,7 @@ const (
 // dnnlOpen loads oneDNN (libdnnl.so.2, through dlopen) and reports its
 // version and effective ISA, or why it cannot be used.
 func dnnlOpen() (version string, isa int, err error) {
-	if C.dlmc_dnnl_open() != 0 {
+	if C.dlmc_dnnl_open(C.int(dnnlMaxISA())) != 0 {
 		return "", 0, fmt.Errorf("oneDNN: %s", C.GoString(C.dlmc_dnnl_reason()))
 	}
 	var buf [64]C.char

@@ -28,7 +28,7 @@ const (
 var ErrNoPeakKernel = errors.New("cpu: this CPU lacks the instructions for the peak loop")
 
 // HasBF16Dot reports whether the CPU has AVX512-BF16 (vdpbf16ps).
-func HasBF16Dot() bool { return C.dlmc_have_avx512bf16() != 0 }
+func HasBF16Dot() bool { return isaCap >= ISANative && C.dlmc_have_avx512bf16() != 0 }
 
 // PeakF32 measures F32 FMA throughput in GFLOP/s on threads OS threads
 // running at once, each for about d: 16-lane AVX-512 FMAs where the CPU
@@ -45,7 +45,7 @@ func PeakF32(threads int, d time.Duration) (float64, error) {
 // PeakF32AVX2 is PeakF32 with 8-lane AVX2 FMAs only: the ceiling of
 // OpenBLAS's Haswell kernels.
 func PeakF32AVX2(threads int, d time.Duration) (float64, error) {
-	if C.dlmc_have_avx2() == 0 {
+	if !simd {
 		return 0, fmt.Errorf("%w: AVX2 and FMA", ErrNoPeakKernel)
 	}
 	return peakRun(threads, d, peakF32OpsPerIter, func(n int64) { C.dlmc_peak_f32_fma(C.long(n)) })
@@ -87,7 +87,7 @@ func SgemmRaw(threads int, d time.Duration) (float64, error) {
 }
 
 // HasAVX512 reports whether the CPU has AVX-512F.
-func HasAVX512() bool { return C.dlmc_have_avx512() != 0 }
+func HasAVX512() bool { return avx512 }
 
 // PeakBF16 measures BF16 dot-product throughput (AVX512-BF16 vdpbf16ps, BF16
 // products accumulated in F32) in GFLOP/s; ErrNoPeakKernel where the CPU

@@ -409,8 +409,21 @@ int dlmc_quant_isa(void) {
 	if (__builtin_cpu_supports("avxvnni")) return DLMC_ISA_AVXVNNI;
 	return DLMC_ISA_AVX2;
 }
+
+int dlmc_quant_isa_supported(int isa) {
+	__builtin_cpu_init();
+	int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+	switch (isa) {
+	case DLMC_ISA_GENERIC: return 1;
+	case DLMC_ISA_AVX2: return avx2;
+	case DLMC_ISA_AVXVNNI: return avx2 && __builtin_cpu_supports("avxvnni");
+	case DLMC_ISA_AVX512VNNI: return avx2 && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl");
+	}
+	return 0;
+}
 #else
 int dlmc_quant_isa(void) { return DLMC_ISA_GENERIC; }
+int dlmc_quant_isa_supported(int isa) { return isa == DLMC_ISA_GENERIC; }
 #endif
 
 void dlmc_quant_rows(int simd, int wt, float *dst, const uint8_t *src, long rows, long cols, long stride) {

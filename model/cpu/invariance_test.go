@@ -1,0 +1,130 @@
+package cpu
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"unsafe"
+
+	"github.com/dlmcache/dlmcache/model/backend"
+	"github.com/dlmcache/dlmcache/model/safetensors"
+)
+
+// invariantBackends are the ways of computing a product with a weight
+// this machine has: each GEMM library, with the panel kernel and without,
+// each int8 instruction set up to this machine's (for quantized weights),
+// on 1 to 4 threads. A path this processor lacks is logged as skipped.
+func invariantBackends(t *testing.T) []namedBackend {
+	var out []namedBackend
+	for _, threads := range []int{1, 2, 3, 4} {
+		for _, lib := range []GEMMLib{GEMMOpenBLAS, GEMMOneDNN} {
+			b, err := newBackend(Options{Threads: threads, GEMM: lib})
+			if err != nil {
+				if threads == 1 {
+					t.Logf("SKIPPED: %s: %v", lib, err)
+				}
+				continue
+			}
+			out = append(out, namedBackend{fmt.Sprintf("t%d-%s", threads, lib), b})
+			if simd {
+				nb, _ := newBackend(Options{Threads: threads, GEMM: lib})
+				nb.panel = false
+				out = append(out, namedBackend{fmt.Sprintf("t%d-%s-nopanel", threads, lib), nb})
+			}
+		}
+		for isa := isaGeneric; isa < quantISA; isa++ {
+			if !quantISASupported(isa) {
+				if threads == 1 {
+					t.Logf("SKIPPED: int8 products on %s: this CPU lacks it", isaNames[isa])
+				}
+				continue
+			}
+			b := NewWithOptions(Options{Threads: threads, GEMM: GEMMOpenBLAS})
+			b.quantISA = isa
+			out = append(out, namedBackend{fmt.Sprintf("t%d-quant-%s", threads, isaNames[isa]), b})
+		}
+	}
+	if !simd {
+		t.Logf("SKIPPED: the panel kernel: this CPU has no AVX2+FMA")
+	}
+	return out
+}
+
+// TestMatMulRowsInvariant: a row of a product with a weight is the same,
+// bit for bit, whatever the other rows of the product are and however many
+// threads compute it. A server runs a request's steps in batches of
+// varying composition; its answers must not depend on them. Each row of
+// products of 1 to 150 rows is held to the same row multiplied alone on
+// one thread, for F32, BF16, Q8_0 and Q4_0 weights of shapes where the
+// libraries pick kernels by size (OpenBLAS's small-matrix kernels below
+// 100³ multiply-adds, oneDNN below dnnlMinFlops) and past them.
+func TestMatMulRowsInvariant(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	shapes := [][2]int{{128, 128}, {384, 128}, {64, 1024}, {128, 576}, {896, 896}, {1100, 640}}
+	rowCounts := []int{1, 2, 3, 7, 16, 40, 150}
+	kinds := []string{"F32", "BF16", "Q8_0", "Q4_0"}
+	backends := invariantBackends(t)
+	for _, sh := range shapes {
+		out, in := sh[0], sh[1]
+		wf := randMat(rng, out, in, 0.05)
+		x := randMat(rng, rowCounts[len(rowCounts)-1], in, 1)
+		for _, kind := range kinds {
+			var raw []byte
+			switch kind {
+			case "F32":
+				raw = unsafe.Slice((*byte)(unsafe.Pointer(&wf[0])), 4*len(wf))
+			case "BF16":
+				raw = safetensors.F32ToBF16(wf)
+			default:
+				raw, _ = quantWeight(t, rng, map[string]backend.QuantType{"Q8_0": backend.Q8_0, "Q4_0": backend.Q4_0}[kind], out, in)
+			}
+			weight := func(b *Backend) backend.Tensor {
+				var w backend.Tensor
+				var err error
+				switch kind {
+				case "F32":
+					w, err = b.Weight(backend.F32, out, in, raw)
+				case "BF16":
+					w, err = b.Weight(backend.BF16, out, in, raw)
+				case "Q8_0":
+					w, err = b.WeightQuant(backend.Q8_0, out, in, raw)
+				case "Q4_0":
+					w, err = b.WeightQuant(backend.Q4_0, out, in, raw)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				return w
+			}
+			for _, nb := range backends {
+				b := nb.b
+				if b.quantISA != quantISA && (kind == "F32" || kind == "BF16") {
+					continue // the int8 instruction sets matter to quantized weights only
+				}
+				w := weight(b)
+				alone := b.WithThreads(1).(*Backend)
+				single := make([][]float32, rowCounts[len(rowCounts)-1])
+				for i := range single {
+					d := alone.New(1, out)
+					alone.MatMul(d, alone.FromHost(1, in, x[i*in:(i+1)*in]), w)
+					single[i] = alone.ToHost(d, nil)
+				}
+				for _, n := range rowCounts {
+					d := b.New(n, out)
+					b.MatMul(d, b.FromHost(n, in, x[:n*in]), w)
+					got := b.ToHost(d, nil)
+					for i := range n {
+						row := got[i*out : (i+1)*out]
+						for j := range row {
+							if row[j] != single[i][j] {
+								t.Errorf("%s, %s weight %d×%d, %d rows: row %d col %d is %v, %v alone",
+									nb.name, kind, out, in, n, i, j, row[j], single[i][j])
+								break
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
