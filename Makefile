@@ -98,7 +98,7 @@ hfcheck: deps
 # estimates) and the budgeted method search that writes the table to serve,
 # profile-out/table.json (calibrated; serve --lut profile-out/table.json).
 # Rerunning resumes the search from profile-out/search.jsonl.
-CALIBRATE_FLAGS ?= --ratios 0.2,0.5,0.7,1 --per-ratio 20
+CALIBRATE_FLAGS ?= --ratios 0.2,0.5,0.7,1 --per-ratio 60
 run: build
 	./$(BIN) generate
 	./$(BIN) profile --out profile-out

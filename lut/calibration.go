@@ -36,10 +36,29 @@ type Calibration struct {
 	// Settings are the method-space settings searched (v3), as
 	// Setting.String writes them.
 	Settings []string `json:"settings,omitempty"`
+	// The method search's changed-answer test (v3): a setting is served
+	// only where a rate ChangeRisk of answers changed from the uncached
+	// ones was ruled out at Confidence by a sequential test, under which a
+	// setting changing ChangeOK of them passes with probability Power.
+	ChangeRisk float64 `json:"change_risk,omitempty"`
+	ChangeOK   float64 `json:"change_ok,omitempty"`
+	Power      float64 `json:"power,omitempty"`
+	// MinGain: a setting adding approximation replaced a simpler one only
+	// when its paired speed-up over it was at least 1 + MinGain at the
+	// lower end of its confidence interval.
+	MinGain float64 `json:"min_gain,omitempty"`
 }
 
 // TargetText states the target for people.
 func (c *Calibration) TargetText() string {
+	if c.ChangeRisk > 0 {
+		s := fmt.Sprintf("%g%% of answers changed ruled out at %.0f%% confidence (sequential test; %g%% changed passes with probability %.0f%%)",
+			100*c.ChangeRisk, 100*c.Confidence, 100*c.ChangeOK, 100*c.Power)
+		if c.MaxLoss > 0 {
+			s += fmt.Sprintf(", at most %g points of accuracy lost against none", c.MaxLoss)
+		}
+		return s + fmt.Sprintf(", an approximation taken only when ≥ %g× as fast as the simpler setting at the interval's low end", 1+c.MinGain)
+	}
 	s := fmt.Sprintf("whole-answer agreement's %.0f%% Wilson bound ≥ %g", 100*c.Confidence, c.Target)
 	if c.MaxLoss > 0 {
 		s = fmt.Sprintf("at most %g points of accuracy lost against none, and %s", c.MaxLoss, s)

@@ -81,10 +81,15 @@ type Point struct {
 	// over the setting's.
 	FLOPsSpeedUp float64 `json:"flops_speedup"`
 	Passed       bool    `json:"passed"`
-	// Stopped says why the setting was not run on every request: "bound"
-	// (it could no longer reach the target), "dominated" (a faster passing
-	// setting was found first), "budget".
+	// Stopped says why the setting was not run on every request:
+	// "changes" (the changed-answer test rejected it), "bound" (it could
+	// no longer be accepted on the requests left), "dominated" (a faster
+	// accepted setting was found first), "budget".
 	Stopped string `json:"stopped,omitempty"`
+	// Decision is the changed-answer test's verdict (accepted, rejected,
+	// undecided) and DecidedAt the request count it was reached at.
+	Decision  string `json:"decision,omitempty"`
+	DecidedAt int    `json:"decided_at,omitempty"`
 }
 
 // AnswerAgreement is the share of whole answers unchanged.
@@ -102,6 +107,15 @@ type Choice struct {
 	LowerBound   float64 `json:"lower_bound"`
 	SpeedUp      float64 `json:"speedup"`
 	FLOPsSpeedUp float64 `json:"flops_speedup"`
+	// SpeedUpLow is the lower end of the speed-up's confidence interval
+	// over none on the schedule (geometric mean of per-request ratios,
+	// paired by request, at the calibration's confidence).
+	SpeedUpLow float64 `json:"speedup_low,omitempty"`
+	// Over is the simpler setting the chosen one had to beat, and GainLow
+	// the lower end of its speed-up over it (at least 1 + the table's
+	// min_gain), both paired by request.
+	Over    string  `json:"over,omitempty"`
+	GainLow float64 `json:"gain_low,omitempty"`
 	// Front is the Pareto front of the settings run on every request:
 	// none faster with a higher agreement bound.
 	Front []Point `json:"front"`
@@ -255,15 +269,28 @@ func (t *Table) writeChoices(sb *strings.Builder) {
 		}
 	}
 	fmt.Fprintf(sb, "classes: %s\n", strings.Join(cls, "; "))
-	fmt.Fprintf(sb, "%-13s %-6s %-44s %8s %7s %8s %8s %7s  %s\n", "ratio", "class", "chosen", "answers", "bound", "speed-up", "FLOPs", "samples", "front (setting: speed-up, bound)")
+	fmt.Fprintf(sb, "%-13s %-6s %-44s %8s %7s %8s %9s %8s %7s  %s\n", "ratio", "class", "chosen", "answers", "bound", "speed-up", "(low)", "FLOPs", "samples", "over (gain's low end); front (setting: speed-up, bound)")
 	for _, b := range t.Bins {
 		for _, c := range b.Choices {
 			var front []string
 			for _, p := range c.Front {
 				front = append(front, fmt.Sprintf("%s: %.2f×, %.3f", p.Setting, p.SpeedUp, p.LowerBound))
 			}
-			fmt.Fprintf(sb, "[%.2f, %.2f) %-6s %-44s %8.3f %7.3f %7.2f× %7.2f× %7d  %s\n", b.Lo, b.Hi, c.Class, c.Setting,
-				c.Agreement, c.LowerBound, c.SpeedUp, c.FLOPsSpeedUp, c.Samples, strings.Join(front, "; "))
+			over := "-"
+			if c.Over != "" {
+				over = fmt.Sprintf("%s (%.2f×)", c.Over, c.GainLow)
+			}
+			fmt.Fprintf(sb, "[%.2f, %.2f) %-6s %-44s %8.3f %7.3f %7.2f× %8.2f× %7.2f× %7d  %s; %s\n", b.Lo, b.Hi, c.Class, c.Setting,
+				c.Agreement, c.LowerBound, c.SpeedUp, c.SpeedUpLow, c.FLOPsSpeedUp, c.Samples, over, strings.Join(front, "; "))
+			var rej []string
+			for _, p := range c.Tried {
+				if p.Stopped == "changes" {
+					rej = append(rej, fmt.Sprintf("%s (%d of %d changed)", p.Setting, p.Requests-p.Answers, p.Requests))
+				}
+			}
+			if len(rej) > 0 {
+				fmt.Fprintf(sb, "%13s rejected for changed answers: %s\n", "", strings.Join(rej, "; "))
+			}
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/dlmcache/dlmcache/cache"
@@ -22,17 +23,15 @@ import (
 // schedule (the model's own answer: the reference, and none's time), then
 // with every setting of the grid still in the race, the settings taking
 // turns request by request (the order rotating) so that a slow spell on a
-// shared machine slows them alike. A setting passes when, over all the
-// bin's requests, its whole answers agree with the references with a
-// Wilson lower bound at or above the target and, on the requests that
-// carry a reference answer, it loses at most MaxLoss points of accuracy
-// against none. The bin's choice is the fastest passing setting (measured
-// speed-up over none, same requests); none on the schedule passes by
-// definition. The search is budgeted: a setting stops as soon as it can no
-// longer reach the bound ("bound"), or, past a quarter of the requests
-// (and three), when a setting on course to pass is more than
-// DominanceMargin times faster ("dominated": successive halving), or when the time budget is spent ("budget"; it
-// does not pass).
+// shared machine slows them alike. A setting passes when a sequential test
+// of its rate of whole answers changed from the references accepts it
+// (ChangeTest) and, on the requests that carry a reference answer, it
+// loses at most MaxLoss points of accuracy against none (searchCell: the changed-answer test, and how the choice
+// is made among the passing settings). The search is budgeted: a setting
+// stops as soon as it is rejected or can no longer be accepted, or, past a
+// quarter of the requests (and three), when an accepted setting is
+// DominanceMargin times faster beyond the noise ("dominated": successive
+// halving), or when the time budget is spent ("budget").
 //
 // Every outcome is appended to search.jsonl before it is used: --resume
 // replays them (timings included) and the search picks what it picked. A
@@ -42,8 +41,9 @@ import (
 // SearchFile is the method search's log.
 const SearchFile = "search.jsonl"
 
-// DominanceMargin: a setting is dropped as dominated when one on course to
-// pass is faster by more than this factor.
+// DominanceMargin: a setting is dropped as dominated when an accepted one
+// is faster by at least this factor at the lower end of the paired
+// speed-up's confidence interval.
 const DominanceMargin = 1.25
 
 // SearchRun is the header of search.jsonl: what must match for a resume
@@ -106,8 +106,14 @@ type Searcher struct {
 	// NewStore gives each setting its own prefix store, shared across the
 	// requests it serves (as behind serve); nil: Base's.
 	NewStore func() cache.PrefixStore
-	Target   float64 // the whole-answer agreement's lower bound a setting must reach
-	Z        float64 // one-sided normal quantile of the bound
+	// Test is the changed-answer test a setting must pass (zero:
+	// DefaultChangeTest).
+	Test ChangeTest
+	// MinGain is the speed-up over the simpler setting, at the lower end
+	// of its confidence interval, beyond 1, that a setting adding
+	// approximation must show to replace it (0.1: 10% faster).
+	MinGain  float64
+	Z        float64 // one-sided normal quantile of the bounds reported and of the speed intervals
 	MaxLoss  float64 // accuracy points a setting may lose against none (on requests with answers)
 	Stop     func(answer []int32) int
 	Check    func(suite, answer, want string) bool // scores an answer against a reference answer
@@ -156,6 +162,9 @@ func DefaultClasses(g model.GenOptions) []lut.Class {
 // (nil for a shard). start, if not nil, lends its bins' cosine statistics.
 func (s *Searcher) Search(ctx context.Context, reqs []ClassRequest) (*lut.Table, error) {
 	s.start = time.Now()
+	if err := s.defaults(); err != nil {
+		return nil, err
+	}
 	if len(reqs) == 0 {
 		return nil, errors.New("calibrate: no requests")
 	}
@@ -189,6 +198,9 @@ func (s *Searcher) Search(ctx context.Context, reqs []ClassRequest) (*lut.Table,
 // Merge replays shard directories' outcomes through the search.
 func (s *Searcher) Merge(dirs []string, reqs []ClassRequest) (*lut.Table, error) {
 	s.start = time.Now()
+	if err := s.defaults(); err != nil {
+		return nil, err
+	}
 	s.lines = map[searchKey]searchLine{}
 	for _, d := range dirs {
 		lines, run, err := readSearch(filepath.Join(d, SearchFile))
@@ -211,6 +223,17 @@ func (s *Searcher) Merge(dirs []string, reqs []ClassRequest) (*lut.Table, error)
 	})
 }
 
+// defaults fills the test's zero fields and checks them.
+func (s *Searcher) defaults() error {
+	if s.Test == (ChangeTest{}) {
+		s.Test = DefaultChangeTest
+	}
+	if s.MinGain < 0 {
+		return fmt.Errorf("calibrate: minimum gain %g: want ≥ 0", s.MinGain)
+	}
+	return s.Test.Check()
+}
+
 // race is one setting's outcomes on one bin so far.
 type race struct {
 	setting          lut.Setting
@@ -221,6 +244,40 @@ type race struct {
 	checked          int
 	lost, gained     int
 	stopped          string
+	// secs are its seconds by request index (the bin's order): the pairs
+	// its speed is compared on.
+	secs map[int]float64
+	// decision is the changed-answer test's verdict, reached after
+	// decidedAt requests.
+	decision  Decision
+	decidedAt int
+}
+
+// times is t's seconds on the requests idx, 0 where it did not run.
+func (t *race) times(idx []int) []float64 {
+	out := make([]float64, len(idx))
+	for i, k := range idx {
+		out[i] = t.secs[k]
+	}
+	return out
+}
+
+// approximation ranks a setting by what it approximates: one for a decoder
+// other than the schedule, one for a caching method, one more for K/V
+// from the store (computed for other requests). A setting of higher rank
+// replaces a simpler one only when it is faster beyond the noise.
+func approximation(g lut.Setting) int {
+	r := 0
+	if g.Decoder != "" && g.Decoder != string(model.DecodeSchedule) {
+		r++
+	}
+	if g.Method != "none" {
+		r++
+	}
+	if g.Source == "store" {
+		r++
+	}
+	return r
 }
 
 func (t *race) speedUp() float64 {
@@ -239,7 +296,10 @@ func (t *race) loss() float64 {
 
 func (t *race) point(z float64) lut.Point {
 	p := lut.Point{Setting: t.setting, Requests: t.n, Answers: t.equal, LowerBound: lut.Wilson(t.equal, t.n, z),
-		SpeedUp: round3(t.speedUp()), Stopped: t.stopped}
+		SpeedUp: round3(t.speedUp()), Stopped: t.stopped, DecidedAt: t.decidedAt}
+	if t.n > 0 {
+		p.Decision = t.decision.String()
+	}
 	if t.flMeth > 0 {
 		p.FLOPsSpeedUp = round3(t.flNone / t.flMeth)
 	}
@@ -309,7 +369,8 @@ func (s *Searcher) search(ctx context.Context, reqs []ClassRequest,
 	for _, g := range s.Grid {
 		settings = append(settings, g.String())
 	}
-	t.Calibration = &lut.Calibration{Method: "search", Gate: GateAnswer, Target: s.Target, Confidence: normalCDF(s.Z), MaxLoss: s.MaxLoss,
+	t.Calibration = &lut.Calibration{Method: "search", Gate: GateAnswer, Confidence: 1 - s.Test.Alpha, MaxLoss: s.MaxLoss,
+		ChangeRisk: s.Test.P1, ChangeOK: s.Test.P0, Power: 1 - s.Test.Beta, MinGain: s.MinGain,
 		Requests: len(reqs), Seconds: math.Round(time.Since(s.start).Seconds()*10) / 10, Data: s.Run.Data, Seed: s.Run.Seed, Settings: settings}
 	return t, nil
 }
@@ -324,20 +385,33 @@ func binOf(edges []float64, r float64) int {
 	return -1
 }
 
-// searchCell races the grid over one bin's requests of one class.
+// searchCell races the grid over one bin's requests of one class. Each
+// setting runs request by request (the order rotating) until the
+// changed-answer test (s.Test) rejects it ("changes"), it can no longer be
+// accepted on the requests left ("bound"), a faster accepted setting
+// leaves it behind ("dominated"), or the budget is spent ("budget"). A
+// setting passes when the test accepted it and it lost at most MaxLoss
+// points of accuracy. The choice starts from none on the schedule and
+// walks the passing settings from the least approximation to the most
+// (approximation; ties by predicted FLOPs speed-up): each replaces the
+// choice so far only if its speed-up over it, paired by request, is at
+// least 1 + MinGain at the lower end of its confidence interval (normal
+// quantile s.Z). Differences inside the timing noise keep the simpler
+// setting, so the choice does not flip from run to run on noise.
 func (s *Searcher) searchCell(ctx context.Context, bin []ClassRequest,
 	run func(context.Context, ClassRequest, string) (searchLine, error), tick func()) (*lut.Choice, error) {
 	ts := make([]*race, len(s.Grid))
 	for i, g := range s.Grid {
-		ts[i] = &race{setting: g, key: g.String()}
+		ts[i] = &race{setting: g, key: g.String(), secs: map[int]float64{}}
 	}
 	n := len(bin)
+	refSecs := map[int]float64{}
 	for i, q := range bin {
 		ref, err := run(ctx, q, "")
 		if err != nil {
 			return nil, err
 		}
-		alive := 0
+		refSecs[i] = ref.Seconds
 		for k := range ts {
 			t := ts[(k+i)%len(ts)] // the order rotates request by request
 			if t.stopped != "" {
@@ -353,11 +427,11 @@ func (s *Searcher) searchCell(ctx context.Context, bin []ClassRequest,
 			if err != nil {
 				return nil, err
 			}
-			alive++
 			t.n++
 			if o.Equal {
 				t.equal++
 			}
+			t.secs[i] = o.Seconds
 			t.secNone += ref.Seconds
 			t.secMeth += o.Seconds
 			t.flNone += ref.FLOPs
@@ -371,46 +445,98 @@ func (s *Searcher) searchCell(ctx context.Context, bin []ClassRequest,
 					t.gained++
 				}
 			}
+			if t.decision == Undecided {
+				if d := s.Test.Decide(t.n, t.n-t.equal); d != Undecided {
+					t.decision, t.decidedAt = d, t.n
+				}
+			}
 		}
 		tick()
 		if s.Shard {
 			continue
 		}
 		rest := n - i - 1
-		var lead *race // the fastest setting on course to pass
+		var lead *race // the fastest accepted setting
 		for _, t := range ts {
 			if t.stopped != "" {
 				continue
 			}
-			if lut.Wilson(t.equal+rest, n, s.Z) < s.Target {
-				t.stopped = "bound"
-				continue
-			}
-			if lut.Wilson(t.equal, t.n, s.Z) >= s.Target && t.loss() <= s.MaxLoss && (lead == nil || t.speedUp() > lead.speedUp()) {
+			switch {
+			case t.decision == Rejected:
+				t.stopped = "changes"
+			case t.decision == Undecided && s.Test.Decide(t.n+rest, t.n-t.equal) != Accepted:
+				t.stopped = "bound" // not accepted even if every request left agrees
+			case t.decision == Accepted && t.loss() <= s.MaxLoss && (lead == nil || t.speedUp() > lead.speedUp()):
 				lead = t
 			}
 		}
 		if lead != nil && 4*(i+1) >= n && i >= 2 {
+			seen := make([]int, i+1)
+			for k := range seen {
+				seen[k] = k
+			}
 			for _, t := range ts {
-				if t.stopped == "" && t != lead && t.speedUp()*DominanceMargin < lead.speedUp() {
+				if t.stopped != "" || t == lead {
+					continue
+				}
+				// Paired by request, beyond the noise: a setting is left
+				// behind only where the choice could never come back to it.
+				if lo, _, ok := pairedGain(t.times(seen), lead.times(seen), s.Z); ok && lo >= DominanceMargin {
 					t.stopped = "dominated"
 				}
 			}
 		}
-		_ = alive
 	}
-	ch := &lut.Choice{Samples: n, Setting: lut.Setting{Method: "none", Decoder: string(model.DecodeSchedule)}, Agreement: 1, LowerBound: 1, SpeedUp: 1, FLOPsSpeedUp: 1}
-	best := 1.0
+	idx := make([]int, n)
+	for i := range idx {
+		idx[i] = i
+	}
+	refTimes := make([]float64, n)
+	for i := range refTimes {
+		refTimes[i] = refSecs[i]
+	}
+	ch := &lut.Choice{Samples: n, Setting: lut.Setting{Method: "none", Decoder: string(model.DecodeSchedule)}, Agreement: 1, LowerBound: 1, SpeedUp: 1, FLOPsSpeedUp: 1, SpeedUpLow: 1}
+	var passed []*race
 	for _, t := range ts {
 		p := t.point(s.Z)
-		p.Passed = t.stopped == "" && t.n == n && p.LowerBound >= s.Target && t.loss() <= s.MaxLoss
+		p.Passed = t.decision == Accepted && (t.stopped == "" || t.stopped == "budget") && t.loss() <= s.MaxLoss
 		ch.Tried = append(ch.Tried, p)
-		if p.Passed && p.SpeedUp > best {
-			best = p.SpeedUp
-			ch.Setting, ch.Agreement, ch.LowerBound, ch.SpeedUp, ch.FLOPsSpeedUp = p.Setting, round3(p.AnswerAgreement()), p.LowerBound, p.SpeedUp, p.FLOPsSpeedUp
+		if p.Passed {
+			passed = append(passed, t)
 		}
 	}
-	ch.Front = lut.Front(append([]lut.Point{{Setting: ch.Setting, Requests: n, Answers: n, LowerBound: round3(lut.Wilson(n, n, s.Z)), SpeedUp: 1, FLOPsSpeedUp: 1}}, ch.Tried...), n)
+	flopsUp := func(t *race) float64 {
+		if t.flMeth <= 0 {
+			return 1
+		}
+		return t.flNone / t.flMeth
+	}
+	slices.SortStableFunc(passed, func(a, b *race) int {
+		if d := approximation(a.setting) - approximation(b.setting); d != 0 {
+			return d
+		}
+		switch fa, fb := flopsUp(a), flopsUp(b); {
+		case fa > fb:
+			return -1
+		case fa < fb:
+			return 1
+		}
+		return strings.Compare(a.key, b.key)
+	})
+	incTimes, incName := refTimes, ch.Setting.String()
+	for _, t := range passed {
+		lo, _, ok := pairedGain(incTimes, t.times(idx), s.Z)
+		if !ok || lo < 1+s.MinGain {
+			continue
+		}
+		p := t.point(s.Z)
+		ch.Setting, ch.Agreement, ch.LowerBound, ch.SpeedUp, ch.FLOPsSpeedUp = p.Setting, round3(p.AnswerAgreement()), p.LowerBound, p.SpeedUp, p.FLOPsSpeedUp
+		ch.Over, ch.GainLow = incName, round3(lo)
+		ch.SpeedUpLow, _, _ = pairedGain(refTimes, t.times(idx), s.Z)
+		ch.SpeedUpLow = round3(ch.SpeedUpLow)
+		incTimes, incName = t.times(idx), t.key
+	}
+	ch.Front = lut.Front(append([]lut.Point{{Setting: lut.Setting{Method: "none", Decoder: string(model.DecodeSchedule)}, Requests: n, Answers: n, LowerBound: round3(lut.Wilson(n, n, s.Z)), SpeedUp: 1, FLOPsSpeedUp: 1}}, ch.Tried...), n)
 	if ch.Setting.Method == "none" && ch.Setting.Decoder == string(model.DecodeSchedule) {
 		ch.LowerBound = round3(lut.Wilson(n, n, s.Z))
 	}
