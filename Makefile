@@ -95,14 +95,19 @@ hfcheck: deps
 	./tools/hfcheck/run.sh
 
 # run: a generation, the cosine profile (profile-out/table-cosine*.json:
-# estimates) and the budgeted method search that writes the table to serve,
-# profile-out/table.json (calibrated; serve --lut profile-out/table.json).
-# Rerunning resumes the search from profile-out/search.jsonl.
+# estimates), the budgeted method search that writes the table to serve,
+# profile-out/table.json (calibrated; serve --lut profile-out/table.json),
+# and lut verify's verdict on it: held-out traffic served as serve --lut
+# serves it, against none (it fails when the paired interval's lower end
+# is below −1 point). Rerunning resumes the search from
+# profile-out/search.jsonl.
 CALIBRATE_FLAGS ?= --ratios 0.2,0.5,0.7,1 --per-ratio 60
+VERIFY_FLAGS ?=
 run: build
 	./$(BIN) generate
 	./$(BIN) profile --out profile-out
 	./$(BIN) calibrate --out profile-out --resume $(CALIBRATE_FLAGS)
+	./$(BIN) lut verify profile-out/table.json --quiet $(VERIFY_FLAGS)
 
 bench: build
 	./scripts/bench.sh

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"maps"
 	"os"
 	"slices"
@@ -34,9 +35,10 @@ type lutVerifyOptions struct {
 	Groups    int
 	Seed      int64
 	Gate      string
-	Agreement float64
-	MaxLoss   float64
-	JSON      bool
+	Agreement  float64
+	MaxLoss    float64
+	Confidence float64
+	JSON       bool
 	Dump      string
 	Quiet     bool
 }
@@ -120,6 +122,9 @@ func (opts *lutVerifyOptions) run(ctx context.Context) error {
 	if opts.Gate != profile.GateToken && opts.Gate != profile.GateAnswer && opts.Gate != gateAccuracy {
 		return fmt.Errorf("--gate %q: want accuracy, answer or token", opts.Gate)
 	}
+	if !(opts.Confidence > 0 && opts.Confidence < 1) {
+		return fmt.Errorf("--confidence %g: want (0, 1)", opts.Confidence)
+	}
 	reqs, err := readVerifyRequests(opts.Requests, opts.Groups, opts.Seed)
 	if err != nil {
 		return err
@@ -182,6 +187,7 @@ func (opts *lutVerifyOptions) run(ctx context.Context) error {
 		}
 	}
 	var secNone, secMeth float64
+	var diffs []float64 // per request with a reference answer: table correct − none correct
 	bar := progress.New(opts.f.ErrOut, "lut verify", "req", len(runs), opts.Quiet)
 	for i, x := range runs {
 		r := x.r
@@ -218,12 +224,15 @@ func (opts *lutVerifyOptions) run(ctx context.Context) error {
 		}
 		if r.Answer != "" {
 			b.Checked++
-			if datasets.CheckAnswer(r.Suite, lm.AnswerText(ref.Answer), r.Answer) {
+			okNone := datasets.CheckAnswer(r.Suite, lm.AnswerText(ref.Answer), r.Answer)
+			okMeth := datasets.CheckAnswer(r.Suite, lm.AnswerText(got.Answer), r.Answer)
+			if okNone {
 				b.CorrectNone++
 			}
-			if datasets.CheckAnswer(r.Suite, lm.AnswerText(got.Answer), r.Answer) {
+			if okMeth {
 				b.CorrectMethod++
 			}
+			diffs = append(diffs, b2f(okMeth)-b2f(okNone))
 		}
 		bar.Set(i + 1)
 	}
@@ -264,6 +273,7 @@ func (opts *lutVerifyOptions) run(ctx context.Context) error {
 	if all.Checked > 0 {
 		loss = 100 * float64(all.CorrectNone-all.CorrectMethod) / float64(all.Checked)
 	}
+	diff := pairedDiff(diffs, normalQuantile((1+opts.Confidence)/2))
 	speed := secNone / max(secMeth, 1e-9)
 	var st cache.Stats
 	if store := cache.StoreOf(meth); store != nil {
@@ -274,23 +284,25 @@ func (opts *lutVerifyOptions) run(ctx context.Context) error {
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(map[string]any{"table": opts.File, "method": name, "gate": opts.Gate, "agreement": opts.Agreement, "max_loss": opts.MaxLoss,
 			"requests": len(runs), "checked": all.Checked, "accuracy_none": acc(all.CorrectNone, all.Checked), "accuracy_table": acc(all.CorrectMethod, all.Checked),
-			"loss_points": loss, "speedup": speed, "prefix_hit_tokens": st.HitTokens, "prefix_query_tokens": st.QueryTokens, "bins": used}); err != nil {
+			"loss_points": loss, "difference_points": diff.Mean, "difference_low": diff.Low, "difference_high": diff.High, "confidence": opts.Confidence,
+			"speedup": speed, "prefix_hit_tokens": st.HitTokens, "prefix_query_tokens": st.QueryTokens, "bins": used}); err != nil {
 			return err
 		}
 	} else {
 		writeVerify(opts.f.Out, used)
-		fmt.Fprintf(opts.f.Out, "method %s, %d requests (%d with reference answers): accuracy none %.1f%%, table %.1f%% (%+.1f points), answers unchanged %.1f%%, %.2f× none's generation speed; prefix store hits %d of %d prefix tokens\n",
+		fmt.Fprintf(opts.f.Out, "method %s, %d requests (%d with reference answers): accuracy none %.1f%%, table %.1f%% (%+.1f points; paired %.0f%% interval [%+.1f, %+.1f]), answers unchanged %.1f%%, %.2f× none's generation speed; prefix store hits %d of %d prefix tokens\n",
 			name, len(runs), all.Checked, 100*acc(all.CorrectNone, all.Checked), 100*acc(all.CorrectMethod, all.Checked), -loss,
+			100*opts.Confidence, diff.Low, diff.High,
 			100*float64(all.Answers)/float64(max(1, all.Requests)), speed, st.HitTokens, st.QueryTokens)
 	}
-	if opts.Gate == gateAccuracy && loss > opts.MaxLoss {
-		return &exitError{code: 1, err: fmt.Errorf("%s: the table loses %.1f points of accuracy against none on %d held-out requests (at most %g allowed)", opts.File, loss, all.Checked, opts.MaxLoss)}
+	if opts.Gate == gateAccuracy && diff.Low < -opts.MaxLoss {
+		return &exitError{code: 1, err: fmt.Errorf("%s: the table's accuracy against none on %d held-out requests is %+.1f points, its paired interval's lower end %+.1f, below −%g", opts.File, all.Checked, diff.Mean, diff.Low, opts.MaxLoss)}
 	}
 	if failed > 0 {
 		return &exitError{code: 1, err: fmt.Errorf("%s: %d of %d bins below %s agreement %g", opts.File, failed, len(used), opts.Gate, opts.Agreement)}
 	}
 	if opts.Gate == gateAccuracy {
-		fmt.Fprintf(opts.f.ErrOut, "%s: loses %.1f points of accuracy against none (at most %g allowed) on %d held-out requests\n", opts.File, loss, opts.MaxLoss, all.Checked)
+		fmt.Fprintf(opts.f.ErrOut, "%s: PASS: %+.1f points of accuracy against none on %d held-out requests, the paired interval's lower end %+.1f (at least −%g)\n", opts.File, diff.Mean, all.Checked, diff.Low, opts.MaxLoss)
 	} else {
 		fmt.Fprintf(opts.f.ErrOut, "%s: every bin keeps %s agreement ≥ %g\n", opts.File, opts.Gate, opts.Agreement)
 	}
@@ -303,14 +315,49 @@ func (opts *lutVerifyOptions) flags(fl *pflag.FlagSet) {
 	opts.modelFlags.add(fl)
 	addCacheFlags(fl, &opts.Cache)
 	fl.StringVar(&opts.Requests, "requests", "builtin", "held-out requests: builtin (datasets.External) or a JSON Lines file")
-	fl.IntVar(&opts.Groups, "groups", 15, "builtin: held-out system messages (4 questions each), and samples of each suite's held-out split")
+	fl.IntVar(&opts.Groups, "groups", 30, "builtin: held-out system messages (4 questions each), and samples of each suite's held-out split")
 	fl.Int64Var(&opts.Seed, "seed", 7, "builtin: sampling seed")
 	fl.StringVar(&opts.Gate, "gate", gateAccuracy, "what is held to the target: accuracy (the held-out accuracy a user may lose against none, --max-loss), answer (each bin's whole-answer agreement, --agreement) or token")
 	fl.Float64Var(&opts.Agreement, "agreement", 0.9, "--gate answer or token: the least agreement a bin may have")
-	fl.Float64Var(&opts.MaxLoss, "max-loss", 1, "--gate accuracy: the accuracy (points against none, over every held-out request with a reference answer) the table may lose")
+	fl.Float64Var(&opts.MaxLoss, "max-loss", 1, "--gate accuracy: the accuracy (points against none, over every held-out request with a reference answer) the table may lose: it fails when the paired interval's lower end is below minus this")
+	fl.Float64Var(&opts.Confidence, "confidence", 0.95, "--gate accuracy: the two-sided confidence of the paired interval of the accuracy difference")
 	fl.BoolVar(&opts.JSON, "json", false, "print the per-bin report as JSON")
 	fl.StringVar(&opts.Dump, "dump-requests", "", "write the requests as JSON Lines to this file and exit (to replay them elsewhere, e.g. through serve)")
 	fl.BoolVar(&opts.Quiet, "quiet", false, "no progress bar")
+}
+
+// interval is a paired difference in accuracy points with its interval.
+type interval struct{ Mean, Low, High float64 }
+
+// pairedDiff is the mean of the per-request differences d (each −1, 0 or
+// 1: the table's answer correct minus none's), in points, with the
+// normal interval mean ± z·sd/√n (z the quantile of (1+confidence)/2).
+// Where no answer changed correctness the interval is [0, 0].
+func pairedDiff(d []float64, z float64) interval {
+	if len(d) == 0 {
+		return interval{}
+	}
+	var mean float64
+	for _, x := range d {
+		mean += x
+	}
+	mean /= float64(len(d))
+	var ss float64
+	for _, x := range d {
+		ss += (x - mean) * (x - mean)
+	}
+	se := 0.0
+	if len(d) > 1 {
+		se = math.Sqrt(ss / float64(len(d)-1) / float64(len(d)))
+	}
+	return interval{Mean: 100 * mean, Low: 100 * (mean - z*se), High: 100 * (mean + z*se)}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // gateAccuracy holds the table to the accuracy a user may lose.
