@@ -35,7 +35,7 @@ type Architecture interface {
 
 // architectures is every architecture Load knows, LLaDA first (the one a
 // config.json without model_type or architectures is taken for).
-var architectures = []Architecture{lladaArch{}, dreamArch{}, lladaMoEArch{}, llada2Arch{}}
+var architectures = []Architecture{lladaArch{}, dreamArch{}, lladaMoEArch{}, llada2Arch{}, qwen2Arch{}, llamaArch{}}
 
 // ArchitectureOf returns the architecture whose config.json raw is.
 func ArchitectureOf(raw []byte) (Architecture, error) {
@@ -222,6 +222,7 @@ type hfDecoderConfig struct {
 	HiddenAct          string   `json:"hidden_act"`
 	RopeScaling        any      `json:"rope_scaling"`
 	AttentionBias      bool     `json:"attention_bias"`
+	MLPBias            bool     `json:"mlp_bias"`
 	PartialRotary      *float64 `json:"partial_rotary_factor"`
 	BlockSize          int      `json:"block_size"`
 	NumSharedExperts   int      `json:"num_shared_experts"`

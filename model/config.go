@@ -62,6 +62,14 @@ type Config struct {
 	RotaryDim int `json:"-"`
 	// OutBias: the attention output projection has a bias.
 	OutBias bool `json:"-"`
+	// Causal marks an autoregressive language model (Qwen2ForCausalLM,
+	// LlamaForCausalLM: arch_causal.go) rather than a diffusion one:
+	// attention is causal by position id (the query at id p reads the
+	// keys at ids <= p: block-causal with blocks of one), the logits of
+	// row i predict token i+1, and LLaDA.Generate decodes it token by
+	// token with an exact K/V cache (autoregressive.go). CausalBlock,
+	// the block-diffusion samplers' and caches' notion, is 0 for it.
+	Causal bool `json:"-"`
 }
 
 // CausalBlock is the attention block size: 0 for a bidirectional model
@@ -71,6 +79,15 @@ func (c *Config) CausalBlock() int {
 		return 0
 	}
 	return c.BlockSize
+}
+
+// attnBlock is the forward's attention block: 1 for a causal LM (each
+// position its own block: causal attention), CausalBlock otherwise.
+func (c *Config) attnBlock() int {
+	if c != nil && c.Causal {
+		return 1
+	}
+	return c.CausalBlock()
 }
 
 // HeadDim is d_model / n_heads.

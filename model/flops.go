@@ -35,7 +35,7 @@ func (c *Config) layerFLOPs(r, keys int) float64 {
 // bidirectional model, the keys of their block and the blocks before on
 // a block-causal one.
 func attendedKeys(c *Config, pos, rows []int32) int {
-	B := int32(c.CausalBlock())
+	B := int32(c.attnBlock())
 	if B == 0 {
 		return len(rows) * len(pos)
 	}

@@ -37,7 +37,8 @@ func (m *LLaDA) Forward(in Input, plan Plan) (*Output, error) {
 // everything).
 //
 // On a block-causal model (Config.BlockCausal) each request's computed
-// rows are grouped by attention block, and a block's rows attend only the
+// rows are grouped by attention block (a causal LM, Config.Causal: blocks
+// of one position), and a block's rows attend only the
 // keys of its block and those before: one attention over that prefix of
 // the keys, so the scores of later blocks are never computed (the same
 // call site for every backend; views of the prefix where the backend has
@@ -366,7 +367,7 @@ func (f *batch) holder(it *batchItem, l int) (k, v backend.Tensor) {
 // masked scores are computed). On a bidirectional model, or where the
 // rows' prefix is every key, it is cl itself.
 func (f *batch) blockCalls(it *batchItem, cl attnCall) []attnCall {
-	B := int32(f.m.Config.CausalBlock())
+	B := int32(f.m.Config.attnBlock())
 	if B == 0 {
 		return []attnCall{cl}
 	}
@@ -489,10 +490,10 @@ func (m *LLaDA) checkInput(in Input) ([]int32, error) {
 			return nil, fmt.Errorf("forward: token id %d outside the vocabulary (%d)", t, m.Config.Embeddings())
 		}
 	}
-	if m.Config.CausalBlock() > 0 {
+	if m.Config.attnBlock() > 0 {
 		for i, p := range pos {
 			if p < 0 || (i > 0 && p < pos[i-1]) {
-				return nil, fmt.Errorf("forward: a block-causal model needs non-negative, non-decreasing position ids (id %d at token %d)", p, i)
+				return nil, fmt.Errorf("forward: a causal or block-causal model needs non-negative, non-decreasing position ids (id %d at token %d)", p, i)
 			}
 		}
 	}

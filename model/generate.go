@@ -375,8 +375,15 @@ type Generation struct {
 	Duration     time.Duration // wall time
 }
 
-// Generate runs the diffusion sampler on prompt. planner may be nil.
+// Generate runs the diffusion sampler on prompt. planner may be nil. On a
+// causal LM (Config.Causal) it decodes autoregressively instead, one
+// token per forward with an exact K/V cache (autoregressive.go): o's
+// GenLength, Temperature, Seed, Positions, Forward and callbacks apply
+// (each token is a step and a block of one), planner must be nil.
 func (m *LLaDA) Generate(ctx context.Context, prompt []int32, prefixLen int, o GenOptions, planner Planner) (*Generation, error) {
+	if m.Config.Causal {
+		return m.generateAR(ctx, prompt, o, planner, true)
+	}
 	start := time.Now()
 	var pos []int32
 	if o.Positions != nil {
@@ -604,7 +611,7 @@ func (c *Config) NewSchedule(promptLen int, o GenOptions) (Schedule, error) {
 // nil: 0..n-1) computing every row costs, with lr logit rows.
 func (m *LLaDA) fullFLOPs(pos []int32, n, lr int) float64 {
 	c := m.Config
-	if c.CausalBlock() == 0 {
+	if c.attnBlock() == 0 {
 		return c.StepFLOPs(n, n, lr)
 	}
 	if pos == nil {
