@@ -18,6 +18,8 @@ var archFixtures = []struct{ dir, arch string }{
 	{"tiny-dream", "dream"},
 	{"tiny-llada-moe", "llada-moe"},
 	{"tiny-llada2", "llada2"},
+	{"tiny-qwen2", "qwen2"}, // causal LMs: tools/golden/make_causal_golden.py (causal_test.go)
+	{"tiny-llama", "llama"},
 }
 
 // TestArchGolden: each architecture's logits and K/V within 1e-4 of the

@@ -48,6 +48,13 @@ func (c Card) forBlocks(B int) (Card, error) {
 	return c, nil
 }
 
+// forCausal is a causal LM's card: one token per step, in blocks of one
+// (an autoregressive decoder takes only the gen length from it).
+func (c Card) forCausal() Card {
+	c.Steps, c.BlockLength = c.GenLength, 1
+	return c
+}
+
 // DefaultRefresh is the paper's refresh period R, for a card without one.
 const DefaultRefresh = 16
 
@@ -100,9 +107,12 @@ func (m *Model) AnswerText(ids []int32) string {
 }
 
 // AnswerEnd is the index of the answer's first end-of-text, end-of-turn or
-// mask token (len(ids) when it has none).
+// mask token (a diffusion model's) (len(ids) when it has none).
 func (m *Model) AnswerEnd(ids []int32) int {
-	stop := map[int32]bool{int32(m.Config.EOSTokenID): true, int32(m.Config.MaskTokenID): true}
+	stop := map[int32]bool{int32(m.Config.EOSTokenID): true}
+	if !m.Config.Causal { // a causal LM has no mask token (MaskTokenID may be any token)
+		stop[int32(m.Config.MaskTokenID)] = true
+	}
 	for _, s := range []string{"<|endoftext|>", "<|eot_id|>"} {
 		if id, ok := m.Tokenizer.TokenID(s); ok {
 			stop[id] = true

@@ -41,6 +41,9 @@ func Load(dir string, b backend.Backend) (*Model, error) {
 	if card, err = card.forBlocks(cfg.CausalBlock()); err != nil {
 		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, CardFile), err)
 	}
+	if cfg.Causal {
+		card = card.forCausal()
+	}
 	set, err := safetensors.Open(dir)
 	if err != nil {
 		return nil, err
