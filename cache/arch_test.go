@@ -348,3 +348,39 @@ func TestCachesExactOnOneLayer(t *testing.T) {
 		})
 	}
 }
+
+// TestCausalModelsTakeNone: an autoregressive model (model/testdata's
+// tiny-qwen2) is served by none (and none@schedule) alone, through
+// cache.Run, which decodes it token by token; every other method, and
+// none under a diffusion decoder, is refused with the reason.
+func TestCausalModelsTakeNone(t *testing.T) {
+	m := testmodel.Shared(t, "tiny-qwen2")
+	o := DefaultOptions()
+	o.Store, o.Table, o.Fingerprint = NewStore(m.Backend, 1<<30, FIFO), table(len(m.Blocks), 1), m.Fingerprint
+	for _, name := range append(Names(), "none@schedule", "none@threshold:0.9") {
+		meth, err := New(name, o)
+		if err != nil {
+			continue // a method these options cannot build (the table method needs a calibrated table)
+		}
+		err = CheckModel(meth, m.Config)
+		switch {
+		case (name == "none" || name == "none@schedule") && err != nil:
+			t.Errorf("%s refused: %v", name, err)
+		case name != "none" && name != "none@schedule" && (err == nil || !strings.Contains(err.Error(), "autoregressive")):
+			t.Errorf("%s: error %v, want a refusal that says the model is autoregressive", name, err)
+		}
+	}
+	ids := []int32{257, 115, 121, 10, 258, 257, 97, 10}
+	gen := model.GenOptions{GenLength: 8, Steps: 8, BlockLength: 1}
+	res, err := Run(context.Background(), m.LLaDA, mk(t, "none", o), Request{Prompt: ids}, gen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := m.Generate(context.Background(), ids, 0, gen, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(res.Answer, want.Answer) || res.NFE != want.Decoded || res.RowsComputed != len(m.Blocks)*(len(ids)+want.Decoded-1) {
+		t.Errorf("Run: answer %v, NFE %d, rows %d; Generate: %v after %d tokens", res.Answer, res.NFE, res.RowsComputed, want.Answer, want.Decoded)
+	}
+}

@@ -407,8 +407,22 @@ type ModelChecker interface {
 }
 
 // CheckModel reports why meth cannot serve a model of config c (nil: it
-// can). Methods that serve every model pass.
+// can). Methods that serve every model pass. An autoregressive model
+// (model.Config.Causal) is served by none alone (or none@schedule): it
+// decodes one token per forward with its own exact K/V cache, so no
+// diffusion cache or decoder applies to it.
 func CheckModel(meth Method, c *model.Config) error {
+	if c != nil && c.Causal {
+		inner, d := meth, model.Decoding{}
+		if dm, ok := meth.(*decoded); ok {
+			inner, d = dm.Method, dm.d
+		}
+		if _, ok := inner.(*none); !ok || (!d.IsDefault() && d.Kind != model.DecodeSchedule) {
+			return fmt.Errorf("method %s: this model (%s) is autoregressive: it decodes one token per forward with its own exact K/V cache, "+
+				"so no diffusion cache or decoder applies; use none", meth.Name(), c.ArchName())
+		}
+		return nil
+	}
 	if mc, ok := meth.(ModelChecker); ok {
 		return mc.CheckModel(c)
 	}

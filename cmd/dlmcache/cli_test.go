@@ -138,3 +138,44 @@ func TestBenchComparesChatAnswersWithNone(t *testing.T) {
 		}
 	}
 }
+
+// generate on an autoregressive model (model/testdata/tiny-llama, the
+// trained guide's layout) decodes token by token: greedy, the same answer
+// as the model's own Generate, the regime said on stderr; sampled with
+// --temperature; the diffusion sampler's flags refused by name.
+func TestGenerateAutoregressive(t *testing.T) {
+	fx := filepath.Join("..", "..", "model", "testdata", "tiny-llama")
+	out, errOut, code := run(t, "generate", "--model", fx, "--prompt", "Hi", "--gen-length", "12", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var r struct {
+		Arch, Decoder  string
+		NFE            int   `json:"nfe"`
+		Decoded, Steps int   //
+		BlockLength    int   `json:"block_length"`
+		RowsComputed   int   `json:"rows_computed"`
+		PromptTokens   int   `json:"prompt_tokens"`
+		AnswerTokenIDs []int `json:"answer_token_ids"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if r.Arch != "llama" || r.Decoder != "autoregressive" || r.NFE != r.Decoded || r.BlockLength != 1 || len(r.AnswerTokenIDs) != 12 ||
+		r.RowsComputed != 2*(r.PromptTokens+r.Decoded-1) {
+		t.Errorf("generate --json: %+v", r)
+	}
+	_, errOut, code = run(t, "generate", "--model", fx, "--prompt", "Hi", "--gen-length", "12")
+	if code != 0 || !strings.Contains(errOut, "autoregressive: up to 12 tokens, one forward each (greedy)") {
+		t.Errorf("exit %d, stderr lacks the regime line:\n%s", code, errOut)
+	}
+	if _, errOut, code := run(t, "generate", "--model", fx, "--prompt", "Hi", "--temperature", "0.8", "--seed", "3"); code != 0 || !strings.Contains(errOut, "sampled at temperature 0.8") {
+		t.Errorf("--temperature: exit %d: %s", code, errOut)
+	}
+	for _, flag := range [][]string{{"--threshold", "0.9"}, {"--remasking", "random"}, {"--cfg", "1"}, {"--steps", "4"}} {
+		_, errOut, code := run(t, append([]string{"generate", "--model", fx, "--prompt", "Hi"}, flag...)...)
+		if code == 0 || !strings.Contains(errOut, flag[0]) || !strings.Contains(errOut, "autoregressive") {
+			t.Errorf("%v: exit %d, want a refusal naming the flag: %s", flag, code, errOut)
+		}
+	}
+}

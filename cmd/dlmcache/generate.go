@@ -66,6 +66,16 @@ func (opts *generateOptions) run(ctx context.Context) error {
 		return err
 	}
 	gen.Temperature, gen.CFGScale, gen.Seed = opts.Temperature, opts.CFG, opts.Seed
+	if lm.Config.Causal {
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{{"--cfg", opts.CFG != 0}, {"--remasking", opts.Remasking != ""}, {"--threshold", opts.Threshold != 0}} {
+			if f.set {
+				return fmt.Errorf("%s is a diffusion sampler's; model %s is autoregressive (greedy, or sampled with --temperature)", f.name, lm.Name)
+			}
+		}
+	}
 	switch {
 	case opts.Threshold > 0:
 		gen.Decoder = model.Threshold{T: opts.Threshold}
@@ -111,7 +121,7 @@ func (opts *generateOptions) run(ctx context.Context) error {
 		"steps":            g.Steps,
 		"block_length":     gen.BlockLength,
 		"nfe":              g.NFE,
-		"decoder":          decoderName(gen.Decoder),
+		"decoder":          decoderOf(lm.Config, gen),
 		"decoded":          g.Decoded,
 		"load_seconds":     loadTime.Seconds(),
 		"seconds":          g.Duration.Seconds(),
@@ -155,6 +165,19 @@ func readTextArg(in io.Reader, s string) (string, error) {
 		return "", err
 	}
 	return strings.TrimRight(string(b), "\n"), nil
+}
+
+// decoderOf is the decoder generate's record names: decoderName's, or
+// for an autoregressive model "autoregressive" (greedy) or
+// "autoregressive:T" (sampled at temperature T).
+func decoderOf(c *model.Config, gen model.GenOptions) string {
+	if c.Causal {
+		if gen.Temperature > 0 {
+			return fmt.Sprintf("autoregressive:%g", gen.Temperature)
+		}
+		return "autoregressive"
+	}
+	return decoderName(gen.Decoder)
 }
 
 // decoderName is the decoder a record names: low_confidence (also the

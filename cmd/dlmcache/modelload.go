@@ -124,6 +124,9 @@ func (m *loadedModel) describe() string {
 	if B := c.CausalBlock(); B > 0 {
 		s += fmt.Sprintf(", block-causal (blocks of %d)", B)
 	}
+	if c.Causal {
+		s += ", autoregressive (causal attention, next-token logits)"
+	}
 	return s + ", fingerprint " + m.Fingerprint
 }
 
@@ -135,6 +138,18 @@ func (m *loadedModel) genOptions(genLength, steps, blockLength int) (model.GenOp
 	o := model.GenOptions{GenLength: genLength, Steps: steps, BlockLength: blockLength}
 	if o.GenLength == 0 {
 		o.GenLength = m.Card.GenLength
+	}
+	if c := m.config(); c != nil && c.Causal {
+		// An autoregressive model: one token per forward; the record's
+		// regime says so (steps = gen length, blocks of one).
+		if steps != 0 || blockLength != 0 {
+			return o, fmt.Errorf("--steps and --block-length are a diffusion sampler's; model %s is autoregressive (one token per forward): leave them 0", m.Name)
+		}
+		if o.GenLength <= 0 {
+			return o, fmt.Errorf("--gen-length must be positive, got %d", o.GenLength)
+		}
+		o.Steps, o.BlockLength = o.GenLength, 1
+		return o, nil
 	}
 	if o.Steps == 0 {
 		if o.GenLength == m.Card.GenLength && m.Card.Steps > 0 {
@@ -167,9 +182,18 @@ func (m *loadedModel) config() *model.Config {
 	return m.Config
 }
 
-// regimeLine describes a block-causal model's generation regime (""
-// for a bidirectional model): what the defaults chose, for the log.
+// regimeLine describes a block-causal or autoregressive model's
+// generation regime ("" for a bidirectional model): what the defaults
+// chose, for the log.
 func (m *loadedModel) regimeLine(gen model.GenOptions) string {
+	if c := m.config(); c != nil && c.Causal {
+		how := "greedy"
+		if gen.Temperature > 0 {
+			how = fmt.Sprintf("sampled at temperature %g", gen.Temperature)
+		}
+		return fmt.Sprintf("model %s is autoregressive: up to %d tokens, one forward each (%s), K/V of the request cached exactly",
+			m.Name, gen.GenLength, how)
+	}
 	B := m.config().CausalBlock()
 	if B == 0 {
 		return ""
