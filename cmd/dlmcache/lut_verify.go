@@ -6,8 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"maps"
+	"math"
 	"os"
 	"slices"
 	"sort"
@@ -30,17 +30,17 @@ type lutVerifyOptions struct {
 
 	File string
 	modelFlags
-	Cache     cacheFlags
-	Requests  string
-	Groups    int
-	Seed      int64
-	Gate      string
+	Cache      cacheFlags
+	Requests   string
+	Groups     int
+	Seed       int64
+	Gate       string
 	Agreement  float64
 	MaxLoss    float64
 	Confidence float64
 	JSON       bool
-	Dump      string
-	Quiet     bool
+	Dump       string
+	Quiet      bool
 }
 
 // verifyRequest is one held-out request.
