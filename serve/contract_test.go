@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http/httptest"
@@ -126,7 +127,7 @@ func TestEmptySystemMessage(t *testing.T) {
 		c, _ := json.Marshal(content)
 		return chatMessage{Role: role, Content: c}
 	}
-	ids, m, _, err := encodeConversation(tok, []chatMessage{msg("system", ""), msg("user", "Hi")}, false)
+	ids, m, _, err := encodeConversation(context.Background(), tok, []chatMessage{msg("system", ""), msg("user", "Hi")}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +138,7 @@ func TestEmptySystemMessage(t *testing.T) {
 	if want := tok.Encode(full); !slices.Equal(ids, want) {
 		t.Errorf("empty system turn: %v, want the template's %v", ids, want)
 	}
-	none, m0, _, err := encodeConversation(tok, []chatMessage{msg("user", "Hi")}, false)
+	none, m0, _, err := encodeConversation(context.Background(), tok, []chatMessage{msg("user", "Hi")}, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,8 @@
 package serve
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -79,14 +81,16 @@ func parseConversation(msgs []chatMessage) (*conversation, error) {
 // With history, the shared prefix is the whole conversation before the
 // final user turn (the earlier turns a block store can reuse), else the
 // system turn.
-func encodeConversation(tok *tokenizer.Tokenizer, msgs []chatMessage, history bool) (ids []int32, prefixLen int, conv *conversation, err error) {
+func encodeConversation(ctx context.Context, tok *tokenizer.Tokenizer, msgs []chatMessage, history bool) (ids []int32, prefixLen int, conv *conversation, err error) {
 	c, err := parseConversation(msgs)
 	if err != nil {
 		return nil, 0, nil, err
 	}
 	if len(c.turns) == 1 && (c.sys != "" || !c.hasSystem) {
-		if ids, m, err := tok.EncodeChat(c.sys, c.turns[0].Content); err == nil {
+		if ids, m, err := tok.EncodeChatContext(ctx, c.sys, c.turns[0].Content); err == nil {
 			return ids, m, c, nil
+		} else if errors.Is(err, tokenizer.ErrTemplateLimit) || ctx.Err() != nil {
+			return nil, 0, nil, internalError(err)
 		}
 	}
 	all := c.messages()
@@ -97,7 +101,7 @@ func encodeConversation(tok *tokenizer.Tokenizer, msgs []chatMessage, history bo
 	case c.hasSystem:
 		pm = 1
 	}
-	ids, m, err := tok.EncodeMessages(all, pm)
+	ids, m, err := tok.EncodeMessagesContext(ctx, all, pm)
 	if err != nil {
 		return nil, 0, nil, internalError(err)
 	}
@@ -107,12 +111,8 @@ func encodeConversation(tok *tokenizer.Tokenizer, msgs []chatMessage, history bo
 // answered is the conversation with the assistant's answer appended, as the
 // next turn's request will render it before its own user message: the
 // tokens a block store keeps for that turn to reuse.
-func (c *conversation) answered(tok *tokenizer.Tokenizer, answer string) ([]int32, error) {
-	text, err := tok.ApplyChat(append(c.messages(), tokenizer.Message{Role: "assistant", Content: answer}), false)
-	if err != nil {
-		return nil, err
-	}
-	return tok.Encode(text), nil
+func (c *conversation) answered(ctx context.Context, tok *tokenizer.Tokenizer, answer string) ([]int32, error) {
+	return tok.EncodeConversation(ctx, append(c.messages(), tokenizer.Message{Role: "assistant", Content: answer}), false)
 }
 
 // encodeCompletion encodes a text completion: BOS, the system extra (the

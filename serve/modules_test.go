@@ -51,7 +51,7 @@ func TestModulesRequest(t *testing.T) {
 	}
 	// The same text as a plain chat whose system message is the modules'
 	// texts (schema order) and the request's own.
-	whole, _, _, err := encodeConversation(m.Tokenizer, []chatMessage{
+	whole, _, _, err := encodeConversation(context.Background(), m.Tokenizer, []chatMessage{
 		{Role: "system", Content: json.RawMessage(`"` + strings.ReplaceAll(testHandbook+testFAQ+"Answer briefly.", "\n", `\n`) + `"`)},
 		{Role: "user", Content: json.RawMessage(`"How fast do orders ship?"`)}}, false)
 	if err != nil {

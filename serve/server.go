@@ -365,7 +365,7 @@ func (r *result) usage() usage {
 }
 
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
-	s.complete(w, r, "/v1/chat/completions", func(body io.Reader) (*job, *apiError) {
+	s.complete(w, r, "/v1/chat/completions", func(ctx context.Context, body io.Reader) (*job, *apiError) {
 		var req chatRequest
 		if e := decodeBody(body, &req); e != nil {
 			return nil, e
@@ -388,7 +388,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 			return j, e
 		}
 		_, blocks := cache.StoreOf(s.cfg.Method).(*cache.BlockStore)
-		ids, m, conv, err := encodeConversation(s.cfg.Model.Tokenizer, req.Messages, blocks)
+		ids, m, conv, err := encodeConversation(ctx, s.cfg.Model.Tokenizer, req.Messages, blocks)
 		if err != nil {
 			return nil, asAPIError(err)
 		}
@@ -406,7 +406,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) {
-	s.complete(w, r, "/v1/completions", func(body io.Reader) (*job, *apiError) {
+	s.complete(w, r, "/v1/completions", func(_ context.Context, body io.Reader) (*job, *apiError) {
 		var req completionRequest
 		if e := decodeBody(body, &req); e != nil {
 			return nil, e
@@ -612,7 +612,7 @@ func (s *Server) blockGenOptions(g *genFields, o model.GenOptions, B int, param 
 // complete runs the shared part of both completion endpoints: bounded body,
 // parse, admission, generation, response.
 func (s *Server) complete(w http.ResponseWriter, r *http.Request, endpoint string,
-	parse func(io.Reader) (*job, *apiError), respond func(id string, created int64, res *result) any, chunk chunkFunc) {
+	parse func(context.Context, io.Reader) (*job, *apiError), respond func(id string, created int64, res *result) any, chunk chunkFunc) {
 	start := s.cfg.Now()
 	status := http.StatusOK
 	note := ""
@@ -659,19 +659,25 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, endpoint strin
 		fail(newAPIError(http.StatusServiceUnavailable, "server_error", "shutting_down", "", "the server is shutting down"))
 		return
 	}
-	j, e := parse(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	// The request's context ends when its client goes away, at its
+	// deadline (--timeout, from here: the chat template's rendering is
+	// under it too), when its stream is cut (a client that does not read
+	// it), or when a shutdown's grace period is over; its cause says which.
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	defer context.AfterFunc(s.base, func() { cancel(context.Cause(s.base)) })()
+	ctx, cancelT := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancelT()
+	j, e := parse(ctx, http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 	if e != nil {
+		if ctx.Err() != nil {
+			e = s.ctxError(ctx)
+		}
 		fail(e)
 		return
 	}
 	j.endpoint = endpoint
 	id := newID()
-	// The request's context ends when its client goes away, at its
-	// deadline, when its stream is cut (a client that does not read it),
-	// or when a shutdown's grace period is over; its cause says which.
-	ctx, cancel := context.WithCancelCause(r.Context())
-	defer cancel(nil)
-	defer context.AfterFunc(s.base, func() { cancel(context.Cause(s.base)) })()
 	if j.stream {
 		sink = newSSESink(w, chunk, id, start.Unix(), j.usage, j.canvas)
 		sink.limit, sink.timeout = s.cfg.StreamBufferBytes, s.cfg.WriteTimeout
@@ -688,8 +694,6 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, endpoint strin
 			}
 		}()
 	}
-	ctx, cancelT := context.WithTimeout(ctx, s.cfg.Timeout)
-	defer cancelT()
 	res, e := s.run(ctx, j)
 	if e != nil {
 		fail(e)
@@ -780,7 +784,7 @@ func (s *Server) run(ctx context.Context, j *job) (*result, *apiError) {
 	g, info := res.Generation, res.Info
 	text, n, finish := s.answer(g.Answer, j.maxTokens, j.stop)
 	if s.cfg.StoreAnswers && j.conv != nil {
-		if toks, err := j.conv.answered(lm.Tokenizer, text); err == nil {
+		if toks, err := j.conv.answered(ctx, lm.Tokenizer, text); err == nil {
 			if _, _, err := cache.StorePrefix(lm.LLaDA, meth, toks, j.salt); err != nil {
 				return nil, internalError(fmt.Errorf("storing the answered conversation: %w", err))
 			}

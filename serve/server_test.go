@@ -412,7 +412,7 @@ func TestEncodeConversation(t *testing.T) {
 		return ms
 	}
 	// One turn is EncodeChat.
-	ids, m, _, err := encodeConversation(tok, msgs("system", "Be brief.", "user", "Hello there"), false)
+	ids, m, _, err := encodeConversation(context.Background(), tok, msgs("system", "Be brief.", "user", "Hello there"), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -421,7 +421,7 @@ func TestEncodeConversation(t *testing.T) {
 		t.Fatalf("one turn: %v %d, EncodeChat %v %d (%v)", ids, m, wids, wm, err)
 	}
 	// Several system messages are one prefix; earlier turns follow it.
-	ids2, m2, _, err := encodeConversation(tok, msgs("system", "Be", "developer", "brief.", "user", "Hi", "assistant", "Hello", "user", "Again"), false)
+	ids2, m2, _, err := encodeConversation(context.Background(), tok, msgs("system", "Be", "developer", "brief.", "user", "Hi", "assistant", "Hello", "user", "Again"), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -431,7 +431,7 @@ func TestEncodeConversation(t *testing.T) {
 	}
 	// Content parts are concatenated.
 	parts := []chatMessage{{Role: "user", Content: json.RawMessage(`[{"type":"text","text":"Hello "},{"type":"text","text":"there"}]`)}}
-	ids3, _, _, err := encodeConversation(tok, append(msgs("system", "Be brief."), parts...), false)
+	ids3, _, _, err := encodeConversation(context.Background(), tok, append(msgs("system", "Be brief."), parts...), false)
 	if err != nil || fmt.Sprint(ids3) != fmt.Sprint(ids) {
 		t.Errorf("content parts: %v (%v)", ids3, err)
 	}

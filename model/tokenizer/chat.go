@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,7 +9,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/nikolalohinski/gonja/v2"
 	"github.com/nikolalohinski/gonja/v2/config"
 	"github.com/nikolalohinski/gonja/v2/exec"
 	"github.com/nikolalohinski/gonja/v2/loaders"
@@ -39,7 +39,8 @@ type Message struct {
 
 // chatConfig is what this package reads from tokenizer_config.json.
 type chatConfig struct {
-	template string // "" when none is shipped
+	template     string // "" when none is shipped
+	templateFile string // the file it came from, for errors
 	bos, eos string
 	pad      string
 	extra    map[string]json.RawMessage // the whole file, for Save
@@ -78,6 +79,10 @@ func (t *Tokenizer) parseConfig(data []byte, path string) error {
 			}
 		default:
 			return fmt.Errorf("%s: chat_template: want a string or a list of {name, template}", path)
+		}
+		t.cfg.templateFile = path
+		if _, err := t.compiledTemplate(); err != nil {
+			return err
 		}
 	}
 	for _, f := range []struct {
@@ -134,8 +139,29 @@ func (t *Tokenizer) EOS() string {
 //	[<|start_header_id|>assistant<|end_header_id|>\n\n]
 //
 // where each content is trimmed of surrounding whitespace, as the
-// template's `| trim` does.
+// template's `| trim` does. The render is held to the template limits
+// (MaxTemplateSteps, …); ApplyChatContext also stops at ctx's end.
 func (t *Tokenizer) ApplyChat(messages []Message, addGenerationPrompt bool) (string, error) {
+	return t.ApplyChatContext(context.Background(), messages, addGenerationPrompt)
+}
+
+// ApplyChatContext is ApplyChat under ctx: a render still running at ctx's
+// end stops with ctx's cause.
+func (t *Tokenizer) ApplyChatContext(ctx context.Context, messages []Message, addGenerationPrompt bool) (string, error) {
+	return t.renderChat(ctx, messages, addGenerationPrompt, false)
+}
+
+// renderChat renders messages; with escape, the special tokens in each
+// message's content are marked (escapeSpecials) so that encodeEscaped
+// encodes them as text.
+func (t *Tokenizer) renderChat(ctx context.Context, messages []Message, addGenerationPrompt, escape bool) (string, error) {
+	if escape {
+		esc := make([]Message, len(messages))
+		for i, m := range messages {
+			esc[i] = Message{Role: m.Role, Content: t.escapeSpecials(m.Content)}
+		}
+		messages = esc
+	}
 	if t.cfg.template == "" {
 		return t.defaultChat(messages, addGenerationPrompt), nil
 	}
@@ -147,19 +173,33 @@ func (t *Tokenizer) ApplyChat(messages []Message, addGenerationPrompt bool) (str
 	for i, m := range messages {
 		msgs[i] = map[string]any{"role": m.Role, "content": m.Content}
 	}
-	ctx := exec.NewContext(map[string]any{
+	st := &renderState{ctx: ctx}
+	data := exec.NewContext(map[string]any{
 		"messages":              msgs,
 		"bos_token":             t.BOS(),
 		"eos_token":             t.EOS(),
 		"pad_token":             t.cfg.pad,
 		"add_generation_prompt": addGenerationPrompt,
 		"raise_exception":       raiseException,
+		renderKey:               st,
 	})
-	out, err := tpl.ExecuteToString(ctx)
-	if err != nil {
-		return "", fmt.Errorf("tokenizer_config.json: chat_template: %v", err)
+	var out strings.Builder
+	err = tpl.Execute(&limitedWriter{w: &out, st: st}, data)
+	if st.err != nil {
+		err = st.err // the limit or the context's end, unwrapped from the engine's values
 	}
-	return out, nil
+	if err != nil {
+		return "", fmt.Errorf("%s: chat_template: %w", t.templateName(), err)
+	}
+	return out.String(), nil
+}
+
+// templateName is the file the chat template came from.
+func (t *Tokenizer) templateName() string {
+	if t.cfg.templateFile != "" {
+		return t.cfg.templateFile
+	}
+	return "tokenizer_config.json"
 }
 
 func raiseException(_ *exec.Evaluator, params *exec.VarArgs) (string, error) {
@@ -170,6 +210,8 @@ func raiseException(_ *exec.Evaluator, params *exec.VarArgs) (string, error) {
 	return "", errors.New("chat template raised: " + strings.Join(parts, " "))
 }
 
+// compiledTemplate parses the chat template once (parseConfig does it at
+// load, so a syntax error is a load error).
 func (t *Tokenizer) compiledTemplate() (*exec.Template, error) {
 	t.cfg.once.Do(func() {
 		cfg := config.New()
@@ -180,9 +222,12 @@ func (t *Tokenizer) compiledTemplate() (*exec.Template, error) {
 			t.cfg.err = err
 			return
 		}
-		t.cfg.compiled, err = exec.NewTemplate("/chat_template", cfg, loader, gonja.DefaultEnvironment)
+		t.cfg.compiled, err = exec.NewTemplate("/chat_template", cfg, loader, limitedEnvironment)
 		if err != nil {
-			t.cfg.err = fmt.Errorf("tokenizer_config.json: chat_template: %v", err)
+			if u := errors.Unwrap(err); u != nil {
+				err = u // the parser's error, without the template's whole source
+			}
+			t.cfg.err = fmt.Errorf("%s: chat_template: %v", t.templateName(), err)
 		}
 	})
 	return t.cfg.compiled, t.cfg.err
@@ -210,7 +255,10 @@ func (t *Tokenizer) defaultChat(messages []Message, addGenerationPrompt bool) st
 // returns the length of its shared prefix: the templated system message
 // (BOS, system header, content, end of turn), or only BOS when system is
 // empty (nothing with a chat template that has no BOS token, as ChatML's).
-// ids[:prefixLen] equals Encode of the prefix text alone.
+// ids[:prefixLen] equals Encode of the prefix text alone. The messages'
+// contents are text: a special token's text in them (<|eot_id|>, a mask
+// token) is encoded as text, so no message can forge a turn; only the
+// template's own markers are special tokens.
 //
 // The prefix text is found by rendering the system message alone and
 // keeping it whole where it starts the full prompt (ChatML templates: Qwen,
@@ -222,18 +270,23 @@ func (t *Tokenizer) defaultChat(messages []Message, addGenerationPrompt bool) st
 //
 //	ids: [n]; prefixLen ≤ n
 func (t *Tokenizer) EncodeChat(system, user string) (ids []int32, prefixLen int, err error) {
+	return t.EncodeChatContext(context.Background(), system, user)
+}
+
+// EncodeChatContext is EncodeChat with the template rendered under ctx.
+func (t *Tokenizer) EncodeChatContext(ctx context.Context, system, user string) (ids []int32, prefixLen int, err error) {
 	var msgs []Message
 	if system != "" {
 		msgs = append(msgs, Message{Role: "system", Content: system})
 	}
 	msgs = append(msgs, Message{Role: "user", Content: user})
-	full, err := t.ApplyChat(msgs, true)
+	full, err := t.renderChat(ctx, msgs, true, true)
 	if err != nil {
 		return nil, 0, err
 	}
 	prefix := t.BOS()
 	if system != "" {
-		sys, err := t.ApplyChat(msgs[:1], false)
+		sys, err := t.renderChat(ctx, msgs[:1], false, true)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -256,8 +309,8 @@ func (t *Tokenizer) EncodeChat(system, user string) (ids []int32, prefixLen int,
 	if !strings.HasPrefix(full, prefix) {
 		return nil, 0, fmt.Errorf("tokenizer: chat template output does not start with %q", abbrevString(prefix))
 	}
-	ids = t.Encode(full)
-	pre := t.Encode(prefix)
+	ids = t.encodeEscaped(full)
+	pre := t.encodeEscaped(prefix)
 	if len(pre) > len(ids) || !slices.Equal(ids[:len(pre)], pre) {
 		return nil, 0, fmt.Errorf("tokenizer: the shared prefix %q does not end on a token boundary of the prompt", abbrevString(prefix))
 	}
@@ -274,29 +327,48 @@ func abbrevString(s string) string {
 // EncodeMessages renders messages with the chat template (and the
 // generation prompt) and encodes them; prefixLen is how many leading
 // tokens equal the encoding of the first prefixMessages messages rendered
-// alone (0: the BOS text) — the shared prefix a prefix store keys on. For
+// alone (0: the BOS text) — the shared prefix a prefix store keys on.
+// As in EncodeChat, the messages' contents are text: a special token's
+// text in them is encoded as text, never as the token (OpenAI's API does
+// the same); only the template's own markers are special tokens. For
 // a system message and one user message EncodeChat gives the same split.
 func (t *Tokenizer) EncodeMessages(messages []Message, prefixMessages int) (ids []int32, prefixLen int, err error) {
+	return t.EncodeMessagesContext(context.Background(), messages, prefixMessages)
+}
+
+// EncodeMessagesContext is EncodeMessages with the template rendered
+// under ctx.
+func (t *Tokenizer) EncodeMessagesContext(ctx context.Context, messages []Message, prefixMessages int) (ids []int32, prefixLen int, err error) {
 	if prefixMessages < 0 || prefixMessages >= len(messages) {
 		return nil, 0, fmt.Errorf("tokenizer: %d prefix messages of %d: the prefix must leave the last message out", prefixMessages, len(messages))
 	}
 	prefix := t.BOS()
 	if prefixMessages > 0 {
-		if prefix, err = t.ApplyChat(messages[:prefixMessages], false); err != nil {
+		if prefix, err = t.renderChat(ctx, messages[:prefixMessages], false, true); err != nil {
 			return nil, 0, err
 		}
 	}
-	full, err := t.ApplyChat(messages, true)
+	full, err := t.renderChat(ctx, messages, true, true)
 	if err != nil {
 		return nil, 0, err
 	}
 	if !strings.HasPrefix(full, prefix) {
 		return nil, 0, fmt.Errorf("tokenizer: the chat template's output does not start with the templated prefix messages")
 	}
-	ids = t.Encode(full)
-	pre := t.Encode(prefix)
+	ids = t.encodeEscaped(full)
+	pre := t.encodeEscaped(prefix)
 	for prefixLen < len(pre) && prefixLen < len(ids) && pre[prefixLen] == ids[prefixLen] {
 		prefixLen++
 	}
 	return ids, prefixLen, nil
+}
+
+// EncodeConversation renders messages with the chat template and encodes
+// them, the contents as text (as EncodeMessages).
+func (t *Tokenizer) EncodeConversation(ctx context.Context, messages []Message, addGenerationPrompt bool) ([]int32, error) {
+	text, err := t.renderChat(ctx, messages, addGenerationPrompt, true)
+	if err != nil {
+		return nil, err
+	}
+	return t.encodeEscaped(text), nil
 }

@@ -141,15 +141,22 @@ func (t *Tokenizer) Encode(text string) []int32 {
 			ids = append(ids, added)
 			return
 		}
-		if t.norm != nil {
-			seg = t.norm.normalize(seg)
-		}
-		pieces = t.pre.split(pieces[:0], seg)
-		for _, w := range pieces {
-			ids = t.bpeWord(ids, w)
-		}
+		ids, pieces = t.encodeText(ids, pieces, seg)
 	})
 	return ids
+}
+
+// encodeText appends the ids of a stretch of text with no added tokens
+// matched in it: normalized, pre-tokenized, byte-mapped and BPE-merged.
+func (t *Tokenizer) encodeText(ids []int32, pieces []string, seg string) ([]int32, []string) {
+	if t.norm != nil {
+		seg = t.norm.normalize(seg)
+	}
+	pieces = t.pre.split(pieces[:0], seg)
+	for _, w := range pieces {
+		ids = t.bpeWord(ids, w)
+	}
+	return ids, pieces
 }
 
 // splitAdded calls fn, in order, for every stretch of text between added
@@ -468,4 +475,73 @@ func maximalSubpart(b []byte) int {
 		lo, hi = 0x80, 0xBF
 	}
 	return n
+}
+
+// textMark marks a special token's text in a message's content as text:
+// escapeSpecials puts one after each rune of every special token found
+// there (and doubles the marks the content holds itself), so that
+// splitAdded no longer finds the token; encodeEscaped drops the marks
+// from the text it encodes. U+FDD0 is a Unicode noncharacter.
+const textMark = "\uFDD0"
+
+// escapeSpecials marks the special tokens in s as text (see textMark).
+func (t *Tokenizer) escapeSpecials(s string) string {
+	s = strings.ReplaceAll(s, textMark, textMark+textMark)
+	var b strings.Builder
+	marked := false
+	t.splitAdded(s, func(seg string, added int32) {
+		if added < 0 || !t.IsSpecial(added) {
+			b.WriteString(seg)
+			return
+		}
+		marked = true
+		for _, r := range seg {
+			b.WriteRune(r)
+			b.WriteString(textMark)
+		}
+	})
+	if !marked {
+		return s
+	}
+	return b.String()
+}
+
+// unescapeText drops the marks escapeSpecials put and undoubles the
+// content's own.
+func unescapeText(seg string) string {
+	if !strings.Contains(seg, textMark) {
+		return seg
+	}
+	var b strings.Builder
+	for {
+		i := strings.Index(seg, textMark)
+		if i < 0 {
+			b.WriteString(seg)
+			return b.String()
+		}
+		b.WriteString(seg[:i])
+		seg = seg[i+len(textMark):]
+		if strings.HasPrefix(seg, textMark) {
+			b.WriteString(textMark)
+			seg = seg[len(textMark):]
+		}
+	}
+}
+
+// encodeEscaped is Encode of a rendering whose message contents went
+// through escapeSpecials: their special tokens are encoded as text.
+func (t *Tokenizer) encodeEscaped(text string) []int32 {
+	if !strings.Contains(text, textMark) {
+		return t.Encode(text)
+	}
+	var ids []int32
+	var pieces []string
+	t.splitAdded(text, func(seg string, added int32) {
+		if added >= 0 {
+			ids = append(ids, added)
+			return
+		}
+		ids, pieces = t.encodeText(ids, pieces, unescapeText(seg))
+	})
+	return ids
 }
