@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -21,6 +22,10 @@ import (
 // the router must drop its index for this replica and start again from
 // since=0 on a fresh server, or from the events it still gets, knowing it
 // missed some. Without a block store (--store-blocks 0) the endpoint is 404.
+//
+// At most Config.MaxEventWaits long-polls are open at once (more get 429),
+// a shutdown answers them at once, and the answer is written under
+// --write-timeout: a client that does not read it loses its connection.
 func (s *Server) handleKVEvents(w http.ResponseWriter, r *http.Request) {
 	log := s.cfg.Events
 	if log == nil {
@@ -48,14 +53,23 @@ func (s *Server) handleKVEvents(w http.ResponseWriter, r *http.Request) {
 		wait = time.Duration(n * float64(time.Second))
 	}
 	events, gap, next := log.Since(since)
-	if len(events) == 0 && wait > 0 {
+	if len(events) == 0 && wait > 0 && !s.closing.Load() {
+		if n := s.eventWaits.Add(1); n > int64(s.cfg.MaxEventWaits) {
+			s.eventWaits.Add(-1)
+			w.Header().Set("Retry-After", "1")
+			writeError(w, newAPIError(http.StatusTooManyRequests, "rate_limit_error", "too_many_waits", "wait",
+				fmt.Sprintf("%d KV-event long-polls are open (the limit, --max-event-waits); retry later or poll without wait", s.cfg.MaxEventWaits)))
+			return
+		}
 		t := time.NewTimer(wait)
 		select {
 		case <-next:
 		case <-t.C:
 		case <-r.Context().Done():
+		case <-s.draining:
 		}
 		t.Stop()
+		s.eventWaits.Add(-1)
 		events, gap, _ = log.Since(since)
 	}
 	if gap {
@@ -63,12 +77,19 @@ func (s *Server) handleKVEvents(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("the events right after seq %d are no longer held (the log keeps the last ones only); rebuild this replica's index", since)))
 		return
 	}
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.Header().Set("X-Dlmcache-Seq", strconv.FormatUint(log.Seq(), 10))
-	enc := json.NewEncoder(w)
+	var body bytes.Buffer
+	enc := json.NewEncoder(&body)
 	for _, e := range events {
 		if err := enc.Encode(e); err != nil {
+			writeError(w, internalError(err))
 			return
 		}
 	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("X-Dlmcache-Seq", strconv.FormatUint(log.Seq(), 10))
+	http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout)) //nolint:errcheck // unsupported: a recorder (tests)
+	w.Write(body.Bytes())                                                              //nolint:errcheck // a client gone or too slow: nothing to answer
 }
+
+// DefaultMaxEventWaits is Config.MaxEventWaits's default.
+const DefaultMaxEventWaits = 64

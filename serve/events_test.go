@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/lut"
@@ -138,5 +141,69 @@ func TestFourTurnConversation(t *testing.T) {
 		}
 		t.Logf("turn %d: prompt %d tokens, shared prefix %d, hit %v", turn+1, r.Usage.PromptTokens, r.Dlmcache.PrefixTokens, hit)
 		msgs = append(msgs, map[string]string{"role": "assistant", "content": r.Choices[0].Message.Content})
+	}
+}
+
+// deadlineRecorder is a recorder that records its write deadline.
+type deadlineRecorder struct {
+	*httptest.ResponseRecorder
+	deadline time.Time
+}
+
+func (d *deadlineRecorder) SetWriteDeadline(t time.Time) error { d.deadline = t; return nil }
+
+// The KV-event answer is written under --write-timeout; at most
+// MaxEventWaits long-polls are open at once (429 beyond), and a shutdown
+// answers the open ones at once: Serve returns within its grace, nil.
+func TestKVEventsLimits(t *testing.T) {
+	s, _ := blockServer(t, 12, func(c *Config) { c.MaxEventWaits = 2; c.WriteTimeout = 7 * time.Second })
+	rec := &deadlineRecorder{ResponseRecorder: httptest.NewRecorder()}
+	before := time.Now()
+	s.ServeHTTP(rec, httptest.NewRequest("GET", "/v1/kv_events", nil))
+	if rec.Code != 200 || rec.deadline.Before(before.Add(7*time.Second)) {
+		t.Errorf("kv_events: %d, write deadline %v after the request (want --write-timeout's 7s)", rec.Code, rec.deadline.Sub(before))
+	}
+
+	url, cancel, done := serveOn(t, s, time.Hour)
+	polls := make(chan answer, 2)
+	for range 2 {
+		go func() {
+			resp, err := http.Get(url + "/v1/kv_events?since=1000000&wait=60")
+			if err != nil {
+				polls <- answer{-1, err.Error()}
+				return
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			polls <- answer{resp.StatusCode, string(b)}
+		}()
+	}
+	for s.eventWaits.Load() < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	resp, err := http.Get(url + "/v1/kv_events?since=1000000&wait=60")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 429 || !strings.Contains(string(b), "max-event-waits") {
+		t.Errorf("a long-poll past the limit: %d %s", resp.StatusCode, b)
+	}
+	// Without wait the endpoint still answers.
+	if r, err := http.Get(url + "/v1/kv_events"); err != nil || r.StatusCode != 200 {
+		t.Errorf("a poll without wait: %v %v", r, err)
+	} else {
+		r.Body.Close()
+	}
+	// Shutdown with a grace of an hour: the long-polls are answered now.
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Serve: %v", err)
+	}
+	for range 2 {
+		if a := <-polls; a.code != 200 {
+			t.Errorf("a long-poll at shutdown: %d %s", a.code, a.body)
+		}
 	}
 }

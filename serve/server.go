@@ -98,6 +98,10 @@ type Config struct {
 	// buffers, freed heap) to the kernel (default 2 s; negative: never).
 	IdleTrim time.Duration
 
+	// MaxEventWaits bounds the /v1/kv_events long-polls (wait > 0) open at
+	// once (default 64); more get 429.
+	MaxEventWaits int
+
 	// APIKeys, if any, are the keys a request must carry (auth.go).
 	APIKeys []string
 
@@ -117,6 +121,11 @@ type Server struct {
 	met     *metrics
 	logMu   sync.Mutex
 	closing atomic.Bool
+	// draining is closed when a shutdown starts: the KV-event long-polls
+	// are answered at once, so they never hold up a graceful shutdown.
+	draining   chan struct{}
+	drainOnce  sync.Once
+	eventWaits atomic.Int64 // KV-event long-polls open
 	// base ends (cause errShutdown) when a shutdown's grace period is
 	// over: the requests still running are cancelled and answered 503.
 	base     context.Context
@@ -194,7 +203,10 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	s := &Server{cfg: cfg, mux: http.NewServeMux(), slots: make(chan struct{}, cfg.MaxConcurrency)}
+	if cfg.MaxEventWaits <= 0 {
+		cfg.MaxEventWaits = DefaultMaxEventWaits
+	}
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), slots: make(chan struct{}, cfg.MaxConcurrency), draining: make(chan struct{})}
 	s.base, s.shutdown = context.WithCancelCause(context.Background())
 	for i, k := range cfg.APIKeys {
 		if strings.TrimSpace(k) == "" || strings.TrimSpace(k) != k {
@@ -917,7 +929,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 		return err
 	case <-ctx.Done():
 	}
-	s.closing.Store(true)
+	s.Drain()
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	err := hs.Shutdown(sctx)
@@ -938,6 +950,14 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 		err = serr
 	}
 	return err
+}
+
+// Drain starts a shutdown's first part (Serve calls it): new completion
+// requests get 503, and the KV-event long-polls are answered now with the
+// events they have.
+func (s *Server) Drain() {
+	s.closing.Store(true)
+	s.drainOnce.Do(func() { close(s.draining) })
 }
 
 // shutdownAnswer is how long a shutdown waits, after cancelling the

@@ -33,6 +33,7 @@ type serveOptions struct {
 	StoreAnswers   bool
 	Modules        string
 	MaxQueue       int
+	MaxEventWaits  int
 	QueueWait      time.Duration
 	Timeout        time.Duration
 	Grace          time.Duration
@@ -120,7 +121,7 @@ func (opts *serveOptions) run(ctx context.Context) error {
 	}
 	srv, err := serve.New(serve.Config{
 		Model: lm.Model, Name: cmp.Or(opts.ServedName, servedName(lm)), APIKeys: keys, MaxGenLength: opts.MaxTokens, IdleTrim: opts.IdleTrim, Method: meth, Gen: gen, Events: opts.Cache.Events, StoreAnswers: opts.StoreAnswers,
-		MaxConcurrency: concurrency(opts.MaxConcurrency, opts.MaxBatch), MaxBatch: opts.MaxBatch, Workers: workers, MaxQueue: opts.MaxQueue, QueueWait: opts.QueueWait,
+		MaxConcurrency: concurrency(opts.MaxConcurrency, opts.MaxBatch), MaxBatch: opts.MaxBatch, Workers: workers, MaxQueue: opts.MaxQueue, QueueWait: opts.QueueWait, MaxEventWaits: opts.MaxEventWaits,
 		Timeout: opts.Timeout, MaxBodyBytes: opts.MaxBodyBytes, StreamBufferBytes: opts.StreamBuffer, WriteTimeout: opts.WriteTimeout,
 		ReadTimeout: opts.ReadTimeout, ReadHeaderTimeout: opts.ReadHeader, IdleTimeout: opts.IdleTimeout, MaxContext: opts.MaxContext, Log: logw, Modules: mods,
 	})
@@ -181,6 +182,7 @@ func (opts *serveOptions) flags(fl *pflag.FlagSet) {
 	fl.IntVar(&opts.Workers, "workers", 0, "batches run side by side, the generations spread over them, each on its share of the threads while others have work and on all of them alone (0: 2 where --max-batch is above 1 and --threads at least 2, else 1; 2 gave the exact block cache 1.1–1.2× the tokens/s of 1 at 16 clients on an idle 2-core CPU: docs/serving.md)")
 	fl.IntVar(&opts.MaxConcurrency, "max-concurrency", 0, "generations run at once, over all workers (0: --max-batch when above 1, else 2, which gave 33–59% more tokens/s than 1 on a 2-core CPU: see docs/serving.md)")
 	fl.IntVar(&opts.MaxQueue, "max-queue", 1024, "requests that may wait for a generation slot beyond those running; more get 429 (0: 4×max-concurrency)")
+	fl.IntVar(&opts.MaxEventWaits, "max-event-waits", serve.DefaultMaxEventWaits, "GET /v1/kv_events long-polls (?wait=) open at once; more get 429 (a shutdown answers the open ones at once)")
 	fl.DurationVar(&opts.QueueWait, "queue-wait", 0, "longest wait for a generation slot before a 503 (0: --timeout)")
 	fl.DurationVar(&opts.Timeout, "timeout", 5*time.Minute, "per-request time limit, queueing included (504 past it)")
 	fl.DurationVar(&opts.Grace, "grace", 30*time.Second, "on SIGINT/SIGTERM, how long requests in flight may take to finish")
