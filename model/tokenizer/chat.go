@@ -41,9 +41,9 @@ type Message struct {
 type chatConfig struct {
 	template     string // "" when none is shipped
 	templateFile string // the file it came from, for errors
-	bos, eos string
-	pad      string
-	extra    map[string]json.RawMessage // the whole file, for Save
+	bos, eos     string
+	pad          string
+	extra        map[string]json.RawMessage // the whole file, for Save
 
 	once     sync.Once
 	compiled *exec.Template

@@ -90,7 +90,7 @@ func stateOf(r *exec.Renderer) *renderState {
 type tick struct{ at *gtokens.Token }
 
 func (t *tick) Position() *gtokens.Token { return t.at }
-func (t *tick) String() string          { return fmt.Sprintf("limit check (line %d)", t.at.Line) }
+func (t *tick) String() string           { return fmt.Sprintf("limit check (line %d)", t.at.Line) }
 func (t *tick) Execute(r *exec.Renderer, _ *nodes.ControlStructureBlock) error {
 	if st := stateOf(r); st != nil {
 		return st.check(t.at)
