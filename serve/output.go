@@ -49,6 +49,9 @@ type outbox struct {
 	limit   int
 	timeout time.Duration
 	onCut   func(*cutError) // called once, when the outbox stops
+	// tail, if not nil, is what a response cut for its backlog ends with
+	// (an error event and [DONE]).
+	tail func(*cutError) []byte
 
 	mu      sync.Mutex
 	buf     []byte // waiting for the writer
@@ -56,14 +59,15 @@ type outbox struct {
 	wake    chan struct{}
 	closed  bool
 	cut     *cutError
-	started bool // the writer has begun (the status line is out)
+	ending  []byte // the tail to send after the write in progress
+	started bool   // the writer has begun (the status line is out)
 	done    chan struct{}
 }
 
 // newOutbox starts the writer. The header must be complete: the writer
 // sends it with the first bytes.
-func newOutbox(w http.ResponseWriter, limit int, timeout time.Duration, onCut func(*cutError)) *outbox {
-	o := &outbox{w: w, rc: http.NewResponseController(w), limit: limit, timeout: timeout, onCut: onCut,
+func newOutbox(w http.ResponseWriter, limit int, timeout time.Duration, onCut func(*cutError), tail func(*cutError) []byte) *outbox {
+	o := &outbox{w: w, rc: http.NewResponseController(w), limit: limit, timeout: timeout, onCut: onCut, tail: tail,
 		wake: make(chan struct{}, 1), done: make(chan struct{})}
 	go o.run()
 	return o
@@ -99,20 +103,31 @@ func (o *outbox) err() error {
 	return errors.New("output closed")
 }
 
-// stop cuts the response: a write in progress returns at once (its
-// deadline is moved to now) and nothing more is written.
+// stop cuts the response: nothing more is queued. Cut for its backlog
+// (slow_reader), the write in progress may take cutTailWait more to
+// finish and the response then ends with the events already queued and
+// its tail (an error event and [DONE]); else what is queued is dropped, a write in progress returns at once (its deadline is moved
+// to now) and nothing more is written.
 func (o *outbox) stop(e *cutError) {
 	o.mu.Lock()
 	first := o.cut == nil
 	if first {
 		o.cut = e
+		if o.tail != nil && errors.Is(e, errSlowReader) {
+			o.ending = append(o.buf, o.tail(e)...) // the whole events queued, then the tail
+		}
 		o.buf = nil
 	}
+	ending := o.ending != nil
 	o.mu.Unlock()
 	if !first {
 		return
 	}
-	o.rc.SetWriteDeadline(time.Now()) //nolint:errcheck // unsupported (a recorder): nothing blocks there
+	if ending {
+		o.rc.SetWriteDeadline(time.Now().Add(cutTailWait)) //nolint:errcheck // see below
+	} else {
+		o.rc.SetWriteDeadline(time.Now()) //nolint:errcheck // unsupported (a recorder): nothing blocks there
+	}
 	select {
 	case o.wake <- struct{}{}:
 	default:
@@ -152,7 +167,12 @@ func (o *outbox) run() {
 			o.mu.Lock()
 		}
 		if o.cut != nil || len(o.buf) == 0 {
+			tail := o.ending
+			o.ending = nil
 			o.mu.Unlock()
+			if tail != nil {
+				o.sendTail(tail)
+			}
 			return
 		}
 		b := o.buf
@@ -160,6 +180,9 @@ func (o *outbox) run() {
 		o.started = true
 		o.mu.Unlock()
 		if err := o.send(b); err != nil {
+			o.mu.Lock()
+			o.ending = nil // the client cannot take the tail either
+			o.mu.Unlock()
 			o.stop(err)
 			return
 		}
@@ -171,9 +194,24 @@ func (o *outbox) run() {
 	}
 }
 
+// sendTail writes a cut response's tail, for at most cutTailWait.
+func (o *outbox) sendTail(b []byte) {
+	o.rc.SetWriteDeadline(time.Now().Add(cutTailWait)) //nolint:errcheck // see stop
+	if _, err := o.w.Write(b); err == nil {
+		o.rc.Flush() //nolint:errcheck // the response is over either way
+	}
+}
+
+// cutTailWait is how long a stream cut for its backlog may take to finish
+// the write in progress and to send its error event and [DONE].
+const cutTailWait = time.Second
+
 // send writes b and flushes it under the write deadline.
 func (o *outbox) send(b []byte) *cutError {
-	if o.timeout > 0 {
+	o.mu.Lock()
+	ending := o.ending != nil
+	o.mu.Unlock()
+	if o.timeout > 0 && !ending {
 		o.rc.SetWriteDeadline(time.Now().Add(o.timeout)) //nolint:errcheck // see stop
 	}
 	_, err := o.w.Write(b)
@@ -192,8 +230,12 @@ func (o *outbox) send(b []byte) *cutError {
 	return &cutError{errClientGone, "writing the stream: " + err.Error()}
 }
 
-// The outbox's defaults (Config.StreamBufferBytes, Config.WriteTimeout).
+// The outbox's defaults (Config.StreamBufferBytes, Config.WriteTimeout),
+// and the least buffer (MinStreamBufferBytes): a canvas event of the
+// default --max-completion-tokens (1,024 slots) takes 10–20 KiB, so below
+// 64 KiB a client that reads promptly could be cut for one event.
 const (
-	defaultStreamBuffer = 1 << 20
+	MinStreamBufferBytes = 64 << 10
+	defaultStreamBuffer  = 1 << 20
 	defaultWriteTimeout = 30 * time.Second
 )

@@ -64,7 +64,8 @@ type Config struct {
 	ReadHeaderTimeout, ReadTimeout, IdleTimeout time.Duration
 	// MaxBodyBytes bounds a request body (default 1 MiB); past it 413.
 	MaxBodyBytes int64
-	// StreamBufferBytes bounds a streamed response's output waiting for
+	// StreamBufferBytes (at least MinStreamBufferBytes) bounds a streamed
+	// response's output waiting for
 	// its client (default 1 MiB); past it the request is cancelled
 	// (slow_reader; output.go).
 	StreamBufferBytes int
@@ -190,6 +191,8 @@ func New(cfg Config) (*Server, error) {
 	cfg.IdleTimeout = cmp.Or(max(cfg.IdleTimeout, 0), 2*time.Minute)
 	if cfg.StreamBufferBytes <= 0 {
 		cfg.StreamBufferBytes = defaultStreamBuffer
+	} else if cfg.StreamBufferBytes < MinStreamBufferBytes {
+		return nil, fmt.Errorf("serve: --stream-buffer-bytes %d: want at least %d (one canvas event of 1,024 slots takes up to 20 KiB: a smaller buffer cuts streams read promptly)", cfg.StreamBufferBytes, MinStreamBufferBytes)
 	}
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = defaultWriteTimeout

@@ -71,10 +71,18 @@ func (k *sseSink) raw(b []byte) {
 		h.Set("Content-Type", "text/event-stream")
 		h.Set("Cache-Control", "no-cache")
 		h.Set("X-Accel-Buffering", "no")
-		k.out = newOutbox(k.w, k.limit, k.timeout, k.onCut)
+		k.out = newOutbox(k.w, k.limit, k.timeout, k.onCut, k.tail)
 		k.started = true
 	}
 	k.out.write(b) //nolint:errcheck // a cut is reported through onCut
+}
+
+// tail is how a stream cut for its backlog ends: an error event and
+// [DONE].
+func (k *sseSink) tail(c *cutError) []byte {
+	e := newAPIError(http.StatusServiceUnavailable, "server_error", c.cause.Error(), "", c.detail+"; the stream was cut and the request cancelled")
+	b, _ := json.Marshal(map[string]*apiError{"error": e})
+	return append(append([]byte("data: "), b...), "\n\ndata: [DONE]\n\n"...)
 }
 
 // close waits until the queued events are written (or the response is

@@ -150,3 +150,36 @@ func TestStreamHoldsBack(t *testing.T) {
 		t.Errorf("sent %q at the end", sent)
 	}
 }
+
+// A stream cut for its backlog ends with an error event naming the cause
+// and [DONE], after the whole events sent before; --stream-buffer-bytes
+// has a floor, an error naming the flag.
+func TestStreamCutEndsWithErrorAndDone(t *testing.T) {
+	rec := httptest.NewRecorder()
+	chunk := func(id string, created int64, delta string, first bool, finish *string, u *usage) any {
+		return map[string]any{"delta": delta}
+	}
+	k := newSSESink(rec, chunk, "x", 0, false, true)
+	k.limit = 100
+	var cut *cutError
+	k.onCut = func(c *cutError) { cut = c }
+	k.event(map[string]string{"small": "a"})
+	k.event(map[string]string{"big": strings.Repeat("b", 200)}) // one event past the buffer
+	k.event(map[string]string{"after": "c"})
+	if c := k.close(); c == nil || cut == nil || c.cause != errSlowReader {
+		t.Fatalf("cut %v (onCut %v), want slow_reader", c, cut)
+	}
+	ev := sseEvents(t, rec.Body.String())
+	if len(ev) < 3 || ev[0] != `{"small":"a"}` || ev[len(ev)-1] != "[DONE]" || !strings.Contains(ev[len(ev)-2], `"code":"slow_reader"`) {
+		t.Fatalf("events %q: want the first, an error event and [DONE]", ev)
+	}
+	for _, e := range ev {
+		if strings.Contains(e, "bbb") || strings.Contains(e, "after") {
+			t.Errorf("an event after the cut was sent: %q", e)
+		}
+	}
+
+	if _, err := New(Config{Model: loadTiny(t), StreamBufferBytes: 4 << 10}); err == nil || !strings.Contains(err.Error(), "--stream-buffer-bytes 4096") {
+		t.Errorf("a 4 KiB stream buffer: %v, want an error naming the flag", err)
+	}
+}
