@@ -237,5 +237,5 @@ func (o *outbox) send(b []byte) *cutError {
 const (
 	MinStreamBufferBytes = 64 << 10
 	defaultStreamBuffer  = 1 << 20
-	defaultWriteTimeout = 30 * time.Second
+	defaultWriteTimeout  = 30 * time.Second
 )
