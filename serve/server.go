@@ -530,23 +530,35 @@ func (s *Server) genOptions(g *genFields) (model.GenOptions, *apiError) {
 			return o, e
 		}
 	}
-	maxTok := g.MaxTokens
+	maxTok, maxName := g.MaxTokens, "max_tokens"
 	if maxTok == nil {
-		maxTok = g.MaxCompletionTokens
+		maxTok, maxName = g.MaxCompletionTokens, "max_completion_tokens"
+	}
+	tooMany := func(name string, n int) *apiError {
+		return badRequest(fmt.Sprintf("%s %d exceeds the server's limit of %d completion tokens per request (serve --max-completion-tokens)", name, n, s.cfg.MaxGenLength), name)
 	}
 	param := "gen_length"
 	switch {
 	case g.GenLength != nil:
 		o.GenLength = *g.GenLength
+		if o.GenLength > s.cfg.MaxGenLength {
+			return o, tooMany(param, o.GenLength)
+		}
 	case maxTok != nil:
-		param = "max_tokens"
+		// The bound is on the tokens asked for, before the rounding up
+		// to whole blocks (the answer is cut at max_tokens).
+		param = maxName
+		if *maxTok > s.cfg.MaxGenLength {
+			return o, tooMany(param, *maxTok)
+		}
 		o.GenLength = *maxTok
 		if g.BlockLength == nil && def.BlockLength < def.GenLength && o.GenLength > def.BlockLength {
 			o.GenLength = (o.GenLength + def.BlockLength - 1) / def.BlockLength * def.BlockLength
 		}
-	}
-	if o.GenLength > s.cfg.MaxGenLength {
-		return o, badRequest(fmt.Sprintf("%s %d exceeds the server's limit of %d completion tokens per request (serve --max-completion-tokens)", param, o.GenLength, s.cfg.MaxGenLength), param)
+	default:
+		if o.GenLength > s.cfg.MaxGenLength {
+			return o, tooMany(param, o.GenLength)
+		}
 	}
 	if B := s.cfg.Model.Config.CausalBlock(); B > 0 {
 		return s.blockGenOptions(g, o, B, param)

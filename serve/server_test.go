@@ -648,3 +648,28 @@ func TestShutdownAnswersWhatItCuts(t *testing.T) {
 		t.Errorf("the log does not name the cut:\n%s", l)
 	}
 }
+
+// max_tokens (or max_completion_tokens) up to --max-completion-tokens is
+// served though it rounds up past it to whole blocks; past it the 400
+// names the field the client sent.
+func TestMaxTokensBoundBeforeRounding(t *testing.T) {
+	s := newTestServer(t, "none", 0, func(c *Config) { c.MaxGenLength = 20 }) // blocks of 8: 20 → 24 slots
+	for _, c := range []struct {
+		field string
+		n     int
+		code  int
+	}{{"max_tokens", 20, 200}, {"max_completion_tokens", 20, 200}, {"max_tokens", 21, 400}, {"max_completion_tokens", 21, 400}} {
+		rec := post(t, s, "/v1/chat/completions", chatBody("", "hi", fmt.Sprintf(`"%s":%d`, c.field, c.n)))
+		if rec.Code != c.code {
+			t.Errorf("%s %d: %d %s, want %d", c.field, c.n, rec.Code, rec.Body, c.code)
+		}
+		if c.code == 400 && !strings.Contains(rec.Body.String(), `"param":"`+c.field+`"`) {
+			t.Errorf("%s %d: the error does not name %s: %s", c.field, c.n, c.field, rec.Body)
+		}
+		if c.code == 200 {
+			if r := decodeChat(t, rec); r.Usage.CompletionTokens > c.n {
+				t.Errorf("%s %d: %d completion tokens", c.field, c.n, r.Usage.CompletionTokens)
+			}
+		}
+	}
+}
