@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/dlmcache/dlmcache/lut"
@@ -434,5 +435,45 @@ func TestDecodedKeepsOptionalInterfaces(t *testing.T) {
 	}
 	if err := CheckModel(mk(t, "exact-block@schedule", o), m.Config); err == nil {
 		t.Error("exact-block@schedule accepts a bidirectional model")
+	}
+}
+
+// A table whose choices cannot serve the model is refused when the method
+// is checked against it (serve's start-up), naming the bin: exact-block
+// for a bidirectional model, a depth past the layers, a regime the
+// schedule rules refuse.
+func TestTableMethodCheckedAgainstTheModel(t *testing.T) {
+	m := loadTiny(t)
+	mkTable := func(set lut.Setting, gen, steps, block int) *lut.Table {
+		return &lut.Table{Format: lut.Format, Model: lut.ModelID{NLayers: len(m.Blocks), Fingerprint: m.Fingerprint}, Tau: 1,
+			GenLength: gen, Steps: steps, BlockLength: block, Classes: []lut.Class{{Name: "all"}},
+			Bins: []lut.Bin{{Lo: 0, Hi: 0.5}, {Lo: 0.5, Hi: 1, Choices: []*lut.Choice{{Class: "all", Setting: set}}}}}
+	}
+	bi := func(depth float64) lut.Setting {
+		return lut.Setting{Method: "bicache", Decoder: "schedule", Knobs: map[string]float64{"depth": depth}, Source: "store"}
+	}
+	for _, c := range []struct {
+		tab  *lut.Table
+		want string
+	}{
+		{mkTable(lut.Setting{Method: "exact-block", Decoder: "schedule"}, 0, 0, 0), "bin [0.5, 1), class all"},
+		{mkTable(bi(99), 0, 0, 0), "depth=99: the model has"},
+		{mkTable(bi(1), 16, 3, 8), "the table's regime"},
+	} {
+		o := DefaultOptions()
+		o.Table, o.Fingerprint = c.tab, m.Fingerprint
+		o.Store = NewStore(m.Backend, 1<<30, FIFO)
+		meth, err := New("table", o)
+		if err == nil {
+			err = CheckModel(meth, m.Config)
+		}
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want an error with %q", c.tab.Bins[1].Choices[0].Setting, err, c.want)
+		}
+	}
+	o := DefaultOptions()
+	o.Table, o.Fingerprint, o.Store = mkTable(bi(2), 16, 8, 8), m.Fingerprint, NewStore(m.Backend, 1<<30, FIFO)
+	if err := CheckModel(mk(t, "table", o), m.Config); err != nil {
+		t.Errorf("a table the model can serve: %v", err)
 	}
 }

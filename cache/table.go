@@ -3,6 +3,7 @@ package cache
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
@@ -79,6 +80,33 @@ func (m *tableMethod) Choose(promptLen, prefixLen int, gen model.GenOptions) Met
 		return m.none
 	}
 	return m.methods[c.Setting.String()]
+}
+
+// CheckModel refuses a table whose choices cannot serve a model of config
+// c: a method the model does not support (exact-block on a bidirectional
+// model, a whole-canvas method on a block-causal one), a depth beyond its
+// layers, or a regime its schedule rules refuse. The error names the bin
+// and class.
+func (m *tableMethod) CheckModel(c *model.Config) error {
+	t := m.o.Table
+	if g := t.Regime(); g.GenLength > 0 && g.Steps > 0 && g.BlockLength > 0 {
+		if _, err := c.NewSchedule(0, model.GenOptions{GenLength: g.GenLength, Steps: g.Steps, BlockLength: g.BlockLength}); err != nil {
+			return fmt.Errorf("the table's regime (gen_length %d, steps %d, block_length %d): %w", g.GenLength, g.Steps, g.BlockLength, err)
+		}
+	}
+	for _, b := range t.Bins {
+		for _, ch := range b.Choices {
+			for k, v := range ch.Setting.Knobs {
+				if (k == "depth" || strings.HasSuffix(k, "-depth")) && (v < 0 || v > float64(c.NLayers)) {
+					return fmt.Errorf("bin [%g, %g), class %s: %s %s=%g: the model has %d layers", b.Lo, b.Hi, ch.Class, ch.Setting.Method, k, v, c.NLayers)
+				}
+			}
+			if err := CheckModel(m.methods[ch.Setting.String()], c); err != nil {
+				return fmt.Errorf("bin [%g, %g), class %s: %s: %w", b.Lo, b.Hi, ch.Class, ch.Setting, err)
+			}
+		}
+	}
+	return nil
 }
 
 // Settings lists the distinct methods the table serves with.

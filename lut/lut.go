@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"slices"
@@ -263,6 +264,12 @@ func Parse(raw []byte) (*Table, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	if err := dec.Decode(&t); err != nil {
 		return nil, fmt.Errorf("not a table: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("data after the table's JSON object")
+	}
+	if t.GenLength < 0 || t.Steps < 0 || t.BlockLength < 0 {
+		return nil, fmt.Errorf("regime gen_length %d, steps %d, block_length %d: want positive values (or 0: not compared)", t.GenLength, t.Steps, t.BlockLength)
 	}
 	if t.Format != Format && t.Format != FormatV2 && t.Format != FormatV1 {
 		return nil, fmt.Errorf("format %q, want %q (or %q, %q)", t.Format, Format, FormatV2, FormatV1)

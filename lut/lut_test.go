@@ -100,6 +100,9 @@ func TestReadWriteCheck(t *testing.T) {
 		`{"format":"dlmcache.lut/v3","tau":1,"model":{"n_layers":8},"bins":[{"lo":0,"hi":1,"choices":[{"class":"long","setting":{"method":"none"}}]}]}`,                          // no such class
 		`{"format":"dlmcache.lut/v3","tau":1,"model":{"n_layers":8},"classes":[{"name":"long","max_gen":0}],"bins":[{"lo":0,"hi":1,"choices":[{"class":"long","setting":{}}]}]}`, // no method
 		`{"format":"dlmcache.lut/v3","tau":1,"model":{"n_layers":8},"classes":[{"name":"a","max_gen":0},{"name":"b","max_gen":32}],"bins":[{"lo":0,"hi":1}]}`,                    // any-length class not last
+		`{"format":"dlmcache.lut/v1","tau":0.9,"model":{"n_layers":8},"bins":[{"lo":0,"hi":1}]} {"more":1}`,                                                                      // data after the table
+		`{"format":"dlmcache.lut/v1","tau":0.9,"model":{"n_layers":8},"bins":[{"lo":0,"hi":1}]}]`,                                                                                // a stray bracket after it
+		`{"format":"dlmcache.lut/v3","tau":0.9,"model":{"n_layers":8},"gen_length":-5,"steps":0,"block_length":7,"bins":[{"lo":0,"hi":1}]}`,                                      // negative regime
 	} {
 		if _, err := Parse([]byte(bad)); err == nil {
 			t.Errorf("Parse(%s): no error", bad)

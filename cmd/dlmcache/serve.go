@@ -96,6 +96,12 @@ func (opts *serveOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if table != nil {
+		// Every bin's choice against the model, now, not a 500 per request.
+		if err := cache.CheckModel(meth, lm.Config); err != nil {
+			return fmt.Errorf("--lut %s: %w", opts.Cache.LUT, err)
+		}
+	}
 	if opts.StoreAnswers {
 		note, err := storeAnswersServed(meth)
 		if err != nil {
