@@ -365,7 +365,9 @@ func (l hfLayout) build(c *Config, b backend.Backend, w *Weights, layer func(i i
 	d, e := c.DModel, c.Embeddings()
 	m := &LLaDA{Config: c, Backend: b}
 	m.Embed = w.Matrix(l.embed, e, d)
-	for i := 0; i < c.NLayers; i++ {
+	// Stop at the first missing or misshapen tensor: a layer count no
+	// checkpoint holds must not allocate its blocks.
+	for i := 0; i < c.NLayers && w.err == nil; i++ {
 		m.Blocks = append(m.Blocks, layer(i, fmt.Sprintf(l.layers, i)))
 	}
 	m.Norm = w.Matrix(l.norm, 1, d)

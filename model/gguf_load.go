@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 	"os"
+	"strings"
 	"unsafe"
 
 	"github.com/dlmcache/dlmcache/model/backend"
@@ -94,6 +95,9 @@ func loadGGUF(f *gguf.File, b backend.Backend) (*Model, error) {
 	}
 	if v := m.Tokenizer.VocabSize(); v > cfg.Embeddings() {
 		return nil, fmt.Errorf("the tokenizer has %d tokens but token_embd.weight has %d rows", v, cfg.Embeddings())
+	}
+	if n := len(f.Tensors); cfg.NLayers > n {
+		return nil, fmt.Errorf("%s %d, but the file holds %d tensors (each layer has several)", strings.ReplaceAll(keyBlockCount, "{arch}", arch), cfg.NLayers, n)
 	}
 	used := map[string]bool{}
 	m.LLaDA, err = buildLLaDA(cfg, b, func(hf string, rows, cols int) (backend.Tensor, error) {

@@ -259,6 +259,10 @@ func TestGGUFBadInput(t *testing.T) {
 		{"no mask", rewrite("nomask", func(k []gguf.KV, w []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
 			return slices.DeleteFunc(k, func(e gguf.KV) bool { return e.Key == gguf.KeyTokMask }), w
 		}), []string{"mask_token_id"}},
+		// A layer count no file of this size holds is refused before any
+		// block is allocated (it once grew RSS by gigabytes).
+		{"block_count 1e9", rewrite("layers1e9", set("llada.block_count", gguf.Uint32(1e9))), []string{"llada.block_count 1000000000", "tensors"}},
+		{"block_count 2^31", rewrite("layers2e31", set("llada.block_count", gguf.Uint32(1<<31))), []string{"llada.block_count 2147483648", "tensors"}},
 		{"missing layer", rewrite("nolayer", func(k []gguf.KV, w []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
 			return k, slices.DeleteFunc(w, func(t gguf.WriteTensor) bool { return t.Name == "blk.1.ffn_up.weight" })
 		}), []string{"blk.1.ffn_up.weight", "not found"}},

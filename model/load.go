@@ -100,6 +100,9 @@ func (m *Model) Name() string {
 // of the config's architecture (arch.go), checking every shape against the
 // config and that every tensor is used.
 func newLLaDA(dir string, c *Config, set *safetensors.Set, b backend.Backend) (*LLaDA, error) {
+	if n := len(set.Names()); c.NLayers > n {
+		return nil, fmt.Errorf("%s: config.json: n_layers %d, but the checkpoint holds %d tensors (each layer has several)", dir, c.NLayers, n)
+	}
 	used := map[string]bool{}
 	m, err := buildModel(c, b, func(name string, rows, cols int) (backend.Tensor, error) {
 		used[name] = true

@@ -53,6 +53,9 @@ func TestLoadBadInput(t *testing.T) {
 		{"more layers than the checkpoint", func(t *testing.T, dir string) {
 			editConfig(t, dir, func(m map[string]any) { m["n_layers"] = 4.0 })
 		}, []string{"blocks.3"}},
+		{"a layer count no checkpoint of this size holds", func(t *testing.T, dir string) {
+			editConfig(t, dir, func(m map[string]any) { m["n_layers"] = 1e9 })
+		}, []string{"config.json", "n_layers 1000000000", "tensors"}},
 		{"fewer layers than the checkpoint", func(t *testing.T, dir string) {
 			editConfig(t, dir, func(m map[string]any) { m["n_layers"] = 2.0 })
 		}, []string{"blocks.2", "n_layers 2"}},

@@ -74,7 +74,8 @@ type Config struct {
 	// cancelled (write_timeout).
 	WriteTimeout time.Duration
 	// MaxContext bounds prompt + gen length in tokens (default: the model's
-	// max_sequence_length, or unbounded when it has none).
+	// max_sequence_length; DefaultMaxContext, with a warning, when that is
+	// 0 or above MaxModelContext).
 	MaxContext int
 	// MaxGenLength bounds a request's gen length: the completion tokens
 	// (max_tokens) it may ask for (default 1024).
@@ -127,6 +128,7 @@ type Server struct {
 	draining   chan struct{}
 	drainOnce  sync.Once
 	eventWaits atomic.Int64 // KV-event long-polls open
+	warnings   []string     // said at start-up (Warnings)
 	// base ends (cause errShutdown) when a shutdown's grace period is
 	// over: the requests still running are cancelled and answered 503.
 	base     context.Context
@@ -197,8 +199,14 @@ func New(cfg Config) (*Server, error) {
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = defaultWriteTimeout
 	}
+	var warnings []string
 	if cfg.MaxContext <= 0 {
 		cfg.MaxContext = cfg.Model.Config.MaxSequenceLength
+		if cfg.MaxContext <= 0 || cfg.MaxContext > MaxModelContext {
+			warnings = append(warnings, fmt.Sprintf("the model's context length (max_sequence_length or context_length) is %d, which bounds nothing: requests are held to %d tokens, prompt and answer (set --max-context to change it)",
+				cfg.MaxContext, DefaultMaxContext))
+			cfg.MaxContext = DefaultMaxContext
+		}
 	}
 	if cfg.MaxGenLength <= 0 {
 		cfg.MaxGenLength = DefaultMaxGenLength
@@ -209,7 +217,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxEventWaits <= 0 {
 		cfg.MaxEventWaits = DefaultMaxEventWaits
 	}
-	s := &Server{cfg: cfg, mux: http.NewServeMux(), slots: make(chan struct{}, cfg.MaxConcurrency), draining: make(chan struct{})}
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), slots: make(chan struct{}, cfg.MaxConcurrency), draining: make(chan struct{}), warnings: warnings}
 	s.base, s.shutdown = context.WithCancelCause(context.Background())
 	for i, k := range cfg.APIKeys {
 		if strings.TrimSpace(k) == "" || strings.TrimSpace(k) != k {
@@ -258,6 +266,18 @@ func New(cfg Config) (*Server, error) {
 	s.mux.HandleFunc("GET /{$}", s.handlePlayground)
 	return s, nil
 }
+
+// Warnings are what New bounded or found doubtful in the configuration,
+// for the start-up lines.
+func (s *Server) Warnings() []string { return s.warnings }
+
+// A model's context length of 0 or above MaxModelContext bounds nothing
+// (a zero config field, a corrupt or hostile file): the server then holds
+// requests to DefaultMaxContext tokens (LLaDA-8B's context) with a warning.
+const (
+	DefaultMaxContext = 4096
+	MaxModelContext   = 1 << 20
+)
 
 // DefaultMaxGenLength is Config.MaxGenLength's default: a request's
 // completion tokens at most.

@@ -673,3 +673,24 @@ func TestMaxTokensBoundBeforeRounding(t *testing.T) {
 		}
 	}
 }
+
+// A model whose context length bounds nothing (0, or 2^31 from a hostile
+// file) is served with DefaultMaxContext and a start-up warning: a prompt
+// past it gets 400, not minutes of forwards.
+func TestAbsurdContextLengthBounded(t *testing.T) {
+	for _, n := range []int{0, 1 << 31} {
+		m := testmodel.Load(t, "tiny-f32")
+		m.Config.MaxSequenceLength = n
+		s, err := New(Config{Model: m, Gen: testGen})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.cfg.MaxContext != DefaultMaxContext || len(s.Warnings()) != 1 || !strings.Contains(s.Warnings()[0], "--max-context") {
+			t.Errorf("context length %d: served with max context %d, warnings %q", n, s.cfg.MaxContext, s.Warnings())
+		}
+		rec := post(t, s, "/v1/chat/completions", chatBody("", strings.Repeat("word ", 5000), ""))
+		if rec.Code != 400 || !strings.Contains(rec.Body.String(), "context_length_exceeded") {
+			t.Errorf("context length %d: a 5,000-word prompt got %d %s", n, rec.Code, abbrev(rec.Body.String()))
+		}
+	}
+}

@@ -155,6 +155,9 @@ func (opts *serveOptions) run(ctx context.Context) error {
 	for _, n := range notes {
 		fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: %s\n", n)
 	}
+	for _, w := range srv.Warnings() {
+		fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: warning: %s\n", w)
+	}
 	fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: %s; idle trim after %s\n", memlimit.Apply(), opts.IdleTrim)
 	if len(keys) > 0 {
 		fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: %d API keys: requests need \"Authorization: Bearer KEY\" (/health, /healthz and / are open)\n", len(keys))
