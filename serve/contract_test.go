@@ -265,3 +265,39 @@ func TestAPIKeys(t *testing.T) {
 		t.Error("an empty key: accepted")
 	}
 }
+
+// With API keys each key is its own cache namespace: one key's system
+// prompt is a prefix hit for that key only, so no key confirms another's
+// prompt from prefix_hit; with SharedCacheAcrossKeys they share.
+func TestAPIKeysIsolateTheCache(t *testing.T) {
+	for _, shared := range []bool{false, true} {
+		s := newTestServer(t, "prefix-all", 1<<30, func(c *Config) {
+			c.APIKeys, c.SharedCacheAcrossKeys = []string{"sk-one", "sk-two"}, shared
+		})
+		hit := func(key, salt string) bool {
+			extra := ""
+			if salt != "" {
+				extra = `"cache_salt":"` + salt + `"`
+			}
+			req := httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(chatBody("The secret system prompt of tenant one.", "hi", extra)))
+			req.Header.Set("Authorization", "Bearer "+key)
+			rec := httptest.NewRecorder()
+			s.ServeHTTP(rec, req)
+			if rec.Code != 200 {
+				t.Fatalf("%s: %d %s", key, rec.Code, rec.Body)
+			}
+			return decodeChat(t, rec).Dlmcache.PrefixHit
+		}
+		hit("sk-one", "")
+		if !hit("sk-one", "") {
+			t.Errorf("shared %v: the same key's second request missed its own prefix", shared)
+		}
+		if got := hit("sk-two", ""); got != shared {
+			t.Errorf("shared %v: another key's request hit the first key's prefix: %v", shared, got)
+		}
+		hit("sk-one", "team")
+		if got := hit("sk-two", "team"); got != shared {
+			t.Errorf("shared %v: another key with the same cache_salt hit: %v", shared, got)
+		}
+	}
+}

@@ -104,8 +104,11 @@ type Config struct {
 	// once (default 64); more get 429.
 	MaxEventWaits int
 
-	// APIKeys, if any, are the keys a request must carry (auth.go).
-	APIKeys []string
+	// APIKeys, if any, are the keys a request must carry (auth.go). Each
+	// key is its own cache namespace unless SharedCacheAcrossKeys: then
+	// only cache_salt separates tenants.
+	APIKeys               []string
+	SharedCacheAcrossKeys bool
 
 	// Log, if not nil, gets one line per request.
 	Log io.Writer
@@ -290,9 +293,13 @@ func (s *Server) Method() cache.Method { return s.cfg.Method }
 // server has keys) a request gets 401; unknown paths get a 404 and wrong
 // methods a 405; all in OpenAI's error shape.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !s.keys.allows(r) {
+	ok, key := s.keys.allows(r)
+	if !ok {
 		s.unauthorized(w, r)
 		return
+	}
+	if key != nil && !s.cfg.SharedCacheAcrossKeys {
+		r = r.WithContext(context.WithValue(r.Context(), keyNamespace{}, namespaceOf(key)))
 	}
 	if _, pattern := s.mux.Handler(r); pattern == "" {
 		rec := &statusWriter{ResponseWriter: w}
@@ -416,7 +423,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 			if err != nil {
 				return nil, asAPIError(err)
 			}
-			j, e := s.newJob(ids, m, &req.genFields, "messages", s.cfg.Modules.method)
+			j, e := s.newJob(ctx, ids, m, &req.genFields, "messages", s.cfg.Modules.method)
 			if j != nil {
 				j.pos = pos
 			}
@@ -427,7 +434,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return nil, asAPIError(err)
 		}
-		j, e := s.newJob(ids, m, &req.genFields, "messages", s.cfg.Method)
+		j, e := s.newJob(ctx, ids, m, &req.genFields, "messages", s.cfg.Method)
 		if j != nil {
 			j.conv = conv
 		}
@@ -441,7 +448,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) {
-	s.complete(w, r, "/v1/completions", func(_ context.Context, body io.Reader) (*job, *apiError) {
+	s.complete(w, r, "/v1/completions", func(ctx context.Context, body io.Reader) (*job, *apiError) {
 		var req completionRequest
 		if e := decodeBody(body, &req); e != nil {
 			return nil, e
@@ -457,7 +464,7 @@ func (s *Server) handleCompletion(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return nil, asAPIError(err)
 		}
-		return s.newJob(ids, m, &req.genFields, "prompt", s.cfg.Method)
+		return s.newJob(ctx, ids, m, &req.genFields, "prompt", s.cfg.Method)
 	}, func(id string, created int64, res *result) any {
 		return &completionResponse{ID: "cmpl-" + id, Object: "text_completion", Created: created, Model: s.cfg.Name,
 			SystemFingerprint: s.fingerprint(),
@@ -485,7 +492,7 @@ func asAPIError(err error) *apiError {
 // newJob validates the generation fields against the schedule and the
 // context bound, for a request meth serves. paramPrompt names the field
 // blamed for a too-long prompt.
-func (s *Server) newJob(ids []int32, prefixLen int, g *genFields, paramPrompt string, meth cache.Method) (*job, *apiError) {
+func (s *Server) newJob(ctx context.Context, ids []int32, prefixLen int, g *genFields, paramPrompt string, meth cache.Method) (*job, *apiError) {
 	if g.StreamCanvas && (g.Stream == nil || !*g.Stream) {
 		return nil, badRequest("dlmcache_stream_canvas needs stream: true", "dlmcache_stream_canvas")
 	}
@@ -510,7 +517,7 @@ func (s *Server) newJob(ids []int32, prefixLen int, g *genFields, paramPrompt st
 			fmt.Sprintf("the prompt has %d tokens and the answer %d slots: %d in all exceed the model's context of %d tokens",
 				len(ids), gen.GenLength, len(ids)+gen.GenLength, s.cfg.MaxContext))
 	}
-	j := &job{ids: ids, prefixLen: prefixLen, gen: gen, meth: meth, salt: g.CacheSalt, stop: stop,
+	j := &job{ids: ids, prefixLen: prefixLen, gen: gen, meth: meth, salt: requestSalt(ctx, g.CacheSalt), stop: stop,
 		stream: g.Stream != nil && *g.Stream, canvas: g.StreamCanvas}
 	if g.StreamOptions != nil {
 		j.usage = g.StreamOptions.IncludeUsage

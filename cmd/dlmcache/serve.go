@@ -47,6 +47,7 @@ type serveOptions struct {
 	IdleTrim       time.Duration
 	APIKeys        []string
 	APIKeyFile     string
+	SharedCache    bool
 	MaxContext     int
 	ServedName     string
 	Quiet          bool
@@ -65,7 +66,7 @@ func (opts *serveOptions) run(ctx context.Context) error {
 	if opts.MaxTokens < 1 {
 		return fmt.Errorf("--max-completion-tokens must be at least 1, got %d", opts.MaxTokens)
 	}
-	keys, err := apiKeys(opts.APIKeys, opts.APIKeyFile)
+	keys, keyWarning, err := apiKeys(opts.APIKeys, opts.APIKeyFile)
 	if err != nil {
 		return err
 	}
@@ -126,7 +127,7 @@ func (opts *serveOptions) run(ctx context.Context) error {
 		logw = nil
 	}
 	srv, err := serve.New(serve.Config{
-		Model: lm.Model, Name: cmp.Or(opts.ServedName, servedName(lm)), APIKeys: keys, MaxGenLength: opts.MaxTokens, IdleTrim: opts.IdleTrim, Method: meth, Gen: gen, Events: opts.Cache.Events, StoreAnswers: opts.StoreAnswers,
+		Model: lm.Model, Name: cmp.Or(opts.ServedName, servedName(lm)), APIKeys: keys, SharedCacheAcrossKeys: opts.SharedCache, MaxGenLength: opts.MaxTokens, IdleTrim: opts.IdleTrim, Method: meth, Gen: gen, Events: opts.Cache.Events, StoreAnswers: opts.StoreAnswers,
 		MaxConcurrency: concurrency(opts.MaxConcurrency, opts.MaxBatch), MaxBatch: opts.MaxBatch, Workers: workers, MaxQueue: opts.MaxQueue, QueueWait: opts.QueueWait, MaxEventWaits: opts.MaxEventWaits,
 		Timeout: opts.Timeout, MaxBodyBytes: opts.MaxBodyBytes, StreamBufferBytes: opts.StreamBuffer, WriteTimeout: opts.WriteTimeout,
 		ReadTimeout: opts.ReadTimeout, ReadHeaderTimeout: opts.ReadHeader, IdleTimeout: opts.IdleTimeout, MaxContext: opts.MaxContext, Log: logw, Modules: mods,
@@ -160,7 +161,14 @@ func (opts *serveOptions) run(ctx context.Context) error {
 	}
 	fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: %s; idle trim after %s\n", memlimit.Apply(), opts.IdleTrim)
 	if len(keys) > 0 {
-		fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: %d API keys: requests need \"Authorization: Bearer KEY\" (/health, /healthz and / are open)\n", len(keys))
+		iso := "each key its own cache namespace"
+		if opts.SharedCache {
+			iso = "the prefix cache shared across keys (--shared-cache-across-keys: only cache_salt separates tenants)"
+		}
+		fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: %d API keys: requests need \"Authorization: Bearer KEY\" (/health, /healthz and / are open); %s\n", len(keys), iso)
+	}
+	if keyWarning != "" {
+		fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: warning: %s\n", keyWarning)
 	}
 	if mods != nil {
 		var names []string
@@ -205,7 +213,8 @@ func (opts *serveOptions) flags(fl *pflag.FlagSet) {
 	fl.DurationVar(&opts.IdleTrim, "idle-trim", 2*time.Second, "after this long with no request in flight, return the memory the last burst left (pooled buffers, freed heap) to the kernel; negative: never")
 	fl.IntVar(&opts.MaxTokens, "max-completion-tokens", serve.DefaultMaxGenLength, "most completion tokens (max_tokens, gen_length) one request may ask for; more get 400")
 	fl.StringArrayVar(&opts.APIKeys, "api-key", nil, "API key requests must send as \"Authorization: Bearer KEY\" (repeatable; /health, /healthz and the playground page stay open); a key on the command line shows in the process list: prefer --api-key-file")
-	fl.StringVar(&opts.APIKeyFile, "api-key-file", "", "file of API keys, one a line (blank lines and lines starting with # skipped); with --api-key, all are accepted")
+	fl.StringVar(&opts.APIKeyFile, "api-key-file", "", "file of API keys, one a line (blank lines and lines starting with # skipped); with --api-key, all are accepted; a file others can read gets a warning")
+	fl.BoolVar(&opts.SharedCache, "shared-cache-across-keys", false, "with API keys, let every key reuse every other key's cached prefixes (only cache_salt then separates tenants); default: each key is its own cache namespace, so no key can learn another's prompts from prefix_hit")
 	fl.BoolVar(&opts.Quiet, "quiet", false, "no per-request log lines")
 	fl.BoolVar(&opts.AllowUncalibrated, "allow-uncalibrated", false, "serve a --lut table no calibration checked against the model's answers (profile's cosine estimates lost 10 points on held-out requests: docs/results.md)")
 }
@@ -303,19 +312,22 @@ func servedName(lm *loadedModel) string {
 }
 
 // apiKeys gathers --api-key and the keys of --api-key-file.
-func apiKeys(flags []string, file string) ([]string, error) {
-	keys := slices.Clone(flags)
+func apiKeys(flags []string, file string) (keys []string, warning string, err error) {
+	keys = slices.Clone(flags)
 	for i, k := range keys {
 		if strings.TrimSpace(k) == "" || strings.TrimSpace(k) != k {
-			return nil, fmt.Errorf("--api-key %d is empty or has surrounding spaces", i+1)
+			return nil, "", fmt.Errorf("--api-key %d is empty or has surrounding spaces", i+1)
 		}
 	}
 	if file == "" {
-		return keys, nil
+		return keys, "", nil
 	}
 	raw, err := os.ReadFile(file)
 	if err != nil {
-		return nil, fmt.Errorf("--api-key-file: %w", err)
+		return nil, "", fmt.Errorf("--api-key-file: %w", err)
+	}
+	if st, err := os.Stat(file); err == nil && st.Mode().Perm()&0o077 != 0 {
+		warning = fmt.Sprintf("--api-key-file %s is readable by others (mode %04o): chmod 600 it", file, st.Mode().Perm())
 	}
 	n := 0
 	for _, line := range strings.Split(string(raw), "\n") {
@@ -327,9 +339,9 @@ func apiKeys(flags []string, file string) ([]string, error) {
 		n++
 	}
 	if n == 0 {
-		return nil, fmt.Errorf("--api-key-file %s holds no keys (one a line)", file)
+		return nil, "", fmt.Errorf("--api-key-file %s holds no keys (one a line)", file)
 	}
-	return keys, nil
+	return keys, warning, nil
 }
 
 // storeAnswersServed checks --store-answers against the method served:

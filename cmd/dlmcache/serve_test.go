@@ -282,8 +282,22 @@ func TestServeAcceptsItsAPIKeysAndHidesTheModelPath(t *testing.T) {
 		os.WriteFile(p, []byte("# nothing\n\n"), 0o600)
 		return p
 	}()} {
-		if _, err := apiKeys(nil, bad); err == nil || !strings.Contains(err.Error(), "--api-key-file") {
+		if _, _, err := apiKeys(nil, bad); err == nil || !strings.Contains(err.Error(), "--api-key-file") {
 			t.Errorf("key file %s: %v", bad, err)
+		}
+	}
+	// A key file others can read is served with a warning naming it; a
+	// private one without.
+	for _, mode := range []os.FileMode{0o644, 0o640, 0o600} {
+		p := filepath.Join(t.TempDir(), "keys")
+		os.WriteFile(p, []byte("sk-a\n"), mode)
+		os.Chmod(p, mode)
+		keys, warning, err := apiKeys(nil, p)
+		if err != nil || len(keys) != 1 {
+			t.Fatalf("mode %o: %v %v", mode, keys, err)
+		}
+		if want := mode&0o077 != 0; want != (warning != "") || (want && !strings.Contains(warning, p)) {
+			t.Errorf("key file of mode %04o: warning %q", mode, warning)
 		}
 	}
 }
