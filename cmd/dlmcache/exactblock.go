@@ -27,6 +27,6 @@ func exactStore(lm *loadedModel, methods []string, c *cacheFlags) string {
 	if B == 0 || c.StoreBlocks != 0 || !slices.Contains(methods, "exact-block") {
 		return ""
 	}
-	c.StoreBlocks = B
+	c.StoreBlocks, c.storeBlocksModel = B, true
 	return fmt.Sprintf("prefix store in blocks of %d tokens, the model's block (--store-blocks %d)", B, B)
 }

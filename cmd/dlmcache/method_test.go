@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -114,6 +115,17 @@ func TestNamedMethodFlagsComeFromTheirMethods(t *testing.T) {
 		}
 		if tc.value(got) != 3 {
 			t.Errorf("%s --%s 3: method options %+v", tc.cmd.Name(), tc.flag, got)
+		}
+	}
+}
+
+// --store-blocks below minStoreBlocks is refused, naming the flag (the
+// causal fill runs one forward per block).
+func TestStoreBlocksFloor(t *testing.T) {
+	for _, n := range []int{1, 4, 7} {
+		_, err := newStore(nil, &cacheFlags{Eviction: "fifo", StoreFill: "causal", StoreBlocks: n})
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("--store-blocks %d", n)) || !strings.Contains(err.Error(), "at least 8") {
+			t.Errorf("--store-blocks %d: %v", n, err)
 		}
 	}
 }
