@@ -8,22 +8,32 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/dlmcache/dlmcache/cache"
+	"github.com/dlmcache/dlmcache/internal/testmodel"
+	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/tokenizer"
 )
 
 // TestChaos runs, for a fixed few seconds against one batching server, 64
 // clients sending ordinary requests beside clients that stall their
 // streams, clients that disconnect midway, clients sending malformed or
-// oversized bodies and one sending its body a byte at a time. It checks
-// that
+// oversized bodies, one sending its body a byte at a time, clients whose
+// messages drive a hostile chat template (a recursive macro, 10^10 loop
+// iterations) past its limits, and KV-event long-polls, half of them
+// past the limit on open ones and never read. It checks that
 //
 //   - no response is a 5xx (none is intended here: the queue is deep
-//     enough), and the malformed requests get 4xx;
+//     enough), the malformed requests and the hostile template's get 4xx,
+//     and the long-polls open never pass the limit;
 //   - every ordinary answer equals the same request's answer alone;
 //   - the ordinary clients are not slowed by the stalled ones: they finish
 //     while the stalled streams are still open and unread, each within a
@@ -32,11 +42,13 @@ import (
 //     before the chaos.
 func TestChaos(t *testing.T) {
 	const (
-		clients  = 64
-		stallers = 2
-		chaosFor = 3 * time.Second
+		clients    = 64
+		stallers   = 2
+		chaosFor   = 3 * time.Second
+		eventWaits = 4 // long-polls of /v1/kv_events open at once
 	)
-	s := newTestServer(t, "none", 0, func(c *Config) {
+	s := newTestServerOn(t, hostileTemplateModel(t), "none", 0, func(c *Config) {
+		c.Events, c.MaxEventWaits = cache.NewEventLog(1<<10), eventWaits
 		c.MaxBatch, c.MaxConcurrency, c.MaxQueue = 8, 8, 256
 		c.MaxBodyBytes = 64 << 10
 		c.StreamBufferBytes = 64 << 20 // stalled streams stay stalled…
@@ -174,6 +186,56 @@ func TestChaos(t *testing.T) {
 			}
 		})
 	}
+	for c := range 2 {
+		wg.Go(func() { // messages that drive the hostile template past its limits
+			for k := c; time.Now().Before(stop); k++ {
+				content := []string{"boom", "spin"}[k%2]
+				resp, err := client.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(chatBody("", content, "")))
+				if err != nil {
+					t.Errorf("hostile template request: %v", err)
+					return
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 400 || !strings.Contains(string(b), "chat_template_limit") {
+					t.Errorf("%q through the hostile template: %d %s", content, resp.StatusCode, b)
+				}
+			}
+		})
+	}
+	var polls []net.Conn
+	for range 2 * eventWaits { // long-polls of the KV events whose clients never read
+		c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(c, "GET /v1/kv_events?since=1000000&wait=60 HTTP/1.1\r\nHost: x\r\n\r\n")
+		polls = append(polls, c)
+	}
+	defer func() {
+		for _, c := range polls {
+			c.Close()
+		}
+	}()
+	for range 2 {
+		wg.Go(func() { // short long-polls: answered, or refused while the limit is reached
+			for time.Now().Before(stop) {
+				resp, err := client.Get(base + "/v1/kv_events?since=1000000&wait=0.05")
+				if err != nil {
+					t.Errorf("kv_events: %v", err)
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 && resp.StatusCode != 429 {
+					t.Errorf("kv_events: status %d", resp.StatusCode)
+				}
+				if n := s.eventWaits.Load(); n > eventWaits {
+					t.Errorf("%d KV-event long-polls open, past the limit of %d", n, eventWaits)
+				}
+			}
+		})
+	}
 	wg.Go(func() { // a body sent a byte at a time: cut by the read timeout
 		c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
 		if err != nil {
@@ -217,6 +279,9 @@ func TestChaos(t *testing.T) {
 	for _, c := range stalled {
 		c.Close()
 	}
+	for _, c := range polls {
+		c.Close()
+	}
 	tr.CloseIdleConnections()
 	eventually(t, "every request ends", func() bool { return s.met.inFlightN.Load() == 0 })
 	eventually(t, "the goroutines come back", func() bool { return runtime.NumGoroutine() <= goroutines0+4 })
@@ -225,6 +290,30 @@ func TestChaos(t *testing.T) {
 	if heap := heapInUse(); heap > heap0+32<<20 {
 		t.Errorf("heap in use %d MiB after the chaos, %d MiB before", heap>>20, heap0>>20)
 	}
+}
+
+// hostileTemplateModel is the tiny fixture with a chat template that
+// renders LLaDA's format, except that a message "boom" calls a macro that
+// recurses forever and a message "spin" runs 10^10 loop iterations: both
+// stopped at the template's limits (a 400 for that request alone), where
+// they once overflowed the stack (a fatal error) or held the request for
+// minutes.
+func hostileTemplateModel(t *testing.T) *model.Model {
+	t.Helper()
+	m := testmodel.Load(t, "tiny-f32")
+	tokJSON, err := os.ReadFile(filepath.Join(testmodel.Dir("tiny-f32"), "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tpl := "{% macro f(x) %}{{ f(x) }}{% endmacro %}{% for message in messages %}" +
+		"{% if message['content'] == 'boom' %}{{ f(1) }}{% endif %}" +
+		"{% if message['content'] == 'spin' %}{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}{% endif %}" +
+		"{% endfor %}" + tokenizer.LLaDATemplate
+	cfg, _ := json.Marshal(map[string]any{"chat_template": tpl, "bos_token": tokenizer.TokenBOS, "eos_token": tokenizer.TokenEOS})
+	if m.Tokenizer, err = tokenizer.Parse(tokJSON, cfg, "hostile tokenizer_config.json"); err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
 
 func heapInUse() uint64 {

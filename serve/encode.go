@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 
 	"github.com/dlmcache/dlmcache/model/tokenizer"
@@ -90,7 +91,7 @@ func encodeConversation(ctx context.Context, tok *tokenizer.Tokenizer, msgs []ch
 		if ids, m, err := tok.EncodeChatContext(ctx, c.sys, c.turns[0].Content); err == nil {
 			return ids, m, c, nil
 		} else if errors.Is(err, tokenizer.ErrTemplateLimit) || ctx.Err() != nil {
-			return nil, 0, nil, internalError(err)
+			return nil, 0, nil, templateError(err)
 		}
 	}
 	all := c.messages()
@@ -103,7 +104,7 @@ func encodeConversation(ctx context.Context, tok *tokenizer.Tokenizer, msgs []ch
 	}
 	ids, m, err := tok.EncodeMessagesContext(ctx, all, pm)
 	if err != nil {
-		return nil, 0, nil, internalError(err)
+		return nil, 0, nil, templateError(err)
 	}
 	return ids, m, c, nil
 }
@@ -135,6 +136,17 @@ func encodeWithPrefix(tok *tokenizer.Tokenizer, prefix, full string) ([]int32, i
 		m++
 	}
 	return ids, m, nil
+}
+
+// templateError is the answer to a request whose messages the chat
+// template could not render: 400 (chat_template_limit) where they drove it
+// past one of its limits, else 500.
+func templateError(err error) *apiError {
+	if errors.Is(err, tokenizer.ErrTemplateLimit) {
+		return newAPIError(http.StatusBadRequest, "invalid_request_error", "chat_template_limit", "messages",
+			"the model's chat template cannot render these messages within its limits: "+err.Error())
+	}
+	return internalError(err)
 }
 
 func internalError(err error) *apiError {
