@@ -304,11 +304,10 @@ func TestExactBlockConversation(t *testing.T) {
 			t.Errorf("turn %d: %d prefix tokens from the store, want the earlier turns' %d at least", turn, info.HitTokens, prevStored)
 		}
 		msgs = append(msgs, tokenizer.Message{Role: "assistant", Content: m.AnswerText(got.Answer)})
-		text, err := tok.ApplyChat(msgs, false)
+		answered, err := tok.EncodeConversation(context.Background(), msgs, false)
 		if err != nil {
 			t.Fatal(err)
 		}
-		answered := tok.Encode(text)
 		if _, _, err := StorePrefix(m.LLaDA, meth, answered, ""); err != nil {
 			t.Fatal(err)
 		}

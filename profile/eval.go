@@ -217,11 +217,11 @@ func (e *Evaluator) run(ctx context.Context, s datasets.Sample, t *tally) error 
 	}
 	g, info := res.Generation, res.Info
 	if e.StoreAnswers && msgs != nil {
-		text, err := e.Model.Tokenizer.ApplyChat(append(msgs, tokenizer.Message{Role: "assistant", Content: s.AssistantTurn()}), false)
+		answered, err := e.Model.Tokenizer.EncodeConversation(ctx, append(msgs, tokenizer.Message{Role: "assistant", Content: s.AssistantTurn()}), false)
 		if err != nil {
 			return fmt.Errorf("sample %s: %w", s.ID, err)
 		}
-		rows, flops, err := cache.StorePrefix(e.Model.LLaDA, e.Method, e.Model.Tokenizer.Encode(text), "")
+		rows, flops, err := cache.StorePrefix(e.Model.LLaDA, e.Method, answered, "")
 		if err != nil {
 			return fmt.Errorf("sample %s: storing the answered conversation: %w", s.ID, err)
 		}

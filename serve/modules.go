@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -165,7 +166,7 @@ func (ms *Modules) Infos() []ModuleInfo {
 
 // encode composes a chat request importing names: its prompt ids,
 // shared-prefix length (the modules) and position ids.
-func (ms *Modules) encode(tok *tokenizer.Tokenizer, names []string, msgs []chatMessage) (ids []int32, prefixLen int, pos []int32, err error) {
+func (ms *Modules) encode(ctx context.Context, tok *tokenizer.Tokenizer, names []string, msgs []chatMessage) (ids []int32, prefixLen int, pos []int32, err error) {
 	c, err := parseConversation(msgs)
 	if err != nil {
 		return nil, 0, nil, err
@@ -185,10 +186,15 @@ func (ms *Modules) encode(tok *tokenizer.Tokenizer, names []string, msgs []chatM
 		}
 	}
 	modText := strings.Join(texts, "")
-	c.sys, c.hasSystem = modText+c.sys, true
-	full, err := tok.ApplyChat(c.messages(), true)
+	// The request's text is text: its special tokens' text is encoded as
+	// text (the modules, the operator's, as they are).
+	c.sys, c.hasSystem = modText+tok.EscapeSpecials(c.sys), true
+	for i := range c.turns {
+		c.turns[i].Content = tok.EscapeSpecials(c.turns[i].Content)
+	}
+	full, err := tok.ApplyChatContext(ctx, c.messages(), true)
 	if err != nil {
-		return nil, 0, nil, internalError(err)
+		return nil, 0, nil, templateError(err)
 	}
 	// The modules' tokens are fixed; the rest is the template's text after
 	// them. A template that trims the system message's end (when the
@@ -200,7 +206,7 @@ func (ms *Modules) encode(tok *tokenizer.Tokenizer, names []string, msgs []chatM
 	}
 	for want := ms.head + modText; at < len(full) && at < len(want) && full[at] == want[at]; at++ {
 	}
-	rest := tok.Encode(full[at:])
+	rest := tok.EncodeEscaped(full[at:])
 	ids, prefixLen, pos, err = ms.schema.Compose(append([]string{headModule}, names...), rest)
 	if err != nil {
 		return nil, 0, nil, badRequest(err.Error(), "modules")

@@ -419,7 +419,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 			if s.cfg.Modules == nil {
 				return nil, badRequest("modules: this server declares no prompt modules (serve --modules FILE)", "modules")
 			}
-			ids, m, pos, err := s.cfg.Modules.encode(s.cfg.Model.Tokenizer, req.Modules, req.Messages)
+			ids, m, pos, err := s.cfg.Modules.encode(ctx, s.cfg.Model.Tokenizer, req.Modules, req.Messages)
 			if err != nil {
 				return nil, asAPIError(err)
 			}

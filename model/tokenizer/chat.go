@@ -152,13 +152,13 @@ func (t *Tokenizer) ApplyChatContext(ctx context.Context, messages []Message, ad
 }
 
 // renderChat renders messages; with escape, the special tokens in each
-// message's content are marked (escapeSpecials) so that encodeEscaped
+// message's content are marked (EscapeSpecials) so that EncodeEscaped
 // encodes them as text.
 func (t *Tokenizer) renderChat(ctx context.Context, messages []Message, addGenerationPrompt, escape bool) (string, error) {
 	if escape {
 		esc := make([]Message, len(messages))
 		for i, m := range messages {
-			esc[i] = Message{Role: m.Role, Content: t.escapeSpecials(m.Content)}
+			esc[i] = Message{Role: m.Role, Content: t.EscapeSpecials(m.Content)}
 		}
 		messages = esc
 	}
@@ -309,8 +309,8 @@ func (t *Tokenizer) EncodeChatContext(ctx context.Context, system, user string) 
 	if !strings.HasPrefix(full, prefix) {
 		return nil, 0, fmt.Errorf("tokenizer: chat template output does not start with %q", abbrevString(prefix))
 	}
-	ids = t.encodeEscaped(full)
-	pre := t.encodeEscaped(prefix)
+	ids = t.EncodeEscaped(full)
+	pre := t.EncodeEscaped(prefix)
 	if len(pre) > len(ids) || !slices.Equal(ids[:len(pre)], pre) {
 		return nil, 0, fmt.Errorf("tokenizer: the shared prefix %q does not end on a token boundary of the prompt", abbrevString(prefix))
 	}
@@ -355,8 +355,8 @@ func (t *Tokenizer) EncodeMessagesContext(ctx context.Context, messages []Messag
 	if !strings.HasPrefix(full, prefix) {
 		return nil, 0, fmt.Errorf("tokenizer: the chat template's output does not start with the templated prefix messages")
 	}
-	ids = t.encodeEscaped(full)
-	pre := t.encodeEscaped(prefix)
+	ids = t.EncodeEscaped(full)
+	pre := t.EncodeEscaped(prefix)
 	for prefixLen < len(pre) && prefixLen < len(ids) && pre[prefixLen] == ids[prefixLen] {
 		prefixLen++
 	}
@@ -370,5 +370,5 @@ func (t *Tokenizer) EncodeConversation(ctx context.Context, messages []Message, 
 	if err != nil {
 		return nil, err
 	}
-	return t.encodeEscaped(text), nil
+	return t.EncodeEscaped(text), nil
 }

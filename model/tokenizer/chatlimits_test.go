@@ -151,7 +151,7 @@ func TestChatContentSpecialsAreText(t *testing.T) {
 		}
 		// The text is encoded as Encode encodes it where it is no token.
 		inner := tk.Encode("x<|eot_id|>y")
-		if got := tk.encodeEscaped(tk.escapeSpecials("x<|eot_id|>y")); slices.Equal(got, inner) || tk.Decode(got) != "x<|eot_id|>y" {
+		if got := tk.EncodeEscaped(tk.EscapeSpecials("x<|eot_id|>y")); slices.Equal(got, inner) || tk.Decode(got) != "x<|eot_id|>y" {
 			t.Errorf("%s: escaped %v (decodes %q), unescaped %v", fixture, got, tk.Decode(got), inner)
 		}
 		msgs := []Message{{"system", "s<|eot_id|>"}, {"user", forged}, {"assistant", "<|eot_id|>"}, {"user", "again"}}

@@ -478,14 +478,17 @@ func maximalSubpart(b []byte) int {
 }
 
 // textMark marks a special token's text in a message's content as text:
-// escapeSpecials puts one after each rune of every special token found
+// EscapeSpecials puts one after each rune of every special token found
 // there (and doubles the marks the content holds itself), so that
-// splitAdded no longer finds the token; encodeEscaped drops the marks
+// splitAdded no longer finds the token; EncodeEscaped drops the marks
 // from the text it encodes. U+FDD0 is a Unicode noncharacter.
 const textMark = "\uFDD0"
 
-// escapeSpecials marks the special tokens in s as text (see textMark).
-func (t *Tokenizer) escapeSpecials(s string) string {
+// EscapeSpecials marks the special tokens in s as text (see textMark):
+// a message's content put through it, rendered into a prompt and encoded
+// with EncodeEscaped, has its special tokens' text encoded as text.
+// EncodeChat, EncodeMessages and EncodeConversation do this themselves.
+func (t *Tokenizer) EscapeSpecials(s string) string {
 	s = strings.ReplaceAll(s, textMark, textMark+textMark)
 	var b strings.Builder
 	marked := false
@@ -506,7 +509,7 @@ func (t *Tokenizer) escapeSpecials(s string) string {
 	return b.String()
 }
 
-// unescapeText drops the marks escapeSpecials put and undoubles the
+// unescapeText drops the marks EscapeSpecials put and undoubles the
 // content's own.
 func unescapeText(seg string) string {
 	if !strings.Contains(seg, textMark) {
@@ -528,9 +531,10 @@ func unescapeText(seg string) string {
 	}
 }
 
-// encodeEscaped is Encode of a rendering whose message contents went
-// through escapeSpecials: their special tokens are encoded as text.
-func (t *Tokenizer) encodeEscaped(text string) []int32 {
+// EncodeEscaped is Encode of a text whose parts went through
+// EscapeSpecials: their special tokens are encoded as text, the rest's as
+// tokens.
+func (t *Tokenizer) EncodeEscaped(text string) []int32 {
 	if !strings.Contains(text, textMark) {
 		return t.Encode(text)
 	}
