@@ -102,7 +102,7 @@ hfcheck: deps
 # is below −1 point). Rerunning resumes the search from
 # profile-out/search.jsonl.
 CALIBRATE_FLAGS ?= --ratios 0.2,0.5,0.7,1 --per-ratio 60
-VERIFY_FLAGS ?=
+VERIFY_FLAGS ?= --groups 15
 run: build
 	./$(BIN) generate
 	./$(BIN) profile --out profile-out
