@@ -126,6 +126,8 @@ func decoderLabel(d Decoder) string {
 		return fmt.Sprintf("threshold:%g", d.T)
 	case RandomRemask:
 		return "random"
+	case Guided:
+		return Decoding{Kind: DecodeGuided, T: d.Tau, K: d.TopK}.String()
 	}
 	return fmt.Sprintf("%T", d)
 }

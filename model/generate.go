@@ -42,6 +42,9 @@ type GenOptions struct {
 	// now holds the step's commits; read only) and the positions it
 	// committed. Streaming servers show the canvas unmasking with it.
 	OnStep func(s *Step, committed []int32)
+	// Guide is the autoregressive model that checks the proposals under
+	// the Guided decoder (guided.go); other decoders ignore it.
+	Guide *LLaDA
 	// OnBlock, if set, is called when block b is complete, with the
 	// block's end (a canvas index) and the canvas (read only): its answer
 	// up to end is final. After a block-causal model's early stop (an EOS
@@ -373,9 +376,14 @@ type Generation struct {
 	FLOPs        float64       // matrix-product FLOPs over all forwards
 	FLOPsFull    float64       // what computing every row would have cost
 	Duration     time.Duration // wall time
+	// Guide is what the guide did under the Guided decoder (NFE, Steps
+	// and the counts above are the diffusion model's).
+	Guide GuideStats
 }
 
-// Generate runs the diffusion sampler on prompt. planner may be nil. On a
+// Generate runs the diffusion sampler on prompt. planner may be nil.
+// Under the Guided decoder the guide o.Guide checks the proposals
+// (guided.go). On a
 // causal LM (Config.Causal) it decodes autoregressively instead, one
 // token per forward with an exact K/V cache (autoregressive.go): o's
 // GenLength, Temperature, Seed, Positions, Forward and callbacks apply
@@ -383,6 +391,9 @@ type Generation struct {
 func (m *LLaDA) Generate(ctx context.Context, prompt []int32, prefixLen int, o GenOptions, planner Planner) (*Generation, error) {
 	if m.Config.Causal {
 		return m.generateAR(ctx, prompt, o, planner, true)
+	}
+	if d, ok := o.Decoder.(Guided); ok {
+		return m.generateGuided(ctx, prompt, prefixLen, o, d, planner)
 	}
 	start := time.Now()
 	var pos []int32
@@ -476,6 +487,30 @@ func (m *LLaDA) Generate(ctx context.Context, prompt []int32, prefixLen int, o G
 
 // step runs one forward (two with CFG) and commits tokens into s.Canvas.
 func (m *LLaDA) step(s *Step, o GenOptions, dec Decoder, k int, mask int32, planner Planner, rng *rand.Rand, g *Generation) ([]int32, error) {
+	c, err := m.proposeStep(s, o, mask, planner, rng, g)
+	if c == nil || err != nil {
+		return nil, err
+	}
+	canvas := s.Canvas
+	pick := dec.Choose(c, k, rng)
+	if _, ok := dec.(Threshold); ok && m.Config.CausalBlock() > 0 && len(pick) < k {
+		// At least the schedule's count: the k most confident hold every
+		// proposal at or above the threshold.
+		pick = topK(c.Conf, k)
+	}
+	committed := make([]int32, 0, len(pick))
+	for _, j := range pick {
+		canvas[c.Pos[j]] = c.Tok[j]
+		committed = append(committed, c.Pos[j])
+	}
+	sort.Slice(committed, func(a, b int) bool { return committed[a] < committed[b] })
+	return committed, nil
+}
+
+// proposeStep runs step s's forward (two with CFG) under the planner's
+// plan and returns the proposals of the current block's masked slots (nil
+// when it has none), counted in g.
+func (m *LLaDA) proposeStep(s *Step, o GenOptions, mask int32, planner Planner, rng *rand.Rand, g *Generation) (*Candidates, error) {
 	canvas := s.Canvas
 	var rows []int32
 	for p := s.BlockStart; p < s.BlockEnd; p++ {
@@ -541,19 +576,7 @@ func (m *LLaDA) step(s *Step, o GenOptions, dec Decoder, k int, mask int32, plan
 	if co, ok := planner.(CandidateObserver); ok {
 		co.Candidates(s, c)
 	}
-	pick := dec.Choose(c, k, rng)
-	if _, ok := dec.(Threshold); ok && m.Config.CausalBlock() > 0 && len(pick) < k {
-		// At least the schedule's count: the k most confident hold every
-		// proposal at or above the threshold.
-		pick = topK(c.Conf, k)
-	}
-	committed := make([]int32, 0, len(pick))
-	for _, j := range pick {
-		canvas[c.Pos[j]] = c.Tok[j]
-		committed = append(committed, c.Pos[j])
-	}
-	sort.Slice(committed, func(a, b int) bool { return committed[a] < committed[b] })
-	return committed, nil
+	return c, nil
 }
 
 // propose returns x0 (argmax of the logits, plus T·Gumbel noise when T > 0)

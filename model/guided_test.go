@@ -1,0 +1,175 @@
+package model
+
+import (
+	"context"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// guidedPair is the DLM fixture and the causal fixture that share its
+// tokenizer (vocabulary and chat template): tiny-llada-moe and tiny-llama.
+func guidedPair(t *testing.T) (dlm, guide *Model) {
+	t.Helper()
+	dlm, _, _ = loadFixture(t, "tiny-llada-moe")
+	guide, _, _ = loadFixture(t, "tiny-llama")
+	return dlm, guide
+}
+
+var guidedPrompts = [][]int32{
+	{256, 72, 105, 33, 32, 87, 104, 97, 116},
+	{256, 50, 43, 50, 63},
+	{256, 84, 104, 101, 32, 99, 97, 116, 32, 115, 97, 116, 32, 111, 110},
+}
+
+// TestGuidedIsTheGuidesGreedyAnswer: under the deterministic rule every
+// committed token is the guide's argmax after the committed prefix (an
+// accepted proposal equals it, a rejection commits it), so the answer is
+// the guide's own greedy decoding whatever the DLM proposes, in one block
+// or several, and the guide's forwards are its prefill plus at least one
+// a step.
+func TestGuidedIsTheGuidesGreedyAnswer(t *testing.T) {
+	dlm, guide := guidedPair(t)
+	for _, p := range guidedPrompts {
+		for _, bl := range []int{0, 8} {
+			ar, err := guide.Generate(context.Background(), p, 0, GenOptions{GenLength: 24}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g, err := dlm.Generate(context.Background(), p, 0, GenOptions{GenLength: 24, Steps: 24, BlockLength: bl,
+				Decoder: Guided{}, Guide: guide.LLaDA}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(g.Answer, ar.Answer) || g.Decoded != ar.Decoded {
+				t.Errorf("prompt %v block %d: guided %v (%d decoded)\nguide's greedy %v (%d)", p, bl, g.Answer, g.Decoded, ar.Answer, ar.Decoded)
+			}
+			s := g.Guide
+			if s.Steps != g.NFE || s.Committed != g.Decoded || s.NFE < s.Steps+1 || s.Accepted > s.Committed || s.AcceptLen() < 1 {
+				t.Errorf("prompt %v block %d: stats %+v, DLM NFE %d, decoded %d", p, bl, s, g.NFE, g.Decoded)
+			}
+		}
+	}
+}
+
+// oracleForward is a DLM forward whose proposal for every slot is want's
+// token there (its logit 10, the others 0), except at the slots in wrong,
+// where it proposes token 0 (assumed not the guide's choice).
+func oracleForward(e int, want []int32, wrong map[int]bool, calls *int) Forwarder {
+	return func(in Input, _ Plan) (*Output, error) {
+		*calls++
+		out := &Output{Logits: make([]float32, len(in.LogitRows)*e)}
+		for i, r := range in.LogitRows {
+			tok := want[r]
+			if wrong[int(r)] {
+				tok = 0
+			}
+			out.Logits[i*e+int(tok)] = 10
+		}
+		return out, nil
+	}
+}
+
+// TestGuidedPerfectDraftsCommitManyPerStep: a DLM that proposes the
+// guide's own greedy answer (a perfect draft) is accepted in full: one
+// block of 80 slots is committed in one step with three guide chunks (32,
+// 32, 16 proposals) after the prefill; with a wrong proposal every 10th
+// slot each step commits the run before it and the guide's token there,
+// the answer is still the guide's and a step commits 10 tokens. Both check
+// that the guide's cache is cut back exactly: a stale row would change
+// the guide's later predictions.
+func TestGuidedPerfectDraftsCommitManyPerStep(t *testing.T) {
+	dlm, guide := guidedPair(t)
+	p := guidedPrompts[0]
+	const G = 80
+	ar, err := guide.generateAR(context.Background(), p, GenOptions{GenLength: G}, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ar.Decoded < G {
+		t.Skipf("the guide stops after %d tokens; the test wants %d", ar.Decoded, G)
+	}
+	e := dlm.Config.Embeddings()
+	for _, tc := range []struct {
+		name      string
+		every     int
+		steps     int
+		guideNFE  int
+		acceptLen float64
+	}{
+		{"perfect", 0, 1, 1 + 3, G},
+		{"every 10th wrong", 10, 8, 1 + 8, 10},
+	} {
+		wrong := map[int]bool{}
+		if tc.every > 0 {
+			for i := tc.every - 1; i < G; i += tc.every {
+				wrong[len(p)+i] = true
+			}
+		}
+		calls := 0
+		g, err := dlm.Generate(context.Background(), p, 0, GenOptions{GenLength: G, Steps: G, Decoder: Guided{},
+			Guide: guide.LLaDA, Forward: oracleForward(e, ar.Canvas, wrong, &calls)}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(g.Answer, ar.Answer) {
+			t.Errorf("%s: answer %v\nguide's %v", tc.name, g.Answer, ar.Answer)
+		}
+		s := g.Guide
+		if g.NFE != tc.steps || calls != tc.steps || s.NFE != tc.guideNFE || s.AcceptLen() != tc.acceptLen || s.AcceptLen() <= 1 {
+			t.Errorf("%s: DLM NFE %d (%d calls), guide NFE %d, %.2f tokens a step; want %d, %d, %g",
+				tc.name, g.NFE, calls, s.NFE, s.AcceptLen(), tc.steps, tc.guideNFE, tc.acceptLen)
+		}
+		if want := G - len(wrong); s.Accepted != want {
+			t.Errorf("%s: %d proposals accepted, want %d", tc.name, s.Accepted, want)
+		}
+	}
+}
+
+// TestGuidedRule: the top-k relative rule accepts a proposal among the
+// guide's top k whose probability is at least τ times the top one's.
+func TestGuidedRule(t *testing.T) {
+	// probabilities ∝ exp(l): token 2 top, 1 at e^-0.5 ≈ 0.61 of it, 0 at e^-2 ≈ 0.14, 3 at e^-3
+	l := []float32{1, 2.5, 3, 0}
+	for _, tc := range []struct {
+		d     Guided
+		draft int32
+		want  bool
+	}{
+		{Guided{}, 2, true}, {Guided{}, 1, false},
+		{Guided{Tau: 0.5}, 1, true}, {Guided{Tau: 0.7}, 1, false},
+		{Guided{Tau: 0.1}, 0, true}, {Guided{Tau: 0.1, TopK: 2}, 0, false},
+		{Guided{Tau: 0.01}, 3, true}, {Guided{Tau: 0.01, TopK: 3}, 3, false},
+		{Guided{Tau: 1}, 2, true},
+	} {
+		if got := tc.d.accepts(l, tc.draft, argmax(l)); got != tc.want {
+			t.Errorf("%+v draft %d: accepted %v, want %v (p ratio %.3f)", tc.d, tc.draft, got, tc.want,
+				math.Exp(float64(l[tc.draft]-l[2])))
+		}
+	}
+}
+
+// TestGuidedRefusals: guided decoding without a guide, with a DLM as the
+// guide, of another vocabulary, or on an autoregressive model is refused
+// with the reason.
+func TestGuidedRefusals(t *testing.T) {
+	dlm, guide := guidedPair(t)
+	f32, _, _ := loadFixture(t, "tiny-f32")
+	p := guidedPrompts[1]
+	for _, tc := range []struct {
+		m     *Model
+		guide *LLaDA
+		want  string
+	}{
+		{dlm, nil, "needs a guide"},
+		{dlm, f32.LLaDA, "not an autoregressive model"},
+		{f32, guide.LLaDA, "vocabulary has 272 tokens, the model's 300"},
+		{guide, guide.LLaDA, "diffusion sampler's"},
+	} {
+		_, err := tc.m.Generate(context.Background(), p, 0, GenOptions{GenLength: 8, Steps: 8, Decoder: Guided{}, Guide: tc.guide}, nil)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("guide %v: error %v, want %q", tc.guide != nil, err, tc.want)
+		}
+	}
+}
