@@ -196,7 +196,12 @@ func (m *LLaDA) generateGuided(ctx context.Context, prompt []int32, prefixLen in
 			if err != nil {
 				return nil, fmt.Errorf("step %d: %w", g.Steps, err)
 			}
-			// The block's masked slots are [cur, be), in order.
+			// The block's masked slots are [cur, be), in order (unless a
+			// model committed the mask token itself).
+			if len(c.Pos) != be-cur || c.Pos[0] != int32(cur) {
+				return nil, fmt.Errorf("step %d: the committed answer holds the mask token (id %d) before slot %d; guided decoding commits left to right",
+					g.Steps, mask, cur-len(prompt))
+			}
 			toks, accepted, err := gv.verify(canvas, cur, c.Tok, &g.Guide)
 			if err != nil {
 				return nil, fmt.Errorf("step %d: guide: %w", g.Steps, err)
