@@ -289,7 +289,7 @@ func ParseSpec(spec string) (string, model.Decoding, error) {
 		return "", model.Decoding{}, fmt.Errorf("method %s: %w", spec, err)
 	}
 	if d.IsDefault() {
-		return "", model.Decoding{}, fmt.Errorf("method %s: nothing after @ (want NAME@schedule or NAME@threshold:T)", spec)
+		return "", model.Decoding{}, fmt.Errorf("method %s: nothing after @ (want NAME@schedule, NAME@threshold:T or NAME@guided)", spec)
 	}
 	return name, d, nil
 }
@@ -422,6 +422,9 @@ func CheckModel(meth Method, c *model.Config) error {
 				"so no diffusion cache or decoder applies; use none", meth.Name(), c.ArchName())
 		}
 		return nil
+	}
+	if dm, ok := meth.(*decoded); ok && dm.d.Guided() && c != nil && c.CausalBlock() > 0 {
+		return fmt.Errorf("method %s: guided decoding of a block-causal model (blocks of %d) is not supported; use threshold or schedule decoding", meth.Name(), c.CausalBlock())
 	}
 	if mc, ok := meth.(ModelChecker); ok {
 		return mc.CheckModel(c)

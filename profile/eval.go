@@ -46,6 +46,17 @@ type SuiteResult struct {
 	// Refreshes counts the steps on which BiCache's deep layers refreshed
 	// (fixed period or drift trigger), over all requests.
 	Refreshes int64 `json:"deep_refreshes" parquet:"deep_refreshes"`
+	// The guided decoder's (zero without it): NFE is the diffusion
+	// model's forwards, GuideNFE the guide's; GuidedSteps the guided steps
+	// and GuidedTokens the answer tokens they committed (AcceptLen, their
+	// ratio: tokens per step); DLMSeconds and GuideSeconds the wall time
+	// in each model's forwards.
+	GuideNFE     int64   `json:"guide_nfe" parquet:"guide_nfe"`
+	GuidedSteps  int64   `json:"guided_steps" parquet:"guided_steps"`
+	GuidedTokens int64   `json:"guided_tokens" parquet:"guided_tokens"`
+	AcceptLen    float64 `json:"accept_len" parquet:"accept_len"`
+	DLMSeconds   float64 `json:"dlm_seconds" parquet:"dlm_seconds"`
+	GuideSeconds float64 `json:"guide_seconds" parquet:"guide_seconds"`
 }
 
 // Evaluator runs task-suite samples through the model with one caching
@@ -245,6 +256,13 @@ func (e *Evaluator) run(ctx context.Context, s datasets.Sample, t *tally) error 
 	r.MeanRatio += float64(prefix) / float64(len(ids)+e.Gen.GenLength)
 	t.depthSum[key] += info.Depth
 	r.Refreshes += int64(info.Refreshes)
+	if gs := g.Guide; gs.Steps > 0 {
+		r.GuideNFE += int64(gs.NFE)
+		r.GuidedSteps += int64(gs.Steps)
+		r.GuidedTokens += int64(gs.Committed)
+		r.DLMSeconds += gs.DLMTime.Seconds()
+		r.GuideSeconds += gs.GuideTime.Seconds()
+	}
 	if info.Clamped {
 		r.Clamped++
 	}
@@ -264,6 +282,7 @@ func (t *tally) results(genLength int) []SuiteResult {
 		r.FLOPsFraction = r.FLOPs / t.flopsFull[name]
 		r.MeanRatio /= float64(r.N)
 		r.MeanDepth = float64(t.depthSum[name]) / float64(r.N)
+		r.AcceptLen = acceptLen(r)
 		out = append(out, *r)
 	}
 	return out
@@ -296,6 +315,11 @@ func Overall(rs []SuiteResult) SuiteResult {
 		o.QueryTokens += r.QueryTokens
 		o.HitTokens += r.HitTokens
 		o.Refreshes += r.Refreshes
+		o.GuideNFE += r.GuideNFE
+		o.GuidedSteps += r.GuidedSteps
+		o.GuidedTokens += r.GuidedTokens
+		o.DLMSeconds += r.DLMSeconds
+		o.GuideSeconds += r.GuideSeconds
 		rowsW += r.RowsFraction * float64(r.N)
 		o.FLOPs += r.FLOPs
 		if r.FLOPsFraction > 0 {
@@ -325,7 +349,17 @@ func Overall(rs []SuiteResult) SuiteResult {
 	}
 	o.MeanRatio = ratio / float64(o.N)
 	o.MeanDepth = depth / float64(o.N)
+	o.AcceptLen = acceptLen(&o)
 	return o
+}
+
+// acceptLen is the tokens a guided step committed on average (0 without
+// guided steps).
+func acceptLen(r *SuiteResult) float64 {
+	if r.GuidedSteps == 0 {
+		return 0
+	}
+	return float64(r.GuidedTokens) / float64(r.GuidedSteps)
 }
 
 // SuiteSamples draws limit held-out evaluation samples from each named

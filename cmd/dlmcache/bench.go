@@ -176,7 +176,7 @@ func (opts *benchOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer env.lm.Close()
+	defer env.close()
 	lm, gen := env.lm, env.gen
 	flags := opts.Cache // as given, for --compare-model
 	if note := exactStore(lm, opts.Methods, &opts.Cache); note != "" {
@@ -201,6 +201,9 @@ func (opts *benchOptions) run(ctx context.Context) error {
 		return fmt.Errorf("no registered method runs on this model with these flags:\n%w", errors.Join(skipped...))
 	}
 	if err := storeAnswersNote(opts, es); err != nil {
+		return err
+	}
+	if err := guideUsed(&opts.Cache, es); err != nil {
 		return err
 	}
 	if opts.CompareModel != "" {
@@ -267,6 +270,7 @@ func (opts *benchOptions) flags(fl *pflag.FlagSet) {
 	fl.StringVar(&opts.CompareModel, "compare-model", "", "a second model run on the same samples, interleaved request by request (e.g. llada-tiny beside llada-tiny-block): the methods it can run, each at its own defaults, the results labelled by model; --lut applies to --model only")
 	opts.regimeFlags.add(fl)
 	addCacheFlags(fl, &opts.Cache)
+	addGuideFlag(fl, &opts.Cache.Guide)
 	fl.StringVar(&opts.Out, "out", "", "directory for bench.md, bench.parquet and bench.json")
 	fl.BoolVar(&opts.JSON, "json", false, "print JSON instead of the markdown table")
 	fl.BoolVar(&opts.Quiet, "quiet", false, "no progress bar")
@@ -280,8 +284,16 @@ func writeBenchMarkdown(w io.Writer, rows []profile.SuiteResult) {
 	for _, r := range rows {
 		by[r.Model+"/"+r.Method+"/"+r.Suite] = r
 	}
-	fmt.Fprintln(w, "| method | suite | n | accuracy | Δ acc (pts) | = none | tokens/s | speed-up | vs base | FLOPs predict | NFE | rows computed | FLOPs | mean ratio | mean depth | deep refreshes / request | prefix hits (tokens) |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	// The guided decoder's columns, where a method decodes with it: the
+	// guide's forwards (NFE is the diffusion model's), the tokens a step
+	// committed, and the time in each model.
+	guided := slices.ContainsFunc(rows, func(r profile.SuiteResult) bool { return r.GuidedSteps > 0 })
+	head, rule := "", ""
+	if guided {
+		head, rule = " guide NFE | tokens / step | DLM s | guide s |", "---|---|---|---|"
+	}
+	fmt.Fprintln(w, "| method | suite | n | accuracy | Δ acc (pts) | = none | tokens/s | speed-up | vs base | FLOPs predict | NFE | rows computed | FLOPs | mean ratio | mean depth | deep refreshes / request | prefix hits (tokens) |"+head)
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"+rule)
 	for _, r := range rows {
 		acc, dAcc, agree, speed, vsBase, predict := "n/a", "", "", "", "", ""
 		if !r.Unscored {
@@ -313,8 +325,16 @@ func writeBenchMarkdown(w io.Writer, rows []profile.SuiteResult) {
 		if r.Model != "" {
 			method = r.Model + " " + r.Method
 		}
-		fmt.Fprintf(w, "| %s | %s | %d | %s | %s | %s | %.1f | %s | %s | %s | %d | %.1f%% | %.1f%% | %.3f | %.2f | %.1f | %d/%d |\n", method, name, r.N, acc, dAcc, agree,
+		fmt.Fprintf(w, "| %s | %s | %d | %s | %s | %s | %.1f | %s | %s | %s | %d | %.1f%% | %.1f%% | %.3f | %.2f | %.1f | %d/%d |", method, name, r.N, acc, dAcc, agree,
 			r.TokensPerSec, speed, vsBase, predict, r.NFE, 100*r.RowsFraction, 100*r.FLOPsFraction, r.MeanRatio, r.MeanDepth, float64(r.Refreshes)/float64(max(1, r.N)), r.HitTokens, r.QueryTokens)
+		if guided {
+			if r.GuidedSteps > 0 {
+				fmt.Fprintf(w, " %d | %.2f | %.2f | %.2f |", r.GuideNFE, r.AcceptLen, r.DLMSeconds, r.GuideSeconds)
+			} else {
+				fmt.Fprint(w, " | | | |")
+			}
+		}
+		fmt.Fprintln(w)
 	}
 }
 
@@ -332,7 +352,9 @@ type compared struct {
 // block store size for the exact cache); the others are skipped, said on
 // stderr.
 func compareEvaluators(opts *benchOptions, c cacheFlags) (*compared, error) {
-	c.LUT = ""
+	// --guide was checked against --model's vocabulary: the second model's
+	// guided methods are skipped.
+	c.LUT, c.Guide, c.guide = "", "", nil
 	mf := opts.modelFlags
 	mf.Model = opts.CompareModel
 	env, err := loadMethodEnv(opts.f, mf, opts.regimeFlags, &c)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -92,7 +93,7 @@ func (opts *evalOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer env.lm.Close()
+	defer env.close()
 	lm, gen := env.lm, env.gen
 	if note := exactStore(lm, []string{opts.Method}, &opts.Cache); note != "" {
 		fmt.Fprintf(opts.f.ErrOut, "eval: %s\n", note)
@@ -101,8 +102,12 @@ func (opts *evalOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	e := &profile.Evaluator{Model: lm.Model, Method: meth, Gen: meth.Gen(gen)}
+	if err := guideUsed(&opts.Cache, []*profile.Evaluator{e}); err != nil {
+		return err
+	}
 	bar := progress.New(opts.f.ErrOut, "eval "+opts.Method, "req", len(samples), opts.Quiet)
-	e := &profile.Evaluator{Model: lm.Model, Method: meth, Gen: meth.Gen(gen), Progress: func(d, _ int) { bar.Set(d) }}
+	e.Progress = func(d, _ int) { bar.Set(d) }
 	res, err := e.Evaluate(ctx, samples)
 	bar.Done()
 	if err != nil {
@@ -125,16 +130,26 @@ func (opts *evalOptions) flags(fl *pflag.FlagSet) {
 	opts.regimeFlags.add(fl)
 	fl.StringVar(&opts.Method, "method", "none", "caching method: "+strings.Join(cache.Names(), ", "))
 	addCacheFlags(fl, &opts.Cache)
+	addGuideFlag(fl, &opts.Cache.Guide)
 	fl.BoolVar(&opts.JSON, "json", false, "print JSON: per-suite results and the average")
 	fl.BoolVar(&opts.Quiet, "quiet", false, "no progress bar")
 }
 
 func printResults(w io.Writer, rs []profile.SuiteResult) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "method\tsuite\tn\taccuracy\ttokens/s\tNFE\trows computed\tratio\tdepth\tprefix hit tokens")
+	guided := slices.ContainsFunc(rs, func(r profile.SuiteResult) bool { return r.GuidedSteps > 0 })
+	head := "method\tsuite\tn\taccuracy\ttokens/s\tNFE\trows computed\tratio\tdepth\tprefix hit tokens"
+	if guided {
+		head += "\tguide NFE\ttokens/step\tDLM s\tguide s"
+	}
+	fmt.Fprintln(tw, head)
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%.1f%%\t%.1f\t%d\t%.1f%%\t%.3f\t%.2f\t%d/%d\n", r.Method, r.Suite, r.N, 100*r.Accuracy,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.1f%%\t%.1f\t%d\t%.1f%%\t%.3f\t%.2f\t%d/%d", r.Method, r.Suite, r.N, 100*r.Accuracy,
 			r.TokensPerSec, r.NFE, 100*r.RowsFraction, r.MeanRatio, r.MeanDepth, r.HitTokens, r.QueryTokens)
+		if guided {
+			fmt.Fprintf(tw, "\t%d\t%.2f\t%.2f\t%.2f", r.GuideNFE, r.AcceptLen, r.DLMSeconds, r.GuideSeconds)
+		}
+		fmt.Fprintln(tw)
 	}
 	tw.Flush()
 }

@@ -25,6 +25,8 @@ type generateOptions struct {
 	CFG         float64
 	Remasking   string
 	Threshold   float64
+	Decoder     string
+	Guide       string
 	Seed        uint64
 	JSON        bool
 }
@@ -66,11 +68,16 @@ func (opts *generateOptions) run(ctx context.Context) error {
 		return err
 	}
 	gen.Temperature, gen.CFGScale, gen.Seed = opts.Temperature, opts.CFG, opts.Seed
+	dec, err := opts.decoding()
+	if err != nil {
+		return err
+	}
 	if lm.Config.Causal {
 		for _, f := range []struct {
 			name string
 			set  bool
-		}{{"--cfg", opts.CFG != 0}, {"--remasking", opts.Remasking != ""}, {"--threshold", opts.Threshold != 0}} {
+		}{{"--cfg", opts.CFG != 0}, {"--remasking", opts.Remasking != ""}, {"--threshold", opts.Threshold != 0},
+			{"--decoder", opts.Decoder != ""}, {"--guide", opts.Guide != ""}} {
 			if f.set {
 				return fmt.Errorf("%s is a diffusion sampler's; model %s is autoregressive (greedy, or sampled with --temperature)", f.name, lm.Name)
 			}
@@ -88,6 +95,19 @@ func (opts *generateOptions) run(ctx context.Context) error {
 		// decoding for a block-causal model (genOptions).
 	default:
 		return fmt.Errorf("--remasking %q: want low_confidence or random", opts.Remasking)
+	}
+	gen = dec.Apply(gen)
+	var guide *loadedModel
+	if dec.Guided() {
+		if guide, err = loadGuide(opts.f, opts.Guide, lm, opts.modelFlags); err != nil {
+			return err
+		}
+		defer guide.Close()
+		gen.Guide = guide.LLaDA
+		if !opts.JSON {
+			fmt.Fprintln(opts.f.ErrOut, "dlmcache: guide", guide.describe())
+			fmt.Fprintln(opts.f.ErrOut, "dlmcache:", guidedLine(guide, dec))
+		}
 	}
 	if line := lm.regimeLine(gen); line != "" && !opts.JSON {
 		fmt.Fprintln(opts.f.ErrOut, "dlmcache:", line)
@@ -130,6 +150,10 @@ func (opts *generateOptions) run(ctx context.Context) error {
 		"rows_full":        g.RowsFull,
 		"answer_token_ids": g.Answer,
 	}
+	if guide != nil {
+		// nfe and steps are the diffusion model's; the guide's own here.
+		res["guide"] = guideRecord(guide, g.Guide)
+	}
 	enc := json.NewEncoder(opts.f.Out)
 	enc.SetIndent("", "  ")
 	return enc.Encode(res)
@@ -144,8 +168,31 @@ func (opts *generateOptions) flags(fl *pflag.FlagSet) {
 	fl.Float64Var(&opts.CFG, "cfg", 0, "classifier-free guidance scale; 0 disables")
 	fl.StringVar(&opts.Remasking, "remasking", "", "remasking strategy: low_confidence or random; empty: the model's default (low_confidence, or threshold decoding at 0.95 for a block-causal model)")
 	fl.Float64Var(&opts.Threshold, "threshold", 0, "Fast-dLLM threshold decoding: commit every token with confidence ≥ this (0 disables)")
+	fl.StringVar(&opts.Decoder, "decoder", "", "decoder: schedule, threshold:T, guided (FlashDLM's guided diffusion: --guide verifies each block's proposals, committing the run it agrees with and its own token at the first disagreement) or guided:TAU[:K] (accept a proposal among the guide's top K, default 5, with probability ≥ TAU × its top one's); empty: --threshold/--remasking, or guided with --guide")
+	addGuideFlag(fl, &opts.Guide)
 	fl.Uint64Var(&opts.Seed, "seed", 0, "random seed (temperature > 0 or random remasking)")
 	fl.BoolVar(&opts.JSON, "json", false, "print a JSON object with the answer, token counts and timings")
+}
+
+// decoding is --decoder, checked against --guide, --threshold and
+// --remasking: --guide alone means guided, guided needs --guide.
+func (opts *generateOptions) decoding() (model.Decoding, error) {
+	dec, err := model.ParseDecoding(opts.Decoder)
+	if err != nil {
+		return dec, fmt.Errorf("--decoder: %w", err)
+	}
+	if dec.IsDefault() && opts.Guide != "" {
+		dec = model.Decoding{Kind: model.DecodeGuided}
+	}
+	switch {
+	case !dec.IsDefault() && (opts.Threshold != 0 || opts.Remasking != ""):
+		return dec, fmt.Errorf("--decoder %s and --threshold/--remasking both choose the decoder: give one", dec)
+	case dec.Guided() && opts.Guide == "":
+		return dec, fmt.Errorf("--decoder %s needs --guide MODEL: an autoregressive LM with the model's vocabulary and chat template", dec)
+	case !dec.Guided() && opts.Guide != "":
+		return dec, fmt.Errorf("--guide is the guided decoder's; --decoder %s takes none", dec)
+	}
+	return dec, nil
 }
 
 // readTextArg returns s, the contents of the file when s is @FILE, or
@@ -190,6 +237,8 @@ func decoderName(d model.Decoder) string {
 		return "random"
 	case nil, model.LowConfidence:
 		return "low_confidence"
+	case model.Guided:
+		return model.DecodingOf(model.GenOptions{Decoder: d}).String()
 	}
 	return fmt.Sprintf("%T", d)
 }

@@ -31,6 +31,11 @@ type cacheFlags struct {
 	Events           *cache.EventLog // set by serve: the block store's KV events
 	Decoder          string
 	Method           cache.Options // every method's flags (cache.AddFlags); ForModel settles them
+	// Guide is --guide (generate, eval and bench declare it:
+	// addGuideFlag); guide the model loadMethodEnv loaded from it, which
+	// the guided decoder needs.
+	Guide string
+	guide *loadedModel
 }
 
 func addCacheFlags(fl *pflag.FlagSet, c *cacheFlags) {
@@ -40,7 +45,7 @@ func addCacheFlags(fl *pflag.FlagSet, c *cacheFlags) {
 	fl.StringVar(&c.Eviction, "eviction", "fifo", "prefix store eviction: fifo or lru (the whole-prefix store)")
 	fl.IntVar(&c.StoreBlocks, "store-blocks", 0, "prefix store granularity: 0 keys whole prefixes; N ≥ 8 stores N-token blocks under chained hashes, so prefixes sharing leading blocks share them (lazy LRU over leaves); smaller blocks are refused (one fill forward per block)")
 	fl.StringVar(&c.StoreFill, "store-fill", "causal", "block store: what a block's K/V are computed over — causal (the prefix up to the block's end: a block depends on its chain alone) or whole (the request's whole prefix)")
-	fl.StringVar(&c.Decoder, "decoder", "", "decoder for every method: schedule (the schedule's count of commits a step) or threshold:T (Fast-dLLM's parallel decoding, T in (0, 1]); empty: each method's own (threshold for block, the schedule for the rest); a method spec NAME@DECODER sets it for one method")
+	fl.StringVar(&c.Decoder, "decoder", "", "decoder for every method: schedule (the schedule's count of commits a step), threshold:T (Fast-dLLM's parallel decoding, T in (0, 1]) or, where the command takes --guide, guided or guided:TAU[:K] (FlashDLM's guided diffusion); empty: each method's own (threshold for block, the schedule for the rest); a method spec NAME@DECODER sets it for one method")
 	cache.AddFlags(fl, &c.Method)
 }
 
@@ -80,6 +85,13 @@ func newMethod(name string, c *cacheFlags, lm *loadedModel, store cache.PrefixSt
 	if err != nil {
 		return nil, err
 	}
+	d := o.Decoding
+	if _, sd, _ := cache.ParseSpec(name); !sd.IsDefault() {
+		d = sd
+	}
+	if d.Guided() && c.guide == nil {
+		return nil, fmt.Errorf("method %s: decoder %s needs a guide: --guide MODEL, an autoregressive LM with the model's vocabulary and chat template (generate, eval and bench take it)", m.Name(), d)
+	}
 	return m, cache.CheckModel(m, lm.Config)
 }
 
@@ -87,9 +99,18 @@ func newMethod(name string, c *cacheFlags, lm *loadedModel, store cache.PrefixSt
 // table: what eval, bench and the sweeps build their methods from.
 type methodEnv struct {
 	lm    *loadedModel
-	gen   model.GenOptions
-	table *lut.Table // nil without --lut
+	gen   model.GenOptions // gen.Guide is --guide's model (nil without)
+	table *lut.Table       // nil without --lut
 	cache *cacheFlags
+}
+
+// close closes the model and the guide.
+func (e *methodEnv) close() {
+	if g := e.cache.guide; g != nil {
+		g.Close()
+		e.cache.guide = nil
+	}
+	e.lm.Close()
 }
 
 func loadMethodEnv(f *factory, mf modelFlags, rf regimeFlags, c *cacheFlags) (*methodEnv, error) {
@@ -101,9 +122,18 @@ func loadMethodEnv(f *factory, mf modelFlags, rf regimeFlags, c *cacheFlags) (*m
 		return nil, err
 	}
 	e := &methodEnv{lm: lm, gen: gen, cache: c}
+	if c.Guide != "" {
+		g, err := loadGuide(f, c.Guide, lm, mf)
+		if err != nil {
+			lm.Close()
+			return nil, err
+		}
+		fmt.Fprintln(f.ErrOut, "dlmcache: guide", g.describe())
+		c.guide, e.gen.Guide = g, g.LLaDA
+	}
 	if c.LUT != "" {
 		if e.table, err = readTable(c.LUT, lm); err != nil {
-			lm.Close()
+			e.close()
 			return nil, err
 		}
 		src, _ := cache.ResolveDeepSource(c.Method.DeepSource, e.table)

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/spf13/pflag"
+
+	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/profile"
+)
+
+// The guide of the guided decoder (model.Guided, FlashDLM's guided
+// diffusion): an autoregressive LM that checks the diffusion model's
+// proposals. generate, eval and bench take it with --guide.
+
+// addGuideFlag declares --guide into p.
+func addGuideFlag(fl *pflag.FlagSet, p *string) {
+	fl.StringVar(p, "guide", "", "the guided decoder's guide: an autoregressive LM (Qwen2ForCausalLM, LlamaForCausalLM) with the model's vocabulary and chat template, "+
+		"as --model names it; it verifies the proposals of --decoder guided (guided:TAU[:K]) or NAME@guided")
+}
+
+// guideProbe is the request whose tokens a guide and its model must
+// agree on: their vocabularies and chat templates frame it alike.
+var guideProbe = [2]string{"You are a helpful assistant. Ünïcödé, 2+2=4.", "What is in the attic at night?"}
+
+// loadGuide loads --guide name for lm (on lm's device and threads) and
+// refuses a guide that is not autoregressive or reads other token ids:
+// another vocabulary size, chat template, end-of-text token or encoding
+// of a probe request.
+func loadGuide(f *factory, name string, lm *loadedModel, mf modelFlags) (*loadedModel, error) {
+	if lm.Config.Causal {
+		return nil, fmt.Errorf("--guide %s: model %s is autoregressive itself; a guide checks a diffusion model's proposals", name, lm.Name)
+	}
+	g, err := loadModel(f, name, mf.Device, mf.Threads)
+	if err != nil {
+		return nil, fmt.Errorf("--guide: %w", err)
+	}
+	if err := checkGuide(g, lm); err != nil {
+		g.Close()
+		return nil, fmt.Errorf("--guide %s: %w", name, err)
+	}
+	return g, nil
+}
+
+// checkGuide says why g cannot guide lm (nil when it can).
+func checkGuide(g, lm *loadedModel) error {
+	gc, c := g.Config, lm.Config
+	switch {
+	case !gc.Causal:
+		return fmt.Errorf("architecture %s is not an autoregressive LM (the guide must be a causal LM: Qwen2ForCausalLM, LlamaForCausalLM)", gc.ArchName())
+	case gc.VocabSize != c.VocabSize:
+		return fmt.Errorf("its vocabulary has %d tokens, model %s's %d: the guide reads the model's token ids, so they must share a vocabulary", gc.VocabSize, lm.Name, c.VocabSize)
+	case gc.EOSTokenID != c.EOSTokenID:
+		return fmt.Errorf("its end-of-text token is id %d, model %s's %d: they must share a vocabulary", gc.EOSTokenID, lm.Name, c.EOSTokenID)
+	}
+	if g.Tokenizer == nil || lm.Tokenizer == nil {
+		return fmt.Errorf("the guide and model %s must both carry a tokenizer to compare", lm.Name)
+	}
+	if a, b := g.Tokenizer.ChatTemplate(), lm.Tokenizer.ChatTemplate(); a != b {
+		return fmt.Errorf("its chat template differs from model %s's (tokenizer_config.json's chat_template): the guide reads the model's prompt as it is framed", lm.Name)
+	}
+	if a, b := g.Tokenizer.VocabSize(), lm.Tokenizer.VocabSize(); a != b {
+		return fmt.Errorf("its tokenizer has %d tokens, model %s's %d: they must share a vocabulary", a, lm.Name, b)
+	}
+	a, _, err1 := g.Tokenizer.EncodeChat(guideProbe[0], guideProbe[1])
+	b, _, err2 := lm.Tokenizer.EncodeChat(guideProbe[0], guideProbe[1])
+	if err1 != nil || err2 != nil || !slices.Equal(a, b) {
+		return fmt.Errorf("its tokenizer encodes a chat request differently from model %s's: they must share a vocabulary and chat template", lm.Name)
+	}
+	return nil
+}
+
+// guideRecord is what a guided generation's record says of the guide
+// and its work (nil without a guide).
+func guideRecord(g *loadedModel, s model.GuideStats) map[string]any {
+	if g == nil {
+		return nil
+	}
+	return map[string]any{
+		"model":         g.Name,
+		"fingerprint":   g.Fingerprint,
+		"arch":          g.Config.ArchName(),
+		"nfe":           s.NFE,
+		"steps":         s.Steps,
+		"committed":     s.Committed,
+		"accepted":      s.Accepted,
+		"accept_len":    s.AcceptLen(),
+		"dlm_seconds":   s.DLMTime.Seconds(),
+		"guide_seconds": s.GuideTime.Seconds(),
+	}
+}
+
+// guidedLine describes guided decoding for the log.
+func guidedLine(g *loadedModel, d model.Decoding) string {
+	rule := "a proposal is accepted while it is the guide's argmax"
+	if d.T > 0 {
+		k := d.K
+		if k == 0 {
+			k = model.DefaultGuideTopK
+		}
+		rule = fmt.Sprintf("a proposal is accepted while it is among the guide's top %d with probability ≥ %g × the top one's", k, d.T)
+	}
+	return fmt.Sprintf("decoder %s: guide %s (%s) verifies each block's proposals left to right, %d a forward; %s, then the guide's own token at the first rejection",
+		d, g.Name, g.Config.ArchName(), model.GuideChunk, rule)
+}
+
+// guideUsed refuses --guide when no method decodes with the guided
+// decoder (NAME@guided or --decoder guided): the guide would be loaded
+// for nothing.
+func guideUsed(c *cacheFlags, es []*profile.Evaluator) error {
+	if c.guide == nil {
+		return nil
+	}
+	for _, e := range es {
+		if model.DecodingOf(e.Gen).Guided() {
+			return nil
+		}
+	}
+	return fmt.Errorf("--guide %s: no method decodes with the guided decoder (name one as NAME@guided, or give --decoder guided)", c.Guide)
+}
