@@ -5,7 +5,7 @@ import "testing"
 // Decoders round-trip through their text form; bad ones name what is
 // wanted.
 func TestParseDecodingRoundTripsAndRejectsBadInput(t *testing.T) {
-	for _, s := range []string{"schedule", "threshold:0.9", "threshold:1", "threshold:0.75"} {
+	for _, s := range []string{"schedule", "threshold:0.9", "threshold:1", "threshold:0.75", "guided", "guided:0.5", "guided:1", "guided:0.25:2"} {
 		d, err := ParseDecoding(s)
 		if err != nil {
 			t.Fatalf("%s: %v", s, err)
@@ -14,10 +14,21 @@ func TestParseDecodingRoundTripsAndRejectsBadInput(t *testing.T) {
 			t.Errorf("%s reads back as %s", s, d)
 		}
 	}
+	// The default top k is not written out; guided:TAU applies Guided{TAU, 0}.
+	if d, err := ParseDecoding("guided:0.5:5"); err != nil || d.String() != "guided:0.5" || d.Apply(GenOptions{}).Decoder != (Guided{Tau: 0.5}) {
+		t.Errorf("guided:0.5:5: %v %v", d, err)
+	}
+	if d := DecodingOf(GenOptions{Decoder: Guided{Tau: 0.25, TopK: 2}}); d.String() != "guided:0.25:2" || !d.Guided() {
+		t.Errorf("DecodingOf(Guided) = %v", d)
+	}
+	if got := (Decoding{Kind: DecodeSchedule}).Apply(GenOptions{Decoder: Guided{}}); got.Decoder != nil {
+		t.Errorf("schedule leaves %v", got.Decoder)
+	}
 	if d, err := ParseDecoding(""); err != nil || !d.IsDefault() {
 		t.Errorf(`"": %v %v`, d, err)
 	}
-	for _, s := range []string{"threshold", "threshold:0", "threshold:1.5", "threshold:x", "schedule:2", "greedy", ":0.9"} {
+	for _, s := range []string{"threshold", "threshold:0", "threshold:1.5", "threshold:x", "schedule:2", "greedy", ":0.9",
+		"guided:0", "guided:1.5", "guided:x", "guided:0.5:0", "guided:0.5:x", "guided:"} {
 		if _, err := ParseDecoding(s); err == nil {
 			t.Errorf("%q parsed", s)
 		}

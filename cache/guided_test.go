@@ -1,0 +1,77 @@
+package cache
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/dlmcache/dlmcache/internal/testmodel"
+	"github.com/dlmcache/dlmcache/model"
+)
+
+// Every caching method under the guided decoder (NAME@guided), on the
+// diffusion fixture tiny-llada-moe guided by tiny-llama (which shares its
+// tokenizer): under the deterministic rule each answer is the guide's
+// greedy answer whatever the cache does to the proposals, and the
+// accounting adds up (one DLM forward a guided step, the guide's prefill
+// and at least one forward a step, rows skipped but for none). Under the
+// top-k relative rule, where the proposals decide the answer, each
+// method's setting that computes every row gives none@guided's tokens
+// and rows.
+func TestMethodsUnderTheGuidedDecoder(t *testing.T) {
+	m, guide := testmodel.Shared(t, "tiny-llada-moe"), testmodel.Shared(t, "tiny-llama")
+	L := len(m.Blocks)
+	ids, pl := request(t, m, 1)
+	gen := model.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8, Guide: guide.LLaDA}
+	ar, err := guide.Generate(context.Background(), ids, 0, model.GenOptions{GenLength: 16}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loose := model.Decoding{Kind: model.DecodeGuided, T: 0.0001, K: 272}
+	noneLoose, err := Run(context.Background(), m.LLaDA, mk(t, "none", Options{Decoding: loose}), Request{Prompt: ids, PrefixLen: pl}, gen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if noneLoose.Guide.Accepted == 0 {
+		t.Fatalf("guided:0.0001:272 accepts no proposal on the fixtures: the check below would not depend on them")
+	}
+	for _, name := range Names() {
+		if name == "table" || name == "exact-block" {
+			continue // the table's choices; block-causal models only
+		}
+		t.Run(name, func(t *testing.T) {
+			o := DefaultOptions()
+			o.Store, o.Table, o.Fingerprint, o.BiCache.Refresh = NewStore(m.Backend, 1<<30, FIFO), table(L, 1), m.Fingerprint, 4
+			meth := mk(t, name+"@guided", o)
+			if err := CheckModel(meth, m.Config); err != nil {
+				t.Fatal(err)
+			}
+			res, err := Run(context.Background(), m.LLaDA, meth, Request{Prompt: ids, PrefixLen: pl}, gen)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(res.Answer, ar.Answer) {
+				t.Errorf("answer %v\nthe guide's greedy answer %v", res.Answer, ar.Answer)
+			}
+			s := res.Guide
+			if s.Steps != res.NFE || s.Committed != res.Decoded || s.NFE < s.Steps+1 || (name == "none") != (res.RowsComputed == res.RowsFull) {
+				t.Errorf("guide %+v, DLM NFE %d, decoded %d, rows %d of %d", s, res.NFE, res.Decoded, res.RowsComputed, res.RowsFull)
+			}
+			degenerate := archDegenerate[name]
+			if degenerate == nil || name == "block" || name == "bicache+block" {
+				return // no setting computes every row under guided steps (the dual cache's is a block start every step)
+			}
+			d, g := o, gen
+			degenerate(&d, &g, m.Config)
+			d.Decoding = loose
+			got, err := Run(context.Background(), m.LLaDA, mk(t, name, d), Request{Prompt: ids, PrefixLen: pl}, g)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got.Canvas, noneLoose.Canvas) || got.RowsComputed != noneLoose.RowsComputed || got.Guide.NFE != noneLoose.Guide.NFE {
+				t.Errorf("%s computing every row: %v, %d rows, guide NFE %d\nnone@%s %v, %d rows, guide NFE %d", name, got.Answer, got.RowsComputed,
+					got.Guide.NFE, loose, noneLoose.Answer, noneLoose.RowsComputed, noneLoose.Guide.NFE)
+			}
+		})
+	}
+}

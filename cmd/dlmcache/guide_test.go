@@ -1,0 +1,142 @@
+package main
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// The fixtures that share a tokenizer: the diffusion model tiny-llada-moe
+// and the causal LM tiny-llama.
+var (
+	guidedDLM   = filepath.Join("..", "..", "model", "testdata", "tiny-llada-moe")
+	guidedGuide = filepath.Join("..", "..", "model", "testdata", "tiny-llama")
+)
+
+// generate --guide decodes with the guided decoder: the answer is the
+// guide's own greedy answer (the deterministic rule), --json records the
+// decoder and the guide's work beside the DLM's NFE, stderr says the
+// rule; guided:TAU:K is recorded as given.
+func TestGenerateGuided(t *testing.T) {
+	type record struct {
+		Decoder        string
+		NFE            int     `json:"nfe"`
+		Decoded        int     //
+		AnswerTokenIDs []int32 `json:"answer_token_ids"`
+		Guide          *struct {
+			Model            string
+			NFE              int `json:"nfe"`
+			Steps, Committed int
+			AcceptLen        float64 `json:"accept_len"`
+			DLMSeconds       float64 `json:"dlm_seconds"`
+			GuideSeconds     float64 `json:"guide_seconds"`
+		}
+	}
+	args := []string{"generate", "--model", guidedDLM, "--prompt", "Hi", "--gen-length", "16", "--steps", "16"}
+	out, errOut, code := run(t, append(args, "--guide", guidedGuide, "--json")...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var r record
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if r.Decoder != "guided" || r.Guide == nil || r.Guide.Steps != r.NFE || r.Guide.NFE < r.NFE+1 || r.Guide.Committed != r.Decoded ||
+		r.Guide.AcceptLen < 1 || r.Guide.Model != guidedGuide || r.Guide.DLMSeconds <= 0 || r.Guide.GuideSeconds <= 0 {
+		t.Fatalf("generate --guide --json: %+v guide %+v", r, r.Guide)
+	}
+	out, errOut, code = run(t, "generate", "--model", guidedGuide, "--prompt", "Hi", "--gen-length", "16", "--json")
+	var ar record
+	if code != 0 || json.Unmarshal([]byte(out), &ar) != nil {
+		t.Fatalf("the guide alone: exit %d: %s", code, errOut)
+	}
+	if !slices.Equal(r.AnswerTokenIDs, ar.AnswerTokenIDs) {
+		t.Errorf("guided answer %v, the guide's greedy answer %v", r.AnswerTokenIDs, ar.AnswerTokenIDs)
+	}
+	_, errOut, code = run(t, append(args, "--guide", guidedGuide, "--decoder", "guided:0.5:2")...)
+	if code != 0 || !strings.Contains(errOut, "decoder guided:0.5:2: guide") || !strings.Contains(errOut, "top 2 with probability ≥ 0.5") {
+		t.Errorf("--decoder guided:0.5:2: exit %d: %s", code, errOut)
+	}
+}
+
+// What generate, eval and bench refuse, with the reason: guided without
+// --guide, --guide without a guided decoder, a guide that is not
+// autoregressive or reads other token ids, another flag choosing the
+// decoder, a guide for an autoregressive model.
+func TestGuideRefusals(t *testing.T) {
+	qwen := filepath.Join("..", "..", "model", "testdata", "tiny-qwen2")
+	f32 := filepath.Join("..", "..", "model", "testdata", "tiny-f32")
+	gen := []string{"generate", "--model", guidedDLM, "--prompt", "Hi", "--gen-length", "8", "--steps", "8"}
+	eval := []string{"eval", "--model", guidedDLM, "--suite", "lookup", "--limit", "1", "--gen-length", "8", "--steps", "8", "--quiet"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{append(gen, "--decoder", "guided"), "--decoder guided needs --guide MODEL"},
+		{append(gen, "--decoder", "threshold:0.9", "--guide", guidedGuide), "--guide is the guided decoder's"},
+		{append(gen, "--guide", guidedGuide, "--threshold", "0.9"), "both choose the decoder"},
+		{append(gen, "--decoder", "guided:1.5", "--guide", guidedGuide), "not in (0, 1]"},
+		{append(gen, "--guide", f32), "not an autoregressive LM"},
+		{append(gen, "--guide", qwen), "end-of-text token is id 258"},
+		{[]string{"generate", "--model", "llada-tiny", "--prompt", "Hi", "--guide", guidedGuide}, "vocabulary has 272 tokens"},
+		{[]string{"generate", "--model", guidedGuide, "--prompt", "Hi", "--guide", guidedGuide}, "--guide is a diffusion sampler's"},
+		{append(eval, "--method", "none@guided"), "decoder guided needs a guide: --guide MODEL"},
+		{append(eval, "--method", "none", "--guide", guidedGuide), "no method decodes with the guided decoder"},
+		{[]string{"bench", "--model", guidedDLM, "--methods", "none,freecache", "--guide", guidedGuide, "--suite", "lookup", "--limit", "1", "--quiet"},
+			"no method decodes with the guided decoder"},
+	} {
+		_, errOut, code := run(t, tc.args...)
+		if code == 0 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v: exit %d, want an error with %q: %s", tc.args[len(tc.args)-2:], code, tc.want, errOut)
+		}
+	}
+}
+
+// bench runs none@guided and freecache@guided beside threshold decoding
+// and reports each guided method's guide NFE, tokens per step and time in
+// each model; under the deterministic rule both answer as the guide does,
+// so they agree with each other.
+func TestBenchGuided(t *testing.T) {
+	out, errOut, code := run(t, "bench", "--model", guidedDLM, "--guide", guidedGuide, "--methods", "none@threshold:0.9,none@guided,freecache@guided,none@guided:0.0001:272",
+		"--suite", "lookup", "--limit", "2", "--gen-length", "16", "--steps", "16", "--quiet", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var b struct {
+		Results []struct {
+			Method, Suite string
+			NFE           int     `json:"nfe"`
+			GuideNFE      int     `json:"guide_nfe"`
+			GuidedSteps   int     `json:"guided_steps"`
+			GuidedTokens  int     `json:"guided_tokens"`
+			AcceptLen     float64 `json:"accept_len"`
+			DLMSeconds    float64 `json:"dlm_seconds"`
+			GuideSeconds  float64 `json:"guide_seconds"`
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &b); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	seen := 0
+	for _, r := range b.Results {
+		if r.Suite != "average" {
+			continue
+		}
+		guided := strings.Contains(r.Method, "@guided")
+		if guided != (r.GuidedSteps > 0) || guided && (r.GuidedSteps != r.NFE || r.GuideNFE <= r.NFE || r.AcceptLen < 1 ||
+			r.AcceptLen != float64(r.GuidedTokens)/float64(r.GuidedSteps) || r.DLMSeconds <= 0 || r.GuideSeconds <= 0) {
+			t.Errorf("%s: %+v", r.Method, r)
+		}
+		seen++
+	}
+	if seen != 4 {
+		t.Errorf("%d average rows, want 4: %s", seen, out)
+	}
+	out, _, code = run(t, "bench", "--model", guidedDLM, "--guide", guidedGuide, "--methods", "none,none@guided",
+		"--suite", "lookup", "--limit", "1", "--gen-length", "16", "--steps", "16", "--quiet")
+	if code != 0 || !strings.Contains(out, "| guide NFE | tokens / step | DLM s | guide s |") {
+		t.Errorf("bench's table lacks the guided columns:\n%s", out)
+	}
+}
