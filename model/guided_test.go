@@ -207,7 +207,7 @@ type guidedGolden struct {
 // them were accepted proposals, the DLM's and the guide's NFE — under the
 // deterministic rule and the top-k relative one, in one block and in
 // several, and with fixed drafts (an "oracle" DLM) whose steps verify
-// several chunks of the guide.
+// several chunks of the guide; on every CPU backend.
 func TestGuidedGolden(t *testing.T) {
 	var gg guidedGolden
 	b, err := os.ReadFile("testdata/guided_golden.json")
@@ -220,9 +220,17 @@ func TestGuidedGolden(t *testing.T) {
 	if gg.DLM != "tiny-llada-moe" || gg.Guide != "tiny-llama" || gg.Chunk != GuideChunk || len(gg.Cases) < 10 {
 		t.Fatalf("golden: %s guided by %s, chunk %d, %d cases", gg.DLM, gg.Guide, gg.Chunk, len(gg.Cases))
 	}
-	dlm, guide := guidedPair(t)
+	for lib, be := range goldenBackends(t) {
+		dlm, _, _ := loadFixtureOn(t, "tiny-llada-moe", be)
+		guide, _, _ := loadFixtureOn(t, "tiny-llama", be)
+		checkGuidedGolden(t, lib, dlm, guide, &gg)
+	}
+}
+
+func checkGuidedGolden(t *testing.T, lib string, dlm, guide *Model, gg *guidedGolden) {
 	e := dlm.Config.Embeddings()
 	for _, c := range gg.Cases {
+		c.Name = lib + "/" + c.Name
 		o := GenOptions{GenLength: c.GenLength, Steps: c.GenLength, BlockLength: c.BlockLength, Guide: guide.LLaDA, Decoder: Guided{}}
 		if c.Rule == "topk_relative" {
 			o.Decoder = Guided{Tau: c.Tau, TopK: c.TopK}
