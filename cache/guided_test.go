@@ -3,9 +3,11 @@ package cache
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/dlmcache/dlmcache/internal/testmodel"
+	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
 )
 
@@ -73,5 +75,14 @@ func TestMethodsUnderTheGuidedDecoder(t *testing.T) {
 					got.Guide.NFE, loose, noneLoose.Answer, noneLoose.RowsComputed, noneLoose.Guide.NFE)
 			}
 		})
+	}
+}
+
+// A table's setting cannot decode with the guided decoder: a table names
+// no guide.
+func TestTableSettingsRefuseTheGuidedDecoder(t *testing.T) {
+	_, err := FromSetting(lut.Setting{Method: "freecache", Decoder: "guided"}, DefaultOptions())
+	if err == nil || !strings.Contains(err.Error(), "does not name a guide") {
+		t.Errorf("guided setting: %v", err)
 	}
 }

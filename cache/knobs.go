@@ -66,6 +66,9 @@ func FromSetting(s lut.Setting, o Options) (Method, error) {
 	if o.Decoding, err = model.ParseDecoding(s.Decoder); err != nil {
 		return nil, fmt.Errorf("setting %s: %w", s, err)
 	}
+	if o.Decoding.Guided() {
+		return nil, fmt.Errorf("setting %s: a table does not name a guide, so its settings cannot decode with %s", s, o.Decoding)
+	}
 	if s.Source != "" {
 		if o.DeepSource, err = ParseDeepSource(s.Source); err != nil {
 			return nil, fmt.Errorf("setting %s: %w", s, err)
