@@ -29,8 +29,8 @@ import (
 // loses at most MaxLoss points of accuracy against none (searchCell: the changed-answer test, and how the choice
 // is made among the passing settings). The search is budgeted: a setting
 // stops as soon as it is rejected or can no longer be accepted, or, past a
-// quarter of the requests (and three), when an accepted setting is
-// DominanceMargin times faster beyond the noise ("dominated": successive
+// quarter of the requests (and three), when a setting accepted or on
+// course to be is DominanceMargin times faster beyond the noise ("dominated": successive
 // halving), or when the time budget is spent ("budget").
 //
 // Every outcome is appended to search.jsonl before it is used: --resume
@@ -41,9 +41,9 @@ import (
 // SearchFile is the method search's log.
 const SearchFile = "search.jsonl"
 
-// DominanceMargin: a setting is dropped as dominated when an accepted one
-// is faster by at least this factor at the lower end of the paired
-// speed-up's confidence interval.
+// DominanceMargin: a setting is dropped as dominated when one accepted or
+// on course to be (no answer changed so far) is faster by at least this
+// factor at the lower end of the paired speed-up's confidence interval.
 const DominanceMargin = 1.25
 
 // SearchRun is the header of search.jsonl: what must match for a resume
@@ -388,8 +388,9 @@ func binOf(edges []float64, r float64) int {
 // searchCell races the grid over one bin's requests of one class. Each
 // setting runs request by request (the order rotating) until the
 // changed-answer test (s.Test) rejects it ("changes"), it can no longer be
-// accepted on the requests left ("bound"), a faster accepted setting
-// leaves it behind ("dominated"), or the budget is spent ("budget"). A
+// accepted on the requests left ("bound"), a setting accepted or on course
+// to be leaves it behind beyond the noise ("dominated"), or the budget is
+// spent ("budget"). A
 // setting passes when the test accepted it and it lost at most MaxLoss
 // points of accuracy. The choice starts from none on the schedule and
 // walks the passing settings from the least approximation to the most
@@ -456,17 +457,18 @@ func (s *Searcher) searchCell(ctx context.Context, bin []ClassRequest,
 			continue
 		}
 		rest := n - i - 1
-		var lead *race // the fastest accepted setting
+		var lead *race // the fastest setting accepted or on course to be (no answer changed yet)
 		for _, t := range ts {
 			if t.stopped != "" {
 				continue
 			}
+			onCourse := t.decision == Accepted || t.equal == t.n
 			switch {
 			case t.decision == Rejected:
 				t.stopped = "changes"
 			case t.decision == Undecided && s.Test.Decide(t.n+rest, t.n-t.equal) != Accepted:
 				t.stopped = "bound" // not accepted even if every request left agrees
-			case t.decision == Accepted && t.loss() <= s.MaxLoss && (lead == nil || t.speedUp() > lead.speedUp()):
+			case onCourse && t.loss() <= s.MaxLoss && (lead == nil || t.speedUp() > lead.speedUp()):
 				lead = t
 			}
 		}

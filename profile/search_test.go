@@ -55,10 +55,10 @@ func TestSearchCellPicksTheFastestThatHolds(t *testing.T) {
 	for _, p := range ch.Tried {
 		stopped[p.Setting.String()] = p.Stopped + "/" + p.Decision
 	}
-	if stopped["block@threshold:0.9"] != "changes/rejected" || stopped["d2cache@schedule"] != "dominated/accepted" || stopped["none@threshold:0.9"] != "/accepted" {
+	if stopped["block@threshold:0.9"] != "changes/rejected" || stopped["d2cache@schedule"] != "dominated/undecided" || stopped["none@threshold:0.9"] != "/accepted" {
 		t.Errorf("stops: %v", stopped)
 	}
-	if runs["block@threshold:0.9"] > 4 || runs["d2cache@schedule"] >= n || runs[""] != n {
+	if runs["block@threshold:0.9"] > 4 || runs["d2cache@schedule"] > n/4+1 || runs[""] != n {
 		t.Errorf("runs: %v (the losing settings should stop early)", runs)
 	}
 	if len(ch.Front) != 1 || ch.Front[0].Setting.String() != "none@threshold:0.9" {
