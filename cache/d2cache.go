@@ -46,12 +46,15 @@ var d2Grid = []GridPoint{{Decoders: []string{"schedule", "threshold:0.9"}}}
 // density of decoded tokens around it (σ), searched from the current block
 // up to the block boundary that holds k masked slots, the current block
 // first —, (2) the tokens the last step decoded, whose K/V were computed as
-// masks, and (3) the fewest remaining rows whose attention-rollout
+// masks, and (3) the remaining rows of highest attention-rollout
 // importance (the column sums of the last step's rollout through every
-// layer) reaches fraction p of the rest's; every other row's K/V are the
-// last ones computed. Every masked slot of the current block is among (1),
-// since the decoder scores them all. P = 1 (or K ≥ the answer) recomputes
-// every row, as none.
+// layer) while their cumulative share of the rest's stays at or below p,
+// and at least the first; every other row's K/V are the last ones
+// computed. The decoder chooses among the current block's slots of (1),
+// the only masked slots whose logits the step computes (all of the
+// block's under guided decoding, which commits left to right). As in
+// d2Cache's code (src/cache/d2cache.py, nucleus_select). P = 1 (or K ≥ the
+// answer) recomputes every row, as none.
 type d2Cache struct{ base }
 
 func newD2Cache(o Options) (Method, error) {
@@ -85,6 +88,7 @@ type d2Planner struct {
 	importance []float64   // rollout column sums of the last step
 	layers     []attnLayer // this step's attention, layer by layer
 	decoded    []int32     // the last step's commits
+	cand       []int32     // this step's candidates: the current block's slots of (1)
 }
 
 func (p *d2Planner) Begin(r *model.Request) error {
@@ -126,7 +130,10 @@ func (p *d2Planner) selectRows(s *model.Step) []int32 {
 		}
 	}
 	sel := make(map[int32]bool)
-	// (1) the k masked slots of highest certainty prior, in the window.
+	p.cand = p.cand[:0]
+	// (1) the k masked slots of highest certainty prior, in the window
+	// (d2Cache's top k): those of the current block are the step's
+	// candidates. Under guided decoding every masked slot of the block is.
 	if len(masked) > 0 {
 		bl := s.BlockEnd - s.BlockStart
 		end := G - 1
@@ -153,16 +160,23 @@ func (p *d2Planner) selectRows(s *model.Step) []int32 {
 		}
 		sort.SliceStable(win, func(a, b int) bool { return score[win[a]] > score[win[b]] })
 		for j, i := range win {
-			if j < p.o.K || i < be {
+			if j < p.o.K || s.Whole && i < be {
 				sel[int32(P+i)] = true
+				if i < be {
+					p.cand = append(p.cand, int32(P+i))
+				}
 			}
 		}
+		slices.Sort(p.cand)
 	}
 	// (2) the tokens the last step decoded.
 	for _, pos := range p.decoded {
 		sel[pos] = true
 	}
-	// (3) the fewest other rows holding fraction P of their importance.
+	// (3) the rows of highest importance among the others while their
+	// cumulative share of the others' importance stays at or below P, and
+	// at least the first (d2Cache's nucleus selection, min_k 1); P 0
+	// selects none, P 1 all.
 	var rest []int32
 	var total float64
 	for pos := range p.n {
@@ -174,14 +188,14 @@ func (p *d2Planner) selectRows(s *model.Step) []int32 {
 	sort.SliceStable(rest, func(a, b int) bool { return p.importance[rest[a]] > p.importance[rest[b]] })
 	var acc float64
 	for j, pos := range rest {
-		if j > 0 && acc >= p.o.P*total {
-			break
-		}
 		if p.o.P == 0 {
 			break
 		}
-		sel[pos] = true
 		acc += p.importance[pos]
+		if j > 0 && p.o.P < 1 && acc > p.o.P*total {
+			break
+		}
+		sel[pos] = true
 	}
 	rows := make([]int32, 0, len(sel))
 	for pos := range sel {
@@ -189,6 +203,16 @@ func (p *d2Planner) selectRows(s *model.Step) []int32 {
 	}
 	slices.Sort(rows)
 	return rows
+}
+
+// CandidateRows narrows the step's candidates to the masked slots of the
+// current block among the k selected (every one on the first step, which
+// computes all rows).
+func (p *d2Planner) CandidateRows(s *model.Step, _ []int32) []int32 {
+	if p.all {
+		return nil
+	}
+	return p.cand
 }
 
 func (p *d2Planner) WantsAttention(int) bool { return true }

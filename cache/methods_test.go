@@ -477,3 +477,52 @@ func TestTableMethodCheckedAgainstTheModel(t *testing.T) {
 		t.Errorf("a table the model can serve: %v", err)
 	}
 }
+
+// d2Cache recomputes exactly the k masked slots of highest certainty prior
+// per step, whatever the block length — not every masked slot of the
+// current block — and the decoder chooses among them.
+func TestD2CacheTopK(t *testing.T) {
+	m := loadTiny(t)
+	L := len(m.Blocks)
+	ids, pl := request(t, m, 1)
+	n := len(ids) + 16
+	d := DefaultOptions()
+	d.D2.K, d.D2.P = 4, 0
+	oneBlock := model.GenOptions{GenLength: 16, Steps: 8}
+	// Step 0 all rows; steps 1–6 the 4 selected and the 2 just decoded;
+	// step 7 the last 2 masked and the 2 just decoded.
+	g, _ := generate(t, m, mk(t, "d2cache", d), ids, pl, oneBlock)
+	if want := L * (n + 6*6 + 4); g.RowsComputed != want {
+		t.Errorf("d2cache k 4, p 0: %d rows, want %d (every masked slot of the block: %d)", g.RowsComputed, want, L*(n+70))
+	}
+}
+
+// d2Cache's rollout selection keeps the rows of highest importance while
+// their cumulative share stays at or below p, and at least the first: not
+// the row that crosses p.
+func TestD2CacheNucleus(t *testing.T) {
+	const n = 6
+	mask := int32(99)
+	canvas := []int32{1, 2, 3, 4, mask, mask}
+	for _, tc := range []struct {
+		p    float64
+		want []int32
+	}{
+		{0, []int32{4}},
+		{0.3, []int32{0, 4}},        // 0.5 alone crosses 0.3: the first is kept anyway
+		{0.6, []int32{0, 4}},        // 0.5 ≤ 0.6, 0.8 > 0.6
+		{0.8, []int32{0, 1, 4}},     // 0.8 ≤ 0.8
+		{0.95, []int32{0, 1, 2, 4}}, // 0.9 ≤ 0.95, 1.0 > 0.95
+		{1, []int32{0, 1, 2, 3, 4, 5}},
+	} {
+		p := &d2Planner{o: D2Options{K: 1, P: tc.p, Sigma: 10}, mask: mask, n: n, P: 4,
+			conf: []float64{0, 0, 0, 0, 0.9, 0.1}, importance: []float64{0.5, 0.3, 0.1, 0.1, 0, 0}}
+		s := &model.Step{Index: 1, BlockStart: 4, BlockEnd: 6, Canvas: canvas, PromptLen: 4, Len: n}
+		if got := p.selectRows(s); !slices.Equal(got, tc.want) {
+			t.Errorf("p %g: rows %v, want %v", tc.p, got, tc.want)
+		}
+		if got := p.cand; !slices.Equal(got, []int32{4}) {
+			t.Errorf("p %g: candidates %v, want [4] (k 1)", tc.p, got)
+		}
+	}
+}

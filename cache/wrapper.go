@@ -135,6 +135,15 @@ func (p *shallow) Candidates(s *model.Step, c *model.Candidates) {
 	}
 }
 
+// CandidateRows passes on an inner planner's narrowing of a step's
+// candidates (d2Cache's top k).
+func (p *shallow) CandidateRows(s *model.Step, masked []int32) []int32 {
+	if cn, ok := p.inner.(model.CandidateNarrower); ok {
+		return cn.CandidateRows(s, masked)
+	}
+	return nil
+}
+
 func (p *shallow) Plan(s *model.Step) model.Plan {
 	p.ip = nil
 	if p.inner != nil {

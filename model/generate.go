@@ -314,6 +314,10 @@ type Step struct {
 	// block-causal model the canvas up to the current block's end (later
 	// positions cannot reach it).
 	Len int
+	// Whole says the decoder scores every masked slot of the block
+	// (guided decoding commits left to right): a CandidateNarrower's plan
+	// computes them all and CandidateRows is not asked.
+	Whole bool
 }
 
 // Request describes a generation to a Planner before its first step.
@@ -524,6 +528,11 @@ func (m *LLaDA) proposeStep(s *Step, o GenOptions, mask int32, planner Planner, 
 	var plan Plan
 	if planner != nil {
 		plan = planner.Plan(s)
+	}
+	if cn, ok := planner.(CandidateNarrower); ok && !s.Whole {
+		if r := cn.CandidateRows(s, rows); len(r) > 0 {
+			rows = r
+		}
 	}
 	forward := o.Forward
 	if forward == nil {

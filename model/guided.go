@@ -189,7 +189,7 @@ func (m *LLaDA) generateGuided(ctx context.Context, prompt []int32, prefixLen in
 				return nil, err
 			}
 			st := &Step{Index: g.Steps, Block: blk, BlockStep: i, BlockStart: bs, BlockEnd: be, Canvas: canvas,
-				PromptLen: len(prompt), Positions: pos, Len: n}
+				PromptLen: len(prompt), Positions: pos, Len: n, Whole: true}
 			t0 := time.Now()
 			c, err := m.proposeStep(st, o, mask, planner, rng, g)
 			g.Guide.DLMTime += time.Since(t0)
