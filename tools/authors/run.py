@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+"""Runs a caching method's public reference implementation, its authors' own code, on the
+bundled weights (models/llada-tiny) on CPU and records the generated tokens and forward
+counts as a fixture for cache/authors_test.go.
+
+    git clone https://github.com/ML-GSAI/LLaDA /tmp/LLaDA            # once, by hand
+    git clone https://github.com/NVlabs/Fast-dLLM /tmp/Fast-dLLM
+    go run tools/authors/prompts.go -limit 4 > /tmp/prompts.json   # 4 held-out samples a suite
+    /usr/bin/python3 tools/authors/run.py llada --src /tmp/LLaDA --prompts /tmp/prompts.json \\
+        --out cache/testdata/authors/llada.json
+    /usr/bin/python3 tools/authors/run.py fastdllm-threshold --src /tmp/Fast-dLLM ...
+    /usr/bin/python3 tools/authors/run.py fastdllm-dual --src /tmp/Fast-dLLM ...
+
+Nothing is fetched here and nothing of the authors' code is copied: --src is a checkout of
+their repository, its file imported as it is. The parts of `transformers` they import at
+module level (AutoModel, AutoTokenizer) are empty stand-ins (and torch.topk takes a
+one-element tensor as k, as torch 2's does, for Debian's torch 1.13), and Fast-dLLM's own
+`model.modeling_llada` too: their sampling functions need only a model callable returning
+.logits (and, for the dual cache, past_key_values and replace_position), which tools/pyllada
+(the bundled architecture in PyTorch, float64 here) provides. Each method runs in its
+authors' default settings (the methods table below: LLaDA's generate.py main(); Fast-dLLM's
+eval_gsm8k.sh, block 32, threshold 0.9) with the bundled model's answer length (128).
+"""
+import argparse
+import datetime
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import types
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+import torch  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+from pyllada.model import from_pretrained, rope_cos_sin, apply_rope, attend  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+# method -> the authors' repository, file, function and keyword arguments (their defaults).
+METHODS = {
+    "llada": dict(repo="https://github.com/ML-GSAI/LLaDA", file="generate.py", func="generate",
+                  kw=dict(steps=128, gen_length=128, block_length=32, temperature=0.0, cfg_scale=0.0,
+                          remasking="low_confidence"),
+                  note="generate.py main(): steps 128, gen_length 128, block_length 32, low_confidence"),
+    "fastdllm-threshold": dict(repo="https://github.com/NVlabs/Fast-dLLM", file="llada/generate.py", func="generate",
+                               kw=dict(steps=4, gen_length=128, block_length=32, temperature=0.0,
+                                       remasking="low_confidence", threshold=0.9),
+                               note="llada/eval_gsm8k.sh: block_length 32, steps gen_length/block_length, threshold 0.9"),
+    "fastdllm-dual": dict(repo="https://github.com/NVlabs/Fast-dLLM", file="llada/generate.py",
+                          func="generate_with_dual_cache",
+                          kw=dict(steps=4, gen_length=128, block_length=32, temperature=0.0,
+                                  remasking="low_confidence", threshold=0.9),
+                          note="llada/eval_gsm8k.sh: use_cache, dual_cache, block_length 32, threshold 0.9"),
+}
+
+
+class Model:
+    """The model callable the authors' sampling functions call: ids [1, n] -> .logits
+    [1, n, V]; with use_cache the per-layer (k, v) [1, KH, n, hd] (after RoPE) as
+    past_key_values; with past_key_values and replace_position (Fast-dLLM's dual cache) the
+    rows of replace_position computed over the cached K/V of the others. It counts forwards,
+    and the block forwards fed a block with no mask left (idle)."""
+
+    def __init__(self, m):
+        self.m, self.device, self.calls, self.idle = m, torch.device("cpu"), 0, 0
+        self.mask = m.config.mask_token_id
+
+    def __call__(self, x, attention_mask=None, past_key_values=None, use_cache=False, replace_position=None, **kw):
+        self.calls += 1
+        m, c = self.m, self.m.config
+        if past_key_values is None:
+            logits, st = m(x, return_states=True)
+            pkv = None
+            if use_cache:
+                B, n = x.shape
+                H, hd = c.n_kv_heads, c.head_dim
+                pkv = [(k.view(B, n, H, hd).transpose(1, 2).clone(), v.view(B, n, H, hd).transpose(1, 2).clone())
+                       for k, v in zip(st["k"], st["v"])]
+            return types.SimpleNamespace(logits=logits, past_key_values=pkv)
+        if replace_position is None:
+            raise NotImplementedError("only the dual cache's replace_position is stood in for")
+        pos = replace_position[0].nonzero(as_tuple=True)[0]
+        if not bool((x == self.mask).any()):
+            self.idle += 1  # a block forward with nothing left to decode
+        B, n = x.shape
+        H, KH, hd = c.n_heads, c.n_kv_heads, c.head_dim
+        h = m.wte(x)
+        cos, sin = rope_cos_sin(pos[None], hd, c.rope_theta, h.dtype)
+        for blk, (K, V) in zip(m.blocks, past_key_values):
+            a = blk.attn_norm(h)
+            q = apply_rope(blk.q_proj(a).view(B, n, H, hd).transpose(1, 2), cos, sin)
+            k = apply_rope(blk.k_proj(a).view(B, n, KH, hd).transpose(1, 2), cos, sin)
+            v = blk.v_proj(a).view(B, n, KH, hd).transpose(1, 2)
+            K[:, :, pos], V[:, :, pos] = k, v  # in place, as their attention does
+            h = h + blk.attn_out(attend(q, K, V, None))
+            f = blk.ff_norm(h)
+            h = h + blk.ff_out(F.silu(blk.ff_proj(f)) * blk.up_proj(f))
+        return types.SimpleNamespace(logits=m.head(h), past_key_values=past_key_values)
+
+
+def stand_ins():
+    """Empty modules for what the authors' files import at module level and never call."""
+    tr = types.ModuleType("transformers")
+    tr.AutoTokenizer = tr.AutoModel = object
+    sys.modules["transformers"] = tr
+    pkg = types.ModuleType("model")
+    pkg.__path__ = []
+    ml = types.ModuleType("model.modeling_llada")
+    ml.LLaDAModelLM = object
+    sys.modules["model"], sys.modules["model.modeling_llada"] = pkg, ml
+
+
+def newer_torch():
+    """torch.topk taking a one-element tensor as k, as torch 2 does (Fast-dLLM passes one);
+    Debian's torch 1.13 wants an int."""
+    topk = torch.topk
+
+    def shim(input, k, *args, **kw):
+        return topk(input, int(k), *args, **kw)
+    torch.topk = shim
+
+
+def load(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def git(src, *args):
+    try:
+        return subprocess.run(["git", "-C", src, *args], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("method", choices=sorted(METHODS))
+    ap.add_argument("--src", required=True, help="a checkout of the authors' repository")
+    ap.add_argument("--commit", default="", help="the checkout's commit, where --src is no git work tree")
+    ap.add_argument("--prompts", required=True, help="tools/authors/prompts.go's output")
+    ap.add_argument("--model", default=os.path.join(ROOT, "models", "llada-tiny"))
+    ap.add_argument("--out", default="-")
+    a = ap.parse_args()
+    spec = METHODS[a.method]
+    torch.set_num_threads(1)
+    stand_ins()
+    newer_torch()
+    mod = load(os.path.join(a.src, spec["file"]), "authors_" + a.method.replace("-", "_"))
+    fn = getattr(mod, spec["func"])
+    m = from_pretrained(a.model, dtype=torch.float64)
+    mask, eos = m.config.mask_token_id, m.config.eos_token_id
+    cases = []
+    for p in json.load(open(a.prompts)):
+        model = Model(m)
+        prompt = torch.tensor([p["prompt_ids"]])
+        out = fn(model, prompt, mask_id=mask, **spec["kw"])
+        x, nfe = (out if isinstance(out, tuple) else (out, None))
+        cases.append({"suite": p["suite"], "id": p["id"], "prompt_ids": p["prompt_ids"], "prefix_len": p["prefix_len"],
+                      "answer_ids": x[0, prompt.shape[1]:].tolist(), "nfe": model.calls, "nfe_idle": model.idle,
+                      "nfe_reported": nfe if nfe is not None else model.calls})
+        print(f"{p['id']}: {model.calls} forwards", file=sys.stderr)
+    commit = a.commit or git(a.src, "rev-parse", "HEAD")
+    res = {"method": a.method,
+           "provenance": {"repository": spec["repo"], "commit": commit,
+                          "commit_date": git(a.src, "log", "-1", "--format=%cI"),
+                          "file": spec["file"], "function": spec["func"],
+                          "run": datetime.date.today().isoformat(),
+                          "settings_from": spec["note"]},
+           "settings": spec["kw"], "model": "models/llada-tiny", "mask_id": mask, "eos_id": eos,
+           "reference_dtype": "float64", "cases": cases}
+    s = json.dumps(res, indent=1)
+    if a.out == "-":
+        print(s)
+    else:
+        with open(a.out, "w") as f:
+            f.write(s + "\n")
+        print(f"{len(cases)} cases -> {a.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
