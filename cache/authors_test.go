@@ -95,8 +95,14 @@ func TestAuthorsReferenceTokens(t *testing.T) {
 				t.Errorf("%s: %d cases, want at least 20", path, len(f.Cases))
 			}
 			meth, gen, wantNFE := authorsMethod(t, &f)
+			cases := f.Cases
+			if raceDetector && f.Method == "llada" {
+				// 128 full forwards a request: under the race detector
+				// the first of each suite (the plain test runs all).
+				cases = cases[:min(5, len(cases))]
+			}
 			same, nfe, ref := 0, 0, 0
-			for _, c := range f.Cases {
+			for _, c := range cases {
 				res, err := Run(context.Background(), m.LLaDA, meth, Request{Prompt: c.PromptIDs, PrefixLen: c.PrefixLen}, gen)
 				if err != nil {
 					t.Fatalf("%s: %v", c.ID, err)
@@ -115,7 +121,7 @@ func TestAuthorsReferenceTokens(t *testing.T) {
 			}
 			t.Logf("%s (%s %s, %s): %d of %d answers identical; forwards %d (dlmcache %s) against %d", f.Method,
 				f.Provenance.Repository, f.Provenance.Commit[:min(12, len(f.Provenance.Commit))], f.Provenance.File,
-				same, len(f.Cases), nfe, meth.Name(), ref)
+				same, len(cases), nfe, meth.Name(), ref)
 		})
 	}
 }
