@@ -86,3 +86,27 @@ func TestTableSettingsRefuseTheGuidedDecoder(t *testing.T) {
 		t.Errorf("guided setting: %v", err)
 	}
 }
+
+// d2Cache's top k below the block's masked slots under the guided
+// decoder, which commits left to right: every masked slot of the block is
+// still scored (model.Step.Whole), and the answer is the guide's greedy
+// one.
+func TestD2CacheTopKUnderTheGuidedDecoder(t *testing.T) {
+	m, guide := testmodel.Shared(t, "tiny-llada-moe"), testmodel.Shared(t, "tiny-llama")
+	ids, pl := request(t, m, 1)
+	gen := model.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8, Guide: guide.LLaDA}
+	ar, err := guide.Generate(context.Background(), ids, 0, model.GenOptions{GenLength: 16}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := DefaultOptions()
+	o.D2.K = 2
+	o.Decoding = model.Decoding{Kind: model.DecodeGuided}
+	res, err := Run(context.Background(), m.LLaDA, mk(t, "d2cache", o), Request{Prompt: ids, PrefixLen: pl}, gen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(res.Answer, ar.Answer) {
+		t.Errorf("d2cache@guided, k 2: %v, the guide's greedy answer %v", res.Answer, ar.Answer)
+	}
+}
