@@ -356,3 +356,36 @@ func TestGGUFQuantKeptQuantized(t *testing.T) {
 		}
 	}
 }
+
+// TestGGUFWritesEmptyMerges: a checkpoint whose byte-level tokenizer has
+// no merges (a random one's, as tools/benchckpt writes) converts to a
+// file with tokenizer.ggml.merges, an empty array: llama.cpp refuses a
+// "gpt2" tokenizer without the key. The file loads back.
+func TestGGUFWritesEmptyMerges(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "m")
+	c := Config{DModel: 64, NLayers: 1, NHeads: 4, NKVHeads: 4, MLPHiddenSize: 96, VocabSize: 300, RopeTheta: 10000, RMSNormEps: 1e-5}
+	if err := WriteRandom(dir, c, 3, safetensors.F32); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "m.gguf")
+	if _, err := ToGGUF(dir, p, gguf.F16); err != nil {
+		t.Fatal(err)
+	}
+	f, err := gguf.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	x, ok := f.Get(gguf.KeyTokMerges)
+	if !ok {
+		t.Fatalf("no %s written", gguf.KeyTokMerges)
+	}
+	if s, ok := x.Strings(); !ok || x.Elem != gguf.TypeString || len(s) != 0 {
+		t.Errorf("%s is %v, want an empty array of strings", gguf.KeyTokMerges, x)
+	}
+	m, err := Load(p, cpu.New(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
+}

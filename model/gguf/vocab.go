@@ -165,9 +165,14 @@ func (v *Vocab) KV() []KV {
 		{KeyTokTokens, Strings(v.Tokens)},
 		{KeyTokTypes, Int32s(v.Types)},
 	}
-	if len(v.Merges) > 0 {
-		kv = append(kv, KV{KeyTokMerges, Strings(v.Merges)})
+	// Always written, an empty array when there are none: llama.cpp
+	// refuses a "gpt2" tokenizer without the key ("cannot find tokenizer
+	// merges in model file").
+	merges := v.Merges
+	if merges == nil {
+		merges = []string{}
 	}
+	kv = append(kv, KV{KeyTokMerges, Strings(merges)})
 	for _, s := range []struct {
 		key string
 		id  int
@@ -186,6 +191,39 @@ func (v *Vocab) KV() []KV {
 		kv = append(kv, KV{KeyChatTemplate, String(v.ChatTemplate)})
 	}
 	return kv
+}
+
+// llamaMerges turns GGUF merges into tokenizer.json's by llama.cpp's
+// loader rules (llama-vocab.cpp): an entry splits at its first space
+// after the first byte (the first token may begin with a space, the
+// second holds the rest, spaces and all); an entry with no such space
+// ("" — what a llama.cpp-side writer puts in a file without merges — or
+// a single token) is the pair ("", ""), which no pair of symbols
+// matches, and is left out; a repeated pair keeps its first rank (a
+// std::map emplace), where a tokenizer.json's takes its last, so later
+// repeats are left out too. Ranks keep their order. A pair whose tokens
+// hold no space stays an "a b" string, the others become ["a", "b"].
+func llamaMerges(merges []string) []any {
+	out := make([]any, 0, len(merges))
+	seen := make(map[[2]string]bool, len(merges))
+	for _, m := range merges {
+		i := strings.IndexByte(m[min(1, len(m)):], ' ')
+		if i < 0 {
+			continue
+		}
+		i += min(1, len(m))
+		p := [2]string{m[:i], m[i+1:]}
+		if seen[p] {
+			continue
+		}
+		seen[p] = true
+		if strings.Contains(p[0], " ") || strings.Contains(p[1], " ") {
+			out = append(out, []string{p[0], p[1]})
+		} else {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // hfAdded is an added_tokens entry of a tokenizer.json.
@@ -240,10 +278,7 @@ func (v *Vocab) TokenizerJSON() (tokenizerJSON, configJSON []byte, err error) {
 	if v.UNK >= 0 {
 		unk = v.Tokens[v.UNK]
 	}
-	merges := v.Merges
-	if merges == nil {
-		merges = []string{}
-	}
+	merges := llamaMerges(v.Merges)
 	byteLevel := map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true}
 	tok := map[string]any{
 		"version":        "1.0",
