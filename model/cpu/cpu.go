@@ -22,16 +22,19 @@ import (
 // some rows or columns of another one without a copy.
 //
 // A BF16 weight (see Weight) is one other form: its values are bfloat16s
-// in bf16, laid out the same way, and data is nil. A quantized weight
-// (WeightQuant: Q8_0, Q4_0) is the last: ggml's blocks in q, each row
-// qStride bytes, data nil. Only MatMul (as w), Embed (as the table), ToHost, Free and the
-// row views take those; every other operation panics on them.
+// in bf16, laid out the same way, and data is nil; an F16 weight likewise
+// holds IEEE halves in f16. A quantized weight (WeightQuant: Q8_0, Q4_0)
+// is the last: ggml's blocks in q, each row qStride bytes, data nil. Only
+// MatMul (as w), Embed (as the table), ToHost, Free and the row views
+// take those; every other operation panics on them.
 type Tensor struct {
 	rows, cols, stride int
 	data               []float32
 	// bf16 holds a BF16 weight's values, usually the checkpoint's
 	// memory-mapped bytes in place (then also readOnly).
 	bf16 []uint16
+	// f16 holds an F16 weight's values (IEEE binary16), as bf16 does.
+	f16 []uint16
 	// q holds a quantized weight's blocks (qType's, per 32 values),
 	// usually the GGUF file's memory-mapped bytes; row i starts at
 	// i·qStride.
@@ -77,6 +80,9 @@ func (t *Tensor) Data() []float32 { return t.data }
 // BF16 reports whether t is a BF16 weight (values kept as bfloat16).
 func (t *Tensor) BF16() bool { return t.bf16 != nil }
 
+// F16 reports whether t is an F16 weight (values kept as IEEE halves).
+func (t *Tensor) F16() bool { return t.f16 != nil }
+
 // Row returns row i as a slice of length Cols().
 func (t *Tensor) Row(i int) []float32 { return t.data[i*t.stride : i*t.stride+t.cols] }
 
@@ -94,6 +100,9 @@ func (t *Tensor) String() string {
 	}
 	if t.bf16 != nil {
 		return fmt.Sprintf("cpu.Tensor[%d, %d] BF16", t.rows, t.cols)
+	}
+	if t.f16 != nil {
+		return fmt.Sprintf("cpu.Tensor[%d, %d] F16", t.rows, t.cols)
 	}
 	return fmt.Sprintf("cpu.Tensor[%d, %d]", t.rows, t.cols)
 }
@@ -136,6 +145,9 @@ type settings struct {
 	// decodeBF16 converts BF16 weights to float32 at load instead of
 	// keeping them (Options.DecodeBF16).
 	decodeBF16 bool
+	// decodeF16 converts F16 weights to float32 at load instead of
+	// keeping them (Options.DecodeF16).
+	decodeF16 bool
 	// gemmPick: which products run on oneDNN (Options.GEMM).
 	gemmPick
 	gemmDesc string
@@ -163,11 +175,14 @@ type settings struct {
 type Options struct {
 	// Threads is the number of cores to use (≤ 0: all of runtime.NumCPU()).
 	Threads int
-	// DecodeBF16 converts BF16 weights to float32 at load, as F16 ones
-	// are: twice the memory, and products that skip the per-product
-	// decoding. By default BF16 weights stay BF16, in place in the
-	// checkpoint's memory map.
+	// DecodeBF16 converts BF16 weights to float32 at load: twice the
+	// memory, and products that skip the per-product decoding. By default
+	// BF16 weights stay BF16, in place in the checkpoint's memory map.
 	DecodeBF16 bool
+	// DecodeF16 converts F16 weights to float32 at load, as DecodeBF16
+	// does BF16 ones. By default F16 weight matrices stay F16, in place in
+	// the memory map, and products convert them a panel at a time.
+	DecodeF16 bool
 	// GEMM picks the library behind the matrix products ("" is
 	// GEMMAuto); see GEMMLib.
 	GEMM GEMMLib
@@ -272,6 +287,10 @@ const WeightsEnv = "DLMCACHE_CPU_WEIGHTS"
 // Options.DecodeBF16, "bf16" or unset keeps BF16 weights as BF16.
 const BF16Env = "DLMCACHE_CPU_BF16"
 
+// F16Env is the environment variable New reads: "f32" sets
+// Options.DecodeF16, "f16" or unset keeps F16 weights as F16.
+const F16Env = "DLMCACHE_CPU_F16"
+
 var (
 	_ backend.Backend  = (*Backend)(nil)
 	_ backend.Threaded = (*Backend)(nil)
@@ -296,7 +315,8 @@ func New(threads int) *Backend {
 // bench_test.go. Every Backend of a process shares that setting.
 //
 // $DLMCACHE_CPU_BF16 (BF16Env) picks how BF16 weights are held: "bf16"
-// (or unset) keeps them, "f32" converts them at load. $DLMCACHE_CPU_GEMM
+// (or unset) keeps them, "f32" converts them at load; $DLMCACHE_CPU_F16
+// (F16Env) likewise for F16 weights ("f16" or "f32"). $DLMCACHE_CPU_GEMM
 // (GEMMEnv) picks the GEMM library (ParseGEMM). Other values, and
 // "onednn" where oneDNN cannot be used, are errors.
 func NewFromEnv(threads int) (*Backend, error) {
@@ -306,6 +326,9 @@ func NewFromEnv(threads int) (*Backend, error) {
 	o := Options{Threads: threads}
 	var err error
 	if o.DecodeBF16, err = backend.EnvSwitch("cpu", BF16Env, "bf16", "f32"); err != nil {
+		return nil, err
+	}
+	if o.DecodeF16, err = backend.EnvSwitch("cpu", F16Env, "f16", "f32"); err != nil {
 		return nil, err
 	}
 	if o.GEMM, err = ParseGEMM(os.Getenv(GEMMEnv)); err != nil {
@@ -364,7 +387,7 @@ func newBackend(o Options) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Backend{threads: threads, bufs: new(bufPool), settings: settings{split: true, decodeBF16: o.DecodeBF16, gemmPick: pick, gemmDesc: pick.desc,
+	b := &Backend{threads: threads, bufs: new(bufPool), settings: settings{split: true, decodeBF16: o.DecodeBF16, decodeF16: o.DecodeF16, gemmPick: pick, gemmDesc: pick.desc,
 		packWeights: o.PackWeights && pick.dnnl, quantISA: quantISA}}
 	if qi == QuantF32 {
 		b.quantISA = -1
@@ -411,10 +434,12 @@ func (b *Backend) WithThreads(n int) backend.Backend {
 
 // Weight makes a [rows, cols] tensor from little-endian checkpoint bytes.
 // F32 bytes that are 4-byte aligned are used in place (the result is
-// read-only and keeps raw alive). BF16 matrices stay BF16 (a BF16 Tensor),
-// in place when 2-byte aligned, else copied; BF16 vectors ([1, d], the
-// norm weights), F16, and BF16 under Options.DecodeBF16 are converted to a
-// new float32 matrix.
+// read-only and keeps raw alive). BF16 and F16 matrices stay 16-bit (a
+// BF16 or F16 Tensor), in place when 2-byte aligned, else copied; vectors
+// ([1, d], the norm weights), BF16 under Options.DecodeBF16 and F16
+// under Options.DecodeF16 are converted to a new float32 matrix. An F16
+// matrix the panel kernel takes (at most panelMaxK columns, where the
+// backend uses it) is also laid out for it, as an F32 one is.
 func (b *Backend) Weight(dtype backend.DType, rows, cols int, raw []byte) (backend.Tensor, error) {
 	if rows < 0 || cols < 0 {
 		return nil, fmt.Errorf("cpu: weight shape [%d, %d] is negative", rows, cols)
@@ -448,8 +473,29 @@ func (b *Backend) Weight(dtype backend.DType, rows, cols int, raw []byte) (backe
 			b.pack(t, false, unsafe.Pointer(&t.data[0]))
 		}
 	case backend.F16:
+		if uintptr(unsafe.Pointer(&raw[0]))%2 == 0 && littleEndian {
+			t.f16 = unsafe.Slice((*uint16)(unsafe.Pointer(&raw[0])), n)
+			t.readOnly = true
+		} else {
+			t.f16 = make([]uint16, n)
+			for i := range t.f16 {
+				t.f16[i] = binary.LittleEndian.Uint16(raw[2*i:])
+			}
+		}
+		if rows > 1 && !b.decodeF16 {
+			if b.panel && cols <= panelMaxK {
+				// The panel kernel's layout, from a float32 copy dropped
+				// after.
+				f := make([]float32, n)
+				b.parallel(rows, rowGrain(cols), func(lo, hi int) { f16Rows(f[lo*cols:], t, lo, hi) })
+				t.panels = panelPack(f, cols, rows, cols)
+				b.panelBytes.Add(int64(4 * len(t.panels)))
+			}
+			return t, nil
+		}
 		t.data = make([]float32, n)
-		b.parallel(n, 1<<16, func(lo, hi int) { decodeF16(t.data[lo:hi], raw[2*lo:2*hi]) })
+		b.parallel(rows, rowGrain(cols), func(lo, hi int) { f16Rows(t.data[lo*cols:], t, lo, hi) })
+		t.f16, t.readOnly = nil, false
 	case backend.BF16:
 		if uintptr(unsafe.Pointer(&raw[0]))%2 == 0 && littleEndian {
 			t.bf16 = unsafe.Slice((*uint16)(unsafe.Pointer(&raw[0])), n)
@@ -564,14 +610,18 @@ func (b *Backend) FromHost(rows, cols int, data []float32) backend.Tensor {
 	return &Tensor{rows: rows, cols: cols, stride: cols, data: d}
 }
 
-// ToHost copies t into dst (allocated when nil) and returns it; a BF16
-// weight is converted (exactly).
+// ToHost copies t into dst (allocated when nil) and returns it; a BF16 or
+// F16 weight is converted (exactly).
 func (b *Backend) ToHost(t backend.Tensor, dst []float32) []float32 {
 	x := anyTensor(t, "ToHost")
 	dst, err := backend.HostDst(x, dst)
 	checked(err)
 	if x.bf16 != nil {
 		b.parallel(x.rows, rowGrain(x.cols), func(lo, hi int) { bf16Rows(dst[lo*x.cols:], x, lo, hi) })
+		return dst
+	}
+	if x.f16 != nil {
+		b.parallel(x.rows, rowGrain(x.cols), func(lo, hi int) { f16Rows(dst[lo*x.cols:], x, lo, hi) })
 		return dst
 	}
 	if x.q != nil {
@@ -599,12 +649,12 @@ func (b *Backend) Free(t backend.Tensor) {
 		b.bufs.put(x.data)
 		x.pooled = false
 	}
-	x.data, x.bf16, x.q = nil, nil, nil
+	x.data, x.bf16, x.f16, x.q, x.panels = nil, nil, nil, nil, nil
 	x.rows, x.cols, x.stride = 0, 0, 0
 }
 
 // RowView returns rows [lo, hi) of t as a tensor sharing its storage (a
-// BF16 weight's view is a BF16 weight).
+// BF16 or F16 weight's view is a BF16 or F16 weight).
 func (b *Backend) RowView(t backend.Tensor, lo, hi int) *Tensor {
 	x := anyTensor(t, "RowView")
 	if lo < 0 || hi < lo || hi > x.rows {
@@ -617,6 +667,8 @@ func (b *Backend) RowView(t backend.Tensor, lo, hi int) *Tensor {
 			v.q = x.q[lo*x.qStride:]
 		} else if x.bf16 != nil {
 			v.bf16 = x.bf16[lo*x.stride:]
+		} else if x.f16 != nil {
+			v.f16 = x.f16[lo*x.stride:]
 		} else {
 			v.data = x.data[lo*x.stride:]
 		}
@@ -631,7 +683,7 @@ func (b *Backend) ViewRows(t backend.Tensor, lo, hi int) backend.Tensor { return
 func (b *Backend) ViewCols(t backend.Tensor, lo, hi int) backend.Tensor { return b.ColView(t, lo, hi) }
 
 // ColView returns columns [lo, hi) of t as a tensor sharing its storage (a
-// BF16 weight's view is a BF16 weight).
+// BF16 or F16 weight's view is a BF16 or F16 weight).
 func (b *Backend) ColView(t backend.Tensor, lo, hi int) *Tensor {
 	x := anyTensor(t, "ColView")
 	if x.q != nil {
@@ -644,6 +696,8 @@ func (b *Backend) ColView(t backend.Tensor, lo, hi int) *Tensor {
 	if x.rows > 0 && hi > lo {
 		if x.bf16 != nil {
 			v.bf16 = x.bf16[lo:]
+		} else if x.f16 != nil {
+			v.f16 = x.f16[lo:]
 		} else {
 			v.data = x.data[lo:]
 		}
@@ -655,19 +709,19 @@ func (b *Backend) ColView(t backend.Tensor, lo, hi int) *Tensor {
 // reads its data, which a BF16 weight does not have.
 func tensor(t backend.Tensor, op string) *Tensor {
 	x := anyTensor(t, op)
-	if x.bf16 != nil || x.q != nil {
-		panic(fmt.Sprintf("cpu: %s: %v is a BF16 or quantized weight, which only MatMul (as w), Embed (as the table), ToHost and the views take", op, x))
+	if x.bf16 != nil || x.f16 != nil || x.q != nil {
+		panic(fmt.Sprintf("cpu: %s: %v is a BF16, F16 or quantized weight, which only MatMul (as w), Embed (as the table), ToHost and the views take", op, x))
 	}
 	return x
 }
 
-// anyTensor asserts that t is a live CPU tensor, float32 or BF16.
+// anyTensor asserts that t is a live CPU tensor, float32 or a kept weight.
 func anyTensor(t backend.Tensor, op string) *Tensor {
 	x, ok := t.(*Tensor)
 	if !ok || x == nil {
 		panic(fmt.Sprintf("cpu: %s: tensor %T is not a cpu tensor", op, t))
 	}
-	if x.data == nil && x.bf16 == nil && x.q == nil && x.rows*x.cols != 0 {
+	if x.data == nil && x.bf16 == nil && x.f16 == nil && x.q == nil && x.rows*x.cols != 0 {
 		panic(fmt.Sprintf("cpu: %s: tensor used after Free", op))
 	}
 	return x

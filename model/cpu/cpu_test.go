@@ -634,9 +634,37 @@ func TestWeightDecodesF32BF16AndF16(t *testing.T) {
 	}
 }
 
+// TestF16AllValues converts every IEEE half, in rows of odd width and
+// stride (vector body and scalar tail), with the F16C and the plain C
+// loops: each value exactly, NaNs as NaNs (quieted by both alike).
 func TestF16AllValues(t *testing.T) {
+	const rows, cols, stride = 1<<16/37 + 1, 37, 41
+	w := &Tensor{rows: rows, cols: cols, stride: stride, f16: make([]uint16, rows*stride)}
 	for h := 0; h < 1<<16; h++ {
-		got := f16ToF32(uint16(h))
+		w.f16[h/cols*stride+h%cols] = uint16(h)
+	}
+	var first []float32
+	for _, useF16C := range []bool{true, false} {
+		all := make([]float32, rows*cols)
+		f16RowsWith(useF16C, all, w, 0, rows)
+		if first == nil {
+			first = all
+		}
+		for i := range all {
+			if math.Float32bits(all[i]) != math.Float32bits(first[i]) {
+				t.Fatalf("half %#04x: F16C and plain C differ: %#x, %#x", i, math.Float32bits(first[i]), math.Float32bits(all[i]))
+			}
+		}
+		testF16Values(t, all[:1<<16])
+	}
+	if !f16c {
+		t.Logf("SKIPPED: the F16C loop: this CPU (or %s=%s) has none; the plain C one ran twice", ISAEnv, isaCap)
+	}
+}
+
+func testF16Values(t *testing.T, vals []float32) {
+	for h := 0; h < 1<<16; h++ {
+		got := vals[h]
 		sign := 1.0
 		if h&0x8000 != 0 {
 			sign = -1

@@ -55,14 +55,14 @@ func invariantBackends(t *testing.T) []namedBackend {
 // threads compute it. A server runs a request's steps in batches of
 // varying composition; its answers must not depend on them. Each row of
 // products of 1 to 150 rows is held to the same row multiplied alone on
-// one thread, for F32, BF16, Q8_0 and Q4_0 weights of shapes where the
+// one thread, for F32, BF16, F16, Q8_0 and Q4_0 weights of shapes where the
 // libraries pick kernels by size (OpenBLAS's small-matrix kernels below
 // 100³ multiply-adds, oneDNN below dnnlMinFlops) and past them.
 func TestMatMulRowsInvariant(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	shapes := [][2]int{{128, 128}, {384, 128}, {64, 1024}, {128, 576}, {896, 896}, {1100, 640}}
 	rowCounts := []int{1, 2, 3, 7, 16, 40, 150}
-	kinds := []string{"F32", "BF16", "Q8_0", "Q4_0"}
+	kinds := []string{"F32", "BF16", "F16", "Q8_0", "Q4_0"}
 	backends := invariantBackends(t)
 	for _, sh := range shapes {
 		out, in := sh[0], sh[1]
@@ -75,6 +75,8 @@ func TestMatMulRowsInvariant(t *testing.T) {
 				raw = unsafe.Slice((*byte)(unsafe.Pointer(&wf[0])), 4*len(wf))
 			case "BF16":
 				raw = safetensors.F32ToBF16(wf)
+			case "F16":
+				raw = safetensors.F32ToF16(wf)
 			default:
 				raw, _ = quantWeight(t, rng, map[string]backend.QuantType{"Q8_0": backend.Q8_0, "Q4_0": backend.Q4_0}[kind], out, in)
 			}
@@ -86,6 +88,8 @@ func TestMatMulRowsInvariant(t *testing.T) {
 					w, err = b.Weight(backend.F32, out, in, raw)
 				case "BF16":
 					w, err = b.Weight(backend.BF16, out, in, raw)
+				case "F16":
+					w, err = b.Weight(backend.F16, out, in, raw)
 				case "Q8_0":
 					w, err = b.WeightQuant(backend.Q8_0, out, in, raw)
 				case "Q4_0":
@@ -98,7 +102,7 @@ func TestMatMulRowsInvariant(t *testing.T) {
 			}
 			for _, nb := range backends {
 				b := nb.b
-				if b.quantISA != quantISA && (kind == "F32" || kind == "BF16") {
+				if b.quantISA != quantISA && (kind == "F32" || kind == "BF16" || kind == "F16") {
 					continue // the int8 instruction sets matter to quantized weights only
 				}
 				w := weight(b)

@@ -72,6 +72,27 @@ func bf16RowsWith(useSIMD bool, dst []float32, w *Tensor, lo, hi int) {
 	C.dlmc_bf16_rows(cbool(useSIMD && simd), (*C.float)(unsafe.Pointer(&dst[0])), (*C.uint16_t)(unsafe.Pointer(&src[0])), C.long(hi-lo), C.long(w.cols), C.long(w.stride))
 }
 
+// f16c reports whether F16 weights are converted with F16C (vcvtph2ps):
+// where the AVX2 kernels run (not under DLMCACHE_CPU_ISA=generic) and the
+// CPU has F16C.
+var f16c = simd && C.dlmc_have_f16c() != 0
+
+// f16Rows converts rows [lo, hi) of the F16 weight w into dst, row after
+// row (len(dst) ≥ (hi−lo)·cols), exactly, in one cgo call: F16C where the
+// machine has it (f16c), else a plain C loop.
+func f16Rows(dst []float32, w *Tensor, lo, hi int) { f16RowsWith(f16c, dst, w, lo, hi) }
+
+// f16RowsWith is f16Rows with the F16C loop only when useF16C (and the
+// machine has it). For tests.
+func f16RowsWith(useF16C bool, dst []float32, w *Tensor, lo, hi int) {
+	if !rowsToDecode("f16Rows", dst, w, lo, hi) {
+		return
+	}
+	src := w.f16[lo*w.stride:]
+	_ = src[(hi-lo-1)*w.stride+w.cols-1]
+	C.dlmc_f16_rows(cbool(useF16C && f16c), (*C.float)(unsafe.Pointer(&dst[0])), (*C.uint16_t)(unsafe.Pointer(&src[0])), C.long(hi-lo), C.long(w.cols), C.long(w.stride))
+}
+
 // rowsToDecode reports whether rows [lo, hi) of w hold values to decode
 // into dst, and panics, naming fn, when dst is too short for them.
 func rowsToDecode(fn string, dst []float32, w *Tensor, lo, hi int) bool {

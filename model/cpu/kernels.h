@@ -2,7 +2,8 @@
 // files bind (they include this header and nothing else of the package's
 // C). The C lives beside it by purpose:
 //
-//	vec.c     the machine's ISA; exp, softmax, SiLU·up, BF16 ↔ F32 rows
+//	vec.c     the machine's ISA; exp, softmax, SiLU·up, BF16 ↔ F32 and
+//	          F16 → F32 rows
 //	rowops.c  RMSNorm, RoPE and the residual add over ranges of rows
 //	attn.c    the panel kernel (products with small-k weights) and the
 //	          fused attention kernels (AVX2+FMA, AVX-512F)
@@ -26,6 +27,7 @@
 int dlmc_have_avx2(void);       // AVX2 and FMA
 int dlmc_have_avx512(void);     // AVX-512F
 int dlmc_have_avx512bf16(void); // AVX-512F and AVX512-BF16
+int dlmc_have_f16c(void);       // AVX2 and F16C
 
 // vec.c: each row of the m×n matrix s (contiguous) becomes e^(s−max) in
 // place, inv[i] = 1/Σ of row i; simd picks the AVX2 loop.
@@ -37,6 +39,9 @@ void dlmc_silu_mul(int simd, float *dst, const float *g, const float *u, int n);
 void dlmc_exp_many(int simd, float *dst, const float *x, int n);
 // dst (rows × cols, dense) = the bfloat16s src (rows stride apart), exactly.
 void dlmc_bf16_rows(int simd, float *dst, const uint16_t *src, long rows, long cols, long stride);
+// dst (rows × cols, dense) = the IEEE halves src (rows stride apart),
+// exactly; f16c picks the F16C loop.
+void dlmc_f16_rows(int f16c, float *dst, const uint16_t *src, long rows, long cols, long stride);
 // dst (rows × cols, dense) = src (row stride lds) rounded to the nearest
 // BF16, ties to even; NaN stays NaN.
 void dlmc_f32_to_bf16(uint16_t *dst, const float *src, long rows, long cols, long lds);

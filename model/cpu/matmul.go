@@ -36,7 +36,8 @@ const minSplitFlops = 1 << 23
 const minTeamFlops = 1 << 20
 
 // MatMul: dst = x · wᵀ. x [n, in], w [out, in], dst [n, out]. w may be a
-// BF16 weight: see matMulBF16.
+// BF16 weight (matMulBF16), an F16 one (matMulF16; on the panel kernel
+// where it is laid out for it) or a quantized one (matMulQuant).
 func (b *Backend) MatMul(dst, x, w backend.Tensor) {
 	d, xs, ws := writable(dst, "MatMul"), tensor(x, "MatMul"), anyTensor(w, "MatMul")
 	checked(backend.CheckMatMul(d, xs, ws))
@@ -45,6 +46,10 @@ func (b *Backend) MatMul(dst, x, w backend.Tensor) {
 	}
 	if ws.bf16 != nil {
 		b.matMulBF16(d, xs, ws)
+		return
+	}
+	if ws.f16 != nil && ws.panels == nil {
+		b.matMulF16(d, xs, ws)
 		return
 	}
 	if ws.q != nil {
@@ -235,6 +240,63 @@ func (b *Backend) matMulBF16(d, xs, ws *Tensor) {
 	b.convertedMatMul(d, xs, ws, bf16Rows)
 }
 
+// matMulF16 is MatMul for an F16 w not laid out for the panel kernel,
+// shapes checked. The float32 product runs on converted copies of w (the
+// conversion is exact), a panel of rows (bf16PanelBytes of float32) at a
+// time, on the library the F32 weight of the same shape would take,
+// chosen by the weight's shape alone so that a row's result does not
+// depend on the batch: on oneDNN (dnnlF16) each panel is converted over
+// the backend's threads and multiplied in one call threaded by oneDNN;
+// on OpenBLAS as convertedMatMul cuts the product, or, for a small w
+// under a tall x, with w converted whole and the product split along x's
+// rows. The results are the F32 products' with the widened w up to the
+// libraries' blocking along w's rows (a panel is a product of its own).
+func (b *Backend) matMulF16(d, xs, ws *Tensor) {
+	n, in, out := xs.rows, xs.cols, ws.rows
+	if b.dnnlF16(out, in) && b.matMulDNNLF16(d, xs, ws) {
+		return
+	}
+	if b.splits(n, in, out) && b.splitByRows(n, in, out) || in == 0 {
+		buf := b.bufs.scratch(out * in)
+		b.parallel(out, rowGrain(in), func(lo, hi int) { f16Rows(buf[lo*in:], ws, lo, hi) })
+		b.forParts(n, in, out, func(r0, r1, c0, c1 int) {
+			b.blasWeightNT(r1-r0, c1-c0, in, xs.data[r0*xs.stride:], xs.stride, buf[c0*in:], in, d.data[r0*d.stride+c0:], d.stride)
+		})
+		b.bufs.put(buf)
+		return
+	}
+	b.convertedMatMul(d, xs, ws, f16Rows)
+}
+
+// dnnlF16 reports whether products with an F16 weight [out, in] run on
+// oneDNN's F32 matmul: where an F32 weight of that shape does at
+// dnnlWeightRows rows.
+func (b *Backend) dnnlF16(out, in int) bool { return b.dnnlOK(dnnlWeightRows, out, in) }
+
+// matMulDNNLF16 is matMulF16 on oneDNN: w's rows a panel at a time, each
+// converted into a float32 buffer over the backend's threads, then one
+// oneDNN call on b.threads threads. It reports false if oneDNN failed
+// (the caller recomputes every panel on OpenBLAS).
+func (b *Backend) matMulDNNLF16(d, xs, ws *Tensor) bool {
+	n, in, out := xs.rows, xs.cols, ws.rows
+	checkSpan("x", xs.data, n, in, xs.stride)
+	checkSpan("dst", d.data, n, out, d.stride)
+	panel := min(out, max(16, bf16PanelBytes/int(unsafe.Sizeof(float32(0)))/in/16*16))
+	buf := b.bufs.scratch(panel * in)
+	defer b.bufs.put(buf)
+	for r := 0; r < out; r += panel {
+		e := min(r+panel, out)
+		b.parallel(e-r, rowGrain(in), func(lo, hi int) { f16Rows(buf[lo*in:], ws, r+lo, r+hi) })
+		_, err := dnnlMatMulThreads(false, true, n, e-r, in, 1, unsafe.Pointer(&xs.data[0]), xs.stride,
+			unsafe.Pointer(&buf[0]), in, d.data[r:], d.stride, false, b.threads)
+		if err != nil {
+			dnnlFail(err)
+			return false
+		}
+	}
+	return true
+}
+
 // matMulQuant is MatMul for a quantized w (Q8_0, Q4_0), shapes checked:
 // with b.quantISA ≥ 0, x is quantized per row to Q8_0 blocks once
 // (quantizeAct, split over the rows) and each part of the product, cut as
@@ -269,7 +331,7 @@ func (b *Backend) byteScratch(n int) []byte {
 }
 
 // convertedMatMul computes d = x·wᵀ for a weight kept in another type
-// (BF16, Q8_0, Q4_0), which convert decodes (rows [lo, hi) of w into a dense
+// (BF16, F16, Q8_0, Q4_0), which convert decodes (rows [lo, hi) of w into a dense
 // float32 buffer): w's rows are cut into one contiguous range per
 // goroutine, as matMulF32 cuts them, and each goroutine decodes its range
 // a panel of rows at a time (bf16PanelBytes of float32) into its own

@@ -32,7 +32,7 @@ func checked(err error) {
 }
 
 // Embed: dst[i] = table[ids[i]]. table [vocab, d], dst [len(ids), d]; a
-// BF16 table's picked rows are converted.
+// BF16 or F16 table's picked rows are converted.
 func (b *Backend) Embed(dst, table backend.Tensor, ids []int32) {
 	d, t := writable(dst, "Embed"), anyTensor(table, "Embed")
 	checked(backend.CheckEmbed(d, t, ids))
@@ -40,6 +40,8 @@ func (b *Backend) Embed(dst, table backend.Tensor, ids []int32) {
 		for i := lo; i < hi; i++ {
 			if t.bf16 != nil {
 				bf16Rows(d.Row(i), t, int(ids[i]), int(ids[i])+1)
+			} else if t.f16 != nil {
+				f16Rows(d.Row(i), t, int(ids[i]), int(ids[i])+1)
 			} else if t.q != nil {
 				quantRows(d.Row(i), t, int(ids[i]), int(ids[i])+1)
 			} else {
