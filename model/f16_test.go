@@ -1,0 +1,65 @@
+package model
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/dlmcache/dlmcache/internal/testutil"
+	"github.com/dlmcache/dlmcache/model/cpu"
+	"github.com/dlmcache/dlmcache/model/gguf"
+	"github.com/dlmcache/dlmcache/model/safetensors"
+)
+
+// TestF16Weights loads F16 GGUF files twice, their F16 weights kept (in the
+// memory map, converted panel by panel in each product) and widened at
+// load (cpu.Options.DecodeF16): the same values, so the logits agree to
+// float rounding (the libraries block a panel of rows as a product of its
+// own; 1e-5 of the largest logit). The bundled model's weights all run on
+// the panel kernel where the CPU has AVX2 (laid out at load, the same
+// products); a random shape with a 640-wide MLP puts ffn_down on the
+// converted panels.
+func TestF16Weights(t *testing.T) {
+	tmp := t.TempDir()
+	wide := filepath.Join(tmp, "wide")
+	c := Config{DModel: 64, NLayers: 2, NHeads: 4, NKVHeads: 4, MLPHiddenSize: 640, VocabSize: 300, RopeTheta: 10000, RMSNormEps: 1e-5}
+	if err := WriteRandom(wide, c, 5, safetensors.F32); err != nil {
+		t.Fatal(err)
+	}
+	for _, src := range []string{bundledDir, wide} {
+		p := filepath.Join(tmp, filepath.Base(src)+"-f16.gguf")
+		if _, err := ToGGUF(src, p, gguf.F16); err != nil {
+			t.Fatal(err)
+		}
+		for _, lib := range []cpu.GEMMLib{cpu.GEMMOpenBLAS, cpu.GEMMOneDNN} {
+			if _, err := cpu.NewChecked(cpu.Options{Threads: 2, GEMM: lib}); err != nil {
+				t.Logf("%s not tested: %v", lib, err)
+				continue
+			}
+			t.Run(filepath.Base(src)+"/"+string(lib), func(t *testing.T) {
+				load := func(o cpu.Options) *Model {
+					o.Threads, o.GEMM = 2, lib
+					m, err := Load(p, cpu.NewWithOptions(o))
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { m.Close() })
+					return m
+				}
+				kept, widened := load(cpu.Options{}), load(cpu.Options{DecodeF16: true})
+				if d := kept.Blocks[0].Down.(*cpu.Tensor); !d.F16() {
+					t.Fatalf("kept: ffn_down is %v, want an F16 weight", d)
+				}
+				if d := widened.Blocks[0].Down.(*cpu.Tensor); d.F16() {
+					t.Fatal("DecodeF16: ffn_down is F16, want float32")
+				}
+				ids := testIDs(t, kept)
+				lk, lw := ggufLogits(t, kept, ids), ggufLogits(t, widened, ids)
+				if e := testutil.RelErr(lk, lw); e > 1e-5 {
+					t.Errorf("kept vs widened F16 logits: relative error %.2g, want ≤ 1e-5", e)
+				} else {
+					t.Logf("kept vs widened F16 logits: relative error %.2g", e)
+				}
+			})
+		}
+	}
+}
