@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/dlmcache/dlmcache/model/backend"
+	"github.com/dlmcache/dlmcache/model/safetensors"
 )
 
 // Measurements (go test -bench . -run '^$' ./model/cpu) on the 2-core AMD
@@ -479,6 +480,43 @@ func BenchmarkMatMulBF16(b *testing.B) {
 	}
 }
 
+// BenchmarkMatMulF16: products with an F16 weight kept F16 (converted a
+// panel at a time) against the same weight widened to float32, on each
+// library this machine has: l16-d2048's shapes at a full step's 512 rows
+// and a 10%-rows step's 52, and l8-d256's ffn_down. docs/performance.md
+// has what it measured.
+func BenchmarkMatMulF16(b *testing.B) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, s := range []struct{ n, in, out int }{
+		{512, 2048, 2048}, {512, 5632, 2048}, {52, 2048, 5632}, {512, 768, 256},
+	} {
+		for _, lib := range []GEMMLib{GEMMOpenBLAS, GEMMOneDNN} {
+			bk, err := newBackend(Options{GEMM: lib})
+			if err != nil {
+				continue
+			}
+			x := bk.FromHost(s.n, s.in, randMat(r, s.n, s.in, 1))
+			w, err := bk.Weight(backend.F16, s.out, s.in, safetensors.F32ToF16(randMat(r, s.out, s.in, 1)))
+			if err != nil {
+				b.Fatal(err)
+			}
+			f := bk.FromHost(s.out, s.in, bk.ToHost(w, nil))
+			dst := bk.New(s.n, s.out)
+			for _, c := range []struct {
+				name string
+				w    backend.Tensor
+			}{{"f32", f}, {"f16", w}} {
+				b.Run(fmt.Sprintf("n%d_in%d_out%d/%s/%s", s.n, s.in, s.out, lib, c.name), func(b *testing.B) {
+					for b.Loop() {
+						bk.MatMul(dst, x, c.w)
+					}
+					gflops(b, 2*float64(s.n)*float64(s.in)*float64(s.out))
+				})
+			}
+		}
+	}
+}
+
 // BenchmarkBF16Decode: converting a panel of 64 rows × 4096 BF16s (1 MB of
 // float32) with a Go loop over the checkpoint's bytes and with bf16Rows's C
 // loop (AVX2 here). Measured on the 2-core VM (load average 5): Go 5.1 GB/s
@@ -506,6 +544,29 @@ func BenchmarkBF16Decode(b *testing.B) {
 		}
 		b.SetBytes(4 * rows * cols)
 	})
+}
+
+// BenchmarkF16Decode: converting a panel of 64 rows × 4096 IEEE halves
+// (1 MB of float32) with f16Rows's F16C loop and its plain C one (what
+// DLMCACHE_CPU_ISA=generic runs).
+func BenchmarkF16Decode(b *testing.B) {
+	const rows, cols = 64, 4096
+	w := &Tensor{rows: rows, cols: cols, stride: cols, f16: make([]uint16, rows*cols)}
+	for i := range w.f16 {
+		w.f16[i] = uint16(i) & 0x7bff // no Inf or NaN
+	}
+	dst := make([]float32, rows*cols)
+	for _, c := range []struct {
+		name string
+		f16c bool
+	}{{"f16c", true}, {"c", false}} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				f16RowsWith(c.f16c, dst, w, 0, rows)
+			}
+			b.SetBytes(4 * rows * cols)
+		})
+	}
 }
 
 // BenchmarkQuantMatMul: dst [n, out] = x [n, in] · wᵀ on one thread, w
