@@ -13,8 +13,9 @@ import (
 // TestF16Weights loads F16 GGUF files twice, their F16 weights kept (in the
 // memory map, converted panel by panel in each product) and widened at
 // load (cpu.Options.DecodeF16): the same values, so the logits agree to
-// float rounding (the libraries block a panel of rows as a product of its
-// own; 1e-5 of the largest logit). The bundled model's weights all run on
+// float rounding (1e-5 of the largest logit: a panel of rows is a product
+// of its own, and with oneDNN the widened weights' products run on it,
+// the kept ones' on OpenBLAS). The bundled model's weights all run on
 // the panel kernel where the CPU has AVX2 (laid out at load, the same
 // products); a random shape with a 640-wide MLP puts ffn_down on the
 // converted panels.

@@ -241,21 +241,18 @@ func (b *Backend) matMulBF16(d, xs, ws *Tensor) {
 }
 
 // matMulF16 is MatMul for an F16 w not laid out for the panel kernel,
-// shapes checked. The float32 product runs on converted copies of w (the
-// conversion is exact), a panel of rows (bf16PanelBytes of float32) at a
-// time, on the library the F32 weight of the same shape would take,
-// chosen by the weight's shape alone so that a row's result does not
-// depend on the batch: on oneDNN (dnnlF16) each panel is converted over
-// the backend's threads and multiplied in one call threaded by oneDNN;
-// on OpenBLAS as convertedMatMul cuts the product, or, for a small w
-// under a tall x, with w converted whole and the product split along x's
-// rows. The results are the F32 products' with the widened w up to the
-// libraries' blocking along w's rows (a panel is a product of its own).
+// shapes checked. The float32 product runs on OpenBLAS on converted copies
+// of w (the conversion is exact): as convertedMatMul cuts it, w's rows a
+// panel (bf16PanelBytes of float32) at a time, or, for a small w under a
+// tall x, w converted whole and the product split along x's rows. Never on
+// oneDNN, whatever the F32 weights take: its F32 matmul on panels
+// converted per product measured slower than OpenBLAS's at a 10%-rows
+// step's 52 rows (BenchmarkMatMulF16), and one library for every F16
+// product keeps a row's result independent of the batch. The results
+// are the F32 product's with the widened w on OpenBLAS, up to its
+// blocking along w's rows (a panel is a product of its own).
 func (b *Backend) matMulF16(d, xs, ws *Tensor) {
 	n, in, out := xs.rows, xs.cols, ws.rows
-	if b.dnnlF16(out, in) && b.matMulDNNLF16(d, xs, ws) {
-		return
-	}
 	if b.splits(n, in, out) && b.splitByRows(n, in, out) || in == 0 {
 		buf := b.bufs.scratch(out * in)
 		b.parallel(out, rowGrain(in), func(lo, hi int) { f16Rows(buf[lo*in:], ws, lo, hi) })
@@ -266,35 +263,6 @@ func (b *Backend) matMulF16(d, xs, ws *Tensor) {
 		return
 	}
 	b.convertedMatMul(d, xs, ws, f16Rows)
-}
-
-// dnnlF16 reports whether products with an F16 weight [out, in] run on
-// oneDNN's F32 matmul: where an F32 weight of that shape does at
-// dnnlWeightRows rows.
-func (b *Backend) dnnlF16(out, in int) bool { return b.dnnlOK(dnnlWeightRows, out, in) }
-
-// matMulDNNLF16 is matMulF16 on oneDNN: w's rows a panel at a time, each
-// converted into a float32 buffer over the backend's threads, then one
-// oneDNN call on b.threads threads. It reports false if oneDNN failed
-// (the caller recomputes every panel on OpenBLAS).
-func (b *Backend) matMulDNNLF16(d, xs, ws *Tensor) bool {
-	n, in, out := xs.rows, xs.cols, ws.rows
-	checkSpan("x", xs.data, n, in, xs.stride)
-	checkSpan("dst", d.data, n, out, d.stride)
-	panel := min(out, max(16, bf16PanelBytes/int(unsafe.Sizeof(float32(0)))/in/16*16))
-	buf := b.bufs.scratch(panel * in)
-	defer b.bufs.put(buf)
-	for r := 0; r < out; r += panel {
-		e := min(r+panel, out)
-		b.parallel(e-r, rowGrain(in), func(lo, hi int) { f16Rows(buf[lo*in:], ws, r+lo, r+hi) })
-		_, err := dnnlMatMulThreads(false, true, n, e-r, in, 1, unsafe.Pointer(&xs.data[0]), xs.stride,
-			unsafe.Pointer(&buf[0]), in, d.data[r:], d.stride, false, b.threads)
-		if err != nil {
-			dnnlFail(err)
-			return false
-		}
-	}
-	return true
 }
 
 // matMulQuant is MatMul for a quantized w (Q8_0, Q4_0), shapes checked:
