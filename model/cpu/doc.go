@@ -2,8 +2,7 @@
 //
 // Activations are row-major float32 matrices (*Tensor). Weights in F32 are
 // used in place when the memory-mapped checkpoint bytes are 4-byte aligned
-// (those tensors are read-only); F16 weights are converted to float32 once,
-// at load.
+// (those tensors are read-only).
 //
 // BF16 weight matrices stay BF16, in place in the memory map (a BF16
 // *Tensor: no copy, half the memory of float32; LLaDA-8B's 16 GB fit a
@@ -19,6 +18,25 @@
 // ([1, d]) are converted at load. Options.DecodeBF16, or
 // DLMCACHE_CPU_BF16=f32 for New, converts every BF16 weight at load
 // instead, as before: twice the memory, no conversion per product.
+//
+// F16 weight matrices stay F16 in the memory map too (an F16 *Tensor), and
+// MatMul (as w), Embed, ToHost and the views accept one as they do a BF16
+// one. Products convert w a panel at a time as for BF16 (convertedMatMul;
+// a small w under a tall x whole, once per product) with F16C's vcvtph2ps
+// where the AVX2 kernels run, a branch-free C loop the compiler
+// vectorises elsewhere (DLMCACHE_CPU_ISA=generic); the conversion is
+// exact, so a product equals the one with the widened weight on the same
+// library up to its blocking along w's rows. They run on OpenBLAS at
+// every row count, wherever the F32 weights run: oneDNN's F32 matmul on
+// converted panels measured slower than OpenBLAS at a 10%-rows step's 52
+// rows (BenchmarkMatMulF16), and oneDNN's own F16 matmul is not tried
+// (oneDNN 2 has CPU F16 kernels only for AVX512-FP16, which neither this
+// machine's Zen 4 nor the start-up check covers). An F16 weight of at most panelMaxK columns, where
+// the backend runs the panel kernel, is laid out for it at load from a
+// float32 copy that is then dropped (a small model's weights: its
+// products, and the fused halves, are the F32 weights'). F16 vectors are
+// converted at load. Options.DecodeF16, or DLMCACHE_CPU_F16=f32 for New,
+// converts every F16 weight at load instead, as before.
 //
 // Matrix products with F32 weights of at most panelMaxK columns (a small
 // model's) run, wherever the CPU has AVX2 and FMA, on the backend's own
