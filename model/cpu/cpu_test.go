@@ -658,7 +658,7 @@ func TestF16AllValues(t *testing.T) {
 		testF16Values(t, all[:1<<16])
 	}
 	if !f16c {
-		t.Logf("SKIPPED: the F16C loop: this CPU (or %s=%s) has none; the plain C one ran twice", ISAEnv, isaCap)
+		t.Logf("SKIPPED: the F16C loop: this CPU lacks it, or %s=%s caps it off; the plain C one ran twice", ISAEnv, isaCap)
 	}
 }
 
