@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/cespare/xxhash/v2"
@@ -455,8 +456,19 @@ func (s *BlockStore) insert(n *blockNode, up *blockNode) *blockNode {
 		n.up.kids++
 	}
 	n.elem = s.leaves.PushBack(n)
-	s.events.add(KVEvent{Type: "stored", Hash: n.key.String(), Parent: n.parentHash(), Tokens: len(n.tokens)})
+	s.events.add(KVEvent{Type: "stored", Hash: n.key.String(), Parent: n.parentHash(), Tokens: len(n.tokens),
+		Key: n.key, ParentKey: n.parent, HasParent: n.up != nil, TokenIDs: n.tokens, CacheSalt: clientSalt(n.salt)})
 	return n
+}
+
+// clientSalt is the part of a stored salt a client sent (its cache_salt):
+// the last of the parts joinSalt and the server's key namespaces join
+// with NUL, or the whole salt when there is one part.
+func clientSalt(salt string) string {
+	if i := strings.LastIndexByte(salt, 0); i >= 0 {
+		return salt[i+1:]
+	}
+	return salt
 }
 
 func (n *blockNode) parentHash() string {
@@ -476,7 +488,8 @@ func (s *BlockStore) evict(n *blockNode) {
 	s.stats.Bytes -= n.bytes
 	s.stats.Evictions++
 	s.stats.EvictedTokens += int64(len(n.tokens))
-	s.events.add(KVEvent{Type: "removed", Hash: n.key.String(), Parent: n.parentHash(), Tokens: len(n.tokens)})
+	s.events.add(KVEvent{Type: "removed", Hash: n.key.String(), Parent: n.parentHash(), Tokens: len(n.tokens),
+		Key: n.key, ParentKey: n.parent, HasParent: n.up != nil})
 	if n.refs == 0 {
 		s.freeNode(n)
 	}
@@ -494,6 +507,27 @@ func (s *BlockStore) evict(n *blockNode) {
 			}
 		}
 	}
+}
+
+// Clear removes every stored block (vLLM's prefix-cache reset) and
+// returns how many it removed; the blocks requests hold stay valid for
+// them and are freed when released. Its event is one "cleared", not a
+// "removed" per block, and it counts no evictions.
+func (s *BlockStore) Clear() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := len(s.nodes)
+	for _, b := range s.nodes {
+		b.stored, b.elem, b.kids = false, nil, 0
+		s.stats.Bytes -= b.bytes
+		if b.refs == 0 {
+			s.freeNode(b)
+		}
+	}
+	clear(s.nodes)
+	s.leaves.Init()
+	s.events.add(KVEvent{Type: "cleared"})
+	return n
 }
 
 // assemble copies the chain's blocks into one entry covering their rows.

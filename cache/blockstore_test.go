@@ -430,3 +430,79 @@ func TestBlockStoreFillOverStoredBlocks(t *testing.T) {
 		}
 	}
 }
+
+// Every store operation writes its event: a stored block carries its
+// hash, its parent's, its tokens and the client's part of the salt; an
+// eviction names the evicted block; Clear empties the store with one
+// "cleared" event and leaves the blocks a request holds valid for it.
+func TestBlockStoreEventsForEveryOperation(t *testing.T) {
+	m := loadTiny(t)
+	const B = 8
+	ev := NewEventLog(1 << 10)
+	probe := NewBlockStore(m.Backend, B, 1<<30, true, nil)
+	e, _, _, _, err := probe.Get(m.LLaDA, PrefixID{Tokens: tokensOf(9, B)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe.Release(e)
+	blockBytes := probe.Stats().Bytes
+	s := NewBlockStore(m.Backend, B, 2*blockBytes, true, ev)
+	salt := joinSalt("", "key:ns\x00tenant-a")
+	first := PrefixID{Fingerprint: "fp", Salt: salt, Tokens: tokensOf(1, 2*B)}
+	e, _, _, _, err = s.Get(m.LLaDA, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Release(e)
+	got, _, _ := ev.Since(0)
+	if len(got) != 2 {
+		t.Fatalf("storing two blocks: %d events %+v", len(got), got)
+	}
+	k0 := blockKey(0, "fp", salt, first.Tokens[:B])
+	k1 := blockKey(k0, "fp", salt, first.Tokens[B:])
+	for i, want := range []KVEvent{
+		{Seq: 1, Type: "stored", Key: k0, TokenIDs: first.Tokens[:B], CacheSalt: "tenant-a"},
+		{Seq: 2, Type: "stored", Key: k1, ParentKey: k0, HasParent: true, TokenIDs: first.Tokens[B:], CacheSalt: "tenant-a"},
+	} {
+		g := got[i]
+		if g.Seq != want.Seq || g.Type != want.Type || g.Key != want.Key || g.ParentKey != want.ParentKey || g.HasParent != want.HasParent ||
+			!slices.Equal(g.TokenIDs, want.TokenIDs) || g.CacheSalt != want.CacheSalt || g.Hash != want.Key.String() || g.Tokens != B {
+			t.Errorf("event %d: %+v, want %+v", i, g, want)
+		}
+	}
+	// A third block past a budget of two evicts the least recently used leaf.
+	other := PrefixID{Fingerprint: "fp", Salt: salt, Tokens: tokensOf(2, B)}
+	e, _, _, _, err = s.Get(m.LLaDA, other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, _ = ev.Since(2)
+	if len(got) != 2 || got[0].Type != "removed" || got[0].Key != k1 || !got[0].HasParent || got[0].ParentKey != k0 ||
+		got[1].Type != "stored" || got[1].HasParent {
+		t.Fatalf("an eviction: %+v", got)
+	}
+	// Clear, with a request holding a block.
+	if n := s.Clear(); n != 2 {
+		t.Errorf("Clear removed %d blocks, want 2", n)
+	}
+	got, _, _ = ev.Since(4)
+	if len(got) != 1 || got[0].Type != "cleared" || got[0].Seq != 5 {
+		t.Fatalf("clear: %+v", got)
+	}
+	if st := s.Stats(); st.Bytes != 0 || st.Entries != 0 || len(s.Blocks()) != 0 {
+		t.Errorf("after Clear: %+v, blocks %v", st, s.Blocks())
+	}
+	if maxDiff(m.Backend, e.K[0], e.K[0]) != 0 {
+		t.Error("a held entry changed")
+	}
+	s.Release(e)
+	// The store fills again after a clear, and the JSON form is unchanged.
+	e, hit, _, _, err := s.Get(m.LLaDA, first)
+	if err != nil || hit != 0 {
+		t.Fatalf("after Clear: hit %d, %v", hit, err)
+	}
+	s.Release(e)
+	if n := len(s.Blocks()); n != 2 {
+		t.Errorf("after refilling: %d blocks", n)
+	}
+}

@@ -5,13 +5,25 @@ import "sync"
 // KVEvent is one change to a block store, for cache-aware routers that
 // follow which replica holds which prefix blocks (vLLM's KV events): a
 // block stored or removed, named by its chained hash and its parent's
-// ("" for a first block). It carries no token ids and no salt.
+// ("" for a first block), or every block cleared. Its JSON form (GET
+// /v1/kv_events) carries no token ids and no salt; the fields without a
+// JSON name are for the ZMQ stream in vLLM's format (serve/kvevents),
+// which carries a stored block's token ids and the request's cache_salt.
 type KVEvent struct {
 	Seq    uint64 `json:"seq"`
-	Type   string `json:"type"` // "stored" or "removed"
-	Hash   string `json:"block_hash"`
+	Type   string `json:"type"` // "stored", "removed" or "cleared"
+	Hash   string `json:"block_hash,omitempty"`
 	Parent string `json:"parent_hash,omitempty"`
 	Tokens int    `json:"token_count"`
+
+	Key       Key     `json:"-"` // the block's hash
+	ParentKey Key     `json:"-"` // its parent's (HasParent)
+	HasParent bool    `json:"-"` // false: a first block
+	TokenIDs  []int32 `json:"-"` // a stored block's tokens
+	// CacheSalt is the cache_salt the block was stored under (the part of
+	// its salt a client sent; the API key's namespace and the method's
+	// salt are not in it).
+	CacheSalt string `json:"-"`
 }
 
 // EventLog keeps the last events of a store with increasing sequence
@@ -55,10 +67,14 @@ func (g *EventLog) Since(seq uint64) (events []KVEvent, gap bool, next <-chan st
 	if len(g.events) > 0 && g.events[0].Seq > seq+1 {
 		gap = true
 	}
-	for _, e := range g.events {
-		if e.Seq > seq {
-			events = append(events, e)
+	// The ring's sequence numbers are consecutive: the first one after seq
+	// is at its offset from the oldest.
+	if n := len(g.events); n > 0 {
+		i := 0
+		if seq >= g.events[0].Seq {
+			i = int(min(seq-g.events[0].Seq+1, uint64(n)))
 		}
+		events = append(events, g.events[i:]...)
 	}
 	return events, gap, g.wake
 }
