@@ -42,7 +42,11 @@ func NewEventLog(capacity int) *EventLog {
 }
 
 // add appends e with the next sequence number. A nil log drops it.
-func (g *EventLog) add(e KVEvent) {
+func (g *EventLog) add(e KVEvent) { g.Add(e) }
+
+// Add appends e with the next sequence number (a store's events; tests of
+// the log's readers). A nil log drops it. It never blocks on a reader.
+func (g *EventLog) Add(e KVEvent) {
 	if g == nil {
 		return
 	}

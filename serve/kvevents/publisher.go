@@ -1,0 +1,416 @@
+package kvevents
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+	"github.com/go-zeromq/zmq4/security/null"
+
+	"github.com/dlmcache/dlmcache/cache"
+)
+
+// Config configures a Publisher.
+type Config struct {
+	// Log is the block store's event log the publisher reads.
+	Log *cache.EventLog
+	// Endpoint is the PUB socket's address: tcp://*:PORT (every
+	// interface) or tcp://HOST:PORT; the publisher binds it (port 0
+	// picks a free one).
+	Endpoint string
+	// ReplayEndpoint, if not empty, is the ROUTER socket's address.
+	ReplayEndpoint string
+	// Topic is every message's first frame (llm-d's kv@POD@MODEL).
+	Topic string
+	// Layout chooses vLLM's arrays or its tagged maps.
+	Layout Layout
+	// BlockSize is the store's block length in tokens.
+	BlockSize int
+	// Partial marks every stored block with PartialDepthKey (a
+	// bidirectional model's store).
+	Partial bool
+	// DPRank is the batches' data_parallel_rank.
+	DPRank int
+	// SubscriberBuffer is how many batches may wait for one subscriber;
+	// past it the subscriber's batches are dropped and counted (default
+	// 1024). ReplayBatches is how many batches the replay socket holds
+	// (default 10,000, vLLM's buffer_steps).
+	SubscriberBuffer, ReplayBatches int
+	// WriteTimeout bounds a write to a subscriber or a replay consumer
+	// that makes no progress; past it the connection is closed (default
+	// 10 s).
+	WriteTimeout time.Duration
+	// Now is the clock of the batches' timestamps (default time.Now).
+	Now func() time.Time
+}
+
+// Stats are a publisher's counters.
+type Stats struct {
+	Batches     uint64 // batches published
+	Events      uint64 // events in them
+	Dropped     uint64 // batches not queued to a subscriber whose buffer was full, or lost with its connection
+	Lost        uint64 // store events overwritten in the log before the publisher read them
+	Replays     uint64 // replay requests answered
+	Subscribers int    // connected subscribers
+	Seq         uint64 // the next batch's sequence number
+}
+
+// Publisher sends a block store's events to ZMQ subscribers. A subscriber
+// that is slow or gone never holds up the store or another subscriber:
+// each has a bounded queue, and what does not fit is dropped and counted
+// (Stats.Dropped); the store's side is the event log's bounded ring.
+type Publisher struct {
+	cfg    Config
+	ln, rl net.Listener
+	done   chan struct{}
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex
+	subs   map[*subscriber]struct{}
+	replay []batch // ring of the last ReplayBatches, oldest first
+	seq    uint64
+
+	batches, events, dropped, lost, replays atomic.Uint64
+}
+
+type batch struct {
+	seq     uint64
+	payload []byte
+}
+
+type subscriber struct {
+	nc     net.Conn
+	zc     *zmq4.Conn
+	ch     chan [][]byte
+	mu     sync.Mutex
+	topics map[string]bool
+	once   sync.Once
+	gone   chan struct{}
+}
+
+// EndSeq is the replay socket's end marker: sequence −1, an empty payload.
+var EndSeq = []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+
+// listenAddr turns tcp://*:PORT or tcp://HOST:PORT into a listen address.
+func listenAddr(ep string) (string, error) {
+	rest, ok := strings.CutPrefix(ep, "tcp://")
+	if !ok {
+		return "", fmt.Errorf("%q: want tcp://*:PORT or tcp://HOST:PORT", ep)
+	}
+	host, port, err := net.SplitHostPort(rest)
+	if err != nil {
+		return "", fmt.Errorf("%q: %w", ep, err)
+	}
+	if host == "*" {
+		host = ""
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
+// Start binds the sockets and starts publishing.
+func Start(cfg Config) (*Publisher, error) {
+	if cfg.Log == nil {
+		return nil, errors.New("kvevents: no event log (a block store)")
+	}
+	if cfg.SubscriberBuffer <= 0 {
+		cfg.SubscriberBuffer = 1024
+	}
+	if cfg.ReplayBatches <= 0 {
+		cfg.ReplayBatches = 10_000
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = 10 * time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	addr, err := listenAddr(cfg.Endpoint)
+	if err != nil {
+		return nil, err
+	}
+	p := &Publisher{cfg: cfg, done: make(chan struct{}), subs: map[*subscriber]struct{}{}}
+	if p.ln, err = net.Listen("tcp", addr); err != nil {
+		return nil, err
+	}
+	if cfg.ReplayEndpoint != "" {
+		ra, err := listenAddr(cfg.ReplayEndpoint)
+		if err == nil {
+			p.rl, err = net.Listen("tcp", ra)
+		}
+		if err != nil {
+			p.ln.Close()
+			return nil, err
+		}
+		p.wg.Add(1)
+		go p.acceptReplays()
+	}
+	p.wg.Add(2)
+	go p.acceptSubscribers()
+	go p.run()
+	return p, nil
+}
+
+// Addr is the PUB socket's address; ReplayAddr the ROUTER's (nil without).
+func (p *Publisher) Addr() net.Addr { return p.ln.Addr() }
+func (p *Publisher) ReplayAddr() net.Addr {
+	if p.rl == nil {
+		return nil
+	}
+	return p.rl.Addr()
+}
+
+// Stats returns the publisher's counters.
+func (p *Publisher) Stats() Stats {
+	p.mu.Lock()
+	n, seq := len(p.subs), p.seq
+	p.mu.Unlock()
+	return Stats{Batches: p.batches.Load(), Events: p.events.Load(), Dropped: p.dropped.Load(), Lost: p.lost.Load(),
+		Replays: p.replays.Load(), Subscribers: n, Seq: seq}
+}
+
+// Close stops publishing and closes every connection.
+func (p *Publisher) Close() error {
+	select {
+	case <-p.done:
+		return nil
+	default:
+	}
+	close(p.done)
+	err := p.ln.Close()
+	if p.rl != nil {
+		p.rl.Close()
+	}
+	p.mu.Lock()
+	for s := range p.subs {
+		s.close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+	return err
+}
+
+// maxBatchEvents bounds the store events one batch carries.
+const maxBatchEvents = 1024
+
+// run reads the log and publishes what it finds, a batch per wake-up.
+func (p *Publisher) run() {
+	defer p.wg.Done()
+	var last uint64
+	for {
+		evs, gap, next := p.cfg.Log.Since(last)
+		if gap && len(evs) > 0 {
+			p.lost.Add(evs[0].Seq - last - 1)
+		}
+		if len(evs) > 0 {
+			for lo := 0; lo < len(evs); lo += maxBatchEvents {
+				p.publish(evs[lo:min(lo+maxBatchEvents, len(evs))])
+			}
+			last = evs[len(evs)-1].Seq
+			continue
+		}
+		select {
+		case <-next:
+		case <-p.done:
+			return
+		}
+	}
+}
+
+// publish encodes one batch, keeps it for replay and queues it to every
+// subscriber of its topic, dropping it for those whose queue is full.
+func (p *Publisher) publish(evs []cache.KVEvent) {
+	events := Events(evs, p.cfg.BlockSize, p.cfg.Partial)
+	now := p.cfg.Now()
+	ts := float64(now.UnixNano()) / 1e9
+	payload, err := Encode(p.cfg.Layout, ts, events, p.cfg.DPRank)
+	if err != nil {
+		return // the encoder writes to memory: no error to expect
+	}
+	p.mu.Lock()
+	seq := p.seq
+	p.seq++
+	if len(p.replay) == p.cfg.ReplayBatches {
+		p.replay = p.replay[1:]
+	}
+	p.replay = append(p.replay, batch{seq, payload})
+	var seqb [8]byte
+	binary.BigEndian.PutUint64(seqb[:], seq)
+	frames := [][]byte{[]byte(p.cfg.Topic), seqb[:], payload}
+	for s := range p.subs {
+		if !s.subscribed(p.cfg.Topic) {
+			continue
+		}
+		select {
+		case s.ch <- frames:
+		default:
+			p.dropped.Add(1)
+		}
+	}
+	p.mu.Unlock()
+	p.batches.Add(1)
+	p.events.Add(uint64(len(events)))
+}
+
+func (p *Publisher) acceptSubscribers() {
+	defer p.wg.Done()
+	for {
+		nc, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		go p.serveSubscriber(nc)
+	}
+}
+
+// open does the ZMTP handshake (NULL security) under the write timeout.
+func (p *Publisher) open(nc net.Conn, typ zmq4.SocketType) (*zmq4.Conn, error) {
+	nc.SetDeadline(time.Now().Add(p.cfg.WriteTimeout)) //nolint:errcheck // a TCP conn
+	zc, err := zmq4.Open(nc, null.Security(), typ, zmq4.SocketIdentity(""), true, nil)
+	nc.SetDeadline(time.Time{}) //nolint:errcheck
+	return zc, err
+}
+
+func (p *Publisher) serveSubscriber(nc net.Conn) {
+	zc, err := p.open(nc, zmq4.Pub)
+	if err != nil {
+		nc.Close()
+		return
+	}
+	s := &subscriber{nc: nc, zc: zc, ch: make(chan [][]byte, p.cfg.SubscriberBuffer), topics: map[string]bool{}, gone: make(chan struct{})}
+	p.mu.Lock()
+	select {
+	case <-p.done:
+		p.mu.Unlock()
+		s.close()
+		return
+	default:
+	}
+	p.subs[s] = struct{}{}
+	p.mu.Unlock()
+	go s.readSubscriptions()
+	defer func() {
+		p.mu.Lock()
+		delete(p.subs, s)
+		p.dropped.Add(uint64(len(s.ch)))
+		p.mu.Unlock()
+		s.close()
+	}()
+	for {
+		select {
+		case f := <-s.ch:
+			nc.SetWriteDeadline(time.Now().Add(p.cfg.WriteTimeout)) //nolint:errcheck
+			if err := zc.SendMsg(zmq4.NewMsgFrom(f...)); err != nil {
+				p.dropped.Add(1)
+				return
+			}
+		case <-s.gone:
+			return
+		case <-p.done:
+			return
+		}
+	}
+}
+
+// readSubscriptions applies the subscriber's (un)subscribe messages: a
+// frame led by 1 (subscribe) or 0 (unsubscribe) and the topic prefix.
+func (s *subscriber) readSubscriptions() {
+	defer s.close()
+	for {
+		msg, err := s.zc.RecvMsg()
+		if err != nil {
+			return
+		}
+		if msg.Type != zmq4.UsrMsg || len(msg.Frames) != 1 || len(msg.Frames[0]) == 0 {
+			continue
+		}
+		f := msg.Frames[0]
+		s.mu.Lock()
+		switch f[0] {
+		case 1:
+			s.topics[string(f[1:])] = true
+		case 0:
+			delete(s.topics, string(f[1:]))
+		}
+		s.mu.Unlock()
+	}
+}
+
+func (s *subscriber) subscribed(topic string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for t := range s.topics {
+		if strings.HasPrefix(topic, t) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *subscriber) close() {
+	s.once.Do(func() {
+		close(s.gone)
+		s.nc.Close()
+	})
+}
+
+func (p *Publisher) acceptReplays() {
+	defer p.wg.Done()
+	for {
+		nc, err := p.rl.Accept()
+		if err != nil {
+			return
+		}
+		go p.serveReplay(nc)
+	}
+}
+
+// serveReplay answers replay requests: a message whose last frame is an
+// 8-byte big-endian start sequence (after a REQ socket's empty delimiter,
+// or a DEALER's envelope) gets every held batch from that sequence on as
+// [envelope…, sequence, payload], then [envelope…, EndSeq, ""].
+func (p *Publisher) serveReplay(nc net.Conn) {
+	defer nc.Close()
+	zc, err := p.open(nc, zmq4.Router)
+	if err != nil {
+		return
+	}
+	go func() { <-p.done; nc.Close() }()
+	for {
+		msg, err := zc.RecvMsg()
+		if err != nil {
+			return
+		}
+		if msg.Type != zmq4.UsrMsg || len(msg.Frames) == 0 || len(msg.Frames[len(msg.Frames)-1]) != 8 {
+			continue
+		}
+		env := msg.Frames[:len(msg.Frames)-1]
+		start := binary.BigEndian.Uint64(msg.Frames[len(msg.Frames)-1])
+		p.mu.Lock()
+		held := append([]batch(nil), p.replay...)
+		p.mu.Unlock()
+		send := func(a, b []byte) error {
+			nc.SetWriteDeadline(time.Now().Add(p.cfg.WriteTimeout)) //nolint:errcheck
+			return zc.SendMsg(zmq4.NewMsgFrom(append(append([][]byte(nil), env...), a, b)...))
+		}
+		for _, b := range held {
+			if b.seq < start {
+				continue
+			}
+			var seqb [8]byte
+			binary.BigEndian.PutUint64(seqb[:], b.seq)
+			if err := send(seqb[:], b.payload); err != nil {
+				return
+			}
+		}
+		if err := send(EndSeq, nil); err != nil {
+			return
+		}
+		p.replays.Add(1)
+	}
+}
