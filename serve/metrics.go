@@ -14,6 +14,7 @@ import (
 
 	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/model/backend"
+	"github.com/dlmcache/dlmcache/serve/kvevents"
 )
 
 // metrics are the server's Prometheus metrics (prometheus/client_golang),
@@ -160,6 +161,31 @@ func newMetrics(method string, be backend.Backend, store func() cache.Stats, now
 	}
 	m.reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
 	return m
+}
+
+// addKVEvents registers the ZMQ KV-event publisher's counters.
+func (m *metrics) addKVEvents(stats func() kvevents.Stats) {
+	f := promauto.With(m.reg)
+	for _, c := range []struct {
+		name, help string
+		gauge      bool
+		v          func(kvevents.Stats) float64
+	}{
+		{"dlmcache_kv_events_batches_total", "KV-event batches published on the ZMQ socket (--kv-events).", false, func(s kvevents.Stats) float64 { return float64(s.Batches) }},
+		{"dlmcache_kv_events_total", "KV events (BlockStored, BlockRemoved, AllBlocksCleared) in the published batches.", false, func(s kvevents.Stats) float64 { return float64(s.Events) }},
+		{"dlmcache_kv_events_dropped_total", "KV-event batches dropped for a subscriber too slow to take them (its queue full, or its connection lost); a generation never waits for one.", false, func(s kvevents.Stats) float64 { return float64(s.Dropped) }},
+		{"dlmcache_kv_events_lost_total", "Block-store events overwritten in the event log before the publisher read them.", false, func(s kvevents.Stats) float64 { return float64(s.Lost) }},
+		{"dlmcache_kv_events_replays_total", "Replay requests answered (--kv-events-replay).", false, func(s kvevents.Stats) float64 { return float64(s.Replays) }},
+		{"dlmcache_kv_events_subscribers", "Connected KV-event subscribers.", true, func(s kvevents.Stats) float64 { return float64(s.Subscribers) }},
+		{"dlmcache_kv_events_sequence", "The next KV-event batch's sequence number.", true, func(s kvevents.Stats) float64 { return float64(s.Seq) }},
+	} {
+		read := func() float64 { return c.v(stats()) }
+		if c.gauge {
+			f.NewGaugeFunc(prometheus.GaugeOpts{Name: c.name, Help: c.help}, read)
+		} else {
+			f.NewCounterFunc(prometheus.CounterOpts{Name: c.name, Help: c.help}, read)
+		}
+	}
 }
 
 // handler serves the registry in Prometheus' text format.

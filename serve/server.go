@@ -20,6 +20,7 @@ import (
 	"github.com/dlmcache/dlmcache/internal/memlimit"
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/serve/kvevents"
 )
 
 // Config configures a Server.
@@ -84,6 +85,11 @@ type Config struct {
 	// Events, if not nil, is the block store's KV event log, served at
 	// GET /v1/kv_events.
 	Events *cache.EventLog
+
+	// KVEvents, if not nil, publishes the event log in vLLM's wire format
+	// (ZMQ; serve/kvevents): its counters are in /metrics, and
+	// /v1/models names the block size a router must match.
+	KVEvents *kvevents.Publisher
 
 	// StoreAnswers, with a block store, keeps each answered conversation's
 	// blocks (the conversation and its answer as the next turn renders
@@ -251,6 +257,9 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	s.met = newMetrics(cfg.Method.Name(), cfg.Model.Backend, store, cfg.Now)
+	if cfg.KVEvents != nil {
+		s.met.addKVEvents(cfg.KVEvents.Stats)
+	}
 	if cfg.MaxBatch > 1 {
 		w, err := newWorkers(cfg.Model.LLaDA, max(1, cfg.Workers), cfg.MaxBatch, func(n int) { s.met.batchSize.Observe(float64(n)) })
 		if err != nil {
@@ -265,6 +274,9 @@ func New(cfg Config) (*Server, error) {
 	s.mux.HandleFunc("GET /healthz", s.handleHealth)
 	s.mux.HandleFunc("GET /health", s.handleHealth) // the path vLLM and SGLang serve
 	s.mux.HandleFunc("GET /v1/kv_events", s.handleKVEvents)
+	s.mux.HandleFunc("POST /tokenize", s.handleTokenize)
+	s.mux.HandleFunc("POST /detokenize", s.handleDetokenize)
+	s.mux.HandleFunc("POST /reset_prefix_cache", s.handleResetPrefixCache)
 	s.mux.HandleFunc("GET /v1/modules", s.handleModules)
 	s.mux.HandleFunc("GET /{$}", s.handlePlayground)
 	return s, nil
@@ -318,7 +330,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				fmt.Sprintf("%s %s: method not allowed (use %s)", r.Method, r.URL.Path, allow)))
 		} else {
 			writeError(rec, newAPIError(http.StatusNotFound, "invalid_request_error", "not_found", "",
-				fmt.Sprintf("%s %s: no such endpoint (have POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /metrics, GET /health, GET /healthz, GET /v1/kv_events, GET / (the playground))", r.Method, r.URL.Path)))
+				fmt.Sprintf("%s %s: no such endpoint (have POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /metrics, GET /health, GET /healthz, GET /v1/kv_events, POST /tokenize, POST /detokenize, POST /reset_prefix_cache, GET / (the playground))", r.Method, r.URL.Path)))
 		}
 		s.met.unrouted.WithLabelValues(strconv.Itoa(rec.status)).Inc()
 		s.logRequest(r, rec.status, s.cfg.Now().Sub(start), "")
@@ -355,9 +367,13 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []map[string]any{{
-		"id": s.cfg.Name, "object": "model", "created": 0, "owned_by": "dlmcache",
-	}}})
+	m := map[string]any{"id": s.cfg.Name, "object": "model", "created": 0, "owned_by": "dlmcache", "max_model_len": s.cfg.MaxContext}
+	// The block size a cache-aware router must hash prompts in to find
+	// this replica's blocks (vLLM's --block-size).
+	if bs, ok := cache.StoreOf(s.cfg.Method).(*cache.BlockStore); ok {
+		m["block_size"] = bs.BlockSize()
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []map[string]any{m}})
 }
 
 func (s *Server) handleModules(w http.ResponseWriter, r *http.Request) {

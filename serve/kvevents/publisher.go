@@ -42,6 +42,10 @@ type Config struct {
 	// 1024). ReplayBatches is how many batches the replay socket holds
 	// (default 10,000, vLLM's buffer_steps).
 	SubscriberBuffer, ReplayBatches int
+	// SendBuffer, if positive, is each subscriber connection's kernel send
+	// buffer in bytes (SO_SNDBUF): with SubscriberBuffer, what one slow
+	// subscriber may hold of this process's memory.
+	SendBuffer int
 	// WriteTimeout bounds a write to a subscriber or a replay consumer
 	// that makes no progress; past it the connection is closed (default
 	// 10 s).
@@ -277,6 +281,9 @@ func (p *Publisher) open(nc net.Conn, typ zmq4.SocketType) (*zmq4.Conn, error) {
 }
 
 func (p *Publisher) serveSubscriber(nc net.Conn) {
+	if tc, ok := nc.(*net.TCPConn); ok && p.cfg.SendBuffer > 0 {
+		tc.SetWriteBuffer(p.cfg.SendBuffer) //nolint:errcheck // the kernel's default stays
+	}
 	zc, err := p.open(nc, zmq4.Pub)
 	if err != nil {
 		nc.Close()

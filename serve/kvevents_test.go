@@ -1,0 +1,273 @@
+package serve
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"maps"
+	"net"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+	"github.com/go-zeromq/zmq4/security/null"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/dlmcache/dlmcache/cache"
+	"github.com/dlmcache/dlmcache/serve/kvevents"
+)
+
+// kvServer is blockServer with its event log published on a ZMQ socket.
+func kvServer(t *testing.T, blocks int, layout kvevents.Layout) (*Server, *cache.BlockStore, *kvevents.Publisher) {
+	t.Helper()
+	var pub *kvevents.Publisher
+	s, st := blockServer(t, blocks, func(c *Config) {
+		var err error
+		pub, err = kvevents.Start(kvevents.Config{Log: c.Events, Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0",
+			Topic: "kv@127.0.0.1:8000@tiny", Layout: layout, BlockSize: 8, Partial: true, SubscriberBuffer: 2, SendBuffer: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { pub.Close() })
+		c.KVEvents = pub
+	})
+	return s, st, pub
+}
+
+// Generations on a server publishing KV events, with a subscriber that
+// connects, subscribes and never reads: every generation completes, the
+// batches that did not fit its queue are counted in /metrics, and a
+// reading subscriber's index (rebuilt from BlockStored / BlockRemoved
+// events in vLLM's map layout) equals the store's blocks. /v1/models
+// names the block size; /reset_prefix_cache clears the store with one
+// AllBlocksCleared event.
+func TestKVEventsOverZMQ(t *testing.T) {
+	s, st, pub := kvServer(t, 6, kvevents.Map)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	// The stuck subscriber: handshake and subscription, then nothing.
+	nc, err := net.Dial("tcp", pub.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nc.(*net.TCPConn).SetReadBuffer(1) //nolint:errcheck // the kernel's smallest
+	zc, err := zmq4.Open(nc, null.Security(), zmq4.Sub, zmq4.SocketIdentity(""), false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := zc.SendMsg(zmq4.NewMsg(append([]byte{1}, "kv@"...))); err != nil {
+		t.Fatal(err)
+	}
+	sub := zmq4.NewSub(ctx)
+	defer sub.Close()
+	if err := sub.Dial("tcp://" + pub.Addr().String()); err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.SetOption(zmq4.OptionSubscribe, "kv@127.0.0.1:8000@"); err != nil {
+		t.Fatal(err)
+	}
+	for pub.Stats().Subscribers < 2 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // the subscriptions, after the handshakes
+
+	type batch struct {
+		seq    uint64
+		events []map[string]any
+	}
+	batches := make(chan batch, 1<<12)
+	go func() {
+		defer close(batches)
+		for {
+			m, err := sub.Recv()
+			if err != nil {
+				return
+			}
+			var b struct {
+				TS     float64          `msgpack:"ts"`
+				Events []map[string]any `msgpack:"events"`
+				Rank   int              `msgpack:"data_parallel_rank"`
+			}
+			if err := msgpack.Unmarshal(m.Frames[2], &b); err != nil {
+				t.Error(err)
+				return
+			}
+			batches <- batch{binary.BigEndian.Uint64(m.Frames[1]), b.Events}
+		}
+	}()
+	index := map[string]bool{}
+	var stored, removed, cleared int
+	var partial bool
+	var next uint64
+	var replayed int
+	var applyEvents func([]map[string]any)
+	// apply reads batches up to the publisher's sequence number.
+	apply := func() {
+		t.Helper()
+		until := pub.Stats().Seq
+		for next < until {
+			var b batch
+			var ok bool
+			select {
+			case b, ok = <-batches:
+			case <-time.After(2 * time.Second):
+				// The last batches dropped for this subscriber: replay them.
+				for _, r := range replay(t, ctx, pub, next) {
+					applyEvents(r.events)
+					next = r.seq + 1
+				}
+				replayed++
+				continue
+			}
+			if !ok {
+				t.Fatalf("no batch %d (of %d)", next, until)
+			}
+			if b.seq < next {
+				continue
+			}
+			if b.seq > next { // dropped for this subscriber too: replay the gap
+				for _, r := range replay(t, ctx, pub, next) {
+					if r.seq < b.seq {
+						applyEvents(r.events)
+					}
+				}
+				replayed++
+			}
+			next = b.seq + 1
+			applyEvents(b.events)
+		}
+	}
+	applyEvents = func(events []map[string]any) {
+		for _, e := range events {
+			switch e["type"] {
+			case "BlockStored":
+				stored++
+				for _, h := range e["block_hashes"].([]any) {
+					index[cache.Key(toInt(h)).String()] = true
+				}
+				if ek, ok := e["extra_keys"].([]any); ok {
+					partial = partial || slices.Contains(ek[len(ek)-1].([]any), any(kvevents.PartialDepthKey))
+				}
+			case "BlockRemoved":
+				removed++
+				for _, h := range e["block_hashes"].([]any) {
+					delete(index, cache.Key(toInt(h)).String())
+				}
+			case "AllBlocksCleared":
+				cleared++
+				clear(index)
+			}
+		}
+	}
+
+	doc := "Reference table: alpha is 12, beta is 7, gamma is 30, delta is 4, epsilon is 19, zeta is 8."
+	for i := range 16 {
+		sys := doc + strings.Repeat(" Answer briefly.", i%5) + strings.Repeat(" Be exact.", i/5)
+		q := []string{"What is beta?", "What is gamma?", "What is alpha?", "What is zeta?"}[i%4]
+		if rec := post(t, s, "/v1/chat/completions", chatBody(sys, q, "")); rec.Code != 200 {
+			t.Fatalf("request %d: %d %s", i, rec.Code, rec.Body)
+		}
+	}
+	page := metricsPage(t, s)
+	if metric(t, page, "dlmcache_prefix_cache_evictions_total") == 0 {
+		t.Fatal("no eviction: make the store smaller")
+	}
+	time.Sleep(100 * time.Millisecond) // the last events, through the log to the publisher
+	apply()
+	if got, want := slices.Sorted(maps.Keys(index)), st.Blocks(); !slices.Equal(got, want) {
+		t.Errorf("the subscriber's index %v\nthe store's blocks     %v", got, want)
+	}
+	if stored == 0 || removed == 0 || !partial {
+		t.Errorf("stored %d, removed %d events, partial marker %v", stored, removed, partial)
+	}
+	if replayed > 0 {
+		t.Logf("%d gaps of the reading subscriber filled from the replay socket", replayed)
+	}
+	page = metricsPage(t, s)
+	if d := metric(t, page, "dlmcache_kv_events_dropped_total"); d == 0 {
+		t.Errorf("no batch dropped for the subscriber that never reads (queue of 2): %v", pub.Stats())
+	}
+	if n := metric(t, page, "dlmcache_kv_events_batches_total"); n == 0 || metric(t, page, "dlmcache_kv_events_subscribers") != 2 {
+		t.Errorf("batches %v, stats %+v", n, pub.Stats())
+	}
+
+	var models struct {
+		Data []struct {
+			BlockSize int `json:"block_size"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(get(t, s, "/v1/models").Body.Bytes(), &models); err != nil || len(models.Data) != 1 || models.Data[0].BlockSize != 8 {
+		t.Errorf("/v1/models: %+v %v", models, err)
+	}
+	if rec := post(t, s, "/reset_prefix_cache", ""); rec.Code != 200 || len(st.Blocks()) != 0 {
+		t.Fatalf("/reset_prefix_cache: %d %s", rec.Code, rec.Body)
+	}
+	time.Sleep(100 * time.Millisecond)
+	apply()
+	if cleared != 1 || len(index) != 0 {
+		t.Errorf("cleared %d, index %d", cleared, len(index))
+	}
+}
+
+type replayed struct {
+	seq    uint64
+	events []map[string]any
+}
+
+// replay asks the publisher's replay socket for the batches from start on.
+func replay(t *testing.T, ctx context.Context, pub *kvevents.Publisher, start uint64) []replayed {
+	t.Helper()
+	d := zmq4.NewDealer(ctx)
+	defer d.Close()
+	if err := d.Dial("tcp://" + pub.ReplayAddr().String()); err != nil {
+		t.Fatal(err)
+	}
+	var sb [8]byte
+	binary.BigEndian.PutUint64(sb[:], start)
+	if err := d.Send(zmq4.NewMsgFrom([]byte{}, sb[:])); err != nil {
+		t.Fatal(err)
+	}
+	var out []replayed
+	for {
+		m, err := d.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(m.Frames[1]) == string(kvevents.EndSeq) {
+			return out
+		}
+		var b struct {
+			Events []map[string]any `msgpack:"events"`
+		}
+		if err := msgpack.Unmarshal(m.Frames[2], &b); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, replayed{binary.BigEndian.Uint64(m.Frames[1]), b.Events})
+	}
+}
+
+func toInt(v any) int64 {
+	switch x := v.(type) {
+	case int8:
+		return int64(x)
+	case int16:
+		return int64(x)
+	case int32:
+		return int64(x)
+	case int64:
+		return x
+	case uint8:
+		return int64(x)
+	case uint16:
+		return int64(x)
+	case uint32:
+		return int64(x)
+	case uint64:
+		return int64(x)
+	}
+	return 0
+}
