@@ -17,6 +17,7 @@ import (
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model/backend"
 	"github.com/dlmcache/dlmcache/serve"
+	"github.com/dlmcache/dlmcache/serve/kvevents"
 )
 
 type serveOptions struct {
@@ -34,6 +35,10 @@ type serveOptions struct {
 	Modules        string
 	MaxQueue       int
 	MaxEventWaits  int
+	KVEvents       string
+	KVReplay       string
+	KVPod          string
+	KVLayout       string
 	QueueWait      time.Duration
 	Timeout        time.Duration
 	Grace          time.Duration
@@ -118,6 +123,13 @@ func (opts *serveOptions) run(ctx context.Context) error {
 			return fmt.Errorf("--modules: %w", err)
 		}
 	}
+	pub, kvNote, err := opts.kvEvents(lm, meth)
+	if err != nil {
+		return err
+	}
+	if pub != nil {
+		defer pub.Close()
+	}
 	workers, workersNote, err := serveWorkers(opts.Workers, opts.MaxBatch, lm.Backend)
 	if err != nil {
 		return err
@@ -127,7 +139,7 @@ func (opts *serveOptions) run(ctx context.Context) error {
 		logw = nil
 	}
 	srv, err := serve.New(serve.Config{
-		Model: lm.Model, Name: cmp.Or(opts.ServedName, servedName(lm)), APIKeys: keys, SharedCacheAcrossKeys: opts.SharedCache, MaxGenLength: opts.MaxTokens, IdleTrim: opts.IdleTrim, Method: meth, Gen: gen, Events: opts.Cache.Events, StoreAnswers: opts.StoreAnswers,
+		Model: lm.Model, Name: cmp.Or(opts.ServedName, servedName(lm)), APIKeys: keys, SharedCacheAcrossKeys: opts.SharedCache, MaxGenLength: opts.MaxTokens, IdleTrim: opts.IdleTrim, Method: meth, Gen: gen, Events: opts.Cache.Events, KVEvents: pub, StoreAnswers: opts.StoreAnswers,
 		MaxConcurrency: concurrency(opts.MaxConcurrency, opts.MaxBatch), MaxBatch: opts.MaxBatch, Workers: workers, MaxQueue: opts.MaxQueue, QueueWait: opts.QueueWait, MaxEventWaits: opts.MaxEventWaits,
 		Timeout: opts.Timeout, MaxBodyBytes: opts.MaxBodyBytes, StreamBufferBytes: opts.StreamBuffer, WriteTimeout: opts.WriteTimeout,
 		ReadTimeout: opts.ReadTimeout, ReadHeaderTimeout: opts.ReadHeader, IdleTimeout: opts.IdleTimeout, MaxContext: opts.MaxContext, Log: logw, Modules: mods,
@@ -155,6 +167,12 @@ func (opts *serveOptions) run(ctx context.Context) error {
 		gen.GenLength, gen.Steps, gen.BlockLength, srv.MaxConcurrency(), max(1, opts.MaxBatch), workersNote, ln.Addr())
 	for _, n := range notes {
 		fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: %s\n", n)
+	}
+	if bs, ok := cache.StoreOf(meth).(*cache.BlockStore); ok {
+		fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: block store of %d-token blocks: a cache-aware router must hash prompts in blocks of %d (GET /v1/models' block_size)\n", bs.BlockSize(), bs.BlockSize())
+	}
+	if kvNote != "" {
+		fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: %s\n", kvNote)
 	}
 	for _, w := range srv.Warnings() {
 		fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: warning: %s\n", w)
@@ -200,6 +218,10 @@ func (opts *serveOptions) flags(fl *pflag.FlagSet) {
 	fl.IntVar(&opts.MaxConcurrency, "max-concurrency", 0, "generations run at once, over all workers (0: --max-batch when above 1, else 2, which gave 33–59% more tokens/s than 1 on a 2-core CPU: see docs/serving.md)")
 	fl.IntVar(&opts.MaxQueue, "max-queue", 1024, "requests that may wait for a generation slot beyond those running; more get 429 (0: 4×max-concurrency)")
 	fl.IntVar(&opts.MaxEventWaits, "max-event-waits", serve.DefaultMaxEventWaits, "GET /v1/kv_events long-polls (?wait=) open at once; more get 429 (a shutdown answers the open ones at once)")
+	fl.StringVar(&opts.KVEvents, "kv-events", "", "publish the block store's KV events in vLLM's format on a ZMQ PUB socket at this address (tcp://*:5557; bound, every interface for *) for cache-aware routers (llm-d's precise prefix-cache scorer, Dynamo's KV router); needs a block store (--store-blocks N); default: off")
+	fl.StringVar(&opts.KVReplay, "kv-events-replay", "", "with --kv-events: a ZMQ ROUTER socket (tcp://*:5558) answering a consumer's 8-byte start sequence with every batch still held from it (the last 10,000), then sequence −1")
+	fl.StringVar(&opts.KVPod, "kv-events-pod", "", "with --kv-events: the pod address in the events' topic kv@POD@MODEL (llm-d matches it to the pod's IP:port); default: the host name")
+	fl.StringVar(&opts.KVLayout, "kv-events-layout", "array", "with --kv-events: array (each event a positional array led by its type name, as vLLM wrote until 2026 and every llm-d release reads) or map (events as maps tagged by \"type\", as newer vLLM writes)")
 	fl.DurationVar(&opts.QueueWait, "queue-wait", 0, "longest wait for a generation slot before a 503 (0: --timeout)")
 	fl.DurationVar(&opts.Timeout, "timeout", 5*time.Minute, "per-request time limit, queueing included (504 past it)")
 	fl.DurationVar(&opts.Grace, "grace", 30*time.Second, "on SIGINT/SIGTERM, how long requests in flight may take to finish")
@@ -217,6 +239,47 @@ func (opts *serveOptions) flags(fl *pflag.FlagSet) {
 	fl.BoolVar(&opts.SharedCache, "shared-cache-across-keys", false, "with API keys, let every key reuse every other key's cached prefixes (only cache_salt then separates tenants); default: each key is its own cache namespace, so no key can learn another's prompts from prefix_hit")
 	fl.BoolVar(&opts.Quiet, "quiet", false, "no per-request log lines")
 	fl.BoolVar(&opts.AllowUncalibrated, "allow-uncalibrated", false, "serve a --lut table no calibration checked against the model's answers (profile's cosine estimates lost 10 points on held-out requests: docs/results.md)")
+}
+
+// kvEvents starts the ZMQ KV-event publisher when --kv-events is set,
+// and says what it publishes.
+func (opts *serveOptions) kvEvents(lm *loadedModel, meth cache.Method) (*kvevents.Publisher, string, error) {
+	if opts.KVEvents == "" {
+		if opts.KVReplay != "" {
+			return nil, "", fmt.Errorf("--kv-events-replay replays the --kv-events stream: set --kv-events too")
+		}
+		return nil, "", nil
+	}
+	bs, ok := cache.StoreOf(meth).(*cache.BlockStore)
+	if !ok || opts.Cache.Events == nil {
+		return nil, "", fmt.Errorf("--kv-events publishes a block store's blocks, but method %s keeps whole prefixes or none: add --store-blocks N (a block store of N-token blocks)", meth.Name())
+	}
+	layout, err := kvevents.ParseLayout(opts.KVLayout)
+	if err != nil {
+		return nil, "", fmt.Errorf("--kv-events-layout: %w", err)
+	}
+	pod := opts.KVPod
+	if pod == "" {
+		if pod, err = os.Hostname(); err != nil {
+			return nil, "", fmt.Errorf("--kv-events-pod: no host name (%v): set it", err)
+		}
+	}
+	name := cmp.Or(opts.ServedName, servedName(lm))
+	partial := !lm.Config.Causal && lm.Config.CausalBlock() == 0
+	pub, err := kvevents.Start(kvevents.Config{Log: opts.Cache.Events, Endpoint: opts.KVEvents, ReplayEndpoint: opts.KVReplay,
+		Topic: "kv@" + pod + "@" + name, Layout: layout, BlockSize: bs.BlockSize(), Partial: partial})
+	if err != nil {
+		return nil, "", fmt.Errorf("--kv-events: %w", err)
+	}
+	kind := "exact blocks (a causal or block-causal model)"
+	if partial {
+		kind = fmt.Sprintf("blocks of a bidirectional model, marked %q in their extra keys", kvevents.PartialDepthKey)
+	}
+	replay := "no replay socket"
+	if pub.ReplayAddr() != nil {
+		replay = "replay on tcp://" + pub.ReplayAddr().String()
+	}
+	return pub, fmt.Sprintf("KV events (vLLM's %s layout) on tcp://%s, topic %q, %s; %s", layout, pub.Addr(), "kv@"+pod+"@"+name, kind, replay), nil
 }
 
 // checkCalibrated refuses a table no calibration checked, unless allowed.
