@@ -335,3 +335,36 @@ func TestServeWorkers(t *testing.T) {
 		}
 	}
 }
+
+// --kv-events: refused without a block store (naming --store-blocks) and
+// for a bad layout; with one, the start-up lines name the block size and
+// the socket, which a ZMQ subscriber reads batches from.
+func TestServeKVEvents(t *testing.T) {
+	opts := parseServe(t, io.Discard, "--model", serveFixture, "--method", "prefix-all", "--threads", "1", "--addr", "127.0.0.1:0", "--kv-events", "tcp://127.0.0.1:0")
+	if err := opts.run(context.Background()); err == nil || !strings.Contains(err.Error(), "--store-blocks") || !strings.Contains(err.Error(), "--kv-events") {
+		t.Errorf("--kv-events without a block store: %v", err)
+	}
+	opts = parseServe(t, io.Discard, "--model", serveFixture, "--threads", "1", "--addr", "127.0.0.1:0", "--kv-events-replay", "tcp://127.0.0.1:0")
+	if err := opts.run(context.Background()); err == nil || !strings.Contains(err.Error(), "--kv-events") {
+		t.Errorf("--kv-events-replay alone: %v", err)
+	}
+	opts = parseServe(t, io.Discard, "--model", serveFixture, "--method", "prefix-all", "--store-blocks", "16", "--threads", "1", "--addr", "127.0.0.1:0",
+		"--kv-events", "tcp://127.0.0.1:0", "--kv-events-layout", "json")
+	if err := opts.run(context.Background()); err == nil || !strings.Contains(err.Error(), "--kv-events-layout") {
+		t.Errorf("--kv-events-layout json: %v", err)
+	}
+	var errOut testutil.SyncBuffer
+	opts = parseServe(t, &errOut, "--model", serveFixture, "--method", "prefix-all", "--store-blocks", "16", "--threads", "1", "--addr", "127.0.0.1:0",
+		"--kv-events", "tcp://127.0.0.1:0", "--kv-events-replay", "tcp://127.0.0.1:0", "--kv-events-pod", "10.0.0.1:8000", "--kv-events-layout", "map")
+	_, stop := startServe(t, opts, &errOut)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	s := errOut.String()
+	for _, want := range []string{"a cache-aware router must hash prompts in blocks of 16", "KV events (vLLM's map layout) on tcp://127.0.0.1:", `topic "kv@10.0.0.1:8000@`,
+		"marked \"dlmcache:partial-depth\"", "replay on tcp://127.0.0.1:"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("start-up lines lack %q:\n%s", want, s)
+		}
+	}
+}
