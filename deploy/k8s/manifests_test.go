@@ -14,6 +14,7 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
@@ -136,6 +137,8 @@ func manifests(t *testing.T) map[string][]any {
 				v = &policyv1.PodDisruptionBudget{}
 			case "autoscaling/v2 HorizontalPodAutoscaler":
 				v = &autoscalingv2.HorizontalPodAutoscaler{}
+			case "networking.k8s.io/v1 NetworkPolicy":
+				v = &networkingv1.NetworkPolicy{}
 			case "batch/v1 Job":
 				v = &batchv1.Job{}
 			case "rbac.authorization.k8s.io/v1 Role":
@@ -269,6 +272,19 @@ func TestManifests(t *testing.T) {
 	hpa := m["HorizontalPodAutoscaler"][0].(*autoscalingv2.HorizontalPodAutoscaler)
 	if hpa.Spec.ScaleTargetRef.Name != serve.Name || hpa.Spec.Metrics[0].Pods.Metric.Name != "dlmcache_requests_queued" {
 		t.Errorf("the HPA %+v", hpa.Spec)
+	}
+	// Only the router's pods reach the event sockets.
+	np := m["NetworkPolicy"][0].(*networkingv1.NetworkPolicy)
+	if !matches(np.Spec.PodSelector.MatchLabels) {
+		t.Errorf("the NetworkPolicy selects %v", np.Spec.PodSelector.MatchLabels)
+	}
+	for _, r := range np.Spec.Ingress {
+		for _, p := range r.Ports {
+			if n := p.Port.IntVal; (n == ports["kv-events"] || n == ports["kv-replay"]) &&
+				(len(r.From) != 1 || r.From[0].PodSelector.MatchLabels["app"] != epp.Spec.Template.Labels["app"]) {
+				t.Errorf("event port %d open to %+v, want the EPP's pods only", n, r.From)
+			}
+		}
 	}
 	pool := m["InferencePool"][0].(*inferencePool)
 	if !matches(pool.Spec.Selector.MatchLabels) || pool.Spec.TargetPorts[0].Number != int(ports["http"]) || pool.Spec.EndpointPickerRef.Name != epp.Name {
