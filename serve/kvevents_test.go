@@ -32,6 +32,7 @@ func kvServer(t *testing.T, blocks int, layout kvevents.Layout) (*Server, *cache
 		}
 		t.Cleanup(func() { pub.Close() })
 		c.KVEvents = pub
+		c.ResetPrefixCache = true
 	})
 	return s, st, pub
 }

@@ -91,6 +91,11 @@ type Config struct {
 	// /v1/models names the block size a router must match.
 	KVEvents *kvevents.Publisher
 
+	// ResetPrefixCache serves POST /reset_prefix_cache (vLLM's), which
+	// clears every tenant's blocks: off by default, as any client with a
+	// key could otherwise empty the cache for all.
+	ResetPrefixCache bool
+
 	// StoreAnswers, with a block store, keeps each answered conversation's
 	// blocks (the conversation and its answer as the next turn renders
 	// them) so that the next turn reuses them all; it costs a fill forward

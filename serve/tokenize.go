@@ -118,8 +118,14 @@ func (s *Server) handleDetokenize(w http.ResponseWriter, r *http.Request) {
 
 // handleResetPrefixCache is vLLM's POST /reset_prefix_cache: the block
 // store's blocks are all removed (one AllBlocksCleared event); requests
-// in flight keep the blocks they hold. Without a block store it is 404.
+// in flight keep the blocks they hold. Served with Config.ResetPrefixCache
+// only; without a block store it is 404.
 func (s *Server) handleResetPrefixCache(w http.ResponseWriter, r *http.Request) {
+	if !s.cfg.ResetPrefixCache {
+		writeError(w, newAPIError(http.StatusNotFound, "invalid_request_error", "reset_disabled", "",
+			"POST /reset_prefix_cache clears every tenant's cached blocks: start the server with --reset-prefix-cache to serve it"))
+		return
+	}
 	bs, ok := cache.StoreOf(s.cfg.Method).(*cache.BlockStore)
 	if !ok {
 		writeError(w, newAPIError(http.StatusNotFound, "invalid_request_error", "no_block_store", "",

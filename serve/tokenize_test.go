@@ -3,6 +3,7 @@ package serve
 import (
 	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -66,6 +67,9 @@ func TestTokenizeAndDetokenize(t *testing.T) {
 	b, _ = json.Marshal(map[string]any{"tokens": chatIDs})
 	if rec = post(t, s, "/detokenize", string(b)); rec.Code != 200 {
 		t.Errorf("/detokenize of a chat: %d %s", rec.Code, rec.Body)
+	}
+	if rec := post(t, s, "/reset_prefix_cache", ""); rec.Code != 404 || !strings.Contains(rec.Body.String(), "--reset-prefix-cache") {
+		t.Errorf("/reset_prefix_cache not enabled: %d %s", rec.Code, rec.Body)
 	}
 	for _, c := range []struct{ path, body, param string }{
 		{"/detokenize", `{"tokens": [1, -1]}`, "tokens"},

@@ -39,6 +39,7 @@ type serveOptions struct {
 	KVReplay       string
 	KVPod          string
 	KVLayout       string
+	ResetPrefix    bool
 	QueueWait      time.Duration
 	Timeout        time.Duration
 	Grace          time.Duration
@@ -139,7 +140,7 @@ func (opts *serveOptions) run(ctx context.Context) error {
 		logw = nil
 	}
 	srv, err := serve.New(serve.Config{
-		Model: lm.Model, Name: cmp.Or(opts.ServedName, servedName(lm)), APIKeys: keys, SharedCacheAcrossKeys: opts.SharedCache, MaxGenLength: opts.MaxTokens, IdleTrim: opts.IdleTrim, Method: meth, Gen: gen, Events: opts.Cache.Events, KVEvents: pub, StoreAnswers: opts.StoreAnswers,
+		Model: lm.Model, Name: cmp.Or(opts.ServedName, servedName(lm)), APIKeys: keys, SharedCacheAcrossKeys: opts.SharedCache, MaxGenLength: opts.MaxTokens, IdleTrim: opts.IdleTrim, Method: meth, Gen: gen, Events: opts.Cache.Events, KVEvents: pub, ResetPrefixCache: opts.ResetPrefix, StoreAnswers: opts.StoreAnswers,
 		MaxConcurrency: concurrency(opts.MaxConcurrency, opts.MaxBatch), MaxBatch: opts.MaxBatch, Workers: workers, MaxQueue: opts.MaxQueue, QueueWait: opts.QueueWait, MaxEventWaits: opts.MaxEventWaits,
 		Timeout: opts.Timeout, MaxBodyBytes: opts.MaxBodyBytes, StreamBufferBytes: opts.StreamBuffer, WriteTimeout: opts.WriteTimeout,
 		ReadTimeout: opts.ReadTimeout, ReadHeaderTimeout: opts.ReadHeader, IdleTimeout: opts.IdleTimeout, MaxContext: opts.MaxContext, Log: logw, Modules: mods,
@@ -222,6 +223,7 @@ func (opts *serveOptions) flags(fl *pflag.FlagSet) {
 	fl.StringVar(&opts.KVReplay, "kv-events-replay", "", "with --kv-events: a ZMQ ROUTER socket (tcp://*:5558) answering a consumer's 8-byte start sequence with every batch still held from it (the last 10,000), then sequence −1")
 	fl.StringVar(&opts.KVPod, "kv-events-pod", "", "with --kv-events: the pod address in the events' topic kv@POD@MODEL (llm-d matches it to the pod's IP:port); default: the host name")
 	fl.StringVar(&opts.KVLayout, "kv-events-layout", "array", "with --kv-events: array (each event a positional array led by its type name, as vLLM wrote until 2026 and every llm-d release reads) or map (events as maps tagged by \"type\", as newer vLLM writes)")
+	fl.BoolVar(&opts.ResetPrefix, "reset-prefix-cache", false, "serve POST /reset_prefix_cache (vLLM's), which removes every block of the block store (one AllBlocksCleared event): any client with a key may then empty every tenant's cache")
 	fl.DurationVar(&opts.QueueWait, "queue-wait", 0, "longest wait for a generation slot before a 503 (0: --timeout)")
 	fl.DurationVar(&opts.Timeout, "timeout", 5*time.Minute, "per-request time limit, queueing included (504 past it)")
 	fl.DurationVar(&opts.Grace, "grace", 30*time.Second, "on SIGINT/SIGTERM, how long requests in flight may take to finish")
