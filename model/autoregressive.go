@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/dlmcache/dlmcache/model/backend"
@@ -67,7 +66,7 @@ func (m *LLaDA) generateAR(ctx context.Context, prompt []int32, o GenOptions, pl
 		kv = newARCache(m, n)
 		defer kv.free()
 	}
-	rng := rand.New(rand.NewPCG(o.Seed, o.Seed^0x9e3779b97f4a7c15))
+	rng := samplerRNG(o.Seed)
 	g := &Generation{}
 	L := len(m.Blocks)
 	cur := len(prompt) // tokens known; the next one is decoded at canvas[cur]

@@ -417,14 +417,8 @@ func (m *LLaDA) Generate(ctx context.Context, prompt []int32, prefixLen int, o G
 		dec = LowConfidence{}
 	}
 	mask := int32(m.Config.MaskTokenID)
-	n := len(prompt) + o.GenLength
-	canvas := make([]int32, n)
-	copy(canvas, prompt)
-	for i := len(prompt); i < n; i++ {
-		canvas[i] = mask
-	}
-	rng := rand.New(rand.NewPCG(o.Seed, o.Seed^0x9e3779b97f4a7c15))
-	req := &Request{Prompt: prompt, PrefixLen: prefixLen, Schedule: sch, Canvas: canvas, Positions: pos}
+	req := m.newRequest(prompt, prefixLen, o.GenLength, sch, pos)
+	canvas, n, rng := req.Canvas, len(req.Canvas), samplerRNG(o.Seed)
 	if planner != nil {
 		if err := planner.Begin(req); err != nil {
 			return nil, err
@@ -616,6 +610,23 @@ func propose(l []float32, temp float64, rng *rand.Rand) (int32, float64) {
 // schedule validates o for a prompt of promptLen tokens (canvas position
 // ids pos, nil: 0..n-1): LLaDA's schedule, or the block schedule of a
 // block-causal model.
+// newRequest is the request a generation's planner sees: the prompt
+// followed by genLength mask tokens, its schedule and positions.
+func (m *LLaDA) newRequest(prompt []int32, prefixLen, genLength int, sch Schedule, pos []int32) *Request {
+	canvas := make([]int32, len(prompt)+genLength)
+	copy(canvas, prompt)
+	for i := len(prompt); i < len(canvas); i++ {
+		canvas[i] = int32(m.Config.MaskTokenID)
+	}
+	return &Request{Prompt: prompt, PrefixLen: prefixLen, Schedule: sch, Canvas: canvas, Positions: pos}
+}
+
+// samplerRNG is the random source of a generation with seed seed (Gumbel
+// noise, random remasking, sampled tokens).
+func samplerRNG(seed uint64) *rand.Rand {
+	return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+}
+
 func (m *LLaDA) schedule(promptLen int, pos []int32, o GenOptions) (Schedule, error) {
 	B := m.Config.CausalBlock()
 	if B == 0 {

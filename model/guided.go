@@ -163,14 +163,8 @@ func (m *LLaDA) generateGuided(ctx context.Context, prompt []int32, prefixLen in
 		return nil, err
 	}
 	mask, eos := int32(m.Config.MaskTokenID), int32(m.Config.EOSTokenID)
-	n := len(prompt) + o.GenLength
-	canvas := make([]int32, n)
-	copy(canvas, prompt)
-	for i := len(prompt); i < n; i++ {
-		canvas[i] = mask
-	}
-	rng := rand.New(rand.NewPCG(o.Seed, o.Seed^0x9e3779b97f4a7c15))
-	req := &Request{Prompt: prompt, PrefixLen: prefixLen, Schedule: sch, Canvas: canvas, Positions: pos}
+	req := m.newRequest(prompt, prefixLen, o.GenLength, sch, pos)
+	canvas, n, rng := req.Canvas, len(req.Canvas), samplerRNG(o.Seed)
 	if planner != nil {
 		if err := planner.Begin(req); err != nil {
 			return nil, err

@@ -253,11 +253,12 @@ type race struct {
 	decidedAt int
 }
 
-// times is t's seconds on the requests idx, 0 where it did not run.
-func (t *race) times(idx []int) []float64 {
-	out := make([]float64, len(idx))
-	for i, k := range idx {
-		out[i] = t.secs[k]
+// times is t's seconds on the bin's first k requests, 0 where it did not
+// run.
+func (t *race) times(k int) []float64 {
+	out := make([]float64, k)
+	for i := range out {
+		out[i] = t.secs[i]
 	}
 	return out
 }
@@ -406,13 +407,13 @@ func (s *Searcher) searchCell(ctx context.Context, bin []ClassRequest,
 		ts[i] = &race{setting: g, key: g.String(), secs: map[int]float64{}}
 	}
 	n := len(bin)
-	refSecs := map[int]float64{}
+	refTimes := make([]float64, n)
 	for i, q := range bin {
 		ref, err := run(ctx, q, "")
 		if err != nil {
 			return nil, err
 		}
-		refSecs[i] = ref.Seconds
+		refTimes[i] = ref.Seconds
 		for k := range ts {
 			t := ts[(k+i)%len(ts)] // the order rotates request by request
 			if t.stopped != "" {
@@ -473,29 +474,17 @@ func (s *Searcher) searchCell(ctx context.Context, bin []ClassRequest,
 			}
 		}
 		if lead != nil && 4*(i+1) >= n && i >= 2 {
-			seen := make([]int, i+1)
-			for k := range seen {
-				seen[k] = k
-			}
 			for _, t := range ts {
 				if t.stopped != "" || t == lead {
 					continue
 				}
 				// Paired by request, beyond the noise: a setting is left
 				// behind only where the choice could never come back to it.
-				if lo, _, ok := pairedGain(t.times(seen), lead.times(seen), s.Z); ok && lo >= DominanceMargin {
+				if lo, _, ok := pairedGain(t.times(i+1), lead.times(i+1), s.Z); ok && lo >= DominanceMargin {
 					t.stopped = "dominated"
 				}
 			}
 		}
-	}
-	idx := make([]int, n)
-	for i := range idx {
-		idx[i] = i
-	}
-	refTimes := make([]float64, n)
-	for i := range refTimes {
-		refTimes[i] = refSecs[i]
 	}
 	ch := &lut.Choice{Samples: n, Setting: lut.Setting{Method: "none", Decoder: string(model.DecodeSchedule)}, Agreement: 1, LowerBound: 1, SpeedUp: 1, FLOPsSpeedUp: 1, SpeedUpLow: 1}
 	var passed []*race
@@ -527,16 +516,16 @@ func (s *Searcher) searchCell(ctx context.Context, bin []ClassRequest,
 	})
 	incTimes, incName := refTimes, ch.Setting.String()
 	for _, t := range passed {
-		lo, _, ok := pairedGain(incTimes, t.times(idx), s.Z)
+		lo, _, ok := pairedGain(incTimes, t.times(n), s.Z)
 		if !ok || lo < 1+s.MinGain {
 			continue
 		}
 		p := t.point(s.Z)
 		ch.Setting, ch.Agreement, ch.LowerBound, ch.SpeedUp, ch.FLOPsSpeedUp = p.Setting, round3(p.AnswerAgreement()), p.LowerBound, p.SpeedUp, p.FLOPsSpeedUp
 		ch.Over, ch.GainLow = incName, round3(lo)
-		ch.SpeedUpLow, _, _ = pairedGain(refTimes, t.times(idx), s.Z)
+		ch.SpeedUpLow, _, _ = pairedGain(refTimes, t.times(n), s.Z)
 		ch.SpeedUpLow = round3(ch.SpeedUpLow)
-		incTimes, incName = t.times(idx), t.key
+		incTimes, incName = t.times(n), t.key
 	}
 	ch.Front = lut.Front(append([]lut.Point{{Setting: lut.Setting{Method: "none", Decoder: string(model.DecodeSchedule)}, Requests: n, Answers: n, LowerBound: round3(lut.Wilson(n, n, s.Z)), SpeedUp: 1, FLOPsSpeedUp: 1}}, ch.Tried...), n)
 	if ch.Setting.Method == "none" && ch.Setting.Decoder == string(model.DecodeSchedule) {

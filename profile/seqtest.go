@@ -103,15 +103,26 @@ func pairedGain(a, b []float64, z float64) (lo, est float64, ok bool) {
 	if len(d) < 3 {
 		return 0, 0, false
 	}
-	var mean float64
+	mean, se := MeanSE(d)
+	return math.Exp(mean - z*se), math.Exp(mean), true
+}
+
+// MeanSE is the mean of d and its standard error (the sample standard
+// deviation over √n; 0 for fewer than two values).
+func MeanSE(d []float64) (mean, se float64) {
+	if len(d) == 0 {
+		return 0, 0
+	}
 	for _, x := range d {
 		mean += x
 	}
 	mean /= float64(len(d))
+	if len(d) < 2 {
+		return mean, 0
+	}
 	var ss float64
 	for _, x := range d {
 		ss += (x - mean) * (x - mean)
 	}
-	se := math.Sqrt(ss / float64(len(d)-1) / float64(len(d)))
-	return math.Exp(mean - z*se), math.Exp(mean), true
+	return mean, math.Sqrt(ss / float64(len(d)-1) / float64(len(d)))
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"math"
 	"os"
 	"slices"
 	"sort"
@@ -334,22 +333,7 @@ type interval struct{ Mean, Low, High float64 }
 // normal interval mean ± z·sd/√n (z the quantile of (1+confidence)/2).
 // Where no answer changed correctness the interval is [0, 0].
 func pairedDiff(d []float64, z float64) interval {
-	if len(d) == 0 {
-		return interval{}
-	}
-	var mean float64
-	for _, x := range d {
-		mean += x
-	}
-	mean /= float64(len(d))
-	var ss float64
-	for _, x := range d {
-		ss += (x - mean) * (x - mean)
-	}
-	se := 0.0
-	if len(d) > 1 {
-		se = math.Sqrt(ss / float64(len(d)-1) / float64(len(d)))
-	}
+	mean, se := profile.MeanSE(d)
 	return interval{Mean: 100 * mean, Low: 100 * (mean - z*se), High: 100 * (mean + z*se)}
 }
 
