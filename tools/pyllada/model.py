@@ -10,8 +10,9 @@ logits = ff_out_head(ln_f(y_last))   [.., embedding_size]
 Block diffusion (config block_causal, block_size B; LLaDA 2.x / SDAR): attention is
 bidirectional inside a block and causal between blocks, blocks absolute (aligned at
 position 0): query at position i attends key at position j iff j // B <= i // B
-(positions from pos). shift_logits (Fast-dLLM v2's token shift) is accepted only as
-false here.
+(positions from pos). shift_logits (Fast-dLLM v2's token shift, Dream's convention):
+position i's output is row i-1's (position 0 its own), for the hidden states forward returns
+with return_hidden as for its logits, so a loss that reads position i's row trains row i-1.
 
 Shapes: ids [B, n] int64; pos [B, n] or [n] int64 (explicit, may be
 non-contiguous); key_valid [B, n] bool (False = padding key, never attended).
@@ -118,8 +119,6 @@ class LLaDAConfig:
                 c.extra[k] = d[k]
         if c.block_causal and c.block_size <= 0:
             raise ValueError(f"block_size {c.block_size}: must be positive with block_causal")
-        if c.shift_logits:
-            raise ValueError("shift_logits true (token-shifted logits) is not supported by pyllada")
         assert d.get("weight_tying", False) is False, "weight_tying not supported"
         assert not d.get("include_bias") and not d.get("include_qkv_bias"), "biases not supported"
         return c
@@ -325,6 +324,8 @@ class LLaDA(nn.Module, HFWeights):
         else:
             bias = additive_mask(pos, key_valid, self.config.block_causal, self.config.block_size, x.dtype)
         x, states = run_layers(self.blocks, x, cos, sin, bias, return_states, checkpoint_blocks and self.training)
+        if self.config.shift_logits:  # position i reads row i-1 (0 its own)
+            x = torch.cat([x[:, :1], x[:, :-1]], dim=1)
         if return_hidden:
             return x
         logits = self.head(x)

@@ -809,5 +809,81 @@ class TestAR(unittest.TestCase):
             with self.assertRaises(SystemExit):  # a diffusion run refuses the causal export
                 T.main(tiny_run(d, corpus) + ["--max-steps", "10"])
 
+    def test_token_shift_and_complementary_masks(self):
+        """The block conversion's two options: with shift_logits position i's hidden state and
+        logits are row i-1's (0 its own); --complementary-masks trains each sample twice, its block
+        masked by m and by the block's complement of m, so every block slot is a target once."""
+        import numpy as np
+        import torch
+        from pyllada.model import LLaDA, LLaDAConfig
+        bs, G = 4, 12
+        kw = dict(d_model=32, n_layers=2, n_heads=2, n_kv_heads=2, mlp_hidden_size=64, vocab_size=64,
+                  embedding_size=64, mask_token_id=63, eos_token_id=62, pad_token_id=62,
+                  block_causal=True, block_size=bs)
+        torch.manual_seed(0)
+        plain = LLaDA(LLaDAConfig(**kw)).eval()
+        shifted = LLaDA(LLaDAConfig(**kw, shift_logits=True)).eval()
+        shifted.load_state_dict(plain.state_dict())
+        ids = torch.randint(0, 60, (2, 10))
+        with torch.no_grad():
+            a, b = plain(ids), shifted(ids)
+            ha, hb = plain(ids, return_hidden=True), shifted(ids, return_hidden=True)
+        self.assertEqual(float((b[:, 1:] - a[:, :-1]).abs().max()), 0.0)
+        self.assertEqual(float((b[:, 0] - a[:, 0]).abs().max()), 0.0)
+        self.assertEqual(float((hb[:, 1:] - ha[:, :-1]).abs().max()), 0.0)
+
+        prompts = [list(range(1, 7)), list(range(1, 4))]
+        answers = [[20, 21, 62], [22, 23, 24, 25, 26, 62]]
+        pids, valid, ans_pos = T.pack(prompts, answers, G, 62)
+        alen = np.array([len(x) for x in answers])
+        seen = {}
+
+        class Rec(LLaDA):
+            def forward(self, x, **kw):
+                seen["x"] = x.clone()
+                return super().forward(x, **kw)
+        m = Rec(LLaDAConfig(**kw, shift_logits=True))
+        a = T.parse_args(["--block-causal", "--block-size", str(bs), "--token-shift", "--complementary-masks"])
+        for seed in range(10):
+            loss, st_ = T.loss_on(m, pids, valid, ans_pos, a, torch.Generator().manual_seed(seed), 63, alen, G,
+                                  suite=[0, 1], nsuites=2, block=bs)
+            x = seen["x"]
+            self.assertTrue(torch.isfinite(loss))
+            self.assertEqual(x.shape[0], 4)
+            for j, p in enumerate(prompts):
+                m1, m2 = x[j] == 63, x[j + 2] == 63
+                self.assertFalse(bool((m1 & m2).any()))               # disjoint
+                both = torch.nonzero(m1 | m2).flatten().tolist()       # together: the whole block
+                b = both[0] // bs
+                n_ = min(x.shape[1], len(p) + G, (b + 1) * bs)
+                self.assertEqual(both, [q for q in range(max(len(p), b * bs), n_)])
+            self.assertEqual(sum(st_["suite_n"]), st_["n_content"])
+        loss.backward()
+        with self.assertRaises(SystemExit):
+            T.main(["--token-shift"])
+
+    def test_convert_from_ar(self):
+        """Block conversion end to end: an AR (Llama) export trained on as a block-diffusion model
+        with the token shift; the export is a LLaDA block model with shift_logits."""
+        with tempfile.TemporaryDirectory() as d:
+            corpus = os.path.join(d, "corpus")
+            subprocess.run([sys.executable, os.path.join(HERE, "make_synth.py"), "--out", corpus,
+                            "--train", "300", "--eval", "30"], check=True, capture_output=True)
+            T.main(tiny_run(d, corpus) + ["--objective", "ar", "--eval-every", "4", "--eval-per-suite", "2",
+                                         "--max-steps", "4"])
+            blk = ["--corpus", corpus, "--work", os.path.join(d, "wb"), "--out", os.path.join(d, "ob"),
+                   "--resume", "--init-from", os.path.join(d, "out"), "--block-causal", "--block-size", "4",
+                   "--token-shift", "--complementary-masks", "--phase", "convert", "--batch-tokens", "1024",
+                   "--log-every", "2", "--warmup", "2", "--recall-frac", "0", "--eval-every", "4",
+                   "--eval-per-suite", "2", "--canvas", "12,16", "--max-steps", "8"]
+            T.main(blk)
+            cfg = json.load(open(os.path.join(d, "ob", "config.json")))
+            self.assertEqual((cfg["architectures"], cfg["block_causal"], cfg["block_size"], cfg["shift_logits"]),
+                             (["LLaDAModelLM"], True, 4, True))
+            logs = [json.loads(l) for l in open(os.path.join(d, "wb", "log.jsonl"))]
+            self.assertEqual(logs[0]["resumed_from"], os.path.join(d, "out"))
+            self.assertTrue([r for r in logs if r["type"] == "eval"])
+
+
 if __name__ == "__main__":
     unittest.main()

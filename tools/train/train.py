@@ -214,6 +214,13 @@ def parse_args(argv=None):
                          "1/t weights, the sequence cut after b), exactly the states block decoding visits; the eval "
                          "uses block decoding (--eval-decoding)")
     ap.add_argument("--block-size", type=int, default=32)
+    ap.add_argument("--token-shift", action=argparse.BooleanOptionalAction, default=False,
+                    help="with --block-causal: Fast-dLLM v2's token shift (config shift_logits): slot i is predicted "
+                         "from row i-1, as a causal model predicts, so a model converted from an AR start keeps its "
+                         "next-token head")
+    ap.add_argument("--complementary-masks", action=argparse.BooleanOptionalAction, default=False,
+                    help="with --block-causal: each sample is trained twice, its block masked by m and by the "
+                         "complement of m (Fast-dLLM v2 / SDAR), so every slot of the block is a target")
     # autoregressive guide (FlashDLM-style verifier; the base a block-diffusion model is converted from)
     ap.add_argument("--objective", choices=["diffusion", "ar"], default="diffusion",
                     help="diffusion: LLaDA SFT (or block diffusion with --block-causal); ar: a causal next-token "
@@ -738,6 +745,18 @@ def loss_on(model, ids, valid, ans_pos, args, rng_t, mask_id, alen, G, suite=Non
         none = ~m.any(dim=1)
         m[none] = inb[none] & (torch.cumsum(inb[none].long(), dim=1) == 1)  # at least the block's first slot
         denom = int(inb.sum())
+        if getattr(args, "complementary_masks", False):
+            # Fast-dLLM v2 / SDAR: each sample twice, masked by m and by its complement in
+            # the block (ratio 1 - p), so every slot of the block is a target once
+            ids, valid, ans_pos, end = (torch.cat([t_, t_]) for t_ in (ids, valid, ans_pos, end))
+            alen = np.concatenate([np.asarray(alen), np.asarray(alen)])
+            if suite is not None:
+                suite = np.concatenate([np.asarray(suite), np.asarray(suite)])
+            if pos_offset is not None:
+                pos_offset = torch.cat([torch.as_tensor(pos_offset)] * 2)
+            m = torch.cat([m, inb & ~m])
+            p = torch.cat([p, (1 - p).clamp(min=args.mask_eps)])
+            B, denom = 2 * B, 2 * denom
         n = int(end.max())                          # later blocks cannot reach block b: cut them
         ids, ans_pos = ids[:, :n], ans_pos
         valid = valid[:, :n] & (torch.arange(n)[None] < end[:, None])
@@ -1071,6 +1090,8 @@ def log(fh, rec):
 # ----------------------------------------------------------------------------- main
 def main(argv=None):
     args = parse_args(argv)
+    if (args.token_shift or args.complementary_masks) and not args.block_causal:
+        sys.exit("--token-shift and --complementary-masks train a block-diffusion model: add --block-causal")
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     if device.type == "cuda":
@@ -1114,8 +1135,8 @@ def main(argv=None):
         cfg.block_causal, cfg.block_size, cfg.shift_logits = True, 1, False
     elif cfg.block_causal and cfg.block_size == 1 and not args.block_causal:
         sys.exit(f"{resumed_from} is a causal (AR) model: pass --objective ar")
-    if args.block_causal:  # block diffusion (a bidirectional start is adapted)
-        cfg.block_causal, cfg.block_size, cfg.shift_logits = True, args.block_size, False
+    if args.block_causal:  # block diffusion (a bidirectional or causal start is adapted)
+        cfg.block_causal, cfg.block_size, cfg.shift_logits = True, args.block_size, args.token_shift
     if cfg.vocab_size != int(meta["vocab_size"]) or cfg.mask_token_id != mask_id:
         raise SystemExit(f"checkpoint vocab/mask ({cfg.vocab_size}/{cfg.mask_token_id}) disagrees with "
                          f"{args.corpus}/meta.json ({meta['vocab_size']}/{mask_id}); use another --work/--out")
