@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# ladder.sh: the bridge ladder for llada-tiny-block (docs/training.md, "What the next GPU run
-# should do") as one command: four stages from models/llada-tiny-block, each resuming the last
+# ladder.sh: the bridge ladder for llada-tiny-block (docs/training.md, "The bridge
+# ladder") as one command: four stages from models/llada-tiny-block, each resuming the last
 # one's checkpoint (a new --phase: fresh warm-up and cosine over its time budget, an eval and an
 # export at its end), and after each the layout probe (queue_diag.py) on the stage's export.
 # A stage whose probe row stays below GATE ends the ladder there: that rung's figures are the
