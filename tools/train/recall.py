@@ -251,3 +251,41 @@ class RecallGen:
             answers.append(a)
             n = L
         return prompts, answers
+
+
+class CopyGen:
+    """Induction-style copy samples for a causal model (train.py --copy-frac): a random span
+    of word-initial pieces (RecallGen's pool), some random filler pieces, "##", and the span
+    again as the answer (then EOS). Every answer token is a target, so one sample gives a
+    dozen lookups of "the token after the one I just wrote", the circuit every suite's copy
+    needs (the list suites copy names, lookup copies a code after its name); the suites give
+    one or a few such targets a sample."""
+
+    def __init__(self, pool, sep, bos, min_len=4, max_len=24, max_filler=32):
+        """pool: the token ids spans are drawn from (RecallGen's word-initial pieces); sep: the
+        token before the copy ("##"); bos: the first token of every prompt."""
+        self.pool, self.ans, self.head = np.asarray(pool), int(sep), [int(bos)]
+        self.min_len, self.max_len, self.max_filler = min_len, max_len, max_filler
+
+    def sample(self, rng):
+        L = int(rng.randint(self.min_len, self.max_len + 1))
+        span = rng.choice(self.pool, L).tolist()
+        filler = rng.choice(self.pool, int(rng.randint(0, self.max_filler + 1))).tolist()
+        cut = int(rng.randint(0, len(filler) + 1))
+        prompt = list(self.head) + filler[:cut] + span + filler[cut:] + [int(self.ans)]
+        return prompt, span
+
+    def batch(self, rng, batch_tokens, max_batch):
+        """Prompts and answers (the span, EOS appended by the caller's packing) of one batch
+        within batch_tokens padded tokens."""
+        prompts, answers, n = [], [], 0
+        while len(prompts) < max_batch:
+            p, a = self.sample(rng)
+            L = max(n, len(p) + len(a) + 1)
+            if prompts and (len(prompts) + 1) * L > batch_tokens:
+                break
+            prompts.append(p)
+            answers.append(a)
+            n = L
+        return prompts, answers
+

@@ -188,6 +188,27 @@ class TestTrain(unittest.TestCase):
         a = T.parse_args(["--corpus", "x", "--recall-frac", "0"])
         self.assertEqual([T.recall_fraction(a, lv) for lv in (0, 8)], [0.0, 0.0])
 
+    def test_copy_gen(self):
+        """CopyGen: the answer is the span the prompt holds (contiguously, before "##"), the
+        prompt starts with BOS; batches stay within the token budget; --copy-frac needs AR."""
+        import numpy as np
+        from recall import CopyGen, RecallGen
+        tok = os.path.join(HERE, "..", "..", "models", "llada-tiny", "tokenizer.json")
+        r = RecallGen(tok, 16, 2043)
+        g = CopyGen(r.first, r.ans, r.head[0])
+        rng = np.random.RandomState(1)
+        for _ in range(50):
+            p, a = g.sample(rng)
+            self.assertTrue(4 <= len(a) <= 24)
+            self.assertEqual((p[0], p[-1]), (2042, g.ans))
+            body = p[1:-1]
+            self.assertTrue(any(body[i:i + len(a)] == a for i in range(len(body) - len(a) + 1)))
+        ps, ans = g.batch(rng, 1024, 64)
+        self.assertGreater(len(ps), 1)
+        self.assertLessEqual(len(ps) * max(len(x) + len(y) + 1 for x, y in zip(ps, ans)), 1024)
+        with self.assertRaises(SystemExit):
+            T.main(["--copy-frac", "0.2"])
+
     def test_recall_gen(self):
         import numpy as np
         from recall import RecallGen
@@ -861,6 +882,19 @@ class TestAR(unittest.TestCase):
         loss.backward()
         with self.assertRaises(SystemExit):
             T.main(["--token-shift"])
+
+    def test_copy_warmup_run(self):
+        """--copy-frac in a causal run: copy steps are taken and their CE logged apart."""
+        with tempfile.TemporaryDirectory() as d:
+            corpus = os.path.join(d, "corpus")
+            subprocess.run([sys.executable, os.path.join(HERE, "make_synth.py"), "--out", corpus,
+                            "--train", "200", "--eval", "10"], check=True, capture_output=True)
+            T.main(tiny_run(d, corpus) + ["--objective", "ar", "--copy-frac", "0.5", "--eval-every", "100",
+                                         "--max-steps", "8", "--log-every", "4"])
+            logs = [json.loads(l) for l in open(os.path.join(d, "work", "log.jsonl"))]
+            tr = [r for r in logs if r["type"] == "train"]
+            self.assertTrue(tr and all("ce_copy" in r for r in tr))
+            self.assertTrue(any(r["ce_copy"] > 0 for r in tr))
 
     def test_convert_from_ar(self):
         """Block conversion end to end: an AR (Llama) export trained on as a block-diffusion model

@@ -82,7 +82,7 @@ from pyllada import safetensors_io as st  # noqa: E402
 from pyllada.model import LLaDA, LLaDAConfig, save_pretrained  # noqa: E402
 from pyllada.generate import generate_batch, generate_block_batch  # noqa: E402
 from pyllada.hf_llama import config_from_llama, is_llama_dir, load_llama_into, save_llama  # noqa: E402
-from recall import RecallGen  # noqa: E402
+from recall import CopyGen, RecallGen  # noqa: E402
 
 ARCH_KEYS = ("n_layers", "d_model", "n_heads", "mlp_hidden")
 
@@ -136,6 +136,10 @@ def parse_args(argv=None):
     ap.add_argument("--recall-frac", type=float, default=0.25,
                     help="fraction of steps trained on synthetic key→value recall in the corpus vocabulary "
                          "(recall.py), once the recall level reaches --recall-handover; 0 turns the warm-up off")
+    ap.add_argument("--copy-frac", type=float, default=0.0,
+                    help="--objective ar: fraction of steps trained on induction-style copies (recall.CopyGen: a "
+                         "random span of name pieces, filler, then the span again, every copied token a target), "
+                         "taken before the recall warm-up's share")
     ap.add_argument("--recall-early-frac", type=float, default=0.9,
                     help="the recall fraction below level --recall-handover (run J: the lookup circuit forms there)")
     ap.add_argument("--recall-handover", type=int, default=7,
@@ -1092,6 +1096,8 @@ def main(argv=None):
     args = parse_args(argv)
     if (args.token_shift or args.complementary_masks) and not args.block_causal:
         sys.exit("--token-shift and --complementary-masks train a block-diffusion model: add --block-causal")
+    if args.copy_frac > 0 and args.objective != "ar":
+        sys.exit("--copy-frac trains a causal model: add --objective ar")
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     if device.type == "cuda":
@@ -1204,6 +1210,20 @@ def main(argv=None):
         recall = RecallGen(os.path.join(tok_dir, "tokenizer.json"), min(G, cs[0]), eos, numbers=args.recall_numbers,
                            sums=args.recall_sums, queues=args.recall_queues)
         state.setdefault("recall_level", 0)
+    copygen = None
+    if args.copy_frac > 0:
+        tok_dir = meta.get("tokenizer_dir", args.out)
+        if not os.path.isabs(tok_dir):
+            tok_dir = os.path.join(ROOT, tok_dir)
+        rg = recall
+        if rg is None and os.path.exists(os.path.join(tok_dir, "tokenizer.json")):
+            rg = RecallGen(os.path.join(tok_dir, "tokenizer.json"), min(G, cs[0]), eos)
+        if rg is not None:
+            copygen = CopyGen(rg.first, rg.ans, rg.head[0])
+        else:  # no tokenizer (a synthetic corpus): the answers' own tokens, after their first
+            toks = np.unique(np.concatenate([np.asarray(a[1:]) for a in train.ans[:2000]]))
+            first = np.bincount([int(a[0]) for a in train.ans[:2000]]).argmax()
+            copygen = CopyGen(toks[toks != eos], first, int(meta.get("bos_id", train.ans[0][0])))
     if args.curriculum == "adaptive" and "curriculum_q" in state:
         batcher.q = state["curriculum_q"]
     eval_idx = eval_set(evalc, args.eval_per_suite, 12345)
@@ -1269,7 +1289,7 @@ def main(argv=None):
         return {"loss": 0.0, "n": 0, "ce_content": 0.0, "n_content": 0, "ce_pad": 0.0, "n_pad": 0, "ce_prompt": 0.0,
                 "n_prompt": 0, "tok": 0, "t": time.time(),
                 "sce": torch.zeros(len(train.suites), dtype=torch.float64, device=device),
-                "sn": [0] * len(train.suites), "rce": 0.0, "rn": 0}
+                "sn": [0] * len(train.suites), "rce": 0.0, "rn": 0, "cce": 0.0, "cn": 0}
 
     model.train()
     t_last_ckpt = time.time()
@@ -1296,7 +1316,17 @@ def main(argv=None):
         lr = lr_at(step, args, state["warm_from"], state.get("phase_from", 0), prog=tprog)
         for g in opt.param_groups:
             g["lr"] = lr
-        if recall is not None and rng.random_sample() < recall_fraction(args, state["recall_level"]):
+        if copygen is not None and rng.random_sample() < args.copy_frac:
+            prompts, answers = copygen.batch(rng, args.batch_tokens, args.max_batch)
+            answers = [a + [eos] for a in answers]
+            ids, valid, ans_pos = pack(prompts, answers, max(len(a) for a in answers), eos)
+            loss, s = loss_ar(model, ids, valid, ans_pos, np.array([len(a) for a in answers]), 0.0)
+            idx = prompts
+            acc["cce"] += s["ce_content"]
+            acc["cn"] += s["n_content"]
+            s = dict(s, ce_content=0.0, n_content=0, ce_pad=0.0, n_pad=0,
+                     suite_ce=[0.0] * len(train.suites), suite_n=[0] * len(train.suites))
+        elif recall is not None and rng.random_sample() < recall_fraction(args, state["recall_level"]):
             ranges = []
             prompts, answers = recall.batch(rng, state["recall_level"], args.batch_tokens, args.max_batch,
                                             args.recall_queries, ranges)
@@ -1384,7 +1414,8 @@ def main(argv=None):
                        "tok_s": round(acc["tok"] / dt), "len_limit": batcher.limit(step),
                        "wall_h": round(state["wall_seconds"] / 3600, 3),
                        **({"ce_recall": round(acc["rce"] / max(1, acc["rn"]), 3), "recall_level": state["recall_level"]}
-                          if recall is not None else {})})
+                          if recall is not None else {}),
+                       **({"ce_copy": round(acc["cce"] / max(1, acc["cn"]), 3)} if copygen is not None else {})})
             if recall is not None and below(acc["rce"], acc["rn"], args.recall_advance_ce) and \
                     state["recall_level"] < min(args.recall_max_level, RecallGen.MAX_LEVEL):
                 state["recall_level"] += 1
