@@ -8,14 +8,49 @@ package cpu
 */
 import "C"
 
-import "strings"
+import (
+	"fmt"
+	"os"
+	"strings"
+)
 
 // BLAS describes the BLAS library the CPU backend's products run on and the
 // kernel it picked for this processor, e.g. "OpenBLAS 0.3.21 … (kernel
-// Haswell)". OPENBLAS_CORETYPE, when set, decides the kernel.
+// Haswell)". OPENBLAS_CORETYPE, when set, decides the kernel; where it is
+// unset and OpenBLAS fell back to an SSE kernel on a vector CPU (a build
+// older than the processor), the description says so (blasKernelHint).
 func BLAS() string {
 	cfg := strings.TrimSpace(C.GoString(C.openblas_get_config()))
-	return cfg + " (kernel " + blasCorename() + ")"
+	s := cfg + " (kernel " + blasCorename() + ")"
+	if h := blasKernelHint(blasCorename(), MachineISA(), os.Getenv("OPENBLAS_CORETYPE") != ""); h != "" {
+		s += "; " + h
+	}
+	return s
+}
+
+// blasSSEKernels are OpenBLAS's kernels for processors without AVX2:
+// what its runtime dispatch picks on a CPU its build does not know
+// (Debian 12's 0.3.21 picks Prescott on Intel family 6 model 207).
+var blasSSEKernels = map[string]bool{"prescott": true, "core2": true, "penryn": true, "dunnington": true,
+	"nehalem": true, "atom": true, "opteron": true, "opteron_sse3": true, "barcelona": true, "bobcat": true,
+	"katmai": true, "coppermine": true, "northwood": true, "banias": true, "athlon": true}
+
+// blasKernelHint is the advice for a user whose OpenBLAS runs SSE kernels
+// on a CPU with AVX2 or AVX-512 (its products run several times slower:
+// the weights dlmcache hands it and make bench's raw sgemm baseline), or
+// "" when its kernel fits the CPU or OPENBLAS_CORETYPE was set by hand.
+// dlmcache never sets the variable itself: an old OpenBLAS's newer
+// kernels may miscompute on processors it predates, so the choice is the
+// user's.
+func blasKernelHint(core string, isa ISALevel, coretypeSet bool) string {
+	if coretypeSet || isa < ISAAVX2 || !blasSSEKernels[strings.ToLower(core)] {
+		return ""
+	}
+	want, what := "Haswell", "AVX2"
+	if isa >= ISAAVX512 {
+		want, what = "SkylakeX", "AVX-512"
+	}
+	return fmt.Sprintf("this OpenBLAS does not know the CPU and runs its SSE kernels: OPENBLAS_CORETYPE=%s selects its %s ones (check them against the default first: make test)", want, what)
 }
 
 // blasCorename is the name of OpenBLAS's kernel for this CPU.

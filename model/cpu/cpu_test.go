@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -834,5 +835,28 @@ func TestNewAfterFreeIsZeroed(t *testing.T) {
 	w := b.FromHost(64, 64, make([]float32, 64*64)).(*Tensor)
 	if w.pooled {
 		t.Fatal("FromHost tensor is marked pooled")
+	}
+}
+
+func TestBLASKernelHint(t *testing.T) {
+	for _, c := range []struct {
+		core string
+		isa  ISALevel
+		set  bool
+		want string // a substring; "" for no hint
+	}{
+		{"Prescott", ISANative, false, "OPENBLAS_CORETYPE=SkylakeX"},
+		{"Prescott", ISAAVX512, false, "OPENBLAS_CORETYPE=SkylakeX"},
+		{"Core2", ISAAVX2, false, "OPENBLAS_CORETYPE=Haswell"},
+		{"Prescott", ISANative, true, ""}, // the user chose
+		{"Prescott", ISAGeneric, false, ""},
+		{"Haswell", ISAAVX2, false, ""},
+		{"SkylakeX", ISANative, false, ""},
+		{"Zen", ISANative, false, ""},
+	} {
+		got := blasKernelHint(c.core, c.isa, c.set)
+		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
+			t.Errorf("blasKernelHint(%q, %v, %v) = %q, want %q", c.core, c.isa, c.set, got, c.want)
+		}
 	}
 }
