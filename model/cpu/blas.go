@@ -25,6 +25,9 @@ func BLAS() string {
 	if h := blasKernelHint(blasCorename(), MachineISA(), os.Getenv("OPENBLAS_CORETYPE") != ""); h != "" {
 		s += "; " + h
 	}
+	if simd && !blasRowsInvariant() {
+		s += "; its rows depend on their place in a product, so products with weights run on the panel kernel"
+	}
 	return s
 }
 

@@ -57,7 +57,15 @@
 //     libopenblas-dev). A product with a weight is never handed to it
 //     with m·n·k ≤ 100³ or a single row (blasWeightNT pads x with zero
 //     rows instead): OpenBLAS runs such products on small-matrix kernels
-//     or gemv, whose summation order differs from its general kernel's.
+//     or gemv, whose summation order differs from its general kernel's,
+//     and always in whole tiles of 16 rows (the rest on a padded copy):
+//     its tail kernels sum in another order too (its SSE kernels, what
+//     0.3.21 runs on processors it does not know). Where even whole tiles
+//     give a row different bits at different places (its Haswell and Zen
+//     kernels, on AVX2 processors: rows 6–11 of every 12), a start-up
+//     probe says so (blasRowsInvariant, BLAS) and every product with a
+//     weight runs on the panel kernel instead, the weight laid out for it
+//     per call.
 //     New sets OpenBLAS to one thread, process-wide,
 //     and splits each product over its own goroutines: with OpenBLAS's
 //     thread pool next to Go's, the two oversubscribe the cores and

@@ -234,3 +234,14 @@ func panelPack(w []float32, ldw, n, k int) []float32 {
 	C.dlmc_panel_pack(fptr(w), C.long(ldw), C.int(n), C.int(k), fptr(p))
 	return p
 }
+
+// panelWeightNT is c = a·wᵀ (a [m, k], w [n, k], c [m, n]) on the panel
+// kernel on this goroutine, w laid out for it into a pooled buffer first:
+// each row of c is the same whatever m is.
+func (b *Backend) panelWeightNT(m, n, k int, a []float32, lda int, w []float32, ldw int, c []float32, ldc int) {
+	_, _, _ = a[(m-1)*lda+k-1], w[(n-1)*ldw+k-1], c[(m-1)*ldc+n-1]
+	p := b.bufs.scratch((n + 15) / 16 * 16 * k)
+	C.dlmc_panel_pack(fptr(w), C.long(ldw), C.int(n), C.int(k), fptr(p))
+	C.dlmc_panel_gemm(C.int(m), C.int(n), C.int(k), fptr(a), C.long(lda), fptr(p), fptr(c), C.long(ldc))
+	b.bufs.put(p)
+}

@@ -129,38 +129,108 @@ const dnnlWeightRows = 64
 // (TestMatMulRowsInvariant).
 const blasSmallMNK = 1_000_000
 
+// blasRowQuantum is the multiple of rows every sgemm call with a weight
+// gets. OpenBLAS's general kernels compute tiles of UNROLL_M rows (4 to
+// 16, a divisor of 16 for every x86 kernel) and leftover rows on kernels
+// of their own, and some of those sum in another order: on its SSE
+// kernels (Prescott, what 0.3.21 runs on CPUs it does not know) the third
+// row of a 3-row product and the last columns of a 7-row one each came out
+// 1 ulp from the same row alone. With whole tiles only, a row's result is
+// the same at any row count.
+const blasRowQuantum = 16
+
 // blasMinRows is the fewest rows blasWeightNT hands OpenBLAS for a
-// product with an n × k weight: at least 2, and enough that m·n·k is past
-// blasSmallMNK.
+// product with an n × k weight: enough that m·n·k is past blasSmallMNK,
+// in whole blasRowQuantum.
 func blasMinRows(n, k int) int {
-	return max(2, blasSmallMNK/max(1, n*k)+1)
+	pm := max(2, blasSmallMNK/max(1, n*k)+1)
+	return (pm + blasRowQuantum - 1) / blasRowQuantum * blasRowQuantum
 }
 
 // blasWeightNT is sgemmNT (c = a·wᵀ) for a product with a weight, on
-// OpenBLAS, so that each row of c is the same whatever m is: a product of
-// fewer than blasMinRows rows runs on a zero-padded copy of a with that
-// many rows (cheap: such a product is small by definition).
+// OpenBLAS, so that each row of c is the same whatever m is: the rows in
+// whole blasRowQuantum run in place (when there are at least blasMinRows
+// of them) and the rest on a zero-padded copy of blasMinRows rows (cheap:
+// fewer than blasMinRows rows make a small product by definition, and
+// past it the copy holds under blasRowQuantum rows).
+//
+// Where this OpenBLAS's kernel gives a row different bits at different
+// places in a product even so (blasRowsInvariant: its Haswell and Zen
+// kernels, what it runs on AVX2 processors, differ in rows 6–11 of every
+// 12), the product runs on the panel kernel instead, w laid out for it per
+// call (panelWeightNT).
 func (b *Backend) blasWeightNT(m, n, k int, a []float32, lda int, w []float32, ldw int, c []float32, ldc int) {
 	if m == 0 || n == 0 {
 		return
 	}
-	pm := blasMinRows(n, k)
-	if m >= pm || k == 0 {
+	if k > 0 && simd && !blasRowsInvariant() {
+		b.panelWeightNT(m, n, k, a, lda, w, ldw, c, ldc)
+		return
+	}
+	b.openBLASWeightNT(m, n, k, a, lda, w, ldw, c, ldc)
+}
+
+// openBLASWeightNT is blasWeightNT on OpenBLAS.
+func (b *Backend) openBLASWeightNT(m, n, k int, a []float32, lda int, w []float32, ldw int, c []float32, ldc int) {
+	if k == 0 {
 		sgemmNT(m, n, k, 1, a, lda, w, ldw, 0, c, ldc)
+		return
+	}
+	pm := blasMinRows(n, k)
+	head := 0
+	if m >= pm {
+		head = m / blasRowQuantum * blasRowQuantum
+		sgemmNT(head, n, k, 1, a, lda, w, ldw, 0, c, ldc)
+	}
+	rest := m - head
+	if rest == 0 {
 		return
 	}
 	pa := b.bufs.take(pm*k, true)
 	pc := b.bufs.scratch(pm * n)
-	for i := range m {
-		copy(pa[i*k:(i+1)*k], a[i*lda:i*lda+k])
+	for i := range rest {
+		copy(pa[i*k:(i+1)*k], a[(head+i)*lda:(head+i)*lda+k])
 	}
 	sgemmNT(pm, n, k, 1, pa, k, w, ldw, 0, pc, n)
-	for i := range m {
-		copy(c[i*ldc:i*ldc+n], pc[i*n:(i+1)*n])
+	for i := range rest {
+		copy(c[(head+i)*ldc:(head+i)*ldc+n], pc[i*n:(i+1)*n])
 	}
 	b.bufs.put(pa)
 	b.bufs.put(pc)
 }
+
+// blasRowsInvariant reports whether OpenBLAS's kernel, as openBLASWeightNT
+// calls it, gives every row of a product with a weight the bits the row
+// gets alone: products of 7 and 40 rows with weights of shapes whose rows
+// and columns end in partial tiles, checked once.
+var blasRowsInvariant = sync.OnceValue(func() bool {
+	b := &Backend{threads: 1, bufs: new(bufPool)}
+	for _, sh := range [][2]int{{100, 640}, {64, 128}, {1100, 64}} {
+		n, k := sh[0], sh[1]
+		w := make([]float32, n*k)
+		for i := range w {
+			w[i] = float32((i*7919)%2003-1001) / 4096
+		}
+		for _, m := range []int{7, 40} {
+			a := make([]float32, m*k)
+			for i := range a {
+				a[i] = float32((i*104729)%4001-2000) / 1024
+			}
+			c := make([]float32, m*n)
+			b.openBLASWeightNT(m, n, k, a, k, w, k, c, n)
+			one := make([]float32, n)
+			for i := range m {
+				b.openBLASWeightNT(1, n, k, a[i*k:], k, w, k, one, n)
+				for j, v := range one {
+					if c[i*n+j] != v {
+						return false
+					}
+				}
+			}
+		}
+	}
+	return true
+})
 
 // forParts cuts the product [n, in]·[out, in]ᵀ into one part per
 // goroutine, along the rows of x or of w as splitByRows says, and runs
