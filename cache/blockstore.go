@@ -362,7 +362,9 @@ func (s *BlockStore) fill(lm *model.LLaDA, id PrefixID, chain []*blockNode, nb i
 	var flops float64
 	run := func(lo, hi int) error { // compute blocks lo..hi-1
 		known := slices.Concat(chain, fresh)
-		c := &blockFill{b: s.b, known: known, blockSize: B, from: lo * B, to: hi * B, hidden: lm.Config.CausalBlock() == 0}
+		// An autoregressive model's hidden states, as a block-causal
+		// model's, are read by nothing (its own K/V are exact).
+		c := &blockFill{b: s.b, known: known, blockSize: B, from: lo * B, to: hi * B, hidden: lm.Config.CausalBlock() == 0 && !lm.Config.Causal}
 		out, err := lm.Forward(model.Input{Tokens: id.Tokens[:hi*B]}, c)
 		if err != nil {
 			return err
@@ -380,10 +382,11 @@ func (s *BlockStore) fill(lm *model.LLaDA, id PrefixID, chain []*blockNode, nb i
 		return nil
 	}
 	var err error
-	// On a block-causal model whose blocks tile the store's, one forward
-	// over the missing blocks is the causal fill: the model's own mask
-	// keeps each block from seeing the blocks after it.
-	if s.causal && !tiles(lm.Config, B) {
+	// On a block-causal model whose blocks tile the store's, and on an
+	// autoregressive model, one forward over the missing blocks is the
+	// causal fill: the model's own mask keeps each block from seeing the
+	// blocks after it.
+	if s.causal && !tiles(lm.Config, B) && !lm.Config.Causal {
 		for i := from; i < nb && err == nil; i++ {
 			err = run(i, i+1)
 		}

@@ -45,6 +45,16 @@ type GenOptions struct {
 	// Guide is the autoregressive model that checks the proposals under
 	// the Guided decoder (guided.go); other decoders ignore it.
 	Guide *LLaDA
+	// GuideForward, if not nil, runs the guide's forwards in place of its
+	// own Forward (a server batching concurrent generations' guide
+	// forwards); GuideIdle, if not nil, is called when a step's
+	// verification is over, so that such a batch stops waiting for this
+	// generation's guide forwards until its next step's.
+	GuideForward Forwarder
+	GuideIdle    func()
+	// GuidePrefix, if not nil, supplies the guide's K/V of the shared
+	// prefix from a cross-request store (guided.go).
+	GuidePrefix GuidePrefixFunc
 	// OnBlock, if set, is called when block b is complete, with the
 	// block's end (a canvas index) and the canvas (read only): its answer
 	// up to end is final. After a block-causal model's early stop (an EOS

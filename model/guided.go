@@ -7,6 +7,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"time"
+
+	"github.com/dlmcache/dlmcache/model/backend"
 )
 
 // Guided decoding (FlashDLM's guided diffusion, its Algorithm 1 and the
@@ -41,6 +43,13 @@ import (
 // EOS, the slots after it filled with EOS (Generation.Decoded counts the
 // decoded ones). The guide's first forward fills its cache with the
 // prompt but its last token (none for a one-token prompt).
+//
+// With GenOptions.GuidePrefix (a server's block store: cache.GuidePrefix)
+// the guide's K/V of the shared prefix's leading rows come from the
+// store at every layer before the prefill, which then computes only the
+// rest of the prompt: a causal model's rows depend on their own and
+// earlier tokens alone, so stored rows are exact, and the answer is the
+// one the guide computing every row gives (serve's TestGuidedStore).
 //
 // The guide reads the DLM's token ids (the commands refuse a guide whose
 // vocabulary or chat template differ) and is counted apart from the DLM:
@@ -107,6 +116,12 @@ type GuideStats struct {
 	Committed    int // answer tokens the steps committed
 	Accepted     int // proposals accepted (Committed less the guide's own tokens)
 	RowsComputed int // the guide's (layer, row) pairs computed
+	// PrefixTokens is the shared prefix the guide looked up in a store
+	// (GenOptions.GuidePrefix: the prefix less the prompt's last token,
+	// which the guide feeds with the first proposals), PrefixHitTokens
+	// those of its tokens found stored and PrefixRows the (layer, row)
+	// pairs the store computed for it (0 on a full hit).
+	PrefixTokens, PrefixHitTokens, PrefixRows int
 	// DLMTime and GuideTime are the wall time in each model's forwards
 	// (the DLM's proposals included in its own).
 	DLMTime, GuideTime time.Duration
@@ -119,6 +134,13 @@ func (s GuideStats) AcceptLen() float64 {
 	}
 	return float64(s.Committed) / float64(s.Steps)
 }
+
+// GuidePrefixFunc writes the guide's stored K/V of the leading rows of
+// tokens (a request's shared prefix, at positions 0, 1, …) into k and v
+// (per layer, rows 0, 1, …), computing and storing what is missing, and
+// returns how many rows it wrote, how many of tokens it found stored and
+// the (layer, row) pairs it computed.
+type GuidePrefixFunc func(guide *LLaDA, tokens []int32, k, v []backend.Tensor) (rows, hitTokens, computedRows int, err error)
 
 // checkGuide refuses a guide that cannot check m's proposals.
 func (m *LLaDA) checkGuide(guide *LLaDA) error {
@@ -173,7 +195,21 @@ func (m *LLaDA) generateGuided(ctx context.Context, prompt []int32, prefixLen in
 	}
 	gv := newGuideVerifier(guide, dec, n, pos)
 	defer gv.kv.free()
+	if o.GuideForward != nil {
+		gv.forwarder = o.GuideForward
+	}
 	g := &Generation{Decoded: o.GenLength}
+	if m := min(prefixLen, len(prompt)-1); o.GuidePrefix != nil && pos == nil && m > 0 {
+		// Before the first step, as a planner's Begin: a store's single
+		// flight may wait here for another request's fill, which must
+		// not hold up a batch this generation has joined.
+		h, hit, rows, err := o.GuidePrefix(guide, prompt[:m], gv.kv.k, gv.kv.v)
+		if err != nil {
+			return nil, fmt.Errorf("the guide's shared prefix: %w", err)
+		}
+		gv.kv.have = h
+		g.Guide.PrefixTokens, g.Guide.PrefixHitTokens, g.Guide.PrefixRows = m, hit, rows
+	}
 	cur := len(prompt) // the committed prefix: the next slot to decode
 	stopped := false
 	for blk := 0; blk < sch.Blocks() && !stopped; blk++ {
@@ -197,6 +233,9 @@ func (m *LLaDA) generateGuided(ctx context.Context, prompt []int32, prefixLen in
 					g.Steps, mask, cur-len(prompt))
 			}
 			toks, accepted, err := gv.verify(canvas, cur, c.Tok, &g.Guide)
+			if o.GuideIdle != nil {
+				o.GuideIdle()
+			}
 			if err != nil {
 				return nil, fmt.Errorf("step %d: guide: %w", g.Steps, err)
 			}
@@ -242,15 +281,16 @@ func (m *LLaDA) generateGuided(ctx context.Context, prompt []int32, prefixLen in
 // the last committed token is fed with the next chunk) and the sequence
 // it reads (the canvas's committed tokens, then the proposals).
 type guideVerifier struct {
-	m   *LLaDA
-	dec Guided
-	kv  *arCache
-	seq []int32
-	pos []int32
+	m         *LLaDA
+	forwarder Forwarder // the guide's Forward, or a server's batching one
+	dec       Guided
+	kv        *arCache
+	seq       []int32
+	pos       []int32
 }
 
 func newGuideVerifier(guide *LLaDA, dec Guided, n int, pos []int32) *guideVerifier {
-	return &guideVerifier{m: guide, dec: dec, kv: newARCache(guide, n), seq: make([]int32, n), pos: pos}
+	return &guideVerifier{m: guide, forwarder: guide.Forward, dec: dec, kv: newARCache(guide, n), seq: make([]int32, n), pos: pos}
 }
 
 // forward runs the guide over seq[:end], computing rows kv.have..end-1,
@@ -261,7 +301,7 @@ func (v *guideVerifier) forward(end int, rows []int32, s *GuideStats) (*Output, 
 		in.Positions = v.pos[:end]
 	}
 	t0 := time.Now()
-	out, err := v.m.Forward(in, v.kv.plan(end))
+	out, err := v.forwarder(in, v.kv.plan(end))
 	s.GuideTime += time.Since(t0)
 	if err != nil {
 		return nil, err

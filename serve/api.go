@@ -207,6 +207,30 @@ type Stats struct {
 	Seconds         float64 `json:"seconds"`        // generation wall time
 	QueueSeconds    float64 `json:"queue_seconds"`  // time waiting for a generation slot
 	TokensPerSec    float64 `json:"tokens_per_sec"` // gen_length / seconds
+	// Guide is what the guided decoder's guide did (guided methods only).
+	Guide *GuideStats `json:"guide,omitempty"`
+}
+
+// GuideStats is a guided generation's guide in the response's dlmcache
+// object: NFE above is the diffusion model's forwards (one a guided
+// step), these the guide's.
+type GuideStats struct {
+	Model     string  `json:"model"`
+	NFE       int     `json:"nfe"`        // the guide's forwards: its prefill and one per verified chunk
+	Steps     int     `json:"steps"`      // guided steps (one diffusion forward each)
+	Committed int     `json:"committed"`  // answer tokens the steps committed
+	Accepted  int     `json:"accepted"`   // proposals accepted (committed less the guide's own tokens)
+	AcceptLen float64 `json:"accept_len"` // committed / steps: tokens a step committed on average
+	// StepTokens is the tokens each guided step committed, in order.
+	StepTokens []int `json:"step_tokens"`
+	// PrefixTokens is the shared prefix the guide looked up in its store
+	// (the prefix less the prompt's last token; 0 without a store),
+	// PrefixHitTokens those found stored: their K/V came from the store
+	// at every layer.
+	PrefixTokens    int     `json:"prefix_tokens"`
+	PrefixHitTokens int     `json:"prefix_hit_tokens"`
+	DLMSeconds      float64 `json:"dlm_seconds"`   // time in the diffusion model's forwards
+	GuideSeconds    float64 `json:"guide_seconds"` // time in the guide's forwards
 }
 
 type chatChoice struct {

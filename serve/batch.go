@@ -21,9 +21,11 @@ import (
 type batcher struct {
 	lm       *model.LLaDA
 	maxBatch int
-	// group, if not nil, is the workers this batcher is one of: its
-	// forwards run on the model group.model() gives.
+	// group, if not nil, is the workers this batcher is one of (its
+	// sessions count the busy workers); pick, if not nil, gives the model
+	// its forwards run on (a worker's share of the threads).
 	group *workers
+	pick  func() *model.LLaDA
 
 	mu      sync.Mutex
 	cond    *sync.Cond
@@ -112,15 +114,33 @@ func (s *session) Forward(in model.Input, plan model.Plan) (*model.Output, error
 	return j.out, j.err
 }
 
+// idle leaves the batch until the session's next forward, which joins
+// it again: the others stop waiting for this generation's forwards
+// meanwhile. The guided decoder's guide sessions are idle between their
+// generation's verifications (model.GenOptions.GuideIdle), so a batch of
+// guide forwards never waits for a generation that is in its diffusion
+// step (which itself may wait for the guide batch's generations: a
+// deadlock otherwise).
+func (s *session) idle() {
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	s.leave()
+}
+
 // end leaves the batch; the others no longer wait for this generation.
 func (s *session) end() {
-	b := s.b
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
 	if s.ended {
 		return
 	}
 	s.ended = true
+	s.leave()
+}
+
+// leave takes the session out of the batch (b.mu held).
+func (s *session) leave() {
+	b := s.b
 	if s.joined {
 		s.joined = false
 		b.active--
@@ -166,8 +186,8 @@ func (b *batcher) run(jobs []*fwdJob) {
 		ins[i], plans[i] = j.in, j.plan
 	}
 	lm := b.lm
-	if b.group != nil {
-		lm = b.group.model()
+	if b.pick != nil {
+		lm = b.pick()
 	}
 	var outs []*model.Output
 	err := recovered(func() (err error) {
@@ -213,8 +233,11 @@ func (s *Server) batched(ctx context.Context, o model.GenOptions) (model.GenOpti
 	if s.batch == nil {
 		return o, func() {}
 	}
-	sess, leave := s.batch.session(ctx)
+	sess, gsess, leave := s.batch.sessions2(ctx)
 	o.Forward = sess.Forward
+	if gsess != nil && o.Guide != nil {
+		o.GuideForward, o.GuideIdle = gsess.Forward, gsess.idle
+	}
 	return o, leave
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/dlmcache/dlmcache/cache"
+	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/backend"
 	"github.com/dlmcache/dlmcache/serve/kvevents"
 )
@@ -55,6 +56,9 @@ type metrics struct {
 	batchSize    prometheus.Histogram
 
 	regimeMismatch prometheus.Counter
+
+	// The guided decoder's (addGuide; nil without a guide).
+	guide *guideMetrics
 
 	mu     sync.Mutex
 	window []tokenEvent // finished generations in the last tpsWindow
@@ -132,6 +136,14 @@ func newMetrics(method string, be backend.Backend, store func() cache.Stats, now
 	f.NewGaugeFunc(prometheus.GaugeOpts{Name: "dlmcache_tokens_per_second",
 		Help: "Answer slots decoded by generations that finished in the last minute, per second of that minute."}, m.tokensPerSecond)
 
+	storeMetrics(f, "dlmcache_prefix_cache_", "", store)
+	m.reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
+	return m
+}
+
+// storeMetrics registers a prefix store's counters under prefix, their
+// help led by lead (store nil: zeros).
+func storeMetrics(f promauto.Factory, prefix, lead string, store func() cache.Stats) {
 	if store == nil {
 		store = func() cache.Stats { return cache.Stats{} }
 	}
@@ -140,27 +152,76 @@ func newMetrics(method string, be backend.Backend, store func() cache.Stats, now
 		gauge      bool
 		v          func(cache.Stats) float64
 	}{
-		{"dlmcache_prefix_cache_queries_tokens_total", "Shared-prefix tokens looked up in the prefix store.", false, func(s cache.Stats) float64 { return float64(s.QueryTokens) }},
-		{"dlmcache_prefix_cache_hits_tokens_total", "Shared-prefix tokens found in the prefix store.", false, func(s cache.Stats) float64 { return float64(s.HitTokens) }},
-		{"dlmcache_prefix_cache_queries_total", "Prefix store lookups.", false, func(s cache.Stats) float64 { return float64(s.Queries) }},
-		{"dlmcache_prefix_cache_hits_total", "Prefix store lookups that found the prefix.", false, func(s cache.Stats) float64 { return float64(s.Hits) }},
-		{"dlmcache_prefix_cache_evictions_total", "Prefixes evicted from the store to stay within its byte budget.", false, func(s cache.Stats) float64 { return float64(s.Evictions) }},
-		{"dlmcache_prefix_cache_evicted_tokens_total", "Prefix tokens evicted from the store.", false, func(s cache.Stats) float64 { return float64(s.EvictedTokens) }},
-		{"dlmcache_prefix_cache_uncacheable_total", "Prefixes larger than the whole budget (computed, not stored).", false, func(s cache.Stats) float64 { return float64(s.Uncacheable) }},
-		{"dlmcache_prefix_cache_collisions_total", "Lookups whose 64-bit key found another prefix's entry (verified and refused: computed for the request, not served).", false, func(s cache.Stats) float64 { return float64(s.Collisions) }},
-		{"dlmcache_prefix_cache_entries", "Prefixes held in the store.", true, func(s cache.Stats) float64 { return float64(s.Entries) }},
-		{"dlmcache_prefix_cache_bytes", "Bytes held by the store's prefixes.", true, func(s cache.Stats) float64 { return float64(s.Bytes) }},
-		{"dlmcache_prefix_cache_budget_bytes", "The store's byte budget.", true, func(s cache.Stats) float64 { return float64(s.BudgetBytes) }},
+		{"queries_tokens_total", "Shared-prefix tokens looked up in the prefix store.", false, func(s cache.Stats) float64 { return float64(s.QueryTokens) }},
+		{"hits_tokens_total", "Shared-prefix tokens found in the prefix store.", false, func(s cache.Stats) float64 { return float64(s.HitTokens) }},
+		{"queries_total", "Prefix store lookups.", false, func(s cache.Stats) float64 { return float64(s.Queries) }},
+		{"hits_total", "Prefix store lookups that found the prefix.", false, func(s cache.Stats) float64 { return float64(s.Hits) }},
+		{"evictions_total", "Prefixes evicted from the store to stay within its byte budget.", false, func(s cache.Stats) float64 { return float64(s.Evictions) }},
+		{"evicted_tokens_total", "Prefix tokens evicted from the store.", false, func(s cache.Stats) float64 { return float64(s.EvictedTokens) }},
+		{"uncacheable_total", "Prefixes larger than the whole budget (computed, not stored).", false, func(s cache.Stats) float64 { return float64(s.Uncacheable) }},
+		{"collisions_total", "Lookups whose 64-bit key found another prefix's entry (verified and refused: computed for the request, not served).", false, func(s cache.Stats) float64 { return float64(s.Collisions) }},
+		{"entries", "Prefixes held in the store.", true, func(s cache.Stats) float64 { return float64(s.Entries) }},
+		{"bytes", "Bytes held by the store's prefixes.", true, func(s cache.Stats) float64 { return float64(s.Bytes) }},
+		{"budget_bytes", "The store's byte budget.", true, func(s cache.Stats) float64 { return float64(s.BudgetBytes) }},
 	} {
 		read := func() float64 { return s.v(store()) }
 		if s.gauge {
-			f.NewGaugeFunc(prometheus.GaugeOpts{Name: s.name, Help: s.help}, read)
+			f.NewGaugeFunc(prometheus.GaugeOpts{Name: prefix + s.name, Help: lead + s.help}, read)
 		} else {
-			f.NewCounterFunc(prometheus.CounterOpts{Name: s.name, Help: s.help}, read)
+			f.NewCounterFunc(prometheus.CounterOpts{Name: prefix + s.name, Help: lead + s.help}, read)
 		}
 	}
-	m.reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
-	return m
+}
+
+// guideMetrics count the guided decoder's work: its steps, the tokens
+// each committed (acceptance length), the guide's forwards and batches.
+type guideMetrics struct {
+	steps, committed, accepted, nfe, rows, prefixRows prometheus.Counter
+	stepTokens                                        prometheus.Histogram
+	batchSize                                         prometheus.Histogram
+	generations                                       prometheus.Counter
+}
+
+// stepTokenBuckets are the tokens a guided step commits.
+var stepTokenBuckets = []float64{1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128}
+
+// addGuide registers the guided decoder's metrics and its guide's prefix
+// store's counters (store nil: no guide store, zeros).
+func (m *metrics) addGuide(guide string, store func() cache.Stats) {
+	f := promauto.With(m.reg)
+	counter := func(name, help string) prometheus.Counter {
+		return f.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+	}
+	g := &guideMetrics{
+		generations: counter("dlmcache_guided_generations_total", "Generations decoded by the guided decoder (NAME@guided, guided:TAU)."),
+		steps:       counter("dlmcache_guided_steps_total", "Guided steps (one diffusion forward each)."),
+		committed:   counter("dlmcache_guided_committed_tokens_total", "Answer tokens the guided steps committed; over dlmcache_guided_steps_total, the mean acceptance length."),
+		accepted:    counter("dlmcache_guided_accepted_tokens_total", "Diffusion proposals the guide accepted (committed tokens less the guide's own at each first rejection)."),
+		nfe:         counter("dlmcache_guide_forward_evaluations_total", "The guide's forward evaluations: its prefill and one per verified chunk (dlmcache_forward_evaluations_total counts the diffusion model's)."),
+		rows:        counter("dlmcache_guide_rows_computed_total", "The guide's layer-rows computed by its forwards."),
+		prefixRows:  counter("dlmcache_guide_prefix_rows_computed_total", "The guide's layer-rows its prefix store computed to fill missing blocks."),
+		stepTokens:  f.NewHistogram(prometheus.HistogramOpts{Name: "dlmcache_guided_step_tokens", Help: "Tokens each guided step committed (acceptance length; at least 1: the guide's own token at the first rejection).", Buckets: stepTokenBuckets}),
+		batchSize:   f.NewHistogram(prometheus.HistogramOpts{Name: "dlmcache_guide_batch_size", Help: "Generations sharing one batched guide forward (--max-batch > 1).", Buckets: []float64{1, 2, 4, 8, 16, 32, 64}}),
+	}
+	info := f.NewGaugeVec(prometheus.GaugeOpts{Name: "dlmcache_guide_info", Help: "The guided decoder's guide model."}, []string{"guide"})
+	info.WithLabelValues(guide).Set(1)
+	storeMetrics(f, "dlmcache_guide_prefix_cache_", "The guide's prefix store (exact at every layer): ", store)
+	m.guide = g
+}
+
+// guided records a guided generation's guide counters.
+func (m *metrics) guided(s model.GuideStats) {
+	g := m.guide
+	if g == nil {
+		return
+	}
+	g.generations.Inc()
+	g.steps.Add(float64(s.Steps))
+	g.committed.Add(float64(s.Committed))
+	g.accepted.Add(float64(s.Accepted))
+	g.nfe.Add(float64(s.NFE))
+	g.rows.Add(float64(s.RowsComputed))
+	g.prefixRows.Add(float64(s.PrefixRows))
 }
 
 // addKVEvents registers the ZMQ KV-event publisher's counters.

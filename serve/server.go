@@ -36,6 +36,17 @@ type Config struct {
 	// length). Requests override them field by field.
 	Gen model.GenOptions
 
+	// Guide is the guided decoder's guide: an autoregressive model of the
+	// model's vocabulary and chat template (the caller checks they agree:
+	// dlmcache serve --guide). Requests whose method decodes guided
+	// (NAME@guided, a table's guided choice) are verified by it; its
+	// forwards are batched as the model's are (MaxBatch above 1).
+	Guide *model.Model
+	// GuideStore, if not nil, is the guide's prefix store: a block store
+	// of the guide's alone, from which each guided request's shared
+	// prefix comes exactly at every layer (cache.GuidePrefix).
+	GuideStore *cache.BlockStore
+
 	// MaxConcurrency is how many generations run at once (default 1; see
 	// docs/serving.md for why one is the right number on a CPU).
 	MaxConcurrency int
@@ -171,6 +182,9 @@ func New(cfg Config) (*Server, error) {
 	if err := cache.CheckModel(cfg.Method, cfg.Model.Config); err != nil {
 		return nil, fmt.Errorf("serve: %w", err)
 	}
+	if err := checkGuide(cfg); err != nil {
+		return nil, fmt.Errorf("serve: %w", err)
+	}
 	if cfg.Name == "" {
 		cfg.Name = cfg.Model.Name()
 	}
@@ -265,10 +279,20 @@ func New(cfg Config) (*Server, error) {
 	if cfg.KVEvents != nil {
 		s.met.addKVEvents(cfg.KVEvents.Stats)
 	}
+	if cfg.Guide != nil {
+		var gstore func() cache.Stats
+		if cfg.GuideStore != nil {
+			gstore = cfg.GuideStore.Stats
+		}
+		s.met.addGuide(cfg.Guide.Name(), gstore)
+	}
 	if cfg.MaxBatch > 1 {
 		w, err := newWorkers(cfg.Model.LLaDA, max(1, cfg.Workers), cfg.MaxBatch, func(n int) { s.met.batchSize.Observe(float64(n)) })
 		if err != nil {
 			return nil, fmt.Errorf("serve: %w", err)
+		}
+		if cfg.Guide != nil {
+			w.addGuide(cfg.Guide.LLaDA, cfg.MaxBatch, func(n int) { s.met.guide.batchSize.Observe(float64(n)) })
 		}
 		s.batch = w
 	}
@@ -824,7 +848,11 @@ func (s *Server) run(ctx context.Context, j *job) (*result, *apiError) {
 	meth := j.meth
 	s.checkRegime(j.gen)
 	lm := s.cfg.Model
-	gen, leave := s.batched(ctx, j.gen)
+	g0, steps, e := s.guided(j)
+	if e != nil {
+		return nil, e
+	}
+	gen, leave := s.batched(ctx, g0)
 	defer leave()
 	// Count every forward, those of a generation cancelled midway too.
 	forwards, forward := 0, gen.Forward
@@ -875,6 +903,13 @@ func (s *Server) run(ctx context.Context, j *job) (*result, *apiError) {
 	if g.Duration > 0 {
 		st.TokensPerSec = float64(j.gen.GenLength) / g.Duration.Seconds()
 	}
+	if steps != nil {
+		gs := g.Guide
+		st.Guide = &GuideStats{Model: s.cfg.Guide.Name(), NFE: gs.NFE, Steps: gs.Steps, Committed: gs.Committed, Accepted: gs.Accepted,
+			AcceptLen: gs.AcceptLen(), StepTokens: *steps, PrefixTokens: gs.PrefixTokens, PrefixHitTokens: gs.PrefixHitTokens,
+			DLMSeconds: gs.DLMTime.Seconds(), GuideSeconds: gs.GuideTime.Seconds()}
+		s.met.guided(gs)
+	}
 	s.met.generation(&st, len(j.ids), n, s.cfg.Now())
 	s.met.rows(g.RowsComputed, g.RowsFull, g.FLOPs+info.PrefixFLOPs, g.FLOPsFull)
 	cached := 0
@@ -882,6 +917,53 @@ func (s *Server) run(ctx context.Context, j *job) (*result, *apiError) {
 		cached = info.HitTokens
 	}
 	return &result{text: text, finish: finish, completion: n, stats: st, promptTokens: len(j.ids), cachedTokens: cached}, nil
+}
+
+// guided gives a job whose method decodes guided the server's guide, its
+// prefix store and a record of the tokens each step commits (steps; nil
+// for another decoder).
+func (s *Server) guided(j *job) (model.GenOptions, *[]int, *apiError) {
+	o := j.gen
+	if !model.DecodingOf(o).Guided() {
+		return o, nil, nil
+	}
+	g := s.cfg.Guide
+	if g == nil {
+		return o, nil, internalError(fmt.Errorf("method %s decodes with the guided decoder, but the server holds no guide (serve --guide)", j.meth.Name()))
+	}
+	o.Guide = g.LLaDA
+	if st := s.cfg.GuideStore; st != nil {
+		o.GuidePrefix = cache.GuidePrefix(st, g.Fingerprint, j.salt)
+	}
+	steps := new([]int)
+	onStep := o.OnStep
+	o.OnStep = func(st *model.Step, committed []int32) {
+		*steps = append(*steps, len(committed))
+		s.met.guide.stepTokens.Observe(float64(len(committed)))
+		if onStep != nil {
+			onStep(st, committed)
+		}
+	}
+	return o, steps, nil
+}
+
+// checkGuide refuses a guide that is not autoregressive, a guide store
+// without a guide, and a method that decodes guided without a guide.
+func checkGuide(cfg Config) error {
+	g := cfg.Guide
+	switch {
+	case g == nil && cfg.GuideStore != nil:
+		return errors.New("a guide prefix store without a guide")
+	case g == nil && model.DecodingOf(cfg.Method.Gen(cfg.Gen)).Guided():
+		return fmt.Errorf("method %s decodes with the guided decoder: it needs a guide (serve --guide MODEL)", cfg.Method.Name())
+	case g == nil:
+		return nil
+	case !g.Config.Causal:
+		return fmt.Errorf("the guide %s (%s) is not an autoregressive model", g.Name(), g.Config.ArchName())
+	case g.Config.VocabSize != cfg.Model.Config.VocabSize:
+		return fmt.Errorf("the guide %s has %d tokens, the model %d: they must share a vocabulary", g.Name(), g.Config.VocabSize, cfg.Model.Config.VocabSize)
+	}
+	return nil
 }
 
 // answer decodes the answer slots up to the first stop token, then applies

@@ -25,6 +25,13 @@ type workers struct {
 	// weights, on threads/k threads.
 	shares []*model.LLaDA
 
+	// gbs and gshares are the guide's batchers, one a worker, and its
+	// model on the shares (addGuide; nil without a guide): a worker's
+	// generations batch their guide forwards there, on the worker's share
+	// of the threads as its diffusion forwards are.
+	gbs     []*batcher
+	gshares []*model.LLaDA
+
 	mu       sync.Mutex
 	sessions []int // generations given to each worker and not ended (under mu)
 	busy     atomic.Int32
@@ -47,11 +54,41 @@ func newWorkers(lm *model.LLaDA, n, maxBatch int, observe func(int)) (*workers, 
 	}
 	for range w.sessions {
 		b := newBatcher(lm, maxBatch, observe)
-		b.group = w
+		b.group, b.pick = w, w.model
 		w.bs = append(w.bs, b)
 	}
 	return w, nil
 }
+
+// addGuide starts a batcher of the guided decoder's guide beside each
+// worker's: a generation's guide forwards are batched with those of the
+// worker's other generations verifying at the same time (a guide session
+// is in its batch only while its generation verifies: batcher.idle).
+// Its batches count no busy worker: a worker's guide and diffusion
+// forwards take turns (every generation of a batch verifies after the
+// step forward they shared), so the shares stay the diffusion batches'.
+func (w *workers) addGuide(guide *model.LLaDA, maxBatch int, observe func(int)) {
+	w.gshares = []*model.LLaDA{guide}
+	if th, ok := guide.Backend.(backend.Threaded); ok {
+		for k := 2; k <= len(w.shares); k++ {
+			share := *guide
+			share.Backend = th.WithThreads(ShareThreads(th.Threads(), k))
+			w.gshares = append(w.gshares, &share)
+		}
+	}
+	for range w.bs {
+		b := newBatcher(guide, maxBatch, observe)
+		b.pick = w.guideModel
+		w.gbs = append(w.gbs, b)
+	}
+}
+
+// guideModel is the guide on the share of the workers busy now.
+func (w *workers) guideModel() *model.LLaDA {
+	k := int(w.busy.Load())
+	return w.gshares[min(max(k, 1), len(w.gshares))-1]
+}
+
 
 // ShareThreads is how many of threads a worker's forward runs on while
 // busy workers have generations in their batches (at least 1).
@@ -66,6 +103,13 @@ func (w *workers) model() *model.LLaDA {
 // session gives a new generation to the worker with the fewest; leave
 // must be called when it ends.
 func (w *workers) session(ctx context.Context) (*session, func()) {
+	s, _, leave := w.sessions2(ctx)
+	return s, leave
+}
+
+// sessions2 is session with the generation's session of the worker's
+// guide batcher (nil without a guide).
+func (w *workers) sessions2(ctx context.Context) (*session, *session, func()) {
 	w.mu.Lock()
 	i := 0
 	for j, n := range w.sessions {
@@ -76,8 +120,14 @@ func (w *workers) session(ctx context.Context) (*session, func()) {
 	w.sessions[i]++
 	w.mu.Unlock()
 	s, leave := w.bs[i].session(ctx)
-	return s, func() {
+	var g *session
+	gleave := func() {}
+	if w.gbs != nil {
+		g, gleave = w.gbs[i].session(ctx)
+	}
+	return s, g, func() {
 		leave()
+		gleave()
 		w.mu.Lock()
 		w.sessions[i]--
 		w.mu.Unlock()
