@@ -89,7 +89,6 @@ func (w *workers) guideModel() *model.LLaDA {
 	return w.gshares[min(max(k, 1), len(w.gshares))-1]
 }
 
-
 // ShareThreads is how many of threads a worker's forward runs on while
 // busy workers have generations in their batches (at least 1).
 func ShareThreads(threads, busy int) int { return max(1, threads/max(1, busy)) }
