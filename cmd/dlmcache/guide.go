@@ -1,18 +1,20 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 
 	"github.com/spf13/pflag"
 
+	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/profile"
 )
 
 // The guide of the guided decoder (model.Guided, FlashDLM's guided
 // diffusion): an autoregressive LM that checks the diffusion model's
-// proposals. generate, eval and bench take it with --guide.
+// proposals. generate, eval, bench and serve take it with --guide.
 
 // addGuideFlag declares --guide into p.
 func addGuideFlag(fl *pflag.FlagSet, p *string) {
@@ -118,4 +120,49 @@ func guideUsed(c *cacheFlags, es []*profile.Evaluator) error {
 		}
 	}
 	return fmt.Errorf("--guide %s: no method decodes with the guided decoder (name one as NAME@guided, or give --decoder guided)", c.Guide)
+}
+
+// decodesGuided reports whether meth decodes with the guided decoder
+// under gen, or, for a table's method, whether any of its choices does.
+func decodesGuided(meth cache.Method, gen model.GenOptions) bool {
+	if model.DecodingOf(meth.Gen(gen)).Guided() {
+		return true
+	}
+	if t := cache.TableOf(meth); t != nil && t.Chooses() {
+		for _, b := range t.Bins {
+			for _, c := range b.Choices {
+				if d, err := model.ParseDecoding(c.Setting.Decoder); err == nil && d.Guided() {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// guideStoreBlocks is the guide's block store's block length when
+// --store-blocks is 0 (the diffusion model's store then keeps whole
+// prefixes; the guide's is a block store whatever the flag).
+const guideStoreBlocks = 16
+
+// servedGuide is serve's guide: --guide's model (loadMethodEnv loaded and
+// checked it) when meth decodes guided, refused when nothing does, and
+// the guide's prefix store: a block store of its own (--store-blocks N
+// tokens a block, guideStoreBlocks for 0) within --cache-bytes, off with
+// --cache-bytes 0. note describes both for the start-up lines.
+func servedGuide(c *cacheFlags, meth cache.Method, gen model.GenOptions) (*model.Model, *cache.BlockStore, string, error) {
+	g := c.guide
+	if g == nil {
+		return nil, nil, "", nil
+	}
+	if !decodesGuided(meth, gen) {
+		return nil, nil, "", fmt.Errorf("--guide %s: method %s does not decode with the guided decoder (serve NAME@guided, give --decoder guided, or a table that chooses guided settings)", c.Guide, meth.Name())
+	}
+	note := fmt.Sprintf("guide %s (%s, %s): verifies the guided methods' proposals, %d a forward, its forwards batched as the model's", g.Name, g.Config.ArchName(), g.Fingerprint, model.GuideChunk)
+	if c.CacheBytes <= 0 {
+		return g.Model, nil, note + "; no guide prefix store (--cache-bytes 0)", nil
+	}
+	B := cmp.Or(c.StoreBlocks, guideStoreBlocks)
+	st := cache.NewBlockStore(g.Backend, B, c.CacheBytes, true, nil)
+	return g.Model, st, note + fmt.Sprintf("; its shared prefixes from a block store of its own (%d-token blocks, %d bytes: exact at every layer)", B, c.CacheBytes), nil
 }

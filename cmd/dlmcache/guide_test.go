@@ -1,11 +1,15 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"io"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/dlmcache/dlmcache/internal/testutil"
 )
 
 // The fixtures that share a tokenizer: the diffusion model tiny-llada-moe
@@ -138,5 +142,93 @@ func TestBenchGuided(t *testing.T) {
 		"--suite", "lookup", "--limit", "1", "--gen-length", "16", "--steps", "16", "--quiet")
 	if code != 0 || !strings.Contains(out, "| guide NFE | tokens / step | DLM s | guide s |") {
 		t.Errorf("bench's table lacks the guided columns:\n%s", out)
+	}
+}
+
+// serve --guide serves none@guided: each answer is generate --guide's
+// with the same guide, with the guide's shared prefix from its store
+// (--cache-bytes on, the default) or not (--cache-bytes 0); the second
+// request with a system message finds its full blocks stored.
+func TestServeGuided(t *testing.T) {
+	reqs := []struct{ system, user string }{
+		{"You are a careful assistant who answers in one short line.", "Name a color."},
+		{"You are a careful assistant who answers in one short line.", "Count to three."},
+	}
+	want := make([]string, len(reqs))
+	for i, r := range reqs {
+		out, errOut, code := run(t, "generate", "--model", guidedDLM, "--guide", guidedGuide, "--system", r.system, "--prompt", r.user,
+			"--gen-length", "16", "--steps", "16", "--threads", "1", "--json")
+		var g struct{ Answer string }
+		if code != 0 || json.Unmarshal([]byte(out), &g) != nil {
+			t.Fatalf("generate: exit %d: %s", code, errOut)
+		}
+		want[i] = g.Answer
+	}
+	for _, bytes := range []string{"1073741824", "0"} {
+		var errOut testutil.SyncBuffer
+		opts := parseServe(t, &errOut, "--model", guidedDLM, "--guide", guidedGuide, "--method", "none@guided", "--gen-length", "16", "--steps", "16",
+			"--threads", "1", "--addr", "127.0.0.1:0", "--quiet", "--cache-bytes", bytes, "--store-blocks", "8")
+		url, stop := startServe(t, opts, &errOut)
+		if !strings.Contains(errOut.String(), "guide "+guidedGuide) {
+			t.Errorf("--cache-bytes %s: the start-up lines do not name the guide:\n%s", bytes, errOut.String())
+		}
+		for i, r := range reqs {
+			body, _ := json.Marshal(map[string]any{"model": "m", "messages": []map[string]string{{"role": "system", "content": r.system}, {"role": "user", "content": r.user}}})
+			code, raw := httpDo(t, url+"/v1/chat/completions", string(body))
+			var resp struct {
+				Choices []struct {
+					Message struct{ Content string }
+				}
+				Dlmcache struct {
+					Guide *struct {
+						NFE             int `json:"nfe"`
+						PrefixTokens    int `json:"prefix_tokens"`
+						PrefixHitTokens int `json:"prefix_hit_tokens"`
+					}
+				}
+			}
+			if code != 200 || json.Unmarshal(raw, &resp) != nil || len(resp.Choices) != 1 || resp.Dlmcache.Guide == nil {
+				t.Fatalf("--cache-bytes %s, request %d: %d %s", bytes, i, code, raw)
+			}
+			if got := resp.Choices[0].Message.Content; got != want[i] {
+				t.Errorf("--cache-bytes %s, request %d served %q, generate --guide %q", bytes, i, got, want[i])
+			}
+			g := resp.Dlmcache.Guide
+			if stored := bytes != "0"; stored != (g.PrefixTokens > 0) || (stored && i == 1) != (g.PrefixHitTokens >= 8) {
+				t.Errorf("--cache-bytes %s, request %d: guide %+v", bytes, i, g)
+			}
+		}
+		_, page := httpDo(t, url+"/metrics", "")
+		if !strings.Contains(string(page), "dlmcache_guided_step_tokens_bucket") || !strings.Contains(string(page), "dlmcache_guide_prefix_cache_hits_tokens_total") {
+			t.Errorf("/metrics lacks the guided counters")
+		}
+		if err := stop(); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// What serve refuses at start-up, with the reason: --guide when nothing
+// decodes guided, a guided method without --guide, a guide with another
+// vocabulary or that is not autoregressive.
+func TestServeGuideRefusals(t *testing.T) {
+	f32 := filepath.Join("..", "..", "model", "testdata", "tiny-f32")
+	qwen := filepath.Join("..", "..", "model", "testdata", "tiny-qwen2")
+	base := []string{"--model", guidedDLM, "--threads", "1", "--addr", "127.0.0.1:0", "--quiet"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--method", "none", "--guide", guidedGuide}, "does not decode with the guided decoder"},
+		{[]string{"--method", "freecache", "--guide", guidedGuide}, "does not decode with the guided decoder"},
+		{[]string{"--method", "none@guided"}, "needs a guide: --guide MODEL"},
+		{[]string{"--method", "none", "--decoder", "guided"}, "needs a guide: --guide MODEL"},
+		{[]string{"--method", "none@guided", "--guide", f32}, "not an autoregressive LM"},
+		{[]string{"--method", "none@guided", "--guide", qwen}, "end-of-text token is id 258"},
+	} {
+		opts := parseServe(t, io.Discard, append(slices.Clone(base), tc.args...)...)
+		if err := opts.run(context.Background()); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want an error with %q", tc.args, err, tc.want)
+		}
 	}
 }

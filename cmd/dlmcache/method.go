@@ -31,7 +31,7 @@ type cacheFlags struct {
 	Events           *cache.EventLog // set by serve: the block store's KV events
 	Decoder          string
 	Method           cache.Options // every method's flags (cache.AddFlags); ForModel settles them
-	// Guide is --guide (generate, eval and bench declare it:
+	// Guide is --guide (generate, eval, bench and serve declare it:
 	// addGuideFlag); guide the model loadMethodEnv loaded from it, which
 	// the guided decoder needs.
 	Guide string
@@ -90,7 +90,7 @@ func newMethod(name string, c *cacheFlags, lm *loadedModel, store cache.PrefixSt
 		d = sd
 	}
 	if d.Guided() && c.guide == nil {
-		return nil, fmt.Errorf("method %s: decoder %s needs a guide: --guide MODEL, an autoregressive LM with the model's vocabulary and chat template (generate, eval and bench take it)", m.Name(), d)
+		return nil, fmt.Errorf("method %s: decoder %s needs a guide: --guide MODEL, an autoregressive LM with the model's vocabulary and chat template (generate, eval, bench and serve take it)", m.Name(), d)
 	}
 	return m, cache.CheckModel(m, lm.Config)
 }

@@ -80,7 +80,7 @@ func (opts *serveOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer env.lm.Close()
+	defer env.close()
 	lm, gen, table := env.lm, env.gen, env.table
 	if err := checkCalibrated(table, opts.Cache.LUT, opts.AllowUncalibrated); err != nil {
 		return err
@@ -108,6 +108,10 @@ func (opts *serveOptions) run(ctx context.Context) error {
 		if err := cache.CheckModel(meth, lm.Config); err != nil {
 			return fmt.Errorf("--lut %s: %w", opts.Cache.LUT, err)
 		}
+	}
+	guide, guideStore, guideNote, err := servedGuide(&opts.Cache, meth, gen)
+	if err != nil {
+		return err
 	}
 	if opts.StoreAnswers {
 		note, err := storeAnswersServed(meth)
@@ -140,7 +144,7 @@ func (opts *serveOptions) run(ctx context.Context) error {
 		logw = nil
 	}
 	srv, err := serve.New(serve.Config{
-		Model: lm.Model, Name: cmp.Or(opts.ServedName, servedName(lm)), APIKeys: keys, SharedCacheAcrossKeys: opts.SharedCache, MaxGenLength: opts.MaxTokens, IdleTrim: opts.IdleTrim, Method: meth, Gen: gen, Events: opts.Cache.Events, KVEvents: pub, ResetPrefixCache: opts.ResetPrefix, StoreAnswers: opts.StoreAnswers,
+		Model: lm.Model, Guide: guide, GuideStore: guideStore, Name: cmp.Or(opts.ServedName, servedName(lm)), APIKeys: keys, SharedCacheAcrossKeys: opts.SharedCache, MaxGenLength: opts.MaxTokens, IdleTrim: opts.IdleTrim, Method: meth, Gen: gen, Events: opts.Cache.Events, KVEvents: pub, ResetPrefixCache: opts.ResetPrefix, StoreAnswers: opts.StoreAnswers,
 		MaxConcurrency: concurrency(opts.MaxConcurrency, opts.MaxBatch), MaxBatch: opts.MaxBatch, Workers: workers, MaxQueue: opts.MaxQueue, QueueWait: opts.QueueWait, MaxEventWaits: opts.MaxEventWaits,
 		Timeout: opts.Timeout, MaxBodyBytes: opts.MaxBodyBytes, StreamBufferBytes: opts.StreamBuffer, WriteTimeout: opts.WriteTimeout,
 		ReadTimeout: opts.ReadTimeout, ReadHeaderTimeout: opts.ReadHeader, IdleTimeout: opts.IdleTimeout, MaxContext: opts.MaxContext, Log: logw, Modules: mods,
@@ -166,6 +170,9 @@ func (opts *serveOptions) run(ctx context.Context) error {
 	fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: model %s (%s, %s), method %s (%s), store %d bytes %s, gen %d/%d/%d, max concurrency %d, max batch %d, %s; listening on http://%s\n",
 		lm.Name, lm.Config.ArchName(), lm.Fingerprint, method, tableNote, opts.Cache.CacheBytes, opts.Cache.Eviction,
 		gen.GenLength, gen.Steps, gen.BlockLength, srv.MaxConcurrency(), max(1, opts.MaxBatch), workersNote, ln.Addr())
+	if guideNote != "" {
+		notes = append(notes, guideNote)
+	}
 	for _, n := range notes {
 		fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: %s\n", n)
 	}
@@ -210,6 +217,7 @@ func (opts *serveOptions) flags(fl *pflag.FlagSet) {
 	fl.StringVar(&opts.ServedName, "served-model-name", "", "the model name the API reports (GET /v1/models, responses' model); default: the model's name")
 	fl.StringVar(&opts.Method, "method", "", "caching method: "+strings.Join(cache.Names(), ", ")+"; default: exact-block on a block-causal model, else bicache with --lut, else none")
 	addCacheFlags(fl, &opts.Cache)
+	addGuideFlag(fl, &opts.Cache.Guide)
 	opts.regimeFlags.add(fl)
 	fl.BoolVar(&opts.StoreAnswers, "store-answers", false, "with a block store (--store-blocks N, or exact-block's own): keep each answered conversation's blocks as the next turn renders them, so it reuses every earlier turn (a fill forward per request over what is not stored yet: exact-block keeps an answer's committed blocks without this flag, so the fill is the answer's last block and the turn's end); a method with no prefix store stores nothing (said at start)")
 	fl.StringVar(&opts.Modules, "modules", "", "prompt-module schema (JSON: {\"modules\": [{\"name\", \"text\", \"start\"}]}): chat requests import modules by name (\"modules\": [...]) to open their system message with them, each module's K/V computed once at its reserved positions and reused")
