@@ -78,12 +78,34 @@ func TestMethodsUnderTheGuidedDecoder(t *testing.T) {
 	}
 }
 
-// A table's setting cannot decode with the guided decoder: a table names
-// no guide.
+// A table's setting decodes with the guided decoder only where the table
+// names a guide (Options.GuideFingerprint); GuidedGrid adds guided
+// settings to DefaultGrid, each of which builds with a guide.
 func TestTableSettingsRefuseTheGuidedDecoder(t *testing.T) {
 	_, err := FromSetting(lut.Setting{Method: "freecache", Decoder: "guided"}, DefaultOptions())
-	if err == nil || !strings.Contains(err.Error(), "does not name a guide") {
+	if err == nil || !strings.Contains(err.Error(), "names no guide") {
 		t.Errorf("guided setting: %v", err)
+	}
+	o := DefaultOptions()
+	o.GuideFingerprint, o.Store = "aaaa", nopStore{}
+	if m, err := FromSetting(lut.Setting{Method: "freecache", Decoder: "guided"}, o); err != nil || m.Name() != "freecache@guided" {
+		t.Errorf("guided setting with a guide: %v", err)
+	}
+	plain, guided := DefaultGrid(), GuidedGrid()
+	var added []string
+	for _, s := range guided {
+		if !slices.ContainsFunc(plain, func(p lut.Setting) bool { return p.String() == s.String() }) {
+			added = append(added, s.String())
+			if !s.Guided() {
+				t.Errorf("GuidedGrid adds %s", s)
+			}
+		}
+		if _, err := FromSetting(s, o); err != nil {
+			t.Errorf("%s: %v", s, err)
+		}
+	}
+	if len(guided) != len(plain)+len(added) || !slices.Contains(added, "none@guided") || !slices.Contains(added, "freecache@guided") {
+		t.Errorf("GuidedGrid adds %v to DefaultGrid", added)
 	}
 }
 

@@ -66,8 +66,8 @@ func FromSetting(s lut.Setting, o Options) (Method, error) {
 	if o.Decoding, err = model.ParseDecoding(s.Decoder); err != nil {
 		return nil, fmt.Errorf("setting %s: %w", s, err)
 	}
-	if o.Decoding.Guided() {
-		return nil, fmt.Errorf("setting %s: a table does not name a guide, so its settings cannot decode with %s", s, o.Decoding)
+	if o.Decoding.Guided() && o.GuideFingerprint == "" {
+		return nil, fmt.Errorf("setting %s: the table names no guide, so its settings cannot decode with %s (calibrate --guide records one)", s, o.Decoding)
 	}
 	if s.Source != "" {
 		if o.DeepSource, err = ParseDeepSource(s.Source); err != nil {
@@ -133,7 +133,8 @@ func ParseSetting(s string) (lut.Setting, error) {
 		st.Knobs[k] = x
 	}
 	o := DefaultOptions()
-	o.Store = nopStore{}
+	// Only checked: a guided setting's guide is the caller's to give.
+	o.Store, o.GuideFingerprint = nopStore{}, "unchecked"
 	if _, err := FromSetting(st, o); err != nil {
 		return lut.Setting{}, err
 	}
@@ -159,17 +160,47 @@ func ownDecoding(name string) model.Decoding {
 // 0.9, and each method's declared grid under its own decoder and under
 // threshold decoding at 0.9.
 func DefaultGrid() []lut.Setting {
+	return defaultGrid(false)
+}
+
+// GuidedGrid is DefaultGrid with the guided decoder beside the others:
+// none under guided and guided:0.9 (the top-k relative rule), and each
+// primitive cache method (no composition or variant) under guided at its
+// first declared grid point, or at its defaults where it declares none
+// (guidedNoGrid). FlashDLM pairs FreeCache with it; under the
+// deterministic rule the answer is the guide's whatever the cache, so one
+// point a method measures what it saves. It is calibrate --guide's.
+func GuidedGrid() []lut.Setting {
+	return defaultGrid(true)
+}
+
+// guidedNoGrid are the primitive methods with no declared grid that the
+// guided grid runs at their defaults (not exact-block, a block-causal
+// model's, which guided decoding does not take, nor serve's modules).
+var guidedNoGrid = []string{"prefix-all", "dllm-cache", "freecache"}
+
+func defaultGrid(guided bool) []lut.Setting {
 	var out []lut.Setting
-	for _, d := range []string{"schedule", "threshold:0.9", "threshold:0.8", "threshold:0.7"} {
-		if d != "schedule" {
-			out = append(out, lut.Setting{Method: "none", Decoder: d})
-		}
+	decoders := []string{"threshold:0.9", "threshold:0.8", "threshold:0.7"}
+	if guided {
+		decoders = append(decoders, "guided", "guided:0.9")
+	}
+	for _, d := range decoders {
+		out = append(out, lut.Setting{Method: "none", Decoder: d})
 	}
 	for _, s := range registry {
-		for _, g := range s.Grid {
-			for _, d := range g.Decoders {
+		primitive := s.Base == "" && s.Calibration == "" && s.Name != "none" && s.Name != "table"
+		for i, g := range s.Grid {
+			ds := g.Decoders
+			if guided && i == 0 && primitive && !slices.Contains(ds, "guided") {
+				ds = append(slices.Clone(ds), "guided")
+			}
+			for _, d := range ds {
 				out = append(out, lut.Setting{Method: s.Name, Decoder: d, Knobs: maps.Clone(g.Knobs), Source: g.Source})
 			}
+		}
+		if guided && slices.Contains(guidedNoGrid, s.Name) {
+			out = append(out, lut.Setting{Method: s.Name, Decoder: "guided"})
 		}
 	}
 	return out

@@ -91,6 +91,11 @@ type Options struct {
 	// (the schedule; threshold decoding for block): any cache under any
 	// decoder. A method spec "NAME@DECODER" sets it too.
 	Decoding model.Decoding
+	// GuideFingerprint is the guide a table's (or a calibration's) guided
+	// settings decode with: FromSetting refuses a guided setting without
+	// one (the guide itself comes with each request's generation
+	// options).
+	GuideFingerprint string
 
 	BiCache BiCacheOptions // bicache.go
 	Block   BlockOptions   // block.go (freecache's block length too)

@@ -56,6 +56,9 @@ func newTableMethod(o Options) (Method, error) {
 			}
 			mo := o
 			mo.Table, mo.Decoding = nil, model.Decoding{}
+			if g := o.Table.Guide; g != nil {
+				mo.GuideFingerprint = g.Fingerprint
+			}
 			meth, err := FromSetting(c.Setting, mo)
 			if err != nil {
 				return nil, fmt.Errorf("bin [%g, %g), class %s: %w", b.Lo, b.Hi, c.Class, err)

@@ -44,6 +44,43 @@ func (s Setting) String() string {
 	return b.String()
 }
 
+// Guided reports whether the setting decodes with the guided decoder
+// (guided, guided:TAU[:K]): it needs the table's guide.
+func (s Setting) Guided() bool {
+	return s.Decoder == "guided" || strings.HasPrefix(s.Decoder, "guided:")
+}
+
+// GuidedChoices reports whether any of the table's choices decodes with
+// the guided decoder.
+func (t *Table) GuidedChoices() bool {
+	for _, b := range t.Bins {
+		for _, c := range b.Choices {
+			if c != nil && c.Setting.Guided() {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// CheckGuide refuses to serve the table with guide g (nil: none loaded):
+// a table whose choices decode guided needs its own guide, and a guide
+// other than the one the table was calibrated with is refused whatever
+// the choices (its guided settings were measured with the table's).
+func (t *Table) CheckGuide(g *ModelID) error {
+	switch {
+	case t.Guide == nil || (g == nil && !t.GuidedChoices()):
+		return nil
+	case g == nil:
+		return fmt.Errorf("the table's choices decode with the guided decoder, calibrated with guide %s (fingerprint %s): serve it with --guide %s",
+			t.Guide.Name, t.Guide.Fingerprint, t.Guide.Name)
+	case g.Fingerprint != t.Guide.Fingerprint || g.NLayers != t.Guide.NLayers:
+		return fmt.Errorf("the table was calibrated with guide %s (%d layers, fingerprint %s), but the guide loaded is %s (%d layers, fingerprint %s): calibrate with this guide",
+			t.Guide.Name, t.Guide.NLayers, t.Guide.Fingerprint, g.Name, g.NLayers, g.Fingerprint)
+	}
+	return nil
+}
+
 // Spec is the method spec ("NAME@DECODER") the setting runs.
 func (s Setting) Spec() string {
 	if s.Decoder == "" {
@@ -245,6 +282,9 @@ func (t *Table) checkChoices() error {
 			}
 			if c.Setting.Method == "" {
 				return fmt.Errorf("bin %d, class %s: a choice without a method", i, c.Class)
+			}
+			if c.Setting.Guided() && t.Guide == nil {
+				return fmt.Errorf("bin %d, class %s: %s decodes with the guided decoder, but the table names no guide (calibrate --guide records it)", i, c.Class, c.Setting)
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package lut
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -73,6 +74,12 @@ type Table struct {
 	// Classes are the answer-length classes the bins' choices are for (v3).
 	Classes []Class `json:"classes,omitempty"`
 	Bins    []Bin   `json:"bins"`
+	// Guide, in a v3 table calibrated with a guide (calibrate --guide),
+	// is the guided decoder's guide the guided settings were measured
+	// with: a table whose choices decode guided must name it, and is
+	// served only with that guide (CheckGuide). Tables without it read
+	// as before.
+	Guide *ModelID `json:"guide,omitempty"`
 	// Calibration, when present, says how the bins' calibrated depths were
 	// chosen (dlmcache calibrate).
 	Calibration *Calibration   `json:"calibration,omitempty"`
@@ -344,6 +351,10 @@ func (t *Table) String() string {
 			continue
 		}
 		fmt.Fprintf(&sb, "[%.2f, %.2f) %6d %6.2f %5.2f %5d %7d\n", b.Lo, b.Hi, b.Depth(Mean, t.Model.NLayers), b.MeanDepth, b.Std, b.Min, b.Count)
+	}
+	if g := t.Guide; g != nil {
+		fmt.Fprintf(&sb, "guide %s (%s, %d layers, fingerprint %s): the guided settings' answers and speeds were measured with it, and serving them needs it\n",
+			g.Name, cmp.Or(g.Arch, "autoregressive"), g.NLayers, g.Fingerprint)
 	}
 	t.writeCalibration(&sb)
 	t.writeChoices(&sb)

@@ -33,7 +33,8 @@ import (
 //     TAU × the most likely token's.
 //
 // The step commits the accepted run and, at the first rejected slot, the
-// guide's argmax there: the AR model's own next token after the verified
+// guide's argmax there (over every token but the diffusion model's mask
+// token, which an untrained guide may rank first): the AR model's own next token after the verified
 // prefix (FlashDLM's speculative generator does this; it is what
 // speculative decoding commits on a rejection), so every step commits at
 // least one token, and the deterministic rule's answer is the guide's
@@ -194,6 +195,7 @@ func (m *LLaDA) generateGuided(ctx context.Context, prompt []int32, prefixLen in
 		defer planner.End()
 	}
 	gv := newGuideVerifier(guide, dec, n, pos)
+	gv.mask = mask
 	defer gv.kv.free()
 	if o.GuideForward != nil {
 		gv.forwarder = o.GuideForward
@@ -287,6 +289,10 @@ type guideVerifier struct {
 	kv        *arCache
 	seq       []int32
 	pos       []int32
+	// mask is the diffusion model's mask token: never the guide's token
+	// (an untrained guide may rank it first; committed, it would read as
+	// a slot still masked).
+	mask int32
 }
 
 func newGuideVerifier(guide *LLaDA, dec Guided, n int, pos []int32) *guideVerifier {
@@ -340,7 +346,7 @@ func (v *guideVerifier) verify(canvas []int32, cur int, drafts []int32, s *Guide
 		}
 		for j := range C {
 			l := out.Logits[j*e : (j+1)*e]
-			best := argmax(l)
+			best := argmaxBut(l, v.mask)
 			if !v.dec.accepts(l, drafts[i+j], best) {
 				toks := append(append([]int32(nil), drafts[:i+j]...), best)
 				v.kv.have = cur + i + j // through the last accepted proposal
@@ -352,11 +358,12 @@ func (v *guideVerifier) verify(canvas []int32, cur int, drafts []int32, s *Guide
 	return append([]int32(nil), drafts...), len(drafts), nil
 }
 
-// argmax is the index of l's largest value (the first of ties).
-func argmax(l []float32) int32 {
-	best := 0
+// argmaxBut is the index of l's largest value but skip's (the first of
+// ties).
+func argmaxBut(l []float32, skip int32) int32 {
+	best := -1
 	for i, x := range l {
-		if x > l[best] {
+		if int32(i) != skip && (best < 0 || x > l[best]) {
 			best = i
 		}
 	}

@@ -59,6 +59,9 @@ type SearchRun struct {
 	Seed        int64       `json:"seed"`
 	Data        []string    `json:"data,omitempty"`
 	Shard       string      `json:"shard,omitempty"`
+	// Guide is the guided decoder's guide (calibrate --guide; nil
+	// without): the table records it.
+	Guide *lut.ModelID `json:"guide,omitempty"`
 }
 
 func (a SearchRun) same(b SearchRun) error {
@@ -71,8 +74,18 @@ func (a SearchRun) same(b SearchRun) error {
 		return fmt.Errorf("settings differ")
 	case !slices.Equal(a.Edges, b.Edges) || a.Seed != b.Seed || !slices.Equal(a.Classes, b.Classes):
 		return fmt.Errorf("bins, classes or seed differ")
+	case guideFingerprint(a.Guide) != guideFingerprint(b.Guide):
+		return fmt.Errorf("guide %q vs %q", guideFingerprint(a.Guide), guideFingerprint(b.Guide))
 	}
 	return nil
+}
+
+// guideFingerprint is a run's guide's fingerprint ("" without a guide).
+func guideFingerprint(g *lut.ModelID) string {
+	if g == nil {
+		return ""
+	}
+	return g.Fingerprint
 }
 
 // ClassRequest is a calibration request of one answer-length class.
@@ -362,7 +375,7 @@ func (s *Searcher) search(ctx context.Context, reqs []ClassRequest,
 		return nil, nil
 	}
 	t := &lut.Table{Model: s.Run.Model, Tau: 1, GenLength: s.Run.GenLength, Steps: s.Run.Steps, BlockLength: s.Run.BlockLength,
-		Classes: s.Run.Classes, Created: time.Now().UTC().Truncate(time.Second)}
+		Classes: s.Run.Classes, Guide: s.Run.Guide, Created: time.Now().UTC().Truncate(time.Second)}
 	for i := 1; i < len(s.Run.Edges); i++ {
 		t.Bins = append(t.Bins, lut.Bin{Lo: s.Run.Edges[i-1], Hi: s.Run.Edges[i], Choices: choices[i-1]})
 	}

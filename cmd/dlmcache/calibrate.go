@@ -45,6 +45,7 @@ type calibrateOptions struct {
 	MinGain    float64
 	Budget     time.Duration
 	CacheBytes int64
+	Guide      string
 }
 
 // checkCommon validates the flags both modes read: the agreement target,
@@ -70,6 +71,9 @@ func (opts *calibrateOptions) run(ctx context.Context) error {
 	case "depth":
 	default:
 		return fmt.Errorf("--mode %q: want methods or depth", opts.Mode)
+	}
+	if opts.Guide != "" {
+		return fmt.Errorf("--guide is the methods mode's (its guided settings); --mode depth calibrates bicache's depths only")
 	}
 	if opts.Gate != profile.GateToken && opts.Gate != profile.GateAnswer {
 		return fmt.Errorf("--gate %q: want token or answer", opts.Gate)
@@ -175,6 +179,7 @@ func (opts *calibrateOptions) flags(fl *pflag.FlagSet) {
 	fl.Float64Var(&opts.MinGain, "min-gain", 0.1, "methods mode: a setting adding approximation replaces a simpler one only if its speed-up over it, paired by request, is at least 1 + this at the lower end of its confidence interval")
 	fl.DurationVar(&opts.Budget, "budget", 0, "methods mode: stop starting settings on new requests after this long (those cut short do not pass); 0: no limit")
 	fl.Int64Var(&opts.CacheBytes, "cache-bytes", 1<<30, "methods mode: each setting's prefix store budget in bytes")
+	fl.StringVar(&opts.Guide, "guide", "", "methods mode: the guided decoder's guide (an autoregressive LM with the model's vocabulary and chat template, as --model names it): the default grid adds none@guided, none@guided:0.9 and each primitive cache method under guided (bicache, block and d2cache at their first grid point; prefix-all, dllm-cache and freecache at their defaults), and the table records the guide's fingerprint (serve --lut then needs the same --guide)")
 }
 
 // lateBar is calibrate's progress bar, whose total (bins × sources, or

@@ -33,6 +33,9 @@ func calibrateMethods(ctx context.Context, opts *calibrateOptions) error {
 		fmt.Fprintf(opts.f.ErrOut, "warning: --per-ratio %d: the changed-answer test accepts a setting after %d requests at the least, so every bin will keep none on the schedule\n", opts.PerRatio, min)
 	}
 	grid := cache.DefaultGrid()
+	if opts.Guide != "" {
+		grid = cache.GuidedGrid()
+	}
 	if len(opts.Grid) > 0 {
 		grid = nil
 		for _, g := range opts.Grid {
@@ -42,6 +45,14 @@ func calibrateMethods(ctx context.Context, opts *calibrateOptions) error {
 			}
 			grid = append(grid, st)
 		}
+	}
+	guided := slices.ContainsFunc(grid, lut.Setting.Guided)
+	switch {
+	case opts.Guide != "" && !guided:
+		return fmt.Errorf("--guide %s: no --setting decodes with the guided decoder (NAME@guided, NAME@guided:TAU): the guide would be loaded for nothing", opts.Guide)
+	case opts.Guide == "" && guided:
+		i := slices.IndexFunc(grid, lut.Setting.Guided)
+		return fmt.Errorf("--setting %s decodes with the guided decoder: it needs --guide MODEL, an autoregressive LM with the model's vocabulary and chat template", grid[i])
 	}
 	lm, gen, err := loadRegime(opts.f, opts.modelFlags, opts.regimeFlags)
 	if err != nil {
@@ -54,6 +65,18 @@ func calibrateMethods(ctx context.Context, opts *calibrateOptions) error {
 	}
 	base := cache.DefaultOptions()
 	base.Fingerprint, base.BiCache.Refresh = lm.Fingerprint, lm.Card.RefreshOr(opts.Method.BiCache.Refresh)
+	var guideID *lut.ModelID
+	if opts.Guide != "" {
+		g, err := loadGuide(opts.f, opts.Guide, lm, opts.modelFlags)
+		if err != nil {
+			return err
+		}
+		defer g.Close()
+		fmt.Fprintln(opts.f.ErrOut, "dlmcache: guide", g.describe())
+		gen.Guide, base.GuideFingerprint = g.LLaDA, g.Fingerprint
+		id := g.modelID()
+		guideID = &id
+	}
 	kept := grid[:0:0]
 	for _, g := range grid { // every setting must build before hours are spent
 		m, err := cache.FromSetting(g, withStore(base, lm, opts.CacheBytes))
@@ -98,7 +121,7 @@ func calibrateMethods(ctx context.Context, opts *calibrateOptions) error {
 		OutDir: opts.Out, Resume: opts.Resume, Log: func(l string) { fmt.Fprintln(opts.f.ErrOut, l) },
 		Run: profile.SearchRun{Model: lm.modelID(),
 			GenLength: gen.GenLength, Steps: gen.Steps, BlockLength: gen.BlockLength, Classes: classes, Edges: edges,
-			Settings: names, Seed: opts.Seed, Data: data, Shard: opts.Shard},
+			Settings: names, Seed: opts.Seed, Data: data, Shard: opts.Shard, Guide: guideID},
 	}
 	s.Base = base
 	s.NewStore = func() cache.PrefixStore { return cache.NewStore(lm.Backend, opts.CacheBytes, cache.LRU) }

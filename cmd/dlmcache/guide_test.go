@@ -9,7 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dlmcache/dlmcache/internal/testmodel"
 	"github.com/dlmcache/dlmcache/internal/testutil"
+	"github.com/dlmcache/dlmcache/lut"
 )
 
 // The fixtures that share a tokenizer: the diffusion model tiny-llada-moe
@@ -230,5 +232,109 @@ func TestServeGuideRefusals(t *testing.T) {
 		if err := opts.run(context.Background()); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v, want an error with %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// calibrate --guide searches guided settings beside the others and
+// records the guide in the table (lut show prints it); --guide with no
+// guided setting, and a guided setting without --guide, are refused.
+func TestCalibrateGuided(t *testing.T) {
+	args := []string{"calibrate", "--model", guidedDLM, "--guide", guidedGuide, "--ratios", "0.6,0.75,0.9", "--per-ratio", "2", "--quiet",
+		"--gen-length", "16", "--steps", "16", "--setting", "none@threshold:0.9", "--setting", "none@guided", "--setting", "freecache@guided",
+		"--agreement", "0.3", "--max-loss", "100"}
+	out := filepath.Join(t.TempDir(), "cal")
+	tab := calibrateTo(t, "calibrate --guide", args, out)
+	if tab.Guide == nil || tab.Guide.Name != guidedGuide || tab.Guide.Fingerprint == "" || tab.Guide.Arch != "llama" {
+		t.Fatalf("the table's guide: %+v", tab.Guide)
+	}
+	tried := map[string]bool{}
+	for _, b := range tab.Bins {
+		for _, c := range b.Choices {
+			for _, p := range c.Tried {
+				tried[p.Setting.String()] = true
+			}
+		}
+	}
+	if !tried["none@guided"] || !tried["freecache@guided"] {
+		t.Errorf("settings tried: %v", tried)
+	}
+	if o, _, code := run(t, "lut", "show", filepath.Join(out, "table.json")); code != 0 || !strings.Contains(o, "guide "+guidedGuide+" (llama") {
+		t.Errorf("lut show: exit %d:\n%s", code, o)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"calibrate", "--model", guidedDLM, "--guide", guidedGuide, "--setting", "none@threshold:0.9"}, "no --setting decodes with the guided decoder"},
+		{[]string{"calibrate", "--model", guidedDLM, "--setting", "none@guided"}, "needs --guide MODEL"},
+		{[]string{"calibrate", "--mode", "depth", "--model", guidedDLM, "--guide", guidedGuide}, "--guide is the methods mode's"},
+	} {
+		if _, errOut, code := run(t, tc.args...); code == 0 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v: exit %d, want an error with %q: %s", tc.args, code, tc.want, errOut)
+		}
+	}
+}
+
+// guidedTable writes a v3 table for the guided fixtures whose one bin
+// chooses freecache@guided, calibrated with guide g.
+func guidedTable(t *testing.T, g lut.ModelID) string {
+	t.Helper()
+	dlm := testmodel.Load(t, "tiny-llada-moe")
+	tab := &lut.Table{Format: lut.Format, Model: lut.ModelID{Name: guidedDLM, NLayers: len(dlm.Blocks), Fingerprint: dlm.Fingerprint}, Tau: 1,
+		Classes: []lut.Class{{Name: "all"}}, Guide: &g, Calibration: &lut.Calibration{Method: "search"},
+		Bins: []lut.Bin{{Lo: 0, Hi: 1, Choices: []*lut.Choice{{Class: "all", Setting: lut.Setting{Method: "freecache", Decoder: "guided"}}}}}}
+	p := filepath.Join(t.TempDir(), "table.json")
+	if err := tab.Write(p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// serve --lut with a table that chooses a guided setting: refused without
+// --guide and with another guide than the table's, each with the reason;
+// with the table's guide it serves the choice (the answer is
+// freecache@guided's).
+func TestServeGuidedTable(t *testing.T) {
+	g := testmodel.Load(t, "tiny-llama")
+	id := lut.ModelID{Name: guidedGuide, NLayers: len(g.Blocks), Fingerprint: g.Fingerprint, Arch: "llama"}
+	good := guidedTable(t, id)
+	other := id
+	other.Fingerprint = "0123456789abcdef"
+	bad := guidedTable(t, other)
+	base := []string{"--model", guidedDLM, "--threads", "1", "--addr", "127.0.0.1:0", "--quiet", "--gen-length", "16", "--steps", "16"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--lut", good}, "serve it with --guide " + guidedGuide},
+		{[]string{"--lut", bad, "--guide", guidedGuide}, "fingerprint 0123456789abcdef), but the guide loaded is"},
+	} {
+		opts := parseServe(t, io.Discard, append(slices.Clone(base), tc.args...)...)
+		if err := opts.run(context.Background()); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want an error with %q", tc.args, err, tc.want)
+		}
+	}
+	answer := func(args ...string) (string, string) {
+		var errOut testutil.SyncBuffer
+		opts := parseServe(t, &errOut, append(slices.Clone(base), args...)...)
+		url, stop := startServe(t, opts, &errOut)
+		defer stop()
+		body := `{"model":"m","messages":[{"role":"system","content":"You are a careful assistant."},{"role":"user","content":"Name a color."}]}`
+		code, raw := httpDo(t, url+"/v1/chat/completions", body)
+		var resp struct {
+			Choices []struct {
+				Message struct{ Content string }
+			}
+			Dlmcache struct{ Method string }
+		}
+		if code != 200 || json.Unmarshal(raw, &resp) != nil || len(resp.Choices) != 1 {
+			t.Fatalf("%v: %d %s", args, code, raw)
+		}
+		return resp.Choices[0].Message.Content, resp.Dlmcache.Method
+	}
+	got, meth := answer("--lut", good, "--guide", guidedGuide)
+	want, _ := answer("--method", "freecache@guided", "--guide", guidedGuide)
+	if got != want || !strings.Contains(meth, "freecache@guided") {
+		t.Errorf("the table's choice served %q (method %q), freecache@guided %q", got, meth, want)
 	}
 }

@@ -136,6 +136,15 @@ func loadMethodEnv(f *factory, mf modelFlags, rf regimeFlags, c *cacheFlags) (*m
 			e.close()
 			return nil, err
 		}
+		var gid *lut.ModelID
+		if c.guide != nil {
+			id := c.guide.modelID()
+			gid = &id
+		}
+		if err := e.table.CheckGuide(gid); err != nil {
+			e.close()
+			return nil, fmt.Errorf("--lut %s: %w", c.LUT, err)
+		}
 		src, _ := cache.ResolveDeepSource(c.Method.DeepSource, e.table)
 		if w := crossRequestWarning(string(src), e.table); w != "" {
 			fmt.Fprintln(f.ErrOut, "warning:", w)
