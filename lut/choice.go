@@ -72,7 +72,7 @@ func (t *Table) CheckGuide(g *ModelID) error {
 	case t.Guide == nil || (g == nil && !t.GuidedChoices()):
 		return nil
 	case g == nil:
-		return fmt.Errorf("the table's choices decode with the guided decoder, calibrated with guide %s (fingerprint %s): serve it with --guide %s",
+		return fmt.Errorf("the table's choices decode with the guided decoder, calibrated with guide %s (fingerprint %s): give --guide %s",
 			t.Guide.Name, t.Guide.Fingerprint, t.Guide.Name)
 	case g.Fingerprint != t.Guide.Fingerprint || g.NLayers != t.Guide.NLayers:
 		return fmt.Errorf("the table was calibrated with guide %s (%d layers, fingerprint %s), but the guide loaded is %s (%d layers, fingerprint %s): calibrate with this guide",

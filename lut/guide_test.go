@@ -27,7 +27,7 @@ func TestTableGuide(t *testing.T) {
 		want   string // "" accepted
 	}{
 		{tab(&g, "guided"), &g, ""},
-		{tab(&g, "guided"), nil, "serve it with --guide ar"},
+		{tab(&g, "guided"), nil, "give --guide ar"},
 		{tab(&g, "guided"), &other, "fingerprint aaaa), but the guide loaded is ar (2 layers, fingerprint bbbb)"},
 		{tab(&g, "threshold:0.9"), nil, ""}, // calibrated with a guide, none of its choices guided
 		{tab(&g, "threshold:0.9"), &other, "but the guide loaded is"},

@@ -238,3 +238,31 @@ func TestGuidedRefusals(t *testing.T) {
 		}
 	}
 }
+
+// A streamed guided request (the canvas streamed too): its deltas join to
+// the unstreamed answer.
+func TestGuidedStream(t *testing.T) {
+	dlm, guide := guidedFixtures(t)
+	s := newGuidedServer(t, dlm, guide, "freecache@guided", true, nil)
+	for _, p := range guidedPrompts[:3] {
+		full := decodeChat(t, post(t, s, "/v1/chat/completions", chatBody(p.system, p.user, "")))
+		rec := post(t, s, "/v1/chat/completions", chatBody(p.system, p.user, `"stream":true,"dlmcache_stream_canvas":true`))
+		if rec.Code != 200 {
+			t.Fatalf("status %d: %s", rec.Code, rec.Body)
+		}
+		var text strings.Builder
+		for _, e := range sseEvents(t, rec.Body.String()) {
+			var c struct {
+				Choices []struct {
+					Delta struct{ Content string } `json:"delta"`
+				} `json:"choices"`
+			}
+			if e != "[DONE]" && json.Unmarshal([]byte(e), &c) == nil && len(c.Choices) > 0 {
+				text.WriteString(c.Choices[0].Delta.Content)
+			}
+		}
+		if text.String() != full.Choices[0].Message.Content {
+			t.Errorf("%q streamed %q, unstreamed %q", p.user, text.String(), full.Choices[0].Message.Content)
+		}
+	}
+}

@@ -306,7 +306,7 @@ func TestServeGuidedTable(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--lut", good}, "serve it with --guide " + guidedGuide},
+		{[]string{"--lut", good}, "give --guide " + guidedGuide},
 		{[]string{"--lut", bad, "--guide", guidedGuide}, "fingerprint 0123456789abcdef), but the guide loaded is"},
 	} {
 		opts := parseServe(t, io.Discard, append(slices.Clone(base), tc.args...)...)
