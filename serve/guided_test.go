@@ -9,6 +9,7 @@ import (
 
 	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/internal/testmodel"
+	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
 )
 
@@ -224,11 +225,19 @@ func TestGuidedRefusals(t *testing.T) {
 		}
 		return m
 	}
+	gid := lut.ModelID{Name: "tiny-llama", NLayers: len(guide.Blocks), Fingerprint: guide.Fingerprint}
+	tab, err := cache.New("table", cache.Options{Table: &lut.Table{Format: lut.Format, Model: lut.ModelID{Name: "tiny-llada-moe", NLayers: len(dlm.Blocks), Fingerprint: dlm.Fingerprint},
+		Tau: 1, Classes: []lut.Class{{Name: "all"}}, Guide: &gid,
+		Bins: []lut.Bin{{Lo: 0, Hi: 1, Choices: []*lut.Choice{{Class: "all", Setting: lut.Setting{Method: "freecache", Decoder: "guided"}}}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		cfg  Config
 		want string
 	}{
 		{Config{Model: dlm, Method: meth("none@guided"), Gen: testGen}, "needs a guide (serve --guide MODEL)"},
+		{Config{Model: dlm, Method: tab, Gen: testGen}, "the table's choices decode with the guided decoder"},
 		{Config{Model: dlm, Method: meth("none@guided"), Gen: testGen, Guide: testmodel.Shared(t, "tiny-f32")}, "is not an autoregressive model"},
 		{Config{Model: loadTiny(t), Method: meth("none@guided"), Gen: testGen, Guide: guide}, "must share a vocabulary"},
 		{Config{Model: dlm, Method: meth("none"), Gen: testGen, GuideStore: cache.NewBlockStore(guide.Backend, 8, 1<<20, true, nil)}, "without a guide"},

@@ -956,6 +956,8 @@ func checkGuide(cfg Config) error {
 		return errors.New("a guide prefix store without a guide")
 	case g == nil && model.DecodingOf(cfg.Method.Gen(cfg.Gen)).Guided():
 		return fmt.Errorf("method %s decodes with the guided decoder: it needs a guide (serve --guide MODEL)", cfg.Method.Name())
+	case g == nil && cache.TableOf(cfg.Method) != nil && cache.TableOf(cfg.Method).GuidedChoices():
+		return errors.New("the table's choices decode with the guided decoder: they need a guide (serve --guide MODEL)")
 	case g == nil:
 		return nil
 	case !g.Config.Causal:
