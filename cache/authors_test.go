@@ -58,6 +58,9 @@ func authorsMethod(t *testing.T, f *authorsFixture) (Method, model.GenOptions, f
 		gen.Steps = s.GenLength
 		o.Block = BlockOptions{Length: s.BlockLength, Threshold: *s.Threshold}
 		return mk(t, "block", o), gen, func(nfe, idle int) int { return nfe - idle }
+	case "freecache":
+		o.Block.Length = s.BlockLength
+		return mk(t, "freecache", o), gen, same
 	}
 	t.Fatalf("no dlmcache method for %q", f.Method)
 	return nil, gen, nil
@@ -66,8 +69,8 @@ func authorsMethod(t *testing.T, f *authorsFixture) (Method, model.GenOptions, f
 // dlmcache reproduces, token for token and forward for forward, the
 // answers its methods' authors' own code gives on the bundled weights
 // (cache/testdata/authors, written by tools/authors/run.py from LLaDA's
-// generate.py and Fast-dLLM's llada/generate.py) on held-out requests of
-// every task suite.
+// generate.py, Fast-dLLM's llada/generate.py and FlashDLM's LLaDA with its
+// FreeCache) on held-out requests of every task suite.
 func TestAuthorsReferenceTokens(t *testing.T) {
 	files, _ := filepath.Glob(filepath.Join("testdata", "authors", "*.json"))
 	if len(files) == 0 {

@@ -32,9 +32,12 @@ var freeKnobs = []Knob{
 // freeCache is FlashDLM's FreeCache: after a full first step, the prompt
 // and every finished block of the answer are frozen — their K/V are
 // reused — and each step computes only the current block and everything
-// after it (the window shrinks as blocks finish). A finished block is
-// computed once more, with its final tokens, at the first step of the next
-// block, then frozen. With FreeRefresh R > 0 every R-th step is a full
+// after it (the window shrinks as blocks finish). A finished block keeps
+// the K/V of its last denoising step, as the authors' code saves its cache
+// there (src/model/llada_v2/generate.py: save_cache at a block's last step,
+// clean up to the block's end): the tokens that step commits keep the K/V
+// their rows had while masked, and the next block's first step already
+// starts at its own start. With FreeRefresh R > 0 every R-th step is a full
 // forward (R = 1: as none).
 type freeCache struct{ base }
 
@@ -68,11 +71,7 @@ func (p *freePlanner) Begin(r *model.Request) error {
 
 func (p *freePlanner) Plan(s *model.Step) model.Plan {
 	p.all = s.Index == 0 || p.refresh > 0 && s.Index%p.refresh == 0
-	from := s.BlockStart
-	if s.BlockStep == 0 && s.Block > 0 {
-		from -= s.BlockEnd - s.BlockStart // the block just finished, once more
-	}
-	p.compute(s, iota32(from, p.n))
+	p.compute(s, iota32(s.BlockStart, p.n))
 	return p
 }
 

@@ -66,15 +66,16 @@ func TestTokenCachesRowsComputed(t *testing.T) {
 	}
 
 	// FreeCache, blocks of 8: step 0 all; block 0's steps the answer (16);
-	// block 1's first step both blocks (16), its others block 1 (8). The
-	// FLOPs are each step's layers at its row count plus the head.
+	// block 1's steps block 1 alone (8) — block 0 keeps the K/V of its last
+	// step, as FlashDLM's code does, and is not computed again. The FLOPs
+	// are each step's layers at its row count plus the head.
 	g, _ = generate(t, m, mk(t, "freecache", d), ids, pl, twoBlocks)
-	if want := L * (n + 3*16 + 16 + 3*8); g.RowsComputed != want {
+	if want := L * (n + 3*16 + 4*8); g.RowsComputed != want {
 		t.Errorf("freecache: %d rows, want %d", g.RowsComputed, want)
 	}
 	c := m.Config
 	var flops float64
-	for i, r := range []int{n, 16, 16, 16, 16, 8, 8, 8} {
+	for i, r := range []int{n, 16, 16, 16, 8, 8, 8, 8} {
 		masked := 8 - 2*(i%4) // the block's masked slots get logits
 		flops += float64(L)*c.LayerFLOPs(n, r) + c.HeadFLOPs(masked)
 	}
@@ -87,7 +88,7 @@ func TestTokenCachesRowsComputed(t *testing.T) {
 	withTable := d
 	withTable.Store, withTable.Table, withTable.Fingerprint = st, table(L, 2), m.Fingerprint
 	g, info := generate(t, m, mk(t, "bicache+freecache", withTable), ids, pl, twoBlocks)
-	if want := L*(n+3*16+16+3*8) - 2*pl; g.RowsComputed != want || info.Depth != 2 {
+	if want := L*(n+3*16+4*8) - 2*pl; g.RowsComputed != want || info.Depth != 2 {
 		t.Errorf("bicache+freecache: %d rows (depth %d), want %d", g.RowsComputed, info.Depth, want)
 	}
 

@@ -22,9 +22,11 @@ authors' default settings (the methods table below: LLaDA's generate.py main(); 
 eval_gsm8k.sh, block 32, threshold 0.9) with the bundled model's answer length (128).
 """
 import argparse
+import contextlib
 import datetime
 import importlib.util
 import json
+import math
 import os
 import subprocess
 import sys
@@ -36,6 +38,7 @@ import torch  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 from pyllada.model import from_pretrained, rope_cos_sin, apply_rope, attend  # noqa: E402
+from pyllada import safetensors_io as st  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 # method -> the authors' repository, file, function and keyword arguments (their defaults).
@@ -53,6 +56,19 @@ METHODS = {
                           kw=dict(steps=4, gen_length=128, block_length=32, temperature=0.0,
                                   remasking="low_confidence", threshold=0.9),
                           note="llada/eval_gsm8k.sh: use_cache, dual_cache, block_length 32, threshold 0.9"),
+    "freecache": dict(repo="https://github.com/ZhanqiuHu/flash-dlm-experimental", file="src/model/llada_v2/generate.py",
+                      func="generate", model="flashdlm",
+                      kw=dict(steps=128, gen_length=128, block_length=32, temperature=0.0, cfg_scale=0.0,
+                              remasking="low_confidence", use_block_caching=True),
+                      note="src/evaluator/llada_eval.py's call with use_block_caching; steps 128, gen_length 128, "
+                           "block_length 32 (the file's example main)"),
+    "dllm-cache": dict(repo="https://github.com/maomaocun/dLLM-cache", file="utils/generate_function.py",
+                       func="generate", model="dllm_cache", call="keywords",
+                       cache=dict(prompt_interval_steps=50, gen_interval_steps=7, transfer_ratio=0.25),
+                       kw=dict(steps=128, gen_length=128, block_length=8, temperature=0.0, cfg_scale=0.0,
+                               remasking="low_confidence"),
+                       note="scripts/run_LLaDA_gsm8k_Instruct.sh: prompt_interval_steps 50, gen_interval_steps 7, "
+                            "transfer_ratio 0.25, block_length 8, steps = gen_length"),
 }
 
 
@@ -122,6 +138,103 @@ def newer_torch():
     torch.topk = shim
 
 
+def hf_stand_ins():
+    """What a LLaDA modeling file imports from `transformers` (a config holding its keyword
+    arguments, an nn.Module holding the config, an output record, no-op registries), and
+    what torch 1.13 lacks of torch 2 that it calls: F.scaled_dot_product_attention (here with
+    no mask, not causal, no dropout) and torch.backends.cuda.enable_mem_efficient_sdp."""
+    tr = sys.modules["transformers"]
+
+    class PretrainedConfig:
+        def __init__(self, **kw):
+            self.__dict__.update(kw)
+            self.use_return_dict = True
+
+    class PreTrainedModel(torch.nn.Module):
+        def __init__(self, config, *args, **kw):
+            super().__init__()
+            self.config = config
+
+        @property
+        def device(self):
+            return next(self.parameters()).device
+
+    registry = types.SimpleNamespace(register=lambda *args, **kw: None)
+    tr.PretrainedConfig, tr.PreTrainedModel, tr.AutoConfig = PretrainedConfig, PreTrainedModel, registry
+    subs = {n: types.ModuleType("transformers." + n) for n in ("modeling_outputs", "models", "models.auto", "cache_utils")}
+    subs["modeling_outputs"].CausalLMOutputWithPast = lambda **kw: types.SimpleNamespace(**kw)
+    subs["models.auto"].AutoModel = registry
+    subs["cache_utils"].Cache = object
+    for n, mod in subs.items():
+        sys.modules["transformers." + n] = mod
+    if not hasattr(F, "scaled_dot_product_attention"):
+        def sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False):
+            assert attn_mask is None and not is_causal and dropout_p == 0.0
+            s = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+            return torch.matmul(torch.softmax(s, dim=-1), v)
+        F.scaled_dot_product_attention = sdpa
+    if not hasattr(torch.backends.cuda, "enable_mem_efficient_sdp"):
+        torch.backends.cuda.enable_mem_efficient_sdp = lambda enabled: None
+
+
+def package(name, path):
+    """path as the package name, its __init__.py not run (it imports what these runs do not
+    use)."""
+    pkg = types.ModuleType(name)
+    pkg.__path__ = [path]
+    sys.modules[name] = pkg
+
+
+def llada_lm(module, model_dir, cls):
+    """A LLaDA modeling file's model class (module.cls) with the bundled weights, float64, and
+    a count of its forwards (calls)."""
+    with contextlib.redirect_stdout(sys.stderr):
+        ml = importlib.import_module(module)
+        with open(os.path.join(model_dir, "config.json")) as f:
+            cfg = getattr(ml, cls[0])(**json.load(f))
+        lm = getattr(ml, cls[1])(cfg)
+    lm.load_state_dict(st.load_file(os.path.join(model_dir, "model.safetensors")))
+    lm = lm.to(torch.float64).eval()
+    lm.calls, lm.idle = 0, 0
+
+    def count(*_):
+        lm.calls += 1
+    lm.register_forward_pre_hook(count)
+    return lm
+
+
+def flashdlm(a):
+    """FlashDLM's own LLaDA, src/model/llada_v2/modeling_llada.py: its attention holds
+    FreeCache's cache (block_utils.BlockCacheV2), which generate.py's generate_block_cached
+    drives. Their files import each other as src.model.llada_v2.*: the checkout's
+    directories are that package."""
+    hf_stand_ins()
+    for name, d in (("src", "src"), ("src.model", "src/model"), ("src.model.llada_v2", "src/model/llada_v2")):
+        package(name, os.path.join(a.src, d))
+    return llada_lm("src.model.llada_v2.modeling_llada", a.model, ("LLaDAV2Config", "LLaDAV2ModelLM"))
+
+
+def dllm_cache(a):
+    """LLaDA's model file (--llada-src: a directory holding modeling_llada.py and
+    configuration_llada.py as the model card ships them; FlashDLM keeps a copy in
+    src/model/llada) under dLLM-Cache's hooks, registered as their demo_LLaDA.py and
+    eval_model/LLaDA.py do: dLLMCache.new_instance with the method's intervals and ratio,
+    then register_cache_LLaDA(model, "model.transformer.blocks"), which replaces each block's
+    forward, attention and rotary embedding with theirs."""
+    if not a.llada_src:
+        sys.exit("dllm-cache needs --llada-src, a directory with LLaDA's modeling_llada.py")
+    hf_stand_ins()
+    package("llada_model", os.path.abspath(a.llada_src))
+    lm = llada_lm("llada_model.modeling_llada", a.model, ("LLaDAConfig", "LLaDAModelLM"))
+    package("dllm_cache", os.path.join(a.src, "dllm_cache"))
+    package("dllm_cache.hooks", os.path.join(a.src, "dllm_cache", "hooks"))
+    cache = importlib.import_module("dllm_cache.cache")
+    hook = importlib.import_module("dllm_cache.hooks.cache_hook_LLaDA")
+    cache.dLLMCache.new_instance(**METHODS[a.method]["cache"])
+    hook.register_cache_LLaDA(lm, "model.transformer.blocks")
+    return lm
+
+
 def load(path, name):
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
@@ -142,6 +255,9 @@ def main():
     ap.add_argument("--src", required=True, help="a checkout of the authors' repository")
     ap.add_argument("--commit", default="", help="the checkout's commit, where --src is no git work tree")
     ap.add_argument("--prompts", required=True, help="tools/authors/prompts.go's output")
+    ap.add_argument("--llada-src", default="", help="dllm-cache: a directory with LLaDA's modeling_llada.py")
+    ap.add_argument("--llada-repo", default="https://github.com/ZhanqiuHu/flash-dlm-experimental",
+                    help="dllm-cache: the repository --llada-src is a checkout of")
     ap.add_argument("--model", default=os.path.join(ROOT, "models", "llada-tiny"))
     ap.add_argument("--out", default="-")
     a = ap.parse_args()
@@ -149,15 +265,29 @@ def main():
     torch.set_num_threads(1)
     stand_ins()
     newer_torch()
+    if "model" in spec:  # the authors' model file, their cache inside it
+        authors = globals()[spec["model"]](a)
+        mask, eos = authors.config.mask_token_id, authors.config.eos_token_id
+    else:
+        m = from_pretrained(a.model, dtype=torch.float64)
+        mask, eos = m.config.mask_token_id, m.config.eos_token_id
     mod = load(os.path.join(a.src, spec["file"]), "authors_" + a.method.replace("-", "_"))
     fn = getattr(mod, spec["func"])
-    m = from_pretrained(a.model, dtype=torch.float64)
-    mask, eos = m.config.mask_token_id, m.config.eos_token_id
     cases = []
     for p in json.load(open(a.prompts)):
-        model = Model(m)
+        if "model" in spec:
+            model = authors
+            model.calls = 0
+        else:
+            model = Model(m)
         prompt = torch.tensor([p["prompt_ids"]])
-        out = fn(model, prompt, mask_id=mask, **spec["kw"])
+        with contextlib.redirect_stdout(sys.stderr):  # their progress lines
+            if spec.get("call") == "keywords":  # dLLM-Cache's generate: the answer alone
+                ans = fn(input_ids=prompt, attention_mask=torch.ones_like(prompt), model=model, mask_id=mask,
+                         **spec["kw"])
+                out = torch.cat([prompt, ans], dim=1)
+            else:
+                out = fn(model, prompt, mask_id=mask, **spec["kw"])
         x, nfe = (out if isinstance(out, tuple) else (out, None))
         cases.append({"suite": p["suite"], "id": p["id"], "prompt_ids": p["prompt_ids"], "prefix_len": p["prefix_len"],
                       "answer_ids": x[0, prompt.shape[1]:].tolist(), "nfe": model.calls, "nfe_idle": model.idle,
@@ -170,8 +300,14 @@ def main():
                           "file": spec["file"], "function": spec["func"],
                           "run": datetime.date.today().isoformat(),
                           "settings_from": spec["note"]},
-           "settings": spec["kw"], "model": "models/llada-tiny", "mask_id": mask, "eos_id": eos,
+           "settings": {**spec["kw"], **spec.get("cache", {})}, "model": "models/llada-tiny", "mask_id": mask, "eos_id": eos,
            "reference_dtype": "float64", "cases": cases}
+    if a.llada_src:
+        res["provenance"]["model_file"] = {"repository": a.llada_repo,
+                                           "path": git(a.llada_src, "rev-parse", "--show-prefix") + "modeling_llada.py",
+                                           "commit": git(a.llada_src, "rev-parse", "HEAD")}
+    if "model" in spec:
+        res["reference_dtype"] = "float64 (their RMSNorm and rotary embedding compute in float32)"
     s = json.dumps(res, indent=1)
     if a.out == "-":
         print(s)
