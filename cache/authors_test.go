@@ -27,6 +27,10 @@ type authorsFixture struct {
 		GenLength   int      `json:"gen_length"`
 		BlockLength int      `json:"block_length"`
 		Threshold   *float64 `json:"threshold"`
+		// dLLM-Cache's
+		PromptInterval int     `json:"prompt_interval_steps"`
+		GenInterval    int     `json:"gen_interval_steps"`
+		TransferRatio  float64 `json:"transfer_ratio"`
 	} `json:"settings"`
 	Cases []struct {
 		ID        string  `json:"id"`
@@ -61,16 +65,35 @@ func authorsMethod(t *testing.T, f *authorsFixture) (Method, model.GenOptions, f
 	case "freecache":
 		o.Block.Length = s.BlockLength
 		return mk(t, "freecache", o), gen, same
+	case "dllm-cache":
+		o.DLLM = DLLMOptions{Kp: s.PromptInterval, Kr: s.GenInterval, Rho: s.TransferRatio}
+		return mk(t, "dllm-cache", o), gen, same
 	}
 	t.Fatalf("no dlmcache method for %q", f.Method)
 	return nil, gen, nil
 }
 
+// authorsDiffer are the requests on which a dlmcache method's answer is
+// known to differ from its authors' code, and why; every other request of
+// its fixture must agree token for token. dLLM-Cache's code keeps, for
+// every layer, each answer row's attention and MLP outputs and between
+// refreshes recomputes in each layer the quarter of the rows whose fresh V
+// (taken for every row at every layer) is least similar to the cached V,
+// the other rows advancing on their cached outputs; dlmcache's forward
+// carries a row through a layer or not, so it chooses the rows once, from
+// the second layer's V, with the current block's masked slots among them
+// (docs/results.md, "Agreement with the authors' code"). On the bundled
+// model the two differ on three of span's four long copies.
+var authorsDiffer = map[string][]string{
+	"dllm-cache": {"span/eval/v6/s1/0", "span/eval/v6/s1/1", "span/eval/v6/s1/3"},
+}
+
 // dlmcache reproduces, token for token and forward for forward, the
 // answers its methods' authors' own code gives on the bundled weights
 // (cache/testdata/authors, written by tools/authors/run.py from LLaDA's
-// generate.py, Fast-dLLM's llada/generate.py and FlashDLM's LLaDA with its
-// FreeCache) on held-out requests of every task suite.
+// generate.py, Fast-dLLM's llada/generate.py, FlashDLM's LLaDA with its
+// FreeCache and dLLM-Cache's hooks) on held-out requests of every task
+// suite, but for the requests of authorsDiffer.
 func TestAuthorsReferenceTokens(t *testing.T) {
 	files, _ := filepath.Glob(filepath.Join("testdata", "authors", "*.json"))
 	if len(files) == 0 {
@@ -99,11 +122,13 @@ func TestAuthorsReferenceTokens(t *testing.T) {
 			}
 			meth, gen, wantNFE := authorsMethod(t, &f)
 			cases := f.Cases
-			if raceDetector && f.Method == "llada" {
-				// 128 full forwards a request: under the race detector
-				// the first of each suite (the plain test runs all).
+			if raceDetector && f.Settings.Steps == f.Settings.GenLength {
+				// 128 forwards a request (llada, freecache, dllm-cache):
+				// under the race detector the first of each suite (the
+				// plain test runs all).
 				cases = cases[:min(5, len(cases))]
 			}
+			differ := authorsDiffer[f.Method]
 			same, nfe, ref := 0, 0, 0
 			for _, c := range cases {
 				res, err := Run(context.Background(), m.LLaDA, meth, Request{Prompt: c.PromptIDs, PrefixLen: c.PrefixLen}, gen)
@@ -111,9 +136,16 @@ func TestAuthorsReferenceTokens(t *testing.T) {
 					t.Fatalf("%s: %v", c.ID, err)
 				}
 				got := res.Answer
-				if slices.Equal(got, c.AnswerIDs) {
+				known := slices.Contains(differ, c.ID)
+				switch {
+				case slices.Equal(got, c.AnswerIDs):
 					same++
-				} else {
+					if known {
+						t.Logf("%s: %s now agrees with the authors' code (drop it from authorsDiffer)", c.ID, meth.Name())
+					}
+				case known:
+					t.Logf("%s: %s answer differs, as known (authorsDiffer)", c.ID, meth.Name())
+				default:
 					t.Errorf("%s: %s answer\n got %v\nwant %v", c.ID, meth.Name(), got, c.AnswerIDs)
 				}
 				if w := wantNFE(c.NFE, c.NFEIdle); res.NFE != w {
