@@ -5,11 +5,16 @@ counts as a fixture for cache/authors_test.go.
 
     git clone https://github.com/ML-GSAI/LLaDA /tmp/LLaDA            # once, by hand
     git clone https://github.com/NVlabs/Fast-dLLM /tmp/Fast-dLLM
+    git clone https://github.com/ZhanqiuHu/flash-dlm-experimental /tmp/flash-dlm
+    git clone https://github.com/maomaocun/dLLM-cache /tmp/dLLM-cache
     go run tools/authors/prompts.go -limit 4 > /tmp/prompts.json   # 4 held-out samples a suite
     /usr/bin/python3 tools/authors/run.py llada --src /tmp/LLaDA --prompts /tmp/prompts.json \\
         --out cache/testdata/authors/llada.json
     /usr/bin/python3 tools/authors/run.py fastdllm-threshold --src /tmp/Fast-dLLM ...
     /usr/bin/python3 tools/authors/run.py fastdllm-dual --src /tmp/Fast-dLLM ...
+    /usr/bin/python3 tools/authors/run.py freecache --src /tmp/flash-dlm ...
+    /usr/bin/python3 tools/authors/run.py dllm-cache --src /tmp/dLLM-cache \\
+        --llada-src /tmp/flash-dlm/src/model/llada ...
 
 Nothing is fetched here and nothing of the authors' code is copied: --src is a checkout of
 their repository, its file imported as it is. The parts of `transformers` they import at
@@ -17,9 +22,23 @@ module level (AutoModel, AutoTokenizer) are empty stand-ins (and torch.topk take
 one-element tensor as k, as torch 2's does, for Debian's torch 1.13), and Fast-dLLM's own
 `model.modeling_llada` too: their sampling functions need only a model callable returning
 .logits (and, for the dual cache, past_key_values and replace_position), which tools/pyllada
-(the bundled architecture in PyTorch, float64 here) provides. Each method runs in its
-authors' default settings (the methods table below: LLaDA's generate.py main(); Fast-dLLM's
-eval_gsm8k.sh, block 32, threshold 0.9) with the bundled model's answer length (128).
+(the bundled architecture in PyTorch, float64 here) provides.
+
+FreeCache and dLLM-Cache live inside a model: FlashDLM's cache is in its own LLaDA's
+attention (src/model/llada_v2/modeling_llada.py with block_utils.py), dLLM-Cache's in hooks
+that replace the blocks' forward, attention and rotary embedding of LLaDA's model file. For
+these the authors' model file itself runs, the bundled weights loaded into it (float64 where
+their code does not cast to float32), with stand-ins for what it takes from `transformers`
+(hf_stand_ins). dLLM-Cache's repository holds no plain LLaDA model file (its scripts load
+the model card's remote code); --llada-src names one: the commands above use FlashDLM's
+copy in src/model/llada, whose additions (an unused Attention class, and each attention
+output kept for analysis inside the attention method that the hooks replace) do not touch
+what runs.
+
+Each method runs in its authors' default settings (the methods table below: LLaDA's
+generate.py main(); Fast-dLLM's eval_gsm8k.sh, block 32, threshold 0.9; FlashDLM's LLaDA
+evaluator call with use_block_caching; dLLM-Cache's LLaDA gsm8k script) with the bundled
+model's answer length (128).
 """
 import argparse
 import contextlib
