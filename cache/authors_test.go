@@ -62,7 +62,7 @@ func authorsMethod(t *testing.T, f *authorsFixture) (Method, model.GenOptions, f
 		gen.Steps = s.GenLength
 		o.Block = BlockOptions{Length: s.BlockLength, Threshold: *s.Threshold}
 		return mk(t, "block", o), gen, func(nfe, idle int) int { return nfe - idle }
-	case "freecache":
+	case "freecache", "freecache-oneblock":
 		o.Block.Length = s.BlockLength
 		return mk(t, "freecache", o), gen, same
 	case "dllm-cache":

@@ -81,6 +81,12 @@ METHODS = {
                               remasking="low_confidence", use_block_caching=True),
                       note="src/evaluator/llada_eval.py's call with use_block_caching; steps 128, gen_length 128, "
                            "block_length 32 (the file's example main)"),
+    "freecache-oneblock": dict(repo="https://github.com/ZhanqiuHu/flash-dlm-experimental",
+                               file="src/model/llada_v2/generate.py", func="generate", model="flashdlm",
+                               kw=dict(steps=128, gen_length=128, block_length=128, temperature=0.0, cfg_scale=0.0,
+                                       remasking="low_confidence", use_block_caching=True),
+                               note="generate()'s own defaults (steps 128, gen_length 128, block_length 128: "
+                                    "one block) with use_block_caching"),
     "dllm-cache": dict(repo="https://github.com/maomaocun/dLLM-cache", file="utils/generate_function.py",
                        func="generate", model="dllm_cache", call="keywords",
                        cache=dict(prompt_interval_steps=50, gen_interval_steps=7, transfer_ratio=0.25),
