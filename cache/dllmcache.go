@@ -13,9 +13,9 @@ import (
 )
 
 // DLLMOptions are dLLM-Cache's settings (dlmcache's defaults: Kp 50, Kr 2,
-// Rho 0.25; the authors' scripts for LLaDA use Kp 50, Kr 4–8 and Rho 0.25,
-// their gsm8k script Kr 7, and their configuration class defaults to 1, 1
-// and 0).
+// Rho 0.25; the authors' LLaDA scripts with the cache on use Kp 50, Kr 1–8
+// and Rho 0.25, their gsm8k script Kr 7, and their configuration class
+// defaults to 1, 1 and 0).
 type DLLMOptions struct {
 	Kp  int     // prompt rows refreshed every Kp steps
 	Kr  int     // response rows refreshed every Kr steps
