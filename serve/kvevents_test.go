@@ -88,10 +88,11 @@ func TestKVEventsOverZMQ(t *testing.T) {
 			if err != nil {
 				return
 			}
-			var b struct {
-				TS     float64          `msgpack:"ts"`
-				Events []map[string]any `msgpack:"events"`
-				Rank   int              `msgpack:"data_parallel_rank"`
+			var b struct { // [ts, events, data_parallel_rank]
+				_      struct{} `msgpack:",array"`
+				TS     float64
+				Events []map[string]any
+				Rank   int
 			}
 			if err := msgpack.Unmarshal(m.Frames[2], &b); err != nil {
 				t.Error(err)
@@ -242,7 +243,9 @@ func replay(t *testing.T, ctx context.Context, pub *kvevents.Publisher, start ui
 			return out
 		}
 		var b struct {
-			Events []map[string]any `msgpack:"events"`
+			_      struct{} `msgpack:",array"`
+			TS     float64
+			Events []map[string]any
 		}
 		if err := msgpack.Unmarshal(m.Frames[2], &b); err != nil {
 			t.Fatal(err)

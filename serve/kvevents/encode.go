@@ -9,8 +9,7 @@
 // The wire layout (vllm/distributed/kv_events.py):
 //
 //	frames:  topic (UTF-8), sequence (8 bytes, big-endian, from 0), payload
-//	batch:   [ts float64, [event…], data_parallel_rank]            (Array)
-//	         {"ts": …, "events": […], "data_parallel_rank": …}     (Map)
+//	batch:   [ts float64, [event…], data_parallel_rank]  (both layouts)
 //	stored:  ["BlockStored", block_hashes, parent_block_hash|nil, token_ids,
 //	          block_size, lora_id (nil), medium ("GPU"), lora_name (nil)
 //	          [, extra_keys]]
@@ -18,11 +17,22 @@
 //	cleared: ["AllBlocksCleared"]
 //
 // In the Map layout each event is a map whose first key, "type", names it,
-// followed by the same fields by name. extra_keys (one entry per block: an
+// followed by the same fields by name; the batch stays a positional array,
+// as vLLM writes it (its events became tagged maps, its batch did not), and
+// as every router reads it. extra_keys (one entry per block: an
 // array of keys or nil) is left out when every entry is nil, as vLLM's
 // encoder leaves out fields at their default. Block hashes are the store's
 // 64-bit chained keys written as signed 64-bit integers (their two's
-// complement bits), which both signed and unsigned decoders read back.
+// complement bits) in msgpack's 9-byte int64 form (0xd3) whatever their
+// value: llm-d's decoder reads a hash only as a 64-bit integer (or bytes)
+// and rejects the whole batch when one arrives as a fixint or an 8-, 16- or
+// 32-bit integer, the forms a compact encoder picks for a small value;
+// Dynamo's reads an int64 as its signed hash.
+//
+// extra_keys is what a consumer folds into its own block keys: llm-d
+// treats every string in it as a multimodal item's hash, so a request
+// whose keys it computes from tokens alone never matches a block that
+// carries one (ExtraKeys chooses what is written).
 package kvevents
 
 import (
@@ -42,8 +52,8 @@ const (
 	// Array writes each event as an array led by its type name and the
 	// batch as [ts, events, data_parallel_rank].
 	Array Layout = iota
-	// Map writes each event as a map tagged by "type" and the batch as a
-	// map of ts, events and data_parallel_rank.
+	// Map writes each event as a map tagged by "type" inside the same
+	// positional batch [ts, events, data_parallel_rank].
 	Map
 )
 
@@ -71,6 +81,43 @@ func (l Layout) String() string {
 // refreshes past it, not exact K/V a causal engine would compute.
 const PartialDepthKey = "dlmcache:partial-depth"
 
+// ExtraKeys chooses what a BlockStored's extra_keys carry.
+type ExtraKeys int
+
+const (
+	// ExtraAll writes a first block's cache salt and, on a bidirectional
+	// model, PartialDepthKey in every block's.
+	ExtraAll ExtraKeys = iota
+	// ExtraSalt writes the cache salt only, as vLLM does.
+	ExtraSalt
+	// ExtraNone writes no extra keys: blocks keyed by their tokens alone,
+	// as llm-d's scorer keys a request it has not seen multimodal input in.
+	ExtraNone
+)
+
+// ParseExtraKeys reads a policy's name: "all", "salt" or "none".
+func ParseExtraKeys(s string) (ExtraKeys, error) {
+	switch s {
+	case "all":
+		return ExtraAll, nil
+	case "salt":
+		return ExtraSalt, nil
+	case "none":
+		return ExtraNone, nil
+	}
+	return 0, fmt.Errorf("kv-events extra keys %q: want all, salt or none", s)
+}
+
+func (x ExtraKeys) String() string {
+	switch x {
+	case ExtraSalt:
+		return "salt"
+	case ExtraNone:
+		return "none"
+	}
+	return "all"
+}
+
 // Medium is the storage tier events name (vLLM's MEDIUM_GPU: the tier
 // routers score as the engine's own cache).
 const Medium = "GPU"
@@ -88,10 +135,11 @@ type Event struct {
 
 // Events turns a store's events into vLLM's, in order: consecutive stored
 // blocks that extend one another become one BlockStored, as vLLM writes a
-// request's new blocks; consecutive removals one BlockRemoved. Each first
-// block's extra keys hold its cache_salt (when not empty) and, with
-// partial, every block's hold PartialDepthKey.
-func Events(evs []cache.KVEvent, blockSize int, partial bool) []Event {
+// request's new blocks; consecutive removals one BlockRemoved. Under
+// ExtraAll and ExtraSalt each first block's extra keys hold its cache_salt
+// (when not empty); under ExtraAll, with partial, every block's hold
+// PartialDepthKey.
+func Events(evs []cache.KVEvent, blockSize int, partial bool, x ExtraKeys) []Event {
 	var out []Event
 	for _, e := range evs {
 		var last *Event
@@ -101,10 +149,10 @@ func Events(evs []cache.KVEvent, blockSize int, partial bool) []Event {
 		switch e.Type {
 		case "stored":
 			var extra []string
-			if !e.HasParent && e.CacheSalt != "" {
+			if x != ExtraNone && !e.HasParent && e.CacheSalt != "" {
 				extra = append(extra, e.CacheSalt)
 			}
-			if partial {
+			if partial && x == ExtraAll {
 				extra = append(extra, PartialDepthKey)
 			}
 			if last != nil && last.Type == "BlockStored" && e.HasParent && e.ParentKey == last.BlockHashes[len(last.BlockHashes)-1] {
@@ -133,22 +181,11 @@ func Encode(l Layout, ts float64, events []Event, dpRank int) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := msgpack.NewEncoder(&buf)
 	w := &writer{enc: enc}
-	if l == Map {
-		w.mapLen(3)
-		w.str("ts")
-	} else {
-		w.arrayLen(3)
-	}
+	w.arrayLen(3)
 	w.err1(enc.EncodeFloat64(ts))
-	if l == Map {
-		w.str("events")
-	}
 	w.arrayLen(len(events))
 	for _, e := range events {
 		w.event(l, e)
-	}
-	if l == Map {
-		w.str("data_parallel_rank")
 	}
 	w.err1(enc.EncodeInt(int64(dpRank)))
 	return buf.Bytes(), w.err
@@ -168,7 +205,7 @@ func (w *writer) str(s string)     { w.err1(w.enc.EncodeString(s)) }
 func (w *writer) arrayLen(n int)   { w.err1(w.enc.EncodeArrayLen(n)) }
 func (w *writer) mapLen(n int)     { w.err1(w.enc.EncodeMapLen(n)) }
 func (w *writer) null()            { w.err1(w.enc.EncodeNil()) }
-func (w *writer) hash(k cache.Key) { w.err1(w.enc.EncodeInt(int64(k))) }
+func (w *writer) hash(k cache.Key) { w.err1(w.enc.EncodeInt64(int64(k))) }
 
 // field starts a field: its name in the Map layout, nothing in the Array.
 func (w *writer) field(l Layout, name string) {

@@ -41,15 +41,16 @@ var fixtureEvents = []Event{
 
 // The array layout byte for byte, from the msgpack spec: fixarray 0x9N,
 // fixmap 0x8N, fixstr 0xa0|len (0xb0… past 15), float64 0xcb, uint8 0xcc,
-// uint16 0xcd, uint32 0xce, uint64 0xcf, negative fixint 0xe0–0xff,
-// nil 0xc0. The hash 0xfffffffffffffffe is −2 as a signed 64-bit integer.
+// uint16 0xcd, uint32 0xce, int64 0xd3, nil 0xc0. Every hash is a 9-byte
+// int64 however small: 0xfffffffffffffffe is −2, which a compact encoder
+// writes as the negative fixint 0xfe that llm-d's decoder rejects.
 func TestEncodeArrayLayout(t *testing.T) {
 	want := fixture(t,
 		"93",                        // batch: array of 3
 		"cb 3ff8000000000000",       // ts 1.5
 		"93",                        // 3 events
 		"99", "ab", "'BlockStored'", // array of 9, fixstr 11
-		"92 cf 0102030405060708 fe",       // block_hashes: uint64, −2
+		"92 d3 0102030405060708 d3 fffffffffffffffe", // block_hashes: int64, −2
 		"c0",                              // parent_block_hash nil
 		"94 01 cc c8 cd 012c ce 00011170", // token_ids 1, 200, 300, 70000
 		"02",                              // block_size
@@ -57,7 +58,7 @@ func TestEncodeArrayLayout(t *testing.T) {
 		"a3", "'GPU'",                     // medium
 		"c0",                       // lora_name
 		"92 91 a4", "'salt'", "c0", // extra_keys [["salt"], nil]
-		"93", "ac", "'BlockRemoved'", "91 fe", "a3", "'GPU'",
+		"93", "ac", "'BlockRemoved'", "91 d3 fffffffffffffffe", "a3", "'GPU'",
 		"91", "b0", "'AllBlocksCleared'",
 		"00", // data_parallel_rank
 	)
@@ -70,14 +71,15 @@ func TestEncodeArrayLayout(t *testing.T) {
 	}
 }
 
-// The tagged-map layout byte for byte: the batch a map of ts, events and
-// data_parallel_rank; each event a map whose first key is "type".
+// The tagged-map layout byte for byte: the batch the same array of ts,
+// events and data_parallel_rank (as vLLM writes it); each event a map
+// whose first key is "type".
 func TestEncodeMapLayout(t *testing.T) {
 	want := fixture(t,
-		"83", "a2", "'ts'", "cb 3ff8000000000000",
-		"a6", "'events'", "93",
+		"93", "cb 3ff8000000000000",
+		"93",
 		"89", "a4", "'type'", "ab", "'BlockStored'",
-		"ac", "'block_hashes'", "92 cf 0102030405060708 fe",
+		"ac", "'block_hashes'", "92 d3 0102030405060708 d3 fffffffffffffffe",
 		"b1", "'parent_block_hash'", "c0",
 		"a9", "'token_ids'", "94 01 cc c8 cd 012c ce 00011170",
 		"aa", "'block_size'", "02",
@@ -85,9 +87,9 @@ func TestEncodeMapLayout(t *testing.T) {
 		"a6", "'medium'", "a3", "'GPU'",
 		"a9", "'lora_name'", "c0",
 		"aa", "'extra_keys'", "92 91 a4", "'salt'", "c0",
-		"83", "a4", "'type'", "ac", "'BlockRemoved'", "ac", "'block_hashes'", "91 fe", "a6", "'medium'", "a3", "'GPU'",
+		"83", "a4", "'type'", "ac", "'BlockRemoved'", "ac", "'block_hashes'", "91 d3 fffffffffffffffe", "a6", "'medium'", "a3", "'GPU'",
 		"81", "a4", "'type'", "b0", "'AllBlocksCleared'",
-		"b2", "'data_parallel_rank'", "00",
+		"00",
 	)
 	got, err := Encode(Map, 1.5, fixtureEvents, 0)
 	if err != nil {
@@ -103,7 +105,7 @@ func TestEncodeMapLayout(t *testing.T) {
 func TestEncodeWithoutExtraKeys(t *testing.T) {
 	ev := []Event{{Type: "BlockStored", BlockHashes: []cache.Key{5}, Parent: 4, HasParent: true, TokenIDs: []int32{7}, BlockSize: 1, ExtraKeys: [][]string{nil}}}
 	want := fixture(t, "93", "cb 3ff8000000000000", "91",
-		"98", "ab", "'BlockStored'", "91 05", "04", "91 07", "01", "c0", "a3", "'GPU'", "c0",
+		"98", "ab", "'BlockStored'", "91 d3 0000000000000005", "d3 0000000000000004", "91 07", "01", "c0", "a3", "'GPU'", "c0",
 		"03")
 	got, err := Encode(Array, 1.5, ev, 3)
 	if err != nil || !bytes.Equal(got, want) {
@@ -124,7 +126,7 @@ func TestEventsCoalesce(t *testing.T) {
 		{Type: "cleared"},
 		{Type: "removed", Key: 1},
 	}
-	got := Events(in, 2, true)
+	got := Events(in, 2, true, ExtraAll)
 	if len(got) != 5 {
 		t.Fatalf("%d events: %+v", len(got), got)
 	}
@@ -142,7 +144,36 @@ func TestEventsCoalesce(t *testing.T) {
 	if got[3].Type != "AllBlocksCleared" || got[4].Type != "BlockRemoved" {
 		t.Errorf("order: %+v", got[3:])
 	}
-	if e := Events(in[:1], 2, false); e[0].ExtraKeys[0][0] != "s" || len(e[0].ExtraKeys[0]) != 1 {
+	if e := Events(in[:1], 2, false, ExtraAll); e[0].ExtraKeys[0][0] != "s" || len(e[0].ExtraKeys[0]) != 1 {
 		t.Errorf("causal store: %+v", e)
+	}
+}
+
+// --kv-events-extra-keys: salt keeps vLLM's cache_salt and drops the
+// partial-depth marker; none writes no extra keys (so no extra_keys field).
+func TestEventsExtraKeys(t *testing.T) {
+	in := []cache.KVEvent{
+		{Type: "stored", Key: 1, TokenIDs: []int32{10, 11}, CacheSalt: "s"},
+		{Type: "stored", Key: 2, ParentKey: 1, HasParent: true, TokenIDs: []int32{12, 13}, CacheSalt: "s"},
+	}
+	salt := Events(in, 2, true, ExtraSalt)
+	if len(salt) != 1 || !slices.Equal(salt[0].ExtraKeys[0], []string{"s"}) || salt[0].ExtraKeys[1] != nil {
+		t.Errorf("salt: %+v", salt)
+	}
+	none := Events(in, 2, true, ExtraNone)
+	if len(none) != 1 || none[0].ExtraKeys[0] != nil || none[0].ExtraKeys[1] != nil {
+		t.Errorf("none: %+v", none)
+	}
+	b, err := Encode(Array, 1, none, 0)
+	if err != nil || bytes.Contains(b, []byte("partial")) || b[11] != 0x98 {
+		t.Errorf("none encoded %x (%v): want an 8-field BlockStored", b, err)
+	}
+	for _, s := range []string{"all", "salt", "none"} {
+		if x, err := ParseExtraKeys(s); err != nil || x.String() != s {
+			t.Errorf("ParseExtraKeys(%q) = %v, %v", s, x, err)
+		}
+	}
+	if _, err := ParseExtraKeys("some"); err == nil {
+		t.Error("ParseExtraKeys(some): no error")
 	}
 }

@@ -35,6 +35,9 @@ type Config struct {
 	// Partial marks every stored block with PartialDepthKey (a
 	// bidirectional model's store).
 	Partial bool
+	// ExtraKeys chooses what BlockStored's extra_keys carry (default
+	// ExtraAll: the cache salt and, with Partial, the marker).
+	ExtraKeys ExtraKeys
 	// DPRank is the batches' data_parallel_rank.
 	DPRank int
 	// SubscriberBuffer is how many batches may wait for one subscriber;
@@ -229,7 +232,7 @@ func (p *Publisher) run() {
 // publish encodes one batch, keeps it for replay and queues it to every
 // subscriber of its topic, dropping it for those whose queue is full.
 func (p *Publisher) publish(evs []cache.KVEvent) {
-	events := Events(evs, p.cfg.BlockSize, p.cfg.Partial)
+	events := Events(evs, p.cfg.BlockSize, p.cfg.Partial, p.cfg.ExtraKeys)
 	now := p.cfg.Now()
 	ts := float64(now.UnixNano()) / 1e9
 	payload, err := Encode(p.cfg.Layout, ts, events, p.cfg.DPRank)
