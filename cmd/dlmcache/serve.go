@@ -39,6 +39,8 @@ type serveOptions struct {
 	KVReplay       string
 	KVPod          string
 	KVLayout       string
+	KVConnect      []string
+	KVExtraKeys    string
 	ResetPrefix    bool
 	QueueWait      time.Duration
 	Timeout        time.Duration
@@ -230,7 +232,9 @@ func (opts *serveOptions) flags(fl *pflag.FlagSet) {
 	fl.StringVar(&opts.KVEvents, "kv-events", "", "publish the block store's KV events in vLLM's format on a ZMQ PUB socket at this address (tcp://*:5557; bound, every interface for *) for cache-aware routers (llm-d's precise prefix-cache scorer, Dynamo's KV router); needs a block store (--store-blocks N); default: off")
 	fl.StringVar(&opts.KVReplay, "kv-events-replay", "", "with --kv-events: a ZMQ ROUTER socket (tcp://*:5558) answering a consumer's 8-byte start sequence with every batch still held from it (the last 10,000), then sequence −1")
 	fl.StringVar(&opts.KVPod, "kv-events-pod", "", "with --kv-events: the pod address in the events' topic kv@POD@MODEL (llm-d matches it to the pod's IP:port); default: the host name")
-	fl.StringVar(&opts.KVLayout, "kv-events-layout", "array", "with --kv-events: array (each event a positional array led by its type name, as vLLM wrote until 2026 and every llm-d release reads) or map (events as maps tagged by \"type\", as newer vLLM writes)")
+	fl.StringSliceVar(&opts.KVConnect, "kv-events-connect", nil, "publish the KV events by dialling a router's bound SUB socket at this address (tcp://HOST:5557; repeat or comma-separate for several), as vLLM's PUB connects to an address without a wildcard: llm-d's indexer given a zmqEndpoint binds one socket for every engine; redialled every second while it is down; with or without --kv-events")
+	fl.StringVar(&opts.KVExtraKeys, "kv-events-extra-keys", "all", "with --kv-events: what BlockStored's extra_keys carry: all (a first block's cache_salt, and on a bidirectional model the marker \""+kvevents.PartialDepthKey+"\" in every block's), salt (the cache_salt only, as vLLM), none (no extra keys: llm-d folds every string in them into its block keys as a multimodal hash, so its scorer, keying requests by tokens alone, matches no block that carries one; set none or salt for llm-d)")
+	fl.StringVar(&opts.KVLayout, "kv-events-layout", "array", "with --kv-events: array (each event a positional array led by its type name, as vLLM wrote until mid-2026; every llm-d release and Dynamo's relay read it) or map (each event a map tagged by \"type\" in the same positional batch, as newer vLLM writes; llm-d reads it from v0.9.0)")
 	fl.BoolVar(&opts.ResetPrefix, "reset-prefix-cache", false, "serve POST /reset_prefix_cache (vLLM's), which removes every block of the block store (one AllBlocksCleared event): any client with a key may then empty every tenant's cache")
 	fl.DurationVar(&opts.QueueWait, "queue-wait", 0, "longest wait for a generation slot before a 503 (0: --timeout)")
 	fl.DurationVar(&opts.Timeout, "timeout", 5*time.Minute, "per-request time limit, queueing included (504 past it)")
@@ -254,9 +258,9 @@ func (opts *serveOptions) flags(fl *pflag.FlagSet) {
 // kvEvents starts the ZMQ KV-event publisher when --kv-events is set,
 // and says what it publishes.
 func (opts *serveOptions) kvEvents(lm *loadedModel, meth cache.Method) (*kvevents.Publisher, string, error) {
-	if opts.KVEvents == "" {
+	if opts.KVEvents == "" && len(opts.KVConnect) == 0 {
 		if opts.KVReplay != "" {
-			return nil, "", fmt.Errorf("--kv-events-replay replays the --kv-events stream: set --kv-events too")
+			return nil, "", fmt.Errorf("--kv-events-replay replays the --kv-events stream: set --kv-events or --kv-events-connect too")
 		}
 		return nil, "", nil
 	}
@@ -268,6 +272,10 @@ func (opts *serveOptions) kvEvents(lm *loadedModel, meth cache.Method) (*kvevent
 	if err != nil {
 		return nil, "", fmt.Errorf("--kv-events-layout: %w", err)
 	}
+	extra, err := kvevents.ParseExtraKeys(opts.KVExtraKeys)
+	if err != nil {
+		return nil, "", fmt.Errorf("--kv-events-extra-keys: %w", err)
+	}
 	pod := opts.KVPod
 	if pod == "" {
 		if pod, err = os.Hostname(); err != nil {
@@ -276,20 +284,30 @@ func (opts *serveOptions) kvEvents(lm *loadedModel, meth cache.Method) (*kvevent
 	}
 	name := cmp.Or(opts.ServedName, servedName(lm))
 	partial := !lm.Config.Causal && lm.Config.CausalBlock() == 0
-	pub, err := kvevents.Start(kvevents.Config{Log: opts.Cache.Events, Endpoint: opts.KVEvents, ReplayEndpoint: opts.KVReplay,
-		Topic: "kv@" + pod + "@" + name, Layout: layout, BlockSize: bs.BlockSize(), Partial: partial})
+	pub, err := kvevents.Start(kvevents.Config{Log: opts.Cache.Events, Endpoint: opts.KVEvents, Connect: opts.KVConnect, ReplayEndpoint: opts.KVReplay,
+		Topic: "kv@" + pod + "@" + name, Layout: layout, BlockSize: bs.BlockSize(), Partial: partial, ExtraKeys: extra})
 	if err != nil {
 		return nil, "", fmt.Errorf("--kv-events: %w", err)
 	}
 	kind := "exact blocks (a causal or block-causal model)"
-	if partial {
+	switch {
+	case partial && extra == kvevents.ExtraAll:
 		kind = fmt.Sprintf("blocks of a bidirectional model, marked %q in their extra keys", kvevents.PartialDepthKey)
+	case partial:
+		kind = fmt.Sprintf("blocks of a bidirectional model, unmarked (--kv-events-extra-keys %s)", extra)
 	}
 	replay := "no replay socket"
 	if pub.ReplayAddr() != nil {
 		replay = "replay on tcp://" + pub.ReplayAddr().String()
 	}
-	return pub, fmt.Sprintf("KV events (vLLM's %s layout) on tcp://%s, topic %q, %s; %s", layout, pub.Addr(), "kv@"+pod+"@"+name, kind, replay), nil
+	var where []string
+	if pub.Addr() != nil {
+		where = append(where, "on tcp://"+pub.Addr().String())
+	}
+	if len(opts.KVConnect) > 0 {
+		where = append(where, "dialling "+strings.Join(opts.KVConnect, ", "))
+	}
+	return pub, fmt.Sprintf("KV events (vLLM's %s layout, extra keys %s) %s, topic %q, %s; %s", layout, extra, strings.Join(where, " and "), "kv@"+pod+"@"+name, kind, replay), nil
 }
 
 // checkCalibrated refuses a table no calibration checked, unless allowed.

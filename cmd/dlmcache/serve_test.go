@@ -361,8 +361,29 @@ func TestServeKVEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := errOut.String()
-	for _, want := range []string{"a cache-aware router must hash prompts in blocks of 16", "KV events (vLLM's map layout) on tcp://127.0.0.1:", `topic "kv@10.0.0.1:8000@`,
+	for _, want := range []string{"a cache-aware router must hash prompts in blocks of 16", "KV events (vLLM's map layout, extra keys all) on tcp://127.0.0.1:", `topic "kv@10.0.0.1:8000@`,
 		"marked \"dlmcache:partial-depth\"", "replay on tcp://127.0.0.1:"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("start-up lines lack %q:\n%s", want, s)
+		}
+	}
+
+	// --kv-events-extra-keys: a bad policy refused; none with
+	// --kv-events-connect alone (no bound socket) dials the router's.
+	opts = parseServe(t, io.Discard, "--model", serveFixture, "--method", "prefix-all", "--store-blocks", "16", "--threads", "1", "--addr", "127.0.0.1:0",
+		"--kv-events", "tcp://127.0.0.1:0", "--kv-events-extra-keys", "some")
+	if err := opts.run(context.Background()); err == nil || !strings.Contains(err.Error(), "--kv-events-extra-keys") {
+		t.Errorf("--kv-events-extra-keys some: %v", err)
+	}
+	errOut = testutil.SyncBuffer{}
+	opts = parseServe(t, &errOut, "--model", serveFixture, "--method", "prefix-all", "--store-blocks", "16", "--threads", "1", "--addr", "127.0.0.1:0",
+		"--kv-events-connect", "tcp://127.0.0.1:1", "--kv-events-pod", "10.0.0.1:8000", "--kv-events-extra-keys", "none")
+	_, stop = startServe(t, opts, &errOut)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	s = errOut.String()
+	for _, want := range []string{"KV events (vLLM's array layout, extra keys none) dialling tcp://127.0.0.1:1,", "unmarked (--kv-events-extra-keys none)"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("start-up lines lack %q:\n%s", want, s)
 		}

@@ -22,8 +22,18 @@ type Config struct {
 	Log *cache.EventLog
 	// Endpoint is the PUB socket's address: tcp://*:PORT (every
 	// interface) or tcp://HOST:PORT; the publisher binds it (port 0
-	// picks a free one).
+	// picks a free one). Empty: no bound socket (Connect only).
 	Endpoint string
+	// Connect, if not empty, are subscribers' bound addresses
+	// (tcp://HOST:PORT) the publisher dials, as vLLM's PUB connects to
+	// an address without a wildcard: a router that binds one SUB socket
+	// for every engine (llm-d's indexer with a zmqEndpoint) is reached
+	// this way. A lost or refused connection is redialled every
+	// RedialInterval until Close.
+	Connect []string
+	// RedialInterval is the wait between dials of a Connect address
+	// (default 1 s).
+	RedialInterval time.Duration
 	// ReplayEndpoint, if not empty, is the ROUTER socket's address.
 	ReplayEndpoint string
 	// Topic is every message's first frame (llm-d's kv@POD@MODEL).
@@ -64,6 +74,7 @@ type Stats struct {
 	Dropped     uint64 // batches not queued to a subscriber whose buffer was full, or lost with its connection
 	Lost        uint64 // store events overwritten in the log before the publisher read them
 	Replays     uint64 // replay requests answered
+	Dials       uint64 // connections made to Connect addresses (the first and every redial)
 	Subscribers int    // connected subscribers
 	Seq         uint64 // the next batch's sequence number
 }
@@ -83,7 +94,7 @@ type Publisher struct {
 	replay []batch // ring of the last ReplayBatches, oldest first
 	seq    uint64
 
-	batches, events, dropped, lost, replays atomic.Uint64
+	batches, events, dropped, lost, replays, dials atomic.Uint64
 }
 
 type batch struct {
@@ -137,13 +148,29 @@ func Start(cfg Config) (*Publisher, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	addr, err := listenAddr(cfg.Endpoint)
-	if err != nil {
-		return nil, err
+	if cfg.RedialInterval <= 0 {
+		cfg.RedialInterval = time.Second
+	}
+	if cfg.Endpoint == "" && len(cfg.Connect) == 0 {
+		return nil, errors.New("kvevents: no address to bind (Endpoint) or dial (Connect)")
+	}
+	var dials []string
+	for _, c := range cfg.Connect {
+		a, err := dialAddr(c)
+		if err != nil {
+			return nil, err
+		}
+		dials = append(dials, a)
 	}
 	p := &Publisher{cfg: cfg, done: make(chan struct{}), subs: map[*subscriber]struct{}{}}
-	if p.ln, err = net.Listen("tcp", addr); err != nil {
-		return nil, err
+	if cfg.Endpoint != "" {
+		addr, err := listenAddr(cfg.Endpoint)
+		if err != nil {
+			return nil, err
+		}
+		if p.ln, err = net.Listen("tcp", addr); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.ReplayEndpoint != "" {
 		ra, err := listenAddr(cfg.ReplayEndpoint)
@@ -151,20 +178,68 @@ func Start(cfg Config) (*Publisher, error) {
 			p.rl, err = net.Listen("tcp", ra)
 		}
 		if err != nil {
-			p.ln.Close()
+			if p.ln != nil {
+				p.ln.Close()
+			}
 			return nil, err
 		}
 		p.wg.Add(1)
 		go p.acceptReplays()
 	}
-	p.wg.Add(2)
-	go p.acceptSubscribers()
+	if p.ln != nil {
+		p.wg.Add(1)
+		go p.acceptSubscribers()
+	}
+	for _, a := range dials {
+		p.wg.Add(1)
+		go p.dial(a)
+	}
+	p.wg.Add(1)
 	go p.run()
 	return p, nil
 }
 
-// Addr is the PUB socket's address; ReplayAddr the ROUTER's (nil without).
-func (p *Publisher) Addr() net.Addr { return p.ln.Addr() }
+// dialAddr turns tcp://HOST:PORT into a dial address (no wildcard: a
+// connecting socket needs the peer's address).
+func dialAddr(ep string) (string, error) {
+	a, err := listenAddr(ep)
+	if err != nil {
+		return "", err
+	}
+	if host, _, _ := net.SplitHostPort(a); host == "" || strings.HasPrefix(ep, "tcp://*") {
+		return "", fmt.Errorf("%q: a connecting socket needs the subscriber's host: tcp://HOST:PORT", ep)
+	}
+	return a, nil
+}
+
+// dial keeps a connection to a subscriber's bound SUB socket: it dials,
+// serves the connection as a subscriber's until it ends, and dials again
+// every RedialInterval until Close.
+func (p *Publisher) dial(addr string) {
+	defer p.wg.Done()
+	d := net.Dialer{Timeout: p.cfg.WriteTimeout}
+	for {
+		nc, err := d.Dial("tcp", addr)
+		if err == nil {
+			p.dials.Add(1)
+			p.serveSubscriber(nc, false)
+		}
+		select {
+		case <-p.done:
+			return
+		case <-time.After(p.cfg.RedialInterval):
+		}
+	}
+}
+
+// Addr is the bound PUB socket's address (nil without Endpoint);
+// ReplayAddr the ROUTER's (nil without).
+func (p *Publisher) Addr() net.Addr {
+	if p.ln == nil {
+		return nil
+	}
+	return p.ln.Addr()
+}
 func (p *Publisher) ReplayAddr() net.Addr {
 	if p.rl == nil {
 		return nil
@@ -178,7 +253,7 @@ func (p *Publisher) Stats() Stats {
 	n, seq := len(p.subs), p.seq
 	p.mu.Unlock()
 	return Stats{Batches: p.batches.Load(), Events: p.events.Load(), Dropped: p.dropped.Load(), Lost: p.lost.Load(),
-		Replays: p.replays.Load(), Subscribers: n, Seq: seq}
+		Replays: p.replays.Load(), Dials: p.dials.Load(), Subscribers: n, Seq: seq}
 }
 
 // Close stops publishing and closes every connection.
@@ -189,7 +264,10 @@ func (p *Publisher) Close() error {
 	default:
 	}
 	close(p.done)
-	err := p.ln.Close()
+	var err error
+	if p.ln != nil {
+		err = p.ln.Close()
+	}
 	if p.rl != nil {
 		p.rl.Close()
 	}
@@ -271,23 +349,25 @@ func (p *Publisher) acceptSubscribers() {
 		if err != nil {
 			return
 		}
-		go p.serveSubscriber(nc)
+		go p.serveSubscriber(nc, true)
 	}
 }
 
 // open does the ZMTP handshake (NULL security) under the write timeout.
-func (p *Publisher) open(nc net.Conn, typ zmq4.SocketType) (*zmq4.Conn, error) {
+// server is the greeting's as-server flag: set on accepted connections,
+// clear on dialled ones.
+func (p *Publisher) open(nc net.Conn, typ zmq4.SocketType, server bool) (*zmq4.Conn, error) {
 	nc.SetDeadline(time.Now().Add(p.cfg.WriteTimeout)) //nolint:errcheck // a TCP conn
-	zc, err := zmq4.Open(nc, null.Security(), typ, zmq4.SocketIdentity(""), true, nil)
+	zc, err := zmq4.Open(nc, null.Security(), typ, zmq4.SocketIdentity(""), server, nil)
 	nc.SetDeadline(time.Time{}) //nolint:errcheck
 	return zc, err
 }
 
-func (p *Publisher) serveSubscriber(nc net.Conn) {
+func (p *Publisher) serveSubscriber(nc net.Conn, server bool) {
 	if tc, ok := nc.(*net.TCPConn); ok && p.cfg.SendBuffer > 0 {
 		tc.SetWriteBuffer(p.cfg.SendBuffer) //nolint:errcheck // the kernel's default stays
 	}
-	zc, err := p.open(nc, zmq4.Pub)
+	zc, err := p.open(nc, zmq4.Pub, server)
 	if err != nil {
 		nc.Close()
 		return
@@ -386,7 +466,7 @@ func (p *Publisher) acceptReplays() {
 // [envelope…, sequence, payload], then [envelope…, EndSeq, ""].
 func (p *Publisher) serveReplay(nc net.Conn) {
 	defer nc.Close()
-	zc, err := p.open(nc, zmq4.Router)
+	zc, err := p.open(nc, zmq4.Router, true)
 	if err != nil {
 		return
 	}

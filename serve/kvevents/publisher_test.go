@@ -218,3 +218,60 @@ func TestSlowSubscriberNeverBlocks(t *testing.T) {
 		}
 	}
 }
+
+// With Connect the publisher dials a subscriber's bound SUB socket (as
+// vLLM's PUB connects to a router that binds one socket for every engine),
+// and dials again when that subscriber goes and comes back.
+func TestConnectAndRedial(t *testing.T) {
+	log := cache.NewEventLog(64)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	listen := func(ep string) zmq4.Socket {
+		sub := zmq4.NewSub(ctx)
+		if err := sub.Listen(ep); err != nil {
+			t.Fatal(err)
+		}
+		if err := sub.SetOption(zmq4.OptionSubscribe, "kv@"); err != nil {
+			t.Fatal(err)
+		}
+		return sub
+	}
+	sub := listen("tcp://127.0.0.1:0")
+	ep := "tcp://" + sub.Addr().String()
+	p := startPublisher(t, log, func(c *Config) {
+		c.Endpoint, c.ReplayEndpoint, c.Connect, c.RedialInterval = "", "", []string{ep}, 20*time.Millisecond
+	})
+	if p.Addr() != nil {
+		t.Errorf("no Endpoint, yet bound at %v", p.Addr())
+	}
+	subscribed := func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for s := range p.subs {
+			if s.subscribed(p.cfg.Topic) {
+				return true
+			}
+		}
+		return false
+	}
+	waitFor(t, "the dialled subscription", subscribed)
+	log.Add(stored(1, 0, 5, 6))
+	if m, err := sub.Recv(); err != nil || len(m.Frames) != 3 || binary.BigEndian.Uint64(m.Frames[1]) != 0 {
+		t.Fatalf("first message %q (%v)", m.Frames, err)
+	}
+	sub.Close()
+	waitFor(t, "the lost connection", func() bool { return p.Stats().Subscribers == 0 })
+	sub = listen(ep)
+	defer sub.Close()
+	waitFor(t, "the redial", func() bool { return p.Stats().Dials >= 2 && subscribed() })
+	log.Add(stored(2, 1, 7, 8))
+	if m, err := sub.Recv(); err != nil || len(m.Frames) != 3 || binary.BigEndian.Uint64(m.Frames[1]) != 1 {
+		t.Fatalf("message after the redial %q (%v)", m.Frames, err)
+	}
+	if _, err := Start(Config{Log: log, Connect: []string{"tcp://*:5557"}}); err == nil {
+		t.Error("Connect to tcp://*:5557: no error")
+	}
+	if _, err := Start(Config{Log: log}); err == nil {
+		t.Error("neither Endpoint nor Connect: no error")
+	}
+}
