@@ -3,7 +3,7 @@ GO        ?= go
 BIN       := bin/dlmcache
 export CGO_ENABLED := 1
 
-.PHONY: all build deps test sanitize e2e hfcheck run bench bench-8b bench-block serve-block results vet fuzz clean docs cuda-deps cuda-check gpu-test gpu-bundle
+.PHONY: all build deps test sanitize e2e hfcheck llmd run bench bench-8b bench-block serve-block results vet fuzz clean docs cuda-deps cuda-check gpu-test gpu-bundle
 
 all: build
 
@@ -45,6 +45,7 @@ test: deps
 	@echo "model/cpu built without oneDNN (as on a machine without libdnnl-dev):"
 	CGO_CFLAGS="-O2 -g -DDLMCACHE_NO_DNNL" $(GO) test -count=1 ./model/cpu
 	$(MAKE) --no-print-directory sanitize
+	$(MAKE) --no-print-directory llmd
 	@if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then \
 		$(MAKE) --no-print-directory e2e hfcheck; \
 	else \
@@ -93,6 +94,13 @@ e2e: deps
 # npm registry).
 hfcheck: deps
 	./tools/hfcheck/run.sh
+
+# llmd decodes dlmcache's KV events with llm-d-kv-cache's own vLLM adapter
+# and builds llm-d's index from a live publisher, both socket directions
+# (tools/llmd: a module of its own, so the main one does not carry llm-d's
+# Kubernetes and telemetry dependencies).
+llmd:
+	cd tools/llmd && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 # run: a generation, the cosine profile (profile-out/table-cosine*.json:
 # estimates), the budgeted method search that writes the table to serve,

@@ -314,6 +314,11 @@ func TestManifests(t *testing.T) {
 	if !found {
 		t.Error("no precise-prefix-cache-producer in the EPP config")
 	}
+	// llm-d keys a block by its extra keys' strings too, a request by its
+	// tokens alone: with any extra key written it matches nothing.
+	if x := flag("kv-events-extra-keys"); x != "none" {
+		t.Errorf("--kv-events-extra-keys %s: llm-d's scorer matches no block that carries an extra key", x)
+	}
 }
 
 // The strict decoding this rests on: a misspelt field fails.
