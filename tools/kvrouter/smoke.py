@@ -12,6 +12,7 @@ takes the same decisions.
 """
 
 import argparse
+import json
 import os
 import random
 import subprocess
@@ -144,10 +145,16 @@ def main():
     ap.add_argument("--port", type=int, default=18100)
     ap.add_argument("--restart", action="store_true", default=True)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--dump-traffic", action="store_true",
+                    help="print the traffic as JSON lines [system, question] and exit (tools/llmd's kvroute reads it)")
     ap.add_argument("serve_args", nargs="*", help="more dlmcache serve flags (after --)")
     args = ap.parse_args()
     traffic = [(system_message(i), QUESTIONS[j]) for i in range(args.systems) for j in range(args.questions)]
     random.Random(args.seed).shuffle(traffic)  # interleaved arrivals
+    if args.dump_traffic:
+        for t in traffic:
+            print(json.dumps(t))
+        return
     for policy in ("prefix", "round-robin"):
         t0 = time.time()
         r = run(args, policy, traffic)
