@@ -193,7 +193,8 @@ func TestKVEventsOverZMQ(t *testing.T) {
 	if d := metric(t, page, "dlmcache_kv_events_dropped_total"); d == 0 {
 		t.Errorf("no batch dropped for the subscriber that never reads (queue of 2): %v", pub.Stats())
 	}
-	if n := metric(t, page, "dlmcache_kv_events_batches_total"); n == 0 || metric(t, page, "dlmcache_kv_events_subscribers") != 2 {
+	if n := metric(t, page, "dlmcache_kv_events_batches_total"); n == 0 || metric(t, page, "dlmcache_kv_events_subscribers") != 2 ||
+		!strings.Contains(page, "dlmcache_kv_events_dials_total 0\n") {
 		t.Errorf("batches %v, stats %+v", n, pub.Stats())
 	}
 
@@ -242,10 +243,11 @@ func replay(t *testing.T, ctx context.Context, pub *kvevents.Publisher, start ui
 		if string(m.Frames[1]) == string(kvevents.EndSeq) {
 			return out
 		}
-		var b struct {
+		var b struct { // [ts, events, data_parallel_rank]
 			_      struct{} `msgpack:",array"`
 			TS     float64
 			Events []map[string]any
+			Rank   int
 		}
 		if err := msgpack.Unmarshal(m.Frames[2], &b); err != nil {
 			t.Fatal(err)

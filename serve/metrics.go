@@ -237,6 +237,7 @@ func (m *metrics) addKVEvents(stats func() kvevents.Stats) {
 		{"dlmcache_kv_events_dropped_total", "KV-event batches dropped for a subscriber too slow to take them (its queue full, or its connection lost); a generation never waits for one.", false, func(s kvevents.Stats) float64 { return float64(s.Dropped) }},
 		{"dlmcache_kv_events_lost_total", "Block-store events overwritten in the event log before the publisher read them.", false, func(s kvevents.Stats) float64 { return float64(s.Lost) }},
 		{"dlmcache_kv_events_replays_total", "Replay requests answered (--kv-events-replay).", false, func(s kvevents.Stats) float64 { return float64(s.Replays) }},
+		{"dlmcache_kv_events_dials_total", "Connections made to the routers of --kv-events-connect (the first and every redial).", false, func(s kvevents.Stats) float64 { return float64(s.Dials) }},
 		{"dlmcache_kv_events_subscribers", "Connected KV-event subscribers.", true, func(s kvevents.Stats) float64 { return float64(s.Subscribers) }},
 		{"dlmcache_kv_events_sequence", "The next KV-event batch's sequence number.", true, func(s kvevents.Stats) float64 { return float64(s.Seq) }},
 	} {
