@@ -212,10 +212,20 @@ suites' generators never produce (other openings and filler, 3–22 rows,
 0–160 words), 4 questions each, --groups of them — and --groups held-out
 samples of every suite, the long-answer span suite among them. Otherwise a
 JSON Lines file, one request a line: {"system": "...", "user": "...",
-"answer": "..." (optional), "suite": "..."}.`,
+"answer": "..." (optional), "suite": "..."}.
+
+A table calibrated with --guide (calibrate --guide: its record names the
+guide) whose choices decode with the guided decoder needs --guide: the
+guide it was calibrated with (its fingerprint checked against the table's
+record, as serve --lut checks it), its shared prefixes from a block store
+of its own as behind serve; the report adds the guide's work (guided
+steps, tokens a step, NFE, time in each model, prefix store hits). Such a
+table is refused without --guide, and with another guide; --guide with a
+table that records none is refused.`,
 		Example: `  dlmcache lut verify calib/table.json                          # the calibrated table, its deep source
   dlmcache lut verify prof/table-cosine.json                      # a cosine estimate, served as bicache (fails the gate)
-  dlmcache lut verify calib/table.json --requests held-out.jsonl`,
+  dlmcache lut verify calib/table.json --requests held-out.jsonl
+  dlmcache lut verify calib/table.json --guide models/llada-tiny-ar # a table calibrate --guide wrote`,
 		Args: cobra.ExactArgs(1),
 	})
 }

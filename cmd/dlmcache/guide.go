@@ -14,7 +14,8 @@ import (
 
 // The guide of the guided decoder (model.Guided, FlashDLM's guided
 // diffusion): an autoregressive LM that checks the diffusion model's
-// proposals. generate, eval, bench and serve take it with --guide.
+// proposals. generate, eval, bench, calibrate, lut verify and serve take
+// it with --guide.
 
 // addGuideFlag declares --guide into p.
 func addGuideFlag(fl *pflag.FlagSet, p *string) {
@@ -159,10 +160,19 @@ func servedGuide(c *cacheFlags, meth cache.Method, gen model.GenOptions) (*model
 		return nil, nil, "", fmt.Errorf("--guide %s: method %s does not decode with the guided decoder (serve NAME@guided, give --decoder guided, or a table that chooses guided settings)", c.Guide, meth.Name())
 	}
 	note := fmt.Sprintf("guide %s (%s, %s): verifies the guided methods' proposals, %d a forward, its forwards batched as the model's", g.Name, g.Config.ArchName(), g.Fingerprint, model.GuideChunk)
+	st, stNote := guidePrefixStore(c, g)
+	return g.Model, st, note + "; " + stNote, nil
+}
+
+// guidePrefixStore is the guide's prefix store as serve builds it: a
+// block store of its own (--store-blocks N tokens a block,
+// guideStoreBlocks for 0) within --cache-bytes, nil with --cache-bytes 0;
+// note says which.
+func guidePrefixStore(c *cacheFlags, g *loadedModel) (*cache.BlockStore, string) {
 	if c.CacheBytes <= 0 {
-		return g.Model, nil, note + "; no guide prefix store (--cache-bytes 0)", nil
+		return nil, "no guide prefix store (--cache-bytes 0)"
 	}
 	B := cmp.Or(c.StoreBlocks, guideStoreBlocks)
 	st := cache.NewBlockStore(g.Backend, B, c.CacheBytes, true, nil)
-	return g.Model, st, note + fmt.Sprintf("; its shared prefixes from a block store of its own (%d-token blocks, %d bytes: exact at every layer)", B, c.CacheBytes), nil
+	return st, fmt.Sprintf("its shared prefixes from a block store of its own (%d-token blocks, %d bytes: exact at every layer)", B, c.CacheBytes)
 }

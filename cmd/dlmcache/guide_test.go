@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -336,5 +337,103 @@ func TestServeGuidedTable(t *testing.T) {
 	want, _ := answer("--method", "freecache@guided", "--guide", guidedGuide)
 	if got != want || !strings.Contains(meth, "freecache@guided") {
 		t.Errorf("the table's choice served %q (method %q), freecache@guided %q", got, meth, want)
+	}
+}
+
+// verifyTable writes a v3 table for the guided fixtures in the regime
+// 16/8/8 (the fixture's card) whose one bin chooses setting, calibrated with guide g (nil:
+// none recorded).
+func verifyTable(t *testing.T, g *lut.ModelID, setting lut.Setting) string {
+	t.Helper()
+	dlm := testmodel.Load(t, "tiny-llada-moe")
+	tab := &lut.Table{Format: lut.Format, Model: lut.ModelID{Name: guidedDLM, NLayers: len(dlm.Blocks), Fingerprint: dlm.Fingerprint}, Tau: 1,
+		GenLength: 16, Steps: 8, BlockLength: 8, Classes: []lut.Class{{Name: "all"}}, Guide: g, Calibration: &lut.Calibration{Method: "search"},
+		Bins: []lut.Bin{{Lo: 0, Hi: 1, Choices: []*lut.Choice{{Class: "all", Setting: setting}}}}}
+	p := filepath.Join(t.TempDir(), "table.json")
+	if err := tab.Write(p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// lut verify --guide replays held-out requests through a table whose
+// choice decodes guided, with the table's guide and its prefix store as
+// serve --lut --guide runs them: the report counts the guided requests,
+// steps and tokens, and the second request of a shared system message
+// finds the guide's blocks stored. Refused with the reason: such a table
+// without --guide, with another guide than its record's, a guide that is
+// not autoregressive, and --guide with a table that records none; a table
+// calibrated with the guide whose choice left the guided decoder verifies
+// with the guide unused, said in one line.
+func TestLutVerifyGuided(t *testing.T) {
+	g := testmodel.Load(t, "tiny-llama")
+	id := lut.ModelID{Name: guidedGuide, NLayers: len(g.Blocks), Fingerprint: g.Fingerprint, Arch: "llama"}
+	other := id
+	other.Fingerprint = "0123456789abcdef"
+	freeGuided := lut.Setting{Method: "freecache", Decoder: "guided"}
+	threshold := lut.Setting{Method: "none", Decoder: "threshold:0.9"}
+	good := verifyTable(t, &id, freeGuided)
+	reqs := filepath.Join(t.TempDir(), "reqs.jsonl")
+	sys := "You are a careful assistant who answers every question in one short line, plainly, without lists or preamble."
+	body := `{"system":"` + sys + `","user":"Name a color."}` + "\n" + `{"system":"` + sys + `","user":"Count to three."}` + "\n"
+	if err := os.WriteFile(reqs, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"--model", guidedDLM, "--requests", reqs, "--threads", "1", "--quiet"}
+	verify := func(table string, args ...string) (string, string, int) {
+		return run(t, append(append([]string{"lut", "verify", table}, base...), args...)...)
+	}
+	out, errOut, code := verify(good, "--guide", guidedGuide, "--json")
+	if code != 0 {
+		t.Fatalf("lut verify --guide: exit %d: %s", code, errOut)
+	}
+	var rep struct {
+		Requests int
+		Bins     []struct{ Methods map[string]int }
+		Guide    *struct {
+			Model             string
+			Requests          int
+			Steps, Committed  int
+			NFE               int `json:"nfe"`
+			PrefixHitTokens   int `json:"prefix_hit_tokens"`
+			PrefixQueryTokens int `json:"prefix_query_tokens"`
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if rep.Requests != 2 || len(rep.Bins) != 1 || rep.Bins[0].Methods["freecache@guided"] != 2 {
+		t.Fatalf("lut verify --guide --json: %+v", rep)
+	}
+	if gr := rep.Guide; gr == nil || gr.Model != guidedGuide || gr.Requests != 2 || gr.Steps < 2 || gr.Committed < gr.Steps || gr.NFE <= gr.Steps ||
+		gr.PrefixHitTokens < guideStoreBlocks || gr.PrefixQueryTokens <= gr.PrefixHitTokens {
+		t.Errorf("lut verify --guide --json: guide %+v", rep.Guide)
+	}
+	if !strings.Contains(errOut, "guide "+guidedGuide+" (llama") || !strings.Contains(errOut, "block store of its own") {
+		t.Errorf("lut verify --guide: stderr does not describe the guide:\n%s", errOut)
+	}
+	out, _, code = verify(good, "--guide", guidedGuide)
+	if code != 0 || !strings.Contains(out, "freecache@guided ×2") || !strings.Contains(out, "guide "+guidedGuide+": 2 requests decoded guided") {
+		t.Errorf("lut verify --guide: exit %d:\n%s", code, out)
+	}
+	unused := verifyTable(t, &id, threshold)
+	_, errOut, code = verify(unused, "--guide", guidedGuide)
+	if code != 0 || !strings.Contains(errOut, "none of its choices decodes with the guided decoder: the guide goes unused") {
+		t.Errorf("a guided calibration that chose no guided setting: exit %d: %s", code, errOut)
+	}
+	f32 := filepath.Join("..", "..", "model", "testdata", "tiny-f32")
+	for _, tc := range []struct {
+		table string
+		args  []string
+		want  string
+	}{
+		{good, nil, "give --guide " + guidedGuide},
+		{verifyTable(t, &other, freeGuided), []string{"--guide", guidedGuide}, "fingerprint 0123456789abcdef), but the guide loaded is"},
+		{good, []string{"--guide", f32}, "not an autoregressive LM"},
+		{verifyTable(t, nil, threshold), []string{"--guide", guidedGuide}, "records no guide (calibrated without --guide)"},
+	} {
+		if _, errOut, code := verify(tc.table, tc.args...); code == 0 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v: exit %d, want an error with %q: %s", tc.args, code, tc.want, errOut)
+		}
 	}
 }

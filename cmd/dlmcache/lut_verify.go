@@ -145,17 +145,26 @@ func (opts *lutVerifyOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer env.lm.Close()
+	defer env.close()
 	lm, table := env.lm, env.table
 	if table.GenLength > 0 { // the table's regime
+		guide := env.gen.Guide
 		if env.gen, err = lm.genOptions(table.GenLength, table.Steps, table.BlockLength); err != nil {
 			return err
 		}
+		env.gen.Guide = guide
 	}
 	name := defaultMethod("", table) // what serve --lut runs with no other flag
 	meth, err := env.method(name, &opts.Cache, nil)
 	if err != nil {
 		return err
+	}
+	guideStore, err := opts.verifyGuide(env, meth)
+	if err != nil {
+		return err
+	}
+	if guideStore != nil { // the guide's shared prefixes as serve's store gives them
+		env.gen.GuidePrefix = cache.GuidePrefix(guideStore, opts.Cache.guide.Fingerprint, opts.Cache.Salt)
 	}
 	// Every answer-length class the table knows: the regime's gen length
 	// for every request, and one block for the requests whose reference
@@ -186,7 +195,9 @@ func (opts *lutVerifyOptions) run(ctx context.Context) error {
 		}
 	}
 	var secNone, secMeth float64
-	var diffs []float64 // per request with a reference answer: table correct − none correct
+	var diffs []float64         // per request with a reference answer: table correct − none correct
+	var guided model.GuideStats // the guided choices' guides, summed
+	guidedReqs := 0
 	bar := progress.New(opts.f.ErrOut, "lut verify", "req", len(runs), opts.Quiet)
 	for i, x := range runs {
 		r := x.r
@@ -205,6 +216,15 @@ func (opts *lutVerifyOptions) run(ctx context.Context) error {
 		}
 		secNone += ref.Duration.Seconds()
 		secMeth += got.Duration.Seconds()
+		if gs := got.Guide; gs.Steps > 0 {
+			guidedReqs++
+			guided.NFE += gs.NFE
+			guided.Steps += gs.Steps
+			guided.Committed += gs.Committed
+			guided.Accepted += gs.Accepted
+			guided.DLMTime += gs.DLMTime
+			guided.GuideTime += gs.GuideTime
+		}
 		info := got.Info
 		ratio := float64(m) / float64(len(ids)+x.gen.GenLength)
 		bs := bins[x.cls]
@@ -278,13 +298,24 @@ func (opts *lutVerifyOptions) run(ctx context.Context) error {
 	if store := cache.StoreOf(meth); store != nil {
 		st = store.Stats()
 	}
+	var gst cache.Stats
+	if guideStore != nil {
+		gst = guideStore.Stats()
+	}
 	if opts.JSON {
 		enc := json.NewEncoder(opts.f.Out)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(map[string]any{"table": opts.File, "method": name, "gate": opts.Gate, "agreement": opts.Agreement, "max_loss": opts.MaxLoss,
+		rec := map[string]any{"table": opts.File, "method": name, "gate": opts.Gate, "agreement": opts.Agreement, "max_loss": opts.MaxLoss,
 			"requests": len(runs), "checked": all.Checked, "accuracy_none": acc(all.CorrectNone, all.Checked), "accuracy_table": acc(all.CorrectMethod, all.Checked),
 			"loss_points": loss, "difference_points": diff.Mean, "difference_low": diff.Low, "difference_high": diff.High, "confidence": opts.Confidence,
-			"speedup": speed, "prefix_hit_tokens": st.HitTokens, "prefix_query_tokens": st.QueryTokens, "bins": used}); err != nil {
+			"speedup": speed, "prefix_hit_tokens": st.HitTokens, "prefix_query_tokens": st.QueryTokens, "bins": used}
+		if g := opts.Cache.guide; g != nil {
+			gr := guideRecord(g, guided)
+			gr["requests"] = guidedReqs
+			gr["prefix_hit_tokens"], gr["prefix_query_tokens"] = gst.HitTokens, gst.QueryTokens
+			rec["guide"] = gr
+		}
+		if err := enc.Encode(rec); err != nil {
 			return err
 		}
 	} else {
@@ -293,6 +324,10 @@ func (opts *lutVerifyOptions) run(ctx context.Context) error {
 			name, len(runs), all.Checked, 100*acc(all.CorrectNone, all.Checked), 100*acc(all.CorrectMethod, all.Checked), -loss,
 			100*opts.Confidence, diff.Low, diff.High,
 			100*float64(all.Answers)/float64(max(1, all.Requests)), speed, st.HitTokens, st.QueryTokens)
+		if g := opts.Cache.guide; g != nil {
+			fmt.Fprintf(opts.f.Out, "guide %s: %d requests decoded guided, %d guided steps committing %d tokens (%.2f a step), guide NFE %d (DLM %.2f s, guide %.2f s); guide prefix store hits %d of %d prefix tokens\n",
+				g.Name, guidedReqs, guided.Steps, guided.Committed, guided.AcceptLen(), guided.NFE, guided.DLMTime.Seconds(), guided.GuideTime.Seconds(), gst.HitTokens, gst.QueryTokens)
+		}
 	}
 	if opts.Gate == gateAccuracy && diff.Low < -opts.MaxLoss {
 		return &exitError{code: 1, err: fmt.Errorf("%s: the table's accuracy against none on %d held-out requests is %+.1f points, its paired interval's lower end %+.1f, below −%g", opts.File, all.Checked, diff.Mean, diff.Low, opts.MaxLoss)}
@@ -308,11 +343,35 @@ func (opts *lutVerifyOptions) run(ctx context.Context) error {
 	return nil
 }
 
+// verifyGuide settles --guide against the table (loadMethodEnv loaded the
+// guide and held it to the table's guide record, Table.CheckGuide, as
+// serve --lut does): a table that records no guide is refused with it
+// (nothing of the table decodes guided); a table whose choices decode
+// guided gets the guide's prefix store serve builds (guidePrefixStore);
+// a table calibrated with this guide whose choices all left the guided
+// decoder verifies with the guide unused, said in one line.
+func (opts *lutVerifyOptions) verifyGuide(env *methodEnv, meth cache.Method) (*cache.BlockStore, error) {
+	g, t := opts.Cache.guide, env.table
+	switch {
+	case g == nil:
+		return nil, nil
+	case t.Guide == nil:
+		return nil, fmt.Errorf("--guide %s: table %s records no guide (calibrated without --guide), so none of its choices decodes with the guided decoder: verify it without --guide", opts.Cache.Guide, opts.File)
+	case !decodesGuided(meth, env.gen):
+		fmt.Fprintf(opts.f.ErrOut, "dlmcache: table %s was calibrated with guide %s, but none of its choices decodes with the guided decoder: the guide goes unused (serve the table without --guide)\n", opts.File, g.Name)
+		return nil, nil
+	}
+	st, note := guidePrefixStore(&opts.Cache, g)
+	fmt.Fprintf(opts.f.ErrOut, "dlmcache: guide %s (%s, %s): verifies the guided choices' proposals, %d a forward; %s\n", g.Name, g.Config.ArchName(), g.Fingerprint, model.GuideChunk, note)
+	return st, nil
+}
+
 func (opts *lutVerifyOptions) setArgs(args []string) { opts.File = args[0] }
 
 func (opts *lutVerifyOptions) flags(fl *pflag.FlagSet) {
 	opts.modelFlags.add(fl)
 	addCacheFlags(fl, &opts.Cache)
+	addGuideFlag(fl, &opts.Cache.Guide)
 	fl.StringVar(&opts.Requests, "requests", "builtin", "held-out requests: builtin (datasets.External) or a JSON Lines file")
 	fl.IntVar(&opts.Groups, "groups", 30, "builtin: held-out system messages (4 questions each), and samples of each suite's held-out split")
 	fl.Int64Var(&opts.Seed, "seed", 7, "builtin: sampling seed")
