@@ -102,20 +102,25 @@ hfcheck: deps
 llmd:
 	cd tools/llmd && $(GO) vet ./... && $(GO) test -count=1 ./...
 
-# run: a generation, the cosine profile (profile-out/table-cosine*.json:
-# estimates), the budgeted method search that writes the table to serve,
-# profile-out/table.json (calibrated; serve --lut profile-out/table.json),
-# and lut verify's verdict on it: held-out traffic served as serve --lut
-# serves it, against none (it fails when the paired interval's lower end
-# is below −1 point). Rerunning resumes the search from
-# profile-out/search.jsonl.
+# run (scripts/run.sh): a generation, the cosine profile
+# (profile-out/table-cosine*.json: estimates), the budgeted method search
+# that writes the table to serve, profile-out/table.json (calibrated; serve
+# --lut profile-out/table.json), and lut verify's verdict on it: held-out
+# traffic served as serve --lut serves it, against none (it fails when the
+# paired interval's lower end is below −1 point). Rerunning resumes the
+# search from profile-out/search.jsonl.
+# When GUIDE (the bundled AR guide, models/llada-tiny-ar) holds weights
+# (model.safetensors), calibrate and lut verify get --guide GUIDE: the
+# search considers guided settings beside the others (calibrate --guide's
+# grid) and the table records the guide (serve it with --guide GUIDE when
+# it chooses guided settings); without them one line says so and the run
+# is the unguided one. A search log of the other guide state is set aside
+# (search-guided.jsonl, search-unguided.jsonl), not resumed.
 CALIBRATE_FLAGS ?= --ratios 0.2,0.5,0.7,1 --per-ratio 60
 VERIFY_FLAGS ?= --groups 15
+GUIDE ?= models/llada-tiny-ar
 run: build
-	./$(BIN) generate
-	./$(BIN) profile --out profile-out
-	./$(BIN) calibrate --out profile-out --resume $(CALIBRATE_FLAGS)
-	./$(BIN) lut verify profile-out/table.json --quiet $(VERIFY_FLAGS)
+	BIN=./$(BIN) GUIDE='$(GUIDE)' CALIBRATE_FLAGS='$(CALIBRATE_FLAGS)' VERIFY_FLAGS='$(VERIFY_FLAGS)' ./scripts/run.sh
 
 bench: build
 	./scripts/bench.sh
