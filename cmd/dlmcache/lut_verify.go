@@ -159,7 +159,7 @@ func (opts *lutVerifyOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	guideStore, err := opts.verifyGuide(env, meth)
+	guideStore, guidedTable, err := opts.verifyGuide(env, meth)
 	if err != nil {
 		return err
 	}
@@ -309,7 +309,7 @@ func (opts *lutVerifyOptions) run(ctx context.Context) error {
 			"requests": len(runs), "checked": all.Checked, "accuracy_none": acc(all.CorrectNone, all.Checked), "accuracy_table": acc(all.CorrectMethod, all.Checked),
 			"loss_points": loss, "difference_points": diff.Mean, "difference_low": diff.Low, "difference_high": diff.High, "confidence": opts.Confidence,
 			"speedup": speed, "prefix_hit_tokens": st.HitTokens, "prefix_query_tokens": st.QueryTokens, "bins": used}
-		if g := opts.Cache.guide; g != nil {
+		if g := opts.Cache.guide; g != nil && guidedTable {
 			gr := guideRecord(g, guided)
 			gr["requests"] = guidedReqs
 			gr["prefix_hit_tokens"], gr["prefix_query_tokens"] = gst.HitTokens, gst.QueryTokens
@@ -324,7 +324,7 @@ func (opts *lutVerifyOptions) run(ctx context.Context) error {
 			name, len(runs), all.Checked, 100*acc(all.CorrectNone, all.Checked), 100*acc(all.CorrectMethod, all.Checked), -loss,
 			100*opts.Confidence, diff.Low, diff.High,
 			100*float64(all.Answers)/float64(max(1, all.Requests)), speed, st.HitTokens, st.QueryTokens)
-		if g := opts.Cache.guide; g != nil {
+		if g := opts.Cache.guide; g != nil && guidedTable {
 			fmt.Fprintf(opts.f.Out, "guide %s: %d requests decoded guided, %d guided steps committing %d tokens (%.2f a step), guide NFE %d (DLM %.2f s, guide %.2f s); guide prefix store hits %d of %d prefix tokens\n",
 				g.Name, guidedReqs, guided.Steps, guided.Committed, guided.AcceptLen(), guided.NFE, guided.DLMTime.Seconds(), guided.GuideTime.Seconds(), gst.HitTokens, gst.QueryTokens)
 		}
@@ -349,21 +349,23 @@ func (opts *lutVerifyOptions) run(ctx context.Context) error {
 // (nothing of the table decodes guided); a table whose choices decode
 // guided gets the guide's prefix store serve builds (guidePrefixStore);
 // a table calibrated with this guide whose choices all left the guided
-// decoder verifies with the guide unused, said in one line.
-func (opts *lutVerifyOptions) verifyGuide(env *methodEnv, meth cache.Method) (*cache.BlockStore, error) {
+// decoder verifies with the guide unused, said in one line. guided says
+// whether the table's choices decode guided (the report then adds the
+// guide's work).
+func (opts *lutVerifyOptions) verifyGuide(env *methodEnv, meth cache.Method) (store *cache.BlockStore, guided bool, err error) {
 	g, t := opts.Cache.guide, env.table
 	switch {
 	case g == nil:
-		return nil, nil
+		return nil, false, nil
 	case t.Guide == nil:
-		return nil, fmt.Errorf("--guide %s: table %s records no guide (calibrated without --guide), so none of its choices decodes with the guided decoder: verify it without --guide", opts.Cache.Guide, opts.File)
+		return nil, false, fmt.Errorf("--guide %s: table %s records no guide (calibrated without --guide), so none of its choices decodes with the guided decoder: verify it without --guide", opts.Cache.Guide, opts.File)
 	case !decodesGuided(meth, env.gen):
 		fmt.Fprintf(opts.f.ErrOut, "dlmcache: table %s was calibrated with guide %s, but none of its choices decodes with the guided decoder: the guide goes unused (serve the table without --guide)\n", opts.File, g.Name)
-		return nil, nil
+		return nil, false, nil
 	}
 	st, note := guidePrefixStore(&opts.Cache, g)
 	fmt.Fprintf(opts.f.ErrOut, "dlmcache: guide %s (%s, %s): verifies the guided choices' proposals, %d a forward; %s\n", g.Name, g.Config.ArchName(), g.Fingerprint, model.GuideChunk, note)
-	return st, nil
+	return st, true, nil
 }
 
 func (opts *lutVerifyOptions) setArgs(args []string) { opts.File = args[0] }
