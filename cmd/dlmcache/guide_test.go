@@ -417,8 +417,8 @@ func TestLutVerifyGuided(t *testing.T) {
 		t.Errorf("lut verify --guide: exit %d:\n%s", code, out)
 	}
 	unused := verifyTable(t, &id, threshold)
-	_, errOut, code = verify(unused, "--guide", guidedGuide)
-	if code != 0 || !strings.Contains(errOut, "none of its choices decodes with the guided decoder: the guide goes unused") {
+	out, errOut, code = verify(unused, "--guide", guidedGuide)
+	if code != 0 || !strings.Contains(errOut, "none of its choices decodes with the guided decoder: the guide goes unused") || strings.Contains(out, "decoded guided") {
 		t.Errorf("a guided calibration that chose no guided setting: exit %d: %s", code, errOut)
 	}
 	f32 := filepath.Join("..", "..", "model", "testdata", "tiny-f32")
