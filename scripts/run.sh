@@ -5,9 +5,10 @@
 #
 # The guided decoder: when GUIDE (default models/llada-tiny-ar, the bundled
 # AR guide) holds weights (model.safetensors), calibrate and lut verify get
-# --guide GUIDE, so the search considers guided settings (GUIDE_SETTINGS,
-# below) beside the others and the table records the guide; when it holds
-# none, one line says so and the run is the unguided one.
+# --guide GUIDE, so the search considers guided settings (calibrate
+# --guide's grid; the Makefile says what they cost) beside the others and
+# the table records the guide; when it holds none, one line says so and
+# the run is the unguided one.
 #
 # --resume continues profile-out/search.jsonl only when it was started in
 # the same guide state: a log of an unguided search, met by a guided run
