@@ -38,22 +38,17 @@ var dllmKnobs = []Knob{
 }
 
 // dllmCache is dLLM-Cache: the prompt's K/V are refreshed every Kp steps
-// and the response's every Kr; between response refreshes the response
-// rows whose value vectors changed most — the least cosine-similar
-// fraction ρ between the fresh V and the cached one — are recomputed and
-// the others reuse their cached K/V.
-//
-// One difference from the authors' code, which chooses per layer (from V
-// taken for every answer row at every layer, kept as the layer's V) and
-// keeps each row's attention and MLP outputs so that every row's residual
-// stream advances: this forward carries a row through a layer or not, so
-// the response rows are computed through the first two layers (as theirs
-// computes its first layer whole), the choice is made once, from the
-// second layer's V, with the current block's masked slots always among
-// the rows (their logits need them), and only the chosen rows go on
-// through the deeper layers. On the bundled model this gives 17 of 20 of
-// their code's answers (cache/authors_test.go). Kp = Kr = 1 computes
-// every row, as none.
+// and the response's every Kr; between response refreshes every layer
+// takes the fresh value vectors of every response row, recomputes the
+// fraction ρ of them (at least one) whose V changed most — the least
+// cosine-similar between the fresh V and the cached one — and carries
+// the others through the layer on their cached attention and MLP
+// outputs (model.Carrier), their cached K with their fresh V, as the
+// authors' code does (their hooks, dllm_cache/hooks/cache_hook_LLaDA.py:
+// the first layer computed whole every step, the choice made anew at
+// every later layer among all the response rows, every row's hidden
+// state advancing to the top layer). Kp = Kr = 1 computes every row, as
+// none.
 type dllmCache struct{ base }
 
 func newDLLMCache(o Options) (Method, error) {
@@ -65,90 +60,84 @@ func newDLLMCache(o Options) (Method, error) {
 }
 
 func (m *dllmCache) Planner(lm *model.LLaDA, _ string, _ *Info) model.Planner {
-	L := len(lm.Blocks)
-	return &dllmPlanner{tokenPlan: tokenPlan{lm: lm}, o: m.o.DLLM, sel: min(1, L-1), mask: int32(lm.Config.MaskTokenID)}
+	return &dllmPlanner{tokenPlan: tokenPlan{lm: lm}, o: m.o.DLLM}
 }
 
 type dllmPlanner struct {
 	tokenPlan
-	o    DLLMOptions
-	sel  int // the layer whose V chooses the rows
-	mask int32
+	o DLLMOptions
 
 	n, P     int
 	response []int32
+	// att, mlp: per layer, every row's attention and MLP outputs as last
+	// computed ([n, d_model], allocated on first use).
+	att, mlp []backend.Tensor
 
 	prompt, resp bool    // this step refreshes the prompt / the response
-	chosen       []int32 // rows computed from layer sel+1 on
-	scored       []int32 // the current block's masked slots (the decoder scores them)
-	src          []int32 // the rows their logits are read from, where not their own (logitSources)
-	fed          []int32 // the response rows with src
+	fed          []int32 // the response rows with the rows their logits are read from (logitSources)
 }
 
 func (p *dllmPlanner) Begin(r *model.Request) error {
 	p.n, p.P = len(r.Canvas), len(r.Prompt)
 	p.begin(r)
 	p.response = iota32(p.P, p.n)
+	L := len(p.lm.Blocks)
+	p.att, p.mlp = make([]backend.Tensor, L), make([]backend.Tensor, L)
 	return nil
+}
+
+func (p *dllmPlanner) End() {
+	p.tokenPlan.End()
+	for l := range p.att {
+		if p.att[l] != nil {
+			p.lm.Backend.Free(p.att[l])
+			p.lm.Backend.Free(p.mlp[l])
+		}
+	}
+	p.att, p.mlp = nil, nil
 }
 
 func (p *dllmPlanner) Plan(s *model.Step) model.Plan {
 	p.prompt = s.Index%p.o.Kp == 0
 	p.resp = s.Index%p.o.Kr == 0
 	p.all = p.prompt && p.resp
-	p.chosen, p.scored = nil, nil
-	p.src = logitSources(p.lm.Config, s)
-	p.fed = mergeRows(p.response, p.src)
-	for pos := s.BlockStart; pos < s.BlockEnd; pos++ {
-		if s.Canvas[pos] == p.mask {
-			p.scored = append(p.scored, int32(pos))
-		}
-	}
+	p.fed = mergeRows(p.response, logitSources(p.lm.Config, s))
 	return p
 }
 
-func (p *dllmPlanner) Rows(l int) []int32 {
-	switch {
-	case p.prompt && p.resp:
+// Rows: every row on a prompt refresh, else the response's (carried or
+// computed, Carry says which).
+func (p *dllmPlanner) Rows(int) []int32 {
+	if p.prompt {
 		return nil
-	case p.prompt:
-		if l <= p.sel {
-			return nil
-		}
-		return slices.Concat(iota32(0, p.P), p.chosen)
-	case p.resp || l <= p.sel:
-		return p.fed
-	default:
-		return p.chosen
 	}
+	return p.fed
 }
 
-func (p *dllmPlanner) Observe(l int, computed []int32, _, k, v backend.Tensor) {
-	if l == p.sel && !p.resp {
-		p.chosen = p.choose(v)
+// Carry carries, between response refreshes and past the first layer, the
+// response rows but the ρ fraction (at least one) whose fresh V is least
+// cosine-similar to the kept one; every response row's kept V becomes its
+// fresh one (their K stays as last computed).
+func (p *dllmPlanner) Carry(l int, rows []int32, v backend.Tensor) []int32 {
+	if p.resp || l == 0 {
+		return nil
 	}
-	p.tokenPlan.Observe(l, computed, nil, k, v)
-}
-
-// choose returns the current block's masked slots (their logits are
-// wanted, from the rows src too) and the ρ fraction (at least one) of the other response rows
-// whose fresh V (in v, complete [n, kv]) is least cosine-similar to the
-// cached V, sorted.
-func (p *dllmPlanner) choose(v backend.Tensor) []int32 {
 	b := p.lm.Backend
 	fresh := b.ToHost(v, nil)
-	old := b.ToHost(p.kv.v[p.sel], nil)
+	old := b.ToHost(p.kv.v[l], nil)
 	cols := p.kv.cols
 	type row struct {
 		pos int32
 		sim float64
 	}
 	var rs []row
-	for _, pos := range p.response {
-		if _, ok := slices.BinarySearch(p.scored, pos); ok {
+	idx := make([]int32, 0, len(p.response))
+	src := make([]int32, 0, len(p.response))
+	for i, pos := range rows {
+		if int(pos) < p.P {
 			continue
 		}
-		a, c := fresh[int(pos)*cols:(int(pos)+1)*cols], old[int(pos)*cols:(int(pos)+1)*cols]
+		a, c := fresh[i*cols:(i+1)*cols], old[int(pos)*cols:(int(pos)+1)*cols]
 		var ac, aa, cc float64
 		for j := range a {
 			ac += float64(a[j]) * float64(c[j])
@@ -160,15 +149,39 @@ func (p *dllmPlanner) choose(v backend.Tensor) []int32 {
 			sim = ac / math.Sqrt(aa*cc)
 		}
 		rs = append(rs, row{pos, sim})
+		idx, src = append(idx, pos), append(src, int32(i))
 	}
+	b.CopyRows(p.kv.v[l], idx, v, src)
 	sort.SliceStable(rs, func(a, b int) bool { return rs[a].sim < rs[b].sim })
-	k := max(1, int(p.o.Rho*float64(len(p.response))))
-	out := mergeRows(p.scored, p.src)
-	for _, r := range rs[:min(k, len(rs))] {
-		out = append(out, r.pos)
+	k := min(max(1, int(p.o.Rho*float64(len(p.response)))), len(rs))
+	var carried []int32
+	for _, r := range rs[k:] {
+		carried = append(carried, r.pos)
 	}
-	slices.Sort(out)
-	return slices.Compact(out) // a logit source may be among the changed rows
+	slices.Sort(carried)
+	return carried
+}
+
+// Outputs gives the carried rows' kept attention and MLP outputs.
+func (p *dllmPlanner) Outputs(l int, carried []int32, att, mlp backend.Tensor) error {
+	if p.att[l] == nil {
+		return fmt.Errorf("cache: no kept outputs for layer %d", l)
+	}
+	b := p.lm.Backend
+	b.CopyRows(att, nil, p.att[l], carried)
+	b.CopyRows(mlp, nil, p.mlp[l], carried)
+	return nil
+}
+
+// ObserveOutputs keeps the computed rows' attention and MLP outputs.
+func (p *dllmPlanner) ObserveOutputs(l int, computed []int32, att, mlp backend.Tensor) {
+	b := p.lm.Backend
+	if p.att[l] == nil {
+		d := p.lm.Config.DModel
+		p.att[l], p.mlp[l] = b.New(p.n, d), b.New(p.n, d)
+	}
+	b.CopyRows(p.att[l], computed, att, nil)
+	b.CopyRows(p.mlp[l], computed, mlp, nil)
 }
 
 // CheckModel refuses block-causal models (wholeCanvas).

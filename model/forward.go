@@ -65,8 +65,10 @@ func (m *LLaDA) ForwardBatch(ins []Input, plans []Plan) ([]*Output, error) {
 		if err != nil {
 			return nil, err
 		}
-		m.blockOutput(blk, x, att, f.ar.alloc)
-		f.leave(x)
+		o, y := m.blockOutput(blk, x, att, f.ar.alloc, f.carry)
+		if err := f.leave(l, x, o, y); err != nil {
+			return nil, err
+		}
 	}
 	return f.logits()
 }
@@ -83,6 +85,9 @@ type batch struct {
 	// layer whose requests compute the same rows as the previous one
 	// starts from it as it is.
 	bx backend.Tensor
+	// carry: some request's plan is a Carrier (the blocks' attention and
+	// MLP outputs are kept for it).
+	carry bool
 }
 
 // batchItem is one request's state inside ForwardBatch.
@@ -96,6 +101,9 @@ type batchItem struct {
 	off          int            // first row of this request in the batch
 	kFull, vFull backend.Tensor // full-width K/V when some rows are not computed
 	out          *Output
+	carrier      Carrier        // the plan, where it is one
+	carried      []int32        // rows the current layer carries (Carrier)
+	cx           backend.Tensor // their hidden states entering it
 }
 
 // newBatch validates the requests and sets up the batch.
@@ -118,6 +126,8 @@ func (m *LLaDA) newBatch(ins []Input, plans []Plan) (*batch, error) {
 		it.pos = pos
 		if plans != nil {
 			it.plan = plans[i]
+			it.carrier, _ = it.plan.(Carrier)
+			f.carry = f.carry || it.carrier != nil
 		}
 	}
 	return f, nil
@@ -168,7 +178,16 @@ func (f *batch) enter(l int) (backend.Tensor, []int32, error) {
 			}
 			it.x = nx
 		}
-		it.rows, it.off = cur, total
+		it.rows, it.carried = cur, nil
+		if it.carrier != nil {
+			split, err := m.carry(it, l, alloc)
+			if err != nil {
+				return nil, nil, f.fail(it, err)
+			}
+			moved = moved || split
+			cur = it.rows
+		}
+		it.off = total
 		total += len(cur)
 		pos = append(pos, gather32(it.pos, cur)...)
 		it.out.RowsComputed += len(cur)
@@ -188,16 +207,21 @@ func (f *batch) enter(l int) (backend.Tensor, []int32, error) {
 	return x, pos, nil
 }
 
-// leave keeps the layer's output x [total, d] as each request's hidden
-// states entering the next layer and frees the layer's temporaries.
-func (f *batch) leave(x backend.Tensor) {
+// leave keeps layer l's output x [total, d] as each request's hidden
+// states entering the next layer (with the rows a Carrier carried, on
+// its outputs) and frees the layer's temporaries; o and y are the
+// layer's attention and MLP outputs [total, d] where f.carry.
+func (f *batch) leave(l int, x, o, y backend.Tensor) error {
 	b, alloc := f.m.Backend, f.ar.alloc
 	var keep []backend.Tensor
-	if f.vw != nil && !f.single() {
+	if f.vw != nil && !f.single() && !f.carry {
 		f.bx = x
 		keep = append(keep, x)
 	}
 	for _, it := range f.items {
+		if it.carrier != nil {
+			it.carrier.ObserveOutputs(l, it.rows, f.rowsOf(it, o), f.rowsOf(it, y))
+		}
 		switch {
 		case f.single():
 			it.x = x
@@ -208,9 +232,117 @@ func (f *batch) leave(x backend.Tensor) {
 			b.CopyRows(nx, nil, x, it.sel())
 			it.x = nx
 		}
+		if len(it.carried) > 0 {
+			if err := f.m.carryOn(it, l, alloc); err != nil {
+				return f.fail(it, err)
+			}
+		}
 		keep = append(keep, it.x, it.kFull, it.vFull)
 	}
 	f.ar.keepOnly(keep...)
+	return nil
+}
+
+// rowsOf is the request's rows of the batch tensor t [total, d]: t
+// itself for a batch of one, a view, or a copy.
+func (f *batch) rowsOf(it *batchItem, t backend.Tensor) backend.Tensor {
+	switch {
+	case f.single():
+		return t
+	case f.vw != nil:
+		return f.vw.ViewRows(t, it.off, it.off+len(it.rows))
+	}
+	r := f.ar.alloc(len(it.rows), t.Cols())
+	f.m.Backend.CopyRows(r, nil, t, it.sel())
+	return r
+}
+
+// carry asks the request's Carrier which of the rows entering layer l it
+// carries and, where it carries some, keeps their hidden states aside
+// (it.cx) and leaves it.rows and it.x the rows computed; split reports
+// that it did.
+func (m *LLaDA) carry(it *batchItem, l int, alloc func(int, int) backend.Tensor) (split bool, err error) {
+	b, c := m.Backend, m.Config
+	blk := &m.Blocks[l]
+	rows, r := it.rows, len(it.rows)
+	nrm, v := alloc(r, c.DModel), alloc(r, c.KVDim())
+	b.RMSNorm(nrm, it.x, blk.AttnNorm, float32(c.RMSNormEps))
+	b.MatMul(v, nrm, blk.V)
+	m.hostRows(v, blk.VBias, nil, 0, 0)
+	it.out.FLOPs += 2 * float64(r) * float64(c.DModel) * float64(c.KVDim())
+	u := it.carrier.Carry(l, rows, v)
+	if len(u) == 0 {
+		return false, nil
+	}
+	var ci, ui, comp []int32
+	j := 0
+	for i, p := range rows {
+		if j < len(u) && u[j] == p {
+			ui = append(ui, int32(i))
+			j++
+		} else {
+			ci = append(ci, int32(i))
+			comp = append(comp, p)
+		}
+	}
+	if j != len(u) {
+		return false, fmt.Errorf("forward: layer %d: the plan carries rows it does not compute", l)
+	}
+	if len(comp) == 0 {
+		return false, fmt.Errorf("forward: layer %d: the plan carries every row", l)
+	}
+	xc, xu := alloc(len(ci), c.DModel), alloc(len(ui), c.DModel)
+	b.CopyRows(xc, nil, it.x, ci)
+	b.CopyRows(xu, nil, it.x, ui)
+	it.x, it.rows, it.carried, it.cx = xc, comp, u, xu
+	return true, nil
+}
+
+// carryOn moves the rows layer l carried through it on the plan's
+// outputs (their hidden state plus the attention output, then plus the
+// MLP output) and merges them with the computed rows' output (it.x):
+// it.rows and it.x become every row that entered the layer.
+func (m *LLaDA) carryOn(it *batchItem, l int, alloc func(int, int) backend.Tensor) error {
+	b, d := m.Backend, m.Config.DModel
+	u := it.carried
+	att, mlp := alloc(len(u), d), alloc(len(u), d)
+	if err := it.carrier.Outputs(l, u, att, mlp); err != nil {
+		return fmt.Errorf("forward: layer %d: outputs of the carried rows: %w", l, err)
+	}
+	b.Add(it.cx, att)
+	b.Add(it.cx, mlp)
+	all := mergeSorted(it.rows, u)
+	var ci, ui []int32
+	j := 0
+	for i, p := range all {
+		if j < len(it.rows) && it.rows[j] == p {
+			ci = append(ci, int32(i))
+			j++
+		} else {
+			ui = append(ui, int32(i))
+		}
+	}
+	nx := alloc(len(all), d)
+	b.CopyRows(nx, ci, it.x, nil)
+	b.CopyRows(nx, ui, it.cx, nil)
+	it.x, it.rows, it.carried, it.cx = nx, all, nil, nil
+	return nil
+}
+
+// mergeSorted is the union of two disjoint sorted row sets, sorted.
+func mergeSorted(a, b []int32) []int32 {
+	r := make([]int32, 0, len(a)+len(b))
+	i, j := 0, 0
+	for i < len(a) || j < len(b) {
+		if j == len(b) || i < len(a) && a[i] < b[j] {
+			r = append(r, a[i])
+			i++
+		} else {
+			r = append(r, b[j])
+			j++
+		}
+	}
+	return r
 }
 
 // sel is the batch rows of the request at the current layer.

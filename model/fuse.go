@@ -130,25 +130,31 @@ func (m *LLaDA) attnInput(blk *Block, x backend.Tensor, pos []int32, alloc func(
 // blockOutput finishes a block on x [r, d] given its attention att:
 // x += att·W_oᵀ, then the MLP's residual; through the backend's fused
 // BlockOutput where it runs these weights, else one operation after the
-// other (the same values).
-func (m *LLaDA) blockOutput(blk *Block, x, att backend.Tensor, alloc func(int, int) backend.Tensor) {
+// other (the same values). With outputs it runs the latter and returns
+// the attention output o and the MLP output y [r, d] it added (a
+// Carrier's), else nils.
+func (m *LLaDA) blockOutput(blk *Block, x, att backend.Tensor, alloc func(int, int) backend.Tensor, outputs bool) (o, y backend.Tensor) {
 	b, c := m.Backend, m.Config
 	r, d, eps := x.Rows(), c.DModel, float32(c.RMSNormEps)
-	if f, ok := b.(backend.Fuser); ok && blk.MoE == nil && blk.OBias == nil && f.BlockOutput(x, att, blk.AttnOut, blk.FFNorm, blk.Gate, blk.Up, blk.Down, eps) {
-		return
+	if f, ok := b.(backend.Fuser); ok && !outputs && blk.MoE == nil && blk.OBias == nil && f.BlockOutput(x, att, blk.AttnOut, blk.FFNorm, blk.Gate, blk.Up, blk.Down, eps) {
+		return nil, nil
 	}
-	o := alloc(r, d)
+	o = alloc(r, d)
 	b.MatMul(o, att, blk.AttnOut)
 	m.hostRows(o, blk.OBias, nil, 0, 0)
 	b.Add(x, o) // x is now h
 	mm := alloc(r, d)
 	b.RMSNorm(mm, x, blk.FFNorm, eps)
 	if blk.MoE != nil {
-		b.Add(x, m.moe(blk.MoE, mm, alloc))
-		return
+		y = m.moe(blk.MoE, mm, alloc)
+	} else {
+		g := m.gateUp(blk, mm, alloc) // [r, hidden]
+		y = alloc(r, d)
+		b.MatMul(y, g, blk.Down)
 	}
-	g := m.gateUp(blk, mm, alloc) // [r, hidden]
-	y := alloc(r, d)
-	b.MatMul(y, g, blk.Down)
 	b.Add(x, y)
+	if !outputs {
+		return nil, nil
+	}
+	return o, y
 }

@@ -58,3 +58,31 @@ func (EveryRow) KV(l int, _ []int32, _, _ backend.Tensor) error {
 type KVHolder interface {
 	KVBuffers(l int) (k, v backend.Tensor)
 }
+
+// Carrier is an optional Plan method for a plan that carries some of a
+// layer's rows through it on outputs it keeps instead of computing them
+// (dLLM-Cache: the rows whose value vectors changed least move on with
+// the layer's cached attention and MLP outputs). The forward asks, at
+// every layer, after Rows and the hidden states: Carry, with the value
+// vectors of the rows Rows named; then the layer runs on the rows not
+// carried, and the carried rows leave it with their hidden state plus
+// Outputs' attention output, then plus its MLP output (as a computed row
+// adds its own); ObserveOutputs sees the computed rows' outputs. The rows
+// entering the next layer are the computed and the carried ones together.
+type Carrier interface {
+	// Carry returns the sorted rows of rows (Rows(l); every position
+	// where Rows is nil) that layer l carries, nil for none, and never all
+	// of them. v [len(rows), kv_dim] holds rows' value vectors (the
+	// layer's attention norm and value product of the hidden states they
+	// enter with), the plan's to read before it returns. A carried row's
+	// K and V come from KV like those of any row not computed.
+	Carry(l int, rows []int32, v backend.Tensor) []int32
+	// Outputs fills att and mlp [len(carried), d_model] with the attention
+	// output (after its output projection) and the MLP output that carry
+	// the rows carried at layer l.
+	Outputs(l int, carried []int32, att, mlp backend.Tensor) error
+	// ObserveOutputs sees the attention and MLP outputs att and mlp
+	// [len(computed), d_model] of the rows computed at layer l; they are
+	// reused after it returns: copy what you keep.
+	ObserveOutputs(l int, computed []int32, att, mlp backend.Tensor)
+}
