@@ -325,15 +325,15 @@ func oneLayer(t *testing.T, name string) *model.Model {
 // On one layer a row's K/V depend on its token and position alone, so
 // every cache that recomputes the rows whose tokens changed is exact:
 // prefix-all and the bicache family (the prefix alone has the K/V it has
-// in the request), the dual cache and d2Cache (the tokens just decoded).
-// Each architecture's layer cut to one gives none's tokens and logits from
-// fewer rows — every reuse path (kept K/V, the store, the shallow layers)
-// copies the right rows. dLLM-Cache is not exact there: between refreshes
-// it recomputes the rows whose V changed most, not every row whose token
-// did; nor is FreeCache: a finished block keeps the K/V of its last step,
-// from before that step's tokens were committed (FlashDLM's definition).
+// in the request), the dual cache and d2Cache (the tokens just decoded),
+// dLLM-Cache (its first layer computes every response row each step, the
+// prompt's K/V kept). Each architecture's layer cut to one gives none's
+// tokens and logits from fewer rows — every reuse path (kept K/V, the
+// store, the shallow layers) copies the right rows. FreeCache is not
+// exact there: a finished block keeps the K/V of its last step, from
+// before that step's tokens were committed (FlashDLM's definition).
 func TestCachesExactOnOneLayer(t *testing.T) {
-	exact := []string{"prefix-all", "bicache", "bicache-elastic", "block", "bicache+block", "d2cache", "bicache+d2cache"}
+	exact := []string{"prefix-all", "bicache", "bicache-elastic", "block", "bicache+block", "d2cache", "dllm-cache", "bicache+d2cache"}
 	for _, a := range testmodel.Archs {
 		if a.Name == "llada2" {
 			continue // block-causal: exact-block and block are exact on every layer (TestCachesOnEveryArchitecture)
