@@ -114,14 +114,14 @@ func (p *dllmPlanner) Rows(int) []int32 {
 	return p.fed
 }
 
+// Carries: between response refreshes, past the first layer.
+func (p *dllmPlanner) Carries(l int) bool { return !p.resp && l > 0 }
+
 // Carry carries, between response refreshes and past the first layer, the
 // response rows but the ρ fraction (at least one) whose fresh V is least
 // cosine-similar to the kept one; every response row's kept V becomes its
 // fresh one (their K stays as last computed).
 func (p *dllmPlanner) Carry(l int, rows []int32, v backend.Tensor) []int32 {
-	if p.resp || l == 0 {
-		return nil
-	}
 	b := p.lm.Backend
 	fresh := b.ToHost(v, nil)
 	old := b.ToHost(p.kv.v[l], nil)

@@ -56,6 +56,8 @@ func (c *carrier) Observe(l int, computed []int32, _, k, v backend.Tensor) {
 	}
 }
 
+func (c *carrier) Carries(int) bool { return true }
+
 func (c *carrier) Carry(l int, rows []int32, v backend.Tensor) []int32 {
 	if len(rows) != c.n {
 		c.t.Errorf("layer %d: Carry asked with %d rows, want %d", l, len(rows), c.n)

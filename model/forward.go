@@ -262,6 +262,9 @@ func (f *batch) rowsOf(it *batchItem, t backend.Tensor) backend.Tensor {
 // (it.cx) and leaves it.rows and it.x the rows computed; split reports
 // that it did.
 func (m *LLaDA) carry(it *batchItem, l int, alloc func(int, int) backend.Tensor) (split bool, err error) {
+	if !it.carrier.Carries(l) {
+		return false, nil
+	}
 	b, c := m.Backend, m.Config
 	blk := &m.Blocks[l]
 	rows, r := it.rows, len(it.rows)

@@ -62,14 +62,19 @@ type KVHolder interface {
 // Carrier is an optional Plan method for a plan that carries some of a
 // layer's rows through it on outputs it keeps instead of computing them
 // (dLLM-Cache: the rows whose value vectors changed least move on with
-// the layer's cached attention and MLP outputs). The forward asks, at
-// every layer, after Rows and the hidden states: Carry, with the value
-// vectors of the rows Rows named; then the layer runs on the rows not
-// carried, and the carried rows leave it with their hidden state plus
-// Outputs' attention output, then plus its MLP output (as a computed row
-// adds its own); ObserveOutputs sees the computed rows' outputs. The rows
-// entering the next layer are the computed and the carried ones together.
+// the layer's cached attention and MLP outputs). At every layer where
+// Carries is true the forward asks, after Rows and the hidden states,
+// Carry, with the value vectors of the rows Rows named; then the layer
+// runs on the rows not carried, and the carried rows leave it with their
+// hidden state plus Outputs' attention output, then plus its MLP output
+// (as a computed row adds its own). At every layer ObserveOutputs sees
+// the computed rows' outputs. The rows entering the next layer are the
+// computed and the carried ones together.
 type Carrier interface {
+	// Carries reports whether the forward asks Carry at layer l (and
+	// computes the value vectors it is shown); where it does not, the
+	// layer computes every row Rows names.
+	Carries(l int) bool
 	// Carry returns the sorted rows of rows (Rows(l); every position
 	// where Rows is nil) that layer l carries, nil for none, and never all
 	// of them. v [len(rows), kv_dim] holds rows' value vectors (the
