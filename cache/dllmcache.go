@@ -39,8 +39,9 @@ var dllmKnobs = []Knob{
 
 // dllmCache is dLLM-Cache: the prompt's K/V are refreshed every Kp steps
 // and the response's every Kr; between response refreshes every layer
-// takes the fresh value vectors of every response row, recomputes the
-// fraction ρ of them (at least one) whose V changed most — the least
+// past the first takes the fresh value vectors of every response row,
+// recomputes the fraction ρ of them (at least one) whose V changed most —
+// the least
 // cosine-similar between the fresh V and the cached one — and carries
 // the others through the layer on their cached attention and MLP
 // outputs (model.Carrier), their cached K with their fresh V, as the
