@@ -40,10 +40,9 @@ var dllmKnobs = []Knob{
 // dllmCache is dLLM-Cache: the prompt's K/V are refreshed every Kp steps
 // and the response's every Kr; between response refreshes every layer
 // past the first takes the fresh value vectors of every response row,
-// recomputes the fraction ρ of them (at least one) whose V changed most —
-// the least
-// cosine-similar between the fresh V and the cached one — and carries
-// the others through the layer on their cached attention and MLP
+// recomputes the fraction ρ of them (at least one) whose V changed most
+// (the least cosine-similar between the fresh V and the cached one) and
+// carries the others through the layer on their cached attention and MLP
 // outputs (model.Carrier), their cached K with their fresh V, as the
 // authors' code does (their hooks, dllm_cache/hooks/cache_hook_LLaDA.py:
 // the first layer computed whole every step, the choice made anew at
