@@ -62,16 +62,7 @@ func TestPublishAndReplay(t *testing.T) {
 	if err := sub.SetOption(zmq4.OptionSubscribe, "kv@"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the subscription", func() bool {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		for s := range p.subs {
-			if s.subscribed(p.cfg.Topic) {
-				return true
-			}
-		}
-		return false
-	})
+	waitFor(t, "the subscription", func() bool { return hasSubscriber(p) })
 	log.Add(stored(1, 0, 5, 6))
 	log.Add(stored(2, 1, 7, 8))
 	msg, err := sub.Recv()
@@ -162,16 +153,7 @@ func TestSlowSubscriberNeverBlocks(t *testing.T) {
 	if err := zc.SendMsg(zmq4.NewMsg(append([]byte{1}, "kv@"...))); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the stuck subscriber's subscription", func() bool {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		for s := range p.subs {
-			if s.subscribed(p.cfg.Topic) {
-				return true
-			}
-		}
-		return false
-	})
+	waitFor(t, "the stuck subscriber's subscription", func() bool { return hasSubscriber(p) })
 	// Batches of 1,024 events of 64 tokens each until some are dropped.
 	toks := make([]int32, 64)
 	done := make(chan struct{})
@@ -244,16 +226,7 @@ func TestConnectAndRedial(t *testing.T) {
 	if p.Addr() != nil {
 		t.Errorf("no Endpoint, yet bound at %v", p.Addr())
 	}
-	subscribed := func() bool {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		for s := range p.subs {
-			if s.subscribed(p.cfg.Topic) {
-				return true
-			}
-		}
-		return false
-	}
+	subscribed := func() bool { return hasSubscriber(p) }
 	waitFor(t, "the dialled subscription", subscribed)
 	log.Add(stored(1, 0, 5, 6))
 	if m, err := sub.Recv(); err != nil || len(m.Frames) != 3 || binary.BigEndian.Uint64(m.Frames[1]) != 0 {
@@ -274,4 +247,17 @@ func TestConnectAndRedial(t *testing.T) {
 	if _, err := Start(Config{Log: log}); err == nil {
 		t.Error("neither Endpoint nor Connect: no error")
 	}
+}
+
+// hasSubscriber reports whether one of p's subscribers has subscribed to
+// its topic.
+func hasSubscriber(p *Publisher) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for s := range p.subs {
+		if s.subscribed(p.cfg.Topic) {
+			return true
+		}
+	}
+	return false
 }
