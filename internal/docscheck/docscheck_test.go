@@ -21,7 +21,7 @@ var workPeriod = []*regexp.Regexp{
 	regexp.MustCompile(`(?i)\bwaves?\s+\d+`),
 	regexp.MustCompile(`(?i)\bprevious (bundled )?model\b`),
 	regexp.MustCompile(`^#+\s*(\(|\[)?\d{4}-\d{2}-\d{2}`),
-	regexp.MustCompile(`(?i)\bissues?\s+#?\d+`),
+	regexp.MustCompile(`(?i)\bissues?\s*#?\d+`),
 	// The tracker's item as the page's brief: "the issue's two workloads",
 	// "the ratios the issue asks for" (a known issue with a library is
 	// ordinary prose).
@@ -29,6 +29,10 @@ var workPeriod = []*regexp.Regexp{
 	regexp.MustCompile(`(?i)\b(the|this|that) issue (asks|asked|wants|wanted|calls|called|requires|required|names|named|lists|listed|sets|set|targets|targeted)\b`),
 	regexp.MustCompile(`(?i)\b(PR|pull request|ticket)\s+#?\d+`),
 	regexp.MustCompile(`^#+\s.*(^|[\s(\[])#\d+\b`),
+	// A tracker number anywhere in prose: "(#12)", "see #12", "fixes
+	// #12". A heading's "#" is followed by a space and a shell comment's
+	// "# 1." too, so neither is one.
+	regexp.MustCompile(`(^|[\s(\[,;])#\d+\b`),
 }
 
 // commitChapter matches a commit hash used as a chapter in prose: the
@@ -37,8 +41,67 @@ var workPeriod = []*regexp.Regexp{
 // is not one). A figure's provenance in parentheses ("(commit 3f07c37)")
 // is not a chapter.
 var commitChapter = []*regexp.Regexp{
-	regexp.MustCompile(`(?i)\b(from|since|until|as of|up to|after|before)\s+commit\s+([0-9a-f]{7,40})\b`),
+	regexp.MustCompile(`(?i)\b(from|since|until|as of|up to|after|before|at|in)\s+commit\s+([0-9a-f]{7,40})\b`),
 	regexp.MustCompile(`(?i)\b(main|master|HEAD)\s+(?:at\s+)?([0-9a-f]{7,40})\b`),
+	// A build compared with another by its commit: "before 40c911e",
+	// "against commit b3693fd", "3f07c37 vs 8a1477f".
+	regexp.MustCompile(`(?i)\b(before|after|against|versus|vs\.?|than)\s+(?:commit\s+)?([0-9a-f]{7,40})\b`),
+}
+
+// hexWord matches a word of 7–40 hex digits: a commit hash when isHash
+// says so. A longer digest (SHA-256's 64) has no word boundary within it
+// and "0x1f2e3d4c" none after its "x", so neither matches.
+var hexWord = regexp.MustCompile(`\b[0-9a-f]{7,40}\b`)
+
+// commitsCompared returns the first two distinct commit hashes a line
+// names, "" when it names fewer: one line that names two commits compares
+// them (a figure "at 8a8bf3d, before the packs of 40c911e").
+func commitsCompared(line string) string {
+	var first string
+	for _, h := range hexWord.FindAllString(line, -1) {
+		if !isHash(h) {
+			continue
+		}
+		if first == "" {
+			first = h
+		} else if h != first {
+			return first + " and " + h
+		}
+	}
+	return ""
+}
+
+// rowLabel returns a table row's first cell, its label, or "" when the
+// line is not a table row.
+func rowLabel(line string) string {
+	t := strings.TrimSpace(line)
+	if !strings.HasPrefix(t, "|") {
+		return ""
+	}
+	cells := strings.SplitN(t[1:], "|", 2)
+	return strings.TrimSpace(cells[0])
+}
+
+// dateWord matches an ISO date.
+var dateWord = regexp.MustCompile(`\b\d{4}-\d{2}-\d{2}\b`)
+
+// labelNamesPeriod returns what a table row's label names of a work
+// period — a commit hash or a date — or "": rows labelled by the build
+// or the day they were measured are chapters of the history.
+func labelNamesPeriod(line string) string {
+	label := rowLabel(line)
+	if label == "" {
+		return ""
+	}
+	for _, h := range hexWord.FindAllString(label, -1) {
+		if isHash(h) {
+			return "commit " + h
+		}
+	}
+	if d := dateWord.FindString(label); d != "" {
+		return "date " + d
+	}
+	return ""
 }
 
 // tableCellHash matches a table cell that begins with a hex word: a
@@ -134,11 +197,26 @@ func findWorkPeriods(path string) ([]string, error) {
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	changelog := filepath.Base(path) == "CHANGELOG.md"
 	inTable := false
+	prev := "" // the previous line when it and this one are prose
 	for n := 1; sc.Scan(); n++ {
 		line := sc.Text()
 		row := strings.HasPrefix(strings.TrimSpace(line), "|")
 		header := row && !inTable
 		inTable = row
+		if !isProse(line) {
+			prev = ""
+		}
+		wrapped := ""
+		if !changelog {
+			wrapped = acrossBreak(prev, line)
+		}
+		if isProse(line) {
+			prev = line
+		}
+		if wrapped != "" {
+			hits = append(hits, wrapped+" (lines "+strconv.Itoa(n-1)+"–"+strconv.Itoa(n)+")")
+			continue
+		}
 		if changelog {
 			// Its release headings and entries name the commits they cover.
 		} else if h := namesCommit(line); h != "" {
@@ -149,6 +227,12 @@ func findWorkPeriods(path string) ([]string, error) {
 			continue
 		} else if h := headerNamesCommit(line); header && h != "" {
 			hits = append(hits, "table column naming commit "+h+" (line "+strconv.Itoa(n)+")")
+			continue
+		} else if l := labelNamesPeriod(line); l != "" {
+			hits = append(hits, "table row labelled by "+l+" (line "+strconv.Itoa(n)+")")
+			continue
+		} else if c := commitsCompared(line); c != "" {
+			hits = append(hits, "commits "+c+" compared (line "+strconv.Itoa(n)+")")
 			continue
 		}
 		for _, re := range workPeriod {
@@ -161,10 +245,56 @@ func findWorkPeriods(path string) ([]string, error) {
 	return hits, sc.Err()
 }
 
+// isProse reports whether a line can continue a wrapped sentence: not
+// blank, not a table row, not a heading.
+func isProse(line string) bool {
+	t := strings.TrimSpace(line)
+	return t != "" && !strings.HasPrefix(t, "|") && !strings.HasPrefix(t, "#")
+}
+
+// acrossBreak returns what a pattern matches only where prev and line
+// join (a sentence wrapped between "at commit" and its hash, or between
+// "issue" and its number), or "": a match within either line alone is
+// that line's own hit.
+func acrossBreak(prev, line string) string {
+	if prev == "" {
+		return ""
+	}
+	joined := prev + " " + line
+	brk := len(prev) // the joining space
+	spans := func(loc []int) bool { return loc[0] < brk && loc[1] > brk+1 }
+	for _, re := range commitChapter {
+		for _, loc := range re.FindAllStringSubmatchIndex(joined, -1) {
+			if spans(loc) && isHash(joined[loc[4]:loc[5]]) {
+				return strings.TrimSpace(joined[loc[0]:loc[1]])
+			}
+		}
+	}
+	for _, re := range workPeriod {
+		if strings.HasPrefix(re.String(), "^") {
+			continue // a heading's pattern: one line
+		}
+		for _, loc := range re.FindAllStringIndex(joined, -1) {
+			if spans(loc) {
+				return strings.TrimSpace(joined[loc[0]:loc[1]])
+			}
+		}
+	}
+	a, b := commitsCompared(prev), commitsCompared(line)
+	if a == "" && b == "" {
+		if h := commitsCompared(joined); h != "" {
+			return "commits " + h + " compared"
+		}
+	}
+	return ""
+}
+
 // The docs describe the system as it is: no "session N", "wave N",
-// "issue N", "the issue's", "previous model", date- or commit-named chapter
-// (a heading, a table's columns, work "from commit X", a build "main X")
-// anywhere in README.md,
+// "issue N", "(#N)", "the issue's", "previous model", date- or
+// commit-named chapter (a heading, a table's columns or row labels, work
+// "from" or "at commit X", a build "main X" or "before X", two commits
+// compared in one sentence, also where a line break splits it) anywhere
+// in README.md,
 // CHANGELOG.md, DEVELOPERS.md, docs/ or a bundled model's card (the history
 // lives in git).
 func TestDocsNameNoWorkPeriods(t *testing.T) {
@@ -223,10 +353,13 @@ func TestWorkPeriodPatternsCatchDiaryForms(t *testing.T) {
 }
 
 // Issue numbers and commit hashes used as chapters: the tracker's item as
-// the page's brief, a stretch of work from or until a commit, a build named
-// by branch and commit, a table whose columns are commits. A figure's
-// provenance ("(commit 3f07c37; PyTorch 2.1)"), an upstream file's
-// commit in a table's body and CHANGELOG.md's release lines are not.
+// the page's brief or a number in prose, a stretch of work from, at or
+// until a commit, a build named by branch and commit or compared with
+// another commit, a table whose columns or rows are commits (or rows
+// dates). A figure's provenance ("(commit 3f07c37; PyTorch 2.1)"), an
+// upstream file's commit in a table's body, hex that is no commit (0x1f,
+// a SHA-256 digest), a shell session and CHANGELOG.md's release lines are
+// not.
 func TestIssuesAndCommitsAsChapters(t *testing.T) {
 	cases := []struct {
 		name      string
@@ -252,6 +385,26 @@ func TestIssuesAndCommitsAsChapters(t *testing.T) {
 		{"numbers in a table header", "| rows | 1000000 | 2048 |\n|---|---|---|\n", 0, false},
 		{"main as a word", "the main 2048-row product; the head 32 rows\n", 0, false},
 		{"a hex word in a heading's table", "| deadbeef | cafe |\n|---|---|\n", 0, false},
+		{"tracker number in prose", "the store's eviction (#12) keeps the newest blocks\n", 1, false},
+		{"tracker number after a verb", "the queue's order, as fixes #7 left it\n", 1, false},
+		{"issue number without a space", "see issue#12 for the regime\n", 1, false},
+		{"a build at a commit", "`make bench-8b` at commit 9a4f434, load 12–18\n", 1, false},
+		{"a figure before a commit", "the int8 kernel's step, before 40c911e\n", 1, false},
+		{"a build against a commit", "the fused halves, against commit b3693fd\n", 1, false},
+		{"two commits on one line", "the int8 kernel of 8a8bf3d and the 64-row packs of 40c911e\n", 1, false},
+		{"rows labelled by commits", "| build | step (s) |\n|---|---|\n| 3f07c37 | 0.084 |\n| with the packs (8a1477f) | 0.080 |\n", 2, false},
+		{"a row labelled by a date", "| day | step (s) |\n|---|---|\n| 2026-11-25 | 0.08 |\n", 1, false},
+		{"a shell session", "open a shell session and run `make build`; the chat's session keeps its turns\n", 0, false},
+		{"hex constants", "a MessagePack uint8 is `0xcc`, a fixint `0x1f`; the magic 0x46554747a1b2c3d4\n", 0, false},
+		{"a SHA-256 digest as a row's label", "| digest | input |\n|---|---|\n| `9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08` | `test` |\n", 0, false},
+		{"a shell comment in a code block", "```sh\n# 1. Profile once per model\nmake run   # then 2. plot\n```\n", 0, false},
+		{"numbers compared", "2048 rows against 1000000, before 4096\n", 0, false},
+		{"one upstream commit named twice", "read at 72feb60, as the table's (72feb60) says\n", 0, false},
+		{"a commit after a line break", "the whole of `make bench-8b` at commit\n9a4f434, load 12–18 at each row\n", 1, false},
+		{"an issue number after a line break", "the regime as issue\n33 measured it\n", 1, false},
+		{"two commits in a wrapped sentence", "the int8 kernel of 8a8bf3d, before the\n64-row packs of 40c911e\n", 1, false},
+		{"provenance in two paragraphs", "`make bench` (commit 3f07c37)\n\nthe thread team (commit df41209)\n", 0, false},
+		{"rows labelled by what they measure", "| suite | greedy |\n|---|---|\n| lookup | 94% |\n| the export | 2026-11-25 |\n", 0, false},
 	}
 	dir := t.TempDir()
 	for i, c := range cases {
