@@ -25,8 +25,12 @@ func BLAS() string {
 	if h := blasKernelHint(blasCorename(), MachineISA(), os.Getenv("OPENBLAS_CORETYPE") != ""); h != "" {
 		s += "; " + h
 	}
-	if simd && !blasRowsInvariant() {
-		s += "; its rows depend on their place in a product, so products with weights run on the panel kernel"
+	if !blasRowsInvariant() {
+		if simd {
+			s += "; its rows depend on their place in a product, so products with weights run on the panel kernel"
+		} else {
+			s += "; its rows depend on their place in a product, so products with weights run on a plain C loop (kernels capped below AVX2)"
+		}
 	}
 	return s
 }

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"unsafe"
@@ -127,6 +128,43 @@ func TestMatMulRowsInvariant(t *testing.T) {
 							}
 						}
 					}
+				}
+			}
+		}
+	}
+}
+
+// TestPlainWeightNT: the plain C product (what products with weights run
+// on where OpenBLAS's rows depend on their place and the panel kernel is
+// capped off) is within float32 rounding of a float64 product, and each
+// row of it is bit for bit the row multiplied alone, for shapes with and
+// without partial tiles.
+func TestPlainWeightNT(t *testing.T) {
+	for _, sh := range [][3]int{{1, 1, 1}, {7, 13, 5}, {40, 100, 640}, {150, 64, 128}, {4, 8, 33}} {
+		m, n, k := sh[0], sh[1], sh[2]
+		a, w := make([]float32, m*k), make([]float32, n*k)
+		for i := range a {
+			a[i] = float32((i*104729)%4001-2000) / 1024
+		}
+		for i := range w {
+			w[i] = float32((i*7919)%2003-1001) / 4096
+		}
+		c := make([]float32, m*n)
+		plainWeightNT(m, n, k, a, k, w, k, c, n)
+		one := make([]float32, n)
+		for i := range m {
+			plainWeightNT(1, n, k, a[i*k:], k, w, k, one, n)
+			for j := range n {
+				var ref, mag float64
+				for kk := range k {
+					p := float64(a[i*k+kk]) * float64(w[j*k+kk])
+					ref, mag = ref+p, mag+math.Abs(p)
+				}
+				if d := math.Abs(float64(c[i*n+j]) - ref); d > 1e-6*mag+1e-30 {
+					t.Fatalf("%dx%dx%d: c[%d,%d] = %g, float64 product %g", m, n, k, i, j, c[i*n+j], ref)
+				}
+				if c[i*n+j] != one[j] {
+					t.Fatalf("%dx%dx%d: row %d col %d is %g in the product, %g alone", m, n, k, i, j, c[i*n+j], one[j])
 				}
 			}
 		}

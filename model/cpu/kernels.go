@@ -235,6 +235,13 @@ func panelPack(w []float32, ldw, n, k int) []float32 {
 	return p
 }
 
+// plainWeightNT is c = a·wᵀ (a [m, k], w [n, k], c [m, n]) on a plain C
+// loop on this goroutine: each row of c is the same whatever m is.
+func plainWeightNT(m, n, k int, a []float32, lda int, w []float32, ldw int, c []float32, ldc int) {
+	_, _, _ = a[(m-1)*lda+k-1], w[(n-1)*ldw+k-1], c[(m-1)*ldc+n-1]
+	C.dlmc_gemm_nt_plain(C.int(m), C.int(n), C.int(k), fptr(a), C.long(lda), fptr(w), C.long(ldw), fptr(c), C.long(ldc))
+}
+
 // panelWeightNT is c = a·wᵀ (a [m, k], w [n, k], c [m, n]) on the panel
 // kernel on this goroutine, w laid out for it into a pooled buffer first:
 // each row of c is the same whatever m is.

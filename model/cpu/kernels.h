@@ -45,6 +45,9 @@ void dlmc_f16_rows(int f16c, float *dst, const uint16_t *src, long rows, long co
 // dst (rows × cols, dense) = src (row stride lds) rounded to the nearest
 // BF16, ties to even; NaN stays NaN.
 void dlmc_f32_to_bf16(uint16_t *dst, const float *src, long rows, long cols, long lds);
+// c[m × n] = a[m × k]·wᵀ in plain C, each element summed over k in order:
+// rows independent of the product they are in (vec.c).
+void dlmc_gemm_nt_plain(int m, int n, int k, const float *a, long lda, const float *w, long ldw, float *c, long ldc);
 
 // quant.c: ggml's quantized weight types (their ggml_type numbers), and
 // the instruction sets of the int8 products.

@@ -158,13 +158,18 @@ func blasMinRows(n, k int) int {
 // places in a product even so (blasRowsInvariant: its Haswell and Zen
 // kernels, what it runs on AVX2 processors, differ in rows 6–11 of every
 // 12), the product runs on the panel kernel instead, w laid out for it per
-// call (panelWeightNT).
+// call (panelWeightNT), or where the kernels are capped below AVX2
+// ($DLMCACHE_CPU_ISA) on a plain C loop (plainWeightNT).
 func (b *Backend) blasWeightNT(m, n, k int, a []float32, lda int, w []float32, ldw int, c []float32, ldc int) {
 	if m == 0 || n == 0 {
 		return
 	}
-	if k > 0 && simd && !blasRowsInvariant() {
-		b.panelWeightNT(m, n, k, a, lda, w, ldw, c, ldc)
+	if k > 0 && !blasRowsInvariant() {
+		if simd {
+			b.panelWeightNT(m, n, k, a, lda, w, ldw, c, ldc)
+		} else {
+			plainWeightNT(m, n, k, a, lda, w, ldw, c, ldc)
+		}
 		return
 	}
 	b.openBLASWeightNT(m, n, k, a, lda, w, ldw, c, ldc)

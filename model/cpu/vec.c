@@ -281,3 +281,56 @@ void dlmc_f32_to_bf16(uint16_t *dst, const float *src, long rows, long cols, lon
 		}
 	}
 }
+
+// dlmc_gemm_nt_plain: c[m × n] = a[m × k]·wᵀ (w [n × k]) in plain C, each
+// element the sum over k in index order with no fused multiply-add: a
+// row's bits never depend on the other rows of the product, on m or on
+// how the columns are split. The products with weights run on it only
+// where OpenBLAS's kernel lacks that and the panel kernel cannot run (the
+// kernels capped below AVX2 on an AVX2 processor). Tiles of 4 rows × 8
+// columns keep the partial sums in registers; on x86-64 full tiles run
+// on SSE2 (every x86-64 processor has it), lane j of a vector being
+// column j's sum, multiplied then added as the scalar loop does.
+void dlmc_gemm_nt_plain(int m, int n, int k, const float *a, long lda, const float *w, long ldw, float *c, long ldc) {
+	for (int i0 = 0; i0 < m; i0 += 4) {
+		int mr = m - i0 < 4 ? m - i0 : 4;
+		for (int j0 = 0; j0 < n; j0 += 8) {
+			int nr = n - j0 < 8 ? n - j0 : 8;
+#if defined(__x86_64__)
+			if (mr == 4 && nr == 8) {
+				__m128 acc[4][2];
+				for (int i = 0; i < 4; i++) acc[i][0] = acc[i][1] = _mm_setzero_ps();
+				for (int kk = 0; kk < k; kk++) {
+					const float *wk = w + (long)j0 * ldw + kk;
+					__m128 w0 = _mm_setr_ps(wk[0], wk[ldw], wk[2 * ldw], wk[3 * ldw]);
+					__m128 w1 = _mm_setr_ps(wk[4 * ldw], wk[5 * ldw], wk[6 * ldw], wk[7 * ldw]);
+					for (int i = 0; i < 4; i++) {
+						__m128 av = _mm_set1_ps(a[(long)(i0 + i) * lda + kk]);
+						acc[i][0] = _mm_add_ps(acc[i][0], _mm_mul_ps(av, w0));
+						acc[i][1] = _mm_add_ps(acc[i][1], _mm_mul_ps(av, w1));
+					}
+				}
+				for (int i = 0; i < 4; i++) {
+					_mm_storeu_ps(c + (long)(i0 + i) * ldc + j0, acc[i][0]);
+					_mm_storeu_ps(c + (long)(i0 + i) * ldc + j0 + 4, acc[i][1]);
+				}
+				continue;
+			}
+#endif
+			float acc[4][8] = {{0}};
+			for (int kk = 0; kk < k; kk++) {
+				float wv[8];
+				for (int j = 0; j < nr; j++) wv[j] = w[(long)(j0 + j) * ldw + kk];
+				for (int i = 0; i < mr; i++) {
+					float av = a[(long)(i0 + i) * lda + kk];
+					for (int j = 0; j < nr; j++) {
+						float p = av * wv[j];
+						acc[i][j] = acc[i][j] + p;
+					}
+				}
+			}
+			for (int i = 0; i < mr; i++)
+				for (int j = 0; j < nr; j++) c[(long)(i0 + i) * ldc + j0 + j] = acc[i][j];
+		}
+	}
+}
