@@ -6,6 +6,7 @@ import (
 
 	"github.com/dlmcache/dlmcache/datasets"
 	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 // BenchmarkExactBlock times the shared-system workload of `bench
@@ -34,7 +35,7 @@ func benchExactBlock(b *testing.B, m *model.Model) {
 		reqs = append(reqs, req{ids, pl})
 	}
 	B := m.Config.CausalBlock()
-	o := model.GenOptions{GenLength: 128, Steps: 128, BlockLength: B, Decoder: model.Threshold{T: 0.95}}
+	o := sample.GenOptions{GenLength: 128, Steps: 128, BlockLength: B, Decoder: sample.Threshold{T: 0.95}}
 	for _, name := range []string{"none", "exact-block"} {
 		b.Run(name, func(b *testing.B) {
 			for i := 0; i < b.N; i++ {

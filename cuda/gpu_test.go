@@ -20,6 +20,7 @@ import (
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/backend"
 	"github.com/dlmcache/dlmcache/model/cpu"
+	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 const tinyBF16 = "../model/testdata/tiny-bf16"
@@ -289,12 +290,12 @@ func TestGenerateMatchesCPU(t *testing.T) {
 			g := newGPU(t, m.opts)
 			gm := loadTinyOn(t, g)
 			for _, gen := range goldenGenerations(t, tinyBF16) {
-				o := model.GenOptions{GenLength: gen.GenLength, Steps: gen.Steps, BlockLength: gen.BlockLength}
-				want, err := cm.Generate(context.Background(), gen.PromptIDs, 0, o, nil)
+				o := sample.GenOptions{GenLength: gen.GenLength, Steps: gen.Steps, BlockLength: gen.BlockLength}
+				want, err := sample.Generate(context.Background(), cm.LLaDA, gen.PromptIDs, 0, o, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
-				got, err := gm.Generate(context.Background(), gen.PromptIDs, 0, o, nil)
+				got, err := sample.Generate(context.Background(), gm.LLaDA, gen.PromptIDs, 0, o, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -345,8 +346,8 @@ func TestBlockCausalMatchesCPU(t *testing.T) {
 		}
 		want[name] = ref{out, rec}
 	}
-	o := model.GenOptions{GenLength: 24, Steps: 24, BlockLength: 8, Decoder: model.Threshold{T: 0.12}}
-	cpuNone, err := cm.Generate(context.Background(), prompt, 0, o, nil)
+	o := sample.GenOptions{GenLength: 24, Steps: 24, BlockLength: 8, Decoder: sample.Threshold{T: 0.12}}
+	cpuNone, err := sample.Generate(context.Background(), cm.LLaDA, prompt, 0, o, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -377,7 +378,7 @@ func TestBlockCausalMatchesCPU(t *testing.T) {
 			if !m.opts.F32 {
 				return
 			}
-			none, err := gm.Generate(context.Background(), prompt, 0, o, nil)
+			none, err := sample.Generate(context.Background(), gm.LLaDA, prompt, 0, o, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -13,7 +13,7 @@ import (
 // pre-norm RMSNorm, rotate-half RoPE over the whole head, GQA, a
 // SiLU-gated MLP — with causal attention (the query at position id p
 // reads the keys at ids ≤ p) and next-token logits (row i's logits
-// predict token i+1). Their Config has Causal set: LLaDA.Generate decodes
+// predict token i+1). Their Config has Causal set: sample.Generate decodes
 // them token by token with an exact K/V cache (autoregressive.go).
 //
 // An AR model has no mask token; config.json's mask_token_id, where it

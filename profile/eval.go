@@ -9,6 +9,7 @@ import (
 	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/datasets"
 	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/sample"
 	"github.com/dlmcache/dlmcache/model/tokenizer"
 )
 
@@ -64,7 +65,7 @@ type SuiteResult struct {
 type Evaluator struct {
 	Model    *model.Model
 	Method   cache.Method
-	Gen      model.GenOptions
+	Gen      sample.GenOptions
 	Progress func(done, total int)
 	// ModelName, if set, labels the results (a bench comparing models);
 	// agreement with none is then with none on the same model.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/dlmcache/dlmcache/internal/testmodel"
 	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 // measureRequest loads tiny-f32 and encodes the request the measure tests
@@ -23,7 +24,7 @@ func measureRequest(t *testing.T) (*model.Model, []int32, int) {
 
 func TestMeasureLayerOneIsExactAndDeeperLayersDrift(t *testing.T) {
 	m, ids, prefix := measureRequest(t)
-	o := model.GenOptions{GenLength: 8, Steps: 4}
+	o := sample.GenOptions{GenLength: 8, Steps: 4}
 	sims, err := Measure(context.Background(), m.LLaDA, ids, prefix, o, false)
 	if err != nil {
 		t.Fatal(err)
@@ -118,7 +119,7 @@ func TestSafeDepth(t *testing.T) {
 
 func TestMeasureRefresh(t *testing.T) {
 	m, ids, prefix := measureRequest(t)
-	o := model.GenOptions{GenLength: 8, Steps: 8}
+	o := sample.GenOptions{GenLength: 8, Steps: 8}
 	pic, err := MeasureRefresh(context.Background(), m.LLaDA, ids, prefix, o, 1)
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"github.com/dlmcache/dlmcache/internal/atomicfile"
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 // Request is one profiling request, already tokenized.
@@ -50,7 +51,7 @@ const (
 // stopped.
 type Runner struct {
 	Model    *model.LLaDA
-	Gen      model.GenOptions
+	Gen      sample.GenOptions
 	AllSteps bool
 	Info     RunInfo // written with the results; Tau and Edges build the table
 	OutDir   string

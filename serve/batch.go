@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 // batcher runs the step forwards of the generations running at the same
@@ -117,7 +118,7 @@ func (s *session) Forward(in model.Input, plan model.Plan) (*model.Output, error
 // idle leaves the batch until the session's next forward, which joins
 // it again: the others stop waiting for this generation's forwards
 // meanwhile. The guided decoder's guide sessions are idle between their
-// generation's verifications (model.GenOptions.GuideIdle), so a batch of
+// generation's verifications (sample.GenOptions.GuideIdle), so a batch of
 // guide forwards never waits for a generation that is in its diffusion
 // step (which itself may wait for the guide batch's generations: a
 // deadlock otherwise).
@@ -229,7 +230,7 @@ func recovered(f func() error) (err error) {
 
 // batched routes a generation's forwards through the batcher (when the
 // server batches); leave must be called when the generation ends.
-func (s *Server) batched(ctx context.Context, o model.GenOptions) (model.GenOptions, func()) {
+func (s *Server) batched(ctx context.Context, o sample.GenOptions) (sample.GenOptions, func()) {
 	if s.batch == nil {
 		return o, func() {}
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/sample"
 	"github.com/dlmcache/dlmcache/profile"
 )
 
@@ -61,7 +62,7 @@ func TestBlockCausalModelsDecodeInTheirOwnBlocks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.GenLength != 32 || o.Steps != 32 || o.BlockLength != 8 || o.Decoder != (model.Threshold{T: model.DefaultBlockThreshold}) {
+	if o.GenLength != 32 || o.Steps != 32 || o.BlockLength != 8 || o.Decoder != (sample.Threshold{T: sample.DefaultBlockThreshold}) {
 		t.Errorf("defaults %+v", o)
 	}
 	if o, err = lm.genOptions(20, 0, 0); err != nil || o.Steps != 20 || o.BlockLength != 8 {
