@@ -136,7 +136,7 @@ func checkApproximate(t *testing.T, m *model.Model, meth Method, ids []int32, pl
 	var runs [2]*Result
 	for i := range runs {
 		var logits [][]float32
-		res, err := Run(context.Background(), m.LLaDA, meth, Request{Prompt: ids, PrefixLen: pl}, logged(m, gen, &logits))
+		res, err := Run(context.Background(), m.Network, meth, Request{Prompt: ids, PrefixLen: pl}, logged(m, gen, &logits))
 		if err != nil {
 			t.Fatalf("run %d: %v", i+1, err)
 		}
@@ -196,7 +196,7 @@ func checkDegenerate(t *testing.T, m *model.Model, meth Method, ids []int32, pl 
 	t.Helper()
 	gen = meth.Gen(gen)
 	want, _ := generate(t, m, mk(t, "none", Options{}), ids, pl, gen)
-	got, err := Run(context.Background(), m.LLaDA, meth, Request{Prompt: ids, PrefixLen: pl}, gen)
+	got, err := Run(context.Background(), m.Network, meth, Request{Prompt: ids, PrefixLen: pl}, gen)
 	if err != nil {
 		t.Fatalf("computing every row: %v", err)
 	}
@@ -239,7 +239,7 @@ func checkExact(t *testing.T, m *model.Model, name string, meth Method, ids []in
 	gen = meth.Gen(gen)
 	var wantLogits, gotLogits [][]float32
 	want, _ := generate(t, m, mk(t, "none", Options{}), ids, pl, logged(m, gen, &wantLogits))
-	got, err := Run(context.Background(), m.LLaDA, meth, Request{Prompt: ids, PrefixLen: pl}, logged(m, gen, &gotLogits))
+	got, err := Run(context.Background(), m.Network, meth, Request{Prompt: ids, PrefixLen: pl}, logged(m, gen, &gotLogits))
 	if err != nil {
 		t.Fatalf("%s: %v", name, err)
 	}
@@ -374,11 +374,11 @@ func TestCausalModelsTakeNone(t *testing.T) {
 	}
 	ids := []int32{257, 115, 121, 10, 258, 257, 97, 10}
 	gen := sample.GenOptions{GenLength: 8, Steps: 8, BlockLength: 1}
-	res, err := Run(context.Background(), m.LLaDA, mk(t, "none", o), Request{Prompt: ids}, gen)
+	res, err := Run(context.Background(), m.Network, mk(t, "none", o), Request{Prompt: ids}, gen)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := sample.Generate(context.Background(), m.LLaDA, ids, 0, gen, nil)
+	want, err := sample.Generate(context.Background(), m.Network, ids, 0, gen, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -123,7 +123,7 @@ func TestAuthorsReferenceTokens(t *testing.T) {
 			differ := authorsDiffer[f.Method]
 			same, nfe, ref := 0, 0, 0
 			for _, c := range cases {
-				res, err := Run(context.Background(), m.LLaDA, meth, Request{Prompt: c.PromptIDs, PrefixLen: c.PrefixLen}, gen)
+				res, err := Run(context.Background(), m.Network, meth, Request{Prompt: c.PromptIDs, PrefixLen: c.PrefixLen}, gen)
 				if err != nil {
 					t.Fatalf("%s: %v", c.ID, err)
 				}

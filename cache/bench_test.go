@@ -57,7 +57,7 @@ func benchMethods(b *testing.B, m *model.Model) {
 				opts := DefaultOptions()
 				opts.Store, opts.Table, opts.DeepSource, opts.Fingerprint = NewStore(m.Backend, 1<<30, FIFO), table(L, 6), DeepSource(tc.source), m.Fingerprint
 				meth := mk(b, tc.method, opts)
-				if _, err := sample.Generate(context.Background(), m.LLaDA, ids, pl, o, meth.Planner(m.LLaDA, "", nil)); err != nil {
+				if _, err := sample.Generate(context.Background(), m.Network, ids, pl, o, meth.Planner(m.Network, "", nil)); err != nil {
 					b.Fatal(err)
 				}
 			}

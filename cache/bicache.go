@@ -165,7 +165,7 @@ func source(s DeepSource) DeepSource {
 	return s
 }
 
-func (m *biCache) Planner(lm *model.LLaDA, salt string, info *Info) sample.Planner {
+func (m *biCache) Planner(lm *model.Network, salt string, info *Info) sample.Planner {
 	deep := &deepRefresh{lm: lm, b: lm.Backend, L: len(lm.Blocks), period: m.o.BiCache.Refresh, drift: m.o.BiCache.Drift}
 	p := tableWrapper(m.o, lm, salt, info, deep)
 	p.offAtZero = true
@@ -174,7 +174,7 @@ func (m *biCache) Planner(lm *model.LLaDA, salt string, info *Info) sample.Plann
 }
 
 // tableWrapper is the shallow wrapper with the table's depth around inner.
-func tableWrapper(o Options, lm *model.LLaDA, salt string, info *Info, inner sample.Planner) *shallow {
+func tableWrapper(o Options, lm *model.Network, salt string, info *Info, inner sample.Planner) *shallow {
 	if info == nil {
 		info = &Info{}
 	}
@@ -202,7 +202,7 @@ func joinSalt(method, request string) string {
 // theirs), taking their hidden state entering that layer from the last
 // refresh.
 type deepRefresh struct {
-	lm     *model.LLaDA
+	lm     *model.Network
 	b      backend.Backend
 	L      int
 	period int

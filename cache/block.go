@@ -65,7 +65,7 @@ func (m *block) CheckModel(c *model.Config) error {
 	return nil
 }
 
-func (m *block) Planner(lm *model.LLaDA, _ string, _ *Info) sample.Planner {
+func (m *block) Planner(lm *model.Network, _ string, _ *Info) sample.Planner {
 	return &blockPlanner{tokenPlan{lm: lm}}
 }
 

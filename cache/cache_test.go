@@ -164,7 +164,7 @@ func request(t testing.TB, m *model.Model, i int) ([]int32, int) {
 func generate(t testing.TB, m *model.Model, meth Method, ids []int32, prefix int, o sample.GenOptions) (*sample.Generation, Info) {
 	t.Helper()
 	var info Info
-	g, err := sample.Generate(context.Background(), m.LLaDA, ids, prefix, o, meth.Planner(m.LLaDA, "", &info))
+	g, err := sample.Generate(context.Background(), m.Network, ids, prefix, o, meth.Planner(m.Network, "", &info))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -394,7 +394,7 @@ func TestConcurrentRequests(t *testing.T) {
 		go func(i int) {
 			defer wg.Done()
 			ids, pl := request(t, m, i)
-			g, err := sample.Generate(context.Background(), m.LLaDA, ids, pl, o, meth.Planner(m.LLaDA, "", nil))
+			g, err := sample.Generate(context.Background(), m.Network, ids, pl, o, meth.Planner(m.Network, "", nil))
 			if err != nil {
 				t.Error(err)
 				return
@@ -432,7 +432,7 @@ func TestStoreSpill(t *testing.T) {
 	get := func(ids []int32, pl int) (*Entry, bool) {
 		e, hit, err := primary.Acquire(PrefixID{Fingerprint: "fp", Tokens: ids[:pl]}, func() (*Entry, error) {
 			computed++
-			return ComputePrefix(m.LLaDA, ids[:pl])
+			return ComputePrefix(m.Network, ids[:pl])
 		})
 		if err != nil {
 			t.Fatal(err)

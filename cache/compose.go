@@ -36,7 +36,7 @@ func (m *withBiCache) Table() *lut.Table                         { return m.o.Ta
 func (m *withBiCache) Source() string                            { return string(source(m.o.DeepSource)) }
 func (m *withBiCache) Gen(o sample.GenOptions) sample.GenOptions { return m.inner.Gen(o) }
 
-func (m *withBiCache) Planner(lm *model.LLaDA, salt string, info *Info) sample.Planner {
+func (m *withBiCache) Planner(lm *model.Network, salt string, info *Info) sample.Planner {
 	return tableWrapper(m.o, lm, salt, info, m.inner.Planner(lm, salt, nil))
 }
 

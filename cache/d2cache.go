@@ -74,7 +74,7 @@ func (m *d2Cache) Gen(o sample.GenOptions) sample.GenOptions {
 	return o
 }
 
-func (m *d2Cache) Planner(lm *model.LLaDA, _ string, _ *Info) sample.Planner {
+func (m *d2Cache) Planner(lm *model.Network, _ string, _ *Info) sample.Planner {
 	return &d2Planner{tokenPlan: tokenPlan{lm: lm}, o: m.o.D2, mask: int32(lm.Config.MaskTokenID), L: len(lm.Blocks)}
 }
 

@@ -60,7 +60,7 @@ func newDLLMCache(o Options) (Method, error) {
 	return &dllmCache{base{"dllm-cache", o}}, nil
 }
 
-func (m *dllmCache) Planner(lm *model.LLaDA, _ string, _ *Info) sample.Planner {
+func (m *dllmCache) Planner(lm *model.Network, _ string, _ *Info) sample.Planner {
 	return &dllmPlanner{tokenPlan: tokenPlan{lm: lm}, o: m.o.DLLM}
 }
 

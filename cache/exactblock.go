@@ -56,7 +56,7 @@ func (m *exactBlock) CheckModel(c *model.Config) error {
 	return nil
 }
 
-func (m *exactBlock) Planner(lm *model.LLaDA, salt string, info *Info) sample.Planner {
+func (m *exactBlock) Planner(lm *model.Network, salt string, info *Info) sample.Planner {
 	if info == nil {
 		info = &Info{}
 	}
@@ -71,7 +71,7 @@ func (m *exactBlock) Planner(lm *model.LLaDA, salt string, info *Info) sample.Pl
 // committed on a block's first step).
 type exactPlanner struct {
 	meth *exactBlock
-	lm   *model.LLaDA
+	lm   *model.Network
 	info *Info
 	id   PrefixID
 

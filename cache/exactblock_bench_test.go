@@ -43,7 +43,7 @@ func benchExactBlock(b *testing.B, m *model.Model) {
 				opts.Store, opts.Fingerprint = NewBlockStore(m.Backend, B, 1<<30, true, nil), m.Fingerprint
 				meth := mk(b, name, opts)
 				for _, r := range reqs {
-					if _, err := Run(context.Background(), m.LLaDA, meth, Request{Prompt: r.ids, PrefixLen: r.pl}, o); err != nil {
+					if _, err := Run(context.Background(), m.Network, meth, Request{Prompt: r.ids, PrefixLen: r.pl}, o); err != nil {
 						b.Fatal(err)
 					}
 				}

@@ -142,8 +142,8 @@ func TestExactBlockRows(t *testing.T) {
 	ids, pl := request(t, m, 1)
 	o := sample.GenOptions{GenLength: 4 * B, Steps: 2 * B, BlockLength: B}
 	var steps []recorded
-	p := mk(t, "exact-block", Options{}).Planner(m.LLaDA, "", nil)
-	g, err := sample.Generate(context.Background(), m.LLaDA, ids, pl, o, &rowRecorder{Planner: p, steps: &steps})
+	p := mk(t, "exact-block", Options{}).Planner(m.Network, "", nil)
+	g, err := sample.Generate(context.Background(), m.Network, ids, pl, o, &rowRecorder{Planner: p, steps: &steps})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +219,7 @@ func TestExactBlockStore(t *testing.T) {
 			want := wants[i]
 			var steps []recorded
 			var info Info
-			got, err := sample.Generate(context.Background(), m.LLaDA, ids, pl, o, &rowRecorder{Planner: meth.Planner(m.LLaDA, "", &info), steps: &steps})
+			got, err := sample.Generate(context.Background(), m.Network, ids, pl, o, &rowRecorder{Planner: meth.Planner(m.Network, "", &info), steps: &steps})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -309,7 +309,7 @@ func TestExactBlockConversation(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := StorePrefix(m.LLaDA, meth, answered, ""); err != nil {
+		if _, _, err := StorePrefix(m.Network, meth, answered, ""); err != nil {
 			t.Fatal(err)
 		}
 		prevStored = len(answered) / B * B
@@ -371,7 +371,7 @@ func TestExactBlockKeepsAnswers(t *testing.T) {
 		}
 		// The same blocks computed from their tokens.
 		fresh := NewBlockStore(m.Backend, SB, 1<<30, true, nil)
-		if _, _, err := StorePrefix(m.LLaDA, mk(t, "exact-block", Options{Store: fresh, Fingerprint: m.Fingerprint}), g.Canvas[:nb*SB], ""); err != nil {
+		if _, _, err := StorePrefix(m.Network, mk(t, "exact-block", Options{Store: fresh, Fingerprint: m.Fingerprint}), g.Canvas[:nb*SB], ""); err != nil {
 			t.Fatal(err)
 		}
 		computed := chainOf(fresh, nb)
@@ -443,13 +443,13 @@ func TestExactBlockRefuses(t *testing.T) {
 	if err := CheckModel(meth, bi.Config); err == nil || !strings.Contains(err.Error(), "block-causal") {
 		t.Errorf("bidirectional model: CheckModel %v", err)
 	}
-	if _, err := Run(context.Background(), bi.LLaDA, meth, Request{Prompt: ids, PrefixLen: pl}, o); err == nil || !strings.Contains(err.Error(), "bidirectional") {
+	if _, err := Run(context.Background(), bi.Network, meth, Request{Prompt: ids, PrefixLen: pl}, o); err == nil || !strings.Contains(err.Error(), "bidirectional") {
 		t.Errorf("bidirectional model: Run %v", err)
 	}
 	const B = 8
 	m := loadBlockTiny(t, B)
 	half := mk(t, "exact-block", Options{Store: NewBlockStore(m.Backend, B/2, 1<<30, true, nil)})
-	if _, err := Run(context.Background(), m.LLaDA, half, Request{Prompt: ids, PrefixLen: pl}, o); err == nil || !strings.Contains(err.Error(), "--store-blocks 8") {
+	if _, err := Run(context.Background(), m.Network, half, Request{Prompt: ids, PrefixLen: pl}, o); err == nil || !strings.Contains(err.Error(), "--store-blocks 8") {
 		t.Errorf("store blocks of B/2: %v", err)
 	}
 	if err := CheckModel(mk(t, "none", Options{}), bi.Config); err != nil {
@@ -490,7 +490,7 @@ func everyMethodServesOrRefuses(t *testing.T, B int) {
 					t.Errorf("accepted the model, then panicked mid-request: %v", r)
 				}
 			}()
-			res, err := Run(context.Background(), m.LLaDA, meth, Request{Prompt: ids, PrefixLen: pl}, gen)
+			res, err := Run(context.Background(), m.Network, meth, Request{Prompt: ids, PrefixLen: pl}, gen)
 			if err != nil {
 				t.Fatalf("accepted the model, then failed mid-request: %v", err)
 			}
@@ -521,7 +521,7 @@ func TestBlockDualBlockOnBlockCausal(t *testing.T) {
 		if err != nil {
 			t.Fatalf("--dual-block %d on blocks of 16: %v", n, err)
 		}
-		if _, err := Run(context.Background(), m.LLaDA, meth, Request{Prompt: ids, PrefixLen: pl}, sample.GenOptions{GenLength: 16, Steps: 16}); err != nil {
+		if _, err := Run(context.Background(), m.Network, meth, Request{Prompt: ids, PrefixLen: pl}, sample.GenOptions{GenLength: 16, Steps: 16}); err != nil {
 			t.Errorf("--dual-block %d, gen length 16 on blocks of 16: %v", n, err)
 		}
 	}
@@ -561,7 +561,7 @@ func TestExactBlockConcurrentSharedPrefix(t *testing.T) {
 		}
 		firstDone := make(chan error, 1)
 		go func() {
-			_, err := sample.Generate(context.Background(), m.LLaDA, ids0, pl, o0, meth.Planner(m.LLaDA, "", nil))
+			_, err := sample.Generate(context.Background(), m.Network, ids0, pl, o0, meth.Planner(m.Network, "", nil))
 			firstDone <- err
 		}()
 		<-inFirst
@@ -579,7 +579,7 @@ func TestExactBlockConcurrentSharedPrefix(t *testing.T) {
 		}
 		second := make(chan result, 1)
 		go func() {
-			g, err := sample.Generate(context.Background(), m.LLaDA, ids3, pl, o3, meth.Planner(m.LLaDA, "", &info))
+			g, err := sample.Generate(context.Background(), m.Network, ids3, pl, o3, meth.Planner(m.Network, "", &info))
 			second <- result{g, err}
 		}()
 		select {

@@ -56,7 +56,7 @@ func Example() {
 			return
 		}
 		req := cache.Request{Prompt: ids, PrefixLen: prefixLen}
-		res, err := cache.Run(context.Background(), m.LLaDA, bicache, req, gen)
+		res, err := cache.Run(context.Background(), m.Network, bicache, req, gen)
 		if err != nil {
 			fmt.Println(err)
 			return

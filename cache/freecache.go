@@ -53,7 +53,7 @@ func newFreeCache(o Options) (Method, error) {
 // schedule's own decoder.
 func (m *freeCache) Gen(o sample.GenOptions) sample.GenOptions { return blocked(o, m.o.Block.Length) }
 
-func (m *freeCache) Planner(lm *model.LLaDA, _ string, _ *Info) sample.Planner {
+func (m *freeCache) Planner(lm *model.Network, _ string, _ *Info) sample.Planner {
 	return &freePlanner{tokenPlan: tokenPlan{lm: lm}, refresh: m.o.Free.Refresh}
 }
 

@@ -20,7 +20,7 @@ import (
 // guide's prefill computes it). bs must be the guide's store alone (its
 // K/V are the guide's shape, not the diffusion model's).
 func GuidePrefix(bs *BlockStore, fingerprint, salt string) sample.GuidePrefixFunc {
-	return func(guide *model.LLaDA, tokens []int32, k, v []backend.Tensor) (int, int, int, error) {
+	return func(guide *model.Network, tokens []int32, k, v []backend.Tensor) (int, int, int, error) {
 		if !guide.Config.Causal {
 			return 0, 0, 0, fmt.Errorf("cache: the guide's prefix store holds an autoregressive model's K/V; %s is not one", guide.Config.ArchName())
 		}

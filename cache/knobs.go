@@ -218,7 +218,7 @@ type GridPoint struct {
 // nopStore stands in for a store when a setting is only checked.
 type nopStore struct{}
 
-func (nopStore) Get(*model.LLaDA, PrefixID) (*Entry, int, int, float64, error) {
+func (nopStore) Get(*model.Network, PrefixID) (*Entry, int, int, float64, error) {
 	return nil, 0, 0, 0, errors.New("no store")
 }
 func (nopStore) Release(*Entry) {}

@@ -41,7 +41,7 @@ type kvBuffers struct {
 	k, v []backend.Tensor
 }
 
-func newKVBuffers(lm *model.LLaDA, n int) kvBuffers {
+func newKVBuffers(lm *model.Network, n int) kvBuffers {
 	L := len(lm.Blocks)
 	return kvBuffers{b: lm.Backend, n: n, cols: lm.Config.KVDim(), k: make([]backend.Tensor, L), v: make([]backend.Tensor, L)}
 }
@@ -102,7 +102,7 @@ func keepsAll(p model.Plan) bool {
 // layer; every computed row's K/V are kept, and every other row's come
 // from the kept ones.
 type tokenPlan struct {
-	lm   *model.LLaDA
+	lm   *model.Network
 	kv   kvBuffers
 	all  bool
 	rows []int32

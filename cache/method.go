@@ -31,7 +31,7 @@ type Method interface {
 	// every step). info, if not nil, is filled in at the request's start.
 	// salt, if not empty, isolates the request's stored prefixes from other
 	// tenants' (appended to the method's own salt).
-	Planner(lm *model.LLaDA, salt string, info *Info) sample.Planner
+	Planner(lm *model.Network, salt string, info *Info) sample.Planner
 }
 
 // Storer is a method that keeps prefixes in a store shared across
@@ -389,7 +389,7 @@ type Result struct {
 
 // Run generates an answer to r under meth: the one path that serve, eval,
 // bench and the calibration take. gen is adapted by meth.Gen.
-func Run(ctx context.Context, lm *model.LLaDA, meth Method, r Request, gen sample.GenOptions) (*Result, error) {
+func Run(ctx context.Context, lm *model.Network, meth Method, r Request, gen sample.GenOptions) (*Result, error) {
 	// A block-causal model's block length, before the method adapts the
 	// options (as every command and the server do).
 	gen = sample.BlockDefaults(lm.Config, gen)
@@ -464,7 +464,7 @@ type none struct{ base }
 
 func newNone(o Options) (Method, error) { return &none{base{"none", o}}, nil }
 
-func (*none) Planner(*model.LLaDA, string, *Info) sample.Planner { return nil }
+func (*none) Planner(*model.Network, string, *Info) sample.Planner { return nil }
 
 // blocked sets o's block length for a block method: the method's block
 // length (32 by default, clamped to a divisor of the gen length) when o

@@ -145,7 +145,7 @@ func TestRun(t *testing.T) {
 		if g, h := meth.Gen(meth.Gen(gen)), meth.Gen(gen); g.BlockLength != h.BlockLength || g.Steps != h.Steps || g.Decoder != h.Decoder {
 			t.Errorf("%s: Gen is not idempotent", name)
 		}
-		res, err := Run(context.Background(), m.LLaDA, meth, Request{Prompt: ids, PrefixLen: pl}, gen)
+		res, err := Run(context.Background(), m.Network, meth, Request{Prompt: ids, PrefixLen: pl}, gen)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -272,7 +272,7 @@ func TestEveryMethodSourceAndDepth(t *testing.T) {
 					if CheckModel(meth, m.Config) != nil {
 						continue // exact-block: block-causal models (exactblock_test.go)
 					}
-					res, err := Run(context.Background(), m.LLaDA, meth, Request{Prompt: ids, PrefixLen: pl}, gen)
+					res, err := Run(context.Background(), m.Network, meth, Request{Prompt: ids, PrefixLen: pl}, gen)
 					if err != nil {
 						t.Errorf("%s, %s source, depth %d, blocks %v: %v", name, src, d, blocks, err)
 						continue
@@ -359,7 +359,7 @@ func TestTableMethodDispatches(t *testing.T) {
 		t.Errorf("long request served by %s (store shared: %v)", got.Name(), StoreOf(got) == o.Store)
 	}
 	for range 2 {
-		res, err := Run(context.Background(), m.LLaDA, meth, Request{Prompt: ids, PrefixLen: pl}, long)
+		res, err := Run(context.Background(), m.Network, meth, Request{Prompt: ids, PrefixLen: pl}, long)
 		if err != nil {
 			t.Fatal(err)
 		}

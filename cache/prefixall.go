@@ -21,7 +21,7 @@ func newPrefixAll(o Options) (Method, error) {
 
 func (m *prefixAll) Store() PrefixStore { return m.o.Store }
 
-func (m *prefixAll) Planner(lm *model.LLaDA, salt string, info *Info) sample.Planner {
+func (m *prefixAll) Planner(lm *model.Network, salt string, info *Info) sample.Planner {
 	if info == nil {
 		info = &Info{}
 	}

@@ -75,7 +75,7 @@ func (m *tableMethod) Table() *lut.Table  { return m.o.Table }
 func (m *tableMethod) Source() string     { return "" } // each choice has its own
 
 // Planner serves a request that was not resolved first with no caching.
-func (m *tableMethod) Planner(*model.LLaDA, string, *Info) sample.Planner { return nil }
+func (m *tableMethod) Planner(*model.Network, string, *Info) sample.Planner { return nil }
 
 func (m *tableMethod) Choose(promptLen, prefixLen int, gen sample.GenOptions) Method {
 	r := float64(prefixLen) / float64(max(1, promptLen+gen.GenLength))

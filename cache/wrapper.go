@@ -20,7 +20,7 @@ import (
 // bicache is shallow over deepRefresh; bicache+block, bicache+d2cache and
 // bicache+freecache wrap the token-level caches.
 type shallow struct {
-	lm    *model.LLaDA
+	lm    *model.Network
 	b     backend.Backend
 	L     int
 	store PrefixStore

@@ -26,7 +26,7 @@ type AttentionObserver interface {
 // attentions calls of the computed rows (in row order; one per attention
 // block on a block-causal model, where the weights on the keys a row does
 // not attend are 0).
-func (m *LLaDA) observe(plan Plan, l int, computed []int32, hidden, k, v backend.Tensor, calls []attnCall) {
+func (m *Network) observe(plan Plan, l int, computed []int32, hidden, k, v backend.Tensor, calls []attnCall) {
 	if plan == nil {
 		return
 	}

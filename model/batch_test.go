@@ -40,7 +40,7 @@ func TestForwardBatchMatchesForward(t *testing.T) {
 	}
 	// On a backend without views the batch copies each request's rows of
 	// q, k, v and the attention out and back instead.
-	copies := *m.LLaDA
+	copies := *m.Network
 	copies.Backend = noViews{m.Backend}
 	for _, size := range []int{1, 2, len(ins)} {
 		got, err := m.ForwardBatch(ins[:size], plans[:size])

@@ -15,7 +15,7 @@ import (
 
 // blockCausal returns m with its config made block-causal with blocks of
 // B (and the token shift where shift), sharing m's weights.
-func blockCausal(m *LLaDA, B int, shift bool) *LLaDA {
+func blockCausal(m *Network, B int, shift bool) *Network {
 	c := *m.Config
 	c.BlockCausal, c.BlockSize, c.ShiftLogits = true, B, shift
 	bc := *m
@@ -25,10 +25,10 @@ func blockCausal(m *LLaDA, B int, shift bool) *LLaDA {
 
 // blockCausalF32 loads tiny-f32 and returns it, its layer made block-causal
 // in blocks of B, and golden.json's input ids.
-func blockCausalF32(t *testing.T, B int) (*Model, *LLaDA, []int32) {
+func blockCausalF32(t *testing.T, B int) (*Model, *Network, []int32) {
 	t.Helper()
 	m, g, _ := loadFixture(t, "tiny-f32")
-	return m, blockCausal(m.LLaDA, B, false), g.InputIDs
+	return m, blockCausal(m.Network, B, false), g.InputIDs
 }
 
 // refForward is a plain float64 forward of the LLaDA layer on the host,
@@ -37,7 +37,7 @@ func blockCausalF32(t *testing.T, B int) (*Model, *LLaDA, []int32) {
 // floor(p'/B) <= floor(p/B); B = 0: every key): the reference the
 // block-wise attention of the forward is checked against. It returns the
 // logits of every row.
-func refForward(t *testing.T, m *LLaDA, toks, pos []int32, B int) [][]float64 {
+func refForward(t *testing.T, m *Network, toks, pos []int32, B int) [][]float64 {
 	t.Helper()
 	c, b := m.Config, m.Backend
 	host := func(w backend.Tensor) [][]float64 {
@@ -193,7 +193,7 @@ func TestBlockCausalForwardMatchesMaskedReference(t *testing.T) {
 		{"B=32", 32, nil},
 		{"B=8 gapped positions", 8, g.Pos2.PositionIDs},
 	} {
-		bc := blockCausal(m.LLaDA, tc.B, false)
+		bc := blockCausal(m.Network, tc.B, false)
 		pos := tc.pos
 		if pos == nil {
 			pos = all
@@ -232,7 +232,7 @@ func TestBlockCausalForwardMatchesMaskedReference(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e := testutil.RelErr(out.Logits, flat32(refForward(t, m.LLaDA, ids, all, 0), all)); e > 1e-5 {
+	if e := testutil.RelErr(out.Logits, flat32(refForward(t, m.Network, ids, all, 0), all)); e > 1e-5 {
 		t.Errorf("bidirectional: relative error %.3g > 1e-5 against the reference", e)
 	}
 }
@@ -294,7 +294,7 @@ func TestBlockCausalOneBlockIsBidirectional(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := blockCausal(m.LLaDA, len(g.InputIDs), false).Forward(in, nil)
+	got, err := blockCausal(m.Network, len(g.InputIDs), false).Forward(in, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -351,7 +351,7 @@ func TestKVHolder(t *testing.T) {
 	copies.Backend = noViews{bc.Backend}
 	for _, tc := range []struct {
 		name  string
-		lm    *LLaDA
+		lm    *Network
 		extra int // buffer rows after the input's
 		batch bool
 		viaKV bool // the forward completes its own copy through KV
@@ -434,12 +434,12 @@ func TestShiftLogits(t *testing.T) {
 	m, g, _ := loadFixture(t, "tiny-f32")
 	ids := g.InputIDs
 	n := len(ids)
-	plain, err := blockCausal(m.LLaDA, 8, false).Forward(Input{Tokens: ids, LogitRows: iota32(n)}, nil)
+	plain, err := blockCausal(m.Network, 8, false).Forward(Input{Tokens: ids, LogitRows: iota32(n)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rows := []int32{0, 1, 9, int32(n - 1)}
-	shifted, err := blockCausal(m.LLaDA, 8, true).Forward(Input{Tokens: ids, LogitRows: rows}, nil)
+	shifted, err := blockCausal(m.Network, 8, true).Forward(Input{Tokens: ids, LogitRows: rows}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -461,7 +461,7 @@ func TestBlockCausalAttentionWeights(t *testing.T) {
 	ids := g.InputIDs
 	n := len(ids)
 	ob := &attnRecorder{}
-	if _, err := blockCausal(m.LLaDA, B, false).Forward(Input{Tokens: ids}, ob); err != nil {
+	if _, err := blockCausal(m.Network, B, false).Forward(Input{Tokens: ids}, ob); err != nil {
 		t.Fatal(err)
 	}
 	if len(ob.probs) != len(m.Blocks) {
@@ -577,7 +577,7 @@ func TestBlockCausalForwardGolden(t *testing.T) {
 			check("logits", outs[1].Logits)
 			bidir := *m.Config
 			bidir.BlockCausal = false
-			bm := *m.LLaDA
+			bm := *m.Network
 			bm.Config = &bidir
 			o, err := bm.Forward(Input{Tokens: ids, LogitRows: iota32(n)}, nil)
 			if err != nil {

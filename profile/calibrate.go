@@ -105,7 +105,7 @@ type trialKey struct {
 
 // Calibrator runs a calibration.
 type Calibrator struct {
-	Model  *model.LLaDA
+	Model  *model.Network
 	Gen    sample.GenOptions
 	Run    CalibrationRun
 	Start  *lut.Table // the cosine table whose bin depths start the search (nil: depth 1); its bins are reused

@@ -28,7 +28,7 @@ type Sim struct {
 // returns S(l, t) for every layer at step 1, or at every step when allSteps
 // is set (the full generation is then run with no caching). prompt is the
 // templated prompt, its first prefixLen tokens the shared prefix.
-func Measure(ctx context.Context, m *model.LLaDA, prompt []int32, prefixLen int, o sample.GenOptions, allSteps bool) ([]Sim, error) {
+func Measure(ctx context.Context, m *model.Network, prompt []int32, prefixLen int, o sample.GenOptions, allSteps bool) ([]Sim, error) {
 	if prefixLen <= 0 || prefixLen > len(prompt) {
 		return nil, fmt.Errorf("profile: prefix length %d outside (0, %d]", prefixLen, len(prompt))
 	}

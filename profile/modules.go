@@ -124,7 +124,7 @@ func ModuleSweep(ctx context.Context, m *model.Model, samples []datasets.Sample,
 		}
 		o := gen
 		o.Positions = nil
-		whole, err := sample.Generate(ctx, m.LLaDA, prompt, prefix, o, nil)
+		whole, err := sample.Generate(ctx, m.Network, prompt, prefix, o, nil)
 		if err != nil {
 			return nil, fmt.Errorf("sample %s: %w", s.ID, err)
 		}
@@ -161,7 +161,7 @@ func ModuleSweep(ctx context.Context, m *model.Model, samples []datasets.Sample,
 			}
 			o.Positions = pos
 			for di, d := range depths {
-				g, err := sample.Generate(ctx, m.LLaDA, prompt, prefix, o, cache.ModulePlanner(m.LLaDA, m.Fingerprint, store, d, refresh, nil))
+				g, err := sample.Generate(ctx, m.Network, prompt, prefix, o, cache.ModulePlanner(m.Network, m.Fingerprint, store, d, refresh, nil))
 				if err != nil {
 					return nil, fmt.Errorf("sample %s, %s, depth %d: %w", s.ID, ModuleLayouts[li], d, err)
 				}

@@ -50,7 +50,7 @@ const (
 // similarity.partial.jsonl first, so an interrupted run resumes where it
 // stopped.
 type Runner struct {
-	Model    *model.LLaDA
+	Model    *model.Network
 	Gen      sample.GenOptions
 	AllSteps bool
 	Info     RunInfo // written with the results; Tau and Edges build the table

@@ -49,7 +49,7 @@ func tinyRequests(t *testing.T, n int) (*model.Model, []Request) {
 
 func testRunner(m *model.Model, dir string) *Runner {
 	return &Runner{
-		Model: m.LLaDA, Gen: sample.GenOptions{GenLength: 8, Steps: 4}, OutDir: dir,
+		Model: m.Network, Gen: sample.GenOptions{GenLength: 8, Steps: 4}, OutDir: dir,
 		Info: RunInfo{Model: lut.ModelID{Name: "tiny", NLayers: len(m.Blocks), Fingerprint: m.Fingerprint},
 			GenLength: 8, Steps: 4, BlockLength: 8, Tau: 0.99, Ratios: "0.2:1:0.2", Edges: []float64{0.2, 0.4, 0.6, 0.8, 1}},
 	}

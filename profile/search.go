@@ -112,7 +112,7 @@ type searchKey struct{ id, class, setting string }
 
 // Searcher runs the method search.
 type Searcher struct {
-	Model *model.LLaDA
+	Model *model.Network
 	Gen   sample.GenOptions // the regime (the longest class)
 	Run   SearchRun
 	Grid  []lut.Setting

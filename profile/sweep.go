@@ -114,7 +114,7 @@ type RefreshPicture struct {
 
 // MeasureRefresh runs one request with no caching, keeps the prefix K/V of
 // every layer at every step, and scores the three reuse strategies.
-func MeasureRefresh(ctx context.Context, m *model.LLaDA, prompt []int32, prefixLen int, o sample.GenOptions, R int) (*RefreshPicture, error) {
+func MeasureRefresh(ctx context.Context, m *model.Network, prompt []int32, prefixLen int, o sample.GenOptions, R int) (*RefreshPicture, error) {
 	if R <= 0 {
 		return nil, fmt.Errorf("refresh period must be positive, got %d", R)
 	}

@@ -20,13 +20,13 @@ import (
 // waiting in Begin for another request's first step to store a shared
 // prefix: cache.BlockStore) from holding up the batch that step runs in.
 type batcher struct {
-	lm       *model.LLaDA
+	lm       *model.Network
 	maxBatch int
 	// group, if not nil, is the workers this batcher is one of (its
 	// sessions count the busy workers); pick, if not nil, gives the model
 	// its forwards run on (a worker's share of the threads).
 	group *workers
-	pick  func() *model.LLaDA
+	pick  func() *model.Network
 
 	mu      sync.Mutex
 	cond    *sync.Cond
@@ -46,7 +46,7 @@ type fwdJob struct {
 	done chan struct{}
 }
 
-func newBatcher(lm *model.LLaDA, maxBatch int, observe func(int)) *batcher {
+func newBatcher(lm *model.Network, maxBatch int, observe func(int)) *batcher {
 	b := &batcher{lm: lm, maxBatch: max(1, maxBatch), observe: observe}
 	b.cond = sync.NewCond(&b.mu)
 	go b.loop()

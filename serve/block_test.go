@@ -105,7 +105,7 @@ func TestBlockCausalStream(t *testing.T) {
 			sent = text
 		}
 	}
-	if _, err := sample.Generate(context.Background(), bm.LLaDA, ids, 0, o, nil); err != nil {
+	if _, err := sample.Generate(context.Background(), bm.Network, ids, 0, o, nil); err != nil {
 		t.Fatal(err)
 	}
 	if len(want) < 2 {

@@ -62,8 +62,8 @@ func wantGuided(t *testing.T, s *Server, dlm, guide *model.Model, method, system
 		t.Fatal(err)
 	}
 	gen := testGen
-	gen.Guide = guide.LLaDA
-	res, err := cache.Run(context.Background(), dlm.LLaDA, meth, cache.Request{Prompt: ids, PrefixLen: m}, gen)
+	gen.Guide = guide.Network
+	res, err := cache.Run(context.Background(), dlm.Network, meth, cache.Request{Prompt: ids, PrefixLen: m}, gen)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -288,12 +288,12 @@ func New(cfg Config) (*Server, error) {
 		s.met.addGuide(cfg.Guide.Name(), gstore)
 	}
 	if cfg.MaxBatch > 1 {
-		w, err := newWorkers(cfg.Model.LLaDA, max(1, cfg.Workers), cfg.MaxBatch, func(n int) { s.met.batchSize.Observe(float64(n)) })
+		w, err := newWorkers(cfg.Model.Network, max(1, cfg.Workers), cfg.MaxBatch, func(n int) { s.met.batchSize.Observe(float64(n)) })
 		if err != nil {
 			return nil, fmt.Errorf("serve: %w", err)
 		}
 		if cfg.Guide != nil {
-			w.addGuide(cfg.Guide.LLaDA, cfg.MaxBatch, func(n int) { s.met.guide.batchSize.Observe(float64(n)) })
+			w.addGuide(cfg.Guide.Network, cfg.MaxBatch, func(n int) { s.met.guide.batchSize.Observe(float64(n)) })
 		}
 		s.batch = w
 	}
@@ -858,7 +858,7 @@ func (s *Server) run(ctx context.Context, j *job) (*result, *apiError) {
 	// Count every forward, those of a generation cancelled midway too.
 	forwards, forward := 0, gen.Forward
 	if forward == nil {
-		forward = lm.LLaDA.Forward
+		forward = lm.Network.Forward
 	}
 	gen.Forward = func(in model.Input, plan model.Plan) (*model.Output, error) {
 		out, err := forward(in, plan)
@@ -877,7 +877,7 @@ func (s *Server) run(ctx context.Context, j *job) (*result, *apiError) {
 			onBlock(b, end, canvas)
 		}
 	}
-	res, err := cache.Run(ctx, lm.LLaDA, meth, cache.Request{Prompt: j.ids, PrefixLen: j.prefixLen, Salt: j.salt, Positions: j.pos}, gen)
+	res, err := cache.Run(ctx, lm.Network, meth, cache.Request{Prompt: j.ids, PrefixLen: j.prefixLen, Salt: j.salt, Positions: j.pos}, gen)
 	if err != nil {
 		s.met.nfe.Add(float64(forwards))
 		if ctx.Err() != nil {
@@ -889,7 +889,7 @@ func (s *Server) run(ctx context.Context, j *job) (*result, *apiError) {
 	text, n, finish := s.answer(g.Answer, j.maxTokens, j.stop)
 	if s.cfg.StoreAnswers && j.conv != nil {
 		if toks, err := j.conv.answered(ctx, lm.Tokenizer, text); err == nil {
-			if _, _, err := cache.StorePrefix(lm.LLaDA, meth, toks, j.salt); err != nil {
+			if _, _, err := cache.StorePrefix(lm.Network, meth, toks, j.salt); err != nil {
 				return nil, internalError(fmt.Errorf("storing the answered conversation: %w", err))
 			}
 		}
@@ -914,7 +914,7 @@ func (s *Server) run(ctx context.Context, j *job) (*result, *apiError) {
 	s.met.generation(&st, len(j.ids), n, s.cfg.Now())
 	s.met.rows(g.RowsComputed, g.RowsFull, g.FLOPs+info.PrefixFLOPs, g.FLOPsFull)
 	cached := 0
-	if info.Depth >= len(lm.LLaDA.Blocks) {
+	if info.Depth >= len(lm.Network.Blocks) {
 		cached = info.HitTokens
 	}
 	return &result{text: text, finish: finish, completion: n, stats: st, promptTokens: len(j.ids), cachedTokens: cached}, nil
@@ -932,7 +932,7 @@ func (s *Server) guided(j *job) (sample.GenOptions, *[]int, *apiError) {
 	if g == nil {
 		return o, nil, internalError(fmt.Errorf("method %s decodes with the guided decoder, but the server holds no guide (serve --guide)", j.meth.Name()))
 	}
-	o.Guide = g.LLaDA
+	o.Guide = g.Network
 	if st := s.cfg.GuideStore; st != nil {
 		o.GuidePrefix = cache.GuidePrefix(st, g.Fingerprint, j.salt)
 	}

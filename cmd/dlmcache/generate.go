@@ -104,7 +104,7 @@ func (opts *generateOptions) run(ctx context.Context) error {
 			return err
 		}
 		defer guide.Close()
-		gen.Guide = guide.LLaDA
+		gen.Guide = guide.Network
 		if !opts.JSON {
 			fmt.Fprintln(opts.f.ErrOut, "dlmcache: guide", guide.describe())
 			fmt.Fprintln(opts.f.ErrOut, "dlmcache:", guidedLine(guide, dec))
@@ -117,7 +117,7 @@ func (opts *generateOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	g, err := sample.Generate(ctx, lm.LLaDA, ids, prefixLen, gen, nil)
+	g, err := sample.Generate(ctx, lm.Network, ids, prefixLen, gen, nil)
 	if err != nil {
 		return err
 	}

@@ -205,12 +205,12 @@ func (opts *lutVerifyOptions) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		ref, err := sample.Generate(ctx, lm.LLaDA, ids, m, x.gen, nil)
+		ref, err := sample.Generate(ctx, lm.Network, ids, m, x.gen, nil)
 		if err != nil {
 			return err
 		}
 		chosen := cache.Resolve(meth, len(ids), m, x.gen)
-		got, err := cache.Run(ctx, lm.LLaDA, chosen, cache.Request{Prompt: ids, PrefixLen: m}, x.gen)
+		got, err := cache.Run(ctx, lm.Network, chosen, cache.Request{Prompt: ids, PrefixLen: m}, x.gen)
 		if err != nil {
 			return err
 		}

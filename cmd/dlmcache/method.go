@@ -129,7 +129,7 @@ func loadMethodEnv(f *factory, mf modelFlags, rf regimeFlags, c *cacheFlags) (*m
 			return nil, err
 		}
 		fmt.Fprintln(f.ErrOut, "dlmcache: guide", g.describe())
-		c.guide, e.gen.Guide = g, g.LLaDA
+		c.guide, e.gen.Guide = g, g.Network
 	}
 	if c.LUT != "" {
 		if e.table, err = readTable(c.LUT, lm); err != nil {

@@ -177,7 +177,7 @@ func (m *loadedModel) genOptions(genLength, steps, blockLength int) (sample.GenO
 // config is the model's config (nil for a card without a network, as
 // tests make).
 func (m *loadedModel) config() *model.Config {
-	if m.Model == nil || m.LLaDA == nil {
+	if m.Model == nil || m.Network == nil {
 		return nil
 	}
 	return m.Config

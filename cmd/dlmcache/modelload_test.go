@@ -57,7 +57,7 @@ func TestGenOptionsDefaultToTheCardsRegime(t *testing.T) {
 // public default unless flags say otherwise, and its regime line says so.
 func TestBlockCausalModelsDecodeInTheirOwnBlocks(t *testing.T) {
 	cfg := &model.Config{BlockCausal: true, BlockSize: 8}
-	lm := &loadedModel{Model: &model.Model{Card: model.Card{GenLength: 32, Steps: 32, BlockLength: 8}, LLaDA: &model.LLaDA{Config: cfg}}, Name: "b"}
+	lm := &loadedModel{Model: &model.Model{Card: model.Card{GenLength: 32, Steps: 32, BlockLength: 8}, Network: &model.Network{Config: cfg}}, Name: "b"}
 	o, err := lm.genOptions(0, 0, 0)
 	if err != nil {
 		t.Fatal(err)

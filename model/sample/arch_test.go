@@ -24,7 +24,7 @@ func testArchBlockGenerate(t *testing.T, fx string, be *cpu.Backend) {
 		o = BlockDefaults(m.Config, o)
 		var steps [][]int32
 		o.OnStep = func(_ *Step, c []int32) { steps = append(steps, c) }
-		res, err := Generate(context.Background(), m.LLaDA, gc.PromptIDs, 0, o, nil)
+		res, err := Generate(context.Background(), m.Network, gc.PromptIDs, 0, o, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

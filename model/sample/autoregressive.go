@@ -64,7 +64,7 @@ func (m *sampler) generateAR(ctx context.Context, prompt []int32, o GenOptions, 
 	}
 	var kv *arCache
 	if cached {
-		kv = newARCache(m.LLaDA, n)
+		kv = newARCache(m.Network, n)
 		defer kv.free()
 	}
 	rng := samplerRNG(o.Seed)
@@ -148,7 +148,7 @@ type arCache struct {
 // newARCache allocates the buffers of a request of n tokens (prompt and
 // answer) with the backend's NewKV, so that attention lays out only the
 // rows written since the last step where the backend keeps its layout.
-func newARCache(m *model.LLaDA, n int) *arCache {
+func newARCache(m *model.Network, n int) *arCache {
 	p := &arCache{b: m.Backend, k: make([]backend.Tensor, len(m.Blocks)), v: make([]backend.Tensor, len(m.Blocks))}
 	for l := range p.k {
 		p.k[l], p.v[l] = backend.NewKV(p.b, n, m.Config.KVDim())

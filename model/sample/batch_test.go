@@ -14,7 +14,7 @@ func TestGenerateHooks(t *testing.T) {
 	m, g, _ := loadFixture(t, "tiny-f32")
 	gc := g.Generate[0]
 	o := GenOptions{GenLength: gc.GenLength, Steps: gc.Steps, BlockLength: gc.BlockLength}
-	want, err := Generate(context.Background(), m.LLaDA, gc.PromptIDs, 0, o, nil)
+	want, err := Generate(context.Background(), m.Network, gc.PromptIDs, 0, o, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +39,7 @@ func TestGenerateHooks(t *testing.T) {
 		}
 		committed += len(c)
 	}
-	got, err := Generate(context.Background(), m.LLaDA, gc.PromptIDs, 0, o, nil)
+	got, err := Generate(context.Background(), m.Network, gc.PromptIDs, 0, o, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func TestGeneratePositions(t *testing.T) {
 	gc := g.Generate[0]
 	p := gc.PromptIDs
 	o := GenOptions{GenLength: gc.GenLength, Steps: gc.Steps, BlockLength: gc.BlockLength}
-	want, err := Generate(context.Background(), m.LLaDA, p, 0, o, nil)
+	want, err := Generate(context.Background(), m.Network, p, 0, o, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func TestGeneratePositions(t *testing.T) {
 		pos  []int32
 	}{{"0..n-1", shifted(0, 0, 0)}, {"shifted by 7", shifted(7, 0, 0)}} {
 		o.Positions = tc.pos
-		got, err := Generate(context.Background(), m.LLaDA, p, 0, o, nil)
+		got, err := Generate(context.Background(), m.Network, p, 0, o, nil)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
@@ -106,7 +106,7 @@ func TestGeneratePositions(t *testing.T) {
 	}
 	for _, bad := range [][]int32{shifted(0, 0, 0)[:n-1], append([]int32{3}, shifted(0, 0, 0)[1:]...)} {
 		o.Positions = bad
-		if _, err := Generate(context.Background(), m.LLaDA, p, 0, o, nil); err == nil {
+		if _, err := Generate(context.Background(), m.Network, p, 0, o, nil); err == nil {
 			t.Errorf("positions %v: no error", bad)
 		}
 	}

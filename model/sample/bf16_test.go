@@ -103,7 +103,7 @@ func testBF16Weights(t *testing.T, src, bf string, lib cpu.GEMMLib) {
 		// The answers are a few tokens: 32 slots in 16 steps hold them.
 		o := GenOptions{GenLength: 32, Steps: 16, BlockLength: card.BlockLength}
 		gen := func(m *model.Model) []int32 {
-			g, err := Generate(context.Background(), m.LLaDA, ids, prefix, o, nil)
+			g, err := Generate(context.Background(), m.Network, ids, prefix, o, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -15,7 +15,7 @@ import (
 // a config without a block size is refused naming the field.
 func TestBlockCausalBadInput(t *testing.T) {
 	m, g, _ := loadFixture(t, "tiny-f32")
-	bc := blockCausal(m.LLaDA, 8, false)
+	bc := blockCausal(m.Network, 8, false)
 	if _, err := bc.Forward(model.Input{Tokens: g.InputIDs[:3], Positions: []int32{0, 2, 1}}, nil); err == nil {
 		t.Error("decreasing position ids: no error")
 	}
@@ -65,7 +65,7 @@ func TestBlockGenerateGolden(t *testing.T) {
 			o.OnStep = func(s *Step, c []int32) {
 				trace = append(trace, rec{s.BlockStart / B, s.Len, c})
 			}
-			res, err := Generate(context.Background(), m.LLaDA, gc.PromptIDs, 0, o, nil)
+			res, err := Generate(context.Background(), m.Network, gc.PromptIDs, 0, o, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -166,7 +166,7 @@ func TestBlockGenerateStepsAndEOS(t *testing.T) {
 	var lens []int
 	o.OnStep = func(s *Step, _ []int32) { lens = append(lens, s.Len) }
 	o.OnBlock = func(b, end int, canvas []int32) { blocks = append(blocks, [2]int{b, end}) }
-	res, err := Generate(context.Background(), m.LLaDA, gc.PromptIDs, 0, o, nil)
+	res, err := Generate(context.Background(), m.Network, gc.PromptIDs, 0, o, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

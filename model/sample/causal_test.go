@@ -28,11 +28,11 @@ func TestARCacheMatchesRecompute(t *testing.T) {
 				{"positions", GenOptions{GenLength: 24, Positions: shifted(len(gc.PromptIDs), 40)}},
 			} {
 				name := fmt.Sprintf("%s/%s/%s", fx, gc.Name, tc.name)
-				cached, err := (&sampler{m.LLaDA}).generateAR(context.Background(), gc.PromptIDs, tc.o, nil, true)
+				cached, err := (&sampler{m.Network}).generateAR(context.Background(), gc.PromptIDs, tc.o, nil, true)
 				if err != nil {
 					t.Fatal(err)
 				}
-				full, err := (&sampler{m.LLaDA}).generateAR(context.Background(), gc.PromptIDs, tc.o, nil, false)
+				full, err := (&sampler{m.Network}).generateAR(context.Background(), gc.PromptIDs, tc.o, nil, false)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -86,7 +86,7 @@ func TestAREOS(t *testing.T) {
 			}
 			return outs[0], nil
 		}}
-	res, err := Generate(context.Background(), m.LLaDA, gc.PromptIDs, 0, o, nil)
+	res, err := Generate(context.Background(), m.Network, gc.PromptIDs, 0, o, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func TestAREOS(t *testing.T) {
 		{GenOptions{GenLength: 4, CFGScale: 1}, "guidance"},
 		{GenOptions{}, "gen length"},
 	} {
-		if _, err := Generate(context.Background(), m.LLaDA, gc.PromptIDs, 0, tc.o, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := Generate(context.Background(), m.Network, gc.PromptIDs, 0, tc.o, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: error %v, want one naming %q", tc.o, err, tc.want)
 		}
 	}

@@ -31,7 +31,7 @@ func ExampleGenerate() {
 	// The card's regime (m.Card: 128 slots, 64 steps, blocks of 32) is what
 	// the commands use; a short canvas keeps the example quick.
 	o := sample.GenOptions{GenLength: 32, Steps: 16, BlockLength: 32}
-	g, err := sample.Generate(context.Background(), m.LLaDA, ids, prefixLen, o, nil)
+	g, err := sample.Generate(context.Background(), m.Network, ids, prefixLen, o, nil)
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -105,7 +105,7 @@ func loadBlockGolden(t *testing.T, be *cpu.Backend) (*model.Model, *blockGolden,
 
 // blockCausal returns m with its config made block-causal with blocks of
 // B (and the token shift where shift), sharing m's weights.
-func blockCausal(m *model.LLaDA, B int, shift bool) *model.LLaDA {
+func blockCausal(m *model.Network, B int, shift bool) *model.Network {
 	c := *m.Config
 	c.BlockCausal, c.BlockSize, c.ShiftLogits = true, B, shift
 	bc := *m

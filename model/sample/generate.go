@@ -45,7 +45,7 @@ type GenOptions struct {
 	OnStep func(s *Step, committed []int32)
 	// Guide is the autoregressive model that checks the proposals under
 	// the Guided decoder (guided.go); other decoders ignore it.
-	Guide *model.LLaDA
+	Guide *model.Network
 	// GuideForward, if not nil, runs the guide's forwards in place of its
 	// own Forward (a server batching concurrent generations' guide
 	// forwards); GuideIdle, if not nil, is called when a step's
@@ -403,7 +403,7 @@ type Generation struct {
 // (autoregressive.go): o's GenLength, Temperature, Seed, Positions,
 // Forward and callbacks apply (each token is a step and a block of one),
 // planner must be nil.
-func Generate(ctx context.Context, net *model.LLaDA, prompt []int32, prefixLen int, o GenOptions, planner Planner) (*Generation, error) {
+func Generate(ctx context.Context, net *model.Network, prompt []int32, prefixLen int, o GenOptions, planner Planner) (*Generation, error) {
 	return (&sampler{net}).generate(ctx, prompt, prefixLen, o, planner)
 }
 

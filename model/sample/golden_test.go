@@ -28,7 +28,7 @@ func testGenerateGolden(t *testing.T, fx string, be *cpu.Backend) {
 		{
 			m, g, _ := loadFixtureOn(t, fx, be)
 			for _, gc := range g.Generate {
-				res, err := Generate(context.Background(), m.LLaDA, gc.PromptIDs, 0,
+				res, err := Generate(context.Background(), m.Network, gc.PromptIDs, 0,
 					GenOptions{GenLength: gc.GenLength, Steps: gc.Steps, BlockLength: gc.BlockLength}, nil)
 				if err != nil {
 					t.Fatal(err)

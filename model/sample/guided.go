@@ -142,10 +142,10 @@ func (s GuideStats) AcceptLen() float64 {
 // (per layer, rows 0, 1, …), computing and storing what is missing, and
 // returns how many rows it wrote, how many of tokens it found stored and
 // the (layer, row) pairs it computed.
-type GuidePrefixFunc func(guide *model.LLaDA, tokens []int32, k, v []backend.Tensor) (rows, hitTokens, computedRows int, err error)
+type GuidePrefixFunc func(guide *model.Network, tokens []int32, k, v []backend.Tensor) (rows, hitTokens, computedRows int, err error)
 
 // checkGuide refuses a guide that cannot check m's proposals.
-func (m *sampler) checkGuide(guide *model.LLaDA) error {
+func (m *sampler) checkGuide(guide *model.Network) error {
 	switch {
 	case guide == nil:
 		return errors.New("decoder guided needs a guide model (an autoregressive LM of the same vocabulary: --guide)")
@@ -284,7 +284,7 @@ func (m *sampler) generateGuided(ctx context.Context, prompt []int32, prefixLen 
 // the last committed token is fed with the next chunk) and the sequence
 // it reads (the canvas's committed tokens, then the proposals).
 type guideVerifier struct {
-	m         *model.LLaDA
+	m         *model.Network
 	forwarder model.Forwarder // the guide's Forward, or a server's batching one
 	dec       Guided
 	kv        *arCache
@@ -296,7 +296,7 @@ type guideVerifier struct {
 	mask int32
 }
 
-func newGuideVerifier(guide *model.LLaDA, dec Guided, n int, pos []int32) *guideVerifier {
+func newGuideVerifier(guide *model.Network, dec Guided, n int, pos []int32) *guideVerifier {
 	return &guideVerifier{m: guide, forwarder: guide.Forward, dec: dec, kv: newARCache(guide, n), seq: make([]int32, n), pos: pos}
 }
 

@@ -38,12 +38,12 @@ func TestGuidedIsTheGuidesGreedyAnswer(t *testing.T) {
 	dlm, guide := guidedPair(t)
 	for _, p := range guidedPrompts {
 		for _, bl := range []int{0, 8} {
-			ar, err := Generate(context.Background(), guide.LLaDA, p, 0, GenOptions{GenLength: 24}, nil)
+			ar, err := Generate(context.Background(), guide.Network, p, 0, GenOptions{GenLength: 24}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			g, err := Generate(context.Background(), dlm.LLaDA, p, 0, GenOptions{GenLength: 24, Steps: 24, BlockLength: bl,
-				Decoder: Guided{}, Guide: guide.LLaDA}, nil)
+			g, err := Generate(context.Background(), dlm.Network, p, 0, GenOptions{GenLength: 24, Steps: 24, BlockLength: bl,
+				Decoder: Guided{}, Guide: guide.Network}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -88,7 +88,7 @@ func TestGuidedPerfectDraftsCommitManyPerStep(t *testing.T) {
 	dlm, guide := guidedPair(t)
 	p := guidedPrompts[0]
 	const G = 80
-	ar, err := (&sampler{guide.LLaDA}).generateAR(context.Background(), p, GenOptions{GenLength: G}, nil, false)
+	ar, err := (&sampler{guide.Network}).generateAR(context.Background(), p, GenOptions{GenLength: G}, nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,8 +113,8 @@ func TestGuidedPerfectDraftsCommitManyPerStep(t *testing.T) {
 			}
 		}
 		calls := 0
-		g, err := Generate(context.Background(), dlm.LLaDA, p, 0, GenOptions{GenLength: G, Steps: G, Decoder: Guided{},
-			Guide: guide.LLaDA, Forward: oracleForward(e, ar.Canvas, wrong, &calls)}, nil)
+		g, err := Generate(context.Background(), dlm.Network, p, 0, GenOptions{GenLength: G, Steps: G, Decoder: Guided{},
+			Guide: guide.Network, Forward: oracleForward(e, ar.Canvas, wrong, &calls)}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -164,15 +164,15 @@ func TestGuidedRefusals(t *testing.T) {
 	p := guidedPrompts[1]
 	for _, tc := range []struct {
 		m     *model.Model
-		guide *model.LLaDA
+		guide *model.Network
 		want  string
 	}{
 		{dlm, nil, "needs a guide"},
-		{dlm, f32.LLaDA, "not an autoregressive model"},
-		{f32, guide.LLaDA, "vocabulary has 272 tokens, the model's 300"},
-		{guide, guide.LLaDA, "diffusion sampler's"},
+		{dlm, f32.Network, "not an autoregressive model"},
+		{f32, guide.Network, "vocabulary has 272 tokens, the model's 300"},
+		{guide, guide.Network, "diffusion sampler's"},
 	} {
-		_, err := Generate(context.Background(), tc.m.LLaDA, p, 0, GenOptions{GenLength: 8, Steps: 8, Decoder: Guided{}, Guide: tc.guide}, nil)
+		_, err := Generate(context.Background(), tc.m.Network, p, 0, GenOptions{GenLength: 8, Steps: 8, Decoder: Guided{}, Guide: tc.guide}, nil)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("guide %v: error %v, want %q", tc.guide != nil, err, tc.want)
 		}
@@ -234,7 +234,7 @@ func checkGuidedGolden(t *testing.T, lib string, dlm, guide *model.Model, gg *gu
 	e := dlm.Config.Embeddings()
 	for _, c := range gg.Cases {
 		c.Name = lib + "/" + c.Name
-		o := GenOptions{GenLength: c.GenLength, Steps: c.GenLength, BlockLength: c.BlockLength, Guide: guide.LLaDA, Decoder: Guided{}}
+		o := GenOptions{GenLength: c.GenLength, Steps: c.GenLength, BlockLength: c.BlockLength, Guide: guide.Network, Decoder: Guided{}}
 		if c.Rule == "topk_relative" {
 			o.Decoder = Guided{Tau: c.Tau, TopK: c.TopK}
 		}
@@ -250,7 +250,7 @@ func checkGuidedGolden(t *testing.T, lib string, dlm, guide *model.Model, gg *gu
 			}
 			steps = append(steps, toks)
 		}
-		g, err := Generate(context.Background(), dlm.LLaDA, c.PromptIDs, 0, o, nil)
+		g, err := Generate(context.Background(), dlm.Network, c.PromptIDs, 0, o, nil)
 		if err != nil {
 			t.Fatalf("%s: %v", c.Name, err)
 		}

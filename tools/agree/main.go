@@ -50,7 +50,7 @@ func main() {
 	}
 	same := 0
 	for _, c := range a.Cases {
-		g, err := sample.Generate(context.Background(), m.LLaDA, c.PromptIDs, 0, sample.GenOptions{GenLength: a.GenLength, Steps: a.Steps, BlockLength: a.BlockLength}, nil)
+		g, err := sample.Generate(context.Background(), m.Network, c.PromptIDs, 0, sample.GenOptions{GenLength: a.GenLength, Steps: a.Steps, BlockLength: a.BlockLength}, nil)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)

@@ -192,7 +192,7 @@ func run(simPath, allPath, modelName string, perSuite int) error {
 			if err != nil {
 				return err
 			}
-			sims, err := profile.Measure(context.Background(), m.LLaDA, ids, pl, gen, false)
+			sims, err := profile.Measure(context.Background(), m.Network, ids, pl, gen, false)
 			if err != nil {
 				return err
 			}
