@@ -39,7 +39,7 @@ test: deps
 	$(GO) test -race -count=1 -timeout 30m ./...
 	@for l in $$($(GO) run ./tools/isalevels -below); do \
 		echo "model and kernel tests with the kernels capped at $$l (DLMCACHE_CPU_ISA=$$l):"; \
-		DLMCACHE_CPU_ISA=$$l $(GO) test -count=1 ./model ./model/cpu || exit 1; \
+		DLMCACHE_CPU_ISA=$$l $(GO) test -count=1 ./model ./model/sample ./model/cpu || exit 1; \
 	done
 	@$(GO) run ./tools/isalevels -summary
 	@echo "model/cpu built without oneDNN (as on a machine without libdnnl-dev):"

@@ -17,6 +17,7 @@ import (
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/cpu"
 	"github.com/dlmcache/dlmcache/model/safetensors"
+	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 // The caches on every architecture: every registered method on a fixture
@@ -27,19 +28,19 @@ import (
 // archDegenerate is, for each registered method, the setting under which
 // it computes every row (nil: it has none), where it must give the tokens
 // and the rows of none. A method missing here fails TestCachesOnEveryArchitecture.
-var archDegenerate = map[string]func(o *Options, g *model.GenOptions, c *model.Config){
-	"none":            func(*Options, *model.GenOptions, *model.Config) {},
+var archDegenerate = map[string]func(o *Options, g *sample.GenOptions, c *model.Config){
+	"none":            func(*Options, *sample.GenOptions, *model.Config) {},
 	"prefix-all":      nil, // the prefix's K/V from the store at every layer, always
-	"bicache":         func(o *Options, _ *model.GenOptions, _ *model.Config) { atDepth0(o) },
-	"bicache-elastic": func(o *Options, _ *model.GenOptions, _ *model.Config) { atDepth0(o) },
+	"bicache":         func(o *Options, _ *sample.GenOptions, _ *model.Config) { atDepth0(o) },
+	"bicache-elastic": func(o *Options, _ *sample.GenOptions, _ *model.Config) { atDepth0(o) },
 	"block":           oneStepPerBlock,
-	"bicache+block":   func(o *Options, g *model.GenOptions, c *model.Config) { atDepth0(o); oneStepPerBlock(o, g, c) },
+	"bicache+block":   func(o *Options, g *sample.GenOptions, c *model.Config) { atDepth0(o); oneStepPerBlock(o, g, c) },
 	"exact-block":     nil, // exact by construction: TestCachesOnEveryArchitecture's block-causal half
-	"d2cache":         func(o *Options, _ *model.GenOptions, _ *model.Config) { o.D2.P = 1 },
-	"dllm-cache":      func(o *Options, _ *model.GenOptions, _ *model.Config) { o.DLLM.Kp, o.DLLM.Kr = 1, 1 },
-	"freecache":       func(o *Options, _ *model.GenOptions, _ *model.Config) { o.Free.Refresh = 1 },
-	"bicache+d2cache": func(o *Options, _ *model.GenOptions, _ *model.Config) { atDepth0(o); o.D2.P = 1 },
-	"bicache+freecache": func(o *Options, _ *model.GenOptions, _ *model.Config) {
+	"d2cache":         func(o *Options, _ *sample.GenOptions, _ *model.Config) { o.D2.P = 1 },
+	"dllm-cache":      func(o *Options, _ *sample.GenOptions, _ *model.Config) { o.DLLM.Kp, o.DLLM.Kr = 1, 1 },
+	"freecache":       func(o *Options, _ *sample.GenOptions, _ *model.Config) { o.Free.Refresh = 1 },
+	"bicache+d2cache": func(o *Options, _ *sample.GenOptions, _ *model.Config) { atDepth0(o); o.D2.P = 1 },
+	"bicache+freecache": func(o *Options, _ *sample.GenOptions, _ *model.Config) {
 		atDepth0(o)
 		o.Free.Refresh = 1
 	},
@@ -51,9 +52,9 @@ func atDepth0(o *Options) { o.Table = DepthTable(o.Table.Model, 0) }
 // oneStepPerBlock makes every step a block start (a full forward for the
 // dual cache): one step per block on the schedule (threshold decoding
 // would take as many steps as its threshold needs).
-func oneStepPerBlock(o *Options, g *model.GenOptions, c *model.Config) {
+func oneStepPerBlock(o *Options, g *sample.GenOptions, c *model.Config) {
 	g.Steps = g.GenLength / cmp.Or(c.CausalBlock(), g.BlockLength)
-	o.Decoding = model.Decoding{Kind: model.DecodeSchedule}
+	o.Decoding = sample.Decoding{Kind: sample.DecodeSchedule}
 }
 
 // blockCausalServes are the methods a block-causal model is served with;
@@ -63,11 +64,11 @@ var blockCausalServes = []string{"none", "block", "exact-block"}
 // archRegime is the tests' regime on model c: the bidirectional fixtures'
 // cards' (two blocks of 8 slots, two slots a step), two of a block-causal
 // model's own blocks at two slots a step (its default threshold decoder).
-func archRegime(c *model.Config) model.GenOptions {
+func archRegime(c *model.Config) sample.GenOptions {
 	if B := c.CausalBlock(); B > 0 {
-		return model.GenOptions{GenLength: 2 * B, Steps: B}
+		return sample.GenOptions{GenLength: 2 * B, Steps: B}
 	}
-	return model.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}
+	return sample.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}
 }
 
 func TestCachesOnEveryArchitecture(t *testing.T) {
@@ -129,13 +130,13 @@ func TestCachesOnEveryArchitecture(t *testing.T) {
 // prefix in the store) and checks that it ran to the end with finite
 // logits, skipped rows (but for none), reported its depth and prefix, and
 // that the stored prefix served the answer its computation did.
-func checkApproximate(t *testing.T, m *model.Model, meth Method, ids []int32, pl int, gen model.GenOptions) {
+func checkApproximate(t *testing.T, m *model.Model, meth Method, ids []int32, pl int, gen sample.GenOptions) {
 	t.Helper()
 	L, name := len(m.Blocks), meth.Name()
 	var runs [2]*Result
 	for i := range runs {
 		var logits [][]float32
-		res, err := Run(context.Background(), m.LLaDA, meth, Request{Prompt: ids, PrefixLen: pl}, logged(m, gen, &logits))
+		res, err := Run(context.Background(), m.Network, meth, Request{Prompt: ids, PrefixLen: pl}, logged(m, gen, &logits))
 		if err != nil {
 			t.Fatalf("run %d: %v", i+1, err)
 		}
@@ -191,17 +192,17 @@ func checkApproximate(t *testing.T, m *model.Model, meth Method, ids []int32, pl
 
 // checkDegenerate: meth at a setting that computes every row gives the
 // tokens and rows of none under the same options.
-func checkDegenerate(t *testing.T, m *model.Model, meth Method, ids []int32, pl int, gen model.GenOptions) {
+func checkDegenerate(t *testing.T, m *model.Model, meth Method, ids []int32, pl int, gen sample.GenOptions) {
 	t.Helper()
 	gen = meth.Gen(gen)
 	want, _ := generate(t, m, mk(t, "none", Options{}), ids, pl, gen)
-	got, err := Run(context.Background(), m.LLaDA, meth, Request{Prompt: ids, PrefixLen: pl}, gen)
+	got, err := Run(context.Background(), m.Network, meth, Request{Prompt: ids, PrefixLen: pl}, gen)
 	if err != nil {
 		t.Fatalf("computing every row: %v", err)
 	}
 	if !slices.Equal(got.Canvas, want.Canvas) || got.RowsComputed != want.RowsComputed {
 		t.Errorf("computing every row (%d steps, block length %d, %s): %v, %d rows\nnone %v, %d rows",
-			gen.Steps, gen.BlockLength, model.DecodingOf(gen), got.Answer, got.RowsComputed, want.Answer, want.RowsComputed)
+			gen.Steps, gen.BlockLength, sample.DecodingOf(gen), got.Answer, got.RowsComputed, want.Answer, want.RowsComputed)
 	}
 }
 
@@ -210,7 +211,7 @@ func checkDegenerate(t *testing.T, m *model.Model, meth Method, ids []int32, pl 
 // shared system message's full blocks from a block store), and the dual
 // cache when the prompt ends at a block boundary (the blocks it keeps are
 // then all committed): the tokens and logits of none from fewer rows.
-func checkExactOnBlockCausal(t *testing.T, m *model.Model, gen model.GenOptions) {
+func checkExactOnBlockCausal(t *testing.T, m *model.Model, gen sample.GenOptions) {
 	B := m.Config.CausalBlock()
 	ids, pl := request(t, m, 0)
 	checkExact(t, m, "exact-block", mk(t, "exact-block", Options{}), ids, pl, gen)
@@ -233,12 +234,12 @@ func checkExactOnBlockCausal(t *testing.T, m *model.Model, gen model.GenOptions)
 
 // checkExact: meth gives the tokens of none under meth's options, the
 // logits within 1e-4, from fewer rows; it returns meth's info.
-func checkExact(t *testing.T, m *model.Model, name string, meth Method, ids []int32, pl int, gen model.GenOptions) Info {
+func checkExact(t *testing.T, m *model.Model, name string, meth Method, ids []int32, pl int, gen sample.GenOptions) Info {
 	t.Helper()
 	gen = meth.Gen(gen)
 	var wantLogits, gotLogits [][]float32
 	want, _ := generate(t, m, mk(t, "none", Options{}), ids, pl, logged(m, gen, &wantLogits))
-	got, err := Run(context.Background(), m.LLaDA, meth, Request{Prompt: ids, PrefixLen: pl}, logged(m, gen, &gotLogits))
+	got, err := Run(context.Background(), m.Network, meth, Request{Prompt: ids, PrefixLen: pl}, logged(m, gen, &gotLogits))
 	if err != nil {
 		t.Fatalf("%s: %v", name, err)
 	}
@@ -372,12 +373,12 @@ func TestCausalModelsTakeNone(t *testing.T) {
 		}
 	}
 	ids := []int32{257, 115, 121, 10, 258, 257, 97, 10}
-	gen := model.GenOptions{GenLength: 8, Steps: 8, BlockLength: 1}
-	res, err := Run(context.Background(), m.LLaDA, mk(t, "none", o), Request{Prompt: ids}, gen)
+	gen := sample.GenOptions{GenLength: 8, Steps: 8, BlockLength: 1}
+	res, err := Run(context.Background(), m.Network, mk(t, "none", o), Request{Prompt: ids}, gen)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := m.Generate(context.Background(), ids, 0, gen, nil)
+	want, err := sample.Generate(context.Background(), m.Network, ids, 0, gen, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

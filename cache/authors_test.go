@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/cpu"
+	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 // authorsFixture is a record of tools/authors/run.py: a method's public
@@ -47,9 +48,9 @@ type authorsFixture struct {
 // dlmcache runs against the authors' (their count less the block forwards
 // Fast-dLLM's dual cache runs on a block its full forward already filled,
 // which dlmcache skips).
-func authorsMethod(t *testing.T, f *authorsFixture) (Method, model.GenOptions, func(nfe, idle int) int) {
+func authorsMethod(t *testing.T, f *authorsFixture) (Method, sample.GenOptions, func(nfe, idle int) int) {
 	s := f.Settings
-	gen := model.GenOptions{GenLength: s.GenLength, Steps: s.Steps, BlockLength: s.BlockLength}
+	gen := sample.GenOptions{GenLength: s.GenLength, Steps: s.Steps, BlockLength: s.BlockLength}
 	same := func(nfe, _ int) int { return nfe }
 	o := DefaultOptions()
 	switch f.Method {
@@ -122,7 +123,7 @@ func TestAuthorsReferenceTokens(t *testing.T) {
 			differ := authorsDiffer[f.Method]
 			same, nfe, ref := 0, 0, 0
 			for _, c := range cases {
-				res, err := Run(context.Background(), m.LLaDA, meth, Request{Prompt: c.PromptIDs, PrefixLen: c.PrefixLen}, gen)
+				res, err := Run(context.Background(), m.Network, meth, Request{Prompt: c.PromptIDs, PrefixLen: c.PrefixLen}, gen)
 				if err != nil {
 					t.Fatalf("%s: %v", c.ID, err)
 				}

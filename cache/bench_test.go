@@ -9,6 +9,7 @@ import (
 	"github.com/dlmcache/dlmcache/datasets"
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/cpu"
+	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 // BenchmarkMethods times one held-out lookup request on the bundled model
@@ -40,7 +41,7 @@ func benchMethods(b *testing.B, m *model.Model) {
 		b.Fatal(err)
 	}
 	L := len(m.Blocks)
-	o := model.GenOptions{GenLength: 64, Steps: 64, BlockLength: 32}
+	o := sample.GenOptions{GenLength: 64, Steps: 64, BlockLength: 32}
 	for _, tc := range []struct{ name, method, source string }{
 		{"none", "none", ""},
 		{"prefix-all", "prefix-all", ""},
@@ -56,7 +57,7 @@ func benchMethods(b *testing.B, m *model.Model) {
 				opts := DefaultOptions()
 				opts.Store, opts.Table, opts.DeepSource, opts.Fingerprint = NewStore(m.Backend, 1<<30, FIFO), table(L, 6), DeepSource(tc.source), m.Fingerprint
 				meth := mk(b, tc.method, opts)
-				if _, err := m.Generate(context.Background(), ids, pl, o, meth.Planner(m.LLaDA, "", nil)); err != nil {
+				if _, err := sample.Generate(context.Background(), m.Network, ids, pl, o, meth.Planner(m.Network, "", nil)); err != nil {
 					b.Fatal(err)
 				}
 			}

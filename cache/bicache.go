@@ -10,6 +10,7 @@ import (
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/backend"
+	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 // BiCacheOptions are BiCache's own settings (the bicache family's).
@@ -164,7 +165,7 @@ func source(s DeepSource) DeepSource {
 	return s
 }
 
-func (m *biCache) Planner(lm *model.LLaDA, salt string, info *Info) model.Planner {
+func (m *biCache) Planner(lm *model.Network, salt string, info *Info) sample.Planner {
 	deep := &deepRefresh{lm: lm, b: lm.Backend, L: len(lm.Blocks), period: m.o.BiCache.Refresh, drift: m.o.BiCache.Drift}
 	p := tableWrapper(m.o, lm, salt, info, deep)
 	p.offAtZero = true
@@ -173,7 +174,7 @@ func (m *biCache) Planner(lm *model.LLaDA, salt string, info *Info) model.Planne
 }
 
 // tableWrapper is the shallow wrapper with the table's depth around inner.
-func tableWrapper(o Options, lm *model.LLaDA, salt string, info *Info, inner model.Planner) *shallow {
+func tableWrapper(o Options, lm *model.Network, salt string, info *Info, inner sample.Planner) *shallow {
 	if info == nil {
 		info = &Info{}
 	}
@@ -201,7 +202,7 @@ func joinSalt(method, request string) string {
 // theirs), taking their hidden state entering that layer from the last
 // refresh.
 type deepRefresh struct {
-	lm     *model.LLaDA
+	lm     *model.Network
 	b      backend.Backend
 	L      int
 	period int
@@ -224,7 +225,7 @@ type deepRefresh struct {
 
 func (p *deepRefresh) setDepth(d int) { p.d = d }
 
-func (p *deepRefresh) Begin(r *model.Request) error {
+func (p *deepRefresh) Begin(r *sample.Request) error {
 	p.m, p.n = r.PrefixLen, len(r.Canvas)
 	p.prefix, p.suffix = iota32(0, p.m), iota32(p.m, p.n)
 	kv := p.lm.Config.KVDim()
@@ -250,9 +251,9 @@ func (p *deepRefresh) End() {
 	p.keptK, p.keptV, p.keptH = nil, nil, nil
 }
 
-func (p *deepRefresh) After(*model.Step, []int32) {}
+func (p *deepRefresh) After(*sample.Step, []int32) {}
 
-func (p *deepRefresh) Plan(s *model.Step) model.Plan {
+func (p *deepRefresh) Plan(s *sample.Step) model.Plan {
 	p.from = p.d
 	switch {
 	case s.Index == 0:

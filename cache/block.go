@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 // BlockOptions are Fast-dLLM's dual cache's settings; the block length is
@@ -46,9 +47,9 @@ type block struct{ base }
 
 func newBlock(o Options) (Method, error) { return &block{base{"block", o}}, nil }
 
-func (m *block) Gen(o model.GenOptions) model.GenOptions {
+func (m *block) Gen(o sample.GenOptions) sample.GenOptions {
 	o = blocked(o, m.o.Block.Length)
-	o.Decoder = model.Threshold{T: m.o.Block.Threshold}
+	o.Decoder = sample.Threshold{T: m.o.Block.Threshold}
 	return o
 }
 
@@ -64,7 +65,7 @@ func (m *block) CheckModel(c *model.Config) error {
 	return nil
 }
 
-func (m *block) Planner(lm *model.LLaDA, _ string, _ *Info) model.Planner {
+func (m *block) Planner(lm *model.Network, _ string, _ *Info) sample.Planner {
 	return &blockPlanner{tokenPlan{lm: lm}}
 }
 
@@ -72,12 +73,12 @@ func (m *block) Planner(lm *model.LLaDA, _ string, _ *Info) model.Planner {
 // its rows.
 type blockPlanner struct{ tokenPlan }
 
-func (p *blockPlanner) Begin(r *model.Request) error {
+func (p *blockPlanner) Begin(r *sample.Request) error {
 	p.begin(r)
 	return nil
 }
 
-func (p *blockPlanner) Plan(s *model.Step) model.Plan {
+func (p *blockPlanner) Plan(s *sample.Step) model.Plan {
 	p.all = s.BlockStep == 0
 	p.compute(s, iota32(s.BlockStart, s.BlockEnd))
 	return p

@@ -22,14 +22,14 @@ type PrefixStore interface {
 	// prefix length; the rows it does not cover the request computes), the
 	// prefix tokens found stored, and the (layer, row) pairs and FLOPs
 	// computed to fill the rest. The caller must Release the entry.
-	Get(lm *model.LLaDA, id PrefixID) (e *Entry, hitTokens, computedRows int, flops float64, err error)
+	Get(lm *model.Network, id PrefixID) (e *Entry, hitTokens, computedRows int, flops float64, err error)
 	Release(e *Entry)
 	Stats() Stats
 }
 
 // Get is the whole-prefix store's PrefixStore method: the prefix is one
 // entry, computed alone on a miss.
-func (s *Store) Get(lm *model.LLaDA, id PrefixID) (*Entry, int, int, float64, error) {
+func (s *Store) Get(lm *model.Network, id PrefixID) (*Entry, int, int, float64, error) {
 	e, hit, err := s.Acquire(id, func() (*Entry, error) { return ComputePrefix(lm, id.Tokens) })
 	if err != nil || hit {
 		return e, len(id.Tokens), 0, 0, err
@@ -127,7 +127,7 @@ func chainKey(parent Key, fp, salt string, tokens []int32) Key {
 }
 
 // Get implements PrefixStore.
-func (s *BlockStore) Get(lm *model.LLaDA, id PrefixID) (*Entry, int, int, float64, error) {
+func (s *BlockStore) Get(lm *model.Network, id PrefixID) (*Entry, int, int, float64, error) {
 	chain, hit, rows, flops, err := s.get(lm, id, true)
 	if err != nil {
 		return nil, 0, 0, 0, err
@@ -140,7 +140,7 @@ func (s *BlockStore) Get(lm *model.LLaDA, id PrefixID) (*Entry, int, int, float6
 // whether the lookup counts in Stats (queries and hit tokens): a
 // request's does, StorePrefix's fill of an answered conversation does
 // not, or every turn's blocks would be counted as hit twice.
-func (s *BlockStore) get(lm *model.LLaDA, id PrefixID, count bool) ([]*blockNode, int, int, float64, error) {
+func (s *BlockStore) get(lm *model.Network, id PrefixID, count bool) ([]*blockNode, int, int, float64, error) {
 	B := s.blockSize
 	nb := len(id.Tokens) / B
 	s.mu.Lock()
@@ -354,7 +354,7 @@ func (s *BlockStore) hold(n *blockNode) {
 
 // fill computes blocks len(chain)..nb-1 of id, with every earlier block's
 // K/V from chain (and, causal, from the blocks filled before).
-func (s *BlockStore) fill(lm *model.LLaDA, id PrefixID, chain []*blockNode, nb int) ([]*blockNode, int, float64, error) {
+func (s *BlockStore) fill(lm *model.Network, id PrefixID, chain []*blockNode, nb int) ([]*blockNode, int, float64, error) {
 	B := s.blockSize
 	from := len(chain)
 	var fresh []*blockNode
@@ -534,7 +534,7 @@ func (s *BlockStore) Clear() int {
 }
 
 // assemble copies the chain's blocks into one entry covering their rows.
-func (s *BlockStore) assemble(lm *model.LLaDA, chain []*blockNode) *Entry {
+func (s *BlockStore) assemble(lm *model.Network, chain []*blockNode) *Entry {
 	parts := make([]*Entry, len(chain))
 	for i, n := range chain {
 		parts[i] = &Entry{Tokens: n.tokens, K: n.k, V: n.v, H: n.h}
@@ -639,7 +639,7 @@ func (c *blockFill) free() { freeLayers(c.b, c.k, c.v, c.h) }
 // returns the (layer, row) pairs and FLOPs computed, and does nothing for
 // a method that keeps no block store (Storer): a store in the options of
 // a method that never reads it (none) is not filled.
-func StorePrefix(lm *model.LLaDA, meth Method, tokens []int32, salt string) (int, float64, error) {
+func StorePrefix(lm *model.Network, meth Method, tokens []int32, salt string) (int, float64, error) {
 	bs, ok := StoreOf(meth).(*BlockStore)
 	b, ok2 := meth.(interface{ options() Options })
 	if !ok || !ok2 {

@@ -12,6 +12,7 @@ import (
 	"github.com/dlmcache/dlmcache/internal/testutil"
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/backend"
+	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 // tokensOf makes a prefix of n token ids from seed.
@@ -45,11 +46,11 @@ func TestBlockStoreFill(t *testing.T) {
 	const B = 8
 	toks := tokensOf(1, 3*B+5) // three full blocks and a tail
 	id := PrefixID{Fingerprint: "fp", Tokens: toks}
-	whole, err := ComputePrefix(m.LLaDA, toks[:3*B])
+	whole, err := ComputePrefix(m.Network, toks[:3*B])
 	if err != nil {
 		t.Fatal(err)
 	}
-	first, err := ComputePrefix(m.LLaDA, toks[:B])
+	first, err := ComputePrefix(m.Network, toks[:B])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +61,7 @@ func TestBlockStoreFill(t *testing.T) {
 	}
 	for _, causal := range []bool{true, false} {
 		s := NewBlockStore(b, B, 1<<30, causal, nil)
-		e, hit, rows, _, err := s.Get(m.LLaDA, id)
+		e, hit, rows, _, err := s.Get(m.Network, id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -103,12 +104,12 @@ func TestBlockStoreSharesLeadingBlocks(t *testing.T) {
 	a := PrefixID{Fingerprint: "fp", Tokens: slices.Concat(doc, tokensOf(3, 2*B))}
 	c := PrefixID{Fingerprint: "fp", Tokens: slices.Concat(doc, tokensOf(4, B+3))}
 	s := NewBlockStore(m.Backend, B, 1<<30, true, nil)
-	ea, _, _, _, err := s.Get(m.LLaDA, a)
+	ea, _, _, _, err := s.Get(m.Network, a)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.Release(ea)
-	ec, hit, rows, _, err := s.Get(m.LLaDA, c)
+	ec, hit, rows, _, err := s.Get(m.Network, c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +117,7 @@ func TestBlockStoreSharesLeadingBlocks(t *testing.T) {
 		t.Errorf("shared document: hit %d tokens (want %d), computed %d rows (want %d), entry %d tokens", hit, 2*B, rows, len(m.Blocks)*B, len(ec.Tokens))
 	}
 	fresh := NewBlockStore(m.Backend, B, 1<<30, true, nil)
-	ef, _, _, _, err := fresh.Get(m.LLaDA, c)
+	ef, _, _, _, err := fresh.Get(m.Network, c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +129,7 @@ func TestBlockStoreSharesLeadingBlocks(t *testing.T) {
 	// Another salt or fingerprint shares nothing.
 	other := c
 	other.Salt = "tenant"
-	eo, hit, _, _, err := s.Get(m.LLaDA, other)
+	eo, hit, _, _, err := s.Get(m.Network, other)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +155,7 @@ func TestBlockStoreEvictionAndEvents(t *testing.T) {
 	const B = 8
 	ev := NewEventLog(1 << 16)
 	probe := NewBlockStore(m.Backend, B, 1<<30, true, nil)
-	e, _, _, _, err := probe.Get(m.LLaDA, PrefixID{Tokens: tokensOf(9, B)})
+	e, _, _, _, err := probe.Get(m.Network, PrefixID{Tokens: tokensOf(9, B)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +169,7 @@ func TestBlockStoreEvictionAndEvents(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			id := PrefixID{Fingerprint: "fp", Tokens: slices.Concat(root, tokensOf(10+i%6, 2*B))}
-			e, _, _, _, err := s.Get(m.LLaDA, id)
+			e, _, _, _, err := s.Get(m.Network, id)
 			if err != nil {
 				t.Error(err)
 				return
@@ -232,9 +233,9 @@ func TestBiCacheOnBlockStore(t *testing.T) {
 	ids, pl := request(t, m, 0)
 	s := NewBlockStore(m.Backend, 16, 1<<30, true, nil)
 	meth := mk(t, "bicache", Options{Store: s, Table: table(L, 2), BiCache: BiCacheOptions{Refresh: 4}, Fingerprint: m.Fingerprint})
-	o := model.GenOptions{GenLength: 16, Steps: 8}
+	o := sample.GenOptions{GenLength: 16, Steps: 8}
 	for i := 0; i < 2; i++ {
-		res, err := Run(context.Background(), m.LLaDA, meth, Request{Prompt: ids, PrefixLen: pl}, o)
+		res, err := Run(context.Background(), m.Network, meth, Request{Prompt: ids, PrefixLen: pl}, o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -261,7 +262,7 @@ func TestBlockStoreFillsOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			e, _, rows, _, err := s.Get(m.LLaDA, id)
+			e, _, rows, _, err := s.Get(m.Network, id)
 			if err != nil {
 				t.Error(err)
 				return
@@ -296,7 +297,7 @@ func TestBlockStoreForcedCollision(t *testing.T) {
 	const B = 8
 	s := NewBlockStore(m.Backend, B, 1<<30, true, nil)
 	a := PrefixID{Fingerprint: "fp", Salt: "tenant-a", Tokens: tokensOf(1, 2*B)}
-	ea, hit, _, _, err := s.Get(m.LLaDA, a)
+	ea, hit, _, _, err := s.Get(m.Network, a)
 	if err != nil || hit != 0 {
 		t.Fatalf("first get: hit %d err %v", hit, err)
 	}
@@ -312,7 +313,7 @@ func TestBlockStoreForcedCollision(t *testing.T) {
 		{"another model", PrefixID{Fingerprint: "fp2", Salt: "tenant-a", Tokens: a.Tokens}, 0},
 		{"a shared first block", PrefixID{Fingerprint: "fp", Salt: "tenant-a", Tokens: slices.Concat(a.Tokens[:B], tokensOf(3, B))}, B},
 	} {
-		e, hit, rows, _, err := s.Get(m.LLaDA, tc.id)
+		e, hit, rows, _, err := s.Get(m.Network, tc.id)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.what, err)
 		}
@@ -321,7 +322,7 @@ func TestBlockStoreForcedCollision(t *testing.T) {
 		}
 		// What a store without the collision computes for the same prefix.
 		fresh := NewBlockStore(m.Backend, B, 1<<30, true, nil)
-		ef, _, _, _, err := fresh.Get(m.LLaDA, tc.id)
+		ef, _, _, _, err := fresh.Get(m.Network, tc.id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -339,7 +340,7 @@ func TestBlockStoreForcedCollision(t *testing.T) {
 		}
 	}
 	// The first prefix is still served whole from the store.
-	ea, hit, rows, _, err := s.Get(m.LLaDA, a)
+	ea, hit, rows, _, err := s.Get(m.Network, a)
 	if err != nil || hit != 2*B || rows != 0 {
 		t.Errorf("first prefix again: hit %d rows %d err %v", hit, rows, err)
 	}
@@ -359,7 +360,7 @@ func TestStorePrefixThroughADecoder(t *testing.T) {
 	o.Store, o.Table, o.Fingerprint = NewBlockStore(m.Backend, 4, 1<<30, true, nil), table(L, 1), m.Fingerprint
 	ids, _ := request(t, m, 0)
 	for _, name := range []string{"bicache", "bicache@threshold:0.9"} {
-		rows, _, err := StorePrefix(m.LLaDA, mk(t, name, o), ids, name) // a salt each: both fill
+		rows, _, err := StorePrefix(m.Network, mk(t, name, o), ids, name) // a salt each: both fill
 		if err != nil || rows == 0 {
 			t.Errorf("%s: %d rows stored, %v", name, rows, err)
 		}
@@ -369,7 +370,7 @@ func TestStorePrefixThroughADecoder(t *testing.T) {
 	// it, and bench would time the fill as the method's.
 	before := o.Store.Stats().Entries
 	for _, name := range []string{"none", "block"} {
-		if rows, _, err := StorePrefix(m.LLaDA, mk(t, name, o), ids, "other "+name); err != nil || rows != 0 {
+		if rows, _, err := StorePrefix(m.Network, mk(t, name, o), ids, "other "+name); err != nil || rows != 0 {
 			t.Errorf("%s: %d rows computed, %v; want none", name, rows, err)
 		}
 	}
@@ -409,13 +410,13 @@ func TestBlockStoreFillOverStoredBlocks(t *testing.T) {
 	}
 	s := NewBlockStore(m.Backend, B, 1<<30, true, nil)
 	id := PrefixID{Fingerprint: m.Fingerprint, Tokens: ids[:2*B]}
-	e, _, _, _, err := s.Get(m.LLaDA, id)
+	e, _, _, _, err := s.Get(m.Network, id)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.Release(e)
 	id.Tokens = ids[:n]
-	e, hit, _, _, err := s.Get(m.LLaDA, id)
+	e, hit, _, _, err := s.Get(m.Network, id)
 	if err != nil || hit != 2*B {
 		t.Fatalf("second prefix: hit %d, %v; want the first's %d tokens", hit, err, 2*B)
 	}
@@ -440,7 +441,7 @@ func TestBlockStoreEventsForEveryOperation(t *testing.T) {
 	const B = 8
 	ev := NewEventLog(1 << 10)
 	probe := NewBlockStore(m.Backend, B, 1<<30, true, nil)
-	e, _, _, _, err := probe.Get(m.LLaDA, PrefixID{Tokens: tokensOf(9, B)})
+	e, _, _, _, err := probe.Get(m.Network, PrefixID{Tokens: tokensOf(9, B)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -449,7 +450,7 @@ func TestBlockStoreEventsForEveryOperation(t *testing.T) {
 	s := NewBlockStore(m.Backend, B, 2*blockBytes, true, ev)
 	salt := joinSalt("", "key:ns\x00tenant-a")
 	first := PrefixID{Fingerprint: "fp", Salt: salt, Tokens: tokensOf(1, 2*B)}
-	e, _, _, _, err = s.Get(m.LLaDA, first)
+	e, _, _, _, err = s.Get(m.Network, first)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -472,7 +473,7 @@ func TestBlockStoreEventsForEveryOperation(t *testing.T) {
 	}
 	// A third block past a budget of two evicts the least recently used leaf.
 	other := PrefixID{Fingerprint: "fp", Salt: salt, Tokens: tokensOf(2, B)}
-	e, _, _, _, err = s.Get(m.LLaDA, other)
+	e, _, _, _, err = s.Get(m.Network, other)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -497,7 +498,7 @@ func TestBlockStoreEventsForEveryOperation(t *testing.T) {
 	}
 	s.Release(e)
 	// The store fills again after a clear, and the JSON form is unchanged.
-	e, hit, _, _, err := s.Get(m.LLaDA, first)
+	e, hit, _, _, err := s.Get(m.Network, first)
 	if err != nil || hit != 0 {
 		t.Fatalf("after Clear: hit %d, %v", hit, err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/backend"
 	"github.com/dlmcache/dlmcache/model/cpu"
+	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 func loadTiny(t testing.TB) *model.Model {
@@ -160,10 +161,10 @@ func request(t testing.TB, m *model.Model, i int) ([]int32, int) {
 	return ids, pl
 }
 
-func generate(t testing.TB, m *model.Model, meth Method, ids []int32, prefix int, o model.GenOptions) (*model.Generation, Info) {
+func generate(t testing.TB, m *model.Model, meth Method, ids []int32, prefix int, o sample.GenOptions) (*sample.Generation, Info) {
 	t.Helper()
 	var info Info
-	g, err := m.Generate(context.Background(), ids, prefix, o, meth.Planner(m.LLaDA, "", &info))
+	g, err := sample.Generate(context.Background(), m.Network, ids, prefix, o, meth.Planner(m.Network, "", &info))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +181,7 @@ func TestBiCacheRefreshingEveryStepIsNone(t *testing.T) {
 	m := loadTiny(t)
 	L := len(m.Blocks)
 	ids, pl := request(t, m, 0)
-	o := model.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}
+	o := sample.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}
 	want, _ := generate(t, m, mk(t, "none", Options{}), ids, pl, o)
 	for _, src := range []string{"recompute"} {
 		meth := mk(t, "bicache", Options{Store: NewStore(m.Backend, 1<<30, FIFO), Table: table(L, 1), BiCache: BiCacheOptions{Refresh: 1}, DeepSource: DeepSource(src), Fingerprint: m.Fingerprint})
@@ -196,11 +197,11 @@ func TestBiCacheRefreshingEveryStepIsNone(t *testing.T) {
 
 // rowsCase is what the row-accounting tests generate: tiny-f32's
 // request 1 (ids, prefix length pl), 16 tokens in 8 steps.
-func rowsCase(t *testing.T) (m *model.Model, ids []int32, pl int, o model.GenOptions) {
+func rowsCase(t *testing.T) (m *model.Model, ids []int32, pl int, o sample.GenOptions) {
 	t.Helper()
 	m = loadTiny(t)
 	ids, pl = request(t, m, 1)
-	return m, ids, pl, model.GenOptions{GenLength: 16, Steps: 8}
+	return m, ids, pl, sample.GenOptions{GenLength: 16, Steps: 8}
 }
 
 // Row accounting shows what each method skips.
@@ -244,14 +245,14 @@ func TestMethodsRowsComputed(t *testing.T) {
 func TestBlockCache(t *testing.T) {
 	m := loadTiny(t)
 	ids, pl := request(t, m, 2)
-	o := model.GenOptions{GenLength: 16, Steps: 4, BlockLength: 4}
+	o := sample.GenOptions{GenLength: 16, Steps: 4, BlockLength: 4}
 	want, _ := generate(t, m, mk(t, "none", Options{}), ids, pl, o)
 	got, _ := generate(t, m, mk(t, "block", Options{}), ids, pl, o)
 	if !reflect.DeepEqual(got.Canvas, want.Canvas) {
 		t.Errorf("block, one step per block: %v\nwant %v", got.Canvas, want.Canvas)
 	}
 	// With more steps per block, only the block's rows are computed inside it.
-	o = model.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}
+	o = sample.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}
 	g, _ := generate(t, m, mk(t, "block", Options{}), ids, pl, o)
 	n, L := len(ids)+16, len(m.Blocks)
 	if want := 2*L*n + 6*L*8; g.RowsComputed != want {
@@ -374,7 +375,7 @@ func mk(t testing.TB, name string, o Options) Method {
 func TestConcurrentRequests(t *testing.T) {
 	m := loadTiny(t)
 	L := len(m.Blocks)
-	o := model.GenOptions{GenLength: 8, Steps: 4}
+	o := sample.GenOptions{GenLength: 8, Steps: 4}
 	ids0, pl0 := request(t, m, 0)
 	entryBytes := int64(4 * L * pl0 * (2*m.Config.KVDim() + m.Config.DModel))
 	store := NewStore(m.Backend, entryBytes*3/2, LRU) // room for about one prefix
@@ -393,7 +394,7 @@ func TestConcurrentRequests(t *testing.T) {
 		go func(i int) {
 			defer wg.Done()
 			ids, pl := request(t, m, i)
-			g, err := m.Generate(context.Background(), ids, pl, o, meth.Planner(m.LLaDA, "", nil))
+			g, err := sample.Generate(context.Background(), m.Network, ids, pl, o, meth.Planner(m.Network, "", nil))
 			if err != nil {
 				t.Error(err)
 				return
@@ -431,7 +432,7 @@ func TestStoreSpill(t *testing.T) {
 	get := func(ids []int32, pl int) (*Entry, bool) {
 		e, hit, err := primary.Acquire(PrefixID{Fingerprint: "fp", Tokens: ids[:pl]}, func() (*Entry, error) {
 			computed++
-			return ComputePrefix(m.LLaDA, ids[:pl])
+			return ComputePrefix(m.Network, ids[:pl])
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -3,6 +3,7 @@ package cache
 import (
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 // withBiCache is BiCache's shallow prefix reuse wrapped around another
@@ -30,12 +31,12 @@ func composed(inner func(Options) (Method, error)) func(Options) (Method, error)
 	}
 }
 
-func (m *withBiCache) Store() PrefixStore                      { return m.o.Store }
-func (m *withBiCache) Table() *lut.Table                       { return m.o.Table }
-func (m *withBiCache) Source() string                          { return string(source(m.o.DeepSource)) }
-func (m *withBiCache) Gen(o model.GenOptions) model.GenOptions { return m.inner.Gen(o) }
+func (m *withBiCache) Store() PrefixStore                        { return m.o.Store }
+func (m *withBiCache) Table() *lut.Table                         { return m.o.Table }
+func (m *withBiCache) Source() string                            { return string(source(m.o.DeepSource)) }
+func (m *withBiCache) Gen(o sample.GenOptions) sample.GenOptions { return m.inner.Gen(o) }
 
-func (m *withBiCache) Planner(lm *model.LLaDA, salt string, info *Info) model.Planner {
+func (m *withBiCache) Planner(lm *model.Network, salt string, info *Info) sample.Planner {
 	return tableWrapper(m.o, lm, salt, info, m.inner.Planner(lm, salt, nil))
 }
 

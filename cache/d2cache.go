@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 // D2Options are d2Cache's settings (the paper's defaults: K 32, P 0.1,
@@ -66,14 +67,14 @@ func newD2Cache(o Options) (Method, error) {
 }
 
 // Gen installs the certainty-prior decoder when asked.
-func (m *d2Cache) Gen(o model.GenOptions) model.GenOptions {
+func (m *d2Cache) Gen(o sample.GenOptions) sample.GenOptions {
 	if m.o.D2.Prior {
-		o.Decoder = model.CertaintyPrior{Sigma: m.o.D2.Sigma}
+		o.Decoder = sample.CertaintyPrior{Sigma: m.o.D2.Sigma}
 	}
 	return o
 }
 
-func (m *d2Cache) Planner(lm *model.LLaDA, _ string, _ *Info) model.Planner {
+func (m *d2Cache) Planner(lm *model.Network, _ string, _ *Info) sample.Planner {
 	return &d2Planner{tokenPlan: tokenPlan{lm: lm}, o: m.o.D2, mask: int32(lm.Config.MaskTokenID), L: len(lm.Blocks)}
 }
 
@@ -91,7 +92,7 @@ type d2Planner struct {
 	cand       []int32     // this step's candidates: the current block's slots of (1)
 }
 
-func (p *d2Planner) Begin(r *model.Request) error {
+func (p *d2Planner) Begin(r *sample.Request) error {
 	p.n, p.P = len(r.Canvas), len(r.Prompt)
 	p.begin(r)
 	p.conf = make([]float64, p.n)
@@ -99,17 +100,17 @@ func (p *d2Planner) Begin(r *model.Request) error {
 	return nil
 }
 
-func (p *d2Planner) Candidates(_ *model.Step, c *model.Candidates) {
+func (p *d2Planner) Candidates(_ *sample.Step, c *sample.Candidates) {
 	for i, pos := range c.Pos {
 		p.conf[pos] = c.Conf[i]
 	}
 }
 
-func (p *d2Planner) After(_ *model.Step, committed []int32) {
+func (p *d2Planner) After(_ *sample.Step, committed []int32) {
 	p.decoded = slices.Clone(committed)
 }
 
-func (p *d2Planner) Plan(s *model.Step) model.Plan {
+func (p *d2Planner) Plan(s *sample.Step) model.Plan {
 	p.all = s.Index == 0
 	if !p.all {
 		p.compute(s, p.selectRows(s))
@@ -119,7 +120,7 @@ func (p *d2Planner) Plan(s *model.Step) model.Plan {
 }
 
 // selectRows is the step's row set (sorted).
-func (p *d2Planner) selectRows(s *model.Step) []int32 {
+func (p *d2Planner) selectRows(s *sample.Step) []int32 {
 	P, G := p.P, p.n-p.P
 	known := make([]bool, G)
 	var masked []int
@@ -142,7 +143,7 @@ func (p *d2Planner) selectRows(s *model.Step) []int32 {
 		}
 		end = min(G-1, (end/bl+1)*bl-1)
 		bs, be := s.BlockStart-P, s.BlockEnd-P
-		dens := model.CertaintyDensity(known, p.o.Sigma)
+		dens := sample.CertaintyDensity(known, p.o.Sigma)
 		var win []int
 		best := 0.0
 		score := make(map[int]float64)
@@ -208,7 +209,7 @@ func (p *d2Planner) selectRows(s *model.Step) []int32 {
 // CandidateRows narrows the step's candidates to the masked slots of the
 // current block among the k selected (every one on the first step, which
 // computes all rows).
-func (p *d2Planner) CandidateRows(s *model.Step, _ []int32) []int32 {
+func (p *d2Planner) CandidateRows(s *sample.Step, _ []int32) []int32 {
 	if p.all {
 		return nil
 	}

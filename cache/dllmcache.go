@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/backend"
+	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 // DLLMOptions are dLLM-Cache's settings (dlmcache's defaults: Kp 50, Kr 2,
@@ -59,7 +60,7 @@ func newDLLMCache(o Options) (Method, error) {
 	return &dllmCache{base{"dllm-cache", o}}, nil
 }
 
-func (m *dllmCache) Planner(lm *model.LLaDA, _ string, _ *Info) model.Planner {
+func (m *dllmCache) Planner(lm *model.Network, _ string, _ *Info) sample.Planner {
 	return &dllmPlanner{tokenPlan: tokenPlan{lm: lm}, o: m.o.DLLM}
 }
 
@@ -77,7 +78,7 @@ type dllmPlanner struct {
 	fed          []int32 // the response rows with the rows their logits are read from (logitSources)
 }
 
-func (p *dllmPlanner) Begin(r *model.Request) error {
+func (p *dllmPlanner) Begin(r *sample.Request) error {
 	p.n, p.P = len(r.Canvas), len(r.Prompt)
 	p.begin(r)
 	p.response = iota32(p.P, p.n)
@@ -97,7 +98,7 @@ func (p *dllmPlanner) End() {
 	p.att, p.mlp = nil, nil
 }
 
-func (p *dllmPlanner) Plan(s *model.Step) model.Plan {
+func (p *dllmPlanner) Plan(s *sample.Step) model.Plan {
 	p.prompt = s.Index%p.o.Kp == 0
 	p.resp = s.Index%p.o.Kr == 0
 	p.all = p.prompt && p.resp

@@ -6,6 +6,7 @@ import (
 
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/backend"
+	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 // exactBlock is the exact K/V cache of a block-causal model (block
@@ -55,7 +56,7 @@ func (m *exactBlock) CheckModel(c *model.Config) error {
 	return nil
 }
 
-func (m *exactBlock) Planner(lm *model.LLaDA, salt string, info *Info) model.Planner {
+func (m *exactBlock) Planner(lm *model.Network, salt string, info *Info) sample.Planner {
 	if info == nil {
 		info = &Info{}
 	}
@@ -70,7 +71,7 @@ func (m *exactBlock) Planner(lm *model.LLaDA, salt string, info *Info) model.Pla
 // committed on a block's first step).
 type exactPlanner struct {
 	meth *exactBlock
-	lm   *model.LLaDA
+	lm   *model.Network
 	info *Info
 	id   PrefixID
 
@@ -94,7 +95,7 @@ type exactPlanner struct {
 	kept    int
 }
 
-func (p *exactPlanner) Begin(r *model.Request) error {
+func (p *exactPlanner) Begin(r *sample.Request) error {
 	if err := p.meth.CheckModel(p.lm.Config); err != nil {
 		return err
 	}
@@ -136,7 +137,7 @@ func fromZero(pos []int32, n int) bool {
 // fromStore copies the stored K/V of the shared prefix's full blocks into
 // the kept rows; a block store's, those of every full block of the prompt
 // it holds.
-func (p *exactPlanner) fromStore(r *model.Request) error {
+func (p *exactPlanner) fromStore(r *sample.Request) error {
 	store, m := p.meth.o.Store, r.PrefixLen
 	bs, blocks := store.(*BlockStore)
 	if store == nil || m < p.B && !blocks {
@@ -233,7 +234,7 @@ func (p *exactPlanner) releaseStore() {
 	p.bs, p.chain, p.fresh, p.unclaim = nil, nil, nil, nil
 }
 
-func (p *exactPlanner) Plan(s *model.Step) model.Plan {
+func (p *exactPlanner) Plan(s *sample.Step) model.Plan {
 	// Rows before the current block's model block are committed, and
 	// final once computed over their final tokens: those not kept yet are
 	// computed with the block and kept. Blocks are by position id
@@ -261,7 +262,7 @@ func (p *exactPlanner) Plan(s *model.Step) model.Plan {
 	return p
 }
 
-func (p *exactPlanner) After(s *model.Step, _ []int32) {
+func (p *exactPlanner) After(s *sample.Step, _ []int32) {
 	p.cached = p.keepTo
 	if len(p.fresh) > 0 {
 		// The first step computed the prefix's missing blocks: store them.
@@ -344,7 +345,7 @@ func tiles(c *model.Config, n int) bool {
 }
 
 // fedLen is the number of tokens step s's forward is given.
-func fedLen(s *model.Step) int {
+func fedLen(s *sample.Step) int {
 	if s.Len > 0 {
 		return s.Len
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/dlmcache/dlmcache/datasets"
 	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 // BenchmarkExactBlock times the shared-system workload of `bench
@@ -34,7 +35,7 @@ func benchExactBlock(b *testing.B, m *model.Model) {
 		reqs = append(reqs, req{ids, pl})
 	}
 	B := m.Config.CausalBlock()
-	o := model.GenOptions{GenLength: 128, Steps: 128, BlockLength: B, Decoder: model.Threshold{T: 0.95}}
+	o := sample.GenOptions{GenLength: 128, Steps: 128, BlockLength: B, Decoder: sample.Threshold{T: 0.95}}
 	for _, name := range []string{"none", "exact-block"} {
 		b.Run(name, func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
@@ -42,7 +43,7 @@ func benchExactBlock(b *testing.B, m *model.Model) {
 				opts.Store, opts.Fingerprint = NewBlockStore(m.Backend, B, 1<<30, true, nil), m.Fingerprint
 				meth := mk(b, name, opts)
 				for _, r := range reqs {
-					if _, err := Run(context.Background(), m.LLaDA, meth, Request{Prompt: r.ids, PrefixLen: r.pl}, o); err != nil {
+					if _, err := Run(context.Background(), m.Network, meth, Request{Prompt: r.ids, PrefixLen: r.pl}, o); err != nil {
 						b.Fatal(err)
 					}
 				}

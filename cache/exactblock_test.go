@@ -16,6 +16,7 @@ import (
 
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/cpu"
+	"github.com/dlmcache/dlmcache/model/sample"
 	"github.com/dlmcache/dlmcache/model/tokenizer"
 )
 
@@ -64,10 +65,10 @@ func must[T any](v T, err error) T {
 
 // exactRegimes are the schedules the exact cache is checked in: fixed
 // steps with LLaDA's low-confidence remasking, and threshold decoding.
-func exactRegimes(B int) map[string]model.GenOptions {
-	return map[string]model.GenOptions{
+func exactRegimes(B int) map[string]sample.GenOptions {
+	return map[string]sample.GenOptions{
 		"low-confidence": {GenLength: 4 * B, Steps: 2 * B, BlockLength: B},
-		"threshold":      {GenLength: 4 * B, Steps: 4 * B, BlockLength: B, Decoder: model.Threshold{T: 0.2}},
+		"threshold":      {GenLength: 4 * B, Steps: 4 * B, BlockLength: B, Decoder: sample.Threshold{T: 0.2}},
 	}
 }
 
@@ -100,7 +101,7 @@ func TestExactBlockEqualsNone(t *testing.T) {
 }
 
 // logged is o with every forward's logits appended to logits.
-func logged(m *model.Model, o model.GenOptions, logits *[][]float32) model.GenOptions {
+func logged(m *model.Model, o sample.GenOptions, logits *[][]float32) sample.GenOptions {
 	o.Forward = func(in model.Input, plan model.Plan) (*model.Output, error) {
 		out, err := m.Forward(in, plan)
 		if err == nil {
@@ -139,10 +140,10 @@ func TestExactBlockRows(t *testing.T) {
 	m := loadBlockTiny(t, B)
 	L := len(m.Blocks)
 	ids, pl := request(t, m, 1)
-	o := model.GenOptions{GenLength: 4 * B, Steps: 2 * B, BlockLength: B}
+	o := sample.GenOptions{GenLength: 4 * B, Steps: 2 * B, BlockLength: B}
 	var steps []recorded
-	p := mk(t, "exact-block", Options{}).Planner(m.LLaDA, "", nil)
-	g, err := m.Generate(context.Background(), ids, pl, o, &rowRecorder{Planner: p, steps: &steps})
+	p := mk(t, "exact-block", Options{}).Planner(m.Network, "", nil)
+	g, err := sample.Generate(context.Background(), m.Network, ids, pl, o, &rowRecorder{Planner: p, steps: &steps})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,17 +171,17 @@ func TestExactBlockRows(t *testing.T) {
 }
 
 type recorded struct {
-	model.Step
+	sample.Step
 	rows []int32
 }
 
 // rowRecorder records each step and the rows its plan computes.
 type rowRecorder struct {
-	model.Planner
+	sample.Planner
 	steps *[]recorded
 }
 
-func (r *rowRecorder) Plan(s *model.Step) model.Plan {
+func (r *rowRecorder) Plan(s *sample.Step) model.Plan {
 	p := r.Planner.Plan(s)
 	*r.steps = append(*r.steps, recorded{*s, slices.Clone(p.Rows(0))})
 	return p
@@ -196,7 +197,7 @@ func TestExactBlockStore(t *testing.T) {
 	L := len(m.Blocks)
 	o := exactRegimes(B)["threshold"]
 	none := mk(t, "none", Options{})
-	wants := map[int]*model.Generation{}
+	wants := map[int]*sample.Generation{}
 	for _, tc := range []struct {
 		name  string
 		store func() PrefixStore
@@ -218,7 +219,7 @@ func TestExactBlockStore(t *testing.T) {
 			want := wants[i]
 			var steps []recorded
 			var info Info
-			got, err := m.Generate(context.Background(), ids, pl, o, &rowRecorder{Planner: meth.Planner(m.LLaDA, "", &info), steps: &steps})
+			got, err := sample.Generate(context.Background(), m.Network, ids, pl, o, &rowRecorder{Planner: meth.Planner(m.Network, "", &info), steps: &steps})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -308,7 +309,7 @@ func TestExactBlockConversation(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := StorePrefix(m.LLaDA, meth, answered, ""); err != nil {
+		if _, _, err := StorePrefix(m.Network, meth, answered, ""); err != nil {
 			t.Fatal(err)
 		}
 		prevStored = len(answered) / B * B
@@ -370,7 +371,7 @@ func TestExactBlockKeepsAnswers(t *testing.T) {
 		}
 		// The same blocks computed from their tokens.
 		fresh := NewBlockStore(m.Backend, SB, 1<<30, true, nil)
-		if _, _, err := StorePrefix(m.LLaDA, mk(t, "exact-block", Options{Store: fresh, Fingerprint: m.Fingerprint}), g.Canvas[:nb*SB], ""); err != nil {
+		if _, _, err := StorePrefix(m.Network, mk(t, "exact-block", Options{Store: fresh, Fingerprint: m.Fingerprint}), g.Canvas[:nb*SB], ""); err != nil {
 			t.Fatal(err)
 		}
 		computed := chainOf(fresh, nb)
@@ -437,18 +438,18 @@ func TestExactBlockForcedCollision(t *testing.T) {
 func TestExactBlockRefuses(t *testing.T) {
 	bi := loadTiny(t)
 	ids, pl := request(t, bi, 0)
-	o := model.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}
+	o := sample.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}
 	meth := mk(t, "exact-block", Options{})
 	if err := CheckModel(meth, bi.Config); err == nil || !strings.Contains(err.Error(), "block-causal") {
 		t.Errorf("bidirectional model: CheckModel %v", err)
 	}
-	if _, err := Run(context.Background(), bi.LLaDA, meth, Request{Prompt: ids, PrefixLen: pl}, o); err == nil || !strings.Contains(err.Error(), "bidirectional") {
+	if _, err := Run(context.Background(), bi.Network, meth, Request{Prompt: ids, PrefixLen: pl}, o); err == nil || !strings.Contains(err.Error(), "bidirectional") {
 		t.Errorf("bidirectional model: Run %v", err)
 	}
 	const B = 8
 	m := loadBlockTiny(t, B)
 	half := mk(t, "exact-block", Options{Store: NewBlockStore(m.Backend, B/2, 1<<30, true, nil)})
-	if _, err := Run(context.Background(), m.LLaDA, half, Request{Prompt: ids, PrefixLen: pl}, o); err == nil || !strings.Contains(err.Error(), "--store-blocks 8") {
+	if _, err := Run(context.Background(), m.Network, half, Request{Prompt: ids, PrefixLen: pl}, o); err == nil || !strings.Contains(err.Error(), "--store-blocks 8") {
 		t.Errorf("store blocks of B/2: %v", err)
 	}
 	if err := CheckModel(mk(t, "none", Options{}), bi.Config); err != nil {
@@ -471,7 +472,7 @@ func TestEveryMethodServesOrRefusesBlockCausal(t *testing.T) {
 func everyMethodServesOrRefuses(t *testing.T, B int) {
 	m := loadBlockTiny(t, B)
 	ids, pl := request(t, m, 0)
-	o, gen := everyMethodOptions(m), model.GenOptions{GenLength: 16, Steps: 16}
+	o, gen := everyMethodOptions(m), sample.GenOptions{GenLength: 16, Steps: 16}
 	for _, name := range Names() {
 		if name == "table" { // dispatches to the others
 			continue
@@ -489,7 +490,7 @@ func everyMethodServesOrRefuses(t *testing.T, B int) {
 					t.Errorf("accepted the model, then panicked mid-request: %v", r)
 				}
 			}()
-			res, err := Run(context.Background(), m.LLaDA, meth, Request{Prompt: ids, PrefixLen: pl}, gen)
+			res, err := Run(context.Background(), m.Network, meth, Request{Prompt: ids, PrefixLen: pl}, gen)
 			if err != nil {
 				t.Fatalf("accepted the model, then failed mid-request: %v", err)
 			}
@@ -520,7 +521,7 @@ func TestBlockDualBlockOnBlockCausal(t *testing.T) {
 		if err != nil {
 			t.Fatalf("--dual-block %d on blocks of 16: %v", n, err)
 		}
-		if _, err := Run(context.Background(), m.LLaDA, meth, Request{Prompt: ids, PrefixLen: pl}, model.GenOptions{GenLength: 16, Steps: 16}); err != nil {
+		if _, err := Run(context.Background(), m.Network, meth, Request{Prompt: ids, PrefixLen: pl}, sample.GenOptions{GenLength: 16, Steps: 16}); err != nil {
 			t.Errorf("--dual-block %d, gen length 16 on blocks of 16: %v", n, err)
 		}
 	}
@@ -560,7 +561,7 @@ func TestExactBlockConcurrentSharedPrefix(t *testing.T) {
 		}
 		firstDone := make(chan error, 1)
 		go func() {
-			_, err := m.Generate(context.Background(), ids0, pl, o0, meth.Planner(m.LLaDA, "", nil))
+			_, err := sample.Generate(context.Background(), m.Network, ids0, pl, o0, meth.Planner(m.Network, "", nil))
 			firstDone <- err
 		}()
 		<-inFirst
@@ -573,12 +574,12 @@ func TestExactBlockConcurrentSharedPrefix(t *testing.T) {
 			return m.Forward(in, p)
 		}
 		type result struct {
-			g   *model.Generation
+			g   *sample.Generation
 			err error
 		}
 		second := make(chan result, 1)
 		go func() {
-			g, err := m.Generate(context.Background(), ids3, pl, o3, meth.Planner(m.LLaDA, "", &info))
+			g, err := sample.Generate(context.Background(), m.Network, ids3, pl, o3, meth.Planner(m.Network, "", &info))
 			second <- result{g, err}
 		}()
 		select {

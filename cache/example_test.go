@@ -11,6 +11,7 @@ import (
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/cpu"
+	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 // BiCache on the bundled model: the table gives the depth for each
@@ -47,7 +48,7 @@ func Example() {
 		"Reply with ## followed by the code only."
 	// A short canvas keeps the example quick: 32 answer slots, 16 steps (the
 	// card's regime is 128 slots, 64 steps, blocks of 32).
-	gen := model.GenOptions{GenLength: 32, Steps: 16, BlockLength: 32}
+	gen := sample.GenOptions{GenLength: 32, Steps: 16, BlockLength: 32}
 	for _, q := range []string{"What is the code for sep?", "What is the code for deli?"} {
 		ids, prefixLen, err := m.Tokenizer.EncodeChat(system, q)
 		if err != nil {
@@ -55,7 +56,7 @@ func Example() {
 			return
 		}
 		req := cache.Request{Prompt: ids, PrefixLen: prefixLen}
-		res, err := cache.Run(context.Background(), m.LLaDA, bicache, req, gen)
+		res, err := cache.Run(context.Background(), m.Network, bicache, req, gen)
 		if err != nil {
 			fmt.Println(err)
 			return

@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 // FreeOptions are FreeCache's settings (its block length is
@@ -50,9 +51,9 @@ func newFreeCache(o Options) (Method, error) {
 
 // Gen decodes in blocks (FreeCache freezes finished blocks) with the
 // schedule's own decoder.
-func (m *freeCache) Gen(o model.GenOptions) model.GenOptions { return blocked(o, m.o.Block.Length) }
+func (m *freeCache) Gen(o sample.GenOptions) sample.GenOptions { return blocked(o, m.o.Block.Length) }
 
-func (m *freeCache) Planner(lm *model.LLaDA, _ string, _ *Info) model.Planner {
+func (m *freeCache) Planner(lm *model.Network, _ string, _ *Info) sample.Planner {
 	return &freePlanner{tokenPlan: tokenPlan{lm: lm}, refresh: m.o.Free.Refresh}
 }
 
@@ -63,13 +64,13 @@ type freePlanner struct {
 	n       int
 }
 
-func (p *freePlanner) Begin(r *model.Request) error {
+func (p *freePlanner) Begin(r *sample.Request) error {
 	p.n = len(r.Canvas)
 	p.begin(r)
 	return nil
 }
 
-func (p *freePlanner) Plan(s *model.Step) model.Plan {
+func (p *freePlanner) Plan(s *sample.Step) model.Plan {
 	p.all = s.Index == 0 || p.refresh > 0 && s.Index%p.refresh == 0
 	p.compute(s, iota32(s.BlockStart, p.n))
 	return p

@@ -8,7 +8,7 @@ import (
 
 	"github.com/dlmcache/dlmcache/internal/testmodel"
 	"github.com/dlmcache/dlmcache/lut"
-	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 // Every caching method under the guided decoder (NAME@guided), on the
@@ -24,13 +24,13 @@ func TestMethodsUnderTheGuidedDecoder(t *testing.T) {
 	m, guide := testmodel.Shared(t, "tiny-llada-moe"), testmodel.Shared(t, "tiny-llama")
 	L := len(m.Blocks)
 	ids, pl := request(t, m, 1)
-	gen := model.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8, Guide: guide.LLaDA}
-	ar, err := guide.Generate(context.Background(), ids, 0, model.GenOptions{GenLength: 16}, nil)
+	gen := sample.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8, Guide: guide.Network}
+	ar, err := sample.Generate(context.Background(), guide.Network, ids, 0, sample.GenOptions{GenLength: 16}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	loose := model.Decoding{Kind: model.DecodeGuided, T: 0.0001, K: 272}
-	noneLoose, err := Run(context.Background(), m.LLaDA, mk(t, "none", Options{Decoding: loose}), Request{Prompt: ids, PrefixLen: pl}, gen)
+	loose := sample.Decoding{Kind: sample.DecodeGuided, T: 0.0001, K: 272}
+	noneLoose, err := Run(context.Background(), m.Network, mk(t, "none", Options{Decoding: loose}), Request{Prompt: ids, PrefixLen: pl}, gen)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func TestMethodsUnderTheGuidedDecoder(t *testing.T) {
 			if err := CheckModel(meth, m.Config); err != nil {
 				t.Fatal(err)
 			}
-			res, err := Run(context.Background(), m.LLaDA, meth, Request{Prompt: ids, PrefixLen: pl}, gen)
+			res, err := Run(context.Background(), m.Network, meth, Request{Prompt: ids, PrefixLen: pl}, gen)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -66,7 +66,7 @@ func TestMethodsUnderTheGuidedDecoder(t *testing.T) {
 			d, g := o, gen
 			degenerate(&d, &g, m.Config)
 			d.Decoding = loose
-			got, err := Run(context.Background(), m.LLaDA, mk(t, name, d), Request{Prompt: ids, PrefixLen: pl}, g)
+			got, err := Run(context.Background(), m.Network, mk(t, name, d), Request{Prompt: ids, PrefixLen: pl}, g)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -111,20 +111,20 @@ func TestTableSettingsRefuseTheGuidedDecoder(t *testing.T) {
 
 // d2Cache's top k below the block's masked slots under the guided
 // decoder, which commits left to right: every masked slot of the block is
-// still scored (model.Step.Whole), and the answer is the guide's greedy
+// still scored (sample.Step.Whole), and the answer is the guide's greedy
 // one.
 func TestD2CacheTopKUnderTheGuidedDecoder(t *testing.T) {
 	m, guide := testmodel.Shared(t, "tiny-llada-moe"), testmodel.Shared(t, "tiny-llama")
 	ids, pl := request(t, m, 1)
-	gen := model.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8, Guide: guide.LLaDA}
-	ar, err := guide.Generate(context.Background(), ids, 0, model.GenOptions{GenLength: 16}, nil)
+	gen := sample.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8, Guide: guide.Network}
+	ar, err := sample.Generate(context.Background(), guide.Network, ids, 0, sample.GenOptions{GenLength: 16}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	o := DefaultOptions()
 	o.D2.K = 2
-	o.Decoding = model.Decoding{Kind: model.DecodeGuided}
-	res, err := Run(context.Background(), m.LLaDA, mk(t, "d2cache", o), Request{Prompt: ids, PrefixLen: pl}, gen)
+	o.Decoding = sample.Decoding{Kind: sample.DecodeGuided}
+	res, err := Run(context.Background(), m.Network, mk(t, "d2cache", o), Request{Prompt: ids, PrefixLen: pl}, gen)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,10 +5,11 @@ import (
 
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/backend"
+	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 // GuidePrefix is the guided decoder's cross-request prefix cache
-// (model.GenOptions.GuidePrefix) on block store bs: the guide's shared
+// (sample.GenOptions.GuidePrefix) on block store bs: the guide's shared
 // prefix is looked up as the block chain of (fingerprint, salt, its
 // tokens), the missing full blocks computed and stored (BlockStore.get:
 // single flight, counted in the store's Stats), and every layer's K/V of
@@ -18,8 +19,8 @@ import (
 // stored the block. The prefix's partial last block is not stored (the
 // guide's prefill computes it). bs must be the guide's store alone (its
 // K/V are the guide's shape, not the diffusion model's).
-func GuidePrefix(bs *BlockStore, fingerprint, salt string) model.GuidePrefixFunc {
-	return func(guide *model.LLaDA, tokens []int32, k, v []backend.Tensor) (int, int, int, error) {
+func GuidePrefix(bs *BlockStore, fingerprint, salt string) sample.GuidePrefixFunc {
+	return func(guide *model.Network, tokens []int32, k, v []backend.Tensor) (int, int, int, error) {
 		if !guide.Config.Causal {
 			return 0, 0, 0, fmt.Errorf("cache: the guide's prefix store holds an autoregressive model's K/V; %s is not one", guide.Config.ArchName())
 		}

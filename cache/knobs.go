@@ -11,6 +11,7 @@ import (
 
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 // Knob is one setting a method owns, by the name tables and calibration
@@ -63,7 +64,7 @@ func FromSetting(s lut.Setting, o Options) (Method, error) {
 	if err != nil {
 		return nil, err
 	}
-	if o.Decoding, err = model.ParseDecoding(s.Decoder); err != nil {
+	if o.Decoding, err = sample.ParseDecoding(s.Decoder); err != nil {
 		return nil, fmt.Errorf("setting %s: %w", s, err)
 	}
 	if o.Decoding.Guided() && o.GuideFingerprint == "" {
@@ -145,14 +146,14 @@ func ParseSetting(s string) (lut.Setting, error) {
 // default options when no decoder is named (block's threshold rule, the
 // schedule for most); the schedule for a method that cannot be built
 // without what only a caller has (table, modules).
-func ownDecoding(name string) model.Decoding {
+func ownDecoding(name string) sample.Decoding {
 	o := DefaultOptions()
 	o.Store, o.Table = nopStore{}, DepthTable(lut.ModelID{}, 0)
 	m, err := New(name, o)
 	if err != nil {
-		return model.Decoding{Kind: model.DecodeSchedule}
+		return sample.Decoding{Kind: sample.DecodeSchedule}
 	}
-	return Decoding(m, model.GenOptions{GenLength: 32, Steps: 32})
+	return Decoding(m, sample.GenOptions{GenLength: 32, Steps: 32})
 }
 
 // DefaultGrid is the method space calibration searches by default: no
@@ -217,7 +218,7 @@ type GridPoint struct {
 // nopStore stands in for a store when a setting is only checked.
 type nopStore struct{}
 
-func (nopStore) Get(*model.LLaDA, PrefixID) (*Entry, int, int, float64, error) {
+func (nopStore) Get(*model.Network, PrefixID) (*Entry, int, int, float64, error) {
 	return nil, 0, 0, 0, errors.New("no store")
 }
 func (nopStore) Release(*Entry) {}

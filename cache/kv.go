@@ -5,6 +5,7 @@ import (
 
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/backend"
+	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 // The planners' shared pieces: row sets and kept K/V buffers.
@@ -40,7 +41,7 @@ type kvBuffers struct {
 	k, v []backend.Tensor
 }
 
-func newKVBuffers(lm *model.LLaDA, n int) kvBuffers {
+func newKVBuffers(lm *model.Network, n int) kvBuffers {
 	L := len(lm.Blocks)
 	return kvBuffers{b: lm.Backend, n: n, cols: lm.Config.KVDim(), k: make([]backend.Tensor, L), v: make([]backend.Tensor, L)}
 }
@@ -101,20 +102,20 @@ func keepsAll(p model.Plan) bool {
 // layer; every computed row's K/V are kept, and every other row's come
 // from the kept ones.
 type tokenPlan struct {
-	lm   *model.LLaDA
+	lm   *model.Network
 	kv   kvBuffers
 	all  bool
 	rows []int32
 }
 
-func (p *tokenPlan) begin(r *model.Request) {
+func (p *tokenPlan) begin(r *sample.Request) {
 	p.kv = newKVBuffers(p.lm, len(r.Canvas))
 }
 
-func (p *tokenPlan) End()                       { p.kv.free() }
-func (p *tokenPlan) After(*model.Step, []int32) {}
-func (p *tokenPlan) full() bool                 { return p.all }
-func (p *tokenPlan) keepsAll() bool             { return true }
+func (p *tokenPlan) End()                        { p.kv.free() }
+func (p *tokenPlan) After(*sample.Step, []int32) {}
+func (p *tokenPlan) full() bool                  { return p.all }
+func (p *tokenPlan) keepsAll() bool              { return true }
 
 func (p *tokenPlan) Rows(int) []int32 {
 	if p.all {
@@ -125,7 +126,7 @@ func (p *tokenPlan) Rows(int) []int32 {
 
 // compute makes the step compute rows (sorted) at every layer, with the
 // rows its logits are read from (logitSources).
-func (p *tokenPlan) compute(s *model.Step, rows []int32) {
+func (p *tokenPlan) compute(s *sample.Step, rows []int32) {
 	p.rows = mergeRows(rows, logitSources(p.lm.Config, s))
 }
 
@@ -135,7 +136,7 @@ func (p *tokenPlan) compute(s *model.Step, rows []int32) {
 // the current block. A planner that computes a subset of the rows computes
 // these with it at every layer (nil for an unshifted model: the slots'
 // own rows, which every planner computes).
-func logitSources(c *model.Config, s *model.Step) []int32 {
+func logitSources(c *model.Config, s *sample.Step) []int32 {
 	if !c.ShiftLogits {
 		return nil
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 // Method is a caching method: the whole policy of one strategy — the
@@ -25,12 +26,12 @@ type Method interface {
 	Name() string
 	// Gen adapts generation options to the method (block methods decode in
 	// blocks, Fast-dLLM's threshold rule, …). It is idempotent.
-	Gen(o model.GenOptions) model.GenOptions
+	Gen(o sample.GenOptions) sample.GenOptions
 	// Planner returns a planner for one request (nil: compute every row at
 	// every step). info, if not nil, is filled in at the request's start.
 	// salt, if not empty, isolates the request's stored prefixes from other
 	// tenants' (appended to the method's own salt).
-	Planner(lm *model.LLaDA, salt string, info *Info) model.Planner
+	Planner(lm *model.Network, salt string, info *Info) sample.Planner
 }
 
 // Storer is a method that keeps prefixes in a store shared across
@@ -90,7 +91,7 @@ type Options struct {
 	// Decoding, unless the zero value, replaces the method's own decoder
 	// (the schedule; threshold decoding for block): any cache under any
 	// decoder. A method spec "NAME@DECODER" sets it too.
-	Decoding model.Decoding
+	Decoding sample.Decoding
 	// GuideFingerprint is the guide a table's (or a calibration's) guided
 	// settings decode with: FromSetting refuses a guided setting without
 	// one (the guide itself comes with each request's generation
@@ -281,20 +282,20 @@ func CheckTable(t *lut.Table, spec string) error {
 // ParseSpec splits a method spec "NAME[@DECODER]" ("none@threshold:0.9",
 // "block@schedule") into the registered name and the decoding (the zero
 // value without "@").
-func ParseSpec(spec string) (string, model.Decoding, error) {
+func ParseSpec(spec string) (string, sample.Decoding, error) {
 	name, dec, has := strings.Cut(spec, "@")
 	if _, err := Lookup(name); err != nil {
-		return "", model.Decoding{}, err
+		return "", sample.Decoding{}, err
 	}
 	if !has {
-		return name, model.Decoding{}, nil
+		return name, sample.Decoding{}, nil
 	}
-	d, err := model.ParseDecoding(dec)
+	d, err := sample.ParseDecoding(dec)
 	if err != nil {
-		return "", model.Decoding{}, fmt.Errorf("method %s: %w", spec, err)
+		return "", sample.Decoding{}, fmt.Errorf("method %s: %w", spec, err)
 	}
 	if d.IsDefault() {
-		return "", model.Decoding{}, fmt.Errorf("method %s: nothing after @ (want NAME@schedule, NAME@threshold:T or NAME@guided)", spec)
+		return "", sample.Decoding{}, fmt.Errorf("method %s: nothing after @ (want NAME@schedule, NAME@threshold:T or NAME@guided)", spec)
 	}
 	return name, d, nil
 }
@@ -324,12 +325,12 @@ func New(spec string, o Options) (Method, error) {
 // decoded is a method under a decoder other than its own.
 type decoded struct {
 	Method
-	d model.Decoding
+	d sample.Decoding
 }
 
 func (m *decoded) Name() string { return m.Method.Name() + "@" + m.d.String() }
 
-func (m *decoded) Gen(o model.GenOptions) model.GenOptions { return m.d.Apply(m.Method.Gen(o)) }
+func (m *decoded) Gen(o sample.GenOptions) sample.GenOptions { return m.d.Apply(m.Method.Gen(o)) }
 
 // The optional interfaces of the method under the decoder.
 func (m *decoded) Store() PrefixStore               { return StoreOf(m.Method) }
@@ -348,7 +349,7 @@ func (m *decoded) options() Options {
 
 // Decoding is the decoder a method generates with on options o (its own,
 // or the one it was built with).
-func Decoding(m Method, o model.GenOptions) model.Decoding { return model.DecodingOf(m.Gen(o)) }
+func Decoding(m Method, o sample.GenOptions) sample.Decoding { return sample.DecodingOf(m.Gen(o)) }
 
 // Info is what a request's planner did, for metrics.
 type Info struct {
@@ -382,22 +383,22 @@ type Request struct {
 
 // Result is a generation and what the method did for it.
 type Result struct {
-	*model.Generation
+	*sample.Generation
 	Info Info
 }
 
 // Run generates an answer to r under meth: the one path that serve, eval,
 // bench and the calibration take. gen is adapted by meth.Gen.
-func Run(ctx context.Context, lm *model.LLaDA, meth Method, r Request, gen model.GenOptions) (*Result, error) {
+func Run(ctx context.Context, lm *model.Network, meth Method, r Request, gen sample.GenOptions) (*Result, error) {
 	// A block-causal model's block length, before the method adapts the
 	// options (as every command and the server do).
-	gen = lm.Config.BlockDefaults(gen)
+	gen = sample.BlockDefaults(lm.Config, gen)
 	meth = Resolve(meth, len(r.Prompt), r.PrefixLen, gen)
 	res := &Result{}
 	if r.Positions != nil {
 		gen.Positions = r.Positions
 	}
-	g, err := lm.Generate(ctx, r.Prompt, r.PrefixLen, meth.Gen(gen), meth.Planner(lm, r.Salt, &res.Info))
+	g, err := sample.Generate(ctx, lm, r.Prompt, r.PrefixLen, meth.Gen(gen), meth.Planner(lm, r.Salt, &res.Info))
 	if err != nil {
 		return nil, err
 	}
@@ -418,11 +419,11 @@ type ModelChecker interface {
 // diffusion cache or decoder applies to it.
 func CheckModel(meth Method, c *model.Config) error {
 	if c != nil && c.Causal {
-		inner, d := meth, model.Decoding{}
+		inner, d := meth, sample.Decoding{}
 		if dm, ok := meth.(*decoded); ok {
 			inner, d = dm.Method, dm.d
 		}
-		if _, ok := inner.(*none); !ok || (!d.IsDefault() && d.Kind != model.DecodeSchedule) {
+		if _, ok := inner.(*none); !ok || (!d.IsDefault() && d.Kind != sample.DecodeSchedule) {
 			return fmt.Errorf("method %s: this model (%s) is autoregressive: it decodes one token per forward with its own exact K/V cache, "+
 				"so no diffusion cache or decoder applies; use none", meth.Name(), c.ArchName())
 		}
@@ -454,16 +455,16 @@ type base struct {
 	o    Options
 }
 
-func (b *base) options() Options                        { return b.o }
-func (b *base) Name() string                            { return b.name }
-func (b *base) Gen(o model.GenOptions) model.GenOptions { return o }
+func (b *base) options() Options                          { return b.o }
+func (b *base) Name() string                              { return b.name }
+func (b *base) Gen(o sample.GenOptions) sample.GenOptions { return o }
 
 // none computes everything.
 type none struct{ base }
 
 func newNone(o Options) (Method, error) { return &none{base{"none", o}}, nil }
 
-func (*none) Planner(*model.LLaDA, string, *Info) model.Planner { return nil }
+func (*none) Planner(*model.Network, string, *Info) sample.Planner { return nil }
 
 // blocked sets o's block length for a block method: the method's block
 // length (32 by default, clamped to a divisor of the gen length) when o
@@ -472,7 +473,7 @@ func (*none) Planner(*model.LLaDA, string, *Info) model.Planner { return nil }
 // A block length past the gen length is a block-causal model's own block
 // (model.Config.BlockDefaults; cache.Run applies it), which such a model
 // decodes in whatever the method's length: it is left as it is.
-func blocked(o model.GenOptions, length int) model.GenOptions {
+func blocked(o sample.GenOptions, length int) sample.GenOptions {
 	if o.BlockLength > o.GenLength {
 		return o
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/dlmcache/dlmcache/lut"
-	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 // Each token-level cache at its degenerate setting — a full forward every
@@ -17,7 +17,7 @@ import (
 func TestDegenerateSettingsEqualNone(t *testing.T) {
 	m := loadTiny(t)
 	ids, pl := request(t, m, 3)
-	o := model.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}
+	o := sample.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}
 	want, _ := generate(t, m, mk(t, "none", Options{}), ids, pl, o)
 	d := DefaultOptions()
 	for _, tc := range []struct {
@@ -48,8 +48,8 @@ func TestTokenCachesRowsComputed(t *testing.T) {
 	ids, pl := request(t, m, 1)
 	n := len(ids) + 16
 	d := DefaultOptions()
-	oneBlock := model.GenOptions{GenLength: 16, Steps: 8}
-	twoBlocks := model.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}
+	oneBlock := sample.GenOptions{GenLength: 16, Steps: 8}
+	twoBlocks := sample.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}
 
 	// d2Cache without the rollout share: step 0 all rows; step i the
 	// 16−2i masked slots (K = 32 covers them) and the two just decoded.
@@ -113,7 +113,7 @@ func TestDriftTriggerExtremes(t *testing.T) {
 	m := loadTiny(t)
 	L := len(m.Blocks)
 	ids, pl := request(t, m, 2)
-	o := model.GenOptions{GenLength: 16, Steps: 8}
+	o := sample.GenOptions{GenLength: 16, Steps: 8}
 	opts := func(refresh int, drift float64) Options {
 		return Options{Store: NewStore(m.Backend, 1<<30, FIFO), Table: table(L, 2), Fingerprint: m.Fingerprint, BiCache: BiCacheOptions{Refresh: refresh, Drift: drift}}
 	}
@@ -133,7 +133,7 @@ func TestDriftTriggerExtremes(t *testing.T) {
 func TestRun(t *testing.T) {
 	m := loadTiny(t)
 	ids, pl := request(t, m, 0)
-	o, gen := everyMethodOptions(m), model.GenOptions{GenLength: 16, Steps: 8}
+	o, gen := everyMethodOptions(m), sample.GenOptions{GenLength: 16, Steps: 8}
 	for _, name := range Names() {
 		if name == "table" { // needs a table that chooses: TestTableMethodDispatches
 			continue
@@ -145,7 +145,7 @@ func TestRun(t *testing.T) {
 		if g, h := meth.Gen(meth.Gen(gen)), meth.Gen(gen); g.BlockLength != h.BlockLength || g.Steps != h.Steps || g.Decoder != h.Decoder {
 			t.Errorf("%s: Gen is not idempotent", name)
 		}
-		res, err := Run(context.Background(), m.LLaDA, meth, Request{Prompt: ids, PrefixLen: pl}, gen)
+		res, err := Run(context.Background(), m.Network, meth, Request{Prompt: ids, PrefixLen: pl}, gen)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -176,11 +176,11 @@ func TestBlockMethodsGen(t *testing.T) {
 		{0, 64, 32, 32, 32}, // 0: Fast-dLLM's 32
 	} {
 		for _, name := range []string{"block", "freecache"} {
-			o := mk(t, name, Options{Block: BlockOptions{Length: tc.dual, Threshold: 0.9}}).Gen(model.GenOptions{GenLength: tc.gen, Steps: tc.steps})
+			o := mk(t, name, Options{Block: BlockOptions{Length: tc.dual, Threshold: 0.9}}).Gen(sample.GenOptions{GenLength: tc.gen, Steps: tc.steps})
 			if o.BlockLength != tc.wantBlock || o.Steps != tc.wantSteps {
 				t.Errorf("%s: dual %d gen %d steps %d: block %d steps %d, want %d and %d", name, tc.dual, tc.gen, tc.steps, o.BlockLength, o.Steps, tc.wantBlock, tc.wantSteps)
 			}
-			if _, thr := o.Decoder.(model.Threshold); thr != (name == "block") {
+			if _, thr := o.Decoder.(sample.Threshold); thr != (name == "block") {
 				t.Errorf("%s: decoder %T", name, o.Decoder)
 			}
 		}
@@ -254,7 +254,7 @@ func TestEveryMethodSourceAndDepth(t *testing.T) {
 	m := loadTiny(t)
 	L := len(m.Blocks)
 	ids, pl := request(t, m, 2)
-	gen := model.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}
+	gen := sample.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}
 	for _, name := range Names() {
 		if name == "table" { // needs a table that chooses: TestTableMethodDispatches
 			continue
@@ -272,7 +272,7 @@ func TestEveryMethodSourceAndDepth(t *testing.T) {
 					if CheckModel(meth, m.Config) != nil {
 						continue // exact-block: block-causal models (exactblock_test.go)
 					}
-					res, err := Run(context.Background(), m.LLaDA, meth, Request{Prompt: ids, PrefixLen: pl}, gen)
+					res, err := Run(context.Background(), m.Network, meth, Request{Prompt: ids, PrefixLen: pl}, gen)
 					if err != nil {
 						t.Errorf("%s, %s source, depth %d, blocks %v: %v", name, src, d, blocks, err)
 						continue
@@ -292,7 +292,7 @@ func TestEveryMethodSourceAndDepth(t *testing.T) {
 func TestMethodUnderAnyDecoder(t *testing.T) {
 	m := loadTiny(t)
 	ids, pl := request(t, m, 2)
-	o := model.GenOptions{GenLength: 16, Steps: 16, BlockLength: 8}
+	o := sample.GenOptions{GenLength: 16, Steps: 16, BlockLength: 8}
 	d := DefaultOptions()
 	none, _ := generate(t, m, mk(t, "none", d), ids, pl, o)
 
@@ -300,7 +300,7 @@ func TestMethodUnderAnyDecoder(t *testing.T) {
 	if thr.Name() != "none@threshold:0.5" {
 		t.Errorf("name %q", thr.Name())
 	}
-	if g := thr.Gen(o); g.Decoder != (model.Threshold{T: 0.5}) || Decoding(thr, o).String() != "threshold:0.5" {
+	if g := thr.Gen(o); g.Decoder != (sample.Threshold{T: 0.5}) || Decoding(thr, o).String() != "threshold:0.5" {
 		t.Errorf("none@threshold:0.5 decodes with %v", g.Decoder)
 	}
 	got, _ := generate(t, m, thr, ids, pl, o)
@@ -315,7 +315,7 @@ func TestMethodUnderAnyDecoder(t *testing.T) {
 	if g := sched.Gen(o); g.Decoder != nil {
 		t.Errorf("block@schedule decodes with %T", g.Decoder)
 	}
-	if _, thr := mk(t, "block", d).Gen(o).Decoder.(model.Threshold); !thr {
+	if _, thr := mk(t, "block", d).Gen(o).Decoder.(sample.Threshold); !thr {
 		t.Errorf("block lost its own threshold decoder")
 	}
 	bs, _ := generate(t, m, sched, ids, pl, o)
@@ -323,7 +323,7 @@ func TestMethodUnderAnyDecoder(t *testing.T) {
 		t.Errorf("block@schedule took %d steps, want the schedule's %d", bs.Steps, o.Steps)
 	}
 	// Options.Decoding does what the spec does.
-	d.Decoding = model.Decoding{Kind: model.DecodeThreshold, T: 0.5}
+	d.Decoding = sample.Decoding{Kind: sample.DecodeThreshold, T: 0.5}
 	if n := mk(t, "d2cache", d).Name(); n != "d2cache@threshold:0.5" {
 		t.Errorf("Options.Decoding: name %q", n)
 	}
@@ -349,8 +349,8 @@ func TestTableMethodDispatches(t *testing.T) {
 	o.Table, o.Fingerprint, o.BiCache.Refresh = tab, m.Fingerprint, 2
 	o.Store = NewStore(m.Backend, 1<<30, FIFO)
 	meth := mk(t, "table", o)
-	short := model.GenOptions{GenLength: 8, Steps: 8, BlockLength: 8}
-	long := model.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}
+	short := sample.GenOptions{GenLength: 8, Steps: 8, BlockLength: 8}
+	long := sample.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}
 	if got := Resolve(meth, len(ids), pl, short).Name(); got != "none@threshold:0.5" {
 		t.Errorf("short request served by %s", got)
 	}
@@ -359,7 +359,7 @@ func TestTableMethodDispatches(t *testing.T) {
 		t.Errorf("long request served by %s (store shared: %v)", got.Name(), StoreOf(got) == o.Store)
 	}
 	for range 2 {
-		res, err := Run(context.Background(), m.LLaDA, meth, Request{Prompt: ids, PrefixLen: pl}, long)
+		res, err := Run(context.Background(), m.Network, meth, Request{Prompt: ids, PrefixLen: pl}, long)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -486,7 +486,7 @@ func TestD2CacheTopK(t *testing.T) {
 	n := len(ids) + 16
 	d := DefaultOptions()
 	d.D2.K, d.D2.P = 4, 0
-	oneBlock := model.GenOptions{GenLength: 16, Steps: 8}
+	oneBlock := sample.GenOptions{GenLength: 16, Steps: 8}
 	// Step 0 all rows; steps 1–6 the 4 selected and the 2 just decoded;
 	// step 7 the last 2 masked and the 2 just decoded.
 	g, _ := generate(t, m, mk(t, "d2cache", d), ids, pl, oneBlock)
@@ -515,7 +515,7 @@ func TestD2CacheNucleus(t *testing.T) {
 	} {
 		p := &d2Planner{o: D2Options{K: 1, P: tc.p, Sigma: 10}, mask: mask, n: n, P: 4,
 			conf: []float64{0, 0, 0, 0, 0.9, 0.1}, importance: []float64{0.5, 0.3, 0.1, 0.1, 0, 0}}
-		s := &model.Step{Index: 1, BlockStart: 4, BlockEnd: 6, Canvas: canvas, PromptLen: 4, Len: n}
+		s := &sample.Step{Index: 1, BlockStart: 4, BlockEnd: 6, Canvas: canvas, PromptLen: 4, Len: n}
 		if got := p.selectRows(s); !slices.Equal(got, tc.want) {
 			t.Errorf("p %g: rows %v, want %v", tc.p, got, tc.want)
 		}

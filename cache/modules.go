@@ -9,6 +9,7 @@ import (
 
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/backend"
+	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 // Module is a reusable piece of a prompt — a document, tool descriptions,
@@ -160,7 +161,7 @@ func NewModuleStore(b backend.Backend, s *Schema) (*ModuleStore, error) {
 
 // Get implements PrefixStore: id.Tokens must be a sequence of the schema's
 // modules (Schema.Compose's prefix).
-func (s *ModuleStore) Get(lm *model.LLaDA, id PrefixID) (*Entry, int, int, float64, error) {
+func (s *ModuleStore) Get(lm *model.Network, id PrefixID) (*Entry, int, int, float64, error) {
 	idx, err := s.schema.match(id.Tokens)
 	if err != nil {
 		return nil, 0, 0, 0, err
@@ -222,7 +223,7 @@ func (s *ModuleStore) Stats() Stats {
 // of the deeper layers every refresh steps, as bicache does (refresh 1:
 // every step, so only the module reuse differs from computing the request
 // whole). The request must be generated at Compose's position ids.
-func ModulePlanner(lm *model.LLaDA, fingerprint string, store *ModuleStore, depth, refresh int, info *Info) model.Planner {
+func ModulePlanner(lm *model.Network, fingerprint string, store *ModuleStore, depth, refresh int, info *Info) sample.Planner {
 	if info == nil {
 		info = &Info{}
 	}
@@ -285,7 +286,7 @@ func NewModuleMethod(store *ModuleStore, depth, refresh int, o Options) (Method,
 	return newModuleMethod(o)
 }
 
-func (m *moduleMethod) Planner(lm *model.LLaDA, _ string, info *Info) model.Planner {
+func (m *moduleMethod) Planner(lm *model.Network, _ string, info *Info) sample.Planner {
 	return ModulePlanner(lm, m.o.Fingerprint, m.store, m.depth, m.refresh, info)
 }
 

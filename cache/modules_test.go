@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 func TestSchemaCompose(t *testing.T) {
@@ -82,7 +83,7 @@ func TestModuleReuse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := model.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}
+	o := sample.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}
 	for _, imp := range [][]string{{"head", "doc", "tail"}, {"head", "tail"}} {
 		prompt, prefix, pos, err := s.Compose(imp, ids[pl:])
 		if err != nil {
@@ -95,7 +96,7 @@ func TestModuleReuse(t *testing.T) {
 			t.Fatal(err)
 		}
 		var info Info
-		g, err := m.Generate(t.Context(), prompt, prefix, o, ModulePlanner(m.LLaDA, m.Fingerprint, store, 0, 1, &info))
+		g, err := sample.Generate(t.Context(), m.Network, prompt, prefix, o, ModulePlanner(m.Network, m.Fingerprint, store, 0, 1, &info))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -106,7 +107,7 @@ func TestModuleReuse(t *testing.T) {
 		if _, err := m.Forward(model.Input{Tokens: prompt[:prefix], Positions: pos[:prefix]}, c); err != nil {
 			t.Fatal(err)
 		}
-		e, _, _, _, err := store.Get(m.LLaDA, PrefixID{Fingerprint: m.Fingerprint, Tokens: prompt[:prefix]})
+		e, _, _, _, err := store.Get(m.Network, PrefixID{Fingerprint: m.Fingerprint, Tokens: prompt[:prefix]})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -116,7 +117,7 @@ func TestModuleReuse(t *testing.T) {
 		store.Release(e)
 		for _, d := range []int{1, L} {
 			var info Info
-			g, err := m.Generate(t.Context(), prompt, prefix, o, ModulePlanner(m.LLaDA, m.Fingerprint, store, d, 1, &info))
+			g, err := sample.Generate(t.Context(), m.Network, prompt, prefix, o, ModulePlanner(m.Network, m.Fingerprint, store, d, 1, &info))
 			if err != nil {
 				t.Fatalf("%v depth %d: %v", imp, d, err)
 			}
@@ -139,7 +140,7 @@ func TestModuleReuse(t *testing.T) {
 	o.Positions = nil
 	for _, d := range []int{1, L / 2, L} {
 		store, _ := NewModuleStore(m.Backend, one)
-		got, err := m.Generate(t.Context(), ids, pl, o, ModulePlanner(m.LLaDA, m.Fingerprint, store, d, 1, nil))
+		got, err := sample.Generate(t.Context(), m.Network, ids, pl, o, ModulePlanner(m.Network, m.Fingerprint, store, d, 1, nil))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 // prefixAll reuses the stored prefix K/V at every layer and every step and
@@ -20,7 +21,7 @@ func newPrefixAll(o Options) (Method, error) {
 
 func (m *prefixAll) Store() PrefixStore { return m.o.Store }
 
-func (m *prefixAll) Planner(lm *model.LLaDA, salt string, info *Info) model.Planner {
+func (m *prefixAll) Planner(lm *model.Network, salt string, info *Info) sample.Planner {
 	if info == nil {
 		info = &Info{}
 	}

@@ -74,14 +74,14 @@ type Entry struct {
 
 // ComputePrefix runs the model on the prefix tokens alone (positions
 // 0..m-1) and keeps every layer's K, V and input hidden state.
-func ComputePrefix(m *model.LLaDA, tokens []int32) (*Entry, error) {
+func ComputePrefix(m *model.Network, tokens []int32) (*Entry, error) {
 	e, _, err := computeEntry(m, model.Input{Tokens: tokens})
 	return e, err
 }
 
 // computeEntry runs the model on in alone (at its position ids) and keeps
 // every layer's K, V and input hidden state, with the forward's output.
-func computeEntry(m *model.LLaDA, in model.Input) (*Entry, *model.Output, error) {
+func computeEntry(m *model.Network, in model.Input) (*Entry, *model.Output, error) {
 	c := &prefixCapture{b: m.Backend}
 	out, err := m.Forward(in, c)
 	if err != nil {

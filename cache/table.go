@@ -7,6 +7,7 @@ import (
 
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 // Chooser is a method that picks, per request, the method that serves it
@@ -17,12 +18,12 @@ type Chooser interface {
 	Method
 	// Choose is the method serving a request with a prompt of promptLen
 	// tokens, a shared prefix of prefixLen and generation options gen.
-	Choose(promptLen, prefixLen int, gen model.GenOptions) Method
+	Choose(promptLen, prefixLen int, gen sample.GenOptions) Method
 }
 
 // Resolve is the method that serves a request under m: m's choice when m
 // chooses, else m.
-func Resolve(m Method, promptLen, prefixLen int, gen model.GenOptions) Method {
+func Resolve(m Method, promptLen, prefixLen int, gen sample.GenOptions) Method {
 	if c, ok := m.(Chooser); ok {
 		return c.Choose(promptLen, prefixLen, gen)
 	}
@@ -55,7 +56,7 @@ func newTableMethod(o Options) (Method, error) {
 				continue
 			}
 			mo := o
-			mo.Table, mo.Decoding = nil, model.Decoding{}
+			mo.Table, mo.Decoding = nil, sample.Decoding{}
 			if g := o.Table.Guide; g != nil {
 				mo.GuideFingerprint = g.Fingerprint
 			}
@@ -74,9 +75,9 @@ func (m *tableMethod) Table() *lut.Table  { return m.o.Table }
 func (m *tableMethod) Source() string     { return "" } // each choice has its own
 
 // Planner serves a request that was not resolved first with no caching.
-func (m *tableMethod) Planner(*model.LLaDA, string, *Info) model.Planner { return nil }
+func (m *tableMethod) Planner(*model.Network, string, *Info) sample.Planner { return nil }
 
-func (m *tableMethod) Choose(promptLen, prefixLen int, gen model.GenOptions) Method {
+func (m *tableMethod) Choose(promptLen, prefixLen int, gen sample.GenOptions) Method {
 	r := float64(prefixLen) / float64(max(1, promptLen+gen.GenLength))
 	c, _, ok := m.o.Table.Choose(r, gen.GenLength)
 	if !ok {
@@ -93,7 +94,7 @@ func (m *tableMethod) Choose(promptLen, prefixLen int, gen model.GenOptions) Met
 func (m *tableMethod) CheckModel(c *model.Config) error {
 	t := m.o.Table
 	if g := t.Regime(); g.GenLength > 0 && g.Steps > 0 && g.BlockLength > 0 {
-		if _, err := c.NewSchedule(0, model.GenOptions{GenLength: g.GenLength, Steps: g.Steps, BlockLength: g.BlockLength}); err != nil {
+		if _, err := sample.ScheduleFor(c, 0, sample.GenOptions{GenLength: g.GenLength, Steps: g.Steps, BlockLength: g.BlockLength}); err != nil {
 			return fmt.Errorf("the table's regime (gen_length %d, steps %d, block_length %d): %w", g.GenLength, g.Steps, g.BlockLength, err)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/backend"
+	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 // shallow is BiCache's layer partition wrapped around another planner (the
@@ -19,14 +20,14 @@ import (
 // bicache is shallow over deepRefresh; bicache+block, bicache+d2cache and
 // bicache+freecache wrap the token-level caches.
 type shallow struct {
-	lm    *model.LLaDA
+	lm    *model.Network
 	b     backend.Backend
 	L     int
 	store PrefixStore
 	src   DeepSource
 	id    PrefixID // fingerprint and salt; tokens filled per request
 	info  *Info
-	inner model.Planner // nil: every row
+	inner sample.Planner // nil: every row
 	depth func(ratio float64) (d int, clamped bool)
 	// offAtZero: depth 0 turns the whole method off (bicache: a bin
 	// calibrated to keep no reuse computes every row, as none).
@@ -49,7 +50,7 @@ type shallow struct {
 // depthAware planners are told the wrapper's depth before Begin.
 type depthAware interface{ setDepth(d int) }
 
-func (p *shallow) Begin(r *model.Request) error {
+func (p *shallow) Begin(r *sample.Request) error {
 	p.m, p.n = r.PrefixLen, len(r.Canvas)
 	p.info.PrefixToken = p.m
 	p.info.Ratio = float64(p.m) / float64(p.n)
@@ -121,7 +122,7 @@ func (p *shallow) End() {
 	p.kK, p.kV, p.kH = nil, nil, nil
 }
 
-func (p *shallow) After(s *model.Step, committed []int32) {
+func (p *shallow) After(s *sample.Step, committed []int32) {
 	if p.inner != nil {
 		p.inner.After(s, committed)
 	}
@@ -129,22 +130,22 @@ func (p *shallow) After(s *model.Step, committed []int32) {
 
 // Candidates passes a step's proposals on to an inner planner that wants
 // them (d2Cache).
-func (p *shallow) Candidates(s *model.Step, c *model.Candidates) {
-	if co, ok := p.inner.(model.CandidateObserver); ok {
+func (p *shallow) Candidates(s *sample.Step, c *sample.Candidates) {
+	if co, ok := p.inner.(sample.CandidateObserver); ok {
 		co.Candidates(s, c)
 	}
 }
 
 // CandidateRows passes on an inner planner's narrowing of a step's
 // candidates (d2Cache's top k).
-func (p *shallow) CandidateRows(s *model.Step, masked []int32) []int32 {
-	if cn, ok := p.inner.(model.CandidateNarrower); ok {
+func (p *shallow) CandidateRows(s *sample.Step, masked []int32) []int32 {
+	if cn, ok := p.inner.(sample.CandidateNarrower); ok {
 		return cn.CandidateRows(s, masked)
 	}
 	return nil
 }
 
-func (p *shallow) Plan(s *model.Step) model.Plan {
+func (p *shallow) Plan(s *sample.Step) model.Plan {
 	p.ip = nil
 	if p.inner != nil {
 		p.ip = p.inner.Plan(s)

@@ -20,6 +20,7 @@ import (
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/backend"
 	"github.com/dlmcache/dlmcache/model/cpu"
+	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 const tinyBF16 = "../model/testdata/tiny-bf16"
@@ -289,12 +290,12 @@ func TestGenerateMatchesCPU(t *testing.T) {
 			g := newGPU(t, m.opts)
 			gm := loadTinyOn(t, g)
 			for _, gen := range goldenGenerations(t, tinyBF16) {
-				o := model.GenOptions{GenLength: gen.GenLength, Steps: gen.Steps, BlockLength: gen.BlockLength}
-				want, err := cm.Generate(context.Background(), gen.PromptIDs, 0, o, nil)
+				o := sample.GenOptions{GenLength: gen.GenLength, Steps: gen.Steps, BlockLength: gen.BlockLength}
+				want, err := sample.Generate(context.Background(), cm.Network, gen.PromptIDs, 0, o, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
-				got, err := gm.Generate(context.Background(), gen.PromptIDs, 0, o, nil)
+				got, err := sample.Generate(context.Background(), gm.Network, gen.PromptIDs, 0, o, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -345,8 +346,8 @@ func TestBlockCausalMatchesCPU(t *testing.T) {
 		}
 		want[name] = ref{out, rec}
 	}
-	o := model.GenOptions{GenLength: 24, Steps: 24, BlockLength: 8, Decoder: model.Threshold{T: 0.12}}
-	cpuNone, err := cm.Generate(context.Background(), prompt, 0, o, nil)
+	o := sample.GenOptions{GenLength: 24, Steps: 24, BlockLength: 8, Decoder: sample.Threshold{T: 0.12}}
+	cpuNone, err := sample.Generate(context.Background(), cm.Network, prompt, 0, o, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -377,7 +378,7 @@ func TestBlockCausalMatchesCPU(t *testing.T) {
 			if !m.opts.F32 {
 				return
 			}
-			none, err := gm.Generate(context.Background(), prompt, 0, o, nil)
+			none, err := sample.Generate(context.Background(), gm.Network, prompt, 0, o, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -389,7 +390,7 @@ func TestBlockCausalMatchesCPU(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i := range 2 { // the second request's prefix blocks come from the store
-				res, err := cache.Run(context.Background(), gm.LLaDA, meth, cache.Request{Prompt: prompt, PrefixLen: len(prompt) - 3}, o)
+				res, err := cache.Run(context.Background(), gm.Network, meth, cache.Request{Prompt: prompt, PrefixLen: len(prompt) - 3}, o)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -451,7 +452,7 @@ func BenchmarkForward8B(b *testing.B) {
 		return w
 	}
 	d, h := c.DModel, c.MLPHiddenSize
-	m := &model.LLaDA{Config: c, Backend: g, Embed: weight(c.Embeddings(), d), Norm: norm(), Head: weight(c.Embeddings(), d)}
+	m := &model.Network{Config: c, Backend: g, Embed: weight(c.Embeddings(), d), Norm: norm(), Head: weight(c.Embeddings(), d)}
 	for range c.NLayers {
 		m.Blocks = append(m.Blocks, model.Block{
 			AttnNorm: norm(), Q: weight(d, d), K: weight(c.KVDim(), d), V: weight(c.KVDim(), d), AttnOut: weight(d, d),

@@ -30,7 +30,7 @@ type Architecture interface {
 	ParseConfig(raw []byte) (*Config, error)
 	// Build asks w for each of the checkpoint's tensors by its name and
 	// the shape c gives it, and returns the network (or w's first error).
-	Build(c *Config, b backend.Backend, w *Weights) (*LLaDA, error)
+	Build(c *Config, b backend.Backend, w *Weights) (*Network, error)
 }
 
 // architectures is every architecture Load knows, LLaDA first (the one a
@@ -77,7 +77,7 @@ func ParseConfig(raw []byte) (*Config, error) {
 }
 
 // buildModel builds the network of c's architecture from weight.
-func buildModel(c *Config, b backend.Backend, weight func(name string, rows, cols int) (backend.Tensor, error)) (*LLaDA, error) {
+func buildModel(c *Config, b backend.Backend, weight func(name string, rows, cols int) (backend.Tensor, error)) (*Network, error) {
 	a, err := architectureNamed(c.ArchName())
 	if err != nil {
 		return nil, err
@@ -361,9 +361,9 @@ type hfLayout struct {
 // build builds a network on this layout: the embedding [Embeddings, d],
 // c.NLayers blocks made by layer from the layer's index and tensor prefix,
 // the final norm and the head (the embedding itself with c.WeightTying).
-func (l hfLayout) build(c *Config, b backend.Backend, w *Weights, layer func(i int, prefix string) Block) *LLaDA {
+func (l hfLayout) build(c *Config, b backend.Backend, w *Weights, layer func(i int, prefix string) Block) *Network {
 	d, e := c.DModel, c.Embeddings()
-	m := &LLaDA{Config: c, Backend: b}
+	m := &Network{Config: c, Backend: b}
 	m.Embed = w.Matrix(l.embed, e, d)
 	// Stop at the first missing or misshapen tensor: a layer count no
 	// checkpoint holds must not allocate its blocks.
@@ -407,7 +407,7 @@ var qwenLayout = hfLayout{embed: "model.embed_tokens.weight", layers: "model.lay
 // k_norm [head_dim] with c.QKNorm), post_attention_layernorm}, model.norm
 // and lm_head (the embedding with c.WeightTying). mlp fills each layer's
 // MLP from its prefix "model.layers.N.".
-func buildDecoder(c *Config, b backend.Backend, w *Weights, mlp func(blk *Block, prefix string)) *LLaDA {
+func buildDecoder(c *Config, b backend.Backend, w *Weights, mlp func(blk *Block, prefix string)) *Network {
 	d, kv, hd := c.DModel, c.KVDim(), c.HeadDim()
 	return qwenLayout.build(c, b, w, func(_ int, p string) Block {
 		a := p + "self_attn."

@@ -13,7 +13,7 @@ import (
 // pre-norm RMSNorm, rotate-half RoPE over the whole head, GQA, a
 // SiLU-gated MLP — with causal attention (the query at position id p
 // reads the keys at ids ≤ p) and next-token logits (row i's logits
-// predict token i+1). Their Config has Causal set: LLaDA.Generate decodes
+// predict token i+1). Their Config has Causal set: sample.Generate decodes
 // them token by token with an exact K/V cache (autoregressive.go).
 //
 // An AR model has no mask token; config.json's mask_token_id, where it
@@ -44,7 +44,7 @@ func (qwen2Arch) ParseConfig(raw []byte) (*Config, error) {
 	return c, validateDecoder(c)
 }
 
-func (qwen2Arch) Build(c *Config, b backend.Backend, w *Weights) (*LLaDA, error) {
+func (qwen2Arch) Build(c *Config, b backend.Backend, w *Weights) (*Network, error) {
 	return buildCausal(c, b, w)
 }
 
@@ -69,7 +69,7 @@ func (llamaArch) ParseConfig(raw []byte) (*Config, error) {
 	return c, validateDecoder(c)
 }
 
-func (llamaArch) Build(c *Config, b backend.Backend, w *Weights) (*LLaDA, error) {
+func (llamaArch) Build(c *Config, b backend.Backend, w *Weights) (*Network, error) {
 	return buildCausal(c, b, w)
 }
 
@@ -100,7 +100,7 @@ func causalConfig(raw []byte, arch string) (*hfDecoderConfig, *Config, error) {
 // buildCausal builds a causal LM in the Llama/Qwen tensor layout
 // (buildDecoder; o_proj's bias with Config.OutBias) with the dense
 // SiLU-gated MLP mlp.{gate,up,down}_proj.
-func buildCausal(c *Config, b backend.Backend, w *Weights) (*LLaDA, error) {
+func buildCausal(c *Config, b backend.Backend, w *Weights) (*Network, error) {
 	hid, d := c.MLPHiddenSize, c.DModel
 	m := buildDecoder(c, b, w, func(blk *Block, p string) {
 		if c.OutBias {

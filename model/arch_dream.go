@@ -31,7 +31,7 @@ func (dreamArch) ParseConfig(raw []byte) (*Config, error) {
 	return c, validateDecoder(c)
 }
 
-func (dreamArch) Build(c *Config, b backend.Backend, w *Weights) (*LLaDA, error) {
+func (dreamArch) Build(c *Config, b backend.Backend, w *Weights) (*Network, error) {
 	hid, d := c.MLPHiddenSize, c.DModel
 	m := buildDecoder(c, b, w, func(blk *Block, p string) {
 		blk.Gate = w.Matrix(p+"mlp.gate_proj.weight", hid, d)

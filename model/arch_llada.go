@@ -19,7 +19,7 @@ func (lladaArch) ParseConfig(raw []byte) (*Config, error) { return parseLLaDACon
 
 // Build asks w for each of LLaDA's tensors by its Hugging Face name and
 // the [rows, cols] shape the config gives it (rows 1 for a norm weight).
-func (lladaArch) Build(c *Config, b backend.Backend, w *Weights) (*LLaDA, error) {
+func (lladaArch) Build(c *Config, b backend.Backend, w *Weights) (*Network, error) {
 	d, hid := c.DModel, c.MLPHiddenSize
 	l := hfLayout{embed: hfPrefix + "wte.weight", layers: hfPrefix + "blocks.%d.", norm: hfPrefix + "ln_f.weight", head: hfPrefix + "ff_out.weight"}
 	m := l.build(c, b, w, func(_ int, p string) Block {
@@ -38,7 +38,7 @@ func (lladaArch) Build(c *Config, b backend.Backend, w *Weights) (*LLaDA, error)
 
 // buildLLaDA builds a LLaDA network from weight (the GGUF reader's and
 // converter's entry, which know LLaDA's names only).
-func buildLLaDA(c *Config, b backend.Backend, weight func(name string, rows, cols int) (backend.Tensor, error)) (*LLaDA, error) {
+func buildLLaDA(c *Config, b backend.Backend, weight func(name string, rows, cols int) (backend.Tensor, error)) (*Network, error) {
 	w := &Weights{b: b, get: weight}
 	m, err := lladaArch{}.Build(c, b, w)
 	if err != nil {

@@ -104,7 +104,7 @@ func (llada2Arch) ParseConfig(raw []byte) (*Config, error) {
 	return c, validateDecoder(c)
 }
 
-func (llada2Arch) Build(c *Config, b backend.Backend, w *Weights) (*LLaDA, error) {
+func (llada2Arch) Build(c *Config, b backend.Backend, w *Weights) (*Network, error) {
 	vw, ok := b.(backend.Viewer)
 	if !ok {
 		return nil, fmt.Errorf("LLaDA 2's fused q/k/v weight needs a backend with views; %s has none", b.Name())

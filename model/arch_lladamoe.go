@@ -53,7 +53,7 @@ func (lladaMoEArch) ParseConfig(raw []byte) (*Config, error) {
 	return c, validateDecoder(c)
 }
 
-func (lladaMoEArch) Build(c *Config, b backend.Backend, w *Weights) (*LLaDA, error) {
+func (lladaMoEArch) Build(c *Config, b backend.Backend, w *Weights) (*Network, error) {
 	mc, d := c.MoE, c.DModel
 	m := buildDecoder(c, b, w, func(blk *Block, p string) {
 		moe := &MoE{Router: w.Matrix(p+"mlp.gate.weight", mc.Experts, d)}

@@ -20,7 +20,7 @@ func (blk *Block) plainAttn() bool {
 
 // qkvExtras adds the layer's biases to q, k and v and applies its per-head
 // RMSNorm to q and k (before RoPE), in place.
-func (m *LLaDA) qkvExtras(blk *Block, q, k, v backend.Tensor) {
+func (m *Network) qkvExtras(blk *Block, q, k, v backend.Tensor) {
 	eps := float32(m.Config.RMSNormEps)
 	hd := m.Config.HeadDim()
 	m.hostRows(q, blk.QBias, blk.QNorm, hd, eps)
@@ -30,7 +30,7 @@ func (m *LLaDA) qkvExtras(blk *Block, q, k, v backend.Tensor) {
 
 // hostRows adds bias (nil: none) to every row of t, then RMS-normalises
 // each head of hd columns with weights norm (nil: none).
-func (m *LLaDA) hostRows(t backend.Tensor, bias, norm []float32, hd int, eps float32) {
+func (m *Network) hostRows(t backend.Tensor, bias, norm []float32, hd int, eps float32) {
 	if bias == nil && norm == nil {
 		return
 	}
@@ -64,7 +64,7 @@ func (m *LLaDA) hostRows(t backend.Tensor, bias, norm []float32, hd int, eps flo
 // of t [r, heads·head_dim] at positions pos, in place: rotate-half over
 // those dimensions with inv_freq = θ^(−2j/RotaryDim); the rest of the head
 // passes through.
-func (m *LLaDA) partialRoPE(t backend.Tensor, pos []int32) {
+func (m *Network) partialRoPE(t backend.Tensor, pos []int32) {
 	c := m.Config
 	hd, rd := c.HeadDim(), c.RotaryDim
 	half := rd / 2
@@ -92,7 +92,7 @@ func (m *LLaDA) partialRoPE(t backend.Tensor, pos []int32) {
 }
 
 // writeHost overwrites t with the host values h.
-func (m *LLaDA) writeHost(t backend.Tensor, h []float32) {
+func (m *Network) writeHost(t backend.Tensor, h []float32) {
 	b := m.Backend
 	tmp := b.FromHost(t.Rows(), t.Cols(), h)
 	b.CopyRows(t, nil, tmp, nil)
@@ -104,7 +104,7 @@ func (m *LLaDA) writeHost(t backend.Tensor, h []float32) {
 // over the rows routed to it, gathered into one matrix (one product per
 // weight and expert, never one per row), and the outputs are summed into
 // their rows weighted by the routing weights. Returns [r, d].
-func (m *LLaDA) moe(moe *MoE, mm backend.Tensor, alloc func(int, int) backend.Tensor) backend.Tensor {
+func (m *Network) moe(moe *MoE, mm backend.Tensor, alloc func(int, int) backend.Tensor) backend.Tensor {
 	b, c := m.Backend, m.Config
 	r, d, E := mm.Rows(), c.DModel, len(moe.Experts)
 	lg := alloc(r, E)
@@ -143,7 +143,7 @@ func (m *LLaDA) moe(moe *MoE, mm backend.Tensor, alloc func(int, int) backend.Te
 
 // expertMLP is an expert's MLP over the rows of x [n, d]:
 // down(silu(gate·x) ⊙ up·x), [n, d].
-func (m *LLaDA) expertMLP(ex *Expert, x backend.Tensor, alloc func(int, int) backend.Tensor) backend.Tensor {
+func (m *Network) expertMLP(ex *Expert, x backend.Tensor, alloc func(int, int) backend.Tensor) backend.Tensor {
 	b, n := m.Backend, x.Rows()
 	h := ex.Gate.Rows()
 	g, u := alloc(n, h), alloc(n, h)

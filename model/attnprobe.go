@@ -21,29 +21,12 @@ type AttentionObserver interface {
 	ObserveAttention(l int, computed []int32, probs []float32)
 }
 
-// CandidateObserver is a Planner that wants each step's proposals (the
-// confidence of every masked slot the step scored), as d2Cache's certainty
-// prior does. Generate calls Candidates after proposing and before the
-// decoder commits.
-type CandidateObserver interface {
-	Candidates(s *Step, c *Candidates)
-}
-
-// CandidateNarrower is a Planner whose step's plan computes only some of
-// the current block's masked slots (d2Cache: the k of highest certainty
-// prior): CandidateRows returns, after Plan, the masked slots the step
-// scores, a non-empty sorted subset of masked that the plan computes at
-// every layer; nil scores them all. The decoder then chooses among those.
-type CandidateNarrower interface {
-	CandidateRows(s *Step, masked []int32) []int32
-}
-
 // observe shows layer l to the plan once its K/V are complete: Observe,
 // then the attention weights if the plan asks for them, computed from the
 // attentions calls of the computed rows (in row order; one per attention
 // block on a block-causal model, where the weights on the keys a row does
 // not attend are 0).
-func (m *LLaDA) observe(plan Plan, l int, computed []int32, hidden, k, v backend.Tensor, calls []attnCall) {
+func (m *Network) observe(plan Plan, l int, computed []int32, hidden, k, v backend.Tensor, calls []attnCall) {
 	if plan == nil {
 		return
 	}

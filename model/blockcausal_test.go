@@ -1,7 +1,6 @@
 package model
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"slices"
@@ -16,7 +15,7 @@ import (
 
 // blockCausal returns m with its config made block-causal with blocks of
 // B (and the token shift where shift), sharing m's weights.
-func blockCausal(m *LLaDA, B int, shift bool) *LLaDA {
+func blockCausal(m *Network, B int, shift bool) *Network {
 	c := *m.Config
 	c.BlockCausal, c.BlockSize, c.ShiftLogits = true, B, shift
 	bc := *m
@@ -26,10 +25,10 @@ func blockCausal(m *LLaDA, B int, shift bool) *LLaDA {
 
 // blockCausalF32 loads tiny-f32 and returns it, its layer made block-causal
 // in blocks of B, and golden.json's input ids.
-func blockCausalF32(t *testing.T, B int) (*Model, *LLaDA, []int32) {
+func blockCausalF32(t *testing.T, B int) (*Model, *Network, []int32) {
 	t.Helper()
 	m, g, _ := loadFixture(t, "tiny-f32")
-	return m, blockCausal(m.LLaDA, B, false), g.InputIDs
+	return m, blockCausal(m.Network, B, false), g.InputIDs
 }
 
 // refForward is a plain float64 forward of the LLaDA layer on the host,
@@ -38,7 +37,7 @@ func blockCausalF32(t *testing.T, B int) (*Model, *LLaDA, []int32) {
 // floor(p'/B) <= floor(p/B); B = 0: every key): the reference the
 // block-wise attention of the forward is checked against. It returns the
 // logits of every row.
-func refForward(t *testing.T, m *LLaDA, toks, pos []int32, B int) [][]float64 {
+func refForward(t *testing.T, m *Network, toks, pos []int32, B int) [][]float64 {
 	t.Helper()
 	c, b := m.Config, m.Backend
 	host := func(w backend.Tensor) [][]float64 {
@@ -194,7 +193,7 @@ func TestBlockCausalForwardMatchesMaskedReference(t *testing.T) {
 		{"B=32", 32, nil},
 		{"B=8 gapped positions", 8, g.Pos2.PositionIDs},
 	} {
-		bc := blockCausal(m.LLaDA, tc.B, false)
+		bc := blockCausal(m.Network, tc.B, false)
 		pos := tc.pos
 		if pos == nil {
 			pos = all
@@ -233,7 +232,7 @@ func TestBlockCausalForwardMatchesMaskedReference(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e := testutil.RelErr(out.Logits, flat32(refForward(t, m.LLaDA, ids, all, 0), all)); e > 1e-5 {
+	if e := testutil.RelErr(out.Logits, flat32(refForward(t, m.Network, ids, all, 0), all)); e > 1e-5 {
 		t.Errorf("bidirectional: relative error %.3g > 1e-5 against the reference", e)
 	}
 }
@@ -295,7 +294,7 @@ func TestBlockCausalOneBlockIsBidirectional(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := blockCausal(m.LLaDA, len(g.InputIDs), false).Forward(in, nil)
+	got, err := blockCausal(m.Network, len(g.InputIDs), false).Forward(in, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,7 +351,7 @@ func TestKVHolder(t *testing.T) {
 	copies.Backend = noViews{bc.Backend}
 	for _, tc := range []struct {
 		name  string
-		lm    *LLaDA
+		lm    *Network
 		extra int // buffer rows after the input's
 		batch bool
 		viaKV bool // the forward completes its own copy through KV
@@ -435,12 +434,12 @@ func TestShiftLogits(t *testing.T) {
 	m, g, _ := loadFixture(t, "tiny-f32")
 	ids := g.InputIDs
 	n := len(ids)
-	plain, err := blockCausal(m.LLaDA, 8, false).Forward(Input{Tokens: ids, LogitRows: iota32(n)}, nil)
+	plain, err := blockCausal(m.Network, 8, false).Forward(Input{Tokens: ids, LogitRows: iota32(n)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rows := []int32{0, 1, 9, int32(n - 1)}
-	shifted, err := blockCausal(m.LLaDA, 8, true).Forward(Input{Tokens: ids, LogitRows: rows}, nil)
+	shifted, err := blockCausal(m.Network, 8, true).Forward(Input{Tokens: ids, LogitRows: rows}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -462,7 +461,7 @@ func TestBlockCausalAttentionWeights(t *testing.T) {
 	ids := g.InputIDs
 	n := len(ids)
 	ob := &attnRecorder{}
-	if _, err := blockCausal(m.LLaDA, B, false).Forward(Input{Tokens: ids}, ob); err != nil {
+	if _, err := blockCausal(m.Network, B, false).Forward(Input{Tokens: ids}, ob); err != nil {
 		t.Fatal(err)
 	}
 	if len(ob.probs) != len(m.Blocks) {
@@ -496,31 +495,6 @@ func (a *attnRecorder) Observe(int, []int32, backend.Tensor, backend.Tensor, bac
 func (a *attnRecorder) WantsAttention(int) bool                                              { return true }
 func (a *attnRecorder) ObserveAttention(_ int, _ []int32, p []float32) {
 	a.probs = append(a.probs, p)
-}
-
-// TestBlockCausalBadInput: decreasing position ids are refused on a
-// block-causal model (its blocks' keys must be a prefix of the rows), and
-// a config without a block size is refused naming the field.
-func TestBlockCausalBadInput(t *testing.T) {
-	m, g, _ := loadFixture(t, "tiny-f32")
-	bc := blockCausal(m.LLaDA, 8, false)
-	if _, err := bc.Forward(Input{Tokens: g.InputIDs[:3], Positions: []int32{0, 2, 1}}, nil); err == nil {
-		t.Error("decreasing position ids: no error")
-	}
-	for _, tc := range []struct{ cfg, want string }{
-		{`"block_causal": true`, "block_size"},
-		{`"block_causal": true, "block_size": 0`, "block_size"},
-		{`"block_size": -1`, "block_size"},
-	} {
-		raw := `{"d_model": 8, "n_layers": 1, "n_heads": 2, "mlp_hidden_size": 8, "vocab_size": 10, ` + tc.cfg + `}`
-		if _, err := ParseConfig([]byte(raw)); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: error %v, want one naming %s", tc.cfg, err, tc.want)
-		}
-	}
-	c, err := ParseConfig([]byte(`{"d_model": 8, "n_layers": 1, "n_heads": 2, "mlp_hidden_size": 8, "vocab_size": 10, "block_causal": true, "block_size": 4, "shift_logits": true}`))
-	if err != nil || c.CausalBlock() != 4 || !c.ShiftLogits {
-		t.Errorf("block-causal config: %+v, %v", c, err)
-	}
 }
 
 // blockGolden is testdata/tiny-block/golden.json: an independent PyTorch
@@ -603,7 +577,7 @@ func TestBlockCausalForwardGolden(t *testing.T) {
 			check("logits", outs[1].Logits)
 			bidir := *m.Config
 			bidir.BlockCausal = false
-			bm := *m.LLaDA
+			bm := *m.Network
 			bm.Config = &bidir
 			o, err := bm.Forward(Input{Tokens: ids, LogitRows: iota32(n)}, nil)
 			if err != nil {
@@ -611,174 +585,6 @@ func TestBlockCausalForwardGolden(t *testing.T) {
 			}
 			check("bidir.logits", o.Logits)
 		})
-	}
-}
-
-// TestBlockGenerateGolden: block decoding of the tiny-block checkpoint
-// (LLaDA 2.x threshold decoding; the fixed low-confidence schedule, SDAR's
-// static remasking) commits what the PyTorch reference commits, step by
-// step: each step feeds the canvas up to its block's end, blocks are
-// absolute (the first answer block holds the prompt's tail), and the
-// answers, NFE and traces agree.
-func TestBlockGenerateGolden(t *testing.T) {
-	be := cpu.NewWithOptions(cpu.Options{Threads: 2, GEMM: cpu.GEMMOpenBLAS})
-	m, g, _ := loadBlockGolden(t, be)
-	B := m.Config.CausalBlock()
-	for _, gc := range g.Generate {
-		t.Run(gc.Name, func(t *testing.T) {
-			o := GenOptions{GenLength: gc.GenLength, BlockLength: gc.BlockLength}
-			switch gc.Decoding {
-			case "threshold":
-				o.Decoder = Threshold{T: *gc.Threshold}
-			case "schedule":
-				o.Steps = *gc.Steps
-				o.Decoder = LowConfidence{}
-			default:
-				t.Fatalf("decoding %q", gc.Decoding)
-			}
-			type rec struct {
-				block, n  int
-				committed []int32
-			}
-			var trace []rec
-			o.OnStep = func(s *Step, c []int32) {
-				trace = append(trace, rec{s.BlockStart / B, s.Len, c})
-			}
-			res, err := m.Generate(context.Background(), gc.PromptIDs, 0, o, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !slices.Equal(res.Answer, gc.AnswerIDs) {
-				t.Errorf("answer %v\nwant   %v", res.Answer, gc.AnswerIDs)
-			}
-			if res.NFE != gc.NFE || len(trace) != len(gc.Trace) {
-				t.Fatalf("NFE %d, %d steps; want %d, %d", res.NFE, len(trace), gc.NFE, len(gc.Trace))
-			}
-			for i, w := range gc.Trace {
-				got := trace[i]
-				if got.block != w.Block || got.n != w.N || !slices.Equal(got.committed, w.Committed) {
-					t.Errorf("step %d: block %d fed %d committed %v; want block %d fed %d committed %v",
-						i, got.block, got.n, got.committed, w.Block, w.N, w.Committed)
-				}
-			}
-		})
-	}
-}
-
-// TestBlockSchedule: a block-causal model's blocks are absolute in
-// position ids: the first answer block ends at the prompt's block
-// boundary, the last is cut by the canvas end, and a prompt whose
-// position ids jump moves the boundaries with them.
-func TestBlockSchedule(t *testing.T) {
-	for _, tc := range []struct {
-		name             string
-		prompt, first, G int
-		want             [][2]int
-	}{
-		{"prompt ends mid-block", 21, 21, 24, [][2]int{{21, 24}, {24, 32}, {32, 40}, {40, 45}}},
-		{"prompt ends at a boundary", 16, 16, 16, [][2]int{{16, 24}, {24, 32}}},
-		{"positions jump to 100", 21, 100, 8, [][2]int{{21, 25}, {25, 29}}},
-	} {
-		s, err := causalSchedule(tc.prompt, tc.first, 8, GenOptions{GenLength: tc.G})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got [][2]int
-		for b := range s.Blocks() {
-			lo, hi := s.Block(b)
-			got = append(got, [2]int{lo, hi})
-		}
-		if !slices.Equal(got, tc.want) {
-			t.Errorf("%s: blocks %v, want %v", tc.name, got, tc.want)
-		}
-		if s.StepsPerBlock() != 8 {
-			t.Errorf("%s: %d steps per block by default, want the block size", tc.name, s.StepsPerBlock())
-		}
-	}
-	for _, o := range []GenOptions{
-		{GenLength: 16, BlockLength: 4},
-		{GenLength: 16, Steps: 3},
-		{GenLength: 16, Steps: 64},
-		{GenLength: 0},
-	} {
-		if _, err := causalSchedule(5, 5, 8, o); err == nil {
-			t.Errorf("%+v: no error", o)
-		}
-	}
-}
-
-// TestBlockGenerateStepsAndEOS: on a block-causal model every forward is
-// fed the canvas up to its block's end (Step.Len), threshold decoding
-// takes at most the steps per block (Steps as a cap: at least the
-// schedule's count), and generation stops after the block that completes
-// an EOS run to the canvas end, the rest EOS, NFE and Decoded counting
-// only what ran; OnBlock reports each block's end.
-func TestBlockGenerateStepsAndEOS(t *testing.T) {
-	be := cpu.NewWithOptions(cpu.Options{Threads: 2, GEMM: cpu.GEMMOpenBLAS})
-	m, g, _ := loadBlockGolden(t, be)
-	gc := g.Generate[1]
-	P, B := len(gc.PromptIDs), m.Config.CausalBlock()
-	eos := int32(m.Config.EOSTokenID)
-	e := m.Config.Embeddings()
-	// From eosFrom on, the model is made to propose EOS everywhere.
-	eosFrom := (P/B + 2) * B
-	var fed []int
-	o := m.Config.BlockDefaults(GenOptions{GenLength: 6 * B, Steps: 12})
-	if o.BlockLength != B || o.Decoder != (Threshold{T: DefaultBlockThreshold}) {
-		t.Fatalf("defaults: block length %d, decoder %v", o.BlockLength, o.Decoder)
-	}
-	o.Decoder = Threshold{T: 2} // nothing is that sure: the schedule's count
-	o.Forward = func(in Input, plan Plan) (*Output, error) {
-		fed = append(fed, len(in.Tokens))
-		out, err := m.Forward(in, plan)
-		if err != nil {
-			return nil, err
-		}
-		for i, p := range in.LogitRows {
-			if int(p) >= eosFrom {
-				out.Logits[i*e+int(eos)] = 1e4
-			}
-		}
-		return out, nil
-	}
-	var blocks [][2]int
-	var lens []int
-	o.OnStep = func(s *Step, _ []int32) { lens = append(lens, s.Len) }
-	o.OnBlock = func(b, end int, canvas []int32) { blocks = append(blocks, [2]int{b, end}) }
-	res, err := m.Generate(context.Background(), gc.PromptIDs, 0, o, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(fed, lens) {
-		t.Errorf("forwards fed %v tokens, steps say %v", fed, lens)
-	}
-	spb := 12 * B / (6 * B)
-	// Blocks: the prompt's tail block, the next, then the first EOS block
-	// ends the generation.
-	wantBlocks := [][2]int{{0, (P/B + 1) * B}, {1, (P/B + 2) * B}, {2, (P/B + 3) * B}}
-	if !slices.Equal(blocks, wantBlocks) {
-		t.Errorf("blocks %v, want %v", blocks, wantBlocks)
-	}
-	if res.NFE != len(blocks)*spb || res.Steps != res.NFE {
-		t.Errorf("NFE %d, steps %d; want %d (%d steps a block)", res.NFE, res.Steps, len(blocks)*spb, spb)
-	}
-	for i, n := range fed {
-		if want := wantBlocks[i/spb][1]; n != want {
-			t.Errorf("forward %d fed %d tokens, want %d", i, n, want)
-		}
-	}
-	if res.Decoded != eosFrom+B-P {
-		t.Errorf("decoded %d slots, want %d", res.Decoded, eosFrom+B-P)
-	}
-	for i, tok := range res.Canvas[eosFrom:] {
-		if tok != eos {
-			t.Fatalf("slot %d after the EOS block is %d, not EOS", eosFrom+i, tok)
-		}
-	}
-	for i, tok := range res.Canvas[P:eosFrom] {
-		if tok == eos || tok == int32(m.Config.MaskTokenID) {
-			t.Fatalf("slot %d before the EOS block is %d", P+i, tok)
-		}
 	}
 }
 

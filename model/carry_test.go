@@ -24,7 +24,7 @@ type carrier struct {
 	carriedOutputs int         // replay: the rows Outputs filled
 }
 
-func newCarrier(t *testing.T, m *LLaDA, n int) *carrier {
+func newCarrier(t *testing.T, m *Network, n int) *carrier {
 	L := len(m.Blocks)
 	return &carrier{t: t, b: m.Backend, n: n, d: m.Config.DModel, kvDim: m.Config.KVDim(), record: true,
 		k: make([][]float32, L), v: make([][]float32, L), seen: make([][]float32, L),
@@ -107,7 +107,7 @@ func TestCarrierReplaysFullForward(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rec := newCarrier(t, m.LLaDA, n)
+			rec := newCarrier(t, m.Network, n)
 			full, err := m.Forward(in, rec)
 			if err != nil {
 				t.Fatal(err)

@@ -66,7 +66,7 @@ type Config struct {
 	// LlamaForCausalLM: arch_causal.go) rather than a diffusion one:
 	// attention is causal by position id (the query at id p reads the
 	// keys at ids <= p: block-causal with blocks of one), the logits of
-	// row i predict token i+1, and LLaDA.Generate decodes it token by
+	// row i predict token i+1, and sample.Generate decodes it token by
 	// token with an exact K/V cache (autoregressive.go). CausalBlock,
 	// the block-diffusion samplers' and caches' notion, is 0 for it.
 	Causal bool `json:"-"`

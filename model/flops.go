@@ -50,3 +50,15 @@ func attendedKeys(c *Config, pos, rows []int32) int {
 func (c *Config) HeadFLOPs(lr int) float64 {
 	return 2 * float64(lr) * float64(c.DModel) * float64(c.Embeddings())
 }
+
+// FullFLOPs is what a forward over the first n canvas positions (ids pos,
+// nil: 0..n-1) computing every row costs, with lr logit rows.
+func (c *Config) FullFLOPs(pos []int32, n, lr int) float64 {
+	if c.attnBlock() == 0 {
+		return c.StepFLOPs(n, n, lr)
+	}
+	if pos == nil {
+		pos = iota32(n)
+	}
+	return float64(c.NLayers)*c.layerFLOPs(n, attendedKeys(c, pos, iota32(n))) + c.HeadFLOPs(lr)
+}

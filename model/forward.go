@@ -10,14 +10,14 @@ import (
 	"github.com/dlmcache/dlmcache/model/backend"
 )
 
-// Forwarder runs one forward; LLaDA.Forward is one, and a server that
+// Forwarder runs one forward; Network.Forward is one, and a server that
 // batches the forwards of concurrent generations supplies another through
 // GenOptions.Forward.
 type Forwarder func(in Input, plan Plan) (*Output, error)
 
 // Forward runs the model once over in.Tokens, steered by plan (nil: compute
 // everything): ForwardBatch with a batch of one.
-func (m *LLaDA) Forward(in Input, plan Plan) (*Output, error) {
+func (m *Network) Forward(in Input, plan Plan) (*Output, error) {
 	outs, err := m.ForwardBatch([]Input{in}, []Plan{plan})
 	if err != nil {
 		return nil, err
@@ -48,7 +48,7 @@ func (m *LLaDA) Forward(in Input, plan Plan) (*Output, error) {
 // and their hidden states, side by side), attention (per request, its
 // plan's K/V completing the computed rows'), and the block's output
 // products; logits are one head product for every request's wanted rows.
-func (m *LLaDA) ForwardBatch(ins []Input, plans []Plan) ([]*Output, error) {
+func (m *Network) ForwardBatch(ins []Input, plans []Plan) ([]*Output, error) {
 	f, err := m.newBatch(ins, plans)
 	if err != nil {
 		return nil, err
@@ -75,7 +75,7 @@ func (m *LLaDA) ForwardBatch(ins []Input, plans []Plan) ([]*Output, error) {
 
 // batch is the state of one ForwardBatch.
 type batch struct {
-	m     *LLaDA
+	m     *Network
 	items []*batchItem
 	ar    *arena
 	vw    backend.Viewer // nil on a backend without views
@@ -107,7 +107,7 @@ type batchItem struct {
 }
 
 // newBatch validates the requests and sets up the batch.
-func (m *LLaDA) newBatch(ins []Input, plans []Plan) (*batch, error) {
+func (m *Network) newBatch(ins []Input, plans []Plan) (*batch, error) {
 	if len(ins) == 0 {
 		return nil, fmt.Errorf("forward batch: no inputs")
 	}
@@ -261,7 +261,7 @@ func (f *batch) rowsOf(it *batchItem, t backend.Tensor) backend.Tensor {
 // carries and, where it carries some, keeps their hidden states aside
 // (it.cx) and leaves it.rows and it.x the rows computed; split reports
 // that it did.
-func (m *LLaDA) carry(it *batchItem, l int, alloc func(int, int) backend.Tensor) (split bool, err error) {
+func (m *Network) carry(it *batchItem, l int, alloc func(int, int) backend.Tensor) (split bool, err error) {
 	if !it.carrier.Carries(l) {
 		return false, nil
 	}
@@ -305,7 +305,7 @@ func (m *LLaDA) carry(it *batchItem, l int, alloc func(int, int) backend.Tensor)
 // outputs (their hidden state plus the attention output, then plus the
 // MLP output) and merges them with the computed rows' output (it.x):
 // it.rows and it.x become every row that entered the layer.
-func (m *LLaDA) carryOn(it *batchItem, l int, alloc func(int, int) backend.Tensor) error {
+func (m *Network) carryOn(it *batchItem, l int, alloc func(int, int) backend.Tensor) error {
 	b, d := m.Backend, m.Config.DModel
 	u := it.carried
 	att, mlp := alloc(len(u), d), alloc(len(u), d)
@@ -609,7 +609,7 @@ func iotaFrom(lo, n int) []int32 {
 }
 
 // checkInput validates one forward's input and returns its position ids.
-func (m *LLaDA) checkInput(in Input) ([]int32, error) {
+func (m *Network) checkInput(in Input) ([]int32, error) {
 	n := len(in.Tokens)
 	if n == 0 {
 		return nil, fmt.Errorf("forward: no tokens")

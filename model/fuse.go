@@ -21,7 +21,7 @@ import "github.com/dlmcache/dlmcache/model/backend"
 // false (and changes nothing) on a backend without views. The fused
 // weights are float32 matrices (FromHost): on the CPU backend, BF16
 // weights kept as BF16 become float32 copies, twice their memory.
-func (m *LLaDA) Fuse() bool {
+func (m *Network) Fuse() bool {
 	vw, ok := m.Backend.(backend.Viewer)
 	if !ok {
 		return false
@@ -59,7 +59,7 @@ func (m *LLaDA) Fuse() bool {
 // qkv computes the query, key and value rows of nrm [r, d]: one product
 // with fused weights (column views of its result), else three into q, k, v
 // (allocated here where nil).
-func (m *LLaDA) qkv(blk *Block, nrm, q, k, v backend.Tensor, alloc func(int, int) backend.Tensor) (backend.Tensor, backend.Tensor, backend.Tensor) {
+func (m *Network) qkv(blk *Block, nrm, q, k, v backend.Tensor, alloc func(int, int) backend.Tensor) (backend.Tensor, backend.Tensor, backend.Tensor) {
 	b, c := m.Backend, m.Config
 	r, d, kv := nrm.Rows(), c.DModel, c.KVDim()
 	if blk.QKV != nil {
@@ -79,7 +79,7 @@ func (m *LLaDA) qkv(blk *Block, nrm, q, k, v backend.Tensor, alloc func(int, int
 
 // gateUp computes silu(gate)·up of mm [r, d] into a [r, hidden] tensor
 // (a column view with fused weights).
-func (m *LLaDA) gateUp(blk *Block, mm backend.Tensor, alloc func(int, int) backend.Tensor) backend.Tensor {
+func (m *Network) gateUp(blk *Block, mm backend.Tensor, alloc func(int, int) backend.Tensor) backend.Tensor {
 	b, h := m.Backend, m.Config.MLPHiddenSize
 	r := mm.Rows()
 	var g, u backend.Tensor
@@ -101,7 +101,7 @@ func (m *LLaDA) gateUp(blk *Block, mm backend.Tensor, alloc func(int, int) backe
 // positions pos (RoPE applied to q and k): through the backend's fused
 // AttnInput where it runs these weights, else as RMSNorm, the products
 // and RoPE one after the other (the same values).
-func (m *LLaDA) attnInput(blk *Block, x backend.Tensor, pos []int32, alloc func(int, int) backend.Tensor) (q, k, v backend.Tensor) {
+func (m *Network) attnInput(blk *Block, x backend.Tensor, pos []int32, alloc func(int, int) backend.Tensor) (q, k, v backend.Tensor) {
 	b, c := m.Backend, m.Config
 	r, d, kv, hd, eps := x.Rows(), c.DModel, c.KVDim(), c.HeadDim(), float32(c.RMSNormEps)
 	if f, ok := b.(backend.Fuser); ok && blk.plainAttn() && c.RotaryDim == 0 {
@@ -133,7 +133,7 @@ func (m *LLaDA) attnInput(blk *Block, x backend.Tensor, pos []int32, alloc func(
 // other (the same values). With outputs it runs the latter and returns
 // the attention output o and the MLP output y [r, d] it added (a
 // Carrier's), else nils.
-func (m *LLaDA) blockOutput(blk *Block, x, att backend.Tensor, alloc func(int, int) backend.Tensor, outputs bool) (o, y backend.Tensor) {
+func (m *Network) blockOutput(blk *Block, x, att backend.Tensor, alloc func(int, int) backend.Tensor, outputs bool) (o, y backend.Tensor) {
 	b, c := m.Backend, m.Config
 	r, d, eps := x.Rows(), c.DModel, float32(c.RMSNormEps)
 	if f, ok := b.(backend.Fuser); ok && !outputs && blk.MoE == nil && blk.OBias == nil && f.BlockOutput(x, att, blk.AttnOut, blk.FFNorm, blk.Gate, blk.Up, blk.Down, eps) {

@@ -100,7 +100,7 @@ func loadGGUF(f *gguf.File, b backend.Backend) (*Model, error) {
 		return nil, fmt.Errorf("%s %d, but the file holds %d tensors (each layer has several)", strings.ReplaceAll(keyBlockCount, "{arch}", arch), cfg.NLayers, n)
 	}
 	used := map[string]bool{}
-	m.LLaDA, err = buildLLaDA(cfg, b, func(hf string, rows, cols int) (backend.Tensor, error) {
+	m.Network, err = buildLLaDA(cfg, b, func(hf string, rows, cols int) (backend.Tensor, error) {
 		name, err := ggufTensorName(hf)
 		if err != nil {
 			return nil, err

@@ -14,7 +14,7 @@ import (
 
 // Model is a loaded checkpoint: the network, its tokenizer and identity.
 type Model struct {
-	*LLaDA
+	*Network
 	Dir         string // the model directory, or the GGUF file
 	Tokenizer   *tokenizer.Tokenizer
 	Fingerprint string // cheap identity of config + weights (see safetensors.Fingerprint)
@@ -55,7 +55,7 @@ func Load(dir string, b backend.Backend) (*Model, error) {
 			set.Close()
 		}
 	}()
-	m.LLaDA, err = newLLaDA(dir, cfg, set, b)
+	m.Network, err = newLLaDA(dir, cfg, set, b)
 	if err != nil {
 		return nil, err
 	}
@@ -99,7 +99,7 @@ func (m *Model) Name() string {
 // newLLaDA maps the checkpoint's tensors onto backend tensors by the names
 // of the config's architecture (arch.go), checking every shape against the
 // config and that every tensor is used.
-func newLLaDA(dir string, c *Config, set *safetensors.Set, b backend.Backend) (*LLaDA, error) {
+func newLLaDA(dir string, c *Config, set *safetensors.Set, b backend.Backend) (*Network, error) {
 	if n := len(set.Names()); c.NLayers > n {
 		return nil, fmt.Errorf("%s: config.json: n_layers %d, but the checkpoint holds %d tensors (each layer has several)", dir, c.NLayers, n)
 	}

@@ -34,7 +34,7 @@ func TestWithThreadsSameLogits(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, threads := range []int{1, 2, 3, 4} {
-			other := *m.LLaDA
+			other := *m.Network
 			other.Backend = m.Backend.(backend.Threaded).WithThreads(threads)
 			if got := other.Backend.(backend.Threaded).Threads(); got != threads {
 				t.Fatalf("WithThreads(%d).Threads() = %d", threads, got)

@@ -16,6 +16,7 @@ import (
 	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 // Calibration checks depths against answers. For every request it runs the
@@ -104,8 +105,8 @@ type trialKey struct {
 
 // Calibrator runs a calibration.
 type Calibrator struct {
-	Model  *model.LLaDA
-	Gen    model.GenOptions
+	Model  *model.Network
+	Gen    sample.GenOptions
 	Run    CalibrationRun
 	Start  *lut.Table // the cosine table whose bin depths start the search (nil: depth 1); its bins are reused
 	Stat   lut.Statistic
@@ -409,7 +410,7 @@ func (c *Calibrator) reference(ctx context.Context, q Request) ([]int32, error) 
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	g, err := c.Model.Generate(ctx, q.Prompt, q.PrefixLen, c.Gen, nil)
+	g, err := sample.Generate(ctx, c.Model, q.Prompt, q.PrefixLen, c.Gen, nil)
 	if err != nil {
 		return nil, fmt.Errorf("request %s: %w", q.ID, err)
 	}

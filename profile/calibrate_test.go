@@ -10,12 +10,13 @@ import (
 
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 func testCalibrator(m *model.Model, dir string) *Calibrator {
 	eos := int32(m.Config.EOSTokenID)
 	return &Calibrator{
-		Model: m.LLaDA, Gen: model.GenOptions{GenLength: 8, Steps: 4},
+		Model: m.Network, Gen: sample.GenOptions{GenLength: 8, Steps: 4},
 		Run: CalibrationRun{Model: lut.ModelID{Name: "tiny", NLayers: len(m.Blocks), Fingerprint: m.Fingerprint},
 			GenLength: 8, Steps: 4, BlockLength: 8, Refresh: 2, Sources: []string{"store", "request"},
 			Edges: []float64{0.2, 0.5, 0.8, 1}},

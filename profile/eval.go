@@ -9,6 +9,7 @@ import (
 	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/datasets"
 	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/sample"
 	"github.com/dlmcache/dlmcache/model/tokenizer"
 )
 
@@ -64,7 +65,7 @@ type SuiteResult struct {
 type Evaluator struct {
 	Model    *model.Model
 	Method   cache.Method
-	Gen      model.GenOptions
+	Gen      sample.GenOptions
 	Progress func(done, total int)
 	// ModelName, if set, labels the results (a bench comparing models);
 	// agreement with none is then with none on the same model.
@@ -222,7 +223,7 @@ func (e *Evaluator) run(ctx context.Context, s datasets.Sample, t *tally) error 
 		return fmt.Errorf("sample %s: %w", s.ID, err)
 	}
 	t0 := time.Now()
-	res, err := cache.Run(ctx, e.Model.LLaDA, e.Method, cache.Request{Prompt: ids, PrefixLen: prefix}, e.Gen)
+	res, err := cache.Run(ctx, e.Model.Network, e.Method, cache.Request{Prompt: ids, PrefixLen: prefix}, e.Gen)
 	if err != nil {
 		return fmt.Errorf("sample %s: %w", s.ID, err)
 	}
@@ -232,7 +233,7 @@ func (e *Evaluator) run(ctx context.Context, s datasets.Sample, t *tally) error 
 		if err != nil {
 			return fmt.Errorf("sample %s: %w", s.ID, err)
 		}
-		rows, flops, err := cache.StorePrefix(e.Model.LLaDA, e.Method, answered, "")
+		rows, flops, err := cache.StorePrefix(e.Model.Network, e.Method, answered, "")
 		if err != nil {
 			return fmt.Errorf("sample %s: storing the answered conversation: %w", s.ID, err)
 		}

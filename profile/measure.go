@@ -7,6 +7,7 @@ import (
 
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/backend"
+	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 // Sim is the similarity of one layer's prefix K/V at one denoising step.
@@ -27,7 +28,7 @@ type Sim struct {
 // returns S(l, t) for every layer at step 1, or at every step when allSteps
 // is set (the full generation is then run with no caching). prompt is the
 // templated prompt, its first prefixLen tokens the shared prefix.
-func Measure(ctx context.Context, m *model.LLaDA, prompt []int32, prefixLen int, o model.GenOptions, allSteps bool) ([]Sim, error) {
+func Measure(ctx context.Context, m *model.Network, prompt []int32, prefixLen int, o sample.GenOptions, allSteps bool) ([]Sim, error) {
 	if prefixLen <= 0 || prefixLen > len(prompt) {
 		return nil, fmt.Errorf("profile: prefix length %d outside (0, %d]", prefixLen, len(prompt))
 	}
@@ -56,7 +57,7 @@ func Measure(ctx context.Context, m *model.LLaDA, prompt []int32, prefixLen int,
 		return sims, nil
 	}
 	p := &stepCapture{b: m.Backend, m: prefixLen, each: compare}
-	if _, err := m.Generate(ctx, prompt, prefixLen, o, p); err != nil {
+	if _, err := sample.Generate(ctx, m, prompt, prefixLen, o, p); err != nil {
 		return nil, err
 	}
 	return sims, nil
@@ -153,10 +154,10 @@ type stepCapture struct {
 	each func(step int, c *kvCapture)
 }
 
-func (s *stepCapture) Begin(*model.Request) error { return nil }
-func (s *stepCapture) Plan(*model.Step) model.Plan {
+func (s *stepCapture) Begin(*sample.Request) error { return nil }
+func (s *stepCapture) Plan(*sample.Step) model.Plan {
 	s.cur = &kvCapture{b: s.b, m: s.m}
 	return s.cur
 }
-func (s *stepCapture) After(st *model.Step, _ []int32) { s.each(st.Index+1, s.cur) }
-func (s *stepCapture) End()                            {}
+func (s *stepCapture) After(st *sample.Step, _ []int32) { s.each(st.Index+1, s.cur) }
+func (s *stepCapture) End()                             {}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/dlmcache/dlmcache/internal/testmodel"
 	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 // measureRequest loads tiny-f32 and encodes the request the measure tests
@@ -23,8 +24,8 @@ func measureRequest(t *testing.T) (*model.Model, []int32, int) {
 
 func TestMeasureLayerOneIsExactAndDeeperLayersDrift(t *testing.T) {
 	m, ids, prefix := measureRequest(t)
-	o := model.GenOptions{GenLength: 8, Steps: 4}
-	sims, err := Measure(context.Background(), m.LLaDA, ids, prefix, o, false)
+	o := sample.GenOptions{GenLength: 8, Steps: 4}
+	sims, err := Measure(context.Background(), m.Network, ids, prefix, o, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +48,7 @@ func TestMeasureLayerOneIsExactAndDeeperLayersDrift(t *testing.T) {
 			t.Errorf("layer %d: worst row %v, want in [-1, 1)", s.Layer, s.KVRowMin)
 		}
 	}
-	all, err := Measure(context.Background(), m.LLaDA, ids, prefix, o, true)
+	all, err := Measure(context.Background(), m.Network, ids, prefix, o, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +60,7 @@ func TestMeasureLayerOneIsExactAndDeeperLayersDrift(t *testing.T) {
 			t.Errorf("all-steps step 1 layer %d: %+v, single forward %+v", i+1, all[i], sims[i])
 		}
 	}
-	if _, err := Measure(context.Background(), m.LLaDA, ids, 0, o, false); err == nil {
+	if _, err := Measure(context.Background(), m.Network, ids, 0, o, false); err == nil {
 		t.Error("prefix length 0: no error")
 	}
 }
@@ -118,8 +119,8 @@ func TestSafeDepth(t *testing.T) {
 
 func TestMeasureRefresh(t *testing.T) {
 	m, ids, prefix := measureRequest(t)
-	o := model.GenOptions{GenLength: 8, Steps: 8}
-	pic, err := MeasureRefresh(context.Background(), m.LLaDA, ids, prefix, o, 1)
+	o := sample.GenOptions{GenLength: 8, Steps: 8}
+	pic, err := MeasureRefresh(context.Background(), m.Network, ids, prefix, o, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +139,7 @@ func TestMeasureRefresh(t *testing.T) {
 	if math.Abs(pic.Cross[0]-1) > 1e-6 {
 		t.Errorf("layer 1 cross-request: %v, want 1", pic.Cross[0])
 	}
-	p4, err := MeasureRefresh(context.Background(), m.LLaDA, ids, prefix, o, 4)
+	p4, err := MeasureRefresh(context.Background(), m.Network, ids, prefix, o, 4)
 	if err != nil {
 		t.Fatal(err)
 	}

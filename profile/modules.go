@@ -8,6 +8,7 @@ import (
 	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/datasets"
 	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 // SampleModules cuts a sample's prompt into Prompt Cache modules: the chat
@@ -83,7 +84,7 @@ var ModuleLayouts = []string{"contiguous", "gap"}
 // module the request does not import (the next sample's longest paragraph),
 // so the paragraph after it sits past a gap of position ids. progress, if
 // set, is called after each generation.
-func ModuleSweep(ctx context.Context, m *model.Model, samples []datasets.Sample, depths []int, refresh int, gen model.GenOptions, progress func()) (*ModuleResult, error) {
+func ModuleSweep(ctx context.Context, m *model.Model, samples []datasets.Sample, depths []int, refresh int, gen sample.GenOptions, progress func()) (*ModuleResult, error) {
 	res := &ModuleResult{Refresh: refresh}
 	for _, lay := range ModuleLayouts { // point li*len(depths)+di: layout li, depth di
 		for _, d := range depths {
@@ -123,7 +124,7 @@ func ModuleSweep(ctx context.Context, m *model.Model, samples []datasets.Sample,
 		}
 		o := gen
 		o.Positions = nil
-		whole, err := m.Generate(ctx, prompt, prefix, o, nil)
+		whole, err := sample.Generate(ctx, m.Network, prompt, prefix, o, nil)
 		if err != nil {
 			return nil, fmt.Errorf("sample %s: %w", s.ID, err)
 		}
@@ -160,7 +161,7 @@ func ModuleSweep(ctx context.Context, m *model.Model, samples []datasets.Sample,
 			}
 			o.Positions = pos
 			for di, d := range depths {
-				g, err := m.Generate(ctx, prompt, prefix, o, cache.ModulePlanner(m.LLaDA, m.Fingerprint, store, d, refresh, nil))
+				g, err := sample.Generate(ctx, m.Network, prompt, prefix, o, cache.ModulePlanner(m.Network, m.Fingerprint, store, d, refresh, nil))
 				if err != nil {
 					return nil, fmt.Errorf("sample %s, %s, depth %d: %w", s.ID, ModuleLayouts[li], d, err)
 				}

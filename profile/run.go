@@ -14,6 +14,7 @@ import (
 	"github.com/dlmcache/dlmcache/internal/atomicfile"
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 // Request is one profiling request, already tokenized.
@@ -49,8 +50,8 @@ const (
 // similarity.partial.jsonl first, so an interrupted run resumes where it
 // stopped.
 type Runner struct {
-	Model    *model.LLaDA
-	Gen      model.GenOptions
+	Model    *model.Network
+	Gen      sample.GenOptions
 	AllSteps bool
 	Info     RunInfo // written with the results; Tau and Edges build the table
 	OutDir   string

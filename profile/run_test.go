@@ -22,6 +22,7 @@ import (
 	"github.com/dlmcache/dlmcache/internal/testmodel"
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 func testRequests(t *testing.T, m *model.Model, n int) []Request {
@@ -48,7 +49,7 @@ func tinyRequests(t *testing.T, n int) (*model.Model, []Request) {
 
 func testRunner(m *model.Model, dir string) *Runner {
 	return &Runner{
-		Model: m.LLaDA, Gen: model.GenOptions{GenLength: 8, Steps: 4}, OutDir: dir,
+		Model: m.Network, Gen: sample.GenOptions{GenLength: 8, Steps: 4}, OutDir: dir,
 		Info: RunInfo{Model: lut.ModelID{Name: "tiny", NLayers: len(m.Blocks), Fingerprint: m.Fingerprint},
 			GenLength: 8, Steps: 4, BlockLength: 8, Tau: 0.99, Ratios: "0.2:1:0.2", Edges: []float64{0.2, 0.4, 0.6, 0.8, 1}},
 	}
@@ -248,7 +249,7 @@ func TestEvaluateInterleavedEqualsSeparate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gen := model.GenOptions{GenLength: 8, Steps: 4}
+	gen := sample.GenOptions{GenLength: 8, Steps: 4}
 	evals := func() []*Evaluator {
 		var es []*Evaluator
 		for _, name := range []string{"none", "prefix-all"} {
@@ -485,7 +486,7 @@ func TestEvaluateConversations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &Evaluator{Model: m, Method: meth, Gen: model.GenOptions{GenLength: 8, Steps: 4}, HistoryPrefix: true, StoreAnswers: true}
+	e := &Evaluator{Model: m, Method: meth, Gen: sample.GenOptions{GenLength: 8, Steps: 4}, HistoryPrefix: true, StoreAnswers: true}
 	rs, err := e.Evaluate(context.Background(), samples)
 	if err != nil {
 		t.Fatal(err)
@@ -518,7 +519,7 @@ func TestEvaluateChatAgreement(t *testing.T) {
 		t.Fatal(err)
 	}
 	samples = append(samples, chat...)
-	gen := model.GenOptions{GenLength: 8, Steps: 4}
+	gen := sample.GenOptions{GenLength: 8, Steps: 4}
 	var es []*Evaluator
 	for _, name := range []string{"none", "none", "prefix-all"} {
 		o := cache.Options{Fingerprint: m.Fingerprint}

@@ -16,6 +16,7 @@ import (
 	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 // The method search fills a v3 table. Per answer-length class and ratio
@@ -111,8 +112,8 @@ type searchKey struct{ id, class, setting string }
 
 // Searcher runs the method search.
 type Searcher struct {
-	Model *model.LLaDA
-	Gen   model.GenOptions // the regime (the longest class)
+	Model *model.Network
+	Gen   sample.GenOptions // the regime (the longest class)
 	Run   SearchRun
 	Grid  []lut.Setting
 	Base  cache.Options // fingerprint, refresh: what every setting's method is built on
@@ -146,7 +147,7 @@ type Searcher struct {
 
 // ClassGen is the generation options of class c: the regime cut to
 // c.MaxGen slots (whole blocks, the steps per block kept).
-func ClassGen(g model.GenOptions, c lut.Class) model.GenOptions {
+func ClassGen(g sample.GenOptions, c lut.Class) sample.GenOptions {
 	if c.MaxGen <= 0 || c.MaxGen >= g.GenLength {
 		return g
 	}
@@ -164,7 +165,7 @@ func ClassGen(g model.GenOptions, c lut.Class) model.GenOptions {
 
 // DefaultClasses are the answer-length classes of regime g: one block or
 // fewer, and longer (one class when the regime has one block).
-func DefaultClasses(g model.GenOptions) []lut.Class {
+func DefaultClasses(g sample.GenOptions) []lut.Class {
 	if g.BlockLength > 0 && g.BlockLength < g.GenLength {
 		return []lut.Class{{Name: "short", MaxGen: g.BlockLength}, {Name: "long", MaxGen: 0}}
 	}
@@ -282,7 +283,7 @@ func (t *race) times(k int) []float64 {
 // replaces a simpler one only when it is faster beyond the noise.
 func approximation(g lut.Setting) int {
 	r := 0
-	if g.Decoder != "" && g.Decoder != string(model.DecodeSchedule) {
+	if g.Decoder != "" && g.Decoder != string(sample.DecodeSchedule) {
 		r++
 	}
 	if g.Method != "none" {
@@ -499,7 +500,7 @@ func (s *Searcher) searchCell(ctx context.Context, bin []ClassRequest,
 			}
 		}
 	}
-	ch := &lut.Choice{Samples: n, Setting: lut.Setting{Method: "none", Decoder: string(model.DecodeSchedule)}, Agreement: 1, LowerBound: 1, SpeedUp: 1, FLOPsSpeedUp: 1, SpeedUpLow: 1}
+	ch := &lut.Choice{Samples: n, Setting: lut.Setting{Method: "none", Decoder: string(sample.DecodeSchedule)}, Agreement: 1, LowerBound: 1, SpeedUp: 1, FLOPsSpeedUp: 1, SpeedUpLow: 1}
 	var passed []*race
 	for _, t := range ts {
 		p := t.point(s.Z)
@@ -540,8 +541,8 @@ func (s *Searcher) searchCell(ctx context.Context, bin []ClassRequest,
 		ch.SpeedUpLow = round3(ch.SpeedUpLow)
 		incTimes, incName = t.times(n), t.key
 	}
-	ch.Front = lut.Front(append([]lut.Point{{Setting: lut.Setting{Method: "none", Decoder: string(model.DecodeSchedule)}, Requests: n, Answers: n, LowerBound: round3(lut.Wilson(n, n, s.Z)), SpeedUp: 1, FLOPsSpeedUp: 1}}, ch.Tried...), n)
-	if ch.Setting.Method == "none" && ch.Setting.Decoder == string(model.DecodeSchedule) {
+	ch.Front = lut.Front(append([]lut.Point{{Setting: lut.Setting{Method: "none", Decoder: string(sample.DecodeSchedule)}, Requests: n, Answers: n, LowerBound: round3(lut.Wilson(n, n, s.Z)), SpeedUp: 1, FLOPsSpeedUp: 1}}, ch.Tried...), n)
+	if ch.Setting.Method == "none" && ch.Setting.Decoder == string(sample.DecodeSchedule) {
 		ch.LowerBound = round3(lut.Wilson(n, n, s.Z))
 	}
 	return ch, nil
@@ -567,7 +568,7 @@ func (s *Searcher) runOne(ctx context.Context, q ClassRequest, setting string) (
 	l := searchLine{ID: q.ID, Class: q.Class, Setting: setting}
 	var answer []int32
 	if setting == "" {
-		g, err := s.Model.Generate(ctx, q.Prompt, q.PrefixLen, gen, nil)
+		g, err := sample.Generate(ctx, s.Model, q.Prompt, q.PrefixLen, gen, nil)
 		if err != nil {
 			return l, fmt.Errorf("request %s: %w", q.ID, err)
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 // ConvergencePoint is the L1 distance between the table built from the
@@ -113,7 +114,7 @@ type RefreshPicture struct {
 
 // MeasureRefresh runs one request with no caching, keeps the prefix K/V of
 // every layer at every step, and scores the three reuse strategies.
-func MeasureRefresh(ctx context.Context, m *model.LLaDA, prompt []int32, prefixLen int, o model.GenOptions, R int) (*RefreshPicture, error) {
+func MeasureRefresh(ctx context.Context, m *model.Network, prompt []int32, prefixLen int, o sample.GenOptions, R int) (*RefreshPicture, error) {
 	if R <= 0 {
 		return nil, fmt.Errorf("refresh period must be positive, got %d", R)
 	}
@@ -123,7 +124,7 @@ func MeasureRefresh(ctx context.Context, m *model.LLaDA, prompt []int32, prefixL
 	}
 	var steps []*kvCapture
 	p := &stepCapture{b: m.Backend, m: prefixLen, each: func(_ int, c *kvCapture) { steps = append(steps, c) }}
-	if _, err := m.Generate(ctx, prompt, prefixLen, o, p); err != nil {
+	if _, err := sample.Generate(ctx, m, prompt, prefixLen, o, p); err != nil {
 		return nil, err
 	}
 	L := len(m.Blocks)

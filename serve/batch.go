@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 // batcher runs the step forwards of the generations running at the same
@@ -19,13 +20,13 @@ import (
 // waiting in Begin for another request's first step to store a shared
 // prefix: cache.BlockStore) from holding up the batch that step runs in.
 type batcher struct {
-	lm       *model.LLaDA
+	lm       *model.Network
 	maxBatch int
 	// group, if not nil, is the workers this batcher is one of (its
 	// sessions count the busy workers); pick, if not nil, gives the model
 	// its forwards run on (a worker's share of the threads).
 	group *workers
-	pick  func() *model.LLaDA
+	pick  func() *model.Network
 
 	mu      sync.Mutex
 	cond    *sync.Cond
@@ -45,7 +46,7 @@ type fwdJob struct {
 	done chan struct{}
 }
 
-func newBatcher(lm *model.LLaDA, maxBatch int, observe func(int)) *batcher {
+func newBatcher(lm *model.Network, maxBatch int, observe func(int)) *batcher {
 	b := &batcher{lm: lm, maxBatch: max(1, maxBatch), observe: observe}
 	b.cond = sync.NewCond(&b.mu)
 	go b.loop()
@@ -117,7 +118,7 @@ func (s *session) Forward(in model.Input, plan model.Plan) (*model.Output, error
 // idle leaves the batch until the session's next forward, which joins
 // it again: the others stop waiting for this generation's forwards
 // meanwhile. The guided decoder's guide sessions are idle between their
-// generation's verifications (model.GenOptions.GuideIdle), so a batch of
+// generation's verifications (sample.GenOptions.GuideIdle), so a batch of
 // guide forwards never waits for a generation that is in its diffusion
 // step (which itself may wait for the guide batch's generations: a
 // deadlock otherwise).
@@ -229,7 +230,7 @@ func recovered(f func() error) (err error) {
 
 // batched routes a generation's forwards through the batcher (when the
 // server batches); leave must be called when the generation ends.
-func (s *Server) batched(ctx context.Context, o model.GenOptions) (model.GenOptions, func()) {
+func (s *Server) batched(ctx context.Context, o sample.GenOptions) (sample.GenOptions, func()) {
 	if s.batch == nil {
 		return o, func() {}
 	}

@@ -38,7 +38,7 @@ func (panicPlan) Observe(int, []int32, backend.Tensor, backend.Tensor, backend.T
 // batch get their outputs, and the batcher goes on serving.
 func TestBatcherSurvivesAPanic(t *testing.T) {
 	m := loadTiny(t)
-	b := newBatcher(m.LLaDA, 8, nil)
+	b := newBatcher(m.Network, 8, nil)
 	defer b.close()
 	in := model.Input{Tokens: []int32{1, 2, 3, 4, 5}, LogitRows: []int32{4}}
 	want, err := m.Forward(in, nil)
@@ -72,7 +72,7 @@ func TestBatcherWaitsForEveryGeneration(t *testing.T) {
 	m := loadTiny(t)
 	var mu sync.Mutex
 	var sizes []int
-	b := newBatcher(m.LLaDA, 8, func(n int) { mu.Lock(); sizes = append(sizes, n); mu.Unlock() })
+	b := newBatcher(m.Network, 8, func(n int) { mu.Lock(); sizes = append(sizes, n); mu.Unlock() })
 	defer b.close()
 	in := model.Input{Tokens: []int32{1, 2, 3, 4, 5}, LogitRows: []int32{4}}
 	want, err := m.Forward(in, nil)
@@ -260,7 +260,7 @@ func chatFrom(t *testing.T, i int, h http.Handler, body string) *chatResponse {
 // the logits of the model's own forward.
 func TestWorkersSpreadAndShare(t *testing.T) {
 	base := loadTiny(t)
-	lm := *base.LLaDA
+	lm := *base.Network
 	lm.Backend = base.Backend.(backend.Threaded).WithThreads(4)
 	w, err := newWorkers(&lm, 3, 8, nil)
 	if err != nil {
@@ -320,7 +320,7 @@ func TestWorkersSpreadAndShare(t *testing.T) {
 
 // Workers need a backend that divides its threads.
 func TestWorkersNeedThreadedBackend(t *testing.T) {
-	lm := *loadTiny(t).LLaDA
+	lm := *loadTiny(t).Network
 	lm.Backend = hideThreads{lm.Backend}
 	if _, err := newWorkers(&lm, 2, 8, nil); err == nil || !strings.Contains(err.Error(), "threads") {
 		t.Errorf("two workers on a backend without WithThreads: %v", err)
@@ -351,7 +351,7 @@ func joinNow(s *session) {
 // waiting for it, and its own next forward fails with the cause.
 func TestBatcherDropsCancelledSession(t *testing.T) {
 	m := loadTiny(t)
-	b := newBatcher(m.LLaDA, 8, nil)
+	b := newBatcher(m.Network, 8, nil)
 	defer b.close()
 	in := model.Input{Tokens: []int32{1, 2, 3, 4, 5}, LogitRows: []int32{4}}
 	ctx, cancel := context.WithCancelCause(context.Background())

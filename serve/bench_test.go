@@ -15,6 +15,7 @@ import (
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/cpu"
 	"github.com/dlmcache/dlmcache/model/safetensors"
+	"github.com/dlmcache/dlmcache/model/sample"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -46,10 +47,10 @@ func BenchmarkConcurrency(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer m.Close()
-	gen := model.GenOptions{GenLength: 64, Steps: 32, BlockLength: 32}
+	gen := sample.GenOptions{GenLength: 64, Steps: 32, BlockLength: 32}
 	if os.Getenv("DLMCACHE_BENCH_MODEL") != "" {
 		// a real model: its own regime (the bundled one's 128 slots, 64 steps)
-		gen = model.GenOptions{GenLength: m.Card.GenLength, Steps: m.Card.Steps, BlockLength: m.Card.BlockLength}
+		gen = sample.GenOptions{GenLength: m.Card.GenLength, Steps: m.Card.Steps, BlockLength: m.Card.BlockLength}
 	}
 	systems := []string{strings.Repeat("You answer questions about the weather in short sentences. ", 4),
 		strings.Repeat("You translate English into French, one line per answer. ", 4)}

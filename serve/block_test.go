@@ -9,7 +9,7 @@ import (
 
 	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/internal/testmodel"
-	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 // blockCausalServer serves the block-causal random-weights fixture (blocks of
@@ -22,7 +22,7 @@ func blockCausalServer(t *testing.T) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Config{Model: blockModel, Method: none, Gen: model.GenOptions{GenLength: 16}, MaxConcurrency: 1})
+	s, err := New(Config{Model: blockModel, Method: none, Gen: sample.GenOptions{GenLength: 16}, MaxConcurrency: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +35,7 @@ func blockCausalServer(t *testing.T) *Server {
 func TestBlockCausalGenOptions(t *testing.T) {
 	s := blockCausalServer(t)
 	def := s.cfg.Gen
-	if def.BlockLength != 8 || def.Steps != 16 || def.Decoder != (model.Threshold{T: model.DefaultBlockThreshold}) {
+	if def.BlockLength != 8 || def.Steps != 16 || def.Decoder != (sample.Threshold{T: sample.DefaultBlockThreshold}) {
 		t.Fatalf("defaults %+v", def)
 	}
 	checkGenOptions(t, s, []genCase{
@@ -105,7 +105,7 @@ func TestBlockCausalStream(t *testing.T) {
 			sent = text
 		}
 	}
-	if _, err := bm.Generate(context.Background(), ids, 0, o, nil); err != nil {
+	if _, err := sample.Generate(context.Background(), bm.Network, ids, 0, o, nil); err != nil {
 		t.Fatal(err)
 	}
 	if len(want) < 2 {

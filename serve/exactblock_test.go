@@ -10,7 +10,7 @@ import (
 
 	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/internal/testmodel"
-	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 // A block-causal model served with the exact block cache and a block store
@@ -23,7 +23,7 @@ import (
 func TestExactBlockServe(t *testing.T) {
 	const B = 8
 	m := testmodel.Load(t, "tiny-block") // block-causal, blocks of 8
-	gen := model.GenOptions{GenLength: 4 * B, Steps: 2 * B, BlockLength: B}
+	gen := sample.GenOptions{GenLength: 4 * B, Steps: 2 * B, BlockLength: B}
 	server := func(method string, batch, workers int) *Server {
 		o := cache.Options{Fingerprint: m.Fingerprint}
 		if method != "none" {

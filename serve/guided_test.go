@@ -11,6 +11,7 @@ import (
 	"github.com/dlmcache/dlmcache/internal/testmodel"
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 // The fixtures that share a tokenizer (vocabulary and chat template): the
@@ -50,7 +51,7 @@ func newGuidedServer(t *testing.T, dlm, guide *model.Model, method string, store
 // wantGuided is what generating the request of a chat body on dlm under
 // method (with the guide, no store) answers: the text the server returns
 // and the guide's work.
-func wantGuided(t *testing.T, s *Server, dlm, guide *model.Model, method, system, user string) (string, model.GuideStats) {
+func wantGuided(t *testing.T, s *Server, dlm, guide *model.Model, method, system, user string) (string, sample.GuideStats) {
 	t.Helper()
 	ids, m := encodeChat(t, dlm, system, user)
 	o := cache.DefaultOptions()
@@ -61,8 +62,8 @@ func wantGuided(t *testing.T, s *Server, dlm, guide *model.Model, method, system
 		t.Fatal(err)
 	}
 	gen := testGen
-	gen.Guide = guide.LLaDA
-	res, err := cache.Run(context.Background(), dlm.LLaDA, meth, cache.Request{Prompt: ids, PrefixLen: m}, gen)
+	gen.Guide = guide.Network
+	res, err := cache.Run(context.Background(), dlm.Network, meth, cache.Request{Prompt: ids, PrefixLen: m}, gen)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,8 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/dlmcache/dlmcache/cache"
-	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/backend"
+	"github.com/dlmcache/dlmcache/model/sample"
 	"github.com/dlmcache/dlmcache/serve/kvevents"
 )
 
@@ -210,7 +210,7 @@ func (m *metrics) addGuide(guide string, store func() cache.Stats) {
 }
 
 // guided records a guided generation's guide counters.
-func (m *metrics) guided(s model.GuideStats) {
+func (m *metrics) guided(s sample.GuideStats) {
 	g := m.guide
 	if g == nil {
 		return

@@ -73,7 +73,7 @@ func TestModulesRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := cache.Run(context.Background(), m.LLaDA, none, cache.Request{Prompt: ids, PrefixLen: prefix, Positions: pos}, testGen)
+	want, err := cache.Run(context.Background(), m.Network, none, cache.Request{Prompt: ids, PrefixLen: prefix, Positions: pos}, testGen)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/dlmcache/dlmcache/internal/memlimit"
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/sample"
 	"github.com/dlmcache/dlmcache/serve/kvevents"
 )
 
@@ -34,7 +35,7 @@ type Config struct {
 	Method cache.Method
 	// Gen holds the default generation options (gen length, steps, block
 	// length). Requests override them field by field.
-	Gen model.GenOptions
+	Gen sample.GenOptions
 
 	// Guide is the guided decoder's guide: an autoregressive model of the
 	// model's vocabulary and chat template (the caller checks they agree:
@@ -192,11 +193,11 @@ func New(cfg Config) (*Server, error) {
 		c := cfg.Model.Card
 		cfg.Gen.GenLength, cfg.Gen.Steps, cfg.Gen.BlockLength = c.GenLength, c.Steps, c.BlockLength
 	}
-	cfg.Gen = cfg.Model.Config.BlockDefaults(cfg.Gen) // a block-causal model's own blocks and decoder
+	cfg.Gen = sample.BlockDefaults(cfg.Model.Config, cfg.Gen) // a block-causal model's own blocks and decoder
 	if cfg.Gen.BlockLength == 0 {
 		cfg.Gen.BlockLength = cfg.Gen.GenLength
 	}
-	if _, err := cfg.Model.Config.NewSchedule(0, cfg.Gen); err != nil {
+	if _, err := sample.ScheduleFor(cfg.Model.Config, 0, cfg.Gen); err != nil {
 		return nil, fmt.Errorf("serve: default generation options: %w", err)
 	}
 	if cfg.MaxConcurrency <= 0 {
@@ -287,12 +288,12 @@ func New(cfg Config) (*Server, error) {
 		s.met.addGuide(cfg.Guide.Name(), gstore)
 	}
 	if cfg.MaxBatch > 1 {
-		w, err := newWorkers(cfg.Model.LLaDA, max(1, cfg.Workers), cfg.MaxBatch, func(n int) { s.met.batchSize.Observe(float64(n)) })
+		w, err := newWorkers(cfg.Model.Network, max(1, cfg.Workers), cfg.MaxBatch, func(n int) { s.met.batchSize.Observe(float64(n)) })
 		if err != nil {
 			return nil, fmt.Errorf("serve: %w", err)
 		}
 		if cfg.Guide != nil {
-			w.addGuide(cfg.Guide.LLaDA, cfg.MaxBatch, func(n int) { s.met.guide.batchSize.Observe(float64(n)) })
+			w.addGuide(cfg.Guide.Network, cfg.MaxBatch, func(n int) { s.met.guide.batchSize.Observe(float64(n)) })
 		}
 		s.batch = w
 	}
@@ -425,7 +426,7 @@ type job struct {
 	conv      *conversation // chat requests: the messages, for StoreAnswers
 	meth      cache.Method  // the method serving it (the server's, or the modules')
 	pos       []int32       // the prompt's position ids (module requests; nil: 0, 1, …)
-	gen       model.GenOptions
+	gen       sample.GenOptions
 	salt      string
 	maxTokens int      // cap on the returned tokens (0: the gen length)
 	stop      []string // stop strings
@@ -585,7 +586,7 @@ func (s *Server) newJob(ctx context.Context, ids []int32, prefixLen int, g *genF
 //     per block, a whole number of steps per block).
 //
 // The result must satisfy LLaDA's schedule rules; a 400 names the field.
-func (s *Server) genOptions(g *genFields) (model.GenOptions, *apiError) {
+func (s *Server) genOptions(g *genFields) (sample.GenOptions, *apiError) {
 	def := s.cfg.Gen
 	o := def
 	positive := func(p *int, name string) *apiError {
@@ -654,7 +655,7 @@ func (s *Server) genOptions(g *genFields) (model.GenOptions, *apiError) {
 		spb := max(1, o.BlockLength/perStep)
 		o.Steps = spb * blocks
 	}
-	if _, err := model.NewSchedule(0, o); err != nil {
+	if _, err := sample.NewSchedule(0, o); err != nil {
 		p := "steps"
 		if g.Steps == nil {
 			p = param
@@ -665,7 +666,7 @@ func (s *Server) genOptions(g *genFields) (model.GenOptions, *apiError) {
 }
 
 // sampling sets a request's temperature and seed.
-func sampling(g *genFields, o model.GenOptions) (model.GenOptions, *apiError) {
+func sampling(g *genFields, o sample.GenOptions) (sample.GenOptions, *apiError) {
 	if g.Temperature != nil {
 		if *g.Temperature < 0 || *g.Temperature > 2 {
 			return o, badRequest(fmt.Sprintf("temperature %g: want 0…2", *g.Temperature), "temperature")
@@ -682,7 +683,7 @@ func sampling(g *genFields, o model.GenOptions) (model.GenOptions, *apiError) {
 // blocks of B: the block length is the model's (a request may only
 // restate it), and without steps the default's steps per block are kept
 // where they divide the gen length (else one step per slot at most).
-func (s *Server) blockGenOptions(g *genFields, o model.GenOptions, B int, param string) (model.GenOptions, *apiError) {
+func (s *Server) blockGenOptions(g *genFields, o sample.GenOptions, B int, param string) (sample.GenOptions, *apiError) {
 	def := s.cfg.Gen
 	if g.BlockLength != nil && *g.BlockLength != B {
 		return o, badRequest(fmt.Sprintf("block_length %d: this block-causal model decodes in its own blocks of %d", *g.BlockLength, B), "block_length")
@@ -698,7 +699,7 @@ func (s *Server) blockGenOptions(g *genFields, o model.GenOptions, B int, param 
 			o.Steps = spb * o.GenLength / B
 		}
 	}
-	if _, err := s.cfg.Model.Config.NewSchedule(0, o); err != nil {
+	if _, err := sample.ScheduleFor(s.cfg.Model.Config, 0, o); err != nil {
 		p := "steps"
 		if g.Steps == nil {
 			p = param
@@ -857,7 +858,7 @@ func (s *Server) run(ctx context.Context, j *job) (*result, *apiError) {
 	// Count every forward, those of a generation cancelled midway too.
 	forwards, forward := 0, gen.Forward
 	if forward == nil {
-		forward = lm.LLaDA.Forward
+		forward = lm.Network.Forward
 	}
 	gen.Forward = func(in model.Input, plan model.Plan) (*model.Output, error) {
 		out, err := forward(in, plan)
@@ -876,7 +877,7 @@ func (s *Server) run(ctx context.Context, j *job) (*result, *apiError) {
 			onBlock(b, end, canvas)
 		}
 	}
-	res, err := cache.Run(ctx, lm.LLaDA, meth, cache.Request{Prompt: j.ids, PrefixLen: j.prefixLen, Salt: j.salt, Positions: j.pos}, gen)
+	res, err := cache.Run(ctx, lm.Network, meth, cache.Request{Prompt: j.ids, PrefixLen: j.prefixLen, Salt: j.salt, Positions: j.pos}, gen)
 	if err != nil {
 		s.met.nfe.Add(float64(forwards))
 		if ctx.Err() != nil {
@@ -888,7 +889,7 @@ func (s *Server) run(ctx context.Context, j *job) (*result, *apiError) {
 	text, n, finish := s.answer(g.Answer, j.maxTokens, j.stop)
 	if s.cfg.StoreAnswers && j.conv != nil {
 		if toks, err := j.conv.answered(ctx, lm.Tokenizer, text); err == nil {
-			if _, _, err := cache.StorePrefix(lm.LLaDA, meth, toks, j.salt); err != nil {
+			if _, _, err := cache.StorePrefix(lm.Network, meth, toks, j.salt); err != nil {
 				return nil, internalError(fmt.Errorf("storing the answered conversation: %w", err))
 			}
 		}
@@ -913,7 +914,7 @@ func (s *Server) run(ctx context.Context, j *job) (*result, *apiError) {
 	s.met.generation(&st, len(j.ids), n, s.cfg.Now())
 	s.met.rows(g.RowsComputed, g.RowsFull, g.FLOPs+info.PrefixFLOPs, g.FLOPsFull)
 	cached := 0
-	if info.Depth >= len(lm.LLaDA.Blocks) {
+	if info.Depth >= len(lm.Network.Blocks) {
 		cached = info.HitTokens
 	}
 	return &result{text: text, finish: finish, completion: n, stats: st, promptTokens: len(j.ids), cachedTokens: cached}, nil
@@ -922,22 +923,22 @@ func (s *Server) run(ctx context.Context, j *job) (*result, *apiError) {
 // guided gives a job whose method decodes guided the server's guide, its
 // prefix store and a record of the tokens each step commits (steps; nil
 // for another decoder).
-func (s *Server) guided(j *job) (model.GenOptions, *[]int, *apiError) {
+func (s *Server) guided(j *job) (sample.GenOptions, *[]int, *apiError) {
 	o := j.gen
-	if !model.DecodingOf(o).Guided() {
+	if !sample.DecodingOf(o).Guided() {
 		return o, nil, nil
 	}
 	g := s.cfg.Guide
 	if g == nil {
 		return o, nil, internalError(fmt.Errorf("method %s decodes with the guided decoder, but the server holds no guide (serve --guide)", j.meth.Name()))
 	}
-	o.Guide = g.LLaDA
+	o.Guide = g.Network
 	if st := s.cfg.GuideStore; st != nil {
 		o.GuidePrefix = cache.GuidePrefix(st, g.Fingerprint, j.salt)
 	}
 	steps := new([]int)
 	onStep := o.OnStep
-	o.OnStep = func(st *model.Step, committed []int32) {
+	o.OnStep = func(st *sample.Step, committed []int32) {
 		*steps = append(*steps, len(committed))
 		s.met.guide.stepTokens.Observe(float64(len(committed)))
 		if onStep != nil {
@@ -954,7 +955,7 @@ func checkGuide(cfg Config) error {
 	switch {
 	case g == nil && cfg.GuideStore != nil:
 		return errors.New("a guide prefix store without a guide")
-	case g == nil && model.DecodingOf(cfg.Method.Gen(cfg.Gen)).Guided():
+	case g == nil && sample.DecodingOf(cfg.Method.Gen(cfg.Gen)).Guided():
 		return fmt.Errorf("method %s decodes with the guided decoder: it needs a guide (serve --guide MODEL)", cfg.Method.Name())
 	case g == nil && cache.TableOf(cfg.Method) != nil && cache.TableOf(cfg.Method).GuidedChoices():
 		return errors.New("the table's choices decode with the guided decoder: they need a guide (serve --guide MODEL)")
@@ -1031,7 +1032,7 @@ func newID() string {
 // checkRegime warns, once per regime, when a request is generated in
 // another regime than the one its method's table was profiled in (its
 // depths were measured there), and counts it.
-func (s *Server) checkRegime(o model.GenOptions) {
+func (s *Server) checkRegime(o sample.GenOptions) {
 	t := cache.TableOf(s.cfg.Method)
 	if t == nil {
 		return

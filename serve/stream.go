@@ -8,7 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 // Streaming (stream: true) sends OpenAI's server-sent events: chunks whose
@@ -133,7 +133,7 @@ func (k *sseSink) block(text string, ended bool, hold int) {
 }
 
 // step sends the canvas extension's event after a denoising step.
-func (k *sseSink) step(st *model.Step, slots []string) {
+func (k *sseSink) step(st *sample.Step, slots []string) {
 	if !k.canvas {
 		return
 	}
@@ -243,7 +243,7 @@ func (s *Server) streamHooks(j *job) {
 	}
 	if k.canvas {
 		tok := s.cfg.Model.Tokenizer
-		j.gen.OnStep = func(st *model.Step, _ []int32) {
+		j.gen.OnStep = func(st *sample.Step, _ []int32) {
 			slots := make([]string, j.gen.GenLength)
 			for i := range slots {
 				if t := st.Canvas[promptLen+i]; t != mask {

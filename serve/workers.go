@@ -23,14 +23,14 @@ type workers struct {
 	bs []*batcher
 	// shares[k-1] is the model on the share of k busy workers: the same
 	// weights, on threads/k threads.
-	shares []*model.LLaDA
+	shares []*model.Network
 
 	// gbs and gshares are the guide's batchers, one a worker, and its
 	// model on the shares (addGuide; nil without a guide): a worker's
 	// generations batch their guide forwards there, on the worker's share
 	// of the threads as its diffusion forwards are.
 	gbs     []*batcher
-	gshares []*model.LLaDA
+	gshares []*model.Network
 
 	mu       sync.Mutex
 	sessions []int // generations given to each worker and not ended (under mu)
@@ -39,8 +39,8 @@ type workers struct {
 
 // newWorkers starts n batchers (n ≥ 1; more than one needs a
 // backend.Threaded backend), each running up to maxBatch forwards as one.
-func newWorkers(lm *model.LLaDA, n, maxBatch int, observe func(int)) (*workers, error) {
-	w := &workers{shares: []*model.LLaDA{lm}, sessions: make([]int, max(1, n))}
+func newWorkers(lm *model.Network, n, maxBatch int, observe func(int)) (*workers, error) {
+	w := &workers{shares: []*model.Network{lm}, sessions: make([]int, max(1, n))}
 	if n > 1 {
 		th, ok := lm.Backend.(backend.Threaded)
 		if !ok {
@@ -67,8 +67,8 @@ func newWorkers(lm *model.LLaDA, n, maxBatch int, observe func(int)) (*workers, 
 // Its batches count no busy worker: a worker's guide and diffusion
 // forwards take turns (every generation of a batch verifies after the
 // step forward they shared), so the shares stay the diffusion batches'.
-func (w *workers) addGuide(guide *model.LLaDA, maxBatch int, observe func(int)) {
-	w.gshares = []*model.LLaDA{guide}
+func (w *workers) addGuide(guide *model.Network, maxBatch int, observe func(int)) {
+	w.gshares = []*model.Network{guide}
 	if th, ok := guide.Backend.(backend.Threaded); ok {
 		for k := 2; k <= len(w.shares); k++ {
 			share := *guide
@@ -84,7 +84,7 @@ func (w *workers) addGuide(guide *model.LLaDA, maxBatch int, observe func(int)) 
 }
 
 // guideModel is the guide on the share of the workers busy now.
-func (w *workers) guideModel() *model.LLaDA {
+func (w *workers) guideModel() *model.Network {
 	k := int(w.busy.Load())
 	return w.gshares[min(max(k, 1), len(w.gshares))-1]
 }
@@ -94,7 +94,7 @@ func (w *workers) guideModel() *model.LLaDA {
 func ShareThreads(threads, busy int) int { return max(1, threads/max(1, busy)) }
 
 // model is the model a busy worker's forward runs on now.
-func (w *workers) model() *model.LLaDA {
+func (w *workers) model() *model.Network {
 	k := int(w.busy.Load())
 	return w.shares[min(max(k, 1), len(w.shares))-1]
 }

@@ -116,7 +116,7 @@ func (opts *calibrateOptions) run(ctx context.Context) error {
 		return err
 	}
 	c := &profile.Calibrator{
-		Model: lm.LLaDA, Gen: gen, Start: start, Stat: stat, Gate: opts.Gate, Target: opts.Agreement,
+		Model: lm.Network, Gen: gen, Start: start, Stat: stat, Gate: opts.Gate, Target: opts.Agreement,
 		Z: normalQuantile(opts.Confidence), Stop: lm.AnswerEnd, Warn: func(w string) { fmt.Fprintln(opts.f.ErrOut, "warning:", w) }, Exhaustive: opts.Shard != "", OutDir: opts.Out, Resume: opts.Resume,
 		Run: profile.CalibrationRun{Model: lm.modelID(),
 			GenLength: gen.GenLength, Steps: gen.Steps, BlockLength: gen.BlockLength, Refresh: lm.Card.RefreshOr(opts.Method.BiCache.Refresh),

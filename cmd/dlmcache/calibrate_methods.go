@@ -73,7 +73,7 @@ func calibrateMethods(ctx context.Context, opts *calibrateOptions) error {
 		}
 		defer g.Close()
 		fmt.Fprintln(opts.f.ErrOut, "dlmcache: guide", g.describe())
-		gen.Guide, base.GuideFingerprint = g.LLaDA, g.Fingerprint
+		gen.Guide, base.GuideFingerprint = g.Network, g.Fingerprint
 		id := g.modelID()
 		guideID = &id
 	}
@@ -116,7 +116,7 @@ func calibrateMethods(ctx context.Context, opts *calibrateOptions) error {
 		names = append(names, g.String())
 	}
 	s := &profile.Searcher{
-		Model: lm.LLaDA, Gen: gen, Grid: grid, Test: test, MinGain: opts.MinGain, Z: normalQuantile(opts.Confidence), MaxLoss: opts.MaxLoss,
+		Model: lm.Network, Gen: gen, Grid: grid, Test: test, MinGain: opts.MinGain, Z: normalQuantile(opts.Confidence), MaxLoss: opts.MaxLoss,
 		Stop: lm.AnswerEnd, Text: lm.AnswerText, Check: datasets.CheckAnswer, Budget: opts.Budget, Shard: opts.Shard != "",
 		OutDir: opts.Out, Resume: opts.Resume, Log: func(l string) { fmt.Fprintln(opts.f.ErrOut, l) },
 		Run: profile.SearchRun{Model: lm.modelID(),

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 type generateOptions struct {
@@ -85,11 +86,11 @@ func (opts *generateOptions) run(ctx context.Context) error {
 	}
 	switch {
 	case opts.Threshold > 0:
-		gen.Decoder = model.Threshold{T: opts.Threshold}
+		gen.Decoder = sample.Threshold{T: opts.Threshold}
 	case opts.Remasking == "random":
-		gen.Decoder = model.RandomRemask{}
+		gen.Decoder = sample.RandomRemask{}
 	case opts.Remasking == "low_confidence":
-		gen.Decoder = model.LowConfidence{}
+		gen.Decoder = sample.LowConfidence{}
 	case opts.Remasking == "":
 		// The model's default: low-confidence remasking, threshold
 		// decoding for a block-causal model (genOptions).
@@ -103,7 +104,7 @@ func (opts *generateOptions) run(ctx context.Context) error {
 			return err
 		}
 		defer guide.Close()
-		gen.Guide = guide.LLaDA
+		gen.Guide = guide.Network
 		if !opts.JSON {
 			fmt.Fprintln(opts.f.ErrOut, "dlmcache: guide", guide.describe())
 			fmt.Fprintln(opts.f.ErrOut, "dlmcache:", guidedLine(guide, dec))
@@ -116,7 +117,7 @@ func (opts *generateOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	g, err := lm.Generate(ctx, ids, prefixLen, gen, nil)
+	g, err := sample.Generate(ctx, lm.Network, ids, prefixLen, gen, nil)
 	if err != nil {
 		return err
 	}
@@ -176,13 +177,13 @@ func (opts *generateOptions) flags(fl *pflag.FlagSet) {
 
 // decoding is --decoder, checked against --guide, --threshold and
 // --remasking: --guide alone means guided, guided needs --guide.
-func (opts *generateOptions) decoding() (model.Decoding, error) {
-	dec, err := model.ParseDecoding(opts.Decoder)
+func (opts *generateOptions) decoding() (sample.Decoding, error) {
+	dec, err := sample.ParseDecoding(opts.Decoder)
 	if err != nil {
 		return dec, fmt.Errorf("--decoder: %w", err)
 	}
 	if dec.IsDefault() && opts.Guide != "" {
-		dec = model.Decoding{Kind: model.DecodeGuided}
+		dec = sample.Decoding{Kind: sample.DecodeGuided}
 	}
 	switch {
 	case !dec.IsDefault() && (opts.Threshold != 0 || opts.Remasking != ""):
@@ -217,7 +218,7 @@ func readTextArg(in io.Reader, s string) (string, error) {
 // decoderOf is the decoder generate's record names: decoderName's, or
 // for an autoregressive model "autoregressive" (greedy) or
 // "autoregressive:T" (sampled at temperature T).
-func decoderOf(c *model.Config, gen model.GenOptions) string {
+func decoderOf(c *model.Config, gen sample.GenOptions) string {
 	if c.Causal {
 		if gen.Temperature > 0 {
 			return fmt.Sprintf("autoregressive:%g", gen.Temperature)
@@ -229,16 +230,16 @@ func decoderOf(c *model.Config, gen model.GenOptions) string {
 
 // decoderName is the decoder a record names: low_confidence (also the
 // nil default), random, or threshold:T.
-func decoderName(d model.Decoder) string {
+func decoderName(d sample.Decoder) string {
 	switch d := d.(type) {
-	case model.Threshold:
+	case sample.Threshold:
 		return fmt.Sprintf("threshold:%g", d.T)
-	case model.RandomRemask:
+	case sample.RandomRemask:
 		return "random"
-	case nil, model.LowConfidence:
+	case nil, sample.LowConfidence:
 		return "low_confidence"
-	case model.Guided:
-		return model.DecodingOf(model.GenOptions{Decoder: d}).String()
+	case sample.Guided:
+		return sample.DecodingOf(sample.GenOptions{Decoder: d}).String()
 	}
 	return fmt.Sprintf("%T", d)
 }

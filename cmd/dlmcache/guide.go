@@ -9,10 +9,11 @@ import (
 
 	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/sample"
 	"github.com/dlmcache/dlmcache/profile"
 )
 
-// The guide of the guided decoder (model.Guided, FlashDLM's guided
+// The guide of the guided decoder (sample.Guided, FlashDLM's guided
 // diffusion): an autoregressive LM that checks the diffusion model's
 // proposals. generate, eval, bench, calibrate, lut verify and serve take
 // it with --guide.
@@ -76,7 +77,7 @@ func checkGuide(g, lm *loadedModel) error {
 
 // guideRecord is what a guided generation's record says of the guide
 // and its work (nil without a guide).
-func guideRecord(g *loadedModel, s model.GuideStats) map[string]any {
+func guideRecord(g *loadedModel, s sample.GuideStats) map[string]any {
 	if g == nil {
 		return nil
 	}
@@ -95,17 +96,17 @@ func guideRecord(g *loadedModel, s model.GuideStats) map[string]any {
 }
 
 // guidedLine describes guided decoding for the log.
-func guidedLine(g *loadedModel, d model.Decoding) string {
+func guidedLine(g *loadedModel, d sample.Decoding) string {
 	rule := "a proposal is accepted while it is the guide's argmax"
 	if d.T > 0 {
 		k := d.K
 		if k == 0 {
-			k = model.DefaultGuideTopK
+			k = sample.DefaultGuideTopK
 		}
 		rule = fmt.Sprintf("a proposal is accepted while it is among the guide's top %d with probability ≥ %g × the top one's", k, d.T)
 	}
 	return fmt.Sprintf("decoder %s: guide %s (%s) verifies each block's proposals left to right, %d a forward; %s, then the guide's own token at the first rejection",
-		d, g.Name, g.Config.ArchName(), model.GuideChunk, rule)
+		d, g.Name, g.Config.ArchName(), sample.GuideChunk, rule)
 }
 
 // guideUsed refuses --guide when no method decodes with the guided
@@ -116,7 +117,7 @@ func guideUsed(c *cacheFlags, es []*profile.Evaluator) error {
 		return nil
 	}
 	for _, e := range es {
-		if model.DecodingOf(e.Gen).Guided() {
+		if sample.DecodingOf(e.Gen).Guided() {
 			return nil
 		}
 	}
@@ -125,14 +126,14 @@ func guideUsed(c *cacheFlags, es []*profile.Evaluator) error {
 
 // decodesGuided reports whether meth decodes with the guided decoder
 // under gen, or, for a table's method, whether any of its choices does.
-func decodesGuided(meth cache.Method, gen model.GenOptions) bool {
-	if model.DecodingOf(meth.Gen(gen)).Guided() {
+func decodesGuided(meth cache.Method, gen sample.GenOptions) bool {
+	if sample.DecodingOf(meth.Gen(gen)).Guided() {
 		return true
 	}
 	if t := cache.TableOf(meth); t != nil && t.Chooses() {
 		for _, b := range t.Bins {
 			for _, c := range b.Choices {
-				if d, err := model.ParseDecoding(c.Setting.Decoder); err == nil && d.Guided() {
+				if d, err := sample.ParseDecoding(c.Setting.Decoder); err == nil && d.Guided() {
 					return true
 				}
 			}
@@ -151,7 +152,7 @@ const guideStoreBlocks = 16
 // the guide's prefix store: a block store of its own (--store-blocks N
 // tokens a block, guideStoreBlocks for 0) within --cache-bytes, off with
 // --cache-bytes 0. note describes both for the start-up lines.
-func servedGuide(c *cacheFlags, meth cache.Method, gen model.GenOptions) (*model.Model, *cache.BlockStore, string, error) {
+func servedGuide(c *cacheFlags, meth cache.Method, gen sample.GenOptions) (*model.Model, *cache.BlockStore, string, error) {
 	g := c.guide
 	if g == nil {
 		return nil, nil, "", nil
@@ -159,7 +160,7 @@ func servedGuide(c *cacheFlags, meth cache.Method, gen model.GenOptions) (*model
 	if !decodesGuided(meth, gen) {
 		return nil, nil, "", fmt.Errorf("--guide %s: method %s does not decode with the guided decoder (serve NAME@guided, give --decoder guided, or a table that chooses guided settings)", c.Guide, meth.Name())
 	}
-	note := fmt.Sprintf("guide %s (%s, %s): verifies the guided methods' proposals, %d a forward, its forwards batched as the model's", g.Name, g.Config.ArchName(), g.Fingerprint, model.GuideChunk)
+	note := fmt.Sprintf("guide %s (%s, %s): verifies the guided methods' proposals, %d a forward, its forwards batched as the model's", g.Name, g.Config.ArchName(), g.Fingerprint, sample.GuideChunk)
 	st, stNote := guidePrefixStore(c, g)
 	return g.Model, st, note + "; " + stNote, nil
 }

@@ -18,7 +18,7 @@ import (
 	"github.com/dlmcache/dlmcache/internal/testmodel"
 	"github.com/dlmcache/dlmcache/internal/testutil"
 	"github.com/dlmcache/dlmcache/lut"
-	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/sample"
 	"github.com/dlmcache/dlmcache/serve"
 )
 
@@ -30,7 +30,7 @@ func TestLoadtestAnswersEveryRequestAndPlots(t *testing.T) {
 	// until the test ends.
 	server := func(meth cache.Method, concurrency int) *httptest.Server {
 		srv, err := serve.New(serve.Config{Model: m, Method: meth,
-			Gen: model.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}, MaxConcurrency: concurrency, MaxQueue: 64})
+			Gen: sample.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}, MaxConcurrency: concurrency, MaxQueue: 64})
 		if err != nil {
 			t.Fatal(err)
 		}

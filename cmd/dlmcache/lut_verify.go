@@ -20,7 +20,7 @@ import (
 	"github.com/dlmcache/dlmcache/internal/atomicfile"
 	"github.com/dlmcache/dlmcache/internal/progress"
 	"github.com/dlmcache/dlmcache/lut"
-	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/sample"
 	"github.com/dlmcache/dlmcache/profile"
 )
 
@@ -175,7 +175,7 @@ func (opts *lutVerifyOptions) run(ctx context.Context) error {
 	}
 	type run struct {
 		r   verifyRequest
-		gen model.GenOptions
+		gen sample.GenOptions
 		cls string
 	}
 	var runs []run
@@ -195,8 +195,8 @@ func (opts *lutVerifyOptions) run(ctx context.Context) error {
 		}
 	}
 	var secNone, secMeth float64
-	var diffs []float64         // per request with a reference answer: table correct − none correct
-	var guided model.GuideStats // the guided choices' guides, summed
+	var diffs []float64          // per request with a reference answer: table correct − none correct
+	var guided sample.GuideStats // the guided choices' guides, summed
 	guidedReqs := 0
 	bar := progress.New(opts.f.ErrOut, "lut verify", "req", len(runs), opts.Quiet)
 	for i, x := range runs {
@@ -205,12 +205,12 @@ func (opts *lutVerifyOptions) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		ref, err := lm.Generate(ctx, ids, m, x.gen, nil)
+		ref, err := sample.Generate(ctx, lm.Network, ids, m, x.gen, nil)
 		if err != nil {
 			return err
 		}
 		chosen := cache.Resolve(meth, len(ids), m, x.gen)
-		got, err := cache.Run(ctx, lm.LLaDA, chosen, cache.Request{Prompt: ids, PrefixLen: m}, x.gen)
+		got, err := cache.Run(ctx, lm.Network, chosen, cache.Request{Prompt: ids, PrefixLen: m}, x.gen)
 		if err != nil {
 			return err
 		}
@@ -364,7 +364,7 @@ func (opts *lutVerifyOptions) verifyGuide(env *methodEnv, meth cache.Method) (st
 		return nil, false, nil
 	}
 	st, note := guidePrefixStore(&opts.Cache, g)
-	fmt.Fprintf(opts.f.ErrOut, "dlmcache: guide %s (%s, %s): verifies the guided choices' proposals, %d a forward; %s\n", g.Name, g.Config.ArchName(), g.Fingerprint, model.GuideChunk, note)
+	fmt.Fprintf(opts.f.ErrOut, "dlmcache: guide %s (%s, %s): verifies the guided choices' proposals, %d a forward; %s\n", g.Name, g.Config.ArchName(), g.Fingerprint, sample.GuideChunk, note)
 	return st, true, nil
 }
 

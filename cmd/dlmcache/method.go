@@ -8,8 +8,8 @@ import (
 
 	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/lut"
-	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/cpu"
+	"github.com/dlmcache/dlmcache/model/sample"
 	"github.com/dlmcache/dlmcache/profile"
 )
 
@@ -77,7 +77,7 @@ func newMethod(name string, c *cacheFlags, lm *loadedModel, store cache.PrefixSt
 	if err != nil {
 		return nil, err
 	}
-	if o.Decoding, err = model.ParseDecoding(c.Decoder); err != nil {
+	if o.Decoding, err = sample.ParseDecoding(c.Decoder); err != nil {
 		return nil, fmt.Errorf("--decoder: %w", err)
 	}
 	o.Store, o.Table, o.Fingerprint, o.Salt = store, table, lm.Fingerprint, c.Salt
@@ -99,8 +99,8 @@ func newMethod(name string, c *cacheFlags, lm *loadedModel, store cache.PrefixSt
 // table: what eval, bench and the sweeps build their methods from.
 type methodEnv struct {
 	lm    *loadedModel
-	gen   model.GenOptions // gen.Guide is --guide's model (nil without)
-	table *lut.Table       // nil without --lut
+	gen   sample.GenOptions // gen.Guide is --guide's model (nil without)
+	table *lut.Table        // nil without --lut
 	cache *cacheFlags
 }
 
@@ -129,7 +129,7 @@ func loadMethodEnv(f *factory, mf modelFlags, rf regimeFlags, c *cacheFlags) (*m
 			return nil, err
 		}
 		fmt.Fprintln(f.ErrOut, "dlmcache: guide", g.describe())
-		c.guide, e.gen.Guide = g, g.LLaDA
+		c.guide, e.gen.Guide = g, g.Network
 	}
 	if c.LUT != "" {
 		if e.table, err = readTable(c.LUT, lm); err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/backend"
 	"github.com/dlmcache/dlmcache/model/cpu"
+	"github.com/dlmcache/dlmcache/model/sample"
 	"github.com/dlmcache/dlmcache/models"
 )
 
@@ -134,8 +135,8 @@ func (m *loadedModel) describe() string {
 // steps = gen length / 2 (two tokens per step, as in the paper; for a
 // block-causal model one step per slot at most, its block size as the
 // block length and threshold decoding, model.Config.BlockDefaults).
-func (m *loadedModel) genOptions(genLength, steps, blockLength int) (model.GenOptions, error) {
-	o := model.GenOptions{GenLength: genLength, Steps: steps, BlockLength: blockLength}
+func (m *loadedModel) genOptions(genLength, steps, blockLength int) (sample.GenOptions, error) {
+	o := sample.GenOptions{GenLength: genLength, Steps: steps, BlockLength: blockLength}
 	if o.GenLength == 0 {
 		o.GenLength = m.Card.GenLength
 	}
@@ -165,18 +166,18 @@ func (m *loadedModel) genOptions(genLength, steps, blockLength int) (model.GenOp
 	}
 	// A block-causal model: its block size, one step per slot at most
 	// and threshold decoding where nothing above chose.
-	o = m.config().BlockDefaults(o)
+	o = sample.BlockDefaults(m.config(), o)
 	if o.BlockLength == 0 {
 		o.BlockLength = o.GenLength
 	}
-	_, err := m.config().NewSchedule(0, o)
+	_, err := sample.ScheduleFor(m.config(), 0, o)
 	return o, err
 }
 
 // config is the model's config (nil for a card without a network, as
 // tests make).
 func (m *loadedModel) config() *model.Config {
-	if m.Model == nil || m.LLaDA == nil {
+	if m.Model == nil || m.Network == nil {
 		return nil
 	}
 	return m.Config
@@ -185,7 +186,7 @@ func (m *loadedModel) config() *model.Config {
 // regimeLine describes a block-causal or autoregressive model's
 // generation regime ("" for a bidirectional model): what the defaults
 // chose, for the log.
-func (m *loadedModel) regimeLine(gen model.GenOptions) string {
+func (m *loadedModel) regimeLine(gen sample.GenOptions) string {
 	if c := m.config(); c != nil && c.Causal {
 		how := "greedy"
 		if gen.Temperature > 0 {
@@ -199,7 +200,7 @@ func (m *loadedModel) regimeLine(gen model.GenOptions) string {
 		return ""
 	}
 	dec := "low-confidence schedule (a fixed count per step)"
-	if t, ok := gen.Decoder.(model.Threshold); ok {
+	if t, ok := gen.Decoder.(sample.Threshold); ok {
 		dec = fmt.Sprintf("threshold %g (at least gen length / steps slots a step)", t.T)
 	}
 	return fmt.Sprintf("model %s is block-causal (blocks of %d): gen length %d, at most %d steps a block, decoder %s",
@@ -214,16 +215,16 @@ func (m *loadedModel) decodeAnswer(ids []int32) string {
 
 // loadRegime loads the model of mf and fills rf's zero values from its
 // defaults; on error nothing stays open.
-func loadRegime(f *factory, mf modelFlags, rf regimeFlags) (*loadedModel, model.GenOptions, error) {
+func loadRegime(f *factory, mf modelFlags, rf regimeFlags) (*loadedModel, sample.GenOptions, error) {
 	lm, err := loadModel(f, mf.Model, mf.Device, mf.Threads)
 	if err != nil {
-		return nil, model.GenOptions{}, err
+		return nil, sample.GenOptions{}, err
 	}
 	fmt.Fprintln(f.ErrOut, "dlmcache:", lm.describe())
 	gen, err := lm.genOptions(rf.GenLength, rf.Steps, rf.BlockLength)
 	if err != nil {
 		lm.Close()
-		return nil, model.GenOptions{}, err
+		return nil, sample.GenOptions{}, err
 	}
 	if line := lm.regimeLine(gen); line != "" {
 		fmt.Fprintln(f.ErrOut, "dlmcache:", line)
@@ -232,6 +233,6 @@ func loadRegime(f *factory, mf modelFlags, rf regimeFlags) (*loadedModel, model.
 }
 
 // regimeOf is the regime a table records for generation options.
-func regimeOf(gen model.GenOptions) lut.Regime {
+func regimeOf(gen sample.GenOptions) lut.Regime {
 	return lut.Regime{GenLength: gen.GenLength, Steps: gen.Steps, BlockLength: gen.BlockLength}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/sample"
 	"github.com/dlmcache/dlmcache/profile"
 )
 
@@ -56,12 +57,12 @@ func TestGenOptionsDefaultToTheCardsRegime(t *testing.T) {
 // public default unless flags say otherwise, and its regime line says so.
 func TestBlockCausalModelsDecodeInTheirOwnBlocks(t *testing.T) {
 	cfg := &model.Config{BlockCausal: true, BlockSize: 8}
-	lm := &loadedModel{Model: &model.Model{Card: model.Card{GenLength: 32, Steps: 32, BlockLength: 8}, LLaDA: &model.LLaDA{Config: cfg}}, Name: "b"}
+	lm := &loadedModel{Model: &model.Model{Card: model.Card{GenLength: 32, Steps: 32, BlockLength: 8}, Network: &model.Network{Config: cfg}}, Name: "b"}
 	o, err := lm.genOptions(0, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.GenLength != 32 || o.Steps != 32 || o.BlockLength != 8 || o.Decoder != (model.Threshold{T: model.DefaultBlockThreshold}) {
+	if o.GenLength != 32 || o.Steps != 32 || o.BlockLength != 8 || o.Decoder != (sample.Threshold{T: sample.DefaultBlockThreshold}) {
 		t.Errorf("defaults %+v", o)
 	}
 	if o, err = lm.genOptions(20, 0, 0); err != nil || o.Steps != 20 || o.BlockLength != 8 {

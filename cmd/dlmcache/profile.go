@@ -62,7 +62,7 @@ func (opts *profileOptions) run(ctx context.Context) error {
 		Shard: opts.Shard, Data: opts.Data, Systems: opts.Systems, Unfilled: unfilledS, MaxTokens: opts.MaxTokens,
 	}
 	bar := progress.New(opts.f.ErrOut, "profile", "req", len(preqs), opts.Quiet)
-	r := &profile.Runner{Model: lm.LLaDA, Gen: gen, AllSteps: opts.AllSteps, Info: info, OutDir: opts.Out, Resume: opts.Resume,
+	r := &profile.Runner{Model: lm.Network, Gen: gen, AllSteps: opts.AllSteps, Info: info, OutDir: opts.Out, Resume: opts.Resume,
 		Progress: func(d, _ int) { bar.Set(d) }}
 	res, err := r.Run(ctx, preqs)
 	bar.Done()

@@ -65,7 +65,7 @@ func (opts *sweepRefreshOptions) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		p, err := profile.MeasureRefresh(ctx, env.lm.LLaDA, ids, prefix, env.gen, pr)
+		p, err := profile.MeasureRefresh(ctx, env.lm.Network, ids, prefix, env.gen, pr)
 		if err != nil {
 			return err
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/cpu"
+	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 type answers struct {
@@ -49,7 +50,7 @@ func main() {
 	}
 	same := 0
 	for _, c := range a.Cases {
-		g, err := m.Generate(context.Background(), c.PromptIDs, 0, model.GenOptions{GenLength: a.GenLength, Steps: a.Steps, BlockLength: a.BlockLength}, nil)
+		g, err := sample.Generate(context.Background(), m.Network, c.PromptIDs, 0, sample.GenOptions{GenLength: a.GenLength, Steps: a.Steps, BlockLength: a.BlockLength}, nil)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)

@@ -23,6 +23,7 @@ import (
 	"github.com/dlmcache/dlmcache/datasets"
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/cpu"
+	"github.com/dlmcache/dlmcache/model/sample"
 	"github.com/dlmcache/dlmcache/profile"
 )
 
@@ -65,7 +66,7 @@ func run(pa, pb string, suites []string, limit int, seed int64, threads int, asJ
 		if err != nil {
 			return err
 		}
-		gen := model.GenOptions{GenLength: m.Card.GenLength, Steps: m.Card.Steps, BlockLength: m.Card.BlockLength}
+		gen := sample.GenOptions{GenLength: m.Card.GenLength, Steps: m.Card.Steps, BlockLength: m.Card.BlockLength}
 		es = append(es, &profile.Evaluator{Model: m, Method: none, Gen: none.Gen(gen)})
 	}
 	res, err := profile.EvaluateInterleaved(context.Background(), es, samples, nil)

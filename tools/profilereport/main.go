@@ -18,6 +18,7 @@ import (
 	"github.com/dlmcache/dlmcache/datasets"
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/cpu"
+	"github.com/dlmcache/dlmcache/model/sample"
 	"github.com/dlmcache/dlmcache/models"
 	"github.com/dlmcache/dlmcache/profile"
 )
@@ -180,7 +181,7 @@ func run(simPath, allPath, modelName string, perSuite int) error {
 		return err
 	}
 	defer m.Close()
-	gen := model.GenOptions{GenLength: m.Card.GenLength, Steps: m.Card.Steps, BlockLength: m.Card.BlockLength}
+	gen := sample.GenOptions{GenLength: m.Card.GenLength, Steps: m.Card.Steps, BlockLength: m.Card.BlockLength}
 	fmt.Printf("Safe depth at τ=%g by task suite (%d held-out requests each, first step):\n\n", info.Tau, perSuite)
 	fmt.Println("| suite | mean ratio | mean depth | std | depth in r∈[0.80,0.90) |")
 	fmt.Println("|---|---|---|---|---|")
@@ -191,7 +192,7 @@ func run(simPath, allPath, modelName string, perSuite int) error {
 			if err != nil {
 				return err
 			}
-			sims, err := profile.Measure(context.Background(), m.LLaDA, ids, pl, gen, false)
+			sims, err := profile.Measure(context.Background(), m.Network, ids, pl, gen, false)
 			if err != nil {
 				return err
 			}

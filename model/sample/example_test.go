@@ -1,4 +1,4 @@
-package model_test
+package sample_test
 
 import (
 	"context"
@@ -7,13 +7,14 @@ import (
 
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/cpu"
+	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 // Load a Hugging Face LLaDA directory (here the bundled llada-tiny), encode
 // a chat whose system message is the shared prefix, and run the diffusion
 // sampler with no caching (a nil planner): 32 answer slots, 16 steps.
-func ExampleLLaDA_Generate() {
-	m, err := model.Load(filepath.Join("..", "models", "llada-tiny"), cpu.New(2))
+func ExampleGenerate() {
+	m, err := model.Load(filepath.Join("..", "..", "models", "llada-tiny"), cpu.New(2))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -29,8 +30,8 @@ func ExampleLLaDA_Generate() {
 	}
 	// The card's regime (m.Card: 128 slots, 64 steps, blocks of 32) is what
 	// the commands use; a short canvas keeps the example quick.
-	o := model.GenOptions{GenLength: 32, Steps: 16, BlockLength: 32}
-	g, err := m.Generate(context.Background(), ids, prefixLen, o, nil)
+	o := sample.GenOptions{GenLength: 32, Steps: 16, BlockLength: 32}
+	g, err := sample.Generate(context.Background(), m.Network, ids, prefixLen, o, nil)
 	if err != nil {
 		fmt.Println(err)
 		return

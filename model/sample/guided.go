@@ -1,4 +1,4 @@
-package model
+package sample
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/backend"
 )
 
@@ -141,10 +142,10 @@ func (s GuideStats) AcceptLen() float64 {
 // (per layer, rows 0, 1, …), computing and storing what is missing, and
 // returns how many rows it wrote, how many of tokens it found stored and
 // the (layer, row) pairs it computed.
-type GuidePrefixFunc func(guide *LLaDA, tokens []int32, k, v []backend.Tensor) (rows, hitTokens, computedRows int, err error)
+type GuidePrefixFunc func(guide *model.Network, tokens []int32, k, v []backend.Tensor) (rows, hitTokens, computedRows int, err error)
 
 // checkGuide refuses a guide that cannot check m's proposals.
-func (m *LLaDA) checkGuide(guide *LLaDA) error {
+func (m *sampler) checkGuide(guide *model.Network) error {
 	switch {
 	case guide == nil:
 		return errors.New("decoder guided needs a guide model (an autoregressive LM of the same vocabulary: --guide)")
@@ -162,7 +163,7 @@ func (m *LLaDA) checkGuide(guide *LLaDA) error {
 }
 
 // generateGuided is Generate under the Guided decoder dec.
-func (m *LLaDA) generateGuided(ctx context.Context, prompt []int32, prefixLen int, o GenOptions, dec Guided, planner Planner) (*Generation, error) {
+func (m *sampler) generateGuided(ctx context.Context, prompt []int32, prefixLen int, o GenOptions, dec Guided, planner Planner) (*Generation, error) {
 	start := time.Now()
 	guide := o.Guide
 	if err := m.checkGuide(guide); err != nil {
@@ -283,8 +284,8 @@ func (m *LLaDA) generateGuided(ctx context.Context, prompt []int32, prefixLen in
 // the last committed token is fed with the next chunk) and the sequence
 // it reads (the canvas's committed tokens, then the proposals).
 type guideVerifier struct {
-	m         *LLaDA
-	forwarder Forwarder // the guide's Forward, or a server's batching one
+	m         *model.Network
+	forwarder model.Forwarder // the guide's Forward, or a server's batching one
 	dec       Guided
 	kv        *arCache
 	seq       []int32
@@ -295,14 +296,14 @@ type guideVerifier struct {
 	mask int32
 }
 
-func newGuideVerifier(guide *LLaDA, dec Guided, n int, pos []int32) *guideVerifier {
+func newGuideVerifier(guide *model.Network, dec Guided, n int, pos []int32) *guideVerifier {
 	return &guideVerifier{m: guide, forwarder: guide.Forward, dec: dec, kv: newARCache(guide, n), seq: make([]int32, n), pos: pos}
 }
 
 // forward runs the guide over seq[:end], computing rows kv.have..end-1,
 // with the logits of rows.
-func (v *guideVerifier) forward(end int, rows []int32, s *GuideStats) (*Output, error) {
-	in := Input{Tokens: v.seq[:end], LogitRows: rows}
+func (v *guideVerifier) forward(end int, rows []int32, s *GuideStats) (*model.Output, error) {
+	in := model.Input{Tokens: v.seq[:end], LogitRows: rows}
 	if v.pos != nil {
 		in.Positions = v.pos[:end]
 	}

@@ -1,4 +1,4 @@
-package model
+package sample
 
 import (
 	"context"
@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/backend"
 )
 
-// Autoregressive decoding of a causal LM (Config.Causal): LLaDA.Generate
+// Autoregressive decoding of a causal LM (Config.Causal): sample.Generate
 // on such a model appends one token per forward, the argmax of the last
 // row's logits (with Temperature > 0, the argmax of logits + T·Gumbel
 // noise: a sample of softmax(logits/T)), until GenLength tokens or the
@@ -26,7 +27,7 @@ import (
 
 // generateAR decodes prompt autoregressively; cached false recomputes
 // every row each token (the reference the cache is checked against).
-func (m *LLaDA) generateAR(ctx context.Context, prompt []int32, o GenOptions, planner Planner, cached bool) (*Generation, error) {
+func (m *sampler) generateAR(ctx context.Context, prompt []int32, o GenOptions, planner Planner, cached bool) (*Generation, error) {
 	start := time.Now()
 	switch {
 	case planner != nil:
@@ -63,7 +64,7 @@ func (m *LLaDA) generateAR(ctx context.Context, prompt []int32, o GenOptions, pl
 	}
 	var kv *arCache
 	if cached {
-		kv = newARCache(m, n)
+		kv = newARCache(m.Network, n)
 		defer kv.free()
 	}
 	rng := samplerRNG(o.Seed)
@@ -74,11 +75,11 @@ func (m *LLaDA) generateAR(ctx context.Context, prompt []int32, o GenOptions, pl
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		in := Input{Tokens: canvas[:cur], LogitRows: []int32{int32(cur - 1)}}
+		in := model.Input{Tokens: canvas[:cur], LogitRows: []int32{int32(cur - 1)}}
 		if pos != nil {
 			in.Positions = pos[:cur]
 		}
-		var plan Plan
+		var plan model.Plan
 		if kv != nil {
 			plan = kv.plan(cur)
 		}
@@ -93,7 +94,7 @@ func (m *LLaDA) generateAR(ctx context.Context, prompt []int32, o GenOptions, pl
 		g.RowsComputed += out.RowsComputed
 		g.RowsFull += L * cur
 		g.FLOPs += out.FLOPs
-		g.FLOPsFull += m.fullFLOPs(in.Positions, cur, 1)
+		g.FLOPsFull += m.Config.FullFLOPs(in.Positions, cur, 1)
 		tok, _ := propose(out.Logits, o.Temperature, rng)
 		canvas[cur] = tok
 		st := &Step{Index: g.Steps, Block: g.Steps, BlockStart: cur, BlockEnd: cur + 1, Canvas: canvas,
@@ -147,7 +148,7 @@ type arCache struct {
 // newARCache allocates the buffers of a request of n tokens (prompt and
 // answer) with the backend's NewKV, so that attention lays out only the
 // rows written since the last step where the backend keeps its layout.
-func newARCache(m *LLaDA, n int) *arCache {
+func newARCache(m *model.Network, n int) *arCache {
 	p := &arCache{b: m.Backend, k: make([]backend.Tensor, len(m.Blocks)), v: make([]backend.Tensor, len(m.Blocks))}
 	for l := range p.k {
 		p.k[l], p.v[l] = backend.NewKV(p.b, n, m.Config.KVDim())
@@ -156,7 +157,7 @@ func newARCache(m *LLaDA, n int) *arCache {
 }
 
 // plan is the cache as the plan of a forward over the first cur tokens.
-func (p *arCache) plan(cur int) Plan {
+func (p *arCache) plan(cur int) model.Plan {
 	p.rows = p.rows[:0]
 	for i := p.have; i < cur; i++ {
 		p.rows = append(p.rows, int32(i))

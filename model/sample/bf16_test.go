@@ -1,58 +1,17 @@
-package model
+package sample
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 
+	"github.com/dlmcache/dlmcache/model"
+
+	"github.com/dlmcache/dlmcache/internal/testckpt"
 	"github.com/dlmcache/dlmcache/internal/testutil"
 	"github.com/dlmcache/dlmcache/model/cpu"
-	"github.com/dlmcache/dlmcache/model/safetensors"
 )
-
-// writeBF16Copy writes the checkpoint in dir with every tensor rounded to
-// BF16 (to nearest even) into a new directory, the other files copied.
-func writeBF16Copy(t *testing.T, dir string) string {
-	t.Helper()
-	out := t.TempDir()
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range ents {
-		if e.IsDir() || strings.HasSuffix(e.Name(), ".safetensors") {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(out, e.Name()), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	set, err := safetensors.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer set.Close()
-	var ts []safetensors.WriteTensor
-	for _, name := range set.Names() {
-		x, err := set.Tensor(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		info, _, _ := set.Info(name)
-		ts = append(ts, safetensors.WriteTensor{Name: name, DType: safetensors.BF16, Shape: info.Shape, Data: safetensors.F32ToBF16(x.Float32(nil))})
-	}
-	if err := safetensors.Write(filepath.Join(out, "model.safetensors"), ts, nil); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
 
 // TestBF16Weights loads a BF16 copy of the bundled model twice, with its
 // BF16 weights kept (converted panel by panel in each product) and
@@ -66,8 +25,8 @@ func writeBF16Copy(t *testing.T, dir string) string {
 // differ by that rounding (0.11–0.13% of the largest logit when this was
 // written), and the answers must still be the same.
 func TestBF16Weights(t *testing.T) {
-	src := filepath.Join("..", "models", "llada-tiny")
-	bf := writeBF16Copy(t, src)
+	src := filepath.Join("..", "..", "models", "llada-tiny")
+	bf := testckpt.WriteBF16Copy(t, src)
 	for _, lib := range []cpu.GEMMLib{cpu.GEMMOpenBLAS, cpu.GEMMOneDNN} {
 		if _, err := cpu.NewChecked(cpu.Options{Threads: 2, GEMM: lib}); err != nil {
 			t.Logf("%s not tested: %v", lib, err)
@@ -78,9 +37,9 @@ func TestBF16Weights(t *testing.T) {
 }
 
 func testBF16Weights(t *testing.T, src, bf string, lib cpu.GEMMLib) {
-	load := func(dir string, o cpu.Options) *Model {
+	load := func(dir string, o cpu.Options) *model.Model {
 		o.GEMM = lib
-		m, err := Load(dir, cpu.NewWithOptions(o))
+		m, err := model.Load(dir, cpu.NewWithOptions(o))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -102,7 +61,7 @@ func testBF16Weights(t *testing.T, src, bf string, lib cpu.GEMMLib) {
 	}
 
 	card := kept.Card
-	var last Input
+	var last model.Input
 	var lastLogits []float32
 	questions := []string{card.DemoPrompt, "What is the code for deli?", "What is the code for archiv?"}
 	for _, q := range questions {
@@ -117,8 +76,8 @@ func testBF16Weights(t *testing.T, src, bf string, lib cpu.GEMMLib) {
 		for i := range lr {
 			lr[i] = int32(len(toks) - 32 + i)
 		}
-		in := Input{Tokens: toks, LogitRows: lr}
-		logits := func(m *Model) []float32 {
+		in := model.Input{Tokens: toks, LogitRows: lr}
+		logits := func(m *model.Model) []float32 {
 			out, err := m.Forward(in, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -143,8 +102,8 @@ func testBF16Weights(t *testing.T, src, bf string, lib cpu.GEMMLib) {
 
 		// The answers are a few tokens: 32 slots in 16 steps hold them.
 		o := GenOptions{GenLength: 32, Steps: 16, BlockLength: card.BlockLength}
-		gen := func(m *Model) []int32 {
-			g, err := m.Generate(context.Background(), ids, prefix, o, nil)
+		gen := func(m *model.Model) []int32 {
+			g, err := Generate(context.Background(), m.Network, ids, prefix, o, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,18 +1,21 @@
-package model
+package sample
 
 import (
 	"context"
 	"encoding/json"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/dlmcache/dlmcache/model"
 )
 
 // guidedPair is the DLM fixture and the causal fixture that share its
 // tokenizer (vocabulary and chat template): tiny-llada-moe and tiny-llama.
-func guidedPair(t *testing.T) (dlm, guide *Model) {
+func guidedPair(t *testing.T) (dlm, guide *model.Model) {
 	t.Helper()
 	dlm, _, _ = loadFixture(t, "tiny-llada-moe")
 	guide, _, _ = loadFixture(t, "tiny-llama")
@@ -35,12 +38,12 @@ func TestGuidedIsTheGuidesGreedyAnswer(t *testing.T) {
 	dlm, guide := guidedPair(t)
 	for _, p := range guidedPrompts {
 		for _, bl := range []int{0, 8} {
-			ar, err := guide.Generate(context.Background(), p, 0, GenOptions{GenLength: 24}, nil)
+			ar, err := Generate(context.Background(), guide.Network, p, 0, GenOptions{GenLength: 24}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			g, err := dlm.Generate(context.Background(), p, 0, GenOptions{GenLength: 24, Steps: 24, BlockLength: bl,
-				Decoder: Guided{}, Guide: guide.LLaDA}, nil)
+			g, err := Generate(context.Background(), dlm.Network, p, 0, GenOptions{GenLength: 24, Steps: 24, BlockLength: bl,
+				Decoder: Guided{}, Guide: guide.Network}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -58,10 +61,10 @@ func TestGuidedIsTheGuidesGreedyAnswer(t *testing.T) {
 // oracleForward is a DLM forward whose proposal for every slot is want's
 // token there (its logit 10, the others 0), except at the slots in wrong,
 // where it proposes token 0 (assumed not the guide's choice).
-func oracleForward(e int, want []int32, wrong map[int]bool, calls *int) Forwarder {
-	return func(in Input, _ Plan) (*Output, error) {
+func oracleForward(e int, want []int32, wrong map[int]bool, calls *int) model.Forwarder {
+	return func(in model.Input, _ model.Plan) (*model.Output, error) {
 		*calls++
-		out := &Output{Logits: make([]float32, len(in.LogitRows)*e)}
+		out := &model.Output{Logits: make([]float32, len(in.LogitRows)*e)}
 		for i, r := range in.LogitRows {
 			tok := want[r]
 			if wrong[int(r)] {
@@ -85,7 +88,7 @@ func TestGuidedPerfectDraftsCommitManyPerStep(t *testing.T) {
 	dlm, guide := guidedPair(t)
 	p := guidedPrompts[0]
 	const G = 80
-	ar, err := guide.generateAR(context.Background(), p, GenOptions{GenLength: G}, nil, false)
+	ar, err := (&sampler{guide.Network}).generateAR(context.Background(), p, GenOptions{GenLength: G}, nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,8 +113,8 @@ func TestGuidedPerfectDraftsCommitManyPerStep(t *testing.T) {
 			}
 		}
 		calls := 0
-		g, err := dlm.Generate(context.Background(), p, 0, GenOptions{GenLength: G, Steps: G, Decoder: Guided{},
-			Guide: guide.LLaDA, Forward: oracleForward(e, ar.Canvas, wrong, &calls)}, nil)
+		g, err := Generate(context.Background(), dlm.Network, p, 0, GenOptions{GenLength: G, Steps: G, Decoder: Guided{},
+			Guide: guide.Network, Forward: oracleForward(e, ar.Canvas, wrong, &calls)}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -160,16 +163,16 @@ func TestGuidedRefusals(t *testing.T) {
 	f32, _, _ := loadFixture(t, "tiny-f32")
 	p := guidedPrompts[1]
 	for _, tc := range []struct {
-		m     *Model
-		guide *LLaDA
+		m     *model.Model
+		guide *model.Network
 		want  string
 	}{
 		{dlm, nil, "needs a guide"},
-		{dlm, f32.LLaDA, "not an autoregressive model"},
-		{f32, guide.LLaDA, "vocabulary has 272 tokens, the model's 300"},
-		{guide, guide.LLaDA, "diffusion sampler's"},
+		{dlm, f32.Network, "not an autoregressive model"},
+		{f32, guide.Network, "vocabulary has 272 tokens, the model's 300"},
+		{guide, guide.Network, "diffusion sampler's"},
 	} {
-		_, err := tc.m.Generate(context.Background(), p, 0, GenOptions{GenLength: 8, Steps: 8, Decoder: Guided{}, Guide: tc.guide}, nil)
+		_, err := Generate(context.Background(), tc.m.Network, p, 0, GenOptions{GenLength: 8, Steps: 8, Decoder: Guided{}, Guide: tc.guide}, nil)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("guide %v: error %v, want %q", tc.guide != nil, err, tc.want)
 		}
@@ -210,7 +213,7 @@ type guidedGolden struct {
 // several chunks of the guide; on every CPU backend.
 func TestGuidedGolden(t *testing.T) {
 	var gg guidedGolden
-	b, err := os.ReadFile("testdata/guided_golden.json")
+	b, err := os.ReadFile(filepath.Join(testdata, "guided_golden.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,11 +230,11 @@ func TestGuidedGolden(t *testing.T) {
 	}
 }
 
-func checkGuidedGolden(t *testing.T, lib string, dlm, guide *Model, gg *guidedGolden) {
+func checkGuidedGolden(t *testing.T, lib string, dlm, guide *model.Model, gg *guidedGolden) {
 	e := dlm.Config.Embeddings()
 	for _, c := range gg.Cases {
 		c.Name = lib + "/" + c.Name
-		o := GenOptions{GenLength: c.GenLength, Steps: c.GenLength, BlockLength: c.BlockLength, Guide: guide.LLaDA, Decoder: Guided{}}
+		o := GenOptions{GenLength: c.GenLength, Steps: c.GenLength, BlockLength: c.BlockLength, Guide: guide.Network, Decoder: Guided{}}
 		if c.Rule == "topk_relative" {
 			o.Decoder = Guided{Tau: c.Tau, TopK: c.TopK}
 		}
@@ -247,7 +250,7 @@ func checkGuidedGolden(t *testing.T, lib string, dlm, guide *Model, gg *guidedGo
 			}
 			steps = append(steps, toks)
 		}
-		g, err := dlm.Generate(context.Background(), c.PromptIDs, 0, o, nil)
+		g, err := Generate(context.Background(), dlm.Network, c.PromptIDs, 0, o, nil)
 		if err != nil {
 			t.Fatalf("%s: %v", c.Name, err)
 		}

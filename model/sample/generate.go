@@ -1,4 +1,4 @@
-package model
+package sample
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlmcache/dlmcache/internal/sumexp"
+	"github.com/dlmcache/dlmcache/model"
 )
 
 // Generation is split in three swappable pieces around the one forward:
@@ -37,20 +38,20 @@ type GenOptions struct {
 	Decoder Decoder
 	// Forward, if not nil, runs the step forwards in place of the model's
 	// own Forward (a server batching concurrent generations).
-	Forward Forwarder
+	Forward model.Forwarder
 	// OnStep, if set, is called after every step with the step (its Canvas
 	// now holds the step's commits; read only) and the positions it
 	// committed. Streaming servers show the canvas unmasking with it.
 	OnStep func(s *Step, committed []int32)
 	// Guide is the autoregressive model that checks the proposals under
 	// the Guided decoder (guided.go); other decoders ignore it.
-	Guide *LLaDA
+	Guide *model.Network
 	// GuideForward, if not nil, runs the guide's forwards in place of its
 	// own Forward (a server batching concurrent generations' guide
 	// forwards); GuideIdle, if not nil, is called when a step's
 	// verification is over, so that such a batch stops waiting for this
 	// generation's guide forwards until its next step's.
-	GuideForward Forwarder
+	GuideForward model.Forwarder
 	GuideIdle    func()
 	// GuidePrefix, if not nil, supplies the guide's K/V of the shared
 	// prefix from a cross-request store (guided.go).
@@ -73,7 +74,7 @@ const DefaultBlockThreshold = 0.95
 // threshold decoding at DefaultBlockThreshold when o has no decoder. A
 // bidirectional model's o is returned as it is. The caller records what
 // it returns (DecodingOf, GenOptions' fields).
-func (c *Config) BlockDefaults(o GenOptions) GenOptions {
+func BlockDefaults(c *model.Config, o GenOptions) GenOptions {
 	B := c.CausalBlock()
 	if B == 0 {
 		return o
@@ -128,7 +129,7 @@ func NewSchedule(promptLen int, o GenOptions) (Schedule, error) {
 // causalSchedule validates o for a block-causal model with blocks of B
 // whose first answer slot is at position id firstPos.
 func causalSchedule(promptLen, firstPos, B int, o GenOptions) (Schedule, error) {
-	o = (&Config{BlockCausal: true, BlockSize: B}).BlockDefaults(o)
+	o = BlockDefaults(&model.Config{BlockCausal: true, BlockSize: B}, o)
 	s := Schedule{PromptLen: promptLen, GenLength: o.GenLength, BlockLength: o.BlockLength, Steps: o.Steps,
 		CausalBlock: B, FirstPos: firstPos}
 	switch {
@@ -368,7 +369,7 @@ type Planner interface {
 	// Begin is called once before the first step.
 	Begin(r *Request) error
 	// Plan returns the plan of step s's forward (nil: compute everything).
-	Plan(s *Step) Plan
+	Plan(s *Step) model.Plan
 	// After reports the positions committed by step s.
 	After(s *Step, committed []int32)
 	// End is called once when the request finishes (or fails).
@@ -395,14 +396,18 @@ type Generation struct {
 	Guide GuideStats
 }
 
-// Generate runs the diffusion sampler on prompt. planner may be nil.
-// Under the Guided decoder the guide o.Guide checks the proposals
-// (guided.go). On a
-// causal LM (Config.Causal) it decodes autoregressively instead, one
-// token per forward with an exact K/V cache (autoregressive.go): o's
-// GenLength, Temperature, Seed, Positions, Forward and callbacks apply
-// (each token is a step and a block of one), planner must be nil.
-func (m *LLaDA) Generate(ctx context.Context, prompt []int32, prefixLen int, o GenOptions, planner Planner) (*Generation, error) {
+// Generate runs the diffusion sampler of net on prompt. planner may be
+// nil. Under the Guided decoder the guide o.Guide checks the proposals
+// (guided.go). On a causal LM (Config.Causal) it decodes autoregressively
+// instead, one token per forward with an exact K/V cache
+// (autoregressive.go): o's GenLength, Temperature, Seed, Positions,
+// Forward and callbacks apply (each token is a step and a block of one),
+// planner must be nil.
+func Generate(ctx context.Context, net *model.Network, prompt []int32, prefixLen int, o GenOptions, planner Planner) (*Generation, error) {
+	return (&sampler{net}).generate(ctx, prompt, prefixLen, o, planner)
+}
+
+func (m *sampler) generate(ctx context.Context, prompt []int32, prefixLen int, o GenOptions, planner Planner) (*Generation, error) {
 	if m.Config.Causal {
 		return m.generateAR(ctx, prompt, o, planner, true)
 	}
@@ -494,7 +499,7 @@ func (m *LLaDA) Generate(ctx context.Context, prompt []int32, prefixLen int, o G
 }
 
 // step runs one forward (two with CFG) and commits tokens into s.Canvas.
-func (m *LLaDA) step(s *Step, o GenOptions, dec Decoder, k int, mask int32, planner Planner, rng *rand.Rand, g *Generation) ([]int32, error) {
+func (m *sampler) step(s *Step, o GenOptions, dec Decoder, k int, mask int32, planner Planner, rng *rand.Rand, g *Generation) ([]int32, error) {
 	c, err := m.proposeStep(s, o, mask, planner, rng, g)
 	if c == nil || err != nil {
 		return nil, err
@@ -518,7 +523,7 @@ func (m *LLaDA) step(s *Step, o GenOptions, dec Decoder, k int, mask int32, plan
 // proposeStep runs step s's forward (two with CFG) under the planner's
 // plan and returns the proposals of the current block's masked slots (nil
 // when it has none), counted in g.
-func (m *LLaDA) proposeStep(s *Step, o GenOptions, mask int32, planner Planner, rng *rand.Rand, g *Generation) (*Candidates, error) {
+func (m *sampler) proposeStep(s *Step, o GenOptions, mask int32, planner Planner, rng *rand.Rand, g *Generation) (*Candidates, error) {
 	canvas := s.Canvas
 	var rows []int32
 	for p := s.BlockStart; p < s.BlockEnd; p++ {
@@ -529,7 +534,7 @@ func (m *LLaDA) proposeStep(s *Step, o GenOptions, mask int32, planner Planner, 
 	if len(rows) == 0 {
 		return nil, nil
 	}
-	var plan Plan
+	var plan model.Plan
 	if planner != nil {
 		plan = planner.Plan(s)
 	}
@@ -546,11 +551,11 @@ func (m *LLaDA) proposeStep(s *Step, o GenOptions, mask int32, planner Planner, 
 	if fpos != nil {
 		fpos = fpos[:s.Len]
 	}
-	full := m.fullFLOPs(fpos, s.Len, len(rows))
+	full := m.Config.FullFLOPs(fpos, s.Len, len(rows))
 	// run is one forward of tokens (the canvas, or its unconditional copy)
 	// under plan, counted in g.
-	run := func(tokens []int32, plan Plan) (*Output, error) {
-		out, err := forward(Input{Tokens: tokens, Positions: fpos, LogitRows: rows}, plan)
+	run := func(tokens []int32, plan model.Plan) (*model.Output, error) {
+		out, err := forward(model.Input{Tokens: tokens, Positions: fpos, LogitRows: rows}, plan)
 		if err != nil {
 			return nil, err
 		}
@@ -622,7 +627,7 @@ func propose(l []float32, temp float64, rng *rand.Rand) (int32, float64) {
 // block-causal model.
 // newRequest is the request a generation's planner sees: the prompt
 // followed by genLength mask tokens, its schedule and positions.
-func (m *LLaDA) newRequest(prompt []int32, prefixLen, genLength int, sch Schedule, pos []int32) *Request {
+func (m *sampler) newRequest(prompt []int32, prefixLen, genLength int, sch Schedule, pos []int32) *Request {
 	canvas := make([]int32, len(prompt)+genLength)
 	copy(canvas, prompt)
 	for i := len(prompt); i < len(canvas); i++ {
@@ -637,7 +642,7 @@ func samplerRNG(seed uint64) *rand.Rand {
 	return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 }
 
-func (m *LLaDA) schedule(promptLen int, pos []int32, o GenOptions) (Schedule, error) {
+func (m *sampler) schedule(promptLen int, pos []int32, o GenOptions) (Schedule, error) {
 	B := m.Config.CausalBlock()
 	if B == 0 {
 		return NewSchedule(promptLen, o)
@@ -649,28 +654,15 @@ func (m *LLaDA) schedule(promptLen int, pos []int32, o GenOptions) (Schedule, er
 	return causalSchedule(promptLen, first, B, o)
 }
 
-// NewSchedule validates o for this model and a prompt of promptLen tokens
-// at positions 0..promptLen-1: LLaDA's rules (the package's NewSchedule),
+// ScheduleFor validates o for a model of config c and a prompt of promptLen
+// tokens at positions 0..promptLen-1: LLaDA's rules (NewSchedule),
 // or a block-causal model's (blocks of its own size; steps·block size a
 // multiple of the gen length).
-func (c *Config) NewSchedule(promptLen int, o GenOptions) (Schedule, error) {
+func ScheduleFor(c *model.Config, promptLen int, o GenOptions) (Schedule, error) {
 	if B := c.CausalBlock(); B > 0 {
 		return causalSchedule(promptLen, promptLen, B, o)
 	}
 	return NewSchedule(promptLen, o)
-}
-
-// fullFLOPs is what a forward over the first n canvas positions (ids pos,
-// nil: 0..n-1) computing every row costs, with lr logit rows.
-func (m *LLaDA) fullFLOPs(pos []int32, n, lr int) float64 {
-	c := m.Config
-	if c.attnBlock() == 0 {
-		return c.StepFLOPs(n, n, lr)
-	}
-	if pos == nil {
-		pos = iota32(n)
-	}
-	return float64(c.NLayers)*c.layerFLOPs(n, attendedKeys(c, pos, iota32(n))) + c.HeadFLOPs(lr)
 }
 
 // eosToEnd reports whether the answer so far holds an EOS and only EOS

@@ -6,8 +6,8 @@ import (
 	"github.com/dlmcache/dlmcache/model/backend"
 )
 
-// LLaDA is the network every architecture loads into (arch.go): a masked
-// diffusion transformer, a Llama-shaped stack of pre-norm blocks with
+// Network is the network every architecture loads into (arch.go): a masked
+// diffusion transformer (or a causal LM: Config.Causal), a Llama-shaped stack of pre-norm blocks with
 // bidirectional attention (no causal mask; block-causal for a
 // block-diffusion config, Config.BlockCausal), RoPE, RMSNorm and a
 // SiLU-gated MLP, and an output head (LLaDA's own: no biases, a head
@@ -21,7 +21,7 @@ import (
 //	    m = ff_norm(h)
 //	    xˡ⁺¹ = h + ff_out( silu(ff_proj(m)) · up_proj(m) )
 //	logits = ff_out_head( ln_f(xᴸ) )
-type LLaDA struct {
+type Network struct {
 	Config  *Config
 	Backend backend.Backend
 
@@ -84,7 +84,7 @@ type Output struct {
 // fillHidden builds dst [len(cur), d], the hidden state entering layer l for
 // rows cur: rows also computed at the previous layer come from prev (their
 // hidden states [len(prevRows), d]); the others from the plan.
-func (m *LLaDA) fillHidden(plan Plan, l int, prevRows []int32, prev backend.Tensor, cur []int32, dst backend.Tensor, alloc func(int, int) backend.Tensor) error {
+func (m *Network) fillHidden(plan Plan, l int, prevRows []int32, prev backend.Tensor, cur []int32, dst backend.Tensor, alloc func(int, int) backend.Tensor) error {
 	b := m.Backend
 	var keepDst, keepSrc, missDst, miss []int32
 	j := 0
