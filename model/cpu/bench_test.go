@@ -633,13 +633,12 @@ func BenchmarkKQuantDecode(b *testing.B) {
 }
 
 // BenchmarkKQuantMatMul: dst [n, out] = x [n, in] · wᵀ on one thread, w
-// F32 or a K-quant multiplied both ways (int8: the AVX2 int16 form; f32:
-// decoded panels into sgemm), at l16-d2048's shapes
+// F32 or a K-quant (decoded panels into sgemm), at l16-d2048's shapes
 // (512 rows a full step, 52 a 10%-rows step).
 func BenchmarkKQuantMatMul(b *testing.B) {
 	r := rand.New(rand.NewPCG(1, 1))
 	for _, s := range []struct{ n, in, out int }{{512, 2048, 2048}, {52, 2048, 2048}} {
-		for _, form := range []string{"f32", "Q4_K-int8", "Q4_K-f32", "Q5_K-int8", "Q5_K-f32", "Q6_K-int8", "Q6_K-f32"} {
+		for _, form := range []string{"f32", "Q4_K", "Q5_K", "Q6_K"} {
 			b.Run(fmt.Sprintf("n%d_in%d_out%d/%s", s.n, s.in, s.out, form), func(b *testing.B) {
 				bk := New(1)
 				defer New(0)
@@ -648,14 +647,11 @@ func BenchmarkKQuantMatMul(b *testing.B) {
 				if form == "f32" {
 					w = weightF32(b, bk, s.out, s.in, randMat(r, s.out, s.in, 1))
 				} else {
-					typ := map[string]backend.QuantType{"Q4_K": backend.Q4_K, "Q5_K": backend.Q5_K, "Q6_K": backend.Q6_K}[form[:4]]
+					typ := map[string]backend.QuantType{"Q4_K": backend.Q4_K, "Q5_K": backend.Q5_K, "Q6_K": backend.Q6_K}[form]
 					raw, _ := kquantWeight(b, r, typ, s.out, s.in)
 					var err error
 					if w, err = bk.WeightQuant(typ, s.out, s.in, raw); err != nil {
 						b.Fatal(err)
-					}
-					if strings.HasSuffix(form, "-f32") {
-						bk.quantISA = -1
 					}
 				}
 				dst := bk.New(s.n, s.out)

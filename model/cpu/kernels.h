@@ -74,11 +74,6 @@ void dlmc_quant_rows(int simd, int wt, float *dst, const uint8_t *src, long rows
 // of one block of wt (0 for another type).
 void dlmc_kquant_rows(int simd, int wt, float *dst, const uint8_t *src, long rows, long cols, long stride);
 long dlmc_kquant_block_bytes(int wt);
-// dlmc_kquant_block32 reads block bi (of 8) of 32 values of the K-quant
-// super-block sb as integers w (the sub-block scale times the quant: a
-// Q6_K's sc·(q − 32), |w| ≤ 4096; a Q4_K's or Q5_K's sc·q) with *d and
-// *mn such that value l is d·w[l] − mn (quant.c's int8 products).
-void dlmc_kquant_block32(int wt, const uint8_t *sb, int bi, int16_t *w, float *d, float *mn);
 // Activations quantized per row as llama.cpp's Q8_0 (float32 scales):
 // for each block of 32 of each row of x (row stride ldx; cols a multiple
 // of 32), d = max|x|/127 into d (rows·cols/32, dense) and x·(127/max|x|)
@@ -88,10 +83,7 @@ void dlmc_quantize_act(int isa, void *q, float *d, const float *x, long rows, lo
 // c[m × n] (row stride ldc) = x·wᵀ: row i of x (q, d as dlmc_quantize_act
 // writes them for isa, k values) times row j of the weight w (type wt,
 // rows wstride bytes apart), block by block in int32, each block's sum
-// scaled by d_w·d_x and accumulated in float32. A K-quant (isa
-// DLMC_ISA_AVX2 or DLMC_ISA_GENERIC only) is read per block of 32 as
-// dlmc_kquant_block32 reads it: its sum scaled by d·d_x, less mn·d_x times
-// the sum of the block's quantized activations.
+// scaled by d_w·d_x and accumulated in float32.
 void dlmc_qmatmul(int isa, int wt, int m, int n, int k, const void *xq, const float *xd, const uint8_t *w,
 	long wstride, float *c, long ldc);
 

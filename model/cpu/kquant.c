@@ -210,31 +210,3 @@ void dlmc_kquant_rows(int simd, int wt, float *dst, const uint8_t *src, long row
 	(void)simd;
 	kquant_rows_generic(wt, dst, src, rows, cols, stride);
 }
-
-void dlmc_kquant_block32(int wt, const uint8_t *sb, int bi, int16_t *w, float *d, float *mn) {
-	if (wt == DLMC_Q6_K) {
-		int n = bi / 4, r = bi % 4;
-		const uint8_t *ql = sb + 64 * n + 32 * (r & 1), *qh = sb + 128 + 32 * n;
-		const int8_t *sc = (const int8_t *)(sb + 192 + 8 * n + 2 * r);
-		for (int l = 0; l < 32; l++) {
-			int nib = r < 2 ? ql[l] & 0xf : ql[l] >> 4;
-			int q = (nib | ((qh[l] >> (2 * r)) & 3) << 4) - 32;
-			w[l] = (int16_t)(sc[l / 16] * q);
-		}
-		*d = half_to_float_k(sb + 208);
-		*mn = 0;
-		return;
-	}
-	int j = bi / 2, h = bi % 2, five = wt == DLMC_Q5_K;
-	const uint8_t *qs = sb + (five ? 48 : 16) + 32 * j, *qh = sb + 16;
-	float sc, m;
-	scale_min_k4(bi, sb + 4, &sc, &m);
-	int isc = (int)sc;
-	for (int l = 0; l < 32; l++) {
-		int q = h ? qs[l] >> 4 : qs[l] & 0xf;
-		if (five) q |= ((qh[l] >> bi) & 1) << 4;
-		w[l] = (int16_t)(isc * q);
-	}
-	*d = half_to_float_k(sb);
-	*mn = half_to_float_k(sb + 2) * m;
-}

@@ -335,45 +335,31 @@ func (b *Backend) matMulF16(d, xs, ws *Tensor) {
 	b.convertedMatMul(d, xs, ws, f16Rows)
 }
 
-// matMulQuant is MatMul for a quantized w, shapes checked: with
-// quantISAFor(b.quantISA, w's type) ≥ 0, x is quantized per row to Q8_0 blocks once
+// matMulQuant is MatMul for a quantized w, shapes checked. A K-quant
+// (Q4_K, Q5_K, Q6_K) runs convertedMatMul: w decoded a panel at a time,
+// sgemm on float32 x. For Q8_0 and Q4_0, with b.quantISA ≥ 0, x is
+// quantized per row to Q8_0 blocks once
 // (quantizeAct, split over the rows) and each part of the product, cut as
 // matMulF32 cuts it, multiplies those with w's blocks as integers
 // (qMatMul); else convertedMatMul decodes w a panel at a time and runs
 // sgemm on float32 x.
 func (b *Backend) matMulQuant(d, xs, ws *Tensor) {
-	isa := quantISAFor(b.quantISA, ws.qType)
-	if isa < 0 {
+	if b.quantISA < 0 || ws.qType.KQuant() {
 		b.convertedMatMul(d, xs, ws, quantRows)
 		return
 	}
 	n, in, out := xs.rows, xs.cols, ws.rows
-	row := in * actBytes(isa)
+	row := in * actBytes(b.quantISA)
 	q := b.byteScratch(n * row)
 	defer b.i8x.Put(&q)
 	ds := b.bufs.scratch(n * in / 32)
 	defer b.bufs.put(ds)
 	b.parallel(n, rowGrain(in), func(lo, hi int) {
-		quantizeAct(isa, q[lo*row:], ds[lo*in/32:], xs.data[lo*xs.stride:], hi-lo, in, xs.stride)
+		quantizeAct(b.quantISA, q[lo*row:], ds[lo*in/32:], xs.data[lo*xs.stride:], hi-lo, in, xs.stride)
 	})
 	b.forParts(n, in, out, func(r0, r1, c0, c1 int) {
-		qMatMul(isa, r1-r0, c1-c0, in, q[r0*row:], ds[r0*in/32:], ws, c0, d.data[r0*d.stride+c0:], d.stride)
+		qMatMul(b.quantISA, r1-r0, c1-c0, in, q[r0*row:], ds[r0*in/32:], ws, c0, d.data[r0*d.stride+c0:], d.stride)
 	})
-}
-
-// quantISAFor is the instruction set of the int8 products with a weight of
-// type t for a backend whose Q8_0/Q4_0 products run on isa, or -1 for
-// decoded panels: a K-quant's int16 sub-block products (sc·q) run on the
-// AVX2 form wherever the CPU has AVX2 (its VNNI forms take int8 weights),
-// and as decoded panels elsewhere (the plain C product being slower).
-func quantISAFor(isa int, t backend.QuantType) int {
-	if !t.KQuant() || isa < 0 {
-		return isa
-	}
-	if isa >= isaAVX2 {
-		return isaAVX2
-	}
-	return -1
 }
 
 // byteScratch returns a buffer of n bytes from the backend's pool.

@@ -7,16 +7,12 @@
 //     ToHost and the product that keeps activations F32 (a panel of rows
 //     decoded, then sgemm);
 //   - multiplied as integers with activations quantized per row to Q8_0
-//     blocks (float32 scales here; the K-quants too, on the AVX2 form only:
-//     each block of 32 as dlmc_kquant_block32 reads it, int16 sc·q with
-//     the super-block's d and the sub-block's minimum, kquant.c), as
-//     llama.cpp's CPU backend multiplies
+//     blocks (float32 scales here), as llama.cpp's CPU backend multiplies
 //     them (ggml_vec_dot_q8_0_q8_0, ggml_vec_dot_q4_0_q8_0): each block's
 //     32 int8 products summed in int32 (AVX2: vpmaddubsw + vpmaddwd; the
 //     VNNI paths: vpdpbusd), scaled by d_w·d_x into float32 accumulators.
 #include <math.h>
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "kernels.h"
@@ -107,39 +103,8 @@ static void quantize_act_generic(int wide, void *qv, float *d, const float *x, l
 	}
 }
 
-// qmatmul_kquant_generic is qmatmul_generic for a K-quant w: per block of
-// 32, Σ w·x in int32 scaled by d·d_x, less mn·d_x·Σ x.
-static void qmatmul_kquant_generic(int wt, int m, int n, int k, const int8_t *xq, const float *xd, const uint8_t *w,
-	long wstride, float *c, long ldc) {
-	long nb = k / 32, bb = dlmc_kquant_block_bytes(wt);
-	int16_t q[32];
-	for (int j = 0; j < n; j++) {
-		const uint8_t *wr = w + j * wstride;
-		for (int i = 0; i < m; i++) {
-			const int8_t *xr = xq + (long)i * k;
-			const float *dr = xd + i * nb;
-			float acc = 0;
-			for (long b = 0; b < nb; b++) {
-				float d, mn;
-				dlmc_kquant_block32(wt, wr + (b / 8) * bb, (int)(b % 8), q, &d, &mn);
-				int32_t s = 0, sx = 0;
-				for (int t = 0; t < 32; t++) {
-					s += (int32_t)q[t] * xr[b * 32 + t];
-					sx += xr[b * 32 + t];
-				}
-				acc += (float)s * (d * dr[b]) - mn * dr[b] * (float)sx;
-			}
-			c[(long)i * ldc + j] = acc;
-		}
-	}
-}
-
 static void qmatmul_generic(int wt, int m, int n, int k, const int8_t *xq, const float *xd, const uint8_t *w,
 	long wstride, float *c, long ldc) {
-	if (dlmc_kquant_block_bytes(wt)) {
-		qmatmul_kquant_generic(wt, m, n, k, xq, xd, w, wstride, c, ldc);
-		return;
-	}
 	long nb = k / 32, bb = block_bytes(wt);
 	int8_t q[32];
 	for (int j = 0; j < n; j++) {
@@ -324,26 +289,16 @@ TARGET_AVX2 static inline float hsum8(__m256 v) {
 // from the weight's own blocks: nothing is kept.
 #define QPACK_BLOCKS 32
 
-// A K-quant's pack also holds each block's minimum mn (dlmc_kquant_block32)
-// in mn; the others leave mn alone.
 TARGET_AVX2 static void pack8(int wt, int rows, long b0, long nb, const uint8_t *w, long wstride, int16_t *v,
-	float *sc, float *mn) {
-	long bb = block_bytes(wt), kb = dlmc_kquant_block_bytes(wt);
+	float *sc) {
+	long bb = block_bytes(wt);
 	_Alignas(32) uint32_t q[16]; // 32 int16, in pairs
 	for (long b = 0; b < nb; b++) {
 		uint32_t *vb = (uint32_t *)(v + b * 256);
 		for (int r = 0; r < 8; r++) {
 			if (r >= rows) {
 				sc[b * 8 + r] = 0;
-				if (kb) mn[b * 8 + r] = 0;
 				for (int t = 0; t < 16; t++) vb[t * 8 + r] = 0;
-				continue;
-			}
-			if (kb) {
-				long g = b0 + b;
-				dlmc_kquant_block32(wt, w + r * wstride + (g / 8) * kb, (int)(g % 8), (int16_t *)q, &sc[b * 8 + r],
-					&mn[b * 8 + r]);
-				for (int t = 0; t < 16; t++) vb[t * 8 + r] = q[t];
 				continue;
 			}
 			const uint8_t *blk = w + r * wstride + (b0 + b) * bb;
@@ -361,8 +316,7 @@ TARGET_AVX2 static void pack8(int wt, int rows, long b0, long nb, const uint8_t 
 // (int16, row stride k, scales xd row stride nb; blocks [0, nb_) of the
 // pack) with the packed group; cols of the 8 are written.
 TARGET_AVX2 static inline __attribute__((always_inline)) void mm8(const int MR, long nb_, const int16_t *x, long k,
-	const float *xd, long nb, const int16_t *v, const float *sc, const float *mn, const float *xs, float *c, long ldc,
-	int first, int cols) {
+	const float *xd, long nb, const int16_t *v, const float *sc, float *c, long ldc, int first, int cols) {
 	__m256 fa[4];
 	_Pragma("GCC unroll 4") for (int i = 0; i < MR; i++) fa[i] = _mm256_setzero_ps();
 	for (long b = 0; b < nb_; b++) {
@@ -380,12 +334,6 @@ TARGET_AVX2 static inline __attribute__((always_inline)) void mm8(const int MR, 
 		__m256 S = _mm256_load_ps(sc + b * 8);
 		_Pragma("GCC unroll 4") for (int i = 0; i < MR; i++)
 			fa[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i]), _mm256_mul_ps(S, _mm256_set1_ps(xd[i * nb + b])), fa[i]);
-		if (mn) {
-			// A K-quant's minima: less mn·(d_x·Σ x over the block).
-			__m256 M = _mm256_load_ps(mn + b * 8);
-			_Pragma("GCC unroll 4") for (int i = 0; i < MR; i++)
-				fa[i] = _mm256_fnmadd_ps(M, _mm256_set1_ps(xs[i * nb + b]), fa[i]);
-		}
 	}
 	_Pragma("GCC unroll 4") for (int i = 0; i < MR; i++) {
 		float *o = c + i * ldc;
@@ -409,43 +357,30 @@ TARGET_AVX2 static void qmatmul_avx2(int wt, int m, int n, int k, const int16_t 
 	long wstride, float *c, long ldc) {
 	static _Thread_local _Alignas(32) int16_t v[QPACK_GROUPS][QPACK_BLOCKS * 256];
 	static _Thread_local _Alignas(32) float sc[QPACK_GROUPS][QPACK_BLOCKS * 8];
-	static _Thread_local _Alignas(32) float mnb[QPACK_GROUPS][QPACK_BLOCKS * 8];
 	long nb = k / 32;
-	// Q4_K's and Q5_K's minima need each block's d_x·Σ x, once per call.
-	float *xs = NULL;
-	if (wt == DLMC_Q4_K || wt == DLMC_Q5_K) {
-		xs = malloc(sizeof(float) * (size_t)m * (size_t)nb);
-		if (!xs) abort();
-		for (long e = 0; e < (long)m * nb; e++) {
-			int32_t sx = 0;
-			for (int t = 0; t < 32; t++) sx += xq[e * 32 + t];
-			xs[e] = xd[e] * (float)sx;
-		}
-	}
 	for (int j0 = 0; j0 < n; j0 += 8 * QPACK_GROUPS) {
 		int ng = (n - j0 + 7) / 8 < QPACK_GROUPS ? (n - j0 + 7) / 8 : QPACK_GROUPS;
 		for (long b0 = 0; b0 < nb; b0 += QPACK_BLOCKS) {
 			long nb_ = nb - b0 < QPACK_BLOCKS ? nb - b0 : QPACK_BLOCKS;
 			for (int g = 0; g < ng; g++) {
 				int j = j0 + 8 * g, cols = n - j < 8 ? n - j : 8;
-				pack8(wt, cols, b0, nb_, w + j * wstride, wstride, v[g], sc[g], mnb[g]);
+				pack8(wt, cols, b0, nb_, w + j * wstride, wstride, v[g], sc[g]);
 			}
 			int i = 0;
 			for (; i + 4 <= m; i += 4)
 				for (int g = 0; g < ng; g++) {
 					int j = j0 + 8 * g, cols = n - j < 8 ? n - j : 8;
-					mm8(4, nb_, xq + (long)i * k + b0 * 32, k, xd + i * nb + b0, nb, v[g], sc[g], xs ? mnb[g] : NULL,
-						xs ? xs + i * nb + b0 : NULL, c + (long)i * ldc + j, ldc, b0 == 0, cols);
+					mm8(4, nb_, xq + (long)i * k + b0 * 32, k, xd + i * nb + b0, nb, v[g], sc[g], c + (long)i * ldc + j,
+						ldc, b0 == 0, cols);
 				}
 			for (; i < m; i++)
 				for (int g = 0; g < ng; g++) {
 					int j = j0 + 8 * g, cols = n - j < 8 ? n - j : 8;
-					mm8(1, nb_, xq + (long)i * k + b0 * 32, k, xd + i * nb + b0, nb, v[g], sc[g], xs ? mnb[g] : NULL,
-						xs ? xs + i * nb + b0 : NULL, c + (long)i * ldc + j, ldc, b0 == 0, cols);
+					mm8(1, nb_, xq + (long)i * k + b0 * 32, k, xd + i * nb + b0, nb, v[g], sc[g], c + (long)i * ldc + j,
+						ldc, b0 == 0, cols);
 				}
 		}
 	}
-	free(xs);
 }
 
 // The VNNI paths: vpdpbusd sums the four u8·s8 products of each int32 lane
@@ -518,7 +453,6 @@ void dlmc_quantize_act(int isa, void *q, float *d, const float *x, long rows, lo
 
 void dlmc_qmatmul(int isa, int wt, int m, int n, int k, const void *xq, const float *xd, const uint8_t *w,
 	long wstride, float *c, long ldc) {
-	if (dlmc_kquant_block_bytes(wt) && isa != DLMC_ISA_AVX2) isa = DLMC_ISA_GENERIC; // the caller's to pick
 	switch (isa) {
 #if defined(__x86_64__)
 	case DLMC_ISA_AVX2: qmatmul_avx2(wt, m, n, k, xq, xd, w, wstride, c, ldc); return;
