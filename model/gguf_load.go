@@ -36,10 +36,11 @@ func IsGGUF(path string) bool {
 //
 // F32, F16 and BF16 tensors are handed to the backend straight from the
 // memory mapping, except the query and key weights, whose rows are put back
-// in Hugging Face's order (a copy; see ggufPermute). Q8_0 and Q4_0
-// matrices stay quantized on a backend that keeps them
-// (backend.QuantWeighter: the CPU backend, which multiplies them as they
-// are inside its products), in the mapping; elsewhere (CUDA, and
+// in Hugging Face's order (a copy; see ggufPermute). Q8_0, Q4_0 and the
+// K-quants Q4_K, Q5_K and Q6_K (llama-quantize's Q4_0 keeps the output
+// head Q6_K; its Q4_K_M and Q5_K_M files mix all three) stay quantized on
+// a backend that keeps them (backend.QuantWeighter: the CPU backend, which
+// decodes them inside its products), in the mapping; elsewhere (CUDA, and
 // quantized vectors) they are dequantized to F32 at load, 4 bytes per
 // weight. Other quantized types are refused by name.
 func LoadGGUF(path string, b backend.Backend) (*Model, error) {
@@ -107,7 +108,7 @@ func loadGGUF(f *gguf.File, b backend.Backend) (*Model, error) {
 		}
 		used[name] = true
 		if qw, ok := b.(backend.QuantWeighter); ok && rows > 1 {
-			if ti, ok := f.Tensor(name); ok && (ti.Type == gguf.Q8_0 || ti.Type == gguf.Q4_0) {
+			if ti, ok := f.Tensor(name); ok && keptQuant(ti.Type) {
 				data, err := ggufRows(f, ti, name, rows, cols, permutedHeads(hf, cfg))
 				if err != nil {
 					return nil, err
@@ -143,6 +144,16 @@ func loadGGUF(f *gguf.File, b backend.Backend) (*Model, error) {
 	return m, nil
 }
 
+// keptQuant reports whether a matrix of type t goes to a
+// backend.QuantWeighter as it is stored.
+func keptQuant(t gguf.GGMLType) bool {
+	switch t {
+	case gguf.Q8_0, gguf.Q4_0, gguf.Q4_K, gguf.Q5_K, gguf.Q6_K:
+		return true
+	}
+	return false
+}
+
 // ggufWeight returns a tensor of f as a [rows, cols] matrix (rows 1: a
 // vector of cols) in a dtype the backend takes, its rows put back in
 // Hugging Face's order when heads > 0.
@@ -164,7 +175,7 @@ func ggufWeight(f *gguf.File, name string, rows, cols, heads int) (backend.DType
 		return backend.BF16, data, nil
 	}
 	if !gguf.Supported(t.Type) {
-		return 0, nil, fmt.Errorf("tensor %s has type %s, which is not supported yet (supported: F32, F16, BF16, Q8_0, Q4_0)", name, t.Type)
+		return 0, nil, fmt.Errorf("tensor %s has type %s, which is not supported yet (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K)", name, t.Type)
 	}
 	x, err := gguf.ToF32(t.Type, data, rows*cols)
 	if err != nil {

@@ -389,3 +389,114 @@ func TestGGUFWritesEmptyMerges(t *testing.T) {
 	}
 	m.Close()
 }
+
+// TestGGUFKQuants loads a file whose output head is Q6_K (as
+// llama-quantize's Q4_0 leaves it), its token embedding and a query
+// weight (rows permuted back) Q4_K and a down projection Q5_K — random
+// blocks, on a random model of width 256 (the K-quants' block) — and the
+// same file with those tensors F32, holding the values gguf decodes from
+// the blocks. On the CPU backend the K-quants stay as stored and its
+// products decode them a panel at a time into sgemm: the logits agree with
+// the F32 file's to float32 rounding (1e-5 of the largest), as they do
+// when the blocks are dequantized at load (a backend without
+// QuantWeighter).
+func TestGGUFKQuants(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "m")
+	c := Config{DModel: 256, NLayers: 2, NHeads: 4, NKVHeads: 4, MLPHiddenSize: 512, VocabSize: 300, RopeTheta: 10000, RMSNormEps: 1e-5}
+	if err := WriteRandom(dir, c, 7, safetensors.F32); err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(t.TempDir(), "f32.gguf")
+	if _, err := ToGGUF(dir, src, gguf.F32); err != nil {
+		t.Fatal(err)
+	}
+	f, err := gguf.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	kq := map[string]gguf.GGMLType{"output.weight": gguf.Q6_K, "token_embd.weight": gguf.Q4_K,
+		"blk.1.attn_q.weight": gguf.Q4_K, "blk.0.ffn_down.weight": gguf.Q5_K}
+	raws := map[string][]byte{}
+	seed := uint32(1)
+	for name, typ := range kq {
+		ti, ok := f.Tensor(name)
+		if !ok {
+			t.Fatalf("no tensor %s", name)
+		}
+		n := ti.Shape[0] * ti.Shape[1]
+		raw := make([]byte, typ.RowBytes(n))
+		for i := range raw {
+			seed = seed*1664525 + 1013904223
+			raw[i] = byte(seed >> 24)
+		}
+		bb := typ.TypeSize()
+		for o := 0; o < len(raw); o += bb {
+			h := func(v float32) []byte { return safetensors.F32ToF16([]float32{v}) }
+			sign := float32(1 - 2*int(raw[o+5]&1))
+			if typ == gguf.Q6_K {
+				copy(raw[o+208:], h(sign*float32(1+raw[o+3]%8)/8000))
+			} else {
+				copy(raw[o:], h(sign*float32(1+raw[o+3]%8)/4000))
+				copy(raw[o+2:], h(float32(1+raw[o+7]%8)/500))
+			}
+		}
+		raws[name] = raw
+	}
+	write := func(path string, asF32 bool) {
+		var ts []gguf.WriteTensor
+		for _, ti := range f.Tensors {
+			typ := ti.Type
+			if k, ok := kq[ti.Name]; ok && !asF32 {
+				typ = k
+			}
+			ts = append(ts, gguf.WriteTensor{Name: ti.Name, Shape: ti.Shape, Type: typ})
+		}
+		err := gguf.Write(path, f.KV, ts, func(i int) ([]byte, error) {
+			ti := f.Tensors[i]
+			raw, ok := raws[ti.Name]
+			if !ok {
+				return f.Data(ti), nil
+			}
+			if !asF32 {
+				return raw, nil
+			}
+			x, err := gguf.ToF32(kq[ti.Name], raw, ti.Shape[0]*ti.Shape[1])
+			return safetensors.F32ToBytes(x), err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	kp, fp := filepath.Join(t.TempDir(), "kq.gguf"), filepath.Join(t.TempDir(), "ref.gguf")
+	write(kp, false)
+	write(fp, true)
+	ref, err := Load(fp, cpu.New(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	ids := []int32{5, 17, 250, 3, 99, 120, 7, 7, 280, 1}
+	want := ggufLogits(t, ref, ids)
+	var scale float64
+	for _, v := range want {
+		scale = max(scale, math.Abs(float64(v)))
+	}
+	for _, be := range []backend.Backend{cpu.New(2), plainBackend{cpu.New(1)}} {
+		m, err := Load(kp, be)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		if _, plain := be.(plainBackend); !plain {
+			for w, typ := range map[backend.Tensor]string{m.Head: "Q6_K", m.Embed: "Q4_K", m.Blocks[1].Q: "Q4_K", m.Blocks[0].Down: "Q5_K"} {
+				if s := fmt.Sprint(w); !strings.Contains(s, typ) {
+					t.Errorf("weight %s is not kept as %s", s, typ)
+				}
+			}
+		}
+		if d := maxAbsDiff(ggufLogits(t, m, ids), want) / scale; !(d <= 1e-5) {
+			t.Errorf("%T: logits differ from the F32 file's by %.3g (relative; bound 1e-5)", be, d)
+		}
+	}
+}

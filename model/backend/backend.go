@@ -104,35 +104,66 @@ type Backend interface {
 // (ggml_type), so that a GGUF tensor's type converts to it as it is.
 type QuantType uint32
 
-// The quantized formats a QuantWeighter may keep: blocks of 32 values of a
-// row, each block a float16 scale d and its quants.
+// The quantized formats a QuantWeighter may keep: blocks of values of a
+// row (32 for Q8_0 and Q4_0, each block a float16 scale d and its quants;
+// 256 for the K-quants, super-blocks of sub-blocks with their own scales,
+// laid out as ggml's block_q4_K, block_q5_K and block_q6_K).
 const (
 	// Q4_0: 16 bytes of 4-bit quants q (q[t] in the low nibble of byte t,
 	// q[t+16] in its high nibble), each value (q − 8)·d; 18 bytes.
 	Q4_0 QuantType = 2
 	// Q8_0: 32 int8 quants q, each value q·d; 34 bytes.
 	Q8_0 QuantType = 8
+	// Q4_K: d, dmin, eight 6-bit scales and minima, 256 4-bit quants; 144
+	// bytes.
+	Q4_K QuantType = 12
+	// Q5_K: Q4_K's fields and 32 bytes of fifth bits; 176 bytes.
+	Q5_K QuantType = 13
+	// Q6_K: 256 6-bit quants, sixteen int8 scales, d; 210 bytes.
+	Q6_K QuantType = 14
 )
 
-var quantNames = map[QuantType]string{Q4_0: "Q4_0", Q8_0: "Q8_0"}
+var quantNames = map[QuantType]string{Q4_0: "Q4_0", Q8_0: "Q8_0", Q4_K: "Q4_K", Q5_K: "Q5_K", Q6_K: "Q6_K"}
 
 func (q QuantType) String() string { return enumString(q, "QuantType", quantNames) }
 
-// BlockBytes is the size of one block of 32 values (0 for an unknown type).
+// BlockBytes is the size of one block (BlockValues values; 0 for an
+// unknown type).
 func (q QuantType) BlockBytes() int {
 	switch q {
 	case Q4_0:
 		return 18
 	case Q8_0:
 		return 34
+	case Q4_K:
+		return 144
+	case Q5_K:
+		return 176
+	case Q6_K:
+		return 210
 	}
 	return 0
 }
 
+// BlockValues is the number of values one block holds (0 for an unknown
+// type).
+func (q QuantType) BlockValues() int {
+	switch q {
+	case Q4_0, Q8_0:
+		return 32
+	case Q4_K, Q5_K, Q6_K:
+		return 256
+	}
+	return 0
+}
+
+// KQuant reports whether q is one of the K-quants (blocks of 256).
+func (q QuantType) KQuant() bool { return q.BlockValues() == 256 }
+
 // QuantWeighter is an optional Backend method: a [rows, cols] weight kept
-// in the quantized format typ (cols a multiple of 32) and decoded inside
-// the products that use it, never as a whole float32 copy. raw is
-// rows·cols/32 blocks, row-major; the backend may keep a reference to it.
+// in the quantized format typ (cols a multiple of typ.BlockValues()) and
+// decoded inside the products that use it, never as a whole float32 copy.
+// raw is rows·cols/BlockValues blocks, row-major; the backend may keep a reference to it.
 // It reports an error for a format it does not keep; a backend without
 // it is handed such weights dequantized to float32.
 type QuantWeighter interface {

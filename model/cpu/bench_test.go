@@ -610,3 +610,58 @@ func BenchmarkQuantMatMul(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkKQuantDecode: decoding a panel of 64 rows × 4096 values of
+// each K-quant with the AVX2 loop and the plain C one (bytes: the float32
+// written).
+func BenchmarkKQuantDecode(b *testing.B) {
+	const rows, cols = 64, 4096
+	r := rand.New(rand.NewPCG(1, 1))
+	dst := make([]float32, rows*cols)
+	for _, typ := range kquantTypes {
+		raw, _ := kquantWeight(b, r, typ, rows, cols)
+		w := &Tensor{rows: rows, cols: cols, stride: cols, q: raw, qStride: len(raw) / rows, qType: typ}
+		for _, s := range []bool{true, false} {
+			b.Run(fmt.Sprintf("%s/simd=%v", typ, s), func(b *testing.B) {
+				for b.Loop() {
+					quantRowsWith(s, dst, w, 0, rows)
+				}
+				b.SetBytes(4 * rows * cols)
+			})
+		}
+	}
+}
+
+// BenchmarkKQuantMatMul: dst [n, out] = x [n, in] · wᵀ on one thread, w
+// F32 or a K-quant (decoded panels into sgemm), at l16-d2048's shapes
+// (512 rows a full step, 52 a 10%-rows step).
+func BenchmarkKQuantMatMul(b *testing.B) {
+	r := rand.New(rand.NewPCG(1, 1))
+	for _, s := range []struct{ n, in, out int }{{512, 2048, 2048}, {52, 2048, 2048}} {
+		for _, form := range []string{"f32", "Q4_K", "Q5_K", "Q6_K"} {
+			b.Run(fmt.Sprintf("n%d_in%d_out%d/%s", s.n, s.in, s.out, form), func(b *testing.B) {
+				bk := New(1)
+				defer New(0)
+				x := bk.FromHost(s.n, s.in, randMat(r, s.n, s.in, 1))
+				var w backend.Tensor
+				if form == "f32" {
+					w = weightF32(b, bk, s.out, s.in, randMat(r, s.out, s.in, 1))
+				} else {
+					typ := map[string]backend.QuantType{"Q4_K": backend.Q4_K, "Q5_K": backend.Q5_K, "Q6_K": backend.Q6_K}[form]
+					raw, _ := kquantWeight(b, r, typ, s.out, s.in)
+					var err error
+					if w, err = bk.WeightQuant(typ, s.out, s.in, raw); err != nil {
+						b.Fatal(err)
+					}
+				}
+				dst := bk.New(s.n, s.out)
+				bk.MatMul(dst, x, w)
+				b.ResetTimer()
+				for b.Loop() {
+					bk.MatMul(dst, x, w)
+				}
+				gflops(b, 2*float64(s.n)*float64(s.in)*float64(s.out))
+			})
+		}
+	}
+}

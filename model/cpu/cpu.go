@@ -23,8 +23,8 @@ import (
 //
 // A BF16 weight (see Weight) is one other form: its values are bfloat16s
 // in bf16, laid out the same way, and data is nil; an F16 weight likewise
-// holds IEEE halves in f16. A quantized weight (WeightQuant: Q8_0, Q4_0)
-// is the last: ggml's blocks in q, each row qStride bytes, data nil. Only
+// holds IEEE halves in f16. A quantized weight (WeightQuant: Q8_0, Q4_0,
+// Q4_K, Q5_K, Q6_K) is the last: ggml's blocks in q, each row qStride bytes, data nil. Only
 // MatMul (as w), Embed (as the table), ToHost, Free and the row views
 // take those; every other operation panics on them.
 type Tensor struct {
@@ -35,7 +35,7 @@ type Tensor struct {
 	bf16 []uint16
 	// f16 holds an F16 weight's values (IEEE binary16), as bf16 does.
 	f16 []uint16
-	// q holds a quantized weight's blocks (qType's, per 32 values),
+	// q holds a quantized weight's blocks (qType's, per 32 or 256 values),
 	// usually the GGUF file's memory-mapped bytes; row i starts at
 	// i·qStride.
 	q       []byte
@@ -198,7 +198,8 @@ type Options struct {
 	// see AttentionImpl.
 	Attention AttentionImpl
 	// QuantProducts picks how products with quantized weights (Q8_0,
-	// Q4_0) run ("" is QuantInt8); see QuantImpl.
+	// Q4_0) run ("" is QuantInt8); see QuantImpl. The K-quants always
+	// run as QuantF32 does.
 	QuantProducts QuantImpl
 }
 
@@ -227,8 +228,9 @@ func ParseQuant(s string) (QuantImpl, error) {
 	return parseChoice("quantized products", s, QuantInt8, QuantF32)
 }
 
-// QuantProducts describes how this backend multiplies by quantized
-// weights: "int8 (AVX2)", "f32 (decoded panels, sgemm)", ….
+// QuantProducts describes how this backend multiplies by Q8_0 and Q4_0
+// weights: "int8 (AVX2)", "f32 (decoded panels, sgemm)", …; the
+// K-quants' products are always decoded panels and sgemm.
 func (b *Backend) QuantProducts() string {
 	if b.quantISA < 0 {
 		return string(QuantF32) + " (decoded panels, sgemm)"
@@ -525,21 +527,23 @@ func (b *Backend) Weight(dtype backend.DType, rows, cols int, raw []byte) (backe
 }
 
 // WeightQuant implements backend.QuantWeighter: a [rows, cols] weight
-// kept as ggml's Q8_0 or Q4_0 blocks (raw: rows·cols/32 blocks, used in
-// place; the tensor is read-only). MatMul multiplies it as quantProduct
-// says (Options.QuantProducts); Embed and ToHost decode the rows they
+// kept as ggml's Q8_0, Q4_0, Q4_K, Q5_K or Q6_K blocks (raw:
+// rows·cols/typ.BlockValues() blocks, used in place; the tensor is
+// read-only). MatMul multiplies a Q8_0 or Q4_0 weight as quantProduct says
+// (Options.QuantProducts) and a K-quant by decoding a panel of rows at a
+// time into sgemm (convertedMatMul); Embed and ToHost decode the rows they
 // read. It is never held as float32 whole, and never laid out for the
 // panel kernel or oneDNN, so products with it do not run fused
 // (backend.Fuser reports false).
 func (b *Backend) WeightQuant(typ backend.QuantType, rows, cols int, raw []byte) (backend.Tensor, error) {
-	bb := typ.BlockBytes()
+	bb, bv := typ.BlockBytes(), typ.BlockValues()
 	if bb == 0 {
-		return nil, fmt.Errorf("cpu: quantized weight type %s is not kept (Q8_0, Q4_0 are)", typ)
+		return nil, fmt.Errorf("cpu: quantized weight type %s is not kept (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K are)", typ)
 	}
-	if rows < 0 || cols <= 0 || cols%32 != 0 {
-		return nil, fmt.Errorf("cpu: %s weight [%d, %d]: rows must be ≥ 0 and cols a positive multiple of 32", typ, rows, cols)
+	if rows < 0 || cols <= 0 || cols%bv != 0 {
+		return nil, fmt.Errorf("cpu: %s weight [%d, %d]: rows must be ≥ 0 and cols a positive multiple of %d", typ, rows, cols, bv)
 	}
-	stride := cols / 32 * bb
+	stride := cols / bv * bb
 	if rows > (1<<62)/stride || len(raw) != rows*stride {
 		return nil, fmt.Errorf("cpu: %s weight [%d, %d] needs %d bytes, got %d", typ, rows, cols, rows*stride, len(raw))
 	}

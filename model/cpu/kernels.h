@@ -13,6 +13,7 @@
 //	peak.c    the peak-FLOP probes
 //	quant.c   ggml's Q8_0 and Q4_0 weights: decoded to float32 rows, and
 //	          their int8 products with activations quantized per row
+//	kquant.c  ggml's K-quants (Q4_K, Q5_K, Q6_K) decoded to float32 rows
 //
 // simd.h holds the vector helpers vec.c and attn.c share. Each vector
 // kernel is compiled for its ISA by a target attribute; the Go side picks
@@ -53,6 +54,11 @@ void dlmc_gemm_nt_plain(int m, int n, int k, const float *a, long lda, const flo
 // the instruction sets of the int8 products.
 #define DLMC_Q4_0 2 // blocks of 32: float16 d, 16 bytes of 4-bit q; (q − 8)·d
 #define DLMC_Q8_0 8 // blocks of 32: float16 d, 32 int8 q; q·d
+// K-quants (kquant.c), super-blocks of 256: ggml's block_q4_K (144 bytes),
+// block_q5_K (176), block_q6_K (210).
+#define DLMC_Q4_K 12
+#define DLMC_Q5_K 13
+#define DLMC_Q6_K 14
 #define DLMC_ISA_GENERIC 0
 #define DLMC_ISA_AVX2 1       // AVX2, FMA, F16C: vpmaddwd on int16
 #define DLMC_ISA_AVXVNNI 2    // AVX-VNNI: vpdpbusd (VEX)
@@ -62,9 +68,15 @@ int dlmc_quant_isa(void);
 // dlmc_quant_isa_supported reports whether this CPU runs the int8 products' instruction set isa.
 int dlmc_quant_isa_supported(int isa);
 // dst (rows × cols, dense) = the blocks of type wt of src (rows stride
-// bytes apart; cols a multiple of 32), exactly as ggml dequantizes them;
-// simd picks the AVX2 loop.
+// bytes apart; cols a multiple of the type's block, 32 or 256), exactly as
+// ggml dequantizes them; simd picks the AVX2 loop. A K-quant goes to
+// dlmc_kquant_rows.
 void dlmc_quant_rows(int simd, int wt, float *dst, const uint8_t *src, long rows, long cols, long stride);
+// kquant.c: dlmc_quant_rows for the K-quants (wt DLMC_Q4_K, DLMC_Q5_K,
+// DLMC_Q6_K; cols a multiple of 256); dlmc_kquant_block_bytes is the size
+// of one block of wt (0 for another type).
+void dlmc_kquant_rows(int simd, int wt, float *dst, const uint8_t *src, long rows, long cols, long stride);
+long dlmc_kquant_block_bytes(int wt);
 // Activations quantized per row as llama.cpp's Q8_0 (float32 scales):
 // for each block of 32 of each row of x (row stride ldx; cols a multiple
 // of 32), d = max|x|/127 into d (rows·cols/32, dense) and x·(127/max|x|)

@@ -340,14 +340,16 @@ func (b *Backend) matMulF16(d, xs, ws *Tensor) {
 	b.convertedMatMul(d, xs, ws, f16Rows)
 }
 
-// matMulQuant is MatMul for a quantized w (Q8_0, Q4_0), shapes checked:
-// with b.quantISA ≥ 0, x is quantized per row to Q8_0 blocks once
+// matMulQuant is MatMul for a quantized w, shapes checked. A K-quant
+// (Q4_K, Q5_K, Q6_K) runs convertedMatMul: w decoded a panel at a time,
+// sgemm on float32 x. For Q8_0 and Q4_0, with b.quantISA ≥ 0, x is
+// quantized per row to Q8_0 blocks once
 // (quantizeAct, split over the rows) and each part of the product, cut as
 // matMulF32 cuts it, multiplies those with w's blocks as integers
 // (qMatMul); else convertedMatMul decodes w a panel at a time and runs
 // sgemm on float32 x.
 func (b *Backend) matMulQuant(d, xs, ws *Tensor) {
-	if b.quantISA < 0 {
+	if b.quantISA < 0 || ws.qType.KQuant() {
 		b.convertedMatMul(d, xs, ws, quantRows)
 		return
 	}
@@ -374,7 +376,7 @@ func (b *Backend) byteScratch(n int) []byte {
 }
 
 // convertedMatMul computes d = x·wᵀ for a weight kept in another type
-// (BF16, F16, Q8_0, Q4_0), which convert decodes (rows [lo, hi) of w into a dense
+// (BF16, F16, Q8_0, Q4_0, the K-quants), which convert decodes (rows [lo, hi) of w into a dense
 // float32 buffer): w's rows are cut into one contiguous range per
 // goroutine, as matMulF32 cuts them, and each goroutine decodes its range
 // a panel of rows at a time (bf16PanelBytes of float32) into its own

@@ -427,6 +427,10 @@ int dlmc_quant_isa_supported(int isa) { return isa == DLMC_ISA_GENERIC; }
 #endif
 
 void dlmc_quant_rows(int simd, int wt, float *dst, const uint8_t *src, long rows, long cols, long stride) {
+	if (dlmc_kquant_block_bytes(wt)) {
+		dlmc_kquant_rows(simd, wt, dst, src, rows, cols, stride);
+		return;
+	}
 #if defined(__x86_64__)
 	if (simd) {
 		quant_rows_avx2(wt, dst, src, rows, cols, stride);

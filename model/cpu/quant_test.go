@@ -150,8 +150,14 @@ func TestQuantWeight(t *testing.T) {
 	if _, err := b.WeightQuant(backend.Q4_0, 2, 32, make([]byte, 34)); err == nil {
 		t.Error("Q4_0 short data: no error")
 	}
-	if _, err := b.WeightQuant(backend.QuantType(12), 2, 256, make([]byte, 288)); err == nil {
-		t.Error("Q4_K: no error")
+	if _, err := b.WeightQuant(backend.QuantType(10), 2, 256, make([]byte, 168)); err == nil {
+		t.Error("Q2_K: no error")
+	}
+	if _, err := b.WeightQuant(backend.Q6_K, 2, 128, make([]byte, 210)); err == nil {
+		t.Error("Q6_K with 128 columns: no error")
+	}
+	if _, err := b.WeightQuant(backend.Q4_K, 2, 256, make([]byte, 287)); err == nil {
+		t.Error("Q4_K short data: no error")
 	}
 	var _ backend.QuantWeighter = b
 }

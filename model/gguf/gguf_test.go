@@ -238,8 +238,8 @@ func TestQ8_0(t *testing.T) {
 	if _, err := QuantizeQ8_0(make([]float32, 33)); err == nil {
 		t.Error("33 values: no error")
 	}
-	if _, err := ToF32(Q4_K, make([]byte, 144), 256); err == nil || !strings.Contains(err.Error(), "Q4_K") {
-		t.Errorf("Q4_K: %v", err)
+	if _, err := ToF32(Q2_K, make([]byte, 84), 256); err == nil || !strings.Contains(err.Error(), "Q2_K") {
+		t.Errorf("Q2_K: %v", err)
 	}
 }
 

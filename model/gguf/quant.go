@@ -36,12 +36,23 @@ var codecs = map[GGMLType]codec{
 	BF16: {safetensors.BF16ToF32, safetensors.F32ToBF16},
 	Q8_0: blockCodec(Q8_0, decodeQ8_0, encodeQ8_0),
 	Q4_0: blockCodec(Q4_0, decodeQ4_0, encodeQ4_0),
+	// The K-quants are read only (no encoder: FromF32 refuses them).
+	Q4_K: blockCodec(Q4_K, decodeQ4_K, nil),
+	Q5_K: blockCodec(Q5_K, decodeQ5_K, nil),
+	Q6_K: blockCodec(Q6_K, decodeQ6_K, nil),
 }
 
 // blockCodec lifts a block type's functions of one block (its bytes, its
-// elements) to runs of blocks.
+// elements) to runs of blocks; enc nil: a type that is read only.
 func blockCodec(t GGMLType, dec func(blk []byte, dst []float32), enc func(blk []byte, src []float32)) codec {
 	n, size := t.BlockSize(), t.TypeSize()
+	if enc == nil {
+		return codec{decode: func(src []byte, dst []float32) {
+			for b := 0; b*n < len(dst); b++ {
+				dec(src[b*size:(b+1)*size], dst[b*n:(b+1)*n])
+			}
+		}}
+	}
 	return codec{
 		decode: func(src []byte, dst []float32) {
 			for b := 0; b*n < len(dst); b++ {
@@ -128,6 +139,94 @@ func encodeQ4_0(blk []byte, x []float32) {
 	}
 }
 
+// The K-quants (ggml's block_q4_K, block_q5_K, block_q6_K): super-blocks
+// of 256 values in sub-blocks with their own scales, read exactly as
+// ggml's dequantize_row_q*_K computes them (and gguf-py's quants.py): the
+// products of the float16 scales, the sub-block scales and the quants are
+// exact in float32 (at most 23 significant bits), so the one rounding is
+// Q4_K's and Q5_K's subtraction of the minimum, fused or not.
+//
+// Q4_K (144 bytes): float16 d and dmin, 12 bytes of eight 6-bit sub-block
+// scales sc and minima m (kScaleMin), 128 bytes of 4-bit quants q. Values
+// come in four runs of 64, each two sub-blocks of 32: the low nibbles of
+// 32 bytes, then their high nibbles; a value is (d·sc)·q − dmin·m.
+//
+// Q5_K (176 bytes): d, dmin and the 12 bytes as Q4_K, then 32 bytes qh of
+// high bits, then the 128 bytes of low nibbles; sub-block s (of 8) takes
+// its fifth bit from bit s of qh[l], l its index in the sub-block.
+//
+// Q6_K (210 bytes): 128 bytes ql of low nibbles, 64 bytes qh of 2-bit
+// highs, 16 int8 sub-block scales (sub-blocks of 16), float16 d last. Each
+// half of 128 values takes 64 bytes of ql, 32 of qh and 8 scales; in a
+// half, value l + 32·r (l < 32, r < 4) is ql[l + 32·(r&1)]'s low (r < 2)
+// or high nibble with bits 2r, 2r+1 of qh[l] above, minus 32, times
+// d·scale[l/16 + 2r].
+const qK = qkK
+
+// kScaleMin returns sub-block j's 6-bit scale and minimum from a Q4_K or
+// Q5_K block's 12 bytes (ggml's get_scale_min_k4).
+func kScaleMin(j int, q []byte) (sc, m uint8) {
+	if j < 4 {
+		return q[j] & 63, q[j+4] & 63
+	}
+	return q[j+4]&0xf | q[j-4]>>6<<4, q[j+4]>>4 | q[j]>>6<<4
+}
+
+// halfAt is the float16 at blk[i:i+2].
+func halfAt(blk []byte, i int) float32 { return blockScale(blk[i:]) }
+
+func decodeQ4_K(blk []byte, dst []float32) {
+	d, dmin := halfAt(blk, 0), halfAt(blk, 2)
+	sc, qs := blk[4:16], blk[16:144]
+	for j := range 4 {
+		s1, m1 := kScaleMin(2*j, sc)
+		s2, m2 := kScaleMin(2*j+1, sc)
+		d1, mm1 := d*float32(s1), dmin*float32(m1)
+		d2, mm2 := d*float32(s2), dmin*float32(m2)
+		q, y := qs[32*j:32*j+32], dst[64*j:64*j+64]
+		for l, v := range q {
+			y[l] = float32(d1*float32(v&0xf)) - mm1
+			y[l+32] = float32(d2*float32(v>>4)) - mm2
+		}
+	}
+}
+
+func decodeQ5_K(blk []byte, dst []float32) {
+	d, dmin := halfAt(blk, 0), halfAt(blk, 2)
+	sc, qh, qs := blk[4:16], blk[16:48], blk[48:176]
+	for j := range 4 {
+		s1, m1 := kScaleMin(2*j, sc)
+		s2, m2 := kScaleMin(2*j+1, sc)
+		d1, mm1 := d*float32(s1), dmin*float32(m1)
+		d2, mm2 := d*float32(s2), dmin*float32(m2)
+		q, y := qs[32*j:32*j+32], dst[64*j:64*j+64]
+		for l, v := range q {
+			lo, hi := v&0xf|(qh[l]>>(2*j)&1)<<4, v>>4|(qh[l]>>(2*j+1)&1)<<4
+			y[l] = float32(d1*float32(lo)) - mm1
+			y[l+32] = float32(d2*float32(hi)) - mm2
+		}
+	}
+}
+
+func decodeQ6_K(blk []byte, dst []float32) {
+	d := halfAt(blk, 208)
+	for n := range 2 {
+		ql, qh, sc := blk[64*n:64*n+64], blk[128+32*n:128+32*n+32], blk[192+8*n:192+8*n+8]
+		y := dst[128*n : 128*n+128]
+		for l := range 32 {
+			i := l / 16
+			q1 := int(ql[l]&0xf|(qh[l]>>0&3)<<4) - 32
+			q2 := int(ql[l+32]&0xf|(qh[l]>>2&3)<<4) - 32
+			q3 := int(ql[l]>>4|(qh[l]>>4&3)<<4) - 32
+			q4 := int(ql[l+32]>>4|(qh[l]>>6&3)<<4) - 32
+			y[l] = float32(d*float32(int8(sc[i]))) * float32(q1)
+			y[l+32] = float32(d*float32(int8(sc[i+2]))) * float32(q2)
+			y[l+64] = float32(d*float32(int8(sc[i+4]))) * float32(q3)
+			y[l+96] = float32(d*float32(int8(sc[i+6]))) * float32(q4)
+		}
+	}
+}
+
 // QuantizeQ8_0 encodes src (a multiple of 32 values) as Q8_0 blocks, bit
 // for bit as ggml's quantize_row_q8_0_ref and gguf-py do.
 func QuantizeQ8_0(src []float32) ([]byte, error) { return FromF32(Q8_0, src) }
@@ -136,7 +235,7 @@ func QuantizeQ8_0(src []float32) ([]byte, error) { return FromF32(Q8_0, src) }
 func DequantizeQ8_0(src []byte, dst []float32) { codecs[Q8_0].decode(src, dst) }
 
 // ToF32 decodes n elements of type t from src into a new slice, for the
-// types of codecs (F32, F16, BF16, Q8_0, Q4_0).
+// types of codecs (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K).
 func ToF32(t GGMLType, src []byte, n int) ([]float32, error) {
 	if !t.Known() || n%t.BlockSize() != 0 || t.RowBytes(n) != len(src) {
 		return nil, fmt.Errorf("%d bytes do not hold %d %s values", len(src), n, t)
@@ -154,8 +253,8 @@ func ToF32(t GGMLType, src []byte, n int) ([]float32, error) {
 // be a multiple of t's block size.
 func FromF32(t GGMLType, src []float32) ([]byte, error) {
 	c, ok := codecs[t]
-	if !ok {
-		return nil, fmt.Errorf("writing tensor type %s is not supported (supported: %s)", t, codecNames())
+	if !ok || c.encode == nil {
+		return nil, fmt.Errorf("writing tensor type %s is not supported (supported: %s)", t, encoderNames())
 	}
 	if len(src)%t.BlockSize() != 0 {
 		return nil, fmt.Errorf("%s: %d values is not a multiple of %d", t, len(src), t.BlockSize())
@@ -163,14 +262,24 @@ func FromF32(t GGMLType, src []float32) ([]byte, error) {
 	return c.encode(src), nil
 }
 
-// Supported reports whether ToF32 and FromF32 take type t.
+// Supported reports whether ToF32 takes type t.
 func Supported(t GGMLType) bool { _, ok := codecs[t]; return ok }
 
+// Writable reports whether FromF32 takes type t.
+func Writable(t GGMLType) bool { c, ok := codecs[t]; return ok && c.encode != nil }
+
 // codecNames lists codecs' types, for errors.
-func codecNames() string {
+func codecNames() string { return typeNames(Supported) }
+
+// encoderNames lists the types FromF32 writes, for errors.
+func encoderNames() string { return typeNames(Writable) }
+
+func typeNames(keep func(GGMLType) bool) string {
 	var names []string
 	for t := range codecs {
-		names = append(names, t.String())
+		if keep(t) {
+			names = append(names, t.String())
+		}
 	}
 	slices.Sort(names)
 	return strings.Join(names, ", ")

@@ -1,0 +1,212 @@
+// kquant.c: ggml's K-quants (super-blocks of 256 values in sub-blocks with
+// their own scales: Q4_K and Q5_K, 8 sub-blocks of 32 with a 6-bit scale and
+// minimum each, value (d·sc)·q − dmin·m; Q6_K, 16 sub-blocks of 16 with an
+// int8 scale each, value (d·sc)·(q − 32)) decoded to float32 rows, exactly
+// as ggml's dequantize_row_q*_K: for Embed, ToHost and the products, which
+// decode a panel of rows and run sgemm on it (matmul.go's convertedMatMul).
+//
+// The products d·sc·q are exact in float32 (at most 23 significant bits),
+// so the plain C and the AVX2 loops agree bit for bit whether a compiler
+// fuses the subtraction of the minimum or not.
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+// half_to_float_k is IEEE binary16 → binary32, exactly.
+static inline float half_to_float_k(const uint8_t *p) {
+	uint16_t h = (uint16_t)(p[0] | p[1] << 8);
+	uint32_t sign = (uint32_t)(h >> 15) << 31;
+	uint32_t exp = (h >> 10) & 0x1f;
+	uint32_t man = h & 0x3ff;
+	uint32_t bits;
+	if (exp == 0) {
+		if (man == 0) {
+			bits = sign;
+		} else {
+			int e = -14;
+			while (!(man & 0x400)) {
+				man <<= 1;
+				e--;
+			}
+			bits = sign | (uint32_t)(e + 127) << 23 | (man & 0x3ff) << 13;
+		}
+	} else if (exp == 0x1f) {
+		bits = sign | 0x7f800000u | man << 13;
+	} else {
+		bits = sign | (exp + 127 - 15) << 23 | man << 13;
+	}
+	float f;
+	memcpy(&f, &bits, 4);
+	return f;
+}
+
+long dlmc_kquant_block_bytes(int wt) {
+	switch (wt) {
+	case DLMC_Q4_K: return 144;
+	case DLMC_Q5_K: return 176;
+	case DLMC_Q6_K: return 210;
+	}
+	return 0;
+}
+
+// scale_min_k4 is sub-block j's 6-bit scale and minimum from the 12 bytes q
+// of a Q4_K or Q5_K block (ggml's get_scale_min_k4).
+static inline void scale_min_k4(int j, const uint8_t *q, float *sc, float *m) {
+	if (j < 4) {
+		*sc = (float)(q[j] & 63);
+		*m = (float)(q[j + 4] & 63);
+	} else {
+		*sc = (float)((q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4));
+		*m = (float)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+	}
+}
+
+// Q4_K (144 bytes): d, dmin (float16), scales[12], qs[128]; Q5_K (176):
+// the same, then qh[32] (fifth bits) before qs. Runs of 64 values: the low
+// nibbles of 32 bytes of qs (sub-block 2j), then their high nibbles (2j+1).
+static void q45k_block_generic(int five, float *y, const uint8_t *b) {
+	float d = half_to_float_k(b), dmin = half_to_float_k(b + 2);
+	const uint8_t *sc = b + 4, *qh = b + 16, *qs = b + (five ? 48 : 16);
+	for (int j = 0; j < 4; j++, qs += 32, y += 64) {
+		float s1, m1, s2, m2;
+		scale_min_k4(2 * j, sc, &s1, &m1);
+		scale_min_k4(2 * j + 1, sc, &s2, &m2);
+		float d1 = d * s1, mm1 = dmin * m1, d2 = d * s2, mm2 = dmin * m2;
+		for (int l = 0; l < 32; l++) {
+			int lo = qs[l] & 0xf, hi = qs[l] >> 4;
+			if (five) {
+				lo |= ((qh[l] >> (2 * j)) & 1) << 4;
+				hi |= ((qh[l] >> (2 * j + 1)) & 1) << 4;
+			}
+			y[l] = d1 * (float)lo - mm1;
+			y[l + 32] = d2 * (float)hi - mm2;
+		}
+	}
+}
+
+// Q6_K (210 bytes): ql[128], qh[64], scales[16] (int8), d (float16). Each
+// half of 128 values: ql 64 bytes, qh 32, 8 scales; value l + 32·r is a
+// nibble of ql[l + 32·(r&1)] (low for r < 2) with bits 2r, 2r+1 of qh[l].
+static void q6k_block_generic(float *y, const uint8_t *b) {
+	float d = half_to_float_k(b + 208);
+	const uint8_t *ql = b, *qh = b + 128;
+	const int8_t *sc = (const int8_t *)(b + 192);
+	for (int n = 0; n < 2; n++, y += 128, ql += 64, qh += 32, sc += 8) {
+		for (int l = 0; l < 32; l++) {
+			int is = l / 16;
+			int q1 = ((ql[l] & 0xf) | ((qh[l] & 3) << 4)) - 32;
+			int q2 = ((ql[l + 32] & 0xf) | (((qh[l] >> 2) & 3) << 4)) - 32;
+			int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+			int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+			y[l] = d * (float)sc[is] * (float)q1;
+			y[l + 32] = d * (float)sc[is + 2] * (float)q2;
+			y[l + 64] = d * (float)sc[is + 4] * (float)q3;
+			y[l + 96] = d * (float)sc[is + 6] * (float)q4;
+		}
+	}
+}
+
+static void kquant_rows_generic(int wt, float *dst, const uint8_t *src, long rows, long cols, long stride) {
+	long bb = dlmc_kquant_block_bytes(wt);
+	for (long i = 0; i < rows; i++, dst += cols, src += stride) {
+		const uint8_t *b = src;
+		for (long j = 0; j < cols; j += 256, b += bb) {
+			if (wt == DLMC_Q6_K) q6k_block_generic(dst + j, b);
+			else q45k_block_generic(wt == DLMC_Q5_K, dst + j, b);
+		}
+	}
+}
+
+#if defined(__x86_64__)
+#define TARGET_AVX2 __attribute__((target("avx2,fma")))
+
+// put32 stores the 32 bytes v (unsigned when !sgn, else int8) as float32
+// into y: y[t] = s0·v[t] − m0 for t < 16, s1·v[t] − m1 after.
+TARGET_AVX2 static inline void put32(float *y, __m256i v, int sgn, float s0, float m0, float s1, float m1) {
+	__m128i h[2] = {_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)};
+	for (int k = 0; k < 2; k++) {
+		__m256 sv = _mm256_set1_ps(k ? s1 : s0), mv = _mm256_set1_ps(k ? m1 : m0);
+		__m128i lo = h[k], hi = _mm_srli_si128(h[k], 8);
+		__m256i a = sgn ? _mm256_cvtepi8_epi32(lo) : _mm256_cvtepu8_epi32(lo);
+		__m256i c = sgn ? _mm256_cvtepi8_epi32(hi) : _mm256_cvtepu8_epi32(hi);
+		// The products are exact: fused or not, one rounding.
+		_mm256_storeu_ps(y + 16 * k, _mm256_fmsub_ps(sv, _mm256_cvtepi32_ps(a), mv));
+		_mm256_storeu_ps(y + 16 * k + 8, _mm256_fmsub_ps(sv, _mm256_cvtepi32_ps(c), mv));
+	}
+}
+
+TARGET_AVX2 static void q45k_block_avx2(int five, float *y, const uint8_t *b) {
+	float d = half_to_float_k(b), dmin = half_to_float_k(b + 2);
+	const uint8_t *sc = b + 4, *qs = b + (five ? 48 : 16);
+	const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+	__m256i qh = five ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
+	for (int j = 0; j < 4; j++, qs += 32, y += 64) {
+		float s1, m1, s2, m2;
+		scale_min_k4(2 * j, sc, &s1, &m1);
+		scale_min_k4(2 * j + 1, sc, &s2, &m2);
+		float d1 = d * s1, mm1 = dmin * m1, d2 = d * s2, mm2 = dmin * m2;
+		__m256i q = _mm256_loadu_si256((const __m256i *)qs);
+		__m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+		if (five) {
+			// Bit 2j (2j+1) of each byte of qh, moved to bit 4.
+			__m256i b0 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * j)), one);
+			__m256i b1 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * j + 1)), one);
+			lo = _mm256_or_si256(lo, _mm256_slli_epi16(b0, 4));
+			hi = _mm256_or_si256(hi, _mm256_slli_epi16(b1, 4));
+		}
+		put32(y, lo, 0, d1, mm1, d1, mm1);
+		put32(y + 32, hi, 0, d2, mm2, d2, mm2);
+	}
+}
+
+TARGET_AVX2 static void q6k_block_avx2(float *y, const uint8_t *b) {
+	float d = half_to_float_k(b + 208);
+	const uint8_t *ql = b, *qh = b + 128;
+	const int8_t *sc = (const int8_t *)(b + 192);
+	const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3), off = _mm256_set1_epi8(32);
+	for (int n = 0; n < 2; n++, y += 128, ql += 64, qh += 32, sc += 8) {
+		__m256i l0 = _mm256_loadu_si256((const __m256i *)ql), l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+		__m256i h = _mm256_loadu_si256((const __m256i *)qh);
+		__m256i v[4] = {
+			_mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(h, m2), 4)),
+			_mm256_or_si256(_mm256_and_si256(l1, m4),
+				_mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4)),
+			_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+				_mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4)),
+			_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+				_mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4)),
+		};
+		for (int r = 0; r < 4; r++) {
+			float s0 = d * (float)sc[2 * r], s1 = d * (float)sc[2 * r + 1];
+			put32(y + 32 * r, _mm256_sub_epi8(v[r], off), 1, s0, 0, s1, 0);
+		}
+	}
+}
+
+TARGET_AVX2 static void kquant_rows_avx2(int wt, float *dst, const uint8_t *src, long rows, long cols, long stride) {
+	long bb = dlmc_kquant_block_bytes(wt);
+	for (long i = 0; i < rows; i++, dst += cols, src += stride) {
+		const uint8_t *b = src;
+		for (long j = 0; j < cols; j += 256, b += bb) {
+			if (wt == DLMC_Q6_K) q6k_block_avx2(dst + j, b);
+			else q45k_block_avx2(wt == DLMC_Q5_K, dst + j, b);
+		}
+	}
+}
+#endif
+
+void dlmc_kquant_rows(int simd, int wt, float *dst, const uint8_t *src, long rows, long cols, long stride) {
+#if defined(__x86_64__)
+	if (simd) {
+		kquant_rows_avx2(wt, dst, src, rows, cols, stride);
+		return;
+	}
+#endif
+	(void)simd;
+	kquant_rows_generic(wt, dst, src, rows, cols, stride);
+}

@@ -1,0 +1,153 @@
+package cpu
+
+import (
+	"encoding/binary"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/dlmcache/dlmcache/model/backend"
+	"github.com/dlmcache/dlmcache/model/gguf"
+	"github.com/dlmcache/dlmcache/model/safetensors"
+)
+
+// kquantTypes are the K-quants the backend keeps.
+var kquantTypes = []backend.QuantType{backend.Q4_K, backend.Q5_K, backend.Q6_K}
+
+// kquantWeight returns a random [rows, cols] weight of the K-quant typ
+// (random bytes, its float16 scales set so that values are of order 1)
+// and its values as gguf decodes them (itself held to an independent
+// dequantizer's golden values, gguf's TestKQuantsGolden).
+func kquantWeight(t testing.TB, rng *rand.Rand, typ backend.QuantType, rows, cols int) ([]byte, []float32) {
+	t.Helper()
+	bb := typ.BlockBytes()
+	raw := make([]byte, rows*cols/256*bb)
+	for i := range raw {
+		raw[i] = byte(rng.Uint32())
+	}
+	half := func(v float64) []byte { return safetensors.F32ToF16([]float32{float32(v)}) }
+	for o := 0; o < len(raw); o += bb {
+		switch typ {
+		case backend.Q6_K: // values d·sc·(q−32): |sc| ≤ 128, |q−32| ≤ 32
+			copy(raw[o+208:], half(rng.NormFloat64()/2000))
+		default: // (d·sc)·q − dmin·m: sc, m ≤ 63, q ≤ 31
+			copy(raw[o:], half(rng.NormFloat64()/1000))
+			copy(raw[o+2:], half(math.Abs(rng.NormFloat64())/60))
+		}
+	}
+	deq, err := gguf.ToF32(gguf.GGMLType(typ), raw, rows*cols)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw, deq
+}
+
+// TestKQuantRowsGolden: the C decoders (AVX2 and plain C) read the
+// golden K-quant blocks bit for bit as the independent Python
+// dequantizer does (model/testdata/kquants, tools/kquants).
+func TestKQuantRowsGolden(t *testing.T) {
+	for _, typ := range kquantTypes {
+		name := strings.ToLower(typ.String())
+		raw, err := os.ReadFile(filepath.Join("..", "testdata", "kquants", name+".bin"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		vb, err := os.ReadFile(filepath.Join("..", "testdata", "kquants", name+".f32"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The golden blocks as one row and as rows of one block each.
+		for _, cols := range []int{len(vb) / 4, 256} {
+			rows := len(vb) / 4 / cols
+			w := &Tensor{rows: rows, cols: cols, stride: cols, q: raw, qStride: len(raw) / rows, qType: typ}
+			for _, s := range []bool{false, true} {
+				dst := make([]float32, rows*cols)
+				quantRowsWith(s, dst, w, 0, rows)
+				bad := 0
+				for i := range dst {
+					if math.Float32bits(dst[i]) != binary.LittleEndian.Uint32(vb[4*i:]) {
+						bad++
+					}
+				}
+				if bad > 0 {
+					t.Errorf("%s, %d columns, simd %v: %d of %d values differ from the reference's", typ, cols, s, bad, len(dst))
+				}
+			}
+		}
+	}
+}
+
+// TestKQuantWeight: products of a Q4_K, Q5_K or Q6_K weight (decoded
+// panels and sgemm, whatever QuantProducts says) against the same weight
+// dequantized to float32, within 1e-5 of the largest element; the AVX2
+// and C decoders agree with gguf's bit for bit; Embed, ToHost and row
+// views give the dequantized values exactly.
+func TestKQuantWeight(t *testing.T) {
+	rng := rand.New(rand.NewPCG(51, 52))
+	for _, typ := range kquantTypes {
+		for _, threads := range []int{1, 2} {
+			b := New(threads)
+			for _, sh := range [][3]int{{1, 256, 5}, {7, 512, 40}, {300, 256, 384}, {33, 4096, 20}, {5, 768, 3}} {
+				n, in, out := sh[0], sh[1], sh[2]
+				raw, deq := kquantWeight(t, rng, typ, out, in)
+				wq, err := b.WeightQuant(typ, out, in, raw)
+				if err != nil {
+					t.Fatal(err)
+				}
+				wf := b.FromHost(out, in, deq)
+				x := make([]float32, n*in)
+				for i := range x {
+					x[i] = float32(rng.NormFloat64() * math.Exp(rng.NormFloat64()))
+				}
+				xs := b.FromHost(n, in, x)
+				want := b.New(n, out)
+				b.MatMul(want, xs, wf)
+				w := b.ToHost(want, nil)
+				var scale float64
+				for i := range w {
+					scale = max(scale, math.Abs(float64(w[i])))
+				}
+				for _, isa := range []int{-1, quantISA} {
+					b.quantISA = isa
+					got := b.New(n, out)
+					b.MatMul(got, xs, wq)
+					g := b.ToHost(got, nil)
+					for i := range w {
+						if diff := math.Abs(float64(g[i] - w[i])); !(diff <= 1e-5*scale) {
+							t.Fatalf("%s, threads %d, %v, isa %d: element %d is %g, the dequantized weight's %g", typ, threads, sh, isa, i, g[i], w[i])
+						}
+					}
+				}
+				wt := wq.(*Tensor)
+				for _, s := range []bool{false, true} {
+					dst := make([]float32, out*in)
+					quantRowsWith(s, dst, wt, 0, out)
+					if !equalF32(dst, deq) {
+						t.Fatalf("%s %v simd %v: decoded values differ from gguf's", typ, sh, s)
+					}
+				}
+				if h := b.ToHost(wq, nil); !equalF32(h, deq) {
+					t.Errorf("%s %v: ToHost differs from the dequantized values", typ, sh)
+				}
+				ids := []int32{int32(out - 1), 0, int32(out / 2)}
+				e := b.New(len(ids), in)
+				b.Embed(e, wq, ids)
+				eh := b.ToHost(e, nil)
+				for i, id := range ids {
+					if !equalF32(eh[i*in:(i+1)*in], deq[int(id)*in:(int(id)+1)*in]) {
+						t.Errorf("%s %v: Embed row %d differs", typ, sh, id)
+					}
+				}
+				if out > 2 {
+					v := b.RowView(wq, 1, out-1)
+					if h := b.ToHost(v, nil); !equalF32(h, deq[in:(out-1)*in]) {
+						t.Errorf("%s %v: RowView differs", typ, sh)
+					}
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""Writes model/testdata/kquants/: blocks of ggml's K-quants (Q4_K, Q5_K, Q6_K) and
+their values, dequantized here from the public block layout (ggml's block_q4_K,
+block_q5_K, block_q6_K; gguf-py's quants.py computes the same), so that dlmcache's
+decoders (model/gguf in Go, model/cpu in C) are held to a reference they do not share.
+
+    python3 tools/kquants/make_golden.py            # from the repo root
+
+Pure Python (struct only). Each float32 operation is done in Python's double and
+rounded to float32 once, which is what one IEEE float32 operation gives; the
+sub-block scales' products are exact in float32, so the only rounding step is
+Q4_K's and Q5_K's subtraction of the minimum (not fused with the product).
+
+Outputs, per type T in q4_k, q5_k, q6_k:
+  T.bin   NBLOCKS blocks (random bytes, seeded; the float16 scales set to chosen
+          values: normal, negative, subnormal, zero)
+  T.f32   their 256·NBLOCKS values, float32 little-endian
+"""
+import os
+import random
+import struct
+
+NBLOCKS = 4
+QK = 256
+OUT = os.path.join("model", "testdata", "kquants")
+
+
+def f32(x):
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+def half(b, off):
+    return struct.unpack_from("<e", b, off)[0]
+
+
+# The float16 scales of the blocks (d, and dmin where the type has it):
+# ordinary, negative, a subnormal and zero.
+HALVES = [(0.01234, 0.00321), (-0.5, 0.25), (3.0e-6, -1.5e-6), (0.0, 0.0078125)]
+
+
+def scale_min_k4(j, q):
+    """The 6-bit scale and minimum of sub-block j of Q4_K / Q5_K's 12 bytes."""
+    if j < 4:
+        return q[j] & 63, q[j + 4] & 63
+    return (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4)
+
+
+def deq_q4_k(b):
+    # d, dmin (float16), scales[12], qs[128]
+    d, dmin = half(b, 0), half(b, 2)
+    sc, qs = b[4:16], b[16:144]
+    y = []
+    for j in range(4):  # 64 values per pair of sub-blocks
+        s1, m1 = scale_min_k4(2 * j, sc)
+        s2, m2 = scale_min_k4(2 * j + 1, sc)
+        d1, mm1, d2, mm2 = f32(d * s1), f32(dmin * m1), f32(d * s2), f32(dmin * m2)
+        q = qs[32 * j:32 * j + 32]
+        y += [f32(f32(d1 * (v & 0xF)) - mm1) for v in q]
+        y += [f32(f32(d2 * (v >> 4)) - mm2) for v in q]
+    return y
+
+
+def deq_q5_k(b):
+    # d, dmin (float16), scales[12], qh[32], qs[128]
+    d, dmin = half(b, 0), half(b, 2)
+    sc, qh, qs = b[4:16], b[16:48], b[48:176]
+    y = []
+    for j in range(4):
+        s1, m1 = scale_min_k4(2 * j, sc)
+        s2, m2 = scale_min_k4(2 * j + 1, sc)
+        d1, mm1, d2, mm2 = f32(d * s1), f32(dmin * m1), f32(d * s2), f32(dmin * m2)
+        q = qs[32 * j:32 * j + 32]
+        lo, hi = 1 << (2 * j), 2 << (2 * j)  # the high bit of each value, in qh
+        y += [f32(f32(d1 * ((v & 0xF) + (16 if qh[l] & lo else 0))) - mm1) for l, v in enumerate(q)]
+        y += [f32(f32(d2 * ((v >> 4) + (16 if qh[l] & hi else 0))) - mm2) for l, v in enumerate(q)]
+    return y
+
+
+def deq_q6_k(b):
+    # ql[128] (low 4 bits), qh[64] (high 2 bits), scales[16] (int8), d (float16)
+    ql, qh = b[0:128], b[128:192]
+    sc = struct.unpack_from("<16b", b, 192)
+    d = half(b, 208)
+    y = [0.0] * QK
+    for n in range(2):  # halves of 128 values
+        L, H, S = ql[64 * n:64 * n + 64], qh[32 * n:32 * n + 32], sc[8 * n:8 * n + 8]
+        for l in range(32):
+            i = l // 16
+            q1 = ((L[l] & 0xF) | (((H[l] >> 0) & 3) << 4)) - 32
+            q2 = ((L[l + 32] & 0xF) | (((H[l] >> 2) & 3) << 4)) - 32
+            q3 = ((L[l] >> 4) | (((H[l] >> 4) & 3) << 4)) - 32
+            q4 = ((L[l + 32] >> 4) | (((H[l] >> 6) & 3) << 4)) - 32
+            base = 128 * n
+            y[base + l] = f32(f32(d * S[i]) * q1)
+            y[base + l + 32] = f32(f32(d * S[i + 2]) * q2)
+            y[base + l + 64] = f32(f32(d * S[i + 4]) * q3)
+            y[base + l + 96] = f32(f32(d * S[i + 6]) * q4)
+    return y
+
+
+TYPES = {
+    # name: (bytes per block, where the float16 scales go, dequantizer)
+    "q4_k": (144, (0, 2), deq_q4_k),
+    "q5_k": (176, (0, 2), deq_q5_k),
+    "q6_k": (210, (208,), deq_q6_k),
+}
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    rng = random.Random(51)
+    for name, (size, offs, deq) in TYPES.items():
+        raw, vals = bytearray(), []
+        for k in range(NBLOCKS):
+            b = bytearray(rng.getrandbits(8) for _ in range(size))
+            for off, h in zip(offs, HALVES[k]):
+                struct.pack_into("<e", b, off, h)
+            raw += b
+            vals += deq(bytes(b))
+        with open(os.path.join(OUT, name + ".bin"), "wb") as f:
+            f.write(raw)
+        with open(os.path.join(OUT, name + ".f32"), "wb") as f:
+            f.write(struct.pack("<%df" % len(vals), *vals))
+
+
+if __name__ == "__main__":
+    main()
