@@ -30,8 +30,8 @@ import (
 // carry a reference answer, it loses at most MaxLoss points of accuracy
 // against none (searchCell: how the choice is made among the passing
 // settings). The search is budgeted: a setting stops as soon as it can no
-// longer pass ("changes"; "bound" when it missed requests), or, past a
-// quarter of the requests (and three), when a setting on course to pass
+// longer pass ("changes"; "bound" when it missed requests), or, past
+// DominanceAfter requests or a quarter of them (and three), when a setting on course to pass
 // is DominanceMargin times faster beyond the noise ("dominated":
 // successive halving), or when the time budget is spent ("budget"); a bin
 // whose settings have all stopped runs no more references.
@@ -48,6 +48,13 @@ const SearchFile = "search.jsonl"
 // on course to be (no answer changed so far) is faster by at least this
 // factor at the lower end of the paired speed-up's confidence interval.
 const DominanceMargin = 1.25
+
+// DominanceAfter: a setting may be left behind as dominated after this
+// many requests of a bin, or a quarter of them if fewer (the pairs the
+// interval needs; the settings on the schedule are 5–15× slower than the
+// decoder's on the bundled model, and running each of them on a quarter
+// of a 150-request bin would cost as much as the references).
+const DominanceAfter = 20
 
 // SearchRun is the header of search.jsonl: what must match for a resume
 // or a merge.
@@ -501,7 +508,7 @@ func (s *Searcher) searchCell(ctx context.Context, bin []ClassRequest,
 				lead = t
 			}
 		}
-		if lead != nil && 4*(i+1) >= n && i >= 2 {
+		if lead != nil && i+1 >= min(DominanceAfter, (n+3)/4) && i >= 2 {
 			for _, t := range ts {
 				if t.stopped != "" || t == lead {
 					continue
