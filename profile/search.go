@@ -386,8 +386,12 @@ func (s *Searcher) search(ctx context.Context, reqs []ClassRequest,
 		ch.Class = c.class
 		choices[c.bin] = append(choices[c.bin], ch)
 		if s.Log != nil {
-			s.Log(fmt.Sprintf("[%.2f, %.2f) %s: %s (%d/%d answers, bound %.3f, %.2f× none)", s.Run.Edges[c.bin], s.Run.Edges[c.bin+1],
-				c.class, ch.Setting, int(math.Round(ch.Agreement*float64(ch.Samples))), ch.Samples, ch.LowerBound, ch.SpeedUp))
+			bound := 0.0
+			if ch.ChangeBound != nil {
+				bound = *ch.ChangeBound
+			}
+			s.Log(fmt.Sprintf("[%.2f, %.2f) %s: %s (%d/%d answers unchanged, changed ≤ %.2f%% at %.0f%%; %.2f× none, interval [%.2f×, %.2f×])", s.Run.Edges[c.bin], s.Run.Edges[c.bin+1],
+				c.class, ch.Setting, int(math.Round(ch.Agreement*float64(ch.Samples))), ch.Samples, 100*bound, 100*(1-s.Test.Alpha), ch.SpeedUp, ch.SpeedUpLow, ch.SpeedUpHigh))
 		}
 	}
 	if s.Shard {
