@@ -315,6 +315,15 @@ func (t *race) speedUp() float64 {
 	return t.secNone / t.secMeth
 }
 
+// flopsUp is the predicted speed-up: none's FLOPs over the setting's on
+// the requests it ran.
+func (t *race) flopsUp() float64 {
+	if t.flMeth <= 0 {
+		return 1
+	}
+	return t.flNone / t.flMeth
+}
+
 func (t *race) loss() float64 {
 	if t.checked == 0 {
 		return 0
@@ -435,9 +444,10 @@ func binOf(edges []float64, r float64) int {
 // approximation to the most (approximation; ties by predicted FLOPs
 // speed-up): each replaces the choice so far only if its speed-up over
 // it, paired by request, is at least 1 + MinGain at the lower end of its
-// confidence interval (normal quantile s.Z). Differences inside the
-// timing noise keep the simpler setting, so the choice does not flip from
-// run to run on noise.
+// confidence interval (normal quantile s.Z) and its predicted FLOPs
+// speed-up is at least the replaced one's (timings never overrule the
+// prediction on their own). Differences inside the timing noise keep the
+// simpler setting, so the choice does not flip from run to run on noise.
 func (s *Searcher) searchCell(ctx context.Context, bin []ClassRequest,
 	run func(context.Context, ClassRequest, string) (searchLine, error), tick func()) (*lut.Choice, error) {
 	ts := make([]*race, len(s.Grid))
@@ -519,7 +529,8 @@ func (s *Searcher) searchCell(ctx context.Context, bin []ClassRequest,
 				}
 				// Paired by request, beyond the noise: a setting is left
 				// behind only where the choice could never come back to it.
-				if lo, _, _, ok := pairedGain(t.times(i+1), lead.times(i+1), s.Z); ok && lo >= DominanceMargin {
+				// (Nor where the FLOPs prediction would keep it over the lead.)
+				if lo, _, _, ok := pairedGain(t.times(i+1), lead.times(i+1), s.Z); ok && lo >= DominanceMargin && lead.flopsUp() >= t.flopsUp() {
 					t.stopped = "dominated"
 				}
 			}
@@ -544,12 +555,7 @@ func (s *Searcher) searchCell(ctx context.Context, bin []ClassRequest,
 			passed = append(passed, t)
 		}
 	}
-	flopsUp := func(t *race) float64 {
-		if t.flMeth <= 0 {
-			return 1
-		}
-		return t.flNone / t.flMeth
-	}
+	flopsUp := (*race).flopsUp
 	slices.SortStableFunc(passed, func(a, b *race) int {
 		if d := approximation(a.setting) - approximation(b.setting); d != 0 {
 			return d
@@ -562,10 +568,13 @@ func (s *Searcher) searchCell(ctx context.Context, bin []ClassRequest,
 		}
 		return strings.Compare(a.key, b.key)
 	})
-	incTimes, incName := refTimes[:n], ch.Setting.String()
+	incTimes, incName, incFLOPs := refTimes[:n], ch.Setting.String(), 1.0
 	for _, t := range passed {
 		lo, _, hi, ok := pairedGain(incTimes, t.times(n), s.Z)
-		if !ok || lo < 1+s.MinGain {
+		// Beyond the noise, and not against the FLOPs prediction: a
+		// setting predicted to do more work than the one it would replace
+		// is not taken on timings alone.
+		if !ok || lo < 1+s.MinGain || flopsUp(t) < incFLOPs {
 			continue
 		}
 		p := t.point(s.Z, s.Test)
@@ -575,7 +584,7 @@ func (s *Searcher) searchCell(ctx context.Context, bin []ClassRequest,
 		ch.Over, ch.GainLow, ch.GainHigh = incName, round3(lo), round3(hi)
 		ch.SpeedUpLow, _, ch.SpeedUpHigh, _ = pairedGain(refTimes[:n], t.times(n), s.Z)
 		ch.SpeedUpLow, ch.SpeedUpHigh = round3(ch.SpeedUpLow), round3(ch.SpeedUpHigh)
-		incTimes, incName = t.times(n), t.key
+		incTimes, incName, incFLOPs = t.times(n), t.key, flopsUp(t)
 	}
 	ch.Front = lut.Front(append([]lut.Point{{Setting: lut.Setting{Method: "none", Decoder: string(model.DecodeSchedule)}, Requests: n, Answers: n, LowerBound: round3(lut.Wilson(n, n, s.Z)), SpeedUp: 1, FLOPsSpeedUp: 1}}, ch.Tried...), n)
 	if ch.Setting.Method == "none" && ch.Setting.Decoder == string(model.DecodeSchedule) {

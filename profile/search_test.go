@@ -232,6 +232,39 @@ func TestSearchChoiceStableUnderTimingNoise(t *testing.T) {
 	}
 }
 
+// A setting measured faster beyond the noise but predicted to do more
+// work than the simpler one (its FLOPs above) does not replace it: timings
+// never overrule the prediction on their own.
+func TestSearchCellKeepsTheSimplerAgainstTheFLOPsPrediction(t *testing.T) {
+	simple := lut.Setting{Method: "none", Decoder: "threshold:0.9"}
+	odd := lut.Setting{Method: "block", Decoder: "threshold:0.9"}
+	var bin []ClassRequest
+	for i := range 160 {
+		bin = append(bin, ClassRequest{Request: Request{ID: fmt.Sprint(i)}, Class: "long"})
+	}
+	for _, tc := range []struct {
+		oddFLOPs float64
+		want     string
+	}{{12, simple.String()}, {6, odd.String()}} {
+		s := &Searcher{Grid: []lut.Setting{simple, odd}, Test: DefaultChangeTest, MinGain: 0.1, Z: 1.6449, MaxLoss: 1}
+		ch, err := s.searchCell(context.Background(), bin, func(_ context.Context, q ClassRequest, setting string) (searchLine, error) {
+			switch setting {
+			case "":
+				return searchLine{Seconds: 10, FLOPs: 100}, nil
+			case simple.String():
+				return searchLine{Equal: true, Seconds: 1, FLOPs: 10}, nil
+			}
+			return searchLine{Equal: true, Seconds: 0.5, FLOPs: tc.oddFLOPs}, nil
+		}, func() {})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ch.Setting.String() != tc.want {
+			t.Errorf("the 2× faster setting at %g FLOPs against the simpler one's 10: chose %s, want %s", tc.oddFLOPs, ch.Setting, tc.want)
+		}
+	}
+}
+
 // A setting that keeps the answers' agreement but loses accuracy beyond
 // MaxLoss does not pass.
 func TestSearchCellHoldsAccuracyLoss(t *testing.T) {
