@@ -514,6 +514,8 @@ func (s *Searcher) searchCell(ctx context.Context, bin []ClassRequest,
 			}
 			onCourse := t.decision == Accepted || t.equal == t.n
 			switch {
+			case t.decision == Rejected && t.equal == t.n:
+				t.stopped = "bound" // a bin too small for the test: nothing can pass it
 			case t.decision == Rejected:
 				t.stopped = "changes"
 			case t.decision == Undecided && s.Test.Decide(t.n+rest, t.n-t.equal, limit) != Accepted:

@@ -97,6 +97,16 @@ func TestSearchCellPicksTheFastestThatHolds(t *testing.T) {
 	if ch.Setting.String() != "none@schedule" {
 		t.Errorf("%d requests: chose %s", DefaultChangeTest.MinRequests()-1, ch.Setting)
 	}
+	// ... and says why: the bin is too small (bound), not changed answers;
+	// the bin stopped after its first request.
+	for _, p := range ch.Tried {
+		if p.Setting.String() == "none@threshold:0.9" && p.Stopped != "bound" {
+			t.Errorf("%d requests: none@threshold:0.9 stopped as %q, want bound", DefaultChangeTest.MinRequests()-1, p.Stopped)
+		}
+	}
+	if ch.Samples != 1 {
+		t.Errorf("%d requests: %d references run, want 1", DefaultChangeTest.MinRequests()-1, ch.Samples)
+	}
 }
 
 // The changed-answer test: the exact bound's request counts (149 with no
