@@ -51,9 +51,12 @@ const DominanceMargin = 1.25
 
 // DominanceAfter: a setting may be left behind as dominated after this
 // many requests of a bin, or a quarter of them if fewer (the pairs the
-// interval needs; the settings on the schedule are 5–15× slower than the
-// decoder's on the bundled model, and running each of them on a quarter
-// of a 150-request bin would cost as much as the references).
+// interval needs: twenty pairs; at ten, σ 0.3 timing noise left the
+// simpler of two equal settings behind now and then,
+// TestSearchChoiceStableOnRecordedOutcomes; the settings on
+// the schedule are 5–15× slower than the decoder's on the bundled model,
+// each as slow as a reference, and running each of them on a quarter of a
+// 150-request bin would cost a quarter of the references again).
 const DominanceAfter = 20
 
 // SearchRun is the header of search.jsonl: what must match for a resume

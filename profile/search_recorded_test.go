@@ -68,9 +68,22 @@ func TestSearchChoiceStableOnRecordedOutcomes(t *testing.T) {
 	if len(bin) != 150 {
 		t.Fatalf("%d recorded requests, want 150", len(bin))
 	}
+	// calibrate's defaults on the whole bin, and make run's caps on its
+	// first 60 requests.
+	for _, tc := range []struct {
+		test ChangeTest
+		n    int
+	}{{DefaultChangeTest, 150}, {ChangeTest{Risk: 0.05, Alpha: 0.05}, 60}} {
+		t.Run(fmt.Sprintf("risk %g on %d", tc.test.Risk, tc.n), func(t *testing.T) {
+			stableOnRecord(t, grid, bin[:tc.n], lines, mean, tc.test)
+		})
+	}
+}
+
+func stableOnRecord(t *testing.T, grid []lut.Setting, bin []ClassRequest, lines map[searchKey]searchLine, mean map[string][2]float64, test ChangeTest) {
 	choose := func(noise func(float64) float64) (string, int) {
 		missing := 0
-		s := &Searcher{Grid: grid, Test: DefaultChangeTest, MinGain: 0.1, Z: 1.6449, MaxLoss: 1}
+		s := &Searcher{Grid: grid, Test: test, MinGain: 0.1, Z: 1.6449, MaxLoss: 1}
 		ch, err := s.searchCell(context.Background(), bin, func(_ context.Context, q ClassRequest, setting string) (searchLine, error) {
 			l, ok := lines[searchKey{q.ID, q.Class, setting}]
 			if !ok {
