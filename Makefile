@@ -116,16 +116,22 @@ llmd:
 # it chooses guided settings); without them one line says so and the run
 # is the unguided one. A search log of the other guide state is set aside
 # (search-guided.jsonl, search-unguided.jsonl), not resumed.
-# The whole guided grid is searched: with the guide of 2 Dec 2026 its 8
-# guided settings were ruled out for changed answers after 17 requests
-# each, 12.6 s of the search's 904 s of generation (1.4%); calibrate on
-# these flags took 611.8 + 16.6 CPU-s with --guide and 603.5 + 12.0
-# without, back to back (AMD EPYC, 2 cores shared with a training job).
-# A guide agreeing with the model would run them on more requests (at
-# most 60 per cell: about +30% of the search's generation); then name the settings
-# (--setting, e.g. the default grid's with none@guided and
-# freecache@guided alone) in CALIBRATE_FLAGS.
-CALIBRATE_FLAGS ?= --ratios 0.2,0.5,0.7,1 --per-ratio 60
+# The calibration's caps: 60 requests a bin and class (--per-ratio), a
+# setting served only where its rate of changed answers is below 5% at
+# 95% confidence (--risk, --confidence; the exact bound needs 59 requests
+# with no changed answer): as many references (none on the schedule, most
+# of the search's time) as make run's search ran before, to keep make run
+# within 10 minutes on 2 cores. calibrate's own defaults, --per-ratio 150
+# --risk 0.02 (149 needed; 300 requests a bin), cost about 2.5× the
+# references: one bin of them, both classes, with the guided grid, took
+# 867 s of generation on 2 cores shared with a training job (the long
+# class's 150 references 520 s of it), so give them in CALIBRATE_FLAGS
+# where the time is there (--per-ratio 100 --risk 0.03 lies between). A
+# bin stops running references once every setting in it has stopped. The
+# whole guided grid is searched: with the guide of 2 Dec 2026 its guided
+# settings changed an answer within the first 6–9 requests of a bin and
+# stopped there.
+CALIBRATE_FLAGS ?= --ratios 0.2,0.5,0.7,1 --per-ratio 60 --risk 0.05
 VERIFY_FLAGS ?= --groups 15
 GUIDE ?= models/llada-tiny-ar
 run: build

@@ -32,6 +32,10 @@ var externalIntros = map[string][]string{
 		"The shuttle bus calls at the places below, one after the other.",
 		"Steps of the onboarding checklist, in the order they happen.",
 	},
+	"span": {
+		"The relay team runs its legs in the order listed below.",
+		"Tonight's playlist: the tracks below play one after the other.",
+	},
 }
 
 // externalProse is filler of another register than the training prose.
@@ -101,12 +105,23 @@ func externalQuestion(r *rand.Rand, suite, block string) string {
 			return fmt.Sprintf(seqQuestionText, noun, "after", words[r.IntN(len(words)-1)])
 		}
 		return fmt.Sprintf(seqQuestionText, noun, "before", words[1+r.IntN(len(words)-1)])
+	case "span":
+		words, _ := seqWords(suite, block)
+		noun := "item"
+		for _, st := range seqStyles {
+			if strings.HasPrefix(block, st.header) {
+				noun = st.noun
+			}
+		}
+		k := between(r, spanMin, min(spanMax, len(words)-1))
+		return fmt.Sprintf(spanQuestionText, k, noun, words[r.IntN(len(words)-k)])
 	}
 	panic("datasets: no external questions for suite " + suite)
 }
 
-// ExternalSuites are the suites External draws from.
-var ExternalSuites = []string{"lookup", "arithmetic", "rule", "sequence"}
+// ExternalSuites are the suites External draws from: every suite, the
+// long-answer copies (span) among them.
+var ExternalSuites = []string{"lookup", "arithmetic", "rule", "sequence", "span"}
 
 // External returns groups system messages, questions questions each (so
 // groups·questions samples; their IDs are "external/G/Q"), cycling

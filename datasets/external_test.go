@@ -12,20 +12,39 @@ func TestExternalSamplesSolveToTheirAnswers(t *testing.T) {
 		t.Fatalf("%d samples, want 160", len(xs))
 	}
 	systems := map[string]int{}
+	suites := map[string]int{}
 	for _, s := range xs {
 		systems[s.System]++
+		suites[s.Suite]++
+		if s.Suite == "span" {
+			if k := len(strings.Split(s.Answer, ", ")); k < spanMin || k > spanMax {
+				t.Errorf("%s: a span of %d names, want %d–%d", s.ID, k, spanMin, spanMax)
+			}
+		}
 		got, err := Solve(s.Suite, s.System, s.User)
 		if err != nil || got != s.Answer {
 			t.Errorf("%s: Solve = %q, %v; answer %q", s.ID, got, err, s.Answer)
 		}
 		// Never a generator's system message: the opening sentence is none of theirs.
-		for _, intros := range [][]string{lookupIntros, arithIntros, ruleIntros} {
+		var seqIntros []string
+		for _, st := range seqStyles {
+			seqIntros = append(seqIntros, st.intro)
+		}
+		for _, intros := range [][]string{lookupIntros, arithIntros, ruleIntros, seqIntros} {
 			for _, in := range intros {
 				if strings.HasPrefix(s.System, in) {
 					t.Errorf("%s opens like a generated sample: %q", s.ID, in)
 				}
 			}
 		}
+	}
+	for _, suite := range ExternalSuites {
+		if suites[suite] != 32 {
+			t.Errorf("%d %s samples of 160, want 32 (every suite in turn, span included)", suites[suite], suite)
+		}
+	}
+	if len(ExternalSuites) != len(Suites()) {
+		t.Errorf("External draws from %v, the suites are %v", ExternalSuites, Suites())
 	}
 	if len(systems) != 40 {
 		t.Errorf("%d distinct system messages, want 40 (4 questions each)", len(systems))

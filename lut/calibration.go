@@ -38,9 +38,15 @@ type Calibration struct {
 	Settings []string `json:"settings,omitempty"`
 	// The method search's changed-answer test (v3): a setting is served
 	// only where a rate ChangeRisk of answers changed from the uncached
-	// ones was ruled out at Confidence by a sequential test, under which a
-	// setting changing ChangeOK of them passes with probability Power.
+	// ones was ruled out at Confidence. ChangeTest names the test:
+	// ChangeTestClopperPearson (the exact one-sided bound on each bin's
+	// requests, up to Cap a bin and class, stopped early once a setting
+	// cannot pass); empty in tables of the earlier sequential probability
+	// ratio test, under which a setting changing ChangeOK of them passed
+	// with probability Power (read, not written).
 	ChangeRisk float64 `json:"change_risk,omitempty"`
+	ChangeTest string  `json:"change_test,omitempty"`
+	Cap        int     `json:"cap,omitempty"`
 	ChangeOK   float64 `json:"change_ok,omitempty"`
 	Power      float64 `json:"power,omitempty"`
 	// MinGain: a setting adding approximation replaced a simpler one only
@@ -49,8 +55,20 @@ type Calibration struct {
 	MinGain float64 `json:"min_gain,omitempty"`
 }
 
+// ChangeTestClopperPearson is Calibration.ChangeTest of the method
+// search's exact bound.
+const ChangeTestClopperPearson = "clopper-pearson"
+
 // TargetText states the target for people.
 func (c *Calibration) TargetText() string {
+	if c.ChangeRisk > 0 && c.ChangeTest == ChangeTestClopperPearson {
+		s := fmt.Sprintf("changed answers below %g%% at %.0f%% confidence (one-sided Clopper–Pearson bound on up to %d requests a bin and class, stopped early once a setting cannot pass)",
+			100*c.ChangeRisk, 100*c.Confidence, c.Cap)
+		if c.MaxLoss > 0 {
+			s += fmt.Sprintf(", at most %g points of accuracy lost against none", c.MaxLoss)
+		}
+		return s + fmt.Sprintf(", an approximation taken only when ≥ %g× as fast as the simpler setting at the interval's low end", 1+c.MinGain)
+	}
 	if c.ChangeRisk > 0 {
 		s := fmt.Sprintf("%g%% of answers changed ruled out at %.0f%% confidence (sequential test; %g%% changed passes with probability %.0f%%)",
 			100*c.ChangeRisk, 100*c.Confidence, 100*c.ChangeOK, 100*c.Power)

@@ -127,6 +127,10 @@ type Point struct {
 	// undecided) and DecidedAt the request count it was reached at.
 	Decision  string `json:"decision,omitempty"`
 	DecidedAt int    `json:"decided_at,omitempty"`
+	// ChangeBound is the one-sided upper confidence bound of its rate of
+	// changed answers on the requests it ran (Clopper–Pearson at the
+	// calibration's confidence; absent in tables before it).
+	ChangeBound float64 `json:"change_bound,omitempty"`
 }
 
 // AnswerAgreement is the share of whole answers unchanged.
@@ -144,15 +148,24 @@ type Choice struct {
 	LowerBound   float64 `json:"lower_bound"`
 	SpeedUp      float64 `json:"speedup"`
 	FLOPsSpeedUp float64 `json:"flops_speedup"`
-	// SpeedUpLow is the lower end of the speed-up's confidence interval
-	// over none on the schedule (geometric mean of per-request ratios,
-	// paired by request, at the calibration's confidence).
-	SpeedUpLow float64 `json:"speedup_low,omitempty"`
+	// SpeedUpLow and SpeedUpHigh are the ends of the speed-up's
+	// confidence interval over none on the schedule (geometric mean of
+	// per-request ratios, paired by request, the calibration's one-sided
+	// confidence at each end; SpeedUpHigh absent in tables before it).
+	SpeedUpLow  float64 `json:"speedup_low,omitempty"`
+	SpeedUpHigh float64 `json:"speedup_high,omitempty"`
+	// ChangeBound is the one-sided upper confidence bound of the chosen
+	// setting's rate of answers changed from the uncached ones on the
+	// bin's requests (Clopper–Pearson at the calibration's confidence;
+	// below the table's change_risk; 0 for none on the schedule, the
+	// reference itself). Nil in tables before it.
+	ChangeBound *float64 `json:"change_bound,omitempty"`
 	// Over is the simpler setting the chosen one had to beat, and GainLow
-	// the lower end of its speed-up over it (at least 1 + the table's
-	// min_gain), both paired by request.
-	Over    string  `json:"over,omitempty"`
-	GainLow float64 `json:"gain_low,omitempty"`
+	// and GainHigh the ends of its speed-up over it (GainLow at least 1 +
+	// the table's min_gain), paired by request.
+	Over     string  `json:"over,omitempty"`
+	GainLow  float64 `json:"gain_low,omitempty"`
+	GainHigh float64 `json:"gain_high,omitempty"`
 	// Front is the Pareto front of the settings run on every request:
 	// none faster with a higher agreement bound.
 	Front []Point `json:"front"`
@@ -291,7 +304,9 @@ func (t *Table) checkChoices() error {
 	return nil
 }
 
-// writeChoices prints the chosen settings with their evidence.
+// writeChoices prints the chosen settings with their evidence: the
+// changed-answer bound, the speed-up over none with its interval, the
+// simpler setting beaten with the gain's interval.
 func (t *Table) writeChoices(sb *strings.Builder) {
 	if !t.Chooses() {
 		return
@@ -309,7 +324,7 @@ func (t *Table) writeChoices(sb *strings.Builder) {
 		}
 	}
 	fmt.Fprintf(sb, "classes: %s\n", strings.Join(cls, "; "))
-	fmt.Fprintf(sb, "%-13s %-6s %-44s %8s %7s %8s %9s %8s %7s  %s\n", "ratio", "class", "chosen", "answers", "bound", "speed-up", "(low)", "FLOPs", "samples", "over (gain's low end); front (setting: speed-up, bound)")
+	fmt.Fprintf(sb, "%-13s %-6s %-44s %8s %7s %8s %8s %-17s %8s %7s  %s\n", "ratio", "class", "chosen", "answers", "bound", "changed≤", "speed-up", "(interval)", "FLOPs", "samples", "over (gain's interval); front (setting: speed-up, bound)")
 	for _, b := range t.Bins {
 		for _, c := range b.Choices {
 			var front []string
@@ -318,10 +333,14 @@ func (t *Table) writeChoices(sb *strings.Builder) {
 			}
 			over := "-"
 			if c.Over != "" {
-				over = fmt.Sprintf("%s (%.2f×)", c.Over, c.GainLow)
+				over = fmt.Sprintf("%s (%s)", c.Over, interval(c.GainLow, c.GainHigh))
 			}
-			fmt.Fprintf(sb, "[%.2f, %.2f) %-6s %-44s %8.3f %7.3f %7.2f× %8.2f× %7.2f× %7d  %s; %s\n", b.Lo, b.Hi, c.Class, c.Setting,
-				c.Agreement, c.LowerBound, c.SpeedUp, c.SpeedUpLow, c.FLOPsSpeedUp, c.Samples, over, strings.Join(front, "; "))
+			changed := "-"
+			if c.ChangeBound != nil {
+				changed = fmt.Sprintf("%.2f%%", 100**c.ChangeBound)
+			}
+			fmt.Fprintf(sb, "[%.2f, %.2f) %-6s %-44s %8.3f %7.3f %8s %7.2f× %-17s %7.2f× %7d  %s; %s\n", b.Lo, b.Hi, c.Class, c.Setting,
+				c.Agreement, c.LowerBound, changed, c.SpeedUp, interval(c.SpeedUpLow, c.SpeedUpHigh), c.FLOPsSpeedUp, c.Samples, over, strings.Join(front, "; "))
 			var rej []string
 			for _, p := range c.Tried {
 				if p.Stopped == "changes" {
@@ -333,4 +352,16 @@ func (t *Table) writeChoices(sb *strings.Builder) {
 			}
 		}
 	}
+}
+
+// interval prints a speed interval's ends ("[1.12×, 1.30×]"), or its lower
+// end alone ("≥ 1.12×") where a table before the upper end has none.
+func interval(lo, hi float64) string {
+	switch {
+	case lo <= 0 && hi <= 0:
+		return "-"
+	case hi <= 0:
+		return fmt.Sprintf("≥ %.2f×", lo)
+	}
+	return fmt.Sprintf("[%.2f×, %.2f×]", lo, hi)
 }

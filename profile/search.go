@@ -24,15 +24,18 @@ import (
 // schedule (the model's own answer: the reference, and none's time), then
 // with every setting of the grid still in the race, the settings taking
 // turns request by request (the order rotating) so that a slow spell on a
-// shared machine slows them alike. A setting passes when a sequential test
-// of its rate of whole answers changed from the references accepts it
-// (ChangeTest) and, on the requests that carry a reference answer, it
-// loses at most MaxLoss points of accuracy against none (searchCell: the changed-answer test, and how the choice
-// is made among the passing settings). The search is budgeted: a setting
-// stops as soon as it is rejected or can no longer be accepted, or, past a
-// quarter of the requests (and three), when a setting accepted or on
-// course to be is DominanceMargin times faster beyond the noise ("dominated": successive
-// halving), or when the time budget is spent ("budget").
+// shared machine slows them alike. A setting passes when the
+// changed-answer test accepts it (ChangeTest: a Clopper–Pearson upper
+// bound on its rate of whole answers changed from the references, below
+// the risk at the cap, the bin's requests) and, on the requests that
+// carry a reference answer, it loses at most MaxLoss points of accuracy
+// against none (searchCell: how the choice is made among the passing
+// settings). The search is budgeted: a setting stops as soon as it can no
+// longer pass ("changes"; "bound" when it missed requests), or, past
+// DominanceAfter requests or a quarter of them (and three), when a setting on course to pass
+// is DominanceMargin times faster beyond the noise ("dominated":
+// successive halving), or when the time budget is spent ("budget"); a bin
+// whose settings have all stopped runs no more references.
 //
 // Every outcome is appended to search.jsonl before it is used: --resume
 // replays them (timings included) and the search picks what it picked. A
@@ -46,6 +49,16 @@ const SearchFile = "search.jsonl"
 // on course to be (no answer changed so far) is faster by at least this
 // factor at the lower end of the paired speed-up's confidence interval.
 const DominanceMargin = 1.25
+
+// DominanceAfter: a setting may be left behind as dominated after this
+// many requests of a bin, or a quarter of them if fewer (the pairs the
+// interval needs: twenty pairs; at ten, σ 0.3 timing noise left the
+// simpler of two equal settings behind now and then,
+// TestSearchChoiceStableOnRecordedOutcomes; the settings on
+// the schedule are 5–15× slower than the decoder's on the bundled model,
+// each as slow as a reference, and running each of them on a quarter of a
+// 150-request bin would cost a quarter of the references again).
+const DominanceAfter = 20
 
 // SearchRun is the header of search.jsonl: what must match for a resume
 // or a merge.
@@ -126,7 +139,11 @@ type Searcher struct {
 	// MinGain is the speed-up over the simpler setting, at the lower end
 	// of its confidence interval, beyond 1, that a setting adding
 	// approximation must show to replace it (0.1: 10% faster).
-	MinGain  float64
+	MinGain float64
+	// Cap is the calibration requests asked per bin and class (calibrate
+	// --per-ratio), recorded in the table: the test's cap is each bin's
+	// requests.
+	Cap      int
 	Z        float64 // one-sided normal quantile of the bounds reported and of the speed intervals
 	MaxLoss  float64 // accuracy points a setting may lose against none (on requests with answers)
 	Stop     func(answer []int32) int
@@ -302,6 +319,15 @@ func (t *race) speedUp() float64 {
 	return t.secNone / t.secMeth
 }
 
+// flopsUp is the predicted speed-up: none's FLOPs over the setting's on
+// the requests it ran.
+func (t *race) flopsUp() float64 {
+	if t.flMeth <= 0 {
+		return 1
+	}
+	return t.flNone / t.flMeth
+}
+
 func (t *race) loss() float64 {
 	if t.checked == 0 {
 		return 0
@@ -309,9 +335,12 @@ func (t *race) loss() float64 {
 	return 100 * float64(t.lost-t.gained) / float64(t.checked)
 }
 
-func (t *race) point(z float64) lut.Point {
+func (t *race) point(z float64, test ChangeTest) lut.Point {
 	p := lut.Point{Setting: t.setting, Requests: t.n, Answers: t.equal, LowerBound: lut.Wilson(t.equal, t.n, z),
 		SpeedUp: round3(t.speedUp()), Stopped: t.stopped, DecidedAt: t.decidedAt}
+	if t.n > 0 {
+		p.ChangeBound = round4(test.Upper(t.n-t.equal, t.n))
+	}
 	if t.n > 0 {
 		p.Decision = t.decision.String()
 	}
@@ -323,6 +352,8 @@ func (t *race) point(z float64) lut.Point {
 }
 
 func round3(x float64) float64 { return math.Round(x*1000) / 1000 }
+
+func round4(x float64) float64 { return math.Round(x*1e4) / 1e4 }
 
 // search is the decision procedure over one outcome source: live runs, a
 // resumed log or merged shards.
@@ -368,8 +399,12 @@ func (s *Searcher) search(ctx context.Context, reqs []ClassRequest,
 		ch.Class = c.class
 		choices[c.bin] = append(choices[c.bin], ch)
 		if s.Log != nil {
-			s.Log(fmt.Sprintf("[%.2f, %.2f) %s: %s (%d/%d answers, bound %.3f, %.2f× none)", s.Run.Edges[c.bin], s.Run.Edges[c.bin+1],
-				c.class, ch.Setting, int(math.Round(ch.Agreement*float64(ch.Samples))), ch.Samples, ch.LowerBound, ch.SpeedUp))
+			bound := 0.0
+			if ch.ChangeBound != nil {
+				bound = *ch.ChangeBound
+			}
+			s.Log(fmt.Sprintf("[%.2f, %.2f) %s: %s (%d/%d answers unchanged, changed ≤ %.2f%% at %.0f%%; %.2f× none, interval [%.2f×, %.2f×])", s.Run.Edges[c.bin], s.Run.Edges[c.bin+1],
+				c.class, ch.Setting, int(math.Round(ch.Agreement*float64(ch.Samples))), ch.Samples, 100*bound, 100*(1-s.Test.Alpha), ch.SpeedUp, ch.SpeedUpLow, ch.SpeedUpHigh))
 		}
 	}
 	if s.Shard {
@@ -385,7 +420,7 @@ func (s *Searcher) search(ctx context.Context, reqs []ClassRequest,
 		settings = append(settings, g.String())
 	}
 	t.Calibration = &lut.Calibration{Method: "search", Gate: GateAnswer, Confidence: 1 - s.Test.Alpha, MaxLoss: s.MaxLoss,
-		ChangeRisk: s.Test.P1, ChangeOK: s.Test.P0, Power: 1 - s.Test.Beta, MinGain: s.MinGain,
+		ChangeRisk: s.Test.Risk, ChangeTest: lut.ChangeTestClopperPearson, Cap: s.Cap, MinGain: s.MinGain,
 		Requests: len(reqs), Seconds: math.Round(time.Since(s.start).Seconds()*10) / 10, Data: s.Run.Data, Seed: s.Run.Seed, Settings: settings}
 	return t, nil
 }
@@ -402,18 +437,21 @@ func binOf(edges []float64, r float64) int {
 
 // searchCell races the grid over one bin's requests of one class. Each
 // setting runs request by request (the order rotating) until the
-// changed-answer test (s.Test) rejects it ("changes"), it can no longer be
-// accepted on the requests left ("bound"), a setting accepted or on course
-// to be leaves it behind beyond the noise ("dominated"), or the budget is
-// spent ("budget"). A
-// setting passes when the test accepted it and it lost at most MaxLoss
-// points of accuracy. The choice starts from none on the schedule and
-// walks the passing settings from the least approximation to the most
-// (approximation; ties by predicted FLOPs speed-up): each replaces the
-// choice so far only if its speed-up over it, paired by request, is at
-// least 1 + MinGain at the lower end of its confidence interval (normal
-// quantile s.Z). Differences inside the timing noise keep the simpler
-// setting, so the choice does not flip from run to run on noise.
+// changed-answer test (s.Test, its cap the bin's requests) rejects it
+// ("changes": it can no longer pass), it can no longer be accepted on the
+// requests left ("bound": it missed some), a setting on course to pass
+// leaves it behind beyond the noise ("dominated"), or the budget is spent
+// ("budget"); once every setting has stopped, the bin runs no more
+// references. A setting passes when the test accepted it at the cap and
+// it lost at most MaxLoss points of accuracy. The choice starts from none
+// on the schedule and walks the passing settings from the least
+// approximation to the most (approximation; ties by predicted FLOPs
+// speed-up): each replaces the choice so far only if its speed-up over
+// it, paired by request, is at least 1 + MinGain at the lower end of its
+// confidence interval (normal quantile s.Z) and its predicted FLOPs
+// speed-up is at least the replaced one's (timings never overrule the
+// prediction on their own). Differences inside the timing noise keep the
+// simpler setting, so the choice does not flip from run to run on noise.
 func (s *Searcher) searchCell(ctx context.Context, bin []ClassRequest,
 	run func(context.Context, ClassRequest, string) (searchLine, error), tick func()) (*lut.Choice, error) {
 	ts := make([]*race, len(s.Grid))
@@ -421,6 +459,7 @@ func (s *Searcher) searchCell(ctx context.Context, bin []ClassRequest,
 		ts[i] = &race{setting: g, key: g.String(), secs: map[int]float64{}}
 	}
 	n := len(bin)
+	limit := n // the test's cap: a setting is accepted on the bin's every request
 	refTimes := make([]float64, n)
 	for i, q := range bin {
 		ref, err := run(ctx, q, "")
@@ -462,7 +501,7 @@ func (s *Searcher) searchCell(ctx context.Context, bin []ClassRequest,
 				}
 			}
 			if t.decision == Undecided {
-				if d := s.Test.Decide(t.n, t.n-t.equal); d != Undecided {
+				if d := s.Test.Decide(t.n, t.n-t.equal, limit); d != Undecided {
 					t.decision, t.decidedAt = d, t.n
 				}
 			}
@@ -479,43 +518,50 @@ func (s *Searcher) searchCell(ctx context.Context, bin []ClassRequest,
 			}
 			onCourse := t.decision == Accepted || t.equal == t.n
 			switch {
+			case t.decision == Rejected && t.equal == t.n:
+				t.stopped = "bound" // a bin too small for the test: nothing can pass it
 			case t.decision == Rejected:
 				t.stopped = "changes"
-			case t.decision == Undecided && s.Test.Decide(t.n+rest, t.n-t.equal) != Accepted:
+			case t.decision == Undecided && s.Test.Decide(t.n+rest, t.n-t.equal, limit) != Accepted:
 				t.stopped = "bound" // not accepted even if every request left agrees
 			case onCourse && t.loss() <= s.MaxLoss && (lead == nil || t.speedUp() > lead.speedUp()):
 				lead = t
 			}
 		}
-		if lead != nil && 4*(i+1) >= n && i >= 2 {
+		if lead != nil && i+1 >= min(DominanceAfter, (n+3)/4) && i >= 2 {
 			for _, t := range ts {
 				if t.stopped != "" || t == lead {
 					continue
 				}
 				// Paired by request, beyond the noise: a setting is left
 				// behind only where the choice could never come back to it.
-				if lo, _, ok := pairedGain(t.times(i+1), lead.times(i+1), s.Z); ok && lo >= DominanceMargin {
+				// (Nor where the FLOPs prediction would keep it over the lead.)
+				if lo, _, _, ok := pairedGain(t.times(i+1), lead.times(i+1), s.Z); ok && lo >= DominanceMargin && lead.flopsUp() >= t.flopsUp() {
 					t.stopped = "dominated"
 				}
 			}
 		}
+		if !slices.ContainsFunc(ts, func(t *race) bool { return t.stopped == "" }) {
+			for range bin[i+1:] { // every setting has stopped: none on the schedule stays
+				tick()
+			}
+			n = i + 1
+			break
+		}
 	}
-	ch := &lut.Choice{Samples: n, Setting: lut.Setting{Method: "none", Decoder: string(sample.DecodeSchedule)}, Agreement: 1, LowerBound: 1, SpeedUp: 1, FLOPsSpeedUp: 1, SpeedUpLow: 1}
+	zero := 0.0
+	ch := &lut.Choice{Samples: n, Setting: lut.Setting{Method: "none", Decoder: string(sample.DecodeSchedule)}, Agreement: 1, LowerBound: 1, SpeedUp: 1, FLOPsSpeedUp: 1, SpeedUpLow: 1,
+		SpeedUpHigh: 1, ChangeBound: &zero}
 	var passed []*race
 	for _, t := range ts {
-		p := t.point(s.Z)
+		p := t.point(s.Z, s.Test)
 		p.Passed = t.decision == Accepted && (t.stopped == "" || t.stopped == "budget") && t.loss() <= s.MaxLoss
 		ch.Tried = append(ch.Tried, p)
 		if p.Passed {
 			passed = append(passed, t)
 		}
 	}
-	flopsUp := func(t *race) float64 {
-		if t.flMeth <= 0 {
-			return 1
-		}
-		return t.flNone / t.flMeth
-	}
+	flopsUp := (*race).flopsUp
 	slices.SortStableFunc(passed, func(a, b *race) int {
 		if d := approximation(a.setting) - approximation(b.setting); d != 0 {
 			return d
@@ -528,18 +574,23 @@ func (s *Searcher) searchCell(ctx context.Context, bin []ClassRequest,
 		}
 		return strings.Compare(a.key, b.key)
 	})
-	incTimes, incName := refTimes, ch.Setting.String()
+	incTimes, incName, incFLOPs := refTimes[:n], ch.Setting.String(), 1.0
 	for _, t := range passed {
-		lo, _, ok := pairedGain(incTimes, t.times(n), s.Z)
-		if !ok || lo < 1+s.MinGain {
+		lo, _, hi, ok := pairedGain(incTimes, t.times(n), s.Z)
+		// Beyond the noise, and not against the FLOPs prediction: a
+		// setting predicted to do more work than the one it would replace
+		// is not taken on timings alone.
+		if !ok || lo < 1+s.MinGain || flopsUp(t) < incFLOPs {
 			continue
 		}
-		p := t.point(s.Z)
+		p := t.point(s.Z, s.Test)
 		ch.Setting, ch.Agreement, ch.LowerBound, ch.SpeedUp, ch.FLOPsSpeedUp = p.Setting, round3(p.AnswerAgreement()), p.LowerBound, p.SpeedUp, p.FLOPsSpeedUp
-		ch.Over, ch.GainLow = incName, round3(lo)
-		ch.SpeedUpLow, _, _ = pairedGain(refTimes, t.times(n), s.Z)
-		ch.SpeedUpLow = round3(ch.SpeedUpLow)
-		incTimes, incName = t.times(n), t.key
+		bound := p.ChangeBound
+		ch.ChangeBound = &bound
+		ch.Over, ch.GainLow, ch.GainHigh = incName, round3(lo), round3(hi)
+		ch.SpeedUpLow, _, ch.SpeedUpHigh, _ = pairedGain(refTimes[:n], t.times(n), s.Z)
+		ch.SpeedUpLow, ch.SpeedUpHigh = round3(ch.SpeedUpLow), round3(ch.SpeedUpHigh)
+		incTimes, incName, incFLOPs = t.times(n), t.key, flopsUp(t)
 	}
 	ch.Front = lut.Front(append([]lut.Point{{Setting: lut.Setting{Method: "none", Decoder: string(sample.DecodeSchedule)}, Requests: n, Answers: n, LowerBound: round3(lut.Wilson(n, n, s.Z)), SpeedUp: 1, FLOPsSpeedUp: 1}}, ch.Tried...), n)
 	if ch.Setting.Method == "none" && ch.Setting.Decoder == string(sample.DecodeSchedule) {

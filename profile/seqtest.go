@@ -5,40 +5,38 @@ import (
 	"math"
 )
 
-// ChangeTest is the method search's accuracy criterion: Wald's sequential
-// probability ratio test on a setting's rate of changed answers (whole
-// answers that differ from the model's own uncached ones), between an
-// acceptable rate P0 and a rate P1 a user must not be served. After each
-// request the log-likelihood ratio of the answers so far under P1 and P0
-// is compared with two thresholds: the setting is accepted once it falls
-// to log(Alpha), rejected once it reaches log((1−Alpha)/Beta), and
-// undecided (not accepted) when the bin's requests run out between.
-// Whatever the number of looks, a setting whose rate is P1 or more is
-// accepted with probability at most Alpha (the likelihood ratio at
-// acceptance is at most Alpha, so P1(accept) ≤ Alpha·P0(accept): exact,
-// not Wald's approximation), and one whose rate is P0 or less is rejected
-// with probability about Beta or less (Wald's approximation): a bound on
-// the rate of changed answers, reached with as few requests as the
-// evidence allows (a setting whose first answers change stops at once,
-// one that holds needs MinRequests).
+// ChangeTest is the method search's accuracy criterion: a one-sided
+// Clopper–Pearson (exact binomial) upper confidence bound on a setting's
+// rate of changed answers (whole answers that differ from the model's own
+// uncached ones), which must fall below Risk at confidence 1 − Alpha on
+// the bin's requests, up to its cap (the bin's calibration requests of the
+// class). The test is sequential in one direction: after every request the
+// search stops a setting as soon as it can no longer pass — its changed
+// answers so far already keep the bound at the cap at or above Risk
+// (MaxChanges), or their lower confidence bound lies above Risk — and
+// keeps sampling up to the cap while it may still pass. A setting is
+// accepted only at the cap, on the bound of all its answers: stopping
+// early for failure never accepts anything, so whatever the number of
+// looks, a setting whose rate of changed answers is Risk or more is
+// accepted with probability at most Alpha (the one-shot exact bound's
+// guarantee; TestChangeTestBounds simulates it).
 type ChangeTest struct {
-	P0, P1      float64 // acceptable and unacceptable rates of changed answers
-	Alpha, Beta float64 // the test's error rates: accepting at P1, rejecting at P0
+	Risk  float64 // the rate of changed answers a setting must be shown to stay below
+	Alpha float64 // 1 − the confidence of the bound
 }
 
-// DefaultChangeTest: a setting is served only when a 5% rate of changed
-// answers is ruled out at 90% confidence; one that changes 1% of answers
-// passes with probability 0.8. A setting with no changed answer is
-// accepted after 56 requests; each changed answer costs about 39 more.
-var DefaultChangeTest = ChangeTest{P0: 0.01, P1: 0.05, Alpha: 0.10, Beta: 0.20}
+// DefaultChangeTest: a setting is served only where its rate of changed
+// answers is below 2% at 95% confidence: with no changed answer that takes
+// 149 requests (MinRequests), with one 236, with two 313.
+var DefaultChangeTest = ChangeTest{Risk: 0.02, Alpha: 0.05}
 
-// Check validates the test's rates.
+// Check validates the test's risk and confidence.
 func (c ChangeTest) Check() error {
 	switch {
-	case !(c.P0 > 0 && c.P0 < c.P1 && c.P1 < 1):
-		return fmt.Errorf("changed-answer rates %g and %g: want 0 < acceptable < risk < 1", c.P0, c.P1)
-	case !(c.Alpha > 0 && c.Alpha < 0.5), !(c.Beta > 0 && c.Beta < 0.5):
-		return fmt.Errorf("error rates %g, %g: want each in (0, 0.5)", c.Alpha, c.Beta)
+	case !(c.Risk > 0 && c.Risk < 1):
+		return fmt.Errorf("changed-answer risk %g: want a rate in (0, 1)", c.Risk)
+	case !(c.Alpha > 0 && c.Alpha < 0.5):
+		return fmt.Errorf("confidence %g: want (0.5, 1)", 1-c.Alpha)
 	}
 	return nil
 }
@@ -57,43 +55,129 @@ func (d Decision) String() string {
 	return [...]string{"undecided", "accepted", "rejected"}[d]
 }
 
-// llr is the log-likelihood ratio (P1 against P0) of changed answers in n.
-func (c ChangeTest) llr(n, changed int) float64 {
-	return float64(changed)*math.Log(c.P1/c.P0) + float64(n-changed)*math.Log((1-c.P1)/(1-c.P0))
-}
-
-// Decide is the verdict after n requests of which changed changed. (In
-// Wald's terms the hypothesis tested is "rate P0"; accepting it at rate P1
-// is the error bounded by Alpha, rejecting it at P0 the one bounded by
-// Beta.)
-func (c ChangeTest) Decide(n, changed int) Decision {
-	l := c.llr(n, changed)
+// Decide is the verdict after n of a cap of requests, changed of them
+// changed: rejected once the setting cannot pass within the cap (more
+// changed answers than MaxChanges(cap), or a lower bound above Risk),
+// accepted at the cap when its upper bound is below Risk, else undecided.
+func (c ChangeTest) Decide(n, changed, cap int) Decision {
 	switch {
-	case l >= math.Log((1-c.Alpha)/c.Beta):
+	case !c.canPass(changed, cap) || (changed > 0 && 1-binomCDF(changed-1, n, c.Risk) < c.Alpha): // the lower bound above Risk
 		return Rejected
-	case l <= math.Log(c.Alpha):
+	case n >= cap:
 		return Accepted
 	}
 	return Undecided
 }
 
-// MinRequests is the fewest requests that can accept a setting (none of
-// them changed).
+// Upper is the one-sided upper confidence bound (confidence 1 − Alpha) of
+// the rate of changed answers, changed of n.
+func (c ChangeTest) Upper(changed, n int) float64 {
+	return ClopperPearsonUpper(changed, n, c.Alpha)
+}
+
+// canPass reports whether changed answers of cap keep the upper bound
+// below Risk: the bound lies below Risk exactly when P(X ≤ changed) at
+// rate Risk is below Alpha.
+func (c ChangeTest) canPass(changed, cap int) bool {
+	return changed < cap && binomCDF(changed, cap, c.Risk) < c.Alpha
+}
+
+// MaxChanges is the most changed answers of cap with which a setting
+// passes (-1: none passes on cap requests).
+func (c ChangeTest) MaxChanges(cap int) int {
+	k := -1
+	for c.canPass(k+1, cap) {
+		k++
+	}
+	return k
+}
+
+// MinRequests is the smallest cap on which a setting can pass (with no
+// changed answer).
 func (c ChangeTest) MinRequests() int {
-	return int(math.Ceil(math.Log(c.Alpha) / math.Log((1-c.P1)/(1-c.P0))))
+	n := max(1, int(math.Floor(math.Log(c.Alpha)/math.Log1p(-c.Risk))))
+	for !c.canPass(0, n) {
+		n++
+	}
+	return n
 }
 
 // Text states the test for people.
 func (c ChangeTest) Text() string {
-	return fmt.Sprintf("changed answers: %g%% ruled out at %.0f%% confidence (sequential test; %g%% passes with probability %.0f%%, ≥ %d requests)",
-		100*c.P1, 100*(1-c.Alpha), 100*c.P0, 100*(1-c.Beta), c.MinRequests())
+	return fmt.Sprintf("changed answers: %g%% ruled out at %.0f%% confidence (Clopper–Pearson bound at the cap, stopped early once it cannot pass; ≥ %d requests)",
+		100*c.Risk, 100*(1-c.Alpha), c.MinRequests())
 }
 
-// pairedGain is the one-sided lower confidence bound (normal quantile z)
-// of the geometric-mean speed-up of times b over times a, paired by
-// request (a's seconds over b's), and the point estimate; ok is false
-// with fewer than three pairs.
-func pairedGain(a, b []float64, z float64) (lo, est float64, ok bool) {
+// ClopperPearsonUpper is the exact one-sided upper confidence bound
+// (confidence 1 − alpha) of a binomial rate with k successes in n trials:
+// the p at which P(X ≤ k) = alpha (1 when k ≥ n; 1 for n = 0).
+func ClopperPearsonUpper(k, n int, alpha float64) float64 {
+	switch {
+	case n <= 0 || k >= n:
+		return 1
+	case k == 0:
+		return -math.Expm1(math.Log(alpha) / float64(n))
+	}
+	lo, hi := 0.0, 1.0
+	for range 100 {
+		mid := (lo + hi) / 2
+		if binomCDF(k, n, mid) > alpha {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return hi
+}
+
+// ClopperPearsonLower is the exact one-sided lower confidence bound: the
+// p at which P(X ≥ k) = alpha (0 for k = 0).
+func ClopperPearsonLower(k, n int, alpha float64) float64 {
+	switch {
+	case k <= 0 || n <= 0:
+		return 0
+	case k >= n:
+		return math.Exp(math.Log(alpha) / float64(n))
+	}
+	lo, hi := 0.0, 1.0
+	for range 100 {
+		mid := (lo + hi) / 2
+		if 1-binomCDF(k-1, n, mid) < alpha {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}
+
+// binomCDF is P(X ≤ k) for X ~ Binomial(n, p), summed in logs.
+func binomCDF(k, n int, p float64) float64 {
+	if k < 0 {
+		return 0
+	}
+	if k >= n || p <= 0 {
+		return 1
+	}
+	if p >= 1 {
+		return 0
+	}
+	lp, lq := math.Log(p), math.Log1p(-p)
+	lgn, _ := math.Lgamma(float64(n + 1))
+	s := 0.0
+	for i := 0; i <= k; i++ {
+		a, _ := math.Lgamma(float64(i + 1))
+		b, _ := math.Lgamma(float64(n - i + 1))
+		s += math.Exp(lgn - a - b + float64(i)*lp + float64(n-i)*lq)
+	}
+	return min(1, s)
+}
+
+// pairedGain is the two-sided confidence interval (normal quantile z at
+// each end) of the geometric-mean speed-up of times b over times a,
+// paired by request (a's seconds over b's), and the point estimate; ok is
+// false with fewer than three pairs.
+func pairedGain(a, b []float64, z float64) (lo, est, hi float64, ok bool) {
 	var d []float64
 	for i := range min(len(a), len(b)) {
 		if a[i] > 0 && b[i] > 0 {
@@ -101,10 +185,10 @@ func pairedGain(a, b []float64, z float64) (lo, est float64, ok bool) {
 		}
 	}
 	if len(d) < 3 {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
 	mean, se := MeanSE(d)
-	return math.Exp(mean - z*se), math.Exp(mean), true
+	return math.Exp(mean - z*se), math.Exp(mean), math.Exp(mean + z*se), true
 }
 
 // MeanSE is the mean of d and its standard error (the sample standard

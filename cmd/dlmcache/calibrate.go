@@ -40,8 +40,6 @@ type calibrateOptions struct {
 	Grid       []string
 	MaxLoss    float64
 	Risk       float64
-	RiskOK     float64
-	Power      float64
 	MinGain    float64
 	Budget     time.Duration
 	CacheBytes int64
@@ -157,11 +155,11 @@ func (opts *calibrateOptions) flags(fl *pflag.FlagSet) {
 	opts.requestSampling.addFlags(fl)
 	fl.StringVar(&opts.LUT, "lut", "", "cosine table (table.json from dlmcache profile): the table calibrated (its bins take the calibration bin holding their middle) and the depths the search starts from; empty: the calibration bins, starting at depth 1")
 	fl.StringVar(&opts.Ratios, "ratios", "0.5:1:0.1", "calibration bins: LO:HI:STEP or ascending edges; a table bin outside them keeps no reuse (depth 0)")
-	fl.IntVar(&opts.PerRatio, "per-ratio", 60, "requests per calibration bin and class (methods mode: the changed-answer test accepts a setting after 56 at the least, at the defaults; depth mode at 90% confidence: 0.9 needs ≥ 15 agreeing samples, 0.95 ≥ 32, 0.99 ≥ 163)")
+	fl.IntVar(&opts.PerRatio, "per-ratio", 150, "requests per calibration bin and class (methods mode: the changed-answer test's cap; a setting is accepted on all of them, stopped early once it cannot pass; at --risk 0.02 and --confidence 0.95 it needs ≥ 149 with no changed answer, 236 allow one; depth mode at 90% confidence: 0.9 needs ≥ 15 agreeing samples, 0.95 ≥ 32, 0.99 ≥ 163)")
 	fl.StringSliceVar(&opts.Sources, "sources", []string{"store", "request"}, "deep sources to calibrate: store, request")
 	fl.StringVar(&opts.Gate, "gate", profile.GateAnswer, "agreement a depth must keep: answer (whole answers unchanged) or token (per answer token: laxer, one changed token in twenty passes 0.95)")
 	fl.Float64Var(&opts.Agreement, "agreement", 0.9, "depth mode: the Wilson lower bound the gated agreement must reach (0.9 needs ≥ 15 agreeing requests a bin with the answer gate; 0.99 is out of reach: depth 1, exact reuse but for float rounding, already changes ~2% of the bundled model's answer tokens)")
-	fl.Float64Var(&opts.Confidence, "confidence", 0.9, "one-sided confidence of the bounds: depth mode's Wilson bound; methods mode's changed-answer test (a setting changing --risk of the answers is accepted with probability at most 1 − this) and speed intervals")
+	fl.Float64Var(&opts.Confidence, "confidence", 0.95, "one-sided confidence of the bounds: depth mode's Wilson bound; methods mode's changed-answer bound (a setting changing --risk of the answers is accepted with probability at most 1 − this) and speed intervals")
 	cache.AddFlags(fl, &opts.Method, "refresh")
 	fl.StringVar(&opts.Stat, "stat", "mean", "statistic of the cosine table's start depth: mean, mean-std, min")
 	opts.regimeFlags.add(fl)
@@ -173,9 +171,7 @@ func (opts *calibrateOptions) flags(fl *pflag.FlagSet) {
 	fl.StringVar(&opts.Mode, "mode", "methods", "methods: search the method space (methods × knobs × decoders) per ratio bin and answer-length class and write a table that chooses (format v3); depth: calibrate bicache's depth per bin and deep source only (format v2)")
 	fl.StringArrayVar(&opts.Grid, "setting", nil, "methods mode: a setting to try, as \"NAME@DECODER knob=v … source=S\" (repeat the flag); default: every method's declared grid (dlmcache calibrate --help lists it)")
 	fl.Float64Var(&opts.MaxLoss, "max-loss", 1, "methods mode: the accuracy (points against none) a user may lose: a setting must lose at most this much on the bin's requests that carry reference answers, besides meeting --agreement")
-	fl.Float64Var(&opts.Risk, "risk", profile.DefaultChangeTest.P1, "methods mode: the rate of answers changed from the uncached ones a setting must be shown to stay below (sequential test at --confidence)")
-	fl.Float64Var(&opts.RiskOK, "risk-ok", profile.DefaultChangeTest.P0, "methods mode: a rate of changed answers low enough that a setting having it passes with probability --power")
-	fl.Float64Var(&opts.Power, "power", 1-profile.DefaultChangeTest.Beta, "methods mode: the probability that a setting changing --risk-ok of the answers passes (higher needs more requests)")
+	fl.Float64Var(&opts.Risk, "risk", profile.DefaultChangeTest.Risk, "methods mode: the rate of answers changed from the uncached ones a setting must be shown to stay below: its one-sided Clopper–Pearson bound at --confidence, on the bin's --per-ratio requests")
 	fl.Float64Var(&opts.MinGain, "min-gain", 0.1, "methods mode: a setting adding approximation replaces a simpler one only if its speed-up over it, paired by request, is at least 1 + this at the lower end of its confidence interval")
 	fl.DurationVar(&opts.Budget, "budget", 0, "methods mode: stop starting settings on new requests after this long (those cut short do not pass); 0: no limit")
 	fl.Int64Var(&opts.CacheBytes, "cache-bytes", 1<<30, "methods mode: each setting's prefix store budget in bytes")

@@ -22,15 +22,15 @@ func calibrateMethods(ctx context.Context, opts *calibrateOptions) error {
 	if opts.MaxLoss < 0 {
 		return fmt.Errorf("--max-loss %g: want ≥ 0 points", opts.MaxLoss)
 	}
-	test := profile.ChangeTest{P0: opts.RiskOK, P1: opts.Risk, Alpha: 1 - opts.Confidence, Beta: 1 - opts.Power}
+	test := profile.ChangeTest{Risk: opts.Risk, Alpha: 1 - opts.Confidence}
 	if err := test.Check(); err != nil {
-		return fmt.Errorf("--risk %g, --risk-ok %g, --confidence %g, --power %g: %w", opts.Risk, opts.RiskOK, opts.Confidence, opts.Power, err)
+		return fmt.Errorf("--risk %g, --confidence %g: %w", opts.Risk, opts.Confidence, err)
 	}
 	if opts.MinGain < 0 {
 		return fmt.Errorf("--min-gain %g: want ≥ 0", opts.MinGain)
 	}
 	if min := test.MinRequests(); opts.PerRatio < min {
-		fmt.Fprintf(opts.f.ErrOut, "warning: --per-ratio %d: the changed-answer test accepts a setting after %d requests at the least, so every bin will keep none on the schedule\n", opts.PerRatio, min)
+		fmt.Fprintf(opts.f.ErrOut, "warning: --per-ratio %d: the changed-answer bound falls below --risk %g at %g%% confidence on %d requests at the least, so every bin will keep none on the schedule\n", opts.PerRatio, opts.Risk, 100*opts.Confidence, min)
 	}
 	grid := cache.DefaultGrid()
 	if opts.Guide != "" {
@@ -116,7 +116,7 @@ func calibrateMethods(ctx context.Context, opts *calibrateOptions) error {
 		names = append(names, g.String())
 	}
 	s := &profile.Searcher{
-		Model: lm.Network, Gen: gen, Grid: grid, Test: test, MinGain: opts.MinGain, Z: normalQuantile(opts.Confidence), MaxLoss: opts.MaxLoss,
+		Model: lm.Network, Gen: gen, Grid: grid, Test: test, MinGain: opts.MinGain, Cap: opts.PerRatio, Z: normalQuantile(opts.Confidence), MaxLoss: opts.MaxLoss,
 		Stop: lm.AnswerEnd, Text: lm.AnswerText, Check: datasets.CheckAnswer, Budget: opts.Budget, Shard: opts.Shard != "",
 		OutDir: opts.Out, Resume: opts.Resume, Log: func(l string) { fmt.Fprintln(opts.f.ErrOut, l) },
 		Run: profile.SearchRun{Model: lm.modelID(),

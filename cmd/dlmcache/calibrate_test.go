@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dlmcache/dlmcache/datasets"
 	"github.com/dlmcache/dlmcache/lut"
 )
 
@@ -123,9 +124,11 @@ func TestCalibrateMethodsResumesAndMerges(t *testing.T) {
 }
 
 // Calibration's External requests come a system message at a time, its
-// questions consecutive between the suites' samples, so a bin's requests
-// share system messages (the store is timed with hits) as served traffic
-// does.
+// questions consecutive, so a bin's requests share system messages (the
+// store is timed with hits) as served traffic does; they come first, so a
+// bin their ratios reach is filled with system messages the suites'
+// generators never produce, every suite among them (span copies and
+// arithmetic included).
 func TestSampleSuitesKeepsExternalGroupsTogether(t *testing.T) {
 	f := &factory{Out: io.Discard, ErrOut: io.Discard}
 	lm, err := loadModel(f, serveFixture, "cpu", 1)
@@ -134,12 +137,17 @@ func TestSampleSuitesKeepsExternalGroupsTogether(t *testing.T) {
 	}
 	defer lm.Close()
 	s := requestSampling{Data: []string{"suites", "external"}, PerRatio: 60, Seed: 1}
-	reqs, _, err := s.sampleSuites(f, lm, 96, []float64{0, 1}, 0, 1)
+	reqs, _, err := s.sampleSuites(f, lm, 256, []float64{0, 1}, 0, 1) // 256 slots: the fixture tokenizer's span answers fit
 	if err != nil {
 		t.Fatal(err)
 	}
 	groups := 0
+	suites := map[string]int{}
 	for i, r := range reqs {
+		suites[r.Suite]++
+		if !strings.HasPrefix(r.ID, "external/") {
+			t.Errorf("request %d, %s: a generator's system message where External's fill the bin", i, r.ID)
+		}
 		var g, q int
 		if _, err := fmt.Sscanf(r.ID, "external/%d/%d", &g, &q); err != nil {
 			continue
@@ -152,6 +160,11 @@ func TestSampleSuitesKeepsExternalGroupsTogether(t *testing.T) {
 			t.Errorf("request %d, %s, does not follow its system message's previous question", i, r.ID)
 		} else if !slices.Equal(r.Prompt[:r.PrefixLen], reqs[i-1].Prompt[:reqs[i-1].PrefixLen]) {
 			t.Errorf("request %d does not share %s's system message", i, reqs[i-1].ID)
+		}
+	}
+	for _, suite := range datasets.Suites() {
+		if suites[suite] == 0 {
+			t.Errorf("no %s request among %d: %v", suite, len(reqs), suites)
 		}
 	}
 	if groups < 2 || len(reqs) != 60 {

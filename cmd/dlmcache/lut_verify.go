@@ -56,8 +56,9 @@ func readVerifyRequests(path string, groups int, seed int64) ([]verifyRequest, e
 		for _, s := range datasets.External(groups, 4, seed) {
 			out = append(out, verifyRequest{System: s.System, User: s.User, Answer: s.Answer, Suite: s.Suite})
 		}
-		// Every suite's held-out split too, the long-answer span suite
-		// among them (External has none): groups samples each.
+		// Every suite's held-out split too (the generators' own system
+		// messages, held-out data blocks), groups samples each: with
+		// External's, span copies and arithmetic in both kinds.
 		for _, suite := range datasets.Suites() {
 			for _, s := range datasets.Generate(suite, datasets.Eval, seed, groups, datasets.DefaultOptions()) {
 				out = append(out, verifyRequest{System: s.System, User: s.User, Answer: s.Answer, Suite: s.Suite})

@@ -98,11 +98,14 @@ func (s requestSampling) sample(f *factory, lm *loadedModel, genLength int, edge
 	return preqs, unfilledS, nil
 }
 
-// sampleSuites bins the task suites' training samples (every curriculum
-// level and the evaluation options, so ratios span 0.5–0.95 at the bundled
-// model's gen length; --data suites) and/or datasets.External's requests
-// (--data external: system messages the generators never produce) by
-// ratio: up to PerRatio a bin, sources taking turns.
+// sampleSuites bins datasets.External's requests (--data external: system
+// messages the suites' generators never produce, every suite, span copies
+// and arithmetic included) and/or the task suites' training samples (every
+// curriculum level and the evaluation options, so ratios span 0.5–0.95 at
+// the bundled model's gen length; --data suites) by ratio: up to PerRatio
+// a bin. With both, External's requests come first and the suites' fill
+// what they leave (the bins whose ratios External's system messages do
+// not reach), the suites taking turns.
 // Samples whose answer does not fit the gen length (the span suite at 16
 // slots) are skipped. These are the requests a model trained on the
 // suites answers stably; on prompts it cannot answer, a greedy answer
@@ -112,14 +115,26 @@ func (s requestSampling) sampleSuites(f *factory, lm *loadedModel, genLength int
 	var out []profile.Request
 	opts := []datasets.GenOptions{datasets.Level(0), datasets.Level(1), datasets.Level(2), datasets.DefaultOptions()}
 	const pool = 400 // samples drawn per suite and option set
-	// Sources take turns, a group of samples each: each suite under each
-	// option set (one sample a turn), and with "external"
-	// datasets.External's system messages (drawn with a seed of their own:
-	// lut verify's default set is another), a system message's four
-	// questions a turn, kept together in order so that a bin holds requests
-	// that share their system message, as served traffic does: the search
-	// then times the prefix store with hits, not only fills.
-	var sources [][][]datasets.Sample
+	// First datasets.External's system messages (drawn with a seed of
+	// their own: lut verify's default set is another), a system message's
+	// four questions at a time, kept together in order so that a bin holds
+	// requests that share their system message, as served traffic does
+	// (the search then times the prefix store with hits, not only fills);
+	// then, for what they leave, the suites' sources taking turns, each
+	// suite under each option set, one sample a turn.
+	var sources, first [][][]datasets.Sample
+	if slices.Contains(s.Data, "external") {
+		const questions = 4
+		// Enough system messages to fill every bin from them alone where
+		// their ratios reach it (a quarter or more of them fit a bin).
+		groups := max(pool/4, s.PerRatio*(len(edges)-1))
+		ext := datasets.External(groups, questions, 1000+s.Seed)
+		var src [][]datasets.Sample
+		for g := 0; g+questions <= len(ext); g += questions {
+			src = append(src, ext[g:g+questions])
+		}
+		first = append(first, src)
+	}
 	if slices.Contains(s.Data, "suites") {
 		for oi, o := range opts {
 			for _, suite := range datasets.Suites() {
@@ -131,37 +146,30 @@ func (s requestSampling) sampleSuites(f *factory, lm *loadedModel, genLength int
 			}
 		}
 	}
-	if slices.Contains(s.Data, "external") {
-		const questions = 4
-		ext := datasets.External(pool/4, questions, 1000+s.Seed)
-		var src [][]datasets.Sample
-		for g := 0; g+questions <= len(ext); g += questions {
-			src = append(src, ext[g:g+questions])
-		}
-		sources = append(sources, src)
-	}
 	full := func() bool { return !slices.ContainsFunc(perBin, func(c int) bool { return c < s.PerRatio }) }
-	for i := 0; i < pool && !full(); i++ {
-		for _, src := range sources {
-			if i >= len(src) {
-				continue
-			}
-			for _, x := range src[i] {
-				ids, m, err := lm.Tokenizer.EncodeChat(x.System, x.User)
-				if err != nil {
-					return nil, nil, err
-				}
-				m = profile.ReusablePrefix(lm.Config, m)
-				if m == 0 || len(lm.Tokenizer.Encode(x.Target()))+1 > genLength || (s.MaxTokens > 0 && len(ids)+genLength > s.MaxTokens) {
+	for _, pass := range [][][][]datasets.Sample{first, sources} {
+		for i := 0; !full() && slices.ContainsFunc(pass, func(src [][]datasets.Sample) bool { return i < len(src) }); i++ {
+			for _, src := range pass {
+				if i >= len(src) {
 					continue
 				}
-				r := float64(m) / float64(len(ids)+genLength)
-				b := sort.SearchFloat64s(edges, r) - 1
-				if b < 0 || b >= len(perBin) || r == edges[b+1] || perBin[b] >= s.PerRatio {
-					continue
+				for _, x := range src[i] {
+					ids, m, err := lm.Tokenizer.EncodeChat(x.System, x.User)
+					if err != nil {
+						return nil, nil, err
+					}
+					m = profile.ReusablePrefix(lm.Config, m)
+					if m == 0 || len(lm.Tokenizer.Encode(x.Target()))+1 > genLength || (s.MaxTokens > 0 && len(ids)+genLength > s.MaxTokens) {
+						continue
+					}
+					r := float64(m) / float64(len(ids)+genLength)
+					b := sort.SearchFloat64s(edges, r) - 1
+					if b < 0 || b >= len(perBin) || r == edges[b+1] || perBin[b] >= s.PerRatio {
+						continue
+					}
+					perBin[b]++
+					out = append(out, profile.Request{ID: x.ID, Source: x.ID[:strings.Index(x.ID, "/")], Prompt: ids, PrefixLen: m, Suite: x.Suite, Answer: x.Answer})
 				}
-				perBin[b]++
-				out = append(out, profile.Request{ID: x.ID, Source: x.ID[:strings.Index(x.ID, "/")], Prompt: ids, PrefixLen: m, Suite: x.Suite, Answer: x.Answer})
 			}
 		}
 	}
