@@ -104,7 +104,7 @@ func TestTableSettingsRefuseTheGuidedDecoder(t *testing.T) {
 			t.Errorf("%s: %v", s, err)
 		}
 	}
-	if len(guided) != len(plain)+len(added) || !slices.Contains(added, "none@guided") || !slices.Contains(added, "freecache@guided") {
+	if len(guided) != len(plain)+len(added) || !slices.Contains(added, "none@guided") || !slices.Contains(added, "freecache@guided") || !slices.Contains(added, "none@guided+threshold:0.9") {
 		t.Errorf("GuidedGrid adds %v to DefaultGrid", added)
 	}
 }

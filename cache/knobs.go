@@ -165,7 +165,10 @@ func DefaultGrid() []lut.Setting {
 }
 
 // GuidedGrid is DefaultGrid with the guided decoder beside the others:
-// none under guided and guided:0.9 (the top-k relative rule), and each
+// none under guided, guided:0.9 (the top-k relative rule) and
+// guided+threshold:0.9 (the DLM's proposals at least 0.9 confident kept
+// where the guide rejects them: the guided setting that keeps the DLM's
+// answers where the guide is the weaker model), and each
 // primitive cache method (no composition or variant) under guided at its
 // first declared grid point, or at its defaults where it declares none
 // (guidedNoGrid). FlashDLM pairs FreeCache with it; under the
@@ -184,7 +187,7 @@ func defaultGrid(guided bool) []lut.Setting {
 	var out []lut.Setting
 	decoders := []string{"threshold:0.9", "threshold:0.8", "threshold:0.7"}
 	if guided {
-		decoders = append(decoders, "guided", "guided:0.9")
+		decoders = append(decoders, "guided", "guided:0.9", "guided+threshold:0.9")
 	}
 	for _, d := range decoders {
 		out = append(out, lut.Setting{Method: "none", Decoder: d})

@@ -45,9 +45,10 @@ func (s Setting) String() string {
 }
 
 // Guided reports whether the setting decodes with the guided decoder
-// (guided, guided:TAU[:K]): it needs the table's guide.
+// (guided, guided:TAU[:K], either with +threshold:T): it needs the
+// table's guide.
 func (s Setting) Guided() bool {
-	return s.Decoder == "guided" || strings.HasPrefix(s.Decoder, "guided:")
+	return s.Decoder == "guided" || strings.HasPrefix(s.Decoder, "guided:") || strings.HasPrefix(s.Decoder, "guided+")
 }
 
 // GuidedChoices reports whether any of the table's choices decodes with

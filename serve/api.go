@@ -215,11 +215,14 @@ type Stats struct {
 // object: NFE above is the diffusion model's forwards (one a guided
 // step), these the guide's.
 type GuideStats struct {
-	Model     string  `json:"model"`
-	NFE       int     `json:"nfe"`        // the guide's forwards: its prefill and one per verified chunk
-	Steps     int     `json:"steps"`      // guided steps (one diffusion forward each)
-	Committed int     `json:"committed"`  // answer tokens the steps committed
-	Accepted  int     `json:"accepted"`   // proposals accepted (committed less the guide's own tokens)
+	Model     string `json:"model"`
+	NFE       int    `json:"nfe"`       // the guide's forwards: its prefill and one per verified chunk
+	Steps     int    `json:"steps"`     // guided steps (one diffusion forward each)
+	Committed int    `json:"committed"` // answer tokens the steps committed
+	Accepted  int    `json:"accepted"`  // proposals accepted (committed less the guide's own tokens)
+	// Kept is those of Accepted the guide rejected and the diffusion
+	// model was confident of (guided+threshold:T; 0 otherwise).
+	Kept      int     `json:"kept"`
 	AcceptLen float64 `json:"accept_len"` // committed / steps: tokens a step committed on average
 	// StepTokens is the tokens each guided step committed, in order.
 	StepTokens []int `json:"step_tokens"`

@@ -176,10 +176,10 @@ func storeMetrics(f promauto.Factory, prefix, lead string, store func() cache.St
 // guideMetrics count the guided decoder's work: its steps, the tokens
 // each committed (acceptance length), the guide's forwards and batches.
 type guideMetrics struct {
-	steps, committed, accepted, nfe, rows, prefixRows prometheus.Counter
-	stepTokens                                        prometheus.Histogram
-	batchSize                                         prometheus.Histogram
-	generations                                       prometheus.Counter
+	steps, committed, accepted, kept, nfe, rows, prefixRows prometheus.Counter
+	stepTokens                                              prometheus.Histogram
+	batchSize                                               prometheus.Histogram
+	generations                                             prometheus.Counter
 }
 
 // stepTokenBuckets are the tokens a guided step commits.
@@ -197,6 +197,7 @@ func (m *metrics) addGuide(guide string, store func() cache.Stats) {
 		steps:       counter("dlmcache_guided_steps_total", "Guided steps (one diffusion forward each)."),
 		committed:   counter("dlmcache_guided_committed_tokens_total", "Answer tokens the guided steps committed; over dlmcache_guided_steps_total, the mean acceptance length."),
 		accepted:    counter("dlmcache_guided_accepted_tokens_total", "Diffusion proposals the guide accepted (committed tokens less the guide's own at each first rejection)."),
+		kept:        counter("dlmcache_guided_kept_tokens_total", "Of the accepted proposals, those the guide rejected and the diffusion model was at least T confident of (guided+threshold:T)."),
 		nfe:         counter("dlmcache_guide_forward_evaluations_total", "The guide's forward evaluations: its prefill and one per verified chunk (dlmcache_forward_evaluations_total counts the diffusion model's)."),
 		rows:        counter("dlmcache_guide_rows_computed_total", "The guide's layer-rows computed by its forwards."),
 		prefixRows:  counter("dlmcache_guide_prefix_rows_computed_total", "The guide's layer-rows its prefix store computed to fill missing blocks."),
@@ -219,6 +220,7 @@ func (m *metrics) guided(s sample.GuideStats) {
 	g.steps.Add(float64(s.Steps))
 	g.committed.Add(float64(s.Committed))
 	g.accepted.Add(float64(s.Accepted))
+	g.kept.Add(float64(s.Kept))
 	g.nfe.Add(float64(s.NFE))
 	g.rows.Add(float64(s.RowsComputed))
 	g.prefixRows.Add(float64(s.PrefixRows))

@@ -906,7 +906,7 @@ func (s *Server) run(ctx context.Context, j *job) (*result, *apiError) {
 	}
 	if steps != nil {
 		gs := g.Guide
-		st.Guide = &GuideStats{Model: s.cfg.Guide.Name(), NFE: gs.NFE, Steps: gs.Steps, Committed: gs.Committed, Accepted: gs.Accepted,
+		st.Guide = &GuideStats{Model: s.cfg.Guide.Name(), NFE: gs.NFE, Steps: gs.Steps, Committed: gs.Committed, Accepted: gs.Accepted, Kept: gs.Kept,
 			AcceptLen: gs.AcceptLen(), StepTokens: *steps, PrefixTokens: gs.PrefixTokens, PrefixHitTokens: gs.PrefixHitTokens,
 			DLMSeconds: gs.DLMTime.Seconds(), GuideSeconds: gs.GuideTime.Seconds()}
 		s.met.guided(gs)

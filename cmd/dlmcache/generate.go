@@ -169,7 +169,7 @@ func (opts *generateOptions) flags(fl *pflag.FlagSet) {
 	fl.Float64Var(&opts.CFG, "cfg", 0, "classifier-free guidance scale; 0 disables")
 	fl.StringVar(&opts.Remasking, "remasking", "", "remasking strategy: low_confidence or random; empty: the model's default (low_confidence, or threshold decoding at 0.95 for a block-causal model)")
 	fl.Float64Var(&opts.Threshold, "threshold", 0, "Fast-dLLM threshold decoding: commit every token with confidence ≥ this (0 disables)")
-	fl.StringVar(&opts.Decoder, "decoder", "", "decoder: schedule, threshold:T, guided (FlashDLM's guided diffusion: --guide verifies each block's proposals, committing the run it agrees with and its own token at the first disagreement) or guided:TAU[:K] (accept a proposal among the guide's top K, default 5, with probability ≥ TAU × its top one's); empty: --threshold/--remasking, or guided with --guide")
+	fl.StringVar(&opts.Decoder, "decoder", "", "decoder: schedule, threshold:T, guided (FlashDLM's guided diffusion: --guide verifies each block's proposals, committing the run it agrees with and its own token at the first disagreement) or guided:TAU[:K] (accept a proposal among the guide's top K, default 5, with probability ≥ TAU × its top one's), either with +threshold:T (also keep a proposal the guide rejects when the model's own confidence in it is ≥ T, e.g. guided+threshold:0.9); empty: --threshold/--remasking, or guided with --guide")
 	addGuideFlag(fl, &opts.Guide)
 	fl.Uint64Var(&opts.Seed, "seed", 0, "random seed (temperature > 0 or random remasking)")
 	fl.BoolVar(&opts.JSON, "json", false, "print a JSON object with the answer, token counts and timings")

@@ -89,6 +89,7 @@ func guideRecord(g *loadedModel, s sample.GuideStats) map[string]any {
 		"steps":         s.Steps,
 		"committed":     s.Committed,
 		"accepted":      s.Accepted,
+		"kept":          s.Kept,
 		"accept_len":    s.AcceptLen(),
 		"dlm_seconds":   s.DLMTime.Seconds(),
 		"guide_seconds": s.GuideTime.Seconds(),
@@ -104,6 +105,9 @@ func guidedLine(g *loadedModel, d sample.Decoding) string {
 			k = sample.DefaultGuideTopK
 		}
 		rule = fmt.Sprintf("a proposal is accepted while it is among the guide's top %d with probability ≥ %g × the top one's", k, d.T)
+	}
+	if d.Keep > 0 {
+		rule += fmt.Sprintf(", or while the diffusion model's own confidence in it is ≥ %g (kept where the guide rejects it)", d.Keep)
 	}
 	return fmt.Sprintf("decoder %s: guide %s (%s) verifies each block's proposals left to right, %d a forward; %s, then the guide's own token at the first rejection",
 		d, g.Name, g.Config.ArchName(), sample.GuideChunk, rule)

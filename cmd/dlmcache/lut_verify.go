@@ -223,6 +223,7 @@ func (opts *lutVerifyOptions) run(ctx context.Context) error {
 			guided.Steps += gs.Steps
 			guided.Committed += gs.Committed
 			guided.Accepted += gs.Accepted
+			guided.Kept += gs.Kept
 			guided.DLMTime += gs.DLMTime
 			guided.GuideTime += gs.GuideTime
 		}

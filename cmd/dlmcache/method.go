@@ -45,7 +45,7 @@ func addCacheFlags(fl *pflag.FlagSet, c *cacheFlags) {
 	fl.StringVar(&c.Eviction, "eviction", "fifo", "prefix store eviction: fifo or lru (the whole-prefix store)")
 	fl.IntVar(&c.StoreBlocks, "store-blocks", 0, "prefix store granularity: 0 keys whole prefixes; N ≥ 8 stores N-token blocks under chained hashes, so prefixes sharing leading blocks share them (lazy LRU over leaves); smaller blocks are refused (one fill forward per block)")
 	fl.StringVar(&c.StoreFill, "store-fill", "causal", "block store: what a block's K/V are computed over — causal (the prefix up to the block's end: a block depends on its chain alone) or whole (the request's whole prefix)")
-	fl.StringVar(&c.Decoder, "decoder", "", "decoder for every method: schedule (the schedule's count of commits a step), threshold:T (Fast-dLLM's parallel decoding, T in (0, 1]) or, where the command takes --guide, guided or guided:TAU[:K] (FlashDLM's guided diffusion); empty: each method's own (threshold for block, the schedule for the rest); a method spec NAME@DECODER sets it for one method")
+	fl.StringVar(&c.Decoder, "decoder", "", "decoder for every method: schedule (the schedule's count of commits a step), threshold:T (Fast-dLLM's parallel decoding, T in (0, 1]) or, where the command takes --guide, guided or guided:TAU[:K] (FlashDLM's guided diffusion), either with +threshold:T (the model's proposals at least T confident kept where the guide rejects them); empty: each method's own (threshold for block, the schedule for the rest); a method spec NAME@DECODER sets it for one method")
 	cache.AddFlags(fl, &c.Method)
 }
 

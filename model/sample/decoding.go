@@ -21,6 +21,10 @@ type Decoding struct {
 	T float64
 	// K is the guided:TAU rule's top k (0: DefaultGuideTopK).
 	K int
+	// Keep is guided+threshold:T's T (Guided.Keep): the DLM's proposals
+	// at least this confident are kept where the guide rejects them (0:
+	// FlashDLM's rule, the guide alone decides).
+	Keep float64
 }
 
 // DecodingKind names a decoder.
@@ -47,12 +51,32 @@ const (
 )
 
 // decodingWant is what ParseDecoding accepts, for its errors.
-const decodingWant = "schedule, threshold:T (T in (0, 1], e.g. threshold:0.9), guided or guided:TAU[:K] (τ in (0, 1], e.g. guided:0.5)"
+const decodingWant = "schedule, threshold:T (T in (0, 1], e.g. threshold:0.9), guided or guided:TAU[:K] (τ in (0, 1], e.g. guided:0.5), either followed by +threshold:T (e.g. guided+threshold:0.9)"
+
+// keepSuffix joins guided's keep threshold to its text form.
+const keepSuffix = "+threshold:"
 
 // ParseDecoding parses "schedule", "threshold:T" (T in (0, 1]), "guided",
-// "guided:TAU" or "guided:TAU:K" (τ in (0, 1], K ≥ 1) or "" (the method's
-// own).
+// "guided:TAU" or "guided:TAU:K" (τ in (0, 1], K ≥ 1), each guided form
+// optionally followed by "+threshold:T" (Decoding.Keep), or "" (the
+// method's own).
 func ParseDecoding(s string) (Decoding, error) {
+	body, keepArg, hasKeep := strings.Cut(strings.TrimSpace(s), keepSuffix)
+	if hasKeep {
+		d, err := ParseDecoding(body)
+		if err != nil {
+			return Decoding{}, err
+		}
+		if d.Kind != DecodeGuided {
+			return Decoding{}, fmt.Errorf("decoder %q: +threshold:T follows a guided decoder only (guided+threshold:0.9: the DLM's proposals at least T confident are kept where the guide rejects them)", s)
+		}
+		t, err := strconv.ParseFloat(keepArg, 64)
+		if err != nil || !(t > 0 && t <= 1) {
+			return Decoding{}, fmt.Errorf("decoder %q: the keep threshold %q is not in (0, 1]", s, keepArg)
+		}
+		d.Keep = t
+		return d, nil
+	}
 	kind, arg, hasArg := strings.Cut(strings.TrimSpace(s), ":")
 	switch DecodingKind(kind) {
 	case DecodeDefault:
@@ -104,12 +128,15 @@ func (d Decoding) String() string {
 	case DecodeThreshold:
 		return "threshold:" + strconv.FormatFloat(d.T, 'g', -1, 64)
 	case DecodeGuided:
-		if d.T == 0 {
-			return "guided"
+		s := "guided"
+		if d.T != 0 {
+			s += ":" + strconv.FormatFloat(d.T, 'g', -1, 64)
+			if d.K != 0 {
+				s += ":" + strconv.Itoa(d.K)
+			}
 		}
-		s := "guided:" + strconv.FormatFloat(d.T, 'g', -1, 64)
-		if d.K != 0 {
-			s += ":" + strconv.Itoa(d.K)
+		if d.Keep != 0 {
+			s += keepSuffix + strconv.FormatFloat(d.Keep, 'g', -1, 64)
 		}
 		return s
 	}
@@ -131,7 +158,7 @@ func (d Decoding) Apply(o GenOptions) GenOptions {
 	case DecodeThreshold:
 		o.Decoder = Threshold{T: d.T}
 	case DecodeGuided:
-		o.Decoder = Guided{Tau: d.T, TopK: d.K}
+		o.Decoder = Guided{Tau: d.T, TopK: d.K, Keep: d.Keep}
 	case DecodeSchedule:
 		switch o.Decoder.(type) {
 		case Threshold, Guided:
@@ -147,7 +174,7 @@ func DecodingOf(o GenOptions) Decoding {
 	case Threshold:
 		return Decoding{Kind: DecodeThreshold, T: d.T}
 	case Guided:
-		return Decoding{Kind: DecodeGuided, T: d.Tau, K: d.TopK}
+		return Decoding{Kind: DecodeGuided, T: d.Tau, K: d.TopK, Keep: d.Keep}
 	}
 	return Decoding{Kind: DecodeSchedule}
 }

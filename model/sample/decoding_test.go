@@ -5,7 +5,7 @@ import "testing"
 // Decoders round-trip through their text form; bad ones name what is
 // wanted.
 func TestParseDecodingRoundTripsAndRejectsBadInput(t *testing.T) {
-	for _, s := range []string{"schedule", "threshold:0.9", "threshold:1", "threshold:0.75", "guided", "guided:0.5", "guided:1", "guided:0.25:2"} {
+	for _, s := range []string{"schedule", "threshold:0.9", "threshold:1", "threshold:0.75", "guided", "guided:0.5", "guided:1", "guided:0.25:2", "guided+threshold:0.9", "guided:0.5+threshold:0.8", "guided:0.25:2+threshold:1"} {
 		d, err := ParseDecoding(s)
 		if err != nil {
 			t.Fatalf("%s: %v", s, err)
@@ -21,6 +21,12 @@ func TestParseDecodingRoundTripsAndRejectsBadInput(t *testing.T) {
 	if d := DecodingOf(GenOptions{Decoder: Guided{Tau: 0.25, TopK: 2}}); d.String() != "guided:0.25:2" || !d.Guided() {
 		t.Errorf("DecodingOf(Guided) = %v", d)
 	}
+	if d, err := ParseDecoding("guided+threshold:0.9"); err != nil || d.Apply(GenOptions{}).Decoder != (Guided{Keep: 0.9}) || !d.Guided() {
+		t.Errorf("guided+threshold:0.9: %v %v", d, err)
+	}
+	if d := DecodingOf(GenOptions{Decoder: Guided{Tau: 0.5, Keep: 0.8}}); d.String() != "guided:0.5+threshold:0.8" {
+		t.Errorf("DecodingOf(Guided{Keep}) = %v", d)
+	}
 	if got := (Decoding{Kind: DecodeSchedule}).Apply(GenOptions{Decoder: Guided{}}); got.Decoder != nil {
 		t.Errorf("schedule leaves %v", got.Decoder)
 	}
@@ -28,7 +34,7 @@ func TestParseDecodingRoundTripsAndRejectsBadInput(t *testing.T) {
 		t.Errorf(`"": %v %v`, d, err)
 	}
 	for _, s := range []string{"threshold", "threshold:0", "threshold:1.5", "threshold:x", "schedule:2", "greedy", ":0.9",
-		"guided:0", "guided:1.5", "guided:x", "guided:0.5:0", "guided:0.5:x", "guided:"} {
+		"guided:0", "guided:1.5", "guided:x", "guided:0.5:0", "guided:0.5:x", "guided:", "guided+threshold:0", "guided+threshold:", "guided+threshold:1.5", "threshold:0.9+threshold:0.9", "schedule+threshold:0.5", "guided+threshold:x"} {
 		if _, err := ParseDecoding(s); err == nil {
 			t.Errorf("%q parsed", s)
 		}

@@ -46,6 +46,17 @@ import (
 // decoded ones). The guide's first forward fills its cache with the
 // prompt but its last token (none for a one-token prompt).
 //
+// guided+threshold:T (Guided.Keep) adds one rule to either: a proposal
+// the guide rejects is kept all the same when the diffusion model's own
+// confidence in it is at least T, and the run goes on through it. The
+// guide then decides the slots the DLM is unsure of, and its argmax is
+// committed only at the first slot neither model vouches for. This is
+// not FlashDLM's rule: theirs answers what the guide answers, right for a
+// guide at least as good as the DLM; with a small guide weaker than the
+// DLM on some task, the guide's mistakes become the answer's, and the
+// DLM's confident tokens are the ones the threshold decoder alone would
+// commit (Fast-dLLM), so keeping them costs no forwards.
+//
 // With GenOptions.GuidePrefix (a server's block store: cache.GuidePrefix)
 // the guide's K/V of the shared prefix's leading rows come from the
 // store at every layer before the prefill, which then computes only the
@@ -75,6 +86,14 @@ const DefaultGuideTopK = 5
 type Guided struct {
 	Tau  float64
 	TopK int
+	// Keep, in (0, 1] (0: off), keeps a proposal the guide rejects when
+	// the diffusion model's own confidence in it (its softmax probability,
+	// the threshold decoder's measure) is at least Keep: the run goes on
+	// through it, as through an accepted one ("guided+threshold:T"). The
+	// guide then decides only the slots the DLM is unsure of, so a guide
+	// weaker than the DLM does not overrule the DLM's confident tokens.
+	// FlashDLM's rule is Keep 0.
+	Keep float64
 }
 
 func (Guided) Choose(c *Candidates, _ int, _ *rand.Rand) []int { return topK(c.Conf, 1) }
@@ -85,6 +104,10 @@ func (d Guided) topK() int {
 	}
 	return DefaultGuideTopK
 }
+
+// keeps reports whether a proposal the guide rejected is kept on the
+// DLM's confidence conf in it.
+func (d Guided) keeps(conf float64) bool { return d.Keep > 0 && conf >= d.Keep }
 
 // accepts reports whether draft is accepted against the guide's logits l
 // at its slot, whose argmax is best.
@@ -113,10 +136,13 @@ func (d Guided) accepts(l []float32, draft, best int32) bool {
 
 // GuideStats is what a guided generation's guide did (zero without one).
 type GuideStats struct {
-	NFE          int // guide forwards: the prefill and one per verified chunk
-	Steps        int // guided steps (one DLM forward each)
-	Committed    int // answer tokens the steps committed
-	Accepted     int // proposals accepted (Committed less the guide's own tokens)
+	NFE       int // guide forwards: the prefill and one per verified chunk
+	Steps     int // guided steps (one DLM forward each)
+	Committed int // answer tokens the steps committed
+	Accepted  int // proposals accepted (Committed less the guide's own tokens)
+	// Kept is those of Accepted the guide rejected but the DLM was at
+	// least Guided.Keep confident of (0 under FlashDLM's rule).
+	Kept         int
 	RowsComputed int // the guide's (layer, row) pairs computed
 	// PrefixTokens is the shared prefix the guide looked up in a store
 	// (GenOptions.GuidePrefix: the prefix less the prompt's last token,
@@ -171,6 +197,9 @@ func (m *sampler) generateGuided(ctx context.Context, prompt []int32, prefixLen 
 	}
 	if dec.Tau < 0 || dec.Tau > 1 {
 		return nil, fmt.Errorf("guided decoding's τ %g is not in (0, 1]", dec.Tau)
+	}
+	if dec.Keep < 0 || dec.Keep > 1 {
+		return nil, fmt.Errorf("guided decoding's keep threshold %g is not in (0, 1]", dec.Keep)
 	}
 	if len(prompt) == 0 {
 		return nil, errors.New("guided decoding needs a prompt of at least one token (the guide predicts from it)")
@@ -235,7 +264,7 @@ func (m *sampler) generateGuided(ctx context.Context, prompt []int32, prefixLen 
 				return nil, fmt.Errorf("step %d: the committed answer holds the mask token (id %d) before slot %d; guided decoding commits left to right",
 					g.Steps, mask, cur-len(prompt))
 			}
-			toks, accepted, err := gv.verify(canvas, cur, c.Tok, &g.Guide)
+			toks, accepted, err := gv.verify(canvas, cur, c.Tok, c.Conf, &g.Guide)
 			if o.GuideIdle != nil {
 				o.GuideIdle()
 			}
@@ -256,6 +285,11 @@ func (m *sampler) generateGuided(ctx context.Context, prompt []int32, prefixLen 
 			g.Guide.Steps++
 			g.Guide.Committed += len(committed)
 			g.Guide.Accepted += min(accepted, len(committed))
+			for _, k := range gv.kept {
+				if k < len(committed) {
+					g.Guide.Kept++
+				}
+			}
 			if planner != nil {
 				planner.After(st, committed)
 			}
@@ -290,6 +324,9 @@ type guideVerifier struct {
 	kv        *arCache
 	seq       []int32
 	pos       []int32
+	// kept is the last verify's proposals kept on the DLM's confidence
+	// (Guided.Keep), as offsets from cur.
+	kept []int
 	// mask is the diffusion model's mask token: never the guide's token
 	// (an untrained guide may rank it first; committed, it would read as
 	// a slot still masked).
@@ -318,13 +355,15 @@ func (v *guideVerifier) forward(end int, rows []int32, s *GuideStats) (*model.Ou
 	return out, nil
 }
 
-// verify checks the proposals drafts of slots cur, cur+1, … against the
-// guide, the committed prefix being canvas[:cur]. It returns the tokens
+// verify checks the proposals drafts of slots cur, cur+1, … (the DLM's
+// confidence in each in conf) against the guide, the committed prefix
+// being canvas[:cur]. It returns the tokens
 // to commit from cur on (the accepted run, then the guide's token at the
 // first rejection, if any) and how many of them are accepted proposals,
 // and leaves the guide's cache holding rows 0..cur+len(toks)-2.
-func (v *guideVerifier) verify(canvas []int32, cur int, drafts []int32, s *GuideStats) ([]int32, int, error) {
+func (v *guideVerifier) verify(canvas []int32, cur int, drafts []int32, conf []float64, s *GuideStats) ([]int32, int, error) {
 	copy(v.seq[:cur], canvas[:cur])
+	v.kept = v.kept[:0]
 	if v.kv.have < cur-1 {
 		// The prefill: the prompt but its last token.
 		if _, err := v.forward(cur-1, []int32{int32(cur - 2)}, s); err != nil {
@@ -349,6 +388,12 @@ func (v *guideVerifier) verify(canvas []int32, cur int, drafts []int32, s *Guide
 			l := out.Logits[j*e : (j+1)*e]
 			best := argmaxBut(l, v.mask)
 			if !v.dec.accepts(l, drafts[i+j], best) {
+				if v.dec.keeps(conf[i+j]) {
+					// Kept: the guide's later rows read this proposal,
+					// which is what is committed, so they stay valid.
+					v.kept = append(v.kept, i+j)
+					continue
+				}
 				toks := append(append([]int32(nil), drafts[:i+j]...), best)
 				v.kv.have = cur + i + j // through the last accepted proposal
 				return toks, i + j, nil

@@ -76,6 +76,23 @@ func oracleForward(e int, want []int32, wrong map[int]bool, calls *int) model.Fo
 	}
 }
 
+// guidedLongAnswer is the guided pair, the first guided prompt and the
+// guide's greedy generation of g slots from it; it skips a test when the
+// guide stops before g.
+func guidedLongAnswer(t *testing.T, g int) (dlm, guide *model.Model, p []int32, ar *Generation) {
+	t.Helper()
+	dlm, guide = guidedPair(t)
+	p = guidedPrompts[0]
+	ar, err := (&sampler{guide.Network}).generateAR(context.Background(), p, GenOptions{GenLength: g}, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ar.Decoded < g {
+		t.Skipf("the guide stops after %d tokens; the test wants %d", ar.Decoded, g)
+	}
+	return dlm, guide, p, ar
+}
+
 // TestGuidedPerfectDraftsCommitManyPerStep: a DLM that proposes the
 // guide's own greedy answer (a perfect draft) is accepted in full: one
 // block of 80 slots is committed in one step with three guide chunks (32,
@@ -85,16 +102,8 @@ func oracleForward(e int, want []int32, wrong map[int]bool, calls *int) model.Fo
 // that the guide's cache is cut back exactly: a stale row would change
 // the guide's later predictions.
 func TestGuidedPerfectDraftsCommitManyPerStep(t *testing.T) {
-	dlm, guide := guidedPair(t)
-	p := guidedPrompts[0]
 	const G = 80
-	ar, err := (&sampler{guide.Network}).generateAR(context.Background(), p, GenOptions{GenLength: G}, nil, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ar.Decoded < G {
-		t.Skipf("the guide stops after %d tokens; the test wants %d", ar.Decoded, G)
-	}
+	dlm, guide, p, ar := guidedLongAnswer(t, G)
 	e := dlm.Config.Embeddings()
 	for _, tc := range []struct {
 		name      string
@@ -128,6 +137,69 @@ func TestGuidedPerfectDraftsCommitManyPerStep(t *testing.T) {
 		}
 		if want := G - len(wrong); s.Accepted != want {
 			t.Errorf("%s: %d proposals accepted, want %d", tc.name, s.Accepted, want)
+		}
+	}
+}
+
+// TestGuidedKeepsConfidentProposals: under guided+threshold:T a proposal
+// the guide rejects is committed when the DLM's confidence in it is at
+// least T, and the run goes on through it; below T the guide's rule
+// alone decides (the answer is the guide's greedy one). The DLM proposes
+// the guide's greedy answer but token 0 at every 10th slot, with logit 10
+// (confidence near 1) or 0.5 (near 1/vocab) there.
+func TestGuidedKeepsConfidentProposals(t *testing.T) {
+	const G = 80
+	dlm, guide, p, ar := guidedLongAnswer(t, G)
+	e := dlm.Config.Embeddings()
+	wrong := map[int]bool{}
+	for i := 9; i < G; i += 10 {
+		wrong[len(p)+i] = true
+	}
+	for _, tc := range []struct {
+		name       string
+		wrongLogit float32
+		keep       bool
+	}{
+		{"confident wrong proposals", 10, true},
+		{"unsure wrong proposals", 0.5, false},
+	} {
+		calls := 0
+		fwd := func(in model.Input, _ model.Plan) (*model.Output, error) {
+			calls++
+			out := &model.Output{Logits: make([]float32, len(in.LogitRows)*e)}
+			for i, r := range in.LogitRows {
+				if wrong[int(r)] {
+					out.Logits[i*e] = tc.wrongLogit
+				} else {
+					out.Logits[i*e+int(ar.Canvas[r])] = 10
+				}
+			}
+			return out, nil
+		}
+		g, err := Generate(context.Background(), dlm.Network, p, 0, GenOptions{GenLength: G, Steps: G, Decoder: Guided{Keep: 0.5},
+			Guide: guide.Network, Forward: fwd}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := g.Guide
+		if !tc.keep {
+			if !slices.Equal(g.Answer, ar.Answer) || s.Kept != 0 || g.NFE != 8 || s.Accepted != G-len(wrong) {
+				t.Errorf("%s: answer %v (guide's %v), %d kept, DLM NFE %d, %d accepted; want the guide's answer, 0 kept, 8 forwards",
+					tc.name, g.Answer, ar.Answer, s.Kept, g.NFE, s.Accepted)
+			}
+			continue
+		}
+		want := slices.Clone(ar.Answer)
+		for i := range want {
+			if wrong[len(p)+i] {
+				want[i] = 0
+			}
+		}
+		// Every proposal is committed in one step, the guide checking
+		// them in three chunks after its prefill.
+		if !slices.Equal(g.Answer, want) || g.NFE != 1 || calls != 1 || s.NFE != 1+3 || s.Accepted != G || s.Kept < len(wrong) || s.Kept > G {
+			t.Errorf("%s: answer %v\nwant %v; DLM NFE %d (%d calls), guide NFE %d, %d accepted, %d kept (≥ %d)",
+				tc.name, g.Answer, want, g.NFE, calls, s.NFE, s.Accepted, s.Kept, len(wrong))
 		}
 	}
 }
