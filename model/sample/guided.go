@@ -271,25 +271,9 @@ func (m *sampler) generateGuided(ctx context.Context, prompt []int32, prefixLen 
 			if err != nil {
 				return nil, fmt.Errorf("step %d: guide: %w", g.Steps, err)
 			}
-			committed := make([]int32, 0, len(toks))
-			for j, t := range toks {
-				canvas[cur+j] = t
-				committed = append(committed, int32(cur+j))
-				if t == eos {
-					stopped = true
-					break
-				}
-			}
+			committed := gv.commit(canvas, cur, toks, accepted, eos, g)
+			stopped = int32(len(committed)) > 0 && canvas[committed[len(committed)-1]] == eos
 			cur += len(committed)
-			g.Steps++
-			g.Guide.Steps++
-			g.Guide.Committed += len(committed)
-			g.Guide.Accepted += min(accepted, len(committed))
-			for _, k := range gv.kept {
-				if k < len(committed) {
-					g.Guide.Kept++
-				}
-			}
 			if planner != nil {
 				planner.After(st, committed)
 			}
@@ -311,6 +295,30 @@ func (m *sampler) generateGuided(ctx context.Context, prompt []int32, prefixLen 
 	g.Answer = canvas[len(prompt):]
 	g.Duration = time.Since(start)
 	return g, nil
+}
+
+// commit writes the step's tokens toks (accepted of them proposals) into
+// canvas from slot cur, through the first EOS, and counts the step in g;
+// it returns the slots committed.
+func (v *guideVerifier) commit(canvas []int32, cur int, toks []int32, accepted int, eos int32, g *Generation) []int32 {
+	committed := make([]int32, 0, len(toks))
+	for j, t := range toks {
+		canvas[cur+j] = t
+		committed = append(committed, int32(cur+j))
+		if t == eos {
+			break
+		}
+	}
+	g.Steps++
+	g.Guide.Steps++
+	g.Guide.Committed += len(committed)
+	g.Guide.Accepted += min(accepted, len(committed))
+	for _, k := range v.kept {
+		if k < len(committed) {
+			g.Guide.Kept++
+		}
+	}
+	return committed
 }
 
 // guideVerifier is the guide's side of a guided generation: its exact K/V
