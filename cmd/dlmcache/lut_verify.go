@@ -130,16 +130,7 @@ func (opts *lutVerifyOptions) run(ctx context.Context) error {
 		return err
 	}
 	if opts.Dump != "" {
-		return atomicfile.Write(opts.Dump, 0o644, func(w io.Writer) error {
-			enc := json.NewEncoder(w)
-			enc.SetEscapeHTML(false)
-			for _, r := range reqs {
-				if err := enc.Encode(r); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
+		return dumpVerifyRequests(opts.Dump, reqs)
 	}
 	opts.Cache.LUT = opts.File
 	env, err := loadMethodEnv(opts.f, opts.modelFlags, regimeFlags{}, &opts.Cache)
@@ -167,42 +158,11 @@ func (opts *lutVerifyOptions) run(ctx context.Context) error {
 	if guideStore != nil { // the guide's shared prefixes as serve's store gives them
 		env.gen.GuidePrefix = cache.GuidePrefix(guideStore, opts.Cache.guide.Fingerprint, opts.Cache.Salt)
 	}
-	// Every answer-length class the table knows: the regime's gen length
-	// for every request, and one block for the requests whose reference
-	// answer fits one (a client's max_tokens).
-	classes := []lut.Class{{Name: "all"}}
-	if table.Chooses() {
-		classes = table.Classes
-	}
-	type run struct {
-		r   verifyRequest
-		gen sample.GenOptions
-		cls string
-	}
-	var runs []run
-	for _, cl := range classes {
-		g := profile.ClassGen(env.gen, cl)
-		for _, r := range reqs {
-			if cl.MaxGen > 0 && (r.Answer == "" || len(lm.Tokenizer.Encode(r.Answer))+2 > g.GenLength) {
-				continue
-			}
-			runs = append(runs, run{r, g, cl.Name})
-		}
-	}
-	bins := map[string][]verifyBin{}
-	for _, cl := range classes {
-		for _, b := range table.Bins {
-			bins[cl.Name] = append(bins[cl.Name], verifyBin{Lo: b.Lo, Hi: b.Hi, Class: cl.Name, Methods: map[string]int{}})
-		}
-	}
-	var secNone, secMeth float64
-	var diffs []float64          // per request with a reference answer: table correct − none correct
-	var guided sample.GuideStats // the guided choices' guides, summed
-	guidedReqs := 0
+	classes, runs := verifyRuns(lm, table, env.gen, reqs)
+	t := newVerifyTally(table, classes)
 	bar := progress.New(opts.f.ErrOut, "lut verify", "req", len(runs), opts.Quiet)
 	for i, x := range runs {
-		r := x.r
-		ids, m, err := lm.Tokenizer.EncodeChat(r.System, r.User)
+		ids, m, err := lm.Tokenizer.EncodeChat(x.r.System, x.r.User)
 		if err != nil {
 			return err
 		}
@@ -215,87 +175,18 @@ func (opts *lutVerifyOptions) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		secNone += ref.Duration.Seconds()
-		secMeth += got.Duration.Seconds()
-		if gs := got.Guide; gs.Steps > 0 {
-			guidedReqs++
-			guided.NFE += gs.NFE
-			guided.Steps += gs.Steps
-			guided.Committed += gs.Committed
-			guided.Accepted += gs.Accepted
-			guided.Kept += gs.Kept
-			guided.DLMTime += gs.DLMTime
-			guided.GuideTime += gs.GuideTime
-		}
-		info := got.Info
-		ratio := float64(m) / float64(len(ids)+x.gen.GenLength)
-		bs := bins[x.cls]
-		bi := sort.Search(len(bs), func(k int) bool { return bs[k].Hi > ratio }) // the bin, or the last
-		b := &bs[min(bi, len(bs)-1)]
-		n, k, eq := profile.CompareAnswers(ref.Answer, got.Answer, lm.AnswerEnd)
-		b.Requests++
-		b.Methods[chosen.Name()]++
-		b.Depth += float64(info.Depth)
-		b.Tokens += n
-		b.TokensAgree += k
-		b.SecondsNone += ref.Duration.Seconds()
-		b.SecondsMethod += got.Duration.Seconds()
-		if eq {
-			b.Answers++
-		}
-		if r.Answer != "" {
-			b.Checked++
-			okNone := datasets.CheckAnswer(r.Suite, lm.AnswerText(ref.Answer), r.Answer)
-			okMeth := datasets.CheckAnswer(r.Suite, lm.AnswerText(got.Answer), r.Answer)
-			if okNone {
-				b.CorrectNone++
-			}
-			if okMeth {
-				b.CorrectMethod++
-			}
-			diffs = append(diffs, b2f(okMeth)-b2f(okNone))
-		}
+		t.add(lm, x, float64(m)/float64(len(ids)+x.gen.GenLength), chosen.Name(), ref, got)
 		bar.Set(i + 1)
 	}
 	bar.Done()
-	failed := 0
-	var used []verifyBin
-	var all verifyBin
-	for _, cl := range classes {
-		for _, b := range bins[cl.Name] {
-			if b.Requests == 0 {
-				continue
-			}
-			all.Checked += b.Checked
-			all.CorrectNone += b.CorrectNone
-			all.CorrectMethod += b.CorrectMethod
-			all.Requests += b.Requests
-			all.Answers += b.Answers
-			b.Depth /= float64(b.Requests)
-			b.TokenAgreement = float64(b.TokensAgree) / float64(max(1, b.Tokens))
-			b.AnswerAgreement = float64(b.Answers) / float64(b.Requests)
-			if b.SecondsMethod > 0 {
-				b.SpeedUp = b.SecondsNone / b.SecondsMethod
-			}
-			b.Pass = true
-			switch opts.Gate {
-			case profile.GateAnswer:
-				b.Pass = b.AnswerAgreement >= opts.Agreement
-			case profile.GateToken:
-				b.Pass = b.TokenAgreement >= opts.Agreement
-			}
-			if !b.Pass {
-				failed++
-			}
-			used = append(used, b)
-		}
-	}
+	used, all, failed := t.summary(classes, opts.Gate, opts.Agreement)
+	guided, guidedReqs := t.guided, t.guidedReqs
 	loss := 0.0
 	if all.Checked > 0 {
 		loss = 100 * float64(all.CorrectNone-all.CorrectMethod) / float64(all.Checked)
 	}
-	diff := pairedDiff(diffs, normalQuantile((1+opts.Confidence)/2))
-	speed := secNone / max(secMeth, 1e-9)
+	diff := pairedDiff(t.diffs, normalQuantile((1+opts.Confidence)/2))
+	speed := t.secNone / max(t.secMeth, 1e-9)
 	var st cache.Stats
 	if store := cache.StoreOf(meth); store != nil {
 		st = store.Stats()
@@ -343,6 +234,143 @@ func (opts *lutVerifyOptions) run(ctx context.Context) error {
 		fmt.Fprintf(opts.f.ErrOut, "%s: every bin keeps %s agreement ≥ %g\n", opts.File, opts.Gate, opts.Agreement)
 	}
 	return nil
+}
+
+// dumpVerifyRequests writes reqs to path as JSON Lines (--dump-requests).
+func dumpVerifyRequests(path string, reqs []verifyRequest) error {
+	return atomicfile.Write(path, 0o644, func(w io.Writer) error {
+		enc := json.NewEncoder(w)
+		enc.SetEscapeHTML(false)
+		for _, r := range reqs {
+			if err := enc.Encode(r); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// verifyRun is one request lut verify serves, in one answer-length class.
+type verifyRun struct {
+	r   verifyRequest
+	gen sample.GenOptions
+	cls string
+}
+
+// verifyRuns is every answer-length class the table knows and the runs of
+// reqs in each: the regime's gen length for every request, and one block
+// for the requests whose reference answer fits one (a client's
+// max_tokens).
+func verifyRuns(lm *loadedModel, table *lut.Table, gen sample.GenOptions, reqs []verifyRequest) ([]lut.Class, []verifyRun) {
+	classes := []lut.Class{{Name: "all"}}
+	if table.Chooses() {
+		classes = table.Classes
+	}
+	var runs []verifyRun
+	for _, cl := range classes {
+		g := profile.ClassGen(gen, cl)
+		for _, r := range reqs {
+			if cl.MaxGen > 0 && (r.Answer == "" || len(lm.Tokenizer.Encode(r.Answer))+2 > g.GenLength) {
+				continue
+			}
+			runs = append(runs, verifyRun{r, g, cl.Name})
+		}
+	}
+	return classes, runs
+}
+
+// verifyTally sums lut verify's runs: per class and table bin, the
+// seconds of both, the paired differences of correctness (table correct −
+// none correct, per request with a reference answer) and the guided
+// choices' guide counters.
+type verifyTally struct {
+	bins             map[string][]verifyBin
+	secNone, secMeth float64
+	diffs            []float64
+	guided           sample.GuideStats
+	guidedReqs       int
+}
+
+func newVerifyTally(table *lut.Table, classes []lut.Class) *verifyTally {
+	t := &verifyTally{bins: map[string][]verifyBin{}}
+	for _, cl := range classes {
+		for _, b := range table.Bins {
+			t.bins[cl.Name] = append(t.bins[cl.Name], verifyBin{Lo: b.Lo, Hi: b.Hi, Class: cl.Name, Methods: map[string]int{}})
+		}
+	}
+	return t
+}
+
+// add counts run x at prefix ratio ratio: none's generation ref and the
+// chosen method's got.
+func (t *verifyTally) add(lm *loadedModel, x verifyRun, ratio float64, chosen string, ref *sample.Generation, got *cache.Result) {
+	t.secNone += ref.Duration.Seconds()
+	t.secMeth += got.Duration.Seconds()
+	if gs := got.Guide; gs.Steps > 0 {
+		t.guidedReqs++
+		t.guided.Add(gs)
+	}
+	bs := t.bins[x.cls]
+	bi := sort.Search(len(bs), func(k int) bool { return bs[k].Hi > ratio }) // the bin, or the last
+	b := &bs[min(bi, len(bs)-1)]
+	n, k, eq := profile.CompareAnswers(ref.Answer, got.Answer, lm.AnswerEnd)
+	b.Requests++
+	b.Methods[chosen]++
+	b.Depth += float64(got.Info.Depth)
+	b.Tokens += n
+	b.TokensAgree += k
+	b.SecondsNone += ref.Duration.Seconds()
+	b.SecondsMethod += got.Duration.Seconds()
+	if eq {
+		b.Answers++
+	}
+	if x.r.Answer != "" {
+		b.Checked++
+		okNone := datasets.CheckAnswer(x.r.Suite, lm.AnswerText(ref.Answer), x.r.Answer)
+		okMeth := datasets.CheckAnswer(x.r.Suite, lm.AnswerText(got.Answer), x.r.Answer)
+		if okNone {
+			b.CorrectNone++
+		}
+		if okMeth {
+			b.CorrectMethod++
+		}
+		t.diffs = append(t.diffs, b2f(okMeth)-b2f(okNone))
+	}
+}
+
+// summary is the bins that served requests (their means and gate
+// verdicts filled in), their sum and how many fail the gate.
+func (t *verifyTally) summary(classes []lut.Class, gate string, agreement float64) (used []verifyBin, all verifyBin, failed int) {
+	for _, cl := range classes {
+		for _, b := range t.bins[cl.Name] {
+			if b.Requests == 0 {
+				continue
+			}
+			all.Checked += b.Checked
+			all.CorrectNone += b.CorrectNone
+			all.CorrectMethod += b.CorrectMethod
+			all.Requests += b.Requests
+			all.Answers += b.Answers
+			b.Depth /= float64(b.Requests)
+			b.TokenAgreement = float64(b.TokensAgree) / float64(max(1, b.Tokens))
+			b.AnswerAgreement = float64(b.Answers) / float64(b.Requests)
+			if b.SecondsMethod > 0 {
+				b.SpeedUp = b.SecondsNone / b.SecondsMethod
+			}
+			b.Pass = true
+			switch gate {
+			case profile.GateAnswer:
+				b.Pass = b.AnswerAgreement >= agreement
+			case profile.GateToken:
+				b.Pass = b.TokenAgreement >= agreement
+			}
+			if !b.Pass {
+				failed++
+			}
+			used = append(used, b)
+		}
+	}
+	return used, all, failed
 }
 
 // verifyGuide settles --guide against the table (loadMethodEnv loaded the

@@ -155,6 +155,22 @@ type GuideStats struct {
 	DLMTime, GuideTime time.Duration
 }
 
+// Add adds o's counts and times to s (a sum over generations; the
+// prefix counters too).
+func (s *GuideStats) Add(o GuideStats) {
+	s.NFE += o.NFE
+	s.Steps += o.Steps
+	s.Committed += o.Committed
+	s.Accepted += o.Accepted
+	s.Kept += o.Kept
+	s.RowsComputed += o.RowsComputed
+	s.PrefixTokens += o.PrefixTokens
+	s.PrefixHitTokens += o.PrefixHitTokens
+	s.PrefixRows += o.PrefixRows
+	s.DLMTime += o.DLMTime
+	s.GuideTime += o.GuideTime
+}
+
 // AcceptLen is the mean number of tokens a guided step committed.
 func (s GuideStats) AcceptLen() float64 {
 	if s.Steps == 0 {
