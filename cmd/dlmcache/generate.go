@@ -68,34 +68,9 @@ func (opts *generateOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	gen.Temperature, gen.CFGScale, gen.Seed = opts.Temperature, opts.CFG, opts.Seed
-	dec, err := opts.decoding()
+	dec, err := opts.sampler(lm, &gen)
 	if err != nil {
 		return err
-	}
-	if lm.Config.Causal {
-		for _, f := range []struct {
-			name string
-			set  bool
-		}{{"--cfg", opts.CFG != 0}, {"--remasking", opts.Remasking != ""}, {"--threshold", opts.Threshold != 0},
-			{"--decoder", opts.Decoder != ""}, {"--guide", opts.Guide != ""}} {
-			if f.set {
-				return fmt.Errorf("%s is a diffusion sampler's; model %s is autoregressive (greedy, or sampled with --temperature)", f.name, lm.Name)
-			}
-		}
-	}
-	switch {
-	case opts.Threshold > 0:
-		gen.Decoder = sample.Threshold{T: opts.Threshold}
-	case opts.Remasking == "random":
-		gen.Decoder = sample.RandomRemask{}
-	case opts.Remasking == "low_confidence":
-		gen.Decoder = sample.LowConfidence{}
-	case opts.Remasking == "":
-		// The model's default: low-confidence remasking, threshold
-		// decoding for a block-causal model (genOptions).
-	default:
-		return fmt.Errorf("--remasking %q: want low_confidence or random", opts.Remasking)
 	}
 	gen = dec.Apply(gen)
 	var guide *loadedModel
@@ -158,6 +133,42 @@ func (opts *generateOptions) run(ctx context.Context) error {
 	enc := json.NewEncoder(opts.f.Out)
 	enc.SetIndent("", "  ")
 	return enc.Encode(res)
+}
+
+// sampler sets gen's sampling flags (temperature, CFG, seed, remasking,
+// threshold) and returns the --decoder given, refusing a diffusion
+// sampler's flags for an autoregressive model.
+func (opts *generateOptions) sampler(lm *loadedModel, gen *sample.GenOptions) (sample.Decoding, error) {
+	gen.Temperature, gen.CFGScale, gen.Seed = opts.Temperature, opts.CFG, opts.Seed
+	dec, err := opts.decoding()
+	if err != nil {
+		return dec, err
+	}
+	if lm.Config.Causal {
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{{"--cfg", opts.CFG != 0}, {"--remasking", opts.Remasking != ""}, {"--threshold", opts.Threshold != 0},
+			{"--decoder", opts.Decoder != ""}, {"--guide", opts.Guide != ""}} {
+			if f.set {
+				return dec, fmt.Errorf("%s is a diffusion sampler's; model %s is autoregressive (greedy, or sampled with --temperature)", f.name, lm.Name)
+			}
+		}
+	}
+	switch {
+	case opts.Threshold > 0:
+		gen.Decoder = sample.Threshold{T: opts.Threshold}
+	case opts.Remasking == "random":
+		gen.Decoder = sample.RandomRemask{}
+	case opts.Remasking == "low_confidence":
+		gen.Decoder = sample.LowConfidence{}
+	case opts.Remasking == "":
+		// The model's default: low-confidence remasking, threshold
+		// decoding for a block-causal model (genOptions).
+	default:
+		return dec, fmt.Errorf("--remasking %q: want low_confidence or random", opts.Remasking)
+	}
+	return dec, nil
 }
 
 func (opts *generateOptions) flags(fl *pflag.FlagSet) {
