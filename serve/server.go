@@ -173,78 +173,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Model.Tokenizer == nil {
 		return nil, fmt.Errorf("serve: model %s has no tokenizer", cfg.Model.Dir)
 	}
-	if cfg.Method == nil {
-		none, err := cache.New("none", cache.Options{})
-		if err != nil {
-			return nil, err
-		}
-		cfg.Method = none
-	}
-	if err := cache.CheckModel(cfg.Method, cfg.Model.Config); err != nil {
-		return nil, fmt.Errorf("serve: %w", err)
-	}
-	if err := checkGuide(cfg); err != nil {
-		return nil, fmt.Errorf("serve: %w", err)
-	}
-	if cfg.Name == "" {
-		cfg.Name = cfg.Model.Name()
-	}
-	if cfg.Gen.GenLength == 0 {
-		c := cfg.Model.Card
-		cfg.Gen.GenLength, cfg.Gen.Steps, cfg.Gen.BlockLength = c.GenLength, c.Steps, c.BlockLength
-	}
-	cfg.Gen = sample.BlockDefaults(cfg.Model.Config, cfg.Gen) // a block-causal model's own blocks and decoder
-	if cfg.Gen.BlockLength == 0 {
-		cfg.Gen.BlockLength = cfg.Gen.GenLength
-	}
-	if _, err := sample.ScheduleFor(cfg.Model.Config, 0, cfg.Gen); err != nil {
-		return nil, fmt.Errorf("serve: default generation options: %w", err)
-	}
-	if cfg.MaxConcurrency <= 0 {
-		cfg.MaxConcurrency = max(1, cfg.MaxBatch)
-	}
-	if cfg.MaxQueue < 0 {
-		cfg.MaxQueue = 0
-	} else if cfg.MaxQueue == 0 {
-		cfg.MaxQueue = 4 * cfg.MaxConcurrency
-	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = 5 * time.Minute
-	}
-	if cfg.QueueWait <= 0 || cfg.QueueWait > cfg.Timeout {
-		cfg.QueueWait = cfg.Timeout
-	}
-	if cfg.MaxBodyBytes <= 0 {
-		cfg.MaxBodyBytes = 1 << 20
-	}
-	cfg.ReadHeaderTimeout = cmp.Or(max(cfg.ReadHeaderTimeout, 0), 10*time.Second)
-	cfg.ReadTimeout = cmp.Or(max(cfg.ReadTimeout, 0), 30*time.Second)
-	cfg.IdleTimeout = cmp.Or(max(cfg.IdleTimeout, 0), 2*time.Minute)
-	if cfg.StreamBufferBytes <= 0 {
-		cfg.StreamBufferBytes = defaultStreamBuffer
-	} else if cfg.StreamBufferBytes < MinStreamBufferBytes {
-		return nil, fmt.Errorf("serve: --stream-buffer-bytes %d: want at least %d (one canvas event of 1,024 slots takes up to 20 KiB: a smaller buffer cuts streams read promptly)", cfg.StreamBufferBytes, MinStreamBufferBytes)
-	}
-	if cfg.WriteTimeout <= 0 {
-		cfg.WriteTimeout = defaultWriteTimeout
-	}
-	var warnings []string
-	if cfg.MaxContext <= 0 {
-		cfg.MaxContext = cfg.Model.Config.MaxSequenceLength
-		if cfg.MaxContext <= 0 || cfg.MaxContext > MaxModelContext {
-			warnings = append(warnings, fmt.Sprintf("the model's context length (max_sequence_length or context_length) is %d, which bounds nothing: requests are held to %d tokens, prompt and answer (set --max-context to change it)",
-				cfg.MaxContext, DefaultMaxContext))
-			cfg.MaxContext = DefaultMaxContext
-		}
-	}
-	if cfg.MaxGenLength <= 0 {
-		cfg.MaxGenLength = DefaultMaxGenLength
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.MaxEventWaits <= 0 {
-		cfg.MaxEventWaits = DefaultMaxEventWaits
+	warnings, err := cfg.settle()
+	if err != nil {
+		return nil, err
 	}
 	s := &Server{cfg: cfg, mux: http.NewServeMux(), slots: make(chan struct{}, cfg.MaxConcurrency), draining: make(chan struct{}), warnings: warnings}
 	s.base, s.shutdown = context.WithCancelCause(context.Background())
@@ -259,9 +190,106 @@ func New(cfg Config) (*Server, error) {
 			s.logf("idle: memory trimmed, heap held %d → %d MiB", before>>20, after>>20)
 		}}
 	}
+	s.met = newServerMetrics(cfg)
+	if cfg.MaxBatch > 1 {
+		w, err := newWorkers(cfg.Model.Network, max(1, cfg.Workers), cfg.MaxBatch, func(n int) { s.met.batchSize.Observe(float64(n)) })
+		if err != nil {
+			return nil, fmt.Errorf("serve: %w", err)
+		}
+		if cfg.Guide != nil {
+			w.addGuide(cfg.Guide.Network, cfg.MaxBatch, func(n int) { s.met.guide.batchSize.Observe(float64(n)) })
+		}
+		s.batch = w
+	}
+	s.routes()
+	return s, nil
+}
+
+// settle fills c's defaults in (every serve default is decided here),
+// refusing what cannot be served; it returns what it bounded or found
+// doubtful, for the start-up lines.
+func (c *Config) settle() (warnings []string, err error) {
+	if c.Method == nil {
+		none, err := cache.New("none", cache.Options{})
+		if err != nil {
+			return nil, err
+		}
+		c.Method = none
+	}
+	if err := cache.CheckModel(c.Method, c.Model.Config); err != nil {
+		return nil, fmt.Errorf("serve: %w", err)
+	}
+	if err := checkGuide(*c); err != nil {
+		return nil, fmt.Errorf("serve: %w", err)
+	}
+	if c.Name == "" {
+		c.Name = c.Model.Name()
+	}
+	if c.Gen.GenLength == 0 {
+		card := c.Model.Card
+		c.Gen.GenLength, c.Gen.Steps, c.Gen.BlockLength = card.GenLength, card.Steps, card.BlockLength
+	}
+	c.Gen = sample.BlockDefaults(c.Model.Config, c.Gen) // a block-causal model's own blocks and decoder
+	if c.Gen.BlockLength == 0 {
+		c.Gen.BlockLength = c.Gen.GenLength
+	}
+	if _, err := sample.ScheduleFor(c.Model.Config, 0, c.Gen); err != nil {
+		return nil, fmt.Errorf("serve: default generation options: %w", err)
+	}
+	if c.MaxConcurrency <= 0 {
+		c.MaxConcurrency = max(1, c.MaxBatch)
+	}
+	if c.MaxQueue < 0 {
+		c.MaxQueue = 0
+	} else if c.MaxQueue == 0 {
+		c.MaxQueue = 4 * c.MaxConcurrency
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = 5 * time.Minute
+	}
+	if c.QueueWait <= 0 || c.QueueWait > c.Timeout {
+		c.QueueWait = c.Timeout
+	}
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = 1 << 20
+	}
+	c.ReadHeaderTimeout = cmp.Or(max(c.ReadHeaderTimeout, 0), 10*time.Second)
+	c.ReadTimeout = cmp.Or(max(c.ReadTimeout, 0), 30*time.Second)
+	c.IdleTimeout = cmp.Or(max(c.IdleTimeout, 0), 2*time.Minute)
+	if c.StreamBufferBytes <= 0 {
+		c.StreamBufferBytes = defaultStreamBuffer
+	} else if c.StreamBufferBytes < MinStreamBufferBytes {
+		return nil, fmt.Errorf("serve: --stream-buffer-bytes %d: want at least %d (one canvas event of 1,024 slots takes up to 20 KiB: a smaller buffer cuts streams read promptly)", c.StreamBufferBytes, MinStreamBufferBytes)
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = defaultWriteTimeout
+	}
+	if c.MaxContext <= 0 {
+		c.MaxContext = c.Model.Config.MaxSequenceLength
+		if c.MaxContext <= 0 || c.MaxContext > MaxModelContext {
+			warnings = append(warnings, fmt.Sprintf("the model's context length (max_sequence_length or context_length) is %d, which bounds nothing: requests are held to %d tokens, prompt and answer (set --max-context to change it)",
+				c.MaxContext, DefaultMaxContext))
+			c.MaxContext = DefaultMaxContext
+		}
+	}
+	if c.MaxGenLength <= 0 {
+		c.MaxGenLength = DefaultMaxGenLength
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.MaxEventWaits <= 0 {
+		c.MaxEventWaits = DefaultMaxEventWaits
+	}
+	return warnings, nil
+}
+
+// newServerMetrics registers c's metrics: the prefix stores' counters
+// (the method's store and the modules'), the KV events' and the guide's.
+func newServerMetrics(c Config) *metrics {
 	// The prefix-store metrics count the method's store and the modules'.
 	var stores []cache.PrefixStore
-	for _, m := range []cache.Method{cfg.Method, cfg.Modules.Method()} {
+	for _, m := range []cache.Method{c.Method, c.Modules.Method()} {
 		if st := cache.StoreOf(m); m != nil && st != nil {
 			stores = append(stores, st)
 		}
@@ -276,27 +304,22 @@ func New(cfg Config) (*Server, error) {
 			return sum
 		}
 	}
-	s.met = newMetrics(cfg.Method.Name(), cfg.Model.Backend, store, cfg.Now)
-	if cfg.KVEvents != nil {
-		s.met.addKVEvents(cfg.KVEvents.Stats)
+	m := newMetrics(c.Method.Name(), c.Model.Backend, store, c.Now)
+	if c.KVEvents != nil {
+		m.addKVEvents(c.KVEvents.Stats)
 	}
-	if cfg.Guide != nil {
+	if c.Guide != nil {
 		var gstore func() cache.Stats
-		if cfg.GuideStore != nil {
-			gstore = cfg.GuideStore.Stats
+		if c.GuideStore != nil {
+			gstore = c.GuideStore.Stats
 		}
-		s.met.addGuide(cfg.Guide.Name(), gstore)
+		m.addGuide(c.Guide.Name(), gstore)
 	}
-	if cfg.MaxBatch > 1 {
-		w, err := newWorkers(cfg.Model.Network, max(1, cfg.Workers), cfg.MaxBatch, func(n int) { s.met.batchSize.Observe(float64(n)) })
-		if err != nil {
-			return nil, fmt.Errorf("serve: %w", err)
-		}
-		if cfg.Guide != nil {
-			w.addGuide(cfg.Guide.Network, cfg.MaxBatch, func(n int) { s.met.guide.batchSize.Observe(float64(n)) })
-		}
-		s.batch = w
-	}
+	return m
+}
+
+// routes registers the HTTP API.
+func (s *Server) routes() {
 	s.mux.HandleFunc("POST /v1/chat/completions", s.handleChat)
 	s.mux.HandleFunc("POST /v1/completions", s.handleCompletion)
 	s.mux.HandleFunc("GET /v1/models", s.handleModels)
@@ -309,7 +332,6 @@ func New(cfg Config) (*Server, error) {
 	s.mux.HandleFunc("POST /reset_prefix_cache", s.handleResetPrefixCache)
 	s.mux.HandleFunc("GET /v1/modules", s.handleModules)
 	s.mux.HandleFunc("GET /{$}", s.handlePlayground)
-	return s, nil
 }
 
 // Warnings are what New bounded or found doubtful in the configuration,

@@ -55,26 +55,7 @@ func (opts *plotOptions) run(context.Context) error {
 	worst := sim == profile.SimRowMin
 	switch opts.kind {
 	case "heatmap":
-		recs, info, err := profile.ReadAll([]string{opts.In})
-		if err != nil {
-			return err
-		}
-		if err := sim.Available(recs); err != nil {
-			return fmt.Errorf("%s: %w", opts.In, err)
-		}
-		s, err := meanSimilarity(recs, info.Model.NLayers, sim)
-		if err != nil {
-			return fmt.Errorf("%s: %w", opts.In, err)
-		}
-		what := "prefix K/V similarity"
-		if worst {
-			what = "worst prefix row's K/V similarity"
-		}
-		p, err := plots.Heatmap(s, title(fmt.Sprintf("%s, %s (%d requests)", what, info.Model.Name, info.Requests)))
-		if err != nil {
-			return err
-		}
-		fig = p
+		fig, err = opts.heatmap(sim, title)
 	case "depth":
 		t, err := lut.Read(opts.In)
 		if err != nil {
@@ -108,83 +89,124 @@ func (opts *plotOptions) run(context.Context) error {
 		}
 		fig = p
 	case "pareto":
-		if t, ok, err := choosingTable(opts.In); err != nil {
-			return err
-		} else if ok {
-			ps, err := tablePareto(t, opts.Title)
-			if err != nil {
-				return fmt.Errorf("%s: %w", opts.In, err)
-			}
-			if err := plots.SaveStack(ps, opts.Out, 7*vg.Inch, vg.Length(len(ps))*3*vg.Inch); err != nil {
-				return err
-			}
-			fmt.Fprintln(opts.f.ErrOut, "wrote", opts.Out)
-			return nil
+		if fig, err = opts.pareto(title); fig == nil && err == nil {
+			return nil // a table's panels, written
 		}
-		var b struct {
-			Model     string                `json:"model"`
-			GenLength int                   `json:"gen_length"`
-			Steps     int                   `json:"steps"`
-			Results   []profile.SuiteResult `json:"results"`
-		}
-		if err := readJSONFile(opts.In, &b); err != nil {
-			return err
-		}
-		ms, err := benchPoints(b.Results)
-		if err != nil {
-			return fmt.Errorf("%s: %w", opts.In, err)
-		}
-		p, err := plots.Pareto(ms, title(fmt.Sprintf("caching methods, %s, gen %d / %d steps", b.Model, b.GenLength, b.Steps)))
-		if err != nil {
-			return err
-		}
-		fig = p
 	case "sweep", "refresh":
-		var r sweepResult
-		var pic profile.RefreshPicture
-		r.Refresh = &pic
-		if err := readJSONFile(opts.In, &r); err != nil {
-			return err
-		}
-		if opts.kind == "refresh" {
-			if pic.Layers == nil {
-				return fmt.Errorf("%s has no deep-layer picture (write it with dlmcache sweep refresh)", opts.In)
-			}
-			series, what := map[string][]float64{
-				"cross-request": pic.Cross, "stale (first step)": pic.Stale, fmt.Sprintf("refreshed every %d", pic.R): pic.Refreshed,
-			}, "prefix K/V similarity to the request's own, per layer"
-			if worst {
-				if pic.CrossRowMin == nil {
-					return fmt.Errorf("%s has no worst-row series (rerun dlmcache sweep refresh)", opts.In)
-				}
-				series = map[string][]float64{
-					"cross-request": pic.CrossRowMin, "stale (first step)": pic.StaleRowMin, fmt.Sprintf("refreshed every %d", pic.R): pic.RefreshedRowMin,
-				}
-				what = "worst prefix row's K/V similarity, per layer"
-			}
-			p, err := plots.Refresh(pic.Layers, series, title(what))
-			if err != nil {
-				return err
-			}
-			fig = p
-			break
-		}
-		var x, acc, tps []float64
-		for _, p := range r.Points {
-			x, acc, tps = append(x, p.X), append(acc, p.Accuracy), append(tps, p.TokensPerSec)
-		}
-		label := map[string]string{"tau": "τ", "refresh": "refresh period R (steps)"}[r.Param]
-		s, err := plots.Sweep(x, label, acc, tps, title("BiCache vs "+label))
-		if err != nil {
-			return err
-		}
-		fig, h = s, plots.StackHeight
+		fig, h, err = opts.sweep(worst, title)
+	}
+	if err != nil {
+		return err
 	}
 	if err := plots.Save(fig, opts.Out, plots.Width, h); err != nil {
 		return err
 	}
 	fmt.Fprintln(opts.f.ErrOut, "wrote", opts.Out)
 	return nil
+}
+
+// heatmap is the per-layer, per-step mean prefix similarity of a
+// profile.
+func (opts *plotOptions) heatmap(sim profile.Similarity, title func(string) string) (plots.Figure, error) {
+	recs, info, err := profile.ReadAll([]string{opts.In})
+	if err != nil {
+		return nil, err
+	}
+	if err := sim.Available(recs); err != nil {
+		return nil, fmt.Errorf("%s: %w", opts.In, err)
+	}
+	s, err := meanSimilarity(recs, info.Model.NLayers, sim)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", opts.In, err)
+	}
+	what := "prefix K/V similarity"
+	if sim == profile.SimRowMin {
+		what = "worst prefix row's K/V similarity"
+	}
+	p, err := plots.Heatmap(s, title(fmt.Sprintf("%s, %s (%d requests)", what, info.Model.Name, info.Requests)))
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// pareto is bench's accuracy against speed-up; for a calibrated table it
+// writes one panel per bin and class itself and returns no figure.
+func (opts *plotOptions) pareto(title func(string) string) (plots.Figure, error) {
+	if t, ok, err := choosingTable(opts.In); err != nil {
+		return nil, err
+	} else if ok {
+		ps, err := tablePareto(t, opts.Title)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", opts.In, err)
+		}
+		if err := plots.SaveStack(ps, opts.Out, 7*vg.Inch, vg.Length(len(ps))*3*vg.Inch); err != nil {
+			return nil, err
+		}
+		fmt.Fprintln(opts.f.ErrOut, "wrote", opts.Out)
+		return nil, nil
+	}
+	var b struct {
+		Model     string                `json:"model"`
+		GenLength int                   `json:"gen_length"`
+		Steps     int                   `json:"steps"`
+		Results   []profile.SuiteResult `json:"results"`
+	}
+	if err := readJSONFile(opts.In, &b); err != nil {
+		return nil, err
+	}
+	ms, err := benchPoints(b.Results)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", opts.In, err)
+	}
+	p, err := plots.Pareto(ms, title(fmt.Sprintf("caching methods, %s, gen %d / %d steps", b.Model, b.GenLength, b.Steps)))
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// sweep is a sweep's accuracy and tokens/s against its parameter, or
+// (kind refresh) its deep-layer picture; with its height.
+func (opts *plotOptions) sweep(worst bool, title func(string) string) (plots.Figure, vg.Length, error) {
+	var r sweepResult
+	var pic profile.RefreshPicture
+	r.Refresh = &pic
+	if err := readJSONFile(opts.In, &r); err != nil {
+		return nil, 0, err
+	}
+	if opts.kind == "refresh" {
+		if pic.Layers == nil {
+			return nil, 0, fmt.Errorf("%s has no deep-layer picture (write it with dlmcache sweep refresh)", opts.In)
+		}
+		series, what := map[string][]float64{
+			"cross-request": pic.Cross, "stale (first step)": pic.Stale, fmt.Sprintf("refreshed every %d", pic.R): pic.Refreshed,
+		}, "prefix K/V similarity to the request's own, per layer"
+		if worst {
+			if pic.CrossRowMin == nil {
+				return nil, 0, fmt.Errorf("%s has no worst-row series (rerun dlmcache sweep refresh)", opts.In)
+			}
+			series = map[string][]float64{
+				"cross-request": pic.CrossRowMin, "stale (first step)": pic.StaleRowMin, fmt.Sprintf("refreshed every %d", pic.R): pic.RefreshedRowMin,
+			}
+			what = "worst prefix row's K/V similarity, per layer"
+		}
+		p, err := plots.Refresh(pic.Layers, series, title(what))
+		if err != nil {
+			return nil, 0, err
+		}
+		return p, plots.Height, nil
+	}
+	var x, acc, tps []float64
+	for _, p := range r.Points {
+		x, acc, tps = append(x, p.X), append(acc, p.Accuracy), append(tps, p.TokensPerSec)
+	}
+	label := map[string]string{"tau": "τ", "refresh": "refresh period R (steps)"}[r.Param]
+	s, err := plots.Sweep(x, label, acc, tps, title("BiCache vs "+label))
+	if err != nil {
+		return nil, 0, err
+	}
+	return s, plots.StackHeight, nil
 }
 
 func (opts *plotOptions) setArgs(args []string) { opts.In = args[0] }

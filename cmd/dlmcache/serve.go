@@ -158,17 +158,7 @@ func (opts *serveOptions) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("--addr %s: %w", opts.Addr, err)
 	}
-	tableNote := "no table"
-	switch {
-	case table != nil && method == "table":
-		tableNote = fmt.Sprintf("table %s: per request, its bin's choice: %s", opts.Cache.LUT, choicesNote(table))
-	case table != nil:
-		_, why := cache.ResolveDeepSource(opts.Cache.Method.DeepSource, table)
-		tableNote = fmt.Sprintf("table %s, deep source %s: %s", opts.Cache.LUT, cache.SourceOf(meth), why)
-	}
-	if table != nil && !table.Calibrated() {
-		tableNote += "; UNCALIBRATED (a cosine estimate, served because of --allow-uncalibrated)"
-	}
+	tableNote := servedTableNote(table, method, meth, &opts.Cache)
 	fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: model %s (%s, %s), method %s (%s), store %d bytes %s, gen %d/%d/%d, max concurrency %d, max batch %d, %s; listening on http://%s\n",
 		lm.Name, lm.Config.ArchName(), lm.Fingerprint, method, tableNote, opts.Cache.CacheBytes, opts.Cache.Eviction,
 		gen.GenLength, gen.Steps, gen.BlockLength, srv.MaxConcurrency(), max(1, opts.MaxBatch), workersNote, ln.Addr())
@@ -188,12 +178,41 @@ func (opts *serveOptions) run(ctx context.Context) error {
 		fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: warning: %s\n", w)
 	}
 	fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: %s; idle trim after %s\n", memlimit.Apply(), opts.IdleTrim)
-	if len(keys) > 0 {
+	opts.accessLines(len(keys), keyWarning, mods)
+	if opts.ready != nil {
+		opts.ready(ln.Addr().String())
+	}
+	err = srv.Serve(ctx, ln, opts.Grace)
+	fmt.Fprintln(opts.f.ErrOut, "dlmcache serve: stopped")
+	return err
+}
+
+// servedTableNote says how serve uses its table (method is the served
+// method's name, meth the method).
+func servedTableNote(table *lut.Table, method string, meth cache.Method, c *cacheFlags) string {
+	note := "no table"
+	switch {
+	case table != nil && method == "table":
+		note = fmt.Sprintf("table %s: per request, its bin's choice: %s", c.LUT, choicesNote(table))
+	case table != nil:
+		_, why := cache.ResolveDeepSource(c.Method.DeepSource, table)
+		note = fmt.Sprintf("table %s, deep source %s: %s", c.LUT, cache.SourceOf(meth), why)
+	}
+	if table != nil && !table.Calibrated() {
+		note += "; UNCALIBRATED (a cosine estimate, served because of --allow-uncalibrated)"
+	}
+	return note
+}
+
+// accessLines prints who may call the server (keys API keys) and the
+// prompt modules it serves.
+func (opts *serveOptions) accessLines(keys int, keyWarning string, mods *serve.Modules) {
+	if keys > 0 {
 		iso := "each key its own cache namespace"
 		if opts.SharedCache {
 			iso = "the prefix cache shared across keys (--shared-cache-across-keys: only cache_salt separates tenants)"
 		}
-		fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: %d API keys: requests need \"Authorization: Bearer KEY\" (/health, /healthz and / are open); %s\n", len(keys), iso)
+		fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: %d API keys: requests need \"Authorization: Bearer KEY\" (/health, /healthz and / are open); %s\n", keys, iso)
 	}
 	if keyWarning != "" {
 		fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: warning: %s\n", keyWarning)
@@ -205,12 +224,6 @@ func (opts *serveOptions) run(ctx context.Context) error {
 		}
 		fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: prompt modules at depth %d: %s\n", opts.Cache.Method.Modules.Depth, strings.Join(names, ", "))
 	}
-	if opts.ready != nil {
-		opts.ready(ln.Addr().String())
-	}
-	err = srv.Serve(ctx, ln, opts.Grace)
-	fmt.Fprintln(opts.f.ErrOut, "dlmcache serve: stopped")
-	return err
 }
 
 func (opts *serveOptions) flags(fl *pflag.FlagSet) {
