@@ -175,39 +175,66 @@ func ggufArch(f *gguf.File) (string, error) {
 }
 
 // ggufConfig builds a LLaDA Config from a GGUF's metadata and tensors.
+// ggufKeys reads a GGUF file's metadata keys of architecture arch.
+type ggufKeys struct {
+	f    *gguf.File
+	arch string
+}
+
+// int is key k (arch-qualified) as a non-negative int: def when absent,
+// unless required.
+func (g ggufKeys) int(k string, required bool, def int) (int, error) {
+	k = archKey(k, g.arch)
+	v, ok := g.f.Get(k)
+	if !ok {
+		if required {
+			return 0, fmt.Errorf("no %s", k)
+		}
+		return def, nil
+	}
+	i, ok := v.Int()
+	if !ok || i < 0 || i > 1<<31 {
+		return 0, fmt.Errorf("%s is %s %v, want a non-negative integer", k, v.Type, v)
+	}
+	return int(i), nil
+}
+
+// float is key k (arch-qualified) as a float, def when absent.
+func (g ggufKeys) float(k string, def float64) (float64, error) {
+	k = archKey(k, g.arch)
+	v, ok := g.f.Get(k)
+	if !ok {
+		return def, nil
+	}
+	x, ok := v.Float()
+	if !ok {
+		return 0, fmt.Errorf("%s is %s %v, want a float", k, v.Type, v)
+	}
+	if v.Type == gguf.TypeFloat32 {
+		// The shortest decimal that rounds to the float32, as
+		// config.json would have written it (1e-05, not 9.99…e-06).
+		x, _ = strconv.ParseFloat(strconv.FormatFloat(x, 'g', -1, 32), 64)
+	}
+	return x, nil
+}
+
+// bool is key k (as given: not arch-qualified) as a bool, false when
+// absent.
+func (g ggufKeys) bool(k string) (bool, error) {
+	v, ok := g.f.Get(k)
+	if !ok {
+		return false, nil
+	}
+	b, ok := v.Bool()
+	if !ok {
+		return false, fmt.Errorf("%s is %s, want a bool", k, v.Type)
+	}
+	return b, nil
+}
+
 func ggufConfig(f *gguf.File, arch string, vocab *gguf.Vocab) (*Config, error) {
-	intKey := func(k string, required bool, def int) (int, error) {
-		k = archKey(k, arch)
-		v, ok := f.Get(k)
-		if !ok {
-			if required {
-				return 0, fmt.Errorf("no %s", k)
-			}
-			return def, nil
-		}
-		i, ok := v.Int()
-		if !ok || i < 0 || i > 1<<31 {
-			return 0, fmt.Errorf("%s is %s %v, want a non-negative integer", k, v.Type, v)
-		}
-		return int(i), nil
-	}
-	floatKey := func(k string, def float64) (float64, error) {
-		k = archKey(k, arch)
-		v, ok := f.Get(k)
-		if !ok {
-			return def, nil
-		}
-		x, ok := v.Float()
-		if !ok {
-			return 0, fmt.Errorf("%s is %s %v, want a float", k, v.Type, v)
-		}
-		if v.Type == gguf.TypeFloat32 {
-			// The shortest decimal that rounds to the float32, as
-			// config.json would have written it (1e-05, not 9.99…e-06).
-			x, _ = strconv.ParseFloat(strconv.FormatFloat(x, 'g', -1, 32), 64)
-		}
-		return x, nil
-	}
+	keys := ggufKeys{f, arch}
+	intKey, floatKey, boolKey := keys.int, keys.float, keys.bool
 	c := &Config{ModelType: "llada", Architectures: []string{"LLaDAModelLM"}, LayerNormType: "rms", ActivationType: "silu"}
 	var err error
 	ints := []struct {
@@ -240,17 +267,6 @@ func ggufConfig(f *gguf.File, arch string, vocab *gguf.Vocab) (*Config, error) {
 	}
 	if c.RMSNormEps == 0 {
 		return nil, fmt.Errorf("no %s", archKey(keyRMSEps, arch))
-	}
-	boolKey := func(k string) (bool, error) {
-		v, ok := f.Get(k)
-		if !ok {
-			return false, nil
-		}
-		b, ok := v.Bool()
-		if !ok {
-			return false, fmt.Errorf("%s is %s, want a bool", k, v.Type)
-		}
-		return b, nil
 	}
 	if causal, err := boolKey(archKey(keyCausal, arch)); err != nil {
 		return nil, err
