@@ -32,6 +32,65 @@ import (
 // models--GSAI-ML--LLaDA-8B-Instruct. The best kind of match wins; two
 // entries matching equally well are an error that lists them. An error for
 // a name that matches nothing says where Resolve looked.
+// hubCandidates are the model snapshots of the Hugging Face cache hub
+// (keyed by NAME, or ORG/NAME when arg names an organisation), and the
+// entries matching arg that hold no snapshot with a config (an
+// incomplete download); err is reading hub's directory.
+func hubCandidates(hub, arg string) (cands []candidate, incomplete []string, err error) {
+	entries, err := os.ReadDir(hub)
+	for _, e := range entries {
+		repo, ok := strings.CutPrefix(e.Name(), "models--")
+		if !ok {
+			continue
+		}
+		org, name, hasOrg := strings.Cut(repo, "--")
+		if !hasOrg {
+			org, name = "", repo
+		}
+		id := name
+		if hasOrg {
+			id = org + "/" + name
+		}
+		key := name
+		if strings.Contains(arg, "/") {
+			key = id
+		}
+		entry := filepath.Join(hub, e.Name())
+		snap, serr := latestSnapshot(entry)
+		if serr != nil {
+			if matchTier(arg, key) >= 0 {
+				incomplete = append(incomplete, entry)
+			}
+			continue
+		}
+		cands = append(cands, candidate{key: key, dir: snap, label: id + " (" + snap + ")"})
+	}
+
+	return cands, incomplete, err
+}
+
+// bestMatches are the candidates (one per directory) that match arg at
+// the best tier matchTier finds.
+func bestMatches(arg string, cands []candidate) []candidate {
+	best := -1
+	var found []candidate
+	seen := map[string]bool{}
+	for _, c := range cands {
+		tier := matchTier(arg, c.key)
+		if tier < 0 || seen[c.dir] {
+			continue
+		}
+		seen[c.dir] = true
+		switch {
+		case best < 0 || tier < best:
+			best, found = tier, []candidate{c}
+		case tier == best:
+			found = append(found, c)
+		}
+	}
+	return found
+}
+
 func Resolve(nameOrDir string) (string, error) {
 	arg := nameOrDir
 	if arg == "" {
@@ -83,52 +142,10 @@ func Resolve(nameOrDir string) (string, error) {
 
 	// The Hugging Face cache.
 	hub := hubCache()
-	var incomplete []string
-	entries, hubErr := os.ReadDir(hub)
-	for _, e := range entries {
-		repo, ok := strings.CutPrefix(e.Name(), "models--")
-		if !ok {
-			continue
-		}
-		org, name, hasOrg := strings.Cut(repo, "--")
-		if !hasOrg {
-			org, name = "", repo
-		}
-		id := name
-		if hasOrg {
-			id = org + "/" + name
-		}
-		key := name
-		if strings.Contains(arg, "/") {
-			key = id
-		}
-		entry := filepath.Join(hub, e.Name())
-		snap, err := latestSnapshot(entry)
-		if err != nil {
-			if matchTier(arg, key) >= 0 {
-				incomplete = append(incomplete, entry)
-			}
-			continue
-		}
-		cands = append(cands, candidate{key: key, dir: snap, label: id + " (" + snap + ")"})
-	}
+	hubCands, incomplete, hubErr := hubCandidates(hub, arg)
+	cands = append(cands, hubCands...)
 
-	best := -1
-	var found []candidate
-	seen := map[string]bool{}
-	for _, c := range cands {
-		tier := matchTier(arg, c.key)
-		if tier < 0 || seen[c.dir] {
-			continue
-		}
-		seen[c.dir] = true
-		switch {
-		case best < 0 || tier < best:
-			best, found = tier, []candidate{c}
-		case tier == best:
-			found = append(found, c)
-		}
-	}
+	found := bestMatches(arg, cands)
 	switch {
 	case len(found) == 1:
 		return filepath.Abs(found[0].dir)
