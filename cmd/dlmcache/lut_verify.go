@@ -222,18 +222,25 @@ func (opts *lutVerifyOptions) run(ctx context.Context) error {
 				g.Name, guidedReqs, guided.Steps, guided.Committed, guided.AcceptLen(), guided.NFE, guided.DLMTime.Seconds(), guided.GuideTime.Seconds(), gst.HitTokens, gst.QueryTokens)
 		}
 	}
+	return opts.verdict(diff, all.Checked, failed, len(used))
+}
+
+// verdict is lut verify's exit: the gate's failure (exit 1) or its PASS
+// line, on the paired difference diff over checked requests and the bins
+// that failed of those used.
+func (opts *lutVerifyOptions) verdict(diff interval, checked, failed, used int) error {
 	if opts.Gate == gateAccuracy {
 		if why := accuracyGate(diff, opts.MaxLoss); why != "" {
 			return &exitError{code: 1, err: fmt.Errorf("%s: the table's accuracy against none on %d held-out requests is %+.1f points (paired %.0f%% interval [%+.1f, %+.1f]): %s",
-				opts.File, all.Checked, diff.Mean, 100*opts.Confidence, diff.Low, diff.High, why)}
+				opts.File, checked, diff.Mean, 100*opts.Confidence, diff.Low, diff.High, why)}
 		}
 	}
 	if failed > 0 {
-		return &exitError{code: 1, err: fmt.Errorf("%s: %d of %d bins below %s agreement %g", opts.File, failed, len(used), opts.Gate, opts.Agreement)}
+		return &exitError{code: 1, err: fmt.Errorf("%s: %d of %d bins below %s agreement %g", opts.File, failed, used, opts.Gate, opts.Agreement)}
 	}
 	if opts.Gate == gateAccuracy {
 		fmt.Fprintf(opts.f.ErrOut, "%s: PASS: %+.1f points of accuracy against none on %d held-out requests (at least −%g), paired %.0f%% interval [%+.1f, %+.1f] (not wholly below 0)\n",
-			opts.File, diff.Mean, all.Checked, opts.MaxLoss, 100*opts.Confidence, diff.Low, diff.High)
+			opts.File, diff.Mean, checked, opts.MaxLoss, 100*opts.Confidence, diff.Low, diff.High)
 	} else {
 		fmt.Fprintf(opts.f.ErrOut, "%s: every bin keeps %s agreement ≥ %g\n", opts.File, opts.Gate, opts.Agreement)
 	}
