@@ -129,6 +129,12 @@ func randomLayout(c *Config, dtype safetensors.DType) ([]randomTensor, []byte, e
 	if !c.WeightTying {
 		add("lm_head.weight", e, d, in)
 	}
+	return ts, hfRandomConfig(c, dream, dtype), nil
+}
+
+// hfRandomConfig is the config.json of a random Dream (dream) or
+// LLaDA-MoE checkpoint of c, in the keys the published models' files use.
+func hfRandomConfig(c *Config, dream bool, dtype safetensors.DType) []byte {
 	torchDType := map[safetensors.DType]string{safetensors.BF16: "bfloat16", safetensors.F32: "float32"}[dtype]
 	shape := hfShape{c.NLayers, c.NHeads, c.NKVHeads, c.VocabSize, "silu", c.MaxSequenceLength, c.RMSNormEps, c.RopeTheta, nil}
 	var cfg any
@@ -152,7 +158,7 @@ func randomLayout(c *Config, dtype safetensors.DType) ([]randomTensor, []byte, e
 			BOSTokenID        int     `json:"bos_token_id"`
 			TorchDType        string  `json:"torch_dtype"`
 			UseCache          bool    `json:"use_cache"`
-		}{[]string{"DreamModel"}, "Dream", d, hid, shape, c.WeightTying, false, nil, c.NLayers, 0, 0.02,
+		}{[]string{"DreamModel"}, "Dream", c.DModel, c.MLPHiddenSize, shape, c.WeightTying, false, nil, c.NLayers, 0, 0.02,
 			c.MaskTokenID, c.EOSTokenID, c.PadTokenID, c.EOSTokenID, torchDType, false}
 	} else {
 		// LLaDA-MoE-7B-A1B's config.json keys (no intermediate_size: the
@@ -181,11 +187,11 @@ func randomLayout(c *Config, dtype safetensors.DType) ([]randomTensor, []byte, e
 			PadTokenID          int     `json:"pad_token_id"`
 			TorchDType          string  `json:"torch_dtype"`
 			UseCache            bool    `json:"use_cache"`
-		}{[]string{"LLaDAMoEModelLM"}, "lladamoe", d, shape, 1, c.WeightTying, false, 0, nil, c.MLPHiddenSize, mc.Hidden, mc.Experts, mc.TopK,
+		}{[]string{"LLaDAMoEModelLM"}, "lladamoe", c.DModel, shape, 1, c.WeightTying, false, 0, nil, c.MLPHiddenSize, mc.Hidden, mc.Experts, mc.TopK,
 			mc.NormTopK, c.QKNorm, 0.01, 0.02, c.MaskTokenID, c.EOSTokenID, c.PadTokenID, torchDType, false}
 	}
 	raw, _ := json.MarshalIndent(cfg, "", "  ")
-	return ts, raw, nil
+	return raw
 }
 
 // hfShape is the part of a Llama/Qwen-named config.json that randomLayout
