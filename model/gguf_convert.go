@@ -88,6 +88,112 @@ func ToGGUF(dir, out string, typ gguf.GGMLType) (*ConvertReport, error) {
 	vocab.AddBOS = &addBOS
 	vocab.Mask = -1
 
+	kv, err := convertMetadata(dir, cfg, hp, typ, vocab)
+	if err != nil {
+		return nil, err
+	}
+
+	jobs, wts, rep, err := planConvert(dir, cfg, set, typ)
+	if err != nil {
+		return nil, err
+	}
+	err = gguf.Write(out, kv, wts, func(i int) ([]byte, error) {
+		j := jobs[i]
+		t, err := set.Tensor(j.hf)
+		if err != nil {
+			return nil, err
+		}
+		x := t.Float32(nil)
+		if j.heads > 0 {
+			b, err := ggufPermute(safetensors.F32ToBytes(x), j.rows, 4*j.cols, j.heads, true)
+			if err != nil {
+				return nil, fmt.Errorf("tensor %s: %w", j.hf, err)
+			}
+			safetensors.BytesToF32(b, x)
+		}
+		b, err := gguf.FromF32(j.typ, x)
+		if err != nil {
+			return nil, fmt.Errorf("tensor %s: %w", j.hf, err)
+		}
+		rep.Bytes += int64(len(b))
+		return b, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return rep, nil
+}
+
+// convertJob is one tensor ToGGUF writes: its Hugging Face name, matrix
+// shape, GGUF type and, for q/k projections, the heads llama.cpp's RoPE
+// layout permutes.
+type convertJob struct {
+	hf    string
+	rows  int
+	cols  int
+	typ   gguf.GGMLType
+	heads int
+}
+
+// planConvert is the tensors of set written as typ (each checked against
+// the loader's mapping of cfg: none missing, none foreign), their GGUF
+// descriptions and the report's rows.
+func planConvert(dir string, cfg *Config, set *safetensors.Set, typ gguf.GGMLType) ([]convertJob, []gguf.WriteTensor, *ConvertReport, error) {
+	// Check every tensor's shape through the loader's own mapping first.
+	want := map[string][2]int{}
+	if _, err := buildLLaDA(cfg, nil, func(name string, rows, cols int) (backend.Tensor, error) {
+		want[name] = [2]int{rows, cols}
+		return nil, nil
+	}); err != nil {
+		return nil, nil, nil, err
+	}
+	var jobs []convertJob
+	var wts []gguf.WriteTensor
+	rep := &ConvertReport{}
+	for _, hf := range set.Names() {
+		rc, ok := want[hf]
+		if !ok {
+			return nil, nil, nil, fmt.Errorf("%s: tensor %s is not part of a LLaDA checkpoint with this config.json", dir, hf)
+		}
+		t, err := set.Matrix(hf, rc[0], rc[1])
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		name, err := ggufTensorName(hf)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		j := convertJob{hf: hf, rows: rc[0], cols: rc[1], typ: typ, heads: permutedHeads(hf, cfg)}
+		ct := ConvertedTensor{Name: name, From: t.DType.String()}
+		shape := []int{rc[1], rc[0]}
+		if len(t.Shape) == 1 {
+			shape = []int{rc[1]}
+		}
+		if len(shape) == 1 || strings.HasSuffix(name, "_norm.weight") {
+			j.typ = gguf.F32
+		} else if typ.BlockSize() > 1 && rc[1]%typ.BlockSize() != 0 {
+			j.typ = gguf.F16
+			ct.Note = fmt.Sprintf("rows of %d are not a multiple of %d: F16, as llama.cpp falls back", rc[1], typ.BlockSize())
+		} else if typ == gguf.Q4_0 && name == "output.weight" {
+			j.typ = gguf.Q8_0
+			ct.Note = "the output head: Q8_0 (llama-quantize keeps it at 6 bits, Q6_K)"
+		}
+		ct.To, ct.Shape = j.typ.String(), shape
+		rep.Tensors = append(rep.Tensors, ct)
+		jobs = append(jobs, j)
+		wts = append(wts, gguf.WriteTensor{Name: name, Shape: shape, Type: j.typ})
+		delete(want, hf)
+	}
+	for hf := range want {
+		return nil, nil, nil, fmt.Errorf("%s: tensor %s is missing", dir, hf)
+	}
+	return jobs, wts, rep, nil
+}
+
+// convertMetadata is the GGUF metadata of the LLaDA checkpoint in dir
+// (cfg, its config.json's keys hp) written as typ with vocab: llama.cpp's
+// llada keys, the diffusion keys, the vocabulary and the model card.
+func convertMetadata(dir string, cfg *Config, hp map[string]any, typ gguf.GGMLType, vocab *gguf.Vocab) ([]gguf.KV, error) {
 	fileType := map[gguf.GGMLType]uint32{gguf.F32: gguf.FileTypeF32, gguf.F16: gguf.FileTypeF16,
 		gguf.BF16: gguf.FileTypeBF16, gguf.Q8_0: gguf.FileTypeQ8_0, gguf.Q4_0: gguf.FileTypeQ4_0}[typ]
 	a := func(k string) string { return archKey(k, ArchLLaDA) }
@@ -128,87 +234,7 @@ func ToGGUF(dir, out string, typ gguf.GGMLType) (*ConvertReport, error) {
 		}
 		kv = append(kv, gguf.KV{Key: keyCard, Value: gguf.String(strings.TrimSpace(string(card)))})
 	}
-
-	// Check every tensor's shape through the loader's own mapping first.
-	want := map[string][2]int{}
-	if _, err := buildLLaDA(cfg, nil, func(name string, rows, cols int) (backend.Tensor, error) {
-		want[name] = [2]int{rows, cols}
-		return nil, nil
-	}); err != nil {
-		return nil, err
-	}
-	type job struct {
-		hf    string
-		rows  int
-		cols  int
-		typ   gguf.GGMLType
-		heads int
-	}
-	var jobs []job
-	var wts []gguf.WriteTensor
-	rep := &ConvertReport{}
-	for _, hf := range set.Names() {
-		rc, ok := want[hf]
-		if !ok {
-			return nil, fmt.Errorf("%s: tensor %s is not part of a LLaDA checkpoint with this config.json", dir, hf)
-		}
-		t, err := set.Matrix(hf, rc[0], rc[1])
-		if err != nil {
-			return nil, err
-		}
-		name, err := ggufTensorName(hf)
-		if err != nil {
-			return nil, err
-		}
-		j := job{hf: hf, rows: rc[0], cols: rc[1], typ: typ, heads: permutedHeads(hf, cfg)}
-		ct := ConvertedTensor{Name: name, From: t.DType.String()}
-		shape := []int{rc[1], rc[0]}
-		if len(t.Shape) == 1 {
-			shape = []int{rc[1]}
-		}
-		if len(shape) == 1 || strings.HasSuffix(name, "_norm.weight") {
-			j.typ = gguf.F32
-		} else if typ.BlockSize() > 1 && rc[1]%typ.BlockSize() != 0 {
-			j.typ = gguf.F16
-			ct.Note = fmt.Sprintf("rows of %d are not a multiple of %d: F16, as llama.cpp falls back", rc[1], typ.BlockSize())
-		} else if typ == gguf.Q4_0 && name == "output.weight" {
-			j.typ = gguf.Q8_0
-			ct.Note = "the output head: Q8_0 (llama-quantize keeps it at 6 bits, Q6_K)"
-		}
-		ct.To, ct.Shape = j.typ.String(), shape
-		rep.Tensors = append(rep.Tensors, ct)
-		jobs = append(jobs, j)
-		wts = append(wts, gguf.WriteTensor{Name: name, Shape: shape, Type: j.typ})
-		delete(want, hf)
-	}
-	for hf := range want {
-		return nil, fmt.Errorf("%s: tensor %s is missing", dir, hf)
-	}
-	err = gguf.Write(out, kv, wts, func(i int) ([]byte, error) {
-		j := jobs[i]
-		t, err := set.Tensor(j.hf)
-		if err != nil {
-			return nil, err
-		}
-		x := t.Float32(nil)
-		if j.heads > 0 {
-			b, err := ggufPermute(safetensors.F32ToBytes(x), j.rows, 4*j.cols, j.heads, true)
-			if err != nil {
-				return nil, fmt.Errorf("tensor %s: %w", j.hf, err)
-			}
-			safetensors.BytesToF32(b, x)
-		}
-		b, err := gguf.FromF32(j.typ, x)
-		if err != nil {
-			return nil, fmt.Errorf("tensor %s: %w", j.hf, err)
-		}
-		rep.Bytes += int64(len(b))
-		return b, nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return rep, nil
+	return kv, nil
 }
 
 // FromGGUF writes a LLaDA GGUF file as a Hugging Face model directory in
