@@ -59,6 +59,19 @@ func run(simPath, allPath, modelName string, perSuite int) error {
 	L := info.Model.NLayers
 	fmt.Printf("Run: model %s (%d layers), %d requests, τ=%g, gen length %d.\n\n", info.Model.Name, L, info.Requests, info.Tau, info.GenLength)
 
+	similarityTables(recs, L)
+	depthBySource(recs, info)
+	if allPath != "" {
+		if err := stepSpread(allPath); err != nil {
+			return err
+		}
+	}
+	return depthBySuite(modelName, info, perSuite)
+}
+
+// similarityTables prints the mean first-step similarity per layer and
+// ratio range, for each statistic the profile holds.
+func similarityTables(recs []profile.Record, L int) {
 	// Mean S(l, 1) per layer and ratio range, for each statistic.
 	ranges := [][2]float64{{0, 0.5}, {0.5, 0.8}, {0.8, 1.01}}
 	for _, st := range []struct {
@@ -98,7 +111,10 @@ func run(simPath, allPath, modelName string, perSuite int) error {
 	}
 	shallow, deep := layerMean(recs, 1, L/4), layerMean(recs, L/2+1, L)
 	fmt.Printf("Shallow layers 1–%d: mean %.4f; deep layers %d–%d: mean %.4f.\n\n", max(1, L/4), shallow, L/2+1, L, deep)
+}
 
+// depthBySource prints the safe depth by system prompt within each bin.
+func depthBySource(recs []profile.Record, info profile.RunInfo) {
 	// Depth by system prompt within a bin.
 	ds := profile.Depths(recs, info.Tau, profile.SimPrefix)
 	type key struct {
@@ -140,34 +156,41 @@ func run(simPath, allPath, modelName string, perSuite int) error {
 		fmt.Printf("\nMean of the largest differences: %.2f layers over %d bins.\n\n", mean(diffs), len(diffs))
 	}
 
-	if allPath != "" {
-		arecs, ainfo, err := profile.ReadAll([]string{allPath})
-		if err != nil {
-			return err
-		}
-		type rl struct {
-			id string
-			l  int32
-		}
-		series := map[rl][]float64{}
-		for _, x := range arecs {
-			series[rl{x.RequestID, x.Layer}] = append(series[rl{x.RequestID, x.Layer}], x.SimKV)
-		}
-		perLayer := make([][]float64, ainfo.Model.NLayers+1)
-		for k, v := range series {
-			perLayer[k.l] = append(perLayer[k.l], std(v))
-		}
-		fmt.Printf("Spread across denoising steps (--all-steps run, %d requests, %d steps): std over steps of S(l,t), mean over requests:\n\n", ainfo.Requests, ainfo.Steps)
-		fmt.Println("| layer | std over steps |")
-		fmt.Println("|---|---|")
-		var allStd []float64
-		for l := 1; l < len(perLayer); l++ {
-			allStd = append(allStd, perLayer[l]...)
-			fmt.Printf("| %d | %.4f |\n", l, mean(perLayer[l]))
-		}
-		fmt.Printf("\nMean over layers: %.4f.\n\n", mean(allStd))
-	}
+}
 
+// stepSpread prints the spread of S(l, t) across denoising steps of an
+// --all-steps profile.
+func stepSpread(allPath string) error {
+	arecs, ainfo, err := profile.ReadAll([]string{allPath})
+	if err != nil {
+		return err
+	}
+	type rl struct {
+		id string
+		l  int32
+	}
+	series := map[rl][]float64{}
+	for _, x := range arecs {
+		series[rl{x.RequestID, x.Layer}] = append(series[rl{x.RequestID, x.Layer}], x.SimKV)
+	}
+	perLayer := make([][]float64, ainfo.Model.NLayers+1)
+	for k, v := range series {
+		perLayer[k.l] = append(perLayer[k.l], std(v))
+	}
+	fmt.Printf("Spread across denoising steps (--all-steps run, %d requests, %d steps): std over steps of S(l,t), mean over requests:\n\n", ainfo.Requests, ainfo.Steps)
+	fmt.Println("| layer | std over steps |")
+	fmt.Println("|---|---|")
+	var allStd []float64
+	for l := 1; l < len(perLayer); l++ {
+		allStd = append(allStd, perLayer[l]...)
+		fmt.Printf("| %d | %.4f |\n", l, mean(perLayer[l]))
+	}
+	fmt.Printf("\nMean over layers: %.4f.\n\n", mean(allStd))
+	return nil
+}
+
+// depthBySuite prints the safe depth by task suite on held-out requests.
+func depthBySuite(modelName string, info profile.RunInfo, perSuite int) error {
 	// Depth by task suite, on held-out suite requests.
 	dir, ok, err := models.Dir(modelName)
 	if !ok || err != nil {
