@@ -244,18 +244,8 @@ func run(o options, policy string, traffic [][2]string) error {
 			}
 		}
 	}
-	// Every replica's subscriber connected (dlmcache_kv_events_subscribers).
-	for _, r := range reps {
-		for i := 0; ; i++ {
-			n, err := metric(r.http, "dlmcache_kv_events_subscribers")
-			if err == nil && n >= 1 {
-				break
-			}
-			if i == 300 {
-				return fmt.Errorf("%s: no KV-event subscriber after 30 s", r.pod)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+	if err := waitSubscribers(reps); err != nil {
+		return err
 	}
 	time.Sleep(500 * time.Millisecond) // the subscriptions follow the handshakes
 	pods := make([]string, len(reps))
@@ -273,21 +263,9 @@ func run(o options, policy string, traffic [][2]string) error {
 			return err
 		}
 		if model == "" {
-			var m struct {
-				Data []struct {
-					ID string `json:"id"`
-				} `json:"data"`
-			}
-			resp, err := http.Get(reps[0].http + "/v1/models")
-			if err != nil {
+			if model, err = servedModel(reps[0].http); err != nil {
 				return err
 			}
-			err = json.NewDecoder(resp.Body).Decode(&m)
-			resp.Body.Close()
-			if err != nil || len(m.Data) == 0 {
-				return fmt.Errorf("/v1/models: %v", err)
-			}
-			model = m.Data[0].ID
 		}
 		i := n % len(reps)
 		if policy == "llm-d" {
@@ -295,17 +273,7 @@ func run(o options, policy string, traffic [][2]string) error {
 			if err != nil {
 				return err
 			}
-			best := -1.0
-			var ties []int
-			for j, p := range pods {
-				switch s := scores[p]; {
-				case s > best:
-					best, ties = s, []int{j}
-				case s == best:
-					ties = append(ties, j)
-				}
-			}
-			i = ties[n%len(ties)]
+			i = bestScored(scores, pods, n)
 		}
 		var resp struct {
 			Usage struct {
@@ -326,13 +294,72 @@ func run(o options, policy string, traffic [][2]string) error {
 	}
 	time.Sleep(500 * time.Millisecond)
 	fmt.Printf("%-12s %d requests: %d of %d prompt tokens cached (%.1f%%)\n", policy, len(traffic), cached, prompt, 100*float64(cached)/float64(prompt))
+	return report(ctx, reps, rec, ix.KVBlockIndex())
+}
+
+// waitSubscribers waits until every replica counts a KV-event
+// subscriber (dlmcache_kv_events_subscribers), for up to 30 s each.
+func waitSubscribers(reps []*replica) error {
+	for _, r := range reps {
+		for i := 0; ; i++ {
+			n, err := metric(r.http, "dlmcache_kv_events_subscribers")
+			if err == nil && n >= 1 {
+				break
+			}
+			if i == 300 {
+				return fmt.Errorf("%s: no KV-event subscriber after 30 s", r.pod)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// servedModel is the model the server at url serves as (/v1/models).
+func servedModel(url string) (string, error) {
+	var m struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	resp, err := http.Get(url + "/v1/models")
+	if err != nil {
+		return "", err
+	}
+	err = json.NewDecoder(resp.Body).Decode(&m)
+	resp.Body.Close()
+	if err != nil || len(m.Data) == 0 {
+		return "", fmt.Errorf("/v1/models: %v", err)
+	}
+	return m.Data[0].ID, nil
+}
+
+// bestScored is the index in pods of the best-scored pod, ties broken
+// round-robin by the request number n.
+func bestScored(scores map[string]float64, pods []string, n int) int {
+	best := -1.0
+	var ties []int
+	for j, p := range pods {
+		switch s := scores[p]; {
+		case s > best:
+			best, ties = s, []int{j}
+		case s == best:
+			ties = append(ties, j)
+		}
+	}
+	return ties[n%len(ties)]
+}
+
+// report prints, per replica, the blocks llm-d's index believes it holds
+// against its own /metrics count, its evictions and dropped batches.
+func report(ctx context.Context, reps []*replica, rec *recorder, index kvblock.Index) error {
 	for _, r := range reps {
 		held, _ := metric(r.http, "dlmcache_prefix_cache_entries")
 		ev, _ := metric(r.http, "dlmcache_prefix_cache_evictions_total")
 		drops, _ := metric(r.http, "dlmcache_kv_events_dropped_total")
 		believed := 0
 		for _, k := range rec.all() {
-			got, err := ix.KVBlockIndex().Lookup(ctx, []kvblock.BlockHash{k}, nil)
+			got, err := index.Lookup(ctx, []kvblock.BlockHash{k}, nil)
 			if err != nil {
 				return err
 			}
