@@ -32,27 +32,9 @@ func calibrateMethods(ctx context.Context, opts *calibrateOptions) error {
 	if min := test.MinRequests(); opts.PerRatio < min {
 		fmt.Fprintf(opts.f.ErrOut, "warning: --per-ratio %d: the changed-answer bound falls below --risk %g at %g%% confidence on %d requests at the least, so every bin will keep none on the schedule\n", opts.PerRatio, opts.Risk, 100*opts.Confidence, min)
 	}
-	grid := cache.DefaultGrid()
-	if opts.Guide != "" {
-		grid = cache.GuidedGrid()
-	}
-	if len(opts.Grid) > 0 {
-		grid = nil
-		for _, g := range opts.Grid {
-			st, err := cache.ParseSetting(g)
-			if err != nil {
-				return fmt.Errorf("--setting: %w", err)
-			}
-			grid = append(grid, st)
-		}
-	}
-	guided := slices.ContainsFunc(grid, lut.Setting.Guided)
-	switch {
-	case opts.Guide != "" && !guided:
-		return fmt.Errorf("--guide %s: no --setting decodes with the guided decoder (NAME@guided, NAME@guided:TAU): the guide would be loaded for nothing", opts.Guide)
-	case opts.Guide == "" && guided:
-		i := slices.IndexFunc(grid, lut.Setting.Guided)
-		return fmt.Errorf("--setting %s decodes with the guided decoder: it needs --guide MODEL, an autoregressive LM with the model's vocabulary and chat template", grid[i])
+	grid, err := opts.searchGrid()
+	if err != nil {
+		return err
 	}
 	lm, gen, err := loadRegime(opts.f, opts.modelFlags, opts.regimeFlags)
 	if err != nil {
@@ -77,22 +59,9 @@ func calibrateMethods(ctx context.Context, opts *calibrateOptions) error {
 		id := g.modelID()
 		guideID = &id
 	}
-	kept := grid[:0:0]
-	for _, g := range grid { // every setting must build before hours are spent
-		m, err := cache.FromSetting(g, withStore(base, lm, opts.CacheBytes))
-		if err != nil {
-			return fmt.Errorf("setting %s: %w", g, err)
-		}
-		if err := cache.CheckModel(m, lm.Config); err != nil {
-			if len(opts.Grid) > 0 {
-				return fmt.Errorf("--setting %s: %w", g, err)
-			}
-			fmt.Fprintf(opts.f.ErrOut, "calibrate: leaving out %s: %v\n", g, err)
-			continue
-		}
-		kept = append(kept, g)
+	if grid, err = opts.buildable(grid, base, lm); err != nil {
+		return err
 	}
-	grid = kept
 	data := opts.Data
 	if slices.Equal(data, []string{"builtin"}) {
 		data = []string{"suites", "external"} // requests with reference answers: accuracy is checked too
@@ -160,6 +129,56 @@ func calibrateMethods(ctx context.Context, opts *calibrateOptions) error {
 	fmt.Fprint(opts.f.Out, t.String())
 	fmt.Fprintf(opts.f.ErrOut, "wrote %s (%d requests, %d settings; serve it with dlmcache serve --lut %s)\n", path, len(reqs), len(grid), path)
 	return nil
+}
+
+// searchGrid is the settings the search tries: --setting's, or the
+// default grid (with the guided settings under --guide); a guided setting
+// needs --guide and --guide a guided setting.
+func (opts *calibrateOptions) searchGrid() ([]lut.Setting, error) {
+	grid := cache.DefaultGrid()
+	if opts.Guide != "" {
+		grid = cache.GuidedGrid()
+	}
+	if len(opts.Grid) > 0 {
+		grid = nil
+		for _, g := range opts.Grid {
+			st, err := cache.ParseSetting(g)
+			if err != nil {
+				return nil, fmt.Errorf("--setting: %w", err)
+			}
+			grid = append(grid, st)
+		}
+	}
+	guided := slices.ContainsFunc(grid, lut.Setting.Guided)
+	switch {
+	case opts.Guide != "" && !guided:
+		return nil, fmt.Errorf("--guide %s: no --setting decodes with the guided decoder (NAME@guided, NAME@guided:TAU, NAME@guided+threshold:T): the guide would be loaded for nothing", opts.Guide)
+	case opts.Guide == "" && guided:
+		i := slices.IndexFunc(grid, lut.Setting.Guided)
+		return nil, fmt.Errorf("--setting %s decodes with the guided decoder: it needs --guide MODEL, an autoregressive LM with the model's vocabulary and chat template", grid[i])
+	}
+	return grid, nil
+}
+
+// buildable is grid less the settings the model cannot run (refused when
+// --setting named them); every setting must build before hours are spent.
+func (opts *calibrateOptions) buildable(grid []lut.Setting, base cache.Options, lm *loadedModel) ([]lut.Setting, error) {
+	kept := grid[:0:0]
+	for _, g := range grid {
+		m, err := cache.FromSetting(g, withStore(base, lm, opts.CacheBytes))
+		if err != nil {
+			return nil, fmt.Errorf("setting %s: %w", g, err)
+		}
+		if err := cache.CheckModel(m, lm.Config); err != nil {
+			if len(opts.Grid) > 0 {
+				return nil, fmt.Errorf("--setting %s: %w", g, err)
+			}
+			fmt.Fprintf(opts.f.ErrOut, "calibrate: leaving out %s: %v\n", g, err)
+			continue
+		}
+		kept = append(kept, g)
+	}
+	return kept, nil
 }
 
 // withStore is o with a fresh whole-prefix store of budget bytes.
