@@ -482,29 +482,7 @@ func (s *Searcher) searchCell(ctx context.Context, bin []ClassRequest,
 			if err != nil {
 				return nil, err
 			}
-			t.n++
-			if o.Equal {
-				t.equal++
-			}
-			t.secs[i] = o.Seconds
-			t.secNone += ref.Seconds
-			t.secMeth += o.Seconds
-			t.flNone += ref.FLOPs
-			t.flMeth += o.FLOPs
-			if ref.Correct != nil && o.Correct != nil {
-				t.checked++
-				switch {
-				case *ref.Correct && !*o.Correct:
-					t.lost++
-				case !*ref.Correct && *o.Correct:
-					t.gained++
-				}
-			}
-			if t.decision == Undecided {
-				if d := s.Test.Decide(t.n, t.n-t.equal, limit); d != Undecided {
-					t.decision, t.decidedAt = d, t.n
-				}
-			}
+			t.record(i, ref, o, s.Test, limit)
 		}
 		tick()
 		if s.Shard {
@@ -549,6 +527,42 @@ func (s *Searcher) searchCell(ctx context.Context, bin []ClassRequest,
 			break
 		}
 	}
+	return s.choose(ts, refTimes[:n], n), nil
+}
+
+// record counts the setting's run o of request i against the reference
+// ref, and the test's decision once it has one (limit: the test's cap).
+func (t *race) record(i int, ref, o searchLine, test ChangeTest, limit int) {
+	t.n++
+	if o.Equal {
+		t.equal++
+	}
+	t.secs[i] = o.Seconds
+	t.secNone += ref.Seconds
+	t.secMeth += o.Seconds
+	t.flNone += ref.FLOPs
+	t.flMeth += o.FLOPs
+	if ref.Correct != nil && o.Correct != nil {
+		t.checked++
+		switch {
+		case *ref.Correct && !*o.Correct:
+			t.lost++
+		case !*ref.Correct && *o.Correct:
+			t.gained++
+		}
+	}
+	if t.decision == Undecided {
+		if d := test.Decide(t.n, t.n-t.equal, limit); d != Undecided {
+			t.decision, t.decidedAt = d, t.n
+		}
+	}
+}
+
+// choose is the cell's choice over n requests (refTimes the reference's
+// times): among the settings that passed, simplest first, each taken over
+// the incumbent only when it is faster beyond the noise by MinGain and
+// not predicted to do more work; none on the schedule when none is.
+func (s *Searcher) choose(ts []*race, refTimes []float64, n int) *lut.Choice {
 	zero := 0.0
 	ch := &lut.Choice{Samples: n, Setting: lut.Setting{Method: "none", Decoder: string(sample.DecodeSchedule)}, Agreement: 1, LowerBound: 1, SpeedUp: 1, FLOPsSpeedUp: 1, SpeedUpLow: 1,
 		SpeedUpHigh: 1, ChangeBound: &zero}
@@ -574,7 +588,7 @@ func (s *Searcher) searchCell(ctx context.Context, bin []ClassRequest,
 		}
 		return strings.Compare(a.key, b.key)
 	})
-	incTimes, incName, incFLOPs := refTimes[:n], ch.Setting.String(), 1.0
+	incTimes, incName, incFLOPs := refTimes, ch.Setting.String(), 1.0
 	for _, t := range passed {
 		lo, _, hi, ok := pairedGain(incTimes, t.times(n), s.Z)
 		// Beyond the noise, and not against the FLOPs prediction: a
@@ -588,7 +602,7 @@ func (s *Searcher) searchCell(ctx context.Context, bin []ClassRequest,
 		bound := p.ChangeBound
 		ch.ChangeBound = &bound
 		ch.Over, ch.GainLow, ch.GainHigh = incName, round3(lo), round3(hi)
-		ch.SpeedUpLow, _, ch.SpeedUpHigh, _ = pairedGain(refTimes[:n], t.times(n), s.Z)
+		ch.SpeedUpLow, _, ch.SpeedUpHigh, _ = pairedGain(refTimes, t.times(n), s.Z)
 		ch.SpeedUpLow, ch.SpeedUpHigh = round3(ch.SpeedUpLow), round3(ch.SpeedUpHigh)
 		incTimes, incName, incFLOPs = t.times(n), t.key, flopsUp(t)
 	}
@@ -596,7 +610,7 @@ func (s *Searcher) searchCell(ctx context.Context, bin []ClassRequest,
 	if ch.Setting.Method == "none" && ch.Setting.Decoder == string(sample.DecodeSchedule) {
 		ch.LowerBound = round3(lut.Wilson(n, n, s.Z))
 	}
-	return ch, nil
+	return ch
 }
 
 // runOne is one request's run under a setting ("": the reference), from
