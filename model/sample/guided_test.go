@@ -263,6 +263,7 @@ type guidedGolden struct {
 		Rule        string
 		Tau         float64
 		TopK        int     `json:"top_k"`
+		Keep        float64
 		OracleIDs   []int32 `json:"oracle_ids"`
 		AnswerIDs   []int32 `json:"answer_ids"`
 		NFE         int
@@ -271,6 +272,7 @@ type guidedGolden struct {
 		Trace       []struct {
 			Committed []int32
 			Accepted  int
+			Kept      int
 		}
 	}
 }
@@ -282,7 +284,9 @@ type guidedGolden struct {
 // them were accepted proposals, the DLM's and the guide's NFE — under the
 // deterministic rule and the top-k relative one, in one block and in
 // several, and with fixed drafts (an "oracle" DLM) whose steps verify
-// several chunks of the guide; on every CPU backend.
+// several chunks of the guide; and guided+threshold:T (Guided.Keep, the
+// drafts kept on the DLM's confidence counted too), which the reference
+// implements beside FlashDLM's rules; on every CPU backend.
 func TestGuidedGolden(t *testing.T) {
 	var gg guidedGolden
 	b, err := os.ReadFile(filepath.Join(testdata, "guided_golden.json"))
@@ -310,6 +314,11 @@ func checkGuidedGolden(t *testing.T, lib string, dlm, guide *model.Model, gg *gu
 		if c.Rule == "topk_relative" {
 			o.Decoder = Guided{Tau: c.Tau, TopK: c.TopK}
 		}
+		if c.Keep > 0 {
+			d := o.Decoder.(Guided)
+			d.Keep = c.Keep
+			o.Decoder = d
+		}
 		calls := 0
 		if c.OracleIDs != nil {
 			o.Forward = oracleForward(e, slices.Concat(c.PromptIDs, c.OracleIDs), nil, &calls)
@@ -326,9 +335,10 @@ func checkGuidedGolden(t *testing.T, lib string, dlm, guide *model.Model, gg *gu
 		if err != nil {
 			t.Fatalf("%s: %v", c.Name, err)
 		}
-		accepted := 0
+		accepted, kept := 0, 0
 		for i, st := range c.Trace {
 			accepted += st.Accepted
+			kept += st.Kept
 			if i < len(steps) && !slices.Equal(steps[i], st.Committed) {
 				t.Errorf("%s: step %d committed %v, reference %v", c.Name, i, steps[i], st.Committed)
 			}
@@ -337,9 +347,9 @@ func checkGuidedGolden(t *testing.T, lib string, dlm, guide *model.Model, gg *gu
 			t.Errorf("%s: answer %v (%d decoded)\nreference %v (%d)", c.Name, g.Answer, g.Decoded, c.AnswerIDs, c.Decoded)
 		}
 		s := g.Guide
-		if g.NFE != c.NFE || s.Steps != len(c.Trace) || s.NFE != c.GuideNFE || s.Accepted != accepted || s.Committed != c.Decoded {
-			t.Errorf("%s: DLM NFE %d, %d steps, guide NFE %d, %d accepted, %d committed; reference %d, %d, %d, %d, %d",
-				c.Name, g.NFE, s.Steps, s.NFE, s.Accepted, s.Committed, c.NFE, len(c.Trace), c.GuideNFE, accepted, c.Decoded)
+		if g.NFE != c.NFE || s.Steps != len(c.Trace) || s.NFE != c.GuideNFE || s.Accepted != accepted || s.Kept != kept || s.Committed != c.Decoded {
+			t.Errorf("%s: DLM NFE %d, %d steps, guide NFE %d, %d accepted (%d kept), %d committed; reference %d, %d, %d, %d (%d), %d",
+				c.Name, g.NFE, s.Steps, s.NFE, s.Accepted, s.Kept, s.Committed, c.NFE, len(c.Trace), c.GuideNFE, accepted, kept, c.Decoded)
 		}
 		t.Logf("%-38s DLM NFE %3d, guide NFE %3d, %.2f tokens a step (%d of %d accepted proposals)",
 			c.Name, g.NFE, s.NFE, s.AcceptLen(), s.Accepted, s.Committed)

@@ -122,11 +122,14 @@ class Verifier:
                 self.mg["topk"].append(float(s[self.k - 1] - s[self.k]))
         return ok, top
 
-    def verify(self, prefix, drafts):
+    def verify(self, prefix, drafts, confs=None, keep=None):
+        """The chosen tokens for drafts (confs: the diffusion model's softmax probability of each; with keep,
+        a draft the rule rejects is kept all the same when its confidence is at least keep: dlmcache's
+        guided+threshold:T, not FlashDLM's rule) and how many of them were kept so."""
         if len(self.cache) < len(prefix) - 1:  # the prefill: the prefix but its last token
             self.run(prefix[len(self.cache):-1])
             self.cache = list(prefix[:-1])
-        last, chosen, i = prefix[-1], [], 0
+        last, chosen, i, kept = prefix[-1], [], 0, 0
         while i < len(drafts):
             chunk, acc = drafts[i:i + CHUNK], 0
             # the token before the chunk, then the chunk but its last: one row per draft verified (FlashDLM's
@@ -136,6 +139,10 @@ class Verifier:
             lg = self.run(inp)
             for j, d in enumerate(chunk):
                 ok, top = self.accept(lg[j], d)
+                if not ok and keep is not None:
+                    self.mg["keep"].append(abs(confs[i + j] - keep))
+                    if confs[i + j] >= keep:
+                        ok, kept = True, kept + 1
                 if ok:
                     chosen.append(d)
                     acc += 1
@@ -146,14 +153,14 @@ class Verifier:
             if acc < len(chunk):
                 break
             i += CHUNK
-        return chosen
+        return chosen, kept
 
 
-def guided(dlm, guide, prompt, gen_length, block_length, rule="deterministic", tau=None, k=5, oracle=None):
+def guided(dlm, guide, prompt, gen_length, block_length, rule="deterministic", tau=None, k=5, oracle=None, keep=None):
     c = dlm.config
     mask, eos = c.mask_token_id, c.eos_token_id
     seq = list(prompt) + [mask] * gen_length
-    mg = {"dlm": [], "guide": [], "tau": [], "topk": [], "router": []}
+    mg = {"dlm": [], "guide": [], "tau": [], "topk": [], "router": [], "keep": []}
     ver = Verifier(guide, rule, tau, k, mg)
     nfe, trace, stopped = 0, [], False
     block_length = block_length or gen_length
@@ -163,6 +170,7 @@ def guided(dlm, guide, prompt, gen_length, block_length, rule="deterministic", t
             pos = [p for p in range(bs, be) if seq[p] == mask]
             assert pos == list(range(pos[0], be)), "masked slots not a suffix of the block"
             nfe += 1
+            confs = None
             if oracle is not None:
                 drafts = [oracle[p - len(prompt)] for p in pos]
             else:
@@ -171,8 +179,9 @@ def guided(dlm, guide, prompt, gen_length, block_length, rule="deterministic", t
                 if c.moe:
                     mg["router"].append(A.router_margin(dlm, seq))
                 drafts = [int(lg[p].argmax()) for p in pos]
+                confs = [float(torch.softmax(lg[p].to(torch.float64), -1).max()) for p in pos]
                 mg["dlm"].extend(top2_gap(lg[p]) for p in pos)
-            chosen = ver.verify(seq[:pos[0]], drafts)
+            chosen, kept = ver.verify(seq[:pos[0]], drafts, confs, keep)
             if oracle is None:  # only the verified drafts' margins count
                 mg["dlm"] = mg["dlm"][:len(mg["dlm"]) - len(drafts) + len(chosen)]
             step = []
@@ -184,7 +193,8 @@ def guided(dlm, guide, prompt, gen_length, block_length, rule="deterministic", t
                     seq = [eos if t == mask else t for t in seq]
                     stopped = True
                     break
-            trace.append({"committed": step, "accepted": sum(1 for d, ch in zip(drafts, step) if d == ch)})
+            kept = min(kept, sum(1 for d, ch in zip(drafts, step) if d == ch))  # none after an EOS cut
+            trace.append({"committed": step, "accepted": sum(1 for d, ch in zip(drafts, step) if d == ch), "kept": kept})
     ans = seq[len(prompt):]
     return {"answer_ids": ans, "nfe": nfe, "guide_nfe": ver.calls, "trace": trace,
             "decoded": len(ans) if not stopped else sum(len(s["committed"]) for s in trace),
@@ -231,6 +241,12 @@ def main():
         (2, 32, 16, "topk_relative", 0.0001, 272), (0, 32, 0, "topk_relative", 0.001, 272),
         (5, 48, 0, "topk_relative", 0.02, 100), (6, 40, 8, "topk_relative", 0.1, 272),
     ]
+    # guided+threshold:T (not FlashDLM's: a rejected draft the diffusion model is at least T sure of is kept)
+    keeps = [  # prompt, gen length, block length, rule, tau, k, keep
+        (2, 32, 0, "deterministic", None, 5, 0.16), (5, 32, 0, "deterministic", None, 5, 0.12),
+        (1, 32, 0, "deterministic", None, 5, 0.16), (3, 48, 16, "deterministic", None, 5, 0.1),
+        (8, 32, 0, "topk_relative", 0.5, 2, 0.2),
+    ]
     cases = []
     for i, gl, bl, rule, tau, k in plan:
         name, p = prompts[i]
@@ -243,6 +259,17 @@ def main():
         cases.append({"name": f"{name}/{rule}" + (f"/{tau}/{k}" if tau else "") + (f"/block{bl}" if bl else ""),
                       "prompt_ids": p, "gen_length": gl, "block_length": bl, "rule": rule, "tau": tau, "top_k": k,
                       **r})
+    for i, gl, bl, rule, tau, k, keep in keeps:
+        name, p = prompts[i]
+        r = guided(dlm64, g64, p, gl, bl, rule, tau, k, keep=keep)
+        r32 = guided(dlm32, g32, p, gl, bl, rule, tau, k, keep=keep)
+        assert (r["answer_ids"], r["nfe"], r["guide_nfe"]) == (r32["answer_ids"], r32["nfe"], r32["guide_nfe"]), \
+            f"{name} keep {keep}: float32 and float64 runs differ"
+        cases.append({"name": f"{name}/{rule}" + (f"/{tau}/{k}" if tau else "") + (f"/block{bl}" if bl else "") + f"/keep{keep}",
+                      "prompt_ids": p, "gen_length": gl, "block_length": bl, "rule": rule, "tau": tau, "top_k": k,
+                      "keep": keep, **r})
+    kept = [(sum(st["kept"] for st in c["trace"]), c["decoded"]) for c in cases if c.get("keep")]
+    assert any(0 < k < d for k, d in kept), f"no keep case kept some drafts but not all: {kept}; pick other thresholds"
     # oracle drafts: the guide's greedy answer, every 10th slot replaced by token 0
     name, p = prompts[1]
     want = greedy(g64, p, 80, eos)
