@@ -155,8 +155,13 @@ fi
 
 # What DLMCACHE_CPU_GEMM=auto picks on this machine, as `dlmcache version` says it.
 GEMM_AUTO=$(DLMCACHE_CPU_GEMM=auto go run ./cmd/dlmcache version --json | sed -n 's/^  "gemm": "\(.*\)",*$/\1/p')
+# The processor, and the kernels' instruction-set level (DLMCACHE_CPU_ISA caps
+# it: avx2 measures the AVX2 paths on an AVX-512 machine), as `dlmcache version`
+# says it: every summary records both.
+ISA=$(go run ./cmd/dlmcache version --json | sed -n 's/^  "isa": "\(.*\)",*$/\1/p')
+PROCESSOR="$(sed -n 's/^model name[[:space:]]*: *//p' /proc/cpuinfo | head -1 | tr -d '"\\') (family $(sed -n 's/^cpu family[[:space:]]*: *//p' /proc/cpuinfo | head -1), model $(sed -n 's/^model[[:space:]]*: *//p' /proc/cpuinfo | head -1))"
 # Columns of `go test -bench`: name iterations ns/op GFLOP/s "GFLOP/s".
-awk -v threads="$THREADS" -v json="$OUT/summary.json.tmp" -v gemmauto="$GEMM_AUTO" '
+awk -v threads="$THREADS" -v json="$OUT/summary.json.tmp" -v gemmauto="$GEMM_AUTO" -v isa="$ISA" -v processor="$PROCESSOR" '
 FILENAME ~ /peak/ && /BenchmarkPeak\// {
 	split($1, p, "/"); sub(/-[0-9]+$/, "", p[3])
 	if (p[3] == "threads" threads) for (i = 1; i < NF; i++) if ($(i+1) == "GFLOP/s") peak[p[2]] = $i + 0
@@ -190,7 +195,7 @@ END {
 	bf = ("bf16" in peak) ? sprintf("%.1f", peak["bf16"]) : "null"
 	av = ("f32avx2" in peak) ? sprintf("%.1f", peak["f32avx2"]) : "null"
 	printf "threads: %s   peak F32: %.1f GFLOP/s (AVX2 lanes only: %s)   peak BF16: %s   raw OpenBLAS sgemm: %.1f GFLOP/s (%.2f of peak)\n\n", threads, pk, av, (bf == "null" ? "n/a (no AVX512-BF16)" : bf " GFLOP/s"), sgemm, (pk > 0 ? sgemm / pk : 0)
-	printf "GEMM auto: %s\n\n", gemmauto
+	printf "processor: %s   kernels: %s   GEMM auto: %s\n\n", processor, isa, gemmauto
 	printf "raw MatMul 512×2048×2048 on all threads (GFLOP/s, ÷ F32 peak):"
 	rj = ""
 	for (k in raw) { printf "  %s %.1f (%.2f)", k, raw[k], (pk > 0 ? raw[k] / pk : 0); rj = rj (rj == "" ? "" : ", ") sprintf("\"%s\": %.2f", k, raw[k]) }
@@ -201,7 +206,7 @@ END {
 	printf "\n\n"
 	printf "| shape | weights | GEMM | quantized products | Go step (s) | Go GFLOP/s | ÷ F32 peak | ÷ raw sgemm | PyTorch step (s) | Go speed ÷ PyTorch | 10%%-rows step (s) | ÷ full step | load (s) | peak RSS (GB) |\n"
 	printf "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
-	printf "{\"threads\": %s, \"peak_gflops_f32\": %.2f, \"peak_gflops_f32_avx2\": %s, \"peak_gflops_bf16\": %s, \"sgemm_gflops\": %.2f, \"raw_matmul_gflops\": {%s}, \"quant_matmul_gflops_1thread\": {%s}, \"gemm_auto\": \"%s\", \"shapes\": [", threads, pk, av, bf, sgemm, rj, qj, gemmauto > json
+	printf "{\"threads\": %s, \"peak_gflops_f32\": %.2f, \"peak_gflops_f32_avx2\": %s, \"peak_gflops_bf16\": %s, \"sgemm_gflops\": %.2f, \"raw_matmul_gflops\": {%s}, \"quant_matmul_gflops_1thread\": {%s}, \"gemm_auto\": \"%s\", \"processor\": \"%s\", \"isa\": \"%s\", \"shapes\": [", threads, pk, av, bf, sgemm, rj, qj, gemmauto, processor, isa > json
 	for (i = 1; i <= n; i++) {
 		s = order[i]; full = ns[s "/full"] / 1e9; part = ns[s "/rows10"] / 1e9
 		b = (s in base) ? base[s] : s

@@ -18,6 +18,7 @@ import (
 	"github.com/dlmcache/dlmcache/datasets"
 	"github.com/dlmcache/dlmcache/internal/atomicfile"
 	"github.com/dlmcache/dlmcache/internal/progress"
+	"github.com/dlmcache/dlmcache/model/cpu"
 	"github.com/dlmcache/dlmcache/profile"
 )
 
@@ -230,7 +231,7 @@ func (opts *benchOptions) run(ctx context.Context) error {
 	// bench.json and --json print the same object.
 	js, err := json.MarshalIndent(map[string]any{"model": lm.Name, "fingerprint": lm.Fingerprint, "arch": lm.Config.ArchName(), "gen_length": gen.GenLength,
 		"steps": gen.Steps, "block_length": gen.BlockLength, "refresh": lm.Card.RefreshOr(opts.Cache.Method.BiCache.Refresh), "lut": opts.Cache.LUT,
-		"backend": lm.Backend.Name(), "gemm": gemmOf(lm.Backend), "results": rows}, "", "  ")
+		"backend": lm.Backend.Name(), "gemm": gemmOf(lm.Backend), "isa": cpu.ISADescription(), "results": rows}, "", "  ")
 	if err != nil {
 		return err
 	}
