@@ -214,9 +214,15 @@ func (f *batch) enter(l int) (backend.Tensor, []int32, error) {
 func (f *batch) leave(l int, x, o, y backend.Tensor) error {
 	b, alloc := f.m.Backend, f.ar.alloc
 	var keep []backend.Tensor
-	if f.vw != nil && !f.single() && !f.carry {
-		f.bx = x
+	if f.vw != nil && !f.single() {
+		// The requests' hidden states are views of x: it outlives the
+		// layer (freed with it, a request's view would read whatever the
+		// next layer allocates there; a Carrier's request replaces its
+		// view by a merged copy, the others keep theirs).
 		keep = append(keep, x)
+		if !f.carry {
+			f.bx = x
+		}
 	}
 	for _, it := range f.items {
 		if it.carrier != nil {
