@@ -262,7 +262,7 @@ type guidedGolden struct {
 		BlockLength int     `json:"block_length"`
 		Rule        string
 		Tau         float64
-		TopK        int     `json:"top_k"`
+		TopK        int `json:"top_k"`
 		Keep        float64
 		OracleIDs   []int32 `json:"oracle_ids"`
 		AnswerIDs   []int32 `json:"answer_ids"`
