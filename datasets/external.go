@@ -95,24 +95,14 @@ func externalQuestion(r *rand.Rand, suite, block string) string {
 		return fmt.Sprintf(pick(r, ruleQuestions), strings.Join(in, " "))
 	case "sequence":
 		words, _ := seqWords(suite, block)
-		noun := "item"
-		for _, st := range seqStyles {
-			if strings.HasPrefix(block, st.header) {
-				noun = st.noun
-			}
-		}
+		noun := seqNoun(block)
 		if r.IntN(2) == 0 {
 			return fmt.Sprintf(seqQuestionText, noun, "after", words[r.IntN(len(words)-1)])
 		}
 		return fmt.Sprintf(seqQuestionText, noun, "before", words[1+r.IntN(len(words)-1)])
 	case "span":
 		words, _ := seqWords(suite, block)
-		noun := "item"
-		for _, st := range seqStyles {
-			if strings.HasPrefix(block, st.header) {
-				noun = st.noun
-			}
-		}
+		noun := seqNoun(block)
 		k := between(r, spanMin, min(spanMax, len(words)-1))
 		return fmt.Sprintf(spanQuestionText, k, noun, words[r.IntN(len(words)-k)])
 	}

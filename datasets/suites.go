@@ -325,6 +325,18 @@ var (
 // the word to fill in.
 const seqQuestionText = "Which %s comes right %s %s?"
 
+// seqNoun is the noun of the list style whose header the list block
+// opens with ("item" when none matches).
+func seqNoun(block string) string {
+	noun := "item"
+	for _, st := range seqStyles {
+		if strings.HasPrefix(block, st.header) {
+			noun = st.noun
+		}
+	}
+	return noun
+}
+
 func seqStyleTexts() []string {
 	var out []string
 	for _, s := range seqStyles {
