@@ -415,14 +415,7 @@ func (m *sampler) generate(ctx context.Context, prompt []int32, prefixLen int, o
 		return m.generateGuided(ctx, prompt, prefixLen, o, d, planner)
 	}
 	start := time.Now()
-	var pos []int32
-	if o.Positions != nil {
-		var err error
-		if pos, err = canvasPositions(o.Positions, len(prompt), o.GenLength); err != nil {
-			return nil, err
-		}
-	}
-	sch, err := m.schedule(len(prompt), pos, o)
+	pos, sch, err := m.canvasSchedule(len(prompt), o)
 	if err != nil {
 		return nil, err
 	}
@@ -622,9 +615,20 @@ func propose(l []float32, temp float64, rng *rand.Rand) (int32, float64) {
 	return int32(best), math.Exp(float64(l[best])-mx) / sumexp.Sum(l, mx)
 }
 
-// schedule validates o for a prompt of promptLen tokens (canvas position
-// ids pos, nil: 0..n-1): LLaDA's schedule, or the block schedule of a
-// block-causal model.
+// canvasSchedule is a generation's canvas positions (nil: 0..n-1) and
+// its schedule, for a prompt of promptLen tokens.
+func (m *sampler) canvasSchedule(promptLen int, o GenOptions) ([]int32, Schedule, error) {
+	var pos []int32
+	if o.Positions != nil {
+		var err error
+		if pos, err = canvasPositions(o.Positions, promptLen, o.GenLength); err != nil {
+			return nil, Schedule{}, err
+		}
+	}
+	sch, err := m.schedule(promptLen, pos, o)
+	return pos, sch, err
+}
+
 // newRequest is the request a generation's planner sees: the prompt
 // followed by genLength mask tokens, its schedule and positions.
 func (m *sampler) newRequest(prompt []int32, prefixLen, genLength int, sch Schedule, pos []int32) *Request {
@@ -642,6 +646,9 @@ func samplerRNG(seed uint64) *rand.Rand {
 	return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 }
 
+// schedule validates o for a prompt of promptLen tokens (canvas position
+// ids pos, nil: 0..n-1): LLaDA's schedule, or the block schedule of a
+// block-causal model.
 func (m *sampler) schedule(promptLen int, pos []int32, o GenOptions) (Schedule, error) {
 	B := m.Config.CausalBlock()
 	if B == 0 {

@@ -220,14 +220,7 @@ func (m *sampler) generateGuided(ctx context.Context, prompt []int32, prefixLen 
 	if len(prompt) == 0 {
 		return nil, errors.New("guided decoding needs a prompt of at least one token (the guide predicts from it)")
 	}
-	var pos []int32
-	if o.Positions != nil {
-		var err error
-		if pos, err = canvasPositions(o.Positions, len(prompt), o.GenLength); err != nil {
-			return nil, err
-		}
-	}
-	sch, err := m.schedule(len(prompt), pos, o)
+	pos, sch, err := m.canvasSchedule(len(prompt), o)
 	if err != nil {
 		return nil, err
 	}
