@@ -58,3 +58,60 @@ func TestExternalSamplesSolveToTheirAnswers(t *testing.T) {
 		t.Error("not deterministic")
 	}
 }
+
+func TestHeldoutSharesNoSentenceWithExternal(t *testing.T) {
+	ext := map[string]bool{}
+	for _, in := range externalIntros {
+		for _, s := range in {
+			ext[s] = true
+		}
+	}
+	for _, s := range externalProse {
+		ext[s] = true
+	}
+	for suite, in := range heldoutIntros {
+		if len(externalIntros[suite]) == 0 {
+			t.Errorf("Heldout has intros for %s, External none", suite)
+		}
+		for _, s := range in {
+			if ext[s] {
+				t.Errorf("intro %q is External's too", s)
+			}
+		}
+	}
+	for _, s := range heldoutProse {
+		if ext[s] {
+			t.Errorf("filler %q is External's too", s)
+		}
+	}
+	xs := Heldout(20, 4, 3)
+	seen := map[string]bool{}
+	for _, s := range External(200, 1, 3) {
+		seen[s.System] = true
+	}
+	suites := map[string]int{}
+	for _, s := range xs {
+		suites[s.Suite]++
+		if !strings.HasPrefix(s.ID, "heldout/") {
+			t.Errorf("ID %q", s.ID)
+		}
+		if seen[s.System] {
+			t.Errorf("%s: External produced the same system message", s.ID)
+		}
+		if got, err := Solve(s.Suite, s.System, s.User); err != nil || got != s.Answer {
+			t.Errorf("%s: Solve = %q, %v; answer %q", s.ID, got, err, s.Answer)
+		}
+		opened := false
+		for _, in := range heldoutIntros[s.Suite] {
+			opened = opened || strings.HasPrefix(s.System, in)
+		}
+		if !opened {
+			t.Errorf("%s does not open with one of Heldout's %s intros: %.60q", s.ID, s.Suite, s.System)
+		}
+	}
+	for _, suite := range ExternalSuites {
+		if suites[suite] != 16 {
+			t.Errorf("%d %s samples of 80, want 16", suites[suite], suite)
+		}
+	}
+}

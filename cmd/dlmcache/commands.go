@@ -207,9 +207,10 @@ accuracy against none over the requests with reference answers (--gate
 accuracy, the default), or with --gate answer/token when a bin's agreement
 is below --agreement: a gate to put in CI before deploying a table.
 
---requests builtin (default) is datasets.External — system messages the
-suites' generators never produce (other openings and filler, 3–22 rows,
-0–160 words), 4 questions each, --groups of them — and --groups held-out
+--requests builtin (default) is datasets.Heldout — system messages neither
+the suites' generators nor calibration's (datasets.External) ever produce
+(openings and filler of their own, 3–22 rows, 0–160 words), 4 questions
+each, --groups of them — and --groups held-out
 samples of every suite, the long-answer span suite among them. Otherwise a
 JSON Lines file, one request a line: {"system": "...", "user": "...",
 "answer": "..." (optional), "suite": "..."}.

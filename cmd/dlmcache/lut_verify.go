@@ -53,12 +53,14 @@ type verifyRequest struct {
 func readVerifyRequests(path string, groups int, seed int64) ([]verifyRequest, error) {
 	if path == "builtin" {
 		var out []verifyRequest
-		for _, s := range datasets.External(groups, 4, seed) {
+		// Heldout's system messages: a generator calibration never draws
+		// from (its requests are External's).
+		for _, s := range datasets.Heldout(groups, 4, seed) {
 			out = append(out, verifyRequest{System: s.System, User: s.User, Answer: s.Answer, Suite: s.Suite})
 		}
 		// Every suite's held-out split too (the generators' own system
 		// messages, held-out data blocks), groups samples each: with
-		// External's, span copies and arithmetic in both kinds.
+		// Heldout's, span copies and arithmetic in both kinds.
 		for _, suite := range datasets.Suites() {
 			for _, s := range datasets.Generate(suite, datasets.Eval, seed, groups, datasets.DefaultOptions()) {
 				out = append(out, verifyRequest{System: s.System, User: s.User, Answer: s.Answer, Suite: s.Suite})
@@ -423,7 +425,7 @@ func (opts *lutVerifyOptions) flags(fl *pflag.FlagSet) {
 	opts.modelFlags.add(fl)
 	addCacheFlags(fl, &opts.Cache)
 	addGuideFlag(fl, &opts.Cache.Guide)
-	fl.StringVar(&opts.Requests, "requests", "builtin", "held-out requests: builtin (datasets.External) or a JSON Lines file")
+	fl.StringVar(&opts.Requests, "requests", "builtin", "held-out requests: builtin (datasets.Heldout's system messages, which calibration never draws, and the suites' held-out samples) or a JSON Lines file")
 	fl.IntVar(&opts.Groups, "groups", 30, "builtin: held-out system messages (4 questions each), and samples of each suite's held-out split")
 	fl.Int64Var(&opts.Seed, "seed", 7, "builtin: sampling seed")
 	fl.StringVar(&opts.Gate, "gate", gateAccuracy, "what is held to the target: accuracy (the held-out accuracy a user may lose against none, --max-loss, shown by the paired interval's lower end), loss (the mean loss at most --max-loss and the interval not wholly below 0: for sets too small to show the first, make run's), answer (each bin's whole-answer agreement, --agreement) or token")

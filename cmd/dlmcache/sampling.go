@@ -115,8 +115,8 @@ func (s requestSampling) sampleSuites(f *factory, lm *loadedModel, genLength int
 	var out []profile.Request
 	opts := []datasets.GenOptions{datasets.Level(0), datasets.Level(1), datasets.Level(2), datasets.DefaultOptions()}
 	const pool = 400 // samples drawn per suite and option set
-	// First datasets.External's system messages (drawn with a seed of
-	// their own: lut verify's default set is another), a system message's
+	// First datasets.External's system messages (lut verify's builtin set
+	// is datasets.Heldout's, a register calibration never sees), a system message's
 	// four questions at a time, kept together in order so that a bin holds
 	// requests that share their system message, as served traffic does
 	// (the search then times the prefix store with hits, not only fills);
