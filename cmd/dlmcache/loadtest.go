@@ -96,6 +96,12 @@ type loadServed struct {
 	// the same.
 	Compared int `json:"compared,omitempty"`
 	Agree    int `json:"agree,omitempty"`
+	// Of the compared requests, those with a reference answer (paired),
+	// and those this run answered correctly where --agree-with's did not
+	// (gained) and the reverse (lost): the paired accuracy difference.
+	Paired int `json:"paired,omitempty"`
+	Gained int `json:"gained,omitempty"`
+	Lost   int `json:"lost,omitempty"`
 }
 
 // loadTurn is one turn's share of a level of conversations.
@@ -222,15 +228,26 @@ func (lv *loadLevel) add(r loadRequest, a loadAnswer, ref map[string]string) {
 
 func (sv *loadServed) add(r loadRequest, a loadAnswer, ref map[string]string) {
 	sv.AnswerSlots += a.tokens
+	checked := r.Answer != "" && r.Suite != datasets.ChatSuite
+	correct := checked && datasets.CheckBenchmarkAnswer(r.Suite, a.text, r.Answer)
 	if want, ok := ref[r.Key]; ok {
 		sv.Compared++
 		if a.text == want {
 			sv.Agree++
 		}
+		if checked {
+			sv.Paired++
+			switch was := datasets.CheckBenchmarkAnswer(r.Suite, want, r.Answer); {
+			case correct && !was:
+				sv.Gained++
+			case was && !correct:
+				sv.Lost++
+			}
+		}
 	}
-	if r.Answer != "" && r.Suite != datasets.ChatSuite {
+	if checked {
 		sv.Checked++
-		if datasets.CheckBenchmarkAnswer(r.Suite, a.text, r.Answer) {
+		if correct {
 			sv.Correct++
 		}
 	}
@@ -610,6 +627,19 @@ func writeTurns(w io.Writer, l loadLevel) {
 	tw.Flush()
 }
 
+// pairedDiff is the accuracy difference against --agree-with's answers on
+// the paired requests, in points, with its 95% interval (lut verify's).
+func (sv loadServed) pairedDiff() interval {
+	d := make([]float64, sv.Paired)
+	for i := range sv.Gained {
+		d[i] = 1
+	}
+	for i := range sv.Lost {
+		d[sv.Gained+i] = -1
+	}
+	return pairedDiff(d, 1.959964)
+}
+
 // servedHeader heads loadServed.columns.
 const servedHeader = "accuracy\tsame answers as\tgeneration tokens/s a request\tprefix tokens found in the store"
 
@@ -622,6 +652,10 @@ func (sv loadServed) columns(agreeWith string) string {
 	}
 	if sv.Compared > 0 {
 		agree = fmt.Sprintf("%s %.1f%% (%d/%d)", agreeWith, 100*float64(sv.Agree)/float64(sv.Compared), sv.Agree, sv.Compared)
+		if sv.Paired > 0 {
+			d := sv.pairedDiff()
+			agree += fmt.Sprintf("; accuracy %+.1f points, 95%% [%+.1f, %+.1f] on %d", d.Mean, d.Low, d.High, sv.Paired)
+		}
 	}
 	if sv.GenSeconds > 0 {
 		gen = fmt.Sprintf("%.1f", float64(sv.AnswerSlots)/sv.GenSeconds)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -240,6 +241,15 @@ func TestLoadtestSendsBenchsSharedWorkload(t *testing.T) {
 	}
 	if lv[0].AgreeWith != "fake" || lv[0].Compared != 12 || lv[0].Agree != 11 || lv[1].Compared != 0 {
 		t.Errorf("agreement: %+v", lv)
+	}
+	// The paired accuracy difference: the odd answer loses a point where
+	// the first server answered it right (a lookup), else nothing changes.
+	lost := map[bool]int{true: 1, false: 0}[odd.Suite == "lookup"]
+	if lv[0].Paired != 12 || lv[0].Gained != 0 || lv[0].Lost != lost {
+		t.Errorf("paired %d, gained %d, lost %d; want 12, 0, %d", lv[0].Paired, lv[0].Gained, lv[0].Lost, lost)
+	}
+	if d := lv[0].pairedDiff(); math.Abs(d.Mean+100*float64(lost)/12) > 1e-9 || d.Low > d.Mean || d.High < d.Mean {
+		t.Errorf("paired difference %+v, want %.2f points", d, -100*float64(lost)/12)
 	}
 }
 
