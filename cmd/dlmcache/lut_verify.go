@@ -216,7 +216,7 @@ func (opts *lutVerifyOptions) run(ctx context.Context) error {
 	} else {
 		writeVerify(opts.f.Out, used)
 		fmt.Fprintf(opts.f.Out, "method %s, %d requests (%d with reference answers): accuracy none %.1f%%, table %.1f%% (%+.1f points; paired %.0f%% interval [%+.1f, %+.1f]), answers unchanged %.1f%%, %.2f× none's generation speed; prefix store hits %d of %d prefix tokens\n",
-			name, len(runs), all.Checked, 100*acc(all.CorrectNone, all.Checked), 100*acc(all.CorrectMethod, all.Checked), -loss,
+			name, len(runs), all.Checked, 100*acc(all.CorrectNone, all.Checked), 100*acc(all.CorrectMethod, all.Checked), diff.Mean,
 			100*opts.Confidence, diff.Low, diff.High,
 			100*float64(all.Answers)/float64(max(1, all.Requests)), speed, st.HitTokens, st.QueryTokens)
 		if g := opts.Cache.guide; g != nil && guidedTable {
