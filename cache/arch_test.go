@@ -16,6 +16,7 @@ import (
 	"github.com/dlmcache/dlmcache/internal/testmodel"
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/cpu"
+	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/safetensors"
 	"github.com/dlmcache/dlmcache/model/sample"
 )
@@ -130,7 +131,7 @@ func TestCachesOnEveryArchitecture(t *testing.T) {
 // prefix in the store) and checks that it ran to the end with finite
 // logits, skipped rows (but for none), reported its depth and prefix, and
 // that the stored prefix served the answer its computation did.
-func checkApproximate(t *testing.T, m *model.Model, meth Method, ids []int32, pl int, gen sample.GenOptions) {
+func checkApproximate(t *testing.T, m *load.Model, meth Method, ids []int32, pl int, gen sample.GenOptions) {
 	t.Helper()
 	L, name := len(m.Blocks), meth.Name()
 	var runs [2]*Result
@@ -192,7 +193,7 @@ func checkApproximate(t *testing.T, m *model.Model, meth Method, ids []int32, pl
 
 // checkDegenerate: meth at a setting that computes every row gives the
 // tokens and rows of none under the same options.
-func checkDegenerate(t *testing.T, m *model.Model, meth Method, ids []int32, pl int, gen sample.GenOptions) {
+func checkDegenerate(t *testing.T, m *load.Model, meth Method, ids []int32, pl int, gen sample.GenOptions) {
 	t.Helper()
 	gen = meth.Gen(gen)
 	want, _ := generate(t, m, mk(t, "none", Options{}), ids, pl, gen)
@@ -211,7 +212,7 @@ func checkDegenerate(t *testing.T, m *model.Model, meth Method, ids []int32, pl 
 // shared system message's full blocks from a block store), and the dual
 // cache when the prompt ends at a block boundary (the blocks it keeps are
 // then all committed): the tokens and logits of none from fewer rows.
-func checkExactOnBlockCausal(t *testing.T, m *model.Model, gen sample.GenOptions) {
+func checkExactOnBlockCausal(t *testing.T, m *load.Model, gen sample.GenOptions) {
 	B := m.Config.CausalBlock()
 	ids, pl := request(t, m, 0)
 	checkExact(t, m, "exact-block", mk(t, "exact-block", Options{}), ids, pl, gen)
@@ -234,7 +235,7 @@ func checkExactOnBlockCausal(t *testing.T, m *model.Model, gen sample.GenOptions
 
 // checkExact: meth gives the tokens of none under meth's options, the
 // logits within 1e-4, from fewer rows; it returns meth's info.
-func checkExact(t *testing.T, m *model.Model, name string, meth Method, ids []int32, pl int, gen sample.GenOptions) Info {
+func checkExact(t *testing.T, m *load.Model, name string, meth Method, ids []int32, pl int, gen sample.GenOptions) Info {
 	t.Helper()
 	gen = meth.Gen(gen)
 	var wantLogits, gotLogits [][]float32
@@ -278,7 +279,7 @@ func TestArchDegenerateListsTheRegistry(t *testing.T) {
 
 // oneLayer is fixture name cut to its first layer: the same embeddings,
 // head and layer 0, config.json saying one layer.
-func oneLayer(t *testing.T, name string) *model.Model {
+func oneLayer(t *testing.T, name string) *load.Model {
 	t.Helper()
 	src, dir := testmodel.Dir(name), t.TempDir()
 	for _, f := range []string{"tokenizer.json", "tokenizer_config.json", "dlmcache.json"} {
@@ -315,7 +316,7 @@ func oneLayer(t *testing.T, name string) *model.Model {
 	if err := safetensors.Write(filepath.Join(dir, "model.safetensors"), keep, set.Metadata()); err != nil {
 		t.Fatal(err)
 	}
-	m, err := model.Load(dir, cpu.New(1))
+	m, err := load.Load(dir, cpu.New(1))
 	if err != nil {
 		t.Fatal(err)
 	}

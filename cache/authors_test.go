@@ -8,8 +8,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/cpu"
+	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/sample"
 )
 
@@ -91,7 +91,7 @@ func TestAuthorsReferenceTokens(t *testing.T) {
 	if len(files) == 0 {
 		t.Fatal("no fixtures in testdata/authors")
 	}
-	m, err := model.Load(filepath.Join("..", "models", "llada-tiny"), cpu.New(2))
+	m, err := load.Load(filepath.Join("..", "models", "llada-tiny"), cpu.New(2))
 	if err != nil {
 		t.Fatal("bundled model:", err)
 	}

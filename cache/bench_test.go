@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/dlmcache/dlmcache/datasets"
-	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/cpu"
+	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/sample"
 )
 
@@ -21,10 +21,10 @@ func BenchmarkMethods(b *testing.B) { benchBundled(b, "llada-tiny", benchMethods
 // benchBundled runs fn on the bundled model models/<name> on the CPU
 // backend with 1 and 2 threads, a sub-benchmark each; it skips where the
 // model is absent.
-func benchBundled(b *testing.B, name string, fn func(*testing.B, *model.Model)) {
+func benchBundled(b *testing.B, name string, fn func(*testing.B, *load.Model)) {
 	for _, threads := range []int{1, 2} {
 		b.Run(fmt.Sprintf("threads=%d", threads), func(b *testing.B) {
-			m, err := model.Load(filepath.Join("..", "models", name), cpu.New(threads))
+			m, err := load.Load(filepath.Join("..", "models", name), cpu.New(threads))
 			if err != nil {
 				b.Skip("bundled model:", err)
 			}
@@ -34,7 +34,7 @@ func benchBundled(b *testing.B, name string, fn func(*testing.B, *model.Model)) 
 	}
 }
 
-func benchMethods(b *testing.B, m *model.Model) {
+func benchMethods(b *testing.B, m *load.Model) {
 	s := datasets.Generate("lookup", datasets.Eval, 1, 1, datasets.DefaultOptions())[0]
 	ids, pl, err := m.Tokenizer.EncodeChat(s.System, s.User)
 	if err != nil {

@@ -11,13 +11,13 @@ import (
 
 	"github.com/dlmcache/dlmcache/internal/testmodel"
 	"github.com/dlmcache/dlmcache/lut"
-	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/backend"
 	"github.com/dlmcache/dlmcache/model/cpu"
+	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/sample"
 )
 
-func loadTiny(t testing.TB) *model.Model {
+func loadTiny(t testing.TB) *load.Model {
 	t.Helper()
 	return testmodel.Load(t, "tiny-f32")
 }
@@ -146,13 +146,13 @@ func table(L, d int) *lut.Table {
 
 // everyMethodOptions lets every registered method build on m: a store, a
 // table of depth 2, m's fingerprint.
-func everyMethodOptions(m *model.Model) Options {
+func everyMethodOptions(m *load.Model) Options {
 	o := DefaultOptions()
 	o.Store, o.Table, o.Fingerprint = NewStore(m.Backend, 1<<30, FIFO), table(len(m.Blocks), 2), m.Fingerprint
 	return o
 }
 
-func request(t testing.TB, m *model.Model, i int) ([]int32, int) {
+func request(t testing.TB, m *load.Model, i int) ([]int32, int) {
 	sys := fmt.Sprintf("You are assistant number %d. Follow the house rules: be brief, be kind.", i%3)
 	ids, pl, err := m.Tokenizer.EncodeChat(sys, strings.Repeat("Tell me more. ", 1+i%4))
 	if err != nil {
@@ -161,7 +161,7 @@ func request(t testing.TB, m *model.Model, i int) ([]int32, int) {
 	return ids, pl
 }
 
-func generate(t testing.TB, m *model.Model, meth Method, ids []int32, prefix int, o sample.GenOptions) (*sample.Generation, Info) {
+func generate(t testing.TB, m *load.Model, meth Method, ids []int32, prefix int, o sample.GenOptions) (*sample.Generation, Info) {
 	t.Helper()
 	var info Info
 	g, err := sample.Generate(context.Background(), m.Network, ids, prefix, o, meth.Planner(m.Network, "", &info))
@@ -197,7 +197,7 @@ func TestBiCacheRefreshingEveryStepIsNone(t *testing.T) {
 
 // rowsCase is what the row-accounting tests generate: tiny-f32's
 // request 1 (ids, prefix length pl), 16 tokens in 8 steps.
-func rowsCase(t *testing.T) (m *model.Model, ids []int32, pl int, o sample.GenOptions) {
+func rowsCase(t *testing.T) (m *load.Model, ids []int32, pl int, o sample.GenOptions) {
 	t.Helper()
 	m = loadTiny(t)
 	ids, pl = request(t, m, 1)

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/dlmcache/dlmcache/datasets"
-	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/sample"
 )
 
@@ -17,7 +17,7 @@ import (
 // times: docs/results.md has the measured ratios.
 func BenchmarkExactBlock(b *testing.B) { benchBundled(b, "llada-tiny-block", benchExactBlock) }
 
-func benchExactBlock(b *testing.B, m *model.Model) {
+func benchExactBlock(b *testing.B, m *load.Model) {
 	samples, err := datasets.Shared(datasets.Generate("lookup", datasets.Eval, 1, 20, datasets.DefaultOptions()), 4)
 	if err != nil {
 		b.Fatal(err)

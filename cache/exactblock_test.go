@@ -16,6 +16,7 @@ import (
 
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/cpu"
+	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/sample"
 	"github.com/dlmcache/dlmcache/model/tokenizer"
 )
@@ -23,7 +24,7 @@ import (
 // loadBlockTiny is the random-weight test model made block-causal with
 // blocks of B (and token-shifted logits with shift): the same weights, its
 // config.json marked.
-func loadBlockTiny(t testing.TB, B int, shift ...bool) *model.Model {
+func loadBlockTiny(t testing.TB, B int, shift ...bool) *load.Model {
 	t.Helper()
 	src := filepath.Join("..", "model", "testdata", "tiny-f32")
 	dir := t.TempDir()
@@ -45,7 +46,7 @@ func loadBlockTiny(t testing.TB, B int, shift ...bool) *model.Model {
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), raw, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	m, err := model.Load(dir, cpu.New(1))
+	m, err := load.Load(dir, cpu.New(1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +102,7 @@ func TestExactBlockEqualsNone(t *testing.T) {
 }
 
 // logged is o with every forward's logits appended to logits.
-func logged(m *model.Model, o sample.GenOptions, logits *[][]float32) sample.GenOptions {
+func logged(m *load.Model, o sample.GenOptions, logits *[][]float32) sample.GenOptions {
 	o.Forward = func(in model.Input, plan model.Plan) (*model.Output, error) {
 		out, err := m.Forward(in, plan)
 		if err == nil {

@@ -9,8 +9,8 @@ import (
 
 	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/lut"
-	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/cpu"
+	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/sample"
 )
 
@@ -21,7 +21,7 @@ import (
 // uncached: docs/results.md); the cache computes fewer layer-rows.
 func Example() {
 	b := cpu.New(2)
-	m, err := model.Load(filepath.Join("..", "models", "llada-tiny"), b)
+	m, err := load.Load(filepath.Join("..", "models", "llada-tiny"), b)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -92,7 +92,7 @@ func ExampleAddFlags() {
 		fmt.Println(err)
 		return
 	}
-	o, err := o.ForModel(model.Card{Refresh: 4}, nil)
+	o, err := o.ForModel(load.Card{Refresh: 4}, nil)
 	fmt.Println(o.D2.K, o.Block.Length, o.BiCache.Refresh, o.DeepSource, err)
 	d2, err := cache.New("d2cache", o)
 	fmt.Println(d2.Name(), err)

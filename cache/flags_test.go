@@ -7,7 +7,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/dlmcache/dlmcache/lut"
-	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/load"
 )
 
 // AddFlags declares each method's flags once, bound to that method's typed
@@ -100,21 +100,21 @@ func TestAddFlagsByName(t *testing.T) {
 func TestForModel(t *testing.T) {
 	o := DefaultOptions()
 	o.BiCache.Refresh, o.DeepSource = 0, SourceAuto
-	got, err := o.ForModel(model.Card{Refresh: 3}, nil)
+	got, err := o.ForModel(load.Card{Refresh: 3}, nil)
 	if err != nil || got.BiCache.Refresh != 3 || got.DeepSource != SourceRequest {
 		t.Errorf("card R 3, no table: %+v %v", got, err)
 	}
-	if got, _ = o.ForModel(model.Card{}, nil); got.BiCache.Refresh != model.DefaultRefresh {
-		t.Errorf("no card R: refresh %d, want %d", got.BiCache.Refresh, model.DefaultRefresh)
+	if got, _ = o.ForModel(load.Card{}, nil); got.BiCache.Refresh != load.DefaultRefresh {
+		t.Errorf("no card R: refresh %d, want %d", got.BiCache.Refresh, load.DefaultRefresh)
 	}
 	bad := o
 	bad.Stat = "median"
-	if _, err := bad.ForModel(model.Card{}, nil); err == nil || !strings.Contains(err.Error(), "--stat") {
+	if _, err := bad.ForModel(load.Card{}, nil); err == nil || !strings.Contains(err.Error(), "--stat") {
 		t.Errorf("bad stat: %v", err)
 	}
 	bad = o
 	bad.BiCache.Refresh = -1
-	if _, err := bad.ForModel(model.Card{}, nil); err == nil || !strings.Contains(err.Error(), "--refresh") {
+	if _, err := bad.ForModel(load.Card{}, nil); err == nil || !strings.Contains(err.Error(), "--refresh") {
 		t.Errorf("negative refresh: %v", err)
 	}
 }

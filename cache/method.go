@@ -11,6 +11,7 @@ import (
 
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/sample"
 )
 
@@ -214,7 +215,7 @@ func AddFlags(fl *pflag.FlagSet, o *Options, names ...string) {
 // table: it checks --stat and --refresh, takes the model card's R for
 // --refresh 0 and resolves --deep-source auto for table t
 // (ResolveDeepSource).
-func (o Options) ForModel(card model.Card, t *lut.Table) (Options, error) {
+func (o Options) ForModel(card load.Card, t *lut.Table) (Options, error) {
 	switch o.Stat {
 	case lut.Mean, lut.MeanStd, lut.MinStat:
 	default:

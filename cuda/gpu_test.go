@@ -20,6 +20,7 @@ import (
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/backend"
 	"github.com/dlmcache/dlmcache/model/cpu"
+	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/sample"
 )
 
@@ -51,9 +52,9 @@ func newGPU(t testing.TB, o Options) *Backend {
 
 // loadTinyOn loads the tiny BF16 fixture on b; it is closed when the test
 // ends.
-func loadTinyOn(t testing.TB, b backend.Backend) *model.Model {
+func loadTinyOn(t testing.TB, b backend.Backend) *load.Model {
 	t.Helper()
-	m, err := model.Load(tinyBF16, b)
+	m, err := load.Load(tinyBF16, b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +321,7 @@ const tinyBlock = "../model/testdata/tiny-block"
 // K/V kept, a block store across requests) decodes on the GPU the tokens
 // that no cache decodes there and on the CPU.
 func TestBlockCausalMatchesCPU(t *testing.T) {
-	cm, err := model.Load(tinyBlock, cpu.New(2))
+	cm, err := load.Load(tinyBlock, cpu.New(2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,7 +355,7 @@ func TestBlockCausalMatchesCPU(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			g := newGPU(t, m.opts)
-			gm, err := model.Load(tinyBlock, g)
+			gm, err := load.Load(tinyBlock, g)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -11,7 +11,7 @@ import (
 
 // Architecture is one model family's way into the network: which
 // config.json files are its, how they read, and where its checkpoint's
-// tensors go. Every architecture loads into the same network (LLaDA, its
+// tensors go. Every architecture loads into the same network (Network, its
 // Blocks) and runs through the same batched forward (forward.go); what
 // differs between families is said by the Config fields its parser sets
 // (QKVBias, QKNorm, MoE, ShiftLogits, …) and by the optional weights of a
@@ -33,7 +33,7 @@ type Architecture interface {
 	Build(c *Config, b backend.Backend, w *Weights) (*Network, error)
 }
 
-// architectures is every architecture Load knows, LLaDA first (the one a
+// architectures is every architecture model/load knows, LLaDA first (the one a
 // config.json without model_type or architectures is taken for).
 var architectures = []Architecture{lladaArch{}, dreamArch{}, lladaMoEArch{}, llada2Arch{}, qwen2Arch{}, llamaArch{}}
 
@@ -76,8 +76,10 @@ func ParseConfig(raw []byte) (*Config, error) {
 	return c, err
 }
 
-// buildModel builds the network of c's architecture from weight.
-func buildModel(c *Config, b backend.Backend, weight func(name string, rows, cols int) (backend.Tensor, error)) (*Network, error) {
+// Build builds the network of c's architecture from weight, which returns
+// the checkpoint's tensor name as a backend tensor of shape [rows, cols]
+// (the loaders in model/load hand it their safetensors or GGUF reader).
+func Build(c *Config, b backend.Backend, weight func(name string, rows, cols int) (backend.Tensor, error)) (*Network, error) {
 	a, err := architectureNamed(c.ArchName())
 	if err != nil {
 		return nil, err

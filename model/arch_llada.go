@@ -21,7 +21,7 @@ func (lladaArch) ParseConfig(raw []byte) (*Config, error) { return parseLLaDACon
 // the [rows, cols] shape the config gives it (rows 1 for a norm weight).
 func (lladaArch) Build(c *Config, b backend.Backend, w *Weights) (*Network, error) {
 	d, hid := c.DModel, c.MLPHiddenSize
-	l := hfLayout{embed: hfPrefix + "wte.weight", layers: hfPrefix + "blocks.%d.", norm: hfPrefix + "ln_f.weight", head: hfPrefix + "ff_out.weight"}
+	l := hfLayout{embed: LLaDAPrefix + "wte.weight", layers: LLaDAPrefix + "blocks.%d.", norm: LLaDAPrefix + "ln_f.weight", head: LLaDAPrefix + "ff_out.weight"}
 	m := l.build(c, b, w, func(_ int, p string) Block {
 		blk := attnWeights{
 			attnNorm: p + "attn_norm.weight",
@@ -36,9 +36,9 @@ func (lladaArch) Build(c *Config, b backend.Backend, w *Weights) (*Network, erro
 	return m, w.Err()
 }
 
-// buildLLaDA builds a LLaDA network from weight (the GGUF reader's and
-// converter's entry, which know LLaDA's names only).
-func buildLLaDA(c *Config, b backend.Backend, weight func(name string, rows, cols int) (backend.Tensor, error)) (*Network, error) {
+// BuildLLaDA builds a LLaDA network from weight (the GGUF reader's and
+// converter's entry in model/load, which know LLaDA's names only).
+func BuildLLaDA(c *Config, b backend.Backend, weight func(name string, rows, cols int) (backend.Tensor, error)) (*Network, error) {
 	w := &Weights{b: b, get: weight}
 	m, err := lladaArch{}.Build(c, b, w)
 	if err != nil {
@@ -46,3 +46,6 @@ func buildLLaDA(c *Config, b backend.Backend, weight func(name string, rows, col
 	}
 	return m, nil
 }
+
+// LLaDAPrefix starts every tensor name of a Hugging Face LLaDA checkpoint.
+const LLaDAPrefix = "model.transformer."

@@ -37,7 +37,7 @@ func (c *liveCount) Free(t backend.Tensor) {
 // batched.
 func TestForwardFreesEachLayer(t *testing.T) {
 	be := &liveCount{Backend: cpu.New(1)}
-	m, err := Load(filepath.Join("testdata", "tiny-f32"), be)
+	m, err := loadCheckpoint(filepath.Join("testdata", "tiny-f32"), be)
 	if err != nil {
 		t.Fatal(err)
 	}

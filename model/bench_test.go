@@ -39,7 +39,7 @@ func benchDirs(b *testing.B) []string {
 	}
 	dir := filepath.Join(b.TempDir(), "l8-d256")
 	c := Config{DModel: 256, NLayers: 8, NHeads: 4, NKVHeads: 4, MLPHiddenSize: 768, VocabSize: 2048, RopeTheta: 10000, RMSNormEps: 1e-5}
-	if err := WriteRandom(dir, c, 1, safetensors.F32); err != nil {
+	if err := WriteRandomCheckpoint(dir, c, 1, safetensors.F32); err != nil {
 		b.Fatal(err)
 	}
 	return []string{dir}
@@ -92,14 +92,14 @@ func BenchmarkStep(b *testing.B) {
 func benchStep(b *testing.B, dir string) {
 	be := cpu.New(0)
 	start := time.Now()
-	m, err := Load(dir, be)
+	m, err := loadCheckpoint(dir, be)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer m.Close()
 	loadS := time.Since(start).Seconds()
 	start = time.Now()
-	if err := pageIn(m); err != nil {
+	if err := m.PageIn(); err != nil {
 		b.Fatal(err)
 	}
 	pageinS := time.Since(start).Seconds()
@@ -143,33 +143,3 @@ func benchStep(b *testing.B, dir string) {
 		b.ReportMetric(maxRSS(), "maxrss_bytes")
 	})
 }
-
-// pageIn reads one byte of every 4 KiB page of the checkpoint's tensors
-// (safetensors or GGUF).
-func pageIn(m *Model) error {
-	var sum byte
-	touch := func(data []byte) {
-		for i := 0; i < len(data); i += 4096 {
-			sum += data[i]
-		}
-	}
-	if f := m.ggufFile; f != nil {
-		for _, t := range f.Tensors {
-			touch(f.Data(t))
-		}
-	}
-	if set := m.files; set != nil {
-		for _, name := range set.Names() {
-			t, err := set.Tensor(name)
-			if err != nil {
-				return err
-			}
-			touch(t.Data)
-		}
-	}
-	pageSink = sum
-	return nil
-}
-
-// pageSink keeps pageIn's reads.
-var pageSink byte

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/dlmcache/dlmcache/internal/testutil"
@@ -25,7 +24,7 @@ func blockCausal(m *Network, B int, shift bool) *Network {
 
 // blockCausalF32 loads tiny-f32 and returns it, its layer made block-causal
 // in blocks of B, and golden.json's input ids.
-func blockCausalF32(t *testing.T, B int) (*Model, *Network, []int32) {
+func blockCausalF32(t *testing.T, B int) (*Checkpoint, *Network, []int32) {
 	t.Helper()
 	m, g, _ := loadFixture(t, "tiny-f32")
 	return m, blockCausal(m.Network, B, false), g.InputIDs
@@ -527,7 +526,7 @@ type blockGeneration struct {
 	NFE int `json:"nfe"`
 }
 
-func loadBlockGolden(t *testing.T, be *cpu.Backend) (*Model, *blockGolden, *safetensors.Set) {
+func loadBlockGolden(t *testing.T, be *cpu.Backend) (*Checkpoint, *blockGolden, *safetensors.Set) {
 	t.Helper()
 	return loadGolden[blockGolden](t, "tiny-block", be)
 }
@@ -585,32 +584,5 @@ func TestBlockCausalForwardGolden(t *testing.T) {
 			}
 			check("bidir.logits", o.Logits)
 		})
-	}
-}
-
-// TestBlockCausalCard: a block-causal model's card keeps its own block
-// length or none; another is an error naming the field; without a card
-// the defaults decode in the model's blocks.
-func TestBlockCausalCard(t *testing.T) {
-	for _, tc := range []struct {
-		card    Card
-		want    Card
-		wantErr bool
-	}{
-		{Card{GenLength: 32, Steps: 32, BlockLength: 8}, Card{GenLength: 32, Steps: 32, BlockLength: 8}, false},
-		{Card{GenLength: 32, Steps: 32}, Card{GenLength: 32, Steps: 32, BlockLength: 8}, false},
-		{DefaultCard, Card{GenLength: DefaultCard.GenLength, Steps: DefaultCard.GenLength, BlockLength: 8}, false},
-		{Card{GenLength: 32, Steps: 32, BlockLength: 16}, Card{}, true},
-	} {
-		got, err := tc.card.forBlocks(8)
-		if (err != nil) != tc.wantErr || (!tc.wantErr && got != tc.want) {
-			t.Errorf("%+v: %+v, %v", tc.card, got, err)
-		}
-		if err != nil && !strings.Contains(err.Error(), "block_length") {
-			t.Errorf("error %q does not name block_length", err)
-		}
-	}
-	if got, _ := DefaultCard.forBlocks(0); got != DefaultCard {
-		t.Errorf("a bidirectional model's card changed: %+v", got)
 	}
 }

@@ -100,7 +100,7 @@ func TestCausalBF16(t *testing.T) {
 	for _, fx := range causalFixtures {
 		dir := testckpt.WriteBF16Copy(t, filepath.Join("testdata", fx))
 		be := cpu.NewWithOptions(cpu.Options{Threads: 2, GEMM: cpu.GEMMOpenBLAS})
-		m, err := Load(dir, be)
+		m, err := loadCheckpoint(dir, be)
 		if err != nil {
 			t.Fatal(err)
 		}

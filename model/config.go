@@ -2,9 +2,7 @@ package model
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"strings"
 )
@@ -116,17 +114,6 @@ func ReadConfig(path string) (*Config, []byte, error) {
 		return nil, nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return c, raw, nil
-}
-
-// readOptional reads one of a model directory's optional files
-// (tokenizer_config.json, the card): nil without an error when it is
-// absent. An empty file that exists reads as an empty, non-nil slice.
-func readOptional(path string) ([]byte, error) {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	return b, err
 }
 
 // parseLLaDAConfig decodes and validates a LLaDA config.json.

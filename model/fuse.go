@@ -10,7 +10,7 @@ import "github.com/dlmcache/dlmcache/model/backend"
 // views of the results. The separate weights become row views of the
 // fused ones (no second copy).
 //
-// Load does not fuse: measured on this project's 2-core AVX2 VM with the
+// model/load does not fuse: measured on this project's 2-core AVX2 VM with the
 // bundled model (BenchmarkFused, docs/performance.md), the fused forward
 // was 5% faster on a full canvas and 15–30% slower on a 40-row one
 // (the strided q/k/v views the attention then reads cost more than the

@@ -17,12 +17,12 @@ type hideViews struct{ backend.Backend }
 // alone and batched.
 func TestFusedProducts(t *testing.T) {
 	dir := filepath.Join("testdata", "tiny-f32")
-	fused, err := Load(dir, cpu.New(1))
+	fused, err := loadCheckpoint(dir, cpu.New(1))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer fused.Close()
-	plain, err := Load(dir, hideViews{cpu.New(1)})
+	plain, err := loadCheckpoint(dir, hideViews{cpu.New(1)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func BenchmarkFused(b *testing.B) {
 		if !fusedOn {
 			be = hideViews{be}
 		}
-		m, err := Load(dir, be)
+		m, err := loadCheckpoint(dir, be)
 		if err != nil {
 			b.Skip(err)
 		}

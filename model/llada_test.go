@@ -41,7 +41,7 @@ func goldenBackends(t testing.TB) map[string]*cpu.Backend {
 	return out
 }
 
-func loadFixture(t testing.TB, name string) (*Model, *goldenCase, *safetensors.Set) {
+func loadFixture(t testing.TB, name string) (*Checkpoint, *goldenCase, *safetensors.Set) {
 	return loadFixtureOn(t, name, fixtureBackend())
 }
 
@@ -50,17 +50,17 @@ func fixtureBackend() *cpu.Backend {
 	return cpu.NewWithOptions(cpu.Options{Threads: 2, GEMM: cpu.GEMMOpenBLAS})
 }
 
-func loadFixtureOn(t testing.TB, name string, be *cpu.Backend) (*Model, *goldenCase, *safetensors.Set) {
+func loadFixtureOn(t testing.TB, name string, be *cpu.Backend) (*Checkpoint, *goldenCase, *safetensors.Set) {
 	t.Helper()
 	return loadGolden[goldenCase](t, name, be)
 }
 
 // loadGolden loads testdata/name on be with its golden.json (decoded into a
 // G) and golden.safetensors; all are closed when the test ends.
-func loadGolden[G any](t testing.TB, name string, be *cpu.Backend) (*Model, *G, *safetensors.Set) {
+func loadGolden[G any](t testing.TB, name string, be *cpu.Backend) (*Checkpoint, *G, *safetensors.Set) {
 	t.Helper()
 	dir := filepath.Join("testdata", name)
-	m, err := Load(dir, be)
+	m, err := loadCheckpoint(dir, be)
 	if err != nil {
 		t.Fatal(err)
 	}

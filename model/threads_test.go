@@ -16,7 +16,7 @@ import (
 // answers must not depend on it.
 func TestWithThreadsSameLogits(t *testing.T) {
 	for _, fixture := range []string{"tiny-f32", "tiny-block"} {
-		m, err := Load(filepath.Join("testdata", fixture), cpu.New(3))
+		m, err := loadCheckpoint(filepath.Join("testdata", fixture), cpu.New(3))
 		if err != nil {
 			t.Fatal(err)
 		}

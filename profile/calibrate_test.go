@@ -9,11 +9,11 @@ import (
 	"testing"
 
 	"github.com/dlmcache/dlmcache/lut"
-	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/sample"
 )
 
-func testCalibrator(m *model.Model, dir string) *Calibrator {
+func testCalibrator(m *load.Model, dir string) *Calibrator {
 	eos := int32(m.Config.EOSTokenID)
 	return &Calibrator{
 		Model: m.Network, Gen: sample.GenOptions{GenLength: 8, Steps: 4},

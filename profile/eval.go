@@ -8,7 +8,7 @@ import (
 
 	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/datasets"
-	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/sample"
 	"github.com/dlmcache/dlmcache/model/tokenizer"
 )
@@ -63,7 +63,7 @@ type SuiteResult struct {
 // Evaluator runs task-suite samples through the model with one caching
 // method and checks the answers.
 type Evaluator struct {
-	Model    *model.Model
+	Model    *load.Model
 	Method   cache.Method
 	Gen      sample.GenOptions
 	Progress func(done, total int)

@@ -6,13 +6,13 @@ import (
 	"testing"
 
 	"github.com/dlmcache/dlmcache/internal/testmodel"
-	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 // measureRequest loads tiny-f32 and encodes the request the measure tests
 // run: a system prompt and a question, and the system prompt's length.
-func measureRequest(t *testing.T) (*model.Model, []int32, int) {
+func measureRequest(t *testing.T) (*load.Model, []int32, int) {
 	t.Helper()
 	m := testmodel.Load(t, "tiny-f32")
 	ids, prefix, err := m.Tokenizer.EncodeChat("You are a careful assistant. Keep answers short.", "What is two plus two?")

@@ -7,7 +7,7 @@ import (
 
 	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/datasets"
-	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/sample"
 )
 
@@ -17,7 +17,7 @@ import (
 // last one with the end of the system turn), each tokenized alone as a
 // module is; rest is the prompt after the system turn, as EncodeChat
 // tokenizes it.
-func SampleModules(m *model.Model, s datasets.Sample) (names []string, parts [][]int32, rest []int32, err error) {
+func SampleModules(m *load.Model, s datasets.Sample) (names []string, parts [][]int32, rest []int32, err error) {
 	tok := m.Tokenizer
 	ids, pl, err := tok.EncodeChat(s.System, s.User)
 	if err != nil {
@@ -84,7 +84,7 @@ var ModuleLayouts = []string{"contiguous", "gap"}
 // module the request does not import (the next sample's longest paragraph),
 // so the paragraph after it sits past a gap of position ids. progress, if
 // set, is called after each generation.
-func ModuleSweep(ctx context.Context, m *model.Model, samples []datasets.Sample, depths []int, refresh int, gen sample.GenOptions, progress func()) (*ModuleResult, error) {
+func ModuleSweep(ctx context.Context, m *load.Model, samples []datasets.Sample, depths []int, refresh int, gen sample.GenOptions, progress func()) (*ModuleResult, error) {
 	res := &ModuleResult{Refresh: refresh}
 	for _, lay := range ModuleLayouts { // point li*len(depths)+di: layout li, depth di
 		for _, d := range depths {

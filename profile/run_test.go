@@ -21,11 +21,11 @@ import (
 	"github.com/dlmcache/dlmcache/datasets"
 	"github.com/dlmcache/dlmcache/internal/testmodel"
 	"github.com/dlmcache/dlmcache/lut"
-	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/sample"
 )
 
-func testRequests(t *testing.T, m *model.Model, n int) []Request {
+func testRequests(t *testing.T, m *load.Model, n int) []Request {
 	t.Helper()
 	var reqs []Request
 	for i := 0; i < n; i++ {
@@ -41,13 +41,13 @@ func testRequests(t *testing.T, m *model.Model, n int) []Request {
 }
 
 // tinyRequests loads tiny-f32 and makes n of testRequests' requests for it.
-func tinyRequests(t *testing.T, n int) (*model.Model, []Request) {
+func tinyRequests(t *testing.T, n int) (*load.Model, []Request) {
 	t.Helper()
 	m := testmodel.Load(t, "tiny-f32")
 	return m, testRequests(t, m, n)
 }
 
-func testRunner(m *model.Model, dir string) *Runner {
+func testRunner(m *load.Model, dir string) *Runner {
 	return &Runner{
 		Model: m.Network, Gen: sample.GenOptions{GenLength: 8, Steps: 4}, OutDir: dir,
 		Info: RunInfo{Model: lut.ModelID{Name: "tiny", NLayers: len(m.Blocks), Fingerprint: m.Fingerprint},

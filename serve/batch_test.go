@@ -17,6 +17,7 @@ import (
 	"github.com/dlmcache/dlmcache/internal/testmodel"
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/backend"
+	"github.com/dlmcache/dlmcache/model/load"
 )
 
 // panicPlan computes every row and panics when the forward asks for the
@@ -142,7 +143,7 @@ func TestBatchedAnswersMatchAlone(t *testing.T) {
 
 // batchedMatchesAlone: method's answers to prompts on m, sent together to
 // a server batching up to 4, equal those sent one at a time.
-func batchedMatchesAlone(t *testing.T, m *model.Model, method string, prompts []struct{ system, user string }) {
+func batchedMatchesAlone(t *testing.T, m *load.Model, method string, prompts []struct{ system, user string }) {
 	alone := newTestServerOn(t, m, method, 1<<30, func(c *Config) { c.MaxConcurrency = 1 })
 	want := make([]string, len(prompts))
 	for i, p := range prompts {

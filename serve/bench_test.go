@@ -14,6 +14,7 @@ import (
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/cpu"
+	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/safetensors"
 	"github.com/dlmcache/dlmcache/model/sample"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -38,11 +39,11 @@ func BenchmarkConcurrency(b *testing.B) {
 		dir = filepath.Join(b.TempDir(), "l8-d256")
 		c := model.Config{DModel: 256, NLayers: 8, NHeads: 4, NKVHeads: 4, MLPHiddenSize: 768, VocabSize: 2048,
 			RopeTheta: 10000, RMSNormEps: 1e-5, MaxSequenceLength: 4096}
-		if err := model.WriteRandom(dir, c, 1, safetensors.F32); err != nil {
+		if err := load.WriteRandom(dir, c, 1, safetensors.F32); err != nil {
 			b.Fatal(err)
 		}
 	}
-	m, err := model.Load(dir, cpu.New(0))
+	m, err := load.Load(dir, cpu.New(0))
 	if err != nil {
 		b.Fatal(err)
 	}

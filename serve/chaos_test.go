@@ -19,7 +19,7 @@ import (
 
 	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/internal/testmodel"
-	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/tokenizer"
 )
 
@@ -298,7 +298,7 @@ func TestChaos(t *testing.T) {
 // stopped at the template's limits (a 400 for that request alone), where
 // they once overflowed the stack (a fatal error) or held the request for
 // minutes.
-func hostileTemplateModel(t *testing.T) *model.Model {
+func hostileTemplateModel(t *testing.T) *load.Model {
 	t.Helper()
 	m := testmodel.Load(t, "tiny-f32")
 	tokJSON, err := os.ReadFile(filepath.Join(testmodel.Dir("tiny-f32"), "tokenizer.json"))

@@ -10,13 +10,13 @@ import (
 	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/internal/testmodel"
 	"github.com/dlmcache/dlmcache/lut"
-	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 // The fixtures that share a tokenizer (vocabulary and chat template): the
 // diffusion model tiny-llada-moe and the causal LM tiny-llama, its guide.
-func guidedFixtures(t *testing.T) (dlm, guide *model.Model) {
+func guidedFixtures(t *testing.T) (dlm, guide *load.Model) {
 	return testmodel.Shared(t, "tiny-llada-moe"), testmodel.Shared(t, "tiny-llama")
 }
 
@@ -35,7 +35,7 @@ var guidedPrompts = []struct{ system, user string }{
 
 // newGuidedServer serves method on dlm guided by guide; store adds the
 // guide's block store of 8-token blocks.
-func newGuidedServer(t *testing.T, dlm, guide *model.Model, method string, store bool, mod func(*Config)) *Server {
+func newGuidedServer(t *testing.T, dlm, guide *load.Model, method string, store bool, mod func(*Config)) *Server {
 	t.Helper()
 	return newTestServerOn(t, dlm, method, 1<<30, func(c *Config) {
 		c.Guide, c.MaxQueue = guide, 64
@@ -51,7 +51,7 @@ func newGuidedServer(t *testing.T, dlm, guide *model.Model, method string, store
 // wantGuided is what generating the request of a chat body on dlm under
 // method (with the guide, no store) answers: the text the server returns
 // and the guide's work.
-func wantGuided(t *testing.T, s *Server, dlm, guide *model.Model, method, system, user string) (string, sample.GuideStats) {
+func wantGuided(t *testing.T, s *Server, dlm, guide *load.Model, method, system, user string) (string, sample.GuideStats) {
 	t.Helper()
 	ids, m := encodeChat(t, dlm, system, user)
 	o := cache.DefaultOptions()
@@ -73,7 +73,7 @@ func wantGuided(t *testing.T, s *Server, dlm, guide *model.Model, method, system
 
 // encodeChat is the server's prompt of a chat request and its shared
 // prefix's length.
-func encodeChat(t *testing.T, dlm *model.Model, system, user string) ([]int32, int) {
+func encodeChat(t *testing.T, dlm *load.Model, system, user string) ([]int32, int) {
 	t.Helper()
 	str := func(v string) json.RawMessage { b, _ := json.Marshal(v); return b }
 	msgs := []chatMessage{{Role: "user", Content: str(user)}}

@@ -10,7 +10,7 @@ import (
 	"unicode"
 
 	"github.com/dlmcache/dlmcache/cache"
-	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/tokenizer"
 )
 
@@ -68,7 +68,7 @@ type ModuleInfo struct {
 
 // LoadModules reads a ModuleFile and builds its schema for m (see
 // NewModules).
-func LoadModules(path string, m *model.Model, depth, refresh int) (*Modules, error) {
+func LoadModules(path string, m *load.Model, depth, refresh int) (*Modules, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("modules: %w", err)
@@ -91,7 +91,7 @@ func LoadModules(path string, m *model.Model, depth, refresh int) (*Modules, err
 // them reuse their K/V in layers 0..depth-1, the deeper layers refreshed
 // every refresh steps. The reserved ranges must ascend without overlap and
 // end within the model's context.
-func NewModules(specs []ModuleSpec, m *model.Model, depth, refresh int) (*Modules, error) {
+func NewModules(specs []ModuleSpec, m *load.Model, depth, refresh int) (*Modules, error) {
 	if len(specs) == 0 {
 		return nil, fmt.Errorf("modules: no module declared")
 	}

@@ -20,13 +20,14 @@ import (
 	"github.com/dlmcache/dlmcache/internal/memlimit"
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/sample"
 	"github.com/dlmcache/dlmcache/serve/kvevents"
 )
 
 // Config configures a Server.
 type Config struct {
-	Model *model.Model
+	Model *load.Model
 	// Name is the model name reported in responses (default: the
 	// directory's base name). Requests may name any model: one is served.
 	Name string
@@ -42,7 +43,7 @@ type Config struct {
 	// dlmcache serve --guide). Requests whose method decodes guided
 	// (NAME@guided, a table's guided choice) are verified by it; its
 	// forwards are batched as the model's are (MaxBatch above 1).
-	Guide *model.Model
+	Guide *load.Model
 	// GuideStore, if not nil, is the guide's prefix store: a block store
 	// of the guide's alone, from which each guided request's shared
 	// prefix comes exactly at every layer (cache.GuidePrefix).

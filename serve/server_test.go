@@ -23,12 +23,12 @@ import (
 	"github.com/dlmcache/dlmcache/internal/testmodel"
 	"github.com/dlmcache/dlmcache/internal/testutil"
 	"github.com/dlmcache/dlmcache/lut"
-	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 // loadTiny loads the random-weights fixture once for the package's tests.
-func loadTiny(t *testing.T) *model.Model { return testmodel.Shared(t, "tiny-f32") }
+func loadTiny(t *testing.T) *load.Model { return testmodel.Shared(t, "tiny-f32") }
 
 // testGen keeps generations short: 16 slots, 8 steps, blocks of 8.
 var testGen = sample.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}
@@ -42,7 +42,7 @@ func newTestServer(t *testing.T, method string, budget int64, mod func(*Config))
 }
 
 // newTestServerOn is newTestServer on model m.
-func newTestServerOn(t *testing.T, m *model.Model, method string, budget int64, mod func(*Config)) *Server {
+func newTestServerOn(t *testing.T, m *load.Model, method string, budget int64, mod func(*Config)) *Server {
 	t.Helper()
 	o := cache.DefaultOptions()
 	o.BiCache.Refresh, o.Fingerprint = 4, m.Fingerprint

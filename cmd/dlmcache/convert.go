@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/gguf"
+	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/safetensors"
 )
 
@@ -24,11 +24,11 @@ type convertOptions struct {
 
 func (opts *convertOptions) run(context.Context) error {
 	out := opts.f.Out
-	if model.IsGGUF(opts.Src) {
+	if load.IsGGUF(opts.Src) {
 		if opts.OutType != "auto" {
 			return fmt.Errorf("--outtype applies to safetensors → GGUF; a GGUF converts back in its own types")
 		}
-		rep, err := model.FromGGUF(opts.Src, opts.Out)
+		rep, err := load.FromGGUF(opts.Src, opts.Out)
 		if err != nil {
 			return err
 		}
@@ -47,7 +47,7 @@ func (opts *convertOptions) run(context.Context) error {
 		return fmt.Errorf("%s is a directory; name the .gguf file to write", opts.Out)
 	}
 	fmt.Fprintf(out, "converting %s → %s, 2-D weights %s (%s)\n", dir, opts.Out, typ, how)
-	rep, err := model.ToGGUF(dir, opts.Out, typ)
+	rep, err := load.ToGGUF(dir, opts.Out, typ)
 	if err != nil {
 		return err
 	}
@@ -99,7 +99,7 @@ func outType(s, dir string) (gguf.GGMLType, string, error) {
 	return 0, "", fmt.Errorf("%s: no F32, F16 or BF16 weights to convert", filepath.Clean(dir))
 }
 
-func typeCounts(rep *model.ConvertReport) string {
+func typeCounts(rep *load.ConvertReport) string {
 	n := map[string]int{}
 	for _, t := range rep.Tensors {
 		n[t.To]++

@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/dlmcache/dlmcache/cache"
-	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/sample"
 	"github.com/dlmcache/dlmcache/profile"
 )
@@ -156,7 +156,7 @@ const guideStoreBlocks = 16
 // the guide's prefix store: a block store of its own (--store-blocks N
 // tokens a block, guideStoreBlocks for 0) within --cache-bytes, off with
 // --cache-bytes 0. note describes both for the start-up lines.
-func servedGuide(c *cacheFlags, meth cache.Method, gen sample.GenOptions) (*model.Model, *cache.BlockStore, string, error) {
+func servedGuide(c *cacheFlags, meth cache.Method, gen sample.GenOptions) (*load.Model, *cache.BlockStore, string, error) {
 	g := c.guide
 	if g == nil {
 		return nil, nil, "", nil

@@ -12,6 +12,7 @@ import (
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/backend"
 	"github.com/dlmcache/dlmcache/model/cpu"
+	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/sample"
 	"github.com/dlmcache/dlmcache/models"
 )
@@ -46,12 +47,12 @@ func (r *regimeFlags) add(fl *pflag.FlagSet) {
 
 // loadedModel is a model plus what the command line needs around it.
 type loadedModel struct {
-	*model.Model
+	*load.Model
 	Name string
 }
 
 // resolveModel turns --model into a directory: an existing directory, a
-// bundled model (extracted on first use), or model.Resolve's search.
+// bundled model (extracted on first use), or load.Resolve's search.
 func resolveModel(name string) (string, error) {
 	if st, err := os.Stat(name); err == nil && st.IsDir() {
 		return name, nil
@@ -59,7 +60,7 @@ func resolveModel(name string) (string, error) {
 	if dir, ok, err := models.Dir(name); ok || err != nil {
 		return dir, err
 	}
-	dir, err := model.Resolve(name)
+	dir, err := load.Resolve(name)
 	if err != nil {
 		return "", fmt.Errorf("%w (bundled models: %s)", err, strings.Join(models.Names(), ", "))
 	}
@@ -98,7 +99,7 @@ func loadModel(f *factory, name, device string, threads int) (*loadedModel, erro
 	if err != nil {
 		return nil, err
 	}
-	m, err := model.Load(dir, b)
+	m, err := load.Load(dir, b)
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/sample"
 	"github.com/dlmcache/dlmcache/profile"
 )
@@ -17,11 +18,11 @@ import (
 // (a length other than the card's) gives gen/2 steps in one block: the
 // one-flag way back to the 16-slot regime from a long-regime card.
 func TestGenOptionsDefaultToTheCardsRegime(t *testing.T) {
-	short := model.Card{GenLength: 16, Steps: 8, BlockLength: 16}
-	long := model.Card{GenLength: 128, Steps: 64, BlockLength: 32}
+	short := load.Card{GenLength: 16, Steps: 8, BlockLength: 16}
+	long := load.Card{GenLength: 128, Steps: 64, BlockLength: 32}
 	tests := []struct {
 		name                          string
-		card                          model.Card
+		card                          load.Card
 		gen, steps, block             int
 		wantGen, wantSteps, wantBlock int
 	}{
@@ -36,7 +37,7 @@ func TestGenOptionsDefaultToTheCardsRegime(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			lm := &loadedModel{Model: &model.Model{Card: tc.card}}
+			lm := &loadedModel{Model: &load.Model{Card: tc.card}}
 			o, err := lm.genOptions(tc.gen, tc.steps, tc.block)
 			if err != nil {
 				t.Fatal(err)
@@ -46,7 +47,7 @@ func TestGenOptionsDefaultToTheCardsRegime(t *testing.T) {
 			}
 		})
 	}
-	lm := &loadedModel{Model: &model.Model{Card: long}}
+	lm := &loadedModel{Model: &load.Model{Card: long}}
 	if _, err := lm.genOptions(0, 0, 48); err == nil {
 		t.Error("block 48 does not divide 128: want an error")
 	}
@@ -57,7 +58,7 @@ func TestGenOptionsDefaultToTheCardsRegime(t *testing.T) {
 // public default unless flags say otherwise, and its regime line says so.
 func TestBlockCausalModelsDecodeInTheirOwnBlocks(t *testing.T) {
 	cfg := &model.Config{BlockCausal: true, BlockSize: 8}
-	lm := &loadedModel{Model: &model.Model{Card: model.Card{GenLength: 32, Steps: 32, BlockLength: 8}, Network: &model.Network{Config: cfg}}, Name: "b"}
+	lm := &loadedModel{Model: &load.Model{Card: load.Card{GenLength: 32, Steps: 32, BlockLength: 8}, Network: &model.Network{Config: cfg}}, Name: "b"}
 	o, err := lm.genOptions(0, 0, 0)
 	if err != nil {
 		t.Fatal(err)

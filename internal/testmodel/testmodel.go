@@ -9,8 +9,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/cpu"
+	"github.com/dlmcache/dlmcache/model/load"
 )
 
 // Arch is the fixture of one architecture the model package runs.
@@ -46,9 +46,9 @@ func Dir(name string) string {
 
 // Load loads fixture name on a one-thread CPU backend; it is closed when
 // the test ends.
-func Load(t testing.TB, name string) *model.Model {
+func Load(t testing.TB, name string) *load.Model {
 	t.Helper()
-	m, err := model.Load(Dir(name), cpu.New(1))
+	m, err := load.Load(Dir(name), cpu.New(1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,19 +58,19 @@ func Load(t testing.TB, name string) *model.Model {
 
 var (
 	sharedMu sync.Mutex
-	shared   = map[string]*model.Model{}
+	shared   = map[string]*load.Model{}
 )
 
 // Shared is fixture name loaded once for the whole test binary and never
 // closed, for tests that only read the model.
-func Shared(t testing.TB, name string) *model.Model {
+func Shared(t testing.TB, name string) *load.Model {
 	t.Helper()
 	sharedMu.Lock()
 	defer sharedMu.Unlock()
 	if m, ok := shared[name]; ok {
 		return m
 	}
-	m, err := model.Load(Dir(name), cpu.New(1))
+	m, err := load.Load(Dir(name), cpu.New(1))
 	if err != nil {
 		t.Fatal(err)
 	}

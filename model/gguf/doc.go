@@ -31,6 +31,6 @@
 // for `dlmcache convert`, which together are this small package.
 //
 // The LLaDA-specific mapping — llama.cpp's tensor names and metadata keys,
-// the q/k row permutation its converter applies — lives in package model
-// (gguf_llada.go), beside the safetensors loader it mirrors.
+// the q/k row permutation its converter applies — lives in package
+// model/load (gguf_llada.go), beside the safetensors loader it mirrors.
 package gguf

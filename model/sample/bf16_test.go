@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/load"
 
 	"github.com/dlmcache/dlmcache/internal/testckpt"
 	"github.com/dlmcache/dlmcache/internal/testutil"
@@ -37,18 +38,18 @@ func TestBF16Weights(t *testing.T) {
 }
 
 func testBF16Weights(t *testing.T, src, bf string, lib cpu.GEMMLib) {
-	load := func(dir string, o cpu.Options) *model.Model {
+	open := func(dir string, o cpu.Options) *load.Model {
 		o.GEMM = lib
-		m, err := model.Load(dir, cpu.NewWithOptions(o))
+		m, err := load.Load(dir, cpu.NewWithOptions(o))
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { m.Close() })
 		return m
 	}
-	f32 := load(src, cpu.Options{Threads: 2})
-	kept := load(bf, cpu.Options{Threads: 2})
-	conv := load(bf, cpu.Options{Threads: 2, DecodeBF16: true})
+	f32 := open(src, cpu.Options{Threads: 2})
+	kept := open(bf, cpu.Options{Threads: 2})
+	conv := open(bf, cpu.Options{Threads: 2, DecodeBF16: true})
 	if q, ok := kept.Blocks[0].Q.(*cpu.Tensor); !ok || !q.BF16() {
 		t.Fatalf("kept: q_proj is %v, want a BF16 weight", kept.Blocks[0].Q)
 	}
@@ -77,7 +78,7 @@ func testBF16Weights(t *testing.T, src, bf string, lib cpu.GEMMLib) {
 			lr[i] = int32(len(toks) - 32 + i)
 		}
 		in := model.Input{Tokens: toks, LogitRows: lr}
-		logits := func(m *model.Model) []float32 {
+		logits := func(m *load.Model) []float32 {
 			out, err := m.Forward(in, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -102,7 +103,7 @@ func testBF16Weights(t *testing.T, src, bf string, lib cpu.GEMMLib) {
 
 		// The answers are a few tokens: 32 slots in 16 steps hold them.
 		o := GenOptions{GenLength: 32, Steps: 16, BlockLength: card.BlockLength}
-		gen := func(m *model.Model) []int32 {
+		gen := func(m *load.Model) []int32 {
 			g, err := Generate(context.Background(), m.Network, ids, prefix, o, nil)
 			if err != nil {
 				t.Fatal(err)

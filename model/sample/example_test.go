@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"path/filepath"
 
-	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/cpu"
+	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/sample"
 )
 
@@ -14,7 +14,7 @@ import (
 // a chat whose system message is the shared prefix, and run the diffusion
 // sampler with no caching (a nil planner): 32 answer slots, 16 steps.
 func ExampleGenerate() {
-	m, err := model.Load(filepath.Join("..", "..", "models", "llada-tiny"), cpu.New(2))
+	m, err := load.Load(filepath.Join("..", "..", "models", "llada-tiny"), cpu.New(2))
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -7,6 +7,7 @@ import (
 	"github.com/dlmcache/dlmcache/internal/testutil"
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/cpu"
+	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/safetensors"
 )
 
@@ -47,21 +48,21 @@ func fixtureBackend() *cpu.Backend {
 	return cpu.NewWithOptions(cpu.Options{Threads: 2, GEMM: cpu.GEMMOpenBLAS})
 }
 
-func loadFixture(t testing.TB, name string) (*model.Model, *goldenCase, *safetensors.Set) {
+func loadFixture(t testing.TB, name string) (*load.Model, *goldenCase, *safetensors.Set) {
 	return loadFixtureOn(t, name, fixtureBackend())
 }
 
-func loadFixtureOn(t testing.TB, name string, be *cpu.Backend) (*model.Model, *goldenCase, *safetensors.Set) {
+func loadFixtureOn(t testing.TB, name string, be *cpu.Backend) (*load.Model, *goldenCase, *safetensors.Set) {
 	t.Helper()
 	return loadGolden[goldenCase](t, name, be)
 }
 
 // loadGolden loads testdata/name on be with its golden.json (decoded into a
 // G) and golden.safetensors; all are closed when the test ends.
-func loadGolden[G any](t testing.TB, name string, be *cpu.Backend) (*model.Model, *G, *safetensors.Set) {
+func loadGolden[G any](t testing.TB, name string, be *cpu.Backend) (*load.Model, *G, *safetensors.Set) {
 	t.Helper()
 	dir := filepath.Join(testdata, name)
-	m, err := model.Load(dir, be)
+	m, err := load.Load(dir, be)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +99,7 @@ type blockGeneration struct {
 	NFE int `json:"nfe"`
 }
 
-func loadBlockGolden(t *testing.T, be *cpu.Backend) (*model.Model, *blockGolden, *safetensors.Set) {
+func loadBlockGolden(t *testing.T, be *cpu.Backend) (*load.Model, *blockGolden, *safetensors.Set) {
 	t.Helper()
 	return loadGolden[blockGolden](t, "tiny-block", be)
 }

@@ -11,11 +11,12 @@ import (
 	"testing"
 
 	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/load"
 )
 
 // guidedPair is the DLM fixture and the causal fixture that share its
 // tokenizer (vocabulary and chat template): tiny-llada-moe and tiny-llama.
-func guidedPair(t *testing.T) (dlm, guide *model.Model) {
+func guidedPair(t *testing.T) (dlm, guide *load.Model) {
 	t.Helper()
 	dlm, _, _ = loadFixture(t, "tiny-llada-moe")
 	guide, _, _ = loadFixture(t, "tiny-llama")
@@ -79,7 +80,7 @@ func oracleForward(e int, want []int32, wrong map[int]bool, calls *int) model.Fo
 // guidedLongAnswer is the guided pair, the first guided prompt and the
 // guide's greedy generation of g slots from it; it skips a test when the
 // guide stops before g.
-func guidedLongAnswer(t *testing.T, g int) (dlm, guide *model.Model, p []int32, ar *Generation) {
+func guidedLongAnswer(t *testing.T, g int) (dlm, guide *load.Model, p []int32, ar *Generation) {
 	t.Helper()
 	dlm, guide = guidedPair(t)
 	p = guidedPrompts[0]
@@ -235,7 +236,7 @@ func TestGuidedRefusals(t *testing.T) {
 	f32, _, _ := loadFixture(t, "tiny-f32")
 	p := guidedPrompts[1]
 	for _, tc := range []struct {
-		m     *model.Model
+		m     *load.Model
 		guide *model.Network
 		want  string
 	}{
@@ -306,7 +307,7 @@ func TestGuidedGolden(t *testing.T) {
 	}
 }
 
-func checkGuidedGolden(t *testing.T, lib string, dlm, guide *model.Model, gg *guidedGolden) {
+func checkGuidedGolden(t *testing.T, lib string, dlm, guide *load.Model, gg *guidedGolden) {
 	e := dlm.Config.Embeddings()
 	for _, c := range gg.Cases {
 		c.Name = lib + "/" + c.Name

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/safetensors"
 )
 
@@ -91,7 +92,7 @@ func write(dir string, s shape) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	size, err := model.RandomWeightBytes(s.c, s.dtype)
+	size, err := load.RandomWeightBytes(s.c, s.dtype)
 	if err != nil {
 		return err
 	}
@@ -112,5 +113,5 @@ func write(dir string, s shape) error {
 		next = written + total/20
 		fmt.Fprintf(os.Stderr, "  %5.1f%%  %.2f of %.2f GB  %s\n", 100*float64(written)/float64(total), float64(written)/1e9, float64(total)/1e9, time.Since(start).Round(time.Second))
 	}
-	return model.WriteRandomProgress(dir, s.c, 7, s.dtype, progress)
+	return load.WriteRandomProgress(dir, s.c, 7, s.dtype, progress)
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/safetensors"
 )
 
@@ -39,7 +40,7 @@ func TestWeightBytes(t *testing.T) {
 			n += int64(len(x.Data))
 		}
 		set.Close()
-		want, err := model.RandomWeightBytes(s.c, s.dtype)
+		want, err := load.RandomWeightBytes(s.c, s.dtype)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -52,7 +53,7 @@ func TestWeightBytes(t *testing.T) {
 		if err := s.c.Validate(); err != nil {
 			t.Fatal(err)
 		}
-		got, err := model.RandomWeightBytes(s.c, s.dtype)
+		got, err := load.RandomWeightBytes(s.c, s.dtype)
 		if err != nil {
 			t.Fatal(err)
 		}

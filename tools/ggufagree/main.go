@@ -21,8 +21,8 @@ import (
 
 	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/datasets"
-	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/cpu"
+	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/sample"
 	"github.com/dlmcache/dlmcache/profile"
 )
@@ -57,7 +57,7 @@ func run(pa, pb string, suites []string, limit int, seed int64, threads int, asJ
 		return err
 	}
 	for _, p := range paths {
-		m, err := model.Load(p, be)
+		m, err := load.Load(p, be)
 		if err != nil {
 			return err
 		}

@@ -16,8 +16,8 @@ import (
 	"sort"
 
 	"github.com/dlmcache/dlmcache/datasets"
-	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/cpu"
+	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/sample"
 	"github.com/dlmcache/dlmcache/models"
 	"github.com/dlmcache/dlmcache/profile"
@@ -199,7 +199,7 @@ func depthBySuite(modelName string, info profile.RunInfo, perSuite int) error {
 		}
 		dir = modelName
 	}
-	m, err := model.Load(dir, cpu.New(0))
+	m, err := load.Load(dir, cpu.New(0))
 	if err != nil {
 		return err
 	}

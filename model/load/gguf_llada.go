@@ -1,10 +1,11 @@
-package model
+package load
 
 import (
 	"fmt"
 	"strconv"
 	"strings"
 
+	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/gguf"
 )
 
@@ -73,7 +74,7 @@ var hfToGGUFTop = map[string]string{
 
 // ggufTensorName is llama.cpp's name for a LLaDA tensor's Hugging Face name.
 func ggufTensorName(hf string) (string, error) {
-	rest, ok := strings.CutPrefix(hf, hfPrefix)
+	rest, ok := strings.CutPrefix(hf, model.LLaDAPrefix)
 	if ok {
 		if g, ok := hfToGGUFTop[rest]; ok {
 			return g, nil
@@ -94,7 +95,7 @@ func ggufTensorName(hf string) (string, error) {
 func hfTensorName(g string) (string, error) {
 	for h, gg := range hfToGGUFTop {
 		if gg == g {
-			return hfPrefix + h, nil
+			return model.LLaDAPrefix + h, nil
 		}
 	}
 	if r, ok := strings.CutPrefix(g, "blk."); ok {
@@ -102,7 +103,7 @@ func hfTensorName(g string) (string, error) {
 		if _, err := strconv.Atoi(n); err == nil {
 			for h, gg := range hfToGGUFBlock {
 				if gg == tail {
-					return hfPrefix + "blocks." + n + "." + h, nil
+					return model.LLaDAPrefix + "blocks." + n + "." + h, nil
 				}
 			}
 		}
@@ -113,7 +114,7 @@ func hfTensorName(g string) (string, error) {
 // permutedHeads reports for a Hugging Face tensor name how many heads its
 // rows are permuted over in GGUF (0: not permuted): llama.cpp's converter
 // reorders the rows of q_proj (n_heads) and k_proj (n_kv_heads).
-func permutedHeads(hf string, c *Config) int {
+func permutedHeads(hf string, c *model.Config) int {
 	switch {
 	case strings.HasSuffix(hf, ".q_proj.weight"):
 		return c.NHeads
@@ -232,10 +233,10 @@ func (g ggufKeys) bool(k string) (bool, error) {
 	return b, nil
 }
 
-func ggufConfig(f *gguf.File, arch string, vocab *gguf.Vocab) (*Config, error) {
+func ggufConfig(f *gguf.File, arch string, vocab *gguf.Vocab) (*model.Config, error) {
 	keys := ggufKeys{f, arch}
 	intKey, floatKey, boolKey := keys.int, keys.float, keys.bool
-	c := &Config{ModelType: "llada", Architectures: []string{"LLaDAModelLM"}, LayerNormType: "rms", ActivationType: "silu"}
+	c := &model.Config{ModelType: "llada", Architectures: []string{"LLaDAModelLM"}, LayerNormType: "rms", ActivationType: "silu"}
 	var err error
 	ints := []struct {
 		key      string

@@ -1,4 +1,4 @@
-package model
+package load
 
 import (
 	"encoding/json"
@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/dlmcache/dlmcache/internal/atomicfile"
+	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/safetensors"
 	"github.com/dlmcache/dlmcache/model/tokenizer"
 )
@@ -26,7 +27,7 @@ var SpecialTokens = []string{"<|startoftext|>", "<|endoftext|>", "<|mdm_mask|>",
 // names), and a dlmcache.json card marking the weights as random.
 // Benchmarks and backend checks use it; it is never a stand-in for a
 // trained model.
-func WriteRandom(dir string, c Config, seed uint64, dtype safetensors.DType) error {
+func WriteRandom(dir string, c model.Config, seed uint64, dtype safetensors.DType) error {
 	return WriteRandomProgress(dir, c, seed, dtype, nil)
 }
 
@@ -43,7 +44,7 @@ type randomTensor struct {
 // randomLayout returns the tensors of c's random checkpoint in file order
 // and its config.json, in the layout of c's architecture. c's mask, EOS
 // and pad ids are those config.json gives.
-func randomLayout(c *Config, dtype safetensors.DType) ([]randomTensor, []byte, error) {
+func randomLayout(c *model.Config, dtype safetensors.DType) ([]randomTensor, []byte, error) {
 	d, kv, hid, e := c.DModel, c.KVDim(), c.MLPHiddenSize, c.Embeddings()
 	in := 1 / math.Sqrt(float64(d))
 	var ts []randomTensor
@@ -134,7 +135,7 @@ func randomLayout(c *Config, dtype safetensors.DType) ([]randomTensor, []byte, e
 
 // hfRandomConfig is the config.json of a random Dream (dream) or
 // LLaDA-MoE checkpoint of c, in the keys the published models' files use.
-func hfRandomConfig(c *Config, dream bool, dtype safetensors.DType) []byte {
+func hfRandomConfig(c *model.Config, dream bool, dtype safetensors.DType) []byte {
 	torchDType := map[safetensors.DType]string{safetensors.BF16: "bfloat16", safetensors.F32: "float32"}[dtype]
 	shape := hfShape{c.NLayers, c.NHeads, c.NKVHeads, c.VocabSize, "silu", c.MaxSequenceLength, c.RMSNormEps, c.RopeTheta, nil}
 	var cfg any
@@ -211,7 +212,7 @@ type hfShape struct {
 
 // RandomWeightBytes is the size of the weights WriteRandom writes for c in
 // dtype (the tensors' data, without the file's header).
-func RandomWeightBytes(c Config, dtype safetensors.DType) (int64, error) {
+func RandomWeightBytes(c model.Config, dtype safetensors.DType) (int64, error) {
 	ts, _, err := randomLayout(&c, dtype)
 	if err != nil {
 		return 0, err
@@ -228,7 +229,7 @@ func RandomWeightBytes(c Config, dtype safetensors.DType) (int64, error) {
 // weights are made and written one tensor at a time (the largest is the
 // embedding, vocabulary × d), never the whole checkpoint in memory, and
 // model.safetensors appears, atomically, only once complete.
-func WriteRandomProgress(dir string, c Config, seed uint64, dtype safetensors.DType, progress func(written, total int64)) error {
+func WriteRandomProgress(dir string, c model.Config, seed uint64, dtype safetensors.DType, progress func(written, total int64)) error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
@@ -251,7 +252,7 @@ func WriteRandomProgress(dir string, c Config, seed uint64, dtype safetensors.DT
 	}
 	// config.json must read back, through its architecture's parser, as
 	// the shape whose tensors are written.
-	back, err := ParseConfig(cfg)
+	back, err := model.ParseConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("random checkpoint: its config.json does not parse: %w", err)
 	}
@@ -312,12 +313,12 @@ func WriteRandomProgress(dir string, c Config, seed uint64, dtype safetensors.DT
 }
 
 // sameShape reports the first shape field in which got differs from want.
-func sameShape(got, want *Config) error {
+func sameShape(got, want *model.Config) error {
 	type field struct {
 		name      string
 		got, want any
 	}
-	var moeGot, moeWant MoEConfig
+	var moeGot, moeWant model.MoEConfig
 	if got.MoE != nil {
 		moeGot = *got.MoE
 	}

@@ -1,4 +1,4 @@
-package model
+package load
 
 import (
 	"encoding/json"
@@ -14,7 +14,7 @@ import (
 // copyFixture copies testdata/name into a temp dir that a test may damage.
 func copyFixture(t *testing.T, name string) string {
 	t.Helper()
-	src := filepath.Join("testdata", name)
+	src := filepath.Join(testdata, name)
 	dst := t.TempDir()
 	ents, err := os.ReadDir(src)
 	if err != nil {
@@ -101,12 +101,12 @@ func TestLoadBadInput(t *testing.T) {
 }
 
 func TestLoadFingerprint(t *testing.T) {
-	a, err := Load(filepath.Join("testdata", "tiny-f32"), cpu.New(1))
+	a, err := Load(filepath.Join(testdata, "tiny-f32"), cpu.New(1))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	b, err := Load(filepath.Join("testdata", "tiny-bf16"), cpu.New(1))
+	b, err := Load(filepath.Join(testdata, "tiny-bf16"), cpu.New(1))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,8 +1,11 @@
-package model
+package load
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 )
@@ -124,4 +127,15 @@ func (m *Model) AnswerEnd(ids []int32) int {
 		}
 	}
 	return len(ids)
+}
+
+// readOptional reads one of a model directory's optional files
+// (tokenizer_config.json, the card): nil without an error when it is
+// absent. An empty file that exists reads as an empty, non-nil slice.
+func readOptional(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	return b, err
 }

@@ -1,4 +1,4 @@
-package model
+package load
 
 import (
 	"math"
@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/cpu"
 	"github.com/dlmcache/dlmcache/model/safetensors"
 )
@@ -16,12 +17,12 @@ import (
 // tensor's shape and refuses unused tensors; its config reads back as the
 // shape asked for, and a forward gives finite logits, F32 and BF16.
 func TestWriteRandomArchitectures(t *testing.T) {
-	for _, c := range []Config{
+	for _, c := range []model.Config{
 		{DModel: 64, NLayers: 2, NHeads: 4, NKVHeads: 4, MLPHiddenSize: 96, VocabSize: 300, RopeTheta: 10000, RMSNormEps: 1e-5},
 		{Arch: "dream", DModel: 64, NLayers: 2, NHeads: 4, NKVHeads: 2, MLPHiddenSize: 96, VocabSize: 300, MaxSequenceLength: 1024,
 			RopeTheta: 1e6, RMSNormEps: 1e-6, QKVBias: true, ShiftLogits: true},
 		{Arch: "llada-moe", DModel: 64, NLayers: 2, NHeads: 4, NKVHeads: 4, MLPHiddenSize: 256, VocabSize: 300, MaxSequenceLength: 1024,
-			RopeTheta: 50000, RMSNormEps: 1e-5, QKNorm: true, MoE: &MoEConfig{Experts: 8, TopK: 2, Hidden: 16}},
+			RopeTheta: 50000, RMSNormEps: 1e-5, QKNorm: true, MoE: &model.MoEConfig{Experts: 8, TopK: 2, Hidden: 16}},
 	} {
 		for _, dt := range []safetensors.DType{safetensors.F32, safetensors.BF16} {
 			t.Run(c.ArchName()+"/"+string(dt), func(t *testing.T) {
@@ -49,7 +50,7 @@ func TestWriteRandomArchitectures(t *testing.T) {
 				for i := range ids {
 					ids[i] = int32(i * 7 % c.VocabSize)
 				}
-				out, err := m.Forward(Input{Tokens: ids, LogitRows: []int32{38, 39}}, nil)
+				out, err := m.Forward(model.Input{Tokens: ids, LogitRows: []int32{38, 39}}, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -69,20 +70,20 @@ func TestWriteRandomArchitectures(t *testing.T) {
 // TestWriteRandomRefuses: shapes WriteRandom has no layout for are errors
 // naming what is wrong, and nothing is written.
 func TestWriteRandomRefuses(t *testing.T) {
-	base := Config{DModel: 64, NLayers: 2, NHeads: 4, NKVHeads: 4, MLPHiddenSize: 96, VocabSize: 300, RopeTheta: 1e6, RMSNormEps: 1e-6}
+	base := model.Config{DModel: 64, NLayers: 2, NHeads: 4, NKVHeads: 4, MLPHiddenSize: 96, VocabSize: 300, RopeTheta: 1e6, RMSNormEps: 1e-6}
 	for _, tc := range []struct {
-		edit func(*Config)
+		edit func(*model.Config)
 		want string
 	}{
-		{func(c *Config) { c.Arch = "llada2" }, "not one WriteRandom writes"},
-		{func(c *Config) { c.Arch = "dream" }, "Dream's layout has q/k/v biases"},
-		{func(c *Config) { c.Arch, c.QKNorm = "llada-moe", true }, "LLaDA-MoE's layout has softmax-routed experts"},
-		{func(c *Config) {
-			c.Arch, c.MoE = "llada-moe", &MoEConfig{Experts: 4, TopK: 2, Hidden: 16, SharedHidden: 16}
+		{func(c *model.Config) { c.Arch = "llada2" }, "not one WriteRandom writes"},
+		{func(c *model.Config) { c.Arch = "dream" }, "Dream's layout has q/k/v biases"},
+		{func(c *model.Config) { c.Arch, c.QKNorm = "llada-moe", true }, "LLaDA-MoE's layout has softmax-routed experts"},
+		{func(c *model.Config) {
+			c.Arch, c.MoE = "llada-moe", &model.MoEConfig{Experts: 4, TopK: 2, Hidden: 16, SharedHidden: 16}
 		}, "no shared expert"},
-		{func(c *Config) { c.QKVBias = true }, "LLaDA's layout has no q/k/v biases"},
+		{func(c *model.Config) { c.QKVBias = true }, "LLaDA's layout has no q/k/v biases"},
 		// Dream's config.json has no embedding size apart from vocab_size.
-		{func(c *Config) { c.Arch, c.QKVBias, c.EmbeddingSize = "dream", true, 320 }, "reads back as another shape: embeddings 300, want 320"},
+		{func(c *model.Config) { c.Arch, c.QKVBias, c.EmbeddingSize = "dream", true, 320 }, "reads back as another shape: embeddings 300, want 320"},
 	} {
 		c := base
 		tc.edit(&c)

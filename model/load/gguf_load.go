@@ -1,4 +1,4 @@
-package model
+package load
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/backend"
 	"github.com/dlmcache/dlmcache/model/gguf"
 	"github.com/dlmcache/dlmcache/model/tokenizer"
@@ -101,7 +102,7 @@ func loadGGUF(f *gguf.File, b backend.Backend) (*Model, error) {
 		return nil, fmt.Errorf("%s %d, but the file holds %d tensors (each layer has several)", strings.ReplaceAll(keyBlockCount, "{arch}", arch), cfg.NLayers, n)
 	}
 	used := map[string]bool{}
-	m.Network, err = buildLLaDA(cfg, b, func(hf string, rows, cols int) (backend.Tensor, error) {
+	m.Network, err = model.BuildLLaDA(cfg, b, func(hf string, rows, cols int) (backend.Tensor, error) {
 		name, err := ggufTensorName(hf)
 		if err != nil {
 			return nil, err

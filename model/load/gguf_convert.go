@@ -1,4 +1,4 @@
-package model
+package load
 
 import (
 	"encoding/json"
@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/dlmcache/dlmcache/internal/atomicfile"
+	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/backend"
 	"github.com/dlmcache/dlmcache/model/gguf"
 	"github.com/dlmcache/dlmcache/model/safetensors"
@@ -45,7 +46,7 @@ func ToGGUF(dir, out string, typ gguf.GGMLType) (*ConvertReport, error) {
 	default:
 		return nil, fmt.Errorf("convert: output type %s is not supported (F32, F16, BF16, Q8_0, Q4_0)", typ)
 	}
-	cfg, rawCfg, err := ReadConfig(filepath.Join(dir, "config.json"))
+	cfg, rawCfg, err := model.ReadConfig(filepath.Join(dir, "config.json"))
 	if err != nil {
 		return nil, err
 	}
@@ -138,10 +139,10 @@ type convertJob struct {
 // planConvert is the tensors of set written as typ (each checked against
 // the loader's mapping of cfg: none missing, none foreign), their GGUF
 // descriptions and the report's rows.
-func planConvert(dir string, cfg *Config, set *safetensors.Set, typ gguf.GGMLType) ([]convertJob, []gguf.WriteTensor, *ConvertReport, error) {
+func planConvert(dir string, cfg *model.Config, set *safetensors.Set, typ gguf.GGMLType) ([]convertJob, []gguf.WriteTensor, *ConvertReport, error) {
 	// Check every tensor's shape through the loader's own mapping first.
 	want := map[string][2]int{}
-	if _, err := buildLLaDA(cfg, nil, func(name string, rows, cols int) (backend.Tensor, error) {
+	if _, err := model.BuildLLaDA(cfg, nil, func(name string, rows, cols int) (backend.Tensor, error) {
 		want[name] = [2]int{rows, cols}
 		return nil, nil
 	}); err != nil {
@@ -193,7 +194,7 @@ func planConvert(dir string, cfg *Config, set *safetensors.Set, typ gguf.GGMLTyp
 // convertMetadata is the GGUF metadata of the LLaDA checkpoint in dir
 // (cfg, its config.json's keys hp) written as typ with vocab: llama.cpp's
 // llada keys, the diffusion keys, the vocabulary and the model card.
-func convertMetadata(dir string, cfg *Config, hp map[string]any, typ gguf.GGMLType, vocab *gguf.Vocab) ([]gguf.KV, error) {
+func convertMetadata(dir string, cfg *model.Config, hp map[string]any, typ gguf.GGMLType, vocab *gguf.Vocab) ([]gguf.KV, error) {
 	fileType := map[gguf.GGMLType]uint32{gguf.F32: gguf.FileTypeF32, gguf.F16: gguf.FileTypeF16,
 		gguf.BF16: gguf.FileTypeBF16, gguf.Q8_0: gguf.FileTypeQ8_0, gguf.Q4_0: gguf.FileTypeQ4_0}[typ]
 	a := func(k string) string { return archKey(k, ArchLLaDA) }

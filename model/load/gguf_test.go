@@ -1,4 +1,4 @@
-package model
+package load
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/backend"
 	"github.com/dlmcache/dlmcache/model/cpu"
 	"github.com/dlmcache/dlmcache/model/gguf"
@@ -18,12 +19,15 @@ import (
 )
 
 // bundledDir is the bundled model's directory in the repository.
-const bundledDir = "../models/llada-tiny"
+const bundledDir = "../../models/llada-tiny"
+
+// testdata is the model fixtures' directory, model/testdata.
+const testdata = "../testdata"
 
 // ggufLogits runs one full forward over ids and returns every row's logits.
 func ggufLogits(t *testing.T, m *Model, ids []int32) []float32 {
 	t.Helper()
-	out, err := m.Forward(Input{Tokens: ids, LogitRows: iota32(len(ids))}, nil)
+	out, err := m.Forward(model.Input{Tokens: ids, LogitRows: allRows(len(ids))}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +170,7 @@ func TestGGUFRoundTrip(t *testing.T) {
 	}
 }
 
-func configEqual(a, b *Config) bool {
+func configEqual(a, b *model.Config) bool {
 	x, y := *a, *b
 	x.Architectures, y.Architectures = nil, nil
 	x.ModelType, y.ModelType = "", ""
@@ -363,7 +367,7 @@ func TestGGUFQuantKeptQuantized(t *testing.T) {
 // "gpt2" tokenizer without the key. The file loads back.
 func TestGGUFWritesEmptyMerges(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "m")
-	c := Config{DModel: 64, NLayers: 1, NHeads: 4, NKVHeads: 4, MLPHiddenSize: 96, VocabSize: 300, RopeTheta: 10000, RMSNormEps: 1e-5}
+	c := model.Config{DModel: 64, NLayers: 1, NHeads: 4, NKVHeads: 4, MLPHiddenSize: 96, VocabSize: 300, RopeTheta: 10000, RMSNormEps: 1e-5}
 	if err := WriteRandom(dir, c, 3, safetensors.F32); err != nil {
 		t.Fatal(err)
 	}
@@ -402,7 +406,7 @@ func TestGGUFWritesEmptyMerges(t *testing.T) {
 // QuantWeighter).
 func TestGGUFKQuants(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "m")
-	c := Config{DModel: 256, NLayers: 2, NHeads: 4, NKVHeads: 4, MLPHiddenSize: 512, VocabSize: 300, RopeTheta: 10000, RMSNormEps: 1e-5}
+	c := model.Config{DModel: 256, NLayers: 2, NHeads: 4, NKVHeads: 4, MLPHiddenSize: 512, VocabSize: 300, RopeTheta: 10000, RMSNormEps: 1e-5}
 	if err := WriteRandom(dir, c, 7, safetensors.F32); err != nil {
 		t.Fatal(err)
 	}
@@ -499,4 +503,13 @@ func TestGGUFKQuants(t *testing.T) {
 			t.Errorf("%T: logits differ from the F32 file's by %.3g (relative; bound 1e-5)", be, d)
 		}
 	}
+}
+
+// allRows is 0..n-1: the logits of every row.
+func allRows(n int) []int32 {
+	r := make([]int32, n)
+	for i := range r {
+		r[i] = int32(i)
+	}
+	return r
 }

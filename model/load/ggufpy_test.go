@@ -1,4 +1,4 @@
-package model
+package load
 
 import (
 	"math"
@@ -20,7 +20,7 @@ import (
 // metadata against the bundled model's tokenizer.json, which the fixture's
 // vocabulary was made from.
 func TestGGUFPyFixtureLogits(t *testing.T) {
-	dir := filepath.Join("testdata", "ggufpy")
+	dir := filepath.Join(testdata, "ggufpy")
 	var g struct {
 		File string  `json:"file"`
 		IDs  []int32 `json:"ids"`

@@ -1,10 +1,11 @@
-package model
+package load
 
 import (
 	"path/filepath"
 	"testing"
 
 	"github.com/dlmcache/dlmcache/internal/testutil"
+	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/cpu"
 	"github.com/dlmcache/dlmcache/model/gguf"
 	"github.com/dlmcache/dlmcache/model/safetensors"
@@ -22,7 +23,7 @@ import (
 func TestF16Weights(t *testing.T) {
 	tmp := t.TempDir()
 	wide := filepath.Join(tmp, "wide")
-	c := Config{DModel: 64, NLayers: 2, NHeads: 4, NKVHeads: 4, MLPHiddenSize: 640, VocabSize: 300, RopeTheta: 10000, RMSNormEps: 1e-5}
+	c := model.Config{DModel: 64, NLayers: 2, NHeads: 4, NKVHeads: 4, MLPHiddenSize: 640, VocabSize: 300, RopeTheta: 10000, RMSNormEps: 1e-5}
 	if err := WriteRandom(wide, c, 5, safetensors.F32); err != nil {
 		t.Fatal(err)
 	}
