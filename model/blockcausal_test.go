@@ -30,6 +30,121 @@ func blockCausalF32(t *testing.T, B int) (*Checkpoint, *Network, []int32) {
 	return m, blockCausal(m.Network, B, false), g.InputIDs
 }
 
+// refHost holds what refForward's pieces need: the config, the backend the
+// weights are read from, the position ids and the block size B.
+type refHost struct {
+	c   *Config
+	b   backend.Backend
+	pos []int32
+	B   int
+}
+
+// host is weight w as float64 rows.
+func (r refHost) host(w backend.Tensor) [][]float64 {
+	f := r.b.ToHost(w, nil)
+	out := make([][]float64, w.Rows())
+	for i := range out {
+		out[i] = make([]float64, w.Cols())
+		for j := range out[i] {
+			out[i][j] = float64(f[i*w.Cols()+j])
+		}
+	}
+	return out
+}
+
+// refMul is x · wᵀ.
+func refMul(x, w [][]float64) [][]float64 {
+	out := make([][]float64, len(x))
+	for i := range x {
+		out[i] = make([]float64, len(w))
+		for o := range w {
+			var s float64
+			for j, v := range x[i] {
+				s += v * w[o][j]
+			}
+			out[i][o] = s
+		}
+	}
+	return out
+}
+
+// norm is the RMSNorm of x's rows with weight w.
+func (r refHost) norm(x [][]float64, w backend.Tensor) [][]float64 {
+	g := r.host(w)[0]
+	out := make([][]float64, len(x))
+	for i, row := range x {
+		var ss float64
+		for _, v := range row {
+			ss += v * v
+		}
+		s := 1 / math.Sqrt(ss/float64(len(row))+r.c.RMSNormEps)
+		out[i] = make([]float64, len(row))
+		for j, v := range row {
+			out[i][j] = v * s * g[j]
+		}
+	}
+	return out
+}
+
+// rope rotates each head of x's rows (rotate-half) by its position id.
+func (r refHost) rope(x [][]float64) {
+	hd := r.c.HeadDim()
+	for i, row := range x {
+		for h := 0; h < len(row)/hd; h++ {
+			v := row[h*hd : (h+1)*hd]
+			for j := 0; j < hd/2; j++ {
+				a := float64(r.pos[i]) * math.Pow(r.c.RopeTheta, -2*float64(j)/float64(hd))
+				x0, x1 := v[j], v[j+hd/2]
+				v[j], v[j+hd/2] = x0*math.Cos(a)-x1*math.Sin(a), x1*math.Cos(a)+x0*math.Sin(a)
+			}
+		}
+	}
+}
+
+// sees reports whether the query of row i reads the key of row j.
+func (r refHost) sees(i, j int) bool { return r.B == 0 || int(r.pos[j])/r.B <= int(r.pos[i])/r.B }
+
+// attention is the masked softmax attention of q over k and v, the heads
+// grouped onto the K/V heads.
+func (r refHost) attention(q, k, v [][]float64) [][]float64 {
+	c, hd, n := r.c, r.c.HeadDim(), len(q)
+	group := c.NHeads / c.NKVHeads
+	att := make([][]float64, n)
+	for i := range n {
+		att[i] = make([]float64, c.DModel)
+		for h := range c.NHeads {
+			kh := h / group
+			s := make([]float64, n)
+			mx := math.Inf(-1)
+			for j := range n {
+				if !r.sees(i, j) {
+					continue
+				}
+				for e := range hd {
+					s[j] += q[i][h*hd+e] * k[j][kh*hd+e]
+				}
+				s[j] /= math.Sqrt(float64(hd))
+				mx = max(mx, s[j])
+			}
+			var sum float64
+			for j := range n {
+				if r.sees(i, j) {
+					s[j] = math.Exp(s[j] - mx)
+					sum += s[j]
+				}
+			}
+			for j := range n {
+				if r.sees(i, j) {
+					for e := range hd {
+						att[i][h*hd+e] += s[j] / sum * v[j][kh*hd+e]
+					}
+				}
+			}
+		}
+	}
+	return att
+}
+
 // refForward is a plain float64 forward of the LLaDA layer on the host,
 // written from the layer's definition with the block-causal mask as a
 // mask over every key (query at position id p reads the key at p' iff
@@ -38,128 +153,39 @@ func blockCausalF32(t *testing.T, B int) (*Checkpoint, *Network, []int32) {
 // logits of every row.
 func refForward(t *testing.T, m *Network, toks, pos []int32, B int) [][]float64 {
 	t.Helper()
-	c, b := m.Config, m.Backend
-	host := func(w backend.Tensor) [][]float64 {
-		f := b.ToHost(w, nil)
-		out := make([][]float64, w.Rows())
-		for i := range out {
-			out[i] = make([]float64, w.Cols())
-			for j := range out[i] {
-				out[i][j] = float64(f[i*w.Cols()+j])
-			}
-		}
-		return out
-	}
-	mul := func(x, w [][]float64) [][]float64 { // x · wᵀ
-		out := make([][]float64, len(x))
-		for i := range x {
-			out[i] = make([]float64, len(w))
-			for o := range w {
-				var s float64
-				for j, v := range x[i] {
-					s += v * w[o][j]
-				}
-				out[i][o] = s
-			}
-		}
-		return out
-	}
-	norm := func(x [][]float64, w backend.Tensor) [][]float64 {
-		g := host(w)[0]
-		out := make([][]float64, len(x))
-		for i, r := range x {
-			var ss float64
-			for _, v := range r {
-				ss += v * v
-			}
-			s := 1 / math.Sqrt(ss/float64(len(r))+c.RMSNormEps)
-			out[i] = make([]float64, len(r))
-			for j, v := range r {
-				out[i][j] = v * s * g[j]
-			}
-		}
-		return out
-	}
-	hd := c.HeadDim()
-	rope := func(x [][]float64) {
-		for i, r := range x {
-			for h := 0; h < len(r)/hd; h++ {
-				v := r[h*hd : (h+1)*hd]
-				for j := 0; j < hd/2; j++ {
-					a := float64(pos[i]) * math.Pow(c.RopeTheta, -2*float64(j)/float64(hd))
-					x0, x1 := v[j], v[j+hd/2]
-					v[j], v[j+hd/2] = x0*math.Cos(a)-x1*math.Sin(a), x1*math.Cos(a)+x0*math.Sin(a)
-				}
-			}
-		}
-	}
-	sees := func(i, j int) bool { return B == 0 || int(pos[j])/B <= int(pos[i])/B }
-	emb := host(m.Embed)
+	r := refHost{c: m.Config, b: m.Backend, pos: pos, B: B}
+	emb := r.host(m.Embed)
 	x := make([][]float64, len(toks))
 	for i, tk := range toks {
 		x[i] = slices.Clone(emb[tk])
 	}
-	n, group := len(toks), c.NHeads/c.NKVHeads
 	for l := range m.Blocks {
 		blk := &m.Blocks[l]
-		a := norm(x, blk.AttnNorm)
-		q, k, v := mul(a, host(blk.Q)), mul(a, host(blk.K)), mul(a, host(blk.V))
-		rope(q)
-		rope(k)
-		att := make([][]float64, n)
-		for i := range n {
-			att[i] = make([]float64, c.DModel)
-			for h := range c.NHeads {
-				kh := h / group
-				s := make([]float64, n)
-				mx := math.Inf(-1)
-				for j := range n {
-					if !sees(i, j) {
-						continue
-					}
-					for e := range hd {
-						s[j] += q[i][h*hd+e] * k[j][kh*hd+e]
-					}
-					s[j] /= math.Sqrt(float64(hd))
-					mx = max(mx, s[j])
-				}
-				var sum float64
-				for j := range n {
-					if sees(i, j) {
-						s[j] = math.Exp(s[j] - mx)
-						sum += s[j]
-					}
-				}
-				for j := range n {
-					if sees(i, j) {
-						for e := range hd {
-							att[i][h*hd+e] += s[j] / sum * v[j][kh*hd+e]
-						}
-					}
-				}
-			}
-		}
-		o := mul(att, host(blk.AttnOut))
+		a := r.norm(x, blk.AttnNorm)
+		q, k, v := refMul(a, r.host(blk.Q)), refMul(a, r.host(blk.K)), refMul(a, r.host(blk.V))
+		r.rope(q)
+		r.rope(k)
+		o := refMul(r.attention(q, k, v), r.host(blk.AttnOut))
 		for i := range x {
 			for j := range x[i] {
 				x[i][j] += o[i][j]
 			}
 		}
-		f := norm(x, blk.FFNorm)
-		g, u := mul(f, host(blk.Gate)), mul(f, host(blk.Up))
+		f := r.norm(x, blk.FFNorm)
+		g, u := refMul(f, r.host(blk.Gate)), refMul(f, r.host(blk.Up))
 		for i := range g {
 			for j, gv := range g[i] {
 				g[i][j] = gv / (1 + math.Exp(-gv)) * u[i][j]
 			}
 		}
-		y := mul(g, host(blk.Down))
+		y := refMul(g, r.host(blk.Down))
 		for i := range x {
 			for j := range x[i] {
 				x[i][j] += y[i][j]
 			}
 		}
 	}
-	return mul(norm(x, m.Norm), host(m.Head))
+	return refMul(r.norm(x, m.Norm), r.host(m.Head))
 }
 
 // flat32 flattens rows of logits to float32 for relErr.

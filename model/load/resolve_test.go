@@ -63,12 +63,16 @@ func isolate(t *testing.T) (string, string) {
 	return filepath.Join(base, "models"), filepath.Join(base, "hf", "hub")
 }
 
-func TestResolveFindsModelsByPathNameAndHubCache(t *testing.T) {
-	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-	for _, tc := range []struct {
-		name  string
-		setup func(t *testing.T, models, hub string) (arg, want string)
-	}{
+// resolveCase is one lookup Resolve must find: setup lays out the models
+// root and the hub and returns the argument and the path it resolves to.
+type resolveCase struct {
+	name  string
+	setup func(t *testing.T, models, hub string) (arg, want string)
+}
+
+// resolvePathCases are the lookups by path and in $DLMCACHE_MODELS.
+func resolvePathCases(t0 time.Time) []resolveCase {
+	return []resolveCase{
 		{"directory", func(t *testing.T, models, hub string) (string, string) {
 			d := mkModel(t, filepath.Join(models, "x"))
 			return d, d
@@ -109,6 +113,13 @@ func TestResolveFindsModelsByPathNameAndHubCache(t *testing.T) {
 			t.Setenv("DLMCACHE_MODELS", models)
 			return "llada", d
 		}},
+	}
+}
+
+// resolveHubCases are the lookups in the Hugging Face hub cache (and its
+// precedence under $DLMCACHE_MODELS).
+func resolveHubCases(t0 time.Time) []resolveCase {
+	return []resolveCase{
 		{"DLMCACHE_MODELS exact beats the cache", func(t *testing.T, models, hub string) (string, string) {
 			d := mkModel(t, filepath.Join(models, "LLaDA-8B-Instruct"))
 			mkSnapshot(t, hub, "GSAI-ML--LLaDA-8B-Instruct", "r1", t0, true)
@@ -175,7 +186,12 @@ func TestResolveFindsModelsByPathNameAndHubCache(t *testing.T) {
 			s := mkSnapshot(t, filepath.Join(home, "hf", "hub"), "a--llada", "r1", t0, true)
 			return "llada", s
 		}},
-	} {
+	}
+}
+
+func TestResolveFindsModelsByPathNameAndHubCache(t *testing.T) {
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range append(resolvePathCases(t0), resolveHubCases(t0)...) {
 		t.Run(tc.name, func(t *testing.T) {
 			models, hub := isolate(t)
 			arg, want := tc.setup(t, models, hub)
