@@ -2,9 +2,10 @@
 // hardware that runs it: a handful of matrix operations on row-major float32
 // activations and on weights kept in whatever form the backend likes.
 //
-// Every operation the LLaDA forward needs is here and nothing else. A backend
-// that wants to do more (fused kernels, device-resident caches) adds an
-// optional interface next to this one instead of growing it.
+// Every operation the network's forward (model.Network) needs is here and
+// nothing else. A backend that wants to do more (fused kernels,
+// device-resident caches) adds an optional interface next to this one
+// instead of growing it.
 //
 // Shapes are written [rows, cols]. Activations are always 2-D float32
 // matrices: a sequence of n tokens of width d is [n, d]. Attention heads are

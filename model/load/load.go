@@ -25,8 +25,9 @@ type Model struct {
 	ggufFile *gguf.File
 }
 
-// Load reads a Hugging Face LLaDA directory (config.json, model.safetensors
-// or shards, tokenizer.json) onto backend b, or a GGUF file (LoadGGUF).
+// Load reads a Hugging Face checkpoint directory (config.json of any
+// architecture model.ArchitectureOf knows, model.safetensors or shards,
+// tokenizer.json) onto backend b, or a GGUF file (LoadGGUF).
 func Load(dir string, b backend.Backend) (*Model, error) {
 	if IsGGUF(dir) {
 		return LoadGGUF(dir, b)
