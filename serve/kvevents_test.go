@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"maps"
 	"net"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -284,24 +285,13 @@ func replay(t *testing.T, ctx context.Context, pub *kvevents.Publisher, start ui
 	}
 }
 
+// toInt is a msgpack-decoded integer of any width as an int64.
 func toInt(v any) int64 {
-	switch x := v.(type) {
-	case int8:
-		return int64(x)
-	case int16:
-		return int64(x)
-	case int32:
-		return int64(x)
-	case int64:
-		return x
-	case uint8:
-		return int64(x)
-	case uint16:
-		return int64(x)
-	case uint32:
-		return int64(x)
-	case uint64:
-		return int64(x)
+	switch r := reflect.ValueOf(v); {
+	case r.CanInt():
+		return r.Int()
+	case r.CanUint():
+		return int64(r.Uint())
 	}
 	return 0
 }
