@@ -168,14 +168,7 @@ func TestKVEventsLimits(t *testing.T) {
 	polls := make(chan answer, 2)
 	for range 2 {
 		go func() {
-			resp, err := http.Get(url + "/v1/kv_events?since=1000000&wait=60")
-			if err != nil {
-				polls <- answer{-1, err.Error()}
-				return
-			}
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			polls <- answer{resp.StatusCode, string(b)}
+			polls <- answerOf(http.Get(url + "/v1/kv_events?since=1000000&wait=60"))
 		}()
 	}
 	for s.eventWaits.Load() < 2 {

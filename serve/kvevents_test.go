@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"maps"
 	"net"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -49,20 +50,8 @@ func TestKVEventsOverZMQ(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	// The stuck subscriber: handshake and subscription, then nothing.
-	nc, err := net.Dial("tcp", pub.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	nc.(*net.TCPConn).SetReadBuffer(1) //nolint:errcheck // the kernel's smallest
-	zc, err := zmq4.Open(nc, null.Security(), zmq4.Sub, zmq4.SocketIdentity(""), false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := zc.SendMsg(zmq4.NewMsg(append([]byte{1}, "kv@"...))); err != nil {
-		t.Fatal(err)
-	}
+	stuck := stuckSubscriber(t, pub)
+	defer stuck.Close()
 	sub := zmq4.NewSub(ctx)
 	defer sub.Close()
 	if err := sub.Dial("tcp://" + pub.Addr().String()); err != nil {
@@ -75,96 +64,7 @@ func TestKVEventsOverZMQ(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	time.Sleep(100 * time.Millisecond) // the subscriptions, after the handshakes
-
-	type batch struct {
-		seq    uint64
-		events []map[string]any
-	}
-	batches := make(chan batch, 1<<12)
-	go func() {
-		defer close(batches)
-		for {
-			m, err := sub.Recv()
-			if err != nil {
-				return
-			}
-			var b struct { // [ts, events, data_parallel_rank]
-				_      struct{} `msgpack:",array"`
-				TS     float64
-				Events []map[string]any
-				Rank   int
-			}
-			if err := msgpack.Unmarshal(m.Frames[2], &b); err != nil {
-				t.Error(err)
-				return
-			}
-			batches <- batch{binary.BigEndian.Uint64(m.Frames[1]), b.Events}
-		}
-	}()
-	index := map[string]bool{}
-	var stored, removed, cleared int
-	var partial bool
-	var next uint64
-	var replayed int
-	var applyEvents func([]map[string]any)
-	// apply reads batches up to the publisher's sequence number.
-	apply := func() {
-		t.Helper()
-		until := pub.Stats().Seq
-		for next < until {
-			var b batch
-			var ok bool
-			select {
-			case b, ok = <-batches:
-			case <-time.After(2 * time.Second):
-				// The last batches dropped for this subscriber: replay them.
-				for _, r := range replay(t, ctx, pub, next) {
-					applyEvents(r.events)
-					next = r.seq + 1
-				}
-				replayed++
-				continue
-			}
-			if !ok {
-				t.Fatalf("no batch %d (of %d)", next, until)
-			}
-			if b.seq < next {
-				continue
-			}
-			if b.seq > next { // dropped for this subscriber too: replay the gap
-				for _, r := range replay(t, ctx, pub, next) {
-					if r.seq < b.seq {
-						applyEvents(r.events)
-					}
-				}
-				replayed++
-			}
-			next = b.seq + 1
-			applyEvents(b.events)
-		}
-	}
-	applyEvents = func(events []map[string]any) {
-		for _, e := range events {
-			switch e["type"] {
-			case "BlockStored":
-				stored++
-				for _, h := range e["block_hashes"].([]any) {
-					index[cache.Key(toInt(h)).String()] = true
-				}
-				if ek, ok := e["extra_keys"].([]any); ok {
-					partial = partial || slices.Contains(ek[len(ek)-1].([]any), any(kvevents.PartialDepthKey))
-				}
-			case "BlockRemoved":
-				removed++
-				for _, h := range e["block_hashes"].([]any) {
-					delete(index, cache.Key(toInt(h)).String())
-				}
-			case "AllBlocksCleared":
-				cleared++
-				clear(index)
-			}
-		}
-	}
+	x := &kvIndex{t: t, ctx: ctx, pub: pub, batches: receiveBatches(t, sub), index: map[string]bool{}}
 
 	doc := "Reference table: alpha is 12, beta is 7, gamma is 30, delta is 4, epsilon is 19, zeta is 8."
 	for i := range 16 {
@@ -179,15 +79,15 @@ func TestKVEventsOverZMQ(t *testing.T) {
 		t.Fatal("no eviction: make the store smaller")
 	}
 	time.Sleep(100 * time.Millisecond) // the last events, through the log to the publisher
-	apply()
-	if got, want := slices.Sorted(maps.Keys(index)), st.Blocks(); !slices.Equal(got, want) {
+	x.catchUp()
+	if got, want := slices.Sorted(maps.Keys(x.index)), st.Blocks(); !slices.Equal(got, want) {
 		t.Errorf("the subscriber's index %v\nthe store's blocks     %v", got, want)
 	}
-	if stored == 0 || removed == 0 || !partial {
-		t.Errorf("stored %d, removed %d events, partial marker %v", stored, removed, partial)
+	if x.stored == 0 || x.removed == 0 || !x.partial {
+		t.Errorf("stored %d, removed %d events, partial marker %v", x.stored, x.removed, x.partial)
 	}
-	if replayed > 0 {
-		t.Logf("%d gaps of the reading subscriber filled from the replay socket", replayed)
+	if x.replayed > 0 {
+		t.Logf("%d gaps of the reading subscriber filled from the replay socket", x.replayed)
 	}
 	page = metricsPage(t, s)
 	if d := metric(t, page, "dlmcache_kv_events_dropped_total"); d == 0 {
@@ -210,19 +110,153 @@ func TestKVEventsOverZMQ(t *testing.T) {
 		t.Fatalf("/reset_prefix_cache: %d %s", rec.Code, rec.Body)
 	}
 	time.Sleep(100 * time.Millisecond)
-	apply()
-	if cleared != 1 || len(index) != 0 {
-		t.Errorf("cleared %d, index %d", cleared, len(index))
+	x.catchUp()
+	if x.cleared != 1 || len(x.index) != 0 {
+		t.Errorf("cleared %d, index %d", x.cleared, len(x.index))
 	}
 }
 
-type replayed struct {
+// stuckSubscriber connects to pub and subscribes (handshake and
+// subscription), then reads nothing, on the kernel's smallest buffer.
+func stuckSubscriber(t *testing.T, pub *kvevents.Publisher) net.Conn {
+	t.Helper()
+	nc, err := net.Dial("tcp", pub.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.(*net.TCPConn).SetReadBuffer(1) //nolint:errcheck // the kernel's smallest
+	zc, err := zmq4.Open(nc, null.Security(), zmq4.Sub, zmq4.SocketIdentity(""), false, nil)
+	if err != nil {
+		nc.Close()
+		t.Fatal(err)
+	}
+	if err := zc.SendMsg(zmq4.NewMsg(append([]byte{1}, "kv@"...))); err != nil {
+		nc.Close()
+		t.Fatal(err)
+	}
+	return nc
+}
+
+// eventBatch is one published batch: its sequence number and events.
+type eventBatch struct {
 	seq    uint64
 	events []map[string]any
 }
 
+// decodeBatch decodes a batch message's frames (topic, sequence number,
+// msgpack payload).
+func decodeBatch(m zmq4.Msg) (eventBatch, error) {
+	var b struct { // [ts, events, data_parallel_rank]
+		_      struct{} `msgpack:",array"`
+		TS     float64
+		Events []map[string]any
+		Rank   int
+	}
+	err := msgpack.Unmarshal(m.Frames[2], &b)
+	return eventBatch{binary.BigEndian.Uint64(m.Frames[1]), b.Events}, err
+}
+
+// receiveBatches decodes what sub receives onto the channel it returns,
+// closed when sub's receiving ends.
+func receiveBatches(t *testing.T, sub zmq4.Socket) <-chan eventBatch {
+	batches := make(chan eventBatch, 1<<12)
+	go func() {
+		defer close(batches)
+		for {
+			m, err := sub.Recv()
+			if err != nil {
+				return
+			}
+			b, err := decodeBatch(m)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			batches <- b
+		}
+	}()
+	return batches
+}
+
+// kvIndex is a reading subscriber's index of the store's blocks, rebuilt
+// from the events, and the events it counted.
+type kvIndex struct {
+	t       *testing.T
+	ctx     context.Context
+	pub     *kvevents.Publisher
+	batches <-chan eventBatch
+
+	index                    map[string]bool
+	stored, removed, cleared int
+	partial                  bool
+	next                     uint64 // the next batch's sequence number
+	replayed                 int    // gaps filled from the replay socket
+}
+
+// catchUp applies the batches up to the publisher's sequence number,
+// those dropped for this subscriber from the replay socket.
+func (x *kvIndex) catchUp() {
+	x.t.Helper()
+	until := x.pub.Stats().Seq
+	for x.next < until {
+		var b eventBatch
+		var ok bool
+		select {
+		case b, ok = <-x.batches:
+		case <-time.After(2 * time.Second):
+			// The last batches dropped for this subscriber: replay them.
+			for _, r := range replay(x.t, x.ctx, x.pub, x.next) {
+				x.apply(r.events)
+				x.next = r.seq + 1
+			}
+			x.replayed++
+			continue
+		}
+		if !ok {
+			x.t.Fatalf("no batch %d (of %d)", x.next, until)
+		}
+		if b.seq < x.next {
+			continue
+		}
+		if b.seq > x.next { // dropped for this subscriber too: replay the gap
+			for _, r := range replay(x.t, x.ctx, x.pub, x.next) {
+				if r.seq < b.seq {
+					x.apply(r.events)
+				}
+			}
+			x.replayed++
+		}
+		x.next = b.seq + 1
+		x.apply(b.events)
+	}
+}
+
+// apply applies one batch's events to the index.
+func (x *kvIndex) apply(events []map[string]any) {
+	for _, e := range events {
+		switch e["type"] {
+		case "BlockStored":
+			x.stored++
+			for _, h := range e["block_hashes"].([]any) {
+				x.index[cache.Key(toInt(h)).String()] = true
+			}
+			if ek, ok := e["extra_keys"].([]any); ok {
+				x.partial = x.partial || slices.Contains(ek[len(ek)-1].([]any), any(kvevents.PartialDepthKey))
+			}
+		case "BlockRemoved":
+			x.removed++
+			for _, h := range e["block_hashes"].([]any) {
+				delete(x.index, cache.Key(toInt(h)).String())
+			}
+		case "AllBlocksCleared":
+			x.cleared++
+			clear(x.index)
+		}
+	}
+}
+
 // replay asks the publisher's replay socket for the batches from start on.
-func replay(t *testing.T, ctx context.Context, pub *kvevents.Publisher, start uint64) []replayed {
+func replay(t *testing.T, ctx context.Context, pub *kvevents.Publisher, start uint64) []eventBatch {
 	t.Helper()
 	d := zmq4.NewDealer(ctx)
 	defer d.Close()
@@ -234,7 +268,7 @@ func replay(t *testing.T, ctx context.Context, pub *kvevents.Publisher, start ui
 	if err := d.Send(zmq4.NewMsgFrom([]byte{}, sb[:])); err != nil {
 		t.Fatal(err)
 	}
-	var out []replayed
+	var out []eventBatch
 	for {
 		m, err := d.Recv()
 		if err != nil {
@@ -243,37 +277,21 @@ func replay(t *testing.T, ctx context.Context, pub *kvevents.Publisher, start ui
 		if string(m.Frames[1]) == string(kvevents.EndSeq) {
 			return out
 		}
-		var b struct { // [ts, events, data_parallel_rank]
-			_      struct{} `msgpack:",array"`
-			TS     float64
-			Events []map[string]any
-			Rank   int
-		}
-		if err := msgpack.Unmarshal(m.Frames[2], &b); err != nil {
+		b, err := decodeBatch(m)
+		if err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, replayed{binary.BigEndian.Uint64(m.Frames[1]), b.Events})
+		out = append(out, b)
 	}
 }
 
+// toInt is a msgpack-decoded integer of any width as an int64.
 func toInt(v any) int64 {
-	switch x := v.(type) {
-	case int8:
-		return int64(x)
-	case int16:
-		return int64(x)
-	case int32:
-		return int64(x)
-	case int64:
-		return x
-	case uint8:
-		return int64(x)
-	case uint16:
-		return int64(x)
-	case uint32:
-		return int64(x)
-	case uint64:
-		return int64(x)
+	switch r := reflect.ValueOf(v); {
+	case r.CanInt():
+		return r.Int()
+	case r.CanUint():
+		return int64(r.Uint())
 	}
 	return 0
 }

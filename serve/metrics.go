@@ -147,11 +147,7 @@ func storeMetrics(f promauto.Factory, prefix, lead string, store func() cache.St
 	if store == nil {
 		store = func() cache.Stats { return cache.Stats{} }
 	}
-	for _, s := range []struct {
-		name, help string
-		gauge      bool
-		v          func(cache.Stats) float64
-	}{
+	statMetrics(f, prefix, lead, store, []statMetric[cache.Stats]{
 		{"queries_tokens_total", "Shared-prefix tokens looked up in the prefix store.", false, func(s cache.Stats) float64 { return float64(s.QueryTokens) }},
 		{"hits_tokens_total", "Shared-prefix tokens found in the prefix store.", false, func(s cache.Stats) float64 { return float64(s.HitTokens) }},
 		{"queries_total", "Prefix store lookups.", false, func(s cache.Stats) float64 { return float64(s.Queries) }},
@@ -163,12 +159,26 @@ func storeMetrics(f promauto.Factory, prefix, lead string, store func() cache.St
 		{"entries", "Prefixes held in the store.", true, func(s cache.Stats) float64 { return float64(s.Entries) }},
 		{"bytes", "Bytes held by the store's prefixes.", true, func(s cache.Stats) float64 { return float64(s.Bytes) }},
 		{"budget_bytes", "The store's byte budget.", true, func(s cache.Stats) float64 { return float64(s.BudgetBytes) }},
-	} {
-		read := func() float64 { return s.v(store()) }
-		if s.gauge {
-			f.NewGaugeFunc(prometheus.GaugeOpts{Name: prefix + s.name, Help: lead + s.help}, read)
+	})
+}
+
+// statMetric is a metric read from a stats snapshot: a counter, or a
+// gauge.
+type statMetric[S any] struct {
+	name, help string
+	gauge      bool
+	v          func(S) float64
+}
+
+// statMetrics registers ms, each read from stats() when scraped, under
+// prefix, their help led by lead.
+func statMetrics[S any](f promauto.Factory, prefix, lead string, stats func() S, ms []statMetric[S]) {
+	for _, m := range ms {
+		read := func() float64 { return m.v(stats()) }
+		if m.gauge {
+			f.NewGaugeFunc(prometheus.GaugeOpts{Name: prefix + m.name, Help: lead + m.help}, read)
 		} else {
-			f.NewCounterFunc(prometheus.CounterOpts{Name: prefix + s.name, Help: lead + s.help}, read)
+			f.NewCounterFunc(prometheus.CounterOpts{Name: prefix + m.name, Help: lead + m.help}, read)
 		}
 	}
 }
@@ -228,12 +238,7 @@ func (m *metrics) guided(s sample.GuideStats) {
 
 // addKVEvents registers the ZMQ KV-event publisher's counters.
 func (m *metrics) addKVEvents(stats func() kvevents.Stats) {
-	f := promauto.With(m.reg)
-	for _, c := range []struct {
-		name, help string
-		gauge      bool
-		v          func(kvevents.Stats) float64
-	}{
+	statMetrics(promauto.With(m.reg), "", "", stats, []statMetric[kvevents.Stats]{
 		{"dlmcache_kv_events_batches_total", "KV-event batches published on the ZMQ socket (--kv-events).", false, func(s kvevents.Stats) float64 { return float64(s.Batches) }},
 		{"dlmcache_kv_events_total", "KV events (BlockStored, BlockRemoved, AllBlocksCleared) in the published batches.", false, func(s kvevents.Stats) float64 { return float64(s.Events) }},
 		{"dlmcache_kv_events_dropped_total", "KV-event batches dropped for a subscriber too slow to take them (its queue full, or its connection lost); a generation never waits for one.", false, func(s kvevents.Stats) float64 { return float64(s.Dropped) }},
@@ -242,14 +247,7 @@ func (m *metrics) addKVEvents(stats func() kvevents.Stats) {
 		{"dlmcache_kv_events_dials_total", "Connections made to the routers of --kv-events-connect (the first and every redial).", false, func(s kvevents.Stats) float64 { return float64(s.Dials) }},
 		{"dlmcache_kv_events_subscribers", "Connected KV-event subscribers.", true, func(s kvevents.Stats) float64 { return float64(s.Subscribers) }},
 		{"dlmcache_kv_events_sequence", "The next KV-event batch's sequence number.", true, func(s kvevents.Stats) float64 { return float64(s.Seq) }},
-	} {
-		read := func() float64 { return c.v(stats()) }
-		if c.gauge {
-			f.NewGaugeFunc(prometheus.GaugeOpts{Name: c.name, Help: c.help}, read)
-		} else {
-			f.NewCounterFunc(prometheus.CounterOpts{Name: c.name, Help: c.help}, read)
-		}
-	}
+	})
 }
 
 // handler serves the registry in Prometheus' text format.

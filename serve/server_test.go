@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"maps"
 	"net"
 	"net/http"
@@ -498,16 +497,18 @@ type answer struct {
 func postLater(url, body string) <-chan answer {
 	got := make(chan answer, 1)
 	go func() {
-		resp, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(body))
-		if err != nil {
-			got <- answer{-1, err.Error()}
-			return
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		got <- answer{resp.StatusCode, string(b)}
+		got <- answerOf(http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(body)))
 	}()
 	return got
+}
+
+// answerOf reads a response to its end: its status and body, or status
+// -1 and the error.
+func answerOf(resp *http.Response, err error) answer {
+	if err != nil {
+		return answer{-1, err.Error()}
+	}
+	return answer{resp.StatusCode, string(readAndClose(resp))}
 }
 
 // TestGracefulShutdown: a request in flight when shutdown starts finishes

@@ -13,14 +13,7 @@ import (
 // token ids are a 400 naming the field.
 func TestTokenizeAndDetokenize(t *testing.T) {
 	s, _ := blockServer(t, 64)
-	var tk struct {
-		Count        int      `json:"count"`
-		MaxModelLen  int      `json:"max_model_len"`
-		Tokens       []int32  `json:"tokens"`
-		TokenStrs    []string `json:"token_strs"`
-		PrefixTokens int      `json:"prefix_tokens"`
-		BlockSize    int      `json:"block_size"`
-	}
+	var tk tokenizeResponse
 	chat := chatBody("You are terse.", "What is two and two?", "")
 	rec := post(t, s, "/tokenize", chat)
 	if rec.Code != 200 {
