@@ -9,6 +9,14 @@
 #include "simd.h"
 
 #if defined(__x86_64__)
+// ROW_CASES6(T) is a switch's cases for a tile of 6 down to 1 rows, each
+// T(rows) with the count a constant (each count its own unrolled tile);
+// ROW_CASES8 adds 8 and 7.
+#define ROW_CASES6(T) \
+	case 6: T(6); break; case 5: T(5); break; case 4: T(4); break; \
+	case 3: T(3); break; case 2: T(2); break; case 1: T(1); break
+#define ROW_CASES8(T) case 8: T(8); break; case 7: T(7); break; ROW_CASES6(T)
+
 // The fused attention kernel (AVX-512F): for one head and a block of query
 // rows, scores, softmax and the product with v in blocks of 8 query rows,
 // so that the 8 score rows stay in L1 between the three. Both products go
@@ -61,16 +69,7 @@ static void attn_gemm(int m, int n, int K, const float *a, long lda, const float
 #define ATTN_TILE(MR) \
 		if (nv == 2) attn_tile(MR, 2, K, a, lda, b + j, ldb, c + j, ldc, alpha, rs, m0, m1); \
 		else attn_tile(MR, 1, K, a, lda, b + j, ldb, c + j, ldc, alpha, rs, m0, m1)
-		switch (m) {
-		case 8: ATTN_TILE(8); break;
-		case 7: ATTN_TILE(7); break;
-		case 6: ATTN_TILE(6); break;
-		case 5: ATTN_TILE(5); break;
-		case 4: ATTN_TILE(4); break;
-		case 3: ATTN_TILE(3); break;
-		case 2: ATTN_TILE(2); break;
-		case 1: ATTN_TILE(1); break;
-		}
+		switch (m) { ROW_CASES8(ATTN_TILE); }
 #undef ATTN_TILE
 	}
 }
@@ -207,14 +206,7 @@ static inline void tile2(int mr, int w, int b16, int K, const float *a, long lda
 		else attn_tile2(MR, 2, 0, K, a, lda, b, ldb, c, ldc, alpha, rs, m0, m1); } \
 	else { if (full) attn_tile2(MR, 1, 1, K, a, lda, b, ldb, c, ldc, alpha, rs, m0, m1); \
 		else attn_tile2(MR, 1, 0, K, a, lda, b, ldb, c, ldc, alpha, rs, m0, m1); }
-	switch (mr) {
-	case 6: TILE2(6); break;
-	case 5: TILE2(5); break;
-	case 4: TILE2(4); break;
-	case 3: TILE2(3); break;
-	case 2: TILE2(2); break;
-	case 1: TILE2(1); break;
-	}
+	switch (mr) { ROW_CASES6(TILE2); }
 #undef TILE2
 }
 

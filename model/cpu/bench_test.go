@@ -575,12 +575,29 @@ func BenchmarkF16Decode(b *testing.B) {
 // bundled model's shapes (d 128, FFN 384, vocabulary 2048; 283 rows a
 // full step) and l16-d2048's (512 rows).
 func BenchmarkQuantMatMul(b *testing.B) {
-	r := rand.New(rand.NewPCG(1, 1))
-	for _, s := range []struct{ n, in, out int }{
+	benchWeightMatMul(b, []struct{ n, in, out int }{
 		{283, 128, 384}, {283, 384, 128}, {283, 128, 2048}, {34, 128, 384},
 		{512, 256, 768}, {512, 2048, 2048}, {512, 5632, 2048},
-	} {
-		for _, form := range []string{"f32", "q8_0-int8", "q8_0-f32", "q4_0-int8", "q4_0-f32"} {
+	}, []string{"f32", "q8_0-int8", "q8_0-f32", "q4_0-int8", "q4_0-f32"},
+		func(b *testing.B, bk *Backend, r *rand.Rand, form string, out, in int) backend.Tensor {
+			typ := map[byte]backend.QuantType{'8': backend.Q8_0, '4': backend.Q4_0}[form[1]]
+			raw, _ := quantWeight(b, r, typ, out, in)
+			w := weightQuant(b, bk, typ, out, in, raw)
+			if strings.HasSuffix(form, "-f32") {
+				bk.quantISA = -1
+			}
+			return w
+		})
+}
+
+// benchWeightMatMul: dst [n, out] = x [n, in] · wᵀ on one thread for
+// each shape and form, w F32 for form "f32", else quant's weight of the
+// form.
+func benchWeightMatMul(b *testing.B, shapes []struct{ n, in, out int }, forms []string,
+	quant func(b *testing.B, bk *Backend, r *rand.Rand, form string, out, in int) backend.Tensor) {
+	r := rand.New(rand.NewPCG(1, 1))
+	for _, s := range shapes {
+		for _, form := range forms {
 			b.Run(fmt.Sprintf("n%d_in%d_out%d/%s", s.n, s.in, s.out, form), func(b *testing.B) {
 				bk := New(1)
 				defer New(0)
@@ -589,15 +606,7 @@ func BenchmarkQuantMatMul(b *testing.B) {
 				if form == "f32" {
 					w = weightF32(b, bk, s.out, s.in, randMat(r, s.out, s.in, 1))
 				} else {
-					typ := map[byte]backend.QuantType{'8': backend.Q8_0, '4': backend.Q4_0}[form[1]]
-					raw, _ := quantWeight(b, r, typ, s.out, s.in)
-					var err error
-					if w, err = bk.WeightQuant(typ, s.out, s.in, raw); err != nil {
-						b.Fatal(err)
-					}
-					if strings.HasSuffix(form, "-f32") {
-						bk.quantISA = -1
-					}
+					w = quant(b, bk, r, form, s.out, s.in)
 				}
 				dst := bk.New(s.n, s.out)
 				bk.MatMul(dst, x, w)
@@ -609,6 +618,15 @@ func BenchmarkQuantMatMul(b *testing.B) {
 			})
 		}
 	}
+}
+
+// weightQuant loads raw as bk's quantized weight of typ.
+func weightQuant(b *testing.B, bk *Backend, typ backend.QuantType, rows, cols int, raw []byte) backend.Tensor {
+	w, err := bk.WeightQuant(typ, rows, cols, raw)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return w
 }
 
 // BenchmarkKQuantDecode: decoding a panel of 64 rows × 4096 values of
@@ -636,32 +654,10 @@ func BenchmarkKQuantDecode(b *testing.B) {
 // F32 or a K-quant (decoded panels into sgemm), at l16-d2048's shapes
 // (512 rows a full step, 52 a 10%-rows step).
 func BenchmarkKQuantMatMul(b *testing.B) {
-	r := rand.New(rand.NewPCG(1, 1))
-	for _, s := range []struct{ n, in, out int }{{512, 2048, 2048}, {52, 2048, 2048}} {
-		for _, form := range []string{"f32", "Q4_K", "Q5_K", "Q6_K"} {
-			b.Run(fmt.Sprintf("n%d_in%d_out%d/%s", s.n, s.in, s.out, form), func(b *testing.B) {
-				bk := New(1)
-				defer New(0)
-				x := bk.FromHost(s.n, s.in, randMat(r, s.n, s.in, 1))
-				var w backend.Tensor
-				if form == "f32" {
-					w = weightF32(b, bk, s.out, s.in, randMat(r, s.out, s.in, 1))
-				} else {
-					typ := map[string]backend.QuantType{"Q4_K": backend.Q4_K, "Q5_K": backend.Q5_K, "Q6_K": backend.Q6_K}[form]
-					raw, _ := kquantWeight(b, r, typ, s.out, s.in)
-					var err error
-					if w, err = bk.WeightQuant(typ, s.out, s.in, raw); err != nil {
-						b.Fatal(err)
-					}
-				}
-				dst := bk.New(s.n, s.out)
-				bk.MatMul(dst, x, w)
-				b.ResetTimer()
-				for b.Loop() {
-					bk.MatMul(dst, x, w)
-				}
-				gflops(b, 2*float64(s.n)*float64(s.in)*float64(s.out))
-			})
-		}
-	}
+	benchWeightMatMul(b, []struct{ n, in, out int }{{512, 2048, 2048}, {52, 2048, 2048}}, []string{"f32", "Q4_K", "Q5_K", "Q6_K"},
+		func(b *testing.B, bk *Backend, r *rand.Rand, form string, out, in int) backend.Tensor {
+			typ := map[string]backend.QuantType{"Q4_K": backend.Q4_K, "Q5_K": backend.Q5_K, "Q6_K": backend.Q6_K}[form]
+			raw, _ := kquantWeight(b, r, typ, out, in)
+			return weightQuant(b, bk, typ, out, in, raw)
+		})
 }

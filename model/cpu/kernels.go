@@ -64,11 +64,10 @@ func bf16Rows(dst []float32, w *Tensor, lo, hi int) { bf16RowsWith(simd, dst, w,
 // bf16RowsWith is bf16Rows with the AVX2 loop only when useSIMD (and the
 // machine has it). For tests.
 func bf16RowsWith(useSIMD bool, dst []float32, w *Tensor, lo, hi int) {
-	if !rowsToDecode("bf16Rows", dst, w, lo, hi) {
+	src := halfRowsToDecode("bf16Rows", dst, w, w.bf16, lo, hi)
+	if src == nil {
 		return
 	}
-	src := w.bf16[lo*w.stride:]
-	_ = src[(hi-lo-1)*w.stride+w.cols-1]
 	C.dlmc_bf16_rows(cbool(useSIMD && simd), (*C.float)(unsafe.Pointer(&dst[0])), (*C.uint16_t)(unsafe.Pointer(&src[0])), C.long(hi-lo), C.long(w.cols), C.long(w.stride))
 }
 
@@ -85,11 +84,10 @@ func f16Rows(dst []float32, w *Tensor, lo, hi int) { f16RowsWith(f16c, dst, w, l
 // f16RowsWith is f16Rows with the F16C loop only when useF16C (and the
 // machine has it). For tests.
 func f16RowsWith(useF16C bool, dst []float32, w *Tensor, lo, hi int) {
-	if !rowsToDecode("f16Rows", dst, w, lo, hi) {
+	src := halfRowsToDecode("f16Rows", dst, w, w.f16, lo, hi)
+	if src == nil {
 		return
 	}
-	src := w.f16[lo*w.stride:]
-	_ = src[(hi-lo-1)*w.stride+w.cols-1]
 	C.dlmc_f16_rows(cbool(useF16C && f16c), (*C.float)(unsafe.Pointer(&dst[0])), (*C.uint16_t)(unsafe.Pointer(&src[0])), C.long(hi-lo), C.long(w.cols), C.long(w.stride))
 }
 
@@ -103,6 +101,17 @@ func rowsToDecode(fn string, dst []float32, w *Tensor, lo, hi int) bool {
 		panic("cpu: " + fn + ": dst too short")
 	}
 	return true
+}
+
+// halfRowsToDecode is w's 16-bit values h from row lo on, bounds checked
+// through row hi−1, where rowsToDecode reports rows to decode; else nil.
+func halfRowsToDecode(fn string, dst []float32, w *Tensor, h []uint16, lo, hi int) []uint16 {
+	if !rowsToDecode(fn, dst, w, lo, hi) {
+		return nil
+	}
+	src := h[lo*w.stride:]
+	_ = src[(hi-lo-1)*w.stride+w.cols-1]
+	return src
 }
 
 // quantRows decodes rows [lo, hi) of the quantized weight w into dst

@@ -15,7 +15,8 @@
 //	          their int8 products with activations quantized per row
 //	kquant.c  ggml's K-quants (Q4_K, Q5_K, Q6_K) decoded to float32 rows
 //
-// simd.h holds the vector helpers vec.c and attn.c share. Each vector
+// simd.h holds the vector helpers vec.c and attn.c share, half.h the
+// binary16 block scales' conversion quant.c and kquant.c share. Each vector
 // kernel is compiled for its ISA by a target attribute; the Go side picks
 // one at run time (an int simd / avx2 argument) from dlmc_have_*.
 #ifndef DLMCACHE_CPU_KERNELS_H

@@ -11,39 +11,12 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "half.h"
 #include "kernels.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
-
-// half_to_float_k is IEEE binary16 → binary32, exactly.
-static inline float half_to_float_k(const uint8_t *p) {
-	uint16_t h = (uint16_t)(p[0] | p[1] << 8);
-	uint32_t sign = (uint32_t)(h >> 15) << 31;
-	uint32_t exp = (h >> 10) & 0x1f;
-	uint32_t man = h & 0x3ff;
-	uint32_t bits;
-	if (exp == 0) {
-		if (man == 0) {
-			bits = sign;
-		} else {
-			int e = -14;
-			while (!(man & 0x400)) {
-				man <<= 1;
-				e--;
-			}
-			bits = sign | (uint32_t)(e + 127) << 23 | (man & 0x3ff) << 13;
-		}
-	} else if (exp == 0x1f) {
-		bits = sign | 0x7f800000u | man << 13;
-	} else {
-		bits = sign | (exp + 127 - 15) << 23 | man << 13;
-	}
-	float f;
-	memcpy(&f, &bits, 4);
-	return f;
-}
 
 long dlmc_kquant_block_bytes(int wt) {
 	switch (wt) {
@@ -70,7 +43,7 @@ static inline void scale_min_k4(int j, const uint8_t *q, float *sc, float *m) {
 // the same, then qh[32] (fifth bits) before qs. Runs of 64 values: the low
 // nibbles of 32 bytes of qs (sub-block 2j), then their high nibbles (2j+1).
 static void q45k_block_generic(int five, float *y, const uint8_t *b) {
-	float d = half_to_float_k(b), dmin = half_to_float_k(b + 2);
+	float d = half_at(b), dmin = half_at(b + 2);
 	const uint8_t *sc = b + 4, *qh = b + 16, *qs = b + (five ? 48 : 16);
 	for (int j = 0; j < 4; j++, qs += 32, y += 64) {
 		float s1, m1, s2, m2;
@@ -93,7 +66,7 @@ static void q45k_block_generic(int five, float *y, const uint8_t *b) {
 // half of 128 values: ql 64 bytes, qh 32, 8 scales; value l + 32·r is a
 // nibble of ql[l + 32·(r&1)] (low for r < 2) with bits 2r, 2r+1 of qh[l].
 static void q6k_block_generic(float *y, const uint8_t *b) {
-	float d = half_to_float_k(b + 208);
+	float d = half_at(b + 208);
 	const uint8_t *ql = b, *qh = b + 128;
 	const int8_t *sc = (const int8_t *)(b + 192);
 	for (int n = 0; n < 2; n++, y += 128, ql += 64, qh += 32, sc += 8) {
@@ -111,13 +84,16 @@ static void q6k_block_generic(float *y, const uint8_t *b) {
 	}
 }
 
-static void kquant_rows_generic(int wt, float *dst, const uint8_t *src, long rows, long cols, long stride) {
+// kquant_rows decodes rows of wt's blocks with one ISA's block decoders:
+// q6 for Q6_K, q45 (five set for Q5_K) for Q4_K and Q5_K.
+static void kquant_rows(void (*q6)(float *, const uint8_t *), void (*q45)(int, float *, const uint8_t *),
+	int wt, float *dst, const uint8_t *src, long rows, long cols, long stride) {
 	long bb = dlmc_kquant_block_bytes(wt);
 	for (long i = 0; i < rows; i++, dst += cols, src += stride) {
 		const uint8_t *b = src;
 		for (long j = 0; j < cols; j += 256, b += bb) {
-			if (wt == DLMC_Q6_K) q6k_block_generic(dst + j, b);
-			else q45k_block_generic(wt == DLMC_Q5_K, dst + j, b);
+			if (wt == DLMC_Q6_K) q6(dst + j, b);
+			else q45(wt == DLMC_Q5_K, dst + j, b);
 		}
 	}
 }
@@ -141,7 +117,7 @@ TARGET_AVX2 static inline void put32(float *y, __m256i v, int sgn, float s0, flo
 }
 
 TARGET_AVX2 static void q45k_block_avx2(int five, float *y, const uint8_t *b) {
-	float d = half_to_float_k(b), dmin = half_to_float_k(b + 2);
+	float d = half_at(b), dmin = half_at(b + 2);
 	const uint8_t *sc = b + 4, *qs = b + (five ? 48 : 16);
 	const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
 	__m256i qh = five ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
@@ -165,7 +141,7 @@ TARGET_AVX2 static void q45k_block_avx2(int five, float *y, const uint8_t *b) {
 }
 
 TARGET_AVX2 static void q6k_block_avx2(float *y, const uint8_t *b) {
-	float d = half_to_float_k(b + 208);
+	float d = half_at(b + 208);
 	const uint8_t *ql = b, *qh = b + 128;
 	const int8_t *sc = (const int8_t *)(b + 192);
 	const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3), off = _mm256_set1_epi8(32);
@@ -188,25 +164,15 @@ TARGET_AVX2 static void q6k_block_avx2(float *y, const uint8_t *b) {
 	}
 }
 
-TARGET_AVX2 static void kquant_rows_avx2(int wt, float *dst, const uint8_t *src, long rows, long cols, long stride) {
-	long bb = dlmc_kquant_block_bytes(wt);
-	for (long i = 0; i < rows; i++, dst += cols, src += stride) {
-		const uint8_t *b = src;
-		for (long j = 0; j < cols; j += 256, b += bb) {
-			if (wt == DLMC_Q6_K) q6k_block_avx2(dst + j, b);
-			else q45k_block_avx2(wt == DLMC_Q5_K, dst + j, b);
-		}
-	}
-}
 #endif
 
 void dlmc_kquant_rows(int simd, int wt, float *dst, const uint8_t *src, long rows, long cols, long stride) {
 #if defined(__x86_64__)
 	if (simd) {
-		kquant_rows_avx2(wt, dst, src, rows, cols, stride);
+		kquant_rows(q6k_block_avx2, q45k_block_avx2, wt, dst, src, rows, cols, stride);
 		return;
 	}
 #endif
 	(void)simd;
-	kquant_rows_generic(wt, dst, src, rows, cols, stride);
+	kquant_rows(q6k_block_generic, q45k_block_generic, wt, dst, src, rows, cols, stride);
 }

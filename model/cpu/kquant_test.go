@@ -91,62 +91,23 @@ func TestKQuantWeight(t *testing.T) {
 		for _, threads := range []int{1, 2} {
 			b := New(threads)
 			for _, sh := range [][3]int{{1, 256, 5}, {7, 512, 40}, {300, 256, 384}, {33, 4096, 20}, {5, 768, 3}} {
-				n, in, out := sh[0], sh[1], sh[2]
-				raw, deq := kquantWeight(t, rng, typ, out, in)
-				wq, err := b.WeightQuant(typ, out, in, raw)
-				if err != nil {
-					t.Fatal(err)
-				}
-				wf := b.FromHost(out, in, deq)
-				x := make([]float32, n*in)
-				for i := range x {
-					x[i] = float32(rng.NormFloat64() * math.Exp(rng.NormFloat64()))
-				}
-				xs := b.FromHost(n, in, x)
-				want := b.New(n, out)
-				b.MatMul(want, xs, wf)
-				w := b.ToHost(want, nil)
-				var scale float64
-				for i := range w {
-					scale = max(scale, math.Abs(float64(w[i])))
-				}
+				c := newQuantCase(t, b, rng, typ, sh, kquantWeight)
 				for _, isa := range []int{-1, quantISA} {
-					b.quantISA = isa
-					got := b.New(n, out)
-					b.MatMul(got, xs, wq)
-					g := b.ToHost(got, nil)
-					for i := range w {
-						if diff := math.Abs(float64(g[i] - w[i])); !(diff <= 1e-5*scale) {
-							t.Fatalf("%s, threads %d, %v, isa %d: element %d is %g, the dequantized weight's %g", typ, threads, sh, isa, i, g[i], w[i])
+					g := c.product(b, isa)
+					for i, w := range c.want {
+						if diff := math.Abs(float64(g[i] - w)); !(diff <= 1e-5*c.scale) {
+							t.Fatalf("%s, threads %d, %v, isa %d: element %d is %g, the dequantized weight's %g", typ, threads, sh, isa, i, g[i], w)
 						}
 					}
 				}
-				wt := wq.(*Tensor)
 				for _, s := range []bool{false, true} {
-					dst := make([]float32, out*in)
-					quantRowsWith(s, dst, wt, 0, out)
-					if !equalF32(dst, deq) {
+					dst := make([]float32, c.out*c.in)
+					quantRowsWith(s, dst, c.wq.(*Tensor), 0, c.out)
+					if !equalF32(dst, c.deq) {
 						t.Fatalf("%s %v simd %v: decoded values differ from gguf's", typ, sh, s)
 					}
 				}
-				if h := b.ToHost(wq, nil); !equalF32(h, deq) {
-					t.Errorf("%s %v: ToHost differs from the dequantized values", typ, sh)
-				}
-				ids := []int32{int32(out - 1), 0, int32(out / 2)}
-				e := b.New(len(ids), in)
-				b.Embed(e, wq, ids)
-				eh := b.ToHost(e, nil)
-				for i, id := range ids {
-					if !equalF32(eh[i*in:(i+1)*in], deq[int(id)*in:(int(id)+1)*in]) {
-						t.Errorf("%s %v: Embed row %d differs", typ, sh, id)
-					}
-				}
-				if out > 2 {
-					v := b.RowView(wq, 1, out-1)
-					if h := b.ToHost(v, nil); !equalF32(h, deq[in:(out-1)*in]) {
-						t.Errorf("%s %v: RowView differs", typ, sh)
-					}
-				}
+				c.checkValues(t, b)
 			}
 		}
 	}

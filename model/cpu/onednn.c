@@ -107,6 +107,17 @@ static dnnl_status_t matmul_pd(dnnl_primitive_desc_t *pd, dnnl_data_type_t t, lo
 	return p_dnnl_primitive_desc_create(pd, &md, attr, dnnl_eng, NULL);
 }
 
+// run_once runs the primitive p once on its nargs arguments, on a stream
+// of its own, and waits for it.
+static dnnl_status_t run_once(dnnl_primitive_t p, int nargs, const dnnl_exec_arg_t *args) {
+	dnnl_stream_t st = NULL;
+	dnnl_status_t s = p_dnnl_stream_create(&st, dnnl_eng, dnnl_stream_default_flags);
+	if (s) return s;
+	if (!(s = p_dnnl_primitive_execute(p, st, nargs, args))) s = p_dnnl_stream_wait(st);
+	p_dnnl_stream_destroy(st);
+	return s;
+}
+
 // exec_matmul creates pd's primitive and runs it once on a, b and c (their
 // descriptors amd, bmd, cmd), then frees all it created (not pd).
 static dnnl_status_t exec_matmul(const_dnnl_primitive_desc_t pd,
@@ -115,17 +126,13 @@ static dnnl_status_t exec_matmul(const_dnnl_primitive_desc_t pd,
 	dnnl_status_t s;
 	dnnl_primitive_t p = NULL;
 	dnnl_memory_t ma = NULL, mb = NULL, mc = NULL;
-	dnnl_stream_t st = NULL;
 	if ((s = p_dnnl_primitive_create(&p, pd))) goto out;
 	if ((s = p_dnnl_memory_create(&ma, amd, dnnl_eng, (void *)a))) goto out;
 	if ((s = p_dnnl_memory_create(&mb, bmd, dnnl_eng, (void *)b))) goto out;
 	if ((s = p_dnnl_memory_create(&mc, cmd, dnnl_eng, c))) goto out;
-	if ((s = p_dnnl_stream_create(&st, dnnl_eng, dnnl_stream_default_flags))) goto out;
 	dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
-	if ((s = p_dnnl_primitive_execute(p, st, 3, args))) goto out;
-	s = p_dnnl_stream_wait(st);
+	s = run_once(p, 3, args);
 out:
-	if (st) p_dnnl_stream_destroy(st);
 	if (mc) p_dnnl_memory_destroy(mc);
 	if (mb) p_dnnl_memory_destroy(mb);
 	if (ma) p_dnnl_memory_destroy(ma);
@@ -189,7 +196,6 @@ dlmc_dnnl_packed *dlmc_dnnl_pack(int bf16, long n, long k, const void *w, long l
 	dnnl_primitive_desc_t pd = NULL, rpd = NULL;
 	dnnl_primitive_t rp = NULL;
 	dnnl_memory_t from = NULL, to = NULL;
-	dnnl_stream_t st = NULL;
 	dlmc_dnnl_packed *pk = NULL;
 	if ((s = p_dnnl_memory_desc_init_by_strides(&plain, 2, bd, t, bs))) goto out;
 	if ((s = p_dnnl_memory_desc_init_by_tag(&any, 2, bd, t, dnnl_format_tag_any))) goto out;
@@ -210,12 +216,9 @@ dlmc_dnnl_packed *dlmc_dnnl_pack(int bf16, long n, long k, const void *w, long l
 	if ((s = p_dnnl_primitive_create(&rp, rpd))) goto out;
 	if ((s = p_dnnl_memory_create(&from, &plain, dnnl_eng, (void *)w))) goto out;
 	if ((s = p_dnnl_memory_create(&to, &pk->md, dnnl_eng, pk->data))) goto out;
-	if ((s = p_dnnl_stream_create(&st, dnnl_eng, dnnl_stream_default_flags))) goto out;
 	dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
-	if ((s = p_dnnl_primitive_execute(rp, st, 2, args))) goto out;
-	s = p_dnnl_stream_wait(st);
+	s = run_once(rp, 2, args);
 out:
-	if (st) p_dnnl_stream_destroy(st);
 	if (to) p_dnnl_memory_destroy(to);
 	if (from) p_dnnl_memory_destroy(from);
 	if (rp) p_dnnl_primitive_destroy(rp);

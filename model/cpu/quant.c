@@ -15,41 +15,14 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "half.h"
 #include "kernels.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
-// half_to_float is IEEE binary16 → binary32, exactly (subnormals, ±Inf,
-// NaN included); one per block, so scalar.
-static inline float half_to_float(uint16_t h) {
-	uint32_t sign = (uint32_t)(h >> 15) << 31;
-	uint32_t exp = (h >> 10) & 0x1f;
-	uint32_t man = h & 0x3ff;
-	uint32_t bits;
-	if (exp == 0) {
-		if (man == 0) {
-			bits = sign;
-		} else {
-			int e = -14;
-			while (!(man & 0x400)) {
-				man <<= 1;
-				e--;
-			}
-			bits = sign | (uint32_t)(e + 127) << 23 | (man & 0x3ff) << 13;
-		}
-	} else if (exp == 0x1f) {
-		bits = sign | 0x7f800000u | man << 13;
-	} else {
-		bits = sign | (exp + 127 - 15) << 23 | man << 13;
-	}
-	float f;
-	memcpy(&f, &bits, 4);
-	return f;
-}
-
-static inline float block_d(const uint8_t *b) { return half_to_float((uint16_t)(b[0] | b[1] << 8)); }
+static inline float block_d(const uint8_t *b) { return half_at(b); }
 
 // block_bytes is the size of one block of the weight type wt.
 static inline long block_bytes(int wt) { return wt == DLMC_Q4_0 ? 18 : 34; }

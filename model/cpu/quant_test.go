@@ -33,6 +33,81 @@ func quantWeight(t testing.TB, rng *rand.Rand, typ backend.QuantType, rows, cols
 	return raw, deq
 }
 
+// quantCase is a product of n×in random activations x with an out×in
+// quantized weight wq of type typ (raw its blocks, deq their values) and
+// want, the float32 product of x with deq; scale is want's largest
+// magnitude.
+type quantCase struct {
+	typ        backend.QuantType
+	sh         [3]int
+	n, in, out int
+	deq, x     []float32
+	wq, xs     backend.Tensor
+	want       []float32
+	scale      float64
+}
+
+// newQuantCase makes sh's (n, in, out) case of typ on b with weight's
+// blocks.
+func newQuantCase(t *testing.T, b *Backend, rng *rand.Rand, typ backend.QuantType, sh [3]int,
+	weight func(testing.TB, *rand.Rand, backend.QuantType, int, int) ([]byte, []float32)) quantCase {
+	t.Helper()
+	c := quantCase{typ: typ, sh: sh, n: sh[0], in: sh[1], out: sh[2]}
+	raw, deq := weight(t, rng, typ, c.out, c.in)
+	wq, err := b.WeightQuant(typ, c.out, c.in, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.deq, c.wq = deq, wq
+	wf := b.FromHost(c.out, c.in, deq)
+	c.x = make([]float32, c.n*c.in)
+	for i := range c.x {
+		c.x[i] = float32(rng.NormFloat64() * math.Exp(rng.NormFloat64()))
+	}
+	c.xs = b.FromHost(c.n, c.in, c.x)
+	want := b.New(c.n, c.out)
+	b.MatMul(want, c.xs, wf)
+	c.want = b.ToHost(want, nil)
+	for _, v := range c.want {
+		c.scale = max(c.scale, math.Abs(float64(v)))
+	}
+	return c
+}
+
+// product is x·wqᵀ on b with the int8 instruction set isa (-1: decoded
+// panels and sgemm).
+func (c quantCase) product(b *Backend, isa int) []float32 {
+	b.quantISA = isa
+	got := b.New(c.n, c.out)
+	b.MatMul(got, c.xs, c.wq)
+	return b.ToHost(got, nil)
+}
+
+// checkValues: ToHost, Embed and a row view of wq give the dequantized
+// values exactly.
+func (c quantCase) checkValues(t *testing.T, b *Backend) {
+	t.Helper()
+	typ, sh, in, out, deq := c.typ, c.sh, c.in, c.out, c.deq
+	if h := b.ToHost(c.wq, nil); !equalF32(h, deq) {
+		t.Errorf("%s %v: ToHost differs from the dequantized values", typ, sh)
+	}
+	ids := []int32{int32(out - 1), 0, int32(out / 2)}
+	e := b.New(len(ids), in)
+	b.Embed(e, c.wq, ids)
+	eh := b.ToHost(e, nil)
+	for i, id := range ids {
+		if !equalF32(eh[i*in:(i+1)*in], deq[int(id)*in:(int(id)+1)*in]) {
+			t.Errorf("%s %v: Embed row %d differs", typ, sh, id)
+		}
+	}
+	if out > 2 {
+		v := b.RowView(c.wq, 1, out-1)
+		if h := b.ToHost(v, nil); !equalF32(h, deq[in:(out-1)*in]) {
+			t.Errorf("%s %v: RowView differs", typ, sh)
+		}
+	}
+}
+
 // actBound is, for each element of x·wᵀ, a bound on what quantizing x per
 // block of 32 (d = max|x|/127, values rounded to the nearest multiple of
 // d) can change it by: Σ_k |w_jk|·d(x_i, block of k)/2, plus float32
@@ -85,56 +160,18 @@ func TestQuantWeight(t *testing.T) {
 		for _, threads := range []int{1, 2} {
 			b := New(threads)
 			for _, sh := range [][3]int{{1, 64, 5}, {7, 96, 40}, {300, 256, 384}, {33, 4096, 20}, {5, 32, 3}} {
-				n, in, out := sh[0], sh[1], sh[2]
-				raw, deq := quantWeight(t, rng, typ, out, in)
-				wq, err := b.WeightQuant(typ, out, in, raw)
-				if err != nil {
-					t.Fatal(err)
-				}
-				wf := b.FromHost(out, in, deq)
-				x := make([]float32, n*in)
-				for i := range x {
-					x[i] = float32(rng.NormFloat64() * math.Exp(rng.NormFloat64()))
-				}
-				xs := b.FromHost(n, in, x)
-				want := b.New(n, out)
-				b.MatMul(want, xs, wf)
-				w := b.ToHost(want, nil)
-				var scale float64
-				for i := range w {
-					scale = max(scale, math.Abs(float64(w[i])))
-				}
-				bound := actBound(x, deq, n, in, out)
+				c := newQuantCase(t, b, rng, typ, sh, quantWeight)
+				bound := actBound(c.x, c.deq, c.n, c.in, c.out)
 				for _, isa := range append([]int{-1}, isas...) {
-					b.quantISA = isa
-					got := b.New(n, out)
-					b.MatMul(got, xs, wq)
-					g := b.ToHost(got, nil)
-					for i := range w {
-						diff := math.Abs(float64(g[i] - w[i]))
-						if isa < 0 && diff > 1e-5*scale || isa >= 0 && diff > bound[i] {
-							t.Fatalf("%s, threads %d, %v, isa %d: element %d is %g, the dequantized weight's %g (bound %g)", typ, threads, sh, isa, i, g[i], w[i], bound[i])
+					g := c.product(b, isa)
+					for i, w := range c.want {
+						diff := math.Abs(float64(g[i] - w))
+						if isa < 0 && diff > 1e-5*c.scale || isa >= 0 && diff > bound[i] {
+							t.Fatalf("%s, threads %d, %v, isa %d: element %d is %g, the dequantized weight's %g (bound %g)", typ, threads, sh, isa, i, g[i], w, bound[i])
 						}
 					}
 				}
-				if h := b.ToHost(wq, nil); !equalF32(h, deq) {
-					t.Errorf("%s %v: ToHost differs from the dequantized values", typ, sh)
-				}
-				ids := []int32{int32(out - 1), 0, int32(out / 2)}
-				e := b.New(len(ids), in)
-				b.Embed(e, wq, ids)
-				eh := b.ToHost(e, nil)
-				for i, id := range ids {
-					if !equalF32(eh[i*in:(i+1)*in], deq[int(id)*in:(int(id)+1)*in]) {
-						t.Errorf("%s %v: Embed row %d differs", typ, sh, id)
-					}
-				}
-				if out > 2 {
-					v := b.RowView(wq, 1, out-1)
-					if h := b.ToHost(v, nil); !equalF32(h, deq[in:(out-1)*in]) {
-						t.Errorf("%s %v: RowView differs", typ, sh)
-					}
-				}
+				c.checkValues(t, b)
 			}
 		}
 	}

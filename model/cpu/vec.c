@@ -68,6 +68,14 @@ static inline float f16_to_f32(uint16_t h) {
 	return f;
 }
 
+// bf16_to_f32 is one bfloat16 value as a float32 (its upper half).
+static inline float bf16_to_f32(uint16_t h) {
+	uint32_t u = (uint32_t)h << 16;
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
 #if defined(__x86_64__)
 int dlmc_have_avx512(void) {
 	__builtin_cpu_init();
@@ -160,46 +168,46 @@ static void exp_store8(float *dst, const float *x) {
 	_mm256_storeu_ps(dst, exp256(_mm256_loadu_ps(x)));
 }
 
-// bf16_rows_avx2 converts rows × cols bfloat16s (rows stride apart) to
-// a contiguous float32 matrix: zero-extend 8 at a time, shift left 16.
-__attribute__((target("avx2")))
-static void bf16_rows_avx2(float *dst, const uint16_t *src, long rows, long cols, long stride) {
-	for (long i = 0; i < rows; i++, dst += cols, src += stride) {
-		long j = 0;
-		for (; j + 16 <= cols; j += 16) {
-			__m256i a = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src + j)));
-			__m256i b = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src + j + 8)));
-			_mm256_storeu_si256((__m256i *)(dst + j), _mm256_slli_epi32(a, 16));
-			_mm256_storeu_si256((__m256i *)(dst + j + 8), _mm256_slli_epi32(b, 16));
-		}
-		for (; j < cols; j++) {
-			uint32_t u = (uint32_t)src[j] << 16;
-			memcpy(dst + j, &u, 4);
-		}
-	}
-}
-
 int dlmc_have_f16c(void) {
 	__builtin_cpu_init();
 	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
 }
 
-// f16_rows_f16c converts rows × cols IEEE halves (rows stride apart) to a
-// contiguous float32 matrix with vcvtph2ps, 16 at a time (exact: every
-// half is a float32; a signalling NaN comes out quiet, as f16_to_f32's).
-__attribute__((target("avx2,f16c")))
-static void f16_rows_f16c(float *dst, const uint16_t *src, long rows, long cols, long stride) {
-	for (long i = 0; i < rows; i++, dst += cols, src += stride) {
-		long j = 0;
-		for (; j + 16 <= cols; j += 16) {
-			__m256 a = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + j)));
-			__m256 b = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + j + 8)));
-			_mm256_storeu_ps(dst + j, a);
-			_mm256_storeu_ps(dst + j + 8, b);
-		}
-		for (; j < cols; j++) dst[j] = f16_to_f32(src[j]);
+// HALF_ROWS defines NAME(dst, src, rows, cols, stride) on the instruction
+// set TARGET: rows × cols 16-bit floats (rows stride apart) to a contiguous
+// float32 matrix, 16 at a time by CVT8 (the eight at p as a __m256), the
+// tail by SCALAR.
+#define HALF_ROWS(NAME, TARGET, CVT8, SCALAR)                                                        \
+	__attribute__((target(TARGET))) static void NAME(float *dst, const uint16_t *src, long rows, \
+		long cols, long stride) {                                                            \
+		for (long i = 0; i < rows; i++, dst += cols, src += stride) {                        \
+			long j = 0;                                                                  \
+			for (; j + 16 <= cols; j += 16) {                                            \
+				_mm256_storeu_ps(dst + j, CVT8(src + j));                            \
+				_mm256_storeu_ps(dst + j + 8, CVT8(src + j + 8));                    \
+			}                                                                            \
+			for (; j < cols; j++) dst[j] = SCALAR(src[j]);                               \
+		}                                                                                    \
 	}
+
+// bf16x8 is the eight bfloat16s at p as float32s: zero-extended, shifted
+// left 16.
+__attribute__((target("avx2")))
+static inline __m256 bf16x8(const uint16_t *p) {
+	return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
 }
+
+// f16x8 is the eight IEEE halves at p as float32s, by vcvtph2ps (exact:
+// every half is a float32; a signalling NaN comes out quiet, as
+// f16_to_f32's).
+__attribute__((target("avx2,f16c")))
+static inline __m256 f16x8(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+
+// bf16_rows_avx2 and f16_rows_f16c: HALF_ROWS for bfloat16s on AVX2 and
+// for IEEE halves on F16C.
+HALF_ROWS(bf16_rows_avx2, "avx2", bf16x8, bf16_to_f32)
+HALF_ROWS(f16_rows_f16c, "avx2,f16c", f16x8, f16_to_f32)
+#undef HALF_ROWS
 #else
 int dlmc_have_avx512(void) { return 0; }
 int dlmc_have_avx2(void) { return 0; }
@@ -221,10 +229,7 @@ void dlmc_bf16_rows(int simd, float *dst, const uint16_t *src, long rows, long c
 		return;
 	}
 	for (long i = 0; i < rows; i++, dst += cols, src += stride)
-		for (long j = 0; j < cols; j++) {
-			uint32_t u = (uint32_t)src[j] << 16;
-			memcpy(dst + j, &u, 4);
-		}
+		for (long j = 0; j < cols; j++) dst[j] = bf16_to_f32(src[j]);
 }
 
 // f16_rows_c is dlmc_f16_rows's plain C loop, vectorised by the compiler

@@ -133,13 +133,20 @@ func (t *Tokenizer) IsSpecial(id int32) bool {
 // matched in the raw text first, leftmost-longest, as Hugging Face does;
 // the text between them is normalized, pre-tokenized, byte-mapped and
 // BPE-merged. No BOS or EOS is added.
-func (t *Tokenizer) Encode(text string) []int32 {
+func (t *Tokenizer) Encode(text string) []int32 { return t.encodeSegments(text, nil) }
+
+// encodeSegments is Encode with the text between added tokens passed
+// through unescape first (nil: as it is).
+func (t *Tokenizer) encodeSegments(text string, unescape func(string) string) []int32 {
 	var ids []int32
 	var pieces []string
 	t.splitAdded(text, func(seg string, added int32) {
 		if added >= 0 {
 			ids = append(ids, added)
 			return
+		}
+		if unescape != nil {
+			seg = unescape(seg)
 		}
 		ids, pieces = t.encodeText(ids, pieces, seg)
 	})
@@ -538,14 +545,5 @@ func (t *Tokenizer) EncodeEscaped(text string) []int32 {
 	if !strings.Contains(text, textMark) {
 		return t.Encode(text)
 	}
-	var ids []int32
-	var pieces []string
-	t.splitAdded(text, func(seg string, added int32) {
-		if added >= 0 {
-			ids = append(ids, added)
-			return
-		}
-		ids, pieces = t.encodeText(ids, pieces, unescapeText(seg))
-	})
-	return ids
+	return t.encodeSegments(text, unescapeText)
 }
