@@ -63,7 +63,7 @@ void dlmc_gemm_nt_plain(int m, int n, int k, const float *a, long lda, const flo
 #define DLMC_ISA_GENERIC 0
 #define DLMC_ISA_AVX2 1       // AVX2, FMA, F16C: vpmaddwd on int16
 #define DLMC_ISA_AVXVNNI 2    // AVX-VNNI: vpdpbusd (VEX)
-#define DLMC_ISA_AVX512VNNI 3 // AVX512-VNNI + AVX512-VL: vpdpbusd on ymm
+#define DLMC_ISA_AVX512VNNI 3 // AVX512-VNNI + AVX512-VL: vpdpbusd on zmm
 // The best of the above this machine runs.
 int dlmc_quant_isa(void);
 // dlmc_quant_isa_supported reports whether this CPU runs the int8 products' instruction set isa.
@@ -82,7 +82,8 @@ long dlmc_kquant_block_bytes(int wt);
 // for each block of 32 of each row of x (row stride ldx; cols a multiple
 // of 32), d = max|x|/127 into d (rows·cols/32, dense) and x·(127/max|x|)
 // rounded to nearest, ties to even, into q (rows × cols, dense): int16
-// for isa DLMC_ISA_AVX2 (its product's form), int8 for the others.
+// for isa DLMC_ISA_AVX2 (its product's form), u8 q + 128 for
+// DLMC_ISA_AVX512VNNI (its product's unsigned operand), int8 for the others.
 void dlmc_quantize_act(int isa, void *q, float *d, const float *x, long rows, long cols, long ldx);
 // c[m × n] (row stride ldc) = x·wᵀ: row i of x (q, d as dlmc_quantize_act
 // writes them for isa, k values) times row j of the weight w (type wt,

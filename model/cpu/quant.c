@@ -52,10 +52,16 @@ static void quant_rows_generic(int wt, float *dst, const uint8_t *src, long rows
 	}
 }
 
+// The forms of quantized activations: int8 q, int16 q (the AVX2
+// product's), u8 q + 128 (the AVX512-VNNI product's unsigned operand).
+enum { ACT_I8, ACT_I16, ACT_U8 };
+
+static inline int act_form(int isa) { return isa == DLMC_ISA_AVX2 ? ACT_I16 : isa == DLMC_ISA_AVX512VNNI ? ACT_U8 : ACT_I8; }
+
 // quantize_act_generic: per block of 32, d = max|x|/127 and q = x·(1/d)
 // rounded to nearest, ties to even (as ggml's AVX2 quantize_row_q8_0);
-// d = 0 for an all-zero block.
-static void quantize_act_generic(int wide, void *qv, float *d, const float *x, long rows, long cols, long ldx) {
+// d = 0 for an all-zero block; stored in form.
+static void quantize_act_generic(int form, void *qv, float *d, const float *x, long rows, long cols, long ldx) {
 	int8_t *q = qv;
 	int16_t *q16 = qv;
 	for (long i = 0; i < rows; i++, x += ldx) {
@@ -69,8 +75,8 @@ static void quantize_act_generic(int wide, void *qv, float *d, const float *x, l
 				// Clamped first, so that a NaN (which fmaxf drops) or
 				// an infinite x converts to a defined value.
 				int8_t v = (int8_t)nearbyintf(fminf(fmaxf(x[j + t] * id, -127.0f), 127.0f));
-				if (wide) q16[t] = v;
-				else q[t] = v;
+				if (form == ACT_I16) q16[t] = v;
+				else q[t] = form == ACT_U8 ? (int8_t)(v ^ 0x80) : v;
 			}
 		}
 	}
@@ -118,7 +124,7 @@ TARGET_AVX2 static void quant_rows_avx2(int wt, float *dst, const uint8_t *src, 
 	}
 }
 
-TARGET_AVX2 static void quantize_act_avx2(int wide, void *qv, float *d, const float *x, long rows, long cols, long ldx) {
+TARGET_AVX2 static void quantize_act_avx2(int form, void *qv, float *d, const float *x, long rows, long cols, long ldx) {
 	const __m256 sign = _mm256_set1_ps(-0.0f);
 	int8_t *q = qv;
 	int16_t *q16 = qv;
@@ -142,13 +148,14 @@ TARGET_AVX2 static void quantize_act_avx2(int wide, void *qv, float *d, const fl
 			// int32 → int16 → int8 packs interleave 128-bit lanes; the
 			// permutes put the values back in order.
 			__m256i h0 = _mm256_packs_epi32(r[0], r[1]), h1 = _mm256_packs_epi32(r[2], r[3]);
-			if (wide) {
+			if (form == ACT_I16) {
 				_mm256_storeu_si256((__m256i *)q16, _mm256_permute4x64_epi64(h0, 0xd8));
 				_mm256_storeu_si256((__m256i *)(q16 + 16), _mm256_permute4x64_epi64(h1, 0xd8));
 				continue;
 			}
 			__m256i p = _mm256_packs_epi16(h0, h1);
 			p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+			if (form == ACT_U8) p = _mm256_xor_si256(p, _mm256_set1_epi8((char)0x80));
 			_mm256_storeu_si256((__m256i *)q, p);
 		}
 	}
@@ -358,21 +365,146 @@ TARGET_AVX2 static void qmatmul_avx2(int wt, int m, int n, int k, const int16_t 
 
 // The VNNI paths: vpdpbusd sums the four u8·s8 products of each int32 lane
 // in one instruction (exactly, no int16 step), in place of vpmaddubsw +
-// vpmaddwd. AVX-VNNI is its VEX form (Alder Lake, Zen 5), AVX512-VNNI with
-// AVX512-VL its EVEX form on ymm registers (Ice Lake, Zen 4).
+// vpmaddwd. AVX-VNNI is its VEX form on ymm registers (Alder Lake), in the
+// 4 × 2 tile of dot products; AVX512-VNNI its EVEX form, on zmm registers
+// over a pack of the weights (Ice Lake, Zen 4, Zen 5).
 #define TARGET_AVXVNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
 #define TARGET_AVX512VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")))
 
 TARGET_AVXVNNI static inline __m256i dot32_avxvnni(__m256i aw, __m256i w, __m256i x) {
 	return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), aw, _mm256_sign_epi8(x, w));
 }
-TARGET_AVX512VNNI static inline __m256i dot32_avx512vnni(__m256i aw, __m256i w, __m256i x) {
-	return _mm256_dpbusd_epi32(_mm256_setzero_si256(), aw, _mm256_sign_epi8(x, w));
-}
 QTILE(tile_avxvnni, TARGET_AVXVNNI, dot32_avxvnni)
 QMATMUL(qmatmul_avxvnni, TARGET_AVXVNNI, tile_avxvnni)
-QTILE(tile_avx512vnni, TARGET_AVX512VNNI, dot32_avx512vnni)
-QMATMUL(qmatmul_avx512vnni, TARGET_AVX512VNNI, tile_avx512vnni)
+
+// The AVX512-VNNI product: vpdpbusd on zmm registers, on weights repacked
+// 16 rows at a time so that each int32 lane is one row's (one output's)
+// sum, as the AVX2 product's pack8 but four values a lane. Activations
+// come as u8, x + 128 (dlmc_quantize_act's offset form), so that
+// vpdpbusd's unsigned operand is x and its signed one the weight as
+// stored (Q4_0: q − 8); the offset's 128·Σw is taken off by starting each
+// block's int32 sums at −128·Σw, which the pack holds beside the block's
+// scales. Per block of 32 values and group of 16 rows the pack holds 8
+// vectors of 16 int32 (vector t: each row's values 4t … 4t+3), 16 scales
+// and 16 offsets; a row of x multiplies a vector by broadcasting its four
+// values 4t … 4t+3 (vpbroadcastd): 64 exact products an instruction, one
+// conversion and FMA per block and 16 outputs, no horizontal sums. A
+// group's pack covers ZPACK_BLOCKS blocks, made on the fly from the
+// weight's own blocks: nothing is kept.
+#define ZPACK_BLOCKS 32
+#define ZPACK_GROUPS 4
+#define ZPACK_INTS (ZPACK_BLOCKS * 128)
+
+TARGET_AVX512VNNI static void pack16(int wt, int rows, long b0, long nb, const uint8_t *w, long wstride, int32_t *v,
+	float *sc, int32_t *off) {
+	long bb = block_bytes(wt);
+	const __m256i flip = _mm256_set1_epi8((char)0x80);
+	for (long b = 0; b < nb; b++) {
+		int32_t *vb = v + b * 128;
+		for (int r = 0; r < 16; r++) {
+			if (r >= rows) {
+				sc[b * 16 + r] = 0;
+				off[b * 16 + r] = 0;
+				for (int t = 0; t < 8; t++) vb[t * 16 + r] = 0;
+				continue;
+			}
+			float d;
+			__m256i q8 = load_w(wt, w + r * wstride + (b0 + b) * bb, &d);
+			_Alignas(32) int32_t q[8];
+			_mm256_store_si256((__m256i *)q, q8);
+			for (int t = 0; t < 8; t++) vb[t * 16 + r] = q[t];
+			// Σq from the biased bytes' absolute sums: Σ(q + 128) − 32·128.
+			__m256i s = _mm256_sad_epu8(_mm256_xor_si256(q8, flip), _mm256_setzero_si256());
+			__m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+			int32_t sum = (int32_t)(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1)) - 32 * 128;
+			sc[b * 16 + r] = d;
+			off[b * 16 + r] = -128 * sum;
+		}
+	}
+}
+
+// mm16 adds to (first: stores in) c[MR × 16·NV] the products of MR rows of
+// x (u8, row stride k; scales xd, row stride nb; blocks [0, nb_) of the
+// packs) with NV packed groups (pack g at v + g·ZPACK_INTS, its scales
+// and offsets at g·ZPACK_BLOCKS·16); cols[g] of group g's 16 are written.
+TARGET_AVX512VNNI static inline __attribute__((always_inline)) void mm16(const int MR, const int NV, long nb_,
+	const uint8_t *x, long k, const float *xd, long nb, const int32_t *v, const float *sc, const int32_t *off,
+	float *c, long ldc, int first, const int *cols) {
+	__m512 fa[4][2];
+	_Pragma("GCC unroll 4") for (int i = 0; i < MR; i++) _Pragma("GCC unroll 2") for (int g = 0; g < NV; g++)
+		fa[i][g] = _mm512_setzero_ps();
+	for (long b = 0; b < nb_; b++) {
+		__m512i acc[4][2];
+		_Pragma("GCC unroll 2") for (int g = 0; g < NV; g++) {
+			__m512i o = _mm512_load_si512(off + g * ZPACK_BLOCKS * 16 + b * 16);
+			_Pragma("GCC unroll 4") for (int i = 0; i < MR; i++) acc[i][g] = o;
+		}
+		const int32_t *vb = v + b * 128;
+		_Pragma("GCC unroll 8") for (int t = 0; t < 8; t++) {
+			__m512i W[2];
+			_Pragma("GCC unroll 2") for (int g = 0; g < NV; g++) W[g] = _mm512_load_si512(vb + g * ZPACK_INTS + t * 16);
+			_Pragma("GCC unroll 4") for (int i = 0; i < MR; i++) {
+				int32_t quad;
+				memcpy(&quad, x + i * k + b * 32 + 4 * t, 4);
+				__m512i X = _mm512_set1_epi32(quad);
+				_Pragma("GCC unroll 2") for (int g = 0; g < NV; g++) acc[i][g] = _mm512_dpbusd_epi32(acc[i][g], X, W[g]);
+			}
+		}
+		_Pragma("GCC unroll 2") for (int g = 0; g < NV; g++) {
+			__m512 S = _mm512_load_ps(sc + g * ZPACK_BLOCKS * 16 + b * 16);
+			_Pragma("GCC unroll 4") for (int i = 0; i < MR; i++) fa[i][g] = _mm512_fmadd_ps(
+				_mm512_cvtepi32_ps(acc[i][g]), _mm512_mul_ps(S, _mm512_set1_ps(xd[i * nb + b])), fa[i][g]);
+		}
+	}
+	_Pragma("GCC unroll 4") for (int i = 0; i < MR; i++) _Pragma("GCC unroll 2") for (int g = 0; g < NV; g++) {
+		float *o = c + i * ldc + 16 * g;
+		__mmask16 m = (__mmask16)((1u << cols[g]) - 1);
+		__m512 r = fa[i][g];
+		if (!first) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(m, o));
+		_mm512_mask_storeu_ps(o, m, r);
+	}
+}
+
+// qmatmul_avx512vnni packs ZPACK_GROUPS groups of 16 rows of w
+// (ZPACK_BLOCKS blocks each: 80 KB with the scales and offsets, in L2) at
+// a time and runs every 4 rows of x (4 KB per 1,024 values, in L1) against
+// the whole pack, two groups (32 outputs) at a time.
+TARGET_AVX512VNNI static void qmatmul_avx512vnni(int wt, int m, int n, int k, const uint8_t *xq, const float *xd,
+	const uint8_t *w, long wstride, float *c, long ldc) {
+	static _Thread_local _Alignas(64) int32_t v[ZPACK_GROUPS * ZPACK_INTS];
+	static _Thread_local _Alignas(64) float sc[ZPACK_GROUPS * ZPACK_BLOCKS * 16];
+	static _Thread_local _Alignas(64) int32_t off[ZPACK_GROUPS * ZPACK_BLOCKS * 16];
+	long nb = k / 32;
+	for (int j0 = 0; j0 < n; j0 += 16 * ZPACK_GROUPS) {
+		int ng = (n - j0 + 15) / 16 < ZPACK_GROUPS ? (n - j0 + 15) / 16 : ZPACK_GROUPS;
+		int cols[ZPACK_GROUPS];
+		for (int g = 0; g < ng; g++) cols[g] = n - j0 - 16 * g < 16 ? n - j0 - 16 * g : 16;
+		for (long b0 = 0; b0 < nb; b0 += ZPACK_BLOCKS) {
+			long nb_ = nb - b0 < ZPACK_BLOCKS ? nb - b0 : ZPACK_BLOCKS;
+			for (int g = 0; g < ng; g++)
+				pack16(wt, cols[g], b0, nb_, w + (j0 + 16 * g) * wstride, wstride, v + g * ZPACK_INTS,
+					sc + g * ZPACK_BLOCKS * 16, off + g * ZPACK_BLOCKS * 16);
+			for (int i = 0; i < m;) {
+				int mr = m - i >= 4 ? 4 : 1;
+				for (int g = 0; g < ng; g += 2) {
+					const uint8_t *xi = xq + (long)i * k + b0 * 32;
+					const float *di = xd + (long)i * nb + b0;
+					float *ci = c + (long)i * ldc + j0 + 16 * g;
+					long o = (long)g * ZPACK_BLOCKS * 16;
+					if (g + 1 < ng && mr == 4)
+						mm16(4, 2, nb_, xi, k, di, nb, v + g * ZPACK_INTS, sc + o, off + o, ci, ldc, b0 == 0, cols + g);
+					else if (g + 1 < ng)
+						mm16(1, 2, nb_, xi, k, di, nb, v + g * ZPACK_INTS, sc + o, off + o, ci, ldc, b0 == 0, cols + g);
+					else if (mr == 4)
+						mm16(4, 1, nb_, xi, k, di, nb, v + g * ZPACK_INTS, sc + o, off + o, ci, ldc, b0 == 0, cols + g);
+					else
+						mm16(1, 1, nb_, xi, k, di, nb, v + g * ZPACK_INTS, sc + o, off + o, ci, ldc, b0 == 0, cols + g);
+				}
+				i += mr;
+			}
+		}
+	}
+}
 
 int dlmc_quant_isa(void) {
 	__builtin_cpu_init();
@@ -417,11 +549,11 @@ void dlmc_quant_rows(int simd, int wt, float *dst, const uint8_t *src, long rows
 void dlmc_quantize_act(int isa, void *q, float *d, const float *x, long rows, long cols, long ldx) {
 #if defined(__x86_64__)
 	if (isa != DLMC_ISA_GENERIC) {
-		quantize_act_avx2(isa == DLMC_ISA_AVX2, q, d, x, rows, cols, ldx);
+		quantize_act_avx2(act_form(isa), q, d, x, rows, cols, ldx);
 		return;
 	}
 #endif
-	quantize_act_generic(isa == DLMC_ISA_AVX2, q, d, x, rows, cols, ldx);
+	quantize_act_generic(act_form(isa), q, d, x, rows, cols, ldx);
 }
 
 void dlmc_qmatmul(int isa, int wt, int m, int n, int k, const void *xq, const float *xd, const uint8_t *w,

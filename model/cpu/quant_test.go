@@ -266,13 +266,17 @@ func TestQuantRowsGeneric(t *testing.T) {
 	}
 }
 
-// actValues reads quantized activations as quantizeAct wrote them for isa.
+// actValues reads quantized activations as quantizeAct wrote them for isa
+// (int16 for AVX2, u8 q + 128 for AVX512-VNNI, else int8).
 func actValues(isa int, q []byte) []int {
 	v := make([]int, len(q)/actBytes(isa))
 	for i := range v {
-		if actBytes(isa) == 2 {
+		switch {
+		case actBytes(isa) == 2:
 			v[i] = int(int16(binary.LittleEndian.Uint16(q[2*i:])))
-		} else {
+		case isa == isaAVX512VNNI: // u8, q + 128
+			v[i] = int(q[i]) - 128
+		default:
 			v[i] = int(int8(q[i]))
 		}
 	}
