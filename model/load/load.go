@@ -129,9 +129,9 @@ func (m *Model) Name() string {
 	return strings.TrimSuffix(filepath.Base(filepath.Clean(m.Dir)), ".gguf")
 }
 
-// newNetwork maps the checkpoint's tensors onto backend tensors by the names
-// of the config's architecture (arch.go), checking every shape against the
-// config and that every tensor is used.
+// newNetwork maps the checkpoint's tensors onto backend tensors by the
+// names of the config's architecture (model/arch.go), checking every shape
+// against the config and that every tensor is used.
 func newNetwork(dir string, c *model.Config, set *safetensors.Set, b backend.Backend) (*model.Network, error) {
 	if n := len(set.Names()); c.NLayers > n {
 		return nil, fmt.Errorf("%s: config.json: n_layers %d, but the checkpoint holds %d tensors (each layer has several)", dir, c.NLayers, n)

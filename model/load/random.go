@@ -90,7 +90,7 @@ func randomLayout(c *model.Config, dtype safetensors.DType) ([]randomTensor, []b
 	if !dream && (c.QKVBias || c.MoE == nil || c.MoE.SharedHidden > 0 || c.MoE.Sigmoid || c.MoE.FirstDense > 0 || c.MoE.Groups > 1) {
 		return nil, nil, fmt.Errorf("random checkpoint: LLaDA-MoE's layout has softmax-routed experts in every layer, no shared expert and no q/k/v biases")
 	}
-	// The Llama/Qwen names buildDecoder reads.
+	// The Llama/Qwen names model's buildDecoder reads (model/arch.go).
 	hd := c.HeadDim()
 	add("model.embed_tokens.weight", e, d, 1)
 	for i := 0; i < c.NLayers; i++ {
