@@ -3,7 +3,7 @@ GO        ?= go
 BIN       := bin/dlmcache
 export CGO_ENABLED := 1
 
-.PHONY: all build deps test sanitize e2e hfcheck llmd run bench bench-8b bench-block serve-block results vet fuzz clean docs cuda-deps cuda-check gpu-test gpu-bundle
+.PHONY: all build deps test sanitize e2e hfcheck llmd run bench bench-llamacpp bench-8b bench-block serve-block results vet fuzz clean docs cuda-deps cuda-check gpu-test gpu-bundle
 
 all: build
 
@@ -142,6 +142,14 @@ run: build
 
 bench: build
 	./scripts/bench.sh
+
+# bench-llamacpp LLAMACPP=DIR: dlmcache beside llama.cpp's llama-diffusion-cli
+# on the same GGUF files (F32 from dlmcache convert; F16, BF16, Q8_0, Q4_0
+# from llama-quantize), per step, alternating rounds; DLMCACHE_CPU_ISA=avx2
+# caps both programs at AVX2. Writes bench-out/llamacpp/summary.{json,md}
+# (scripts/bench-llamacpp.sh says what it runs). Not part of make test.
+bench-llamacpp: build
+	LLAMACPP='$(LLAMACPP)' ./scripts/bench-llamacpp.sh
 
 # bench-8b times BF16 weights: l16-d2048 in F32 and in BF16 (kept, and
 # converted at load), and LLaDA-8B-Instruct's, Dream-v0-7B's and

@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# make bench-llamacpp LLAMACPP=DIR: dlmcache beside llama.cpp's
+# llama-diffusion-cli on the same GGUF files, per denoising step.
+#
+# Given a llama.cpp source tree (DIR; a public mirror of ggml-org/llama.cpp
+# with examples/diffusion), it
+#   - builds llama-diffusion-cli and llama-quantize into DIR/build-dlmcache-ISA
+#     with Debian's cmake: natively, or, under DLMCACHE_CPU_ISA=avx2, capped
+#     as dlmcache's kernels are (GGML_NATIVE=OFF, AVX2/FMA/F16C on, AVX-512
+#     off), so that both programs run the same instruction-set class;
+#   - writes each shape as an F32 GGUF with `dlmcache convert` (the bundled
+#     llada-tiny, and l16-d2048's random weights from tools/benchckpt),
+#     and F16, BF16, Q8_0 and Q4_0 from it with llama.cpp's own
+#     llama-quantize (its defaults: Q4_0 keeps a Q6_K output head);
+#   - runs both programs on every file for ROUNDS rounds, alternating which
+#     goes first, on THREADS threads, the same sequence (SEQ slots, prompt
+#     included: llama.cpp's -ub) and one step a block of 32 (llama.cpp's
+#     block schedule spends steps on the prompt's blocks too, so the
+#     figure compared is the time of one step, a forward over SEQ rows,
+#     not of an answer), recording per step, peak RSS, the processor and
+#     the ISA cap;
+#   - writes OUT/runs.jsonl, OUT/summary.json and OUT/summary.md (medians,
+#     dlmcache's speed-up per file).
+# Greedy on both sides: llama.cpp's CLI at --temp 0 still filters top-k 40
+# and top-p 0.95 before its argmax; that costs the same per step and is why
+# answers are not compared here.
+# Never part of make test or CI. SHAPES (default "llada-tiny l16-d2048"),
+# FORMATS (default "f32 f16 bf16 q8_0 q4_0"), ROUNDS (3), THREADS (nproc),
+# SEQ (256), BENCH_LLAMACPP_OUT (bench-out/llamacpp).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+LLAMACPP=${LLAMACPP:?set LLAMACPP to a llama.cpp source tree: make bench-llamacpp LLAMACPP=DIR}
+[ -e "$LLAMACPP/examples/diffusion/diffusion-cli.cpp" ] || {
+	echo "bench-llamacpp: $LLAMACPP has no examples/diffusion/diffusion-cli.cpp: a llama.cpp tree from July 2025 or later is needed" >&2
+	exit 2
+}
+command -v cmake >/dev/null || { echo "bench-llamacpp: cmake is missing (apt-get install cmake)" >&2; exit 2; }
+[ -x /usr/bin/time ] || { echo "bench-llamacpp: /usr/bin/time is missing (apt-get install time): it measures peak RSS" >&2; exit 2; }
+SHAPES=${SHAPES:-llada-tiny l16-d2048}
+FORMATS=${FORMATS:-f32 f16 bf16 q8_0 q4_0}
+ROUNDS=${ROUNDS:-3}
+THREADS=${THREADS:-$(nproc)}
+SEQ=${SEQ:-256}
+OUT=${BENCH_LLAMACPP_OUT:-bench-out/llamacpp}
+BENCH_DIR=${DLMCACHE_BENCH_DIR:-${TMPDIR:-/tmp}/dlmcache-bench}
+BLOCK=32
+STEPS=$((SEQ / BLOCK))
+[ $((SEQ % BLOCK)) = 0 ] || { echo "bench-llamacpp: SEQ=$SEQ is not a multiple of $BLOCK" >&2; exit 2; }
+ISA=${DLMCACHE_CPU_ISA:-native}
+PROMPT="List the planets of the solar system in order from the sun."
+mkdir -p "$OUT" "$BENCH_DIR"
+
+# llama.cpp, built to the same ISA class.
+build=$LLAMACPP/build-dlmcache-$ISA
+case "$ISA" in
+native) flags=(-DGGML_NATIVE=ON) ;;
+avx2) flags=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF -DGGML_AVX_VNNI=OFF) ;;
+*) echo "bench-llamacpp: DLMCACHE_CPU_ISA=$ISA: only native and avx2 have a llama.cpp build to match" >&2; exit 2 ;;
+esac
+if ! [ -x "$build/bin/llama-diffusion-cli" ] || ! [ -x "$build/bin/llama-quantize" ]; then
+	echo "== building llama.cpp ($ISA) in $build" >&2
+	cmake -S "$LLAMACPP" -B "$build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF "${flags[@]}" >&2
+	cmake --build "$build" -j "$(nproc)" --target llama-diffusion-cli llama-quantize >&2
+fi
+LLAMA=$build/bin/llama-diffusion-cli
+QUANTIZE=$build/bin/llama-quantize
+go build -o "$OUT/dlmcache" ./cmd/dlmcache
+DLM=$OUT/dlmcache
+
+# The files: F32 from dlmcache convert, the rest from llama-quantize.
+gguf() { # shape format → path
+	local shape=$1 fmt=$2 f32=$BENCH_DIR/$1-f32.gguf
+	if ! [ -e "$f32" ]; then
+		local src=$shape
+		if [ "$shape" != llada-tiny ]; then
+			go run ./tools/benchckpt -out "$BENCH_DIR" -shape "$shape" >&2
+			src=$BENCH_DIR/$shape
+		fi
+		"$DLM" convert "$src" "$f32" --outtype f32 >&2
+	fi
+	local out=$BENCH_DIR/$shape-$fmt.gguf
+	if [ "$fmt" != f32 ] && ! [ -e "$out" ]; then
+		"$QUANTIZE" "$f32" "$out" "${fmt^^}" >&2
+	fi
+	[ "$fmt" = f32 ] && out=$f32
+	echo "$out"
+}
+
+# One run of each program: a JSON line with its per-step seconds and RSS.
+run_llama() { # file → JSON fields
+	local log
+	log=$(/usr/bin/time -f 'maxrss_kb %M' "$LLAMA" -m "$1" -p "$PROMPT" -ub "$SEQ" -b "$SEQ" -c "$SEQ" -t "$THREADS" \
+		--diffusion-steps "$STEPS" --diffusion-block-length "$BLOCK" --temp 0 --seed 1 2>&1 </dev/null) || {
+		echo "bench-llamacpp: llama-diffusion-cli failed on $1:" >&2
+		tail -n 5 <<<"$log" >&2
+		return 1
+	}
+	local ms rss
+	ms=$(sed -n 's/.*time per step: \([0-9.]*\)ms.*/\1/p' <<<"$log" | tail -n 1)
+	rss=$(sed -n 's/^maxrss_kb \([0-9]*\)$/\1/p' <<<"$log" | tail -n 1)
+	echo "\"step_s\": $(awk "BEGIN{print $ms/1000}"), \"rss_bytes\": $((rss * 1024))"
+}
+run_dlm() { # file prompt-tokens → JSON fields
+	local gen=$((SEQ - $2)) out
+	out=$(/usr/bin/time -f 'maxrss_kb %M' "$DLM" generate --model "$1" --system "" --prompt "$PROMPT" --gen-length "$gen" \
+		--block-length "$gen" --steps "$STEPS" --threads "$THREADS" --json 2>&1 </dev/null) || {
+		echo "bench-llamacpp: dlmcache generate failed on $1:" >&2
+		tail -n 5 <<<"$out" >&2
+		return 1
+	}
+	python3 -c '
+import json, re, sys
+text = sys.stdin.read()
+d = json.loads(text[text.index("{"):text.rindex("}") + 1])
+rss = int(re.findall(r"^maxrss_kb (\d+)$", text, re.M)[-1])
+print("\"step_s\": %g, \"rss_bytes\": %d, \"prompt_tokens\": %d" % (d["seconds"] / d["nfe"], rss * 1024, d["prompt_tokens"]))
+' <<<"$out"
+}
+
+cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
+runs=$OUT/runs.jsonl
+: >"$runs"
+for shape in $SHAPES; do
+	for fmt in $FORMATS; do
+		file=$(gguf "$shape" "$fmt")
+		# dlmcache's prompt length, so that its sequence is SEQ slots too.
+		ptok=$("$DLM" generate --model "$file" --system "" --prompt "$PROMPT" --gen-length $BLOCK --steps 1 --json 2>/dev/null |
+			sed -n 's/^  "prompt_tokens": \([0-9]*\),*$/\1/p')
+		for r in $(seq 1 "$ROUNDS"); do
+			echo "== $shape $fmt round $r/$ROUNDS: load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+			order="llama dlmcache"
+			[ $((r % 2)) = 0 ] && order="dlmcache llama"
+			for prog in $order; do
+				if [ "$prog" = llama ]; then fields=$(run_llama "$file"); else fields=$(run_dlm "$file" "$ptok"); fi
+				echo "{\"shape\": \"$shape\", \"format\": \"$fmt\", \"round\": $r, \"program\": \"$prog\", \"threads\": $THREADS, \"seq\": $SEQ, \"isa\": \"$ISA\", $fields}" >>"$runs"
+			done
+		done
+	done
+done
+
+python3 - "$runs" "$OUT" "$cpu" "$ISA" "$THREADS" "$SEQ" <<'EOF'
+import json, statistics, sys
+runs, out, cpu, isa, threads, seq = sys.argv[1:]
+rows = [json.loads(l) for l in open(runs)]
+cells = {}
+for r in rows:
+    cells.setdefault((r["shape"], r["format"]), {}).setdefault(r["program"], []).append(r)
+summary = {"processor": cpu, "isa": isa, "threads": int(threads), "seq": int(seq), "files": []}
+md = ["| shape | file | llama.cpp s/step | dlmcache s/step | dlmcache speed-up | llama.cpp RSS | dlmcache RSS |",
+      "|---|---|---|---|---|---|---|"]
+for (shape, fmt), progs in cells.items():
+    med = lambda p, k: statistics.median(x[k] for x in progs[p])
+    l, d = med("llama", "step_s"), med("dlmcache", "step_s")
+    lr, dr = max(x["rss_bytes"] for x in progs["llama"]), max(x["rss_bytes"] for x in progs["dlmcache"])
+    summary["files"].append({"shape": shape, "format": fmt, "rounds": len(progs["llama"]),
+        "llamacpp_step_s": l, "dlmcache_step_s": d, "speedup": l / d, "llamacpp_rss_bytes": lr, "dlmcache_rss_bytes": dr})
+    md.append(f"| {shape} | {fmt.upper()} | {l:.4g} | {d:.4g} | **{l / d:.2f}×** | {lr / 1e9:.2f} GB | {dr / 1e9:.2f} GB |")
+head = f"{cpu}, kernels {isa}, {threads} threads, {seq} slots a step (prompt included), medians of {max(len(p['llama']) for p in cells.values())} alternating rounds.\n\n"
+open(f"{out}/summary.json.tmp", "w").write(json.dumps(summary, indent=1) + "\n")
+open(f"{out}/summary.md.tmp", "w").write(head + "\n".join(md) + "\n")
+import os
+os.replace(f"{out}/summary.json.tmp", f"{out}/summary.json")
+os.replace(f"{out}/summary.md.tmp", f"{out}/summary.md")
+print(head + "\n".join(md))
+EOF
