@@ -94,127 +94,166 @@ func f32Bytes(v []float32) []byte {
 	return raw
 }
 
+// The shapes TestGPUOpsMatchCPU runs the operations at: opsN rows of opsD
+// columns, products to opsOut columns, attention of opsH heads on opsKV kv
+// heads over opsNK keys.
+const opsN, opsD, opsOut, opsH, opsKV, opsNK = 37, 64, 48, 8, 2, 53
+
 // TestGPUOpsMatchCPU runs every operation on both backends with the same inputs.
 func TestGPUOpsMatchCPU(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
-			g := newGPU(t, m.opts)
-			c := cpu.New(2)
-			rng := rand.New(rand.NewPCG(1, 2))
-			const n, d, out, H, KV = 37, 64, 48, 8, 2
-			hd := d / H
-			type pair struct{ g, c backend.Tensor }
-			both := func(rows, cols int, v []float32) pair {
-				return pair{g.FromHost(rows, cols, v), c.FromHost(rows, cols, v)}
-			}
-			weight := func(rows, cols int, dt backend.DType) pair {
-				v := randVec(rng, rows*cols)
-				var raw []byte
-				if dt == backend.BF16 {
-					raw, _ = bf16Bytes(v)
-				} else {
-					raw = f32Bytes(v)
-				}
-				wg, err := g.Weight(dt, rows, cols, raw)
-				if err != nil {
-					t.Fatal(err)
-				}
-				wc, err := c.Weight(dt, rows, cols, raw)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return pair{wg, wc}
-			}
-			check := func(name string, p pair, tol float64) {
-				t.Helper()
-				a, b := g.ToHost(p.g, nil), c.ToHost(p.c, nil)
-				if e := testutil.RelErr(a, b); e > tol {
-					t.Errorf("%s: relative error %.3g > %.3g", name, e, tol)
-				}
-			}
-			x := both(n, d, randVec(rng, n*d))
-			for _, dt := range []backend.DType{backend.F32, backend.BF16} {
-				w := weight(out, d, dt)
-				dst := pair{g.New(n, out), c.New(n, out)}
-				g.MatMul(dst.g, x.g, w.g)
-				c.MatMul(dst.c, x.c, w.c)
-				tol := m.tol
-				if dt == backend.F32 {
-					tol = 1e-4
-				}
-				check("MatMul "+dt.String(), dst, tol)
-
-				nw := weight(1, d, dt)
-				nr := pair{g.New(n, d), c.New(n, d)}
-				g.RMSNorm(nr.g, x.g, nw.g, 1e-5)
-				c.RMSNorm(nr.c, x.c, nw.c, 1e-5)
-				check("RMSNorm "+dt.String(), nr, 1e-5)
-
-				tab := weight(50, d, dt)
-				ids := []int32{3, 0, 49, 3, 7}
-				e := pair{g.New(len(ids), d), c.New(len(ids), d)}
-				g.Embed(e.g, tab.g, ids)
-				c.Embed(e.c, tab.c, ids)
-				check("Embed "+dt.String(), e, 0)
-			}
-
-			pos := make([]int32, n)
-			for i := range pos {
-				pos[i] = int32(rng.IntN(5000))
-			}
-			r := both(n, d, randVec(rng, n*d))
-			g.RoPE(r.g, pos, hd, 500000)
-			c.RoPE(r.c, pos, hd, 500000)
-			check("RoPE", r, 1e-5)
-
-			nk := 53
-			q := both(n, d, randVec(rng, n*d))
-			k := both(nk, KV*hd, randVec(rng, nk*KV*hd))
-			v := both(nk, KV*hd, randVec(rng, nk*KV*hd))
-			att := pair{g.New(n, d), c.New(n, d)}
-			g.Attention(att.g, q.g, k.g, v.g, H, KV)
-			c.Attention(att.c, q.c, k.c, v.c, H, KV)
-			check("Attention", att, max(m.tol, 1e-4))
-
-			gt, up := both(n, d, randVec(rng, n*d)), both(n, d, randVec(rng, n*d))
-			g.SiLUMul(gt.g, gt.g, up.g)
-			c.SiLUMul(gt.c, gt.c, up.c)
-			check("SiLUMul", gt, 1e-5)
-			g.Add(gt.g, x.g)
-			c.Add(gt.c, x.c)
-			check("Add", gt, 1e-5)
-
-			for _, cr := range []struct {
-				name     string
-				dst, src []int32
-			}{
-				{"both nil", nil, nil},
-				{"gather", nil, []int32{5, 1, 1, 36}},
-				{"scatter", []int32{9, 2, 30}, nil},
-				{"repeat", []int32{4, 8, 4}, []int32{0, 1, 2}},
-			} {
-				dst := both(n, d, randVec(rng, n*d))
-				g.CopyRows(dst.g, cr.dst, x.g, cr.src)
-				c.CopyRows(dst.c, cr.dst, x.c, cr.src)
-				check("CopyRows "+cr.name, dst, 0)
-			}
-
-			lg := randVec(rng, 5*300)
-			lg[2*300+17] = 40 // a sharp row
-			lg[3*300+4], lg[3*300+9] = 9, 9
-			ids, conf := g.ArgmaxConf(g.FromHost(5, 300, lg))
-			for i := range ids {
-				row := lg[i*300 : (i+1)*300]
-				want := int32(slices.Index(row, slices.Max(row)))
-				var s float64
-				for _, x := range row {
-					s += math.Exp(float64(x - row[want]))
-				}
-				if ids[i] != want || math.Abs(conf[i]-1/s) > 1e-9 {
-					t.Errorf("ArgmaxConf row %d: %d %.9f, want %d %.9f", i, ids[i], conf[i], want, 1/s)
-				}
-			}
+			o := gpuCPU{t: t, g: newGPU(t, m.opts), c: cpu.New(2), rng: rand.New(rand.NewPCG(1, 2)), tol: m.tol}
+			x := o.random(opsN, opsD)
+			o.weightOps(x)
+			o.rowOps(x)
+			o.argmaxConf()
 		})
+	}
+}
+
+// pair is one tensor on the GPU (g) and the CPU (c).
+type pair struct{ g, c backend.Tensor }
+
+// gpuCPU is a mode of TestGPUOpsMatchCPU: the GPU backend g, the CPU one c,
+// the inputs' random source and the mode's tolerance of BF16 products.
+type gpuCPU struct {
+	t   *testing.T
+	g   *Backend
+	c   *cpu.Backend
+	rng *rand.Rand
+	tol float64
+}
+
+func (o gpuCPU) both(rows, cols int, v []float32) pair {
+	return pair{o.g.FromHost(rows, cols, v), o.c.FromHost(rows, cols, v)}
+}
+
+// random is a rows×cols pair of random values.
+func (o gpuCPU) random(rows, cols int) pair { return o.both(rows, cols, randVec(o.rng, rows*cols)) }
+
+func (o gpuCPU) empty(rows, cols int) pair { return pair{o.g.New(rows, cols), o.c.New(rows, cols)} }
+
+// weight is a rows×cols weight of random values of type dt on both.
+func (o gpuCPU) weight(rows, cols int, dt backend.DType) pair {
+	v := randVec(o.rng, rows*cols)
+	var raw []byte
+	if dt == backend.BF16 {
+		raw, _ = bf16Bytes(v)
+	} else {
+		raw = f32Bytes(v)
+	}
+	wg, err := o.g.Weight(dt, rows, cols, raw)
+	if err != nil {
+		o.t.Fatal(err)
+	}
+	wc, err := o.c.Weight(dt, rows, cols, raw)
+	if err != nil {
+		o.t.Fatal(err)
+	}
+	return pair{wg, wc}
+}
+
+// check: the GPU's p is the CPU's within tol (relative).
+func (o gpuCPU) check(name string, p pair, tol float64) {
+	o.t.Helper()
+	a, b := o.g.ToHost(p.g, nil), o.c.ToHost(p.c, nil)
+	if e := testutil.RelErr(a, b); e > tol {
+		o.t.Errorf("%s: relative error %.3g > %.3g", name, e, tol)
+	}
+}
+
+// weightOps: MatMul, RMSNorm and Embed with F32 and BF16 weights, on x.
+func (o gpuCPU) weightOps(x pair) {
+	g, c := o.g, o.c
+	for _, dt := range []backend.DType{backend.F32, backend.BF16} {
+		w := o.weight(opsOut, opsD, dt)
+		dst := o.empty(opsN, opsOut)
+		g.MatMul(dst.g, x.g, w.g)
+		c.MatMul(dst.c, x.c, w.c)
+		tol := o.tol
+		if dt == backend.F32 {
+			tol = 1e-4
+		}
+		o.check("MatMul "+dt.String(), dst, tol)
+
+		nw := o.weight(1, opsD, dt)
+		nr := o.empty(opsN, opsD)
+		g.RMSNorm(nr.g, x.g, nw.g, 1e-5)
+		c.RMSNorm(nr.c, x.c, nw.c, 1e-5)
+		o.check("RMSNorm "+dt.String(), nr, 1e-5)
+
+		tab := o.weight(50, opsD, dt)
+		ids := []int32{3, 0, 49, 3, 7}
+		e := o.empty(len(ids), opsD)
+		g.Embed(e.g, tab.g, ids)
+		c.Embed(e.c, tab.c, ids)
+		o.check("Embed "+dt.String(), e, 0)
+	}
+}
+
+// rowOps: RoPE, Attention, SiLUMul, Add (of x) and CopyRows (from x).
+func (o gpuCPU) rowOps(x pair) {
+	g, c, n, d := o.g, o.c, opsN, opsD
+	hd := d / opsH
+	pos := make([]int32, n)
+	for i := range pos {
+		pos[i] = int32(o.rng.IntN(5000))
+	}
+	r := o.random(n, d)
+	g.RoPE(r.g, pos, hd, 500000)
+	c.RoPE(r.c, pos, hd, 500000)
+	o.check("RoPE", r, 1e-5)
+
+	q := o.random(n, d)
+	k := o.random(opsNK, opsKV*hd)
+	v := o.random(opsNK, opsKV*hd)
+	att := o.empty(n, d)
+	g.Attention(att.g, q.g, k.g, v.g, opsH, opsKV)
+	c.Attention(att.c, q.c, k.c, v.c, opsH, opsKV)
+	o.check("Attention", att, max(o.tol, 1e-4))
+
+	gt, up := o.random(n, d), o.random(n, d)
+	g.SiLUMul(gt.g, gt.g, up.g)
+	c.SiLUMul(gt.c, gt.c, up.c)
+	o.check("SiLUMul", gt, 1e-5)
+	g.Add(gt.g, x.g)
+	c.Add(gt.c, x.c)
+	o.check("Add", gt, 1e-5)
+
+	for _, cr := range []struct {
+		name     string
+		dst, src []int32
+	}{
+		{"both nil", nil, nil},
+		{"gather", nil, []int32{5, 1, 1, 36}},
+		{"scatter", []int32{9, 2, 30}, nil},
+		{"repeat", []int32{4, 8, 4}, []int32{0, 1, 2}},
+	} {
+		dst := o.random(n, d)
+		g.CopyRows(dst.g, cr.dst, x.g, cr.src)
+		c.CopyRows(dst.c, cr.dst, x.c, cr.src)
+		o.check("CopyRows "+cr.name, dst, 0)
+	}
+}
+
+// argmaxConf: the GPU's ArgmaxConf is each row's argmax and softmax
+// probability there.
+func (o gpuCPU) argmaxConf() {
+	lg := randVec(o.rng, 5*300)
+	lg[2*300+17] = 40 // a sharp row
+	lg[3*300+4], lg[3*300+9] = 9, 9
+	ids, conf := o.g.ArgmaxConf(o.g.FromHost(5, 300, lg))
+	for i := range ids {
+		row := lg[i*300 : (i+1)*300]
+		want := int32(slices.Index(row, slices.Max(row)))
+		var s float64
+		for _, x := range row {
+			s += math.Exp(float64(x - row[want]))
+		}
+		if ids[i] != want || math.Abs(conf[i]-1/s) > 1e-9 {
+			o.t.Errorf("ArgmaxConf row %d: %d %.9f, want %d %.9f", i, ids[i], conf[i], want, 1/s)
+		}
 	}
 }
 

@@ -529,8 +529,10 @@ func benchStrings(v any, name string) ([]string, error) {
 	return out, nil
 }
 
-// benchID returns "kind/id", or "kind/<line or row>" when id is empty.
-func benchID(kind, id string, w benchWhere) string {
+// benchID returns "kind/id", id rec's optional field idField, or
+// "kind/<line or row>" when id is empty.
+func benchID(kind string, rec benchRecord, idField string, w benchWhere) string {
+	id, _ := benchField(rec, idField, false)
 	if id = strings.TrimSpace(id); id != "" {
 		return kind + "/" + id
 	}
@@ -554,12 +556,11 @@ func benchGSM8K(rec benchRecord, w benchWhere) (Sample, error) {
 	if ans == "" {
 		return Sample{}, errors.New(`field "answer" has nothing after "####"`)
 	}
-	id, _ := benchField(rec, "id", false)
 	return Sample{
 		System: benchGSM8KSystem,
 		User:   strings.TrimSpace(q),
 		Answer: ans,
-		ID:     benchID(BenchGSM8K, id, w),
+		ID:     benchID(BenchGSM8K, rec, "id", w),
 	}, nil
 }
 
@@ -609,12 +610,11 @@ func benchARC(rec benchRecord, w benchWhere) (Sample, error) {
 	if answer == "" {
 		return Sample{}, fmt.Errorf("answerKey %q is none of the choice labels %q", key, labels)
 	}
-	id, _ := benchField(rec, "id", false)
 	return Sample{
 		System: benchARCSystem,
 		User:   benchChoicesText(stem, texts),
 		Answer: answer,
-		ID:     benchID(BenchARC, id, w),
+		ID:     benchID(BenchARC, rec, "id", w),
 	}, nil
 }
 
@@ -681,12 +681,11 @@ func benchMATH500(rec benchRecord, w benchWhere) (Sample, error) {
 	if a == "" {
 		return Sample{}, errors.New(`field "answer" is empty without its "$"`)
 	}
-	id, _ := benchField(rec, "unique_id", false)
 	return Sample{
 		System: benchMATH500System,
 		User:   strings.TrimSpace(p),
 		Answer: a,
-		ID:     benchID(BenchMATH500, id, w),
+		ID:     benchID(BenchMATH500, rec, "unique_id", w),
 	}, nil
 }
 
@@ -719,12 +718,11 @@ func benchGPQA(rec benchRecord, w benchWhere) (Sample, error) {
 			answer = string(rune('A' + slot))
 		}
 	}
-	id, _ := benchField(rec, "Record ID", false)
 	return Sample{
 		System: benchGPQASystem,
 		User:   benchChoicesText(q, choices),
 		Answer: answer,
-		ID:     benchID(BenchGPQA, id, w),
+		ID:     benchID(BenchGPQA, rec, "Record ID", w),
 	}, nil
 }
 

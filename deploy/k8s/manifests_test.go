@@ -177,77 +177,110 @@ func stripComments(doc string) string {
 // block size the server's, the Secret the API keys file mounts, the
 // autoscaler and disruption budget on the Deployment's pods.
 func TestManifests(t *testing.T) {
-	m := manifests(t)
-	var serve, epp *appsv1.Deployment
-	for _, d := range m["Deployment"] {
+	s := loadServing(t)
+	s.checkContainer(t)
+	s.checkKeys(t)
+	s.checkService(t)
+	s.checkSelectors(t)
+	s.checkEPP(t)
+}
+
+// serving is the manifests (by kind) and what TestManifests checks them
+// by: the server's and the router's Deployments, the server's pod and
+// container, its container ports by name, and flag, the value of one of
+// its --flags.
+type serving struct {
+	m          map[string][]any
+	serve, epp *appsv1.Deployment
+	pod        corev1.PodTemplateSpec
+	c          corev1.Container
+	ports      map[string]int32
+	flag       func(name string) string
+}
+
+func loadServing(t *testing.T) serving {
+	s := serving{m: manifests(t), ports: map[string]int32{}}
+	for _, d := range s.m["Deployment"] {
 		switch d := d.(*appsv1.Deployment); d.Name {
 		case "dlmcache":
-			serve = d
+			s.serve = d
 		case "dlmcache-epp":
-			epp = d
+			s.epp = d
 		}
 	}
-	if serve == nil || epp == nil {
+	if s.serve == nil || s.epp == nil {
 		t.Fatal("the dlmcache and dlmcache-epp Deployments")
 	}
-	pod := serve.Spec.Template
-	c := pod.Spec.Containers[0]
-	args := strings.Join(c.Args, " ")
-	flag := func(name string) string {
+	s.pod = s.serve.Spec.Template
+	s.c = s.pod.Spec.Containers[0]
+	args := strings.Join(s.c.Args, " ")
+	s.flag = func(name string) string {
 		m := regexp.MustCompile(`--` + name + `[ =]'?([^' ]+)`).FindStringSubmatch(args)
 		if m == nil {
 			t.Fatalf("serve args lack --%s: %s", name, args)
 		}
 		return m[1]
 	}
+	for _, p := range s.c.Ports {
+		s.ports[p.Name] = p.ContainerPort
+	}
+	return s
+}
+
+// checkContainer: the probes, the grace period, resources, and the ports
+// the flags bind.
+func (s serving) checkContainer(t *testing.T) {
+	c, pod := s.c, s.pod
 	for _, p := range []*corev1.Probe{c.ReadinessProbe, c.LivenessProbe, c.StartupProbe} {
 		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" || p.HTTPGet.Port.StrVal != "http" {
 			t.Errorf("probe %+v: want GET /healthz on the http port", p)
 		}
 	}
-	grace, err := time.ParseDuration(flag("grace"))
+	grace, err := time.ParseDuration(s.flag("grace"))
 	if err != nil || pod.Spec.TerminationGracePeriodSeconds == nil || time.Duration(*pod.Spec.TerminationGracePeriodSeconds)*time.Second <= grace {
 		t.Errorf("terminationGracePeriodSeconds %v not past --grace %v", pod.Spec.TerminationGracePeriodSeconds, grace)
 	}
 	if c.Resources.Requests.Cpu().IsZero() || c.Resources.Limits.Memory().IsZero() {
 		t.Errorf("resources %+v", c.Resources)
 	}
-	ports := map[string]int32{}
-	for _, p := range c.Ports {
-		ports[p.Name] = p.ContainerPort
-	}
 	for name, f := range map[string]string{"http": "addr", "kv-events": "kv-events", "kv-replay": "kv-events-replay"} {
-		v := flag(f)
-		if !strings.HasSuffix(v, ":"+strconv.Itoa(int(ports[name]))) {
-			t.Errorf("--%s %s, container port %s %d", f, v, name, ports[name])
+		v := s.flag(f)
+		if !strings.HasSuffix(v, ":"+strconv.Itoa(int(s.ports[name]))) {
+			t.Errorf("--%s %s, container port %s %d", f, v, name, s.ports[name])
 		}
 	}
-	// The API keys: a Secret mounted where --api-key-file reads.
-	keyFile := flag("api-key-file")
+}
+
+// checkKeys: the API keys are a Secret mounted where --api-key-file reads.
+func (s serving) checkKeys(t *testing.T) {
+	keyFile := s.flag("api-key-file")
 	var secretName string
-	for _, v := range pod.Spec.Volumes {
+	for _, v := range s.pod.Spec.Volumes {
 		if v.Secret != nil {
 			secretName = v.Secret.SecretName
 			if *v.Secret.DefaultMode != 0o400 {
 				t.Errorf("the keys' mode %o", *v.Secret.DefaultMode)
 			}
-			for _, vm := range c.VolumeMounts {
+			for _, vm := range s.c.VolumeMounts {
 				if vm.Name == v.Name && filepath.Join(vm.MountPath, v.Secret.Items[0].Path) != keyFile {
 					t.Errorf("the Secret lands at %s, --api-key-file reads %s", filepath.Join(vm.MountPath, v.Secret.Items[0].Path), keyFile)
 				}
 			}
 		}
 	}
-	if sec := m["Secret"]; len(sec) != 1 || sec[0].(*corev1.Secret).Name != secretName {
+	if sec := s.m["Secret"]; len(sec) != 1 || sec[0].(*corev1.Secret).Name != secretName {
 		t.Errorf("the Secret %q (example) is not the one mounted", secretName)
 	}
-	// The Service carries HTTP and both event ports.
+}
+
+// checkService: the Service carries HTTP and both event ports.
+func (s serving) checkService(t *testing.T) {
 	var svcPorts []string
-	for _, s := range m["Service"] {
-		if s := s.(*corev1.Service); s.Name == "dlmcache" {
-			for _, p := range s.Spec.Ports {
+	for _, sv := range s.m["Service"] {
+		if sv := sv.(*corev1.Service); sv.Name == "dlmcache" {
+			for _, p := range sv.Spec.Ports {
 				svcPorts = append(svcPorts, p.Name)
-				if p.TargetPort.StrVal == "" || ports[p.TargetPort.StrVal] == 0 {
+				if p.TargetPort.StrVal == "" || s.ports[p.TargetPort.StrVal] == 0 {
 					t.Errorf("service port %s targets %v, no container port", p.Name, p.TargetPort)
 				}
 			}
@@ -256,7 +289,13 @@ func TestManifests(t *testing.T) {
 	if strings.Join(svcPorts, ",") != "http,kv-events,kv-replay" {
 		t.Errorf("service ports %v", svcPorts)
 	}
-	labels := pod.Labels
+}
+
+// checkSelectors: the disruption budget, autoscaler, network policy and
+// inference pool are on the server's pods; only the router's pods reach
+// the event sockets.
+func (s serving) checkSelectors(t *testing.T) {
+	labels, ports := s.pod.Labels, s.ports
 	matches := func(sel map[string]string) bool {
 		for k, v := range sel {
 			if labels[k] != v {
@@ -265,35 +304,37 @@ func TestManifests(t *testing.T) {
 		}
 		return len(sel) > 0
 	}
-	pdb := m["PodDisruptionBudget"][0].(*policyv1.PodDisruptionBudget)
+	pdb := s.m["PodDisruptionBudget"][0].(*policyv1.PodDisruptionBudget)
 	if !matches(pdb.Spec.Selector.MatchLabels) {
 		t.Errorf("the PDB selects %v, the pods are %v", pdb.Spec.Selector.MatchLabels, labels)
 	}
-	hpa := m["HorizontalPodAutoscaler"][0].(*autoscalingv2.HorizontalPodAutoscaler)
-	if hpa.Spec.ScaleTargetRef.Name != serve.Name || hpa.Spec.Metrics[0].Pods.Metric.Name != "dlmcache_requests_queued" {
+	hpa := s.m["HorizontalPodAutoscaler"][0].(*autoscalingv2.HorizontalPodAutoscaler)
+	if hpa.Spec.ScaleTargetRef.Name != s.serve.Name || hpa.Spec.Metrics[0].Pods.Metric.Name != "dlmcache_requests_queued" {
 		t.Errorf("the HPA %+v", hpa.Spec)
 	}
-	// Only the router's pods reach the event sockets.
-	np := m["NetworkPolicy"][0].(*networkingv1.NetworkPolicy)
+	np := s.m["NetworkPolicy"][0].(*networkingv1.NetworkPolicy)
 	if !matches(np.Spec.PodSelector.MatchLabels) {
 		t.Errorf("the NetworkPolicy selects %v", np.Spec.PodSelector.MatchLabels)
 	}
 	for _, r := range np.Spec.Ingress {
 		for _, p := range r.Ports {
 			if n := p.Port.IntVal; (n == ports["kv-events"] || n == ports["kv-replay"]) &&
-				(len(r.From) != 1 || r.From[0].PodSelector.MatchLabels["app"] != epp.Spec.Template.Labels["app"]) {
+				(len(r.From) != 1 || r.From[0].PodSelector.MatchLabels["app"] != s.epp.Spec.Template.Labels["app"]) {
 				t.Errorf("event port %d open to %+v, want the EPP's pods only", n, r.From)
 			}
 		}
 	}
-	pool := m["InferencePool"][0].(*inferencePool)
-	if !matches(pool.Spec.Selector.MatchLabels) || pool.Spec.TargetPorts[0].Number != int(ports["http"]) || pool.Spec.EndpointPickerRef.Name != epp.Name {
+	pool := s.m["InferencePool"][0].(*inferencePool)
+	if !matches(pool.Spec.Selector.MatchLabels) || pool.Spec.TargetPorts[0].Number != int(ports["http"]) || pool.Spec.EndpointPickerRef.Name != s.epp.Name {
 		t.Errorf("the InferencePool %+v", pool.Spec)
 	}
-	// The EPP's configuration: strict too, its block size and socket port
-	// the server's.
+}
+
+// checkEPP: the EPP's configuration decodes strictly too, its block size
+// and socket port the server's, and the server writes no extra keys.
+func (s serving) checkEPP(t *testing.T) {
 	var cfg eppConfig
-	for _, cm := range m["ConfigMap"] {
+	for _, cm := range s.m["ConfigMap"] {
 		if err := yaml.UnmarshalStrict([]byte(cm.(*corev1.ConfigMap).Data["epp-config.yaml"]), &cfg); err != nil {
 			t.Fatalf("the EPP config: %v", err)
 		}
@@ -307,8 +348,8 @@ func TestManifests(t *testing.T) {
 		bs := p.Parameters["tokenProcessorConfig"].(map[string]any)["blockSize"]
 		ev := p.Parameters["kvEventsConfig"].(map[string]any)
 		disc := ev["podDiscoveryConfig"].(map[string]any)
-		if strconv.Itoa(int(bs.(float64))) != flag("store-blocks") || int32(disc["socketPort"].(float64)) != ports["kv-events"] || ev["topicFilter"] != "kv@" {
-			t.Errorf("the scorer's block size %v / socket port %v / topic %v against --store-blocks %s and port %d", bs, disc["socketPort"], ev["topicFilter"], flag("store-blocks"), ports["kv-events"])
+		if strconv.Itoa(int(bs.(float64))) != s.flag("store-blocks") || int32(disc["socketPort"].(float64)) != s.ports["kv-events"] || ev["topicFilter"] != "kv@" {
+			t.Errorf("the scorer's block size %v / socket port %v / topic %v against --store-blocks %s and port %d", bs, disc["socketPort"], ev["topicFilter"], s.flag("store-blocks"), s.ports["kv-events"])
 		}
 	}
 	if !found {
@@ -316,7 +357,7 @@ func TestManifests(t *testing.T) {
 	}
 	// llm-d keys a block by its extra keys' strings too, a request by its
 	// tokens alone: with any extra key written it matches nothing.
-	if x := flag("kv-events-extra-keys"); x != "none" {
+	if x := s.flag("kv-events-extra-keys"); x != "none" {
 		t.Errorf("--kv-events-extra-keys %s: llm-d's scorer matches no block that carries an extra key", x)
 	}
 }

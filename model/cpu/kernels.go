@@ -64,11 +64,7 @@ func bf16Rows(dst []float32, w *Tensor, lo, hi int) { bf16RowsWith(simd, dst, w,
 // bf16RowsWith is bf16Rows with the AVX2 loop only when useSIMD (and the
 // machine has it). For tests.
 func bf16RowsWith(useSIMD bool, dst []float32, w *Tensor, lo, hi int) {
-	src := halfRowsToDecode("bf16Rows", dst, w, w.bf16, lo, hi)
-	if src == nil {
-		return
-	}
-	C.dlmc_bf16_rows(cbool(useSIMD && simd), (*C.float)(unsafe.Pointer(&dst[0])), (*C.uint16_t)(unsafe.Pointer(&src[0])), C.long(hi-lo), C.long(w.cols), C.long(w.stride))
+	halfRows(false, useSIMD && simd, dst, w, lo, hi)
 }
 
 // f16c reports whether F16 weights are converted with F16C (vcvtph2ps):
@@ -84,11 +80,7 @@ func f16Rows(dst []float32, w *Tensor, lo, hi int) { f16RowsWith(f16c, dst, w, l
 // f16RowsWith is f16Rows with the F16C loop only when useF16C (and the
 // machine has it). For tests.
 func f16RowsWith(useF16C bool, dst []float32, w *Tensor, lo, hi int) {
-	src := halfRowsToDecode("f16Rows", dst, w, w.f16, lo, hi)
-	if src == nil {
-		return
-	}
-	C.dlmc_f16_rows(cbool(useF16C && f16c), (*C.float)(unsafe.Pointer(&dst[0])), (*C.uint16_t)(unsafe.Pointer(&src[0])), C.long(hi-lo), C.long(w.cols), C.long(w.stride))
+	halfRows(true, useF16C && f16c, dst, w, lo, hi)
 }
 
 // rowsToDecode reports whether rows [lo, hi) of w hold values to decode
@@ -103,15 +95,24 @@ func rowsToDecode(fn string, dst []float32, w *Tensor, lo, hi int) bool {
 	return true
 }
 
-// halfRowsToDecode is w's 16-bit values h from row lo on, bounds checked
-// through row hi−1, where rowsToDecode reports rows to decode; else nil.
-func halfRowsToDecode(fn string, dst []float32, w *Tensor, h []uint16, lo, hi int) []uint16 {
+// halfRows converts rows [lo, hi) of w's F16 values (f16) or BF16 ones
+// into dst in one cgo call, on the vector loop when vec.
+func halfRows(f16, vec bool, dst []float32, w *Tensor, lo, hi int) {
+	fn, h := "bf16Rows", w.bf16
+	if f16 {
+		fn, h = "f16Rows", w.f16
+	}
 	if !rowsToDecode(fn, dst, w, lo, hi) {
-		return nil
+		return
 	}
 	src := h[lo*w.stride:]
 	_ = src[(hi-lo-1)*w.stride+w.cols-1]
-	return src
+	d, p := (*C.float)(unsafe.Pointer(&dst[0])), (*C.uint16_t)(unsafe.Pointer(&src[0]))
+	if f16 {
+		C.dlmc_f16_rows(cbool(vec), d, p, C.long(hi-lo), C.long(w.cols), C.long(w.stride))
+	} else {
+		C.dlmc_bf16_rows(cbool(vec), d, p, C.long(hi-lo), C.long(w.cols), C.long(w.stride))
+	}
 }
 
 // quantRows decodes rows [lo, hi) of the quantized weight w into dst

@@ -107,37 +107,41 @@ static dnnl_status_t matmul_pd(dnnl_primitive_desc_t *pd, dnnl_data_type_t t, lo
 	return p_dnnl_primitive_desc_create(pd, &md, attr, dnnl_eng, NULL);
 }
 
-// run_once runs the primitive p once on its nargs arguments, on a stream
-// of its own, and waits for it.
-static dnnl_status_t run_once(dnnl_primitive_t p, int nargs, const dnnl_exec_arg_t *args) {
+// exec_once creates pd's primitive and a memory object for each of its n
+// (at most 3) arguments — kind[i], described by md[i], its data at
+// data[i] — runs it once on a stream of its own, waits for it, and frees
+// all it created (not pd).
+static dnnl_status_t exec_once(const_dnnl_primitive_desc_t pd, int n, const int *kind,
+		const dnnl_memory_desc_t *const *md, void *const *data) {
+	dnnl_status_t s;
+	dnnl_primitive_t p = NULL;
+	dnnl_memory_t mem[3] = {NULL, NULL, NULL};
+	dnnl_exec_arg_t args[3];
 	dnnl_stream_t st = NULL;
-	dnnl_status_t s = p_dnnl_stream_create(&st, dnnl_eng, dnnl_stream_default_flags);
-	if (s) return s;
-	if (!(s = p_dnnl_primitive_execute(p, st, nargs, args))) s = p_dnnl_stream_wait(st);
-	p_dnnl_stream_destroy(st);
+	if ((s = p_dnnl_primitive_create(&p, pd))) goto out;
+	for (int i = 0; i < n; i++) {
+		if ((s = p_dnnl_memory_create(&mem[i], md[i], dnnl_eng, data[i]))) goto out;
+		args[i] = (dnnl_exec_arg_t){kind[i], mem[i]};
+	}
+	if ((s = p_dnnl_stream_create(&st, dnnl_eng, dnnl_stream_default_flags))) goto out;
+	if (!(s = p_dnnl_primitive_execute(p, st, n, args))) s = p_dnnl_stream_wait(st);
+out:
+	if (st) p_dnnl_stream_destroy(st);
+	for (int i = n - 1; i >= 0; i--)
+		if (mem[i]) p_dnnl_memory_destroy(mem[i]);
+	if (p) p_dnnl_primitive_destroy(p);
 	return s;
 }
 
-// exec_matmul creates pd's primitive and runs it once on a, b and c (their
-// descriptors amd, bmd, cmd), then frees all it created (not pd).
+// exec_matmul runs pd's matmul once on a, b and c (their descriptors amd,
+// bmd, cmd).
 static dnnl_status_t exec_matmul(const_dnnl_primitive_desc_t pd,
 		const dnnl_memory_desc_t *amd, const void *a, const dnnl_memory_desc_t *bmd, const void *b,
 		const dnnl_memory_desc_t *cmd, float *c) {
-	dnnl_status_t s;
-	dnnl_primitive_t p = NULL;
-	dnnl_memory_t ma = NULL, mb = NULL, mc = NULL;
-	if ((s = p_dnnl_primitive_create(&p, pd))) goto out;
-	if ((s = p_dnnl_memory_create(&ma, amd, dnnl_eng, (void *)a))) goto out;
-	if ((s = p_dnnl_memory_create(&mb, bmd, dnnl_eng, (void *)b))) goto out;
-	if ((s = p_dnnl_memory_create(&mc, cmd, dnnl_eng, c))) goto out;
-	dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
-	s = run_once(p, 3, args);
-out:
-	if (mc) p_dnnl_memory_destroy(mc);
-	if (mb) p_dnnl_memory_destroy(mb);
-	if (ma) p_dnnl_memory_destroy(ma);
-	if (p) p_dnnl_primitive_destroy(p);
-	return s;
+	const int kind[3] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST};
+	const dnnl_memory_desc_t *md[3] = {amd, bmd, cmd};
+	void *data[3] = {(void *)a, (void *)b, c};
+	return exec_once(pd, 3, kind, md, data);
 }
 
 // dlmc_dnnl_mm: c[m,n] = alpha · a[m,k] · B, with B = b[n,k]ᵀ (bt) or b[k,n],
@@ -194,8 +198,6 @@ dlmc_dnnl_packed *dlmc_dnnl_pack(int bf16, long n, long k, const void *w, long l
 	dnnl_memory_desc_t plain, any, amd, cmd;
 	dnnl_status_t s;
 	dnnl_primitive_desc_t pd = NULL, rpd = NULL;
-	dnnl_primitive_t rp = NULL;
-	dnnl_memory_t from = NULL, to = NULL;
 	dlmc_dnnl_packed *pk = NULL;
 	if ((s = p_dnnl_memory_desc_init_by_strides(&plain, 2, bd, t, bs))) goto out;
 	if ((s = p_dnnl_memory_desc_init_by_tag(&any, 2, bd, t, dnnl_format_tag_any))) goto out;
@@ -213,15 +215,11 @@ dlmc_dnnl_packed *dlmc_dnnl_pack(int bf16, long n, long k, const void *w, long l
 	if (huge > 4096) madvise(pk->data, len, MADV_HUGEPAGE);
 	pk->bytes = len;
 	if ((s = p_dnnl_reorder_primitive_desc_create(&rpd, &plain, dnnl_eng, &pk->md, dnnl_eng, NULL))) goto out;
-	if ((s = p_dnnl_primitive_create(&rp, rpd))) goto out;
-	if ((s = p_dnnl_memory_create(&from, &plain, dnnl_eng, (void *)w))) goto out;
-	if ((s = p_dnnl_memory_create(&to, &pk->md, dnnl_eng, pk->data))) goto out;
-	dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
-	s = run_once(rp, 2, args);
+	const int kind[2] = {DNNL_ARG_FROM, DNNL_ARG_TO};
+	const dnnl_memory_desc_t *md[2] = {&plain, &pk->md};
+	void *data[2] = {(void *)w, pk->data};
+	s = exec_once(rpd, 2, kind, md, data);
 out:
-	if (to) p_dnnl_memory_destroy(to);
-	if (from) p_dnnl_memory_destroy(from);
-	if (rp) p_dnnl_primitive_destroy(rp);
 	if (rpd) p_dnnl_primitive_desc_destroy(rpd);
 	if (pd) p_dnnl_primitive_desc_destroy(pd);
 	*status = s;

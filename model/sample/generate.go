@@ -425,14 +425,12 @@ func (m *sampler) generate(ctx context.Context, prompt []int32, prefixLen int, o
 		dec = LowConfidence{}
 	}
 	mask := int32(m.Config.MaskTokenID)
-	req := m.newRequest(prompt, prefixLen, o.GenLength, sch, pos)
-	canvas, n, rng := req.Canvas, len(req.Canvas), samplerRNG(o.Seed)
-	if planner != nil {
-		if err := planner.Begin(req); err != nil {
-			return nil, err
-		}
-		defer planner.End()
+	req, end, err := m.beginRequest(planner, prompt, prefixLen, o.GenLength, sch, pos)
+	if err != nil {
+		return nil, err
 	}
+	defer end()
+	canvas, n, rng := req.Canvas, len(req.Canvas), samplerRNG(o.Seed)
 	g := &Generation{Decoded: o.GenLength}
 	_, threshold := dec.(Threshold)
 	for blk := 0; blk < sch.Blocks(); blk++ {
@@ -638,6 +636,19 @@ func (m *sampler) newRequest(prompt []int32, prefixLen, genLength int, sch Sched
 		canvas[i] = int32(m.Config.MaskTokenID)
 	}
 	return &Request{Prompt: prompt, PrefixLen: prefixLen, Schedule: sch, Canvas: canvas, Positions: pos}
+}
+
+// beginRequest is newRequest's request, begun on planner where there is
+// one; end ends it (deferred by the caller, once the generation is done).
+func (m *sampler) beginRequest(planner Planner, prompt []int32, prefixLen, genLength int, sch Schedule, pos []int32) (req *Request, end func(), err error) {
+	req = m.newRequest(prompt, prefixLen, genLength, sch, pos)
+	if planner == nil {
+		return req, func() {}, nil
+	}
+	if err := planner.Begin(req); err != nil {
+		return nil, nil, err
+	}
+	return req, planner.End, nil
 }
 
 // samplerRNG is the random source of a generation with seed seed (Gumbel

@@ -225,14 +225,12 @@ func (m *sampler) generateGuided(ctx context.Context, prompt []int32, prefixLen 
 		return nil, err
 	}
 	mask, eos := int32(m.Config.MaskTokenID), int32(m.Config.EOSTokenID)
-	req := m.newRequest(prompt, prefixLen, o.GenLength, sch, pos)
-	canvas, n, rng := req.Canvas, len(req.Canvas), samplerRNG(o.Seed)
-	if planner != nil {
-		if err := planner.Begin(req); err != nil {
-			return nil, err
-		}
-		defer planner.End()
+	req, end, err := m.beginRequest(planner, prompt, prefixLen, o.GenLength, sch, pos)
+	if err != nil {
+		return nil, err
 	}
+	defer end()
+	canvas, n, rng := req.Canvas, len(req.Canvas), samplerRNG(o.Seed)
 	gv := newGuideVerifier(guide, dec, n, pos)
 	gv.mask = mask
 	defer gv.kv.free()

@@ -38,6 +38,8 @@ package kvevents
 import (
 	"bytes"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/vmihailenco/msgpack/v5"
 
@@ -57,23 +59,14 @@ const (
 	Map
 )
 
+var layoutNames = []string{Array: "array", Map: "map"}
+
 // ParseLayout reads a layout's name: "array" or "map".
 func ParseLayout(s string) (Layout, error) {
-	switch s {
-	case "array":
-		return Array, nil
-	case "map":
-		return Map, nil
-	}
-	return 0, fmt.Errorf("kv-events layout %q: want array or map", s)
+	return parseName[Layout]("kv-events layout", layoutNames, s)
 }
 
-func (l Layout) String() string {
-	if l == Map {
-		return "map"
-	}
-	return "array"
-}
+func (l Layout) String() string { return nameOf(layoutNames, int(l)) }
 
 // PartialDepthKey is the extra key of every block a bidirectional model's
 // store announces: the block holds K/V computed over the prefix of the
@@ -95,27 +88,30 @@ const (
 	ExtraNone
 )
 
+var extraKeysNames = []string{ExtraAll: "all", ExtraSalt: "salt", ExtraNone: "none"}
+
 // ParseExtraKeys reads a policy's name: "all", "salt" or "none".
 func ParseExtraKeys(s string) (ExtraKeys, error) {
-	switch s {
-	case "all":
-		return ExtraAll, nil
-	case "salt":
-		return ExtraSalt, nil
-	case "none":
-		return ExtraNone, nil
-	}
-	return 0, fmt.Errorf("kv-events extra keys %q: want all, salt or none", s)
+	return parseName[ExtraKeys]("kv-events extra keys", extraKeysNames, s)
 }
 
-func (x ExtraKeys) String() string {
-	switch x {
-	case ExtraSalt:
-		return "salt"
-	case ExtraNone:
-		return "none"
+func (x ExtraKeys) String() string { return nameOf(extraKeysNames, int(x)) }
+
+// parseName is the value whose name in names (indexed by value) is s;
+// what names the setting in the error.
+func parseName[T ~int](what string, names []string, s string) (T, error) {
+	if i := slices.Index(names, s); i >= 0 {
+		return T(i), nil
 	}
-	return "all"
+	return 0, fmt.Errorf("%s %q: want %s or %s", what, s, strings.Join(names[:len(names)-1], ", "), names[len(names)-1])
+}
+
+// nameOf is value i's name in names; the first's for one out of range.
+func nameOf(names []string, i int) string {
+	if i < 0 || i >= len(names) {
+		return names[0]
+	}
+	return names[i]
 }
 
 // Medium is the storage tier events name (vLLM's MEDIUM_GPU: the tier

@@ -62,12 +62,18 @@ func TestEncodeArrayLayout(t *testing.T) {
 		"91", "b0", "'AllBlocksCleared'",
 		"00", // data_parallel_rank
 	)
-	got, err := Encode(Array, 1.5, fixtureEvents, 0)
+	wantEncoded(t, "array layout", Array, want)
+}
+
+// wantEncoded: fixtureEvents encoded in layout l at ts 1.5 are want.
+func wantEncoded(t *testing.T, what string, l Layout, want []byte) {
+	t.Helper()
+	got, err := Encode(l, 1.5, fixtureEvents, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(got, want) {
-		t.Errorf("array layout:\n got %x\nwant %x", got, want)
+		t.Errorf("%s:\n got %x\nwant %x", what, got, want)
 	}
 }
 
@@ -91,13 +97,7 @@ func TestEncodeMapLayout(t *testing.T) {
 		"81", "a4", "'type'", "b0", "'AllBlocksCleared'",
 		"00",
 	)
-	got, err := Encode(Map, 1.5, fixtureEvents, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("map layout:\n got %x\nwant %x", got, want)
-	}
+	wantEncoded(t, "map layout", Map, want)
 }
 
 // Without extra keys a BlockStored ends at lora_name (8 fields), as

@@ -184,11 +184,11 @@ func Start(cfg Config) (*Publisher, error) {
 			return nil, err
 		}
 		p.wg.Add(1)
-		go p.acceptReplays()
+		go p.accept(p.rl, p.serveReplay)
 	}
 	if p.ln != nil {
 		p.wg.Add(1)
-		go p.acceptSubscribers()
+		go p.accept(p.ln, func(nc net.Conn) { p.serveSubscriber(nc, true) })
 	}
 	for _, a := range dials {
 		p.wg.Add(1)
@@ -342,14 +342,17 @@ func (p *Publisher) publish(evs []cache.KVEvent) {
 	p.events.Add(uint64(len(events)))
 }
 
-func (p *Publisher) acceptSubscribers() {
+// accept serves each connection ln accepts (subscribers on the PUB
+// endpoint, consumers on the replay one) on a goroutine of its own until ln
+// is closed.
+func (p *Publisher) accept(ln net.Listener, serve func(net.Conn)) {
 	defer p.wg.Done()
 	for {
-		nc, err := p.ln.Accept()
+		nc, err := ln.Accept()
 		if err != nil {
 			return
 		}
-		go p.serveSubscriber(nc, true)
+		go serve(nc)
 	}
 }
 
@@ -447,17 +450,6 @@ func (s *subscriber) close() {
 		close(s.gone)
 		s.nc.Close()
 	})
-}
-
-func (p *Publisher) acceptReplays() {
-	defer p.wg.Done()
-	for {
-		nc, err := p.rl.Accept()
-		if err != nil {
-			return
-		}
-		go p.serveReplay(nc)
-	}
 }
 
 // serveReplay answers replay requests: a message whose last frame is an

@@ -45,6 +45,21 @@ func stored(key, parent cache.Key, toks ...int32) cache.KVEvent {
 	return cache.KVEvent{Type: "stored", Key: key, ParentKey: parent, HasParent: parent != 0, TokenIDs: toks}
 }
 
+// dialSub is a SUB socket on ctx dialled to p and subscribed to topic.
+func dialSub(ctx context.Context, t *testing.T, p *Publisher, topic string) zmq4.Socket {
+	t.Helper()
+	sub := zmq4.NewSub(ctx)
+	if err := sub.Dial("tcp://" + p.Addr().String()); err != nil {
+		sub.Close()
+		t.Fatal(err)
+	}
+	if err := sub.SetOption(zmq4.OptionSubscribe, topic); err != nil {
+		sub.Close()
+		t.Fatal(err)
+	}
+	return sub
+}
+
 // A ZMQ SUB socket (go-zeromq's own) gets [topic, sequence, payload]
 // messages whose payload decodes as vLLM's batch; a DEALER on the replay
 // socket gets every held batch from the sequence it asks for, then the end
@@ -54,14 +69,8 @@ func TestPublishAndReplay(t *testing.T) {
 	p := startPublisher(t, log)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	sub := zmq4.NewSub(ctx)
+	sub := dialSub(ctx, t, p, "kv@")
 	defer sub.Close()
-	if err := sub.Dial("tcp://" + p.Addr().String()); err != nil {
-		t.Fatal(err)
-	}
-	if err := sub.SetOption(zmq4.OptionSubscribe, "kv@"); err != nil {
-		t.Fatal(err)
-	}
 	waitFor(t, "the subscription", func() bool { return hasSubscriber(p) })
 	log.Add(stored(1, 0, 5, 6))
 	log.Add(stored(2, 1, 7, 8))
@@ -175,14 +184,8 @@ func TestSlowSubscriberNeverBlocks(t *testing.T) {
 	// A second subscriber still gets what is published now.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	sub := zmq4.NewSub(ctx)
+	sub := dialSub(ctx, t, p, "")
 	defer sub.Close()
-	if err := sub.Dial("tcp://" + p.Addr().String()); err != nil {
-		t.Fatal(err)
-	}
-	if err := sub.SetOption(zmq4.OptionSubscribe, ""); err != nil {
-		t.Fatal(err)
-	}
 	waitFor(t, "two subscribers", func() bool { return p.Stats().Subscribers == 2 })
 	time.Sleep(50 * time.Millisecond) // the subscription frame after the handshake
 	log.Add(cache.KVEvent{Type: "cleared"})

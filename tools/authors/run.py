@@ -58,6 +58,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 from pyllada.model import from_pretrained, rope_cos_sin, apply_rope, attend  # noqa: E402
 from pyllada import safetensors_io as st  # noqa: E402
+from pyllada.report import write_json  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 # method -> the authors' repository, file, function and keyword arguments (their defaults).
@@ -333,12 +334,7 @@ def main():
                                            "commit": git(a.llada_src, "rev-parse", "HEAD")}
     if "model" in spec:
         res["reference_dtype"] = "float64 (their RMSNorm and rotary embedding compute in float32)"
-    s = json.dumps(res, indent=1)
-    if a.out == "-":
-        print(s)
-    else:
-        with open(a.out, "w") as f:
-            f.write(s + "\n")
+    if write_json(res, a.out):
         print(f"{len(cases)} cases -> {a.out}", file=sys.stderr)
 
 

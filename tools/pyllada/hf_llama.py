@@ -23,7 +23,7 @@ import os
 import torch
 
 from . import safetensors_io as st
-from .model import LLaDA, LLaDAConfig
+from .model import LLaDA, LLaDAConfig, load_named, write_checkpoint
 
 ARCH = "LlamaForCausalLM"
 
@@ -112,31 +112,12 @@ def llama_parameters(model: LLaDA):
 
 def save_llama(model: LLaDA, out_dir, dtype="F32", metadata=None):
     """config.json (llama_config) and model.safetensors (llama_parameters) into out_dir."""
-    os.makedirs(out_dir, exist_ok=True)
-    cfg = llama_config(model.config, dtype)
-    tmp = os.path.join(out_dir, "config.json.tmp")
-    with open(tmp, "w") as f:
-        json.dump(cfg, f, indent=2)
-        f.write("\n")
-    os.replace(tmp, os.path.join(out_dir, "config.json"))
-    md = {"format": "pt"}
-    md.update(metadata or {})
     sd = {k: v.detach().to(torch.float32).contiguous() for k, v in llama_parameters(model).items()}
-    st.save_file(sd, os.path.join(out_dir, "model.safetensors"), dtype=dtype, metadata=md)
+    write_checkpoint(out_dir, llama_config(model.config, dtype), sd, dtype, metadata)
 
 
 def load_llama_into(model: LLaDA, path):
-    sd = st.load_file(os.path.join(path, "model.safetensors"))
-    tgt = llama_parameters(model)
-    missing = [k for k in tgt if k not in sd]
-    extra = [k for k in sd if k not in tgt]
-    if missing or extra:
-        raise ValueError(f"{path}: missing {missing[:5]}, unexpected {extra[:5]}")
-    with torch.no_grad():
-        for k, p in tgt.items():
-            if tuple(sd[k].shape) != tuple(p.shape):
-                raise ValueError(f"{path}: {k} has shape {tuple(sd[k].shape)}, want {tuple(p.shape)}")
-            p.copy_(sd[k].to(p.dtype))
+    load_named(llama_parameters(model), st.load_file(os.path.join(path, "model.safetensors")), path)
 
 
 def from_llama(path, dtype=torch.float32):

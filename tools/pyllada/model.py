@@ -245,18 +245,23 @@ class HFWeights:
         return {k: v.detach().to(torch.float32).contiguous() for k, v in self.hf_parameters().items()}
 
     def load_hf_state_dict(self, sd, path="<state>"):
-        tgt = self.hf_parameters()
-        missing = [k for k in tgt if k not in sd]
-        extra = [k for k in sd if k not in tgt]
-        if missing:
-            raise ValueError(f"{path}: missing tensors {missing[:5]}")
-        if extra:
-            raise ValueError(f"{path}: unexpected tensors {extra[:5]}")
-        with torch.no_grad():
-            for k, p in tgt.items():
-                if tuple(sd[k].shape) != tuple(p.shape):
-                    raise ValueError(f"{path}: {k} has shape {tuple(sd[k].shape)}, want {tuple(p.shape)}")
-                p.copy_(sd[k].to(p.dtype))
+        load_named(self.hf_parameters(), sd, path)
+
+
+def load_named(tgt, sd, path):
+    """Copy the tensors of sd (a checkpoint read from path) into the parameters tgt of the same
+    names, each of its own shape; sd must hold exactly tgt's names."""
+    missing = [k for k in tgt if k not in sd]
+    extra = [k for k in sd if k not in tgt]
+    if missing:
+        raise ValueError(f"{path}: missing tensors {missing[:5]}")
+    if extra:
+        raise ValueError(f"{path}: unexpected tensors {extra[:5]}")
+    with torch.no_grad():
+        for k, p in tgt.items():
+            if tuple(sd[k].shape) != tuple(p.shape):
+                raise ValueError(f"{path}: {k} has shape {tuple(sd[k].shape)}, want {tuple(p.shape)}")
+            p.copy_(sd[k].to(p.dtype))
 
 
 class Block(nn.Module):
@@ -350,9 +355,15 @@ class LLaDA(nn.Module, HFWeights):
 def save_pretrained(model, out_dir, dtype="F32", metadata=None):
     """Write config.json (model.config.to_json()) and model.safetensors (model.hf_state_dict(): the
     architecture's HF names) into out_dir."""
-    os.makedirs(out_dir, exist_ok=True)
     cfg = model.config.to_json()
     cfg["torch_dtype"] = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}[dtype]
+    write_checkpoint(out_dir, cfg, model.hf_state_dict(), dtype, metadata)
+
+
+def write_checkpoint(out_dir, cfg, sd, dtype="F32", metadata=None):
+    """Write config.json (cfg, replaced whole) and model.safetensors (the float32 tensors sd,
+    stored as dtype, with metadata besides format "pt") into out_dir."""
+    os.makedirs(out_dir, exist_ok=True)
     tmp = os.path.join(out_dir, "config.json.tmp")
     with open(tmp, "w") as f:
         json.dump(cfg, f, indent=2)
@@ -360,7 +371,7 @@ def save_pretrained(model, out_dir, dtype="F32", metadata=None):
     os.replace(tmp, os.path.join(out_dir, "config.json"))
     md = {"format": "pt"}
     md.update(metadata or {})
-    st.save_file(model.hf_state_dict(), os.path.join(out_dir, "model.safetensors"), dtype=dtype, metadata=md)
+    st.save_file(sd, os.path.join(out_dir, "model.safetensors"), dtype=dtype, metadata=md)
 
 
 def from_pretrained(path, dtype=torch.float32):

@@ -24,6 +24,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 from pyllada.model import from_pretrained  # noqa: E402
 from pyllada.generate import generate  # noqa: E402
+from pyllada.report import write_json  # noqa: E402
 
 
 def main():
@@ -58,12 +59,7 @@ def main():
     res = {"model": a.model, "gen_length": G, "steps": steps, "block_length": bl, "temperature": 0.0,
            "remasking": "low_confidence", "cases": cases,
            "accuracy": sum(c["correct"] for c in cases) / max(1, len(cases))}
-    s = json.dumps(res, indent=1)
-    if a.out == "-":
-        print(s)
-    else:
-        with open(a.out, "w") as f:
-            f.write(s + "\n")
+    if write_json(res, a.out):
         print(f"{len(cases)} cases, accuracy {res['accuracy']:.2f} -> {a.out}")
 
 

@@ -23,6 +23,13 @@ def tiny_run(d, corpus):
             "--recall-frac", "0"]  # the synthetic corpus has no tokenizer.json for recall.py
 
 
+def make_synth(out, train, ev, quiet=False):
+    """A make_synth corpus of train training and ev eval samples in out (its output captured
+    when quiet)."""
+    subprocess.run([sys.executable, os.path.join(HERE, "make_synth.py"), "--out", out,
+                    "--train", str(train), "--eval", str(ev)], check=True, capture_output=quiet)
+
+
 def question(g, p):
     """The user turn of a RecallGen prompt: question words and keys."""
     return p[p.index(g.instr[1]) - 1 + len(g.instr):-len(g.tail)]
@@ -32,8 +39,7 @@ class TestTrain(unittest.TestCase):
     def test_train_export_resume(self):
         with tempfile.TemporaryDirectory() as d:
             corpus = os.path.join(d, "corpus")
-            subprocess.run([sys.executable, os.path.join(HERE, "make_synth.py"), "--out", corpus,
-                            "--train", "300", "--eval", "30"], check=True)
+            make_synth(corpus, 300, 30)
             base = tiny_run(d, corpus) + ["--eval-every", "4", "--eval-per-suite", "3"]
             T.main(base + ["--max-steps", "6"])
             st = json.load(open(os.path.join(d, "out", "train_state.json")))
@@ -52,8 +58,7 @@ class TestTrain(unittest.TestCase):
 
     def test_batcher_curriculum(self):
         with tempfile.TemporaryDirectory() as d:
-            subprocess.run([sys.executable, os.path.join(HERE, "make_synth.py"), "--out", d,
-                            "--train", "500", "--eval", "10"], check=True)
+            make_synth(d, 500, 10)
             c = T.Corpus(os.path.join(d, "train.jsonl"), 12, 257)
             a = T.parse_args(["--batch-tokens", "2000", "--curriculum", "linear", "--curriculum-start", "0.3",
                               "--curriculum-steps", "100"])
@@ -72,8 +77,7 @@ class TestTrain(unittest.TestCase):
     def test_suite_weights(self):
         import numpy as np
         with tempfile.TemporaryDirectory() as d:
-            subprocess.run([sys.executable, os.path.join(HERE, "make_synth.py"), "--out", d,
-                            "--train", "500", "--eval", "10"], check=True)
+            make_synth(d, 500, 10)
             c = T.Corpus(os.path.join(d, "train.jsonl"), 12, 257)
             self.assertGreaterEqual(len(c.suites), 2)
             first = c.suites[0]
@@ -152,8 +156,7 @@ class TestTrain(unittest.TestCase):
 
     def test_adaptive_curriculum(self):
         with tempfile.TemporaryDirectory() as d:
-            subprocess.run([sys.executable, os.path.join(HERE, "make_synth.py"), "--out", d,
-                            "--train", "500", "--eval", "10"], check=True)
+            make_synth(d, 500, 10)
             c = T.Corpus(os.path.join(d, "train.jsonl"), 12, 257)
             import numpy as np
             a = T.parse_args(["--curriculum", "adaptive", "--curriculum-start", "0.1"])
@@ -164,8 +167,7 @@ class TestTrain(unittest.TestCase):
             self.assertGreater(b.limit(0), lim)
             # a run whose content CE is below --advance-ce moves the quantile, and resume keeps it
             corpus = os.path.join(d, "corpus")
-            subprocess.run([sys.executable, os.path.join(HERE, "make_synth.py"), "--out", corpus,
-                            "--train", "300", "--eval", "30"], check=True)
+            make_synth(corpus, 300, 30)
             args = tiny_run(d, corpus) + ["--eval-every", "100", "--curriculum", "adaptive",
                                           "--curriculum-start", "0.1", "--advance-ce", "100", "--advance-by", "0.2"]
             T.main(args + ["--max-steps", "4"])
@@ -385,8 +387,7 @@ class TestTrain(unittest.TestCase):
         config has the block keys, the eval ran both block decoders."""
         with tempfile.TemporaryDirectory() as d:
             corpus = os.path.join(d, "corpus")
-            subprocess.run([sys.executable, os.path.join(HERE, "make_synth.py"), "--out", corpus,
-                            "--train", "300", "--eval", "30"], check=True)
+            make_synth(corpus, 300, 30)
             base = tiny_run(d, corpus) + ["--eval-every", "4", "--eval-per-suite", "2"]
             T.main(base + ["--max-steps", "4"])
             blk = ["--corpus", corpus, "--work", os.path.join(d, "wb"), "--out", os.path.join(d, "ob"),
@@ -416,8 +417,7 @@ class TestTrain(unittest.TestCase):
         import shutil
         with tempfile.TemporaryDirectory() as d:
             src, dst = os.path.join(d, "src"), os.path.join(d, "dst")
-            subprocess.run([sys.executable, os.path.join(HERE, "make_synth.py"), "--out", src,
-                            "--train", "200", "--eval", "10"], check=True)
+            make_synth(src, 200, 10)
             os.makedirs(dst)
             subprocess.run([sys.executable, os.path.join(HERE, "pack_corpus.py"), "--corpus", src,
                             "--out", os.path.join(dst, "train.npz")], check=True)
@@ -614,8 +614,7 @@ class TestTrain(unittest.TestCase):
     def test_bench_after_init_from(self):
         with tempfile.TemporaryDirectory() as d:
             corpus = os.path.join(d, "corpus")
-            subprocess.run([sys.executable, os.path.join(HERE, "make_synth.py"), "--out", corpus,
-                            "--train", "300", "--eval", "30"], check=True, capture_output=True)
+            make_synth(corpus, 300, 30, quiet=True)
             T.main(tiny_run(d, corpus) + ["--max-steps", "4", "--eval-every", "4", "--eval-per-suite", "2"])
             os.remove(os.path.join(d, "work", "ckpt.pt"))  # start from the export (step 4), as from a bundled model
             r = subprocess.run([sys.executable, os.path.join(HERE, "train.py")] + tiny_run(d, corpus) +
@@ -801,8 +800,7 @@ class TestAR(unittest.TestCase):
         from pyllada import safetensors_io as st
         with tempfile.TemporaryDirectory() as d:
             corpus = os.path.join(d, "corpus")
-            subprocess.run([sys.executable, os.path.join(HERE, "make_synth.py"), "--out", corpus,
-                            "--train", "300", "--eval", "30"], check=True, capture_output=True)
+            make_synth(corpus, 300, 30, quiet=True)
             base = tiny_run(d, corpus) + ["--objective", "ar", "--eval-every", "4", "--eval-per-suite", "3"]
             T.main(base + ["--max-steps", "6"])
             out = os.path.join(d, "out")
@@ -887,8 +885,7 @@ class TestAR(unittest.TestCase):
         """--copy-frac in a causal run: copy steps are taken and their CE logged apart."""
         with tempfile.TemporaryDirectory() as d:
             corpus = os.path.join(d, "corpus")
-            subprocess.run([sys.executable, os.path.join(HERE, "make_synth.py"), "--out", corpus,
-                            "--train", "200", "--eval", "10"], check=True, capture_output=True)
+            make_synth(corpus, 200, 10, quiet=True)
             T.main(tiny_run(d, corpus) + ["--objective", "ar", "--copy-frac", "0.5", "--eval-every", "100",
                                          "--max-steps", "8", "--log-every", "4"])
             logs = [json.loads(l) for l in open(os.path.join(d, "work", "log.jsonl"))]
@@ -901,8 +898,7 @@ class TestAR(unittest.TestCase):
         with the token shift; the export is a LLaDA block model with shift_logits."""
         with tempfile.TemporaryDirectory() as d:
             corpus = os.path.join(d, "corpus")
-            subprocess.run([sys.executable, os.path.join(HERE, "make_synth.py"), "--out", corpus,
-                            "--train", "300", "--eval", "30"], check=True, capture_output=True)
+            make_synth(corpus, 300, 30, quiet=True)
             T.main(tiny_run(d, corpus) + ["--objective", "ar", "--eval-every", "4", "--eval-per-suite", "2",
                                          "--max-steps", "4"])
             blk = ["--corpus", corpus, "--work", os.path.join(d, "wb"), "--out", os.path.join(d, "ob"),
