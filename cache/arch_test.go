@@ -67,7 +67,7 @@ var blockCausalServes = []string{"none", "block", "exact-block"}
 // model's own blocks at two slots a step (its default threshold decoder).
 func archRegime(c *model.Config) sample.GenOptions {
 	if B := c.CausalBlock(); B > 0 {
-		return sample.GenOptions{GenLength: 2 * B, Steps: B}
+		return sample.BlockDefaults(c, sample.GenOptions{GenLength: 2 * B, Steps: B}) // as engine.Model.GenOptions settles them
 	}
 	return sample.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}
 }

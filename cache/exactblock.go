@@ -3,6 +3,7 @@ package cache
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/backend"
@@ -38,6 +39,33 @@ func newExactBlock(o Options) (Method, error) {
 }
 
 func (m *exactBlock) Store() PrefixStore { return m.o.Store }
+
+// ExactDefault is the method a block-causal model is served with when no
+// method is named: the exact block cache, with the line saying so ("",
+// "" for a bidirectional model).
+func ExactDefault(c *model.Config) (method, note string) {
+	B := c.CausalBlock()
+	if B == 0 {
+		return "", ""
+	}
+	return "exact-block", fmt.Sprintf("block-causal model (blocks of %d tokens): method exact-block — committed blocks' K/V computed once, "+
+		"every full block of a shared prefix or an earlier turn served from the store at every layer, an answer's committed blocks kept there for the next turn; "+
+		"the answers of computing every row (--method none computes them)", B)
+}
+
+// ExactStoreBlocks is the prefix store's block length for methods on a
+// model of config c, given --store-blocks: where methods has the exact
+// block cache and the flag is 0, a block store of the model's block size
+// (every full block of a shared prefix is then reused, and a
+// conversation's earlier turns with it), with the line saying so (""
+// when nothing changed).
+func ExactStoreBlocks(c *model.Config, methods []string, blocks int) (int, string) {
+	B := c.CausalBlock()
+	if B == 0 || blocks != 0 || !slices.Contains(methods, "exact-block") {
+		return blocks, ""
+	}
+	return B, fmt.Sprintf("prefix store in blocks of %d tokens, the model's block (--store-blocks %d)", B, B)
+}
 
 // CheckModel refuses a model the method cannot serve exactly (a
 // bidirectional one) and a block store whose blocks are not whole model

@@ -473,7 +473,7 @@ func TestEveryMethodServesOrRefusesBlockCausal(t *testing.T) {
 func everyMethodServesOrRefuses(t *testing.T, B int) {
 	m := loadBlockTiny(t, B)
 	ids, pl := request(t, m, 0)
-	o, gen := everyMethodOptions(m), sample.GenOptions{GenLength: 16, Steps: 16}
+	o, gen := everyMethodOptions(m), sample.BlockDefaults(m.Config, sample.GenOptions{GenLength: 16, Steps: 16}) // as engine.Model.GenOptions settles them
 	for _, name := range Names() {
 		if name == "table" { // dispatches to the others
 			continue
@@ -522,7 +522,7 @@ func TestBlockDualBlockOnBlockCausal(t *testing.T) {
 		if err != nil {
 			t.Fatalf("--dual-block %d on blocks of 16: %v", n, err)
 		}
-		if _, err := Run(context.Background(), m.Network, meth, Request{Prompt: ids, PrefixLen: pl}, sample.GenOptions{GenLength: 16, Steps: 16}); err != nil {
+		if _, err := Run(context.Background(), m.Network, meth, Request{Prompt: ids, PrefixLen: pl}, sample.BlockDefaults(m.Config, sample.GenOptions{GenLength: 16, Steps: 16})); err != nil {
 			t.Errorf("--dual-block %d, gen length 16 on blocks of 16: %v", n, err)
 		}
 	}

@@ -389,17 +389,22 @@ type Result struct {
 }
 
 // Run generates an answer to r under meth: the one path that serve, eval,
-// bench and the calibration take. gen is adapted by meth.Gen.
+// bench and the calibration take. The request's method is resolved once
+// (Choose) and gen adapted by it; a block-causal model's block defaults
+// are the caller's (engine.Model.GenOptions settles them).
 func Run(ctx context.Context, lm *model.Network, meth Method, r Request, gen sample.GenOptions) (*Result, error) {
-	// A block-causal model's block length, before the method adapts the
-	// options (as every command and the server do).
-	gen = sample.BlockDefaults(lm.Config, gen)
-	meth = Resolve(meth, len(r.Prompt), r.PrefixLen, gen)
+	meth, gen = Choose(meth, len(r.Prompt), r.PrefixLen, gen)
+	return Generate(ctx, lm, meth, r, gen)
+}
+
+// Generate generates an answer to r under a method already chosen for it
+// (Choose), with the options that method adapted.
+func Generate(ctx context.Context, lm *model.Network, meth Method, r Request, gen sample.GenOptions) (*Result, error) {
 	res := &Result{}
 	if r.Positions != nil {
 		gen.Positions = r.Positions
 	}
-	g, err := sample.Generate(ctx, lm, r.Prompt, r.PrefixLen, meth.Gen(gen), meth.Planner(lm, r.Salt, &res.Info))
+	g, err := sample.Generate(ctx, lm, r.Prompt, r.PrefixLen, gen, meth.Planner(lm, r.Salt, &res.Info))
 	if err != nil {
 		return nil, err
 	}

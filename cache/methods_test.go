@@ -351,10 +351,11 @@ func TestTableMethodDispatches(t *testing.T) {
 	meth := mk(t, "table", o)
 	short := sample.GenOptions{GenLength: 8, Steps: 8, BlockLength: 8}
 	long := sample.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}
-	if got := Resolve(meth, len(ids), pl, short).Name(); got != "none@threshold:0.5" {
+	if got, _ := Choose(meth, len(ids), pl, short); got.Name() != "none@threshold:0.5" {
+		got := got.Name()
 		t.Errorf("short request served by %s", got)
 	}
-	got := Resolve(meth, len(ids), pl, long)
+	got, _ := Choose(meth, len(ids), pl, long)
 	if got.Name() != "bicache@schedule" || StoreOf(got) != o.Store {
 		t.Errorf("long request served by %s (store shared: %v)", got.Name(), StoreOf(got) == o.Store)
 	}

@@ -21,13 +21,15 @@ type Chooser interface {
 	Choose(promptLen, prefixLen int, gen sample.GenOptions) Method
 }
 
-// Resolve is the method that serves a request under m: m's choice when m
-// chooses, else m.
-func Resolve(m Method, promptLen, prefixLen int, gen sample.GenOptions) Method {
+// Choose is the method that serves a request under m — m's choice when m
+// chooses, else m — and the generation options that method adapts gen
+// to: the one place a request's method is resolved (Run, and serve for
+// its jobs).
+func Choose(m Method, promptLen, prefixLen int, gen sample.GenOptions) (Method, sample.GenOptions) {
 	if c, ok := m.(Chooser); ok {
-		return c.Choose(promptLen, prefixLen, gen)
+		m = c.Choose(promptLen, prefixLen, gen)
 	}
-	return m
+	return m, m.Gen(gen)
 }
 
 // tableMethod serves each request with the method a v3 table chose for

@@ -8,21 +8,22 @@ import (
 	"testing"
 
 	"github.com/dlmcache/dlmcache/cache"
+	"github.com/dlmcache/dlmcache/engine"
 	"github.com/dlmcache/dlmcache/internal/testmodel"
 	"github.com/dlmcache/dlmcache/model/sample"
 )
 
 // blockCausalServer serves the block-causal random-weights fixture (blocks of
-// 8) with no cache, its generation defaults filled by the server from a
+// 8) with no cache, its generation defaults filled by the engine from a
 // gen length of 16 alone.
 func blockCausalServer(t *testing.T) *Server {
 	t.Helper()
 	blockModel := testmodel.Shared(t, "tiny-block")
-	none, err := cache.New("none", cache.Options{})
+	gen, err := (&engine.Model{Model: blockModel}).GenOptions(engine.Regime{GenLength: 16})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Config{Model: blockModel, Method: none, Gen: sample.GenOptions{GenLength: 16}, MaxConcurrency: 1})
+	s, err := New(Config{Model: blockModel, Method: noneMethod(t), Gen: gen, MaxConcurrency: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,4 +115,14 @@ func TestBlockCausalStream(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("streamed deltas %q, want the blocks' texts %q", got, want)
 	}
+}
+
+// noneMethod is the method that computes every row.
+func noneMethod(t testing.TB) cache.Method {
+	t.Helper()
+	none, err := cache.New("none", cache.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return none
 }

@@ -23,11 +23,12 @@ type Config struct {
 	// Name is the model name reported in responses (default: the
 	// directory's base name). Requests may name any model: one is served.
 	Name string
-	// Method is the caching method; every request gets its own planner
-	// from it, and all share its store.
+	// Method is the caching method (engine.Build's); every request gets
+	// its own planner from it, and all share its store.
 	Method cache.Method
 	// Gen holds the default generation options (gen length, steps, block
-	// length). Requests override them field by field.
+	// length), settled (engine.Model.GenOptions). Requests override them
+	// field by field.
 	Gen sample.GenOptions
 
 	// Guide is the guided decoder's guide: an autoregressive model of the
@@ -132,16 +133,14 @@ type Config struct {
 	Now func() time.Time
 }
 
-// settle fills c's defaults in (every serve default is decided here),
-// refusing what cannot be served; it returns what it bounded or found
-// doubtful, for the start-up lines.
+// settle fills the server's own defaults in (the queue, the limits, the
+// timeouts), refusing what cannot be served; it returns what it bounded
+// or found doubtful, for the start-up lines. The method and the
+// generation options come settled (engine.Build): they are checked here,
+// not defaulted.
 func (c *Config) settle() (warnings []string, err error) {
 	if c.Method == nil {
-		none, err := cache.New("none", cache.Options{})
-		if err != nil {
-			return nil, err
-		}
-		c.Method = none
+		return nil, errors.New("serve: no method (engine.Build settles the served method)")
 	}
 	if err := cache.CheckModel(c.Method, c.Model.Config); err != nil {
 		return nil, fmt.Errorf("serve: %w", err)
@@ -151,14 +150,6 @@ func (c *Config) settle() (warnings []string, err error) {
 	}
 	if c.Name == "" {
 		c.Name = c.Model.Name()
-	}
-	if c.Gen.GenLength == 0 {
-		card := c.Model.Card
-		c.Gen.GenLength, c.Gen.Steps, c.Gen.BlockLength = card.GenLength, card.Steps, card.BlockLength
-	}
-	c.Gen = sample.BlockDefaults(c.Model.Config, c.Gen) // a block-causal model's own blocks and decoder
-	if c.Gen.BlockLength == 0 {
-		c.Gen.BlockLength = c.Gen.GenLength
 	}
 	if _, err := sample.ScheduleFor(c.Model.Config, 0, c.Gen); err != nil {
 		return nil, fmt.Errorf("serve: default generation options: %w", err)

@@ -261,7 +261,7 @@ func TestAPIKeys(t *testing.T) {
 	if !strings.Contains(log.String(), " 401 ") {
 		t.Errorf("401s not logged:\n%s", log.String())
 	}
-	if _, err := New(Config{Model: loadTiny(t), APIKeys: []string{" "}}); err == nil {
+	if _, err := New(Config{Model: loadTiny(t), Method: noneMethod(t), Gen: testGen, APIKeys: []string{" "}}); err == nil {
 		t.Error("an empty key: accepted")
 	}
 }

@@ -61,7 +61,7 @@ func (s *Server) run(ctx context.Context, j *job) (*result, *apiError) {
 			onBlock(b, end, canvas)
 		}
 	}
-	res, err := cache.Run(ctx, lm.Network, meth, cache.Request{Prompt: j.ids, PrefixLen: j.prefixLen, Salt: j.salt, Positions: j.pos}, gen)
+	res, err := cache.Generate(ctx, lm.Network, meth, cache.Request{Prompt: j.ids, PrefixLen: j.prefixLen, Salt: j.salt, Positions: j.pos}, gen)
 	if err != nil {
 		s.met.nfe.Add(float64(forwards))
 		if ctx.Err() != nil {

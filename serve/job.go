@@ -135,8 +135,7 @@ func (s *Server) newJob(ctx context.Context, ids []int32, prefixLen int, g *genF
 	if e != nil {
 		return nil, e
 	}
-	meth = cache.Resolve(meth, len(ids), prefixLen, gen) // the table's choice for this request
-	gen = meth.Gen(gen)
+	meth, gen = cache.Choose(meth, len(ids), prefixLen, gen) // the table's choice for this request, once
 	if s.cfg.MaxContext > 0 && len(ids)+gen.GenLength > s.cfg.MaxContext {
 		return nil, newAPIError(http.StatusBadRequest, "invalid_request_error", "context_length_exceeded", paramPrompt,
 			fmt.Sprintf("the prompt has %d tokens and the answer %d slots: %d in all exceed the model's context of %d tokens",

@@ -683,7 +683,11 @@ func TestAbsurdContextLengthBounded(t *testing.T) {
 	for _, n := range []int{0, 1 << 31} {
 		m := testmodel.Load(t, "tiny-f32")
 		m.Config.MaxSequenceLength = n
-		s, err := New(Config{Model: m, Gen: testGen})
+		none, err := cache.New("none", cache.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := New(Config{Model: m, Method: none, Gen: testGen})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -179,7 +179,7 @@ func TestStreamCutEndsWithErrorAndDone(t *testing.T) {
 		}
 	}
 
-	if _, err := New(Config{Model: loadTiny(t), StreamBufferBytes: 4 << 10}); err == nil || !strings.Contains(err.Error(), "--stream-buffer-bytes 4096") {
+	if _, err := New(Config{Model: loadTiny(t), Method: noneMethod(t), Gen: testGen, StreamBufferBytes: 4 << 10}); err == nil || !strings.Contains(err.Error(), "--stream-buffer-bytes 4096") {
 		t.Errorf("a 4 KiB stream buffer: %v, want an error naming the flag", err)
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/datasets"
+	"github.com/dlmcache/dlmcache/engine"
 	"github.com/dlmcache/dlmcache/internal/atomicfile"
 	"github.com/dlmcache/dlmcache/internal/progress"
 	"github.com/dlmcache/dlmcache/model/cpu"
@@ -173,15 +174,16 @@ func (opts *benchOptions) run(ctx context.Context) error {
 	if samples, err = benchConversations(opts, samples); err != nil {
 		return err
 	}
-	env, err := loadMethodEnv(opts.f, opts.modelFlags, opts.regimeFlags, &opts.Cache)
+	cfg := opts.Cache.config(opts.f, opts.modelFlags, opts.regimeFlags)
+	cfg.Methods = opts.Methods
+	eng, err := engine.Build(cfg)
 	if err != nil {
 		return err
 	}
-	defer env.close()
-	lm, gen := env.lm, env.gen
-	flags := opts.Cache // as given, for --compare-model
-	if note := exactStore(lm, opts.Methods, &opts.Cache); note != "" {
-		fmt.Fprintf(opts.f.ErrOut, "bench: %s\n", note)
+	defer eng.Close()
+	lm, gen := eng.Model, eng.Gen
+	if eng.StoreNote != "" {
+		fmt.Fprintf(opts.f.ErrOut, "bench: %s\n", eng.StoreNote)
 	}
 	if opts.StoreAnswer && opts.Turns == 0 {
 		return fmt.Errorf("--store-answers keeps each answered turn for the next: it needs --turns")
@@ -194,7 +196,7 @@ func (opts *benchOptions) run(ctx context.Context) error {
 	// The default list is every registered method: run those this model
 	// and these flags allow, and say why each other one is left out (a
 	// method named with --methods must run).
-	es, skipped, err := opts.evaluators(env, &opts.Cache, label, "", allMethods)
+	es, skipped, err := opts.evaluators(eng, label, "", allMethods)
 	if err != nil {
 		return err
 	}
@@ -204,15 +206,15 @@ func (opts *benchOptions) run(ctx context.Context) error {
 	if err := storeAnswersNote(opts, es); err != nil {
 		return err
 	}
-	if err := guideUsed(&opts.Cache, es); err != nil {
+	if err := guideUsed(eng, es); err != nil {
 		return err
 	}
 	if opts.CompareModel != "" {
-		other, err := compareEvaluators(opts, flags)
+		other, err := compareEvaluators(opts)
 		if err != nil {
 			return err
 		}
-		defer other.lm.Close()
+		defer other.eng.Close()
 		es = append(es, other.es...)
 	}
 	bar := progress.New(opts.f.ErrOut, "bench "+strings.Join(opts.Methods, ","), "req", len(samples)*len(es), opts.Quiet)
@@ -344,44 +346,44 @@ func writeFileAtomic(path string, b []byte) error { return atomicfile.WriteFile(
 // compared is the second model of bench --compare-model with its
 // evaluators.
 type compared struct {
-	lm *loadedModel
-	es []*profile.Evaluator
+	eng *engine.Engine
+	es  []*profile.Evaluator
 }
 
 // compareEvaluators loads --compare-model and builds the evaluators of
 // the methods it can run (at its own generation defaults and its own
 // block store size for the exact cache); the others are skipped, said on
 // stderr.
-func compareEvaluators(opts *benchOptions, c cacheFlags) (*compared, error) {
-	// --guide was checked against --model's vocabulary: the second model's
-	// guided methods are skipped.
-	c.LUT, c.Guide, c.guide = "", "", nil
+func compareEvaluators(opts *benchOptions) (*compared, error) {
 	mf := opts.modelFlags
 	mf.Model = opts.CompareModel
-	env, err := loadMethodEnv(opts.f, mf, opts.regimeFlags, &c)
+	cfg := opts.Cache.config(opts.f, mf, opts.regimeFlags)
+	// --guide was checked against --model's vocabulary: the second model's
+	// guided methods are skipped.
+	cfg.LUT, cfg.Guide, cfg.Methods = "", "", opts.Methods
+	eng, err := engine.Build(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("--compare-model: %w", err)
 	}
-	if note := exactStore(env.lm, opts.Methods, &c); note != "" {
-		fmt.Fprintf(opts.f.ErrOut, "bench: %s: %s\n", env.lm.Name, note)
+	if eng.StoreNote != "" {
+		fmt.Fprintf(opts.f.ErrOut, "bench: %s: %s\n", eng.Model.Name, eng.StoreNote)
 	}
-	out := &compared{lm: env.lm}
-	out.es, _, _ = opts.evaluators(env, &c, filepath.Base(env.lm.Name), env.lm.Name+": ", true)
+	out := &compared{eng: eng}
+	out.es, _, _ = opts.evaluators(eng, filepath.Base(eng.Model.Name), eng.Model.Name+": ", true)
 	if len(out.es) == 0 {
-		env.lm.Close()
+		eng.Close()
 		return nil, fmt.Errorf("--compare-model %s runs none of %v", opts.CompareModel, opts.Methods)
 	}
 	return out, nil
 }
 
-// evaluators builds the evaluators of --methods on env's model with cache
-// flags c, label naming the model in the rows ("" with one model). With
-// skip, a method the model or the flags refuse is left out, said on stderr
-// (after prefix) and returned among skipped; without, its error is
-// returned.
-func (opts *benchOptions) evaluators(env *methodEnv, c *cacheFlags, label, prefix string, skip bool) (es []*profile.Evaluator, skipped []error, err error) {
+// evaluators builds the evaluators of --methods on eng's model, label
+// naming the model in the rows ("" with one model). With skip, a method
+// the model or the flags refuse is left out, said on stderr (after
+// prefix) and returned among skipped; without, its error is returned.
+func (opts *benchOptions) evaluators(eng *engine.Engine, label, prefix string, skip bool) (es []*profile.Evaluator, skipped []error, err error) {
 	for _, name := range opts.Methods {
-		meth, err := env.method(name, c, nil)
+		meth, err := eng.NewMethod(name, nil, nil)
 		if err != nil {
 			if !skip {
 				return nil, nil, err
@@ -391,7 +393,7 @@ func (opts *benchOptions) evaluators(env *methodEnv, c *cacheFlags, label, prefi
 			continue
 		}
 		_, blocks := cache.StoreOf(meth).(*cache.BlockStore)
-		es = append(es, &profile.Evaluator{Model: env.lm.Model, ModelName: label, Method: meth, Gen: meth.Gen(env.gen),
+		es = append(es, &profile.Evaluator{Model: eng.Model.Model, ModelName: label, Method: meth, Gen: meth.Gen(eng.Gen),
 			HistoryPrefix: blocks, StoreAnswers: opts.StoreAnswer})
 	}
 	return es, skipped, nil

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/dlmcache/dlmcache/cache"
+	"github.com/dlmcache/dlmcache/engine"
 	"github.com/dlmcache/dlmcache/internal/progress"
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/profile"
@@ -91,17 +92,18 @@ func (opts *calibrateOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	lm, gen, err := loadRegime(opts.f, opts.modelFlags, opts.regimeFlags)
+	eng, err := engine.Build(modelConfig(opts.f, opts.modelFlags, opts.regimeFlags))
 	if err != nil {
 		return err
 	}
-	defer lm.Close()
+	defer eng.Close()
+	lm, gen := eng.Model, eng.Gen
 	var start *lut.Table
 	if opts.LUT != "" {
-		if start, err = readTable(opts.LUT, lm); err != nil {
+		if start, err = engine.ReadTable(opts.LUT, lm); err != nil {
 			return err
 		}
-		if err := start.CheckRegime(regimeOf(gen)); err != nil {
+		if err := start.CheckRegime(engine.RegimeOf(gen)); err != nil {
 			return fmt.Errorf("--lut %s: %w (calibrate in the table's regime, or profile this one)", opts.LUT, err)
 		}
 	}
@@ -116,7 +118,7 @@ func (opts *calibrateOptions) run(ctx context.Context) error {
 	c := &profile.Calibrator{
 		Model: lm.Network, Gen: gen, Start: start, Stat: stat, Gate: opts.Gate, Target: opts.Agreement,
 		Z: normalQuantile(opts.Confidence), Stop: lm.AnswerEnd, Warn: func(w string) { fmt.Fprintln(opts.f.ErrOut, "warning:", w) }, Exhaustive: opts.Shard != "", OutDir: opts.Out, Resume: opts.Resume,
-		Run: profile.CalibrationRun{Model: lm.modelID(),
+		Run: profile.CalibrationRun{Model: lm.ID(),
 			GenLength: gen.GenLength, Steps: gen.Steps, BlockLength: gen.BlockLength, Refresh: lm.Card.RefreshOr(opts.Method.BiCache.Refresh),
 			Sources: slices.Clone(opts.Sources), Edges: edges, Seed: opts.Seed, Data: opts.Data, StartFrom: opts.LUT, Shard: opts.Shard},
 	}

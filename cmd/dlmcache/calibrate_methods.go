@@ -9,6 +9,7 @@ import (
 
 	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/datasets"
+	"github.com/dlmcache/dlmcache/engine"
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/profile"
 )
@@ -36,11 +37,12 @@ func calibrateMethods(ctx context.Context, opts *calibrateOptions) error {
 	if err != nil {
 		return err
 	}
-	lm, gen, err := loadRegime(opts.f, opts.modelFlags, opts.regimeFlags)
+	eng, err := engine.Build(modelConfig(opts.f, opts.modelFlags, opts.regimeFlags))
 	if err != nil {
 		return err
 	}
-	defer lm.Close()
+	defer eng.Close()
+	lm, gen := eng.Model, eng.Gen
 	edges, shardK, shardN, err := opts.binsAndShard(opts.Shard)
 	if err != nil {
 		return err
@@ -49,14 +51,13 @@ func calibrateMethods(ctx context.Context, opts *calibrateOptions) error {
 	base.Fingerprint, base.BiCache.Refresh = lm.Fingerprint, lm.Card.RefreshOr(opts.Method.BiCache.Refresh)
 	var guideID *lut.ModelID
 	if opts.Guide != "" {
-		g, err := loadGuide(opts.f, opts.Guide, lm, opts.modelFlags)
-		if err != nil {
+		if err := eng.AddGuide(opts.Guide); err != nil {
 			return err
 		}
-		defer g.Close()
-		fmt.Fprintln(opts.f.ErrOut, "dlmcache: guide", g.describe())
+		g := eng.Guide
+		fmt.Fprintln(opts.f.ErrOut, "dlmcache: guide", g.Describe())
 		gen.Guide, base.GuideFingerprint = g.Network, g.Fingerprint
-		id := g.modelID()
+		id := g.ID()
 		guideID = &id
 	}
 	if grid, err = opts.buildable(grid, base, lm); err != nil {
@@ -88,7 +89,7 @@ func calibrateMethods(ctx context.Context, opts *calibrateOptions) error {
 		Model: lm.Network, Gen: gen, Grid: grid, Test: test, MinGain: opts.MinGain, Cap: opts.PerRatio, Z: normalQuantile(opts.Confidence), MaxLoss: opts.MaxLoss,
 		Stop: lm.AnswerEnd, Text: lm.AnswerText, Check: datasets.CheckAnswer, Budget: opts.Budget, Shard: opts.Shard != "",
 		OutDir: opts.Out, Resume: opts.Resume, Log: func(l string) { fmt.Fprintln(opts.f.ErrOut, l) },
-		Run: profile.SearchRun{Model: lm.modelID(),
+		Run: profile.SearchRun{Model: lm.ID(),
 			GenLength: gen.GenLength, Steps: gen.Steps, BlockLength: gen.BlockLength, Classes: classes, Edges: edges,
 			Settings: names, Seed: opts.Seed, Data: data, Shard: opts.Shard, Guide: guideID},
 	}
@@ -162,7 +163,7 @@ func (opts *calibrateOptions) searchGrid() ([]lut.Setting, error) {
 
 // buildable is grid less the settings the model cannot run (refused when
 // --setting named them); every setting must build before hours are spent.
-func (opts *calibrateOptions) buildable(grid []lut.Setting, base cache.Options, lm *loadedModel) ([]lut.Setting, error) {
+func (opts *calibrateOptions) buildable(grid []lut.Setting, base cache.Options, lm *engine.Model) ([]lut.Setting, error) {
 	kept := grid[:0:0]
 	for _, g := range grid {
 		m, err := cache.FromSetting(g, withStore(base, lm, opts.CacheBytes))
@@ -182,7 +183,7 @@ func (opts *calibrateOptions) buildable(grid []lut.Setting, base cache.Options, 
 }
 
 // withStore is o with a fresh whole-prefix store of budget bytes.
-func withStore(o cache.Options, lm *loadedModel, bytes int64) cache.Options {
+func withStore(o cache.Options, lm *engine.Model, bytes int64) cache.Options {
 	o.Store = cache.NewStore(lm.Backend, bytes, cache.LRU)
 	return o
 }

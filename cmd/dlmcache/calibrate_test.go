@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/dlmcache/dlmcache/datasets"
+	"github.com/dlmcache/dlmcache/engine"
 	"github.com/dlmcache/dlmcache/lut"
 )
 
@@ -131,7 +132,7 @@ func TestCalibrateMethodsResumesAndMerges(t *testing.T) {
 // arithmetic included).
 func TestSampleSuitesKeepsExternalGroupsTogether(t *testing.T) {
 	f := &factory{Out: io.Discard, ErrOut: io.Discard}
-	lm, err := loadModel(f, serveFixture, "cpu", 1)
+	lm, err := engine.LoadModel(serveFixture, "cpu", 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/dlmcache/dlmcache/engine"
 	"github.com/dlmcache/dlmcache/model/gguf"
 	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/safetensors"
@@ -35,7 +36,7 @@ func (opts *convertOptions) run(context.Context) error {
 		fmt.Fprintf(out, "wrote %s: %d tensors (%s), %.1f MB\n", opts.Out, len(rep.Tensors), typeCounts(rep), float64(rep.Bytes)/1e6)
 		return nil
 	}
-	dir, err := resolveModel(opts.Src)
+	dir, err := engine.ResolveModel(opts.Src)
 	if err != nil {
 		return err
 	}

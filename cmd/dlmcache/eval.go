@@ -14,6 +14,7 @@ import (
 
 	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/datasets"
+	"github.com/dlmcache/dlmcache/engine"
 	"github.com/dlmcache/dlmcache/internal/progress"
 	"github.com/dlmcache/dlmcache/profile"
 )
@@ -89,21 +90,19 @@ func (opts *evalOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	env, err := loadMethodEnv(opts.f, opts.modelFlags, opts.regimeFlags, &opts.Cache)
+	cfg := opts.Cache.config(opts.f, opts.modelFlags, opts.regimeFlags)
+	cfg.Method = opts.Method
+	eng, err := engine.Build(cfg)
 	if err != nil {
 		return err
 	}
-	defer env.close()
-	lm, gen := env.lm, env.gen
-	if note := exactStore(lm, []string{opts.Method}, &opts.Cache); note != "" {
-		fmt.Fprintf(opts.f.ErrOut, "eval: %s\n", note)
-	}
-	meth, err := env.method(opts.Method, &opts.Cache, nil)
-	if err != nil {
-		return err
+	defer eng.Close()
+	lm, gen, meth := eng.Model, eng.Gen, eng.Method
+	if eng.StoreNote != "" {
+		fmt.Fprintf(opts.f.ErrOut, "eval: %s\n", eng.StoreNote)
 	}
 	e := &profile.Evaluator{Model: lm.Model, Method: meth, Gen: meth.Gen(gen)}
-	if err := guideUsed(&opts.Cache, []*profile.Evaluator{e}); err != nil {
+	if err := guideUsed(eng, []*profile.Evaluator{e}); err != nil {
 		return err
 	}
 	bar := progress.New(opts.f.ErrOut, "eval "+opts.Method, "req", len(samples), opts.Quiet)

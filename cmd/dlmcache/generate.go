@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/dlmcache/dlmcache/engine"
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/sample"
 )
@@ -45,14 +46,17 @@ func (opts *generateOptions) run(ctx context.Context) error {
 		return fmt.Errorf("--prompt: %w", err)
 	}
 	t0 := time.Now()
-	lm, err := loadModel(opts.f, opts.Model, opts.Device, opts.Threads)
+	cfg := modelConfig(opts.f, opts.modelFlags, opts.regimeFlags)
+	cfg.Log = nil // the lines below, in their order (none with --json)
+	eng, err := engine.Build(cfg)
 	if err != nil {
 		return err
 	}
-	defer lm.Close()
+	defer eng.Close()
+	lm := eng.Model
 	loadTime := time.Since(t0)
 	if !opts.JSON {
-		fmt.Fprintln(opts.f.ErrOut, "dlmcache:", lm.describe())
+		fmt.Fprintln(opts.f.ErrOut, "dlmcache:", lm.Describe())
 	}
 	prompt := userPrompt
 	if prompt == "" && system == "" && lm.Card.DemoSystem != "" {
@@ -64,28 +68,25 @@ func (opts *generateOptions) run(ctx context.Context) error {
 	if prompt == "" {
 		return fmt.Errorf("--prompt is required for model %s (it has no demo prompt)", lm.Name)
 	}
-	gen, err := lm.genOptions(opts.GenLength, opts.Steps, opts.BlockLength)
-	if err != nil {
-		return err
-	}
+	gen := eng.Gen
 	dec, err := opts.sampler(lm, &gen)
 	if err != nil {
 		return err
 	}
 	gen = dec.Apply(gen)
-	var guide *loadedModel
+	var guide *engine.Model
 	if dec.Guided() {
-		if guide, err = loadGuide(opts.f, opts.Guide, lm, opts.modelFlags); err != nil {
+		if err = eng.AddGuide(opts.Guide); err != nil {
 			return err
 		}
-		defer guide.Close()
+		guide = eng.Guide
 		gen.Guide = guide.Network
 		if !opts.JSON {
-			fmt.Fprintln(opts.f.ErrOut, "dlmcache: guide", guide.describe())
+			fmt.Fprintln(opts.f.ErrOut, "dlmcache: guide", guide.Describe())
 			fmt.Fprintln(opts.f.ErrOut, "dlmcache:", guidedLine(guide, dec))
 		}
 	}
-	if line := lm.regimeLine(gen); line != "" && !opts.JSON {
+	if line := lm.RegimeLine(gen); line != "" && !opts.JSON {
 		fmt.Fprintln(opts.f.ErrOut, "dlmcache:", line)
 	}
 	ids, prefixLen, err := lm.Tokenizer.EncodeChat(system, prompt)
@@ -96,7 +97,7 @@ func (opts *generateOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	answer := lm.decodeAnswer(g.Answer)
+	answer := lm.AnswerText(g.Answer)
 	if !opts.JSON {
 		if lm.Card.RandomWeights {
 			fmt.Fprintln(opts.f.ErrOut, "note: this model has random weights (a test checkpoint); its answers are noise")
@@ -138,7 +139,7 @@ func (opts *generateOptions) run(ctx context.Context) error {
 // sampler sets gen's sampling flags (temperature, CFG, seed, remasking,
 // threshold) and returns the --decoder given, refusing a diffusion
 // sampler's flags for an autoregressive model.
-func (opts *generateOptions) sampler(lm *loadedModel, gen *sample.GenOptions) (sample.Decoding, error) {
+func (opts *generateOptions) sampler(lm *engine.Model, gen *sample.GenOptions) (sample.Decoding, error) {
 	gen.Temperature, gen.CFGScale, gen.Seed = opts.Temperature, opts.CFG, opts.Seed
 	dec, err := opts.decoding()
 	if err != nil {

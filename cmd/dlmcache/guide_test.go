@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dlmcache/dlmcache/engine"
 	"github.com/dlmcache/dlmcache/internal/testmodel"
 	"github.com/dlmcache/dlmcache/internal/testutil"
 	"github.com/dlmcache/dlmcache/lut"
@@ -406,7 +407,7 @@ func TestLutVerifyGuided(t *testing.T) {
 		t.Fatalf("lut verify --guide --json: %+v", rep)
 	}
 	if gr := rep.Guide; gr == nil || gr.Model != guidedGuide || gr.Requests != 2 || gr.Steps < 2 || gr.Committed < gr.Steps || gr.NFE <= gr.Steps ||
-		gr.PrefixHitTokens < guideStoreBlocks || gr.PrefixQueryTokens <= gr.PrefixHitTokens {
+		gr.PrefixHitTokens < engine.GuideStoreBlocks || gr.PrefixQueryTokens <= gr.PrefixHitTokens {
 		t.Errorf("lut verify --guide --json: guide %+v", rep.Guide)
 	}
 	if !strings.Contains(errOut, "guide "+guidedGuide+" (llama") || !strings.Contains(errOut, "block store of its own") {

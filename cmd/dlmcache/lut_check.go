@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/dlmcache/dlmcache/cache"
+	"github.com/dlmcache/dlmcache/engine"
 	"github.com/dlmcache/dlmcache/lut"
 )
 
@@ -23,12 +24,13 @@ func (opts *lutCheckOptions) run(context.Context) error {
 	if err != nil {
 		return err
 	}
-	lm, gen, err := loadRegime(opts.f, opts.modelFlags, opts.regimeFlags)
+	eng, err := engine.Build(modelConfig(opts.f, opts.modelFlags, opts.regimeFlags))
 	if err != nil {
 		return err
 	}
-	defer lm.Close()
-	regime := regimeOf(gen)
+	defer eng.Close()
+	lm, gen := eng.Model, eng.Gen
+	regime := engine.RegimeOf(gen)
 	for _, err := range []error{t.Check(lm.Name, len(lm.Blocks), lm.Fingerprint), t.CheckRegime(regime), cache.CheckTable(t, opts.Method)} {
 		if err != nil {
 			return &exitError{code: 2, err: fmt.Errorf("%s: incompatible: %w", opts.File, err)}

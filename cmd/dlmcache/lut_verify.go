@@ -17,6 +17,7 @@ import (
 
 	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/datasets"
+	"github.com/dlmcache/dlmcache/engine"
 	"github.com/dlmcache/dlmcache/internal/atomicfile"
 	"github.com/dlmcache/dlmcache/internal/progress"
 	"github.com/dlmcache/dlmcache/lut"
@@ -134,33 +135,30 @@ func (opts *lutVerifyOptions) run(ctx context.Context) error {
 	if opts.Dump != "" {
 		return dumpVerifyRequests(opts.Dump, reqs)
 	}
-	opts.Cache.LUT = opts.File
-	env, err := loadMethodEnv(opts.f, opts.modelFlags, regimeFlags{}, &opts.Cache)
+	cfg := opts.Cache.config(opts.f, opts.modelFlags, regimeFlags{})
+	// The table's regime, and the method serve --lut runs with no other
+	// flag.
+	cfg.LUT, cfg.TableRegime = opts.File, true
+	eng, err := engine.Build(cfg)
 	if err != nil {
 		return err
 	}
-	defer env.close()
-	lm, table := env.lm, env.table
-	if table.GenLength > 0 { // the table's regime
-		guide := env.gen.Guide
-		if env.gen, err = lm.genOptions(table.GenLength, table.Steps, table.BlockLength); err != nil {
-			return err
-		}
-		env.gen.Guide = guide
-	}
-	name := defaultMethod("", table) // what serve --lut runs with no other flag
-	meth, err := env.method(name, &opts.Cache, nil)
+	defer eng.Close()
+	lm, table := eng.Model, eng.Table
+	name := engine.TableMethod(table)
+	meth, err := eng.NewMethod(name, nil, nil)
 	if err != nil {
 		return err
 	}
-	guideStore, guidedTable, err := opts.verifyGuide(env, meth)
+	gen := eng.Gen
+	guideStore, guidedTable, err := opts.verifyGuide(eng, meth)
 	if err != nil {
 		return err
 	}
 	if guideStore != nil { // the guide's shared prefixes as serve's store gives them
-		env.gen.GuidePrefix = cache.GuidePrefix(guideStore, opts.Cache.guide.Fingerprint, opts.Cache.Salt)
+		gen.GuidePrefix = cache.GuidePrefix(guideStore, eng.Guide.Fingerprint, opts.Cache.Salt)
 	}
-	classes, runs := verifyRuns(lm, table, env.gen, reqs)
+	classes, runs := verifyRuns(lm, table, gen, reqs)
 	t := newVerifyTally(table, classes)
 	bar := progress.New(opts.f.ErrOut, "lut verify", "req", len(runs), opts.Quiet)
 	for i, x := range runs {
@@ -172,8 +170,8 @@ func (opts *lutVerifyOptions) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		chosen := cache.Resolve(meth, len(ids), m, x.gen)
-		got, err := cache.Run(ctx, lm.Network, chosen, cache.Request{Prompt: ids, PrefixLen: m}, x.gen)
+		chosen, cg := cache.Choose(meth, len(ids), m, x.gen)
+		got, err := cache.Generate(ctx, lm.Network, chosen, cache.Request{Prompt: ids, PrefixLen: m}, cg)
 		if err != nil {
 			return err
 		}
@@ -204,7 +202,7 @@ func (opts *lutVerifyOptions) run(ctx context.Context) error {
 			"requests": len(runs), "checked": all.Checked, "accuracy_none": acc(all.CorrectNone, all.Checked), "accuracy_table": acc(all.CorrectMethod, all.Checked),
 			"loss_points": loss, "difference_points": diff.Mean, "difference_low": diff.Low, "difference_high": diff.High, "confidence": opts.Confidence,
 			"speedup": speed, "prefix_hit_tokens": st.HitTokens, "prefix_query_tokens": st.QueryTokens, "bins": used}
-		if g := opts.Cache.guide; g != nil && guidedTable {
+		if g := eng.Guide; g != nil && guidedTable {
 			gr := guideRecord(g, guided)
 			gr["requests"] = guidedReqs
 			gr["prefix_hit_tokens"], gr["prefix_query_tokens"] = gst.HitTokens, gst.QueryTokens
@@ -219,7 +217,7 @@ func (opts *lutVerifyOptions) run(ctx context.Context) error {
 			name, len(runs), all.Checked, 100*acc(all.CorrectNone, all.Checked), 100*acc(all.CorrectMethod, all.Checked), diff.Mean,
 			100*opts.Confidence, diff.Low, diff.High,
 			100*float64(all.Answers)/float64(max(1, all.Requests)), speed, st.HitTokens, st.QueryTokens)
-		if g := opts.Cache.guide; g != nil && guidedTable {
+		if g := eng.Guide; g != nil && guidedTable {
 			fmt.Fprintf(opts.f.Out, "guide %s: %d requests decoded guided, %d guided steps committing %d tokens (%.2f a step), guide NFE %d (DLM %.2f s, guide %.2f s); guide prefix store hits %d of %d prefix tokens\n",
 				g.Name, guidedReqs, guided.Steps, guided.Committed, guided.AcceptLen(), guided.NFE, guided.DLMTime.Seconds(), guided.GuideTime.Seconds(), gst.HitTokens, gst.QueryTokens)
 		}
@@ -282,7 +280,7 @@ type verifyRun struct {
 // reqs in each: the regime's gen length for every request, and one block
 // for the requests whose reference answer fits one (a client's
 // max_tokens).
-func verifyRuns(lm *loadedModel, table *lut.Table, gen sample.GenOptions, reqs []verifyRequest) ([]lut.Class, []verifyRun) {
+func verifyRuns(lm *engine.Model, table *lut.Table, gen sample.GenOptions, reqs []verifyRequest) ([]lut.Class, []verifyRun) {
 	classes := []lut.Class{{Name: "all"}}
 	if table.Chooses() {
 		classes = table.Classes
@@ -324,7 +322,7 @@ func newVerifyTally(table *lut.Table, classes []lut.Class) *verifyTally {
 
 // add counts run x at prefix ratio ratio: none's generation ref and the
 // chosen method's got.
-func (t *verifyTally) add(lm *loadedModel, x verifyRun, ratio float64, chosen string, ref *sample.Generation, got *cache.Result) {
+func (t *verifyTally) add(lm *engine.Model, x verifyRun, ratio float64, chosen string, ref *sample.Generation, got *cache.Result) {
 	t.secNone += ref.Duration.Seconds()
 	t.secMeth += got.Duration.Seconds()
 	if gs := got.Guide; gs.Steps > 0 {
@@ -394,27 +392,27 @@ func (t *verifyTally) summary(classes []lut.Class, gate string, agreement float6
 	return used, all, failed
 }
 
-// verifyGuide settles --guide against the table (loadMethodEnv loaded the
+// verifyGuide settles --guide against the table (engine.Build loaded the
 // guide and held it to the table's guide record, Table.CheckGuide, as
 // serve --lut does): a table that records no guide is refused with it
 // (nothing of the table decodes guided); a table whose choices decode
-// guided gets the guide's prefix store serve builds (guidePrefixStore);
+// guided gets the guide's prefix store serve builds (engine.Engine.GuideStore);
 // a table calibrated with this guide whose choices all left the guided
 // decoder verifies with the guide unused, said in one line. guided says
 // whether the table's choices decode guided (the report then adds the
 // guide's work).
-func (opts *lutVerifyOptions) verifyGuide(env *methodEnv, meth cache.Method) (store *cache.BlockStore, guided bool, err error) {
-	g, t := opts.Cache.guide, env.table
+func (opts *lutVerifyOptions) verifyGuide(eng *engine.Engine, meth cache.Method) (store *cache.BlockStore, guided bool, err error) {
+	g, t := eng.Guide, eng.Table
 	switch {
 	case g == nil:
 		return nil, false, nil
 	case t.Guide == nil:
 		return nil, false, fmt.Errorf("--guide %s: table %s records no guide (calibrated without --guide), so none of its choices decodes with the guided decoder: verify it without --guide", opts.Cache.Guide, opts.File)
-	case !decodesGuided(meth, env.gen):
+	case !engine.DecodesGuided(meth, eng.Gen):
 		fmt.Fprintf(opts.f.ErrOut, "dlmcache: table %s was calibrated with guide %s, but none of its choices decodes with the guided decoder: the guide goes unused (serve the table without --guide)\n", opts.File, g.Name)
 		return nil, false, nil
 	}
-	st, note := guidePrefixStore(&opts.Cache, g)
+	st, note := eng.GuideStore()
 	fmt.Fprintf(opts.f.ErrOut, "dlmcache: guide %s (%s, %s): verifies the guided choices' proposals, %d a forward; %s\n", g.Name, g.Config.ArchName(), g.Fingerprint, sample.GuideChunk, note)
 	return st, true, nil
 }

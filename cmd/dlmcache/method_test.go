@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -10,38 +9,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/dlmcache/dlmcache/cache"
-	"github.com/dlmcache/dlmcache/lut"
 )
-
-// The bicache methods warn before reusing the store's prefix K/V across
-// requests at depths from the whole-prefix cosine, and only then.
-func TestCosineDepthsAcrossRequestsWarn(t *testing.T) {
-	kv, old, rowMin := &lut.Table{Similarity: "kv"}, &lut.Table{}, &lut.Table{Similarity: "kv-row-min"}
-	calibrated := &lut.Table{Bins: []lut.Bin{{Lo: 0, Hi: 1, Count: 3, MeanDepth: 6,
-		Calibrated: map[string]*lut.BinCalibration{"store": {Depth: 2}}}},
-		Calibration: &lut.Calibration{Sources: []string{"store"}}}
-	if w := crossRequestWarning("store", calibrated); w != "" {
-		t.Errorf("a table calibrated for the store source: warning %q", w)
-	}
-	for _, tc := range []struct {
-		source string
-		table  *lut.Table
-		warn   bool
-	}{
-		{"request", kv, false},
-		{"store", kv, true},
-		{"recompute", kv, true},
-		{"recompute", old, true}, // written before tables named their statistic: kv
-		{"store", rowMin, false},
-		{"recompute", rowMin, false},
-		{"store", nil, false},
-	} {
-		w := crossRequestWarning(tc.source, tc.table)
-		if (w != "") != tc.warn || tc.warn && !strings.Contains(w, "--similarity kv-row-min") {
-			t.Errorf("%s with %+v: warning %q, want one: %v", tc.source, tc.table, w, tc.warn)
-		}
-	}
-}
 
 // Every command that builds methods takes each method's flags from the
 // registry (cache.AddFlags): the same names, defaults and help, and the
@@ -115,17 +83,6 @@ func TestNamedMethodFlagsComeFromTheirMethods(t *testing.T) {
 		}
 		if tc.value(got) != 3 {
 			t.Errorf("%s --%s 3: method options %+v", tc.cmd.Name(), tc.flag, got)
-		}
-	}
-}
-
-// --store-blocks below minStoreBlocks is refused, naming the flag (the
-// causal fill runs one forward per block).
-func TestStoreBlocksFloor(t *testing.T) {
-	for _, n := range []int{1, 4, 7} {
-		_, err := newStore(nil, &cacheFlags{Eviction: "fifo", StoreFill: "causal", StoreBlocks: n})
-		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("--store-blocks %d", n)) || !strings.Contains(err.Error(), "at least 8") {
-			t.Errorf("--store-blocks %d: %v", n, err)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/dlmcache/dlmcache/engine"
 	"github.com/dlmcache/dlmcache/internal/progress"
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/profile"
@@ -43,11 +44,12 @@ func (opts *profileOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	lm, gen, err := loadRegime(opts.f, opts.modelFlags, opts.regimeFlags)
+	eng, err := engine.Build(modelConfig(opts.f, opts.modelFlags, opts.regimeFlags))
 	if err != nil {
 		return err
 	}
-	defer lm.Close()
+	defer eng.Close()
+	lm, gen := eng.Model, eng.Gen
 	if B := lm.Config.CausalBlock(); B > 0 {
 		fmt.Fprintf(opts.f.ErrOut, "profile: block-causal model (blocks of %d tokens): each request's shared prefix is measured at its full blocks, the part a cache reuses exactly\n", B)
 	}
@@ -56,7 +58,7 @@ func (opts *profileOptions) run(ctx context.Context) error {
 		return err
 	}
 	info := profile.RunInfo{
-		Model:     lm.modelID(),
+		Model:     lm.ID(),
 		GenLength: gen.GenLength, Steps: gen.Steps, BlockLength: gen.BlockLength, AllSteps: opts.AllSteps,
 		Tau: opts.Tau, Similarity: sim, Ratios: opts.Ratios, Edges: edges, PerRatio: opts.PerRatio, Seed: opts.Seed,
 		Shard: opts.Shard, Data: opts.Data, Systems: opts.Systems, Unfilled: unfilledS, MaxTokens: opts.MaxTokens,

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/dlmcache/dlmcache/datasets"
+	"github.com/dlmcache/dlmcache/engine"
 	"github.com/dlmcache/dlmcache/profile"
 )
 
@@ -55,7 +56,7 @@ func (s *requestSampling) binsAndShard(shard string) (edges []float64, k, n int,
 // template, and names the bins it could not fill (warned on f.ErrOut).
 // --data suites takes the task suites' training samples instead (see
 // sampleSuites).
-func (s requestSampling) sample(f *factory, lm *loadedModel, genLength int, edges []float64, k, n int) ([]profile.Request, []string, error) {
+func (s requestSampling) sample(f *factory, lm *engine.Model, genLength int, edges []float64, k, n int) ([]profile.Request, []string, error) {
 	if len(s.Data) > 0 && !slices.ContainsFunc(s.Data, func(d string) bool { return d != "suites" && d != "external" }) {
 		return s.sampleSuites(f, lm, genLength, edges, k, n)
 	}
@@ -110,7 +111,7 @@ func (s requestSampling) sample(f *factory, lm *loadedModel, genLength int, edge
 // slots) are skipped. These are the requests a model trained on the
 // suites answers stably; on prompts it cannot answer, a greedy answer
 // flips under float rounding alone, which no depth can be held to.
-func (s requestSampling) sampleSuites(f *factory, lm *loadedModel, genLength int, edges []float64, k, n int) ([]profile.Request, []string, error) {
+func (s requestSampling) sampleSuites(f *factory, lm *engine.Model, genLength int, edges []float64, k, n int) ([]profile.Request, []string, error) {
 	perBin := make([]int, len(edges)-1)
 	var out []profile.Request
 	opts := []datasets.GenOptions{datasets.Level(0), datasets.Level(1), datasets.Level(2), datasets.DefaultOptions()}

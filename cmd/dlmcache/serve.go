@@ -13,9 +13,10 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/dlmcache/dlmcache/cache"
+	"github.com/dlmcache/dlmcache/engine"
 	"github.com/dlmcache/dlmcache/internal/memlimit"
-	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model/backend"
+	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/serve"
 	"github.com/dlmcache/dlmcache/serve/kvevents"
 )
@@ -78,40 +79,22 @@ func (opts *serveOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	env, err := loadMethodEnv(opts.f, opts.modelFlags, opts.regimeFlags, &opts.Cache)
+	cfg := opts.Cache.config(opts.f, opts.modelFlags, opts.regimeFlags)
+	cfg.Method, cfg.DefaultMethod, cfg.RequireCalibrated = opts.Method, true, !opts.AllowUncalibrated
+	cfg.Store.Events = true
+	eng, err := engine.Build(cfg)
 	if err != nil {
 		return err
 	}
-	defer env.close()
-	lm, gen, table := env.lm, env.gen, env.table
-	if err := checkCalibrated(table, opts.Cache.LUT, opts.AllowUncalibrated); err != nil {
-		return err
-	}
-	method := opts.Method
+	defer eng.Close()
+	lm, gen, meth := eng.Model, eng.Gen, eng.Method
 	var notes []string
-	if method == "" {
-		if m, note := exactMethod(lm); m != "" {
-			method, notes = m, append(notes, note)
+	for _, n := range []string{eng.MethodNote, eng.StoreNote} {
+		if n != "" {
+			notes = append(notes, n)
 		}
 	}
-	if note := exactStore(lm, []string{method}, &opts.Cache); note != "" {
-		notes = append(notes, note)
-	}
-	method = defaultMethod(method, table)
-	if opts.Cache.StoreBlocks > 0 {
-		opts.Cache.Events = cache.NewEventLog(1 << 16)
-	}
-	meth, err := env.method(method, &opts.Cache, nil)
-	if err != nil {
-		return err
-	}
-	if table != nil {
-		// Every bin's choice against the model, now, not a 500 per request.
-		if err := cache.CheckModel(meth, lm.Config); err != nil {
-			return fmt.Errorf("--lut %s: %w", opts.Cache.LUT, err)
-		}
-	}
-	guide, guideStore, guideNote, err := servedGuide(&opts.Cache, meth, gen)
+	guide, guideStore, guideNote, err := eng.ServedGuide()
 	if err != nil {
 		return err
 	}
@@ -130,7 +113,7 @@ func (opts *serveOptions) run(ctx context.Context) error {
 			return fmt.Errorf("--modules: %w", err)
 		}
 	}
-	pub, kvNote, err := opts.kvEvents(lm, meth)
+	pub, kvNote, err := opts.kvEvents(lm, meth, eng.Events)
 	if err != nil {
 		return err
 	}
@@ -145,8 +128,12 @@ func (opts *serveOptions) run(ctx context.Context) error {
 	if opts.Quiet {
 		logw = nil
 	}
+	var guideModel *load.Model
+	if guide != nil {
+		guideModel = guide.Model
+	}
 	srv, err := serve.New(serve.Config{
-		Model: lm.Model, Guide: guide, GuideStore: guideStore, Name: cmp.Or(opts.ServedName, servedName(lm)), APIKeys: keys, SharedCacheAcrossKeys: opts.SharedCache, MaxGenLength: opts.MaxTokens, IdleTrim: opts.IdleTrim, Method: meth, Gen: gen, Events: opts.Cache.Events, KVEvents: pub, ResetPrefixCache: opts.ResetPrefix, StoreAnswers: opts.StoreAnswers,
+		Model: lm.Model, Guide: guideModel, GuideStore: guideStore, Name: cmp.Or(opts.ServedName, lm.ServedName()), APIKeys: keys, SharedCacheAcrossKeys: opts.SharedCache, MaxGenLength: opts.MaxTokens, IdleTrim: opts.IdleTrim, Method: meth, Gen: gen, Events: eng.Events, KVEvents: pub, ResetPrefixCache: opts.ResetPrefix, StoreAnswers: opts.StoreAnswers,
 		MaxConcurrency: concurrency(opts.MaxConcurrency, opts.MaxBatch), MaxBatch: opts.MaxBatch, Workers: workers, MaxQueue: opts.MaxQueue, QueueWait: opts.QueueWait, MaxEventWaits: opts.MaxEventWaits,
 		Timeout: opts.Timeout, MaxBodyBytes: opts.MaxBodyBytes, StreamBufferBytes: opts.StreamBuffer, WriteTimeout: opts.WriteTimeout,
 		ReadTimeout: opts.ReadTimeout, ReadHeaderTimeout: opts.ReadHeader, IdleTimeout: opts.IdleTimeout, MaxContext: opts.MaxContext, Log: logw, Modules: mods,
@@ -158,9 +145,8 @@ func (opts *serveOptions) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("--addr %s: %w", opts.Addr, err)
 	}
-	tableNote := servedTableNote(table, method, meth, &opts.Cache)
 	fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: model %s (%s, %s), method %s (%s), store %d bytes %s, gen %d/%d/%d, max concurrency %d, max batch %d, %s; listening on http://%s\n",
-		lm.Name, lm.Config.ArchName(), lm.Fingerprint, method, tableNote, opts.Cache.CacheBytes, opts.Cache.Eviction,
+		lm.Name, lm.Config.ArchName(), lm.Fingerprint, eng.MethodName, eng.TableNote(), opts.Cache.CacheBytes, opts.Cache.Eviction,
 		gen.GenLength, gen.Steps, gen.BlockLength, srv.MaxConcurrency(), max(1, opts.MaxBatch), workersNote, ln.Addr())
 	if guideNote != "" {
 		notes = append(notes, guideNote)
@@ -185,23 +171,6 @@ func (opts *serveOptions) run(ctx context.Context) error {
 	err = srv.Serve(ctx, ln, opts.Grace)
 	fmt.Fprintln(opts.f.ErrOut, "dlmcache serve: stopped")
 	return err
-}
-
-// servedTableNote says how serve uses its table (method is the served
-// method's name, meth the method).
-func servedTableNote(table *lut.Table, method string, meth cache.Method, c *cacheFlags) string {
-	note := "no table"
-	switch {
-	case table != nil && method == "table":
-		note = fmt.Sprintf("table %s: per request, its bin's choice: %s", c.LUT, choicesNote(table))
-	case table != nil:
-		_, why := cache.ResolveDeepSource(c.Method.DeepSource, table)
-		note = fmt.Sprintf("table %s, deep source %s: %s", c.LUT, cache.SourceOf(meth), why)
-	}
-	if table != nil && !table.Calibrated() {
-		note += "; UNCALIBRATED (a cosine estimate, served because of --allow-uncalibrated)"
-	}
-	return note
 }
 
 // accessLines prints who may call the server (keys API keys) and the
@@ -270,7 +239,7 @@ func (opts *serveOptions) flags(fl *pflag.FlagSet) {
 
 // kvEvents starts the ZMQ KV-event publisher when --kv-events is set,
 // and says what it publishes.
-func (opts *serveOptions) kvEvents(lm *loadedModel, meth cache.Method) (*kvevents.Publisher, string, error) {
+func (opts *serveOptions) kvEvents(lm *engine.Model, meth cache.Method, events *cache.EventLog) (*kvevents.Publisher, string, error) {
 	if opts.KVEvents == "" && len(opts.KVConnect) == 0 {
 		if opts.KVReplay != "" {
 			return nil, "", fmt.Errorf("--kv-events-replay replays the --kv-events stream: set --kv-events or --kv-events-connect too")
@@ -278,7 +247,7 @@ func (opts *serveOptions) kvEvents(lm *loadedModel, meth cache.Method) (*kvevent
 		return nil, "", nil
 	}
 	bs, ok := cache.StoreOf(meth).(*cache.BlockStore)
-	if !ok || opts.Cache.Events == nil {
+	if !ok || events == nil {
 		return nil, "", fmt.Errorf("--kv-events publishes a block store's blocks, but method %s keeps whole prefixes or none: add --store-blocks N (a block store of N-token blocks)", meth.Name())
 	}
 	layout, err := kvevents.ParseLayout(opts.KVLayout)
@@ -295,9 +264,9 @@ func (opts *serveOptions) kvEvents(lm *loadedModel, meth cache.Method) (*kvevent
 			return nil, "", fmt.Errorf("--kv-events-pod: no host name (%v): set it", err)
 		}
 	}
-	name := cmp.Or(opts.ServedName, servedName(lm))
+	name := cmp.Or(opts.ServedName, lm.ServedName())
 	partial := !lm.Config.Causal && lm.Config.CausalBlock() == 0
-	pub, err := kvevents.Start(kvevents.Config{Log: opts.Cache.Events, Endpoint: opts.KVEvents, Connect: opts.KVConnect, ReplayEndpoint: opts.KVReplay,
+	pub, err := kvevents.Start(kvevents.Config{Log: events, Endpoint: opts.KVEvents, Connect: opts.KVConnect, ReplayEndpoint: opts.KVReplay,
 		Topic: "kv@" + pod + "@" + name, Layout: layout, BlockSize: bs.BlockSize(), Partial: partial, ExtraKeys: extra})
 	if err != nil {
 		return nil, "", fmt.Errorf("--kv-events: %w", err)
@@ -321,42 +290,6 @@ func (opts *serveOptions) kvEvents(lm *loadedModel, meth cache.Method) (*kvevent
 		where = append(where, "dialling "+strings.Join(opts.KVConnect, ", "))
 	}
 	return pub, fmt.Sprintf("KV events (vLLM's %s layout, extra keys %s) %s, topic %q, %s; %s", layout, extra, strings.Join(where, " and "), "kv@"+pod+"@"+name, kind, replay), nil
-}
-
-// checkCalibrated refuses a table no calibration checked, unless allowed.
-func checkCalibrated(t *lut.Table, path string, allow bool) error {
-	if t == nil || allow || t.Calibrated() {
-		return nil
-	}
-	return fmt.Errorf("--lut %s is a cosine estimate (%s similarity), not a table calibrated against the model's answers: "+
-		"such tables lost 10 points on held-out requests (docs/results.md). Run `dlmcache calibrate` and serve the table.json it writes, "+
-		"or pass --allow-uncalibrated to serve this one anyway", path, t.SimilarityName())
-}
-
-// defaultMethod is the method served when --method is not given: the
-// table's choices for a calibrated v3 table, bicache for another table,
-// none without one.
-func defaultMethod(flag string, t *lut.Table) string {
-	switch {
-	case flag != "":
-		return flag
-	case t != nil && t.Chooses():
-		return "table"
-	case t != nil:
-		return "bicache"
-	}
-	return "none"
-}
-
-// choicesNote lists a v3 table's choices for the start-up line.
-func choicesNote(t *lut.Table) string {
-	var parts []string
-	for _, b := range t.Bins {
-		for _, c := range b.Choices {
-			parts = append(parts, fmt.Sprintf("[%.2f, %.2f) %s: %s (%.1f× none)", b.Lo, b.Hi, c.Class, c.Setting, c.SpeedUp))
-		}
-	}
-	return strings.Join(parts, "; ")
 }
 
 // serveWorkers is --workers after its default, and the start-up line's
@@ -403,16 +336,6 @@ func concurrency(flag, batch int) int {
 		return batch
 	}
 	return 2
-}
-
-// servedName is the model name the API reports by default: --model as
-// given when it names a bundled or published model, the directory's base
-// name when it is a path (a response never shows the server's paths).
-func servedName(lm *loadedModel) string {
-	if st, err := os.Stat(lm.Name); err == nil && st.IsDir() {
-		return lm.Model.Name()
-	}
-	return lm.Name
 }
 
 // apiKeys gathers --api-key and the keys of --api-key-file.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/datasets"
+	"github.com/dlmcache/dlmcache/engine"
 	"github.com/dlmcache/dlmcache/internal/progress"
 	"github.com/dlmcache/dlmcache/profile"
 )
@@ -41,7 +42,7 @@ func (c *sweepCommon) addFlags(fl *pflag.FlagSet) {
 
 // sweepEnv is a loaded model with its samples and generation settings.
 type sweepEnv struct {
-	*methodEnv
+	*engine.Engine
 	f       *factory
 	samples []datasets.Sample
 	quiet   bool
@@ -52,28 +53,28 @@ func (c *sweepCommon) load(f *factory) (*sweepEnv, error) {
 	if err != nil {
 		return nil, err
 	}
-	env, err := loadMethodEnv(f, c.modelFlags, regimeFlags{}, &c.Cache)
+	env, err := engine.Build(c.Cache.config(f, c.modelFlags, regimeFlags{}))
 	if err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(c.Out, 0o755); err != nil {
-		env.lm.Close()
+		env.Close()
 		return nil, err
 	}
-	return &sweepEnv{methodEnv: env, f: f, samples: samples, quiet: c.Quiet}, nil
+	return &sweepEnv{Engine: env, f: f, samples: samples, quiet: c.Quiet}, nil
 }
 
 // points evaluates no caching and one bicache configuration per x on the
 // samples, the configurations taking turns request by request (so a slow
 // spell on a shared machine slows them alike), and fills res.
 func (e *sweepEnv) points(ctx context.Context, label string, xs []float64, meths []cache.Method, res *sweepResult) error {
-	none, err := e.method("none", e.cache, nil)
+	none, err := e.NewMethod("none", nil, nil)
 	if err != nil {
 		return err
 	}
-	es := []*profile.Evaluator{{Model: e.lm.Model, Method: none, Gen: e.gen}}
+	es := []*profile.Evaluator{{Model: e.Model.Model, Method: none, Gen: e.Gen}}
 	for _, m := range meths {
-		es = append(es, &profile.Evaluator{Model: e.lm.Model, Method: m, Gen: e.gen})
+		es = append(es, &profile.Evaluator{Model: e.Model.Model, Method: m, Gen: e.Gen})
 	}
 	bar := progress.New(e.f.ErrOut, label, "req", len(e.samples)*len(es), e.quiet)
 	out, err := profile.EvaluateInterleaved(ctx, es, e.samples, func(d, _ int) { bar.Set(d) })

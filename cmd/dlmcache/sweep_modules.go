@@ -31,8 +31,8 @@ func (opts *sweepModulesOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer env.lm.Close()
-	L := len(env.lm.Blocks)
+	defer env.Close()
+	L := len(env.Model.Blocks)
 	var depths []int
 	for _, d := range ds {
 		if d != float64(int(d)) || d < 0 || int(d) > L {
@@ -48,7 +48,7 @@ func (opts *sweepModulesOptions) run(ctx context.Context) error {
 	total := len(env.samples) * (1 + len(profile.ModuleLayouts)*len(depths))
 	bar := progress.New(opts.f.ErrOut, "sweep modules", "req", total, opts.Quiet)
 	done := 0
-	res, err := profile.ModuleSweep(ctx, env.lm.Model, env.samples, depths, opts.Cache.Method.BiCache.Refresh, env.gen, func() { done++; bar.Set(done) })
+	res, err := profile.ModuleSweep(ctx, env.Model.Model, env.samples, depths, opts.Cache.Method.BiCache.Refresh, env.Gen, func() { done++; bar.Set(done) })
 	bar.Done()
 	if err != nil {
 		return err

@@ -25,15 +25,15 @@ func (opts *sweepRefreshOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer env.lm.Close()
-	table := env.table
+	defer env.Close()
+	table := env.Table
 	var rs []float64
 	if opts.Rs != "" {
 		if rs, err = parseFloats(opts.Rs); err != nil {
 			return fmt.Errorf("--rs %w", err)
 		}
 	} else {
-		for r := 1; r <= env.gen.Steps; r *= 2 {
+		for r := 1; r <= env.Gen.Steps; r *= 2 {
 			rs = append(rs, float64(r))
 		}
 	}
@@ -43,9 +43,7 @@ func (opts *sweepRefreshOptions) run(ctx context.Context) error {
 		if r < 1 || r != float64(int(r)) {
 			return fmt.Errorf("--rs: refresh periods must be positive integers, got %v", r)
 		}
-		c := opts.Cache
-		c.Method.BiCache.Refresh = int(r)
-		meth, err := env.method("bicache", &c, nil)
+		meth, err := env.NewMethod("bicache", nil, func(o *cache.Options) { o.BiCache.Refresh = int(r) })
 		if err != nil {
 			return err
 		}
@@ -56,16 +54,16 @@ func (opts *sweepRefreshOptions) run(ctx context.Context) error {
 	}
 	pr := opts.PictureR
 	if pr <= 0 {
-		pr = max(1, env.gen.Steps/4)
+		pr = max(1, env.Gen.Steps/4)
 	}
 	var pic profile.RefreshPicture
 	n := min(opts.PictureN, len(env.samples))
 	for _, s := range env.samples[:n] {
-		ids, prefix, err := env.lm.Tokenizer.EncodeChat(s.System, s.User)
+		ids, prefix, err := env.Model.Tokenizer.EncodeChat(s.System, s.User)
 		if err != nil {
 			return err
 		}
-		p, err := profile.MeasureRefresh(ctx, env.lm.Network, ids, prefix, env.gen, pr)
+		p, err := profile.MeasureRefresh(ctx, env.Model.Network, ids, prefix, env.Gen, pr)
 		if err != nil {
 			return err
 		}

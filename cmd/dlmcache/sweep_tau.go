@@ -39,7 +39,7 @@ func (opts *sweepTauOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer env.lm.Close()
+	defer env.Close()
 	res := &sweepResult{Param: "tau"}
 	var meths []cache.Method
 	for _, tau := range taus {
@@ -47,10 +47,10 @@ func (opts *sweepTauOptions) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if err := t.Check(env.lm.Name, len(env.lm.Blocks), env.lm.Fingerprint); err != nil {
+		if err := t.Check(env.Model.Name, len(env.Model.Blocks), env.Model.Fingerprint); err != nil {
 			return fmt.Errorf("--from: %w", err)
 		}
-		meth, err := env.method("bicache", &opts.Cache, t)
+		meth, err := env.NewMethod("bicache", t, nil)
 		if err != nil {
 			return err
 		}
