@@ -70,11 +70,8 @@ func ParseConfig(raw []byte) (*Config, error) {
 		return nil, err
 	}
 	c, err := a.ParseConfig(raw)
-	if c != nil {
-		c.arch = a // Build builds with it
-		if a != architectures[0] {
-			c.Arch = a.Name() // LLaDA's stays "" (ArchName)
-		}
+	if c != nil && a != architectures[0] {
+		c.Arch = a.Name() // LLaDA's stays "" (ArchName)
 	}
 	return c, err
 }
@@ -83,13 +80,9 @@ func ParseConfig(raw []byte) (*Config, error) {
 // the checkpoint's tensor name as a backend tensor of shape [rows, cols]
 // (the loaders in model/load hand it their safetensors or GGUF reader).
 func Build(c *Config, b backend.Backend, weight func(name string, rows, cols int) (backend.Tensor, error)) (*Network, error) {
-	a := c.arch // the architecture ParseConfig picked
-	if a == nil {
-		// A config made in code (tests, a GGUF's metadata): by its name.
-		var err error
-		if a, err = architectureNamed(c.ArchName()); err != nil {
-			return nil, err
-		}
+	a, err := architectureNamed(c.ArchName())
+	if err != nil {
+		return nil, err
 	}
 	w := &Weights{b: b, get: weight}
 	m, err := a.Build(c, b, w)

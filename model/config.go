@@ -50,10 +50,7 @@ type Config struct {
 
 	// Set by an architecture's config parser (arch_*.go), never read from
 	// a LLaDA config.json:
-	Arch string `json:"-"` // the architecture's name; "" for LLaDA (ArchName)
-	// arch is the architecture ParseConfig picked (Build builds with it;
-	// nil for a config made in code, looked up by Arch).
-	arch    Architecture
+	Arch    string     `json:"-"` // the architecture's name; "" for LLaDA (ArchName)
 	QKVBias bool       `json:"-"` // the q, k and v projections have biases
 	QKNorm  bool       `json:"-"` // per-head RMSNorm of q and k before RoPE
 	MoE     *MoEConfig `json:"-"` // the MLP is a mixture of experts
