@@ -96,7 +96,7 @@ run_llama() { # file → JSON fields
 		return 1
 	}
 	local ms rss
-	ms=$(sed -n 's/.*time per step: \([0-9.]*\)ms.*/\1/p' <<<"$log" | tail -n 1)
+	ms=$(sed -n 's/.*total time: [0-9.]*ms, time per step: \([0-9.]*\)ms.*/\1/p' <<<"$log" | tail -n 1)
 	rss=$(sed -n 's/^maxrss_kb \([0-9]*\)$/\1/p' <<<"$log" | tail -n 1)
 	echo "\"step_s\": $(awk "BEGIN{print $ms/1000}"), \"rss_bytes\": $((rss * 1024))"
 }
