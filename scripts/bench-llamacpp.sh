@@ -87,7 +87,11 @@ gguf() { # shape format → path
 }
 
 # One run of each program: a JSON line with its per-step seconds and RSS.
+# A llama.cpp run that prints no timing is run again once, then reported.
 run_llama() { # file → JSON fields
+	run_llama_once "$1" || run_llama_once "$1"
+}
+run_llama_once() {
 	local log
 	log=$(/usr/bin/time -f 'maxrss_kb %M' "$LLAMA" -m "$1" -p "$PROMPT" -ub "$SEQ" -b "$SEQ" -c "$SEQ" -t "$THREADS" \
 		--diffusion-steps "$STEPS" --diffusion-block-length "$BLOCK" --temp 0 --seed 1 2>&1 </dev/null) || {
@@ -98,6 +102,11 @@ run_llama() { # file → JSON fields
 	local ms rss
 	ms=$(sed -n 's/.*total time: [0-9.]*ms, time per step: \([0-9.]*\)ms.*/\1/p' <<<"$log" | tail -n 1)
 	rss=$(sed -n 's/^maxrss_kb \([0-9]*\)$/\1/p' <<<"$log" | tail -n 1)
+	if [ -z "$ms" ] || [ -z "$rss" ]; then
+		echo "bench-llamacpp: llama-diffusion-cli printed no time per step on $1; its last lines:" >&2
+		tail -n 5 <<<"$log" >&2
+		return 1
+	fi
 	echo "\"step_s\": $(awk "BEGIN{print $ms/1000}"), \"rss_bytes\": $((rss * 1024))"
 }
 run_dlm() { # file prompt-tokens → JSON fields
