@@ -154,13 +154,7 @@ func TestBlockStoreEvictionAndEvents(t *testing.T) {
 	m := loadTiny(t)
 	const B = 8
 	ev := NewEventLog(1 << 16)
-	probe := NewBlockStore(m.Backend, B, 1<<30, true, nil)
-	e, _, _, _, err := probe.Get(m.Network, PrefixID{Tokens: tokensOf(9, B)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	probe.Release(e)
-	blockBytes := probe.Stats().Bytes
+	blockBytes := oneBlockBytes(t, m, B)
 	s := NewBlockStore(m.Backend, B, 5*blockBytes, true, ev)
 	root := tokensOf(5, B)
 	var wg sync.WaitGroup
@@ -440,17 +434,11 @@ func TestBlockStoreEventsForEveryOperation(t *testing.T) {
 	m := loadTiny(t)
 	const B = 8
 	ev := NewEventLog(1 << 10)
-	probe := NewBlockStore(m.Backend, B, 1<<30, true, nil)
-	e, _, _, _, err := probe.Get(m.Network, PrefixID{Tokens: tokensOf(9, B)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	probe.Release(e)
-	blockBytes := probe.Stats().Bytes
+	blockBytes := oneBlockBytes(t, m, B)
 	s := NewBlockStore(m.Backend, B, 2*blockBytes, true, ev)
 	salt := joinSalt("", "key:ns\x00tenant-a")
 	first := PrefixID{Fingerprint: "fp", Salt: salt, Tokens: tokensOf(1, 2*B)}
-	e, _, _, _, err = s.Get(m.Network, first)
+	e, _, _, _, err := s.Get(m.Network, first)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -539,3 +539,25 @@ func TestForcedCollisionInFlight(t *testing.T) {
 	s.Release(e)
 	s.Release(first)
 }
+
+// oneBlockBytes is the bytes one stored block of B tokens takes in m.
+func oneBlockBytes(t *testing.T, m *load.Model, B int) int64 {
+	t.Helper()
+	probe := NewBlockStore(m.Backend, B, 1<<30, true, nil)
+	e, _, _, _, err := probe.Get(m.Network, PrefixID{Tokens: tokensOf(9, B)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe.Release(e)
+	return probe.Stats().Bytes
+}
+
+// rowsRequest loads the tiny model and request 1 for the row-count tests:
+// the model, its layer count, the prompt ids and prefix length, and the
+// canvas length with 16 answer slots.
+func rowsRequest(t *testing.T) (*load.Model, int, []int32, int, int) {
+	t.Helper()
+	m := loadTiny(t)
+	ids, pl := request(t, m, 1)
+	return m, len(m.Blocks), ids, pl, len(ids) + 16
+}

@@ -66,6 +66,17 @@ func must[T any](v T, err error) T {
 
 // exactRegimes are the schedules the exact cache is checked in: fixed
 // steps with LLaDA's low-confidence remasking, and threshold decoding.
+// exactBlockPair loads the block-causal tiny model for blocks of B tokens
+// and makes exact-block over an unbounded store of its own, with none
+// to compare against, for the threshold regime.
+func exactBlockPair(t *testing.T, B int) (*load.Model, sample.GenOptions, *BlockStore, Method, Method) {
+	t.Helper()
+	m := loadBlockTiny(t, B)
+	store := NewBlockStore(m.Backend, B, 1<<30, true, nil)
+	meth := mk(t, "exact-block", Options{Store: store, Fingerprint: m.Fingerprint})
+	return m, exactRegimes(B)["threshold"], store, meth, mk(t, "none", Options{})
+}
+
 func exactRegimes(B int) map[string]sample.GenOptions {
 	return map[string]sample.GenOptions{
 		"low-confidence": {GenLength: 4 * B, Steps: 2 * B, BlockLength: B},
@@ -283,11 +294,7 @@ func commonPrefix(a, b []int32) int {
 // computing every row.
 func TestExactBlockConversation(t *testing.T) {
 	const B = 8
-	m := loadBlockTiny(t, B)
-	o := exactRegimes(B)["threshold"]
-	store := NewBlockStore(m.Backend, B, 1<<30, true, nil)
-	meth := mk(t, "exact-block", Options{Store: store, Fingerprint: m.Fingerprint})
-	none := mk(t, "none", Options{})
+	m, o, store, meth, none := exactBlockPair(t, B)
 	tok := m.Tokenizer
 	msgs := []tokenizer.Message{{Role: "system", Content: "You answer questions about the house rules. Be brief."}}
 	prevStored := 0
@@ -405,11 +412,7 @@ func TestExactBlockForcedCollision(t *testing.T) {
 	blockKey = func(parent Key, _, _ string, _ []int32) Key { return parent + 1 }
 	defer func() { blockKey = old }()
 	const B = 8
-	m := loadBlockTiny(t, B)
-	o := exactRegimes(B)["threshold"]
-	store := NewBlockStore(m.Backend, B, 1<<30, true, nil)
-	meth := mk(t, "exact-block", Options{Store: store, Fingerprint: m.Fingerprint})
-	none := mk(t, "none", Options{})
+	m, o, store, meth, none := exactBlockPair(t, B)
 	var seen [][]int32
 	for i := range 2 { // two system messages, every block on the same keys
 		ids, pl := request(t, m, i)

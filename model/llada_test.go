@@ -59,20 +59,8 @@ func loadFixtureOn(t testing.TB, name string, be *cpu.Backend) (*Checkpoint, *go
 // G) and golden.safetensors; all are closed when the test ends.
 func loadGolden[G any](t testing.TB, name string, be *cpu.Backend) (*Checkpoint, *G, *safetensors.Set) {
 	t.Helper()
-	dir := filepath.Join("testdata", name)
-	m, err := loadCheckpoint(dir, be)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	var g G
-	testutil.ReadJSON(t, filepath.Join(dir, "golden.json"), &g)
-	gs, err := safetensors.OpenFile(filepath.Join(dir, "golden.safetensors"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { gs.Close() })
-	return m, &g, gs
+	open := func(dir string) (*Checkpoint, error) { return loadCheckpoint(dir, be) }
+	return testutil.LoadGolden[G](t, filepath.Join("testdata", name), open, func(m *Checkpoint) { m.Close() }, safetensors.OpenFile)
 }
 
 func goldenF32(t testing.TB, s *safetensors.Set, name string) []float32 {

@@ -61,20 +61,8 @@ func loadFixtureOn(t testing.TB, name string, be *cpu.Backend) (*load.Model, *go
 // G) and golden.safetensors; all are closed when the test ends.
 func loadGolden[G any](t testing.TB, name string, be *cpu.Backend) (*load.Model, *G, *safetensors.Set) {
 	t.Helper()
-	dir := filepath.Join(testdata, name)
-	m, err := load.Load(dir, be)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	var g G
-	testutil.ReadJSON(t, filepath.Join(dir, "golden.json"), &g)
-	gs, err := safetensors.OpenFile(filepath.Join(dir, "golden.safetensors"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { gs.Close() })
-	return m, &g, gs
+	open := func(dir string) (*load.Model, error) { return load.Load(dir, be) }
+	return testutil.LoadGolden[G](t, filepath.Join(testdata, name), open, func(m *load.Model) { m.Close() }, safetensors.OpenFile)
 }
 
 type blockGolden struct {
@@ -82,22 +70,7 @@ type blockGolden struct {
 	Generate []blockGeneration `json:"generate"`
 }
 
-type blockGeneration struct {
-	Name        string   `json:"name"`
-	PromptIDs   []int32  `json:"prompt_ids"`
-	GenLength   int      `json:"gen_length"`
-	BlockLength int      `json:"block_length"`
-	Decoding    string   `json:"decoding"`
-	Threshold   *float64 `json:"threshold"`
-	Steps       *int     `json:"steps"`
-	AnswerIDs   []int32  `json:"answer_ids"`
-	Trace       []struct {
-		Block     int     `json:"block"`
-		Committed []int32 `json:"committed"`
-		N         int     `json:"n"`
-	} `json:"trace"`
-	NFE int `json:"nfe"`
-}
+type blockGeneration = testutil.BlockGeneration
 
 func loadBlockGolden(t *testing.T, be *cpu.Backend) (*load.Model, *blockGolden, *safetensors.Set) {
 	t.Helper()
