@@ -540,16 +540,20 @@ func TestForcedCollisionInFlight(t *testing.T) {
 	s.Release(first)
 }
 
-// oneBlockBytes is the bytes one stored block of B tokens takes in m.
-func oneBlockBytes(t *testing.T, m *load.Model, B int) int64 {
+// blockStoreOf loads the tiny model and makes a block store of blocks of
+// B tokens with a budget of n blocks' bytes, writing its events to ev;
+// and the bytes of one block.
+func blockStoreOf(t *testing.T, B int, n int64, ev *EventLog) (*load.Model, *BlockStore, int64) {
 	t.Helper()
+	m := loadTiny(t)
 	probe := NewBlockStore(m.Backend, B, 1<<30, true, nil)
 	e, _, _, _, err := probe.Get(m.Network, PrefixID{Tokens: tokensOf(9, B)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	probe.Release(e)
-	return probe.Stats().Bytes
+	blockBytes := probe.Stats().Bytes
+	return m, NewBlockStore(m.Backend, B, n*blockBytes, true, ev), blockBytes
 }
 
 // rowsRequest loads the tiny model and request 1 for the row-count tests:

@@ -71,10 +71,16 @@ func must[T any](v T, err error) T {
 // to compare against, for the threshold regime.
 func exactBlockPair(t *testing.T, B int) (*load.Model, sample.GenOptions, *BlockStore, Method, Method) {
 	t.Helper()
-	m := loadBlockTiny(t, B)
+	m, o, none := exactBlockBase(t, B)
 	store := NewBlockStore(m.Backend, B, 1<<30, true, nil)
-	meth := mk(t, "exact-block", Options{Store: store, Fingerprint: m.Fingerprint})
-	return m, exactRegimes(B)["threshold"], store, meth, mk(t, "none", Options{})
+	return m, o, store, mk(t, "exact-block", Options{Store: store, Fingerprint: m.Fingerprint}), none
+}
+
+// exactBlockBase loads the block-causal tiny model for blocks of B tokens,
+// with the threshold regime and none to compare against.
+func exactBlockBase(t *testing.T, B int) (*load.Model, sample.GenOptions, Method) {
+	t.Helper()
+	return loadBlockTiny(t, B), exactRegimes(B)["threshold"], mk(t, "none", Options{})
 }
 
 func exactRegimes(B int) map[string]sample.GenOptions {
@@ -352,9 +358,7 @@ func TestExactBlockConversation(t *testing.T) {
 // continues the answered canvas — which then answers as none does.
 func TestExactBlockKeepsAnswers(t *testing.T) {
 	const B = 8
-	m := loadBlockTiny(t, B)
-	o := exactRegimes(B)["threshold"]
-	none := mk(t, "none", Options{})
+	m, o, none := exactBlockBase(t, B)
 	ids, pl := request(t, m, 0)
 	for _, SB := range []int{B, 2 * B} {
 		store := NewBlockStore(m.Backend, SB, 1<<30, true, nil)
@@ -539,9 +543,7 @@ func TestBlockDualBlockOnBlockCausal(t *testing.T) {
 // The answers are none's.
 func TestExactBlockConcurrentSharedPrefix(t *testing.T) {
 	const B = 8
-	m := loadBlockTiny(t, B)
-	o := exactRegimes(B)["threshold"]
-	none := mk(t, "none", Options{})
+	m, o, none := exactBlockBase(t, B)
 	ids0, pl := request(t, m, 0)
 	ids3, pl3 := request(t, m, 3) // the same system message, another question
 	if pl3 != pl || commonPrefix(ids0, ids3) < pl || pl < B {

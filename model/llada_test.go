@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/dlmcache/dlmcache/internal/testutil"
+	"github.com/dlmcache/dlmcache/internal/testutil/goldencpu"
 	"github.com/dlmcache/dlmcache/model/backend"
 	"github.com/dlmcache/dlmcache/model/cpu"
 	"github.com/dlmcache/dlmcache/model/safetensors"
@@ -27,19 +28,8 @@ type goldenCase struct {
 
 var fixtures = []string{"tiny-f32", "tiny-bf16"}
 
-// goldenBackends are the CPU backends the golden tests run on: OpenBLAS,
-// and oneDNN where it loads and passes its check, with the checkpoint's
-// weights in place and packed at load.
-func goldenBackends(t testing.TB) map[string]*cpu.Backend {
-	out := map[string]*cpu.Backend{"openblas": cpu.NewWithOptions(cpu.Options{Threads: 2, GEMM: cpu.GEMMOpenBLAS})}
-	if b, err := cpu.NewChecked(cpu.Options{Threads: 2, GEMM: cpu.GEMMOneDNN}); err == nil {
-		out["onednn"] = b
-		out["onednn-packed"] = cpu.NewWithOptions(cpu.Options{Threads: 2, GEMM: cpu.GEMMOneDNN, PackWeights: true})
-	} else {
-		t.Logf("oneDNN not tested: %v", err)
-	}
-	return out
-}
+// goldenBackends are the CPU backends the golden tests run on.
+func goldenBackends(t testing.TB) map[string]*cpu.Backend { return goldencpu.Backends(t) }
 
 func loadFixture(t testing.TB, name string) (*Checkpoint, *goldenCase, *safetensors.Set) {
 	return loadFixtureOn(t, name, fixtureBackend())

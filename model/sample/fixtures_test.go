@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/dlmcache/dlmcache/internal/testutil"
+	"github.com/dlmcache/dlmcache/internal/testutil/goldencpu"
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/cpu"
 	"github.com/dlmcache/dlmcache/model/load"
@@ -32,21 +33,10 @@ var archFixtures = []struct{ dir, arch string }{
 	{"tiny-llama", "llama"},
 }
 
-// goldenBackends: OpenBLAS, and oneDNN where it loads and passes its check.
-func goldenBackends(t testing.TB) map[string]*cpu.Backend {
-	out := map[string]*cpu.Backend{"openblas": fixtureBackend()}
-	if b, err := cpu.NewChecked(cpu.Options{Threads: 2, GEMM: cpu.GEMMOneDNN}); err == nil {
-		out["onednn"] = b
-		out["onednn-packed"] = cpu.NewWithOptions(cpu.Options{Threads: 2, GEMM: cpu.GEMMOneDNN, PackWeights: true})
-	} else {
-		t.Logf("oneDNN not tested: %v", err)
-	}
-	return out
-}
+// goldenBackends are the CPU backends the golden tests run on.
+func goldenBackends(t testing.TB) map[string]*cpu.Backend { return goldencpu.Backends(t) }
 
-func fixtureBackend() *cpu.Backend {
-	return cpu.NewWithOptions(cpu.Options{Threads: 2, GEMM: cpu.GEMMOpenBLAS})
-}
+func fixtureBackend() *cpu.Backend { return goldencpu.OpenBLAS() }
 
 func loadFixture(t testing.TB, name string) (*load.Model, *goldenCase, *safetensors.Set) {
 	return loadFixtureOn(t, name, fixtureBackend())
