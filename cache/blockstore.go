@@ -114,16 +114,7 @@ func chainKey(parent Key, fp, salt string, tokens []int32) Key {
 	var b [8]byte
 	binary.LittleEndian.PutUint64(b[:], uint64(parent))
 	h.Write(b[:])
-	for _, s := range []string{fp, salt} {
-		binary.LittleEndian.PutUint64(b[:], uint64(len(s)))
-		h.Write(b[:])
-		h.WriteString(s)
-	}
-	for _, t := range tokens {
-		binary.LittleEndian.PutUint32(b[:4], uint32(t))
-		h.Write(b[:4])
-	}
-	return Key(h.Sum64())
+	return hashKey(h, []string{fp, salt}, tokens)
 }
 
 // Get implements PrefixStore.

@@ -151,17 +151,9 @@ func TestBlockStoreSharesLeadingBlocks(t *testing.T) {
 // and a prefix's root survives its branches; the KV event stream, replayed
 // into a router's index, reproduces the store's block set exactly.
 func TestBlockStoreEvictionAndEvents(t *testing.T) {
-	m := loadTiny(t)
 	const B = 8
 	ev := NewEventLog(1 << 16)
-	probe := NewBlockStore(m.Backend, B, 1<<30, true, nil)
-	e, _, _, _, err := probe.Get(m.Network, PrefixID{Tokens: tokensOf(9, B)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	probe.Release(e)
-	blockBytes := probe.Stats().Bytes
-	s := NewBlockStore(m.Backend, B, 5*blockBytes, true, ev)
+	m, s, blockBytes := blockStoreOf(t, B, 5, ev)
 	root := tokensOf(5, B)
 	var wg sync.WaitGroup
 	for i := 0; i < 12; i++ {
@@ -437,20 +429,12 @@ func TestBlockStoreFillOverStoredBlocks(t *testing.T) {
 // eviction names the evicted block; Clear empties the store with one
 // "cleared" event and leaves the blocks a request holds valid for it.
 func TestBlockStoreEventsForEveryOperation(t *testing.T) {
-	m := loadTiny(t)
 	const B = 8
 	ev := NewEventLog(1 << 10)
-	probe := NewBlockStore(m.Backend, B, 1<<30, true, nil)
-	e, _, _, _, err := probe.Get(m.Network, PrefixID{Tokens: tokensOf(9, B)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	probe.Release(e)
-	blockBytes := probe.Stats().Bytes
-	s := NewBlockStore(m.Backend, B, 2*blockBytes, true, ev)
+	m, s, _ := blockStoreOf(t, B, 2, ev)
 	salt := joinSalt("", "key:ns\x00tenant-a")
 	first := PrefixID{Fingerprint: "fp", Salt: salt, Tokens: tokensOf(1, 2*B)}
-	e, _, _, _, err = s.Get(m.Network, first)
+	e, _, _, _, err := s.Get(m.Network, first)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -539,3 +539,29 @@ func TestForcedCollisionInFlight(t *testing.T) {
 	s.Release(e)
 	s.Release(first)
 }
+
+// blockStoreOf loads the tiny model and makes a block store of blocks of
+// B tokens with a budget of n blocks' bytes, writing its events to ev;
+// and the bytes of one block.
+func blockStoreOf(t *testing.T, B int, n int64, ev *EventLog) (*load.Model, *BlockStore, int64) {
+	t.Helper()
+	m := loadTiny(t)
+	probe := NewBlockStore(m.Backend, B, 1<<30, true, nil)
+	e, _, _, _, err := probe.Get(m.Network, PrefixID{Tokens: tokensOf(9, B)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe.Release(e)
+	blockBytes := probe.Stats().Bytes
+	return m, NewBlockStore(m.Backend, B, n*blockBytes, true, ev), blockBytes
+}
+
+// rowsRequest loads the tiny model and request 1 for the row-count tests:
+// the model, its layer count, the prompt ids and prefix length, and the
+// canvas length with 16 answer slots.
+func rowsRequest(t *testing.T) (*load.Model, int, []int32, int, int) {
+	t.Helper()
+	m := loadTiny(t)
+	ids, pl := request(t, m, 1)
+	return m, len(m.Blocks), ids, pl, len(ids) + 16
+}

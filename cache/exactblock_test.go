@@ -66,6 +66,23 @@ func must[T any](v T, err error) T {
 
 // exactRegimes are the schedules the exact cache is checked in: fixed
 // steps with LLaDA's low-confidence remasking, and threshold decoding.
+// exactBlockPair loads the block-causal tiny model for blocks of B tokens
+// and makes exact-block over an unbounded store of its own, with none
+// to compare against, for the threshold regime.
+func exactBlockPair(t *testing.T, B int) (*load.Model, sample.GenOptions, *BlockStore, Method, Method) {
+	t.Helper()
+	m, o, none := exactBlockBase(t, B)
+	store := NewBlockStore(m.Backend, B, 1<<30, true, nil)
+	return m, o, store, mk(t, "exact-block", Options{Store: store, Fingerprint: m.Fingerprint}), none
+}
+
+// exactBlockBase loads the block-causal tiny model for blocks of B tokens,
+// with the threshold regime and none to compare against.
+func exactBlockBase(t *testing.T, B int) (*load.Model, sample.GenOptions, Method) {
+	t.Helper()
+	return loadBlockTiny(t, B), exactRegimes(B)["threshold"], mk(t, "none", Options{})
+}
+
 func exactRegimes(B int) map[string]sample.GenOptions {
 	return map[string]sample.GenOptions{
 		"low-confidence": {GenLength: 4 * B, Steps: 2 * B, BlockLength: B},
@@ -283,11 +300,7 @@ func commonPrefix(a, b []int32) int {
 // computing every row.
 func TestExactBlockConversation(t *testing.T) {
 	const B = 8
-	m := loadBlockTiny(t, B)
-	o := exactRegimes(B)["threshold"]
-	store := NewBlockStore(m.Backend, B, 1<<30, true, nil)
-	meth := mk(t, "exact-block", Options{Store: store, Fingerprint: m.Fingerprint})
-	none := mk(t, "none", Options{})
+	m, o, store, meth, none := exactBlockPair(t, B)
 	tok := m.Tokenizer
 	msgs := []tokenizer.Message{{Role: "system", Content: "You answer questions about the house rules. Be brief."}}
 	prevStored := 0
@@ -345,9 +358,7 @@ func TestExactBlockConversation(t *testing.T) {
 // continues the answered canvas — which then answers as none does.
 func TestExactBlockKeepsAnswers(t *testing.T) {
 	const B = 8
-	m := loadBlockTiny(t, B)
-	o := exactRegimes(B)["threshold"]
-	none := mk(t, "none", Options{})
+	m, o, none := exactBlockBase(t, B)
 	ids, pl := request(t, m, 0)
 	for _, SB := range []int{B, 2 * B} {
 		store := NewBlockStore(m.Backend, SB, 1<<30, true, nil)
@@ -405,11 +416,7 @@ func TestExactBlockForcedCollision(t *testing.T) {
 	blockKey = func(parent Key, _, _ string, _ []int32) Key { return parent + 1 }
 	defer func() { blockKey = old }()
 	const B = 8
-	m := loadBlockTiny(t, B)
-	o := exactRegimes(B)["threshold"]
-	store := NewBlockStore(m.Backend, B, 1<<30, true, nil)
-	meth := mk(t, "exact-block", Options{Store: store, Fingerprint: m.Fingerprint})
-	none := mk(t, "none", Options{})
+	m, o, store, meth, none := exactBlockPair(t, B)
 	var seen [][]int32
 	for i := range 2 { // two system messages, every block on the same keys
 		ids, pl := request(t, m, i)
@@ -536,9 +543,7 @@ func TestBlockDualBlockOnBlockCausal(t *testing.T) {
 // The answers are none's.
 func TestExactBlockConcurrentSharedPrefix(t *testing.T) {
 	const B = 8
-	m := loadBlockTiny(t, B)
-	o := exactRegimes(B)["threshold"]
-	none := mk(t, "none", Options{})
+	m, o, none := exactBlockBase(t, B)
 	ids0, pl := request(t, m, 0)
 	ids3, pl3 := request(t, m, 3) // the same system message, another question
 	if pl3 != pl || commonPrefix(ids0, ids3) < pl || pl < B {

@@ -43,10 +43,7 @@ func TestDegenerateSettingsEqualNone(t *testing.T) {
 // Exact row counts of the token-level caches on a schedule whose every
 // step commits two tokens.
 func TestTokenCachesRowsComputed(t *testing.T) {
-	m := loadTiny(t)
-	L := len(m.Blocks)
-	ids, pl := request(t, m, 1)
-	n := len(ids) + 16
+	m, L, ids, pl, n := rowsRequest(t)
 	d := DefaultOptions()
 	oneBlock := sample.GenOptions{GenLength: 16, Steps: 8}
 	twoBlocks := sample.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}
@@ -481,10 +478,7 @@ func TestTableMethodCheckedAgainstTheModel(t *testing.T) {
 // per step, whatever the block length — not every masked slot of the
 // current block — and the decoder chooses among them.
 func TestD2CacheTopK(t *testing.T) {
-	m := loadTiny(t)
-	L := len(m.Blocks)
-	ids, pl := request(t, m, 1)
-	n := len(ids) + 16
+	m, L, ids, pl, n := rowsRequest(t)
 	d := DefaultOptions()
 	d.D2.K, d.D2.P = 4, 0
 	oneBlock := sample.GenOptions{GenLength: 16, Steps: 8}

@@ -38,15 +38,19 @@ var keyOf = func(id PrefixID) Key { return PrefixKey(id.Fingerprint, id.Salt, id
 
 // PrefixKey computes the store key of a prefix.
 func PrefixKey(fingerprint, salt string, ids []int32) Key {
-	h := xxhash.New()
+	return hashKey(xxhash.New(), []string{fingerprint, salt}, ids)
+}
+
+// hashKey adds to h each string after its length, then the tokens, and
+// returns the sum: the keys of PrefixKey and of the block store's chain.
+func hashKey(h *xxhash.Digest, strs []string, tokens []int32) Key {
 	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], uint64(len(fingerprint)))
-	h.Write(b[:])
-	h.WriteString(fingerprint)
-	binary.LittleEndian.PutUint64(b[:], uint64(len(salt)))
-	h.Write(b[:])
-	h.WriteString(salt)
-	for _, t := range ids {
+	for _, s := range strs {
+		binary.LittleEndian.PutUint64(b[:], uint64(len(s)))
+		h.Write(b[:])
+		h.WriteString(s)
+	}
+	for _, t := range tokens {
 		binary.LittleEndian.PutUint32(b[:4], uint32(t))
 		h.Write(b[:4])
 	}

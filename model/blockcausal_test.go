@@ -531,26 +531,7 @@ type blockGolden struct {
 	Generate    []blockGeneration `json:"generate"`
 }
 
-// blockGeneration is one block decoding of a block-causal fixture's
-// golden.json (tools/golden): the prompt, the decoder (threshold or
-// schedule) and the reference's answer with the positions each step
-// committed.
-type blockGeneration struct {
-	Name        string   `json:"name"`
-	PromptIDs   []int32  `json:"prompt_ids"`
-	GenLength   int      `json:"gen_length"`
-	BlockLength int      `json:"block_length"`
-	Decoding    string   `json:"decoding"`
-	Threshold   *float64 `json:"threshold"`
-	Steps       *int     `json:"steps"`
-	AnswerIDs   []int32  `json:"answer_ids"`
-	Trace       []struct {
-		Block     int     `json:"block"`
-		Committed []int32 `json:"committed"`
-		N         int     `json:"n"`
-	} `json:"trace"`
-	NFE int `json:"nfe"`
-}
+type blockGeneration = testutil.BlockGeneration
 
 func loadBlockGolden(t *testing.T, be *cpu.Backend) (*Checkpoint, *blockGolden, *safetensors.Set) {
 	t.Helper()

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/dlmcache/dlmcache/internal/testutil"
+	"github.com/dlmcache/dlmcache/internal/testutil/goldencpu"
 	"github.com/dlmcache/dlmcache/model/backend"
 	"github.com/dlmcache/dlmcache/model/cpu"
 	"github.com/dlmcache/dlmcache/model/safetensors"
@@ -27,19 +28,8 @@ type goldenCase struct {
 
 var fixtures = []string{"tiny-f32", "tiny-bf16"}
 
-// goldenBackends are the CPU backends the golden tests run on: OpenBLAS,
-// and oneDNN where it loads and passes its check, with the checkpoint's
-// weights in place and packed at load.
-func goldenBackends(t testing.TB) map[string]*cpu.Backend {
-	out := map[string]*cpu.Backend{"openblas": cpu.NewWithOptions(cpu.Options{Threads: 2, GEMM: cpu.GEMMOpenBLAS})}
-	if b, err := cpu.NewChecked(cpu.Options{Threads: 2, GEMM: cpu.GEMMOneDNN}); err == nil {
-		out["onednn"] = b
-		out["onednn-packed"] = cpu.NewWithOptions(cpu.Options{Threads: 2, GEMM: cpu.GEMMOneDNN, PackWeights: true})
-	} else {
-		t.Logf("oneDNN not tested: %v", err)
-	}
-	return out
-}
+// goldenBackends are the CPU backends the golden tests run on.
+func goldenBackends(t testing.TB) map[string]*cpu.Backend { return goldencpu.Backends(t) }
 
 func loadFixture(t testing.TB, name string) (*Checkpoint, *goldenCase, *safetensors.Set) {
 	return loadFixtureOn(t, name, fixtureBackend())
@@ -59,20 +49,8 @@ func loadFixtureOn(t testing.TB, name string, be *cpu.Backend) (*Checkpoint, *go
 // G) and golden.safetensors; all are closed when the test ends.
 func loadGolden[G any](t testing.TB, name string, be *cpu.Backend) (*Checkpoint, *G, *safetensors.Set) {
 	t.Helper()
-	dir := filepath.Join("testdata", name)
-	m, err := loadCheckpoint(dir, be)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	var g G
-	testutil.ReadJSON(t, filepath.Join(dir, "golden.json"), &g)
-	gs, err := safetensors.OpenFile(filepath.Join(dir, "golden.safetensors"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { gs.Close() })
-	return m, &g, gs
+	open := func(dir string) (*Checkpoint, error) { return loadCheckpoint(dir, be) }
+	return testutil.LoadGolden[G](t, filepath.Join("testdata", name), open, func(m *Checkpoint) { m.Close() }, safetensors.OpenFile)
 }
 
 func goldenF32(t testing.TB, s *safetensors.Set, name string) []float32 {

@@ -176,89 +176,86 @@ func (opts *benchOptions) run(ctx context.Context) error {
 	}
 	cfg := opts.Cache.config(opts.f, opts.modelFlags, opts.regimeFlags)
 	cfg.Methods = opts.Methods
-	eng, err := engine.Build(cfg)
-	if err != nil {
-		return err
-	}
-	defer eng.Close()
-	lm, gen := eng.Model, eng.Gen
-	if eng.StoreNote != "" {
-		fmt.Fprintf(opts.f.ErrOut, "bench: %s\n", eng.StoreNote)
-	}
-	if opts.StoreAnswer && opts.Turns == 0 {
-		return fmt.Errorf("--store-answers keeps each answered turn for the next: it needs --turns")
-	}
-	allMethods := slices.Equal(opts.Methods, cache.Names())
-	label := ""
-	if opts.CompareModel != "" {
-		label = filepath.Base(lm.Name)
-	}
-	// The default list is every registered method: run those this model
-	// and these flags allow, and say why each other one is left out (a
-	// method named with --methods must run).
-	es, skipped, err := opts.evaluators(eng, label, "", allMethods)
-	if err != nil {
-		return err
-	}
-	if len(es) == 0 {
-		return fmt.Errorf("no registered method runs on this model with these flags:\n%w", errors.Join(skipped...))
-	}
-	if err := storeAnswersNote(opts, es); err != nil {
-		return err
-	}
-	if err := guideUsed(eng, es); err != nil {
-		return err
-	}
-	if opts.CompareModel != "" {
-		other, err := compareEvaluators(opts)
+	return withEngine(cfg, func(eng *engine.Engine) error {
+		lm, gen := eng.Model, eng.Gen
+		if eng.StoreNote != "" {
+			fmt.Fprintf(opts.f.ErrOut, "bench: %s\n", eng.StoreNote)
+		}
+		if opts.StoreAnswer && opts.Turns == 0 {
+			return fmt.Errorf("--store-answers keeps each answered turn for the next: it needs --turns")
+		}
+		allMethods := slices.Equal(opts.Methods, cache.Names())
+		label := ""
+		if opts.CompareModel != "" {
+			label = filepath.Base(lm.Name)
+		}
+		// The default list is every registered method: run those this model
+		// and these flags allow, and say why each other one is left out (a
+		// method named with --methods must run).
+		es, skipped, err := opts.evaluators(eng, label, "", allMethods)
 		if err != nil {
 			return err
 		}
-		defer other.eng.Close()
-		es = append(es, other.es...)
-	}
-	bar := progress.New(opts.f.ErrOut, "bench "+strings.Join(opts.Methods, ","), "req", len(samples)*len(es), opts.Quiet)
-	res, err := profile.EvaluateInterleaved(ctx, es, samples, func(d, _ int) { bar.Set(d) })
-	bar.Done()
-	if err != nil {
-		return err
-	}
-	var rows []profile.SuiteResult
-	for _, r := range res {
-		rows = append(rows, r...)
-		rows = append(rows, profile.Overall(r))
-	}
-	var md strings.Builder
-	writeBenchMarkdown(&md, rows)
-	// bench.json and --json print the same object.
-	js, err := json.MarshalIndent(map[string]any{"model": lm.Name, "fingerprint": lm.Fingerprint, "arch": lm.Config.ArchName(), "gen_length": gen.GenLength,
-		"steps": gen.Steps, "block_length": gen.BlockLength, "refresh": lm.Card.RefreshOr(opts.Cache.Method.BiCache.Refresh), "lut": opts.Cache.LUT,
-		"backend": lm.Backend.Name(), "gemm": gemmOf(lm.Backend), "isa": cpu.ISADescription(), "results": rows}, "", "  ")
-	if err != nil {
-		return err
-	}
-	if opts.Out != "" {
-		if err := os.MkdirAll(opts.Out, 0o755); err != nil {
+		if len(es) == 0 {
+			return fmt.Errorf("no registered method runs on this model with these flags:\n%w", errors.Join(skipped...))
+		}
+		if err := storeAnswersNote(opts, es); err != nil {
 			return err
 		}
-		if err := writeFileAtomic(filepath.Join(opts.Out, "bench.md"), []byte(md.String())); err != nil {
+		if err := guideUsed(eng, es); err != nil {
 			return err
 		}
-		if err := writeFileAtomic(filepath.Join(opts.Out, "bench.json"), append(js, '\n')); err != nil {
+		if opts.CompareModel != "" {
+			other, err := compareEvaluators(opts)
+			if err != nil {
+				return err
+			}
+			defer other.eng.Close()
+			es = append(es, other.es...)
+		}
+		bar := progress.New(opts.f.ErrOut, "bench "+strings.Join(opts.Methods, ","), "req", len(samples)*len(es), opts.Quiet)
+		res, err := profile.EvaluateInterleaved(ctx, es, samples, func(d, _ int) { bar.Set(d) })
+		bar.Done()
+		if err != nil {
 			return err
 		}
-		if err := atomicfile.Write(filepath.Join(opts.Out, "bench.parquet"), 0o644, func(w io.Writer) error {
-			return parquet.Write(w, rows, parquet.Compression(&parquet.Zstd))
-		}); err != nil {
+		var rows []profile.SuiteResult
+		for _, r := range res {
+			rows = append(rows, r...)
+			rows = append(rows, profile.Overall(r))
+		}
+		var md strings.Builder
+		writeBenchMarkdown(&md, rows)
+		// bench.json and --json print the same object.
+		js, err := json.MarshalIndent(map[string]any{"model": lm.Name, "fingerprint": lm.Fingerprint, "arch": lm.Config.ArchName(), "gen_length": gen.GenLength,
+			"steps": gen.Steps, "block_length": gen.BlockLength, "refresh": lm.Card.RefreshOr(opts.Cache.Method.BiCache.Refresh), "lut": opts.Cache.LUT,
+			"backend": lm.Backend.Name(), "gemm": gemmOf(lm.Backend), "isa": cpu.ISADescription(), "results": rows}, "", "  ")
+		if err != nil {
 			return err
 		}
-	}
-	if opts.JSON {
-		_, err := fmt.Fprintf(opts.f.Out, "%s\n", js)
-		return err
-	}
-	fmt.Fprint(opts.f.Out, md.String())
-	return nil
+		if opts.Out != "" {
+			if err := os.MkdirAll(opts.Out, 0o755); err != nil {
+				return err
+			}
+			if err := writeFileAtomic(filepath.Join(opts.Out, "bench.md"), []byte(md.String())); err != nil {
+				return err
+			}
+			if err := writeFileAtomic(filepath.Join(opts.Out, "bench.json"), append(js, '\n')); err != nil {
+				return err
+			}
+			if err := atomicfile.Write(filepath.Join(opts.Out, "bench.parquet"), 0o644, func(w io.Writer) error {
+				return parquet.Write(w, rows, parquet.Compression(&parquet.Zstd))
+			}); err != nil {
+				return err
+			}
+		}
+		if opts.JSON {
+			_, err := fmt.Fprintf(opts.f.Out, "%s\n", js)
+			return err
+		}
+		fmt.Fprint(opts.f.Out, md.String())
+		return nil
+	})
 }
 
 func (opts *benchOptions) flags(fl *pflag.FlagSet) {

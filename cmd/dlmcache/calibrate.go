@@ -92,64 +92,61 @@ func (opts *calibrateOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	eng, err := engine.Build(modelConfig(opts.f, opts.modelFlags, opts.regimeFlags))
-	if err != nil {
-		return err
-	}
-	defer eng.Close()
-	lm, gen := eng.Model, eng.Gen
-	var start *lut.Table
-	if opts.LUT != "" {
-		if start, err = engine.ReadTable(opts.LUT, lm); err != nil {
-			return err
+	return withEngine(modelConfig(opts.f, opts.modelFlags, opts.regimeFlags), func(eng *engine.Engine) error {
+		lm, gen := eng.Model, eng.Gen
+		var start *lut.Table
+		if opts.LUT != "" {
+			if start, err = engine.ReadTable(opts.LUT, lm); err != nil {
+				return err
+			}
+			if err := start.CheckRegime(engine.RegimeOf(gen)); err != nil {
+				return fmt.Errorf("--lut %s: %w (calibrate in the table's regime, or profile this one)", opts.LUT, err)
+			}
 		}
-		if err := start.CheckRegime(engine.RegimeOf(gen)); err != nil {
-			return fmt.Errorf("--lut %s: %w (calibrate in the table's regime, or profile this one)", opts.LUT, err)
-		}
-	}
-	edges, shardK, shardN, err := opts.binsAndShard(opts.Shard)
-	if err != nil {
-		return err
-	}
-	reqs, _, err := opts.sample(opts.f, lm, gen.GenLength, edges, shardK, shardN)
-	if err != nil {
-		return err
-	}
-	c := &profile.Calibrator{
-		Model: lm.Network, Gen: gen, Start: start, Stat: stat, Gate: opts.Gate, Target: opts.Agreement,
-		Z: normalQuantile(opts.Confidence), Stop: lm.AnswerEnd, Warn: func(w string) { fmt.Fprintln(opts.f.ErrOut, "warning:", w) }, Exhaustive: opts.Shard != "", OutDir: opts.Out, Resume: opts.Resume,
-		Run: profile.CalibrationRun{Model: lm.ID(),
-			GenLength: gen.GenLength, Steps: gen.Steps, BlockLength: gen.BlockLength, Refresh: lm.Card.RefreshOr(opts.Method.BiCache.Refresh),
-			Sources: slices.Clone(opts.Sources), Edges: edges, Seed: opts.Seed, Data: opts.Data, StartFrom: opts.LUT, Shard: opts.Shard},
-	}
-	var t *lut.Table
-	if len(opts.Merge) > 0 {
-		if t, err = c.Merge(opts.Merge, reqs); err != nil {
-			return err
-		}
-		if err := os.MkdirAll(opts.Out, 0o755); err != nil {
-			return err
-		}
-		if err := t.Write(filepath.Join(opts.Out, profile.CalibratedTable)); err != nil {
-			return err
-		}
-	} else {
-		bar := &lateBar{f: opts.f, unit: "bin·source", quiet: opts.Quiet}
-		c.Progress = bar.set
-		t, err = c.Calibrate(ctx, reqs)
-		bar.done()
+		edges, shardK, shardN, err := opts.binsAndShard(opts.Shard)
 		if err != nil {
 			return err
 		}
-	}
-	if t == nil {
-		fmt.Fprintf(opts.f.ErrOut, "shard %s: every depth of %d requests in %s; merge the shards with --merge\n",
-			opts.Shard, len(reqs), filepath.Join(opts.Out, profile.CalibrationFile))
+		reqs, _, err := opts.sample(opts.f, lm, gen.GenLength, edges, shardK, shardN)
+		if err != nil {
+			return err
+		}
+		c := &profile.Calibrator{
+			Model: lm.Network, Gen: gen, Start: start, Stat: stat, Gate: opts.Gate, Target: opts.Agreement,
+			Z: normalQuantile(opts.Confidence), Stop: lm.AnswerEnd, Warn: func(w string) { fmt.Fprintln(opts.f.ErrOut, "warning:", w) }, Exhaustive: opts.Shard != "", OutDir: opts.Out, Resume: opts.Resume,
+			Run: profile.CalibrationRun{Model: lm.ID(),
+				GenLength: gen.GenLength, Steps: gen.Steps, BlockLength: gen.BlockLength, Refresh: lm.Card.RefreshOr(opts.Method.BiCache.Refresh),
+				Sources: slices.Clone(opts.Sources), Edges: edges, Seed: opts.Seed, Data: opts.Data, StartFrom: opts.LUT, Shard: opts.Shard},
+		}
+		var t *lut.Table
+		if len(opts.Merge) > 0 {
+			if t, err = c.Merge(opts.Merge, reqs); err != nil {
+				return err
+			}
+			if err := os.MkdirAll(opts.Out, 0o755); err != nil {
+				return err
+			}
+			if err := t.Write(filepath.Join(opts.Out, profile.CalibratedTable)); err != nil {
+				return err
+			}
+		} else {
+			bar := &lateBar{f: opts.f, unit: "bin·source", quiet: opts.Quiet}
+			c.Progress = bar.set
+			t, err = c.Calibrate(ctx, reqs)
+			bar.done()
+			if err != nil {
+				return err
+			}
+		}
+		if t == nil {
+			fmt.Fprintf(opts.f.ErrOut, "shard %s: every depth of %d requests in %s; merge the shards with --merge\n",
+				opts.Shard, len(reqs), filepath.Join(opts.Out, profile.CalibrationFile))
+			return nil
+		}
+		fmt.Fprint(opts.f.Out, t.String())
+		fmt.Fprintf(opts.f.ErrOut, "wrote %s (%d requests, sources %s)\n", filepath.Join(opts.Out, profile.CalibratedTable), len(reqs), strings.Join(opts.Sources, ", "))
 		return nil
-	}
-	fmt.Fprint(opts.f.Out, t.String())
-	fmt.Fprintf(opts.f.ErrOut, "wrote %s (%d requests, sources %s)\n", filepath.Join(opts.Out, profile.CalibratedTable), len(reqs), strings.Join(opts.Sources, ", "))
-	return nil
+	})
 }
 
 func (opts *calibrateOptions) flags(fl *pflag.FlagSet) {

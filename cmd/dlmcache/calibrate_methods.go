@@ -37,99 +37,96 @@ func calibrateMethods(ctx context.Context, opts *calibrateOptions) error {
 	if err != nil {
 		return err
 	}
-	eng, err := engine.Build(modelConfig(opts.f, opts.modelFlags, opts.regimeFlags))
-	if err != nil {
-		return err
-	}
-	defer eng.Close()
-	lm, gen := eng.Model, eng.Gen
-	edges, shardK, shardN, err := opts.binsAndShard(opts.Shard)
-	if err != nil {
-		return err
-	}
-	base := cache.DefaultOptions()
-	base.Fingerprint, base.BiCache.Refresh = lm.Fingerprint, lm.Card.RefreshOr(opts.Method.BiCache.Refresh)
-	var guideID *lut.ModelID
-	if opts.Guide != "" {
-		if err := eng.AddGuide(opts.Guide); err != nil {
-			return err
-		}
-		g := eng.Guide
-		fmt.Fprintln(opts.f.ErrOut, "dlmcache: guide", g.Describe())
-		gen.Guide, base.GuideFingerprint = g.Network, g.Fingerprint
-		id := g.ID()
-		guideID = &id
-	}
-	if grid, err = opts.buildable(grid, base, lm); err != nil {
-		return err
-	}
-	data := opts.Data
-	if slices.Equal(data, []string{"builtin"}) {
-		data = []string{"suites", "external"} // requests with reference answers: accuracy is checked too
-	}
-	classes := profile.DefaultClasses(gen)
-	var reqs []profile.ClassRequest
-	for _, cl := range classes {
-		g := profile.ClassGen(gen, cl)
-		s := opts.requestSampling
-		s.Data = data
-		rs, _, err := s.sample(opts.f, lm, g.GenLength, edges, shardK, shardN)
+	return withEngine(modelConfig(opts.f, opts.modelFlags, opts.regimeFlags), func(eng *engine.Engine) error {
+		lm, gen := eng.Model, eng.Gen
+		edges, shardK, shardN, err := opts.binsAndShard(opts.Shard)
 		if err != nil {
-			return fmt.Errorf("class %s (gen length %d): %w", cl.Name, g.GenLength, err)
-		}
-		for _, r := range rs {
-			reqs = append(reqs, profile.ClassRequest{Request: r, Class: cl.Name})
-		}
-	}
-	var names []string
-	for _, g := range grid {
-		names = append(names, g.String())
-	}
-	s := &profile.Searcher{
-		Model: lm.Network, Gen: gen, Grid: grid, Test: test, MinGain: opts.MinGain, Cap: opts.PerRatio, Z: normalQuantile(opts.Confidence), MaxLoss: opts.MaxLoss,
-		Stop: lm.AnswerEnd, Text: lm.AnswerText, Check: datasets.CheckAnswer, Budget: opts.Budget, Shard: opts.Shard != "",
-		OutDir: opts.Out, Resume: opts.Resume, Log: func(l string) { fmt.Fprintln(opts.f.ErrOut, l) },
-		Run: profile.SearchRun{Model: lm.ID(),
-			GenLength: gen.GenLength, Steps: gen.Steps, BlockLength: gen.BlockLength, Classes: classes, Edges: edges,
-			Settings: names, Seed: opts.Seed, Data: data, Shard: opts.Shard, Guide: guideID},
-	}
-	s.Base = base
-	s.NewStore = func() cache.PrefixStore { return cache.NewStore(lm.Backend, opts.CacheBytes, cache.LRU) }
-	var t *lut.Table
-	if len(opts.Merge) > 0 {
-		if t, err = s.Merge(opts.Merge, reqs); err != nil {
 			return err
 		}
-	} else {
-		bar := &lateBar{f: opts.f, unit: "req", quiet: opts.Quiet}
-		s.Progress = bar.set
-		s.Log = func(l string) {
-			if bar.bar != nil && !opts.Quiet {
-				fmt.Fprintln(opts.f.ErrOut)
+		base := cache.DefaultOptions()
+		base.Fingerprint, base.BiCache.Refresh = lm.Fingerprint, lm.Card.RefreshOr(opts.Method.BiCache.Refresh)
+		var guideID *lut.ModelID
+		if opts.Guide != "" {
+			if err := eng.AddGuide(opts.Guide); err != nil {
+				return err
 			}
-			fmt.Fprintln(opts.f.ErrOut, l)
+			g := eng.Guide
+			fmt.Fprintln(opts.f.ErrOut, "dlmcache: guide", g.Describe())
+			gen.Guide, base.GuideFingerprint = g.Network, g.Fingerprint
+			id := g.ID()
+			guideID = &id
 		}
-		t, err = s.Search(ctx, reqs)
-		bar.done()
-		if err != nil {
+		if grid, err = opts.buildable(grid, base, lm); err != nil {
 			return err
 		}
-	}
-	if t == nil {
-		fmt.Fprintf(opts.f.ErrOut, "shard %s: every setting on %d requests in %s; merge the shards with --merge\n",
-			opts.Shard, len(reqs), filepath.Join(opts.Out, profile.SearchFile))
+		data := opts.Data
+		if slices.Equal(data, []string{"builtin"}) {
+			data = []string{"suites", "external"} // requests with reference answers: accuracy is checked too
+		}
+		classes := profile.DefaultClasses(gen)
+		var reqs []profile.ClassRequest
+		for _, cl := range classes {
+			g := profile.ClassGen(gen, cl)
+			s := opts.requestSampling
+			s.Data = data
+			rs, _, err := s.sample(opts.f, lm, g.GenLength, edges, shardK, shardN)
+			if err != nil {
+				return fmt.Errorf("class %s (gen length %d): %w", cl.Name, g.GenLength, err)
+			}
+			for _, r := range rs {
+				reqs = append(reqs, profile.ClassRequest{Request: r, Class: cl.Name})
+			}
+		}
+		var names []string
+		for _, g := range grid {
+			names = append(names, g.String())
+		}
+		s := &profile.Searcher{
+			Model: lm.Network, Gen: gen, Grid: grid, Test: test, MinGain: opts.MinGain, Cap: opts.PerRatio, Z: normalQuantile(opts.Confidence), MaxLoss: opts.MaxLoss,
+			Stop: lm.AnswerEnd, Text: lm.AnswerText, Check: datasets.CheckAnswer, Budget: opts.Budget, Shard: opts.Shard != "",
+			OutDir: opts.Out, Resume: opts.Resume, Log: func(l string) { fmt.Fprintln(opts.f.ErrOut, l) },
+			Run: profile.SearchRun{Model: lm.ID(),
+				GenLength: gen.GenLength, Steps: gen.Steps, BlockLength: gen.BlockLength, Classes: classes, Edges: edges,
+				Settings: names, Seed: opts.Seed, Data: data, Shard: opts.Shard, Guide: guideID},
+		}
+		s.Base = base
+		s.NewStore = func() cache.PrefixStore { return cache.NewStore(lm.Backend, opts.CacheBytes, cache.LRU) }
+		var t *lut.Table
+		if len(opts.Merge) > 0 {
+			if t, err = s.Merge(opts.Merge, reqs); err != nil {
+				return err
+			}
+		} else {
+			bar := &lateBar{f: opts.f, unit: "req", quiet: opts.Quiet}
+			s.Progress = bar.set
+			s.Log = func(l string) {
+				if bar.bar != nil && !opts.Quiet {
+					fmt.Fprintln(opts.f.ErrOut)
+				}
+				fmt.Fprintln(opts.f.ErrOut, l)
+			}
+			t, err = s.Search(ctx, reqs)
+			bar.done()
+			if err != nil {
+				return err
+			}
+		}
+		if t == nil {
+			fmt.Fprintf(opts.f.ErrOut, "shard %s: every setting on %d requests in %s; merge the shards with --merge\n",
+				opts.Shard, len(reqs), filepath.Join(opts.Out, profile.SearchFile))
+			return nil
+		}
+		if err := os.MkdirAll(opts.Out, 0o755); err != nil {
+			return err
+		}
+		path := filepath.Join(opts.Out, profile.CalibratedTable)
+		if err := t.Write(path); err != nil {
+			return err
+		}
+		fmt.Fprint(opts.f.Out, t.String())
+		fmt.Fprintf(opts.f.ErrOut, "wrote %s (%d requests, %d settings; serve it with dlmcache serve --lut %s)\n", path, len(reqs), len(grid), path)
 		return nil
-	}
-	if err := os.MkdirAll(opts.Out, 0o755); err != nil {
-		return err
-	}
-	path := filepath.Join(opts.Out, profile.CalibratedTable)
-	if err := t.Write(path); err != nil {
-		return err
-	}
-	fmt.Fprint(opts.f.Out, t.String())
-	fmt.Fprintf(opts.f.ErrOut, "wrote %s (%d requests, %d settings; serve it with dlmcache serve --lut %s)\n", path, len(reqs), len(grid), path)
-	return nil
+	})
 }
 
 // searchGrid is the settings the search tries: --setting's, or the

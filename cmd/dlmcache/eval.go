@@ -92,35 +92,32 @@ func (opts *evalOptions) run(ctx context.Context) error {
 	}
 	cfg := opts.Cache.config(opts.f, opts.modelFlags, opts.regimeFlags)
 	cfg.Method = opts.Method
-	eng, err := engine.Build(cfg)
-	if err != nil {
-		return err
-	}
-	defer eng.Close()
-	lm, gen, meth := eng.Model, eng.Gen, eng.Method
-	if eng.StoreNote != "" {
-		fmt.Fprintf(opts.f.ErrOut, "eval: %s\n", eng.StoreNote)
-	}
-	e := &profile.Evaluator{Model: lm.Model, Method: meth, Gen: meth.Gen(gen)}
-	if err := guideUsed(eng, []*profile.Evaluator{e}); err != nil {
-		return err
-	}
-	bar := progress.New(opts.f.ErrOut, "eval "+opts.Method, "req", len(samples), opts.Quiet)
-	e.Progress = func(d, _ int) { bar.Set(d) }
-	res, err := e.Evaluate(ctx, samples)
-	bar.Done()
-	if err != nil {
-		return err
-	}
-	all := profile.Overall(res)
-	if opts.JSON {
-		enc := json.NewEncoder(opts.f.Out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"model": lm.Name, "fingerprint": lm.Fingerprint, "arch": lm.Config.ArchName(), "gen_length": gen.GenLength,
-			"steps": gen.Steps, "method": opts.Method, "suites": res, "average": all})
-	}
-	printResults(opts.f.Out, append(res, all))
-	return nil
+	return withEngine(cfg, func(eng *engine.Engine) error {
+		lm, gen, meth := eng.Model, eng.Gen, eng.Method
+		if eng.StoreNote != "" {
+			fmt.Fprintf(opts.f.ErrOut, "eval: %s\n", eng.StoreNote)
+		}
+		e := &profile.Evaluator{Model: lm.Model, Method: meth, Gen: meth.Gen(gen)}
+		if err := guideUsed(eng, []*profile.Evaluator{e}); err != nil {
+			return err
+		}
+		bar := progress.New(opts.f.ErrOut, "eval "+opts.Method, "req", len(samples), opts.Quiet)
+		e.Progress = func(d, _ int) { bar.Set(d) }
+		res, err := e.Evaluate(ctx, samples)
+		bar.Done()
+		if err != nil {
+			return err
+		}
+		all := profile.Overall(res)
+		if opts.JSON {
+			enc := json.NewEncoder(opts.f.Out)
+			enc.SetIndent("", "  ")
+			return enc.Encode(map[string]any{"model": lm.Name, "fingerprint": lm.Fingerprint, "arch": lm.Config.ArchName(), "gen_length": gen.GenLength,
+				"steps": gen.Steps, "method": opts.Method, "suites": res, "average": all})
+		}
+		printResults(opts.f.Out, append(res, all))
+		return nil
+	})
 }
 
 func (opts *evalOptions) flags(fl *pflag.FlagSet) {

@@ -51,3 +51,13 @@ func gemmOf(b backend.Backend) string {
 	}
 	return ""
 }
+
+// withEngine builds the engine cfg describes, runs fn with it and closes it.
+func withEngine(cfg engine.Config, fn func(eng *engine.Engine) error) error {
+	eng, err := engine.Build(cfg)
+	if err != nil {
+		return err
+	}
+	defer eng.Close()
+	return fn(eng)
+}

@@ -44,48 +44,45 @@ func (opts *profileOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	eng, err := engine.Build(modelConfig(opts.f, opts.modelFlags, opts.regimeFlags))
-	if err != nil {
-		return err
-	}
-	defer eng.Close()
-	lm, gen := eng.Model, eng.Gen
-	if B := lm.Config.CausalBlock(); B > 0 {
-		fmt.Fprintf(opts.f.ErrOut, "profile: block-causal model (blocks of %d tokens): each request's shared prefix is measured at its full blocks, the part a cache reuses exactly\n", B)
-	}
-	preqs, unfilledS, err := opts.sample(opts.f, lm, gen.GenLength, edges, shardK, shardN)
-	if err != nil {
-		return err
-	}
-	info := profile.RunInfo{
-		Model:     lm.ID(),
-		GenLength: gen.GenLength, Steps: gen.Steps, BlockLength: gen.BlockLength, AllSteps: opts.AllSteps,
-		Tau: opts.Tau, Similarity: sim, Ratios: opts.Ratios, Edges: edges, PerRatio: opts.PerRatio, Seed: opts.Seed,
-		Shard: opts.Shard, Data: opts.Data, Systems: opts.Systems, Unfilled: unfilledS, MaxTokens: opts.MaxTokens,
-	}
-	bar := progress.New(opts.f.ErrOut, "profile", "req", len(preqs), opts.Quiet)
-	r := &profile.Runner{Model: lm.Network, Gen: gen, AllSteps: opts.AllSteps, Info: info, OutDir: opts.Out, Resume: opts.Resume,
-		Progress: func(d, _ int) { bar.Set(d) }}
-	res, err := r.Run(ctx, preqs)
-	bar.Done()
-	if err != nil {
-		return err
-	}
-	fmt.Fprint(opts.f.Out, res.Table.String())
-	names := []string{profile.SimilarityFile, profile.TableFile}
-	if res.CrossTable != nil {
-		names = append(names, profile.CrossTableFile)
-	}
-	names = append(names, profile.RunFile)
-	paths := make([]string, len(names))
-	for i, n := range names {
-		paths[i] = filepath.Join(opts.Out, n)
-	}
-	fmt.Fprintf(opts.f.ErrOut, "wrote %s (%d requests, %d resumed)\n", strings.Join(paths, ", "), len(preqs), res.Resumed)
-	if len(unfilledS) > 0 {
-		fmt.Fprintf(opts.f.ErrOut, "%d bin(s) not filled: %s\n", len(unfilledS), strings.Join(unfilledS, "; "))
-	}
-	return nil
+	return withEngine(modelConfig(opts.f, opts.modelFlags, opts.regimeFlags), func(eng *engine.Engine) error {
+		lm, gen := eng.Model, eng.Gen
+		if B := lm.Config.CausalBlock(); B > 0 {
+			fmt.Fprintf(opts.f.ErrOut, "profile: block-causal model (blocks of %d tokens): each request's shared prefix is measured at its full blocks, the part a cache reuses exactly\n", B)
+		}
+		preqs, unfilledS, err := opts.sample(opts.f, lm, gen.GenLength, edges, shardK, shardN)
+		if err != nil {
+			return err
+		}
+		info := profile.RunInfo{
+			Model:     lm.ID(),
+			GenLength: gen.GenLength, Steps: gen.Steps, BlockLength: gen.BlockLength, AllSteps: opts.AllSteps,
+			Tau: opts.Tau, Similarity: sim, Ratios: opts.Ratios, Edges: edges, PerRatio: opts.PerRatio, Seed: opts.Seed,
+			Shard: opts.Shard, Data: opts.Data, Systems: opts.Systems, Unfilled: unfilledS, MaxTokens: opts.MaxTokens,
+		}
+		bar := progress.New(opts.f.ErrOut, "profile", "req", len(preqs), opts.Quiet)
+		r := &profile.Runner{Model: lm.Network, Gen: gen, AllSteps: opts.AllSteps, Info: info, OutDir: opts.Out, Resume: opts.Resume,
+			Progress: func(d, _ int) { bar.Set(d) }}
+		res, err := r.Run(ctx, preqs)
+		bar.Done()
+		if err != nil {
+			return err
+		}
+		fmt.Fprint(opts.f.Out, res.Table.String())
+		names := []string{profile.SimilarityFile, profile.TableFile}
+		if res.CrossTable != nil {
+			names = append(names, profile.CrossTableFile)
+		}
+		names = append(names, profile.RunFile)
+		paths := make([]string, len(names))
+		for i, n := range names {
+			paths[i] = filepath.Join(opts.Out, n)
+		}
+		fmt.Fprintf(opts.f.ErrOut, "wrote %s (%d requests, %d resumed)\n", strings.Join(paths, ", "), len(preqs), res.Resumed)
+		if len(unfilledS) > 0 {
+			fmt.Fprintf(opts.f.ErrOut, "%d bin(s) not filled: %s\n", len(unfilledS), strings.Join(unfilledS, "; "))
+		}
+		return nil
+	})
 }
 
 func (opts *profileOptions) flags(fl *pflag.FlagSet) {

@@ -82,95 +82,92 @@ func (opts *serveOptions) run(ctx context.Context) error {
 	cfg := opts.Cache.config(opts.f, opts.modelFlags, opts.regimeFlags)
 	cfg.Method, cfg.DefaultMethod, cfg.RequireCalibrated = opts.Method, true, !opts.AllowUncalibrated
 	cfg.Store.Events = true
-	eng, err := engine.Build(cfg)
-	if err != nil {
-		return err
-	}
-	defer eng.Close()
-	lm, gen, meth := eng.Model, eng.Gen, eng.Method
-	var notes []string
-	for _, n := range []string{eng.MethodNote, eng.StoreNote} {
-		if n != "" {
-			notes = append(notes, n)
+	return withEngine(cfg, func(eng *engine.Engine) error {
+		lm, gen, meth := eng.Model, eng.Gen, eng.Method
+		var notes []string
+		for _, n := range []string{eng.MethodNote, eng.StoreNote} {
+			if n != "" {
+				notes = append(notes, n)
+			}
 		}
-	}
-	guide, guideStore, guideNote, err := eng.ServedGuide()
-	if err != nil {
-		return err
-	}
-	if opts.StoreAnswers {
-		note, err := storeAnswersServed(meth)
+		guide, guideStore, guideNote, err := eng.ServedGuide()
 		if err != nil {
 			return err
 		}
-		if note != "" {
-			notes, opts.StoreAnswers = append(notes, note), false
+		if opts.StoreAnswers {
+			note, err := storeAnswersServed(meth)
+			if err != nil {
+				return err
+			}
+			if note != "" {
+				notes, opts.StoreAnswers = append(notes, note), false
+			}
 		}
-	}
-	var mods *serve.Modules
-	if opts.Modules != "" {
-		if mods, err = serve.LoadModules(opts.Modules, lm.Model, opts.Cache.Method.Modules.Depth, lm.Card.RefreshOr(opts.Cache.Method.BiCache.Refresh)); err != nil {
-			return fmt.Errorf("--modules: %w", err)
+		var mods *serve.Modules
+		if opts.Modules != "" {
+			if mods, err = serve.LoadModules(opts.Modules, lm.Model, opts.Cache.Method.Modules.Depth, lm.Card.RefreshOr(opts.Cache.Method.BiCache.Refresh)); err != nil {
+				return fmt.Errorf("--modules: %w", err)
+			}
 		}
-	}
-	pub, kvNote, err := opts.kvEvents(lm, meth, eng.Events)
-	if err != nil {
+		pub, kvNote, err := opts.kvEvents(lm, meth, eng.Events)
+		if err != nil {
+			return err
+		}
+		if pub != nil {
+			defer pub.Close()
+		}
+		workers, workersNote, err := serveWorkers(opts.Workers, opts.MaxBatch, lm.Backend)
+		if err != nil {
+			return err
+		}
+		var logw = opts.f.ErrOut
+		if opts.Quiet {
+			logw = nil
+		}
+		var guideModel *load.Model
+		if guide != nil {
+			guideModel = guide.Model
+		}
+		srv, err := serve.New(serve.Config{
+			Model: lm.Model, Guide: guideModel, GuideStore: guideStore, Name: cmp.Or(opts.ServedName, lm.ServedName()), APIKeys: keys, SharedCacheAcrossKeys: opts.SharedCache, MaxGenLength: opts.MaxTokens, IdleTrim: opts.IdleTrim, Method: meth, Gen: gen, Events: eng.Events, KVEvents: pub, ResetPrefixCache: opts.ResetPrefix, StoreAnswers: opts.StoreAnswers,
+			MaxConcurrency: concurrency(opts.MaxConcurrency, opts.MaxBatch), MaxBatch: opts.MaxBatch, Workers: workers, MaxQueue: opts.MaxQueue, QueueWait: opts.QueueWait, MaxEventWaits: opts.MaxEventWaits,
+			Timeout: opts.Timeout, MaxBodyBytes: opts.MaxBodyBytes, StreamBufferBytes: opts.StreamBuffer, WriteTimeout: opts.WriteTimeout,
+			ReadTimeout: opts.ReadTimeout, ReadHeaderTimeout: opts.ReadHeader, IdleTimeout: opts.IdleTimeout, MaxContext: opts.MaxContext, Log: logw, Modules: mods,
+		})
+		if err != nil {
+			return err
+		}
+		ln, err := net.Listen("tcp", opts.Addr)
+		if err != nil {
+			return fmt.Errorf("--addr %s: %w", opts.Addr, err)
+		}
+		fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: model %s (%s, %s), method %s (%s), store %d bytes %s, gen %d/%d/%d, max concurrency %d, max batch %d, %s; listening on http://%s\n",
+			lm.Name, lm.Config.ArchName(), lm.Fingerprint, eng.MethodName, eng.TableNote(), opts.Cache.CacheBytes, opts.Cache.Eviction,
+			gen.GenLength, gen.Steps, gen.BlockLength, srv.MaxConcurrency(), max(1, opts.MaxBatch), workersNote, ln.Addr())
+		if guideNote != "" {
+			notes = append(notes, guideNote)
+		}
+		for _, n := range notes {
+			fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: %s\n", n)
+		}
+		if bs, ok := cache.StoreOf(meth).(*cache.BlockStore); ok {
+			fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: block store of %d-token blocks: a cache-aware router must hash prompts in blocks of %d (GET /v1/models' block_size)\n", bs.BlockSize(), bs.BlockSize())
+		}
+		if kvNote != "" {
+			fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: %s\n", kvNote)
+		}
+		for _, w := range srv.Warnings() {
+			fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: warning: %s\n", w)
+		}
+		fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: %s; idle trim after %s\n", memlimit.Apply(), opts.IdleTrim)
+		opts.accessLines(len(keys), keyWarning, mods)
+		if opts.ready != nil {
+			opts.ready(ln.Addr().String())
+		}
+		err = srv.Serve(ctx, ln, opts.Grace)
+		fmt.Fprintln(opts.f.ErrOut, "dlmcache serve: stopped")
 		return err
-	}
-	if pub != nil {
-		defer pub.Close()
-	}
-	workers, workersNote, err := serveWorkers(opts.Workers, opts.MaxBatch, lm.Backend)
-	if err != nil {
-		return err
-	}
-	var logw = opts.f.ErrOut
-	if opts.Quiet {
-		logw = nil
-	}
-	var guideModel *load.Model
-	if guide != nil {
-		guideModel = guide.Model
-	}
-	srv, err := serve.New(serve.Config{
-		Model: lm.Model, Guide: guideModel, GuideStore: guideStore, Name: cmp.Or(opts.ServedName, lm.ServedName()), APIKeys: keys, SharedCacheAcrossKeys: opts.SharedCache, MaxGenLength: opts.MaxTokens, IdleTrim: opts.IdleTrim, Method: meth, Gen: gen, Events: eng.Events, KVEvents: pub, ResetPrefixCache: opts.ResetPrefix, StoreAnswers: opts.StoreAnswers,
-		MaxConcurrency: concurrency(opts.MaxConcurrency, opts.MaxBatch), MaxBatch: opts.MaxBatch, Workers: workers, MaxQueue: opts.MaxQueue, QueueWait: opts.QueueWait, MaxEventWaits: opts.MaxEventWaits,
-		Timeout: opts.Timeout, MaxBodyBytes: opts.MaxBodyBytes, StreamBufferBytes: opts.StreamBuffer, WriteTimeout: opts.WriteTimeout,
-		ReadTimeout: opts.ReadTimeout, ReadHeaderTimeout: opts.ReadHeader, IdleTimeout: opts.IdleTimeout, MaxContext: opts.MaxContext, Log: logw, Modules: mods,
 	})
-	if err != nil {
-		return err
-	}
-	ln, err := net.Listen("tcp", opts.Addr)
-	if err != nil {
-		return fmt.Errorf("--addr %s: %w", opts.Addr, err)
-	}
-	fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: model %s (%s, %s), method %s (%s), store %d bytes %s, gen %d/%d/%d, max concurrency %d, max batch %d, %s; listening on http://%s\n",
-		lm.Name, lm.Config.ArchName(), lm.Fingerprint, eng.MethodName, eng.TableNote(), opts.Cache.CacheBytes, opts.Cache.Eviction,
-		gen.GenLength, gen.Steps, gen.BlockLength, srv.MaxConcurrency(), max(1, opts.MaxBatch), workersNote, ln.Addr())
-	if guideNote != "" {
-		notes = append(notes, guideNote)
-	}
-	for _, n := range notes {
-		fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: %s\n", n)
-	}
-	if bs, ok := cache.StoreOf(meth).(*cache.BlockStore); ok {
-		fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: block store of %d-token blocks: a cache-aware router must hash prompts in blocks of %d (GET /v1/models' block_size)\n", bs.BlockSize(), bs.BlockSize())
-	}
-	if kvNote != "" {
-		fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: %s\n", kvNote)
-	}
-	for _, w := range srv.Warnings() {
-		fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: warning: %s\n", w)
-	}
-	fmt.Fprintf(opts.f.ErrOut, "dlmcache serve: %s; idle trim after %s\n", memlimit.Apply(), opts.IdleTrim)
-	opts.accessLines(len(keys), keyWarning, mods)
-	if opts.ready != nil {
-		opts.ready(ln.Addr().String())
-	}
-	err = srv.Serve(ctx, ln, opts.Grace)
-	fmt.Fprintln(opts.f.ErrOut, "dlmcache serve: stopped")
-	return err
 }
 
 // accessLines prints who may call the server (keys API keys) and the

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"math"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -99,4 +100,45 @@ type Generation struct {
 	BlockLength int     `json:"block_length"`
 	OutputIDs   []int32 `json:"output_ids"`
 	AnswerIDs   []int32 `json:"answer_ids"`
+}
+
+// LoadGolden loads the fixture in dir: its model with open (closed with
+// closeModel when the test ends), its golden.json decoded into a G, and
+// its golden.safetensors opened with openSet (closed when the test ends).
+func LoadGolden[G, M any, S interface{ Close() error }](t testing.TB, dir string, open func(string) (M, error), closeModel func(M), openSet func(string) (S, error)) (M, *G, S) {
+	t.Helper()
+	m, err := open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeModel(m) })
+	var g G
+	ReadJSON(t, filepath.Join(dir, "golden.json"), &g)
+	gs, err := openSet(filepath.Join(dir, "golden.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { gs.Close() })
+	return m, &g, gs
+}
+
+// BlockGeneration is one block decoding of a block-causal fixture's
+// golden.json (tools/golden): the prompt, the decoder (threshold or
+// schedule) and the reference's answer with the positions each step
+// committed.
+type BlockGeneration struct {
+	Name        string   `json:"name"`
+	PromptIDs   []int32  `json:"prompt_ids"`
+	GenLength   int      `json:"gen_length"`
+	BlockLength int      `json:"block_length"`
+	Decoding    string   `json:"decoding"`
+	Threshold   *float64 `json:"threshold"`
+	Steps       *int     `json:"steps"`
+	AnswerIDs   []int32  `json:"answer_ids"`
+	Trace       []struct {
+		Block     int     `json:"block"`
+		Committed []int32 `json:"committed"`
+		N         int     `json:"n"`
+	} `json:"trace"`
+	NFE int `json:"nfe"`
 }

@@ -175,14 +175,19 @@ func kScaleMin(j int, q []byte) (sc, m uint8) {
 // halfAt is the float16 at blk[i:i+2].
 func halfAt(blk []byte, i int) float32 { return blockScale(blk[i:]) }
 
+// kSubScales is the scales and minimums of sub-blocks 2j and 2j+1 of a
+// Q4_K or Q5_K super-block whose scale is d and minimum's scale dmin.
+func kSubScales(d, dmin float32, sc []byte, j int) (d1, mm1, d2, mm2 float32) {
+	s1, m1 := kScaleMin(2*j, sc)
+	s2, m2 := kScaleMin(2*j+1, sc)
+	return d * float32(s1), dmin * float32(m1), d * float32(s2), dmin * float32(m2)
+}
+
 func decodeQ4_K(blk []byte, dst []float32) {
 	d, dmin := halfAt(blk, 0), halfAt(blk, 2)
 	sc, qs := blk[4:16], blk[16:144]
 	for j := range 4 {
-		s1, m1 := kScaleMin(2*j, sc)
-		s2, m2 := kScaleMin(2*j+1, sc)
-		d1, mm1 := d*float32(s1), dmin*float32(m1)
-		d2, mm2 := d*float32(s2), dmin*float32(m2)
+		d1, mm1, d2, mm2 := kSubScales(d, dmin, sc, j)
 		q, y := qs[32*j:32*j+32], dst[64*j:64*j+64]
 		for l, v := range q {
 			y[l] = float32(d1*float32(v&0xf)) - mm1
@@ -195,10 +200,7 @@ func decodeQ5_K(blk []byte, dst []float32) {
 	d, dmin := halfAt(blk, 0), halfAt(blk, 2)
 	sc, qh, qs := blk[4:16], blk[16:48], blk[48:176]
 	for j := range 4 {
-		s1, m1 := kScaleMin(2*j, sc)
-		s2, m2 := kScaleMin(2*j+1, sc)
-		d1, mm1 := d*float32(s1), dmin*float32(m1)
-		d2, mm2 := d*float32(s2), dmin*float32(m2)
+		d1, mm1, d2, mm2 := kSubScales(d, dmin, sc, j)
 		q, y := qs[32*j:32*j+32], dst[64*j:64*j+64]
 		for l, v := range q {
 			lo, hi := v&0xf|(qh[l]>>(2*j)&1)<<4, v>>4|(qh[l]>>(2*j+1)&1)<<4

@@ -361,25 +361,34 @@ func TestGGUFQuantKeptQuantized(t *testing.T) {
 	}
 }
 
-// TestGGUFWritesEmptyMerges: a checkpoint whose byte-level tokenizer has
-// no merges (a random one's, as tools/benchckpt writes) converts to a
-// file with tokenizer.ggml.merges, an empty array: llama.cpp refuses a
-// "gpt2" tokenizer without the key. The file loads back.
-func TestGGUFWritesEmptyMerges(t *testing.T) {
+// randomGGUF writes a random F32 checkpoint of c from seed and converts it
+// to a GGUF file named name of type typ in a temporary folder: its path,
+// and the file opened (closed when the test ends).
+func randomGGUF(t *testing.T, c model.Config, seed uint64, name string, typ gguf.GGMLType) (string, *gguf.File) {
+	t.Helper()
 	dir := filepath.Join(t.TempDir(), "m")
-	c := model.Config{DModel: 64, NLayers: 1, NHeads: 4, NKVHeads: 4, MLPHiddenSize: 96, VocabSize: 300, RopeTheta: 10000, RMSNormEps: 1e-5}
-	if err := WriteRandom(dir, c, 3, safetensors.F32); err != nil {
+	if err := WriteRandom(dir, c, seed, safetensors.F32); err != nil {
 		t.Fatal(err)
 	}
-	p := filepath.Join(t.TempDir(), "m.gguf")
-	if _, err := ToGGUF(dir, p, gguf.F16); err != nil {
+	p := filepath.Join(t.TempDir(), name)
+	if _, err := ToGGUF(dir, p, typ); err != nil {
 		t.Fatal(err)
 	}
 	f, err := gguf.Open(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	t.Cleanup(func() { f.Close() })
+	return p, f
+}
+
+// TestGGUFWritesEmptyMerges: a checkpoint whose byte-level tokenizer has
+// no merges (a random one's, as tools/benchckpt writes) converts to a
+// file with tokenizer.ggml.merges, an empty array: llama.cpp refuses a
+// "gpt2" tokenizer without the key. The file loads back.
+func TestGGUFWritesEmptyMerges(t *testing.T) {
+	c := model.Config{DModel: 64, NLayers: 1, NHeads: 4, NKVHeads: 4, MLPHiddenSize: 96, VocabSize: 300, RopeTheta: 10000, RMSNormEps: 1e-5}
+	p, f := randomGGUF(t, c, 3, "m.gguf", gguf.F16)
 	x, ok := f.Get(gguf.KeyTokMerges)
 	if !ok {
 		t.Fatalf("no %s written", gguf.KeyTokMerges)
@@ -405,20 +414,8 @@ func TestGGUFWritesEmptyMerges(t *testing.T) {
 // when the blocks are dequantized at load (a backend without
 // QuantWeighter).
 func TestGGUFKQuants(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "m")
 	c := model.Config{DModel: 256, NLayers: 2, NHeads: 4, NKVHeads: 4, MLPHiddenSize: 512, VocabSize: 300, RopeTheta: 10000, RMSNormEps: 1e-5}
-	if err := WriteRandom(dir, c, 7, safetensors.F32); err != nil {
-		t.Fatal(err)
-	}
-	src := filepath.Join(t.TempDir(), "f32.gguf")
-	if _, err := ToGGUF(dir, src, gguf.F32); err != nil {
-		t.Fatal(err)
-	}
-	f, err := gguf.Open(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	_, f := randomGGUF(t, c, 7, "f32.gguf", gguf.F32)
 	kq := map[string]gguf.GGMLType{"output.weight": gguf.Q6_K, "token_embd.weight": gguf.Q4_K,
 		"blk.1.attn_q.weight": gguf.Q4_K, "blk.0.ffn_down.weight": gguf.Q5_K}
 	raws := map[string][]byte{}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/dlmcache/dlmcache/internal/testutil"
+	"github.com/dlmcache/dlmcache/internal/testutil/goldencpu"
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/cpu"
 	"github.com/dlmcache/dlmcache/model/load"
@@ -32,21 +33,10 @@ var archFixtures = []struct{ dir, arch string }{
 	{"tiny-llama", "llama"},
 }
 
-// goldenBackends: OpenBLAS, and oneDNN where it loads and passes its check.
-func goldenBackends(t testing.TB) map[string]*cpu.Backend {
-	out := map[string]*cpu.Backend{"openblas": fixtureBackend()}
-	if b, err := cpu.NewChecked(cpu.Options{Threads: 2, GEMM: cpu.GEMMOneDNN}); err == nil {
-		out["onednn"] = b
-		out["onednn-packed"] = cpu.NewWithOptions(cpu.Options{Threads: 2, GEMM: cpu.GEMMOneDNN, PackWeights: true})
-	} else {
-		t.Logf("oneDNN not tested: %v", err)
-	}
-	return out
-}
+// goldenBackends are the CPU backends the golden tests run on.
+func goldenBackends(t testing.TB) map[string]*cpu.Backend { return goldencpu.Backends(t) }
 
-func fixtureBackend() *cpu.Backend {
-	return cpu.NewWithOptions(cpu.Options{Threads: 2, GEMM: cpu.GEMMOpenBLAS})
-}
+func fixtureBackend() *cpu.Backend { return goldencpu.OpenBLAS() }
 
 func loadFixture(t testing.TB, name string) (*load.Model, *goldenCase, *safetensors.Set) {
 	return loadFixtureOn(t, name, fixtureBackend())
@@ -61,20 +51,8 @@ func loadFixtureOn(t testing.TB, name string, be *cpu.Backend) (*load.Model, *go
 // G) and golden.safetensors; all are closed when the test ends.
 func loadGolden[G any](t testing.TB, name string, be *cpu.Backend) (*load.Model, *G, *safetensors.Set) {
 	t.Helper()
-	dir := filepath.Join(testdata, name)
-	m, err := load.Load(dir, be)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	var g G
-	testutil.ReadJSON(t, filepath.Join(dir, "golden.json"), &g)
-	gs, err := safetensors.OpenFile(filepath.Join(dir, "golden.safetensors"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { gs.Close() })
-	return m, &g, gs
+	open := func(dir string) (*load.Model, error) { return load.Load(dir, be) }
+	return testutil.LoadGolden[G](t, filepath.Join(testdata, name), open, func(m *load.Model) { m.Close() }, safetensors.OpenFile)
 }
 
 type blockGolden struct {
@@ -82,22 +60,7 @@ type blockGolden struct {
 	Generate []blockGeneration `json:"generate"`
 }
 
-type blockGeneration struct {
-	Name        string   `json:"name"`
-	PromptIDs   []int32  `json:"prompt_ids"`
-	GenLength   int      `json:"gen_length"`
-	BlockLength int      `json:"block_length"`
-	Decoding    string   `json:"decoding"`
-	Threshold   *float64 `json:"threshold"`
-	Steps       *int     `json:"steps"`
-	AnswerIDs   []int32  `json:"answer_ids"`
-	Trace       []struct {
-		Block     int     `json:"block"`
-		Committed []int32 `json:"committed"`
-		N         int     `json:"n"`
-	} `json:"trace"`
-	NFE int `json:"nfe"`
-}
+type blockGeneration = testutil.BlockGeneration
 
 func loadBlockGolden(t *testing.T, be *cpu.Backend) (*load.Model, *blockGolden, *safetensors.Set) {
 	t.Helper()
