@@ -305,7 +305,7 @@ func (b *Backend) matMulBF16(d, xs, ws *Tensor) {
 		return
 	}
 	split := b.splits(n, in, out)
-	if split && b.splitByRows(n, in, out) || in == 0 {
+	if !b.dnnlPanels(in, out) && (split && b.splitByRows(n, in, out) || in == 0) {
 		buf := b.bufs.scratch(out * in)
 		b.parallel(out, rowGrain(in), func(lo, hi int) { bf16Rows(buf[lo*in:], ws, lo, hi) })
 		b.matMulF32(d, xs, &Tensor{rows: out, cols: in, stride: in, data: buf})
@@ -316,19 +316,16 @@ func (b *Backend) matMulBF16(d, xs, ws *Tensor) {
 }
 
 // matMulF16 is MatMul for an F16 w not laid out for the panel kernel,
-// shapes checked. The float32 product runs on OpenBLAS on converted copies
-// of w (the conversion is exact): as convertedMatMul cuts it, w's rows a
-// panel (bf16PanelBytes of float32) at a time, or, for a small w under a
-// tall x, w converted whole and the product split along x's rows. Never on
-// oneDNN, whatever the F32 weights take: its F32 matmul on panels
-// converted per product measured slower than OpenBLAS's at a 10%-rows
-// step's 52 rows (BenchmarkMatMulF16), and one library for every F16
-// product keeps a row's result independent of the batch. The results
-// are the F32 product's with the widened w on OpenBLAS, up to its
-// blocking along w's rows (a panel is a product of its own).
+// shapes checked. The float32 product runs on converted copies of w (the
+// conversion is exact), as convertedMatMul cuts it: w's rows a panel
+// (bf16PanelBytes of float32) at a time, on oneDNN where F32 weights of
+// the panels' shape go (dnnlPanels), else on OpenBLAS — or, off oneDNN,
+// for a small w under a tall x, w converted whole and the product split
+// along x's rows. The library is chosen by w's shape alone, so a row's
+// result never depends on its batch.
 func (b *Backend) matMulF16(d, xs, ws *Tensor) {
 	n, in, out := xs.rows, xs.cols, ws.rows
-	if b.splits(n, in, out) && b.splitByRows(n, in, out) || in == 0 {
+	if !b.dnnlPanels(in, out) && (b.splits(n, in, out) && b.splitByRows(n, in, out) || in == 0) {
 		buf := b.bufs.scratch(out * in)
 		b.parallel(out, rowGrain(in), func(lo, hi int) { f16Rows(buf[lo*in:], ws, lo, hi) })
 		b.forParts(n, in, out, func(r0, r1, c0, c1 int) {
@@ -380,12 +377,17 @@ func (b *Backend) byteScratch(n int) []byte {
 // float32 buffer): w's rows are cut into one contiguous range per
 // goroutine, as matMulF32 cuts them, and each goroutine decodes its range
 // a panel of rows at a time (bf16PanelBytes of float32) into its own
-// reused buffer and calls sgemm on the panel. No float32 copy of the whole
-// weight is made (unless it fits in one panel).
+// reused buffer and calls sgemm on the panel; where dnnlPanels says, the
+// panels go to oneDNN one after another instead. No float32 copy of the
+// whole weight is made (unless it fits in one panel).
 func (b *Backend) convertedMatMul(d, xs, ws *Tensor, convert func(dst []float32, w *Tensor, lo, hi int)) {
 	n, in, out := xs.rows, xs.cols, ws.rows
 	split := b.splits(n, in, out)
-	panel := max(16, bf16PanelBytes/int(unsafe.Sizeof(float32(0)))/max(in, 1)/16*16)
+	panel := convertedPanel(in)
+	if b.dnnlPanels(in, out) {
+		b.dnnlConvertedMatMul(d, xs, ws, convert, panel)
+		return
+	}
 	run := func(lo, hi int) {
 		buf := b.bufs.scratch(min(panel, hi-lo) * in)
 		for r := lo; r < hi; r += panel {
@@ -414,6 +416,46 @@ func (b *Backend) convertedMatMul(d, xs, ws *Tensor, convert func(dst []float32,
 	}
 	run(edge(0), edge(1))
 	wg.Wait()
+}
+
+// convertedPanel is how many rows of a weight with in columns
+// convertedMatMul decodes at a time: bf16PanelBytes of float32, a multiple
+// of 16.
+func convertedPanel(in int) int {
+	return max(16, bf16PanelBytes/int(unsafe.Sizeof(float32(0)))/max(in, 1)/16*16)
+}
+
+// dnnlPanels reports whether convertedMatMul runs a weight of out × in on
+// oneDNN: where an F32 weight of its panels' shape would
+// (dnnlWeightRows rows judged, as matMulF32 judges a weight, whatever the
+// product's own row count). An F16 file's l16-d2048 step took 3.44 s on
+// OpenBLAS panels against F32's 1.78 s on oneDNN (Zen 4, make
+// bench-llamacpp), the panels' conversion being the small part.
+func (b *Backend) dnnlPanels(in, out int) bool {
+	return in > 0 && b.dnnlOK(dnnlWeightRows, min(convertedPanel(in), out), in)
+}
+
+// dnnlConvertedMatMul is convertedMatMul on oneDNN: the panels one after
+// another into one reused buffer, each decoded on every thread and
+// multiplied by oneDNN threading the product itself.
+func (b *Backend) dnnlConvertedMatMul(d, xs, ws *Tensor, convert func(dst []float32, w *Tensor, lo, hi int), panel int) {
+	n, in, out := xs.rows, xs.cols, ws.rows
+	buf := b.bufs.scratch(min(panel, out) * in)
+	defer b.bufs.put(buf)
+	for r := 0; r < out; r += panel {
+		e := min(r+panel, out)
+		b.parallel(e-r, rowGrain(in), func(lo, hi int) { convert(buf[lo*in:], ws, r+lo, r+hi) })
+		o := b.ColView(d, r, e)
+		if n == 0 {
+			continue
+		}
+		_, err := dnnlMatMulThreads(false, true, n, e-r, in, 1, unsafe.Pointer(&xs.data[0]), xs.stride,
+			unsafe.Pointer(&buf[0]), in, o.span(), o.stride, false, b.threads)
+		if err != nil {
+			dnnlFail(err)
+			b.blasWeightNT(n, e-r, in, xs.span(), xs.stride, buf, in, o.span(), o.stride)
+		}
+	}
 }
 
 // matMulDNNLBF16 is matMulBF16 on oneDNN's BF16 matmul, where the CPU has
