@@ -70,8 +70,11 @@ func ParseConfig(raw []byte) (*Config, error) {
 		return nil, err
 	}
 	c, err := a.ParseConfig(raw)
-	if c != nil && a != architectures[0] {
-		c.Arch = a.Name() // LLaDA's stays "" (ArchName)
+	if c != nil {
+		c.arch = a
+		if a != architectures[0] {
+			c.Arch = a.Name() // LLaDA's stays "" (ArchName)
+		}
 	}
 	return c, err
 }
@@ -79,10 +82,16 @@ func ParseConfig(raw []byte) (*Config, error) {
 // Build builds the network of c's architecture from weight, which returns
 // the checkpoint's tensor name as a backend tensor of shape [rows, cols]
 // (the loaders in model/load hand it their safetensors or GGUF reader).
+// The architecture is the one ParseConfig (or SetArchitecture) recorded;
+// a Config made in code, or whose Arch was changed since, is built by the
+// architecture Arch names.
 func Build(c *Config, b backend.Backend, weight func(name string, rows, cols int) (backend.Tensor, error)) (*Network, error) {
-	a, err := architectureNamed(c.ArchName())
-	if err != nil {
-		return nil, err
+	a := c.arch
+	if a == nil || a.Name() != c.ArchName() {
+		var err error
+		if a, err = architectureNamed(c.ArchName()); err != nil {
+			return nil, err
+		}
 	}
 	w := &Weights{b: b, get: weight}
 	m, err := a.Build(c, b, w)
@@ -90,6 +99,22 @@ func Build(c *Config, b backend.Backend, weight func(name string, rows, cols int
 		return nil, w.err
 	}
 	return m, err
+}
+
+// SetArchitecture records in c the architecture named name (as ArchName
+// names them), as ParseConfig records the one it picked, so that Build
+// builds with it: for a config made from another format (a GGUF file names
+// its architecture).
+func (c *Config) SetArchitecture(name string) error {
+	a, err := architectureNamed(name)
+	if err != nil {
+		return err
+	}
+	c.arch, c.Arch = a, ""
+	if a != architectures[0] {
+		c.Arch = a.Name()
+	}
+	return nil
 }
 
 func architectureNamed(name string) (Architecture, error) {

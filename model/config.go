@@ -50,7 +50,10 @@ type Config struct {
 
 	// Set by an architecture's config parser (arch_*.go), never read from
 	// a LLaDA config.json:
-	Arch    string     `json:"-"` // the architecture's name; "" for LLaDA (ArchName)
+	Arch string `json:"-"` // the architecture's name; "" for LLaDA (ArchName)
+	// arch is the architecture ParseConfig picked for Arch (nil for
+	// LLaDA's, and in a Config made in code: Build looks Arch up then).
+	arch    Architecture
 	QKVBias bool       `json:"-"` // the q, k and v projections have biases
 	QKNorm  bool       `json:"-"` // per-head RMSNorm of q and k before RoPE
 	MoE     *MoEConfig `json:"-"` // the MLP is a mixture of experts

@@ -237,6 +237,9 @@ func ggufConfig(f *gguf.File, arch string, vocab *gguf.Vocab) (*model.Config, er
 	keys := ggufKeys{f, arch}
 	intKey, floatKey, boolKey := keys.int, keys.float, keys.bool
 	c := &model.Config{ModelType: "llada", Architectures: []string{"LLaDAModelLM"}, LayerNormType: "rms", ActivationType: "silu"}
+	if err := c.SetArchitecture("llada"); err != nil {
+		return nil, err
+	}
 	var err error
 	ints := []struct {
 		key      string
