@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/parquet-go/parquet-go"
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/dlmcache/dlmcache/cache"
@@ -394,4 +395,23 @@ func (opts *benchOptions) evaluators(eng *engine.Engine, label, prefix string, s
 			HistoryPrefix: blocks, StoreAnswers: opts.StoreAnswer})
 	}
 	return es, skipped, nil
+}
+
+func newCmdBench(f *factory, runF func(*benchOptions) error) *cobra.Command {
+	return newCommand(&benchOptions{f: f}, runF, &cobra.Command{
+		Use:   "bench",
+		Short: "Side-by-side throughput and accuracy of caching methods on task suites",
+		Long: `Bench runs the same held-out samples through each caching method, one request
+at a time, and prints tokens/s and accuracy per method and suite with deltas
+against none, and for compositions and variants against their base
+(bicache+block against block, bicache-elastic against bicache, …). Every
+method gets a fresh prefix store, so the first request of each system
+message pays for computing its prefix. The methods take turns request by
+request (the order rotating), so that a slow spell on a shared machine
+slows them alike; the speed-ups are ratios of the same run.
+
+Methods:` + methodsHelp(),
+		Example: `  dlmcache bench --lut out/table.json --limit 20 --out bench-out`,
+		Args:    cobra.NoArgs,
+	})
 }

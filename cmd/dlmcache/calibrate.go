@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/dlmcache/dlmcache/cache"
@@ -208,4 +209,39 @@ func normalQuantile(p float64) float64 {
 		}
 	}
 	return (lo + hi) / 2
+}
+
+func newCmdCalibrate(f *factory, runF func(*calibrateOptions) error) *cobra.Command {
+	return newCommand(&calibrateOptions{f: f}, runF, &cobra.Command{
+		Use:   "calibrate",
+		Short: "Check each ratio bin's depth against the model's own answers and write a calibrated table",
+		Long: `Calibrate samples requests into ratio bins (--ratios, coarser than a profile's:
+each needs enough answer tokens for the bound) as profile does, answers each with no caching (greedy: the
+reference), then with BiCache at candidate depths, per deep source (store:
+the prefix K/V shared across requests; request: the request's own first
+step). Per bin and source it keeps the deepest depth whose agreement with
+the reference — per whole answer (--gate answer, the default) or per answer
+token (--gate token) — has a one-sided Wilson lower bound (--confidence) of
+at least --agreement. The search starts at the cosine table's depth and walks
+up while depths pass, or down until one does; depth 0 (no reuse) always
+does. No reference answers are needed: the uncached answer is the
+reference, so WildChat prompts (--data) calibrate too.
+
+It writes, to --out:
+
+  table.json         the table (format dlmcache.lut/v2) with each bin's calibrated depth
+                     per source, its agreement, sample count and every depth tried
+                     (dlmcache lut show prints them); serve --lut uses them
+  calibration.jsonl  every reference answer and every (request, source, depth) outcome,
+                     written before it is used: --resume continues an interrupted run
+                     to the identical table
+
+--shard K/N evaluates every depth for one of N disjoint parts of the
+requests (for several machines: deploy/k8s/); --merge DIR,DIR,... then
+searches their merged outcomes and writes the table one run would have.`,
+		Example: `  dlmcache profile --out prof && dlmcache calibrate --mode depth --lut prof/table-cosine.json --data suites,external --out calib
+  dlmcache calibrate --mode depth --lut prof/table-cosine.json --shard 0/4 --out calib-0     # on four machines
+  dlmcache calibrate --mode depth --lut prof/table-cosine.json --merge calib-0,calib-1,calib-2,calib-3 --out calib`,
+		Args: cobra.NoArgs,
+	})
 }

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/dlmcache/dlmcache/engine"
@@ -111,4 +112,28 @@ func typeCounts(rep *load.ConvertReport) string {
 	}
 	sort.Strings(parts)
 	return strings.Join(parts, ", ")
+}
+
+func newCmdConvert(f *factory, runF func(*convertOptions) error) *cobra.Command {
+	return newCommand(&convertOptions{f: f}, runF, &cobra.Command{
+		Use:   "convert SRC OUT",
+		Short: "Convert a Hugging Face LLaDA checkpoint to GGUF, or a GGUF back to safetensors",
+		Long: `convert writes a Hugging Face LLaDA model directory (or a bundled model's
+name) as a GGUF file laid out as llama.cpp's convert_hf_to_gguf.py lays it out
+(architecture llada, its tensor names and metadata keys, q/k rows permuted for
+ggml's RoPE, the tokenizer as tokenizer.ggml.*), so that llama.cpp's
+llama-diffusion-cli and dlmcache both run it. 2-D weights take --outtype; 1-D
+tensors and norms stay F32, and a weight whose rows are not a multiple of 32
+is written F16 where Q8_0 or Q4_0 is asked, as llama.cpp does. A Q4_0 file
+keeps its output head Q8_0 (llama-quantize keeps it at 6 bits).
+
+Given a .gguf file as SRC, convert writes it back as a model directory OUT
+(config.json, model.safetensors, tokenizer.json, tokenizer_config.json),
+which is lossless for F32, F16 and BF16 files; quantized files are refused.`,
+		Example: `  dlmcache convert llada-tiny llada-tiny-q8_0.gguf --outtype q8_0
+  dlmcache convert llada-tiny llada-tiny-q4_0.gguf --outtype q4_0
+  dlmcache convert ~/models/LLaDA-8B-Instruct llada-8b-bf16.gguf
+  dlmcache convert llada-tiny-f32.gguf ./llada-tiny-back`,
+		Args: cobra.ExactArgs(2),
+	})
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/dlmcache/dlmcache/cache"
@@ -148,4 +149,20 @@ func printResults(w io.Writer, rs []profile.SuiteResult) {
 		fmt.Fprintln(tw)
 	}
 	tw.Flush()
+}
+
+func newCmdEval(f *factory, runF func(*evalOptions) error) *cobra.Command {
+	return newCommand(&evalOptions{f: f}, runF, &cobra.Command{
+		Use:   "eval",
+		Short: "Accuracy and throughput on the task suites (held-out system messages)",
+		Long: `Eval generates answers for held-out samples of the task suites (system
+messages never seen in training) and checks the text after "##" strictly.
+It reports per-suite accuracy, tokens/s, forward evaluations, the fraction of
+layer-rows computed and the mean shared-prefix ratio.
+
+Methods:` + methodsHelp(),
+		Example: `  dlmcache eval --suite all --limit 50
+  dlmcache eval --suite lookup --method bicache --lut out/table.json --json`,
+		Args: cobra.NoArgs,
+	})
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/dlmcache/dlmcache/engine"
@@ -254,4 +255,24 @@ func decoderName(d sample.Decoder) string {
 		return sample.DecodingOf(sample.GenOptions{Decoder: d}).String()
 	}
 	return fmt.Sprintf("%T", d)
+}
+
+func newCmdGenerate(f *factory, runF func(*generateOptions) error) *cobra.Command {
+	return newCommand(&generateOptions{f: f}, runF, &cobra.Command{
+		Use:   "generate",
+		Short: "Run one request end to end and print the answer",
+		Long: `Generate runs one chat request (system message + user prompt) through the
+diffusion sampler with no caching and prints the answer. An autoregressive
+model (Qwen2ForCausalLM, LlamaForCausalLM) decodes one token per forward
+instead, greedy or sampled with --temperature, with the request's K/V cached
+exactly (each token computes one row per layer); --gen-length bounds its
+answer, which ends at its EOS token.
+
+The system message and the prompt may be given inline, as @FILE, or as @-
+(standard input).`,
+		Example: `  dlmcache generate --prompt "What is the value of key ab12?" --system @system.txt
+  dlmcache generate --model /path/to/LLaDA-8B-Instruct --gen-length 256 --steps 128 --block-length 32 --json
+  dlmcache generate --model /path/to/Qwen2.5-0.5B-Instruct --prompt "Say hi." --gen-length 64`,
+		Args: cobra.NoArgs,
+	})
 }

@@ -21,6 +21,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/vg"
@@ -696,4 +697,57 @@ func plotLoad(results map[string][]loadLevel, path string) error {
 		return err
 	}
 	return plots.SaveStack([]*plot.Plot{a, b}, path, 8*vg.Inch, 6*vg.Inch)
+}
+
+func newCmdLoadtest(f *factory, runF func(*loadtestOptions) error) *cobra.Command {
+	return newCommand(&loadtestOptions{f: f}, runF, &cobra.Command{
+		Use:   "loadtest --url URL",
+		Short: "Load a running dlmcache serve with concurrent streaming clients: tokens/s, latency, time to first block",
+		Long: `Loadtest sends chat requests to a running server (dlmcache serve, or any
+OpenAI-compatible one that streams) from 1, 2, 4, … concurrent clients,
+each streaming (stream: true), and reports per level: requests/s, answer
+slots decoded per second (the dlmcache object's gen_length; completion
+tokens for other servers), p50/p99 latency and p50/p99 time to the first
+block (the first chunk with text), and errors. --out DIR keeps the results
+in DIR/loadtest.json under --label (the server's method by default), so runs
+against servers with different methods add up (and a label's runs at other
+client counts: a count run again replaces its level); --plot draws tokens/s
+and p99 latency against clients for every label there. It keeps each
+level's answers too (DIR/loadtest-answers.json), and compares each level's
+answers, request by request, with those of the --agree-with label (none by
+default) at the same client count: the same answers as the server without
+a cache.
+
+Against dlmcache serve it also reports, per level, what the server said of
+each request: its generation time alone (no queue) as answer slots per
+second, the method that served it (with a calibrated table, each
+request's choice), and the shared-prefix tokens it found in the prefix
+store; and, for the requests with a reference answer, the accuracy
+(the held-out set carries them: compare a server with --lut against one
+without on the same requests).
+
+Requests: the held-out set of lut verify (--requests-file builtin, the
+default: 4 questions per system message, and each suite's held-out
+samples), a JSON Lines file of {"system", "user"} (with "answer" and
+"suite", checked), or, with --suite, the workloads of dlmcache bench on the
+held-out task suites: --questions-per-system Q asks each system message Q
+questions of its suite, and --turns T makes each a conversation of T
+turns. bench's flags give the same requests in the same order; with
+--suite each level sends the whole workload once (--requests to change).
+A client sends a conversation's turns one after another as a chat client
+does: each turn's messages are the system message, the earlier questions
+each followed by the server's own answer to it, and the new question, so
+that a server with a block store (serve --store-answers) finds the
+earlier turns there. The levels then report each turn too; its accuracy
+is against the exact answer of its question (the earlier turns carry the
+server's answers, right or wrong, where bench's carry the references).
+
+A server keeps what a level stored for the next: to compare caches, give
+each level a fresh server (one --clients count per run, the same --out).`,
+		Example: `  dlmcache serve --addr 127.0.0.1:8080 & dlmcache loadtest --url http://127.0.0.1:8080 --out load
+  dlmcache serve --lut calib/table.json --addr 127.0.0.1:8081 & dlmcache loadtest --url http://127.0.0.1:8081 --out load --plot docs/figures/loadtest.png
+  dlmcache serve --model models/llada-tiny-block --addr 127.0.0.1:8082 & dlmcache loadtest --url http://127.0.0.1:8082 --suite all --limit 10 --questions-per-system 4 --clients 8
+  dlmcache serve --model models/llada-tiny-block --store-answers --addr 127.0.0.1:8083 & dlmcache loadtest --url http://127.0.0.1:8083 --suite all --limit 10 --turns 4 --clients 8`,
+		Args: cobra.NoArgs,
+	})
 }

@@ -80,3 +80,11 @@ func (opts *lutBuildOptions) flags(fl *pflag.FlagSet) {
 	fl.Float64Var(&opts.Tau, "tau", 0.97, "similarity threshold τ in (0, 1]")
 	fl.StringVar(&opts.Out, "out", "table-cosine.json", "output table (a cosine estimate: dlmcache calibrate makes the table.json to serve)")
 }
+
+func newCmdLutBuild(f *factory, runF func(*lutBuildOptions) error) *cobra.Command {
+	return newCommand(&lutBuildOptions{f: f}, runF, &cobra.Command{
+		Use:   "build --from similarity.parquet... --tau X --out table-cosine.json",
+		Short: "Rebuild a table from similarity files at any τ, merging shards, without the model",
+		Args:  cobra.NoArgs,
+	})
+}

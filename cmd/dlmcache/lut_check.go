@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/dlmcache/dlmcache/cache"
@@ -43,4 +44,15 @@ func (opts *lutCheckOptions) flags(fl *pflag.FlagSet) {
 	opts.modelFlags.add(fl)
 	opts.regimeFlags.add(fl)
 	fl.StringVar(&opts.Method, "method", "bicache", "the method that will serve the table")
+}
+
+func newCmdLutCheck(f *factory, runF func(*lutCheckOptions) error) *cobra.Command {
+	return newCommand(&lutCheckOptions{f: f}, runF, &cobra.Command{
+		Use:   "check table.json [--model M]",
+		Short: "Say whether a table fits a model, regime and method, and why not",
+		Long: `Check refuses (exit status 2) a table profiled or calibrated on another
+model, in another regime (gen length, steps, block length: the model's
+defaults, or the flags) or, for a calibrated table, for another method.`,
+		Args: cobra.ExactArgs(1),
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/dlmcache/dlmcache/lut"
@@ -58,4 +59,12 @@ func (opts *lutDiffOptions) setArgs(args []string) { opts.A, opts.B = args[0], a
 
 func (opts *lutDiffOptions) flags(fl *pflag.FlagSet) {
 	fl.StringVar(&opts.Stat, "stat", "mean", "depth statistic: mean, mean-std or min")
+}
+
+func newCmdLutDiff(f *factory, runF func(*lutDiffOptions) error) *cobra.Command {
+	return newCommand(&lutDiffOptions{f: f}, runF, &cobra.Command{
+		Use:   "diff A.json B.json",
+		Short: "L1 distance between two tables' depths (mean over bins both filled)",
+		Args:  cobra.ExactArgs(2),
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/dlmcache/dlmcache/lut"
@@ -34,4 +35,12 @@ func (opts *lutShowOptions) setArgs(args []string) { opts.File = args[0] }
 
 func (opts *lutShowOptions) flags(fl *pflag.FlagSet) {
 	fl.BoolVar(&opts.JSON, "json", false, "print the table as JSON")
+}
+
+func newCmdLutShow(f *factory, runF func(*lutShowOptions) error) *cobra.Command {
+	return newCommand(&lutShowOptions{f: f}, runF, &cobra.Command{
+		Use:   "show table.json",
+		Short: "Print a table readably",
+		Args:  cobra.ExactArgs(1),
+	})
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/dlmcache/dlmcache/cache"
@@ -513,4 +514,47 @@ func writeVerify(w io.Writer, bins []verifyBin) {
 			b.TokenAgreement, b.AnswerAgreement, pct(b.CorrectNone), pct(b.CorrectMethod), b.SpeedUp, mark)
 	}
 	tw.Flush()
+}
+
+func newCmdLutVerify(f *factory, runF func(*lutVerifyOptions) error) *cobra.Command {
+	return newCommand(&lutVerifyOptions{f: f}, runF, &cobra.Command{
+		Use:   "verify table.json",
+		Short: "Replay held-out requests through what serve --lut runs with the table; fail when it loses accuracy",
+		Long: `Verify replays held-out requests, in order, through what serve --lut would
+run with the table and no other flag (a calibrated table's per-request
+choice, the chosen methods on one prefix store so that requests sharing a
+system message share its K/V as behind serve; bicache for a table without
+choices), and answers each with no caching too, in every answer-length
+class the table knows (the regime's gen length for every request, one block
+for those whose answer fits one). Per ratio bin and class it reports the
+methods served, the agreement of the answers with the uncached ones — per
+token and per whole answer —, the accuracy of both, and the speed-up.
+
+It exits with status 1 when the table loses more than --max-loss points of
+accuracy against none over the requests with reference answers (--gate
+accuracy, the default), or with --gate answer/token when a bin's agreement
+is below --agreement: a gate to put in CI before deploying a table.
+
+--requests builtin (default) is datasets.Heldout — system messages neither
+the suites' generators nor calibration's (datasets.External) ever produce
+(openings and filler of their own, 3–22 rows, 0–160 words), 4 questions
+each, --groups of them — and --groups held-out
+samples of every suite, the long-answer span suite among them. Otherwise a
+JSON Lines file, one request a line: {"system": "...", "user": "...",
+"answer": "..." (optional), "suite": "..."}.
+
+A table calibrated with --guide (calibrate --guide: its record names the
+guide) whose choices decode with the guided decoder needs --guide: the
+guide it was calibrated with (its fingerprint checked against the table's
+record, as serve --lut checks it), its shared prefixes from a block store
+of its own as behind serve; the report adds the guide's work (guided
+steps, tokens a step, NFE, time in each model, prefix store hits). Such a
+table is refused without --guide, and with another guide; --guide with a
+table that records none is refused.`,
+		Example: `  dlmcache lut verify calib/table.json                          # the calibrated table, its deep source
+  dlmcache lut verify prof/table-cosine.json                      # a cosine estimate, served as bicache (fails the gate)
+  dlmcache lut verify calib/table.json --requests held-out.jsonl
+  dlmcache lut verify calib/table.json --guide models/llada-tiny-ar # a table calibrate --guide wrote`,
+		Args: cobra.ExactArgs(1),
+	})
 }

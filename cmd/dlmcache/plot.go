@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/vg"
@@ -334,4 +335,12 @@ func benchPoints(rows []profile.SuiteResult) ([]plots.Method, error) {
 		}
 	}
 	return ms, nil
+}
+
+func newCmdPlotKind(f *factory, kind, in, short string, runF func(*plotOptions) error) *cobra.Command {
+	return newCommand(&plotOptions{f: f, kind: kind}, runF, &cobra.Command{
+		Use:   kind + " " + in + " -o FILE.png|FILE.svg",
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+	})
 }

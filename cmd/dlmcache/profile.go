@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/dlmcache/dlmcache/engine"
@@ -98,4 +99,31 @@ func (opts *profileOptions) flags(fl *pflag.FlagSet) {
 	fl.StringVar(&opts.Out, "out", "profile-out", "output directory")
 	fl.BoolVar(&opts.Resume, "resume", false, "continue an interrupted run in --out")
 	fl.BoolVar(&opts.Quiet, "quiet", false, "no progress bar")
+}
+
+func newCmdProfile(f *factory, runF func(*profileOptions) error) *cobra.Command {
+	return newCommand(&profileOptions{f: f}, runF, &cobra.Command{
+		Use:   "profile",
+		Short: "Measure prefix K/V similarity per layer and build the ratio→depth table",
+		Long: `Profile samples requests into shared-prefix-ratio bins (system prompts ×
+WildChat or WildChat-style user prompts), runs each through the model twice —
+the prefix alone (the K/V a cross-request cache would hold) and the full input
+string with no caching (the reference) — and records the cosine similarity of
+the prefix's K, V and K⊕V at every layer (and every denoising step with
+--all-steps), and of its worst row's K⊕V. It writes, to --out:
+
+  similarity.parquet  one row per (request, layer, step), run parameters in the metadata
+  table-cosine.json   the ratio→depth estimate at --tau by --similarity (rebuild at any τ
+                      with dlmcache lut build); an estimate, not checked against answers:
+                      dlmcache calibrate turns it into table.json, the table to serve
+  table-cosine-row-min.json  the same by the worst prefix row (when --similarity is kv)
+  run.json            the run's parameters, unfilled bins and duration
+
+Each finished request is logged first to similarity.partial.jsonl, so an
+interrupted run continues with --resume. --shard K/N runs one of N disjoint
+parts (for several machines); dlmcache lut build --from merges them.`,
+		Example: `  dlmcache profile                                   # bundled model, builtin data
+  dlmcache profile --model llada --data wildchat/*.parquet --per-ratio 64 --shard 0/4 --out prof-0`,
+		Args: cobra.NoArgs,
+	})
 }

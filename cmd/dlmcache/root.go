@@ -46,7 +46,7 @@ func execute(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 
 // runner is a command's options type: the command's flags and positional
 // arguments fill it, and it does the command's work. newCommand joins it
-// to the command's help (commands.go).
+// to the command's help (the command's newCmdX, in its file).
 type runner interface {
 	// flags declares the command's flags on fl, bound to the options.
 	flags(fl *pflag.FlagSet)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/dlmcache/dlmcache/cache"
@@ -383,4 +384,51 @@ func storeAnswersServed(meth cache.Method) (note string, err error) {
 		return fmt.Sprintf("--store-answers: method %s keeps no prefix store, so no answered conversation is stored", meth.Name()), nil
 	}
 	return "", nil
+}
+
+func newCmdServe(f *factory, runF func(*serveOptions) error) *cobra.Command {
+	return newCommand(&serveOptions{f: f}, runF, &cobra.Command{
+		Use:   "serve",
+		Short: "Serve an OpenAI-compatible HTTP API with shared-prefix caching",
+		Long: `Serve answers POST /v1/chat/completions and POST /v1/completions in
+OpenAI's shapes, with GET /metrics (Prometheus text) and GET /healthz.
+
+A chat's leading system messages are the shared prefix: requests with the
+same one (and the same cache_salt) share its stored K/V. max_tokens sets the
+gen length (rounded up to whole blocks) and caps the returned tokens
+(finish_reason "length" when it cuts); stop strings cut the answer;
+gen_length, steps, block_length and cache_salt are accepted as extra fields;
+stream=true streams server-sent events (a chunk per committed block;
+stream_options.include_usage; dlmcache_stream_canvas adds the canvas after
+every step); with --modules, "modules": ["name", …] imports prompt modules
+(GET /v1/modules lists them) that open the system message; tools, tool_choice, response_format and logprobs are refused
+with a 400 naming the field. GET /health answers as /healthz does.
+
+With no --method, a block-causal model (config.json "block_causal") is
+served with exact-block and a block store of the model's block size unless
+--store-blocks says otherwise: committed blocks' K/V are computed once and
+every full block of a shared prefix or an earlier turn is reused at every
+layer, with the answers of computing every row.
+
+With --lut and no --method, a calibrated table (table.json from dlmcache
+calibrate) serves each request with the method, knobs and decoder it chose
+for the request's ratio bin and answer-length class (the table method; the
+response's dlmcache.method and /metrics' dlmcache_method_requests_total say
+which); a v2 table serves bicache at its calibrated depths. A table no
+calibration checked (profile's table-cosine*.json) is refused unless
+--allow-uncalibrated; a table made for another model is refused at start.
+
+A streamed response goes through a bounded buffer of its own with a write
+deadline: a client that stops reading is cut (--stream-buffer-bytes,
+--write-timeout) and never holds up the generations batched with it.
+
+SIGINT or SIGTERM stop accepting, let the requests in flight finish for up
+to --grace, answer those still running with 503, and exit.
+
+Methods:` + methodsHelp(),
+		Example: `  dlmcache serve --model model/testdata/tiny-bf16
+  dlmcache serve --lut out/table.json --addr 127.0.0.1:8080 --cache-bytes 2147483648
+  curl -s localhost:8080/v1/chat/completions -d '{"messages":[{"role":"system","content":"Be terse."},{"role":"user","content":"Hi"}]}'`,
+		Args: cobra.NoArgs,
+	})
 }

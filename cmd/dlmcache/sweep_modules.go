@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/dlmcache/dlmcache/internal/progress"
@@ -69,4 +70,19 @@ func (opts *sweepModulesOptions) flags(fl *pflag.FlagSet) {
 	opts.Cache.Method.BiCache.Refresh = 1
 	r := fl.Lookup("refresh")
 	r.DefValue, r.Usage = "1", "deep layers' refresh period R (1: every step, so only the module reuse differs from the whole request)"
+}
+
+func newCmdSweepModules(f *factory, runF func(*sweepModulesOptions) error) *cobra.Command {
+	return newCommand(&sweepModulesOptions{f: f}, runF, &cobra.Command{
+		Use:   "modules",
+		Short: "Accuracy vs depth of Prompt Cache's module reuse (modules computed alone at reserved positions) against the whole request",
+		Long: `Sweep modules cuts each sample's system message into prompt modules (the
+template's head and each paragraph), computes each module's K/V once, alone,
+at its reserved position ids, and reuses them in the first d layers, the
+deeper layers computed every --refresh steps. Two layouts: contiguous, and
+gap (a module declared before the last paragraph but not imported, so the
+ids jump). Each point's accuracy and agreement are against the same tokens
+computed whole. Writes sweep-modules.json.`,
+		Args: cobra.NoArgs,
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/dlmcache/dlmcache/profile"
@@ -54,4 +55,12 @@ func (opts *sweepNOptions) flags(fl *pflag.FlagSet) {
 	fl.StringVar(&opts.Stat, "stat", "mean", "depth statistic: mean, mean-std or min")
 	fl.StringVar(&opts.Out, "out", ".", "directory for convergence.json (plot it with dlmcache plot convergence)")
 	opts.similarityFiles.add(fl, "similarity.parquet files of one run")
+}
+
+func newCmdSweepN(f *factory, runF func(*sweepNOptions) error) *cobra.Command {
+	return newCommand(&sweepNOptions{f: f}, runF, &cobra.Command{
+		Use:   "n --from similarity.parquet...",
+		Short: "Table convergence: L1 between tables from the first N and N-step requests per bin",
+		Args:  cobra.NoArgs,
+	})
 }

@@ -92,3 +92,15 @@ func (opts *sweepRefreshOptions) flags(fl *pflag.FlagSet) {
 	fl.IntVar(&opts.PictureN, "picture-requests", 8, "requests averaged in the deep-layer picture")
 	_ = cobra.MarkFlagRequired(fl, "lut")
 }
+
+func newCmdSweepRefresh(f *factory, runF func(*sweepRefreshOptions) error) *cobra.Command {
+	return newCommand(&sweepRefreshOptions{f: f}, runF, &cobra.Command{
+		Use:   "refresh --lut table.json",
+		Short: "Accuracy and throughput of BiCache vs the deep-layer refresh period R, and the deep-layer similarity picture",
+		Long: `Sweep refresh evaluates BiCache at several refresh periods R, and measures, per
+layer, how similar the prefix K/V are to the ones the request really has at
+each step when they are reused across requests (computed alone), computed
+once per request (stale after step 1), or refreshed every R steps.`,
+		Args: cobra.NoArgs,
+	})
+}

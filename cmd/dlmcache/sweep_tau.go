@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/dlmcache/dlmcache/cache"
@@ -67,4 +68,12 @@ func (opts *sweepTauOptions) flags(fl *pflag.FlagSet) {
 	opts.addFlags(fl)
 	opts.similarityFiles.add(fl, "similarity.parquet files of one profile run")
 	fl.StringVar(&opts.Taus, "taus", "0.91:0.99:0.02", "τ values: lo:hi:step or a,b,c")
+}
+
+func newCmdSweepTau(f *factory, runF func(*sweepTauOptions) error) *cobra.Command {
+	return newCommand(&sweepTauOptions{f: f}, runF, &cobra.Command{
+		Use:   "tau --from similarity.parquet",
+		Short: "Accuracy and throughput of BiCache vs the threshold τ (tables rebuilt without rerunning the profile)",
+		Args:  cobra.NoArgs,
+	})
 }

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"runtime/debug"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/dlmcache/dlmcache/model/cpu"
@@ -89,4 +90,12 @@ func (opts *versionOptions) run(context.Context) error {
 
 func (opts *versionOptions) flags(fl *pflag.FlagSet) {
 	fl.BoolVar(&opts.JSON, "json", false, "print JSON")
+}
+
+func newCmdVersion(f *factory, runF func(*versionOptions) error) *cobra.Command {
+	return newCommand(&versionOptions{f: f}, runF, &cobra.Command{
+		Use:   "version",
+		Short: "Print the version, commit, backend, BLAS kernel, GEMM library, quantized products and ISA level in use",
+		Args:  cobra.NoArgs,
+	})
 }
