@@ -440,15 +440,15 @@ func (b *Backend) dnnlPanels(in, out int) bool {
 // multiplied by oneDNN threading the product itself.
 func (b *Backend) dnnlConvertedMatMul(d, xs, ws *Tensor, convert func(dst []float32, w *Tensor, lo, hi int), panel int) {
 	n, in, out := xs.rows, xs.cols, ws.rows
+	if n == 0 {
+		return
+	}
 	buf := b.bufs.scratch(min(panel, out) * in)
 	defer b.bufs.put(buf)
 	for r := 0; r < out; r += panel {
 		e := min(r+panel, out)
 		b.parallel(e-r, rowGrain(in), func(lo, hi int) { convert(buf[lo*in:], ws, r+lo, r+hi) })
 		o := b.ColView(d, r, e)
-		if n == 0 {
-			continue
-		}
 		_, err := dnnlMatMulThreads(false, true, n, e-r, in, 1, unsafe.Pointer(&xs.data[0]), xs.stride,
 			unsafe.Pointer(&buf[0]), in, o.span(), o.stride, false, b.threads)
 		if err != nil {
