@@ -149,7 +149,7 @@ bench: build
 # caps both programs at AVX2. Writes bench-out/llamacpp/summary.{json,md}
 # (scripts/bench-llamacpp.sh says what it runs). Not part of make test.
 bench-llamacpp: build
-	LLAMACPP='$(LLAMACPP)' ./scripts/bench-llamacpp.sh
+	BIN=./$(BIN) LLAMACPP='$(LLAMACPP)' ./scripts/bench-llamacpp.sh
 
 # bench-8b times BF16 weights: l16-d2048 in F32 and in BF16 (kept, and
 # converted at load), and LLaDA-8B-Instruct's, Dream-v0-7B's and

@@ -64,8 +64,12 @@ if ! [ -x "$build/bin/llama-diffusion-cli" ] || ! [ -x "$build/bin/llama-quantiz
 fi
 LLAMA=$build/bin/llama-diffusion-cli
 QUANTIZE=$build/bin/llama-quantize
-go build -o "$OUT/dlmcache" ./cmd/dlmcache
-DLM=$OUT/dlmcache
+# dlmcache: make's build (BIN), else built here.
+DLM=${BIN:-}
+if [ -z "$DLM" ]; then
+	go build -o "$OUT/dlmcache" ./cmd/dlmcache
+	DLM=$OUT/dlmcache
+fi
 
 # The files: F32 from dlmcache convert, the rest from llama-quantize.
 gguf() { # shape format → path
