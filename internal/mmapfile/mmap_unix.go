@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"syscall"
+	"unsafe"
 )
 
 const mapVerb = "map"
@@ -24,4 +25,18 @@ func mapFile(f *os.File, size int) (data []byte, unmap func() error, err error) 
 		return nil, nil, fmt.Errorf("mmap: %v", err)
 	}
 	return b, func() error { return syscall.Munmap(b) }, nil
+}
+
+// release drops the whole pages of b, which lies in a mapping of mapFile,
+// from the process's resident set.
+func release(b []byte) {
+	page := uintptr(os.Getpagesize())
+	lo := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	start, end := (lo+page-1)&^(page-1), (lo+uintptr(len(b)))&^(page-1)
+	if end <= start {
+		return
+	}
+	// The pages are the file's, mapped shared and read-only: dropping them
+	// loses nothing, and a later read faults them in again.
+	_ = syscall.Madvise(b[start-lo:end-lo], syscall.MADV_DONTNEED)
 }

@@ -161,6 +161,15 @@ func (q QuantType) BlockValues() int {
 // KQuant reports whether q is one of the K-quants (blocks of 256).
 func (q QuantType) KQuant() bool { return q.BlockValues() == 256 }
 
+// RawAliaser is an optional interface of a weight Tensor: AliasesRaw
+// reports whether the tensor still reads the bytes Weight (or
+// WeightQuant) was given, in place. A loader releases the file pages of a
+// weight that does not (one the backend converted or copied), so that the
+// copy and the file are not both resident.
+type RawAliaser interface {
+	AliasesRaw() bool
+}
+
 // QuantWeighter is an optional Backend method: a [rows, cols] weight kept
 // in the quantized format typ (cols a multiple of typ.BlockValues()) and
 // decoded inside the products that use it, never as a whole float32 copy.

@@ -35,8 +35,12 @@
 // the backend runs the panel kernel, is laid out for it at load from a
 // float32 copy that is then dropped (a small model's weights: its
 // products, and the fused halves, are the F32 weights'). F16 vectors are
-// converted at load. Options.DecodeF16, or DLMCACHE_CPU_F16=f32 for New,
-// converts every F16 weight at load instead, as before.
+// converted at load. Options.F16 (F16Form; DLMCACHE_CPU_F16 for New)
+// picks another form: F16Widen converts every F16 weight to float32 at
+// load; F16AsBF16 rounds each to BF16 at load, a copy the size of the
+// file's (whose pages the loader releases), multiplied as a BF16 weight
+// on oneDNN's AVX512-BF16 kernels — what New's default, F16Auto, picks
+// wherever those kernels run.
 //
 // Matrix products with F32 weights of at most panelMaxK columns (a small
 // model's) run, wherever the CPU has AVX2 and FMA, on the backend's own

@@ -234,6 +234,9 @@ func (b *Backend) GEMM() string {
 	if b.panel {
 		desc += fmt.Sprintf("; F32 weights of ≤ %d columns on the AVX2 panel kernel (%.1f MB laid out)", panelMaxK, float64(b.panelBytes.Load())/1e6)
 	}
+	if b.f16BF16 {
+		desc += "; F16 weights rounded to BF16 at load (" + F16Env + "=f16 keeps them F16)"
+	}
 	if b.attn != attnNone {
 		desc += "; attention on the fused " + b.attn.String() + " kernel"
 	}

@@ -228,9 +228,9 @@ func TestWeightF16Forms(t *testing.T) {
 	testWeightHalfForms(t, f16Kind, raw, []halfForm{
 		{"matrix in place", noPanel, 2, 4, raw, true, true, false},
 		{"matrix unaligned", noPanel, 4, 2, oddAddress(raw), true, false, false},
-		{"matrix on the panel kernel", New(2), 2, 4, raw, true, true, simd},
+		{"matrix on the panel kernel", NewWithOptions(Options{Threads: 2}), 2, 4, raw, true, true, simd},
 		{"vector converted", New(2), 1, 8, raw, false, false, false},
-		{"DecodeF16", NewWithOptions(Options{Threads: 2, DecodeF16: true}), 2, 4, raw, false, false, simd},
+		{"DecodeF16", NewWithOptions(Options{Threads: 2, F16: F16Widen}), 2, 4, raw, false, false, simd},
 	})
 }
 
@@ -261,7 +261,7 @@ func testWeightHalfForms(t *testing.T, k halfKind, raw []byte, cases []halfForm)
 
 func TestBF16Env(t *testing.T) { testHalfEnv(t, bf16Kind, "bf16", "f16") }
 
-func TestF16Env(t *testing.T) { testHalfEnv(t, f16Kind, "f16", "bf16") }
+func TestF16Env(t *testing.T) { testHalfEnv(t, f16Kind, "f16", "f8") }
 
 // testHalfEnv: k's variable unset or keep leaves a new backend's weights of
 // kind k as they are, "F32" has them decoded, and unknown has New panic.
@@ -307,4 +307,59 @@ func TestBF16Rows(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestF16AsBF16 loads every binary16 value as a weight matrix on a backend
+// that rounds F16 weights to BF16 (F16AsBF16): the weight is a BF16 one
+// holding exactly safetensors' rounding of each value (to nearest even;
+// NaNs stay NaN), not read-only (its file pages may go), and its products
+// are the products of the BF16 weight of the same values, bit for bit.
+func TestF16AsBF16(t *testing.T) {
+	b, err := NewChecked(Options{Threads: 2, GEMM: GEMMOneDNN, F16: F16AsBF16})
+	if err != nil {
+		t.Skipf("no oneDNN AVX512-BF16 kernels here: %v", err)
+	}
+	const rows, cols = 256, 256
+	halves := make([]byte, 2*rows*cols)
+	for i := range rows * cols {
+		halves[2*i], halves[2*i+1] = byte(i), byte(i>>8)
+	}
+	wide := make([]float32, rows*cols)
+	safetensors.F16ToF32(halves, wide)
+	want := safetensors.F32ToBF16(wide)
+	w, err := b.Weight(backend.F16, rows, cols, halves)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := w.(*Tensor)
+	if !x.BF16() || x.F16() || x.AliasesRaw() {
+		t.Fatalf("weight %v, aliases the file %v: want a BF16 copy", x, x.AliasesRaw())
+	}
+	for i, v := range x.bf16 {
+		wv := uint16(want[2*i]) | uint16(want[2*i+1])<<8
+		isNaN := func(h uint16) bool { return h&0x7f80 == 0x7f80 && h&0x7f != 0 }
+		if v != wv && !(isNaN(v) && isNaN(wv)) {
+			t.Fatalf("half %#04x: BF16 %#04x, want %#04x", i, v, wv)
+		}
+	}
+	// Products: finite, moderate weights (the halves above include ±Inf
+	// and NaN), against the BF16 weight of the same rounded values.
+	r := rand.New(rand.NewPCG(21, 22))
+	const n, in, out = 37, 300, 70
+	vals := randMat(r, out, in, 1)
+	fw, err := b.Weight(backend.F16, out, in, safetensors.F32ToF16(vals))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rounded := make([]float32, len(vals))
+	safetensors.F16ToF32(safetensors.F32ToF16(vals), rounded)
+	bw, err := b.Weight(backend.BF16, out, in, safetensors.F32ToBF16(rounded))
+	if err != nil {
+		t.Fatal(err)
+	}
+	xs := b.FromHost(n, in, randMat(r, n, in, 1))
+	got, ref := b.New(n, out), b.New(n, out)
+	b.MatMul(got, xs, fw)
+	b.MatMul(ref, xs, bw)
+	closeTo(t, "F16 as BF16 vs BF16", b.ToHost(got, nil), f64(b.ToHost(ref, nil)), 0, 0)
 }

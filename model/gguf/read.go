@@ -69,6 +69,7 @@ type File struct {
 	DataOffset int64
 
 	data   []byte
+	mapped bool // data is Open's mapping (Release may drop its pages)
 	unmap  func() error
 	kv     map[string]int
 	byName map[string]int
@@ -86,8 +87,17 @@ func Open(path string) (*File, error) {
 		unmap()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	f.Path, f.unmap = path, unmap
+	f.Path, f.unmap, f.mapped = path, unmap, true
 	return f, nil
+}
+
+// Release tells the kernel that the process will not read b, tensor data
+// of f's mapping, again soon (mmapfile.Release): a loader calls it for a
+// tensor its backend copied. It does nothing for a File from Parse.
+func (f *File) Release(b []byte) {
+	if f.mapped && !f.closed {
+		mmapfile.Release(f.data, b)
+	}
 }
 
 // Parse reads a GGUF file held in memory; its tensor data alias b.

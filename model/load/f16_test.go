@@ -13,13 +13,17 @@ import (
 
 // TestF16Weights loads F16 GGUF files twice, their F16 weights kept (in the
 // memory map, converted panel by panel in each product) and widened at
-// load (cpu.Options.DecodeF16): the same values, so the logits agree to
+// load (cpu.F16Widen): the same values, so the logits agree to
 // float rounding (1e-5 of the largest logit: a panel of rows is a product
 // of its own, and with oneDNN the widened weights' products run on it,
 // the kept ones' on OpenBLAS). The bundled model's weights all run on
 // the panel kernel where the CPU has AVX2 (laid out at load, the same
 // products); a random shape with a 640-wide MLP puts ffn_down on the
-// converted panels.
+// converted panels. Where oneDNN has AVX512-BF16 kernels the weights
+// rounded to BF16 at load (cpu.F16AsBF16, what NewFromEnv picks there)
+// are held to the widened ones' logits within 1% of the largest: BF16
+// keeps 7 of the halves' 10 fraction bits, and the activations are
+// rounded to BF16 too (measured: 0.2–0.6%).
 func TestF16Weights(t *testing.T) {
 	tmp := t.TempDir()
 	wide := filepath.Join(tmp, "wide")
@@ -47,12 +51,12 @@ func TestF16Weights(t *testing.T) {
 					t.Cleanup(func() { m.Close() })
 					return m
 				}
-				kept, widened := load(cpu.Options{}), load(cpu.Options{DecodeF16: true})
+				kept, widened := load(cpu.Options{}), load(cpu.Options{F16: cpu.F16Widen})
 				if d := kept.Blocks[0].Down.(*cpu.Tensor); !d.F16() {
 					t.Fatalf("kept: ffn_down is %v, want an F16 weight", d)
 				}
 				if d := widened.Blocks[0].Down.(*cpu.Tensor); d.F16() {
-					t.Fatal("DecodeF16: ffn_down is F16, want float32")
+					t.Fatal("F16Widen: ffn_down is F16, want float32")
 				}
 				ids := testIDs(t, kept)
 				lk, lw := ggufLogits(t, kept, ids), ggufLogits(t, widened, ids)
@@ -60,6 +64,18 @@ func TestF16Weights(t *testing.T) {
 					t.Errorf("kept vs widened F16 logits: relative error %.2g, want ≤ 1e-5", e)
 				} else {
 					t.Logf("kept vs widened F16 logits: relative error %.2g", e)
+				}
+				if _, err := cpu.NewChecked(cpu.Options{Threads: 2, GEMM: lib, F16: cpu.F16AsBF16}); err != nil {
+					return
+				}
+				rounded := load(cpu.Options{F16: cpu.F16AsBF16})
+				if d := rounded.Blocks[0].Down.(*cpu.Tensor); !d.BF16() {
+					t.Fatalf("F16AsBF16: ffn_down is %v, want a BF16 weight", d)
+				}
+				if e := testutil.RelErr(ggufLogits(t, rounded, ids), lw); e > 1e-2 {
+					t.Errorf("F16 rounded to BF16 vs widened logits: relative error %.2g, want ≤ 1e-2", e)
+				} else {
+					t.Logf("F16 rounded to BF16 vs widened logits: relative error %.2g", e)
 				}
 			})
 		}

@@ -129,6 +129,17 @@ func (m *Model) Name() string {
 	return strings.TrimSuffix(filepath.Base(filepath.Clean(m.Dir)), ".gguf")
 }
 
+// releaseCopied releases raw, the checkpoint bytes weight t was made from,
+// through release (the file's Release) where the backend says t no longer
+// reads them (backend.RawAliaser): a weight converted at load (an F16 one
+// rounded to BF16, a widened one) then holds only its copy in memory, not
+// the file's pages too.
+func releaseCopied(t backend.Tensor, raw []byte, release func([]byte)) {
+	if a, ok := t.(backend.RawAliaser); ok && !a.AliasesRaw() {
+		release(raw)
+	}
+}
+
 // newNetwork maps the checkpoint's tensors onto backend tensors by the
 // names of the config's architecture (model/arch.go), checking every shape
 // against the config and that every tensor is used.
@@ -147,6 +158,7 @@ func newNetwork(dir string, c *model.Config, set *safetensors.Set, b backend.Bac
 		if err != nil {
 			return nil, fmt.Errorf("%s: tensor %s: %w", t.File, name, err)
 		}
+		releaseCopied(bt, t.Data, set.Release)
 		return bt, nil
 	})
 	if err != nil {

@@ -219,6 +219,18 @@ func (s *Set) Close() error {
 	return first
 }
 
+// Release tells the kernel that the process will not read b, tensor data
+// from one of s's files, again soon (mmapfile.Release): a loader calls it
+// for a tensor its backend copied.
+func (s *Set) Release(b []byte) {
+	if s.closed {
+		return
+	}
+	for _, f := range s.Files {
+		mmapfile.Release(f.data, b)
+	}
+}
+
 // Names returns every tensor name, sorted.
 func (s *Set) Names() []string {
 	names := make([]string, 0, len(s.where))
