@@ -20,6 +20,11 @@ var workPeriod = []*regexp.Regexp{
 	regexp.MustCompile(`(?i)\bsession's\b`),
 	regexp.MustCompile(`(?i)\bwaves?\s+\d+`),
 	regexp.MustCompile(`(?i)\bprevious (bundled )?model\b`),
+	// A figure or a build named by the change that came after it: "before
+	// the recycled-buffer change", "an earlier kernel's run", "this commit".
+	regexp.MustCompile(`(?i)\b(before|after|since|until) the [\w-]+(?: [\w-]+){0,2} (change|rewrite|refactor|fix|commit|patch)\b`),
+	regexp.MustCompile(`(?i)\b(an?|the) (earlier|older|former|previous) (build|engine|binary|kernel|trainer|model)('s|s)?\b`),
+	regexp.MustCompile(`(?i)\bthis (change|commit|patch)\b`),
 	regexp.MustCompile(`^#+\s*(\(|\[)?\d{4}-\d{2}-\d{2}`),
 	regexp.MustCompile(`(?i)\bissues?\s*#?\d+`),
 	// The tracker's item as the page's brief: "the issue's two workloads",
@@ -290,7 +295,8 @@ func acrossBreak(prev, line string) string {
 }
 
 // The docs describe the system as it is: no "session N", "wave N",
-// "issue N", "(#N)", "the issue's", "previous model", date- or
+// "issue N", "(#N)", "the issue's", "previous model", "before the X
+// change", "an earlier kernel", date- or
 // commit-named chapter (a heading, a table's columns or row labels, work
 // "from" or "at commit X", a build "main X" or "before X", two commits
 // compared in one sentence, also where a line break splits it) anywhere
@@ -328,6 +334,10 @@ func TestWorkPeriodPatternsCatchDiaryForms(t *testing.T) {
 		"### Quantized rows and the engine's ratios (issue 33), Zen 3",
 		"the issue 41 workloads",
 		"## Served block cache at 3f07c37",
+		"the step before the recycled-buffer change",
+		"Q8_0 1.06 (an earlier kernel's run: 0.92)",
+		"as this commit measured it",
+		"since the attention rewrite the step takes 4.8 s",
 	}
 	clean := []string{
 		"The registry for this sessional test maps names",
@@ -335,6 +345,10 @@ func TestWorkPeriodPatternsCatchDiaryForms(t *testing.T) {
 		"a model trained on 16 slots, step 13,000",
 		"## 2048 rows and 1000000 steps",
 		"a known issue with old OpenBLAS builds",
+		"A number measured at an older commit says which.",
+		"copied side by side before the score product",
+		"the next block's rows at the previous block's offset",
+		"a change to the table's cells is a new table",
 	}
 	for i, line := range diary {
 		p := filepath.Join(dir, "d"+strconv.Itoa(i)+".md")
