@@ -35,7 +35,7 @@ type Architecture interface {
 
 // architectures is every architecture model/load knows, LLaDA first (the one a
 // config.json without model_type or architectures is taken for).
-var architectures = []Architecture{lladaArch{}, dreamArch{}, lladaMoEArch{}, llada2Arch{}, qwen2Arch{}, llamaArch{}}
+var architectures = []Architecture{lladaArch{}, dreamArch{}, lladaMoEArch{}, llada2Arch{}, qwen2Arch, llamaArch}
 
 // ArchitectureOf returns the architecture whose config.json raw is.
 func ArchitectureOf(raw []byte) (Architecture, error) {

@@ -20,56 +20,61 @@ import (
 // gives one (the DLM's mask of a guide trained beside it), is kept, else
 // MaskTokenID is 0 (unused).
 
+// causalArch is a causal LM in the Llama/Qwen layout (causalConfig,
+// buildCausal): one value per family, which differ in the names
+// config.json gives them and in how the attention's biases are said.
+type causalArch struct {
+	// name is Name; config.json's model_type ("qwen2").
+	name string
+	// class is config.json's architectures entry ("Qwen2ForCausalLM").
+	class string
+	// family names the family in causalConfig's messages ("Qwen2").
+	family string
+	// biases sets c's attention biases from config.json's h, or refuses h.
+	biases func(h *hfDecoderConfig, c *Config) error
+}
+
 // qwen2Arch is Qwen2ForCausalLM (model_type "qwen2"): q/k/v projections
 // with biases, o without; the head tied to the embedding with
 // tie_word_embeddings (Qwen2.5-0.5B and -1.5B); RoPE θ from rope_theta
 // (Qwen2's default 10000 where absent), rms_norm_eps (1e-6 where absent).
-type qwen2Arch struct{}
-
-func (qwen2Arch) Name() string { return "qwen2" }
-
-func (qwen2Arch) Claims(modelType string, archs []string) bool {
-	return claims(modelType, archs, []string{"qwen2"}, []string{"Qwen2ForCausalLM"})
-}
-
-func (qwen2Arch) ParseConfig(raw []byte) (*Config, error) {
-	h, c, err := causalConfig(raw, "Qwen2")
-	if err != nil {
-		return nil, err
-	}
-	if h.AttentionBias {
-		return nil, fmt.Errorf("config.json: attention_bias is not a Qwen2 field (its q/k/v always have biases, o none); remove it")
-	}
-	c.QKVBias = true
-	return c, validateDecoder(c)
-}
-
-func (qwen2Arch) Build(c *Config, b backend.Backend, w *Weights) (*Network, error) {
-	return buildCausal(c, b, w)
-}
+var qwen2Arch = causalArch{name: "qwen2", class: "Qwen2ForCausalLM", family: "Qwen2",
+	biases: func(h *hfDecoderConfig, c *Config) error {
+		if h.AttentionBias {
+			return fmt.Errorf("config.json: attention_bias is not a Qwen2 field (its q/k/v always have biases, o none); remove it")
+		}
+		c.QKVBias = true
+		return nil
+	}}
 
 // llamaArch is LlamaForCausalLM (model_type "llama"): no biases unless
 // attention_bias (then q, k, v and o have them); an untied head unless
 // tie_word_embeddings; RoPE θ from rope_theta (10000 where absent).
 // mlp_bias is refused.
-type llamaArch struct{}
+var llamaArch = causalArch{name: "llama", class: "LlamaForCausalLM", family: "Llama",
+	biases: func(h *hfDecoderConfig, c *Config) error {
+		c.QKVBias, c.OutBias = h.AttentionBias, h.AttentionBias
+		return nil
+	}}
 
-func (llamaArch) Name() string { return "llama" }
+func (a causalArch) Name() string { return a.name }
 
-func (llamaArch) Claims(modelType string, archs []string) bool {
-	return claims(modelType, archs, []string{"llama"}, []string{"LlamaForCausalLM"})
+func (a causalArch) Claims(modelType string, archs []string) bool {
+	return claims(modelType, archs, []string{a.name}, []string{a.class})
 }
 
-func (llamaArch) ParseConfig(raw []byte) (*Config, error) {
-	h, c, err := causalConfig(raw, "Llama")
+func (a causalArch) ParseConfig(raw []byte) (*Config, error) {
+	h, c, err := causalConfig(raw, a.family)
 	if err != nil {
 		return nil, err
 	}
-	c.QKVBias, c.OutBias = h.AttentionBias, h.AttentionBias
+	if err := a.biases(h, c); err != nil {
+		return nil, err
+	}
 	return c, validateDecoder(c)
 }
 
-func (llamaArch) Build(c *Config, b backend.Backend, w *Weights) (*Network, error) {
+func (causalArch) Build(c *Config, b backend.Backend, w *Weights) (*Network, error) {
 	return buildCausal(c, b, w)
 }
 

@@ -119,30 +119,21 @@ func (opts *calibrateOptions) run(ctx context.Context) error {
 				GenLength: gen.GenLength, Steps: gen.Steps, BlockLength: gen.BlockLength, Refresh: lm.Card.RefreshOr(opts.Method.BiCache.Refresh),
 				Sources: slices.Clone(opts.Sources), Edges: edges, Seed: opts.Seed, Data: opts.Data, StartFrom: opts.LUT, Shard: opts.Shard},
 		}
-		var t *lut.Table
-		if len(opts.Merge) > 0 {
-			if t, err = c.Merge(opts.Merge, reqs); err != nil {
-				return err
+		t, err := opts.tableOrShard("bin·source", "depth of", profile.CalibrationFile, len(reqs), func() (*lut.Table, error) {
+			t, err := c.Merge(opts.Merge, reqs)
+			if err != nil {
+				return nil, err
 			}
 			if err := os.MkdirAll(opts.Out, 0o755); err != nil {
-				return err
+				return nil, err
 			}
-			if err := t.Write(filepath.Join(opts.Out, profile.CalibratedTable)); err != nil {
-				return err
-			}
-		} else {
-			bar := &lateBar{f: opts.f, unit: "bin·source", quiet: opts.Quiet}
+			return t, t.Write(filepath.Join(opts.Out, profile.CalibratedTable))
+		}, func(bar *lateBar) (*lut.Table, error) {
 			c.Progress = bar.set
-			t, err = c.Calibrate(ctx, reqs)
-			bar.done()
-			if err != nil {
-				return err
-			}
-		}
-		if t == nil {
-			fmt.Fprintf(opts.f.ErrOut, "shard %s: every depth of %d requests in %s; merge the shards with --merge\n",
-				opts.Shard, len(reqs), filepath.Join(opts.Out, profile.CalibrationFile))
-			return nil
+			return c.Calibrate(ctx, reqs)
+		})
+		if t == nil || err != nil {
+			return err
 		}
 		fmt.Fprint(opts.f.Out, t.String())
 		fmt.Fprintf(opts.f.ErrOut, "wrote %s (%d requests, sources %s)\n", filepath.Join(opts.Out, profile.CalibratedTable), len(reqs), strings.Join(opts.Sources, ", "))
@@ -176,6 +167,30 @@ func (opts *calibrateOptions) flags(fl *pflag.FlagSet) {
 	fl.DurationVar(&opts.Budget, "budget", 0, "methods mode: stop starting settings on new requests after this long (those cut short do not pass); 0: no limit")
 	fl.Int64Var(&opts.CacheBytes, "cache-bytes", 1<<30, "methods mode: each setting's prefix store budget in bytes")
 	fl.StringVar(&opts.Guide, "guide", "", "methods mode: the guided decoder's guide (an autoregressive LM with the model's vocabulary and chat template, as --model names it): the default grid adds none@guided, none@guided:0.9 and each primitive cache method under guided (bicache, block and d2cache at their first grid point; prefix-all, dllm-cache and freecache at their defaults), and the table records the guide's fingerprint (serve --lut then needs the same --guide)")
+}
+
+// tableOrShard is the table a calibration (either mode) ends with:
+// merge's, from the --merge shard directories, else run's (its progress on
+// a lateBar counting unit). It is nil, said on ErrOut, where run was one
+// --shard: every what (a setting on, a depth of) n requests, its outcomes
+// kept in file under --out for a later --merge.
+func (opts *calibrateOptions) tableOrShard(unit, what, file string, n int,
+	merge func() (*lut.Table, error), run func(*lateBar) (*lut.Table, error)) (*lut.Table, error) {
+	var t *lut.Table
+	var err error
+	if len(opts.Merge) > 0 {
+		t, err = merge()
+	} else {
+		bar := &lateBar{f: opts.f, unit: unit, quiet: opts.Quiet}
+		t, err = run(bar)
+		bar.done()
+	}
+	if t != nil || err != nil {
+		return t, err
+	}
+	fmt.Fprintf(opts.f.ErrOut, "shard %s: every %s %d requests in %s; merge the shards with --merge\n",
+		opts.Shard, what, n, filepath.Join(opts.Out, file))
+	return nil, nil
 }
 
 // lateBar is calibrate's progress bar, whose total (bins × sources, or

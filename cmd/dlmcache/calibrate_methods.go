@@ -91,13 +91,9 @@ func calibrateMethods(ctx context.Context, opts *calibrateOptions) error {
 		}
 		s.Base = base
 		s.NewStore = func() cache.PrefixStore { return cache.NewStore(lm.Backend, opts.CacheBytes, cache.LRU) }
-		var t *lut.Table
-		if len(opts.Merge) > 0 {
-			if t, err = s.Merge(opts.Merge, reqs); err != nil {
-				return err
-			}
-		} else {
-			bar := &lateBar{f: opts.f, unit: "req", quiet: opts.Quiet}
+		t, err := opts.tableOrShard("req", "setting on", profile.SearchFile, len(reqs), func() (*lut.Table, error) {
+			return s.Merge(opts.Merge, reqs)
+		}, func(bar *lateBar) (*lut.Table, error) {
 			s.Progress = bar.set
 			s.Log = func(l string) {
 				if bar.bar != nil && !opts.Quiet {
@@ -105,16 +101,10 @@ func calibrateMethods(ctx context.Context, opts *calibrateOptions) error {
 				}
 				fmt.Fprintln(opts.f.ErrOut, l)
 			}
-			t, err = s.Search(ctx, reqs)
-			bar.done()
-			if err != nil {
-				return err
-			}
-		}
-		if t == nil {
-			fmt.Fprintf(opts.f.ErrOut, "shard %s: every setting on %d requests in %s; merge the shards with --merge\n",
-				opts.Shard, len(reqs), filepath.Join(opts.Out, profile.SearchFile))
-			return nil
+			return s.Search(ctx, reqs)
+		})
+		if t == nil || err != nil {
+			return err
 		}
 		if err := os.MkdirAll(opts.Out, 0o755); err != nil {
 			return err

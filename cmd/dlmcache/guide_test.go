@@ -285,11 +285,7 @@ func guidedTable(t *testing.T, g lut.ModelID) string {
 	tab := &lut.Table{Format: lut.Format, Model: lut.ModelID{Name: guidedDLM, NLayers: len(dlm.Blocks), Fingerprint: dlm.Fingerprint}, Tau: 1,
 		Classes: []lut.Class{{Name: "all"}}, Guide: &g, Calibration: &lut.Calibration{Method: "search"},
 		Bins: []lut.Bin{{Lo: 0, Hi: 1, Choices: []*lut.Choice{{Class: "all", Setting: lut.Setting{Method: "freecache", Decoder: "guided"}}}}}}
-	p := filepath.Join(t.TempDir(), "table.json")
-	if err := tab.Write(p); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return tempTable(t, tab)
 }
 
 // serve --lut with a table that chooses a guided setting: refused without
@@ -350,11 +346,7 @@ func verifyTable(t *testing.T, g *lut.ModelID, setting lut.Setting) string {
 	tab := &lut.Table{Format: lut.Format, Model: lut.ModelID{Name: guidedDLM, NLayers: len(dlm.Blocks), Fingerprint: dlm.Fingerprint}, Tau: 1,
 		GenLength: 16, Steps: 8, BlockLength: 8, Classes: []lut.Class{{Name: "all"}}, Guide: g, Calibration: &lut.Calibration{Method: "search"},
 		Bins: []lut.Bin{{Lo: 0, Hi: 1, Choices: []*lut.Choice{{Class: "all", Setting: setting}}}}}
-	p := filepath.Join(t.TempDir(), "table.json")
-	if err := tab.Write(p); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return tempTable(t, tab)
 }
 
 // lut verify --guide replays held-out requests through a table whose

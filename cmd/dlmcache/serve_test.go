@@ -28,6 +28,13 @@ func writeTable(t *testing.T, name string, nLayers int, fp string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return tempTable(t, tab)
+}
+
+// tempTable writes tab as table.json in a directory of its own that is
+// removed when the test ends, and returns the file's path.
+func tempTable(t *testing.T, tab *lut.Table) string {
+	t.Helper()
 	p := filepath.Join(t.TempDir(), "table.json")
 	if err := tab.Write(p); err != nil {
 		t.Fatal(err)
@@ -204,11 +211,7 @@ func writeChoosingTable(t *testing.T, nLayers int, fp string, setting lut.Settin
 		Classes:     []lut.Class{{Name: "all"}},
 		Bins:        []lut.Bin{{Lo: 0, Hi: 1, Choices: []*lut.Choice{{Class: "all", Setting: setting, Samples: 20, Agreement: 1, LowerBound: 0.92, SpeedUp: 3}}}},
 		Calibration: &lut.Calibration{Method: "search", Gate: "answer", Target: 0.9, Confidence: 0.9, MaxLoss: 1}}
-	p := filepath.Join(t.TempDir(), "table.json")
-	if err := tab.Write(p); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return tempTable(t, tab)
 }
 
 // serve --lut with a calibrated v3 table and no other flag serves each

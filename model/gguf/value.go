@@ -34,26 +34,13 @@ func (v Value) String() string {
 
 // Int returns an integer value of any integer type.
 func (v Value) Int() (int64, bool) {
-	switch x := v.v.(type) {
-	case uint8:
-		return int64(x), true
-	case int8:
-		return int64(x), true
-	case uint16:
-		return int64(x), true
-	case int16:
-		return int64(x), true
-	case uint32:
-		return int64(x), true
-	case int32:
-		return int64(x), true
-	case uint64:
-		if x > math.MaxInt64 {
-			return 0, false
+	switch rv := reflect.ValueOf(v.v); rv.Kind() {
+	case reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return rv.Int(), true
+	case reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		if x := rv.Uint(); x <= math.MaxInt64 {
+			return int64(x), true
 		}
-		return int64(x), true
-	case int64:
-		return x, true
 	}
 	return 0, false
 }

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/dlmcache/dlmcache/model/tokenizer"
 )
 
 // Tokenizer metadata keys as llama.cpp writes them.
@@ -226,17 +228,6 @@ func llamaMerges(merges []string) []any {
 	return out
 }
 
-// hfAdded is an added_tokens entry of a tokenizer.json.
-type hfAdded struct {
-	ID         int    `json:"id"`
-	Content    string `json:"content"`
-	SingleWord bool   `json:"single_word"`
-	LStrip     bool   `json:"lstrip"`
-	RStrip     bool   `json:"rstrip"`
-	Normalized bool   `json:"normalized"`
-	Special    bool   `json:"special"`
-}
-
 // TokenizerJSON renders v as a Hugging Face tokenizer.json and
 // tokenizer_config.json that model/tokenizer reads: control and
 // user-defined tokens become added tokens (special for control tokens),
@@ -260,11 +251,11 @@ func (v *Vocab) TokenizerJSON() (tokenizerJSON, configJSON []byte, err error) {
 			strings.Join(append(slices.Clone(preGPT2), preLlama3...), ", "))
 	}
 	vocab := map[string]int{}
-	var added []hfAdded
+	var added []tokenizer.AddedTokenJSON
 	for i, t := range v.Tokens {
 		switch v.Types[i] {
 		case TokenControl, TokenUserDefined:
-			added = append(added, hfAdded{ID: i, Content: t, Special: v.Types[i] == TokenControl})
+			added = append(added, tokenizer.AddedTokenJSON{ID: int32(i), Content: t, Special: v.Types[i] == TokenControl})
 		case TokenUnused:
 		case TokenNormal, TokenUnknown, TokenByte:
 			if _, dup := vocab[t]; !dup {
@@ -316,9 +307,9 @@ func (v *Vocab) TokenizerJSON() (tokenizerJSON, configJSON []byte, err error) {
 	if v.AddEOS != nil {
 		cfg["add_eos_token"] = *v.AddEOS
 	}
-	dec := map[string]hfAdded{}
+	dec := map[string]tokenizer.AddedTokenJSON{}
 	for _, a := range added {
-		dec[strconv.Itoa(a.ID)] = a
+		dec[strconv.Itoa(int(a.ID))] = a
 	}
 	cfg["added_tokens_decoder"] = dec
 	if configJSON, err = json.MarshalIndent(cfg, "", "  "); err != nil {
@@ -338,9 +329,9 @@ func (v *Vocab) TokenizerJSON() (tokenizerJSON, configJSON []byte, err error) {
 // -1 when absent).
 func VocabFromHF(tokenizerJSON, configJSON []byte, vocabSize int, special map[string]int) (*Vocab, error) {
 	var tj struct {
-		AddedTokens  []hfAdded      `json:"added_tokens"`
-		Normalizer   any            `json:"normalizer"`
-		PreTokenizer map[string]any `json:"pre_tokenizer"`
+		AddedTokens  []tokenizer.AddedTokenJSON `json:"added_tokens"`
+		Normalizer   any                        `json:"normalizer"`
+		PreTokenizer map[string]any             `json:"pre_tokenizer"`
 		Model        struct {
 			Type         string            `json:"type"`
 			Vocab        map[string]int    `json:"vocab"`
@@ -370,10 +361,11 @@ func VocabFromHF(tokenizerJSON, configJSON []byte, vocabSize int, special map[st
 	}
 	addedType := map[int]int32{}
 	for _, a := range tj.AddedTokens {
-		byID[a.ID] = a.Content
-		addedType[a.ID] = TokenUserDefined
+		id := int(a.ID)
+		byID[id] = a.Content
+		addedType[id] = TokenUserDefined
 		if a.Special {
-			addedType[a.ID] = TokenControl
+			addedType[id] = TokenControl
 		}
 	}
 	for id := range byID {

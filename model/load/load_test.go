@@ -44,27 +44,25 @@ func editConfig(t *testing.T, dir string, edit func(map[string]any)) {
 	}
 }
 
+// setConfig returns a change to a model directory that sets its
+// config.json's key to v.
+func setConfig(key string, v any) func(t *testing.T, dir string) {
+	return func(t *testing.T, dir string) {
+		editConfig(t, dir, func(m map[string]any) { m[key] = v })
+	}
+}
+
 func TestLoadBadInput(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		break_ func(t *testing.T, dir string)
 		want   []string // substrings of the error
 	}{
-		{"more layers than the checkpoint", func(t *testing.T, dir string) {
-			editConfig(t, dir, func(m map[string]any) { m["n_layers"] = 4.0 })
-		}, []string{"blocks.3"}},
-		{"a layer count no checkpoint of this size holds", func(t *testing.T, dir string) {
-			editConfig(t, dir, func(m map[string]any) { m["n_layers"] = 1e9 })
-		}, []string{"config.json", "n_layers 1000000000", "tensors"}},
-		{"fewer layers than the checkpoint", func(t *testing.T, dir string) {
-			editConfig(t, dir, func(m map[string]any) { m["n_layers"] = 2.0 })
-		}, []string{"blocks.2", "n_layers 2"}},
-		{"config/tensor shape disagreement", func(t *testing.T, dir string) {
-			editConfig(t, dir, func(m map[string]any) { m["mlp_hidden_size"] = 128.0 })
-		}, []string{"model.safetensors", "ff_proj", "shape"}},
-		{"zero heads", func(t *testing.T, dir string) {
-			editConfig(t, dir, func(m map[string]any) { m["n_heads"] = 0.0 })
-		}, []string{"config.json", "n_heads"}},
+		{"more layers than the checkpoint", setConfig("n_layers", 4.0), []string{"blocks.3"}},
+		{"a layer count no checkpoint of this size holds", setConfig("n_layers", 1e9), []string{"config.json", "n_layers 1000000000", "tensors"}},
+		{"fewer layers than the checkpoint", setConfig("n_layers", 2.0), []string{"blocks.2", "n_layers 2"}},
+		{"config/tensor shape disagreement", setConfig("mlp_hidden_size", 128.0), []string{"model.safetensors", "ff_proj", "shape"}},
+		{"zero heads", setConfig("n_heads", 0.0), []string{"config.json", "n_heads"}},
 		{"config not JSON", func(t *testing.T, dir string) {
 			os.WriteFile(filepath.Join(dir, "config.json"), []byte("{d_model: 3"), 0o644)
 		}, []string{"config.json", "JSON"}},

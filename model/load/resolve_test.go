@@ -116,6 +116,18 @@ func resolvePathCases(t0 time.Time) []resolveCase {
 	}
 }
 
+// hubRepos is a lookup of arg in a hub cache that holds one snapshot ("r1",
+// made at t0) of the repository want, the one it finds, and of each other.
+func hubRepos(t0 time.Time, arg, want string, others ...string) func(t *testing.T, models, hub string) (string, string) {
+	return func(t *testing.T, models, hub string) (string, string) {
+		s := mkSnapshot(t, hub, want, "r1", t0, true)
+		for _, o := range others {
+			mkSnapshot(t, hub, o, "r1", t0, true)
+		}
+		return arg, s
+	}
+}
+
 // resolveHubCases are the lookups in the Hugging Face hub cache (and its
 // precedence under $DLMCACHE_MODELS).
 func resolveHubCases(t0 time.Time) []resolveCase {
@@ -126,15 +138,8 @@ func resolveHubCases(t0 time.Time) []resolveCase {
 			t.Setenv("DLMCACHE_MODELS", models)
 			return "LLaDA-8B-Instruct", d
 		}},
-		{"cache exact name", func(t *testing.T, models, hub string) (string, string) {
-			s := mkSnapshot(t, hub, "GSAI-ML--LLaDA-8B-Instruct", "r1", t0, true)
-			return "LLaDA-8B-Instruct", s
-		}},
-		{"cache repo id", func(t *testing.T, models, hub string) (string, string) {
-			s := mkSnapshot(t, hub, "GSAI-ML--LLaDA-8B-Instruct", "r1", t0, true)
-			mkSnapshot(t, hub, "other--LLaDA-8B-Instruct", "r1", t0, true)
-			return "GSAI-ML/LLaDA-8B-Instruct", s
-		}},
+		{"cache exact name", hubRepos(t0, "LLaDA-8B-Instruct", "GSAI-ML--LLaDA-8B-Instruct")},
+		{"cache repo id", hubRepos(t0, "GSAI-ML/LLaDA-8B-Instruct", "GSAI-ML--LLaDA-8B-Instruct", "other--LLaDA-8B-Instruct")},
 		{"cache bare substring", func(t *testing.T, models, hub string) (string, string) {
 			s := mkSnapshot(t, hub, "GSAI-ML--LLaDA-8B-Instruct", "r1", t0, true)
 			mkSnapshot(t, hub, "Dream-org--Dream-v0-Instruct-7B", "r1", t0, true)
@@ -143,20 +148,9 @@ func resolveHubCases(t0 time.Time) []resolveCase {
 			}
 			return "llada", s
 		}},
-		{"cache case-insensitive equality beats substring", func(t *testing.T, models, hub string) (string, string) {
-			s := mkSnapshot(t, hub, "someone--LLaDA", "r1", t0, true)
-			mkSnapshot(t, hub, "GSAI-ML--LLaDA-8B-Instruct", "r1", t0, true)
-			return "llada", s
-		}},
-		{"cache exact beats case-insensitive", func(t *testing.T, models, hub string) (string, string) {
-			s := mkSnapshot(t, hub, "a--llada", "r1", t0, true)
-			mkSnapshot(t, hub, "b--LLaDA", "r1", t0, true)
-			return "llada", s
-		}},
-		{"cache entry without org", func(t *testing.T, models, hub string) (string, string) {
-			s := mkSnapshot(t, hub, "gpt2", "r1", t0, true)
-			return "gpt2", s
-		}},
+		{"cache case-insensitive equality beats substring", hubRepos(t0, "llada", "someone--LLaDA", "GSAI-ML--LLaDA-8B-Instruct")},
+		{"cache exact beats case-insensitive", hubRepos(t0, "llada", "a--llada", "b--LLaDA")},
+		{"cache entry without org", hubRepos(t0, "gpt2", "gpt2")},
 		{"newest snapshot", func(t *testing.T, models, hub string) (string, string) {
 			mkSnapshot(t, hub, "GSAI-ML--LLaDA-8B-Instruct", "zzz-old", t0, true)
 			s := mkSnapshot(t, hub, "GSAI-ML--LLaDA-8B-Instruct", "aaa-new", t0.Add(time.Hour), true)

@@ -160,8 +160,9 @@ func abbrev(raw json.RawMessage) string {
 	return s
 }
 
-// addedTokenJSON is one entry of tokenizer.json's added_tokens.
-type addedTokenJSON struct {
+// AddedTokenJSON is one entry of a tokenizer.json's added_tokens, as
+// Load reads it and model/gguf writes it.
+type AddedTokenJSON struct {
 	ID         int32  `json:"id"`
 	Content    string `json:"content"`
 	SingleWord bool   `json:"single_word"`
@@ -561,7 +562,7 @@ func (s *jsonScanner) str() (string, bool) {
 }
 
 func (t *Tokenizer) parseAdded(top object, name string) error {
-	var added []addedTokenJSON
+	var added []AddedTokenJSON
 	if err := top.get("added_tokens", &added); err != nil {
 		return err
 	}

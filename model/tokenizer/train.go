@@ -211,9 +211,9 @@ func marshalTokenizerJSON(tokens []string, merges [][2]string, specials []string
 			byteLevel(false),
 		}}
 	}
-	added := make([]addedTokenJSON, len(specials))
+	added := make([]AddedTokenJSON, len(specials))
 	for i, s := range specials {
-		added[i] = addedTokenJSON{ID: int32(len(tokens) + i), Content: s, Special: true}
+		added[i] = AddedTokenJSON{ID: int32(len(tokens) + i), Content: s, Special: true}
 	}
 
 	var b bytes.Buffer

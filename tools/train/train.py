@@ -906,21 +906,14 @@ def greedy_ar(model, prompts, max_new, eos, stop_ids=()):
 def evaluate_ar(model, corpus, order, args, G, stop_flag=None):
     """Held-out exact-match accuracy of a causal model under greedy decoding (up to G tokens)."""
     eos = model.config.eos_token_id
-    hits = {s: [0, 0] for s in corpus.suites}
     t0 = time.time()
-    for k in range(0, len(order), args.eval_batch):
-        if stop_flag is not None and stop_flag():
-            model.train()
-            return None
-        chunk = order[k:k + args.eval_batch]
-        outs = greedy_ar(model, [corpus.prompt(i) for i in chunk], G, eos)
-        for i, o in zip(chunk, outs):
-            s = corpus.suites[corpus.suite[i]]
-            hits[s][1] += 1
-            hits[s][0] += int(strip_eos(o, eos) == strip_eos(corpus.ans[i][:G], eos))
-    acc = {s: h[0] / h[1] for s, h in hits.items() if h[1]}
+    r = suite_accuracy(corpus, order, args.eval_batch, G, eos, stop_flag,
+                       lambda chunk: greedy_ar(model, [corpus.prompt(i) for i in chunk], G, eos))
     model.train()
-    return {"acc": acc, "mean": float(np.mean(list(acc.values()))) if acc else 0.0, "n": len(order),
+    if r is None:
+        return None
+    acc, mean = r
+    return {"acc": acc, "mean": mean, "n": len(order),
             "seconds": time.time() - t0, "steps": 0, "block_length": 1, "gen_length": G, "decoding": "greedy ar"}
 
 
@@ -939,6 +932,23 @@ def strip_eos(a, eos):
     return a[:a.index(eos)] if eos in a else a
 
 
+def suite_accuracy(corpus, order, batch, G, eos, stop_flag, decode):
+    """Exact-match accuracy per suite of decode(chunk) (one answer per sample of chunk, up to its
+    EOS) over the samples order in chunks of batch, against their first G answer tokens ->
+    (acc {suite: accuracy}, the mean over suites, 0 without any), or None once stop_flag() is true."""
+    hits = {s: [0, 0] for s in corpus.suites}
+    for k in range(0, len(order), batch):
+        if stop_flag is not None and stop_flag():
+            return None
+        chunk = order[k:k + batch]
+        for i, o in zip(chunk, decode(chunk)):
+            s = corpus.suites[corpus.suite[i]]
+            hits[s][1] += 1
+            hits[s][0] += int(strip_eos(o, eos) == strip_eos(corpus.ans[i][:G], eos))
+    acc = {s: h[0] / h[1] for s, h in hits.items() if h[1]}
+    return acc, float(np.mean(list(acc.values()))) if acc else 0.0
+
+
 @torch.no_grad()
 def evaluate(model, corpus, idx, args, meta, stop_flag=None):
     model.eval()
@@ -953,20 +963,15 @@ def evaluate(model, corpus, idx, args, meta, stop_flag=None):
         return evaluate_ar(model, corpus, order, args, G, stop_flag)
     if model.config.block_causal:
         return evaluate_block(model, corpus, order, args, G, steps, stop_flag)
-    hits = {s: [0, 0] for s in corpus.suites}
     t0 = time.time()
-    for k in range(0, len(order), args.eval_batch):
-        if stop_flag is not None and stop_flag():
-            return None
-        chunk = order[k:k + args.eval_batch]
-        outs = generate_batch(model, [corpus.prompt(i).tolist() for i in chunk], G, steps, bl, pad_id=eos)
-        for i, o in zip(chunk, outs):
-            s = corpus.suites[corpus.suite[i]]
-            hits[s][1] += 1
-            hits[s][0] += int(strip_eos(o, eos) == strip_eos(corpus.ans[i][:G], eos))
-    acc = {s: h[0] / h[1] for s, h in hits.items() if h[1]}
+    r = suite_accuracy(corpus, order, args.eval_batch, G, eos, stop_flag,
+                       lambda chunk: generate_batch(model, [corpus.prompt(i).tolist() for i in chunk], G, steps, bl,
+                                                    pad_id=eos))
+    if r is None:
+        return None
+    acc, mean = r
     model.train()
-    return {"acc": acc, "mean": float(np.mean(list(acc.values()))) if acc else 0.0,
+    return {"acc": acc, "mean": mean,
             "n": len(idx), "seconds": time.time() - t0, "steps": steps, "block_length": bl, "gen_length": G}
 
 
@@ -979,23 +984,20 @@ def evaluate_block(model, corpus, order, args, G, steps, stop_flag=None):
     t0 = time.time()
     by = {}
     for dec in decs:
-        hits = {s: [0, 0] for s in corpus.suites}
         nfe, td = [], time.time()
-        for k in range(0, len(order), args.eval_batch):
-            if stop_flag is not None and stop_flag():
-                model.train()
-                return None
-            chunk = order[k:k + args.eval_batch]
+
+        def decode(chunk):
             stats = {}
             outs = generate_block_batch(model, [corpus.prompt(i).tolist() for i in chunk], G, decoding=dec,
                                         threshold=args.eval_threshold, steps=steps, pad_id=eos, stats=stats)
             nfe.extend(stats["nfe"])
-            for i, o in zip(chunk, outs):
-                s = corpus.suites[corpus.suite[i]]
-                hits[s][1] += 1
-                hits[s][0] += int(strip_eos(o, eos) == strip_eos(corpus.ans[i][:G], eos))
-        acc = {s: h[0] / h[1] for s, h in hits.items() if h[1]}
-        by[dec] = {"acc": acc, "mean": float(np.mean(list(acc.values()))) if acc else 0.0,
+            return outs
+        r = suite_accuracy(corpus, order, args.eval_batch, G, eos, stop_flag, decode)
+        if r is None:
+            model.train()
+            return None
+        acc, mean = r
+        by[dec] = {"acc": acc, "mean": mean,
                    "nfe_mean": round(float(np.mean(nfe)), 2) if nfe else 0.0, "seconds": round(time.time() - td, 1)}
     model.train()
     first = by[decs[0]]
