@@ -1,10 +1,12 @@
 // attn.c: the panel kernel (products with weights of small k, laid out
-// once) and the fused attention kernels, AVX-512F (attn_rows) and
+// once), the blocked panel kernel (weights of any k and type, packed as
+// they are multiplied) and the fused attention kernels, AVX-512F (attn_rows) and
 // AVX2+FMA (attn_rows2); target attributes per function, picked at run
 // time by the Go side's avx2 argument.
 #include <math.h>
 #include <string.h>
 
+#include "half.h"
 #include "kernels.h"
 #include "simd.h"
 
@@ -152,14 +154,17 @@ static void attn_rows(int m, int nk, int hd, float scale, const float *q, long l
 #define ATTN_MR2 6
 
 __attribute__((target("avx2,fma"), always_inline))
-static inline void attn_tile2(const int mr, const int nv, const int full, int K, const float *a, long lda,
+static inline void attn_tile2(const int mr, const int nv, const int full, const int add, int K, const float *a, long lda,
 		const float *b, long ldb, float *c, long ldc, float alpha, const float *rs,
 		__m256i m0, __m256i m1) {
 	__m256 acc[ATTN_MR2][2];
 #pragma GCC unroll 6
 	for (int i = 0; i < mr; i++) {
-		acc[i][0] = _mm256_setzero_ps();
-		acc[i][1] = _mm256_setzero_ps();
+		// add (α = 1, no rs): the sums go on from what c holds, so a pass
+		// over k in several blocks is one chain of FMAs.
+		const float *ci = c + (long)i * ldc;
+		acc[i][0] = !add ? _mm256_setzero_ps() : full ? _mm256_loadu_ps(ci) : _mm256_maskload_ps(ci, m0);
+		acc[i][1] = !add || nv < 2 ? _mm256_setzero_ps() : full ? _mm256_loadu_ps(ci + 8) : _mm256_maskload_ps(ci + 8, m1);
 	}
 	// Four steps an iteration (-O2 leaves the loop rolled): attention's
 	// rows 3–7% and the panel products 0–15% faster, measured on Zen 3
@@ -202,10 +207,10 @@ static inline void tile2(int mr, int w, int b16, int K, const float *a, long lda
 	__m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(w - 8), lane);
 	int nv = b16 || w > 8 ? 2 : 1, full = w == 16 || (w == 8 && nv == 1);
 #define TILE2(MR) \
-	if (nv == 2) { if (full) attn_tile2(MR, 2, 1, K, a, lda, b, ldb, c, ldc, alpha, rs, m0, m1); \
-		else attn_tile2(MR, 2, 0, K, a, lda, b, ldb, c, ldc, alpha, rs, m0, m1); } \
-	else { if (full) attn_tile2(MR, 1, 1, K, a, lda, b, ldb, c, ldc, alpha, rs, m0, m1); \
-		else attn_tile2(MR, 1, 0, K, a, lda, b, ldb, c, ldc, alpha, rs, m0, m1); }
+	if (nv == 2) { if (full) attn_tile2(MR, 2, 1, 0, K, a, lda, b, ldb, c, ldc, alpha, rs, m0, m1); \
+		else attn_tile2(MR, 2, 0, 0, K, a, lda, b, ldb, c, ldc, alpha, rs, m0, m1); } \
+	else { if (full) attn_tile2(MR, 1, 1, 0, K, a, lda, b, ldb, c, ldc, alpha, rs, m0, m1); \
+		else attn_tile2(MR, 1, 0, 0, K, a, lda, b, ldb, c, ldc, alpha, rs, m0, m1); }
 	switch (mr) { ROW_CASES6(TILE2); }
 #undef TILE2
 }
@@ -220,26 +225,62 @@ static inline void tile2(int mr, int w, int b16, int K, const float *a, long lda
 // transpose in registers (attention lays out every kv head of every
 // request at every layer this way); the columns past a multiple of 8 and a
 // last panel of fewer rows one value at a time.
-__attribute__((target("avx2,fma")))
-static void panel_pack(const float *w, long ldw, int n, int k, float *p) {
+// The types of weight panel_pack_t lays out: float32, IEEE halves,
+// bfloat16s (each converted to float32 exactly as it is packed).
+enum { WT_F32 = 0, WT_F16 = 1, WT_BF16 = 2 };
+
+// load8 is 8 consecutive values of a weight of type t at p as float32,
+// exactly, on AVX2 alone (halves without F16C: the magnitude's bits moved
+// into a float32's and scaled by 2^112, which also makes subnormals
+// right; the largest exponent becomes ±Inf or NaN).
+__attribute__((target("avx2,fma"), always_inline))
+static inline __m256 load8(const int t, const void *p) {
+	if (t == WT_F32) return _mm256_loadu_ps(p);
+	__m256i x = _mm256_cvtepu16_epi32(_mm_loadu_si128(p));
+	if (t == WT_BF16) return _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+	__m256i sign = _mm256_slli_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x8000)), 16);
+	__m256i mag = _mm256_slli_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7fff)), 13);
+	__m256 f = _mm256_mul_ps(_mm256_castsi256_ps(mag), _mm256_castsi256_ps(_mm256_set1_epi32(0x77800000)));
+	__m256i top = _mm256_cmpeq_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7c00)), _mm256_set1_epi32(0x7c00));
+	f = _mm256_blendv_ps(f, _mm256_castsi256_ps(_mm256_or_si256(mag, _mm256_set1_epi32(0x7f800000))), _mm256_castsi256_ps(top));
+	return _mm256_or_ps(f, _mm256_castsi256_ps(sign));
+}
+
+// value1 is the value i of a weight of type t at p as float32.
+static inline float value1(const int t, const void *p, long i) {
+	if (t == WT_F32) return ((const float *)p)[i];
+	uint16_t h = ((const uint16_t *)p)[i];
+	if (t == WT_F16) return half_to_float(h);
+	uint32_t bits = (uint32_t)h << 16;
+	float f;
+	memcpy(&f, &bits, 4);
+	return f;
+}
+
+// panel_pack_t lays out w [n × k] of type t (row stride ldw values) as
+// ⌈n/16⌉ panels of 16 rows, k-major and zero-padded, in float32.
+__attribute__((target("avx2,fma"), always_inline))
+static inline void panel_pack_t(const int t, const void *w, long ldw, int n, int k, float *p) {
+	const long es = t == WT_F32 ? 4 : 2;
+	const char *wb = w;
 	for (int q = 0; q * 16 < n; q++) {
 		float *pq = p + (long)q * k * 16;
 		int rows = n - q * 16 < 16 ? n - q * 16 : 16, k0 = 0;
 		if (rows == 16) {
 			for (; k0 + 8 <= k; k0 += 8) {
 				for (int h = 0; h < 16; h += 8) {
-					const float *src = w + (long)(q * 16 + h) * ldw + k0;
-					__m256 r[8], t[8];
-					for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(src + (long)i * ldw);
+					const char *src = wb + ((long)(q * 16 + h) * ldw + k0) * es;
+					__m256 r[8], t8[8];
+					for (int i = 0; i < 8; i++) r[i] = load8(t, src + (long)i * ldw * es);
 					for (int i = 0; i < 8; i += 2) {
-						t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-						t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+						t8[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+						t8[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
 					}
 					for (int i = 0; i < 8; i += 4) {
-						r[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-						r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-						r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-						r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+						r[i] = _mm256_shuffle_ps(t8[i], t8[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+						r[i + 1] = _mm256_shuffle_ps(t8[i], t8[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+						r[i + 2] = _mm256_shuffle_ps(t8[i + 1], t8[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+						r[i + 3] = _mm256_shuffle_ps(t8[i + 1], t8[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
 					}
 					// r[0..3] hold columns 0..3 of rows 0..3 (low) and 4..7 of
 					// rows 0..3 (high); r[4..7] the same of rows 4..7.
@@ -252,10 +293,13 @@ static void panel_pack(const float *w, long ldw, int n, int k, float *p) {
 		}
 		for (int r = 0; r < 16; r++) {
 			int row = q * 16 + r;
-			for (int kk = k0; kk < k; kk++) pq[(long)kk * 16 + r] = row < n ? w[(long)row * ldw + kk] : 0;
+			for (int kk = k0; kk < k; kk++) pq[(long)kk * 16 + r] = row < n ? value1(t, wb, (long)row * ldw + kk) : 0;
 		}
 	}
 }
+
+__attribute__((target("avx2,fma")))
+static void panel_pack(const float *w, long ldw, int n, int k, float *p) { panel_pack_t(WT_F32, w, ldw, n, k, p); }
 
 // panel_gemm computes α times columns [q0·16, q0·16 + n) of c from panels q0, …:
 // rows in blocks of 96 (their a stays in L2 while every panel passes),
@@ -270,6 +314,55 @@ static void panel_gemm(int m, int n, int k, const float *a, long lda, const floa
 			for (int i = i0; i < i1; i += ATTN_MR2)
 				tile2(i1 - i < ATTN_MR2 ? i1 - i : ATTN_MR2, w, 1, k, a + (long)i * lda, lda, pq, 16,
 					c + (long)i * ldc + j, ldc, alpha, NULL);
+		}
+	}
+}
+
+// tile2_add runs a tile of mr ≤ 6 rows and w ≤ 16 columns on a zero-padded
+// panel (two vectors), its sums started from c where add.
+__attribute__((target("avx2,fma"), always_inline))
+static inline void tile2_add(int mr, int w, int add, int K, const float *a, long lda, const float *b, float *c, long ldc) {
+	const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+	__m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(w), lane);
+	__m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(w - 8), lane);
+#define TILE2A(MR) \
+	if (w == 16) { if (add) attn_tile2(MR, 2, 1, 1, K, a, lda, b, 16, c, ldc, 1.0f, NULL, m0, m1); \
+		else attn_tile2(MR, 2, 1, 0, K, a, lda, b, 16, c, ldc, 1.0f, NULL, m0, m1); } \
+	else { if (add) attn_tile2(MR, 2, 0, 1, K, a, lda, b, 16, c, ldc, 1.0f, NULL, m0, m1); \
+		else attn_tile2(MR, 2, 0, 0, K, a, lda, b, 16, c, ldc, 1.0f, NULL, m0, m1); }
+	switch (mr) { ROW_CASES6(TILE2A); }
+#undef TILE2A
+}
+
+// The blocked panel kernel, for weights of any k kept as the checkpoint
+// holds them (F32, F16 or BF16): columns [c0, c0 + nc) of c[m × n] =
+// a[m × k]·wᵀ, nc ≤ DLMC_WG_NB. w's rows c0… are laid out DLMC_WG_KC
+// columns at a time into p (DLMC_WG_KC·DLMC_WG_NB floats; panel_pack_t,
+// converting to float32 as it packs), and every 6 × 16 tile of c takes one
+// pass over those columns on attn_tile2, its sums going on from what the
+// earlier columns left in c. Each element of c is so one chain of FMAs in
+// k's order whatever m, c0 or the thread: the same in any batch. Rows go
+// in blocks of WG_MC (their a stays in L2), then panel by panel (16 KC
+// columns of w, 32 KB at KC 512, stay in L1) 6 rows at a time.
+#define WG_MC 192
+__attribute__((target("avx2,fma")))
+static void wg_block(int t, int m, int k, const float *a, long lda, const void *w, long ldw, int c0, int nc,
+		float *c, long ldc, float *p) {
+	const long es = t == WT_F32 ? 4 : 2;
+	for (int pc = 0; pc < k; pc += DLMC_WG_KC) {
+		int kc = k - pc < DLMC_WG_KC ? k - pc : DLMC_WG_KC;
+		const char *src = (const char *)w + ((long)c0 * ldw + pc) * es;
+		if (t == WT_F32) panel_pack_t(WT_F32, src, ldw, nc, kc, p);
+		else if (t == WT_F16) panel_pack_t(WT_F16, src, ldw, nc, kc, p);
+		else panel_pack_t(WT_BF16, src, ldw, nc, kc, p);
+		for (int i0 = 0; i0 < m; i0 += WG_MC) {
+			int i1 = i0 + WG_MC < m ? i0 + WG_MC : m;
+			for (int q = 0; q * 16 < nc; q++) {
+				int wq = nc - q * 16 < 16 ? nc - q * 16 : 16;
+				for (int i = i0; i < i1; i += ATTN_MR2)
+					tile2_add(i1 - i < ATTN_MR2 ? i1 - i : ATTN_MR2, wq, pc > 0, kc, a + (long)i * lda + pc, lda,
+						p + (long)q * kc * 16, c + (long)i * ldc + c0 + q * 16, ldc);
+			}
 		}
 	}
 }
@@ -431,7 +524,16 @@ static void attn_pack2(int lo, int hi, int pnk, int hd, const float *k, long ldk
 		float *kp, float *vp) {
 	(void)lo, (void)hi, (void)pnk, (void)hd, (void)k, (void)ldk, (void)v, (void)ldv, (void)kp, (void)vp;
 }
+static void wg_block(int t, int m, int k, const float *a, long lda, const void *w, long ldw, int c0, int nc,
+		float *c, long ldc, float *p) {
+	(void)t, (void)m, (void)k, (void)a, (void)lda, (void)w, (void)ldw, (void)c0, (void)nc, (void)c, (void)ldc, (void)p;
+}
 #endif
+
+void dlmc_wg_block(int type, int m, int k, const float *a, long lda, const void *w, long ldw, int c0, int nc,
+		float *c, long ldc, float *p) {
+	wg_block(type, m, k, a, lda, w, ldw, c0, nc, c, ldc, p);
+}
 
 void dlmc_panel_pack(const float *w, long ldw, int n, int k, float *p) { panel_pack(w, ldw, n, k, p); }
 

@@ -50,7 +50,12 @@
 // took a fifth of a batched forward of the bundled model). Every output
 // element is one pass over k in a fixed order, so a row's result does
 // not depend on the other rows of the product or on the thread count.
-// The other products run on one of two libraries, picked once per
+// Larger F32 weights, and F16 and BF16 ones, that do not go to oneDNN run
+// there on the blocked form of that kernel (wgMatMul): 64 of the weight's
+// rows × 512 of its columns packed at a time per task (converted to
+// float32 as they are packed), each tile's sums going on from what the
+// previous columns left, so still one chain of FMAs per element in k's
+// order. The other products run on one of two libraries, picked once per
 // process (GEMMLib; $DLMCACHE_CPU_GEMM for New and NewFromEnv), each
 // called so that a row's result is the same at every row count
 // (TestMatMulRowsInvariant): the libraries pick kernels by the product's

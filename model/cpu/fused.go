@@ -50,6 +50,46 @@ func (b *Backend) panelMatMul(d, xs, ws *Tensor) {
 		fptr(xs.data), C.long(xs.stride), fptr(ws.panels), fptr(d.data), C.long(d.stride))
 }
 
+// The weight types of the blocked panel kernel (dlmc_wg_matmul).
+const (
+	wgF32  = 0
+	wgF16  = 1
+	wgBF16 = 2
+)
+
+// wgMatMul computes d = x·wᵀ on the blocked panel kernel (attn.c): w, of
+// any k, read as it is kept (float32, F16 or BF16: converted exactly as
+// it is packed, 512 of its columns at a time), as one job of the team, a
+// task a block of 64 of its rows. AVX2+FMA only (simd). Every row of d is
+// the same whatever the rows beside it and the threads: the kernel sums
+// each element in k's order, one chain of FMAs.
+func (b *Backend) wgMatMul(d, xs, ws *Tensor) {
+	m, n, k := xs.rows, ws.rows, xs.cols
+	if m == 0 || n == 0 {
+		return
+	}
+	if !simd {
+		panic("cpu: wgMatMul: no AVX2")
+	}
+	_, _ = xs.data[(m-1)*xs.stride+k-1], d.data[(m-1)*d.stride+n-1]
+	var typ C.int
+	var w unsafe.Pointer
+	switch {
+	case ws.f16 != nil:
+		_ = ws.f16[(n-1)*ws.stride+k-1]
+		typ, w = wgF16, unsafe.Pointer(&ws.f16[0])
+	case ws.bf16 != nil:
+		_ = ws.bf16[(n-1)*ws.stride+k-1]
+		typ, w = wgBF16, unsafe.Pointer(&ws.bf16[0])
+	default:
+		_ = ws.data[(n-1)*ws.stride+k-1]
+		typ, w = wgF32, unsafe.Pointer(&ws.data[0])
+	}
+	C.dlmc_wg_matmul(C.int(b.workers(2*float64(m)*float64(n)*float64(k))), typ, C.int(m), C.int(n), C.int(k),
+		fptr(xs.data), C.long(xs.stride), w, C.long(ws.stride), fptr(d.data), C.long(d.stride))
+	runtime.KeepAlive(ws)
+}
+
 // workers is how many threads a fused operation of flops runs on: one
 // where it is too small to split.
 func (b *Backend) workers(flops float64) int {

@@ -5,8 +5,10 @@
 //	vec.c     the machine's ISA; exp, softmax, SiLU·up, BF16 ↔ F32 and
 //	          F16 → F32 rows
 //	rowops.c  RMSNorm, RoPE and the residual add over ranges of rows
-//	attn.c    the panel kernel (products with small-k weights) and the
-//	          fused attention kernels (AVX2+FMA, AVX-512F)
+//	attn.c    the panel kernel (products with small-k weights), the
+//	          blocked panel kernel (any k; F32, F16, BF16 weights packed
+//	          as they are multiplied) and the fused attention kernels
+//	          (AVX2+FMA, AVX-512F)
 //	team.c    the thread team and the fused jobs that run on it
 //	onednn.c  the oneDNN shim (dlopen'd at run time; a stub without headers)
 //	blas.c    OpenBLAS's sgemm, row-major
@@ -126,6 +128,18 @@ void dlmc_attn_rows(int avx2, int m, int nk, int hd, float scale, const float *q
 // tasks of DLMC_FUSED_ROWS rows; workers counts the caller's thread.
 #define DLMC_FUSED_ROWS 48
 void dlmc_panel_matmul(int workers, int m, int n, int k, const float *a, long lda, const float *p, float *c, long ldc);
+// The blocked panel kernel (attn.c), for weights of any k: columns [c0,
+// c0 + nc) (nc ≤ DLMC_WG_NB) of c[m × n] = a[m × k]·wᵀ, w [n × k] of type
+// (0 float32, 1 IEEE half, 2 bfloat16; row stride ldw values) laid out
+// DLMC_WG_KC columns at a time into p (DLMC_WG_KC·DLMC_WG_NB floats),
+// AVX2+FMA; dlmc_wg_matmul runs it on the team (team.c), a task a block
+// of DLMC_WG_NB columns.
+#define DLMC_WG_KC 512
+#define DLMC_WG_NB 64
+void dlmc_wg_block(int type, int m, int k, const float *a, long lda, const void *w, long ldw, int c0, int nc,
+		float *c, long ldc, float *p);
+void dlmc_wg_matmul(int workers, int type, int m, int n, int k, const float *a, long lda, const void *w, long ldw,
+		float *c, long ldc);
 void dlmc_attn_input(int workers, int rows, int d, int nq, int nk, int nv, int hd, int simd, float eps,
 	const float *x, long ldx, const float *norm, const float *pq, const float *pk, const float *pv,
 	float *q, long ldq, float *k, long ldk, float *v, long ldv, const int32_t *pos, const float *cs, int npos);

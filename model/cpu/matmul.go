@@ -109,6 +109,10 @@ func (b *Backend) matMulF32(d, xs, ws *Tensor) {
 		}
 		dnnlFail(err)
 	}
+	if b.panel && in > 0 {
+		b.wgMatMul(d, xs, ws)
+		return
+	}
 	b.forParts(xs.rows, in, ws.rows, func(r0, r1, c0, c1 int) {
 		x := xs.data[r0*xs.stride:]
 		o := d.data[r0*d.stride+c0:]
@@ -304,6 +308,10 @@ func (b *Backend) matMulBF16(d, xs, ws *Tensor) {
 	if b.dnnlBF16 && in > 0 && dnnlFailed.Load() == nil && b.matMulDNNLBF16(d, xs, ws) {
 		return
 	}
+	if b.panel && in > 0 && !b.dnnlPanels(in, out) {
+		b.wgMatMul(d, xs, ws)
+		return
+	}
 	split := b.splits(n, in, out)
 	if !b.dnnlPanels(in, out) && (split && b.splitByRows(n, in, out) || in == 0) {
 		buf := b.bufs.scratch(out * in)
@@ -325,6 +333,10 @@ func (b *Backend) matMulBF16(d, xs, ws *Tensor) {
 // result never depends on its batch.
 func (b *Backend) matMulF16(d, xs, ws *Tensor) {
 	n, in, out := xs.rows, xs.cols, ws.rows
+	if b.panel && in > 0 && !b.dnnlPanels(in, out) {
+		b.wgMatMul(d, xs, ws)
+		return
+	}
 	if !b.dnnlPanels(in, out) && (b.splits(n, in, out) && b.splitByRows(n, in, out) || in == 0) {
 		buf := b.bufs.scratch(out * in)
 		b.parallel(out, rowGrain(in), func(lo, hi int) { f16Rows(buf[lo*in:], ws, lo, hi) })

@@ -272,6 +272,28 @@ void dlmc_panel_matmul(int workers, int m, int n, int k, const float *a, long ld
 	team_run(workers, rowTasks * colTasks, panel_task, &j, 0);
 }
 
+// A product on the blocked panel kernel, a task a block of DLMC_WG_NB
+// columns over every row, each with its scratch for the packed panels.
+typedef struct {
+	int type, m, n, k;
+	const float *a;
+	const void *w;
+	float *c;
+	long lda, ldw, ldc;
+} wg_job;
+
+static void wg_task(const void *arg, int t, float *p) {
+	const wg_job *j = arg;
+	int c0 = t * DLMC_WG_NB, nc = j->n - c0 < DLMC_WG_NB ? j->n - c0 : DLMC_WG_NB;
+	dlmc_wg_block(j->type, j->m, j->k, j->a, j->lda, j->w, j->ldw, c0, nc, j->c, j->ldc, p);
+}
+
+void dlmc_wg_matmul(int workers, int type, int m, int n, int k, const float *a, long lda, const void *w, long ldw,
+		float *c, long ldc) {
+	wg_job j = {type, m, n, k, a, w, c, lda, ldw, ldc};
+	team_run(workers, (n + DLMC_WG_NB - 1) / DLMC_WG_NB, wg_task, &j, (size_t)DLMC_WG_KC * DLMC_WG_NB);
+}
+
 // Attention on the fused kernels, as one job for several parts: a part
 // is the kv heads [g0, g0 + kvn) of one attention (one request's) and
 // their query heads. A layout task lays out one kv head (kt, vp), a row
