@@ -17,6 +17,7 @@ import (
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/sample"
+	"github.com/dlmcache/dlmcache/regime"
 )
 
 // Calibration checks depths against answers. For every request it runs the
@@ -48,17 +49,15 @@ const (
 // CalibrationRun is the header of calibration.jsonl: what must match for a
 // resume or a merge.
 type CalibrationRun struct {
-	Model       lut.ModelID `json:"model"`
-	GenLength   int         `json:"gen_length"`
-	Steps       int         `json:"steps"`
-	BlockLength int         `json:"block_length"`
-	Refresh     int         `json:"refresh"`
-	Sources     []string    `json:"sources"`
-	Edges       []float64   `json:"edges"`
-	Seed        int64       `json:"seed"`
-	Data        []string    `json:"data,omitempty"`
-	StartFrom   string      `json:"start_from,omitempty"`
-	Shard       string      `json:"shard,omitempty"`
+	Model lut.ModelID `json:"model"`
+	regime.Regime
+	Refresh   int       `json:"refresh"`
+	Sources   []string  `json:"sources"`
+	Edges     []float64 `json:"edges"`
+	Seed      int64     `json:"seed"`
+	Data      []string  `json:"data,omitempty"`
+	StartFrom string    `json:"start_from,omitempty"`
+	Shard     string    `json:"shard,omitempty"`
 }
 
 func (a CalibrationRun) same(b CalibrationRun) error {

@@ -17,6 +17,7 @@ import (
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/sample"
+	"github.com/dlmcache/dlmcache/regime"
 )
 
 // The method search fills a v3 table. Per answer-length class and ratio
@@ -63,16 +64,14 @@ const DominanceAfter = 20
 // SearchRun is the header of search.jsonl: what must match for a resume
 // or a merge.
 type SearchRun struct {
-	Model       lut.ModelID `json:"model"`
-	GenLength   int         `json:"gen_length"`
-	Steps       int         `json:"steps"`
-	BlockLength int         `json:"block_length"`
-	Classes     []lut.Class `json:"classes"`
-	Edges       []float64   `json:"edges"`
-	Settings    []string    `json:"settings"`
-	Seed        int64       `json:"seed"`
-	Data        []string    `json:"data,omitempty"`
-	Shard       string      `json:"shard,omitempty"`
+	Model lut.ModelID `json:"model"`
+	regime.Regime
+	Classes  []lut.Class `json:"classes"`
+	Edges    []float64   `json:"edges"`
+	Settings []string    `json:"settings"`
+	Seed     int64       `json:"seed"`
+	Data     []string    `json:"data,omitempty"`
+	Shard    string      `json:"shard,omitempty"`
 	// Guide is the guided decoder's guide (calibrate --guide; nil
 	// without): the table records it.
 	Guide *lut.ModelID `json:"guide,omitempty"`
@@ -410,7 +409,7 @@ func (s *Searcher) search(ctx context.Context, reqs []ClassRequest,
 	if s.Shard {
 		return nil, nil
 	}
-	t := &lut.Table{Model: s.Run.Model, Tau: 1, GenLength: s.Run.GenLength, Steps: s.Run.Steps, BlockLength: s.Run.BlockLength,
+	t := &lut.Table{Model: s.Run.Model, Tau: 1, Regime: s.Run.Regime,
 		Classes: s.Run.Classes, Guide: s.Run.Guide, Created: time.Now().UTC().Truncate(time.Second)}
 	for i := 1; i < len(s.Run.Edges); i++ {
 		t.Bins = append(t.Bins, lut.Bin{Lo: s.Run.Edges[i-1], Hi: s.Run.Edges[i], Choices: choices[i-1]})
