@@ -64,8 +64,8 @@ func (a CalibrationRun) same(b CalibrationRun) error {
 	switch {
 	case a.Model.Fingerprint != b.Model.Fingerprint:
 		return fmt.Errorf("model %s vs %s", a.Model.Fingerprint, b.Model.Fingerprint)
-	case a.GenLength != b.GenLength || a.Steps != b.Steps || a.BlockLength != b.BlockLength:
-		return fmt.Errorf("regime %d/%d/%d vs %d/%d/%d", a.GenLength, a.Steps, a.BlockLength, b.GenLength, b.Steps, b.BlockLength)
+	case a.Regime != b.Regime:
+		return fmt.Errorf("regime %s vs %s", a.Regime.Short(), b.Regime.Short())
 	case a.Refresh != b.Refresh || !slices.Equal(a.Sources, b.Sources):
 		return fmt.Errorf("refresh %d sources %v vs refresh %d sources %v", a.Refresh, a.Sources, b.Refresh, b.Sources)
 	case !slices.Equal(a.Edges, b.Edges):

@@ -119,8 +119,8 @@ func (a RunInfo) sameRun(b RunInfo) error {
 	switch {
 	case a.Model.Fingerprint != b.Model.Fingerprint || a.Model.NLayers != b.Model.NLayers:
 		return fmt.Errorf("model %s (%s) vs %s (%s)", a.Model.Name, a.Model.Fingerprint, b.Model.Name, b.Model.Fingerprint)
-	case a.GenLength != b.GenLength || a.Steps != b.Steps || a.BlockLength != b.BlockLength:
-		return fmt.Errorf("generation settings %d/%d/%d vs %d/%d/%d (gen length/steps/block)", a.GenLength, a.Steps, a.BlockLength, b.GenLength, b.Steps, b.BlockLength)
+	case a.Regime != b.Regime:
+		return fmt.Errorf("generation settings %s vs %s (gen length/steps/block)", a.Regime.Short(), b.Regime.Short())
 	case fmt.Sprint(a.Edges) != fmt.Sprint(b.Edges):
 		return fmt.Errorf("ratio bins %s vs %s", a.Ratios, b.Ratios)
 	case a.AllSteps != b.AllSteps:

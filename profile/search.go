@@ -81,8 +81,8 @@ func (a SearchRun) same(b SearchRun) error {
 	switch {
 	case a.Model.Fingerprint != b.Model.Fingerprint:
 		return fmt.Errorf("model %s vs %s", a.Model.Fingerprint, b.Model.Fingerprint)
-	case a.GenLength != b.GenLength || a.Steps != b.Steps || a.BlockLength != b.BlockLength:
-		return fmt.Errorf("regime %d/%d/%d vs %d/%d/%d", a.GenLength, a.Steps, a.BlockLength, b.GenLength, b.Steps, b.BlockLength)
+	case a.Regime != b.Regime:
+		return fmt.Errorf("regime %s vs %s", a.Regime.Short(), b.Regime.Short())
 	case !slices.Equal(a.Settings, b.Settings):
 		return fmt.Errorf("settings differ")
 	case !slices.Equal(a.Edges, b.Edges) || a.Seed != b.Seed || !slices.Equal(a.Classes, b.Classes):
@@ -171,11 +171,11 @@ func ClassGen(g sample.GenOptions, c lut.Class) sample.GenOptions {
 	if bl == 0 {
 		bl = g.GenLength
 	}
-	spb := g.Steps / max(1, g.GenLength/bl)
+	spb := g.Steps / max(1, g.Blocks())
 	o := g
 	o.GenLength = c.MaxGen
 	o.BlockLength = min(bl, c.MaxGen)
-	o.Steps = spb * (o.GenLength / o.BlockLength)
+	o.Steps = spb * o.Blocks()
 	return o
 }
 
