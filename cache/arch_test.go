@@ -19,6 +19,7 @@ import (
 	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/safetensors"
 	"github.com/dlmcache/dlmcache/model/sample"
+	"github.com/dlmcache/dlmcache/regime"
 )
 
 // The caches on every architecture: every registered method on a fixture
@@ -67,9 +68,9 @@ var blockCausalServes = []string{"none", "block", "exact-block"}
 // model's own blocks at two slots a step (its default threshold decoder).
 func archRegime(c *model.Config) sample.GenOptions {
 	if B := c.CausalBlock(); B > 0 {
-		return sample.BlockDefaults(c, sample.GenOptions{GenLength: 2 * B, Steps: B}) // as engine.Model.GenOptions settles them
+		return sample.BlockDefaults(c, sample.GenOptions{Regime: regime.Regime{GenLength: 2 * B, Steps: B}}) // as engine.Model.GenOptions settles them
 	}
-	return sample.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}
+	return sample.GenOptions{Regime: regime.Regime{GenLength: 16, Steps: 8, BlockLength: 8}}
 }
 
 func TestCachesOnEveryArchitecture(t *testing.T) {
@@ -374,7 +375,7 @@ func TestCausalModelsTakeNone(t *testing.T) {
 		}
 	}
 	ids := []int32{257, 115, 121, 10, 258, 257, 97, 10}
-	gen := sample.GenOptions{GenLength: 8, Steps: 8, BlockLength: 1}
+	gen := sample.GenOptions{Regime: regime.Regime{GenLength: 8, Steps: 8, BlockLength: 1}}
 	res, err := Run(context.Background(), m.Network, mk(t, "none", o), Request{Prompt: ids}, gen)
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"github.com/dlmcache/dlmcache/model/cpu"
 	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/sample"
+	"github.com/dlmcache/dlmcache/regime"
 )
 
 // authorsFixture is a record of tools/authors/run.py: a method's public
@@ -24,10 +25,8 @@ type authorsFixture struct {
 		Function   string `json:"function"`
 	} `json:"provenance"`
 	Settings struct {
-		Steps       int      `json:"steps"`
-		GenLength   int      `json:"gen_length"`
-		BlockLength int      `json:"block_length"`
-		Threshold   *float64 `json:"threshold"`
+		regime.Regime
+		Threshold *float64 `json:"threshold"`
 		// dLLM-Cache's
 		PromptInterval int     `json:"prompt_interval_steps"`
 		GenInterval    int     `json:"gen_interval_steps"`
@@ -50,7 +49,7 @@ type authorsFixture struct {
 // which dlmcache skips).
 func authorsMethod(t *testing.T, f *authorsFixture) (Method, sample.GenOptions, func(nfe, idle int) int) {
 	s := f.Settings
-	gen := sample.GenOptions{GenLength: s.GenLength, Steps: s.Steps, BlockLength: s.BlockLength}
+	gen := sample.GenOptions{Regime: s.Regime}
 	same := func(nfe, _ int) int { return nfe }
 	o := DefaultOptions()
 	switch f.Method {

@@ -10,6 +10,7 @@ import (
 	"github.com/dlmcache/dlmcache/model/cpu"
 	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/sample"
+	"github.com/dlmcache/dlmcache/regime"
 )
 
 // BenchmarkMethods times one held-out lookup request on the bundled model
@@ -41,7 +42,7 @@ func benchMethods(b *testing.B, m *load.Model) {
 		b.Fatal(err)
 	}
 	L := len(m.Blocks)
-	o := sample.GenOptions{GenLength: 64, Steps: 64, BlockLength: 32}
+	o := sample.GenOptions{Regime: regime.Regime{GenLength: 64, Steps: 64, BlockLength: 32}}
 	for _, tc := range []struct{ name, method, source string }{
 		{"none", "none", ""},
 		{"prefix-all", "prefix-all", ""},

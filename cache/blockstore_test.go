@@ -13,6 +13,7 @@ import (
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/backend"
 	"github.com/dlmcache/dlmcache/model/sample"
+	"github.com/dlmcache/dlmcache/regime"
 )
 
 // tokensOf makes a prefix of n token ids from seed.
@@ -225,7 +226,7 @@ func TestBiCacheOnBlockStore(t *testing.T) {
 	ids, pl := request(t, m, 0)
 	s := NewBlockStore(m.Backend, 16, 1<<30, true, nil)
 	meth := mk(t, "bicache", Options{Store: s, Table: table(L, 2), BiCache: BiCacheOptions{Refresh: 4}, Fingerprint: m.Fingerprint})
-	o := sample.GenOptions{GenLength: 16, Steps: 8}
+	o := sample.GenOptions{Regime: regime.Regime{GenLength: 16, Steps: 8}}
 	for i := 0; i < 2; i++ {
 		res, err := Run(context.Background(), m.Network, meth, Request{Prompt: ids, PrefixLen: pl}, o)
 		if err != nil {

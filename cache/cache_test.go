@@ -15,6 +15,7 @@ import (
 	"github.com/dlmcache/dlmcache/model/cpu"
 	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/sample"
+	"github.com/dlmcache/dlmcache/regime"
 )
 
 func loadTiny(t testing.TB) *load.Model {
@@ -181,7 +182,7 @@ func TestBiCacheRefreshingEveryStepIsNone(t *testing.T) {
 	m := loadTiny(t)
 	L := len(m.Blocks)
 	ids, pl := request(t, m, 0)
-	o := sample.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}
+	o := sample.GenOptions{Regime: regime.Regime{GenLength: 16, Steps: 8, BlockLength: 8}}
 	want, _ := generate(t, m, mk(t, "none", Options{}), ids, pl, o)
 	for _, src := range []string{"recompute"} {
 		meth := mk(t, "bicache", Options{Store: NewStore(m.Backend, 1<<30, FIFO), Table: table(L, 1), BiCache: BiCacheOptions{Refresh: 1}, DeepSource: DeepSource(src), Fingerprint: m.Fingerprint})
@@ -201,7 +202,7 @@ func rowsCase(t *testing.T) (m *load.Model, ids []int32, pl int, o sample.GenOpt
 	t.Helper()
 	m = loadTiny(t)
 	ids, pl = request(t, m, 1)
-	return m, ids, pl, sample.GenOptions{GenLength: 16, Steps: 8}
+	return m, ids, pl, sample.GenOptions{Regime: regime.Regime{GenLength: 16, Steps: 8}}
 }
 
 // Row accounting shows what each method skips.
@@ -245,14 +246,14 @@ func TestMethodsRowsComputed(t *testing.T) {
 func TestBlockCache(t *testing.T) {
 	m := loadTiny(t)
 	ids, pl := request(t, m, 2)
-	o := sample.GenOptions{GenLength: 16, Steps: 4, BlockLength: 4}
+	o := sample.GenOptions{Regime: regime.Regime{GenLength: 16, Steps: 4, BlockLength: 4}}
 	want, _ := generate(t, m, mk(t, "none", Options{}), ids, pl, o)
 	got, _ := generate(t, m, mk(t, "block", Options{}), ids, pl, o)
 	if !reflect.DeepEqual(got.Canvas, want.Canvas) {
 		t.Errorf("block, one step per block: %v\nwant %v", got.Canvas, want.Canvas)
 	}
 	// With more steps per block, only the block's rows are computed inside it.
-	o = sample.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}
+	o = sample.GenOptions{Regime: regime.Regime{GenLength: 16, Steps: 8, BlockLength: 8}}
 	g, _ := generate(t, m, mk(t, "block", Options{}), ids, pl, o)
 	n, L := len(ids)+16, len(m.Blocks)
 	if want := 2*L*n + 6*L*8; g.RowsComputed != want {
@@ -375,7 +376,7 @@ func mk(t testing.TB, name string, o Options) Method {
 func TestConcurrentRequests(t *testing.T) {
 	m := loadTiny(t)
 	L := len(m.Blocks)
-	o := sample.GenOptions{GenLength: 8, Steps: 4}
+	o := sample.GenOptions{Regime: regime.Regime{GenLength: 8, Steps: 4}}
 	ids0, pl0 := request(t, m, 0)
 	entryBytes := int64(4 * L * pl0 * (2*m.Config.KVDim() + m.Config.DModel))
 	store := NewStore(m.Backend, entryBytes*3/2, LRU) // room for about one prefix

@@ -7,6 +7,7 @@ import (
 	"github.com/dlmcache/dlmcache/datasets"
 	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/sample"
+	"github.com/dlmcache/dlmcache/regime"
 )
 
 // BenchmarkExactBlock times the shared-system workload of `bench
@@ -35,7 +36,7 @@ func benchExactBlock(b *testing.B, m *load.Model) {
 		reqs = append(reqs, req{ids, pl})
 	}
 	B := m.Config.CausalBlock()
-	o := sample.GenOptions{GenLength: 128, Steps: 128, BlockLength: B, Decoder: sample.Threshold{T: 0.95}}
+	o := sample.GenOptions{Regime: regime.Regime{GenLength: 128, Steps: 128, BlockLength: B}, Decoder: sample.Threshold{T: 0.95}}
 	for _, name := range []string{"none", "exact-block"} {
 		b.Run(name, func(b *testing.B) {
 			for i := 0; i < b.N; i++ {

@@ -19,6 +19,7 @@ import (
 	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/sample"
 	"github.com/dlmcache/dlmcache/model/tokenizer"
+	"github.com/dlmcache/dlmcache/regime"
 )
 
 // loadBlockTiny is the random-weight test model made block-causal with
@@ -85,8 +86,8 @@ func exactBlockBase(t *testing.T, B int) (*load.Model, sample.GenOptions, Method
 
 func exactRegimes(B int) map[string]sample.GenOptions {
 	return map[string]sample.GenOptions{
-		"low-confidence": {GenLength: 4 * B, Steps: 2 * B, BlockLength: B},
-		"threshold":      {GenLength: 4 * B, Steps: 4 * B, BlockLength: B, Decoder: sample.Threshold{T: 0.2}},
+		"low-confidence": {Regime: regime.Regime{GenLength: 4 * B, Steps: 2 * B, BlockLength: B}},
+		"threshold":      {Regime: regime.Regime{GenLength: 4 * B, Steps: 4 * B, BlockLength: B}, Decoder: sample.Threshold{T: 0.2}},
 	}
 }
 
@@ -158,7 +159,7 @@ func TestExactBlockRows(t *testing.T) {
 	m := loadBlockTiny(t, B)
 	L := len(m.Blocks)
 	ids, pl := request(t, m, 1)
-	o := sample.GenOptions{GenLength: 4 * B, Steps: 2 * B, BlockLength: B}
+	o := sample.GenOptions{Regime: regime.Regime{GenLength: 4 * B, Steps: 2 * B, BlockLength: B}}
 	var steps []recorded
 	p := mk(t, "exact-block", Options{}).Planner(m.Network, "", nil)
 	g, err := sample.Generate(context.Background(), m.Network, ids, pl, o, &rowRecorder{Planner: p, steps: &steps})
@@ -446,7 +447,7 @@ func TestExactBlockForcedCollision(t *testing.T) {
 func TestExactBlockRefuses(t *testing.T) {
 	bi := loadTiny(t)
 	ids, pl := request(t, bi, 0)
-	o := sample.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}
+	o := sample.GenOptions{Regime: regime.Regime{GenLength: 16, Steps: 8, BlockLength: 8}}
 	meth := mk(t, "exact-block", Options{})
 	if err := CheckModel(meth, bi.Config); err == nil || !strings.Contains(err.Error(), "block-causal") {
 		t.Errorf("bidirectional model: CheckModel %v", err)
@@ -480,7 +481,7 @@ func TestEveryMethodServesOrRefusesBlockCausal(t *testing.T) {
 func everyMethodServesOrRefuses(t *testing.T, B int) {
 	m := loadBlockTiny(t, B)
 	ids, pl := request(t, m, 0)
-	o, gen := everyMethodOptions(m), sample.BlockDefaults(m.Config, sample.GenOptions{GenLength: 16, Steps: 16}) // as engine.Model.GenOptions settles them
+	o, gen := everyMethodOptions(m), sample.BlockDefaults(m.Config, sample.GenOptions{Regime: regime.Regime{GenLength: 16, Steps: 16}}) // as engine.Model.GenOptions settles them
 	for _, name := range Names() {
 		if name == "table" { // dispatches to the others
 			continue
@@ -529,7 +530,7 @@ func TestBlockDualBlockOnBlockCausal(t *testing.T) {
 		if err != nil {
 			t.Fatalf("--dual-block %d on blocks of 16: %v", n, err)
 		}
-		if _, err := Run(context.Background(), m.Network, meth, Request{Prompt: ids, PrefixLen: pl}, sample.BlockDefaults(m.Config, sample.GenOptions{GenLength: 16, Steps: 16})); err != nil {
+		if _, err := Run(context.Background(), m.Network, meth, Request{Prompt: ids, PrefixLen: pl}, sample.BlockDefaults(m.Config, sample.GenOptions{Regime: regime.Regime{GenLength: 16, Steps: 16}})); err != nil {
 			t.Errorf("--dual-block %d, gen length 16 on blocks of 16: %v", n, err)
 		}
 	}

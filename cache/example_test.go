@@ -12,6 +12,7 @@ import (
 	"github.com/dlmcache/dlmcache/model/cpu"
 	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/sample"
+	"github.com/dlmcache/dlmcache/regime"
 )
 
 // BiCache on the bundled model: the table gives the depth for each
@@ -48,7 +49,7 @@ func Example() {
 		"Reply with ## followed by the code only."
 	// A short canvas keeps the example quick: 32 answer slots, 16 steps (the
 	// card's regime is 128 slots, 64 steps, blocks of 32).
-	gen := sample.GenOptions{GenLength: 32, Steps: 16, BlockLength: 32}
+	gen := sample.GenOptions{Regime: regime.Regime{GenLength: 32, Steps: 16, BlockLength: 32}}
 	for _, q := range []string{"What is the code for sep?", "What is the code for deli?"} {
 		ids, prefixLen, err := m.Tokenizer.EncodeChat(system, q)
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/dlmcache/dlmcache/internal/testmodel"
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model/sample"
+	"github.com/dlmcache/dlmcache/regime"
 )
 
 // Every caching method under the guided decoder (NAME@guided), on the
@@ -24,8 +25,8 @@ func TestMethodsUnderTheGuidedDecoder(t *testing.T) {
 	m, guide := testmodel.Shared(t, "tiny-llada-moe"), testmodel.Shared(t, "tiny-llama")
 	L := len(m.Blocks)
 	ids, pl := request(t, m, 1)
-	gen := sample.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8, Guide: guide.Network}
-	ar, err := sample.Generate(context.Background(), guide.Network, ids, 0, sample.GenOptions{GenLength: 16}, nil)
+	gen := sample.GenOptions{Regime: regime.Regime{GenLength: 16, Steps: 8, BlockLength: 8}, Guide: guide.Network}
+	ar, err := sample.Generate(context.Background(), guide.Network, ids, 0, sample.GenOptions{Regime: regime.Regime{GenLength: 16}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,8 +117,8 @@ func TestTableSettingsRefuseTheGuidedDecoder(t *testing.T) {
 func TestD2CacheTopKUnderTheGuidedDecoder(t *testing.T) {
 	m, guide := testmodel.Shared(t, "tiny-llada-moe"), testmodel.Shared(t, "tiny-llama")
 	ids, pl := request(t, m, 1)
-	gen := sample.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8, Guide: guide.Network}
-	ar, err := sample.Generate(context.Background(), guide.Network, ids, 0, sample.GenOptions{GenLength: 16}, nil)
+	gen := sample.GenOptions{Regime: regime.Regime{GenLength: 16, Steps: 8, BlockLength: 8}, Guide: guide.Network}
+	ar, err := sample.Generate(context.Background(), guide.Network, ids, 0, sample.GenOptions{Regime: regime.Regime{GenLength: 16}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/sample"
+	"github.com/dlmcache/dlmcache/regime"
 )
 
 // Knob is one setting a method owns, by the name tables and calibration
@@ -153,7 +154,7 @@ func ownDecoding(name string) sample.Decoding {
 	if err != nil {
 		return sample.Decoding{Kind: sample.DecodeSchedule}
 	}
-	return Decoding(m, sample.GenOptions{GenLength: 32, Steps: 32})
+	return Decoding(m, sample.GenOptions{Regime: regime.Regime{GenLength: 32, Steps: 32}})
 }
 
 // DefaultGrid is the method space calibration searches by default: no

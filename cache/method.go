@@ -492,7 +492,7 @@ func blocked(o sample.GenOptions, length int) sample.GenOptions {
 			o.BlockLength--
 		}
 	}
-	blocks := o.GenLength / o.BlockLength
+	blocks := o.Blocks()
 	o.Steps = max(blocks, o.Steps-o.Steps%blocks)
 	return o
 }

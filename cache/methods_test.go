@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model/sample"
+	"github.com/dlmcache/dlmcache/regime"
 )
 
 // Each token-level cache at its degenerate setting — a full forward every
@@ -17,7 +18,7 @@ import (
 func TestDegenerateSettingsEqualNone(t *testing.T) {
 	m := loadTiny(t)
 	ids, pl := request(t, m, 3)
-	o := sample.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}
+	o := sample.GenOptions{Regime: regime.Regime{GenLength: 16, Steps: 8, BlockLength: 8}}
 	want, _ := generate(t, m, mk(t, "none", Options{}), ids, pl, o)
 	d := DefaultOptions()
 	for _, tc := range []struct {
@@ -45,8 +46,8 @@ func TestDegenerateSettingsEqualNone(t *testing.T) {
 func TestTokenCachesRowsComputed(t *testing.T) {
 	m, L, ids, pl, n := rowsRequest(t)
 	d := DefaultOptions()
-	oneBlock := sample.GenOptions{GenLength: 16, Steps: 8}
-	twoBlocks := sample.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}
+	oneBlock := sample.GenOptions{Regime: regime.Regime{GenLength: 16, Steps: 8}}
+	twoBlocks := sample.GenOptions{Regime: regime.Regime{GenLength: 16, Steps: 8, BlockLength: 8}}
 
 	// d2Cache without the rollout share: step 0 all rows; step i the
 	// 16−2i masked slots (K = 32 covers them) and the two just decoded.
@@ -110,7 +111,7 @@ func TestDriftTriggerExtremes(t *testing.T) {
 	m := loadTiny(t)
 	L := len(m.Blocks)
 	ids, pl := request(t, m, 2)
-	o := sample.GenOptions{GenLength: 16, Steps: 8}
+	o := sample.GenOptions{Regime: regime.Regime{GenLength: 16, Steps: 8}}
 	opts := func(refresh int, drift float64) Options {
 		return Options{Store: NewStore(m.Backend, 1<<30, FIFO), Table: table(L, 2), Fingerprint: m.Fingerprint, BiCache: BiCacheOptions{Refresh: refresh, Drift: drift}}
 	}
@@ -130,7 +131,7 @@ func TestDriftTriggerExtremes(t *testing.T) {
 func TestRun(t *testing.T) {
 	m := loadTiny(t)
 	ids, pl := request(t, m, 0)
-	o, gen := everyMethodOptions(m), sample.GenOptions{GenLength: 16, Steps: 8}
+	o, gen := everyMethodOptions(m), sample.GenOptions{Regime: regime.Regime{GenLength: 16, Steps: 8}}
 	for _, name := range Names() {
 		if name == "table" { // needs a table that chooses: TestTableMethodDispatches
 			continue
@@ -173,7 +174,7 @@ func TestBlockMethodsGen(t *testing.T) {
 		{0, 64, 32, 32, 32}, // 0: Fast-dLLM's 32
 	} {
 		for _, name := range []string{"block", "freecache"} {
-			o := mk(t, name, Options{Block: BlockOptions{Length: tc.dual, Threshold: 0.9}}).Gen(sample.GenOptions{GenLength: tc.gen, Steps: tc.steps})
+			o := mk(t, name, Options{Block: BlockOptions{Length: tc.dual, Threshold: 0.9}}).Gen(sample.GenOptions{Regime: regime.Regime{GenLength: tc.gen, Steps: tc.steps}})
 			if o.BlockLength != tc.wantBlock || o.Steps != tc.wantSteps {
 				t.Errorf("%s: dual %d gen %d steps %d: block %d steps %d, want %d and %d", name, tc.dual, tc.gen, tc.steps, o.BlockLength, o.Steps, tc.wantBlock, tc.wantSteps)
 			}
@@ -251,7 +252,7 @@ func TestEveryMethodSourceAndDepth(t *testing.T) {
 	m := loadTiny(t)
 	L := len(m.Blocks)
 	ids, pl := request(t, m, 2)
-	gen := sample.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}
+	gen := sample.GenOptions{Regime: regime.Regime{GenLength: 16, Steps: 8, BlockLength: 8}}
 	for _, name := range Names() {
 		if name == "table" { // needs a table that chooses: TestTableMethodDispatches
 			continue
@@ -289,7 +290,7 @@ func TestEveryMethodSourceAndDepth(t *testing.T) {
 func TestMethodUnderAnyDecoder(t *testing.T) {
 	m := loadTiny(t)
 	ids, pl := request(t, m, 2)
-	o := sample.GenOptions{GenLength: 16, Steps: 16, BlockLength: 8}
+	o := sample.GenOptions{Regime: regime.Regime{GenLength: 16, Steps: 16, BlockLength: 8}}
 	d := DefaultOptions()
 	none, _ := generate(t, m, mk(t, "none", d), ids, pl, o)
 
@@ -346,8 +347,8 @@ func TestTableMethodDispatches(t *testing.T) {
 	o.Table, o.Fingerprint, o.BiCache.Refresh = tab, m.Fingerprint, 2
 	o.Store = NewStore(m.Backend, 1<<30, FIFO)
 	meth := mk(t, "table", o)
-	short := sample.GenOptions{GenLength: 8, Steps: 8, BlockLength: 8}
-	long := sample.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}
+	short := sample.GenOptions{Regime: regime.Regime{GenLength: 8, Steps: 8, BlockLength: 8}}
+	long := sample.GenOptions{Regime: regime.Regime{GenLength: 16, Steps: 8, BlockLength: 8}}
 	if got, _ := Choose(meth, len(ids), pl, short); got.Name() != "none@threshold:0.5" {
 		got := got.Name()
 		t.Errorf("short request served by %s", got)
@@ -442,7 +443,7 @@ func TestTableMethodCheckedAgainstTheModel(t *testing.T) {
 	m := loadTiny(t)
 	mkTable := func(set lut.Setting, gen, steps, block int) *lut.Table {
 		return &lut.Table{Format: lut.Format, Model: lut.ModelID{NLayers: len(m.Blocks), Fingerprint: m.Fingerprint}, Tau: 1,
-			GenLength: gen, Steps: steps, BlockLength: block, Classes: []lut.Class{{Name: "all"}},
+			Regime: regime.Regime{GenLength: gen, Steps: steps, BlockLength: block}, Classes: []lut.Class{{Name: "all"}},
 			Bins: []lut.Bin{{Lo: 0, Hi: 0.5}, {Lo: 0.5, Hi: 1, Choices: []*lut.Choice{{Class: "all", Setting: set}}}}}
 	}
 	bi := func(depth float64) lut.Setting {
@@ -481,7 +482,7 @@ func TestD2CacheTopK(t *testing.T) {
 	m, L, ids, pl, n := rowsRequest(t)
 	d := DefaultOptions()
 	d.D2.K, d.D2.P = 4, 0
-	oneBlock := sample.GenOptions{GenLength: 16, Steps: 8}
+	oneBlock := sample.GenOptions{Regime: regime.Regime{GenLength: 16, Steps: 8}}
 	// Step 0 all rows; steps 1–6 the 4 selected and the 2 just decoded;
 	// step 7 the last 2 masked and the 2 just decoded.
 	g, _ := generate(t, m, mk(t, "d2cache", d), ids, pl, oneBlock)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/sample"
+	"github.com/dlmcache/dlmcache/regime"
 )
 
 func TestSchemaCompose(t *testing.T) {
@@ -83,7 +84,7 @@ func TestModuleReuse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := sample.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}
+	o := sample.GenOptions{Regime: regime.Regime{GenLength: 16, Steps: 8, BlockLength: 8}}
 	for _, imp := range [][]string{{"head", "doc", "tail"}, {"head", "tail"}} {
 		prompt, prefix, pos, err := s.Compose(imp, ids[pl:])
 		if err != nil {

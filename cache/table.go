@@ -95,8 +95,8 @@ func (m *tableMethod) Choose(promptLen, prefixLen int, gen sample.GenOptions) Me
 // and class.
 func (m *tableMethod) CheckModel(c *model.Config) error {
 	t := m.o.Table
-	if g := t.Regime(); g.GenLength > 0 && g.Steps > 0 && g.BlockLength > 0 {
-		if _, err := sample.ScheduleFor(c, 0, sample.GenOptions{GenLength: g.GenLength, Steps: g.Steps, BlockLength: g.BlockLength}); err != nil {
+	if g := t.Regime; g.Known() {
+		if _, err := sample.ScheduleFor(c, 0, sample.GenOptions{Regime: g}); err != nil {
 			return fmt.Errorf("the table's regime (gen_length %d, steps %d, block_length %d): %w", g.GenLength, g.Steps, g.BlockLength, err)
 		}
 	}

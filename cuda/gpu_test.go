@@ -22,6 +22,7 @@ import (
 	"github.com/dlmcache/dlmcache/model/cpu"
 	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/sample"
+	"github.com/dlmcache/dlmcache/regime"
 )
 
 const tinyBF16 = "../model/testdata/tiny-bf16"
@@ -330,7 +331,7 @@ func TestGenerateMatchesCPU(t *testing.T) {
 			g := newGPU(t, m.opts)
 			gm := loadTinyOn(t, g)
 			for _, gen := range goldenGenerations(t, tinyBF16) {
-				o := sample.GenOptions{GenLength: gen.GenLength, Steps: gen.Steps, BlockLength: gen.BlockLength}
+				o := sample.GenOptions{Regime: gen.Regime}
 				want, err := sample.Generate(context.Background(), cm.Network, gen.PromptIDs, 0, o, nil)
 				if err != nil {
 					t.Fatal(err)
@@ -386,7 +387,7 @@ func TestBlockCausalMatchesCPU(t *testing.T) {
 		}
 		want[name] = ref{out, rec}
 	}
-	o := sample.GenOptions{GenLength: 24, Steps: 24, BlockLength: 8, Decoder: sample.Threshold{T: 0.12}}
+	o := sample.GenOptions{Regime: regime.Regime{GenLength: 24, Steps: 24, BlockLength: 8}, Decoder: sample.Threshold{T: 0.12}}
 	cpuNone, err := sample.Generate(context.Background(), cm.Network, prompt, 0, o, nil)
 	if err != nil {
 		t.Fatal(err)

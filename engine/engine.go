@@ -9,16 +9,17 @@ import (
 	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model/sample"
+	"github.com/dlmcache/dlmcache/regime"
 )
 
 // Config is what a command asks of the engine: the model, the regime, the
 // method, the table, the guide and the prefix store. The commands fill it
 // from their flags and nothing else; Build settles every default.
 type Config struct {
-	Model   string // --model: a directory, a GGUF file or a name
-	Device  string // --device: cpu or cuda
-	Threads int    // --threads (0: all cores)
-	Regime  Regime // zero values: the model's defaults
+	Model   string        // --model: a directory, a GGUF file or a name
+	Device  string        // --device: cpu or cuda
+	Threads int           // --threads (0: all cores)
+	Regime  regime.Regime // zero values: the model's defaults
 	// TableRegime generates in the table's regime where it records one
 	// (lut verify), in place of Regime.
 	TableRegime bool
@@ -119,7 +120,7 @@ func (e *Engine) build() error {
 	}
 	if t := e.Table; c.TableRegime && t != nil && t.GenLength > 0 {
 		guide := e.Gen.Guide
-		if e.Gen, err = m.GenOptions(Regime{t.GenLength, t.Steps, t.BlockLength}); err != nil {
+		if e.Gen, err = m.GenOptions(t.Regime); err != nil {
 			return err
 		}
 		e.Gen.Guide = guide

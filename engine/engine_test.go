@@ -9,6 +9,7 @@ import (
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/sample"
+	"github.com/dlmcache/dlmcache/regime"
 )
 
 // TestGenOptionsDefaultToTheCardsRegime: every command resolves zero flags through
@@ -16,8 +17,8 @@ import (
 // (a length other than the card's) gives gen/2 steps in one block: the
 // one-flag way back to the 16-slot regime from a long-regime card.
 func TestGenOptionsDefaultToTheCardsRegime(t *testing.T) {
-	short := load.Card{GenLength: 16, Steps: 8, BlockLength: 16}
-	long := load.Card{GenLength: 128, Steps: 64, BlockLength: 32}
+	short := load.Card{Regime: regime.Regime{GenLength: 16, Steps: 8, BlockLength: 16}}
+	long := load.Card{Regime: regime.Regime{GenLength: 128, Steps: 64, BlockLength: 32}}
 	tests := []struct {
 		name                          string
 		card                          load.Card
@@ -36,7 +37,7 @@ func TestGenOptionsDefaultToTheCardsRegime(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			lm := &Model{Model: &load.Model{Card: tc.card}}
-			o, err := lm.GenOptions(Regime{tc.gen, tc.steps, tc.block})
+			o, err := lm.GenOptions(regime.Regime{GenLength: tc.gen, Steps: tc.steps, BlockLength: tc.block})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -46,7 +47,7 @@ func TestGenOptionsDefaultToTheCardsRegime(t *testing.T) {
 		})
 	}
 	lm := &Model{Model: &load.Model{Card: long}}
-	if _, err := lm.GenOptions(Regime{0, 0, 48}); err == nil {
+	if _, err := lm.GenOptions(regime.Regime{BlockLength: 48}); err == nil {
 		t.Error("block 48 does not divide 128: want an error")
 	}
 }
@@ -56,18 +57,18 @@ func TestGenOptionsDefaultToTheCardsRegime(t *testing.T) {
 // public default unless flags say otherwise, and its regime line says so.
 func TestBlockCausalModelsDecodeInTheirOwnBlocks(t *testing.T) {
 	cfg := &model.Config{BlockCausal: true, BlockSize: 8}
-	lm := &Model{Model: &load.Model{Card: load.Card{GenLength: 32, Steps: 32, BlockLength: 8}, Network: &model.Network{Config: cfg}}, Name: "b"}
-	o, err := lm.GenOptions(Regime{})
+	lm := &Model{Model: &load.Model{Card: load.Card{Regime: regime.Regime{GenLength: 32, Steps: 32, BlockLength: 8}}, Network: &model.Network{Config: cfg}}, Name: "b"}
+	o, err := lm.GenOptions(regime.Regime{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if o.GenLength != 32 || o.Steps != 32 || o.BlockLength != 8 || o.Decoder != (sample.Threshold{T: sample.DefaultBlockThreshold}) {
 		t.Errorf("defaults %+v", o)
 	}
-	if o, err = lm.GenOptions(Regime{GenLength: 20}); err != nil || o.Steps != 20 || o.BlockLength != 8 {
+	if o, err = lm.GenOptions(regime.Regime{GenLength: 20}); err != nil || o.Steps != 20 || o.BlockLength != 8 {
 		t.Errorf("--gen-length 20: %+v, %v", o, err)
 	}
-	if _, err := lm.GenOptions(Regime{GenLength: 32, BlockLength: 16}); err == nil {
+	if _, err := lm.GenOptions(regime.Regime{GenLength: 32, BlockLength: 16}); err == nil {
 		t.Error("--block-length 16 on a model with blocks of 8: no error")
 	}
 	if line := lm.RegimeLine(o); !strings.Contains(line, "block-causal (blocks of 8)") || !strings.Contains(line, "threshold 0.95") {

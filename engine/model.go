@@ -13,6 +13,7 @@ import (
 	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/sample"
 	"github.com/dlmcache/dlmcache/models"
+	"github.com/dlmcache/dlmcache/regime"
 )
 
 // Model is a loaded model and the name it was asked for by (--model as
@@ -20,19 +21,6 @@ import (
 type Model struct {
 	*load.Model
 	Name string
-}
-
-// Regime is the generation regime a command asks for: gen length, steps
-// and block length; zero values take the model's defaults (GenOptions).
-type Regime struct {
-	GenLength   int
-	Steps       int
-	BlockLength int
-}
-
-// RegimeOf is the regime a table records for generation options.
-func RegimeOf(gen sample.GenOptions) lut.Regime {
-	return lut.Regime{GenLength: gen.GenLength, Steps: gen.Steps, BlockLength: gen.BlockLength}
 }
 
 // ResolveModel turns --model into a directory: an existing directory, a
@@ -114,8 +102,8 @@ func (m *Model) Describe() string {
 // a block-causal model one step per slot at most, its block size as the
 // block length and threshold decoding, sample.BlockDefaults). Every
 // generation default is settled here.
-func (m *Model) GenOptions(r Regime) (sample.GenOptions, error) {
-	o := sample.GenOptions{GenLength: r.GenLength, Steps: r.Steps, BlockLength: r.BlockLength}
+func (m *Model) GenOptions(r regime.Regime) (sample.GenOptions, error) {
+	o := sample.GenOptions{Regime: r}
 	if o.GenLength == 0 {
 		o.GenLength = m.Card.GenLength
 	}

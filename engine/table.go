@@ -44,7 +44,7 @@ func (e *Engine) openTable() error {
 	if w := crossRequestWarning(string(e.source), t); w != "" {
 		e.logf("warning: %s\n", w)
 	}
-	if err := t.CheckRegime(RegimeOf(e.Gen)); err != nil {
+	if err := t.CheckRegime(e.Gen.Regime); err != nil {
 		e.logf("warning: --lut %s: %v: its depths were measured in another regime (profile or calibrate in this one)\n", c.LUT, err)
 	}
 	if c.RequireCalibrated {

@@ -5,6 +5,8 @@ import (
 	"math"
 	"slices"
 	"strings"
+
+	"github.com/dlmcache/dlmcache/regime"
 )
 
 // A calibrated table (format v2) carries, per bin and per deep source, the
@@ -163,27 +165,13 @@ func (t *Table) CalibratedFor(src string) bool {
 // Filled reports whether the bin holds a cosine statistic or a calibration.
 func (b Bin) Filled() bool { return b.Count > 0 || len(b.Calibrated) > 0 || len(b.Choices) > 0 }
 
-// Regime is what a table was profiled and calibrated in.
-type Regime struct {
-	GenLength, Steps, BlockLength int
-}
-
-func (g Regime) String() string {
-	return fmt.Sprintf("gen length %d, %d steps, blocks of %d", g.GenLength, g.Steps, g.BlockLength)
-}
-
-// Regime is the table's regime (block length 0 in v1 tables: unknown).
-func (t *Table) Regime() Regime {
-	return Regime{GenLength: t.GenLength, Steps: t.Steps, BlockLength: t.BlockLength}
-}
-
 // CheckRegime refuses a table profiled in another regime (a zero field of
 // the table, from a v1 table, is not compared).
-func (t *Table) CheckRegime(g Regime) error {
-	tr := t.Regime()
+func (t *Table) CheckRegime(g regime.Regime) error {
+	tr := t.Regime
 	if (tr.GenLength != 0 && tr.GenLength != g.GenLength) || (tr.Steps != 0 && tr.Steps != g.Steps) ||
 		(tr.BlockLength != 0 && tr.BlockLength != g.BlockLength) {
-		return fmt.Errorf("table was profiled at %s, not %s", tr, g)
+		return fmt.Errorf("table was profiled at %s, not %s", tr.Text(), g.Text())
 	}
 	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/dlmcache/dlmcache/regime"
 )
 
 // Published Wilson score intervals (two-sided 95%, z = 1.96).
@@ -81,15 +83,15 @@ func TestLookupSource(t *testing.T) {
 // the cache registry says (cache.CheckTable).
 func TestCheckRegime(t *testing.T) {
 	tab := calibratedTable(t)
-	if err := tab.CheckRegime(Regime{16, 8, 16}); err != nil {
+	if err := tab.CheckRegime(regime.Regime{GenLength: 16, Steps: 8, BlockLength: 16}); err != nil {
 		t.Error(err)
 	}
-	if err := tab.CheckRegime(Regime{128, 64, 32}); err == nil || !strings.Contains(err.Error(), "gen length 16") {
+	if err := tab.CheckRegime(regime.Regime{GenLength: 128, Steps: 64, BlockLength: 32}); err == nil || !strings.Contains(err.Error(), "gen length 16") {
 		t.Errorf("another regime: %v", err)
 	}
 	v1 := *tab
 	v1.BlockLength = 0 // a v1 table: block length unknown, not compared
-	if err := v1.CheckRegime(Regime{16, 8, 4}); err != nil {
+	if err := v1.CheckRegime(regime.Regime{GenLength: 16, Steps: 8, BlockLength: 4}); err != nil {
 		t.Errorf("v1 table: %v", err)
 	}
 }

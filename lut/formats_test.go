@@ -9,12 +9,20 @@ import (
 	"github.com/dlmcache/dlmcache/internal/formatsdoc"
 )
 
+// jsonNames are v's JSON keys in order, an embedded struct's (the
+// regime's) in its place, as encoding/json writes them.
 func jsonNames(v any) []string {
+	return typeJSONNames(reflect.TypeOf(v))
+}
+
+func typeJSONNames(t reflect.Type) []string {
 	var out []string
-	t := reflect.TypeOf(v)
 	for i := range t.NumField() {
-		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
-		if name != "" && name != "-" {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
+			out = append(out, typeJSONNames(f.Type)...)
+		} else if name != "" && name != "-" {
 			out = append(out, name)
 		}
 	}

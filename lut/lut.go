@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dlmcache/dlmcache/internal/atomicfile"
+	"github.com/dlmcache/dlmcache/regime"
 )
 
 // Format is the value of a table's "format" field: v3 adds, per bin and
@@ -66,11 +67,10 @@ type Table struct {
 	// whole prefix's K⊕V cosine, the design's; "kv-row-min": the worst
 	// prefix row's). Empty in tables written before it was recorded: "kv".
 	Similarity string `json:"similarity,omitempty"`
-	GenLength  int    `json:"gen_length"`
-	Steps      int    `json:"steps"`
-	// BlockLength is the semi-autoregressive block length of the regime
-	// (v2; 0 in v1 tables: unknown).
-	BlockLength int `json:"block_length,omitempty"`
+	// Regime is what the table was profiled and calibrated in: gen
+	// length, steps and block length (v2; 0 in v1 tables: unknown, and
+	// its key left out).
+	regime.Regime
 	// Classes are the answer-length classes the bins' choices are for (v3).
 	Classes []Class `json:"classes,omitempty"`
 	Bins    []Bin   `json:"bins"`

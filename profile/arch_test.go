@@ -9,6 +9,7 @@ import (
 	"github.com/dlmcache/dlmcache/internal/testmodel"
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model/sample"
+	"github.com/dlmcache/dlmcache/regime"
 )
 
 // The profiler on a fixture of each architecture: a few requests write a
@@ -69,7 +70,7 @@ func TestProfileOnEveryArchitecture(t *testing.T) {
 				// block: that token attends to the rest of its block.
 				q := reqs[0]
 				q.PrefixLen++
-				sims, err := Measure(context.Background(), m.Network, q.Prompt, q.PrefixLen, sample.GenOptions{GenLength: 8, Steps: 4}, false)
+				sims, err := Measure(context.Background(), m.Network, q.Prompt, q.PrefixLen, sample.GenOptions{Regime: regime.Regime{GenLength: 8, Steps: 4}}, false)
 				if err != nil {
 					t.Fatal(err)
 				}

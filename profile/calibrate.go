@@ -17,6 +17,7 @@ import (
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/sample"
+	"github.com/dlmcache/dlmcache/regime"
 )
 
 // Calibration checks depths against answers. For every request it runs the
@@ -48,25 +49,23 @@ const (
 // CalibrationRun is the header of calibration.jsonl: what must match for a
 // resume or a merge.
 type CalibrationRun struct {
-	Model       lut.ModelID `json:"model"`
-	GenLength   int         `json:"gen_length"`
-	Steps       int         `json:"steps"`
-	BlockLength int         `json:"block_length"`
-	Refresh     int         `json:"refresh"`
-	Sources     []string    `json:"sources"`
-	Edges       []float64   `json:"edges"`
-	Seed        int64       `json:"seed"`
-	Data        []string    `json:"data,omitempty"`
-	StartFrom   string      `json:"start_from,omitempty"`
-	Shard       string      `json:"shard,omitempty"`
+	Model lut.ModelID `json:"model"`
+	regime.Regime
+	Refresh   int       `json:"refresh"`
+	Sources   []string  `json:"sources"`
+	Edges     []float64 `json:"edges"`
+	Seed      int64     `json:"seed"`
+	Data      []string  `json:"data,omitempty"`
+	StartFrom string    `json:"start_from,omitempty"`
+	Shard     string    `json:"shard,omitempty"`
 }
 
 func (a CalibrationRun) same(b CalibrationRun) error {
 	switch {
 	case a.Model.Fingerprint != b.Model.Fingerprint:
 		return fmt.Errorf("model %s vs %s", a.Model.Fingerprint, b.Model.Fingerprint)
-	case a.GenLength != b.GenLength || a.Steps != b.Steps || a.BlockLength != b.BlockLength:
-		return fmt.Errorf("regime %d/%d/%d vs %d/%d/%d", a.GenLength, a.Steps, a.BlockLength, b.GenLength, b.Steps, b.BlockLength)
+	case a.Regime != b.Regime:
+		return fmt.Errorf("regime %s vs %s", a.Regime.Short(), b.Regime.Short())
 	case a.Refresh != b.Refresh || !slices.Equal(a.Sources, b.Sources):
 		return fmt.Errorf("refresh %d sources %v vs refresh %d sources %v", a.Refresh, a.Sources, b.Refresh, b.Sources)
 	case !slices.Equal(a.Edges, b.Edges):

@@ -11,14 +11,15 @@ import (
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/sample"
+	"github.com/dlmcache/dlmcache/regime"
 )
 
 func testCalibrator(m *load.Model, dir string) *Calibrator {
 	eos := int32(m.Config.EOSTokenID)
 	return &Calibrator{
-		Model: m.Network, Gen: sample.GenOptions{GenLength: 8, Steps: 4},
+		Model: m.Network, Gen: sample.GenOptions{Regime: regime.Regime{GenLength: 8, Steps: 4}},
 		Run: CalibrationRun{Model: lut.ModelID{Name: "tiny", NLayers: len(m.Blocks), Fingerprint: m.Fingerprint},
-			GenLength: 8, Steps: 4, BlockLength: 8, Refresh: 2, Sources: []string{"store", "request"},
+			Regime: regime.Regime{GenLength: 8, Steps: 4, BlockLength: 8}, Refresh: 2, Sources: []string{"store", "request"},
 			Edges: []float64{0.2, 0.5, 0.8, 1}},
 		Stat: lut.Mean, Gate: GateToken, Target: 0.6, Z: 1.2816,
 		Stop: func(a []int32) int {
@@ -154,7 +155,7 @@ func TestCalibrateResumeAndShards(t *testing.T) {
 // TestCalibrationRunSame: a calibration resumed or merged with settings
 // that change its outcomes is refused with the setting named.
 func TestCalibrationRunSame(t *testing.T) {
-	base := CalibrationRun{GenLength: 16, Steps: 8, BlockLength: 8, Refresh: 4, Sources: []string{"request"},
+	base := CalibrationRun{Regime: regime.Regime{GenLength: 16, Steps: 8, BlockLength: 8}, Refresh: 4, Sources: []string{"request"},
 		Edges: []float64{0, 0.5, 1}, Seed: 1, Data: []string{"a.jsonl"}}
 	for _, tc := range []struct {
 		change func(*CalibrationRun)

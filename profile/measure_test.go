@@ -8,6 +8,7 @@ import (
 	"github.com/dlmcache/dlmcache/internal/testmodel"
 	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/sample"
+	"github.com/dlmcache/dlmcache/regime"
 )
 
 // measureRequest loads tiny-f32 and encodes the request the measure tests
@@ -24,7 +25,7 @@ func measureRequest(t *testing.T) (*load.Model, []int32, int) {
 
 func TestMeasureLayerOneIsExactAndDeeperLayersDrift(t *testing.T) {
 	m, ids, prefix := measureRequest(t)
-	o := sample.GenOptions{GenLength: 8, Steps: 4}
+	o := sample.GenOptions{Regime: regime.Regime{GenLength: 8, Steps: 4}}
 	sims, err := Measure(context.Background(), m.Network, ids, prefix, o, false)
 	if err != nil {
 		t.Fatal(err)
@@ -119,7 +120,7 @@ func TestSafeDepth(t *testing.T) {
 
 func TestMeasureRefresh(t *testing.T) {
 	m, ids, prefix := measureRequest(t)
-	o := sample.GenOptions{GenLength: 8, Steps: 8}
+	o := sample.GenOptions{Regime: regime.Regime{GenLength: 8, Steps: 8}}
 	pic, err := MeasureRefresh(context.Background(), m.Network, ids, prefix, o, 1)
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"github.com/dlmcache/dlmcache/datasets"
 	"github.com/dlmcache/dlmcache/internal/testmodel"
 	"github.com/dlmcache/dlmcache/model/sample"
+	"github.com/dlmcache/dlmcache/regime"
 )
 
 // A sample's modules re-form its prompt text; the sweep's contiguous layout
@@ -36,7 +37,7 @@ func TestModuleSweep(t *testing.T) {
 		t.Errorf("modules %v: want the head and at least two paragraphs", names)
 	}
 	ticks := 0
-	gen := sample.GenOptions{GenLength: 8, Steps: 4}
+	gen := sample.GenOptions{Regime: regime.Regime{GenLength: 8, Steps: 4}}
 	L := len(m.Blocks)
 	res, err := ModuleSweep(context.Background(), m, samples, []int{0, 1, L}, 1, gen, func() { ticks++ })
 	if err != nil {

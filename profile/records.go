@@ -14,6 +14,7 @@ import (
 
 	"github.com/dlmcache/dlmcache/internal/atomicfile"
 	"github.com/dlmcache/dlmcache/lut"
+	"github.com/dlmcache/dlmcache/regime"
 )
 
 // Record is one row of similarity.parquet: one (request, layer, step).
@@ -91,25 +92,23 @@ func (s Similarity) Available(recs []Record) error {
 // RunInfo is a profiling run's parameters. It is stored in the parquet
 // file's key/value metadata under MetaKey, and as run.json.
 type RunInfo struct {
-	Model       lut.ModelID `json:"model"`
-	GenLength   int         `json:"gen_length"`
-	Steps       int         `json:"steps"`
-	BlockLength int         `json:"block_length"`
-	AllSteps    bool        `json:"all_steps"`
-	Tau         float64     `json:"tau"`
-	Similarity  Similarity  `json:"similarity,omitempty"` // the statistic of the table the run writes ("" is kv)
-	Ratios      string      `json:"ratios"`
-	Edges       []float64   `json:"edges"`
-	PerRatio    int         `json:"per_ratio"`
-	Seed        int64       `json:"seed"`
-	Shard       string      `json:"shard,omitempty"`
-	Data        []string    `json:"data,omitempty"`
-	Systems     []string    `json:"system_prompts,omitempty"`
-	MaxTokens   int         `json:"max_tokens,omitempty"`
-	Requests    int         `json:"requests"`
-	Unfilled    []string    `json:"unfilled_bins,omitempty"`
-	Seconds     float64     `json:"seconds,omitempty"`
-	Version     string      `json:"dlmcache_version,omitempty"`
+	Model lut.ModelID `json:"model"`
+	regime.Regime
+	AllSteps   bool       `json:"all_steps"`
+	Tau        float64    `json:"tau"`
+	Similarity Similarity `json:"similarity,omitempty"` // the statistic of the table the run writes ("" is kv)
+	Ratios     string     `json:"ratios"`
+	Edges      []float64  `json:"edges"`
+	PerRatio   int        `json:"per_ratio"`
+	Seed       int64      `json:"seed"`
+	Shard      string     `json:"shard,omitempty"`
+	Data       []string   `json:"data,omitempty"`
+	Systems    []string   `json:"system_prompts,omitempty"`
+	MaxTokens  int        `json:"max_tokens,omitempty"`
+	Requests   int        `json:"requests"`
+	Unfilled   []string   `json:"unfilled_bins,omitempty"`
+	Seconds    float64    `json:"seconds,omitempty"`
+	Version    string     `json:"dlmcache_version,omitempty"`
 }
 
 // MetaKey is the parquet key/value metadata key that holds RunInfo as JSON.
@@ -120,8 +119,8 @@ func (a RunInfo) sameRun(b RunInfo) error {
 	switch {
 	case a.Model.Fingerprint != b.Model.Fingerprint || a.Model.NLayers != b.Model.NLayers:
 		return fmt.Errorf("model %s (%s) vs %s (%s)", a.Model.Name, a.Model.Fingerprint, b.Model.Name, b.Model.Fingerprint)
-	case a.GenLength != b.GenLength || a.Steps != b.Steps || a.BlockLength != b.BlockLength:
-		return fmt.Errorf("generation settings %d/%d/%d vs %d/%d/%d (gen length/steps/block)", a.GenLength, a.Steps, a.BlockLength, b.GenLength, b.Steps, b.BlockLength)
+	case a.Regime != b.Regime:
+		return fmt.Errorf("generation settings %s vs %s (gen length/steps/block)", a.Regime.Short(), b.Regime.Short())
 	case fmt.Sprint(a.Edges) != fmt.Sprint(b.Edges):
 		return fmt.Errorf("ratio bins %s vs %s", a.Ratios, b.Ratios)
 	case a.AllSteps != b.AllSteps:

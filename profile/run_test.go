@@ -23,6 +23,7 @@ import (
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/sample"
+	"github.com/dlmcache/dlmcache/regime"
 )
 
 func testRequests(t *testing.T, m *load.Model, n int) []Request {
@@ -49,9 +50,9 @@ func tinyRequests(t *testing.T, n int) (*load.Model, []Request) {
 
 func testRunner(m *load.Model, dir string) *Runner {
 	return &Runner{
-		Model: m.Network, Gen: sample.GenOptions{GenLength: 8, Steps: 4}, OutDir: dir,
+		Model: m.Network, Gen: sample.GenOptions{Regime: regime.Regime{GenLength: 8, Steps: 4}}, OutDir: dir,
 		Info: RunInfo{Model: lut.ModelID{Name: "tiny", NLayers: len(m.Blocks), Fingerprint: m.Fingerprint},
-			GenLength: 8, Steps: 4, BlockLength: 8, Tau: 0.99, Ratios: "0.2:1:0.2", Edges: []float64{0.2, 0.4, 0.6, 0.8, 1}},
+			Regime: regime.Regime{GenLength: 8, Steps: 4, BlockLength: 8}, Tau: 0.99, Ratios: "0.2:1:0.2", Edges: []float64{0.2, 0.4, 0.6, 0.8, 1}},
 	}
 }
 
@@ -249,7 +250,7 @@ func TestEvaluateInterleavedEqualsSeparate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gen := sample.GenOptions{GenLength: 8, Steps: 4}
+	gen := sample.GenOptions{Regime: regime.Regime{GenLength: 8, Steps: 4}}
 	evals := func() []*Evaluator {
 		var es []*Evaluator
 		for _, name := range []string{"none", "prefix-all"} {
@@ -486,7 +487,7 @@ func TestEvaluateConversations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &Evaluator{Model: m, Method: meth, Gen: sample.GenOptions{GenLength: 8, Steps: 4}, HistoryPrefix: true, StoreAnswers: true}
+	e := &Evaluator{Model: m, Method: meth, Gen: sample.GenOptions{Regime: regime.Regime{GenLength: 8, Steps: 4}}, HistoryPrefix: true, StoreAnswers: true}
 	rs, err := e.Evaluate(context.Background(), samples)
 	if err != nil {
 		t.Fatal(err)
@@ -519,7 +520,7 @@ func TestEvaluateChatAgreement(t *testing.T) {
 		t.Fatal(err)
 	}
 	samples = append(samples, chat...)
-	gen := sample.GenOptions{GenLength: 8, Steps: 4}
+	gen := sample.GenOptions{Regime: regime.Regime{GenLength: 8, Steps: 4}}
 	var es []*Evaluator
 	for _, name := range []string{"none", "none", "prefix-all"} {
 		o := cache.Options{Fingerprint: m.Fingerprint}

@@ -17,6 +17,7 @@ import (
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/sample"
+	"github.com/dlmcache/dlmcache/regime"
 )
 
 // The method search fills a v3 table. Per answer-length class and ratio
@@ -63,16 +64,14 @@ const DominanceAfter = 20
 // SearchRun is the header of search.jsonl: what must match for a resume
 // or a merge.
 type SearchRun struct {
-	Model       lut.ModelID `json:"model"`
-	GenLength   int         `json:"gen_length"`
-	Steps       int         `json:"steps"`
-	BlockLength int         `json:"block_length"`
-	Classes     []lut.Class `json:"classes"`
-	Edges       []float64   `json:"edges"`
-	Settings    []string    `json:"settings"`
-	Seed        int64       `json:"seed"`
-	Data        []string    `json:"data,omitempty"`
-	Shard       string      `json:"shard,omitempty"`
+	Model lut.ModelID `json:"model"`
+	regime.Regime
+	Classes  []lut.Class `json:"classes"`
+	Edges    []float64   `json:"edges"`
+	Settings []string    `json:"settings"`
+	Seed     int64       `json:"seed"`
+	Data     []string    `json:"data,omitempty"`
+	Shard    string      `json:"shard,omitempty"`
 	// Guide is the guided decoder's guide (calibrate --guide; nil
 	// without): the table records it.
 	Guide *lut.ModelID `json:"guide,omitempty"`
@@ -82,8 +81,8 @@ func (a SearchRun) same(b SearchRun) error {
 	switch {
 	case a.Model.Fingerprint != b.Model.Fingerprint:
 		return fmt.Errorf("model %s vs %s", a.Model.Fingerprint, b.Model.Fingerprint)
-	case a.GenLength != b.GenLength || a.Steps != b.Steps || a.BlockLength != b.BlockLength:
-		return fmt.Errorf("regime %d/%d/%d vs %d/%d/%d", a.GenLength, a.Steps, a.BlockLength, b.GenLength, b.Steps, b.BlockLength)
+	case a.Regime != b.Regime:
+		return fmt.Errorf("regime %s vs %s", a.Regime.Short(), b.Regime.Short())
 	case !slices.Equal(a.Settings, b.Settings):
 		return fmt.Errorf("settings differ")
 	case !slices.Equal(a.Edges, b.Edges) || a.Seed != b.Seed || !slices.Equal(a.Classes, b.Classes):
@@ -172,11 +171,11 @@ func ClassGen(g sample.GenOptions, c lut.Class) sample.GenOptions {
 	if bl == 0 {
 		bl = g.GenLength
 	}
-	spb := g.Steps / max(1, g.GenLength/bl)
+	spb := g.Steps / max(1, g.Blocks())
 	o := g
 	o.GenLength = c.MaxGen
 	o.BlockLength = min(bl, c.MaxGen)
-	o.Steps = spb * (o.GenLength / o.BlockLength)
+	o.Steps = spb * o.Blocks()
 	return o
 }
 
@@ -410,7 +409,7 @@ func (s *Searcher) search(ctx context.Context, reqs []ClassRequest,
 	if s.Shard {
 		return nil, nil
 	}
-	t := &lut.Table{Model: s.Run.Model, Tau: 1, GenLength: s.Run.GenLength, Steps: s.Run.Steps, BlockLength: s.Run.BlockLength,
+	t := &lut.Table{Model: s.Run.Model, Tau: 1, Regime: s.Run.Regime,
 		Classes: s.Run.Classes, Guide: s.Run.Guide, Created: time.Now().UTC().Truncate(time.Second)}
 	for i := 1; i < len(s.Run.Edges); i++ {
 		t.Bins = append(t.Bins, lut.Bin{Lo: s.Run.Edges[i-1], Hi: s.Run.Edges[i], Choices: choices[i-1]})

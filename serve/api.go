@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"strings"
+
+	"github.com/dlmcache/dlmcache/regime"
 )
 
 // The request and response bodies follow OpenAI's chat and (legacy) text
@@ -201,9 +203,7 @@ type Stats struct {
 	PrefixHitTokens int     `json:"prefix_hit_tokens"`
 	NFE             int     `json:"nfe"`           // forward evaluations
 	RowsFraction    float64 `json:"rows_fraction"` // layer-rows computed / a full forward's
-	GenLength       int     `json:"gen_length"`
-	Steps           int     `json:"steps"`
-	BlockLength     int     `json:"block_length"`
+	regime.Regime           // gen_length, steps, block_length
 	Seconds         float64 `json:"seconds"`        // generation wall time
 	QueueSeconds    float64 `json:"queue_seconds"`  // time waiting for a generation slot
 	TokensPerSec    float64 `json:"tokens_per_sec"` // gen_length / seconds

@@ -17,6 +17,7 @@ import (
 	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/safetensors"
 	"github.com/dlmcache/dlmcache/model/sample"
+	"github.com/dlmcache/dlmcache/regime"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -48,10 +49,10 @@ func BenchmarkConcurrency(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer m.Close()
-	gen := sample.GenOptions{GenLength: 64, Steps: 32, BlockLength: 32}
+	gen := sample.GenOptions{Regime: regime.Regime{GenLength: 64, Steps: 32, BlockLength: 32}}
 	if os.Getenv("DLMCACHE_BENCH_MODEL") != "" {
 		// a real model: its own regime (the bundled one's 128 slots, 64 steps)
-		gen = sample.GenOptions{GenLength: m.Card.GenLength, Steps: m.Card.Steps, BlockLength: m.Card.BlockLength}
+		gen = sample.GenOptions{Regime: m.Card.Regime}
 	}
 	systems := []string{strings.Repeat("You answer questions about the weather in short sentences. ", 4),
 		strings.Repeat("You translate English into French, one line per answer. ", 4)}

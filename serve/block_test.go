@@ -11,6 +11,7 @@ import (
 	"github.com/dlmcache/dlmcache/engine"
 	"github.com/dlmcache/dlmcache/internal/testmodel"
 	"github.com/dlmcache/dlmcache/model/sample"
+	"github.com/dlmcache/dlmcache/regime"
 )
 
 // blockCausalServer serves the block-causal random-weights fixture (blocks of
@@ -19,7 +20,7 @@ import (
 func blockCausalServer(t *testing.T) *Server {
 	t.Helper()
 	blockModel := testmodel.Shared(t, "tiny-block")
-	gen, err := (&engine.Model{Model: blockModel}).GenOptions(engine.Regime{GenLength: 16})
+	gen, err := (&engine.Model{Model: blockModel}).GenOptions(regime.Regime{GenLength: 16})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/dlmcache/dlmcache/cache"
 	"github.com/dlmcache/dlmcache/internal/testmodel"
 	"github.com/dlmcache/dlmcache/model/sample"
+	"github.com/dlmcache/dlmcache/regime"
 )
 
 // A block-causal model served with the exact block cache and a block store
@@ -22,8 +23,8 @@ import (
 // and hits as one.
 func TestExactBlockServe(t *testing.T) {
 	const B = 8
-	m := testmodel.Load(t, "tiny-block")                                                                     // block-causal, blocks of 8
-	gen := sample.BlockDefaults(m.Config, sample.GenOptions{GenLength: 4 * B, Steps: 2 * B, BlockLength: B}) // its own decoder, as engine.Model.GenOptions settles it
+	m := testmodel.Load(t, "tiny-block")                                                                                            // block-causal, blocks of 8
+	gen := sample.BlockDefaults(m.Config, sample.GenOptions{Regime: regime.Regime{GenLength: 4 * B, Steps: 2 * B, BlockLength: B}}) // its own decoder, as engine.Model.GenOptions settles it
 	server := func(method string, batch, workers int) *Server {
 		o := cache.Options{Fingerprint: m.Fingerprint}
 		if method != "none" {

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/dlmcache/dlmcache/cache"
-	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/sample"
 )
@@ -80,7 +79,7 @@ func (s *Server) run(ctx context.Context, j *job) (*result, *apiError) {
 	}
 	st := Stats{Method: meth.Name(), Depth: info.Depth, Ratio: float64(j.prefixLen) / float64(len(j.ids)+j.gen.GenLength),
 		Clamped: info.Clamped, PrefixTokens: j.prefixLen, PrefixHit: info.Hit, PrefixHitTokens: info.HitTokens, NFE: g.NFE,
-		GenLength: j.gen.GenLength, Steps: j.gen.Steps, BlockLength: j.gen.BlockLength,
+		Regime:  j.gen.Regime,
 		Seconds: g.Duration.Seconds(), QueueSeconds: queued.Seconds()}
 	if g.RowsFull > 0 {
 		st.RowsFraction = float64(g.RowsComputed) / float64(g.RowsFull)
@@ -164,7 +163,7 @@ func (s *Server) checkRegime(o sample.GenOptions) {
 	if t == nil {
 		return
 	}
-	g := lut.Regime{GenLength: o.GenLength, Steps: o.Steps, BlockLength: o.BlockLength}
+	g := o.Regime
 	err := t.CheckRegime(g)
 	if err == nil {
 		return
@@ -172,7 +171,7 @@ func (s *Server) checkRegime(o sample.GenOptions) {
 	s.met.regimeMismatch.Inc()
 	if _, seen := s.warned.LoadOrStore(g, true); !seen && s.cfg.Log != nil {
 		s.logMu.Lock()
-		fmt.Fprintf(s.cfg.Log, "%s warning: a request at %s: %v; served with the table's depths anyway\n", s.cfg.Now().UTC().Format(time.RFC3339), g, err)
+		fmt.Fprintf(s.cfg.Log, "%s warning: a request at %s: %v; served with the table's depths anyway\n", s.cfg.Now().UTC().Format(time.RFC3339), g.Text(), err)
 		s.logMu.Unlock()
 	}
 }

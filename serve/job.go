@@ -225,7 +225,7 @@ func (s *Server) genOptions(g *genFields) (sample.GenOptions, *apiError) {
 	if o.BlockLength > o.GenLength || o.GenLength%o.BlockLength != 0 {
 		return o, badRequest(fmt.Sprintf("gen length %d is not a multiple of block_length %d", o.GenLength, o.BlockLength), "block_length")
 	}
-	blocks := o.GenLength / o.BlockLength
+	blocks := o.Blocks()
 	if g.Steps != nil {
 		o.Steps = *g.Steps
 	} else if o.GenLength != def.GenLength || o.BlockLength != def.BlockLength {

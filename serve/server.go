@@ -50,7 +50,7 @@ type Server struct {
 	// over: the requests still running are cancelled and answered 503.
 	base     context.Context
 	shutdown context.CancelCauseFunc
-	warned   sync.Map // table regimes warned about (lut.Regime → true)
+	warned   sync.Map // table regimes warned about (regime.Regime → true)
 	batch    *workers // nil: each generation runs its own forwards
 	keys     apiKeys  // nil: no API key needed
 	trim     *memlimit.Trimmer

@@ -24,13 +24,14 @@ import (
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/sample"
+	"github.com/dlmcache/dlmcache/regime"
 )
 
 // loadTiny loads the random-weights fixture once for the package's tests.
 func loadTiny(t *testing.T) *load.Model { return testmodel.Shared(t, "tiny-f32") }
 
 // testGen keeps generations short: 16 slots, 8 steps, blocks of 8.
-var testGen = sample.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}
+var testGen = sample.GenOptions{Regime: regime.Regime{GenLength: 16, Steps: 8, BlockLength: 8}}
 
 // newTestServer returns a server with the named method (any registered
 // one, at its defaults; the bicache family gets a table serving depth 2 of

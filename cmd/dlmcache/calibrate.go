@@ -100,7 +100,7 @@ func (opts *calibrateOptions) run(ctx context.Context) error {
 			if start, err = engine.ReadTable(opts.LUT, lm); err != nil {
 				return err
 			}
-			if err := start.CheckRegime(engine.RegimeOf(gen)); err != nil {
+			if err := start.CheckRegime(gen.Regime); err != nil {
 				return fmt.Errorf("--lut %s: %w (calibrate in the table's regime, or profile this one)", opts.LUT, err)
 			}
 		}
@@ -116,7 +116,7 @@ func (opts *calibrateOptions) run(ctx context.Context) error {
 			Model: lm.Network, Gen: gen, Start: start, Stat: stat, Gate: opts.Gate, Target: opts.Agreement,
 			Z: normalQuantile(opts.Confidence), Stop: lm.AnswerEnd, Warn: func(w string) { fmt.Fprintln(opts.f.ErrOut, "warning:", w) }, Exhaustive: opts.Shard != "", OutDir: opts.Out, Resume: opts.Resume,
 			Run: profile.CalibrationRun{Model: lm.ID(),
-				GenLength: gen.GenLength, Steps: gen.Steps, BlockLength: gen.BlockLength, Refresh: lm.Card.RefreshOr(opts.Method.BiCache.Refresh),
+				Regime: gen.Regime, Refresh: lm.Card.RefreshOr(opts.Method.BiCache.Refresh),
 				Sources: slices.Clone(opts.Sources), Edges: edges, Seed: opts.Seed, Data: opts.Data, StartFrom: opts.LUT, Shard: opts.Shard},
 		}
 		t, err := opts.tableOrShard("bin·source", "depth of", profile.CalibrationFile, len(reqs), func() (*lut.Table, error) {

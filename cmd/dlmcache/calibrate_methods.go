@@ -86,7 +86,7 @@ func calibrateMethods(ctx context.Context, opts *calibrateOptions) error {
 			Stop: lm.AnswerEnd, Text: lm.AnswerText, Check: datasets.CheckAnswer, Budget: opts.Budget, Shard: opts.Shard != "",
 			OutDir: opts.Out, Resume: opts.Resume, Log: func(l string) { fmt.Fprintln(opts.f.ErrOut, l) },
 			Run: profile.SearchRun{Model: lm.ID(),
-				GenLength: gen.GenLength, Steps: gen.Steps, BlockLength: gen.BlockLength, Classes: classes, Edges: edges,
+				Regime: gen.Regime, Classes: classes, Edges: edges,
 				Settings: names, Seed: opts.Seed, Data: data, Shard: opts.Shard, Guide: guideID},
 		}
 		s.Base = base

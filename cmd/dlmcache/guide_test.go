@@ -14,6 +14,7 @@ import (
 	"github.com/dlmcache/dlmcache/internal/testmodel"
 	"github.com/dlmcache/dlmcache/internal/testutil"
 	"github.com/dlmcache/dlmcache/lut"
+	"github.com/dlmcache/dlmcache/regime"
 )
 
 // The fixtures that share a tokenizer: the diffusion model tiny-llada-moe
@@ -344,7 +345,7 @@ func verifyTable(t *testing.T, g *lut.ModelID, setting lut.Setting) string {
 	t.Helper()
 	dlm := testmodel.Load(t, "tiny-llada-moe")
 	tab := &lut.Table{Format: lut.Format, Model: lut.ModelID{Name: guidedDLM, NLayers: len(dlm.Blocks), Fingerprint: dlm.Fingerprint}, Tau: 1,
-		GenLength: 16, Steps: 8, BlockLength: 8, Classes: []lut.Class{{Name: "all"}}, Guide: g, Calibration: &lut.Calibration{Method: "search"},
+		Regime: regime.Regime{GenLength: 16, Steps: 8, BlockLength: 8}, Classes: []lut.Class{{Name: "all"}}, Guide: g, Calibration: &lut.Calibration{Method: "search"},
 		Bins: []lut.Bin{{Lo: 0, Hi: 1, Choices: []*lut.Choice{{Class: "all", Setting: setting}}}}}
 	return tempTable(t, tab)
 }

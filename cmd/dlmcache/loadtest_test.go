@@ -20,6 +20,7 @@ import (
 	"github.com/dlmcache/dlmcache/internal/testutil"
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/model/sample"
+	"github.com/dlmcache/dlmcache/regime"
 	"github.com/dlmcache/dlmcache/serve"
 )
 
@@ -31,7 +32,7 @@ func TestLoadtestAnswersEveryRequestAndPlots(t *testing.T) {
 	// until the test ends.
 	server := func(meth cache.Method, concurrency int) *httptest.Server {
 		srv, err := serve.New(serve.Config{Model: m, Method: meth,
-			Gen: sample.GenOptions{GenLength: 16, Steps: 8, BlockLength: 8}, MaxConcurrency: concurrency, MaxQueue: 64})
+			Gen: sample.GenOptions{Regime: regime.Regime{GenLength: 16, Steps: 8, BlockLength: 8}}, MaxConcurrency: concurrency, MaxQueue: 64})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -139,7 +140,7 @@ func newFakeChat(t *testing.T, answer func(msgs []chatMessage) string) (*fakeCha
 			fmt.Fprintf(w, "data: %s\n\n", b)
 		}
 		b, _ := json.Marshal(map[string]any{"choices": []any{map[string]any{"delta": map[string]string{}, "finish_reason": "stop"}},
-			"dlmcache": serve.Stats{Method: "fake", Depth: 1, PrefixTokens: prefix, PrefixHit: users > 1, GenLength: 8, Seconds: 0.01}})
+			"dlmcache": serve.Stats{Method: "fake", Depth: 1, PrefixTokens: prefix, PrefixHit: users > 1, Regime: regime.Regime{GenLength: 8}, Seconds: 0.01}})
 		fmt.Fprintf(w, "data: %s\n\ndata: [DONE]\n\n", b)
 	}))
 	t.Cleanup(ts.Close)

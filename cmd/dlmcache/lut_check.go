@@ -27,13 +27,12 @@ func (opts *lutCheckOptions) run(context.Context) error {
 	}
 	return withEngine(modelConfig(opts.f, opts.modelFlags, opts.regimeFlags), func(eng *engine.Engine) error {
 		lm, gen := eng.Model, eng.Gen
-		regime := engine.RegimeOf(gen)
-		for _, err := range []error{t.Check(lm.Name, len(lm.Blocks), lm.Fingerprint), t.CheckRegime(regime), cache.CheckTable(t, opts.Method)} {
+		for _, err := range []error{t.Check(lm.Name, len(lm.Blocks), lm.Fingerprint), t.CheckRegime(gen.Regime), cache.CheckTable(t, opts.Method)} {
 			if err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("%s: incompatible: %w", opts.File, err)}
 			}
 		}
-		fmt.Fprintf(opts.f.Out, "%s: compatible with %s (%d layers, fingerprint %s) at %s with %s\n", opts.File, lm.Name, len(lm.Blocks), lm.Fingerprint, regime, opts.Method)
+		fmt.Fprintf(opts.f.Out, "%s: compatible with %s (%d layers, fingerprint %s) at %s with %s\n", opts.File, lm.Name, len(lm.Blocks), lm.Fingerprint, gen.Regime.Text(), opts.Method)
 		return nil
 	})
 }

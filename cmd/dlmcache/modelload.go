@@ -6,6 +6,7 @@ import (
 	"github.com/dlmcache/dlmcache/engine"
 	"github.com/dlmcache/dlmcache/model/backend"
 	"github.com/dlmcache/dlmcache/models"
+	"github.com/dlmcache/dlmcache/regime"
 )
 
 // modelFlags are the flags every model-running command shares: which
@@ -25,9 +26,7 @@ func (m *modelFlags) add(fl *pflag.FlagSet) {
 // regimeFlags are the generation regime's flags; zero values take the
 // model's defaults (engine.Model.GenOptions).
 type regimeFlags struct {
-	GenLength   int
-	Steps       int
-	BlockLength int
+	regime.Regime
 }
 
 func (r *regimeFlags) add(fl *pflag.FlagSet) {
@@ -40,7 +39,7 @@ func (r *regimeFlags) add(fl *pflag.FlagSet) {
 // start-up lines to f's stderr.
 func modelConfig(f *factory, mf modelFlags, rf regimeFlags) engine.Config {
 	return engine.Config{Model: mf.Model, Device: mf.Device, Threads: mf.Threads,
-		Regime: engine.Regime{GenLength: rf.GenLength, Steps: rf.Steps, BlockLength: rf.BlockLength}, Log: f.ErrOut}
+		Regime: rf.Regime, Log: f.ErrOut}
 }
 
 // gemmOf describes the library behind b's matrix products where the

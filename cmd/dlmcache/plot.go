@@ -16,6 +16,7 @@ import (
 	"github.com/dlmcache/dlmcache/lut"
 	"github.com/dlmcache/dlmcache/plots"
 	"github.com/dlmcache/dlmcache/profile"
+	"github.com/dlmcache/dlmcache/regime"
 )
 
 // plotOptions are shared by every plot subcommand: one input, one output
@@ -148,10 +149,9 @@ func (opts *plotOptions) pareto(title func(string) string) (plots.Figure, error)
 		return nil, nil
 	}
 	var b struct {
-		Model     string                `json:"model"`
-		GenLength int                   `json:"gen_length"`
-		Steps     int                   `json:"steps"`
-		Results   []profile.SuiteResult `json:"results"`
+		Model string `json:"model"`
+		regime.Regime
+		Results []profile.SuiteResult `json:"results"`
 	}
 	if err := readJSONFile(opts.In, &b); err != nil {
 		return nil, err

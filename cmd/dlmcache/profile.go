@@ -55,8 +55,8 @@ func (opts *profileOptions) run(ctx context.Context) error {
 			return err
 		}
 		info := profile.RunInfo{
-			Model:     lm.ID(),
-			GenLength: gen.GenLength, Steps: gen.Steps, BlockLength: gen.BlockLength, AllSteps: opts.AllSteps,
+			Model:  lm.ID(),
+			Regime: gen.Regime, AllSteps: opts.AllSteps,
 			Tau: opts.Tau, Similarity: sim, Ratios: opts.Ratios, Edges: edges, PerRatio: opts.PerRatio, Seed: opts.Seed,
 			Shard: opts.Shard, Data: opts.Data, Systems: opts.Systems, Unfilled: unfilledS, MaxTokens: opts.MaxTokens,
 		}

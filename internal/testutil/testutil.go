@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/dlmcache/dlmcache/regime"
 )
 
 // SyncBuffer is a bytes.Buffer that a server's goroutines may write while
@@ -93,13 +95,11 @@ func RelErr(got, want []float32) float64 {
 // golden.json (tools/golden): the prompt, the schedule and the reference
 // sampler's answer.
 type Generation struct {
-	Name        string  `json:"name"`
-	PromptIDs   []int32 `json:"prompt_ids"`
-	GenLength   int     `json:"gen_length"`
-	Steps       int     `json:"steps"`
-	BlockLength int     `json:"block_length"`
-	OutputIDs   []int32 `json:"output_ids"`
-	AnswerIDs   []int32 `json:"answer_ids"`
+	Name      string  `json:"name"`
+	PromptIDs []int32 `json:"prompt_ids"`
+	regime.Regime
+	OutputIDs []int32 `json:"output_ids"`
+	AnswerIDs []int32 `json:"answer_ids"`
 }
 
 // LoadGolden loads the fixture in dir: its model with open (closed with

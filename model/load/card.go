@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/dlmcache/dlmcache/regime"
 )
 
 // CardFile is the optional file in a model directory that carries
@@ -17,9 +19,7 @@ const CardFile = "dlmcache.json"
 // Card holds a model's generation defaults and demo request. A directory
 // without dlmcache.json gets the paper's LLaDA-8B defaults.
 type Card struct {
-	GenLength   int `json:"gen_length"`
-	Steps       int `json:"steps"`
-	BlockLength int `json:"block_length,omitempty"`
+	regime.Regime // gen_length, steps, block_length (omitted when 0)
 	// Refresh is BiCache's deep-layer refresh period R for this model in
 	// its regime (0: the paper's 16), what --refresh 0 means.
 	Refresh       int    `json:"refresh,omitempty"`
@@ -30,7 +30,7 @@ type Card struct {
 
 // DefaultCard is the paper's setting for LLaDA-8B-Instruct: 256 answer
 // slots, 128 steps (two tokens per step), blocks of 32.
-var DefaultCard = Card{GenLength: 256, Steps: 128, BlockLength: 32}
+var DefaultCard = Card{Regime: regime.Regime{GenLength: 256, Steps: 128, BlockLength: 32}}
 
 // forBlocks checks a block-causal model's card (blocks of B; B = 0: a
 // bidirectional model, any card): its block length is B or absent (then

@@ -3,6 +3,8 @@ package load
 import (
 	"strings"
 	"testing"
+
+	"github.com/dlmcache/dlmcache/regime"
 )
 
 // TestBlockCausalCard: a block-causal model's card keeps its own block
@@ -14,10 +16,10 @@ func TestBlockCausalCard(t *testing.T) {
 		want    Card
 		wantErr bool
 	}{
-		{Card{GenLength: 32, Steps: 32, BlockLength: 8}, Card{GenLength: 32, Steps: 32, BlockLength: 8}, false},
-		{Card{GenLength: 32, Steps: 32}, Card{GenLength: 32, Steps: 32, BlockLength: 8}, false},
-		{DefaultCard, Card{GenLength: DefaultCard.GenLength, Steps: DefaultCard.GenLength, BlockLength: 8}, false},
-		{Card{GenLength: 32, Steps: 32, BlockLength: 16}, Card{}, true},
+		{Card{Regime: regime.Regime{GenLength: 32, Steps: 32, BlockLength: 8}}, Card{Regime: regime.Regime{GenLength: 32, Steps: 32, BlockLength: 8}}, false},
+		{Card{Regime: regime.Regime{GenLength: 32, Steps: 32}}, Card{Regime: regime.Regime{GenLength: 32, Steps: 32, BlockLength: 8}}, false},
+		{DefaultCard, Card{Regime: regime.Regime{GenLength: DefaultCard.GenLength, Steps: DefaultCard.GenLength, BlockLength: 8}}, false},
+		{Card{Regime: regime.Regime{GenLength: 32, Steps: 32, BlockLength: 16}}, Card{}, true},
 	} {
 		got, err := tc.card.forBlocks(8)
 		if (err != nil) != tc.wantErr || (!tc.wantErr && got != tc.want) {

@@ -12,6 +12,7 @@ import (
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/safetensors"
 	"github.com/dlmcache/dlmcache/model/tokenizer"
+	"github.com/dlmcache/dlmcache/regime"
 )
 
 // SpecialTokens are LLaDA's special tokens, in the order the bundled
@@ -268,7 +269,7 @@ func WriteRandomProgress(dir string, c model.Config, seed uint64, dtype safetens
 	if err := atomicfile.WriteFile(filepath.Join(dir, "config.json"), append(cfg, '\n'), 0o644); err != nil {
 		return err
 	}
-	card, _ := json.MarshalIndent(Card{GenLength: 32, Steps: 16, RandomWeights: true}, "", "  ")
+	card, _ := json.MarshalIndent(Card{Regime: regime.Regime{GenLength: 32, Steps: 16}, RandomWeights: true}, "", "  ")
 	if err := atomicfile.WriteFile(filepath.Join(dir, CardFile), append(card, '\n'), 0o644); err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/dlmcache/dlmcache/model/cpu"
+	"github.com/dlmcache/dlmcache/regime"
 )
 
 // testArchBlockGenerate checks a block-causal fixture's block decodings
@@ -15,7 +16,7 @@ func testArchBlockGenerate(t *testing.T, fx string, be *cpu.Backend) {
 		Block []blockGeneration `json:"block_generate"`
 	}](t, fx, be)
 	for _, gc := range g.Block {
-		o := GenOptions{GenLength: gc.GenLength, Decoder: LowConfidence{}}
+		o := GenOptions{Regime: regime.Regime{GenLength: gc.GenLength}, Decoder: LowConfidence{}}
 		if gc.Decoding == "threshold" {
 			o.Decoder = Threshold{T: *gc.Threshold}
 		} else {

@@ -13,7 +13,7 @@ import (
 func TestGenerateHooks(t *testing.T) {
 	m, g, _ := loadFixture(t, "tiny-f32")
 	gc := g.Generate[0]
-	o := GenOptions{GenLength: gc.GenLength, Steps: gc.Steps, BlockLength: gc.BlockLength}
+	o := GenOptions{Regime: gc.Regime}
 	want, err := Generate(context.Background(), m.Network, gc.PromptIDs, 0, o, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +59,7 @@ func TestGeneratePositions(t *testing.T) {
 	m, g, _ := loadFixture(t, "tiny-f32")
 	gc := g.Generate[0]
 	p := gc.PromptIDs
-	o := GenOptions{GenLength: gc.GenLength, Steps: gc.Steps, BlockLength: gc.BlockLength}
+	o := GenOptions{Regime: gc.Regime}
 	want, err := Generate(context.Background(), m.Network, p, 0, o, nil)
 	if err != nil {
 		t.Fatal(err)

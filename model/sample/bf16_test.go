@@ -8,6 +8,7 @@ import (
 
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/load"
+	"github.com/dlmcache/dlmcache/regime"
 
 	"github.com/dlmcache/dlmcache/internal/testckpt"
 	"github.com/dlmcache/dlmcache/internal/testutil"
@@ -102,7 +103,7 @@ func testBF16Weights(t *testing.T, src, bf string, lib cpu.GEMMLib) {
 		}
 
 		// The answers are a few tokens: 32 slots in 16 steps hold them.
-		o := GenOptions{GenLength: 32, Steps: 16, BlockLength: card.BlockLength}
+		o := GenOptions{Regime: regime.Regime{GenLength: 32, Steps: 16, BlockLength: card.BlockLength}}
 		gen := func(m *load.Model) []int32 {
 			g, err := Generate(context.Background(), m.Network, ids, prefix, o, nil)
 			if err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/cpu"
+	"github.com/dlmcache/dlmcache/regime"
 )
 
 // TestBlockCausalBadInput: decreasing position ids are refused on a
@@ -47,7 +48,7 @@ func TestBlockGenerateGolden(t *testing.T) {
 	B := m.Config.CausalBlock()
 	for _, gc := range g.Generate {
 		t.Run(gc.Name, func(t *testing.T) {
-			o := GenOptions{GenLength: gc.GenLength, BlockLength: gc.BlockLength}
+			o := GenOptions{Regime: regime.Regime{GenLength: gc.GenLength, BlockLength: gc.BlockLength}}
 			switch gc.Decoding {
 			case "threshold":
 				o.Decoder = Threshold{T: *gc.Threshold}
@@ -100,7 +101,7 @@ func TestBlockSchedule(t *testing.T) {
 		{"prompt ends at a boundary", 16, 16, 16, [][2]int{{16, 24}, {24, 32}}},
 		{"positions jump to 100", 21, 100, 8, [][2]int{{21, 25}, {25, 29}}},
 	} {
-		s, err := causalSchedule(tc.prompt, tc.first, 8, GenOptions{GenLength: tc.G})
+		s, err := causalSchedule(tc.prompt, tc.first, 8, GenOptions{Regime: regime.Regime{GenLength: tc.G}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -117,10 +118,10 @@ func TestBlockSchedule(t *testing.T) {
 		}
 	}
 	for _, o := range []GenOptions{
-		{GenLength: 16, BlockLength: 4},
-		{GenLength: 16, Steps: 3},
-		{GenLength: 16, Steps: 64},
-		{GenLength: 0},
+		{Regime: regime.Regime{GenLength: 16, BlockLength: 4}},
+		{Regime: regime.Regime{GenLength: 16, Steps: 3}},
+		{Regime: regime.Regime{GenLength: 16, Steps: 64}},
+		{Regime: regime.Regime{GenLength: 0}},
 	} {
 		if _, err := causalSchedule(5, 5, 8, o); err == nil {
 			t.Errorf("%+v: no error", o)
@@ -144,7 +145,7 @@ func TestBlockGenerateStepsAndEOS(t *testing.T) {
 	// From eosFrom on, the model is made to propose EOS everywhere.
 	eosFrom := (P/B + 2) * B
 	var fed []int
-	o := BlockDefaults(m.Config, GenOptions{GenLength: 6 * B, Steps: 12})
+	o := BlockDefaults(m.Config, GenOptions{Regime: regime.Regime{GenLength: 6 * B, Steps: 12}})
 	if o.BlockLength != B || o.Decoder != (Threshold{T: DefaultBlockThreshold}) {
 		t.Fatalf("defaults: block length %d, decoder %v", o.BlockLength, o.Decoder)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/regime"
 )
 
 // TestARCacheMatchesRecompute: autoregressive decoding with the exact
@@ -23,9 +24,9 @@ func TestARCacheMatchesRecompute(t *testing.T) {
 				name string
 				o    GenOptions
 			}{
-				{"greedy", GenOptions{GenLength: 24}},
-				{"sampled", GenOptions{GenLength: 24, Temperature: 1, Seed: 7}},
-				{"positions", GenOptions{GenLength: 24, Positions: shifted(len(gc.PromptIDs), 40)}},
+				{"greedy", GenOptions{Regime: regime.Regime{GenLength: 24}}},
+				{"sampled", GenOptions{Regime: regime.Regime{GenLength: 24}, Temperature: 1, Seed: 7}},
+				{"positions", GenOptions{Regime: regime.Regime{GenLength: 24}, Positions: shifted(len(gc.PromptIDs), 40)}},
 			} {
 				name := fmt.Sprintf("%s/%s/%s", fx, gc.Name, tc.name)
 				cached, err := (&sampler{m.Network}).generateAR(context.Background(), gc.PromptIDs, tc.o, nil, true)
@@ -76,7 +77,7 @@ func TestAREOS(t *testing.T) {
 	m.Config = &cfg
 	var blocks []int
 	var steps [][]int32
-	o := GenOptions{GenLength: 12,
+	o := GenOptions{Regime: regime.Regime{GenLength: 12},
 		OnBlock: func(_, end int, _ []int32) { blocks = append(blocks, end) },
 		OnStep:  func(_ *Step, c []int32) { steps = append(steps, c) },
 		Forward: func(in model.Input, p model.Plan) (*model.Output, error) {
@@ -103,8 +104,8 @@ func TestAREOS(t *testing.T) {
 		o    GenOptions
 		want string
 	}{
-		{GenOptions{GenLength: 4, Decoder: Threshold{T: 0.9}}, "threshold:0.9"},
-		{GenOptions{GenLength: 4, CFGScale: 1}, "guidance"},
+		{GenOptions{Regime: regime.Regime{GenLength: 4}, Decoder: Threshold{T: 0.9}}, "threshold:0.9"},
+		{GenOptions{Regime: regime.Regime{GenLength: 4}, CFGScale: 1}, "guidance"},
 		{GenOptions{}, "gen length"},
 	} {
 		if _, err := Generate(context.Background(), m.Network, gc.PromptIDs, 0, tc.o, nil); err == nil || !strings.Contains(err.Error(), tc.want) {

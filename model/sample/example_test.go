@@ -8,6 +8,7 @@ import (
 	"github.com/dlmcache/dlmcache/model/cpu"
 	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/sample"
+	"github.com/dlmcache/dlmcache/regime"
 )
 
 // Load a Hugging Face LLaDA directory (here the bundled llada-tiny), encode
@@ -30,7 +31,7 @@ func ExampleGenerate() {
 	}
 	// The card's regime (m.Card: 128 slots, 64 steps, blocks of 32) is what
 	// the commands use; a short canvas keeps the example quick.
-	o := sample.GenOptions{GenLength: 32, Steps: 16, BlockLength: 32}
+	o := sample.GenOptions{Regime: regime.Regime{GenLength: 32, Steps: 16, BlockLength: 32}}
 	g, err := sample.Generate(context.Background(), m.Network, ids, prefixLen, o, nil)
 	if err != nil {
 		fmt.Println(err)

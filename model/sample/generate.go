@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlmcache/dlmcache/internal/sumexp"
 	"github.com/dlmcache/dlmcache/model"
+	"github.com/dlmcache/dlmcache/regime"
 )
 
 // Generation is split in three swappable pieces around the one forward:
@@ -23,9 +24,10 @@ import (
 
 // GenOptions configures one generation.
 type GenOptions struct {
-	GenLength   int     // masked answer slots appended to the prompt
-	Steps       int     // denoising steps in all (a cap with threshold decoding)
-	BlockLength int     // 0 means GenLength (one block)
+	// Regime is the gen length (masked answer slots appended to the
+	// prompt), the denoising steps in all (a cap with threshold decoding)
+	// and the block length (0 means GenLength: one block).
+	regime.Regime
 	Temperature float64 // 0: greedy; >0: argmax of logits + T·Gumbel
 	CFGScale    float64 // classifier-free guidance; 0 disables
 	Seed        uint64
@@ -101,13 +103,14 @@ func BlockDefaults(c *model.Config, o GenOptions) GenOptions {
 // tail), the next ones are B slots each, the last is cut by the canvas
 // end; every block gets Steps·B/GenLength steps at most.
 type Schedule struct {
-	PromptLen, GenLength, BlockLength, Steps int
-	CausalBlock, FirstPos                    int
+	PromptLen int
+	regime.Regime
+	CausalBlock, FirstPos int
 }
 
 // NewSchedule validates the options against LLaDA's rules.
 func NewSchedule(promptLen int, o GenOptions) (Schedule, error) {
-	s := Schedule{PromptLen: promptLen, GenLength: o.GenLength, BlockLength: o.BlockLength, Steps: o.Steps}
+	s := Schedule{PromptLen: promptLen, Regime: o.Regime}
 	if s.BlockLength == 0 {
 		s.BlockLength = s.GenLength
 	}
@@ -130,7 +133,7 @@ func NewSchedule(promptLen int, o GenOptions) (Schedule, error) {
 // whose first answer slot is at position id firstPos.
 func causalSchedule(promptLen, firstPos, B int, o GenOptions) (Schedule, error) {
 	o = BlockDefaults(&model.Config{BlockCausal: true, BlockSize: B}, o)
-	s := Schedule{PromptLen: promptLen, GenLength: o.GenLength, BlockLength: o.BlockLength, Steps: o.Steps,
+	s := Schedule{PromptLen: promptLen, Regime: o.Regime,
 		CausalBlock: B, FirstPos: firstPos}
 	switch {
 	case s.GenLength <= 0:

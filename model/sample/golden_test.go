@@ -29,7 +29,7 @@ func testGenerateGolden(t *testing.T, fx string, be *cpu.Backend) {
 			m, g, _ := loadFixtureOn(t, fx, be)
 			for _, gc := range g.Generate {
 				res, err := Generate(context.Background(), m.Network, gc.PromptIDs, 0,
-					GenOptions{GenLength: gc.GenLength, Steps: gc.Steps, BlockLength: gc.BlockLength}, nil)
+					GenOptions{Regime: gc.Regime}, nil)
 				if err != nil {
 					t.Fatal(err)
 				}

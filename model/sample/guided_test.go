@@ -12,6 +12,7 @@ import (
 
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/load"
+	"github.com/dlmcache/dlmcache/regime"
 )
 
 // guidedPair is the DLM fixture and the causal fixture that share its
@@ -39,11 +40,11 @@ func TestGuidedIsTheGuidesGreedyAnswer(t *testing.T) {
 	dlm, guide := guidedPair(t)
 	for _, p := range guidedPrompts {
 		for _, bl := range []int{0, 8} {
-			ar, err := Generate(context.Background(), guide.Network, p, 0, GenOptions{GenLength: 24}, nil)
+			ar, err := Generate(context.Background(), guide.Network, p, 0, GenOptions{Regime: regime.Regime{GenLength: 24}}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			g, err := Generate(context.Background(), dlm.Network, p, 0, GenOptions{GenLength: 24, Steps: 24, BlockLength: bl,
+			g, err := Generate(context.Background(), dlm.Network, p, 0, GenOptions{Regime: regime.Regime{GenLength: 24, Steps: 24, BlockLength: bl},
 				Decoder: Guided{}, Guide: guide.Network}, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -84,7 +85,7 @@ func guidedLongAnswer(t *testing.T, g int) (dlm, guide *load.Model, p []int32, a
 	t.Helper()
 	dlm, guide = guidedPair(t)
 	p = guidedPrompts[0]
-	ar, err := (&sampler{guide.Network}).generateAR(context.Background(), p, GenOptions{GenLength: g}, nil, false)
+	ar, err := (&sampler{guide.Network}).generateAR(context.Background(), p, GenOptions{Regime: regime.Regime{GenLength: g}}, nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +124,7 @@ func TestGuidedPerfectDraftsCommitManyPerStep(t *testing.T) {
 			}
 		}
 		calls := 0
-		g, err := Generate(context.Background(), dlm.Network, p, 0, GenOptions{GenLength: G, Steps: G, Decoder: Guided{},
+		g, err := Generate(context.Background(), dlm.Network, p, 0, GenOptions{Regime: regime.Regime{GenLength: G, Steps: G}, Decoder: Guided{},
 			Guide: guide.Network, Forward: oracleForward(e, ar.Canvas, wrong, &calls)}, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -177,7 +178,7 @@ func TestGuidedKeepsConfidentProposals(t *testing.T) {
 			}
 			return out, nil
 		}
-		g, err := Generate(context.Background(), dlm.Network, p, 0, GenOptions{GenLength: G, Steps: G, Decoder: Guided{Keep: 0.5},
+		g, err := Generate(context.Background(), dlm.Network, p, 0, GenOptions{Regime: regime.Regime{GenLength: G, Steps: G}, Decoder: Guided{Keep: 0.5},
 			Guide: guide.Network, Forward: fwd}, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -245,7 +246,7 @@ func TestGuidedRefusals(t *testing.T) {
 		{f32, guide.Network, "vocabulary has 272 tokens, the model's 300"},
 		{guide, guide.Network, "diffusion sampler's"},
 	} {
-		_, err := Generate(context.Background(), tc.m.Network, p, 0, GenOptions{GenLength: 8, Steps: 8, Decoder: Guided{}, Guide: tc.guide}, nil)
+		_, err := Generate(context.Background(), tc.m.Network, p, 0, GenOptions{Regime: regime.Regime{GenLength: 8, Steps: 8}, Decoder: Guided{}, Guide: tc.guide}, nil)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("guide %v: error %v, want %q", tc.guide != nil, err, tc.want)
 		}
@@ -311,7 +312,7 @@ func checkGuidedGolden(t *testing.T, lib string, dlm, guide *load.Model, gg *gui
 	e := dlm.Config.Embeddings()
 	for _, c := range gg.Cases {
 		c.Name = lib + "/" + c.Name
-		o := GenOptions{GenLength: c.GenLength, Steps: c.GenLength, BlockLength: c.BlockLength, Guide: guide.Network, Decoder: Guided{}}
+		o := GenOptions{Regime: regime.Regime{GenLength: c.GenLength, Steps: c.GenLength, BlockLength: c.BlockLength}, Guide: guide.Network, Decoder: Guided{}}
 		if c.Rule == "topk_relative" {
 			o.Decoder = Guided{Tau: c.Tau, TopK: c.TopK}
 		}

@@ -16,13 +16,12 @@ import (
 	"github.com/dlmcache/dlmcache/model/cpu"
 	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/sample"
+	"github.com/dlmcache/dlmcache/regime"
 )
 
 type answers struct {
-	GenLength   int `json:"gen_length"`
-	Steps       int `json:"steps"`
-	BlockLength int `json:"block_length"`
-	Cases       []struct {
+	regime.Regime
+	Cases []struct {
 		ID        string  `json:"id"`
 		PromptIDs []int32 `json:"prompt_ids"`
 		AnswerIDs []int32 `json:"answer_ids"`
@@ -50,7 +49,7 @@ func main() {
 	}
 	same := 0
 	for _, c := range a.Cases {
-		g, err := sample.Generate(context.Background(), m.Network, c.PromptIDs, 0, sample.GenOptions{GenLength: a.GenLength, Steps: a.Steps, BlockLength: a.BlockLength}, nil)
+		g, err := sample.Generate(context.Background(), m.Network, c.PromptIDs, 0, sample.GenOptions{Regime: a.Regime}, nil)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)

@@ -66,7 +66,7 @@ func run(pa, pb string, suites []string, limit int, seed int64, threads int, asJ
 		if err != nil {
 			return err
 		}
-		gen := sample.GenOptions{GenLength: m.Card.GenLength, Steps: m.Card.Steps, BlockLength: m.Card.BlockLength}
+		gen := sample.GenOptions{Regime: m.Card.Regime}
 		es = append(es, &profile.Evaluator{Model: m, Method: none, Gen: none.Gen(gen)})
 	}
 	res, err := profile.EvaluateInterleaved(context.Background(), es, samples, nil)

@@ -204,7 +204,7 @@ func depthBySuite(modelName string, info profile.RunInfo, perSuite int) error {
 		return err
 	}
 	defer m.Close()
-	gen := sample.GenOptions{GenLength: m.Card.GenLength, Steps: m.Card.Steps, BlockLength: m.Card.BlockLength}
+	gen := sample.GenOptions{Regime: m.Card.Regime}
 	fmt.Printf("Safe depth at τ=%g by task suite (%d held-out requests each, first step):\n\n", info.Tau, perSuite)
 	fmt.Println("| suite | mean ratio | mean depth | std | depth in r∈[0.80,0.90) |")
 	fmt.Println("|---|---|---|---|---|")
