@@ -528,7 +528,9 @@ func (b *Backend) Weight(dtype backend.DType, rows, cols int, raw []byte) (backe
 				t.f16[i] = binary.LittleEndian.Uint16(raw[2*i:])
 			}
 		}
-		if rows > 1 && b.f16BF16 {
+		// Rounded to BF16 where the weight is too wide for the panel
+		// kernel: a narrower one runs faster there (and exactly), as F32.
+		if rows > 1 && b.f16BF16 && !(b.panel && cols <= panelMaxK) {
 			b.f16ToBF16(t)
 			if b.packWeights {
 				b.pack(t, true, unsafe.Pointer(&t.bf16[0]))
@@ -537,12 +539,7 @@ func (b *Backend) Weight(dtype backend.DType, rows, cols int, raw []byte) (backe
 		}
 		if rows > 1 && !b.decodeF16 {
 			if b.panel && cols <= panelMaxK {
-				// The panel kernel's layout, from a float32 copy dropped
-				// after.
-				f := make([]float32, n)
-				b.parallel(rows, rowGrain(cols), func(lo, hi int) { f16Rows(f[lo*cols:], t, lo, hi) })
-				t.panels = panelPack(f, cols, rows, cols)
-				b.panelBytes.Add(int64(4 * len(t.panels)))
+				b.halfPanels(t, f16Rows)
 			}
 			return t, nil
 		}
@@ -560,7 +557,12 @@ func (b *Backend) Weight(dtype backend.DType, rows, cols int, raw []byte) (backe
 			}
 		}
 		if rows > 1 && !b.decodeBF16 {
-			if b.packWeights && b.dnnlBF16 {
+			if b.panel && cols <= panelMaxK {
+				// As an F16 one (a small model's weights: their products,
+				// fused halves included, then run as F32 ones, with F32
+				// activations).
+				b.halfPanels(t, bf16Rows)
+			} else if b.packWeights && b.dnnlBF16 {
 				b.pack(t, true, unsafe.Pointer(&t.bf16[0]))
 			}
 			return t, nil
@@ -575,6 +577,16 @@ func (b *Backend) Weight(dtype backend.DType, rows, cols int, raw []byte) (backe
 		b.panelBytes.Add(int64(4 * len(t.panels)))
 	}
 	return t, nil
+}
+
+// halfPanels lays out the 16-bit weight t for the panel kernel, from a
+// float32 copy (decode: f16Rows or bf16Rows, exact) dropped after.
+func (b *Backend) halfPanels(t *Tensor, decode func(dst []float32, w *Tensor, lo, hi int)) {
+	rows, cols := t.rows, t.cols
+	f := make([]float32, rows*cols)
+	b.parallel(rows, rowGrain(cols), func(lo, hi int) { decode(f[lo*cols:], t, lo, hi) })
+	t.panels = panelPack(f, cols, rows, cols)
+	b.panelBytes.Add(int64(4 * len(t.panels)))
 }
 
 // f16ToBF16 makes the F16 weight matrix t a BF16 one (F16AsBF16): its

@@ -44,7 +44,7 @@ func (b *Backend) MatMul(dst, x, w backend.Tensor) {
 	if xs.rows == 0 || ws.rows == 0 {
 		return
 	}
-	if ws.bf16 != nil {
+	if ws.bf16 != nil && ws.panels == nil {
 		b.matMulBF16(d, xs, ws)
 		return
 	}

@@ -68,9 +68,11 @@ func TestF16Weights(t *testing.T) {
 				if _, err := cpu.NewChecked(cpu.Options{Threads: 2, GEMM: lib, F16: cpu.F16AsBF16}); err != nil {
 					return
 				}
+				// ffn_down is rounded where it is too wide for the panel
+				// kernel (the 640-wide MLP), else kept F16 and laid out.
 				rounded := load(cpu.Options{F16: cpu.F16AsBF16})
-				if d := rounded.Blocks[0].Down.(*cpu.Tensor); !d.BF16() {
-					t.Fatalf("F16AsBF16: ffn_down is %v, want a BF16 weight", d)
+				if d := rounded.Blocks[0].Down.(*cpu.Tensor); d.BF16() != (d.Cols() > 512) {
+					t.Fatalf("F16AsBF16: ffn_down is %v", d)
 				}
 				if e := testutil.RelErr(ggufLogits(t, rounded, ids), lw); e > 1e-2 {
 					t.Errorf("F16 rounded to BF16 vs widened logits: relative error %.2g, want ≤ 1e-2", e)
