@@ -89,7 +89,7 @@ func (b *Backend) matMulF32(d, xs, ws *Tensor) {
 	// however small (as BF16 weights do): choosing the library by the
 	// product's size, which the row count sets, made a request's results
 	// depend on the batch it ran in.
-	if b.dnnlOK(max(xs.rows, dnnlWeightRows), ws.rows, in) {
+	if b.dnnlOK(dnnlWeightRows, ws.rows, in) { // judged by the weight alone, whatever the rows
 		checkSpan("x", xs.data, xs.rows, in, xs.stride)
 		checkSpan("w", ws.data, ws.rows, in, ws.stride)
 		checkSpan("dst", d.data, xs.rows, ws.rows, d.stride)
