@@ -3,7 +3,7 @@ GO        ?= go
 BIN       := bin/dlmcache
 export CGO_ENABLED := 1
 
-.PHONY: all build deps test sanitize e2e hfcheck llmd run bench bench-llamacpp bench-8b bench-block serve-block results vet fuzz clean docs cuda-deps cuda-check gpu-test gpu-bundle
+.PHONY: all build deps test sanitize e2e hfcheck llmd run bench bench-llamacpp bench-llamacpp-serve bench-8b bench-block serve-block results vet fuzz clean docs cuda-deps cuda-check gpu-test gpu-bundle
 
 all: build
 
@@ -150,6 +150,14 @@ bench: build
 # (scripts/bench-llamacpp.sh says what it runs). Not part of make test.
 bench-llamacpp: build
 	BIN=./$(BIN) LLAMACPP='$(LLAMACPP)' ./scripts/bench-llamacpp.sh
+
+# bench-llamacpp-serve LLAMACPP=DIR: the same shared-prefix requests (N, 40)
+# through dlmcache serve on its default (TABLE=table.json: calibrated)
+# against one llama-diffusion-cli run each on llada-tiny's F32 GGUF,
+# generation time per request, into bench-out/llamacpp-serve/summary.{json,md}
+# (scripts/bench-llamacpp-serve.sh says what it runs). Not part of make test.
+bench-llamacpp-serve: build
+	BIN=./$(BIN) LLAMACPP='$(LLAMACPP)' N='$(N)' TABLE='$(TABLE)' ./scripts/bench-llamacpp-serve.sh
 
 # bench-8b times BF16 weights: l16-d2048 in F32 and in BF16 (kept, and
 # converted at load), and LLaDA-8B-Instruct's, Dream-v0-7B's and

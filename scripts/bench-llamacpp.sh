@@ -29,66 +29,20 @@
 # SEQ (256), BENCH_LLAMACPP_OUT (bench-out/llamacpp).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-LLAMACPP=${LLAMACPP:?set LLAMACPP to a llama.cpp source tree: make bench-llamacpp LLAMACPP=DIR}
-[ -e "$LLAMACPP/examples/diffusion/diffusion-cli.cpp" ] || {
-	echo "bench-llamacpp: $LLAMACPP has no examples/diffusion/diffusion-cli.cpp: a llama.cpp tree from July 2025 or later is needed" >&2
-	exit 2
-}
-command -v cmake >/dev/null || { echo "bench-llamacpp: cmake is missing (apt-get install cmake)" >&2; exit 2; }
+BENCH=bench-llamacpp
+OUT=${BENCH_LLAMACPP_OUT:-bench-out/llamacpp}
 [ -x /usr/bin/time ] || { echo "bench-llamacpp: /usr/bin/time is missing (apt-get install time): it measures peak RSS" >&2; exit 2; }
 SHAPES=${SHAPES:-llada-tiny l16-d2048}
 FORMATS=${FORMATS:-f32 f16 bf16 q8_0 q4_0}
 ROUNDS=${ROUNDS:-3}
 THREADS=${THREADS:-$(nproc)}
 SEQ=${SEQ:-256}
-OUT=${BENCH_LLAMACPP_OUT:-bench-out/llamacpp}
-BENCH_DIR=${DLMCACHE_BENCH_DIR:-${TMPDIR:-/tmp}/dlmcache-bench}
 BLOCK=32
 STEPS=$((SEQ / BLOCK))
 [ $((SEQ % BLOCK)) = 0 ] || { echo "bench-llamacpp: SEQ=$SEQ is not a multiple of $BLOCK" >&2; exit 2; }
-ISA=${DLMCACHE_CPU_ISA:-native}
 PROMPT="List the planets of the solar system in order from the sun."
-mkdir -p "$OUT" "$BENCH_DIR"
-
-# llama.cpp, built to the same ISA class.
-build=$LLAMACPP/build-dlmcache-$ISA
-case "$ISA" in
-native) flags=(-DGGML_NATIVE=ON) ;;
-avx2) flags=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF -DGGML_AVX_VNNI=OFF) ;;
-*) echo "bench-llamacpp: DLMCACHE_CPU_ISA=$ISA: only native and avx2 have a llama.cpp build to match" >&2; exit 2 ;;
-esac
-if ! [ -x "$build/bin/llama-diffusion-cli" ] || ! [ -x "$build/bin/llama-quantize" ]; then
-	echo "== building llama.cpp ($ISA) in $build" >&2
-	cmake -S "$LLAMACPP" -B "$build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF "${flags[@]}" >&2
-	cmake --build "$build" -j "$(nproc)" --target llama-diffusion-cli llama-quantize >&2
-fi
-LLAMA=$build/bin/llama-diffusion-cli
-QUANTIZE=$build/bin/llama-quantize
-# dlmcache: make's build (BIN), else built here.
-DLM=${BIN:-}
-if [ -z "$DLM" ]; then
-	go build -o "$OUT/dlmcache" ./cmd/dlmcache
-	DLM=$OUT/dlmcache
-fi
-
-# The files: F32 from dlmcache convert, the rest from llama-quantize.
-gguf() { # shape format → path
-	local shape=$1 fmt=$2 f32=$BENCH_DIR/$1-f32.gguf
-	if ! [ -e "$f32" ]; then
-		local src=$shape
-		if [ "$shape" != llada-tiny ]; then
-			go run ./tools/benchckpt -out "$BENCH_DIR" -shape "$shape" >&2
-			src=$BENCH_DIR/$shape
-		fi
-		"$DLM" convert "$src" "$f32" --outtype f32 >&2
-	fi
-	local out=$BENCH_DIR/$shape-$fmt.gguf
-	if [ "$fmt" != f32 ] && ! [ -e "$out" ]; then
-		"$QUANTIZE" "$f32" "$out" "${fmt^^}" >&2
-	fi
-	[ "$fmt" = f32 ] && out=$f32
-	echo "$out"
-}
+# The llama.cpp build, dlmcache's binary, gguf and the processor.
+. scripts/llamacpp-common.sh
 
 # One run of each program: a JSON line with its per-step seconds and RSS.
 # A llama.cpp run that prints no timing is run again once, then reported.
@@ -130,7 +84,6 @@ print("\"step_s\": %g, \"rss_bytes\": %d, \"prompt_tokens\": %d" % (d["seconds"]
 ' <<<"$out"
 }
 
-cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
 runs=$OUT/runs.jsonl
 : >"$runs"
 for shape in $SHAPES; do

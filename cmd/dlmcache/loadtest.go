@@ -50,6 +50,9 @@ type loadtestOptions struct {
 	Plot      string
 	AgreeWith string
 	Timeout   time.Duration
+	// WriteRequests is a JSON Lines file to write the requests to, in the
+	// order sent (writeRequests).
+	WriteRequests string
 }
 
 // loadLevel is one concurrency level's outcome.
@@ -474,8 +477,20 @@ func (lr *loadRun) level(ctx context.Context, c, n int) (loadLevel, map[string]s
 }
 
 func (opts *loadtestOptions) run(ctx context.Context) error {
-	if opts.URL == "" && opts.Plot == "" {
+	if opts.URL == "" && opts.Plot == "" && opts.WriteRequests == "" {
 		return fmt.Errorf("--url is required (the base URL of a running dlmcache serve)")
+	}
+	var units [][]loadRequest
+	if opts.URL != "" || opts.WriteRequests != "" {
+		var err error
+		if units, err = opts.workload(); err != nil {
+			return err
+		}
+	}
+	if opts.WriteRequests != "" {
+		if err := opts.writeRequests(units); err != nil {
+			return err
+		}
 	}
 	results := map[string][]loadLevel{}
 	// The answers of each label's levels by client count and request key.
@@ -492,10 +507,6 @@ func (opts *loadtestOptions) run(ctx context.Context) error {
 	}
 	if opts.URL != "" {
 		url := strings.TrimRight(opts.URL, "/")
-		units, err := opts.workload()
-		if err != nil {
-			return err
-		}
 		label := opts.Label
 		if label == "" {
 			label = serverMethod(url)
@@ -514,11 +525,7 @@ func (opts *loadtestOptions) run(ctx context.Context) error {
 			if c < 1 {
 				return fmt.Errorf("--clients: %d is not a client count", c)
 			}
-			n := opts.Requests
-			if n <= 0 && len(opts.Suites) == 0 {
-				n = max(16, 4*c)
-			}
-			lv, ans, err := lr.level(ctx, c, n)
+			lv, ans, err := lr.level(ctx, c, opts.levelRequests(c))
 			if err != nil {
 				return err
 			}
@@ -549,6 +556,51 @@ func (opts *loadtestOptions) run(ctx context.Context) error {
 	return nil
 }
 
+// levelRequests is the requests a level of c clients sends (0: the whole
+// workload once).
+func (opts *loadtestOptions) levelRequests(c int) int {
+	if opts.Requests <= 0 && len(opts.Suites) == 0 {
+		return max(16, 4*c)
+	}
+	return opts.Requests
+}
+
+// writtenRequest is a line of --write-requests: the request (--requests-file's
+// fields), its key in loadtest-answers.json and its turn.
+type writtenRequest struct {
+	Key  string `json:"key"`
+	Turn int    `json:"turn,omitempty"`
+	verifyRequest
+}
+
+// writeRequests writes the requests of the largest level to
+// opts.WriteRequests as JSON Lines, in the order the clients take them
+// (every level sends the first of them; one client sends them in this
+// order).
+func (opts *loadtestOptions) writeRequests(units [][]loadRequest) error {
+	n := 0
+	for _, c := range opts.Clients {
+		k := opts.levelRequests(c)
+		if k <= 0 { // the whole workload at every level
+			n = 0
+			break
+		}
+		n = max(n, k)
+	}
+	todo, _ := levelUnits(units, n)
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	for _, u := range todo {
+		for _, r := range u {
+			if err := enc.Encode(writtenRequest{r.Key, r.Turn, r.verifyRequest}); err != nil {
+				return err
+			}
+		}
+	}
+	return atomicfile.WriteFile(opts.WriteRequests, b.Bytes(), 0o644)
+}
+
 // mergeLevels is a label's recorded levels with this run's: a client
 // count run again replaces its old level; by client count.
 func mergeLevels(old, now []loadLevel) []loadLevel {
@@ -561,7 +613,7 @@ func mergeLevels(old, now []loadLevel) []loadLevel {
 }
 
 func (opts *loadtestOptions) flags(fl *pflag.FlagSet) {
-	fl.StringVar(&opts.URL, "url", "", "the server's base URL (required)")
+	fl.StringVar(&opts.URL, "url", "", "the server's base URL (required but for --plot or --write-requests alone)")
 	fl.IntSliceVar(&opts.Clients, "clients", []int{1, 2, 4, 8, 16, 32}, "concurrent client counts, one level each")
 	fl.IntVar(&opts.Requests, "requests", 0, "requests per level, the workload sent from its start (again where it has fewer; whole conversations with --turns); 0: with --suite the whole workload once, else 4 per client, at least 16")
 	fl.StringVar(&opts.File, "requests-file", "builtin", "requests (without --suite): builtin, the held-out set of lut verify (system messages the suites' generators never produce, 4 questions each, and each suite's held-out samples; the default, as it keeps the runs recorded with it comparable), or a JSON Lines file of {system, user, answer, suite}")
@@ -573,6 +625,7 @@ func (opts *loadtestOptions) flags(fl *pflag.FlagSet) {
 	fl.StringVar(&opts.AgreeWith, "agree-with", "none", "with --out: compare each level's answers with this label's at the same client count there, request by request (the same workload: the same flags), e.g. a cache's with the same model's none")
 	fl.StringVar(&opts.Plot, "plot", "", "draw every label in --out's loadtest.json to this PNG/SVG")
 	fl.DurationVar(&opts.Timeout, "timeout", 10*time.Minute, "per-request time limit")
+	fl.StringVar(&opts.WriteRequests, "write-requests", "", "write the requests to this JSON Lines file, one {key, turn, system, user, answer, suite} a line in the order sent (the largest level's: every level sends the first of them), before sending any (without --url: only write them); key is the request's in loadtest-answers.json, and with --turns user is the turn's question (the messages before it carry the server's answers); --requests-file reads it back")
 }
 
 // serverMethod reads the method from the server's /metrics (dlmcache_info).
@@ -734,6 +787,9 @@ held-out task suites: --questions-per-system Q asks each system message Q
 questions of its suite, and --turns T makes each a conversation of T
 turns. bench's flags give the same requests in the same order; with
 --suite each level sends the whole workload once (--requests to change).
+--write-requests FILE writes them, in the order sent, to a JSON Lines
+file (without --url it only writes them): to send the same requests to
+another program.
 A client sends a conversation's turns one after another as a chat client
 does: each turn's messages are the system message, the earlier questions
 each followed by the server's own answer to it, and the new question, so

@@ -422,3 +422,67 @@ func readLoad(t *testing.T, dir string) map[string][]loadLevel {
 	}
 	return res
 }
+
+// loadtest --write-requests writes the requests in the order one client
+// sends them, keyed as loadtest-answers.json keys their answers; without
+// --url it only writes them, and --requests-file reads them back.
+func TestLoadtestWritesTheRequestsItSends(t *testing.T) {
+	flags := []string{"--suite", "lookup,rule", "--limit", "2", "--questions-per-system", "2", "--seed", "5"}
+	dir := t.TempDir()
+	file := filepath.Join(dir, "requests.jsonl")
+	if _, errOut, code := run(t, append([]string{"loadtest", "--write-requests", file}, flags...)...); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	read := func() []writtenRequest {
+		t.Helper()
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []writtenRequest
+		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			var r writtenRequest
+			if err := json.Unmarshal([]byte(line), &r); err != nil {
+				t.Fatalf("%q: %v", line, err)
+			}
+			out = append(out, r)
+		}
+		return out
+	}
+	written := read()
+	fc, url := newFakeChat(t, func(msgs []chatMessage) string { return "## " + msgs[len(msgs)-1].Content })
+	if _, errOut, code := run(t, append([]string{"loadtest", "--url", url, "--clients", "1", "--out", dir, "--label", "fake", "--write-requests", file}, flags...)...); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if again := read(); len(written) != 8 || len(again) != len(written) || len(fc.asked) != len(written) {
+		t.Fatalf("wrote %d requests (again with --url: %d), sent %d; want 8", len(written), len(again), len(fc.asked))
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "loadtest-answers.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var answers map[string]map[string]map[string]string
+	if err := json.Unmarshal(b, &answers); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range written {
+		got := fc.asked[i]
+		if len(got) != 2 || got[0] != (chatMessage{"system", r.System}) || got[1] != (chatMessage{"user", r.User}) || r.Answer == "" || r.Suite == "" {
+			t.Errorf("request %d: sent %+v, written %+v", i, got, r)
+		}
+		if a := answers["fake"]["1"][r.Key]; a != "## "+r.User {
+			t.Errorf("request %d: answer under its key %q", i, a)
+		}
+	}
+	// Read back as --requests-file: the same requests, sent in the same
+	// order (a level of --requests 8 from 8 lines), under the same keys.
+	fc2, url2 := newFakeChat(t, func(msgs []chatMessage) string { return "## " + msgs[len(msgs)-1].Content })
+	if _, errOut, code := run(t, "loadtest", "--url", url2, "--clients", "1", "--requests", "8", "--requests-file", file, "--out", dir, "--label", "again"); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for i := range fc2.asked {
+		if fmt.Sprint(fc2.asked[i]) != fmt.Sprint(fc.asked[i]) {
+			t.Errorf("request %d read back: %+v, want %+v", i, fc2.asked[i], fc.asked[i])
+		}
+	}
+}
