@@ -303,9 +303,16 @@ static void panel_pack(const float *w, long ldw, int n, int k, float *p) { panel
 
 // panel_gemm computes α times columns [q0·16, q0·16 + n) of c from panels q0, …:
 // rows in blocks of 96 (their a stays in L2 while every panel passes),
-// then panel by panel, 6 rows at a time.
+// then panel by panel, 6 rows at a time; on panel_gemm16 where
+// panel_avx512 says (the same bits).
+static void panel_gemm16(int m, int n, int k, const float *a, long lda, const float *p, float *c, long ldc, float alpha);
+static int panel_avx512;
 __attribute__((target("avx2,fma")))
 static void panel_gemm(int m, int n, int k, const float *a, long lda, const float *p, float *c, long ldc, float alpha) {
+	if (panel_avx512) {
+		panel_gemm16(m, n, k, a, lda, p, c, ldc, alpha);
+		return;
+	}
 	for (int i0 = 0; i0 < m; i0 += 96) {
 		int i1 = i0 + 96 < m ? i0 + 96 : m;
 		for (int j = 0; j < n; j += 16) {
@@ -334,6 +341,86 @@ static inline void tile2_add(int mr, int w, int add, int K, const float *a, long
 #undef TILE2A
 }
 
+// The panel kernel on AVX-512F: 32 registers of 16 lanes hold a tile of
+// 12 rows × 2 panels (24 accumulators, a row of each panel, a broadcast),
+// twice the columns and rows of attn_tile2's. Each element of c is the
+// same chain of FMAs in k's order as on attn_tile2 (from 0, or from c
+// where add; α applied once at the end), so both kernels give the same
+// bits and the machine's widest runs. panel_avx512 picks it
+// (dlmc_panel_set_avx512: the Go side's ISA cap).
+#define PANEL_MR16 12
+
+void dlmc_panel_set_avx512(int on) { panel_avx512 = on; }
+
+// ptile16 is a tile of mr ≤ 12 rows and np (1 or 2) zero-padded panels
+// (p0, p1: 16 columns a k, k-major) written to c's columns under m0 (p0's)
+// and m1 (p1's).
+__attribute__((target("avx512f"), always_inline))
+static inline void ptile16(const int mr, const int np, const int add, int K, const float *a, long lda,
+		const float *p0, const float *p1, float *c, long ldc, float alpha, __mmask16 m0, __mmask16 m1) {
+	__m512 acc[PANEL_MR16][2];
+#pragma GCC unroll 12
+	for (int i = 0; i < mr; i++) {
+		const float *ci = c + (long)i * ldc;
+		acc[i][0] = add ? _mm512_maskz_loadu_ps(m0, ci) : _mm512_setzero_ps();
+		acc[i][1] = add && np > 1 ? _mm512_maskz_loadu_ps(m1, ci + 16) : _mm512_setzero_ps();
+	}
+#pragma GCC unroll 2
+	for (int k = 0; k < K; k++) {
+		__m512 b0 = _mm512_loadu_ps(p0 + (long)k * 16);
+		__m512 b1 = np > 1 ? _mm512_loadu_ps(p1 + (long)k * 16) : b0;
+#pragma GCC unroll 12
+		for (int i = 0; i < mr; i++) {
+			__m512 ai = _mm512_set1_ps(a[(long)i * lda + k]);
+			acc[i][0] = _mm512_fmadd_ps(ai, b0, acc[i][0]);
+			if (np > 1) acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
+		}
+	}
+	__m512 sc = _mm512_set1_ps(alpha);
+#pragma GCC unroll 12
+	for (int i = 0; i < mr; i++) {
+		float *ci = c + (long)i * ldc;
+		_mm512_mask_storeu_ps(ci, m0, _mm512_mul_ps(acc[i][0], sc));
+		if (np > 1) _mm512_mask_storeu_ps(ci + 16, m1, _mm512_mul_ps(acc[i][1], sc));
+	}
+}
+
+// ptile16_n runs ptile16 on the panels from p (kp floats apart) under c's
+// columns [0, w), w ≤ 32, mr ≤ 12 rows: an instance for each row count,
+// panel count and add.
+__attribute__((target("avx512f"), always_inline))
+static inline void ptile16_n(int mr, int w, int add, int K, const float *a, long lda, const float *p, long kp,
+		float *c, long ldc, float alpha) {
+	__mmask16 m0 = w >= 16 ? 0xffff : (__mmask16)((1u << w) - 1);
+	__mmask16 m1 = w >= 32 ? 0xffff : w > 16 ? (__mmask16)((1u << (w - 16)) - 1) : 0;
+	const float *p1 = p + kp;
+#define PTILE(MR) \
+	if (w > 16) { if (add) ptile16(MR, 2, 1, K, a, lda, p, p1, c, ldc, alpha, m0, m1); \
+		else ptile16(MR, 2, 0, K, a, lda, p, p1, c, ldc, alpha, m0, m1); } \
+	else { if (add) ptile16(MR, 1, 1, K, a, lda, p, p, c, ldc, alpha, m0, m1); \
+		else ptile16(MR, 1, 0, K, a, lda, p, p, c, ldc, alpha, m0, m1); }
+	switch (mr) {
+	case 12: PTILE(12); break; case 11: PTILE(11); break; case 10: PTILE(10); break;
+	case 9: PTILE(9); break; ROW_CASES8(PTILE);
+	}
+#undef PTILE
+}
+
+// panel_gemm16 is panel_gemm on ptile16: rows in blocks of 96, then
+// pairs of panels, 12 rows at a time.
+__attribute__((target("avx512f")))
+static void panel_gemm16(int m, int n, int k, const float *a, long lda, const float *p, float *c, long ldc, float alpha) {
+	for (int i0 = 0; i0 < m; i0 += 96) {
+		int i1 = i0 + 96 < m ? i0 + 96 : m;
+		for (int j = 0; j < n; j += 32) {
+			int w = n - j < 32 ? n - j : 32;
+			for (int i = i0; i < i1; i += PANEL_MR16)
+				ptile16_n(i1 - i < PANEL_MR16 ? i1 - i : PANEL_MR16, w, 0, k, a + (long)i * lda, lda,
+					p + (long)(j / 16) * k * 16, (long)k * 16, c + (long)i * ldc + j, ldc, alpha);
+		}
+	}
+}
+
 // The blocked panel kernel, for weights of any k kept as the checkpoint
 // holds them (F32, F16 or BF16): columns [c0, c0 + nc) of c[m × n] =
 // a[m × k]·wᵀ, nc ≤ DLMC_WG_NB. w's rows c0… are laid out DLMC_WG_KC
@@ -345,6 +432,21 @@ static inline void tile2_add(int mr, int w, int add, int K, const float *a, long
 // in blocks of WG_MC (their a stays in L2), then panel by panel (16 KC
 // columns of w, 32 KB at KC 512, stay in L1) 6 rows at a time.
 #define WG_MC 192
+
+// wg_tiles16 is wg_block's pass over one block of kc columns on ptile16
+// (panel_avx512): rows in blocks of WG_MC, then pairs of panels, 12 rows
+// at a time, the sums started from c where add.
+__attribute__((target("avx512f")))
+static void wg_tiles16(int m, int nc, int add, int kc, const float *a, long lda, const float *p, float *c, long ldc) {
+	for (int i0 = 0; i0 < m; i0 += WG_MC) {
+		int i1 = i0 + WG_MC < m ? i0 + WG_MC : m;
+		for (int j = 0; j < nc; j += 32)
+			for (int i = i0; i < i1; i += PANEL_MR16)
+				ptile16_n(i1 - i < PANEL_MR16 ? i1 - i : PANEL_MR16, nc - j < 32 ? nc - j : 32, add, kc,
+					a + (long)i * lda, lda, p + (long)(j / 16) * kc * 16, (long)kc * 16, c + (long)i * ldc + j, ldc, 1.0f);
+	}
+}
+
 __attribute__((target("avx2,fma")))
 static void wg_block(int t, int m, int k, const float *a, long lda, const void *w, long ldw, int c0, int nc,
 		float *c, long ldc, float *p) {
@@ -355,6 +457,10 @@ static void wg_block(int t, int m, int k, const float *a, long lda, const void *
 		if (t == WT_F32) panel_pack_t(WT_F32, src, ldw, nc, kc, p);
 		else if (t == WT_F16) panel_pack_t(WT_F16, src, ldw, nc, kc, p);
 		else panel_pack_t(WT_BF16, src, ldw, nc, kc, p);
+		if (panel_avx512) {
+			wg_tiles16(m, nc, pc > 0, kc, a + pc, lda, p, c + c0, ldc);
+			continue;
+		}
 		for (int i0 = 0; i0 < m; i0 += WG_MC) {
 			int i1 = i0 + WG_MC < m ? i0 + WG_MC : m;
 			for (int q = 0; q * 16 < nc; q++) {
@@ -528,6 +634,10 @@ static void wg_block(int t, int m, int k, const float *a, long lda, const void *
 		float *c, long ldc, float *p) {
 	(void)t, (void)m, (void)k, (void)a, (void)lda, (void)w, (void)ldw, (void)c0, (void)nc, (void)c, (void)ldc, (void)p;
 }
+#endif
+
+#if !defined(__x86_64__)
+void dlmc_panel_set_avx512(int on) { (void)on; }
 #endif
 
 void dlmc_wg_block(int type, int m, int k, const float *a, long lda, const void *w, long ldw, int c0, int nc,

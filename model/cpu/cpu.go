@@ -167,9 +167,8 @@ type settings struct {
 	// widest this CPU has), or attnNone for the GEMM path.
 	attn attnKernel
 	// panel runs the products with F32 weights of at most panelMaxK
-	// columns on the AVX2 panel kernel (attn.c), each such weight laid
-	// out for it at load: where auto picked OpenBLAS on a CPU with AVX2
-	// but no AVX-512.
+	// columns on the panel kernel (attn.c), each such weight laid
+	// out for it at load: wherever AVX2+FMA runs.
 	panel bool
 	// scalarOps keeps the row-wise ops (RMSNorm, RoPE, Add) on their
 	// plain C loops even where AVX2 runs: for tests.
@@ -484,7 +483,7 @@ func (b *Backend) WithThreads(n int) backend.Backend {
 // BF16 or F16 Tensor), in place when 2-byte aligned, else copied; vectors
 // ([1, d], the norm weights), BF16 under Options.DecodeBF16 and F16
 // under Options.DecodeF16 are converted to a new float32 matrix. An F16
-// matrix the panel kernel takes (at most panelMaxK columns, where the
+// matrix the panel kernel takes (at most halfPanelMaxK columns, where the
 // backend uses it) is also laid out for it, as an F32 one is.
 func (b *Backend) Weight(dtype backend.DType, rows, cols int, raw []byte) (backend.Tensor, error) {
 	if rows < 0 || cols < 0 {
@@ -530,7 +529,7 @@ func (b *Backend) Weight(dtype backend.DType, rows, cols int, raw []byte) (backe
 		}
 		// Rounded to BF16 where the weight is too wide for the panel
 		// kernel: a narrower one runs faster there (and exactly), as F32.
-		if rows > 1 && b.f16BF16 && !(b.panel && cols <= panelMaxK) {
+		if rows > 1 && b.f16BF16 && !(b.panel && cols <= halfPanelMaxK) {
 			b.f16ToBF16(t)
 			if b.packWeights {
 				b.pack(t, true, unsafe.Pointer(&t.bf16[0]))
@@ -538,7 +537,7 @@ func (b *Backend) Weight(dtype backend.DType, rows, cols int, raw []byte) (backe
 			return t, nil
 		}
 		if rows > 1 && !b.decodeF16 {
-			if b.panel && cols <= panelMaxK {
+			if b.panel && cols <= halfPanelMaxK {
 				b.halfPanels(t, f16Rows)
 			}
 			return t, nil
@@ -557,7 +556,7 @@ func (b *Backend) Weight(dtype backend.DType, rows, cols int, raw []byte) (backe
 			}
 		}
 		if rows > 1 && !b.decodeBF16 {
-			if b.panel && cols <= panelMaxK {
+			if b.panel && cols <= halfPanelMaxK {
 				// As an F16 one (a small model's weights: their products,
 				// fused halves included, then run as F32 ones, with F32
 				// activations).

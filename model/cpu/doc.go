@@ -31,7 +31,7 @@
 // converted panels measured slower than OpenBLAS at a 10%-rows step's 52
 // rows (BenchmarkMatMulF16), and oneDNN's own F16 matmul is not tried
 // (oneDNN 2 has CPU F16 kernels only for AVX512-FP16, which neither this
-// machine's Zen 4 nor the start-up check covers). An F16 weight of at most panelMaxK columns, where
+// machine's Zen 4 nor the start-up check covers). An F16 weight of at most halfPanelMaxK columns, where
 // the backend runs the panel kernel, is laid out for it at load from a
 // float32 copy that is then dropped (a small model's weights: its
 // products, and the fused halves, are the F32 weights'). F16 vectors are
@@ -45,7 +45,9 @@
 // Matrix products with F32 weights of at most panelMaxK columns (a small
 // model's) run, wherever the CPU has AVX2 and FMA, on the backend's own
 // panel kernel (attn.c: each such weight laid out at load as 16-row
-// k-major panels, a 6 × 16 AVX2 tile over them, x read in place and the
+// k-major panels, a 12 × 32 AVX-512 tile over them where AVX-512F runs,
+// else a 6 × 16 AVX2 one — the same bits, each element the same chain of
+// FMAs —, x read in place and the
 // output written once, none of OpenBLAS's packing and clearing, which
 // took a fifth of a batched forward of the bundled model). Every output
 // element is one pass over k in a fixed order, so a row's result does

@@ -75,7 +75,7 @@ func TestMatMulBF16(t *testing.T) {
 // TestMatMulF16 checks the product with an F16 w against the float32
 // product with the converted w — the same values, so the same result up to
 // float32 rounding: the libraries block a panel of w's rows as a product
-// of its own, and a weight of at most panelMaxK columns runs on the panel
+// of its own, and a weight of at most halfPanelMaxK columns runs on the panel
 // kernel where the backend uses it. The bound is 1e-5·√in absolute plus
 // 1e-5 relative (the outputs' size is √in); against a float64 reference
 // 1e-4·√in. Panels of the default size and of 16 rows (many panels, a

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/dlmcache/dlmcache/internal/testutil"
 	"github.com/dlmcache/dlmcache/model/backend"
 	"github.com/dlmcache/dlmcache/model/safetensors"
 )
@@ -169,4 +170,73 @@ func TestPlainWeightNT(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestPanelTilesSameBits: the panel kernels give the same bits on their
+// AVX-512 tiles (12 rows × 32 columns) as on their AVX2 ones (6 × 16), for
+// laid-out weights (panelMatMul: widths that are and are not multiples of
+// 16 and 32) and blocked ones of any k and type (wgMatMul: k past one
+// 512-column block), on 1 to 40 rows; both are within float32 rounding of
+// a float64 product.
+func TestPanelTilesSameBits(t *testing.T) {
+	if !avx512 || !simd {
+		t.Skip("SKIPPED: this CPU (or the ISA cap) has no AVX-512F: one set of tiles")
+	}
+	defer setPanelAVX512(avx512)
+	rng := rand.New(rand.NewPCG(9, 10))
+	b := NewWithOptions(Options{Threads: 2, GEMM: GEMMOpenBLAS})
+	shapes := []struct{ out, in int }{{16, 64}, {40, 96}, {33, 130}, {80, 512}, {24, 768}, {7, 1}, {64, 1100}, {100, 640}}
+	for _, sh := range shapes {
+		wf := randMat(rng, sh.out, sh.in, 0.05)
+		kinds := map[string][]byte{"F32": unsafe.Slice((*byte)(unsafe.Pointer(&wf[0])), 4*len(wf))}
+		if sh.in > halfPanelMaxK {
+			kinds["F16"], kinds["BF16"] = safetensors.F32ToF16(wf), safetensors.F32ToBF16(wf)
+		}
+		for kind, raw := range kinds {
+			dt := map[string]backend.DType{"F32": backend.F32, "F16": backend.F16, "BF16": backend.BF16}[kind]
+			w, err := b.Weight(dt, sh.out, sh.in, raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ws := w.(*Tensor)
+			run := b.wgMatMul
+			if ws.panels != nil {
+				run = b.panelMatMul
+			}
+			for _, rows := range []int{1, 5, 12, 13, 40} {
+				x := randMat(rng, rows, sh.in, 1)
+				var got [2][]float32
+				for i, on := range []bool{false, true} {
+					setPanelAVX512(on)
+					d := b.New(rows, sh.out)
+					run(d.(*Tensor), b.FromHost(rows, sh.in, x).(*Tensor), ws)
+					got[i] = b.ToHost(d, nil)
+				}
+				name := fmt.Sprintf("%s %d×%d, %d rows (laid out: %v)", kind, sh.out, sh.in, rows, ws.panels != nil)
+				if i := testutil.FirstDiff(got[1], got[0]); i >= 0 {
+					t.Fatalf("%s: [%d] is %v on the AVX-512 tiles, %v on the AVX2 ones", name, i, got[1][i], got[0][i])
+				}
+				want := refMatMul(x, roundedWeight(kind, wf), rows, sh.in, sh.out)
+				for i, g := range got[1] {
+					if d := math.Abs(float64(g) - want[i]); d > 1e-4*(1+math.Abs(want[i])) {
+						t.Fatalf("%s: [%d] = %v, float64 product %v", name, i, g, want[i])
+					}
+				}
+			}
+		}
+	}
+}
+
+// roundedWeight is w as a weight of kind holds it, in float32.
+func roundedWeight(kind string, w []float32) []float32 {
+	out := make([]float32, len(w))
+	switch kind {
+	case "F16":
+		safetensors.F16ToF32(safetensors.F32ToF16(w), out)
+	case "BF16":
+		safetensors.BF16ToF32(safetensors.F32ToBF16(w), out)
+	default:
+		copy(out, w)
+	}
+	return out
 }

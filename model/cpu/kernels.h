@@ -111,6 +111,11 @@ void dlmc_add_rows(int simd, float *dst, long ldd, const float *x, long ldx, int
 // dlmc_panel_gemm computes c[m × n] = a[m × k]·wᵀ from them (AVX2+FMA).
 void dlmc_panel_pack(const float *w, long ldw, int n, int k, float *p);
 void dlmc_panel_gemm(int m, int n, int k, const float *a, long lda, const float *p, float *c, long ldc);
+// dlmc_panel_set_avx512(1) runs the panel kernels (dlmc_panel_gemm,
+// dlmc_wg_block, the fused halves) on AVX-512F tiles of 12 rows × 32
+// columns instead of AVX2's 6 × 16: the same bits, each element one chain
+// of FMAs in k's order either way. Set once by the Go side (its ISA cap).
+void dlmc_panel_set_avx512(int on);
 // attn.c: the fused attention of one head. dlmc_attn_pack lays out keys
 // [lo, hi) of one kv head (kᵀ into kt, v into vp) for the kernel avx2 picks
 // (1: AVX2, 0: AVX-512) in layouts of pnk keys (lo a multiple of 16; the
