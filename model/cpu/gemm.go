@@ -232,7 +232,7 @@ func (b *Backend) GEMM() string {
 		desc += "; oneDNN failed, OpenBLAS since: " + (*e).Error()
 	}
 	if b.panel {
-		desc += fmt.Sprintf("; F32 weights of ≤ %d columns on the panel kernel's %s tiles (%.1f MB laid out), the others off oneDNN on its blocked form", panelMaxK, panelTiles, float64(b.panelBytes.Load())/1e6)
+		desc += fmt.Sprintf("; F32 weights of ≤ %d columns (16-bit and quantized ones of ≤ %d, decoded) on the panel kernel's %s tiles (%.1f MB laid out), the others off oneDNN on its blocked form", panelMaxK, halfPanelMaxK, panelTiles, float64(b.panelBytes.Load())/1e6)
 	}
 	if b.f16BF16 {
 		desc += "; F16 weights rounded to BF16 at load (" + F16Env + "=f16 keeps them F16)"

@@ -52,7 +52,7 @@ func (b *Backend) MatMul(dst, x, w backend.Tensor) {
 		b.matMulF16(d, xs, ws)
 		return
 	}
-	if ws.q != nil {
+	if ws.q != nil && ws.panels == nil {
 		b.matMulQuant(d, xs, ws)
 		return
 	}

@@ -143,6 +143,8 @@ func actBound(x, w []float32, n, in, out int) []float64 {
 // per row, on each instruction set this machine runs) against the same
 // weight dequantized to float32: within 1e-5 for f32, within actBound for
 // int8; Embed, ToHost and row views give the dequantized values exactly.
+// A narrow weight, laid out for the panel kernel, within 1e-5 whatever
+// the int8 setting.
 func TestQuantWeight(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	isas := []int{isaGeneric}
@@ -159,6 +161,7 @@ func TestQuantWeight(t *testing.T) {
 	for _, typ := range quantTypes {
 		for _, threads := range []int{1, 2} {
 			b := New(threads)
+			b.panel = false // the narrow weights too on each way of multiplying
 			for _, sh := range [][3]int{{1, 64, 5}, {7, 96, 40}, {300, 256, 384}, {33, 4096, 20}, {5, 32, 3}} {
 				c := newQuantCase(t, b, rng, typ, sh, quantWeight)
 				bound := actBound(c.x, c.deq, c.n, c.in, c.out)
@@ -168,6 +171,29 @@ func TestQuantWeight(t *testing.T) {
 						diff := math.Abs(float64(g[i] - w))
 						if isa < 0 && diff > 1e-5*c.scale || isa >= 0 && diff > bound[i] {
 							t.Fatalf("%s, threads %d, %v, isa %d: element %d is %g, the dequantized weight's %g (bound %g)", typ, threads, sh, isa, i, g[i], w, bound[i])
+						}
+					}
+				}
+				c.checkValues(t, b)
+			}
+		}
+	}
+	// Where the backend runs the panel kernel, a weight of at most
+	// halfPanelMaxK columns is laid out for it, decoded: its products are
+	// the dequantized weight's within float32 rounding on every int8
+	// setting, and its values stay exact.
+	if simd {
+		b := New(2)
+		for _, typ := range quantTypes {
+			for _, sh := range [][3]int{{300, 256, 384}, {7, 512, 40}, {5, 544, 3}} {
+				c := newQuantCase(t, b, rng, typ, sh, quantWeight)
+				if laid := c.wq.(*Tensor).panels != nil; laid != (sh[1] <= halfPanelMaxK) {
+					t.Fatalf("%s %v: laid out for the panel kernel %v", typ, sh, laid)
+				}
+				for _, isa := range []int{-1, quantISA} {
+					for i, w := range c.product(b, isa) {
+						if sh[1] <= halfPanelMaxK && math.Abs(float64(w-c.want[i])) > 1e-5*c.scale {
+							t.Fatalf("%s %v on the panel kernel, isa %d: element %d is %g, the dequantized weight's %g", typ, sh, isa, i, w, c.want[i])
 						}
 					}
 				}
