@@ -164,7 +164,7 @@ PROCESSOR="$(sed -n 's/^model name[[:space:]]*: *//p' /proc/cpuinfo | head -1 | 
 awk -v threads="$THREADS" -v json="$OUT/summary.json.tmp" -v gemmauto="$GEMM_AUTO" -v isa="$ISA" -v processor="$PROCESSOR" '
 FILENAME ~ /peak/ && /BenchmarkPeak\// {
 	split($1, p, "/"); sub(/-[0-9]+$/, "", p[3])
-	if (p[3] == "threads" threads) for (i = 1; i < NF; i++) if ($(i+1) == "GFLOP/s") peak[p[2]] = $i + 0
+	if (p[3] == "threads" threads) for (i = 1; i < NF; i++) if ($(i+1) == "GFLOP/s" || $(i+1) == "GOP/s") peak[p[2]] = $i + 0
 }
 FILENAME ~ /sgemm/ && /BenchmarkSgemmRaw/ { for (i = 1; i < NF; i++) if ($(i+1) == "GFLOP/s" && $i + 0 > sgemm) sgemm = $i + 0 }
 FILENAME ~ /sgemm/ && /BenchmarkMatMulRaw\// {
@@ -194,7 +194,8 @@ END {
 	pk = peak["f32"]
 	bf = ("bf16" in peak) ? sprintf("%.1f", peak["bf16"]) : "null"
 	av = ("f32avx2" in peak) ? sprintf("%.1f", peak["f32avx2"]) : "null"
-	printf "threads: %s   peak F32: %.1f GFLOP/s (AVX2 lanes only: %s)   peak BF16: %s   raw OpenBLAS sgemm: %.1f GFLOP/s (%.2f of peak)\n\n", threads, pk, av, (bf == "null" ? "n/a (no AVX512-BF16)" : bf " GFLOP/s"), sgemm, (pk > 0 ? sgemm / pk : 0)
+	i8 = ("int8" in peak) ? sprintf("%.1f", peak["int8"]) : "null"
+	printf "threads: %s   peak F32: %.1f GFLOP/s (AVX2 lanes only: %s)   peak BF16: %s   peak int8: %s   raw OpenBLAS sgemm: %.1f GFLOP/s (%.2f of peak)\n\n", threads, pk, av, (bf == "null" ? "n/a (no AVX512-BF16)" : bf " GFLOP/s"), (i8 == "null" ? "n/a (no AVX2)" : i8 " GOP/s"), sgemm, (pk > 0 ? sgemm / pk : 0)
 	printf "processor: %s   kernels: %s   GEMM auto: %s\n\n", processor, isa, gemmauto
 	printf "raw MatMul 512×2048×2048 on all threads (GFLOP/s, ÷ F32 peak):"
 	rj = ""
@@ -204,9 +205,9 @@ END {
 	qj = ""
 	for (k in qraw) { printf "  %s %.1f", k, qraw[k]; qj = qj (qj == "" ? "" : ", ") sprintf("\"%s\": %.2f", k, qraw[k]) }
 	printf "\n\n"
-	printf "| shape | weights | GEMM | quantized products | Go step (s) | Go GFLOP/s | ÷ F32 peak | ÷ raw sgemm | PyTorch step (s) | Go speed ÷ PyTorch | 10%%-rows step (s) | ÷ full step | load (s) | peak RSS (GB) |\n"
-	printf "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
-	printf "{\"threads\": %s, \"peak_gflops_f32\": %.2f, \"peak_gflops_f32_avx2\": %s, \"peak_gflops_bf16\": %s, \"sgemm_gflops\": %.2f, \"raw_matmul_gflops\": {%s}, \"quant_matmul_gflops_1thread\": {%s}, \"gemm_auto\": \"%s\", \"processor\": \"%s\", \"isa\": \"%s\", \"shapes\": [", threads, pk, av, bf, sgemm, rj, qj, gemmauto, processor, isa > json
+	printf "| shape | weights | GEMM | quantized products | Go step (s) | Go GFLOP/s | ÷ F32 peak | ÷ peak of its format | ÷ raw sgemm | PyTorch step (s) | Go speed ÷ PyTorch | 10%%-rows step (s) | ÷ full step | load (s) | peak RSS (GB) |\n"
+	printf "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+	printf "{\"threads\": %s, \"peak_gflops_f32\": %.2f, \"peak_gflops_f32_avx2\": %s, \"peak_gflops_bf16\": %s, \"peak_gops_int8\": %s, \"sgemm_gflops\": %.2f, \"raw_matmul_gflops\": {%s}, \"quant_matmul_gflops_1thread\": {%s}, \"gemm_auto\": \"%s\", \"processor\": \"%s\", \"isa\": \"%s\", \"shapes\": [", threads, pk, av, bf, i8, sgemm, rj, qj, gemmauto, processor, isa > json
 	for (i = 1; i <= n; i++) {
 		s = order[i]; full = ns[s "/full"] / 1e9; part = ns[s "/rows10"] / 1e9
 		b = (s in base) ? base[s] : s
@@ -215,13 +216,17 @@ END {
 		vs = tk ? sprintf("%.2f×", tsec[b] / full) : "n/a"
 		fp = (pk > 0) ? gf[s "/full"] / pk : 0
 		dt = (s in dtype) ? dtype[s] : "f32"
+		# ÷ the peak of the instructions products of the format run on
+		# (BF16 dot products, int8 dot products; F32 FMAs otherwise).
+		fk = (dt ~ /^q/ && ("int8" in peak)) ? "int8" : (dt == "bf16" && ("bf16" in peak)) ? "bf16" : "f32"
+		ff = (peak[fk] > 0) ? gf[s "/full"] / peak[fk] : 0
 		gm = (s in gemm) ? gemm[s] : "auto"
 		rb = (rss[s] > 0) ? sprintf("%.0f", rss[s]) : "null"
 		rg = (rss[s] > 0) ? sprintf("%.2f", rss[s] / 1e9) : "n/a"
 		qp = (dt ~ /^q/ && (s in quant)) ? quant[s] : ""
 		gsub(/_/, " ", qp)
-		printf "| %s | %s | %s | %s | %.3f | %.1f | %.2f | %.2f | %s | %s | %.3f | %.3f | %.2f | %s |\n", s, dt, gm, (qp == "" ? "n/a" : qp), full, gf[s "/full"], fp, gf[s "/full"] / sgemm, ts, vs, part, part / full, load[s], rg
-		printf "%s{\"shape\": \"%s\", \"dtype\": \"%s\", \"gemm\": \"%s\", \"quant_products\": %s, \"step_s\": %.4f, \"gflops\": %.2f, \"frac_peak\": %.3f, \"torch_step_s\": %s, \"rows10_step_s\": %.4f, \"rows10_frac\": %.3f, \"load_s\": %.3f, \"rss_bytes\": %s}", (i > 1 ? ", " : ""), s, dt, gm, (qp == "" ? "null" : "\"" qp "\""), full, gf[s "/full"], fp, (tk ? tsec[b] : "null"), part, part / full, load[s], rb > json
+		printf "| %s | %s | %s | %s | %.3f | %.1f | %.2f | %.2f (%s) | %.2f | %s | %s | %.3f | %.3f | %.2f | %s |\n", s, dt, gm, (qp == "" ? "n/a" : qp), full, gf[s "/full"], fp, ff, fk, gf[s "/full"] / sgemm, ts, vs, part, part / full, load[s], rg
+		printf "%s{\"shape\": \"%s\", \"dtype\": \"%s\", \"gemm\": \"%s\", \"quant_products\": %s, \"step_s\": %.4f, \"gflops\": %.2f, \"frac_peak\": %.3f, \"frac_format_peak\": %.3f, \"format_peak\": \"%s\", \"torch_step_s\": %s, \"rows10_step_s\": %.4f, \"rows10_frac\": %.3f, \"load_s\": %.3f, \"rss_bytes\": %s}", (i > 1 ? ", " : ""), s, dt, gm, (qp == "" ? "null" : "\"" qp "\""), full, gf[s "/full"], fp, ff, fk, (tk ? tsec[b] : "null"), part, part / full, load[s], rb > json
 	}
 	printf "]}\n" > json
 }' "$OUT/peak.txt" "$OUT/sgemm.txt" "$OUT/quant.txt" "$OUT/go.txt" "$OUT/torch.txt" | tee "$OUT/summary.md"

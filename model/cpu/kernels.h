@@ -204,5 +204,14 @@ void dlmc_sgemm(int bt, int m, int n, int k, float alpha, const float *a, int ld
 float dlmc_peak_f32_fma(long iters);
 float dlmc_peak_f32_fma512(long iters);
 float dlmc_peak_bf16_dp(long iters);
+// The int8 dot-product peaks (peak.c): vpdpbusd zmm (AVX512-VNNI), ymm
+// (AVX-VNNI), and AVX2's vpmaddubsw/vpmaddwd/vpaddd, each on chains whose
+// lanes start at PEAK_I8_SEED·(chain + 1); the sum of every lane.
+#define PEAK_I8_SEED 0x01030507u
+#define DLMC_PEAK_I8_VNNI_CHAINS 20
+#define DLMC_PEAK_I8_AVX2_CHAINS 12
+long dlmc_peak_i8_vnni512(long iters);
+long dlmc_peak_i8_avxvnni(long iters);
+long dlmc_peak_i8_avx2(long iters);
 
 #endif

@@ -1,6 +1,7 @@
 // peak.c: the peak-FLOP probes, chains of independent vector operations
 // long enough to keep the FMA (or vdpbf16ps) ports busy.
 #include <stdint.h>
+#include <string.h>
 
 #include "kernels.h"
 
@@ -62,8 +63,55 @@ float dlmc_peak_bf16_dp(long iters) {
 	for (int j = 1; j < 20; j++) s = _mm512_add_ps(s, c[j]);
 	return _mm512_reduce_add_ps(s);
 }
+
+// The int8 peaks: chains of the dot products the int8 weight products run
+// (quant.c), unsigned bytes times signed bytes summed four at a time into
+// 32-bit lanes, 2 operations (multiply, add) a byte pair. Each chain's
+// own bytes are the signed operand (the unsigned one all ones), so no
+// step can be hoisted or shared between chains: every lane adds the sum
+// of its four signed bytes to itself, a recurrence the Go side checks
+// (TestPeakInt8Work). The chains' sum (32-bit lanes, wrapping), summed
+// over its lanes, is returned: it depends on every chain.
+//
+// PEAK_I8 defines the loop NAME for TARGET: CHAINS vectors VEC of LANES
+// 32-bit lanes, STEP(x, ones) a step of one chain (ones: every byte 1).
+#define PEAK_I8(NAME, TARGET, CHAINS, VEC, LANES, SET1_8, SET1_32, ADD, STEP) \
+	__attribute__((target(TARGET))) long NAME(long iters) { \
+		const VEC ones = SET1_8(1); \
+		VEC c[CHAINS]; \
+		for (int j = 0; j < CHAINS; j++) c[j] = SET1_32((int32_t)(PEAK_I8_SEED * (uint32_t)(j + 1))); \
+		for (long i = 0; i < iters; i++) { \
+			_Pragma("GCC unroll 20") \
+			for (int j = 0; j < CHAINS; j++) c[j] = STEP(c[j], ones); \
+		} \
+		VEC acc = c[0]; \
+		_Pragma("GCC unroll 20") \
+		for (int j = 1; j < CHAINS; j++) acc = ADD(acc, c[j]); \
+		int32_t lanes[LANES]; \
+		memcpy(lanes, &acc, sizeof lanes); \
+		long sum = 0; \
+		for (int l = 0; l < LANES; l++) sum += lanes[l]; \
+		return sum; \
+	}
+
+// dlmc_peak_i8_vnni512: 512-bit vpdpbusd, 64 byte pairs (128 operations)
+// an instruction; dlmc_peak_i8_avxvnni: 256-bit vpdpbusd (AVX-VNNI), 32;
+// dlmc_peak_i8_avx2: AVX2's three-instruction form of the same dot
+// product (vpmaddubsw into 16-bit pair sums, vpmaddwd by ones into 32-bit
+// lanes, vpaddd), 32 byte pairs a round of the three, on twelve chains
+// (sixteen registers).
+#define STEP_VNNI512(x, ones) _mm512_dpbusd_epi32(x, ones, x)
+#define STEP_AVXVNNI(x, ones) _mm256_dpbusd_avx_epi32(x, ones, x)
+#define STEP_AVX2(x, ones) _mm256_add_epi32(x, _mm256_madd_epi16(_mm256_maddubs_epi16(ones, x), _mm256_set1_epi16(1)))
+PEAK_I8(dlmc_peak_i8_vnni512, "avx512f,avx512vnni", DLMC_PEAK_I8_VNNI_CHAINS, __m512i, 16, _mm512_set1_epi8, _mm512_set1_epi32, _mm512_add_epi32, STEP_VNNI512)
+PEAK_I8(dlmc_peak_i8_avxvnni, "avx2,avxvnni", DLMC_PEAK_I8_VNNI_CHAINS, __m256i, 8, _mm256_set1_epi8, _mm256_set1_epi32, _mm256_add_epi32, STEP_AVXVNNI)
+PEAK_I8(dlmc_peak_i8_avx2, "avx2", DLMC_PEAK_I8_AVX2_CHAINS, __m256i, 8, _mm256_set1_epi8, _mm256_set1_epi32, _mm256_add_epi32, STEP_AVX2)
+#undef PEAK_I8
 #else
 // Not x86-64: dlmc_have_* are 0, so the Go side never runs these.
+long dlmc_peak_i8_vnni512(long iters) { (void)iters; return 0; }
+long dlmc_peak_i8_avxvnni(long iters) { (void)iters; return 0; }
+long dlmc_peak_i8_avx2(long iters) { (void)iters; return 0; }
 float dlmc_peak_f32_fma(long iters) { (void)iters; return 0; }
 float dlmc_peak_f32_fma512(long iters) { (void)iters; return 0; }
 float dlmc_peak_bf16_dp(long iters) { (void)iters; return 0; }

@@ -99,6 +99,38 @@ func PeakBF16(threads int, d time.Duration) (float64, error) {
 	return peakRun(threads, d, peakBF16OpsPerIter, func(n int64) { C.dlmc_peak_bf16_dp(C.long(n)) })
 }
 
+// The int8 peak loops' chains and the seed of their lanes (peak.c), and
+// their operations a round: chains × byte pairs × 2.
+const (
+	peakI8VNNIChains = C.DLMC_PEAK_I8_VNNI_CHAINS
+	peakI8AVX2Chains = C.DLMC_PEAK_I8_AVX2_CHAINS
+	peakI8Seed       = C.PEAK_I8_SEED
+	peakI8VNNI512Ops = peakI8VNNIChains * 64 * 2
+	peakI8AVXVNNIOps = peakI8VNNIChains * 32 * 2
+	peakI8AVX2Ops    = peakI8AVX2Chains * 32 * 2
+)
+
+// PeakInt8 measures the int8 dot-product throughput (unsigned × signed
+// bytes summed into 32-bit lanes, as the Q8_0 and Q4_0 products run them)
+// in GOP/s, multiply and add counted apart as for the FLOP peaks, on the
+// instructions the int8 products use here (PeakInt8ISA): vpdpbusd on
+// zmm (AVX512-VNNI) or ymm (AVX-VNNI), else AVX2's vpmaddubsw, vpmaddwd
+// and vpaddd; ErrNoPeakKernel without AVX2.
+func PeakInt8(threads int, d time.Duration) (float64, error) {
+	switch quantISA {
+	case isaAVX512VNNI:
+		return peakRun(threads, d, peakI8VNNI512Ops, func(n int64) { C.dlmc_peak_i8_vnni512(C.long(n)) })
+	case isaAVXVNNI:
+		return peakRun(threads, d, peakI8AVXVNNIOps, func(n int64) { C.dlmc_peak_i8_avxvnni(C.long(n)) })
+	case isaAVX2:
+		return peakRun(threads, d, peakI8AVX2Ops, func(n int64) { C.dlmc_peak_i8_avx2(C.long(n)) })
+	}
+	return 0, fmt.Errorf("%w: AVX2 int8 dot products", ErrNoPeakKernel)
+}
+
+// PeakInt8ISA names the instructions PeakInt8 times (the int8 products').
+func PeakInt8ISA() string { return isaNames[quantISA] }
+
 // peakRun calibrates the iteration count on one thread to last about d, then
 // runs it on every thread at once (each locked to its OS thread) and divides
 // the total operations by the slowest thread's wall time.
@@ -145,3 +177,16 @@ func peakF32Value(iters int64) float32 { return float32(C.dlmc_peak_f32_fma(C.lo
 
 // peakF32x16Value is peakF32Value for the 16-lane loop (AVX-512F only).
 func peakF32x16Value(iters int64) float32 { return float32(C.dlmc_peak_f32_fma512(C.long(iters))) }
+
+// peakI8Value runs the int8 peak loop of isa (isaAVX2, isaAVXVNNI,
+// isaAVX512VNNI) for iters rounds and returns its sum over chains and
+// lanes, for tests that check the loop does the work it is timed for.
+func peakI8Value(isa int, iters int64) int64 {
+	switch isa {
+	case isaAVX512VNNI:
+		return int64(C.dlmc_peak_i8_vnni512(C.long(iters)))
+	case isaAVXVNNI:
+		return int64(C.dlmc_peak_i8_avxvnni(C.long(iters)))
+	}
+	return int64(C.dlmc_peak_i8_avx2(C.long(iters)))
+}

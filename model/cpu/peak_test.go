@@ -67,6 +67,41 @@ func TestPeakF32Work(t *testing.T) {
 	}
 }
 
+// TestPeakInt8Work checks each int8 peak loop this CPU runs against the
+// recurrence it is meant to run (every lane adds the sum of its four
+// signed bytes to itself, wrapping), its chains summed lane by lane
+// (wrapping), then its lanes.
+func TestPeakInt8Work(t *testing.T) {
+	loops := []struct {
+		isa           int
+		chains, lanes int
+	}{{isaAVX2, peakI8AVX2Chains, 8}, {isaAVXVNNI, peakI8VNNIChains, 8}, {isaAVX512VNNI, peakI8VNNIChains, 16}}
+	for _, l := range loops {
+		if !quantISASupported(l.isa) {
+			t.Logf("SKIPPED: the %s int8 peak loop: this CPU lacks it", isaNames[l.isa])
+			continue
+		}
+		for _, iters := range []int64{0, 1, 5, 1000} {
+			var lane int32 // every lane of the chains' sum
+			for j := range l.chains {
+				v := int32(uint32(peakI8Seed) * uint32(j+1))
+				for range iters {
+					u := uint32(v)
+					v += int32(int8(u)) + int32(int8(u>>8)) + int32(int8(u>>16)) + int32(int8(u>>24))
+				}
+				lane += v
+			}
+			want := int64(l.lanes) * int64(lane)
+			if got := peakI8Value(l.isa, iters); got != want {
+				t.Fatalf("%s int8 peak loop after %d rounds: %d, want %d", isaNames[l.isa], iters, got, want)
+			}
+		}
+	}
+	if g, err := PeakInt8(1, 20*time.Millisecond); (err == nil) != (quantISA != isaGeneric) || err == nil && !(g > 0) {
+		t.Fatalf("PeakInt8 = %v, %v (int8 products on %s)", g, err, isaNames[quantISA])
+	}
+}
+
 func TestPeakBF16(t *testing.T) {
 	g, err := PeakBF16(1, 20*time.Millisecond)
 	if !HasBF16Dot() {
@@ -82,13 +117,15 @@ func TestPeakBF16(t *testing.T) {
 
 // BenchmarkPeak reports the peak on one thread and on GOMAXPROCS threads
 // (names f32/threads1, f32/threadsN), the best of b.N runs, which
-// scripts/bench.sh divides by.
+// scripts/bench.sh divides by: F32 FMAs, BF16 dot products (GFLOP/s) and
+// the int8 products' dot products (int8, GOP/s).
 func BenchmarkPeak(b *testing.B) {
 	counts := slices.Compact([]int{1, runtime.GOMAXPROCS(0)})
 	for _, tc := range []struct {
 		name string
 		f    func(int, time.Duration) (float64, error)
-	}{{"f32", PeakF32}, {"f32avx2", PeakF32AVX2}, {"bf16", PeakBF16}} {
+		unit string
+	}{{"f32", PeakF32, "GFLOP/s"}, {"f32avx2", PeakF32AVX2, "GFLOP/s"}, {"bf16", PeakBF16, "GFLOP/s"}, {"int8", PeakInt8, "GOP/s"}} {
 		for _, threads := range counts {
 			b.Run(fmt.Sprintf("%s/threads%d", tc.name, threads), func(b *testing.B) {
 				// The best of b.N runs: on a shared VM a run can lose its
@@ -103,7 +140,7 @@ func BenchmarkPeak(b *testing.B) {
 					}
 					g = max(g, v)
 				}
-				b.ReportMetric(g, "GFLOP/s")
+				b.ReportMetric(g, tc.unit)
 			})
 		}
 	}
