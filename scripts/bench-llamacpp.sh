@@ -85,9 +85,18 @@ import json, re, sys
 text = sys.stdin.read()
 d = json.loads(text[text.index("{"):text.rindex("}") + 1])
 rss = int(re.findall(r"^maxrss_kb (\d+)$", text, re.M)[-1])
-print("\"step_s\": %g, \"rss_bytes\": %d, \"prompt_tokens\": %d" % (d["seconds"] / d["nfe"], rss * 1024, d["prompt_tokens"]))
+print("\"step_s\": %g, \"rss_bytes\": %d, \"prompt_tokens\": %d, \"step_flops\": %g" % (d["seconds"] / d["nfe"], rss * 1024, d["prompt_tokens"], d["flops"] / d["nfe"]))
 ' <<<"$out"
 }
+
+# The peaks of the formats' instructions on THREADS threads under this ISA
+# cap (BenchmarkPeak, as make bench measures them): F32 FMA, BF16 dot
+# products, int8 dot products, as "name=GFLOP/s" words.
+echo "== peaks (BenchmarkPeak, $THREADS threads)" >&2
+peaks=$(GOMAXPROCS="$THREADS" go test ./model/cpu -run '^$' -bench 'BenchmarkPeak' -benchtime 3x -count 1 |
+	awk -v t="threads$THREADS" '/^BenchmarkPeak\// { split($1, p, "/"); sub(/-[0-9]+$/, "", p[3])
+		if (p[3] == t) for (i = 1; i < NF; i++) if ($(i+1) == "GFLOP/s" || $(i+1) == "GOP/s") printf "%s=%s ", p[2], $i }')
+echo "peaks: $peaks" >&2
 
 runs=$OUT/runs.jsonl
 : >"$runs"
@@ -109,24 +118,39 @@ for shape in $SHAPES; do
 	done
 done
 
-python3 - "$runs" "$OUT" "$cpu" "$ISA" "$THREADS" "$SEQ" "$STEPS" <<'EOF'
+python3 - "$runs" "$OUT" "$cpu" "$ISA" "$THREADS" "$SEQ" "$STEPS" "$peaks" <<'EOF'
 import json, statistics, sys
-runs, out, cpu, isa, threads, seq, steps = sys.argv[1:]
+runs, out, cpu, isa, threads, seq, steps, peakwords = sys.argv[1:]
+peaks = {k: float(v) for k, v in (w.split("=") for w in peakwords.split())}
+# The peak a format is judged by: its products' instructions (int8 dot
+# products for the quantized files, BF16 dot products for BF16 where the
+# CPU has them, F32 FMAs otherwise; F16 as F32, the instructions F16
+# products run on without AVX512-FP16).
+def peak_of(fmt):
+    k = "int8" if fmt.startswith("q") else "bf16" if fmt == "bf16" and "bf16" in peaks else "f32"
+    return k, peaks.get(k)
 rows = [json.loads(l) for l in open(runs)]
 cells = {}
 for r in rows:
     cells.setdefault((r["shape"], r["format"]), {}).setdefault(r["program"], []).append(r)
-summary = {"processor": cpu, "isa": isa, "threads": int(threads), "seq": int(seq), "steps": int(steps), "files": []}
-md = ["| shape | file | llama.cpp s/step | dlmcache s/step | dlmcache speed-up | llama.cpp RSS | dlmcache RSS |",
-      "|---|---|---|---|---|---|---|"]
+summary = {"processor": cpu, "isa": isa, "threads": int(threads), "seq": int(seq), "steps": int(steps), "peaks": peaks, "files": []}
+md = ["| shape | file | llama.cpp s/step | dlmcache s/step | dlmcache speed-up | llama.cpp ÷ peak | dlmcache ÷ peak | llama.cpp RSS | dlmcache RSS |",
+      "|---|---|---|---|---|---|---|---|---|"]
 for (shape, fmt), progs in cells.items():
     med = lambda p, k: statistics.median(x[k] for x in progs[p])
     l, d = med("llama", "step_s"), med("dlmcache", "step_s")
     lr, dr = max(x["rss_bytes"] for x in progs["llama"]), max(x["rss_bytes"] for x in progs["dlmcache"])
+    # Both programs do the same forward a step: dlmcache's count of its
+    # FLOPs (the matrix products, attention's included).
+    flops = statistics.median(x["step_flops"] for x in progs["dlmcache"])
+    pk, pv = peak_of(fmt)
+    lf, df = (flops / l / 1e9 / pv, flops / d / 1e9 / pv) if pv else (None, None)
     summary["files"].append({"shape": shape, "format": fmt, "rounds": len(progs["llama"]),
-        "llamacpp_step_s": l, "dlmcache_step_s": d, "speedup": l / d, "llamacpp_rss_bytes": lr, "dlmcache_rss_bytes": dr})
-    md.append(f"| {shape} | {fmt.upper()} | {l:.4g} | {d:.4g} | **{l / d:.2f}×** | {lr / 1e9:.2f} GB | {dr / 1e9:.2f} GB |")
-head = f"{cpu}, kernels {isa}, {threads} threads, {seq} slots a step (prompt included), {steps} steps a run, medians of {max(len(p['llama']) for p in cells.values())} alternating rounds.\n\n"
+        "llamacpp_step_s": l, "dlmcache_step_s": d, "speedup": l / d, "llamacpp_rss_bytes": lr, "dlmcache_rss_bytes": dr,
+        "step_flops": flops, "peak": pk, "llamacpp_frac_peak": lf, "dlmcache_frac_peak": df})
+    frac = lambda f: "n/a" if f is None else f"{f:.2f} ({pk})"
+    md.append(f"| {shape} | {fmt.upper()} | {l:.4g} | {d:.4g} | **{l / d:.2f}×** | {frac(lf)} | {frac(df)} | {lr / 1e9:.2f} GB | {dr / 1e9:.2f} GB |")
+head = f"{cpu}, kernels {isa}, {threads} threads, {seq} slots a step (prompt included), {steps} steps a run, medians of {max(len(p['llama']) for p in cells.values())} alternating rounds; peaks (GFLOP/s, int8 GOP/s): {', '.join(f'{k} {v:.0f}' for k, v in peaks.items())}; ÷ peak: dlmcache's FLOPs of the step (the same forward in both) a second over the peak of the format's instructions.\n\n"
 open(f"{out}/summary.json.tmp", "w").write(json.dumps(summary, indent=1) + "\n")
 open(f"{out}/summary.md.tmp", "w").write(head + "\n".join(md) + "\n")
 import os

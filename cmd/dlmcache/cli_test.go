@@ -151,15 +151,19 @@ func TestGenerateAutoregressive(t *testing.T) {
 	}
 	var r struct {
 		Arch, Decoder  string
-		NFE            int   `json:"nfe"`
-		Decoded, Steps int   //
-		BlockLength    int   `json:"block_length"`
-		RowsComputed   int   `json:"rows_computed"`
-		PromptTokens   int   `json:"prompt_tokens"`
-		AnswerTokenIDs []int `json:"answer_token_ids"`
+		NFE            int     `json:"nfe"`
+		Decoded, Steps int     //
+		BlockLength    int     `json:"block_length"`
+		RowsComputed   int     `json:"rows_computed"`
+		PromptTokens   int     `json:"prompt_tokens"`
+		AnswerTokenIDs []int   `json:"answer_token_ids"`
+		FLOPs          float64 `json:"flops"`
 	}
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("%v: %s", err, out)
+	}
+	if !(r.FLOPs > 0) {
+		t.Errorf("flops %v: want the counted FLOPs", r.FLOPs)
 	}
 	if r.Arch != "llama" || r.Decoder != "autoregressive" || r.NFE != r.Decoded || r.BlockLength != 1 || len(r.AnswerTokenIDs) != 12 ||
 		r.RowsComputed != 2*(r.PromptTokens+r.Decoded-1) {

@@ -126,6 +126,8 @@ func (opts *generateOptions) run(ctx context.Context) error {
 		"tokens_per_sec":   float64(gen.GenLength) / g.Duration.Seconds(),
 		"rows_computed":    g.RowsComputed,
 		"rows_full":        g.RowsFull,
+		"flops":            g.FLOPs,
+		"flops_full":       g.FLOPsFull,
 		"answer_token_ids": g.Answer,
 	}
 	if guide != nil {
