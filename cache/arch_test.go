@@ -3,10 +3,8 @@ package cache
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"maps"
 	"math"
-	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -15,7 +13,6 @@ import (
 
 	"github.com/dlmcache/dlmcache/internal/testmodel"
 	"github.com/dlmcache/dlmcache/model"
-	"github.com/dlmcache/dlmcache/model/cpu"
 	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/safetensors"
 	"github.com/dlmcache/dlmcache/model/sample"
@@ -282,26 +279,14 @@ func TestArchDegenerateListsTheRegistry(t *testing.T) {
 // head and layer 0, config.json saying one layer.
 func oneLayer(t *testing.T, name string) *load.Model {
 	t.Helper()
-	src, dir := testmodel.Dir(name), t.TempDir()
-	for _, f := range []string{"tokenizer.json", "tokenizer_config.json", "dlmcache.json"} {
-		if _, err := os.Stat(filepath.Join(src, f)); err == nil {
-			if err := os.Symlink(filepath.Join(src, f), filepath.Join(dir, f)); err != nil {
-				t.Fatal(err)
+	dir := testmodel.Derive(t, name, []string{"tokenizer.json", "tokenizer_config.json", "dlmcache.json"}, func(c map[string]any) {
+		for _, k := range []string{"n_layers", "num_hidden_layers"} {
+			if _, ok := c[k]; ok {
+				c[k] = 1
 			}
 		}
-	}
-	var c map[string]any
-	if err := json.Unmarshal(must(os.ReadFile(filepath.Join(src, "config.json"))), &c); err != nil {
-		t.Fatal(err)
-	}
-	for _, k := range []string{"n_layers", "num_hidden_layers"} {
-		if _, ok := c[k]; ok {
-			c[k] = 1
-		}
-	}
-	if err := os.WriteFile(filepath.Join(dir, "config.json"), must(json.Marshal(c)), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	})
+	src := testmodel.Dir(name)
 	set := must(safetensors.Open(src))
 	defer set.Close()
 	deeper := regexp.MustCompile(`\.(blocks|layers)\.[1-9][0-9]*\.`)
@@ -317,12 +302,7 @@ func oneLayer(t *testing.T, name string) *load.Model {
 	if err := safetensors.Write(filepath.Join(dir, "model.safetensors"), keep, set.Metadata()); err != nil {
 		t.Fatal(err)
 	}
-	m, err := load.Load(dir, cpu.New(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	return m
+	return testmodel.LoadDir(t, dir)
 }
 
 // On one layer a row's K/V depend on its token and position alone, so

@@ -154,16 +154,7 @@ func (s *BlockStore) get(lm *model.Network, id PrefixID, count bool) ([]*blockNo
 		s.releaseNodes(chain)
 		return nil, 0, 0, 0, err
 	}
-	s.mu.Lock()
-	for _, n := range fresh {
-		var up *blockNode
-		if len(chain) > 0 {
-			up = chain[len(chain)-1]
-		}
-		chain = append(chain, s.insert(n, up))
-	}
-	s.mu.Unlock()
-	return chain, hit, rows, flops, nil
+	return s.put(chain, fresh), hit, rows, flops, nil
 }
 
 // count adds a request's lookup of a prefix of m tokens (found: the

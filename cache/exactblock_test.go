@@ -2,20 +2,17 @@ package cache
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/dlmcache/dlmcache/internal/testmodel"
 	"github.com/dlmcache/dlmcache/model"
-	"github.com/dlmcache/dlmcache/model/cpu"
 	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/sample"
 	"github.com/dlmcache/dlmcache/model/tokenizer"
@@ -27,31 +24,10 @@ import (
 // config.json marked.
 func loadBlockTiny(t testing.TB, B int, shift ...bool) *load.Model {
 	t.Helper()
-	src := filepath.Join("..", "model", "testdata", "tiny-f32")
-	dir := t.TempDir()
-	for _, f := range []string{"model.safetensors", "tokenizer.json", "tokenizer_config.json"} {
-		if err := os.Symlink(filepath.Join(must(filepath.Abs(src)), f), filepath.Join(dir, f)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	raw, err := os.ReadFile(filepath.Join(src, "config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var c map[string]any
-	if err := json.Unmarshal(raw, &c); err != nil {
-		t.Fatal(err)
-	}
-	c["block_causal"], c["block_size"], c["shift_logits"] = true, B, len(shift) > 0 && shift[0]
-	raw, _ = json.Marshal(c)
-	if err := os.WriteFile(filepath.Join(dir, "config.json"), raw, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	m, err := load.Load(dir, cpu.New(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
+	dir := testmodel.Derive(t, "tiny-f32", []string{"model.safetensors", "tokenizer.json", "tokenizer_config.json"}, func(c map[string]any) {
+		c["block_causal"], c["block_size"], c["shift_logits"] = true, B, len(shift) > 0 && shift[0]
+	})
+	m := testmodel.LoadDir(t, dir)
 	if got := m.Config.CausalBlock(); got != B {
 		t.Fatalf("block-causal test model: block size %d, want %d", got, B)
 	}

@@ -8,9 +8,26 @@ import (
 
 	"github.com/dlmcache/dlmcache/internal/testmodel"
 	"github.com/dlmcache/dlmcache/lut"
+	"github.com/dlmcache/dlmcache/model/load"
 	"github.com/dlmcache/dlmcache/model/sample"
 	"github.com/dlmcache/dlmcache/regime"
 )
+
+// guidedRequest is the guided tests' request: the diffusion fixture
+// tiny-llada-moe, the test request 1 (its prefix pl tokens), generation options
+// guided by tiny-llama (which shares its tokenizer), and the guide's own
+// greedy generation of the answer.
+func guidedRequest(t *testing.T) (m *load.Model, ids []int32, pl int, gen sample.GenOptions, ar *sample.Generation) {
+	t.Helper()
+	m, guide := testmodel.Shared(t, "tiny-llada-moe"), testmodel.Shared(t, "tiny-llama")
+	ids, pl = request(t, m, 1)
+	gen = sample.GenOptions{Regime: regime.Regime{GenLength: 16, Steps: 8, BlockLength: 8}, Guide: guide.Network}
+	ar, err := sample.Generate(context.Background(), guide.Network, ids, 0, sample.GenOptions{Regime: regime.Regime{GenLength: 16}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, ids, pl, gen, ar
+}
 
 // Every caching method under the guided decoder (NAME@guided), on the
 // diffusion fixture tiny-llada-moe guided by tiny-llama (which shares its
@@ -22,14 +39,8 @@ import (
 // method's setting that computes every row gives none@guided's tokens
 // and rows.
 func TestMethodsUnderTheGuidedDecoder(t *testing.T) {
-	m, guide := testmodel.Shared(t, "tiny-llada-moe"), testmodel.Shared(t, "tiny-llama")
+	m, ids, pl, gen, ar := guidedRequest(t)
 	L := len(m.Blocks)
-	ids, pl := request(t, m, 1)
-	gen := sample.GenOptions{Regime: regime.Regime{GenLength: 16, Steps: 8, BlockLength: 8}, Guide: guide.Network}
-	ar, err := sample.Generate(context.Background(), guide.Network, ids, 0, sample.GenOptions{Regime: regime.Regime{GenLength: 16}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	loose := sample.Decoding{Kind: sample.DecodeGuided, T: 0.0001, K: 272}
 	noneLoose, err := Run(context.Background(), m.Network, mk(t, "none", Options{Decoding: loose}), Request{Prompt: ids, PrefixLen: pl}, gen)
 	if err != nil {
@@ -115,13 +126,7 @@ func TestTableSettingsRefuseTheGuidedDecoder(t *testing.T) {
 // still scored (sample.Step.Whole), and the answer is the guide's greedy
 // one.
 func TestD2CacheTopKUnderTheGuidedDecoder(t *testing.T) {
-	m, guide := testmodel.Shared(t, "tiny-llada-moe"), testmodel.Shared(t, "tiny-llama")
-	ids, pl := request(t, m, 1)
-	gen := sample.GenOptions{Regime: regime.Regime{GenLength: 16, Steps: 8, BlockLength: 8}, Guide: guide.Network}
-	ar, err := sample.Generate(context.Background(), guide.Network, ids, 0, sample.GenOptions{Regime: regime.Regime{GenLength: 16}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, ids, pl, gen, ar := guidedRequest(t)
 	o := DefaultOptions()
 	o.D2.K = 2
 	o.Decoding = sample.Decoding{Kind: sample.DecodeGuided}

@@ -506,6 +506,20 @@ func benchField(rec benchRecord, name string, required bool) (string, error) {
 	return s, nil
 }
 
+// benchFields returns rec's required fields names as text (benchField),
+// in order.
+func benchFields(rec benchRecord, names ...string) ([]string, error) {
+	vals := make([]string, len(names))
+	for i, n := range names {
+		v, err := benchField(rec, n, true)
+		if err != nil {
+			return nil, err
+		}
+		vals[i] = v
+	}
+	return vals, nil
+}
+
 // benchStrings returns a list of strings, the value of field name.
 func benchStrings(v any, name string) ([]string, error) {
 	xs, ok := v.([]any)
@@ -540,14 +554,11 @@ func benchID(kind string, rec benchRecord, idField string, w benchWhere) string 
 }
 
 func benchGSM8K(rec benchRecord, w benchWhere) (Sample, error) {
-	q, err := benchField(rec, "question", true)
+	f, err := benchFields(rec, "question", "answer")
 	if err != nil {
 		return Sample{}, err
 	}
-	sol, err := benchField(rec, "answer", true)
-	if err != nil {
-		return Sample{}, err
-	}
+	q, sol := f[0], f[1]
 	i := strings.LastIndex(sol, "####")
 	if i < 0 {
 		return Sample{}, errors.New(`field "answer" has no "#### <number>" line`)
@@ -669,15 +680,11 @@ func benchChoicesText(stem string, choices []string) string {
 }
 
 func benchMATH500(rec benchRecord, w benchWhere) (Sample, error) {
-	p, err := benchField(rec, "problem", true)
+	f, err := benchFields(rec, "problem", "answer")
 	if err != nil {
 		return Sample{}, err
 	}
-	a, err := benchField(rec, "answer", true)
-	if err != nil {
-		return Sample{}, err
-	}
-	a = benchStripDollars(a)
+	p, a := f[0], benchStripDollars(f[1])
 	if a == "" {
 		return Sample{}, errors.New(`field "answer" is empty without its "$"`)
 	}
@@ -699,13 +706,11 @@ func benchStripDollars(s string) string {
 }
 
 func benchGPQA(rec benchRecord, w benchWhere) (Sample, error) {
-	names := []string{"Question", "Correct Answer", "Incorrect Answer 1", "Incorrect Answer 2", "Incorrect Answer 3"}
-	vals := make([]string, len(names))
-	for i, n := range names {
-		v, err := benchField(rec, n, true)
-		if err != nil {
-			return Sample{}, err
-		}
+	vals, err := benchFields(rec, "Question", "Correct Answer", "Incorrect Answer 1", "Incorrect Answer 2", "Incorrect Answer 3")
+	if err != nil {
+		return Sample{}, err
+	}
+	for i, v := range vals {
 		vals[i] = strings.TrimSpace(v)
 	}
 	q := vals[0]

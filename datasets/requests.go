@@ -483,17 +483,30 @@ func LoadUserPrompts(args []string, f WildChatFilter, seed int64, n int) ([]Prom
 	if len(args) == 0 {
 		return nil, errors.New("datasets: no user prompt data given (want builtin or WildChat parquet paths)")
 	}
+	return gatherPrompts(args, f, func() ([]Prompt, error) {
+		if n < 1 {
+			return nil, fmt.Errorf("datasets: %d builtin prompts asked for, want at least 1", n)
+		}
+		return GenerateWildChatStyle(seed, n), nil
+	})
+}
+
+// gatherPrompts returns the prompts of args in their order: builtin's for
+// each "builtin", then those of the other arguments, WildChat parquet files
+// or directories read with f (ReadWildChat).
+func gatherPrompts(args []string, f WildChatFilter, builtin func() ([]Prompt, error)) ([]Prompt, error) {
 	var out []Prompt
 	var paths []string
 	for _, a := range args {
-		if a == "builtin" {
-			if n < 1 {
-				return nil, fmt.Errorf("datasets: %d builtin prompts asked for, want at least 1", n)
-			}
-			out = append(out, GenerateWildChatStyle(seed, n)...)
+		if a != "builtin" {
+			paths = append(paths, a)
 			continue
 		}
-		paths = append(paths, a)
+		ps, err := builtin()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ps...)
 	}
 	if len(paths) > 0 {
 		ps, err := ReadWildChat(paths, f)
@@ -517,32 +530,18 @@ func LoadConversations(args []string, f WildChatFilter, seed int64, n int) ([]Pr
 	if n < 1 || f.MinTurns < 1 {
 		return nil, fmt.Errorf("datasets: %d conversations of %d turns asked for, want at least 1 of 1", n, f.MinTurns)
 	}
-	var out []Prompt
-	var paths []string
-	for _, a := range args {
-		if a != "builtin" {
-			paths = append(paths, a)
-			continue
-		}
-		got := 0
-		for i := 0; got < n && i < 100*n; i++ {
+	f.Limit = n
+	return gatherPrompts(args, f, func() ([]Prompt, error) {
+		var out []Prompt
+		for i := 0; len(out) < n && i < 100*n; i++ {
 			p := wildchatStyleConversation(seed, i, f.MinTurns)
 			if f.MaxConversationChars == 0 || conversationChars(p.Exchanges) <= f.MaxConversationChars {
 				out = append(out, p)
-				got++
 			}
 		}
-		if got == 0 {
+		if len(out) == 0 {
 			return nil, fmt.Errorf("datasets: no generated conversation of %d turns fits in %d characters", f.MinTurns, f.MaxConversationChars)
 		}
-	}
-	if len(paths) > 0 {
-		f.Limit = n
-		ps, err := ReadWildChat(paths, f)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, ps...)
-	}
-	return out, nil
+		return out, nil
+	})
 }

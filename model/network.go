@@ -117,13 +117,8 @@ func (m *Network) fillHidden(plan Plan, l int, prevRows []int32, prev backend.Te
 	return nil
 }
 
-func iota32(n int) []int32 {
-	r := make([]int32, n)
-	for i := range r {
-		r[i] = int32(i)
-	}
-	return r
-}
+// iota32 is 0, 1, …, n-1.
+func iota32(n int) []int32 { return iotaFrom(0, n) }
 
 // allRows is 0..n-1; callers must not modify it.
 func allRows(n int) []int32 { return iota32(n) }

@@ -60,12 +60,23 @@ type CalibrationRun struct {
 	Shard     string    `json:"shard,omitempty"`
 }
 
-func (a CalibrationRun) same(b CalibrationRun) error {
+// sameModelRegime says where two headers differ in model (m, mb) or
+// regime (r, rb), or is nil: what the headers check first.
+func sameModelRegime(m, mb lut.ModelID, r, rb regime.Regime) error {
 	switch {
-	case a.Model.Fingerprint != b.Model.Fingerprint:
-		return fmt.Errorf("model %s vs %s", a.Model.Fingerprint, b.Model.Fingerprint)
-	case a.Regime != b.Regime:
-		return fmt.Errorf("regime %s vs %s", a.Regime.Short(), b.Regime.Short())
+	case m.Fingerprint != mb.Fingerprint:
+		return fmt.Errorf("model %s vs %s", m.Fingerprint, mb.Fingerprint)
+	case r != rb:
+		return fmt.Errorf("regime %s vs %s", r.Short(), rb.Short())
+	}
+	return nil
+}
+
+func (a CalibrationRun) same(b CalibrationRun) error {
+	if err := sameModelRegime(a.Model, b.Model, a.Regime, b.Regime); err != nil {
+		return err
+	}
+	switch {
 	case a.Refresh != b.Refresh || !slices.Equal(a.Sources, b.Sources):
 		return fmt.Errorf("refresh %d sources %v vs refresh %d sources %v", a.Refresh, a.Sources, b.Refresh, b.Sources)
 	case !slices.Equal(a.Edges, b.Edges):

@@ -78,11 +78,10 @@ type SearchRun struct {
 }
 
 func (a SearchRun) same(b SearchRun) error {
+	if err := sameModelRegime(a.Model, b.Model, a.Regime, b.Regime); err != nil {
+		return err
+	}
 	switch {
-	case a.Model.Fingerprint != b.Model.Fingerprint:
-		return fmt.Errorf("model %s vs %s", a.Model.Fingerprint, b.Model.Fingerprint)
-	case a.Regime != b.Regime:
-		return fmt.Errorf("regime %s vs %s", a.Regime.Short(), b.Regime.Short())
 	case !slices.Equal(a.Settings, b.Settings):
 		return fmt.Errorf("settings differ")
 	case !slices.Equal(a.Edges, b.Edges) || a.Seed != b.Seed || !slices.Equal(a.Classes, b.Classes):

@@ -118,15 +118,7 @@ func ClopperPearsonUpper(k, n int, alpha float64) float64 {
 	case k == 0:
 		return -math.Expm1(math.Log(alpha) / float64(n))
 	}
-	lo, hi := 0.0, 1.0
-	for range 100 {
-		mid := (lo + hi) / 2
-		if binomCDF(k, n, mid) > alpha {
-			lo = mid
-		} else {
-			hi = mid
-		}
-	}
+	_, hi := bisect(func(p float64) bool { return binomCDF(k, n, p) > alpha })
 	return hi
 }
 
@@ -139,16 +131,23 @@ func ClopperPearsonLower(k, n int, alpha float64) float64 {
 	case k >= n:
 		return math.Exp(math.Log(alpha) / float64(n))
 	}
-	lo, hi := 0.0, 1.0
+	lo, _ := bisect(func(p float64) bool { return 1-binomCDF(k-1, n, p) < alpha })
+	return lo
+}
+
+// bisect narrows [0, 1] in 100 halvings to the bracket [lo, hi] of the p
+// where below (true at lo, false at hi; monotone) turns false.
+func bisect(below func(p float64) bool) (lo, hi float64) {
+	lo, hi = 0.0, 1.0
 	for range 100 {
 		mid := (lo + hi) / 2
-		if 1-binomCDF(k-1, n, mid) < alpha {
+		if below(mid) {
 			lo = mid
 		} else {
 			hi = mid
 		}
 	}
-	return lo
+	return lo, hi
 }
 
 // binomCDF is P(X ≤ k) for X ~ Binomial(n, p), summed in logs.

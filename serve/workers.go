@@ -40,18 +40,10 @@ type workers struct {
 // newWorkers starts n batchers (n ≥ 1; more than one needs a
 // backend.Threaded backend), each running up to maxBatch forwards as one.
 func newWorkers(lm *model.Network, n, maxBatch int, observe func(int)) (*workers, error) {
-	w := &workers{shares: []*model.Network{lm}, sessions: make([]int, max(1, n))}
-	if n > 1 {
-		th, ok := lm.Backend.(backend.Threaded)
-		if !ok {
-			return nil, fmt.Errorf("%d workers need a backend whose threads can be divided among them (%s's cannot): use 1", n, lm.Backend.Name())
-		}
-		for k := 2; k <= n; k++ {
-			share := *lm
-			share.Backend = th.WithThreads(ShareThreads(th.Threads(), k))
-			w.shares = append(w.shares, &share)
-		}
+	if _, ok := lm.Backend.(backend.Threaded); n > 1 && !ok {
+		return nil, fmt.Errorf("%d workers need a backend whose threads can be divided among them (%s's cannot): use 1", n, lm.Backend.Name())
 	}
+	w := &workers{shares: threadShares(lm, n), sessions: make([]int, max(1, n))}
 	for range w.sessions {
 		b := newBatcher(lm, maxBatch, observe)
 		b.group, b.pick = w, w.model
@@ -68,14 +60,7 @@ func newWorkers(lm *model.Network, n, maxBatch int, observe func(int)) (*workers
 // forwards take turns (every generation of a batch verifies after the
 // step forward they shared), so the shares stay the diffusion batches'.
 func (w *workers) addGuide(guide *model.Network, maxBatch int, observe func(int)) {
-	w.gshares = []*model.Network{guide}
-	if th, ok := guide.Backend.(backend.Threaded); ok {
-		for k := 2; k <= len(w.shares); k++ {
-			share := *guide
-			share.Backend = th.WithThreads(ShareThreads(th.Threads(), k))
-			w.gshares = append(w.gshares, &share)
-		}
-	}
+	w.gshares = threadShares(guide, len(w.shares))
 	for range w.bs {
 		b := newBatcher(guide, maxBatch, observe)
 		b.pick = w.guideModel
@@ -83,21 +68,38 @@ func (w *workers) addGuide(guide *model.Network, maxBatch int, observe func(int)
 	}
 }
 
-// guideModel is the guide on the share of the workers busy now.
-func (w *workers) guideModel() *model.Network {
-	k := int(w.busy.Load())
-	return w.gshares[min(max(k, 1), len(w.gshares))-1]
+// threadShares is net on the share of k busy workers for k = 1 to n: the
+// same weights, on threads/k threads (net alone where its backend's
+// threads cannot be divided).
+func threadShares(net *model.Network, n int) []*model.Network {
+	shares := []*model.Network{net}
+	th, ok := net.Backend.(backend.Threaded)
+	if !ok {
+		return shares
+	}
+	for k := 2; k <= n; k++ {
+		share := *net
+		share.Backend = th.WithThreads(ShareThreads(th.Threads(), k))
+		shares = append(shares, &share)
+	}
+	return shares
 }
+
+// onShare is the one of shares (threadShares) for the workers busy now.
+func (w *workers) onShare(shares []*model.Network) *model.Network {
+	k := int(w.busy.Load())
+	return shares[min(max(k, 1), len(shares))-1]
+}
+
+// guideModel is the guide on the share of the workers busy now.
+func (w *workers) guideModel() *model.Network { return w.onShare(w.gshares) }
 
 // ShareThreads is how many of threads a worker's forward runs on while
 // busy workers have generations in their batches (at least 1).
 func ShareThreads(threads, busy int) int { return max(1, threads/max(1, busy)) }
 
 // model is the model a busy worker's forward runs on now.
-func (w *workers) model() *model.Network {
-	k := int(w.busy.Load())
-	return w.shares[min(max(k, 1), len(w.shares))-1]
-}
+func (w *workers) model() *model.Network { return w.onShare(w.shares) }
 
 // session gives a new generation to the worker with the fewest; leave
 // must be called when it ends.

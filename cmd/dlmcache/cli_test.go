@@ -11,12 +11,20 @@ import (
 	"testing"
 )
 
-// runIn is run with standard input.
+// runIn executes the command line with stdin as its input and returns
+// stdout, stderr and the exit code.
 func runIn(t *testing.T, stdin string, args ...string) (string, string, int) {
 	t.Helper()
 	var out, errOut bytes.Buffer
 	code := execute(context.Background(), args, strings.NewReader(stdin), &out, &errOut)
 	return out.String(), errOut.String(), code
+}
+
+// run executes the command line with no input and returns stdout, stderr
+// and the exit code.
+func run(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	return runIn(t, "", args...)
 }
 
 func TestVersionReportsBackendAndGEMM(t *testing.T) {

@@ -1,21 +1,11 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 )
-
-// run executes the command line and returns stdout, stderr and the exit code.
-func run(t *testing.T, args ...string) (string, string, int) {
-	t.Helper()
-	var out, errOut bytes.Buffer
-	code := execute(context.Background(), args, strings.NewReader(""), &out, &errOut)
-	return out.String(), errOut.String(), code
-}
 
 // The profiling workflow on the random-weights fixture: profile, resume,
 // rebuild at another τ, show, diff, check, sweep n, plot.

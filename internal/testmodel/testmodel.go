@@ -4,11 +4,13 @@
 package testmodel
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 
+	"github.com/dlmcache/dlmcache/internal/testutil"
 	"github.com/dlmcache/dlmcache/model/cpu"
 	"github.com/dlmcache/dlmcache/model/load"
 )
@@ -48,12 +50,46 @@ func Dir(name string) string {
 // the test ends.
 func Load(t testing.TB, name string) *load.Model {
 	t.Helper()
-	m, err := load.Load(Dir(name), cpu.New(1))
+	return LoadDir(t, Dir(name))
+}
+
+// LoadDir loads the model directory dir on a one-thread CPU backend; it is
+// closed when the test ends.
+func LoadDir(t testing.TB, dir string) *load.Model {
+	t.Helper()
+	m, err := load.Load(dir, cpu.New(1))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close() })
 	return m
+}
+
+// Derive makes a model directory from fixture name in a temporary
+// directory of the test: links to those of the fixture's files link that it
+// has, and its config.json as edit leaves it. It returns the directory,
+// for the caller to add what else the model needs.
+func Derive(t testing.TB, name string, link []string, edit func(config map[string]any)) string {
+	t.Helper()
+	src, dir := Dir(name), t.TempDir()
+	for _, f := range link {
+		if _, err := os.Stat(filepath.Join(src, f)); err == nil {
+			if err := os.Symlink(filepath.Join(src, f), filepath.Join(dir, f)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var c map[string]any
+	testutil.ReadJSON(t, filepath.Join(src, "config.json"), &c)
+	edit(c)
+	raw, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 var (

@@ -857,15 +857,29 @@ func (b *Backend) parallel(n, grain int, fn func(lo, hi int)) {
 		fn(0, n)
 		return
 	}
+	fanOut(parts, func(p int) { fn(p*n/parts, (p+1)*n/parts) })
+}
+
+// fanOut runs run(p) for each p in [0, parts) at once, part 0 on the
+// calling goroutine, and returns when all have returned.
+func fanOut(parts int, run func(p int)) {
 	var wg sync.WaitGroup
 	wg.Add(parts - 1)
 	for p := 1; p < parts; p++ {
-		lo, hi := p*n/parts, (p+1)*n/parts
 		go func() {
 			defer wg.Done()
-			fn(lo, hi)
+			run(p)
 		}()
 	}
-	fn(0, n/parts)
+	run(0)
 	wg.Wait()
+}
+
+// parts16 cuts [0, total) into at most b.threads parts whose edges are on
+// multiples of 16 (a whole AVX-512 register of float32), so that each part
+// runs the libraries' full-width kernels: part p is [edge(p), edge(p+1)).
+func (b *Backend) parts16(total int) (parts int, edge func(p int) int) {
+	blocks := (total + 15) / 16
+	parts = min(b.threads, blocks)
+	return parts, func(p int) int { return min(total, 16*(p*blocks/parts)) }
 }

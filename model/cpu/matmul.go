@@ -251,17 +251,13 @@ func (b *Backend) forParts(n, in, out int, part func(r0, r1, c0, c1 int)) {
 		return
 	}
 	byRows := b.splitByRows(n, in, out)
-	// Part edges on multiples of 16 (a whole AVX-512 register of float32)
-	// along the split dimension, so each part runs the libraries'
-	// full-width kernels.
+	// Part edges on multiples of 16 along the split dimension.
 	total := out
 	if byRows {
 		total = n
 	}
-	blocks := (total + 15) / 16
-	parts := min(b.threads, blocks)
-	edge := func(p int) int { return min(total, 16*(p*blocks/parts)) }
-	run := func(p int) {
+	parts, edge := b.parts16(total)
+	fanOut(parts, func(p int) {
 		lo, hi := edge(p), edge(p+1)
 		switch {
 		case lo == hi:
@@ -270,17 +266,7 @@ func (b *Backend) forParts(n, in, out int, part func(r0, r1, c0, c1 int)) {
 		default:
 			part(0, n, lo, hi)
 		}
-	}
-	var wg sync.WaitGroup
-	wg.Add(parts - 1)
-	for p := 1; p < parts; p++ {
-		go func() {
-			defer wg.Done()
-			run(p)
-		}()
-	}
-	run(0)
-	wg.Wait()
+	})
 }
 
 // bf16PanelBytes is the size of the float32 panel of a BF16 weight that
@@ -415,19 +401,8 @@ func (b *Backend) convertedMatMul(d, xs, ws *Tensor, convert func(dst []float32,
 		return
 	}
 	// Range edges on multiples of 16, as in matMulF32.
-	blocks := (out + 15) / 16
-	parts := min(b.threads, blocks)
-	edge := func(p int) int { return min(out, 16*(p*blocks/parts)) }
-	var wg sync.WaitGroup
-	wg.Add(parts - 1)
-	for p := 1; p < parts; p++ {
-		go func() {
-			defer wg.Done()
-			run(edge(p), edge(p+1))
-		}()
-	}
-	run(edge(0), edge(1))
-	wg.Wait()
+	parts, edge := b.parts16(out)
+	fanOut(parts, func(p int) { run(edge(p), edge(p+1)) })
 }
 
 // convertedPanel is how many rows of a weight with in columns

@@ -33,9 +33,12 @@ type TensorInfo struct {
 }
 
 // Numel is the number of elements.
-func (t TensorInfo) Numel() int {
+func (t TensorInfo) Numel() int { return numel(t.Shape) }
+
+// numel is the number of elements of a tensor of this shape.
+func numel(shape []int) int {
 	n := 1
-	for _, d := range t.Shape {
+	for _, d := range shape {
 		n *= d
 	}
 	return n

@@ -19,13 +19,7 @@ type WriteTensor struct {
 	Type  GGMLType
 }
 
-func (t WriteTensor) size() int64 {
-	n := 1
-	for _, d := range t.Shape {
-		n *= d
-	}
-	return int64(t.Type.RowBytes(n))
-}
+func (t WriteTensor) size() int64 { return int64(t.Type.RowBytes(numel(t.Shape))) }
 
 // Write writes a GGUF v3 file the way gguf-py's GGUFWriter lays it out: the
 // header, the metadata in the given order, the tensor infos in the given

@@ -67,13 +67,7 @@ type Tensor struct {
 }
 
 // Numel is the number of elements.
-func (t Tensor) Numel() int {
-	n := 1
-	for _, s := range t.Shape {
-		n *= s
-	}
-	return n
-}
+func (t Tensor) Numel() int { return numel(t.Shape) }
 
 // Float32 decodes the tensor into dst (allocated when nil or too short) and
 // returns it, len Numel.

@@ -32,27 +32,37 @@ func main() {
 	path := flag.String("answers", "answers.json", "answers.py output")
 	dir := flag.String("model", "models/llada-tiny", "model directory")
 	flag.Parse()
-	raw, err := os.ReadFile(*path)
+	same, n, err := run(*path, *dir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
+	}
+	fmt.Printf("%d of %d greedy answers identical\n", same, n)
+	if same != n {
+		os.Exit(1)
+	}
+}
+
+// run generates each case of the answers file at path greedily on the model
+// in dir, printing each answer that differs; it returns how many are the
+// same, of how many.
+func run(path, dir string) (same, n int, err error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return 0, 0, err
 	}
 	var a answers
 	if err := json.Unmarshal(raw, &a); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		return 0, 0, err
 	}
-	m, err := load.Load(*dir, cpu.New(0))
+	m, err := load.Load(dir, cpu.New(0))
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		return 0, 0, err
 	}
-	same := 0
 	for _, c := range a.Cases {
 		g, err := sample.Generate(context.Background(), m.Network, c.PromptIDs, 0, sample.GenOptions{Regime: a.Regime}, nil)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
+			return 0, 0, err
 		}
 		if slices.Equal(g.Answer, c.AnswerIDs) {
 			same++
@@ -60,8 +70,5 @@ func main() {
 			fmt.Printf("%s: Go %v, PyTorch %v\n", c.ID, g.Answer, c.AnswerIDs)
 		}
 	}
-	fmt.Printf("%d of %d greedy answers identical\n", same, len(a.Cases))
-	if same != len(a.Cases) {
-		os.Exit(1)
-	}
+	return same, len(a.Cases), nil
 }

@@ -23,15 +23,22 @@ func main() {
 	limit := flag.Int("limit", 4, "samples per suite")
 	dir := flag.String("model", "models/llada-tiny", "model directory (its tokenizer and chat template)")
 	flag.Parse()
-	tok, err := tokenizer.Load(*dir)
-	if err != nil {
+	if err := run(*limit, *dir); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	samples, err := profile.SuiteSamples([]string{"all"}, *limit, 1, datasets.DefaultOptions())
+}
+
+// run writes the first limit held-out samples of every suite, rendered
+// with the chat template of the model in dir, to stdout as JSON.
+func run(limit int, dir string) error {
+	tok, err := tokenizer.Load(dir)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		return err
+	}
+	samples, err := profile.SuiteSamples([]string{"all"}, limit, 1, datasets.DefaultOptions())
+	if err != nil {
+		return err
 	}
 	type prompt struct {
 		Suite     string  `json:"suite"`
@@ -43,14 +50,9 @@ func main() {
 	for _, s := range samples {
 		ids, pl, err := tok.EncodeChat(s.System, s.User)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
+			return err
 		}
 		out = append(out, prompt{s.Suite, s.ID, ids, pl})
 	}
-	e := json.NewEncoder(os.Stdout)
-	if err := e.Encode(out); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
+	return json.NewEncoder(os.Stdout).Encode(out)
 }

@@ -50,7 +50,6 @@ sys.path.insert(0, os.path.join(ROOT, "tools"))
 import make_golden as G  # noqa: E402  (encoder, chat framing, tokenizer parts, checkpoint and golden writers)
 from bpe_ref import Ref  # noqa: E402
 from pyllada.decoder import Decoder, DecoderConfig  # noqa: E402
-from pyllada.generate import generate_block_batch  # noqa: E402
 
 QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -165,11 +164,7 @@ def router_margin(model, ids):
 
 
 def block_case(m64, m32, name, prompt, gen_length, decoding, threshold=None, steps=None):
-    kw = {"threshold": threshold} if decoding == "threshold" else {"steps": steps}
-    trace = []
-    out = generate_block_batch(m64, [prompt], gen_length, decoding=decoding, trace=trace, **kw)[0]
-    out32 = generate_block_batch(m32, [prompt], gen_length, decoding=decoding, **kw)[0]
-    assert out == out32, f"{name}: float32 and float64 generations differ"
+    out, trace = G.block_generate(m64, m32, name, prompt, gen_length, decoding, threshold, steps)
     return {"name": name, "prompt_ids": prompt, "gen_length": gen_length, "block_length": m64.config.block_size,
             "decoding": decoding, "threshold": threshold, "steps": steps, "answer_ids": out,
             "trace": trace, "nfe": len(trace)}

@@ -34,7 +34,6 @@ sys.path.insert(0, HERE)
 import make_golden as G  # noqa: E402  (its tokenizer, chat framing, config shape, weight init)
 
 from pyllada.model import LLaDA  # noqa: E402
-from pyllada.generate import generate_block_batch  # noqa: E402
 
 BS = 8
 SEED = 2468
@@ -64,11 +63,7 @@ def step_margins(model, x, lo, hi, mask_id, threshold, k):
 
 def gen_case(m64, m32, name, prompt_text, gen_length, decoding, threshold=None, steps=None):
     prompt = G.encode(prompt_text)
-    kw = {"threshold": threshold} if decoding == "threshold" else {"steps": steps}
-    trace = []
-    out = generate_block_batch(m64, [prompt], gen_length, decoding=decoding, trace=trace, **kw)[0]
-    out32 = generate_block_batch(m32, [prompt], gen_length, decoding=decoding, **kw)[0]
-    assert out == out32, f"{name}: float32 and float64 generations differ"
+    out, trace = G.block_generate(m64, m32, name, prompt, gen_length, decoding, threshold, steps)
     P = len(prompt)
     x = torch.tensor(prompt + [G.MASK] * gen_length)
     min_lg = min_th = min_cg = float("inf")
@@ -138,10 +133,7 @@ def main():
         "position_ids": pos,
         "prompt_length": len(prompt),
         "tensors": {
-            "logits": "[n, embedding_size] logits of input_ids at position_ids",
-            "k.{l}": "[n, n_kv_heads*head_dim] keys of layer l after RoPE, head h in columns h*hd..(h+1)*hd-1",
-            "v.{l}": "[n, n_kv_heads*head_dim] values of layer l",
-            "h.{l}": "[n, d_model] hidden state entering layer l; h.{n_layers} is the last layer's output before ln_f",
+            **G.TENSOR_NOTES,
             "cut24.logits": "[24, embedding_size] logits of input_ids[:24] alone (equal to logits[:24])",
             "cut29.logits": "[29, embedding_size] logits of input_ids[:29] alone (rows 24..28: a partial block)",
             "bidir.logits": "[n, embedding_size] the same input with block_causal off",

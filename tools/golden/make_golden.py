@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.join(ROOT, "tools"))
 
 from pyllada import safetensors_io as st  # noqa: E402
 from pyllada.model import LLaDA, LLaDAConfig, save_pretrained  # noqa: E402
-from pyllada.generate import generate  # noqa: E402
+from pyllada.generate import generate, generate_block_batch  # noqa: E402
 from bpe_ref import bytes_to_unicode  # noqa: E402  (GPT-2's byte -> printable unicode symbol map)
 
 SPECIALS = ["<|startoftext|>", "<|endoftext|>", "<|mdm_mask|>",
@@ -203,6 +203,26 @@ def gen_case(model64, model32, name, prompt, gen_length, steps, block_length, ma
     return case
 
 
+def block_generate(m64, m32, name, prompt, gen_length, decoding, threshold=None, steps=None):
+    """Block decoding (generate_block_batch) of prompt by threshold or schedule, in float64 with its
+    trace and in float32, which must agree -> (answer ids, trace)."""
+    kw = {"threshold": threshold} if decoding == "threshold" else {"steps": steps}
+    trace = []
+    out = generate_block_batch(m64, [prompt], gen_length, decoding=decoding, trace=trace, **kw)[0]
+    out32 = generate_block_batch(m32, [prompt], gen_length, decoding=decoding, **kw)[0]
+    assert out == out32, f"{name}: float32 and float64 generations differ"
+    return out, trace
+
+
+# What the tensors of a golden.safetensors hold (golden.json's "tensors"), before each file's own.
+TENSOR_NOTES = {
+    "logits": "[n, embedding_size] logits of input_ids at position_ids",
+    "k.{l}": "[n, n_kv_heads*head_dim] keys of layer l after RoPE, head h in columns h*hd..(h+1)*hd-1",
+    "v.{l}": "[n, n_kv_heads*head_dim] values of layer l",
+    "h.{l}": "[n, d_model] hidden state entering layer l; h.{n_layers} is the last layer's output before ln_f",
+}
+
+
 def write_json(path, obj, indent):
     with open(path, "w") as f:
         json.dump(obj, f, indent=indent, ensure_ascii=False)
@@ -303,10 +323,7 @@ def build(out_dir, dtype, seed):
         "position_ids": pos,
         "pos2": {"input_ids": ids2, "position_ids": pos2},
         "tensors": {
-            "logits": "[n, embedding_size] logits of input_ids at position_ids",
-            "k.{l}": "[n, n_kv_heads*head_dim] keys of layer l after RoPE, head h in columns h*hd..(h+1)*hd-1",
-            "v.{l}": "[n, n_kv_heads*head_dim] values of layer l",
-            "h.{l}": "[n, d_model] hidden state entering layer l; h.{n_layers} is the last layer's output before ln_f",
+            **TENSOR_NOTES,
             "pos2.logits": "[n, embedding_size] logits of pos2.input_ids at pos2.position_ids",
             "pos2.k.{l}": "keys of layer l for pos2", "pos2.v.{l}": "values of layer l for pos2",
         },

@@ -23,11 +23,33 @@ def tiny_run(d, corpus):
             "--recall-frac", "0"]  # the synthetic corpus has no tokenizer.json for recall.py
 
 
+def block_run(d, corpus):
+    """train.py arguments of a block-causal run (blocks of 4) on corpus from the export of a
+    tiny_run in d, working in d/wb, exporting to d/ob."""
+    return ["--corpus", corpus, "--work", os.path.join(d, "wb"), "--out", os.path.join(d, "ob"),
+            "--resume", "--init-from", os.path.join(d, "out"), "--block-causal", "--block-size", "4",
+            "--batch-tokens", "1024", "--log-every", "2", "--warmup", "2", "--recall-frac", "0",
+            "--eval-every", "4", "--eval-per-suite", "2", "--canvas", "12,16"]
+
+
 def make_synth(out, train, ev, quiet=False):
     """A make_synth corpus of train training and ev eval samples in out (its output captured
     when quiet)."""
     subprocess.run([sys.executable, os.path.join(HERE, "make_synth.py"), "--out", out,
                     "--train", str(train), "--eval", str(ev)], check=True, capture_output=quiet)
+
+
+def synth_corpus(d, train, ev, quiet=False):
+    """make_synth's corpus in d/corpus (make_synth's arguments) -> its path."""
+    corpus = os.path.join(d, "corpus")
+    make_synth(corpus, train, ev, quiet)
+    return corpus
+
+
+def run_log(d, work="work"):
+    """The records of the run log d/work/log.jsonl."""
+    with open(os.path.join(d, work, "log.jsonl")) as f:
+        return [json.loads(l) for l in f]
 
 
 def question(g, p):
@@ -38,8 +60,7 @@ def question(g, p):
 class TestTrain(unittest.TestCase):
     def test_train_export_resume(self):
         with tempfile.TemporaryDirectory() as d:
-            corpus = os.path.join(d, "corpus")
-            make_synth(corpus, 300, 30)
+            corpus = synth_corpus(d, 300, 30)
             base = tiny_run(d, corpus) + ["--eval-every", "4", "--eval-per-suite", "3"]
             T.main(base + ["--max-steps", "6"])
             st = json.load(open(os.path.join(d, "out", "train_state.json")))
@@ -47,12 +68,12 @@ class TestTrain(unittest.TestCase):
             cfg = json.load(open(os.path.join(d, "out", "config.json")))
             self.assertEqual((cfg["vocab_size"], cfg["embedding_size"], cfg["mask_token_id"]), (262, 320, 258))
             T.main(base + ["--max-steps", "8"])  # resumes from ckpt.pt
-            logs = [json.loads(l) for l in open(os.path.join(d, "work", "log.jsonl"))]
+            logs = run_log(d)
             starts = [r for r in logs if r["type"] == "start"]
             self.assertEqual([s["step"] for s in starts], [0, 6])
             os.remove(os.path.join(d, "work", "ckpt.pt"))
             T.main(base + ["--max-steps", "9"])  # resumes from the export
-            logs = [json.loads(l) for l in open(os.path.join(d, "work", "log.jsonl"))]
+            logs = run_log(d)
             self.assertEqual(logs[-1]["type"], "stop")
             self.assertEqual([r for r in logs if r["type"] == "start"][-1]["resumed_from"], os.path.join(d, "out"))
 
@@ -166,13 +187,12 @@ class TestTrain(unittest.TestCase):
             b.q = 0.6
             self.assertGreater(b.limit(0), lim)
             # a run whose content CE is below --advance-ce moves the quantile, and resume keeps it
-            corpus = os.path.join(d, "corpus")
-            make_synth(corpus, 300, 30)
+            corpus = synth_corpus(d, 300, 30)
             args = tiny_run(d, corpus) + ["--eval-every", "100", "--curriculum", "adaptive",
                                           "--curriculum-start", "0.1", "--advance-ce", "100", "--advance-by", "0.2"]
             T.main(args + ["--max-steps", "4"])
             T.main(args + ["--max-steps", "6"])
-            logs = [json.loads(l) for l in open(os.path.join(d, "work", "log.jsonl"))]
+            logs = run_log(d)
             qs = [r["q"] for r in logs if r["type"] == "curriculum"]
             self.assertEqual(len(qs), 3)
             for want, got in zip([0.3, 0.5, 0.7], qs):
@@ -386,19 +406,14 @@ class TestTrain(unittest.TestCase):
         """--block-causal end to end from an exported bidirectional model (--init-from): the export's
         config has the block keys, the eval ran both block decoders."""
         with tempfile.TemporaryDirectory() as d:
-            corpus = os.path.join(d, "corpus")
-            make_synth(corpus, 300, 30)
+            corpus = synth_corpus(d, 300, 30)
             base = tiny_run(d, corpus) + ["--eval-every", "4", "--eval-per-suite", "2"]
             T.main(base + ["--max-steps", "4"])
-            blk = ["--corpus", corpus, "--work", os.path.join(d, "wb"), "--out", os.path.join(d, "ob"),
-                   "--resume", "--init-from", os.path.join(d, "out"), "--block-causal", "--block-size", "4",
-                   "--phase", "block", "--batch-tokens", "1024", "--log-every", "2", "--warmup", "2",
-                   "--recall-frac", "0", "--eval-every", "4", "--eval-per-suite", "2", "--canvas", "12,16",
-                   "--block-decay", "8:2"]
+            blk = block_run(d, corpus) + ["--phase", "block", "--block-decay", "8:2"]
             T.main(blk + ["--max-steps", "8"])
             cfg = json.load(open(os.path.join(d, "ob", "config.json")))
             self.assertEqual((cfg["block_causal"], cfg["block_size"], cfg["shift_logits"]), (True, 4, False))
-            logs = [json.loads(l) for l in open(os.path.join(d, "wb", "log.jsonl"))]
+            logs = run_log(d, "wb")
             self.assertEqual(logs[0]["resumed_from"], os.path.join(d, "out"))
             ev = [r for r in logs if r["type"] == "eval"]
             self.assertTrue(ev)
@@ -406,7 +421,7 @@ class TestTrain(unittest.TestCase):
             st = json.load(open(os.path.join(d, "ob", "train_state.json")))
             self.assertIn("block diffusion", st["objective"])
             T.main(blk + ["--max-steps", "10"])  # resumes from its own checkpoint, still block-causal
-            logs = [json.loads(l) for l in open(os.path.join(d, "wb", "log.jsonl"))]
+            logs = run_log(d, "wb")
             starts = [r for r in logs if r["type"] == "start"]
             self.assertEqual(starts[-1]["resumed_from"], os.path.join(d, "wb", "ckpt.pt"))
             self.assertTrue(starts[-1]["config"]["block_causal"])
@@ -436,7 +451,7 @@ class TestTrain(unittest.TestCase):
                     "--d-model", "32", "--n-heads", "2", "--mlp-hidden", "64", "--batch-tokens", "512",
                     "--log-every", "2", "--warmup", "2", "--recall-frac", "0", "--max-steps", "1000000",
                     "--time-budget", "3", "--eval-every", "1000000", "--eval-seconds", "1", "--eval-per-suite", "1"])
-            logs = [json.loads(l) for l in open(os.path.join(d, "work", "log.jsonl"))]
+            logs = run_log(d)
             self.assertEqual(logs[-1]["type"], "stop")
             self.assertLess(logs[-1]["step"], 1000000)
             self.assertTrue([r for r in logs if r["type"] == "eval"])
@@ -613,8 +628,7 @@ class TestTrain(unittest.TestCase):
 
     def test_bench_after_init_from(self):
         with tempfile.TemporaryDirectory() as d:
-            corpus = os.path.join(d, "corpus")
-            make_synth(corpus, 300, 30, quiet=True)
+            corpus = synth_corpus(d, 300, 30, quiet=True)
             T.main(tiny_run(d, corpus) + ["--max-steps", "4", "--eval-every", "4", "--eval-per-suite", "2"])
             os.remove(os.path.join(d, "work", "ckpt.pt"))  # start from the export (step 4), as from a bundled model
             r = subprocess.run([sys.executable, os.path.join(HERE, "train.py")] + tiny_run(d, corpus) +
@@ -799,8 +813,7 @@ class TestAR(unittest.TestCase):
     def test_train_export_resume(self):
         from pyllada import safetensors_io as st
         with tempfile.TemporaryDirectory() as d:
-            corpus = os.path.join(d, "corpus")
-            make_synth(corpus, 300, 30, quiet=True)
+            corpus = synth_corpus(d, 300, 30, quiet=True)
             base = tiny_run(d, corpus) + ["--objective", "ar", "--eval-every", "4", "--eval-per-suite", "3"]
             T.main(base + ["--max-steps", "6"])
             out = os.path.join(d, "out")
@@ -812,7 +825,7 @@ class TestAR(unittest.TestCase):
             self.assertIn(ts["step"], (4, 6))
             self.assertTrue(ts["objective"].startswith("autoregressive"))
             T.main(base + ["--max-steps", "8"])  # resumes from ckpt.pt
-            logs = [json.loads(l) for l in open(os.path.join(d, "work", "log.jsonl"))]
+            logs = run_log(d)
             self.assertEqual([r["step"] for r in logs if r["type"] == "start"], [0, 6])
             self.assertEqual(logs[-1], dict(logs[-1], type="stop", step=8))
             ev = [r for r in logs if r["type"] == "eval"]
@@ -820,7 +833,7 @@ class TestAR(unittest.TestCase):
             os.remove(os.path.join(d, "work", "ckpt.pt"))
             exported = json.load(open(os.path.join(out, "train_state.json")))["step"]
             T.main(base + ["--max-steps", "9"])  # resumes from the Llama export
-            logs = [json.loads(l) for l in open(os.path.join(d, "work", "log.jsonl"))]
+            logs = run_log(d)
             start = [r for r in logs if r["type"] == "start"][-1]
             self.assertEqual((start["resumed_from"], start["step"]), (out, exported))
             self.assertEqual(logs[-1]["type"], "stop")
@@ -884,11 +897,10 @@ class TestAR(unittest.TestCase):
     def test_copy_warmup_run(self):
         """--copy-frac in a causal run: copy steps are taken and their CE logged apart."""
         with tempfile.TemporaryDirectory() as d:
-            corpus = os.path.join(d, "corpus")
-            make_synth(corpus, 200, 10, quiet=True)
+            corpus = synth_corpus(d, 200, 10, quiet=True)
             T.main(tiny_run(d, corpus) + ["--objective", "ar", "--copy-frac", "0.5", "--eval-every", "100",
                                          "--max-steps", "8", "--log-every", "4"])
-            logs = [json.loads(l) for l in open(os.path.join(d, "work", "log.jsonl"))]
+            logs = run_log(d)
             tr = [r for r in logs if r["type"] == "train"]
             self.assertTrue(tr and all("ce_copy" in r for r in tr))
             self.assertTrue(any(r["ce_copy"] > 0 for r in tr))
@@ -897,20 +909,16 @@ class TestAR(unittest.TestCase):
         """Block conversion end to end: an AR (Llama) export trained on as a block-diffusion model
         with the token shift; the export is a LLaDA block model with shift_logits."""
         with tempfile.TemporaryDirectory() as d:
-            corpus = os.path.join(d, "corpus")
-            make_synth(corpus, 300, 30, quiet=True)
+            corpus = synth_corpus(d, 300, 30, quiet=True)
             T.main(tiny_run(d, corpus) + ["--objective", "ar", "--eval-every", "4", "--eval-per-suite", "2",
                                          "--max-steps", "4"])
-            blk = ["--corpus", corpus, "--work", os.path.join(d, "wb"), "--out", os.path.join(d, "ob"),
-                   "--resume", "--init-from", os.path.join(d, "out"), "--block-causal", "--block-size", "4",
-                   "--token-shift", "--complementary-masks", "--phase", "convert", "--batch-tokens", "1024",
-                   "--log-every", "2", "--warmup", "2", "--recall-frac", "0", "--eval-every", "4",
-                   "--eval-per-suite", "2", "--canvas", "12,16", "--max-steps", "8"]
+            blk = block_run(d, corpus) + ["--token-shift", "--complementary-masks", "--phase", "convert",
+                                          "--max-steps", "8"]
             T.main(blk)
             cfg = json.load(open(os.path.join(d, "ob", "config.json")))
             self.assertEqual((cfg["architectures"], cfg["block_causal"], cfg["block_size"], cfg["shift_logits"]),
                              (["LLaDAModelLM"], True, 4, True))
-            logs = [json.loads(l) for l in open(os.path.join(d, "wb", "log.jsonl"))]
+            logs = run_log(d, "wb")
             self.assertEqual(logs[0]["resumed_from"], os.path.join(d, "out"))
             self.assertTrue([r for r in logs if r["type"] == "eval"])
 
