@@ -152,7 +152,7 @@ bench-llamacpp: build
 	BIN=./$(BIN) LLAMACPP='$(LLAMACPP)' ./scripts/bench-llamacpp.sh
 
 # bench-llamacpp-serve LLAMACPP=DIR: the same shared-prefix requests (N, 40)
-# through dlmcache serve on its default (TABLE=table.json: calibrated)
+# through dlmcache serve on its default (TABLE=table.json: a table calibrated on that GGUF file)
 # against one llama-diffusion-cli run each on llada-tiny's F32 GGUF,
 # generation time per request, into bench-out/llamacpp-serve/summary.{json,md}
 # (scripts/bench-llamacpp-serve.sh says what it runs). Not part of make test.

@@ -12,9 +12,11 @@
 #     messages, 4 questions each) to OUT/requests.jsonl
 #     (loadtest --write-requests);
 #   - serves the file with `dlmcache serve --model FILE` (with --lut TABLE
-#     where TABLE names a calibrated table.json from make run or dlmcache
-#     calibrate; else its uncalibrated default, and the summary says so) on
-#     THREADS threads;
+#     where TABLE names a table.json calibrated on that file: `dlmcache
+#     profile --model FILE --out DIR && dlmcache calibrate --model FILE
+#     --out DIR`; serve refuses a table of another file, make run's of
+#     models/llada-tiny included, by its fingerprint; else its uncalibrated
+#     default, and the summary says so) on THREADS threads;
 #   - request by request (so that both programs meet the same load on a
 #     shared machine), sends it with `dlmcache loadtest --clients 1
 #     --requests 1` (the server log's generation time, gen_s, no queue; the
@@ -45,7 +47,7 @@ THREADS=${THREADS:-$(nproc)}
 TABLE=${TABLE:-}
 command -v jq >/dev/null || { echo "$BENCH: jq is missing (apt-get install jq): it reads the requests" >&2; exit 2; }
 if [ -n "$TABLE" ] && ! [ -e "$TABLE" ]; then
-	echo "$BENCH: TABLE=$TABLE does not exist (a table.json from make run or dlmcache calibrate)" >&2
+	echo "$BENCH: TABLE=$TABLE does not exist (a table.json calibrated on the GGUF file: dlmcache profile --model FILE --out DIR && dlmcache calibrate --model FILE --out DIR)" >&2
 	exit 2
 fi
 # The llama.cpp build, dlmcache's binary, gguf and the processor.
@@ -73,7 +75,7 @@ done
 [ -n "$url" ] || { echo "$BENCH: dlmcache serve ${sargs[*]} did not start within 2 minutes: $log" >&2; exit 1; }
 # "gen 128/64/32": the served gen length, steps and block length.
 read -r GEN STEPS BLOCK < <(sed -n 's/.* gen \([0-9]*\)\/\([0-9]*\)\/\([0-9]*\),.*/\1 \2 \3/p' "$log" | head -n 1) || true
-method=$(sed -n 's/.*, method \([^,]*\), store.*/\1/p' "$log" | head -n 1)
+method=$(sed -n 's/.*, method \([^ ,(]*\).*/\1/p' "$log" | head -n 1)
 [ -n "${BLOCK:-}" ] || { echo "$BENCH: no \"gen G/S/B\" in dlmcache serve's first line: $log" >&2; exit 1; }
 echo "== dlmcache serve ${sargs[*]} ($method, gen $GEN, $STEPS steps, blocks of $BLOCK): $N requests, 1 client; load average $load_before" >&2
 # One llama-diffusion-cli run on request i: a JSON line on stdout, or,
