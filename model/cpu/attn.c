@@ -406,19 +406,26 @@ static inline void ptile16_n(int mr, int w, int add, int K, const float *a, long
 #undef PTILE
 }
 
-// panel_gemm16 is panel_gemm on ptile16: rows in blocks of 96, then
-// pairs of panels, 12 rows at a time.
+// tiles16 is c's columns [0, n) from the panels p (k floats of each of
+// 16 columns, k·16 apart) on ptile16: rows in blocks of mc (their a stays
+// in L2), then pairs of panels, 12 rows at a time, the sums started from c
+// where add.
+__attribute__((target("avx512f")))
+static void tiles16(int m, int n, int add, int k, const float *a, long lda, const float *p, float *c, long ldc,
+		float alpha, int mc) {
+	for (int i0 = 0; i0 < m; i0 += mc) {
+		int i1 = i0 + mc < m ? i0 + mc : m;
+		for (int j = 0; j < n; j += 32)
+			for (int i = i0; i < i1; i += PANEL_MR16)
+				ptile16_n(i1 - i < PANEL_MR16 ? i1 - i : PANEL_MR16, n - j < 32 ? n - j : 32, add, k,
+					a + (long)i * lda, lda, p + (long)(j / 16) * k * 16, (long)k * 16, c + (long)i * ldc + j, ldc, alpha);
+	}
+}
+
+// panel_gemm16 is panel_gemm on ptile16: rows in blocks of 96, as there.
 __attribute__((target("avx512f")))
 static void panel_gemm16(int m, int n, int k, const float *a, long lda, const float *p, float *c, long ldc, float alpha) {
-	for (int i0 = 0; i0 < m; i0 += 96) {
-		int i1 = i0 + 96 < m ? i0 + 96 : m;
-		for (int j = 0; j < n; j += 32) {
-			int w = n - j < 32 ? n - j : 32;
-			for (int i = i0; i < i1; i += PANEL_MR16)
-				ptile16_n(i1 - i < PANEL_MR16 ? i1 - i : PANEL_MR16, w, 0, k, a + (long)i * lda, lda,
-					p + (long)(j / 16) * k * 16, (long)k * 16, c + (long)i * ldc + j, ldc, alpha);
-		}
-	}
+	tiles16(m, n, 0, k, a, lda, p, c, ldc, alpha, 96);
 }
 
 // The blocked panel kernel, for weights of any k kept as the checkpoint
@@ -433,20 +440,6 @@ static void panel_gemm16(int m, int n, int k, const float *a, long lda, const fl
 // columns of w, 32 KB at KC 512, stay in L1) 6 rows at a time.
 #define WG_MC 192
 
-// wg_tiles16 is wg_block's pass over one block of kc columns on ptile16
-// (panel_avx512): rows in blocks of WG_MC, then pairs of panels, 12 rows
-// at a time, the sums started from c where add.
-__attribute__((target("avx512f")))
-static void wg_tiles16(int m, int nc, int add, int kc, const float *a, long lda, const float *p, float *c, long ldc) {
-	for (int i0 = 0; i0 < m; i0 += WG_MC) {
-		int i1 = i0 + WG_MC < m ? i0 + WG_MC : m;
-		for (int j = 0; j < nc; j += 32)
-			for (int i = i0; i < i1; i += PANEL_MR16)
-				ptile16_n(i1 - i < PANEL_MR16 ? i1 - i : PANEL_MR16, nc - j < 32 ? nc - j : 32, add, kc,
-					a + (long)i * lda, lda, p + (long)(j / 16) * kc * 16, (long)kc * 16, c + (long)i * ldc + j, ldc, 1.0f);
-	}
-}
-
 __attribute__((target("avx2,fma")))
 static void wg_block(int t, int m, int k, const float *a, long lda, const void *w, long ldw, int c0, int nc,
 		float *c, long ldc, float *p) {
@@ -458,7 +451,7 @@ static void wg_block(int t, int m, int k, const float *a, long lda, const void *
 		else if (t == WT_F16) panel_pack_t(WT_F16, src, ldw, nc, kc, p);
 		else panel_pack_t(WT_BF16, src, ldw, nc, kc, p);
 		if (panel_avx512) {
-			wg_tiles16(m, nc, pc > 0, kc, a + pc, lda, p, c + c0, ldc);
+			tiles16(m, nc, pc > 0, kc, a + pc, lda, p, c + c0, ldc, 1.0f, WG_MC);
 			continue;
 		}
 		for (int i0 = 0; i0 < m; i0 += WG_MC) {

@@ -252,9 +252,10 @@ var bestAttn = func() attnKernel {
 // its full step went from 0.58 to 0.68 of the F32 peak (Zen 5).
 const panelMaxK = 1024
 
-// halfPanelMaxK is the most columns an F16 or BF16 weight may have to be
-// laid out for the panel kernel: its panels are float32, twice the bytes
-// of the weight kept 16-bit, so only a small model's narrow matrices are.
+// halfPanelMaxK is the most columns an F16, BF16 or quantized weight may
+// have to be laid out for the panel kernel: its panels are float32, two
+// to seven times the bytes of the weight as kept, so only a small model's
+// narrow matrices are.
 const halfPanelMaxK = 512
 
 // panelPack lays out the weight w [n, k] (row stride ldw) for the panel
