@@ -589,9 +589,17 @@ func (f *batch) logits() ([]*Output, error) {
 	hn := alloc(hrows, d)
 	b.RMSNorm(hn, hx, m.Norm, float32(c.RMSNormEps))
 	e := c.Embeddings()
-	lg := alloc(hrows, e)
-	b.MatMul(lg, hn, m.Head)
-	all := b.ToHost(lg, nil)
+	var all []float32
+	if h, ok := b.(backend.Hoster); ok {
+		all = make([]float32, hrows*e)
+		lg := h.OnHost(hrows, e, all)
+		b.MatMul(lg, hn, m.Head)
+		b.Free(lg)
+	} else {
+		lg := alloc(hrows, e)
+		b.MatMul(lg, hn, m.Head)
+		all = b.ToHost(lg, nil)
+	}
 	at = 0
 	for i, it := range f.items {
 		k := len(idx[i])

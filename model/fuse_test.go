@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/dlmcache/dlmcache/model/backend"
@@ -116,3 +117,49 @@ func (p *lastRows) Rows(int) []int32 {
 func (p *lastRows) Hidden(int, []int32, backend.Tensor) error                            { return nil }
 func (p *lastRows) KV(int, []int32, backend.Tensor, backend.Tensor) error                { return nil }
 func (p *lastRows) Observe(int, []int32, backend.Tensor, backend.Tensor, backend.Tensor) {}
+
+// The logits written straight into the returned slice (backend.Hoster)
+// are those a backend without it copies out, bit for bit; each forward's
+// slices are the caller's: a later forward leaves them as they were.
+func TestLogitsOnHost(t *testing.T) {
+	dir := filepath.Join("testdata", "tiny-f32")
+	host, err := loadCheckpoint(dir, cpu.New(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer host.Close()
+	if _, ok := host.Backend.(backend.Hoster); !ok {
+		t.Fatal("the CPU backend is not a backend.Hoster")
+	}
+	copied, err := loadCheckpoint(dir, struct{ backend.Backend }{cpu.New(1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer copied.Close()
+	toks := make([]int32, 40)
+	for i := range toks {
+		toks[i] = int32(3 + i*5%200)
+	}
+	in := Input{Tokens: toks, LogitRows: []int32{1, 20, 39}}
+	a, err := host.ForwardBatch([]Input{in, in}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := slices.Clone(a[0].Logits)
+	b, err := copied.Forward(in, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := in
+	other.Tokens = slices.Clone(toks)
+	other.Tokens[0] = 9
+	if _, err := host.Forward(other, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(a[0].Logits, b.Logits) || !slices.Equal(a[1].Logits, b.Logits) {
+		t.Fatal("logits on the host differ from the copied ones")
+	}
+	if !slices.Equal(a[0].Logits, kept) {
+		t.Fatal("a later forward changed an earlier one's logits")
+	}
+}

@@ -180,6 +180,29 @@ type QuantWeighter interface {
 	WeightQuant(typ QuantType, rows, cols int, raw []byte) (Tensor, error)
 }
 
+// RowPermuter is an optional Backend method: it makes w, a matrix weight
+// from Weight or WeightQuant whose raw rows are stored out of order
+// (stored row s is row perm[s] of the matrix: a GGUF file's query and
+// key weights, in ggml's RoPE pair order), the matrix itself — products
+// and ToHost in the matrix's order, the same values as a reordered copy
+// gives. A weight still in the memory map stays there (each product's
+// output columns are put in order instead, so the file's bytes stay the
+// only copy); one the backend copied is reordered in its copy. It reports
+// false, changing nothing, for a weight it laid out otherwise (the caller
+// then makes the weight from reordered bytes).
+type RowPermuter interface {
+	PermuteRows(w Tensor, perm []int32) bool
+}
+
+// Hoster is an optional Backend method: a [rows, cols] matrix whose
+// storage is data itself (row-major, len rows·cols), written in place by
+// the operations and the caller's after Free. The forward writes its
+// logits through one straight into the slice it returns, with no
+// buffer of the backend's and no copy beside it.
+type Hoster interface {
+	OnHost(rows, cols int, data []float32) Tensor
+}
+
 // AttentionWeigher is an optional Backend method: the head-mean attention
 // weights softmax(q·kᵀ/√hd) [nq·nk] that Attention applies (shapes as
 // Attention's). The forward asks for them only for plans that want them;

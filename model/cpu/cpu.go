@@ -61,6 +61,10 @@ type Tensor struct {
 	kv     *kvLayout
 	kvRow0 int
 	kvRole int8
+	// perm, on a weight in the memory map whose rows are stored out of
+	// order (PermuteRows), says that stored row s is the matrix's row
+	// perm[s]; nil elsewhere. Views never carry it.
+	perm []int32
 }
 
 // Rows is the number of rows.
@@ -80,6 +84,11 @@ func (t *Tensor) Data() []float32 { return t.data }
 // AliasesRaw implements backend.RawAliaser: whether t is a weight that
 // reads the checkpoint bytes it was made from in place.
 func (t *Tensor) AliasesRaw() bool { return t.readOnly }
+
+// Permuted reports whether t is a weight left in the memory map with its
+// rows stored out of order (PermuteRows), its products' columns put in
+// order after each product.
+func (t *Tensor) Permuted() bool { return t.perm != nil }
 
 // BF16 reports whether t is a BF16 weight (values kept as bfloat16).
 func (t *Tensor) BF16() bool { return t.bf16 != nil }
@@ -705,12 +714,21 @@ func (b *Backend) FromHost(rows, cols int, data []float32) backend.Tensor {
 	return &Tensor{rows: rows, cols: cols, stride: cols, data: d}
 }
 
+// OnHost implements backend.Hoster: a tensor on data itself.
+func (b *Backend) OnHost(rows, cols int, data []float32) backend.Tensor {
+	checked(backend.CheckFromHost(rows, cols, len(data)))
+	return &Tensor{rows: rows, cols: cols, stride: cols, data: data}
+}
+
 // ToHost copies t into dst (allocated when nil) and returns it; a BF16 or
 // F16 weight is converted (exactly).
 func (b *Backend) ToHost(t backend.Tensor, dst []float32) []float32 {
 	x := anyTensor(t, "ToHost")
 	dst, err := backend.HostDst(x, dst)
 	checked(err)
+	if x.perm != nil {
+		defer permuteRowsInPlace(dst, x.cols, x.perm)
+	}
 	if x.bf16 != nil {
 		b.parallel(x.rows, rowGrain(x.cols), func(lo, hi int) { bf16Rows(dst[lo*x.cols:], x, lo, hi) })
 		return dst
@@ -744,7 +762,7 @@ func (b *Backend) Free(t backend.Tensor) {
 		b.bufs.put(x.data)
 		x.pooled = false
 	}
-	x.data, x.bf16, x.f16, x.q, x.panels = nil, nil, nil, nil, nil
+	x.data, x.bf16, x.f16, x.q, x.panels, x.perm = nil, nil, nil, nil, nil, nil
 	x.rows, x.cols, x.stride = 0, 0, 0
 }
 
@@ -752,6 +770,9 @@ func (b *Backend) Free(t backend.Tensor) {
 // BF16 or F16 weight's view is a BF16 or F16 weight).
 func (b *Backend) RowView(t backend.Tensor, lo, hi int) *Tensor {
 	x := anyTensor(t, "RowView")
+	if x.perm != nil {
+		panic(fmt.Sprintf("cpu: RowView of %v: a weight whose rows are stored out of order (PermuteRows) has no row views", x))
+	}
 	if lo < 0 || hi < lo || hi > x.rows {
 		panic(fmt.Sprintf("cpu: RowView: rows [%d, %d) of %v", lo, hi, x))
 	}

@@ -44,19 +44,24 @@ func (b *Backend) MatMul(dst, x, w backend.Tensor) {
 	if xs.rows == 0 || ws.rows == 0 {
 		return
 	}
-	if ws.bf16 != nil && ws.panels == nil {
+	b.matMul(d, xs, ws)
+	if ws.perm != nil {
+		b.permuteCols(d, xs.rows, ws.perm)
+	}
+}
+
+// matMul is MatMul on w's stored rows, shapes checked.
+func (b *Backend) matMul(d, xs, ws *Tensor) {
+	switch {
+	case ws.bf16 != nil && ws.panels == nil:
 		b.matMulBF16(d, xs, ws)
-		return
-	}
-	if ws.f16 != nil && ws.panels == nil {
+	case ws.f16 != nil && ws.panels == nil:
 		b.matMulF16(d, xs, ws)
-		return
-	}
-	if ws.q != nil && ws.panels == nil {
+	case ws.q != nil && ws.panels == nil:
 		b.matMulQuant(d, xs, ws)
-		return
+	default:
+		b.matMulF32(d, xs, ws)
 	}
-	b.matMulF32(d, xs, ws)
 }
 
 // splitByRows reports whether a split product [n, in]·[out, in]ᵀ is cut

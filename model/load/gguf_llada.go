@@ -124,34 +124,47 @@ func permutedHeads(hf string, c *model.Config) int {
 	return 0
 }
 
-// ggufPermute reorders the rows of a weight (rows of rowBytes bytes) whose
-// rows are nHeads heads of head_dim rows each, as llama.cpp's converter
-// does for LLaDA's q and k: within a head, Hugging Face's rotate-half order
-// (row t·hd/2 + j holds element j of half t) becomes ggml's interleaved
-// pairs (row 2j + t), so that ggml's RoPE on adjacent pairs computes what
-// LLaDA's rotate-half RoPE computes. toGGUF false applies the inverse.
-// Rows are moved whole, so a quantized row (Q8_0) moves losslessly.
-func ggufPermute(data []byte, rows, rowBytes, nHeads int, toGGUF bool) ([]byte, error) {
+// ggufRowOrder is the order in which llama.cpp's converter stores the
+// rows of LLaDA's q and k (rows rows of nHeads heads of head_dim rows
+// each): stored row s is Hugging Face's row perm[s]. Within a head,
+// Hugging Face's rotate-half order (row t·hd/2 + j holds element j of half
+// t) becomes ggml's interleaved pairs (row 2j + t), so that ggml's RoPE on
+// adjacent pairs computes what LLaDA's rotate-half RoPE computes.
+func ggufRowOrder(rows, nHeads int) ([]int32, error) {
 	if nHeads <= 0 || rows%nHeads != 0 || (rows/nHeads)%2 != 0 {
 		return nil, fmt.Errorf("cannot permute %d rows over %d heads", rows, nHeads)
+	}
+	hd := rows / nHeads
+	perm := make([]int32, rows)
+	for h := 0; h < nHeads; h++ {
+		for j := 0; j < hd/2; j++ {
+			for t := 0; t < 2; t++ {
+				perm[h*hd+2*j+t] = int32(h*hd + t*(hd/2) + j)
+			}
+		}
+	}
+	return perm, nil
+}
+
+// ggufPermute reorders the rows of a weight (rows of rowBytes bytes) as
+// ggufRowOrder says: into GGUF's order when toGGUF, else back into
+// Hugging Face's. Rows are moved whole, so a quantized row (Q8_0) moves
+// losslessly.
+func ggufPermute(data []byte, rows, rowBytes, nHeads int, toGGUF bool) ([]byte, error) {
+	perm, err := ggufRowOrder(rows, nHeads)
+	if err != nil {
+		return nil, err
 	}
 	if len(data) != rows*rowBytes {
 		return nil, fmt.Errorf("permute: %d bytes for %d rows of %d", len(data), rows, rowBytes)
 	}
-	hd := rows / nHeads
 	out := make([]byte, len(data))
-	for h := 0; h < nHeads; h++ {
-		for j := 0; j < hd/2; j++ {
-			for t := 0; t < 2; t++ {
-				g := h*hd + 2*j + t
-				f := h*hd + t*(hd/2) + j
-				src, dst := f, g
-				if !toGGUF {
-					src, dst = g, f
-				}
-				copy(out[dst*rowBytes:(dst+1)*rowBytes], data[src*rowBytes:(src+1)*rowBytes])
-			}
+	for g, f := range perm {
+		src, dst := g, int(f)
+		if toGGUF {
+			src, dst = dst, src
 		}
+		copy(out[dst*rowBytes:(dst+1)*rowBytes], data[src*rowBytes:(src+1)*rowBytes])
 	}
 	return out, nil
 }

@@ -36,8 +36,10 @@ func IsGGUF(path string) bool {
 // defaults from dlmcache.card when present (else DefaultCard).
 //
 // F32, F16 and BF16 tensors are handed to the backend straight from the
-// memory mapping, except the query and key weights, whose rows are put back
-// in Hugging Face's order (a copy; see ggufPermute). Q8_0, Q4_0 and the
+// memory mapping. The query and key weights' rows are stored in ggml's
+// RoPE order (ggufRowOrder): a backend.RowPermuter (the CPU backend) puts
+// them back in Hugging Face's order without a copy where they stay
+// mapped; elsewhere the loader makes a reordered copy. Q8_0, Q4_0 and the
 // K-quants Q4_K, Q5_K and Q6_K (llama-quantize's Q4_0 keeps the output
 // head Q6_K; its Q4_K_M and Q5_K_M files mix all three) stay quantized on
 // a backend that keeps them (backend.QuantWeighter: the CPU backend, which
@@ -110,27 +112,31 @@ func loadGGUF(f *gguf.File, b backend.Backend) (*Model, error) {
 		used[name] = true
 		if qw, ok := b.(backend.QuantWeighter); ok && rows > 1 {
 			if ti, ok := f.Tensor(name); ok && keptQuant(ti.Type) {
-				data, err := ggufRows(f, ti, name, rows, cols, permutedHeads(hf, cfg))
-				if err != nil {
-					return nil, err
-				}
-				t, err := qw.WeightQuant(backend.QuantType(ti.Type), rows, cols, data)
-				if err != nil {
-					return nil, fmt.Errorf("tensor %s: %w", name, err)
-				}
-				return t, nil
+				return ggufMatrix(f, b, ti, name, rows, cols, permutedHeads(hf, cfg), func(data []byte) (backend.Tensor, error) {
+					t, err := qw.WeightQuant(backend.QuantType(ti.Type), rows, cols, data)
+					if err != nil {
+						return nil, fmt.Errorf("tensor %s: %w", name, err)
+					}
+					return t, nil
+				})
 			}
 		}
-		dt, data, err := ggufWeight(f, name, rows, cols, permutedHeads(hf, cfg))
-		if err != nil {
-			return nil, err
+		ti, ok := f.Tensor(name)
+		if !ok {
+			return nil, fmt.Errorf("tensor %s not found", name)
 		}
-		t, err := b.Weight(dt, rows, cols, data)
-		if err != nil {
-			return nil, fmt.Errorf("tensor %s: %w", name, err)
-		}
-		releaseCopied(t, data, f.Release)
-		return t, nil
+		return ggufMatrix(f, b, ti, name, rows, cols, permutedHeads(hf, cfg), func(data []byte) (backend.Tensor, error) {
+			dt, data, err := ggufWeight(ti, name, rows, cols, data)
+			if err != nil {
+				return nil, err
+			}
+			t, err := b.Weight(dt, rows, cols, data)
+			if err != nil {
+				return nil, fmt.Errorf("tensor %s: %w", name, err)
+			}
+			releaseCopied(t, data, f.Release)
+			return t, nil
+		})
 	})
 	if err != nil {
 		return nil, err
@@ -156,18 +162,9 @@ func keptQuant(t gguf.GGMLType) bool {
 	return false
 }
 
-// ggufWeight returns a tensor of f as a [rows, cols] matrix (rows 1: a
-// vector of cols) in a dtype the backend takes, its rows put back in
-// Hugging Face's order when heads > 0.
-func ggufWeight(f *gguf.File, name string, rows, cols, heads int) (backend.DType, []byte, error) {
-	t, ok := f.Tensor(name)
-	if !ok {
-		return 0, nil, fmt.Errorf("tensor %s not found", name)
-	}
-	data, err := ggufRows(f, t, name, rows, cols, heads)
-	if err != nil {
-		return 0, nil, err
-	}
+// ggufWeight returns tensor t's bytes data as a [rows, cols] matrix (rows
+// 1: a vector of cols) in a dtype the backend takes.
+func ggufWeight(t gguf.TensorInfo, name string, rows, cols int, data []byte) (backend.DType, []byte, error) {
 	switch t.Type {
 	case gguf.F32:
 		return backend.F32, data, nil
@@ -186,10 +183,15 @@ func ggufWeight(f *gguf.File, name string, rows, cols, heads int) (backend.DType
 	return backend.F32, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(x))), 4*len(x)), nil
 }
 
-// ggufRows returns tensor t's bytes after checking its shape against
-// [rows, cols] (rows 1: a vector of cols), its rows put back in Hugging
-// Face's order when heads > 0 (a copy; else the mapping itself).
-func ggufRows(f *gguf.File, t gguf.TensorInfo, name string, rows, cols, heads int) ([]byte, error) {
+// ggufMatrix makes the backend tensor of tensor t ([rows, cols]; rows 1:
+// a vector of cols) with make, from the mapping's bytes. A weight whose
+// rows ggml's converter permuted (heads > 0: the query and key weights)
+// is made from the mapping too and handed to the backend's RowPermuter,
+// which puts its rows back in Hugging Face's order without a copy where
+// the weight stays mapped; a backend without one, or one that declines,
+// gets a reordered copy (ggufPermute) instead. make's errors name the
+// tensor.
+func ggufMatrix(f *gguf.File, b backend.Backend, t gguf.TensorInfo, name string, rows, cols, heads int, make func([]byte) (backend.Tensor, error)) (backend.Tensor, error) {
 	okShape := len(t.Shape) == 2 && t.Shape[0] == cols && t.Shape[1] == rows ||
 		rows == 1 && len(t.Shape) == 1 && t.Shape[0] == cols
 	if !okShape {
@@ -201,10 +203,23 @@ func ggufRows(f *gguf.File, t gguf.TensorInfo, name string, rows, cols, heads in
 	}
 	data := f.Data(t)
 	if heads > 0 {
-		var err error
+		perm, err := ggufRowOrder(rows, heads)
+		if err != nil {
+			return nil, fmt.Errorf("tensor %s: %w", name, err)
+		}
+		if rp, ok := b.(backend.RowPermuter); ok {
+			w, err := make(data)
+			if err != nil {
+				return nil, err
+			}
+			if rp.PermuteRows(w, perm) {
+				return w, nil
+			}
+			b.Free(w)
+		}
 		if data, err = ggufPermute(data, rows, t.Type.RowBytes(cols), heads, false); err != nil {
 			return nil, fmt.Errorf("tensor %s: %w", name, err)
 		}
 	}
-	return data, nil
+	return make(data)
 }

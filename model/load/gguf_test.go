@@ -514,3 +514,58 @@ func allRows(n int) []int32 {
 	}
 	return r
 }
+
+// declinePermute is the CPU backend without a row permuter that takes
+// anything: the loader's reordered copies.
+type declinePermute struct{ *cpu.Backend }
+
+func (declinePermute) PermuteRows(backend.Tensor, []int32) bool { return false }
+
+// TestGGUFQKMapped: a GGUF file whose q and k weights are too wide for
+// the panel kernel (1,056 columns) keeps them in the memory map, stored
+// in ggml's RoPE order (the CPU backend moves each product's columns
+// instead of copying the weight), in every type; its logits are those of
+// the reordered copies the loader made before, bit for bit, and F32's
+// those of the safetensors checkpoint.
+func TestGGUFQKMapped(t *testing.T) {
+	c := model.Config{DModel: 1056, NLayers: 1, NHeads: 8, NKVHeads: 8, MLPHiddenSize: 64, VocabSize: 300, RopeTheta: 10000, RMSNormEps: 1e-5}
+	dir := filepath.Join(t.TempDir(), "m")
+	if err := WriteRandom(dir, c, 7, safetensors.F32); err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]int32, 24)
+	for i := range ids {
+		ids[i] = int32(i * 11 % c.VocabSize)
+	}
+	logits := func(t *testing.T, p string, b backend.Backend) ([]float32, *Model) {
+		t.Helper()
+		m, err := Load(p, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Close() })
+		return ggufLogits(t, m, ids), m
+	}
+	ref, _ := logits(t, dir, cpu.New(1))
+	for _, typ := range []gguf.GGMLType{gguf.F32, gguf.F16, gguf.BF16, gguf.Q8_0, gguf.Q4_0} {
+		t.Run(typ.String(), func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "m.gguf")
+			if _, err := ToGGUF(dir, p, typ); err != nil {
+				t.Fatal(err)
+			}
+			got, m := logits(t, p, cpu.New(1))
+			if q, k := m.Blocks[0].Q.(*cpu.Tensor), m.Blocks[0].K.(*cpu.Tensor); !q.Permuted() && q.AliasesRaw() || !k.Permuted() && k.AliasesRaw() {
+				t.Errorf("q or k in the map but not permuted")
+			} else if typ != gguf.F16 && !q.Permuted() {
+				t.Errorf("q not left in the map")
+			}
+			copied, _ := logits(t, p, declinePermute{cpu.New(1)})
+			if !slices.Equal(got, copied) {
+				t.Fatalf("logits differ from the reordered copies' by %g", maxAbsDiff(got, copied))
+			}
+			if typ == gguf.F32 && !slices.Equal(got, ref) {
+				t.Fatalf("logits differ from the safetensors checkpoint's by %g", maxAbsDiff(got, ref))
+			}
+		})
+	}
+}
