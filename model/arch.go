@@ -392,6 +392,9 @@ func (l hfLayout) build(c *Config, b backend.Backend, w *Weights, layer func(i i
 	d, e := c.DModel, c.Embeddings()
 	m := &Network{Config: c, Backend: b}
 	m.Embed = w.Matrix(l.embed, e, d)
+	if tm, ok := b.(backend.TableMarker); ok && m.Embed != nil && !c.WeightTying {
+		tm.MarkTable(m.Embed)
+	}
 	// Stop at the first missing or misshapen tensor: a layer count no
 	// checkpoint holds must not allocate its blocks.
 	for i := 0; i < c.NLayers && w.err == nil; i++ {

@@ -170,6 +170,14 @@ type RawAliaser interface {
 	AliasesRaw() bool
 }
 
+// TableMarker is an optional interface of a Backend: MarkTable tells it
+// that the weight t is only gathered from (Embed), never multiplied (an
+// untied embedding), so that a layout it made for products can go. A
+// network's builder calls it right after loading the table.
+type TableMarker interface {
+	MarkTable(t Tensor)
+}
+
 // QuantWeighter is an optional Backend method: a [rows, cols] weight kept
 // in the quantized format typ (cols a multiple of typ.BlockValues()) and
 // decoded inside the products that use it, never as a whole float32 copy.

@@ -51,6 +51,11 @@ type Tensor struct {
 	// data or bf16 still hold it as the checkpoint lays it out, for the
 	// views (which never carry packed) and any product oneDNN declines.
 	packed *packedWeight
+	// bfl is a BF16 weight laid out at load for bf16mm.c's product
+	// (bf16Layout), where BF16 products run on it (bf16Dot); bf16 still
+	// holds the checkpoint's bytes for the views and ToHost. Views never
+	// carry it.
+	bfl *bf16Layout
 	// panels is the weight laid out for the panel kernel (panelPack),
 	// where the backend uses it (Backend.panel) and the weight is small
 	// enough; views never carry it.
@@ -83,7 +88,10 @@ func (t *Tensor) Data() []float32 { return t.data }
 
 // AliasesRaw implements backend.RawAliaser: whether t is a weight that
 // reads the checkpoint bytes it was made from in place.
-func (t *Tensor) AliasesRaw() bool { return t.readOnly }
+// A BF16 weight laid out at load (bf16Layout) reports false: its
+// products read the layout, and the checkpoint's pages, released, are read
+// again only by ToHost and views.
+func (t *Tensor) AliasesRaw() bool { return t.readOnly && t.bfl == nil }
 
 // Permuted reports whether t is a weight left in the memory map with its
 // rows stored out of order (PermuteRows), its products' columns put in
@@ -145,6 +153,9 @@ type Backend struct {
 	packErr     atomic.Pointer[error]
 	// panelBytes counts the weights laid out for the panel kernel.
 	panelBytes atomic.Int64
+	// bf16LaidOut counts the BF16 weights laid out for bf16mm.c's
+	// product at load.
+	bf16LaidOut atomic.Int64
 }
 
 // settings are how a Backend computes, fixed when it is made: what
@@ -572,6 +583,8 @@ func (b *Backend) Weight(dtype backend.DType, rows, cols int, raw []byte) (backe
 				b.halfPanels(t, bf16Rows)
 			} else if b.packWeights && b.dnnlBF16 {
 				b.pack(t, true, unsafe.Pointer(&t.bf16[0]))
+			} else if b.dotBF16 && t.readOnly {
+				b.layOutBF16(t)
 			}
 			return t, nil
 		}

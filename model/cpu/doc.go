@@ -104,12 +104,18 @@
 //     weight's, never the batch's); products inside attention under
 //     dnnlMinFlops stay on OpenBLAS. oneDNN is used only where it has
 //     AVX-512 kernels: its AVX2 kernels block by the row count. BF16 weights, where
-//     the CPU has AVX512-BF16, go to oneDNN's BF16 matmul in place in the
-//     memory map, with the activations rounded to BF16 (to nearest, ties
-//     to even) and F32 accumulation: no conversion pass, about twice the
-//     F32 product's speed, and results that differ from the F32-panel
+//     the CPU has AVX512-BF16 (and oneDNN's BF16 matmul passes the check),
+//     are multiplied with the activations rounded to BF16 (to nearest,
+//     ties to even) and F32 accumulation: no conversion pass, about twice
+//     the F32 product's speed, and results that differ from the F32-panel
 //     path by that rounding (0.1% of the largest logit on the bundled
-//     model, the same answers: TestBF16Weights). A oneDNN error after the
+//     model, the same answers: TestBF16Weights). Under auto they run on
+//     bf16mm.c's vdpbf16ps kernel, each weight laid out at load in blocks
+//     of 64 rows with pairs of values interleaved (dlmc_bf16_pack; the
+//     checkpoint's pages are released, so the layout takes the memory the
+//     mapped weight did; an untied embedding, only gathered from, drops
+//     its layout: MarkTable); under GEMMOneDNN on oneDNN's BF16 matmul, in
+//     place in the memory map. A oneDNN error after the
 //     check sends that product and every later one back to OpenBLAS, and
 //     GEMM says so. Built without the headers, a oneDNN 2 library absent
 //     at run time, or a failed check: OpenBLAS alone, and GEMM says why.

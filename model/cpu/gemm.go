@@ -41,7 +41,9 @@ const (
 	// GEMMOneDNN puts the products with weights on oneDNN's matmul
 	// primitive (libdnnl.so.2, loaded at run time) and fails where it
 	// cannot, or where it has no AVX-512 kernels (its AVX2 kernels give
-	// each row a result that depends on the batch).
+	// each row a result that depends on the batch). Products with BF16
+	// weights go to oneDNN's BF16 matmul too, where GEMMAuto runs them on
+	// bf16mm.c's vdpbf16ps kernel.
 	GEMMOneDNN GEMMLib = "onednn"
 )
 
@@ -176,7 +178,10 @@ type gemmPick struct {
 	// (activations rounded to BF16, F32 accumulation) instead of
 	// converting them to float32 panels for OpenBLAS.
 	dnnlBF16 bool
-	desc     string
+	// dotBF16 runs those products on bf16mm.c's vdpbf16ps kernel instead
+	// (GEMMAuto), the weights laid out for it at load.
+	dotBF16 bool
+	desc    string
 }
 
 // pickGEMM resolves lib on this machine.
@@ -206,10 +211,14 @@ func pickGEMM(lib GEMMLib) (gemmPick, error) {
 		return gemmPick{desc: blas + "; " + s.version + " unused: " + why}, nil
 	}
 	p := gemmPick{dnnl: true, dnnlBF16: s.bf16Err == nil}
+	p.dotBF16 = p.dnnlBF16 && lib == GEMMAuto && bf16Dot
 	p.desc = fmt.Sprintf("%s (F32 %s", s.version, s.implF32)
-	if p.dnnlBF16 {
+	switch {
+	case p.dotBF16:
+		p.desc += "; BF16 weights on dlmcache's AVX512-BF16 kernel, laid out at load (" + GEMMEnv + "=onednn: on " + s.implBF16 + ")"
+	case p.dnnlBF16:
 		p.desc += "; BF16 " + s.implBF16
-	} else {
+	default:
 		p.desc += "; BF16 weights as F32 panels: " + s.bf16Err.Error()
 	}
 	p.desc += fmt.Sprintf("; F32 weights whose product with %d rows is under %d KFLOP, and any oneDNN fails: %s)", dnnlWeightRows, dnnlMinFlops>>10, blas)

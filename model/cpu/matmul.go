@@ -464,6 +464,10 @@ func (b *Backend) matMulDNNLBF16(d, xs, ws *Tensor) bool {
 	b.parallel(n, rowGrain(in), func(lo, hi int) {
 		toBF16(xh[lo*in:], xs.data[lo*xs.stride:], hi-lo, in, xs.stride)
 	})
+	if ws.packed == nil && b.dotBF16 && in%2 == 0 {
+		b.matMulBF16Dot(d, xs, ws, xh)
+		return true
+	}
 	if ws.packed != nil {
 		ok, err := ws.packed.matMul(n, out, in, unsafe.Pointer(&xh[0]), in, d.data, d.stride, b.threads)
 		if ok {
