@@ -9,16 +9,16 @@
 
 #define TARGET_BF16 __attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512bf16")))
 
-// The weight is repacked on the fly, as quant.c's int8 product repacks
-// its blocks: 16 rows of w a group, BPACK_PAIRS pairs of values (k, k+1)
-// at a time, vector t of a group holding each row's pair t in its 32-bit
-// lane r. A row of x multiplies a vector by broadcasting its own pair t
-// (vpbroadcastd): 16 outputs an instruction, each lane one row's sum, no
-// horizontal sums. BPACK_GROUPS groups (64 rows of w, 32 KB at 128 pairs)
-// stay in L1 while every row of x runs against them, MR rows at a time.
+// The weight is laid out once, at load (dlmc_bf16_pack): 16 rows of w a
+// group, vector t of a group holding each row's pair of values (2t,
+// 2t+1) in its 32-bit lane r, and BPACK_GROUPS groups (a block of 64
+// rows) interleaved vector by vector. A row of x multiplies a vector by
+// broadcasting its own pair t (vpbroadcastd): 16 outputs an instruction,
+// each lane one row's sum, no horizontal sums. BPACK_PAIRS pairs of a
+// block (32 KB) stay in L1 while every row of x runs against them, MR
+// rows at a time.
 #define BPACK_PAIRS 128
 #define BPACK_GROUPS 4
-#define BPACK_VECS (BPACK_PAIRS * 16)
 #define BMR 6
 
 // bpack16 lays rows (≤ 16; the rest zero) rows of w (ldw values apart)
@@ -106,12 +106,12 @@ TARGET_BF16 static inline __attribute__((always_inline)) void bmm(const int MR, 
 	}
 }
 
-// bf16_mm_avx512 runs every row of x against each pack of w in turn,
-// MR rows at a time: a pack is made once per product (or, pre set, read
-// from w's layout made at load by dlmc_bf16_pack, from its row 0).
-TARGET_BF16 static void bf16_mm_avx512(int m, int n, int k, const uint16_t *x, long ldx, const uint16_t *w, long ldw,
-	const uint32_t *pre, float *c, long ldc) {
-	static _Thread_local _Alignas(64) uint32_t buf[BPACK_GROUPS * BPACK_VECS];
+// bf16_mm_avx512 runs every row of x against each pack of the laid-out
+// w in turn (BPACK_PAIRS pairs of a block of 64 rows: 32 KB, in L1), MR
+// rows at a time; the layout is in the loops' order, so each run of MR
+// rows prefetches its share of the next pack.
+TARGET_BF16 static void bf16_mm_avx512(int m, int n, int k, const uint16_t *x, long ldx, const uint32_t *pre, float *c,
+	long ldc) {
 	long np = k / 2;
 	for (int j0 = 0; j0 < n; j0 += 16 * BPACK_GROUPS) {
 		int cols[BPACK_GROUPS];
@@ -121,22 +121,12 @@ TARGET_BF16 static void bf16_mm_avx512(int m, int n, int k, const uint16_t *x, l
 		}
 		for (long p0 = 0; p0 < np; p0 += BPACK_PAIRS) {
 			long pp = np - p0 < BPACK_PAIRS ? np - p0 : BPACK_PAIRS;
-			const uint32_t *v = buf;
-			if (pre)
-				v = pre + ((long)j0 * np + p0 * 16 * BPACK_GROUPS);
-			else
-				for (int g = 0; g < BPACK_GROUPS; g++)
-					bpack16(cols[g], p0, pp, w + (long)(j0 + 16 * g) * ldw, ldw, buf + 16 * g, 16 * BPACK_GROUPS);
-			// The layout is in the loops' order: the next pack follows
-			// this one in memory, and each run of MR rows prefetches
-			// its share of it.
+			const uint32_t *v = pre + ((long)j0 * np + p0 * 16 * BPACK_GROUPS);
 			long lines = pp * 16 * BPACK_GROUPS * 4 / 64, calls = (m + BMR - 1) / BMR;
 			long share = (lines + calls - 1) / calls;
 			for (int i = 0; i < m; i += BMR) {
-				if (pre) {
-					const char *next = (const char *)(v + pp * 16 * BPACK_GROUPS) + (i / BMR) * share * 64;
-					for (long l = 0; l < share; l++) _mm_prefetch(next + 64 * l, _MM_HINT_T0);
-				}
+				const char *next = (const char *)(v + pp * 16 * BPACK_GROUPS) + (i / BMR) * share * 64;
+				for (long l = 0; l < share; l++) _mm_prefetch(next + 64 * l, _MM_HINT_T0);
 				const uint16_t *xi = x + (long)i * ldx + 2 * p0;
 				float *ci = c + (long)i * ldc + j0;
 				switch (m - i >= BMR ? BMR : m - i) {
@@ -152,15 +142,9 @@ TARGET_BF16 static void bf16_mm_avx512(int m, int n, int k, const uint16_t *x, l
 	}
 }
 
-int dlmc_bf16_mm(int m, int n, int k, const uint16_t *x, long ldx, const uint16_t *w, long ldw, float *c, long ldc) {
-	if (!dlmc_have_avx512bf16() || k % 2 != 0) return -1;
-	if (m > 0 && n > 0 && k > 0) bf16_mm_avx512(m, n, k, x, ldx, w, ldw, NULL, c, ldc);
-	return 0;
-}
-
 int dlmc_bf16_mm_packed(int m, int n, int k, const uint16_t *x, long ldx, const uint32_t *p, float *c, long ldc) {
 	if (!dlmc_have_avx512bf16() || k % 2 != 0) return -1;
-	if (m > 0 && n > 0 && k > 0) bf16_mm_avx512(m, n, k, x, ldx, NULL, 0, p, c, ldc);
+	if (m > 0 && n > 0 && k > 0) bf16_mm_avx512(m, n, k, x, ldx, p, c, ldc);
 	return 0;
 }
 
@@ -190,10 +174,6 @@ int dlmc_bf16_pack(int n, int k, const uint16_t *w, long ldw, uint32_t *out) {
 	return 0;
 }
 #else
-int dlmc_bf16_mm(int m, int n, int k, const uint16_t *x, long ldx, const uint16_t *w, long ldw, float *c, long ldc) {
-	(void)m; (void)n; (void)k; (void)x; (void)ldx; (void)w; (void)ldw; (void)c; (void)ldc;
-	return -1;
-}
 int dlmc_bf16_mm_packed(int m, int n, int k, const uint16_t *x, long ldx, const uint32_t *p, float *c, long ldc) {
 	(void)m; (void)n; (void)k; (void)x; (void)ldx; (void)p; (void)c; (void)ldc;
 	return -1;

@@ -15,8 +15,8 @@ import (
 	"github.com/dlmcache/dlmcache/model/backend"
 )
 
-// bf16Dot reports whether BF16 products run on bf16mm.c's vdpbf16ps
-// kernel: AVX512-BF16 under no ISA cap below native.
+// bf16Dot reports whether bf16mm.c's vdpbf16ps kernel runs here:
+// AVX512-BF16 under no ISA cap below native.
 var bf16Dot = HasBF16Dot()
 
 // bf16LayoutRows is the row block of dlmc_bf16_pack's layout: a product
@@ -33,10 +33,11 @@ type bf16Layout struct {
 // layOutBF16 lays the BF16 weight t out for bf16mm.c's product (its rows
 // of 64 on the backend's threads), at the size of the weight itself
 // rounded up to 64 rows; t keeps bf16 for its views and ToHost. A layout
-// that cannot be mapped leaves t as it was.
+// that cannot be mapped (or an odd k, or a CPU without the kernel) leaves
+// t as it was.
 func (b *Backend) layOutBF16(t *Tensor) {
 	rows, cols := t.rows, t.cols
-	if cols%2 != 0 || rows < 1 {
+	if cols%2 != 0 || rows < 1 || !bf16Dot {
 		return
 	}
 	blocks := (rows + bf16LayoutRows - 1) / bf16LayoutRows
@@ -83,43 +84,31 @@ func (b *Backend) MarkTable(t backend.Tensor) {
 
 // bf16MM computes c[m × n] (row stride ldc) = x·wᵀ for m rows of the BF16
 // activations x (k values each, ldx apart) and rows [j0, j0+n) of the
-// BF16 weight w, accumulating in F32 on vdpbf16ps: on w's layout when it
-// has one (j0 then a multiple of bf16LayoutRows), else packing w as it
-// goes. It reports false, writing nothing, where the kernel cannot run
-// (no AVX512-BF16, odd k).
-func bf16MM(m, n, k int, x []uint16, ldx int, w *Tensor, j0 int, c []float32, ldc int) bool {
+// BF16 weight w laid out by layOutBF16 (j0 a multiple of bf16LayoutRows),
+// accumulating in F32 on vdpbf16ps.
+func bf16MM(m, n, k int, x []uint16, ldx int, w *Tensor, j0 int, c []float32, ldc int) {
 	if m == 0 || n == 0 {
-		return true
+		return
 	}
-	if k != w.cols || len(x) < (m-1)*ldx+k || j0+n > w.rows || len(c) < (m-1)*ldc+n {
-		panic("cpu: bf16MM: bad shape or buffers too short")
+	if w.bfl == nil || k != w.cols || len(x) < (m-1)*ldx+k || j0+n > w.rows || len(c) < (m-1)*ldc+n || j0%bf16LayoutRows != 0 {
+		panic(fmt.Sprintf("cpu: bf16MM: %d×%d×%d from row %d of %v (laid out %v): bad shape or buffers too short", m, n, k, j0, w, w.bfl != nil))
 	}
-	xp, cp := (*C.uint16_t)(unsafe.Pointer(&x[0])), (*C.float)(unsafe.Pointer(&c[0]))
-	if w.bfl != nil {
-		if j0%bf16LayoutRows != 0 {
-			panic(fmt.Sprintf("cpu: bf16MM: row %d of a laid-out weight is not a multiple of %d", j0, bf16LayoutRows))
-		}
-		ok := C.dlmc_bf16_mm_packed(C.int(m), C.int(n), C.int(k), xp, C.long(ldx),
-			(*C.uint32_t)(unsafe.Pointer(&w.bfl.v[j0*k/2])), cp, C.long(ldc)) == 0
-		runtime.KeepAlive(w.bfl)
-		return ok
+	if C.dlmc_bf16_mm_packed(C.int(m), C.int(n), C.int(k), (*C.uint16_t)(unsafe.Pointer(&x[0])), C.long(ldx),
+		(*C.uint32_t)(unsafe.Pointer(&w.bfl.v[j0*k/2])), (*C.float)(unsafe.Pointer(&c[0])), C.long(ldc)) != 0 {
+		panic("cpu: bf16MM: the kernel declined a laid-out weight")
 	}
-	src := w.bf16[j0*w.stride:]
-	return C.dlmc_bf16_mm(C.int(m), C.int(n), C.int(k), xp, C.long(ldx),
-		(*C.uint16_t)(unsafe.Pointer(&src[0])), C.long(w.stride), cp, C.long(ldc)) == 0
+	runtime.KeepAlive(w.bfl)
 }
 
-// matMulBF16Dot is MatMul for a BF16 w on bf16mm.c's kernel, x rounded
-// to BF16 in xh (n rows of in values): the product cut along w's rows
-// into one part per thread, on multiples of 64 rows where w is laid out.
+// matMulBF16Dot is MatMul for a BF16 w laid out by layOutBF16, on
+// bf16mm.c's kernel, x rounded to BF16 in xh (n rows of in values): the
+// product cut along w's rows into one part per thread on multiples of 64
+// rows, or along x's rows where w has fewer blocks than the backend has
+// threads.
 func (b *Backend) matMulBF16Dot(d, xs, ws *Tensor, xh []uint16) {
 	n, in, out := xs.rows, xs.cols, ws.rows
 	part := func(r0, r1, c0, c1 int) {
 		bf16MM(r1-r0, c1-c0, in, xh[r0*in:], in, ws, c0, d.data[r0*d.stride+c0:], d.stride)
-	}
-	if ws.bfl == nil {
-		b.forParts(n, in, out, part)
-		return
 	}
 	if !b.splits(n, in, out) {
 		part(0, n, 0, out)
@@ -127,7 +116,6 @@ func (b *Backend) matMulBF16Dot(d, xs, ws *Tensor, xh []uint16) {
 	}
 	blocks := (out + bf16LayoutRows - 1) / bf16LayoutRows
 	if blocks < b.threads {
-		// Too few blocks for the threads: x's rows are cut instead.
 		parts, edge := b.parts16(n)
 		fanOut(parts, func(p int) {
 			if lo, hi := edge(p), edge(p+1); lo < hi {
@@ -136,9 +124,8 @@ func (b *Backend) matMulBF16Dot(d, xs, ws *Tensor, xh []uint16) {
 		})
 		return
 	}
-	parts := b.threads
-	fanOut(parts, func(p int) {
-		lo, hi := bf16LayoutRows*(p*blocks/parts), min(out, bf16LayoutRows*((p+1)*blocks/parts))
+	fanOut(b.threads, func(p int) {
+		lo, hi := bf16LayoutRows*(p*blocks/b.threads), min(out, bf16LayoutRows*((p+1)*blocks/b.threads))
 		if lo < hi {
 			part(0, n, lo, hi)
 		}

@@ -34,19 +34,16 @@ int dlmc_have_avx512(void);     // AVX-512F
 int dlmc_have_avx512bf16(void); // AVX-512F and AVX512-BF16
 int dlmc_have_f16c(void);       // AVX2 and F16C
 
-// bf16mm.c: c[m × n] (row stride ldc) = x·wᵀ for BF16 x [m × k] (ldx
-// values apart) and BF16 w [n × k] (ldw), accumulated in F32 on
-// vdpbf16ps. It returns -1, writing nothing, where the CPU has no
-// AVX512-BF16 or k is odd; else 0.
-int dlmc_bf16_mm(int m, int n, int k, const uint16_t *x, long ldx, const uint16_t *w, long ldw, float *c, long ldc);
-// dlmc_bf16_pack lays the BF16 w [n × k] (k even) out for
-// dlmc_bf16_mm_packed into out (⌈n/64⌉·64·k/2 uint32s): blocks of 64 rows,
-// in each the pair t of rows 16g … 16g+15 at (4t + g)·16, rows past n
-// zero; -1 where dlmc_bf16_mm would decline.
+// bf16mm.c: dlmc_bf16_pack lays the BF16 w [n × k] (k even, rows ldw
+// values apart) out for dlmc_bf16_mm_packed into out (⌈n/64⌉·64·k/2
+// uint32s): blocks of 64 rows, in each the pair t of rows 16g … 16g+15 at
+// (4t + g)·16, rows past n zero. dlmc_bf16_mm_packed computes c[m × n]
+// (row stride ldc) = x·wᵀ for BF16 x [m × k] (ldx values apart) and rows
+// j0 … j0+n of a weight so laid out, j0 a multiple of 64 (p is the layout
+// from row j0: its element j0·k/2), accumulated in F32 on vdpbf16ps. Both
+// return -1, doing nothing, where the CPU has no AVX512-BF16 or k is odd;
+// else 0.
 int dlmc_bf16_pack(int n, int k, const uint16_t *w, long ldw, uint32_t *out);
-// dlmc_bf16_mm_packed is dlmc_bf16_mm on rows j0 … j0+n of a weight laid
-// out by dlmc_bf16_pack, j0 a multiple of 64; p is the layout from row j0
-// (its element j0·k/2).
 int dlmc_bf16_mm_packed(int m, int n, int k, const uint16_t *x, long ldx, const uint32_t *p, float *c, long ldc);
 
 // vec.c: each row of the m×n matrix s (contiguous) becomes e^(s−max) in

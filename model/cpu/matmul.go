@@ -464,7 +464,7 @@ func (b *Backend) matMulDNNLBF16(d, xs, ws *Tensor) bool {
 	b.parallel(n, rowGrain(in), func(lo, hi int) {
 		toBF16(xh[lo*in:], xs.data[lo*xs.stride:], hi-lo, in, xs.stride)
 	})
-	if ws.packed == nil && b.dotBF16 && in%2 == 0 {
+	if ws.bfl != nil {
 		b.matMulBF16Dot(d, xs, ws, xh)
 		return true
 	}
