@@ -73,8 +73,14 @@ func (l *bf16Layout) free() {
 // products that is only gathered from (an untied embedding) drops its
 // layout; Embed reads its rows from the checkpoint's pages.
 func (b *Backend) MarkTable(t backend.Tensor) {
-	x, ok := t.(*Tensor)
-	if !ok || x.bfl == nil {
+	if x, ok := t.(*Tensor); ok {
+		b.dropLayout(x)
+	}
+}
+
+// dropLayout unmaps the BF16 layout of x, if it has one (MarkTable, Free).
+func (b *Backend) dropLayout(x *Tensor) {
+	if x.bfl == nil {
 		return
 	}
 	b.bf16LaidOut.Add(-int64(4 * len(x.bfl.v)))

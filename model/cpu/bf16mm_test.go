@@ -95,6 +95,15 @@ func TestMarkTable(t *testing.T) {
 	}
 	b.MatMul(after, x, w)
 	closeTo(t, "product after MarkTable", b.ToHost(after, nil), f64(b.ToHost(before, nil)), 1e-5*math.Sqrt(600), 1e-5)
+	// Free unmaps a layout at once.
+	w2 := randBF16Weight(t, b, r, 100, 600)
+	if b.bf16LaidOut.Load() == 0 {
+		t.Fatal("second weight not laid out")
+	}
+	b.Free(w2)
+	if w2.(*Tensor).bfl != nil || b.bf16LaidOut.Load() != 0 {
+		t.Errorf("after Free: layout %v, %d bytes laid out", w2.(*Tensor).bfl != nil, b.bf16LaidOut.Load())
+	}
 }
 
 // BenchmarkBF16MM times products with a BF16 weight on all threads, on

@@ -775,6 +775,7 @@ func (b *Backend) Free(t backend.Tensor) {
 		b.bufs.put(x.data)
 		x.pooled = false
 	}
+	b.dropLayout(x)
 	x.data, x.bf16, x.f16, x.q, x.panels, x.perm = nil, nil, nil, nil, nil, nil
 	x.rows, x.cols, x.stride = 0, 0, 0
 }
