@@ -46,9 +46,6 @@ func (b *Backend) layOutBF16(t *Tensor) {
 	if err != nil {
 		return
 	}
-	// 2 MB pages where the kernel has them: a fault per 2 MB rather than
-	// per 4 KB as the layout is written.
-	_ = syscall.Madvise(mem, syscall.MADV_HUGEPAGE)
 	l := &bf16Layout{v: unsafe.Slice((*uint32)(unsafe.Pointer(&mem[0])), n)}
 	runtime.SetFinalizer(l, (*bf16Layout).free)
 	b.parallel(blocks, max(1, rowGrain(cols)/bf16LayoutRows), func(lo, hi int) {
