@@ -2,6 +2,7 @@
 // activations rounded to BF16, on AVX512-BF16's vdpbf16ps (32 multiply-adds
 // an instruction, F32 accumulation).
 #include "kernels.h"
+#include "simd.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -22,18 +23,18 @@
 #define BMR 6
 
 // bpack16 lays rows (≤ 16; the rest zero) rows of w (ldw values apart)
-// out as one group's pack of np pairs, starting at pair p0: v[t·16 + r]
-// is row r's pair p0 + t. Full groups go 16 × 16 lanes at a time through
-// a register transpose.
-TARGET_BF16 static void bpack16(int rows, long p0, long np, const uint16_t *w, long ldw, uint32_t *v, long vs) {
+// out as one group's np pairs: v[t·vs + r] is row r's pair t. Full groups
+// go 16 × 16 lanes at a time through a register transpose.
+TARGET_BF16 static void bpack16(int rows, long np, const uint16_t *w, long ldw, uint32_t *v, long vs) {
 	long t = 0;
 	if (rows == 16) {
 		for (; t + 16 <= np; t += 16) {
 			__m512i r[16], s[16];
 			for (int i = 0; i < 16; i++) {
-				const uint16_t *wi = w + i * ldw + 2 * (p0 + t);
+				const uint16_t *wi = w + i * ldw + 2 * t;
 				r[i] = _mm512_loadu_si512(wi);
-				// The same line of the next block of pairs, packed next.
+				// The row's line BPACK_PAIRS pairs on: 16 rows are read
+				// side by side, more streams than the prefetcher follows.
 				_mm_prefetch((const char *)(wi + 2 * BPACK_PAIRS), _MM_HINT_T0);
 			}
 			// 32-bit pairs, 64-bit quads, then 128-bit lanes across registers.
@@ -72,7 +73,7 @@ TARGET_BF16 static void bpack16(int rows, long p0, long np, const uint16_t *w, l
 	for (; t < np; t++)
 		for (int r = 0; r < 16; r++) {
 			uint32_t pair = 0;
-			if (r < rows) memcpy(&pair, w + r * ldw + 2 * (p0 + t), 4);
+			if (r < rows) memcpy(&pair, w + r * ldw + 2 * t, 4);
 			v[t * vs + r] = pair;
 		}
 }
@@ -98,11 +99,7 @@ TARGET_BF16 static inline __attribute__((always_inline)) void bmm(const int MR, 
 		}
 	}
 	_Pragma("GCC unroll 6") for (int i = 0; i < MR; i++) _Pragma("GCC unroll 4") for (int g = 0; g < BPACK_GROUPS; g++) {
-		float *o = c + i * ldc + 16 * g;
-		__mmask16 m = (__mmask16)((1u << cols[g]) - 1);
-		__m512 r = acc[i][g];
-		if (!first) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(m, o));
-		_mm512_mask_storeu_ps(o, m, r);
+		acc_store16(c + i * ldc + 16 * g, cols[g], acc[i][g], first);
 	}
 }
 
@@ -148,17 +145,16 @@ int dlmc_bf16_mm_packed(int m, int n, int k, const uint16_t *x, long ldx, const 
 	return 0;
 }
 
-// The layout dlmc_bf16_pack makes is the per-product pack's, over all of
-// k at once: blocks of BPACK_GROUPS·16 rows, pair t of the block's group g
-// at (t·BPACK_GROUPS + g)·16, so that BPACK_PAIRS pairs of a block are
-// one per-product pack.
+// dlmc_bf16_pack's layout: blocks of BPACK_GROUPS·16 rows, pair t of the
+// block's group g at (t·BPACK_GROUPS + g)·16, so that BPACK_PAIRS pairs of
+// a block are contiguous, the 32 KB bf16_mm_avx512 keeps in L1.
 TARGET_BF16 static void bf16_pack_avx512(int n, int k, const uint16_t *w, long ldw, uint32_t *out) {
 	long np = k / 2;
 	for (int j0 = 0; j0 < n; j0 += 16) {
 		int rows = n - j0 < 16 ? n - j0 : 16;
 		int g = (j0 / 16) % BPACK_GROUPS;
 		uint32_t *block = out + (long)(j0 - 16 * g) * np;
-		bpack16(rows, 0, np, w + (long)j0 * ldw, ldw, block + 16 * g, 16 * BPACK_GROUPS);
+		bpack16(rows, np, w + (long)j0 * ldw, ldw, block + 16 * g, 16 * BPACK_GROUPS);
 	}
 	// Groups past n in the last block: zero.
 	int ng = (n + 15) / 16;

@@ -18,8 +18,9 @@
 //	kquant.c  ggml's K-quants (Q4_K, Q5_K, Q6_K) decoded to float32 rows
 //	bf16mm.c  products of BF16 weights with BF16 activations (AVX512-BF16)
 //
-// simd.h holds the vector helpers vec.c and attn.c share, half.h the
-// binary16 block scales' conversion quant.c and kquant.c share. Each vector
+// simd.h holds the vector helpers vec.c, attn.c, quant.c and bf16mm.c
+// share, half.h the binary16 block scales' conversion quant.c and kquant.c
+// share. Each vector
 // kernel is compiled for its ISA by a target attribute; the Go side picks
 // one at run time (an int simd / avx2 argument) from dlmc_have_*.
 #ifndef DLMCACHE_CPU_KERNELS_H

@@ -17,6 +17,7 @@
 
 #include "half.h"
 #include "kernels.h"
+#include "simd.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -457,11 +458,7 @@ TARGET_AVX512VNNI static inline __attribute__((always_inline)) void mm16(const i
 		}
 	}
 	_Pragma("GCC unroll 4") for (int i = 0; i < MR; i++) _Pragma("GCC unroll 2") for (int g = 0; g < NV; g++) {
-		float *o = c + i * ldc + 16 * g;
-		__mmask16 m = (__mmask16)((1u << cols[g]) - 1);
-		__m512 r = fa[i][g];
-		if (!first) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(m, o));
-		_mm512_mask_storeu_ps(o, m, r);
+		acc_store16(c + i * ldc + 16 * g, cols[g], fa[i][g], first);
 	}
 }
 

@@ -1,5 +1,5 @@
-// simd.h: the constants and vector helpers vec.c and attn.c share; not
-// part of what the Go side binds (kernels.h is).
+// simd.h: the constants and vector helpers vec.c, attn.c, quant.c and
+// bf16mm.c share; not part of what the Go side binds (kernels.h is).
 #ifndef DLMCACHE_CPU_SIMD_H
 #define DLMCACHE_CPU_SIMD_H
 
@@ -33,6 +33,15 @@
 HREDUCE256(hsum256, add)
 HREDUCE256(hmax256, max)
 #undef HREDUCE256
+
+// acc_store16 writes the first cols (≤ 16) lanes of an accumulator r to o:
+// stored where first, else added to what o holds; the lanes past cols are
+// neither read nor written (the int8 and BF16 products' tile edges).
+__attribute__((target("avx512f"), always_inline)) static inline void acc_store16(float *o, int cols, __m512 r, int first) {
+	__mmask16 m = (__mmask16)((1u << cols) - 1);
+	if (!first) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(m, o));
+	_mm512_mask_storeu_ps(o, m, r);
+}
 
 // EXP_POLY defines NAME(fx, xc) at one vector width (V the vector type, P
 // the intrinsics' prefix, TARGET the instruction set): the Cephes expf
