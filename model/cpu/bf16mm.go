@@ -7,7 +7,6 @@ import "C"
 
 import (
 	"fmt"
-
 	"runtime"
 	"syscall"
 	"unsafe"
@@ -103,13 +102,16 @@ func bf16MM(m, n, k int, x []uint16, ldx int, w *Tensor, j0 int, c []float32, ld
 	runtime.KeepAlive(w.bfl)
 }
 
-// matMulBF16Dot is MatMul for a BF16 w laid out by layOutBF16, on
-// bf16mm.c's kernel, x rounded to BF16 in xh (n rows of in values): the
-// product cut along w's rows into one part per thread on multiples of 64
-// rows, or along x's rows where w has fewer blocks than the backend has
-// threads.
-func (b *Backend) matMulBF16Dot(d, xs, ws *Tensor, xh []uint16) {
+// matMulBF16Dot is MatMul for a BF16 w laid out by layOutBF16, shapes
+// checked, on bf16mm.c's kernel with x rounded to BF16 (activationsBF16,
+// as on oneDNN's BF16 matmul): the product cut along w's rows into one
+// part per thread on multiples of 64 rows, or along x's rows where w has
+// fewer blocks than the backend has threads.
+func (b *Backend) matMulBF16Dot(d, xs, ws *Tensor) {
 	n, in, out := xs.rows, xs.cols, ws.rows
+	checkSpan("dst", d.data, n, out, d.stride)
+	xh := b.activationsBF16(xs)
+	defer b.bf16x.Put(&xh)
 	part := func(r0, r1, c0, c1 int) {
 		bf16MM(r1-r0, c1-c0, in, xh[r0*in:], in, ws, c0, d.data[r0*d.stride+c0:], d.stride)
 	}

@@ -52,7 +52,7 @@ type Tensor struct {
 	// views (which never carry packed) and any product oneDNN declines.
 	packed *packedWeight
 	// bfl is a BF16 weight laid out at load for bf16mm.c's product
-	// (bf16Layout), where BF16 products run on it (bf16Dot); bf16 still
+	// (bf16Layout), where BF16 products run on it (dotBF16); bf16 still
 	// holds the checkpoint's bytes for the views and ToHost. Views never
 	// carry it.
 	bfl *bf16Layout

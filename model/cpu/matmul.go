@@ -294,8 +294,14 @@ var bf16PanelBytes = 16 << 20
 // exact.
 func (b *Backend) matMulBF16(d, xs, ws *Tensor) {
 	n, in, out := xs.rows, xs.cols, ws.rows
-	// Every BF16 product goes to oneDNN when it has BF16 kernels, however
-	// small, so that one model's numerics do not depend on product sizes.
+	// A weight laid out at load runs on bf16mm.c's kernel, whatever the
+	// product's size; every other BF16 product goes to oneDNN when it has
+	// BF16 kernels, however small, so that one model's numerics do not
+	// depend on product sizes.
+	if ws.bfl != nil {
+		b.matMulBF16Dot(d, xs, ws)
+		return
+	}
 	if b.dnnlBF16 && in > 0 && dnnlFailed.Load() == nil && b.matMulDNNLBF16(d, xs, ws) {
 		return
 	}
@@ -459,15 +465,8 @@ func (b *Backend) matMulDNNLBF16(d, xs, ws *Tensor) bool {
 	n, in, out := xs.rows, xs.cols, ws.rows
 	checkSpan("dst", d.data, n, out, d.stride)
 	_ = ws.bf16[(out-1)*ws.stride+in-1]
-	xh := b.bf16Scratch(n * in)
+	xh := b.activationsBF16(xs)
 	defer b.bf16x.Put(&xh)
-	b.parallel(n, rowGrain(in), func(lo, hi int) {
-		toBF16(xh[lo*in:], xs.data[lo*xs.stride:], hi-lo, in, xs.stride)
-	})
-	if ws.bfl != nil {
-		b.matMulBF16Dot(d, xs, ws, xh)
-		return true
-	}
 	if ws.packed != nil {
 		ok, err := ws.packed.matMul(n, out, in, unsafe.Pointer(&xh[0]), in, d.data, d.stride, b.threads)
 		if ok {
@@ -484,6 +483,18 @@ func (b *Backend) matMulDNNLBF16(d, xs, ws *Tensor) bool {
 		dnnlFail(err)
 	}
 	return err == nil
+}
+
+// activationsBF16 rounds x to BF16 (to nearest, ties to even) into a
+// dense buffer of the backend's pool (b.bf16x: give it back), on the
+// backend's threads.
+func (b *Backend) activationsBF16(xs *Tensor) []uint16 {
+	n, in := xs.rows, xs.cols
+	xh := b.bf16Scratch(n * in)
+	b.parallel(n, rowGrain(in), func(lo, hi int) {
+		toBF16(xh[lo*in:], xs.data[lo*xs.stride:], hi-lo, in, xs.stride)
+	})
+	return xh
 }
 
 // bf16Scratch returns a uint16 buffer of n elements from the backend's
