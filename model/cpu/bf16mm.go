@@ -31,12 +31,13 @@ type bf16Layout struct {
 
 // layOutBF16 lays the BF16 weight t out for bf16mm.c's product (its rows
 // of 64 on the backend's threads), at the size of the weight itself
-// rounded up to 64 rows; t keeps bf16 for its views and ToHost. A layout
-// that cannot be mapped (or an odd k, or a CPU without the kernel) leaves
-// t as it was.
+// rounded up to 64 rows; t keeps bf16 for its views and ToHost. An F16
+// weight is rounded to BF16 (ties to even, as f16ToBF16 rounds) 64 rows
+// at a time on the way in, and keeps f16. A layout that cannot be mapped
+// (or an odd k, or a CPU without the kernel) leaves t as it was.
 func (b *Backend) layOutBF16(t *Tensor) {
 	rows, cols := t.rows, t.cols
-	if cols%2 != 0 || rows < 1 || !bf16Dot {
+	if cols%2 != 0 || rows < 1 || !bf16Dot || t.bf16 == nil && t.f16 == nil {
 		return
 	}
 	blocks := (rows + bf16LayoutRows - 1) / bf16LayoutRows
@@ -47,10 +48,25 @@ func (b *Backend) layOutBF16(t *Tensor) {
 	}
 	l := &bf16Layout{v: unsafe.Slice((*uint32)(unsafe.Pointer(&mem[0])), n)}
 	runtime.SetFinalizer(l, (*bf16Layout).free)
+	pack := func(r0, r1 int, w *uint16, ldw int) {
+		C.dlmc_bf16_pack(C.int(r1-r0), C.int(cols), (*C.uint16_t)(unsafe.Pointer(w)), C.long(ldw),
+			(*C.uint32_t)(unsafe.Pointer(&l.v[r0*cols/2])))
+	}
 	b.parallel(blocks, max(1, rowGrain(cols)/bf16LayoutRows), func(lo, hi int) {
 		r0, r1 := lo*bf16LayoutRows, min(rows, hi*bf16LayoutRows)
-		C.dlmc_bf16_pack(C.int(r1-r0), C.int(cols), (*C.uint16_t)(unsafe.Pointer(&t.bf16[r0*t.stride])), C.long(t.stride),
-			(*C.uint32_t)(unsafe.Pointer(&l.v[r0*cols/2])))
+		if t.bf16 != nil {
+			pack(r0, r1, &t.bf16[r0*t.stride], t.stride)
+			return
+		}
+		f := b.bufs.scratch(bf16LayoutRows * cols)
+		h := make([]uint16, bf16LayoutRows*cols)
+		for r := r0; r < r1; r += bf16LayoutRows {
+			e := min(r+bf16LayoutRows, r1)
+			f16Rows(f, t, r, e)
+			toBF16(h, f, e-r, cols, cols)
+			pack(r, e, &h[0], cols)
+		}
+		b.bufs.put(f)
 	})
 	t.bfl = l
 	b.bf16LaidOut.Add(int64(4 * n))

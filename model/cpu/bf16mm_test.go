@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/dlmcache/dlmcache/model/backend"
+	"github.com/dlmcache/dlmcache/model/safetensors"
 )
 
 // TestBF16MM checks bf16mm.c's vdpbf16ps product on weights laid out by
@@ -104,6 +105,64 @@ func TestMarkTable(t *testing.T) {
 	if w2.(*Tensor).bfl != nil || b.bf16LaidOut.Load() != 0 {
 		t.Errorf("after Free: layout %v, %d bytes laid out", w2.(*Tensor).bfl != nil, b.bf16LaidOut.Load())
 	}
+}
+
+// TestF16Layout checks that an F16 weight in the memory map, where F16
+// weights are rounded to BF16 (F16Auto with BF16 products on bf16mm.c's
+// kernel), is rounded straight into the kernel's layout with no copy of
+// its own: it keeps its F16 halves in place for views, its pages are
+// released, and its products are bit for bit those of a BF16 weight of
+// the same values rounded (ties to even) and within 1e-5·√k of a float64
+// reference on them; a row view multiplies as F16 (no layout).
+func TestF16Layout(t *testing.T) {
+	b := New(2)
+	if !b.dotBF16 || !b.f16BF16 {
+		t.Skip("F16 weights are not laid out for bf16mm.c's kernel here")
+	}
+	r := rand.New(rand.NewPCG(27, 28))
+	const rows, cols = 130, 600 // two full 64-row blocks and a partial one; k past the panel kernel's
+	f := make([]float32, rows*cols)
+	safetensors.F16ToF32(safetensors.F32ToF16(randMat(r, rows, cols, 1)), f)
+	w, err := b.Weight(backend.F16, rows, cols, safetensors.F32ToF16(f))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wt := w.(*Tensor)
+	if wt.bfl == nil || wt.f16 == nil || wt.bf16 != nil || wt.AliasesRaw() {
+		t.Fatalf("an F16 weight in place: laid out %v, f16 %v, bf16 copy %v, aliases raw %v",
+			wt.bfl != nil, wt.f16 != nil, wt.bf16 != nil, wt.AliasesRaw())
+	}
+	rounded := make([]float32, len(f))
+	for i, v := range f {
+		rounded[i] = math.Float32frombits(uint32(refBF16(v)) << 16)
+	}
+	wb, err := b.Weight(backend.BF16, rows, cols, safetensors.F32ToBF16(rounded))
+	if err != nil || wb.(*Tensor).bfl == nil {
+		t.Fatalf("the BF16 weight: %v, laid out %v", err, err == nil && wb.(*Tensor).bfl != nil)
+	}
+	for _, n := range []int{1, 7, 40} {
+		x := randMat(r, n, cols, 1)
+		xt := b.FromHost(n, cols, x)
+		got, want := b.New(n, rows), b.New(n, rows)
+		b.MatMul(got, xt, w)
+		b.MatMul(want, xt, wb)
+		g, h := b.ToHost(got, nil), b.ToHost(want, nil)
+		for i := range g {
+			if g[i] != h[i] {
+				t.Fatalf("%d rows: output %d is %g, the BF16 weight's %g", n, i, g[i], h[i])
+			}
+		}
+		closeTo(t, fmt.Sprintf("%d rows vs float64", n), g, refMatMul(bf16Activations(b, x), rounded, n, cols, rows), 1e-5*math.Sqrt(cols), 1e-5)
+	}
+	// A view reads the F16 halves in place, exactly converted (x as is).
+	v := b.RowView(w, 64, 100)
+	if v.bfl != nil || v.f16 == nil {
+		t.Fatalf("row view: laid out %v, f16 %v", v.bfl != nil, v.f16 != nil)
+	}
+	x := randMat(r, 5, cols, 1)
+	got := b.New(5, 36)
+	b.MatMul(got, b.FromHost(5, cols, x), v)
+	closeTo(t, "row view vs float64", b.ToHost(got, nil), refMatMul(x, f[64*cols:100*cols], 5, cols, 36), 1e-5*math.Sqrt(cols), 1e-5)
 }
 
 // BenchmarkBF16MM times products with a BF16 weight on all threads, on

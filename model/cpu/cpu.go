@@ -550,6 +550,14 @@ func (b *Backend) Weight(dtype backend.DType, rows, cols int, raw []byte) (backe
 		// Rounded to BF16 where the weight is too wide for the panel
 		// kernel: a narrower one runs faster there (and exactly), as F32.
 		if rows > 1 && b.f16BF16 && !(b.panel && cols <= halfPanelMaxK) {
+			// In the memory map, rounded to BF16 straight into the
+			// layout of bf16mm.c's kernel (no copy of its own), as a
+			// BF16 file's weight is; else into a BF16 copy.
+			if !b.packWeights && b.dotBF16 && t.readOnly {
+				if b.layOutBF16(t); t.bfl != nil {
+					return t, nil
+				}
+			}
 			b.f16ToBF16(t)
 			if b.packWeights {
 				b.pack(t, true, unsafe.Pointer(&t.bf16[0]))

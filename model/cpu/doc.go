@@ -37,10 +37,13 @@
 // products, and the fused halves, are the F32 weights'). F16 vectors are
 // converted at load. Options.F16 (F16Form; DLMCACHE_CPU_F16 for New)
 // picks another form: F16Widen converts every F16 weight to float32 at
-// load; F16AsBF16 rounds each to BF16 at load, a copy the size of the
-// file's (whose pages the loader releases), multiplied as a BF16 weight
-// on oneDNN's AVX512-BF16 kernels — what New's default, F16Auto, picks
-// wherever those kernels run.
+// load; F16AsBF16 rounds each to BF16 at load and multiplies it as a
+// BF16 weight — what New's default, F16Auto, picks wherever oneDNN's
+// AVX512-BF16 kernels run. Where bf16mm.c's kernel runs too, a weight in
+// the memory map is rounded straight into that kernel's layout, 64 rows
+// at a time (layOutBF16: the F16 halves stay mapped for views, Embed and
+// ToHost); elsewhere into a BF16 copy for oneDNN's BF16 matmul. The
+// loader releases the file's pages of either (RawAliaser).
 //
 // Matrix products with F32 weights of at most panelMaxK columns (a small
 // model's) run, wherever the CPU has AVX2 and FMA, on the backend's own

@@ -53,6 +53,8 @@ func (b *Backend) MatMul(dst, x, w backend.Tensor) {
 // matMul is MatMul on w's stored rows, shapes checked.
 func (b *Backend) matMul(d, xs, ws *Tensor) {
 	switch {
+	case ws.bfl != nil: // BF16, or F16 rounded to BF16, laid out at load
+		b.matMulBF16Dot(d, xs, ws)
 	case ws.bf16 != nil && ws.panels == nil:
 		b.matMulBF16(d, xs, ws)
 	case ws.f16 != nil && ws.panels == nil:
