@@ -12,7 +12,11 @@ import (
 // the shared full-width K/V) and gives the rest back to the backend, whose
 // pool hands the same storage to the next layer: a forward holds one
 // layer's temporaries, not every layer's (3.6 GB for LLaDA-8B at sequence
-// 512). alloc may be called from several goroutines.
+// 512). Within a layer each temporary is released after its last reader
+// (the norm after q/k/v, q/k/v after the attention, gate's and up's
+// products after the down projection), so a layer holds its attention's
+// operands or its MLP's, not both. alloc may be called from several
+// goroutines.
 type arena struct {
 	b  backend.Backend
 	mu sync.Mutex
@@ -29,6 +33,24 @@ func (a *arena) alloc(r, cols int) backend.Tensor {
 	a.ts = append(a.ts, t)
 	a.mu.Unlock()
 	return t
+}
+
+// release frees the tensors ts of the arena now, temporaries whose last
+// reader has run, so that the layer's next allocations reuse their
+// storage; nil entries, and tensors the arena does not hold (views, a
+// plan's buffers), are skipped.
+func (a *arena) release(ts ...backend.Tensor) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, t := range ts {
+		if t == nil {
+			continue
+		}
+		if i := slices.Index(a.ts, t); i >= 0 {
+			a.ts = slices.Delete(a.ts, i, i+1)
+			a.b.Free(t)
+		}
+	}
 }
 
 // keepOnly frees every tensor of the arena but keep (nil entries allowed).

@@ -97,3 +97,47 @@ func TestForwardBatchBadInput(t *testing.T) {
 		}
 	}
 }
+
+// TestLogitsTo: a forward writes its logits into Input.LogitsTo where it
+// holds them, the values it writes into storage of its own, and into
+// storage of its own where LogitsTo is too small; a batch's share one
+// buffer whatever the inputs' LogitsTo.
+func TestLogitsTo(t *testing.T) {
+	m, g, _ := loadFixture(t, "tiny-f32")
+	ids := g.InputIDs
+	n := len(ids)
+	rows := []int32{int32(n - 2), int32(n - 1)}
+	own, err := m.Forward(Input{Tokens: ids, LogitRows: rows}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := m.Config.Embeddings()
+	for _, c := range []struct {
+		name string
+		to   []float32
+		in   bool // written in place
+	}{
+		{"room to spare", make([]float32, 2*e+5), true},
+		{"exact", make([]float32, 2*e), true},
+		{"too small", make([]float32, 2*e-1), false},
+	} {
+		out, err := m.Forward(Input{Tokens: ids, LogitRows: rows, LogitsTo: c.to}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(out.Logits) != 2*e || (&out.Logits[0] == &c.to[0]) != c.in {
+			t.Errorf("%s: %d logits, in LogitsTo %v, want %d, %v", c.name, len(out.Logits), &out.Logits[0] == &c.to[0], 2*e, c.in)
+		}
+		if !slices.Equal(out.Logits, own.Logits) {
+			t.Errorf("%s: the logits differ from the forward's own", c.name)
+		}
+	}
+	to := make([]float32, 2*e)
+	outs, err := m.ForwardBatch([]Input{{Tokens: ids, LogitRows: rows, LogitsTo: to}, {Tokens: ids, LogitRows: rows}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if &outs[0].Logits[0] == &to[0] || !slices.Equal(outs[0].Logits, own.Logits) {
+		t.Errorf("batch: first request's logits in its LogitsTo %v, equal to alone %v", &outs[0].Logits[0] == &to[0], slices.Equal(outs[0].Logits, own.Logits))
+	}
+}

@@ -60,12 +60,15 @@ func (m *Network) ForwardBatch(ins []Input, plans []Plan) ([]*Output, error) {
 		if err != nil {
 			return nil, err
 		}
-		q, k, v := m.attnInput(blk, x, pos, f.ar.alloc)
+		q, k, v := m.attnInput(blk, x, pos, f.ar)
 		att, err := f.attention(l, q, k, v)
 		if err != nil {
 			return nil, err
 		}
-		o, y := m.blockOutput(blk, x, att, f.ar.alloc, f.carry)
+		// The plans copied what they keep of k and v (Observe, a
+		// KVHolder's buffers); a request's full-width K/V are its own.
+		f.ar.release(q, k, v)
+		o, y := m.blockOutput(blk, x, att, f.ar, f.carry)
 		if err := f.leave(l, x, o, y); err != nil {
 			return nil, err
 		}
@@ -588,10 +591,15 @@ func (f *batch) logits() ([]*Output, error) {
 	}
 	hn := alloc(hrows, d)
 	b.RMSNorm(hn, hx, m.Norm, float32(c.RMSNormEps))
+	f.ar.release(hx)
 	e := c.Embeddings()
 	var all []float32
 	if h, ok := b.(backend.Hoster); ok {
-		all = make([]float32, hrows*e)
+		if to := f.items[0].in.LogitsTo; f.single() && cap(to) >= hrows*e {
+			all = to[:hrows*e]
+		} else {
+			all = make([]float32, hrows*e)
+		}
 		lg := h.OnHost(hrows, e, all)
 		b.MatMul(lg, hn, m.Head)
 		b.Free(lg)

@@ -79,21 +79,22 @@ func (m *Network) qkv(blk *Block, nrm, q, k, v backend.Tensor, alloc func(int, i
 
 // gateUp computes silu(gate)·up of mm [r, d] into a [r, hidden] tensor
 // (a column view with fused weights).
-func (m *Network) gateUp(blk *Block, mm backend.Tensor, alloc func(int, int) backend.Tensor) backend.Tensor {
+func (m *Network) gateUp(blk *Block, mm backend.Tensor, ar *arena) backend.Tensor {
 	b, h := m.Backend, m.Config.MLPHiddenSize
 	r := mm.Rows()
 	var g, u backend.Tensor
 	if blk.GateUp != nil {
-		all := alloc(r, 2*h)
+		all := ar.alloc(r, 2*h)
 		b.MatMul(all, mm, blk.GateUp)
 		vw := b.(backend.Viewer)
 		g, u = vw.ViewCols(all, 0, h), vw.ViewCols(all, h, 2*h)
 	} else {
-		g, u = alloc(r, h), alloc(r, h)
+		g, u = ar.alloc(r, h), ar.alloc(r, h)
 		b.MatMul(g, mm, blk.Gate)
 		b.MatMul(u, mm, blk.Up)
 	}
 	b.SiLUMul(g, g, u)
+	ar.release(u) // a column view of the fused product is not the arena's
 	return g
 }
 
@@ -101,8 +102,8 @@ func (m *Network) gateUp(blk *Block, mm backend.Tensor, alloc func(int, int) bac
 // positions pos (RoPE applied to q and k): through the backend's fused
 // AttnInput where it runs these weights, else as RMSNorm, the products
 // and RoPE one after the other (the same values).
-func (m *Network) attnInput(blk *Block, x backend.Tensor, pos []int32, alloc func(int, int) backend.Tensor) (q, k, v backend.Tensor) {
-	b, c := m.Backend, m.Config
+func (m *Network) attnInput(blk *Block, x backend.Tensor, pos []int32, ar *arena) (q, k, v backend.Tensor) {
+	b, c, alloc := m.Backend, m.Config, ar.alloc
 	r, d, kv, hd, eps := x.Rows(), c.DModel, c.KVDim(), c.HeadDim(), float32(c.RMSNormEps)
 	if f, ok := b.(backend.Fuser); ok && blk.plainAttn() && c.RotaryDim == 0 {
 		q, k, v = alloc(r, d), alloc(r, kv), alloc(r, kv)
@@ -113,7 +114,12 @@ func (m *Network) attnInput(blk *Block, x backend.Tensor, pos []int32, alloc fun
 	// Unfused: into the q, k, v the fused call declined, where allocated.
 	nrm := alloc(r, d)
 	b.RMSNorm(nrm, x, blk.AttnNorm, eps)
+	q0, k0, v0 := q, k, v
 	q, k, v = m.qkv(blk, nrm, q, k, v, alloc)
+	ar.release(nrm)
+	if q != q0 { // fused weights: views of one product instead
+		ar.release(q0, k0, v0)
+	}
 	if !blk.plainAttn() {
 		m.qkvExtras(blk, q, k, v)
 	}
@@ -132,28 +138,37 @@ func (m *Network) attnInput(blk *Block, x backend.Tensor, pos []int32, alloc fun
 // BlockOutput where it runs these weights, else one operation after the
 // other (the same values). With outputs it runs the latter and returns
 // the attention output o and the MLP output y [r, d] it added (a
-// Carrier's), else nils.
-func (m *Network) blockOutput(blk *Block, x, att backend.Tensor, alloc func(int, int) backend.Tensor, outputs bool) (o, y backend.Tensor) {
-	b, c := m.Backend, m.Config
+// Carrier's), else nils. The temporaries it made are released as it goes
+// (att with them), o and y at the end where they are not returned.
+func (m *Network) blockOutput(blk *Block, x, att backend.Tensor, ar *arena, outputs bool) (o, y backend.Tensor) {
+	b, c, alloc := m.Backend, m.Config, ar.alloc
 	r, d, eps := x.Rows(), c.DModel, float32(c.RMSNormEps)
 	if f, ok := b.(backend.Fuser); ok && !outputs && blk.MoE == nil && blk.OBias == nil && f.BlockOutput(x, att, blk.AttnOut, blk.FFNorm, blk.Gate, blk.Up, blk.Down, eps) {
 		return nil, nil
 	}
 	o = alloc(r, d)
 	b.MatMul(o, att, blk.AttnOut)
+	ar.release(att)
 	m.hostRows(o, blk.OBias, nil, 0, 0)
 	b.Add(x, o) // x is now h
+	if !outputs {
+		ar.release(o)
+	}
 	mm := alloc(r, d)
 	b.RMSNorm(mm, x, blk.FFNorm, eps)
 	if blk.MoE != nil {
 		y = m.moe(blk.MoE, mm, alloc)
+		ar.release(mm)
 	} else {
-		g := m.gateUp(blk, mm, alloc) // [r, hidden]
+		g := m.gateUp(blk, mm, ar) // [r, hidden]
+		ar.release(mm)
 		y = alloc(r, d)
 		b.MatMul(y, g, blk.Down)
+		ar.release(g)
 	}
 	b.Add(x, y)
 	if !outputs {
+		ar.release(y)
 		return nil, nil
 	}
 	return o, y

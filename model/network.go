@@ -67,6 +67,12 @@ type Input struct {
 	// computed at the last layer; with Config.ShiftLogits position p's
 	// logits come from row p-1 (row 0's from itself), which must be.
 	LogitRows []int32
+	// LogitsTo, where its capacity holds len(LogitRows)·E values, is the
+	// storage Output.Logits is written into (on a backend.Hoster, a
+	// forward alone: a batch's share one buffer); else the forward
+	// allocates it. A sampler passes the same buffer step after step, so
+	// that a step leaves no logits behind for the collector.
+	LogitsTo []float32
 }
 
 // Output is what a forward returns.

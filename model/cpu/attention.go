@@ -273,15 +273,11 @@ func onGoroutines(workers int, work func()) {
 	wg.Wait()
 }
 
-// getScratch returns a float32 buffer of at least n elements.
-func (b *Backend) getScratch(n int) []float32 {
-	if p, ok := b.scratch.Get().(*[]float32); ok && cap(*p) >= n {
-		return (*p)[:n]
-	}
-	return make([]float32, n)
-}
+// getScratch returns a float32 buffer of n elements, contents arbitrary,
+// from the backend's pool; putScratch gives it back.
+func (b *Backend) getScratch(n int) []float32 { return b.bufs.scratch(n) }
 
-func (b *Backend) putScratch(s []float32) { b.scratch.Put(&s) }
+func (b *Backend) putScratch(s []float32) { b.bufs.put(s) }
 
 // AttentionWeights writes into dst [nq·nk] the head-mean of
 // softmax(q·kᵀ/√hd): the weights Attention applies, materialised for the

@@ -127,7 +127,7 @@ func (b *Backend) matMulBF16Dot(d, xs, ws *Tensor) {
 	n, in, out := xs.rows, xs.cols, ws.rows
 	checkSpan("dst", d.data, n, out, d.stride)
 	xh := b.activationsBF16(xs)
-	defer b.bf16x.Put(&xh)
+	defer putOf(b.bufs, xh)
 	part := func(r0, r1, c0, c1 int) {
 		bf16MM(r1-r0, c1-c0, in, xh[r0*in:], in, ws, c0, d.data[r0*d.stride+c0:], d.stride)
 	}

@@ -135,19 +135,13 @@ func (t *Tensor) String() string {
 type Backend struct {
 	threads int
 	settings
-	// scratch holds attention score buffers.
-	scratch sync.Pool
 	// rope caches RoPE's cos/sin tables.
 	rope ropeCache
 	// bufs recycles the storage of freed tensors, shared with the backends
-	// WithThreads makes (a tensor made on one may be freed on another).
+	// WithThreads makes (a tensor made on one may be freed on another),
+	// and of the operations' scratch: attention's layouts and scores, the
+	// BF16 and quantized copies of activations that products take.
 	bufs *bufPool
-	// bf16x recycles the BF16 copies of activations that oneDNN's BF16
-	// products take.
-	bf16x sync.Pool
-	// i8x recycles the quantized copies of activations that the int8
-	// products with quantized weights take.
-	i8x sync.Pool
 	// packedBytes and packErr count what packWeights did at load.
 	packedBytes atomic.Int64
 	packErr     atomic.Pointer[error]

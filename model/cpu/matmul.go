@@ -363,8 +363,8 @@ func (b *Backend) matMulQuant(d, xs, ws *Tensor) {
 	}
 	n, in, out := xs.rows, xs.cols, ws.rows
 	row := in * actBytes(b.quantISA)
-	q := b.byteScratch(n * row)
-	defer b.i8x.Put(&q)
+	q := scratchOf[byte](b.bufs, n*row)
+	defer putOf(b.bufs, q)
 	ds := b.bufs.scratch(n * in / 32)
 	defer b.bufs.put(ds)
 	b.parallel(n, rowGrain(in), func(lo, hi int) {
@@ -373,14 +373,6 @@ func (b *Backend) matMulQuant(d, xs, ws *Tensor) {
 	b.forParts(n, in, out, func(r0, r1, c0, c1 int) {
 		qMatMul(b.quantISA, r1-r0, c1-c0, in, q[r0*row:], ds[r0*in/32:], ws, c0, d.data[r0*d.stride+c0:], d.stride)
 	})
-}
-
-// byteScratch returns a buffer of n bytes from the backend's pool.
-func (b *Backend) byteScratch(n int) []byte {
-	if p, ok := b.i8x.Get().(*[]byte); ok && cap(*p) >= n {
-		return (*p)[:n]
-	}
-	return make([]byte, n)
 }
 
 // convertedMatMul computes d = x·wᵀ for a weight kept in another type
@@ -468,7 +460,7 @@ func (b *Backend) matMulDNNLBF16(d, xs, ws *Tensor) bool {
 	checkSpan("dst", d.data, n, out, d.stride)
 	_ = ws.bf16[(out-1)*ws.stride+in-1]
 	xh := b.activationsBF16(xs)
-	defer b.bf16x.Put(&xh)
+	defer putOf(b.bufs, xh)
 	if ws.packed != nil {
 		ok, err := ws.packed.matMul(n, out, in, unsafe.Pointer(&xh[0]), in, d.data, d.stride, b.threads)
 		if ok {
@@ -488,22 +480,13 @@ func (b *Backend) matMulDNNLBF16(d, xs, ws *Tensor) bool {
 }
 
 // activationsBF16 rounds x to BF16 (to nearest, ties to even) into a
-// dense buffer of the backend's pool (b.bf16x: give it back), on the
+// dense buffer of the backend's pool (give it back with putOf), on the
 // backend's threads.
 func (b *Backend) activationsBF16(xs *Tensor) []uint16 {
 	n, in := xs.rows, xs.cols
-	xh := b.bf16Scratch(n * in)
+	xh := scratchOf[uint16](b.bufs, n*in)
 	b.parallel(n, rowGrain(in), func(lo, hi int) {
 		toBF16(xh[lo*in:], xs.data[lo*xs.stride:], hi-lo, in, xs.stride)
 	})
 	return xh
-}
-
-// bf16Scratch returns a uint16 buffer of n elements from the backend's
-// pool.
-func (b *Backend) bf16Scratch(n int) []uint16 {
-	if p, ok := b.bf16x.Get().(*[]uint16); ok && cap(*p) >= n {
-		return (*p)[:n]
-	}
-	return make([]uint16, n)
 }

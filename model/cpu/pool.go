@@ -4,6 +4,7 @@ import (
 	"math/bits"
 	"runtime/debug"
 	"sync"
+	"unsafe"
 	"weak"
 
 	"github.com/dlmcache/dlmcache/internal/memlimit"
@@ -21,9 +22,13 @@ const (
 )
 
 // slackClasses is how many classes above its own a buffer may be taken
-// from when its class has none free (at 16 classes an octave, it is then
-// at most 1/3 larger than asked for).
-const slackClasses = 4
+// from when its class has none free: an octave (16 classes), so it is at
+// most twice as large as asked for. A generation's steps ask for fewer
+// logit rows as the canvas unmasks, each a size of its own; lent the
+// layers' free buffers, they take no memory beside them (four classes
+// kept one buffer per size: on l16-d2048's 8-step generation, 2–3 MB more
+// a step, 7 MB in all).
+const slackClasses = 16
 
 // bufPool recycles the storage of freed tensors, by size class. A forward
 // allocates and frees the same shapes layer after layer and step after
@@ -149,6 +154,23 @@ func (p *bufPool) reuse(c int) []float32 {
 		}
 	}
 	return nil
+}
+
+// scratchOf returns n values of T with arbitrary contents from p's
+// float32 buffers (a buffer its user overwrites before reading): the
+// activations rounded to BF16 or quantized that products take, in the
+// same size classes and free lists as the tensors'. Give it back with
+// putOf.
+func scratchOf[T uint8 | uint16](p *bufPool, n int) []T {
+	size := int(unsafe.Sizeof(T(0)))
+	f := p.take((n*size+3)/4, false)
+	return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(f))), cap(f)*4/size)[:n]
+}
+
+// putOf takes back a slice that scratchOf returned.
+func putOf[T uint8 | uint16](p *bufPool, s []T) {
+	size := int(unsafe.Sizeof(T(0)))
+	p.put(unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(s))), cap(s)*size/4))
 }
 
 // put takes back a slice that take returned; nobody may use it afterwards.

@@ -244,3 +244,27 @@ func TestWithThreadsSharesThePool(t *testing.T) {
 		})
 	}
 }
+
+// TestScratchOf: byte and uint16 scratch come from the float32 free
+// lists, at the length asked for, and go back to them.
+func TestScratchOf(t *testing.T) {
+	p := &bufPool{cap: 1 << 30}
+	b := scratchOf[byte](p, 100003)
+	if len(b) != 100003 || cap(b)%4 != 0 {
+		t.Fatalf("bytes: len %d cap %d", len(b), cap(b))
+	}
+	putOf(p, b)
+	if f := p.take((100003+3)/4, false); uintptr(unsafe.Pointer(unsafe.SliceData(b))) != addr(f) {
+		t.Error("the byte scratch did not go back to the float32 free lists")
+	} else {
+		p.put(f)
+	}
+	h := scratchOf[uint16](p, 50001)
+	if len(h) != 50001 || uintptr(unsafe.Pointer(unsafe.SliceData(h))) != uintptr(unsafe.Pointer(unsafe.SliceData(b))) {
+		t.Errorf("uint16 scratch: len %d, not lent the free buffer", len(h))
+	}
+	putOf(p, h)
+	if p.keptSize() == 0 {
+		t.Error("nothing kept after putOf")
+	}
+}

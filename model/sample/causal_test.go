@@ -29,11 +29,11 @@ func TestARCacheMatchesRecompute(t *testing.T) {
 				{"positions", GenOptions{Regime: regime.Regime{GenLength: 24}, Positions: shifted(len(gc.PromptIDs), 40)}},
 			} {
 				name := fmt.Sprintf("%s/%s/%s", fx, gc.Name, tc.name)
-				cached, err := (&sampler{m.Network}).generateAR(context.Background(), gc.PromptIDs, tc.o, nil, true)
+				cached, err := (&sampler{Network: m.Network}).generateAR(context.Background(), gc.PromptIDs, tc.o, nil, true)
 				if err != nil {
 					t.Fatal(err)
 				}
-				full, err := (&sampler{m.Network}).generateAR(context.Background(), gc.PromptIDs, tc.o, nil, false)
+				full, err := (&sampler{Network: m.Network}).generateAR(context.Background(), gc.PromptIDs, tc.o, nil, false)
 				if err != nil {
 					t.Fatal(err)
 				}

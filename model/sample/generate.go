@@ -407,7 +407,7 @@ type Generation struct {
 // Forward and callbacks apply (each token is a step and a block of one),
 // planner must be nil.
 func Generate(ctx context.Context, net *model.Network, prompt []int32, prefixLen int, o GenOptions, planner Planner) (*Generation, error) {
-	return (&sampler{net}).generate(ctx, prompt, prefixLen, o, planner)
+	return (&sampler{Network: net}).generate(ctx, prompt, prefixLen, o, planner)
 }
 
 func (m *sampler) generate(ctx context.Context, prompt []int32, prefixLen int, o GenOptions, planner Planner) (*Generation, error) {
@@ -546,10 +546,14 @@ func (m *sampler) proposeStep(s *Step, o GenOptions, mask int32, planner Planner
 		fpos = fpos[:s.Len]
 	}
 	full := m.Config.FullFLOPs(fpos, s.Len, len(rows))
+	e := m.Config.Embeddings()
 	// run is one forward of tokens (the canvas, or its unconditional copy)
-	// under plan, counted in g.
-	run := func(tokens []int32, plan model.Plan) (*model.Output, error) {
-		out, err := forward(model.Input{Tokens: tokens, Positions: fpos, LogitRows: rows}, plan)
+	// under plan, counted in g, its logits written into *to (grown to fit).
+	run := func(tokens []int32, plan model.Plan, to *[]float32) (*model.Output, error) {
+		if cap(*to) < len(rows)*e {
+			*to = make([]float32, len(rows)*e)
+		}
+		out, err := forward(model.Input{Tokens: tokens, Positions: fpos, LogitRows: rows, LogitsTo: *to}, plan)
 		if err != nil {
 			return nil, err
 		}
@@ -560,18 +564,17 @@ func (m *sampler) proposeStep(s *Step, o GenOptions, mask int32, planner Planner
 		g.FLOPsFull += full
 		return out, nil
 	}
-	out, err := run(fed, plan)
+	out, err := run(fed, plan, &m.logits)
 	if err != nil {
 		return nil, err
 	}
 	logits := out.Logits
-	e := m.Config.Embeddings()
 	if o.CFGScale > 0 {
 		un := append([]int32(nil), fed...)
 		for i := 0; i < s.PromptLen; i++ {
 			un[i] = mask
 		}
-		uo, err := run(un, nil)
+		uo, err := run(un, nil, &m.uncond)
 		if err != nil {
 			return nil, err
 		}

@@ -85,7 +85,7 @@ func guidedLongAnswer(t *testing.T, g int) (dlm, guide *load.Model, p []int32, a
 	t.Helper()
 	dlm, guide = guidedPair(t)
 	p = guidedPrompts[0]
-	ar, err := (&sampler{guide.Network}).generateAR(context.Background(), p, GenOptions{Regime: regime.Regime{GenLength: g}}, nil, false)
+	ar, err := (&sampler{Network: guide.Network}).generateAR(context.Background(), p, GenOptions{Regime: regime.Regime{GenLength: g}}, nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
