@@ -78,7 +78,8 @@ func (m *Network) qkv(blk *Block, nrm, q, k, v backend.Tensor, alloc func(int, i
 }
 
 // gateUp computes silu(gate)·up of mm [r, d] into a [r, hidden] tensor
-// (a column view with fused weights).
+// (a column view with fused weights), through the backend's GateUp where
+// it runs these weights (no [r, hidden] up product beside it).
 func (m *Network) gateUp(blk *Block, mm backend.Tensor, ar *arena) backend.Tensor {
 	b, h := m.Backend, m.Config.MLPHiddenSize
 	r := mm.Rows()
@@ -89,7 +90,11 @@ func (m *Network) gateUp(blk *Block, mm backend.Tensor, ar *arena) backend.Tenso
 		vw := b.(backend.Viewer)
 		g, u = vw.ViewCols(all, 0, h), vw.ViewCols(all, h, 2*h)
 	} else {
-		g, u = ar.alloc(r, h), ar.alloc(r, h)
+		g = ar.alloc(r, h)
+		if gu, ok := b.(backend.GateUpper); ok && gu.GateUp(g, mm, blk.Gate, blk.Up) {
+			return g
+		}
+		u = ar.alloc(r, h)
 		b.MatMul(g, mm, blk.Gate)
 		b.MatMul(u, mm, blk.Up)
 	}

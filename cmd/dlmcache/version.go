@@ -53,6 +53,7 @@ func buildVersion() versionInfo {
 	if b, err := cpu.NewFromEnv(1); err != nil {
 		v.GEMM = err.Error()
 	} else {
+		b.ProbeGEMM() // what products would run on, oneDNN loaded to say
 		v.GEMM = b.GEMM()
 		v.QuantProducts = b.QuantProducts()
 	}

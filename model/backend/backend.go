@@ -292,6 +292,16 @@ type Fuser interface {
 	BlockOutput(x, att, wo, norm, gate, up, down Tensor, eps float32) bool
 }
 
+// GateUpper is an optional Backend method: dst = SiLU(x·gateᵀ) ⊙ x·upᵀ
+// (x [r, d], gate and up [h, d], dst [r, h]), the values MatMul, MatMul
+// and SiLUMul give, without a second [r, h] tensor beside dst: a backend
+// may run it a slice of gate's and up's rows at a time. False means it
+// cannot for these weights (it touched nothing, the caller makes the
+// calls).
+type GateUpper interface {
+	GateUp(dst, x, gate, up Tensor) bool
+}
+
 // Viewer is an optional Backend method pair: rows [lo, hi) or columns
 // [lo, hi) of t as a tensor sharing t's storage (freeing t frees it; a view
 // is never freed). Every operation must accept views. With it the model

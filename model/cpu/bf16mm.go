@@ -59,13 +59,14 @@ func (b *Backend) layOutBF16(t *Tensor) {
 			return
 		}
 		f := b.bufs.scratch(bf16LayoutRows * cols)
-		h := make([]uint16, bf16LayoutRows*cols)
+		h := scratchOf[uint16](b.bufs, bf16LayoutRows*cols)
 		for r := r0; r < r1; r += bf16LayoutRows {
 			e := min(r+bf16LayoutRows, r1)
 			f16Rows(f, t, r, e)
 			toBF16(h, f, e-r, cols, cols)
 			pack(r, e, &h[0], cols)
 		}
+		putOf(b.bufs, h)
 		b.bufs.put(f)
 	})
 	t.bfl = l
@@ -124,12 +125,20 @@ func bf16MM(m, n, k int, x []uint16, ldx int, w *Tensor, j0 int, c []float32, ld
 // part per thread on multiples of 64 rows, or along x's rows where w has
 // fewer blocks than the backend has threads.
 func (b *Backend) matMulBF16Dot(d, xs, ws *Tensor) {
-	n, in, out := xs.rows, xs.cols, ws.rows
-	checkSpan("dst", d.data, n, out, d.stride)
+	checkSpan("dst", d.data, xs.rows, ws.rows, d.stride)
 	xh := b.activationsBF16(xs)
 	defer putOf(b.bufs, xh)
+	b.bf16Product(d, xh, xs.rows, xs.cols, ws, 0, ws.rows)
+}
+
+// bf16Product computes d[n × (j1−j0)] = x·w[j0:j1]ᵀ for the n rows of the
+// BF16 activations xh (in values each, dense) and rows [j0, j1) of the
+// laid-out w (j0 a multiple of bf16LayoutRows), cut as matMulBF16Dot
+// says.
+func (b *Backend) bf16Product(d *Tensor, xh []uint16, n, in int, ws *Tensor, j0, j1 int) {
+	out := j1 - j0
 	part := func(r0, r1, c0, c1 int) {
-		bf16MM(r1-r0, c1-c0, in, xh[r0*in:], in, ws, c0, d.data[r0*d.stride+c0:], d.stride)
+		bf16MM(r1-r0, c1-c0, in, xh[r0*in:], in, ws, j0+c0, d.data[r0*d.stride+c0:], d.stride)
 	}
 	if !b.splits(n, in, out) {
 		part(0, n, 0, out)

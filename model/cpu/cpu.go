@@ -165,7 +165,8 @@ type settings struct {
 	decodeBF16 bool
 	// decodeF16 converts F16 weights to float32 at load instead of
 	// keeping them (Options.F16 F16Widen); f16BF16 rounds them to BF16
-	// (F16AsBF16, or F16Auto where dnnlBF16).
+	// (F16AsBF16, or F16Auto where BF16 products run: dlmcache's kernel,
+	// or oneDNN's where the pick was made at New).
 	decodeF16, f16BF16 bool
 	// gemmPick: which products run on oneDNN (Options.GEMM).
 	gemmPick
@@ -412,7 +413,7 @@ func NewChecked(o Options) (*Backend, error) { return newBackend(o) }
 // BF16Activations reports whether products with BF16 weights round the
 // activations to BF16 too (oneDNN's BF16 matmul on AVX512-BF16) rather
 // than multiply F32 activations by converted weights.
-func (b *Backend) BF16Activations() bool { return b.dnnlBF16 }
+func (b *Backend) BF16Activations() bool { return b.dotBF16 || b.dnnlPick().dnnlBF16 }
 
 func newBackend(o Options) (*Backend, error) {
 	threads := o.Threads
@@ -423,7 +424,7 @@ func newBackend(o Options) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	pick, err := pickGEMM(lib)
+	pick, err := pickGEMM(lib, o.PackWeights)
 	if err != nil {
 		return nil, err
 	}
@@ -442,11 +443,23 @@ func newBackend(o Options) (*Backend, error) {
 	if f16, err = ParseF16Form(string(f16)); err != nil {
 		return nil, err
 	}
-	if f16 == F16AsBF16 && !pick.dnnlBF16 {
-		return nil, fmt.Errorf("cpu: F16 weights as BF16 need oneDNN's AVX512-BF16 kernels: %s", pick.desc)
+	// F16AsBF16 needs BF16 products: dlmcache's kernel, or oneDNN's
+	// (loaded now to say). F16Auto takes them where the kernel runs; a
+	// lazy pick without it has no BF16 products (oneDNN's need the same
+	// AVX512-BF16, under the same cap).
+	if f16 == F16AsBF16 && !pick.dotBF16 {
+		if p := pick; p.lazy {
+			p = *autoPick()
+			if !p.dnnlBF16 {
+				return nil, fmt.Errorf("cpu: F16 weights as BF16 need AVX512-BF16 products: %s", p.desc)
+			}
+		} else if !p.dnnlBF16 {
+			return nil, fmt.Errorf("cpu: F16 weights as BF16 need AVX512-BF16 products: %s", p.desc)
+		}
 	}
+	f16BF16 := f16 == F16AsBF16 || f16 == F16Auto && (pick.dotBF16 || !pick.lazy && pick.dnnlBF16)
 	b := &Backend{threads: threads, bufs: new(bufPool), settings: settings{split: true, decodeBF16: o.DecodeBF16, decodeF16: f16 == F16Widen,
-		f16BF16: f16 == F16AsBF16 || f16 == F16Auto && pick.dnnlBF16, gemmPick: pick, gemmDesc: pick.desc,
+		f16BF16: f16BF16, gemmPick: pick, gemmDesc: pick.desc,
 		packWeights: o.PackWeights && pick.dnnl, quantISA: quantISA}}
 	if qi == QuantF32 {
 		b.quantISA = -1
@@ -583,7 +596,7 @@ func (b *Backend) Weight(dtype backend.DType, rows, cols int, raw []byte) (backe
 				// fused halves included, then run as F32 ones, with F32
 				// activations).
 				b.halfPanels(t, bf16Rows)
-			} else if b.packWeights && b.dnnlBF16 {
+			} else if b.packWeights && b.dnnlPick().dnnlBF16 {
 				b.pack(t, true, unsafe.Pointer(&t.bf16[0]))
 			} else if b.dotBF16 && t.readOnly {
 				b.layOutBF16(t)

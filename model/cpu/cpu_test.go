@@ -70,7 +70,7 @@ func backends() []namedBackend {
 // bf16Activations returns x as b's BF16 products see it: rounded to BF16
 // where b multiplies BF16 weights on oneDNN, else x itself.
 func bf16Activations(b *Backend, x []float32) []float32 {
-	if !b.dnnlBF16 {
+	if !b.BF16Activations() {
 		return x
 	}
 	h := make([]uint16, len(x))
@@ -306,7 +306,7 @@ func TestAttentionMatchesFloat64Reference(t *testing.T) {
 // all at once.
 func TestAttentionPackGroups(t *testing.T) {
 	r := rand.New(rand.NewPCG(15, 16))
-	defer func(v int) { maxAttnPack = v }(maxAttnPack)
+	defer func(v int) { attnGroupPack = v }(attnGroupPack)
 	for _, c := range []struct{ nq, nk, nHeads, nKV, hd int }{
 		{40, 70, 6, 3, 32}, {9, 33, 4, 4, 16}, {70, 20, 8, 2, 64},
 	} {
@@ -315,8 +315,8 @@ func TestAttentionPackGroups(t *testing.T) {
 		v := randMat(r, c.nk, c.nKV*c.hd, 1)
 		want := refAttention(q, k, v, c.nq, c.nk, c.nHeads, c.nKV, c.hd)
 		per := attnLayout(c.hd, c.nk)
-		for _, pack := range []int{1, 2 * per} {
-			maxAttnPack = pack
+		for _, pack := range []int{1, 2 * per, 1 << 20} {
+			attnGroupPack = pack
 			for _, threads := range []int{1, 2} {
 				b := NewWithOptions(Options{Threads: threads, GEMM: GEMMOpenBLAS})
 				dst := b.New(c.nq, c.nHeads*c.hd)

@@ -97,9 +97,13 @@
 //     with dlopen at run time, so neither building nor running needs it
 //     (Go's build cache does not see system headers: a build made before
 //     libdnnl-dev was installed needs `go clean -cache` to pick it up).
-//     At start-up the backend checks oneDNN's F32 and BF16 products on
-//     odd shapes against float64 sums and uses it only if every element
-//     agrees to float32 accumulation error. A product on oneDNN is one
+//     Before its first product the backend checks oneDNN's F32 and BF16
+//     products on odd shapes against float64 sums and uses it only if
+//     every element agrees to float32 accumulation error; under auto
+//     that first product is the first one that may run on oneDNN (an
+//     F32 weight's, converted panels), so a model whose products all run
+//     on dlmcache's own kernels never loads it (ProbeGEMM loads it for a
+//     description). A product on oneDNN is one
 //     call threaded by oneDNN (OpenMP) over the backend's threads;
 //     products inside attention run one per goroutine on one thread. An
 //     F32 weight goes to oneDNN at every row count when its product with

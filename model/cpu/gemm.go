@@ -20,9 +20,10 @@ type GEMMLib string
 
 // The libraries a backend's products can run on.
 const (
-	// GEMMAuto uses oneDNN where it loads, passes the start-up check
-	// against a float64 reference, and has AVX-512 kernels for this CPU;
-	// OpenBLAS otherwise. Where OpenBLAS runs AVX-512 kernels too (no
+	// GEMMAuto uses oneDNN where it loads, passes its check against a
+	// float64 reference, and has AVX-512 kernels for this CPU; OpenBLAS
+	// otherwise. oneDNN is loaded and checked when a product first may
+	// run on it, not at New (gemmPick.lazy). Where OpenBLAS runs AVX-512 kernels too (no
 	// OPENBLAS_CORETYPE pin; Cooperlake's on a Zen 4) oneDNN still
 	// measured faster: its matmul 201 against 166 GFLOP/s for the
 	// backend's 512×2048×2048 product, the l16-d2048 step 4.57–4.82 s
@@ -179,23 +180,67 @@ type gemmPick struct {
 	// converting them to float32 panels for OpenBLAS.
 	dnnlBF16 bool
 	// dotBF16 runs those products on bf16mm.c's vdpbf16ps kernel instead
-	// (GEMMAuto), the weights laid out for it at load.
+	// (GEMMAuto on AVX512-BF16), the weights laid out for it at load.
 	dotBF16 bool
 	desc    string
+	// lazy (GEMMAuto): oneDNN is loaded and checked when a product
+	// first asks whether it may run there, not at New; dnnl, dnnlBF16
+	// and desc are then autoPick's (Backend.dnnlPick). A model whose
+	// products all run on dlmcache's own kernels (BF16 and F16 weights
+	// laid out, Q8_0 and Q4_0, the fused attention) never maps oneDNN's
+	// library nor compiles its check's kernels: 13 MB less peak RSS on
+	// l16-d2048's Q8_0 file (936 against 923 MB with oneDNN off, Zen 5).
+	lazy bool
 }
 
-// pickGEMM resolves lib on this machine.
-func pickGEMM(lib GEMMLib) (gemmPick, error) {
+// pickGEMM picks lib's libraries on this machine: GEMMAuto's lazily
+// (only dotBF16 now, which needs no oneDNN), except where packWeights
+// lays weights out for oneDNN at load; the others at once.
+func pickGEMM(lib GEMMLib, packWeights bool) (gemmPick, error) {
+	if lib == GEMMAuto && !packWeights {
+		return gemmPick{lazy: true, dotBF16: bf16Dot}, nil
+	}
+	return resolveGEMM(lib)
+}
+
+// autoPick is GEMMAuto resolved, oneDNN loaded and checked: once per
+// process, at the first product that asks (autoPicked says it has).
+var (
+	autoPick = sync.OnceValue(func() *gemmPick {
+		p, _ := resolveGEMM(GEMMAuto) // GEMMAuto falls back, never fails
+		autoPicked.Store(true)
+		return &p
+	})
+	autoPicked atomic.Bool
+)
+
+// dnnlPick is the backend's libraries with oneDNN's part resolved:
+// autoPick for a lazy pick (loading oneDNN on the first call).
+func (b *Backend) dnnlPick() *gemmPick {
+	if b.lazy {
+		return autoPick()
+	}
+	return &b.gemmPick
+}
+
+// ProbeGEMM resolves a lazy pick now (oneDNN loaded and checked), so
+// that GEMM describes what products will run on rather than that oneDNN
+// waits for the first one that needs it: for dlmcache version.
+func (b *Backend) ProbeGEMM() { b.dnnlPick() }
+
+// resolveGEMM resolves lib on this machine.
+func resolveGEMM(lib GEMMLib) (gemmPick, error) {
 	blas := BLAS()
 	if lib == GEMMOpenBLAS {
 		return gemmPick{desc: blas}, nil
 	}
 	s := dnnlProbe()
+	dot := lib == GEMMAuto && bf16Dot
 	if s.err != nil {
 		if lib == GEMMOneDNN {
 			return gemmPick{}, fmt.Errorf("cpu: %s=%s: %w", GEMMEnv, lib, s.err)
 		}
-		return gemmPick{desc: blas + "; oneDNN unused: " + s.err.Error()}, nil
+		return gemmPick{dotBF16: dot, desc: blas + "; oneDNN unused: " + s.err.Error()}, nil
 	}
 	if s.isa < dnnlISAAVX512Core {
 		// Its AVX2 kernels pick their blocking by the row count, so a
@@ -208,10 +253,10 @@ func pickGEMM(lib GEMMLib) (gemmPick, error) {
 		if lib == GEMMOneDNN {
 			return gemmPick{}, fmt.Errorf("cpu: %s=%s: %s %s", GEMMEnv, lib, s.version, why)
 		}
-		return gemmPick{desc: blas + "; " + s.version + " unused: " + why}, nil
+		return gemmPick{dotBF16: dot, desc: blas + "; " + s.version + " unused: " + why}, nil
 	}
 	p := gemmPick{dnnl: true, dnnlBF16: s.bf16Err == nil}
-	p.dotBF16 = p.dnnlBF16 && lib == GEMMAuto && bf16Dot
+	p.dotBF16 = lib == GEMMAuto && bf16Dot
 	p.desc = fmt.Sprintf("%s (F32 %s", s.version, s.implF32)
 	switch {
 	case p.dotBF16:
@@ -231,13 +276,21 @@ func pickGEMM(lib GEMMLib) (gemmPick, error) {
 // "OpenBLAS … (kernel Haswell); oneDNN unused: …".
 func (b *Backend) GEMM() string {
 	desc := b.gemmDesc
+	if b.lazy {
+		// Described as it stands, without loading oneDNN to say more.
+		if autoPicked.Load() {
+			desc = autoPick().desc
+		} else {
+			desc = BLAS() + "; oneDNN not loaded: loaded and checked at the first product that may run on it (F32 weights, converted panels)"
+		}
+	}
 	if b.packWeights {
 		desc += fmt.Sprintf("; weights packed for oneDNN at load: %.1f MB so far", float64(b.packedBytes.Load())/1e6)
 		if e := b.packErr.Load(); e != nil {
 			desc += ", some left as mapped: " + (*e).Error()
 		}
 	}
-	if e := dnnlFailed.Load(); e != nil && b.dnnl {
+	if e := dnnlFailed.Load(); e != nil && (!b.lazy || autoPicked.Load()) && b.dnnlPick().dnnl {
 		desc += "; oneDNN failed, OpenBLAS since: " + (*e).Error()
 	}
 	if b.panel {
@@ -257,7 +310,7 @@ func (b *Backend) GEMM() string {
 
 // dnnlOK reports whether oneDNN may take a product of m·n·k.
 func (b *Backend) dnnlOK(m, n, k int) bool {
-	return b.dnnl && m > 0 && n > 0 && k > 0 && 2*m*n*k >= dnnlMinFlops && dnnlFailed.Load() == nil
+	return m > 0 && n > 0 && k > 0 && 2*m*n*k >= dnnlMinFlops && dnnlFailed.Load() == nil && b.dnnlPick().dnnl
 }
 
 // dnnlFail records a oneDNN error; products go back to OpenBLAS.

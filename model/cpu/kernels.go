@@ -180,18 +180,22 @@ func quantizeAct(isa int, q []byte, d []float32, x []float32, rows, cols, ldx in
 // qMatMul computes c[m × n] (row stride ldc) = x·wᵀ for m quantized rows
 // of x (q, d from quantizeAct with the same isa, k values each) and rows
 // [j0, j0+n) of the quantized weight w, with the instruction set isa.
-func qMatMul(isa int, m, n, k int, q []byte, d []float32, w *Tensor, j0 int, c []float32, ldc int) {
+// pack is scratch of qPackBytes for the kernel's packs of w.
+func qMatMul(isa int, m, n, k int, q []byte, d []float32, w *Tensor, j0 int, c []float32, ldc int, pack []byte) {
 	if m == 0 || n == 0 {
 		return
 	}
-	if k != w.cols || len(q) < m*k*actBytes(isa) || len(d) < m*k/32 || j0+n > w.rows || len(c) < (m-1)*ldc+n {
+	if k != w.cols || len(q) < m*k*actBytes(isa) || len(d) < m*k/32 || j0+n > w.rows || len(c) < (m-1)*ldc+n || len(pack) < qPackBytes {
 		panic("cpu: qMatMul: bad shape or buffers too short")
 	}
 	src := w.q[j0*w.qStride : (j0+n)*w.qStride]
 	C.dlmc_qmatmul(C.int(isa), C.int(w.qType), C.int(m), C.int(n), C.int(k), unsafe.Pointer(&q[0]),
 		(*C.float)(unsafe.Pointer(&d[0])), (*C.uint8_t)(unsafe.Pointer(&src[0])), C.long(w.qStride),
-		(*C.float)(unsafe.Pointer(&c[0])), C.long(ldc))
+		(*C.float)(unsafe.Pointer(&c[0])), C.long(ldc), unsafe.Pointer(&pack[0]))
 }
+
+// qPackBytes is the scratch qMatMul's kernels pack w into.
+const qPackBytes = C.DLMC_QPACK_BYTES
 
 // avx512 reports whether the AVX-512F kernels run on this machine: the
 // fused attention's, and the panel kernels' tiles (panelTiles).

@@ -104,9 +104,11 @@ void dlmc_quantize_act(int isa, void *q, float *d, const float *x, long rows, lo
 // c[m × n] (row stride ldc) = x·wᵀ: row i of x (q, d as dlmc_quantize_act
 // writes them for isa, k values) times row j of the weight w (type wt,
 // rows wstride bytes apart), block by block in int32, each block's sum
-// scaled by d_w·d_x and accumulated in float32.
+// scaled by d_w·d_x and accumulated in float32. pack is the caller's
+// scratch of DLMC_QPACK_BYTES for the weights' packs (any alignment).
+#define DLMC_QPACK_BYTES (139264 + 64)
 void dlmc_qmatmul(int isa, int wt, int m, int n, int k, const void *xq, const float *xd, const uint8_t *w,
-	long wstride, float *c, long ldc);
+	long wstride, float *c, long ldc, void *pack);
 
 // rowops.c: RMSNorm of rows of x (stride ldx) by the weight w into dst.
 void dlmc_rms_norm_rows(int simd, float *dst, long ldd, const float *x, long ldx, const float *w,

@@ -304,7 +304,7 @@ func (b *Backend) matMulBF16(d, xs, ws *Tensor) {
 		b.matMulBF16Dot(d, xs, ws)
 		return
 	}
-	if b.dnnlBF16 && in > 0 && dnnlFailed.Load() == nil && b.matMulDNNLBF16(d, xs, ws) {
+	if in > 0 && dnnlFailed.Load() == nil && b.dnnlPick().dnnlBF16 && b.matMulDNNLBF16(d, xs, ws) {
 		return
 	}
 	if b.panel && in > 0 && !b.dnnlPanels(in, out) {
@@ -361,17 +361,47 @@ func (b *Backend) matMulQuant(d, xs, ws *Tensor) {
 		b.convertedMatMul(d, xs, ws, quantRows)
 		return
 	}
-	n, in, out := xs.rows, xs.cols, ws.rows
-	row := in * actBytes(b.quantISA)
-	q := scratchOf[byte](b.bufs, n*row)
-	defer putOf(b.bufs, q)
-	ds := b.bufs.scratch(n * in / 32)
-	defer b.bufs.put(ds)
+	qa := b.quantizeActs(xs)
+	defer b.putActs(qa)
+	b.quantProduct(d, qa, ws, 0, ws.rows)
+}
+
+// quantActs are rows of activations quantized for the int8 products
+// (quantizeAct's q and d), in the backend's pool.
+type quantActs struct {
+	q        []byte
+	d        []float32
+	n, in    int
+	rowBytes int
+}
+
+// quantizeActs quantizes the rows of xs for b.quantISA's products, split
+// over the rows; give them back with putActs.
+func (b *Backend) quantizeActs(xs *Tensor) quantActs {
+	n, in := xs.rows, xs.cols
+	qa := quantActs{n: n, in: in, rowBytes: in * actBytes(b.quantISA)}
+	qa.q = scratchOf[byte](b.bufs, n*qa.rowBytes)
+	qa.d = b.bufs.scratch(n * in / 32)
 	b.parallel(n, rowGrain(in), func(lo, hi int) {
-		quantizeAct(b.quantISA, q[lo*row:], ds[lo*in/32:], xs.data[lo*xs.stride:], hi-lo, in, xs.stride)
+		quantizeAct(b.quantISA, qa.q[lo*qa.rowBytes:], qa.d[lo*in/32:], xs.data[lo*xs.stride:], hi-lo, in, xs.stride)
 	})
-	b.forParts(n, in, out, func(r0, r1, c0, c1 int) {
-		qMatMul(b.quantISA, r1-r0, c1-c0, in, q[r0*row:], ds[r0*in/32:], ws, c0, d.data[r0*d.stride+c0:], d.stride)
+	return qa
+}
+
+func (b *Backend) putActs(qa quantActs) {
+	putOf(b.bufs, qa.q)
+	b.bufs.put(qa.d)
+}
+
+// quantProduct computes d[n × (j1−j0)] = x·w[j0:j1]ᵀ for the quantized
+// activations qa and rows [j0, j1) of the Q8_0 or Q4_0 weight ws, each
+// part as matMulF32 cuts it on qMatMul with a pack of its own.
+func (b *Backend) quantProduct(d *Tensor, qa quantActs, ws *Tensor, j0, j1 int) {
+	in, row := qa.in, qa.rowBytes
+	b.forParts(qa.n, in, j1-j0, func(r0, r1, c0, c1 int) {
+		pack := scratchOf[byte](b.bufs, qPackBytes)
+		qMatMul(b.quantISA, r1-r0, c1-c0, in, qa.q[r0*row:], qa.d[r0*in/32:], ws, j0+c0, d.data[r0*d.stride+c0:], d.stride, pack)
+		putOf(b.bufs, pack)
 	})
 }
 

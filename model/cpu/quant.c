@@ -335,9 +335,9 @@ TARGET_AVX2 static inline __attribute__((always_inline)) void mm8(const int MR, 
 // memory once per 64 rows of w rather than once per 8.
 #define QPACK_GROUPS 8
 TARGET_AVX2 static void qmatmul_avx2(int wt, int m, int n, int k, const int16_t *xq, const float *xd, const uint8_t *w,
-	long wstride, float *c, long ldc) {
-	static _Thread_local _Alignas(32) int16_t v[QPACK_GROUPS][QPACK_BLOCKS * 256];
-	static _Thread_local _Alignas(32) float sc[QPACK_GROUPS][QPACK_BLOCKS * 8];
+	long wstride, float *c, long ldc, uint8_t *pack) {
+	int16_t(*v)[QPACK_BLOCKS * 256] = (int16_t(*)[QPACK_BLOCKS * 256])pack;
+	float(*sc)[QPACK_BLOCKS * 8] = (float(*)[QPACK_BLOCKS * 8])(pack + sizeof(int16_t) * QPACK_GROUPS * QPACK_BLOCKS * 256);
 	long nb = k / 32;
 	for (int j0 = 0; j0 < n; j0 += 8 * QPACK_GROUPS) {
 		int ng = (n - j0 + 7) / 8 < QPACK_GROUPS ? (n - j0 + 7) / 8 : QPACK_GROUPS;
@@ -467,10 +467,10 @@ TARGET_AVX512VNNI static inline __attribute__((always_inline)) void mm16(const i
 // a time and runs every 4 rows of x (4 KB per 1,024 values, in L1) against
 // the whole pack, two groups (32 outputs) at a time.
 TARGET_AVX512VNNI static void qmatmul_avx512vnni(int wt, int m, int n, int k, const uint8_t *xq, const float *xd,
-	const uint8_t *w, long wstride, float *c, long ldc) {
-	static _Thread_local _Alignas(64) int32_t v[ZPACK_GROUPS * ZPACK_INTS];
-	static _Thread_local _Alignas(64) float sc[ZPACK_GROUPS * ZPACK_BLOCKS * 16];
-	static _Thread_local _Alignas(64) int32_t off[ZPACK_GROUPS * ZPACK_BLOCKS * 16];
+	const uint8_t *w, long wstride, float *c, long ldc, uint8_t *pack) {
+	int32_t *v = (int32_t *)pack;
+	float *sc = (float *)(v + ZPACK_GROUPS * ZPACK_INTS);
+	int32_t *off = (int32_t *)(sc + ZPACK_GROUPS * ZPACK_BLOCKS * 16);
 	long nb = k / 32;
 	for (int j0 = 0; j0 < n; j0 += 16 * ZPACK_GROUPS) {
 		int ng = (n - j0 + 15) / 16 < ZPACK_GROUPS ? (n - j0 + 15) / 16 : ZPACK_GROUPS;
@@ -553,13 +553,18 @@ void dlmc_quantize_act(int isa, void *q, float *d, const float *x, long rows, lo
 	quantize_act_generic(act_form(isa), q, d, x, rows, cols, ldx);
 }
 
+// The packs are the caller's scratch, not _Thread_local arrays: those
+// sat in every thread's static TLS (216 KB, cleared as each thread
+// starts), the Go runtime's and the libraries' threads too — 2–3 MB of a
+// process's memory for the two or three threads that run products.
 void dlmc_qmatmul(int isa, int wt, int m, int n, int k, const void *xq, const float *xd, const uint8_t *w,
-	long wstride, float *c, long ldc) {
+	long wstride, float *c, long ldc, void *pack) {
+	uint8_t *p = (uint8_t *)(((uintptr_t)pack + 63) & ~(uintptr_t)63);
 	switch (isa) {
 #if defined(__x86_64__)
-	case DLMC_ISA_AVX2: qmatmul_avx2(wt, m, n, k, xq, xd, w, wstride, c, ldc); return;
+	case DLMC_ISA_AVX2: qmatmul_avx2(wt, m, n, k, xq, xd, w, wstride, c, ldc, p); return;
 	case DLMC_ISA_AVXVNNI: qmatmul_avxvnni(wt, m, n, k, xq, xd, w, wstride, c, ldc); return;
-	case DLMC_ISA_AVX512VNNI: qmatmul_avx512vnni(wt, m, n, k, xq, xd, w, wstride, c, ldc); return;
+	case DLMC_ISA_AVX512VNNI: qmatmul_avx512vnni(wt, m, n, k, xq, xd, w, wstride, c, ldc, p); return;
 #endif
 	default: qmatmul_generic(wt, m, n, k, xq, xd, w, wstride, c, ldc);
 	}

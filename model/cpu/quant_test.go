@@ -252,7 +252,7 @@ func TestQuantProductsInt8Exact(t *testing.T) {
 			qg, dg := make([]byte, n*in), make([]float32, n*in/32)
 			quantizeAct(isaGeneric, qg, dg, x, n, in, in)
 			want := make([]float32, n*out)
-			qMatMul(isaGeneric, n, out, in, qg, dg, w, 0, want, out)
+			qMatMul(isaGeneric, n, out, in, qg, dg, w, 0, want, out, make([]byte, qPackBytes))
 			for isa := isaAVX2; isa <= quantISA; isa++ {
 				if !quantISASupported(isa) {
 					continue // logged by TestQuantWeight
@@ -263,7 +263,7 @@ func TestQuantProductsInt8Exact(t *testing.T) {
 					t.Fatalf("%s %v isa %d: quantized activations differ from the C quantizer's", typ, sh, isa)
 				}
 				got := make([]float32, n*out)
-				qMatMul(isa, n, out, in, q, d, w, 0, got, out)
+				qMatMul(isa, n, out, in, q, d, w, 0, got, out, make([]byte, qPackBytes+1)[1:]) // unaligned: the kernel aligns it
 				for i := range want {
 					if math.Abs(float64(got[i]-want[i])) > 1e-5*math.Abs(float64(want[i]))+1e-4 {
 						t.Fatalf("%s %v isa %d: element %d is %g, the C product's %g", typ, sh, isa, i, got[i], want[i])
