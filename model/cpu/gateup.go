@@ -36,7 +36,7 @@ func (b *Backend) GateUp(dst, x, gate, up backend.Tensor) bool {
 	case gs.q != nil && us.q != nil && b.quantISA >= 0 && !gs.qType.KQuant() && !us.qType.KQuant():
 		qa := b.quantizeActs(xs)
 		defer b.putActs(qa)
-		b.gateUpChunks(ds, gs, us, func(c, w *Tensor, j0, j1 int) { b.quantProduct(c, qa, w, j0, j1) })
+		b.gateUpChunks(ds, gs, us, func(c, w *Tensor, j0, j1 int) { b.quantProduct(c, qa, w, j0, j1, h) })
 	default:
 		return false
 	}
