@@ -98,46 +98,47 @@ func TestForwardBatchBadInput(t *testing.T) {
 	}
 }
 
-// TestLogitsTo: a forward writes its logits into Input.LogitsTo where it
-// holds them, the values it writes into storage of its own, and into
-// storage of its own where LogitsTo is too small; a batch's share one
-// buffer whatever the inputs' LogitsTo.
-func TestLogitsTo(t *testing.T) {
+// TestLogitsRelease: a forward alone on a backend.Lender lends its logits
+// from the backend's storage, and Release gives it back: the next
+// forward's logits reuse it, the same values as before; Logits is nil
+// after, and a second Release does nothing. A batch's logits are its own
+// (Release a no-op).
+func TestLogitsRelease(t *testing.T) {
 	m, g, _ := loadFixture(t, "tiny-f32")
 	ids := g.InputIDs
 	n := len(ids)
-	rows := []int32{int32(n - 2), int32(n - 1)}
-	own, err := m.Forward(Input{Tokens: ids, LogitRows: rows}, nil)
+	rows := make([]int32, n) // every row: enough values for the backend's pool
+	for i := range rows {
+		rows[i] = int32(i)
+	}
+	in := Input{Tokens: ids, LogitRows: rows}
+	first, err := m.Forward(in, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := m.Config.Embeddings()
-	for _, c := range []struct {
-		name string
-		to   []float32
-		in   bool // written in place
-	}{
-		{"room to spare", make([]float32, 2*e+5), true},
-		{"exact", make([]float32, 2*e), true},
-		{"too small", make([]float32, 2*e-1), false},
-	} {
-		out, err := m.Forward(Input{Tokens: ids, LogitRows: rows, LogitsTo: c.to}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(out.Logits) != 2*e || (&out.Logits[0] == &c.to[0]) != c.in {
-			t.Errorf("%s: %d logits, in LogitsTo %v, want %d, %v", c.name, len(out.Logits), &out.Logits[0] == &c.to[0], 2*e, c.in)
-		}
-		if !slices.Equal(out.Logits, own.Logits) {
-			t.Errorf("%s: the logits differ from the forward's own", c.name)
-		}
+	want := slices.Clone(first.Logits)
+	at := &first.Logits[0]
+	first.Release()
+	first.Release()
+	if first.Logits != nil {
+		t.Fatal("Logits kept after Release")
 	}
-	to := make([]float32, 2*e)
-	outs, err := m.ForwardBatch([]Input{{Tokens: ids, LogitRows: rows, LogitsTo: to}, {Tokens: ids, LogitRows: rows}}, nil)
+	again, err := m.Forward(in, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if &outs[0].Logits[0] == &to[0] || !slices.Equal(outs[0].Logits, own.Logits) {
-		t.Errorf("batch: first request's logits in its LogitsTo %v, equal to alone %v", &outs[0].Logits[0] == &to[0], slices.Equal(outs[0].Logits, own.Logits))
+	if &again.Logits[0] != at || !slices.Equal(again.Logits, want) {
+		t.Errorf("after Release: storage reused %v, the same logits %v", &again.Logits[0] == at, slices.Equal(again.Logits, want))
+	}
+	outs, err := m.ForwardBatch([]Input{in, in}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if &outs[0].Logits[0] == &again.Logits[0] || !slices.Equal(outs[1].Logits, want) {
+		t.Error("a batch's logits: lent storage, or other values")
+	}
+	outs[0].Release()
+	if !slices.Equal(outs[1].Logits, want) {
+		t.Error("releasing one of a batch's outputs changed another's")
 	}
 }

@@ -594,9 +594,11 @@ func (f *batch) logits() ([]*Output, error) {
 	f.ar.release(hx)
 	e := c.Embeddings()
 	var all []float32
+	var release func()
 	if h, ok := b.(backend.Hoster); ok {
-		if to := f.items[0].in.LogitsTo; f.single() && cap(to) >= hrows*e {
-			all = to[:hrows*e]
+		if l, ok := b.(backend.Lender); ok && f.single() {
+			all = l.Lend(hrows * e)
+			release = func() { l.Return(all) }
 		} else {
 			all = make([]float32, hrows*e)
 		}
@@ -615,6 +617,7 @@ func (f *batch) logits() ([]*Output, error) {
 			continue
 		}
 		it.out.Logits = all[at*e : (at+k)*e : (at+k)*e]
+		it.out.release = release // set for a forward alone only
 		it.out.FLOPs += c.HeadFLOPs(k)
 		at += k
 	}

@@ -67,12 +67,6 @@ type Input struct {
 	// computed at the last layer; with Config.ShiftLogits position p's
 	// logits come from row p-1 (row 0's from itself), which must be.
 	LogitRows []int32
-	// LogitsTo, where its capacity holds len(LogitRows)·E values, is the
-	// storage Output.Logits is written into (on a backend.Hoster, a
-	// forward alone: a batch's share one buffer); else the forward
-	// allocates it. A sampler passes the same buffer step after step, so
-	// that a step leaves no logits behind for the collector.
-	LogitsTo []float32
 }
 
 // Output is what a forward returns.
@@ -85,6 +79,22 @@ type Output struct {
 	// FLOPs counts the matrix products' floating-point operations
 	// (Config.LayerFLOPs per layer plus the head).
 	FLOPs float64
+	// release gives Logits' storage back to the backend (Release).
+	release func()
+}
+
+// Release gives the logits' storage back to the backend where it lent it
+// (a backend.Lender, a forward alone), for a later forward's temporaries:
+// a sampler's logits then take the memory the layers left free, step
+// after step, instead of fresh memory beside it. Logits must not be read
+// after; Release is optional (unreleased, the storage is collected) and
+// may be called more than once.
+func (o *Output) Release() {
+	if o.release != nil {
+		o.release()
+		o.release = nil
+	}
+	o.Logits = nil
 }
 
 // fillHidden builds dst [len(cur), d], the hidden state entering layer l for

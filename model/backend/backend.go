@@ -202,6 +202,17 @@ type RowPermuter interface {
 	PermuteRows(w Tensor, perm []int32) bool
 }
 
+// Lender is an optional Backend method pair: host memory from the
+// backend's own recycled storage, for a forward's logits (given back by
+// model.Output.Release), so that they take memory the layers'
+// temporaries left free rather than memory beside it.
+type Lender interface {
+	// Lend returns n values, contents arbitrary.
+	Lend(n int) []float32
+	// Return takes back a slice Lend returned; nobody may use it after.
+	Return(s []float32)
+}
+
 // Hoster is an optional Backend method: a [rows, cols] matrix whose
 // storage is data itself (row-major, len rows·cols), written in place by
 // the operations and the caller's after Free. The forward writes its

@@ -71,15 +71,16 @@ func TestBF16MM(t *testing.T) {
 // on bf16mm.c's kernel, its file's pages then released (AliasesRaw false),
 // and a row view does not carry the layout; marked as a table, the weight
 // drops its layout (and its count), reads the checkpoint's bytes again,
-// and still multiplies (on oneDNN's BF16 matmul, which rounds x the same
-// way).
+// and still multiplies: on oneDNN's BF16 matmul, which rounds x the same
+// way, or, built without oneDNN, on the F32 path with x as it is.
 func TestMarkTable(t *testing.T) {
 	b := New(2)
 	if !b.dotBF16 {
 		t.Skip("BF16 weights are not laid out here")
 	}
 	r := rand.New(rand.NewPCG(25, 26))
-	w := randBF16Weight(t, b, r, 100, 600)
+	hs := randBF16(r, 100*600)
+	w := bf16Weight(t, b, hs, 100, 600)
 	wt := w.(*Tensor)
 	if wt.bfl == nil || wt.AliasesRaw() || b.bf16LaidOut.Load() == 0 {
 		t.Fatalf("a BF16 weight in place: laid out %v, aliases raw %v", wt.bfl != nil, wt.AliasesRaw())
@@ -95,7 +96,15 @@ func TestMarkTable(t *testing.T) {
 		t.Fatalf("after MarkTable: layout %v, aliases raw %v, %d bytes laid out", wt.bfl != nil, wt.AliasesRaw(), b.bf16LaidOut.Load())
 	}
 	b.MatMul(after, x, w)
-	closeTo(t, "product after MarkTable", b.ToHost(after, nil), f64(b.ToHost(before, nil)), 1e-5*math.Sqrt(600), 1e-5)
+	want := f64(b.ToHost(before, nil))
+	if !b.dnnlPick().dnnlBF16 {
+		wf := make([]float32, len(hs))
+		for i, h := range hs {
+			wf[i] = float32(bf16f64(h))
+		}
+		want = refMatMul(b.ToHost(x, nil), wf, 3, 600, 100)
+	}
+	closeTo(t, "product after MarkTable", b.ToHost(after, nil), want, 1e-5*math.Sqrt(600), 1e-5)
 	// Free unmaps a layout at once.
 	w2 := randBF16Weight(t, b, r, 100, 600)
 	if b.bf16LaidOut.Load() == 0 {
@@ -211,8 +220,14 @@ func randBF16(r *rand.Rand, n int) []uint16 {
 // randBF16Weight is a [rows, cols] BF16 weight of normal draws, loaded
 // through b.Weight from bytes of its own (as a checkpoint's, in place).
 func randBF16Weight(tb testing.TB, b *Backend, r *rand.Rand, rows, cols int) backend.Tensor {
+	return bf16Weight(tb, b, randBF16(r, rows*cols), rows, cols)
+}
+
+// bf16Weight is the [rows, cols] BF16 weight of values hs, loaded through
+// b.Weight from bytes of its own.
+func bf16Weight(tb testing.TB, b *Backend, hs []uint16, rows, cols int) backend.Tensor {
 	raw := make([]byte, 2*rows*cols)
-	for i, h := range randBF16(r, rows*cols) {
+	for i, h := range hs {
 		raw[2*i], raw[2*i+1] = byte(h), byte(h>>8)
 	}
 	w, err := b.Weight(backend.BF16, rows, cols, raw)

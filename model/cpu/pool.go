@@ -173,6 +173,12 @@ func putOf[T uint8 | uint16](p *bufPool, s []T) {
 	p.put(unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(s))), cap(s)*size/4))
 }
 
+// Lend implements backend.Lender from the tensors' pool.
+func (b *Backend) Lend(n int) []float32 { return b.bufs.scratch(n) }
+
+// Return implements backend.Lender.
+func (b *Backend) Return(s []float32) { b.bufs.put(s) }
+
 // put takes back a slice that take returned; nobody may use it afterwards.
 func (p *bufPool) put(s []float32) {
 	c := cap(s)

@@ -548,12 +548,9 @@ func (m *sampler) proposeStep(s *Step, o GenOptions, mask int32, planner Planner
 	full := m.Config.FullFLOPs(fpos, s.Len, len(rows))
 	e := m.Config.Embeddings()
 	// run is one forward of tokens (the canvas, or its unconditional copy)
-	// under plan, counted in g, its logits written into *to (grown to fit).
-	run := func(tokens []int32, plan model.Plan, to *[]float32) (*model.Output, error) {
-		if cap(*to) < len(rows)*e {
-			*to = make([]float32, len(rows)*e)
-		}
-		out, err := forward(model.Input{Tokens: tokens, Positions: fpos, LogitRows: rows, LogitsTo: *to}, plan)
+	// under plan, counted in g.
+	run := func(tokens []int32, plan model.Plan) (*model.Output, error) {
+		out, err := forward(model.Input{Tokens: tokens, Positions: fpos, LogitRows: rows}, plan)
 		if err != nil {
 			return nil, err
 		}
@@ -564,20 +561,23 @@ func (m *sampler) proposeStep(s *Step, o GenOptions, mask int32, planner Planner
 		g.FLOPsFull += full
 		return out, nil
 	}
-	out, err := run(fed, plan, &m.logits)
+	out, err := run(fed, plan)
 	if err != nil {
 		return nil, err
 	}
+	// The logits' storage goes back to the backend once proposed from.
+	defer out.Release()
 	logits := out.Logits
 	if o.CFGScale > 0 {
 		un := append([]int32(nil), fed...)
 		for i := 0; i < s.PromptLen; i++ {
 			un[i] = mask
 		}
-		uo, err := run(un, nil, &m.uncond)
+		uo, err := run(un, nil)
 		if err != nil {
 			return nil, err
 		}
+		defer uo.Release()
 		w := float32(o.CFGScale + 1)
 		for i := range logits {
 			logits[i] = uo.Logits[i] + w*(logits[i]-uo.Logits[i])
