@@ -21,6 +21,40 @@ type arena struct {
 	b  backend.Backend
 	mu sync.Mutex
 	ts []backend.Tensor
+	// carved maps each tensor carve laid in one of ts to that tensor,
+	// parts counts the carved tensors of each not yet released.
+	carved map[backend.Tensor]backend.Tensor
+	parts  map[backend.Tensor]int
+}
+
+// carve returns temporaries of the given [rows, cols] shapes; on a
+// backend.Carver they are laid in one temporary, freed once each of them
+// has been released (or with the arena), else each is its own. A layer's
+// q, k and v come from here, so that the MLP's [r, hidden] product and
+// the logits, each larger than one of them but not than the three, reuse
+// their storage instead of memory beside it (l16-d2048 Q8_0 at 322 rows:
+// 2.6 MB each, g 7.0 MB, the logits 7.5 MB).
+func (a *arena) carve(shapes ...[2]int) []backend.Tensor {
+	c, ok := a.b.(backend.Carver)
+	if !ok {
+		ts := make([]backend.Tensor, len(shapes))
+		for i, s := range shapes {
+			ts[i] = a.alloc(s[0], s[1])
+		}
+		return ts
+	}
+	all := a.alloc(1, c.CarveSize(shapes...))
+	ts := c.Carve(all, shapes...)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.carved == nil {
+		a.carved, a.parts = make(map[backend.Tensor]backend.Tensor), make(map[backend.Tensor]int)
+	}
+	for _, t := range ts {
+		a.carved[t] = all
+	}
+	a.parts[all] = len(ts)
+	return ts
 }
 
 // alloc returns a [r, cols] temporary. Its contents are unspecified where
@@ -37,14 +71,22 @@ func (a *arena) alloc(r, cols int) backend.Tensor {
 
 // release frees the tensors ts of the arena now, temporaries whose last
 // reader has run, so that the layer's next allocations reuse their
-// storage; nil entries, and tensors the arena does not hold (views, a
-// plan's buffers), are skipped.
+// storage (a carved one's with the last of its kind); nil entries, and
+// tensors the arena does not hold (views, a plan's buffers), are skipped.
 func (a *arena) release(ts ...backend.Tensor) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, t := range ts {
 		if t == nil {
 			continue
+		}
+		if all, ok := a.carved[t]; ok {
+			delete(a.carved, t)
+			if a.parts[all]--; a.parts[all] > 0 {
+				continue
+			}
+			delete(a.parts, all)
+			t = all
 		}
 		if i := slices.Index(a.ts, t); i >= 0 {
 			a.ts = slices.Delete(a.ts, i, i+1)
@@ -59,7 +101,7 @@ func (a *arena) keepOnly(keep ...backend.Tensor) {
 	defer a.mu.Unlock()
 	kept := a.ts[:0]
 	for _, t := range a.ts {
-		if slices.Contains(keep, t) {
+		if slices.Contains(keep, t) || a.holds(t, keep) {
 			kept = append(kept, t)
 		} else {
 			a.b.Free(t)
@@ -67,6 +109,25 @@ func (a *arena) keepOnly(keep ...backend.Tensor) {
 	}
 	clear(a.ts[len(kept):])
 	a.ts = kept
+	for t, all := range a.carved {
+		if !slices.Contains(a.ts, all) {
+			delete(a.carved, t)
+			delete(a.parts, all)
+		}
+	}
+}
+
+// holds reports whether a tensor carved in all is among keep (a.mu held).
+func (a *arena) holds(all backend.Tensor, keep []backend.Tensor) bool {
+	if a.parts[all] == 0 {
+		return false
+	}
+	for _, t := range keep {
+		if t != nil && a.carved[t] == all {
+			return true
+		}
+	}
+	return false
 }
 
 // free frees every tensor of the arena.

@@ -56,20 +56,27 @@ func (m *Network) Fuse() bool {
 	return true
 }
 
+// carveQKV returns a layer's q [r, d], k and v [r, kv], carved from one
+// temporary where the backend can (arena.carve).
+func carveQKV(ar *arena, r, d, kv int) (q, k, v backend.Tensor) {
+	ts := ar.carve([2]int{r, d}, [2]int{r, kv}, [2]int{r, kv})
+	return ts[0], ts[1], ts[2]
+}
+
 // qkv computes the query, key and value rows of nrm [r, d]: one product
 // with fused weights (column views of its result), else three into q, k, v
 // (allocated here where nil).
-func (m *Network) qkv(blk *Block, nrm, q, k, v backend.Tensor, alloc func(int, int) backend.Tensor) (backend.Tensor, backend.Tensor, backend.Tensor) {
+func (m *Network) qkv(blk *Block, nrm, q, k, v backend.Tensor, ar *arena) (backend.Tensor, backend.Tensor, backend.Tensor) {
 	b, c := m.Backend, m.Config
 	r, d, kv := nrm.Rows(), c.DModel, c.KVDim()
 	if blk.QKV != nil {
-		all := alloc(r, d+2*kv)
+		all := ar.alloc(r, d+2*kv)
 		b.MatMul(all, nrm, blk.QKV)
 		vw := b.(backend.Viewer)
 		return vw.ViewCols(all, 0, d), vw.ViewCols(all, d, d+kv), vw.ViewCols(all, d+kv, d+2*kv)
 	}
 	if q == nil {
-		q, k, v = alloc(r, d), alloc(r, kv), alloc(r, kv)
+		q, k, v = carveQKV(ar, r, d, kv)
 	}
 	b.MatMul(q, nrm, blk.Q)
 	b.MatMul(k, nrm, blk.K)
@@ -111,7 +118,7 @@ func (m *Network) attnInput(blk *Block, x backend.Tensor, pos []int32, ar *arena
 	b, c, alloc := m.Backend, m.Config, ar.alloc
 	r, d, kv, hd, eps := x.Rows(), c.DModel, c.KVDim(), c.HeadDim(), float32(c.RMSNormEps)
 	if f, ok := b.(backend.Fuser); ok && blk.plainAttn() && c.RotaryDim == 0 {
-		q, k, v = alloc(r, d), alloc(r, kv), alloc(r, kv)
+		q, k, v = carveQKV(ar, r, d, kv)
 		if f.AttnInput(q, k, v, x, blk.AttnNorm, blk.Q, blk.K, blk.V, pos, hd, c.RopeTheta, eps) {
 			return q, k, v
 		}
@@ -120,7 +127,7 @@ func (m *Network) attnInput(blk *Block, x backend.Tensor, pos []int32, ar *arena
 	nrm := alloc(r, d)
 	b.RMSNorm(nrm, x, blk.AttnNorm, eps)
 	q0, k0, v0 := q, k, v
-	q, k, v = m.qkv(blk, nrm, q, k, v, alloc)
+	q, k, v = m.qkv(blk, nrm, q, k, v, ar)
 	ar.release(nrm)
 	if q != q0 { // fused weights: views of one product instead
 		ar.release(q0, k0, v0)

@@ -313,6 +313,18 @@ type GateUpper interface {
 	GateUp(dst, x, gate, up Tensor) bool
 }
 
+// Carver is an optional Backend method pair: dense tensors of the given
+// [rows, cols] shapes laid one after the other in the storage of t, a
+// dense temporary of at least CarveSize(shapes) values, sharing it as
+// views do (freeing t frees them; a carved tensor is never freed). The
+// model carves a layer's q, k and v out of one temporary, so that a later
+// temporary larger than each of them (the MLP's [r, hidden], the logits)
+// can reuse their storage whole.
+type Carver interface {
+	CarveSize(shapes ...[2]int) int
+	Carve(t Tensor, shapes ...[2]int) []Tensor
+}
+
 // Viewer is an optional Backend method pair: rows [lo, hi) or columns
 // [lo, hi) of t as a tensor sharing t's storage (freeing t frees it; a view
 // is never freed). Every operation must accept views. With it the model

@@ -821,6 +821,44 @@ func (b *Backend) RowView(t backend.Tensor, lo, hi int) *Tensor {
 	return v
 }
 
+// carveAlign is the alignment, in values, of each tensor Carve lays in a
+// temporary: 64 bytes, a cache line and a zmm load.
+const carveAlign = 16
+
+// CarveSize implements backend.Carver: the shapes' values, each rounded
+// up to carveAlign.
+func (b *Backend) CarveSize(shapes ...[2]int) int {
+	n := 0
+	for _, s := range shapes {
+		if s[0] < 0 || s[1] < 0 {
+			panic(fmt.Sprintf("cpu: CarveSize: negative shape %v", s))
+		}
+		n += (s[0]*s[1] + carveAlign - 1) / carveAlign * carveAlign
+	}
+	return n
+}
+
+// Carve implements backend.Carver: dense tensors on consecutive slices of
+// t's storage, each from a multiple of carveAlign values (t's own storage
+// is the pool's, page-aligned where large).
+func (b *Backend) Carve(t backend.Tensor, shapes ...[2]int) []backend.Tensor {
+	x := writableRows(t, "Carve")
+	if x.kv != nil || (x.rows > 1 && x.stride != x.cols) {
+		panic(fmt.Sprintf("cpu: Carve: %v is not a dense temporary", x))
+	}
+	if need := b.CarveSize(shapes...); x.rows*x.cols < need {
+		panic(fmt.Sprintf("cpu: Carve: %v holds %d values, %v need %d", x, x.rows*x.cols, shapes, need))
+	}
+	ts := make([]backend.Tensor, len(shapes))
+	off := 0
+	for i, s := range shapes {
+		n := s[0] * s[1]
+		ts[i] = &Tensor{rows: s[0], cols: s[1], stride: s[1], data: x.data[off : off+n : off+n]}
+		off += (n + carveAlign - 1) / carveAlign * carveAlign
+	}
+	return ts
+}
+
 // ViewRows implements backend.Viewer.
 func (b *Backend) ViewRows(t backend.Tensor, lo, hi int) backend.Tensor { return b.RowView(t, lo, hi) }
 

@@ -22,13 +22,14 @@ const (
 )
 
 // slackClasses is how many classes above its own a buffer may be taken
-// from when its class has none free: an octave (16 classes), so it is at
-// most twice as large as asked for. A generation's steps ask for fewer
-// logit rows as the canvas unmasks, each a size of its own; lent the
-// layers' free buffers, they take no memory beside them (four classes
-// kept one buffer per size: on l16-d2048's 8-step generation, 2–3 MB more
-// a step, 7 MB in all).
-const slackClasses = 16
+// from when its class has none free: two octaves (32 classes), so it is
+// at most four times as large as asked for (the smallest free one first).
+// A generation's steps ask for fewer logit rows as the canvas unmasks,
+// each a size of its own, and the head's normed rows are a fraction of
+// the layers' [r, d]; lent the layers' free buffers, they take no memory
+// beside them (on l16-d2048's 8-step generation, Q8_0: four classes kept
+// one buffer per size, 7 MB more in all; an octave 4.5 MB more than two).
+const slackClasses = 32
 
 // bufPool recycles the storage of freed tensors, by size class. A forward
 // allocates and frees the same shapes layer after layer and step after
