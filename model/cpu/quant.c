@@ -329,10 +329,58 @@ TARGET_AVX2 static inline __attribute__((always_inline)) void mm8(const int MR, 
 	}
 }
 
+// mm8x2 is mm8 on two adjacent packed groups (v, sc: the first; the
+// second follows it), c[MR × 16]: each broadcast pair of x feeds two
+// vpmaddwd. The float32 sums wait in fa (one load, FMA and store per row and group each
+// block of 256 products) to leave the registers to the 8 int32
+// accumulators; they are the same operations in the same order as mm8's,
+// so a row's result does not depend on the rows beside it.
+TARGET_AVX2 static inline __attribute__((always_inline)) void mm8x2(const int MR, long nb_, const int16_t *x, long k,
+	const float *xd, long nb, const int16_t *v, const float *sc, float *c, long ldc, int first) {
+	const int16_t *v1 = v + QPACK_BLOCKS * 256;
+	const float *sc1 = sc + QPACK_BLOCKS * 8;
+	_Alignas(32) float fa[4][16] = {{0}};
+	for (long b = 0; b < nb_; b++) {
+		__m256i a0[4], a1[4];
+		_Pragma("GCC unroll 4") for (int i = 0; i < MR; i++) a0[i] = a1[i] = _mm256_setzero_si256();
+		const __m256i *p0 = (const __m256i *)(v + b * 256), *p1 = (const __m256i *)(v1 + b * 256);
+		_Pragma("GCC unroll 4") for (int t = 0; t < 16; t++) {
+			__m256i V0 = _mm256_load_si256(p0 + t), V1 = _mm256_load_si256(p1 + t);
+			_Pragma("GCC unroll 4") for (int i = 0; i < MR; i++) {
+				int32_t pair;
+				memcpy(&pair, x + i * k + b * 32 + 2 * t, 4);
+				__m256i B = _mm256_set1_epi32(pair);
+				a0[i] = _mm256_add_epi32(a0[i], _mm256_madd_epi16(V0, B));
+				a1[i] = _mm256_add_epi32(a1[i], _mm256_madd_epi16(V1, B));
+			}
+		}
+		__m256 S0 = _mm256_load_ps(sc + b * 8), S1 = _mm256_load_ps(sc1 + b * 8);
+		_Pragma("GCC unroll 4") for (int i = 0; i < MR; i++) {
+			__m256 dx = _mm256_set1_ps(xd[i * nb + b]);
+			_mm256_store_ps(fa[i], _mm256_fmadd_ps(_mm256_cvtepi32_ps(a0[i]), _mm256_mul_ps(S0, dx), _mm256_load_ps(fa[i])));
+			_mm256_store_ps(fa[i] + 8,
+				_mm256_fmadd_ps(_mm256_cvtepi32_ps(a1[i]), _mm256_mul_ps(S1, dx), _mm256_load_ps(fa[i] + 8)));
+		}
+	}
+	_Pragma("GCC unroll 4") for (int i = 0; i < MR; i++) {
+		float *o = c + i * ldc;
+		__m256 f0 = _mm256_load_ps(fa[i]), f1 = _mm256_load_ps(fa[i] + 8);
+		if (!first) {
+			f0 = _mm256_add_ps(f0, _mm256_loadu_ps(o));
+			f1 = _mm256_add_ps(f1, _mm256_loadu_ps(o + 8));
+		}
+		_mm256_storeu_ps(o, f0);
+		_mm256_storeu_ps(o + 8, f1);
+	}
+}
+
 // qmatmul_avx2 packs QPACK_GROUPS groups of 8 rows of w (QPACK_BLOCKS
-// blocks each: 128 KB, in L2) at a time and runs every 4 rows of x (4 KB
-// per 1,024 values, in L1) against the whole pack, so that x streams from
-// memory once per 64 rows of w rather than once per 8.
+// blocks each: 128 KB, in L2) at a time and runs every 3 rows of x (6 KB
+// per 1,024 values, in L1) against the whole pack, two groups at a time
+// (mm8x2: 6 int32 accumulators, 5 loads per 6 vpmaddwd, where 4 rows by
+// one group loaded 5 per 4; 4 by 2 spills an accumulator to the stack),
+// so that x streams from memory once per 64 rows of w rather than once
+// per 8.
 #define QPACK_GROUPS 8
 TARGET_AVX2 static void qmatmul_avx2(int wt, int m, int n, int k, const int16_t *xq, const float *xd, const uint8_t *w,
 	long wstride, float *c, long ldc, uint8_t *pack) {
@@ -348,12 +396,17 @@ TARGET_AVX2 static void qmatmul_avx2(int wt, int m, int n, int k, const int16_t 
 				pack8(wt, cols, b0, nb_, w + j * wstride, wstride, v[g], sc[g]);
 			}
 			int i = 0;
-			for (; i + 4 <= m; i += 4)
-				for (int g = 0; g < ng; g++) {
+			for (; i + 3 <= m; i += 3) {
+				int g = 0;
+				for (; g + 2 <= ng && n - (j0 + 8 * g) >= 16; g += 2)
+					mm8x2(3, nb_, xq + (long)i * k + b0 * 32, k, xd + i * nb + b0, nb, v[g], sc[g],
+						c + (long)i * ldc + j0 + 8 * g, ldc, b0 == 0);
+				for (; g < ng; g++) {
 					int j = j0 + 8 * g, cols = n - j < 8 ? n - j : 8;
-					mm8(4, nb_, xq + (long)i * k + b0 * 32, k, xd + i * nb + b0, nb, v[g], sc[g], c + (long)i * ldc + j,
+					mm8(3, nb_, xq + (long)i * k + b0 * 32, k, xd + i * nb + b0, nb, v[g], sc[g], c + (long)i * ldc + j,
 						ldc, b0 == 0, cols);
 				}
+			}
 			for (; i < m; i++)
 				for (int g = 0; g < ng; g++) {
 					int j = j0 + 8 * g, cols = n - j < 8 ? n - j : 8;

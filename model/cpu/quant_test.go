@@ -229,15 +229,16 @@ func TestQuantWeight(t *testing.T) {
 // sum the same int32 block products, so they differ only in the order of
 // the float32 accumulation (within 1e-5 of Σ|x||w|); the AVX2 activation
 // quantizer and the C one agree on every value (the AVX2 product's are
-// int16). Shapes cover the tile edges (rows of x not a multiple of 4, of w
-// not a multiple of 8 or 2) and rows longer than one pack (QPACK_BLOCKS).
+// int16). Shapes cover the tile edges (rows of x not a multiple of 3 or 4,
+// of w not a multiple of 8, 16 or 2, an odd number of whole groups of 8)
+// and rows longer than one pack (QPACK_BLOCKS).
 func TestQuantProductsInt8Exact(t *testing.T) {
 	if quantISA == isaGeneric {
 		t.Skip("no AVX2+FMA+F16C: only the plain C int8 product runs here")
 	}
 	rng := rand.New(rand.NewPCG(5, 6))
 	for _, typ := range quantTypes {
-		for _, sh := range [][3]int{{1, 32, 1}, {4, 64, 2}, {6, 160, 7}, {13, 1024, 33}, {9, 4096, 11}, {5, 2048, 16}} {
+		for _, sh := range [][3]int{{1, 32, 1}, {4, 64, 2}, {6, 160, 7}, {13, 1024, 33}, {9, 4096, 11}, {5, 2048, 16}, {7, 96, 24}, {8, 1088, 136}} {
 			n, in, out := sh[0], sh[1], sh[2]
 			raw, _ := quantWeight(t, rng, typ, out, in)
 			w := &Tensor{rows: out, cols: in, stride: in, q: raw, qStride: len(raw) / out, qType: typ}
