@@ -19,11 +19,14 @@
 #     figure compared is the time of one step, a forward over SEQ rows,
 #     not of an answer), recording per step, peak RSS, the processor and
 #     the ISA cap;
-#   - writes OUT/runs.jsonl, OUT/summary.json and OUT/summary.md (medians,
-#     dlmcache's speed-up per file).
+#   - writes OUT/runs.jsonl (each run's answer too), OUT/summary.json and
+#     OUT/summary.md (medians, dlmcache's speed-up per file, and how much of
+#     each program's F32 answer its answer on the file keeps).
 # Greedy on both sides: llama.cpp's CLI at --temp 0 still filters top-k 40
-# and top-p 0.95 before its argmax; that costs the same per step and is why
-# answers are not compared here.
+# and top-p 0.95 before its argmax; that costs the same per step, leaves
+# the argmax as it is, and is why the programs' answers are not compared
+# with each other: each program's answer on a file is compared with its own
+# on the F32 file (text, llama.cpp's CLI prints no token ids).
 # Never part of make test or CI. SHAPES (default "llada-tiny l16-d2048"),
 # FORMATS (default "f32 f16 bf16 q8_0 q4_0"), ROUNDS (3), THREADS (nproc),
 # SEQ (256), STEPS_PER_BLOCK (1), BENCH_LLAMACPP_OUT (bench-out/llamacpp).
@@ -70,7 +73,18 @@ run_llama_once() {
 		tail -n 5 <<<"$log" >&2
 		return 1
 	fi
-	echo "\"step_s\": $(awk "BEGIN{print $ms/1000}"), \"rss_bytes\": $((rss * 1024))"
+	# Its answer: the text printed between the timing line and time's,
+	# less the log line's prefix (a timestamp and level) where it has one.
+	local answer
+	answer=$(python3 -c '
+import json, re, sys
+lines = sys.stdin.buffer.read().decode("utf-8", "replace").split("\n")
+start = max(i for i, l in enumerate(lines) if "time per step:" in l) + 1
+end = max(i for i, l in enumerate(lines) if l.startswith("maxrss_kb "))
+text = re.sub(r"^\s*\d+\.\d+\.\d+\.\d+ [A-Z] ?", "", "\n".join(lines[start:end]))
+print(json.dumps(text.strip()))
+' <<<"$log")
+	echo "\"step_s\": $(awk "BEGIN{print $ms/1000}"), \"rss_bytes\": $((rss * 1024)), \"answer\": $answer"
 }
 run_dlm() { # file prompt-tokens → JSON fields
 	local gen=$((SEQ - $2)) out
@@ -85,7 +99,7 @@ import json, re, sys
 text = sys.stdin.read()
 d = json.loads(text[text.index("{"):text.rindex("}") + 1])
 rss = int(re.findall(r"^maxrss_kb (\d+)$", text, re.M)[-1])
-print("\"step_s\": %g, \"rss_bytes\": %d, \"prompt_tokens\": %d, \"step_flops\": %g" % (d["seconds"] / d["nfe"], rss * 1024, d["prompt_tokens"], d["flops"] / d["nfe"]))
+print("\"step_s\": %g, \"rss_bytes\": %d, \"prompt_tokens\": %d, \"step_flops\": %g, \"answer\": %s" % (d["seconds"] / d["nfe"], rss * 1024, d["prompt_tokens"], d["flops"] / d["nfe"], json.dumps(d["answer"].strip())))
 ' <<<"$out"
 }
 
@@ -118,9 +132,9 @@ for shape in $SHAPES; do
 	done
 done
 
-python3 - "$runs" "$OUT" "$cpu" "$ISA" "$THREADS" "$SEQ" "$STEPS" "$peaks" <<'EOF'
+python3 - "$runs" "$OUT" "$cpu" "$ISA" "$THREADS" "$SEQ" "$STEPS" "$peaks" "$BLAS" <<'EOF'
 import json, statistics, sys
-runs, out, cpu, isa, threads, seq, steps, peakwords = sys.argv[1:]
+runs, out, cpu, isa, threads, seq, steps, peakwords, blas = sys.argv[1:]
 peaks = {k: float(v) for k, v in (w.split("=") for w in peakwords.split())}
 # The peak a format is judged by: its products' instructions (int8 dot
 # products for the quantized files, BF16 dot products for BF16 where the
@@ -133,9 +147,23 @@ rows = [json.loads(l) for l in open(runs)]
 cells = {}
 for r in rows:
     cells.setdefault((r["shape"], r["format"]), {}).setdefault(r["program"], []).append(r)
-summary = {"processor": cpu, "isa": isa, "threads": int(threads), "seq": int(seq), "steps": int(steps), "peaks": peaks, "files": []}
-md = ["| shape | file | llama.cpp s/step | dlmcache s/step | dlmcache speed-up | llama.cpp ÷ peak | dlmcache ÷ peak | llama.cpp RSS | dlmcache RSS |",
-      "|---|---|---|---|---|---|---|---|---|"]
+summary = {"processor": cpu, "isa": isa, "blas": blas, "threads": int(threads), "seq": int(seq), "steps": int(steps), "peaks": peaks, "files": []}
+md = ["| shape | file | llama.cpp s/step | dlmcache s/step | dlmcache speed-up | llama.cpp ÷ peak | dlmcache ÷ peak | llama.cpp RSS | dlmcache RSS | llama.cpp ≡ F32 | dlmcache ≡ F32 |",
+      "|---|---|---|---|---|---|---|---|---|---|---|"]
+# How much of each program's answer on the shape's F32 file its answer on
+# this file keeps: the characters of the longest matching blocks (difflib,
+# no junk heuristic) over the F32 answer's length. Both programs' answers
+# are text (llama.cpp's CLI prints no token ids), compared the same way.
+import difflib
+def agreement(shape, fmt, prog):
+    ref = cells.get((shape, "f32"), {}).get(prog)
+    if not ref or fmt == "f32":
+        return None
+    a, b = ref[0]["answer"], cells[(shape, fmt)][prog][0]["answer"]
+    if not a:
+        return None
+    m = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    return sum(x.size for x in m.get_matching_blocks()) / len(a)
 for (shape, fmt), progs in cells.items():
     med = lambda p, k: statistics.median(x[k] for x in progs[p])
     l, d = med("llama", "step_s"), med("dlmcache", "step_s")
@@ -147,10 +175,13 @@ for (shape, fmt), progs in cells.items():
     lf, df = (flops / l / 1e9 / pv, flops / d / 1e9 / pv) if pv else (None, None)
     summary["files"].append({"shape": shape, "format": fmt, "rounds": len(progs["llama"]),
         "llamacpp_step_s": l, "dlmcache_step_s": d, "speedup": l / d, "llamacpp_rss_bytes": lr, "dlmcache_rss_bytes": dr,
-        "step_flops": flops, "peak": pk, "llamacpp_frac_peak": lf, "dlmcache_frac_peak": df})
+        "step_flops": flops, "peak": pk, "llamacpp_frac_peak": lf, "dlmcache_frac_peak": df,
+        "llamacpp_agree_f32": agreement(shape, fmt, "llama"), "dlmcache_agree_f32": agreement(shape, fmt, "dlmcache"),
+        "answers_repeat": all(len({x["answer"] for x in progs[p]}) == 1 for p in progs)})
     frac = lambda f: "n/a" if f is None else f"{f:.2f} ({pk})"
-    md.append(f"| {shape} | {fmt.upper()} | {l:.4g} | {d:.4g} | **{l / d:.2f}×** | {frac(lf)} | {frac(df)} | {lr / 1e9:.2f} GB | {dr / 1e9:.2f} GB |")
-head = f"{cpu}, kernels {isa}, {threads} threads, {seq} slots a step (prompt included), {steps} steps a run, medians of {max(len(p['llama']) for p in cells.values())} alternating rounds; peaks (GFLOP/s, int8 GOP/s): {', '.join(f'{k} {v:.0f}' for k, v in peaks.items())}; ÷ peak: dlmcache's FLOPs of the step (the same forward in both) a second over the peak of the format's instructions.\n\n"
+    agree = lambda p: "–" if agreement(shape, fmt, p) is None else f"{agreement(shape, fmt, p):.2f}"
+    md.append(f"| {shape} | {fmt.upper()} | {l:.4g} | {d:.4g} | **{l / d:.2f}×** | {frac(lf)} | {frac(df)} | {lr / 1e9:.2f} GB | {dr / 1e9:.2f} GB | {agree('llama')} | {agree('dlmcache')} |")
+head = f"{cpu}, kernels {isa} (OpenBLAS kernel: {blas.rsplit('(kernel ', 1)[-1].rstrip(')')}), {threads} threads, {seq} slots a step (prompt included), {steps} steps a run, medians of {max(len(p['llama']) for p in cells.values())} alternating rounds; peaks (GFLOP/s, int8 GOP/s): {', '.join(f'{k} {v:.0f}' for k, v in peaks.items())}; ÷ peak: dlmcache's FLOPs of the step (the same forward in both) a second over the peak of the format's instructions; ≡ F32: the share of the program's greedy answer on the F32 file that its answer on this file keeps (characters in matching blocks, difflib), each program against itself, at these settings ({steps} steps for the whole answer).\n\n"
 open(f"{out}/summary.json.tmp", "w").write(json.dumps(summary, indent=1) + "\n")
 open(f"{out}/summary.md.tmp", "w").write(head + "\n".join(md) + "\n")
 import os

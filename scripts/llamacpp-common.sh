@@ -38,6 +38,16 @@ if [ -z "$DLM" ]; then
 	DLM=$OUT/dlmcache
 fi
 
+# Under the AVX2 cap OpenBLAS's kernels are capped too, to Haswell's (where
+# OPENBLAS_CORETYPE is not set already): the cap stands for an AVX2-only
+# processor, where OpenBLAS picks those, and DLMCACHE_CPU_ISA cannot reach
+# a library that chose its kernel when it was loaded. BLAS names the one
+# dlmcache runs.
+if [ "$ISA" = avx2 ] && [ -z "${OPENBLAS_CORETYPE:-}" ]; then
+	export OPENBLAS_CORETYPE=Haswell
+fi
+BLAS=$("$DLM" version | sed -n 's/^blas *//p')
+
 # The files: F32 from dlmcache convert, the rest from llama-quantize.
 gguf() { # shape format → path
 	local shape=$1 fmt=$2 f32=$BENCH_DIR/$1-f32.gguf
