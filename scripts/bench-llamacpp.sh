@@ -26,7 +26,7 @@
 # and top-p 0.95 before its argmax; that costs the same per step, leaves
 # the argmax as it is, and is why the programs' answers are not compared
 # with each other: each program's answer on a file is compared with its own
-# on the F32 file (text, llama.cpp's CLI prints no token ids).
+# on the F32 file (bytes: llama.cpp's CLI prints no token ids).
 # Never part of make test or CI. SHAPES (default "llada-tiny l16-d2048"),
 # FORMATS (default "f32 f16 bf16 q8_0 q4_0"), ROUNDS (3), THREADS (nproc),
 # SEQ (256), STEPS_PER_BLOCK (1), BENCH_LLAMACPP_OUT (bench-out/llamacpp).
@@ -73,17 +73,18 @@ run_llama_once() {
 		tail -n 5 <<<"$log" >&2
 		return 1
 	fi
-	# Its answer: the text printed between the timing line and time's,
-	# less the log line's prefix (a timestamp and level) where it has one.
+	# Its answer: the bytes printed between the timing line and time's,
+	# less the log line's prefix (a timestamp and level) where it has one;
+	# as text (bytes that are not UTF-8 read as U+FFFD) and as base64.
 	local answer
 	answer=$(python3 -c '
-import json, re, sys
-lines = sys.stdin.buffer.read().decode("utf-8", "replace").split("\n")
-start = max(i for i, l in enumerate(lines) if "time per step:" in l) + 1
-end = max(i for i, l in enumerate(lines) if l.startswith("maxrss_kb "))
-text = re.sub(r"^\s*\d+\.\d+\.\d+\.\d+ [A-Z] ?", "", "\n".join(lines[start:end]))
-print(json.dumps(text.strip()))
-' <<<"$log")
+import base64, json, re, sys
+lines = sys.stdin.buffer.read().split(b"\n")
+start = max(i for i, l in enumerate(lines) if b"time per step:" in l) + 1
+end = max(i for i, l in enumerate(lines) if l.startswith(b"maxrss_kb "))
+raw = re.sub(rb"^\s*\d+\.\d+\.\d+\.\d+ [A-Z] ?", b"", b"\n".join(lines[start:end])).strip()
+print("%s, \"answer_bytes\": \"%s\"" % (json.dumps(raw.decode("utf-8", "replace")), base64.b64encode(raw).decode()))
+' < <(printf "%s" "$log"))
 	echo "\"step_s\": $(awk "BEGIN{print $ms/1000}"), \"rss_bytes\": $((rss * 1024)), \"answer\": $answer"
 }
 run_dlm() { # file prompt-tokens → JSON fields
@@ -95,11 +96,13 @@ run_dlm() { # file prompt-tokens → JSON fields
 		return 1
 	}
 	python3 -c '
-import json, re, sys
+import base64, json, re, sys
 text = sys.stdin.read()
 d = json.loads(text[text.index("{"):text.rindex("}") + 1])
 rss = int(re.findall(r"^maxrss_kb (\d+)$", text, re.M)[-1])
-print("\"step_s\": %g, \"rss_bytes\": %d, \"prompt_tokens\": %d, \"step_flops\": %g, \"answer\": %s" % (d["seconds"] / d["nfe"], rss * 1024, d["prompt_tokens"], d["flops"] / d["nfe"], json.dumps(d["answer"].strip())))
+raw = base64.b64decode(d["answer_bytes"]).strip()
+print("\"step_s\": %g, \"rss_bytes\": %d, \"prompt_tokens\": %d, \"step_flops\": %g, \"answer\": %s, \"answer_bytes\": \"%s\", \"answer_token_ids\": %s" % (
+    d["seconds"] / d["nfe"], rss * 1024, d["prompt_tokens"], d["flops"] / d["nfe"], json.dumps(d["answer"].strip()), base64.b64encode(raw).decode(), json.dumps(d["answer_token_ids"])))
 ' <<<"$out"
 }
 
@@ -151,19 +154,32 @@ summary = {"processor": cpu, "isa": isa, "blas": blas, "threads": int(threads), 
 md = ["| shape | file | llama.cpp s/step | dlmcache s/step | dlmcache speed-up | llama.cpp ÷ peak | dlmcache ÷ peak | llama.cpp RSS | dlmcache RSS | llama.cpp ≡ F32 | dlmcache ≡ F32 |",
       "|---|---|---|---|---|---|---|---|---|---|---|"]
 # How much of each program's answer on the shape's F32 file its answer on
-# this file keeps: the characters of the longest matching blocks (difflib,
-# no junk heuristic) over the F32 answer's length. Both programs' answers
-# are text (llama.cpp's CLI prints no token ids), compared the same way.
-import difflib
-def agreement(shape, fmt, prog):
+# this file keeps: the bytes of the matching blocks (difflib, no junk
+# heuristic) of the two answers' bytes, over the F32 answer's bytes. Bytes,
+# not text: a byte-level tokenizer's answer (l16-d2048's) is mostly bytes
+# that are not UTF-8, all one character (U+FFFD) as text; bytes on both
+# sides because llama.cpp's CLI prints no token ids (dlmcache's token
+# agreement is in summary.json too).
+import base64, difflib
+def agreement(shape, fmt, prog, key="answer_bytes"):
+    """(matched, F32 answer's length), or None for the F32 file."""
     ref = cells.get((shape, "f32"), {}).get(prog)
     if not ref or fmt == "f32":
         return None
-    a, b = ref[0]["answer"], cells[(shape, fmt)][prog][0]["answer"]
-    if not a:
-        return None
+    a, b = ref[0][key], cells[(shape, fmt)][prog][0][key]
+    if key == "answer_bytes":
+        a, b = base64.b64decode(a), base64.b64decode(b)
+    else:  # token ids, less the end-of-text padding after the answer
+        a, b = trim(a), trim(b)
     m = difflib.SequenceMatcher(None, a, b, autojunk=False)
-    return sum(x.size for x in m.get_matching_blocks()) / len(a)
+    return sum(x.size for x in m.get_matching_blocks()), len(a)
+def trim(ids):
+    n = len(ids)
+    while n > 1 and ids[n - 1] == ids[-1]:
+        n -= 1
+    return ids[:n]
+def share(a):
+    return None if a is None or a[1] == 0 else a[0] / a[1]
 for (shape, fmt), progs in cells.items():
     med = lambda p, k: statistics.median(x[k] for x in progs[p])
     l, d = med("llama", "step_s"), med("dlmcache", "step_s")
@@ -176,12 +192,14 @@ for (shape, fmt), progs in cells.items():
     summary["files"].append({"shape": shape, "format": fmt, "rounds": len(progs["llama"]),
         "llamacpp_step_s": l, "dlmcache_step_s": d, "speedup": l / d, "llamacpp_rss_bytes": lr, "dlmcache_rss_bytes": dr,
         "step_flops": flops, "peak": pk, "llamacpp_frac_peak": lf, "dlmcache_frac_peak": df,
-        "llamacpp_agree_f32": agreement(shape, fmt, "llama"), "dlmcache_agree_f32": agreement(shape, fmt, "dlmcache"),
+        "llamacpp_agree_f32": share(agreement(shape, fmt, "llama")), "dlmcache_agree_f32": share(agreement(shape, fmt, "dlmcache")),
+        "llamacpp_agree_f32_bytes": agreement(shape, fmt, "llama"), "dlmcache_agree_f32_bytes": agreement(shape, fmt, "dlmcache"),
+        "dlmcache_agree_f32_tokens": agreement(shape, fmt, "dlmcache", "answer_token_ids"),
         "answers_repeat": all(len({x["answer"] for x in progs[p]}) == 1 for p in progs)})
     frac = lambda f: "n/a" if f is None else f"{f:.2f} ({pk})"
-    agree = lambda p: "–" if agreement(shape, fmt, p) is None else f"{agreement(shape, fmt, p):.2f}"
+    agree = lambda p: "–" if agreement(shape, fmt, p) is None else "%d/%d" % agreement(shape, fmt, p)
     md.append(f"| {shape} | {fmt.upper()} | {l:.4g} | {d:.4g} | **{l / d:.2f}×** | {frac(lf)} | {frac(df)} | {lr / 1e9:.2f} GB | {dr / 1e9:.2f} GB | {agree('llama')} | {agree('dlmcache')} |")
-head = f"{cpu}, kernels {isa} (OpenBLAS kernel: {blas.rsplit('(kernel ', 1)[-1].rstrip(')')}), {threads} threads, {seq} slots a step (prompt included), {steps} steps a run, medians of {max(len(p['llama']) for p in cells.values())} alternating rounds; peaks (GFLOP/s, int8 GOP/s): {', '.join(f'{k} {v:.0f}' for k, v in peaks.items())}; ÷ peak: dlmcache's FLOPs of the step (the same forward in both) a second over the peak of the format's instructions; ≡ F32: the share of the program's greedy answer on the F32 file that its answer on this file keeps (characters in matching blocks, difflib), each program against itself, at these settings ({steps} steps for the whole answer).\n\n"
+head = f"{cpu}, kernels {isa} (OpenBLAS kernel: {blas.rsplit('(kernel ', 1)[-1].rstrip(')')}), {threads} threads, {seq} slots a step (prompt included), {steps} steps a run, medians of {max(len(p['llama']) for p in cells.values())} alternating rounds; peaks (GFLOP/s, int8 GOP/s): {', '.join(f'{k} {v:.0f}' for k, v in peaks.items())}; ÷ peak: dlmcache's FLOPs of the step (the same forward in both) a second over the peak of the format's instructions; ≡ F32: the bytes of the program's greedy answer on the F32 file that its answer on this file keeps (difflib's matching blocks) / the F32 answer's bytes, each program against itself, at these settings ({steps} steps for the whole answer; special tokens are in dlmcache's answers, not in llama.cpp's).\n\n"
 open(f"{out}/summary.json.tmp", "w").write(json.dumps(summary, indent=1) + "\n")
 open(f"{out}/summary.md.tmp", "w").write(head + "\n".join(md) + "\n")
 import os

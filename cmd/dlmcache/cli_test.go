@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // runIn executes the command line with stdin as its input and returns
@@ -166,9 +167,22 @@ func TestGenerateAutoregressive(t *testing.T) {
 		PromptTokens   int     `json:"prompt_tokens"`
 		AnswerTokenIDs []int   `json:"answer_token_ids"`
 		FLOPs          float64 `json:"flops"`
+		Answer         string  `json:"answer"`
+		AnswerBytes    []byte  `json:"answer_bytes"`
 	}
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("%v: %s", err, out)
+	}
+	// answer_bytes: the answer's bytes, which "answer" holds as JSON text
+	// (each byte that is not UTF-8 one U+FFFD).
+	var text strings.Builder
+	for b := r.AnswerBytes; len(b) > 0; {
+		c, n := utf8.DecodeRune(b)
+		text.WriteRune(c)
+		b = b[n:]
+	}
+	if len(r.AnswerBytes) == 0 || text.String() != r.Answer {
+		t.Errorf("answer_bytes %q, answer %q: want the answer's bytes", r.AnswerBytes, r.Answer)
 	}
 	if !(r.FLOPs > 0) {
 		t.Errorf("flops %v: want the counted FLOPs", r.FLOPs)

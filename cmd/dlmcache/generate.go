@@ -129,6 +129,10 @@ func (opts *generateOptions) run(ctx context.Context) error {
 		"flops":            g.FLOPs,
 		"flops_full":       g.FLOPsFull,
 		"answer_token_ids": g.Answer,
+		// The answer's bytes as they are (base64): "answer" is JSON text,
+		// where bytes that are not UTF-8 (a byte-level tokenizer's pieces)
+		// read as U+FFFD.
+		"answer_bytes": []byte(answer),
 	}
 	if guide != nil {
 		// nfe and steps are the diffusion model's; the guide's own here.
