@@ -151,15 +151,17 @@ cells = {}
 for r in rows:
     cells.setdefault((r["shape"], r["format"]), {}).setdefault(r["program"], []).append(r)
 summary = {"processor": cpu, "isa": isa, "blas": blas, "threads": int(threads), "seq": int(seq), "steps": int(steps), "peaks": peaks, "files": []}
-md = ["| shape | file | llama.cpp s/step | dlmcache s/step | dlmcache speed-up | llama.cpp ÷ peak | dlmcache ÷ peak | llama.cpp RSS | dlmcache RSS | llama.cpp ≡ F32 | dlmcache ≡ F32 |",
+md = ["| shape | file | llama.cpp s/step | dlmcache s/step | dlmcache speed-up | llama.cpp ÷ peak | dlmcache ÷ peak | llama.cpp RSS | dlmcache RSS | llama.cpp ≡ F32 (bytes) | dlmcache ≡ F32 (tokens) |",
       "|---|---|---|---|---|---|---|---|---|---|---|"]
 # How much of each program's answer on the shape's F32 file its answer on
-# this file keeps: the bytes of the matching blocks (difflib, no junk
-# heuristic) of the two answers' bytes, over the F32 answer's bytes. Bytes,
-# not text: a byte-level tokenizer's answer (l16-d2048's) is mostly bytes
-# that are not UTF-8, all one character (U+FFFD) as text; bytes on both
-# sides because llama.cpp's CLI prints no token ids (dlmcache's token
-# agreement is in summary.json too).
+# this file keeps: the matching blocks (difflib, no junk heuristic) of the
+# two answers over the F32 answer's length. dlmcache's in tokens (its ids,
+# less the end-of-text padding); llama.cpp's CLI prints text, no ids, so
+# its in bytes of what it printed (bytes, not text: a byte-level
+# tokenizer's answer, l16-d2048's, is mostly bytes that are not UTF-8, all
+# one character as text; and most of l16-d2048's random vocabulary prints
+# nothing, so its few bytes say little there). summary.json has dlmcache's
+# bytes too.
 import base64, difflib
 def agreement(shape, fmt, prog, key="answer_bytes"):
     """(matched, F32 answer's length), or None for the F32 file."""
@@ -192,14 +194,14 @@ for (shape, fmt), progs in cells.items():
     summary["files"].append({"shape": shape, "format": fmt, "rounds": len(progs["llama"]),
         "llamacpp_step_s": l, "dlmcache_step_s": d, "speedup": l / d, "llamacpp_rss_bytes": lr, "dlmcache_rss_bytes": dr,
         "step_flops": flops, "peak": pk, "llamacpp_frac_peak": lf, "dlmcache_frac_peak": df,
-        "llamacpp_agree_f32": share(agreement(shape, fmt, "llama")), "dlmcache_agree_f32": share(agreement(shape, fmt, "dlmcache")),
+        "llamacpp_agree_f32": share(agreement(shape, fmt, "llama")), "dlmcache_agree_f32": share(agreement(shape, fmt, "dlmcache", "answer_token_ids")),
         "llamacpp_agree_f32_bytes": agreement(shape, fmt, "llama"), "dlmcache_agree_f32_bytes": agreement(shape, fmt, "dlmcache"),
         "dlmcache_agree_f32_tokens": agreement(shape, fmt, "dlmcache", "answer_token_ids"),
         "answers_repeat": all(len({x["answer"] for x in progs[p]}) == 1 for p in progs)})
     frac = lambda f: "n/a" if f is None else f"{f:.2f} ({pk})"
-    agree = lambda p: "–" if agreement(shape, fmt, p) is None else "%d/%d" % agreement(shape, fmt, p)
-    md.append(f"| {shape} | {fmt.upper()} | {l:.4g} | {d:.4g} | **{l / d:.2f}×** | {frac(lf)} | {frac(df)} | {lr / 1e9:.2f} GB | {dr / 1e9:.2f} GB | {agree('llama')} | {agree('dlmcache')} |")
-head = f"{cpu}, kernels {isa} (OpenBLAS kernel: {blas.rsplit('(kernel ', 1)[-1].rstrip(')')}), {threads} threads, {seq} slots a step (prompt included), {steps} steps a run, medians of {max(len(p['llama']) for p in cells.values())} alternating rounds; peaks (GFLOP/s, int8 GOP/s): {', '.join(f'{k} {v:.0f}' for k, v in peaks.items())}; ÷ peak: dlmcache's FLOPs of the step (the same forward in both) a second over the peak of the format's instructions; ≡ F32: the bytes of the program's greedy answer on the F32 file that its answer on this file keeps (difflib's matching blocks) / the F32 answer's bytes, each program against itself, at these settings ({steps} steps for the whole answer; special tokens are in dlmcache's answers, not in llama.cpp's).\n\n"
+    agree = lambda p, key="answer_bytes": "–" if agreement(shape, fmt, p, key) is None else "%d/%d" % agreement(shape, fmt, p, key)
+    md.append(f"| {shape} | {fmt.upper()} | {l:.4g} | {d:.4g} | **{l / d:.2f}×** | {frac(lf)} | {frac(df)} | {lr / 1e9:.2f} GB | {dr / 1e9:.2f} GB | {agree('llama')} | {agree('dlmcache', 'answer_token_ids')} |")
+head = f"{cpu}, kernels {isa} (OpenBLAS kernel: {blas.rsplit('(kernel ', 1)[-1].rstrip(')')}), {threads} threads, {seq} slots a step (prompt included), {steps} steps a run, medians of {max(len(p['llama']) for p in cells.values())} alternating rounds; peaks (GFLOP/s, int8 GOP/s): {', '.join(f'{k} {v:.0f}' for k, v in peaks.items())}; ÷ peak: dlmcache's FLOPs of the step (the same forward in both) a second over the peak of the format's instructions; ≡ F32: how much of the program's greedy answer on the F32 file its answer on this file keeps (difflib's matching blocks / the F32 answer's length), each program against itself, at these settings ({steps} steps for the whole answer): llama.cpp's in bytes of the text it printed (its CLI prints no token ids), dlmcache's in tokens.\n\n"
 open(f"{out}/summary.json.tmp", "w").write(json.dumps(summary, indent=1) + "\n")
 open(f"{out}/summary.md.tmp", "w").write(head + "\n".join(md) + "\n")
 import os
