@@ -191,16 +191,16 @@ for (shape, fmt), progs in cells.items():
     flops = statistics.median(x["step_flops"] for x in progs["dlmcache"])
     pk, pv = peak_of(fmt)
     lf, df = (flops / l / 1e9 / pv, flops / d / 1e9 / pv) if pv else (None, None)
+    la, db, dt = agreement(shape, fmt, "llama"), agreement(shape, fmt, "dlmcache"), agreement(shape, fmt, "dlmcache", "answer_token_ids")
     summary["files"].append({"shape": shape, "format": fmt, "rounds": len(progs["llama"]),
         "llamacpp_step_s": l, "dlmcache_step_s": d, "speedup": l / d, "llamacpp_rss_bytes": lr, "dlmcache_rss_bytes": dr,
         "step_flops": flops, "peak": pk, "llamacpp_frac_peak": lf, "dlmcache_frac_peak": df,
-        "llamacpp_agree_f32": share(agreement(shape, fmt, "llama")), "dlmcache_agree_f32": share(agreement(shape, fmt, "dlmcache", "answer_token_ids")),
-        "llamacpp_agree_f32_bytes": agreement(shape, fmt, "llama"), "dlmcache_agree_f32_bytes": agreement(shape, fmt, "dlmcache"),
-        "dlmcache_agree_f32_tokens": agreement(shape, fmt, "dlmcache", "answer_token_ids"),
+        "llamacpp_agree_f32": share(la), "dlmcache_agree_f32": share(dt),
+        "llamacpp_agree_f32_bytes": la, "dlmcache_agree_f32_bytes": db, "dlmcache_agree_f32_tokens": dt,
         "answers_repeat": all(len({x["answer"] for x in progs[p]}) == 1 for p in progs)})
     frac = lambda f: "n/a" if f is None else f"{f:.2f} ({pk})"
-    agree = lambda p, key="answer_bytes": "–" if agreement(shape, fmt, p, key) is None else "%d/%d" % agreement(shape, fmt, p, key)
-    md.append(f"| {shape} | {fmt.upper()} | {l:.4g} | {d:.4g} | **{l / d:.2f}×** | {frac(lf)} | {frac(df)} | {lr / 1e9:.2f} GB | {dr / 1e9:.2f} GB | {agree('llama')} | {agree('dlmcache', 'answer_token_ids')} |")
+    agree = lambda a: "–" if a is None else "%d/%d" % a
+    md.append(f"| {shape} | {fmt.upper()} | {l:.4g} | {d:.4g} | **{l / d:.2f}×** | {frac(lf)} | {frac(df)} | {lr / 1e9:.2f} GB | {dr / 1e9:.2f} GB | {agree(la)} | {agree(dt)} |")
 head = f"{cpu}, kernels {isa} (OpenBLAS kernel: {blas.rsplit('(kernel ', 1)[-1].rstrip(')')}), {threads} threads, {seq} slots a step (prompt included), {steps} steps a run, medians of {max(len(p['llama']) for p in cells.values())} alternating rounds; peaks (GFLOP/s, int8 GOP/s): {', '.join(f'{k} {v:.0f}' for k, v in peaks.items())}; ÷ peak: dlmcache's FLOPs of the step (the same forward in both) a second over the peak of the format's instructions; ≡ F32: how much of the program's greedy answer on the F32 file its answer on this file keeps (difflib's matching blocks / the F32 answer's length), each program against itself, at these settings ({steps} steps for the whole answer): llama.cpp's in bytes of the text it printed (its CLI prints no token ids), dlmcache's in tokens.\n\n"
 open(f"{out}/summary.json.tmp", "w").write(json.dumps(summary, indent=1) + "\n")
 open(f"{out}/summary.md.tmp", "w").write(head + "\n".join(md) + "\n")
