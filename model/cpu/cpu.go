@@ -216,8 +216,7 @@ type Options struct {
 	// see AttentionImpl.
 	Attention AttentionImpl
 	// QuantProducts picks how products with quantized weights (Q8_0,
-	// Q4_0) run ("" is QuantInt8); see QuantImpl. The K-quants always
-	// run as QuantF32 does.
+	// Q4_0, Q4_K, Q5_K, Q6_K) run ("" is QuantInt8); see QuantImpl.
 	QuantProducts QuantImpl
 }
 
@@ -234,7 +233,8 @@ const (
 	// QuantInt8 quantizes the activations per row to Q8_0 blocks (a
 	// float32 scale per 32 values) and multiplies them with the weight's
 	// blocks as integers, as llama.cpp does: AVX-VNNI or AVX512-VNNI
-	// where the CPU has them, else AVX2, else C.
+	// where the CPU has them, else AVX2, else C (the K-quants: AVX512-VNNI,
+	// else AVX2, else C).
 	QuantInt8 QuantImpl = "int8"
 	// QuantF32 keeps the activations F32: the weight is decoded a panel
 	// of rows at a time into float32 scratch, and sgemm multiplies.
@@ -246,9 +246,8 @@ func ParseQuant(s string) (QuantImpl, error) {
 	return parseChoice("quantized products", s, QuantInt8, QuantF32)
 }
 
-// QuantProducts describes how this backend multiplies by Q8_0 and Q4_0
-// weights: "int8 (AVX2)", "f32 (decoded panels, sgemm)", …; the
-// K-quants' products are always decoded panels and sgemm.
+// QuantProducts describes how this backend multiplies by quantized
+// weights: "int8 (AVX2)", "f32 (decoded panels, sgemm)", ….
 func (b *Backend) QuantProducts() string {
 	if b.quantISA < 0 {
 		return string(QuantF32) + " (decoded panels, sgemm)"
@@ -648,9 +647,9 @@ func (b *Backend) f16ToBF16(t *Tensor) {
 // WeightQuant implements backend.QuantWeighter: a [rows, cols] weight
 // kept as ggml's Q8_0, Q4_0, Q4_K, Q5_K or Q6_K blocks (raw:
 // rows·cols/typ.BlockValues() blocks, used in place; the tensor is
-// read-only). MatMul multiplies a Q8_0 or Q4_0 weight as quantProduct says
-// (Options.QuantProducts) and a K-quant by decoding a panel of rows at a
-// time into sgemm (convertedMatMul); Embed and ToHost decode the rows they
+// read-only). MatMul multiplies it as Options.QuantProducts says (int8
+// products, quantProduct; or a panel of rows at a time decoded into
+// sgemm, convertedMatMul); Embed and ToHost decode the rows they
 // read. It is never held as float32 whole, and never laid out for the
 // panel kernel or oneDNN, so products with it do not run fused
 // (backend.Fuser reports false).

@@ -8,7 +8,7 @@ import "github.com/dlmcache/dlmcache/model/backend"
 const gateUpChunk = 1024
 
 // GateUp implements backend.GateUpper for gate and up weights laid out
-// for bf16mm.c's kernel, or kept Q8_0 or Q4_0 for the int8 products: x is
+// for bf16mm.c's kernel, or kept quantized for the int8 products: x is
 // rounded to BF16 or quantized once, then gateUpChunk rows of gate at a
 // time multiply straight into dst's columns, as many of up into a
 // [r, gateUpChunk] scratch, and SiLUMul joins them. Each weight row is
@@ -33,8 +33,8 @@ func (b *Backend) GateUp(dst, x, gate, up backend.Tensor) bool {
 		xh := b.activationsBF16(xs)
 		defer putOf(b.bufs, xh)
 		b.gateUpChunks(ds, gs, us, func(c, w *Tensor, j0, j1 int) { b.bf16Product(c, xh, r, d, w, j0, j1) })
-	case gs.q != nil && us.q != nil && b.quantISA >= 0 && !gs.qType.KQuant() && !us.qType.KQuant():
-		qa := b.quantizeActs(xs)
+	case gs.q != nil && us.q != nil && b.quantISA >= 0:
+		qa := b.quantizeActs(xs, gs, us)
 		defer b.putActs(qa)
 		b.gateUpChunks(ds, gs, us, func(c, w *Tensor, j0, j1 int) { b.quantProduct(c, qa, w, j0, j1, h) })
 	default:

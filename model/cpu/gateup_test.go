@@ -3,13 +3,15 @@ package cpu
 import (
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/dlmcache/dlmcache/model/backend"
 )
 
 // TestGateUp: GateUp with BF16 weights laid out for bf16mm.c's kernel and
-// with Q8_0 and Q4_0 weights gives, bit for bit, what MatMul, MatMul and
+// with Q8_0, Q4_0 and K-quant weights (gate and up of one type, and Q4_K
+// beside Q6_K, as a Q4_K_M file mixes them) gives, bit for bit, what MatMul, MatMul and
 // SiLUMul give (a chunk of rows is the same sums as the whole product),
 // for hidden sizes of one chunk and a partial one, several, and row
 // counts around the kernels' tiles, on one thread and two; F32 weights,
@@ -21,17 +23,27 @@ func TestGateUp(t *testing.T) {
 			return randBF16Weight(t, b, r, h, d), randBF16Weight(t, b, r, h, d)
 		},
 	}
-	for _, typ := range []backend.QuantType{backend.Q8_0, backend.Q4_0} {
-		weights[typ.String()] = func(b *Backend, h, d int) (backend.Tensor, backend.Tensor) {
-			mk := func() backend.Tensor {
-				raw, _ := quantWeight(t, r, typ, h, d)
-				w, err := b.WeightQuant(typ, h, d, raw)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return w
-			}
-			return mk(), mk()
+	mk := func(b *Backend, typ backend.QuantType, h, d int) backend.Tensor {
+		var raw []byte
+		if typ.KQuant() {
+			raw, _ = kquantWeight(t, r, typ, h, d)
+		} else {
+			raw, _ = quantWeight(t, r, typ, h, d)
+		}
+		w, err := b.WeightQuant(typ, h, d, raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	for _, pair := range [][2]backend.QuantType{{backend.Q8_0, backend.Q8_0}, {backend.Q4_0, backend.Q4_0},
+		{backend.Q4_K, backend.Q4_K}, {backend.Q5_K, backend.Q5_K}, {backend.Q6_K, backend.Q6_K}, {backend.Q4_K, backend.Q6_K}} {
+		name := pair[0].String()
+		if pair[1] != pair[0] {
+			name += "+" + pair[1].String()
+		}
+		weights[name] = func(b *Backend, h, d int) (backend.Tensor, backend.Tensor) {
+			return mk(b, pair[0], h, d), mk(b, pair[1], h, d)
 		}
 	}
 	for _, threads := range []int{1, 2} {
@@ -43,7 +55,11 @@ func TestGateUp(t *testing.T) {
 			if name != "bf16" && b.quantISA < 0 {
 				continue
 			}
-			for _, s := range []struct{ n, d, h int }{{1, 544, 1100}, {7, 640, 2048}, {33, 1056, 2600}} {
+			shapes := []struct{ n, d, h int }{{1, 544, 1100}, {7, 640, 2048}, {33, 1056, 2600}}
+			if strings.Contains(name, "_K") { // rows of whole super-blocks
+				shapes = []struct{ n, d, h int }{{1, 768, 1100}, {7, 1024, 2600}}
+			}
+			for _, s := range shapes {
 				t.Run(fmt.Sprintf("t%d/%s/%dx%dx%d", threads, name, s.n, s.d, s.h), func(t *testing.T) {
 					gate, up := mk(b, s.h, s.d)
 					x := b.FromHost(s.n, s.d, randMat(r, s.n, s.d, 1))

@@ -59,28 +59,37 @@ func invariantBackends(t *testing.T) []namedBackend {
 // products of 1 to 150 rows is held to the same row multiplied alone on
 // one thread, for F32, BF16, F16, Q8_0 and Q4_0 weights of shapes where the
 // libraries pick kernels by size (OpenBLAS's small-matrix kernels below
-// 100³ multiply-adds, oneDNN below dnnlMinFlops) and past them.
+// 100³ multiply-adds, oneDNN below dnnlMinFlops) and past them, and for
+// Q4_K, Q5_K and Q6_K weights of the shapes whose rows are whole
+// super-blocks.
 func TestMatMulRowsInvariant(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
-	shapes := [][2]int{{128, 128}, {384, 128}, {64, 1024}, {128, 576}, {896, 896}, {1100, 640}}
+	shapes := [][2]int{{128, 128}, {384, 128}, {64, 1024}, {128, 576}, {896, 896}, {1100, 640}, {136, 768}}
 	rowCounts := []int{1, 2, 3, 7, 16, 40, 150}
-	kinds := []string{"F32", "BF16", "F16", "Q8_0", "Q4_0"}
+	kinds := []string{"F32", "BF16", "F16", "Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K"}
+	quants := map[string]backend.QuantType{"Q8_0": backend.Q8_0, "Q4_0": backend.Q4_0, "Q4_K": backend.Q4_K, "Q5_K": backend.Q5_K, "Q6_K": backend.Q6_K}
 	backends := invariantBackends(t)
 	for _, sh := range shapes {
 		out, in := sh[0], sh[1]
 		wf := randMat(rng, out, in, 0.05)
 		x := randMat(rng, rowCounts[len(rowCounts)-1], in, 1)
 		for _, kind := range kinds {
+			qt, quant := quants[kind]
+			if quant && qt.KQuant() && in%256 != 0 {
+				continue
+			}
 			var raw []byte
-			switch kind {
-			case "F32":
+			switch {
+			case quant && qt.KQuant():
+				raw, _ = kquantWeight(t, rng, qt, out, in)
+			case kind == "F32":
 				raw = unsafe.Slice((*byte)(unsafe.Pointer(&wf[0])), 4*len(wf))
-			case "BF16":
+			case kind == "BF16":
 				raw = safetensors.F32ToBF16(wf)
-			case "F16":
+			case kind == "F16":
 				raw = safetensors.F32ToF16(wf)
 			default:
-				raw, _ = quantWeight(t, rng, map[string]backend.QuantType{"Q8_0": backend.Q8_0, "Q4_0": backend.Q4_0}[kind], out, in)
+				raw, _ = quantWeight(t, rng, qt, out, in)
 			}
 			weight := func(b *Backend) backend.Tensor {
 				var w backend.Tensor
@@ -92,10 +101,8 @@ func TestMatMulRowsInvariant(t *testing.T) {
 					w, err = b.Weight(backend.BF16, out, in, raw)
 				case "F16":
 					w, err = b.Weight(backend.F16, out, in, raw)
-				case "Q8_0":
-					w, err = b.WeightQuant(backend.Q8_0, out, in, raw)
-				case "Q4_0":
-					w, err = b.WeightQuant(backend.Q4_0, out, in, raw)
+				default:
+					w, err = b.WeightQuant(qt, out, in, raw)
 				}
 				if err != nil {
 					t.Fatal(err)

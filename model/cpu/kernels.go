@@ -11,7 +11,12 @@ package cpu
 */
 import "C"
 
-import "unsafe"
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/dlmcache/dlmcache/model/backend"
+)
 
 // simd reports whether the AVX2+FMA kernels run on this machine.
 var simd = isaCap >= ISAAVX2 && C.dlmc_have_avx2() != 0
@@ -165,33 +170,63 @@ func actBytes(isa int) int {
 // quantizeAct quantizes rows of x (rows × cols, row stride ldx; cols a
 // multiple of 32) per block of 32 into q (rows·cols values of
 // actBytes(isa) bytes) and d (rows·cols/32 scales) for the instruction
-// set isa.
-func quantizeAct(isa int, q []byte, d []float32, x []float32, rows, cols, ldx int) {
+// set isa; with sums non-nil (rows·cols/32), each block's d·Σq into it
+// (what Q4_K's and Q5_K's minima multiply).
+func quantizeAct(isa int, q []byte, d, sums []float32, x []float32, rows, cols, ldx int) {
 	if rows == 0 {
 		return
 	}
-	if cols%32 != 0 || len(q) < rows*cols*actBytes(isa) || len(d) < rows*cols/32 || len(x) < (rows-1)*ldx+cols {
+	if cols%32 != 0 || len(q) < rows*cols*actBytes(isa) || len(d) < rows*cols/32 || len(x) < (rows-1)*ldx+cols ||
+		sums != nil && len(sums) < rows*cols/32 {
 		panic("cpu: quantizeAct: bad shape or buffers too short")
 	}
-	C.dlmc_quantize_act(C.int(isa), unsafe.Pointer(&q[0]), (*C.float)(unsafe.Pointer(&d[0])),
+	var sp *C.float
+	if sums != nil {
+		sp = (*C.float)(unsafe.Pointer(&sums[0]))
+	}
+	C.dlmc_quantize_act(C.int(isa), unsafe.Pointer(&q[0]), (*C.float)(unsafe.Pointer(&d[0])), sp,
 		(*C.float)(unsafe.Pointer(&x[0])), C.long(rows), C.long(cols), C.long(ldx))
 }
 
+// kquantISA is the instruction set a K-quant's int8 products run on where
+// isa is the machine's: AVX-VNNI's are AVX2's (only its Q8_0 and Q4_0
+// products have a tile of their own).
+func kquantISA(isa int) int {
+	if isa == isaAVXVNNI {
+		return isaAVX2
+	}
+	return isa
+}
+
+// needsSums reports whether the int8 products with a weight of type t
+// take the activations' block sums (quantizeAct's sums): Q4_K's and
+// Q5_K's minima multiply them.
+func needsSums(t backend.QuantType) bool { return t == backend.Q4_K || t == backend.Q5_K }
+
 // qMatMul computes c[m × n] (row stride ldc) = x·wᵀ for m quantized rows
-// of x (q, d from quantizeAct with the same isa, k values each) and rows
-// [j0, j0+n) of the quantized weight w, with the instruction set isa.
-// pack is scratch of qPackBytes for the kernel's packs of w.
-func qMatMul(isa int, m, n, k int, q []byte, d []float32, w *Tensor, j0 int, c []float32, ldc int, pack []byte) {
+// of x (q, d and, for needsSums(w.qType), sums from quantizeAct with the
+// same isa, k values each) and rows [j0, j0+n) of the quantized weight w,
+// with the instruction set isa (for a K-quant, kquantISA's). pack is
+// scratch of qPackBytes for the kernel's packs of w.
+func qMatMul(isa int, m, n, k int, q []byte, d, sums []float32, w *Tensor, j0 int, c []float32, ldc int, pack []byte) {
 	if m == 0 || n == 0 {
 		return
 	}
-	if k != w.cols || len(q) < m*k*actBytes(isa) || len(d) < m*k/32 || j0+n > w.rows || len(c) < (m-1)*ldc+n || len(pack) < qPackBytes {
+	if k != w.cols || len(q) < m*k*actBytes(isa) || len(d) < m*k/32 || j0+n > w.rows || len(c) < (m-1)*ldc+n || len(pack) < qPackBytes ||
+		needsSums(w.qType) && len(sums) < m*k/32 {
 		panic("cpu: qMatMul: bad shape or buffers too short")
 	}
+	var sp *C.float
+	if sums != nil {
+		sp = (*C.float)(unsafe.Pointer(&sums[0]))
+	}
 	src := w.q[j0*w.qStride : (j0+n)*w.qStride]
-	C.dlmc_qmatmul(C.int(isa), C.int(w.qType), C.int(m), C.int(n), C.int(k), unsafe.Pointer(&q[0]),
-		(*C.float)(unsafe.Pointer(&d[0])), (*C.uint8_t)(unsafe.Pointer(&src[0])), C.long(w.qStride),
+	rc := C.dlmc_qmatmul(C.int(isa), C.int(w.qType), C.int(m), C.int(n), C.int(k), unsafe.Pointer(&q[0]),
+		(*C.float)(unsafe.Pointer(&d[0])), sp, (*C.uint8_t)(unsafe.Pointer(&src[0])), C.long(w.qStride),
 		(*C.float)(unsafe.Pointer(&c[0])), C.long(ldc), unsafe.Pointer(&pack[0]))
+	if rc != 0 {
+		panic(fmt.Sprintf("cpu: qMatMul: %s weight [%d, %d] has no int8 product on %s", w.qType, w.rows, w.cols, isaNames[isa]))
+	}
 }
 
 // qPackBytes is the scratch qMatMul's kernels pack w into.

@@ -94,21 +94,35 @@ void dlmc_quant_rows(int simd, int wt, float *dst, const uint8_t *src, long rows
 // of one block of wt (0 for another type).
 void dlmc_kquant_rows(int simd, int wt, float *dst, const uint8_t *src, long rows, long cols, long stride);
 long dlmc_kquant_block_bytes(int wt);
+// dlmc_kq_block decodes one super-block b of the K-quant wt for the int8
+// products: q[256] the quants (Q4_K, Q5_K: q ∈ [0, 32); Q6_K: q − 32),
+// isc[16] the integer scale of values 16s … 16s+15, im[8] the integer
+// minimum of values 32s … 32s+31 (0 for Q6_K), dd[0], dd[1] the block's d
+// and dmin (0 for Q6_K): value v is dd[0]·isc[v/16]·q[v] − dd[1]·im[v/32],
+// as ggml dequantizes it. simd picks the AVX2 loop.
+void dlmc_kq_block(int simd, int wt, int8_t *q, int16_t *isc, int16_t *im, float *dd, const uint8_t *b);
 // Activations quantized per row as llama.cpp's Q8_0 (float32 scales):
 // for each block of 32 of each row of x (row stride ldx; cols a multiple
 // of 32), d = max|x|/127 into d (rows·cols/32, dense) and x·(127/max|x|)
 // rounded to nearest, ties to even, into q (rows × cols, dense): int16
 // for isa DLMC_ISA_AVX2 (its product's form), u8 q + 128 for
-// DLMC_ISA_AVX512VNNI (its product's unsigned operand), int8 for the others.
-void dlmc_quantize_act(int isa, void *q, float *d, const float *x, long rows, long cols, long ldx);
-// c[m × n] (row stride ldc) = x·wᵀ: row i of x (q, d as dlmc_quantize_act
-// writes them for isa, k values) times row j of the weight w (type wt,
-// rows wstride bytes apart), block by block in int32, each block's sum
-// scaled by d_w·d_x and accumulated in float32. pack is the caller's
-// scratch of DLMC_QPACK_BYTES for the weights' packs (any alignment).
-#define DLMC_QPACK_BYTES (139264 + 64)
-void dlmc_qmatmul(int isa, int wt, int m, int n, int k, const void *xq, const float *xd, const uint8_t *w,
-	long wstride, float *c, long ldc, void *pack);
+// DLMC_ISA_AVX512VNNI (its product's unsigned operand), int8 for the
+// others; with sums set (rows·cols/32), each block's d·Σq into it, for the
+// K-quants' minima.
+void dlmc_quantize_act(int isa, void *q, float *d, float *sums, const float *x, long rows, long cols, long ldx);
+// c[m × n] (row stride ldc) = x·wᵀ: row i of x (q, d and the sums xs as
+// dlmc_quantize_act writes them for isa, k values) times row j of the
+// weight w (type wt, rows wstride bytes apart), block by block in int32,
+// each block's sum scaled by d_w·d_x and accumulated in float32; a
+// K-quant's each 16 values' sum by d·isc·d_x, less dmin·im·xs per block
+// of 32. pack is the caller's scratch of DLMC_QPACK_BYTES for the
+// weights' packs (any alignment). It returns −1, having written nothing,
+// for a K-quant with k not a multiple of 256, Q4_K or Q5_K without xs, or
+// isa DLMC_ISA_AVXVNNI (whose K-quant products run as DLMC_ISA_AVX2's);
+// else 0.
+#define DLMC_QPACK_BYTES (147456 + 64)
+int dlmc_qmatmul(int isa, int wt, int m, int n, int k, const void *xq, const float *xd, const float *xs,
+	const uint8_t *w, long wstride, float *c, long ldc, void *pack);
 
 // rowops.c: RMSNorm of rows of x (stride ldx) by the weight w into dst.
 void dlmc_rms_norm_rows(int simd, float *dst, long ldd, const float *x, long ldx, const float *w,

@@ -2,8 +2,10 @@
 // their own scales: Q4_K and Q5_K, 8 sub-blocks of 32 with a 6-bit scale and
 // minimum each, value (d·sc)·q − dmin·m; Q6_K, 16 sub-blocks of 16 with an
 // int8 scale each, value (d·sc)·(q − 32)) decoded to float32 rows, exactly
-// as ggml's dequantize_row_q*_K: for Embed, ToHost and the products, which
-// decode a panel of rows and run sgemm on it (matmul.go's convertedMatMul).
+// as ggml's dequantize_row_q*_K, for Embed, ToHost and the products that
+// decode a panel of rows and run sgemm on it (matmul.go's convertedMatMul);
+// and as the int8 products take them (dlmc_kq_block: quants, integer
+// sub-scales and minima, for quant.c's packs).
 //
 // The products d·sc·q are exact in float32 (at most 23 significant bits),
 // so the plain C and the AVX2 loops agree bit for bit whether a compiler
@@ -84,6 +86,55 @@ static void q6k_block_generic(float *y, const uint8_t *b) {
 	}
 }
 
+// q45k_int8_generic and q6k_int8_generic decode one super-block b as the
+// int8 products take it (dlmc_kq_block): the quants q[256], each value's
+// integer sub-scale isc[v/16] and (Q4_K, Q5_K) minimum im[v/32], and the
+// block's float16 d and dmin in dd[0], dd[1]; value v is
+// dd[0]·isc·q[v] − dd[1]·im.
+static void q45k_scales(const uint8_t *b, int16_t *isc, int16_t *im, float *dd) {
+	dd[0] = half_at(b);
+	dd[1] = half_at(b + 2);
+	for (int v = 0; v < 8; v++) {
+		float s, m;
+		scale_min_k4(v, b + 4, &s, &m);
+		isc[2 * v] = isc[2 * v + 1] = (int16_t)s;
+		im[v] = (int16_t)m;
+	}
+}
+
+static void q45k_int8_generic(int five, int8_t *q, int16_t *isc, int16_t *im, float *dd, const uint8_t *b) {
+	q45k_scales(b, isc, im, dd);
+	const uint8_t *qh = b + 16, *qs = b + (five ? 48 : 16);
+	for (int j = 0; j < 4; j++, qs += 32, q += 64) {
+		for (int l = 0; l < 32; l++) {
+			int lo = qs[l] & 0xf, hi = qs[l] >> 4;
+			if (five) {
+				lo |= ((qh[l] >> (2 * j)) & 1) << 4;
+				hi |= ((qh[l] >> (2 * j + 1)) & 1) << 4;
+			}
+			q[l] = (int8_t)lo;
+			q[l + 32] = (int8_t)hi;
+		}
+	}
+}
+
+static void q6k_int8_generic(int8_t *q, int16_t *isc, int16_t *im, float *dd, const uint8_t *b) {
+	dd[0] = half_at(b + 208);
+	dd[1] = 0;
+	const uint8_t *ql = b, *qh = b + 128;
+	const int8_t *sc = (const int8_t *)(b + 192);
+	for (int k = 0; k < 16; k++) isc[k] = sc[k];
+	for (int k = 0; k < 8; k++) im[k] = 0;
+	for (int n = 0; n < 2; n++, q += 128, ql += 64, qh += 32) {
+		for (int l = 0; l < 32; l++) {
+			q[l] = (int8_t)(((ql[l] & 0xf) | ((qh[l] & 3) << 4)) - 32);
+			q[l + 32] = (int8_t)(((ql[l + 32] & 0xf) | (((qh[l] >> 2) & 3) << 4)) - 32);
+			q[l + 64] = (int8_t)(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+			q[l + 96] = (int8_t)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+		}
+	}
+}
+
 // kquant_rows decodes rows of wt's blocks with one ISA's block decoders:
 // q6 for Q6_K, q45 (five set for Q5_K) for Q4_K and Q5_K.
 static void kquant_rows(void (*q6)(float *, const uint8_t *), void (*q45)(int, float *, const uint8_t *),
@@ -116,25 +167,50 @@ TARGET_AVX2 static inline void put32(float *y, __m256i v, int sgn, float s0, flo
 	}
 }
 
+// q45k_quants_avx2 is run j (0…3) of a Q4_K or Q5_K block's quants
+// (qs: its 32 bytes; qh: the block's fifth bits, five set): values
+// 64j … 64j+31 in *lo, 64j+32 … 64j+63 in *hi, q ∈ [0, 32).
+TARGET_AVX2 static inline void q45k_quants_avx2(int five, int j, const uint8_t *qs, __m256i qh, __m256i *lo, __m256i *hi) {
+	const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+	__m256i q = _mm256_loadu_si256((const __m256i *)qs);
+	*lo = _mm256_and_si256(q, m4);
+	*hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+	if (five) {
+		// Bit 2j (2j+1) of each byte of qh, moved to bit 4.
+		__m256i b0 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * j)), one);
+		__m256i b1 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * j + 1)), one);
+		*lo = _mm256_or_si256(*lo, _mm256_slli_epi16(b0, 4));
+		*hi = _mm256_or_si256(*hi, _mm256_slli_epi16(b1, 4));
+	}
+}
+
+// q6k_quants_avx2 is half of a Q6_K block's quants (ql: its 64 bytes of
+// low nibbles, qh: its 32 of high bits) as int8 q − 32: values
+// 32r … 32r+31 of the half in v[r].
+TARGET_AVX2 static inline void q6k_quants_avx2(const uint8_t *ql, const uint8_t *qh, __m256i v[4]) {
+	const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3), off = _mm256_set1_epi8(32);
+	__m256i l0 = _mm256_loadu_si256((const __m256i *)ql), l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+	__m256i h = _mm256_loadu_si256((const __m256i *)qh);
+	v[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(h, m2), 4));
+	v[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4));
+	v[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+		_mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4));
+	v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+		_mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4));
+	for (int r = 0; r < 4; r++) v[r] = _mm256_sub_epi8(v[r], off);
+}
+
 TARGET_AVX2 static void q45k_block_avx2(int five, float *y, const uint8_t *b) {
 	float d = half_at(b), dmin = half_at(b + 2);
 	const uint8_t *sc = b + 4, *qs = b + (five ? 48 : 16);
-	const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
 	__m256i qh = five ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
 	for (int j = 0; j < 4; j++, qs += 32, y += 64) {
 		float s1, m1, s2, m2;
 		scale_min_k4(2 * j, sc, &s1, &m1);
 		scale_min_k4(2 * j + 1, sc, &s2, &m2);
 		float d1 = d * s1, mm1 = dmin * m1, d2 = d * s2, mm2 = dmin * m2;
-		__m256i q = _mm256_loadu_si256((const __m256i *)qs);
-		__m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-		if (five) {
-			// Bit 2j (2j+1) of each byte of qh, moved to bit 4.
-			__m256i b0 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * j)), one);
-			__m256i b1 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * j + 1)), one);
-			lo = _mm256_or_si256(lo, _mm256_slli_epi16(b0, 4));
-			hi = _mm256_or_si256(hi, _mm256_slli_epi16(b1, 4));
-		}
+		__m256i lo, hi;
+		q45k_quants_avx2(five, j, qs, qh, &lo, &hi);
 		put32(y, lo, 0, d1, mm1, d1, mm1);
 		put32(y + 32, hi, 0, d2, mm2, d2, mm2);
 	}
@@ -144,23 +220,39 @@ TARGET_AVX2 static void q6k_block_avx2(float *y, const uint8_t *b) {
 	float d = half_at(b + 208);
 	const uint8_t *ql = b, *qh = b + 128;
 	const int8_t *sc = (const int8_t *)(b + 192);
-	const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3), off = _mm256_set1_epi8(32);
 	for (int n = 0; n < 2; n++, y += 128, ql += 64, qh += 32, sc += 8) {
-		__m256i l0 = _mm256_loadu_si256((const __m256i *)ql), l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
-		__m256i h = _mm256_loadu_si256((const __m256i *)qh);
-		__m256i v[4] = {
-			_mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(h, m2), 4)),
-			_mm256_or_si256(_mm256_and_si256(l1, m4),
-				_mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4)),
-			_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-				_mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4)),
-			_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-				_mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4)),
-		};
+		__m256i v[4];
+		q6k_quants_avx2(ql, qh, v);
 		for (int r = 0; r < 4; r++) {
 			float s0 = d * (float)sc[2 * r], s1 = d * (float)sc[2 * r + 1];
-			put32(y + 32 * r, _mm256_sub_epi8(v[r], off), 1, s0, 0, s1, 0);
+			put32(y + 32 * r, v[r], 1, s0, 0, s1, 0);
 		}
+	}
+}
+
+// The int8 decoders' AVX2 loops: the quants as kquant's float decoders
+// build them, stored as bytes; the scales as the plain C ones read them.
+TARGET_AVX2 static void q45k_int8_avx2(int five, int8_t *q, int16_t *isc, int16_t *im, float *dd, const uint8_t *b) {
+	q45k_scales(b, isc, im, dd);
+	const uint8_t *qs = b + (five ? 48 : 16);
+	__m256i qh = five ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
+	for (int j = 0; j < 4; j++, qs += 32, q += 64) {
+		__m256i lo, hi;
+		q45k_quants_avx2(five, j, qs, qh, &lo, &hi);
+		_mm256_storeu_si256((__m256i *)q, lo);
+		_mm256_storeu_si256((__m256i *)(q + 32), hi);
+	}
+}
+
+TARGET_AVX2 static void q6k_int8_avx2(int8_t *q, int16_t *isc, int16_t *im, float *dd, const uint8_t *b) {
+	dd[0] = half_at(b + 208);
+	dd[1] = 0;
+	_mm256_storeu_si256((__m256i *)isc, _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b + 192))));
+	memset(im, 0, 8 * sizeof *im);
+	for (int n = 0; n < 2; n++, q += 128) {
+		__m256i v[4];
+		q6k_quants_avx2(b + 64 * n, b + 128 + 32 * n, v);
+		for (int r = 0; r < 4; r++) _mm256_storeu_si256((__m256i *)(q + 32 * r), v[r]);
 	}
 }
 
@@ -175,4 +267,17 @@ void dlmc_kquant_rows(int simd, int wt, float *dst, const uint8_t *src, long row
 #endif
 	(void)simd;
 	kquant_rows(q6k_block_generic, q45k_block_generic, wt, dst, src, rows, cols, stride);
+}
+
+void dlmc_kq_block(int simd, int wt, int8_t *q, int16_t *isc, int16_t *im, float *dd, const uint8_t *b) {
+#if defined(__x86_64__)
+	if (simd) {
+		if (wt == DLMC_Q6_K) q6k_int8_avx2(q, isc, im, dd, b);
+		else q45k_int8_avx2(wt == DLMC_Q5_K, q, isc, im, dd, b);
+		return;
+	}
+#endif
+	(void)simd;
+	if (wt == DLMC_Q6_K) q6k_int8_generic(q, isc, im, dd, b);
+	else q45k_int8_generic(wt == DLMC_Q5_K, q, isc, im, dd, b);
 }

@@ -354,42 +354,58 @@ func (b *Backend) matMulF16(d, xs, ws *Tensor) {
 	b.convertedMatMul(d, xs, ws, f16Rows)
 }
 
-// matMulQuant is MatMul for a quantized w, shapes checked. A K-quant
-// (Q4_K, Q5_K, Q6_K) runs convertedMatMul: w decoded a panel at a time,
-// sgemm on float32 x. For Q8_0 and Q4_0, with b.quantISA ≥ 0, x is
-// quantized per row to Q8_0 blocks once
-// (quantizeAct, split over the rows) and each part of the product, cut as
-// matMulF32 cuts it, multiplies those with w's blocks as integers
-// (qMatMul); else convertedMatMul decodes w a panel at a time and runs
-// sgemm on float32 x.
+// matMulQuant is MatMul for a quantized w, shapes checked. With
+// b.quantISA ≥ 0, x is quantized per row to Q8_0 blocks once
+// (quantizeAct, split over the rows; with the blocks' sums for Q4_K's
+// and Q5_K's minima) and each part of the product, cut as matMulF32 cuts
+// it, multiplies those with w's blocks as integers (qMatMul: Q8_0, Q4_0
+// and the K-quants Q4_K, Q5_K, Q6_K alike); else convertedMatMul decodes
+// w a panel at a time and runs sgemm on float32 x.
 func (b *Backend) matMulQuant(d, xs, ws *Tensor) {
-	if b.quantISA < 0 || ws.qType.KQuant() {
+	if b.quantISA < 0 {
 		b.convertedMatMul(d, xs, ws, quantRows)
 		return
 	}
-	qa := b.quantizeActs(xs)
+	qa := b.quantizeActs(xs, ws)
 	defer b.putActs(qa)
 	b.quantProduct(d, qa, ws, 0, ws.rows, ws.rows)
 }
 
 // quantActs are rows of activations quantized for the int8 products
-// (quantizeAct's q and d), in the backend's pool.
+// (quantizeAct's q, d and sums) on the instruction set isa, in the
+// backend's pool.
 type quantActs struct {
+	isa      int
 	q        []byte
-	d        []float32
+	d, sums  []float32
 	n, in    int
 	rowBytes int
 }
 
-// quantizeActs quantizes the rows of xs for b.quantISA's products, split
-// over the rows; give them back with putActs.
-func (b *Backend) quantizeActs(xs *Tensor) quantActs {
+// quantizeActs quantizes the rows of xs for the int8 products with the
+// weights ws (all of one instruction set: a K-quant among them puts them
+// on kquantISA's), split over the rows; give them back with putActs.
+func (b *Backend) quantizeActs(xs *Tensor, ws ...*Tensor) quantActs {
 	n, in := xs.rows, xs.cols
-	qa := quantActs{n: n, in: in, rowBytes: in * actBytes(b.quantISA)}
+	isa, sums := b.quantISA, false
+	for _, w := range ws {
+		if w.qType.KQuant() {
+			isa = kquantISA(isa)
+		}
+		sums = sums || needsSums(w.qType)
+	}
+	qa := quantActs{isa: isa, n: n, in: in, rowBytes: in * actBytes(isa)}
 	qa.q = scratchOf[byte](b.bufs, n*qa.rowBytes)
 	qa.d = b.bufs.scratch(n * in / 32)
+	if sums {
+		qa.sums = b.bufs.scratch(n * in / 32)
+	}
 	b.parallel(n, rowGrain(in), func(lo, hi int) {
-		quantizeAct(b.quantISA, qa.q[lo*qa.rowBytes:], qa.d[lo*in/32:], xs.data[lo*xs.stride:], hi-lo, in, xs.stride)
+		var s []float32
+		if sums {
+			s = qa.sums[lo*in/32:]
+		}
+		quantizeAct(isa, qa.q[lo*qa.rowBytes:], qa.d[lo*in/32:], s, xs.data[lo*xs.stride:], hi-lo, in, xs.stride)
 	})
 	return qa
 }
@@ -397,10 +413,13 @@ func (b *Backend) quantizeActs(xs *Tensor) quantActs {
 func (b *Backend) putActs(qa quantActs) {
 	putOf(b.bufs, qa.q)
 	b.bufs.put(qa.d)
+	if qa.sums != nil {
+		b.bufs.put(qa.sums)
+	}
 }
 
 // quantProduct computes d[n × (j1−j0)] = x·w[j0:j1]ᵀ for the quantized
-// activations qa and rows [j0, j1) of the Q8_0 or Q4_0 weight ws, each
+// activations qa and rows [j0, j1) of the quantized weight ws, each
 // part as matMulF32 cuts a product with whole of w's rows (a slice cut
 // along x's rows had each thread pack the slice's weights again: GateUp's
 // 1024-row chunks made l16-d2048's Q8_0 step 5–10% slower), on qMatMul
@@ -409,7 +428,11 @@ func (b *Backend) quantProduct(d *Tensor, qa quantActs, ws *Tensor, j0, j1, whol
 	in, row := qa.in, qa.rowBytes
 	b.forPartsAs(qa.n, in, j1-j0, whole, func(r0, r1, c0, c1 int) {
 		pack := scratchOf[byte](b.bufs, qPackBytes)
-		qMatMul(b.quantISA, r1-r0, c1-c0, in, qa.q[r0*row:], qa.d[r0*in/32:], ws, j0+c0, d.data[r0*d.stride+c0:], d.stride, pack)
+		var s []float32
+		if qa.sums != nil {
+			s = qa.sums[r0*in/32:]
+		}
+		qMatMul(qa.isa, r1-r0, c1-c0, in, qa.q[r0*row:], qa.d[r0*in/32:], s, ws, j0+c0, d.data[r0*d.stride+c0:], d.stride, pack)
 		putOf(b.bufs, pack)
 	})
 }

@@ -62,7 +62,9 @@ static inline int act_form(int isa) { return isa == DLMC_ISA_AVX2 ? ACT_I16 : is
 // quantize_act_generic: per block of 32, d = max|x|/127 and q = x·(1/d)
 // rounded to nearest, ties to even (as ggml's AVX2 quantize_row_q8_0);
 // d = 0 for an all-zero block; stored in form.
-static void quantize_act_generic(int form, void *qv, float *d, const float *x, long rows, long cols, long ldx) {
+// With sums set, sums[block] = d·Σq (the K-quants' minima need it).
+static void quantize_act_generic(int form, void *qv, float *d, float *sums, const float *x, long rows, long cols,
+	long ldx) {
 	int8_t *q = qv;
 	int16_t *q16 = qv;
 	for (long i = 0; i < rows; i++, x += ldx) {
@@ -72,12 +74,46 @@ static void quantize_act_generic(int form, void *qv, float *d, const float *x, l
 			float s = amax / 127.0f;
 			float id = s != 0 ? 127.0f / amax : 0;
 			*d++ = s;
+			int32_t sum = 0;
 			for (int t = 0; t < 32; t++) {
 				// Clamped first, so that a NaN (which fmaxf drops) or
 				// an infinite x converts to a defined value.
 				int8_t v = (int8_t)nearbyintf(fminf(fmaxf(x[j + t] * id, -127.0f), 127.0f));
+				sum += v;
 				if (form == ACT_I16) q16[t] = v;
 				else q[t] = form == ACT_U8 ? (int8_t)(v ^ 0x80) : v;
+			}
+			if (sums) *sums++ = s * (float)sum;
+		}
+	}
+}
+
+// qmatmul_kquant_generic is qmatmul_generic for a K-quant: per block of
+// 32 values, the int32 sums of each 16 scaled by d·isc·d_x, less
+// dmin·im·(d_x·Σx) (xs, dlmc_quantize_act's sums).
+static void qmatmul_kquant_generic(int wt, int m, int n, int k, const int8_t *xq, const float *xd, const float *xs,
+	const uint8_t *w, long wstride, float *c, long ldc) {
+	long nb = k / 32, bb = dlmc_kquant_block_bytes(wt);
+	int8_t q[256];
+	int16_t isc[16], im[8];
+	float dd[2];
+	for (int j = 0; j < n; j++) {
+		for (int i = 0; i < m; i++) c[(long)i * ldc + j] = 0;
+		for (long sb = 0; sb < nb / 8; sb++) {
+			dlmc_kq_block(0, wt, q, isc, im, dd, w + j * wstride + sb * bb);
+			for (int i = 0; i < m; i++) {
+				const int8_t *xr = xq + (long)i * k + sb * 256;
+				float acc = c[(long)i * ldc + j];
+				for (int v = 0; v < 8; v++) {
+					float dx = xd[i * nb + sb * 8 + v];
+					for (int h = 0; h < 2; h++) {
+						int32_t s = 0;
+						for (int t = 16 * h; t < 16 * h + 16; t++) s += (int32_t)q[32 * v + t] * xr[32 * v + t];
+						acc += (float)s * (dd[0] * (float)isc[2 * v + h] * dx);
+					}
+					if (im[v]) acc -= dd[1] * (float)im[v] * xs[i * nb + sb * 8 + v];
+				}
+				c[(long)i * ldc + j] = acc;
 			}
 		}
 	}
@@ -125,7 +161,8 @@ TARGET_AVX2 static void quant_rows_avx2(int wt, float *dst, const uint8_t *src, 
 	}
 }
 
-TARGET_AVX2 static void quantize_act_avx2(int form, void *qv, float *d, const float *x, long rows, long cols, long ldx) {
+TARGET_AVX2 static void quantize_act_avx2(int form, void *qv, float *d, float *sums, const float *x, long rows, long cols,
+	long ldx) {
 	const __m256 sign = _mm256_set1_ps(-0.0f);
 	int8_t *q = qv;
 	int16_t *q16 = qv;
@@ -140,8 +177,8 @@ TARGET_AVX2 static void quantize_act_avx2(int form, void *qv, float *d, const fl
 			__m128 h = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
 			h = _mm_max_ps(h, _mm_movehl_ps(h, h));
 			h = _mm_max_ss(h, _mm_movehdup_ps(h));
-			float a = _mm_cvtss_f32(h);
-			*d++ = a / 127.0f;
+			float a = _mm_cvtss_f32(h), s = a / 127.0f;
+			*d++ = s;
 			__m256 id = _mm256_set1_ps(a != 0 ? 127.0f / a : 0);
 			__m256i r[4];
 			for (int t = 0; t < 4; t++)
@@ -149,6 +186,15 @@ TARGET_AVX2 static void quantize_act_avx2(int form, void *qv, float *d, const fl
 			// int32 → int16 → int8 packs interleave 128-bit lanes; the
 			// permutes put the values back in order.
 			__m256i h0 = _mm256_packs_epi32(r[0], r[1]), h1 = _mm256_packs_epi32(r[2], r[3]);
+			if (sums) {
+				// Σq of the rounded values (within ±127, so the int16
+				// sums of pairs are exact).
+				__m256i t = _mm256_madd_epi16(_mm256_add_epi16(h0, h1), _mm256_set1_epi16(1));
+				__m128i u = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+				u = _mm_add_epi32(u, _mm_shuffle_epi32(u, 0x4e));
+				u = _mm_add_epi32(u, _mm_shuffle_epi32(u, 0xb1));
+				*sums++ = s * (float)_mm_cvtsi128_si32(u);
+			}
 			if (form == ACT_I16) {
 				_mm256_storeu_si256((__m256i *)q16, _mm256_permute4x64_epi64(h0, 0xd8));
 				_mm256_storeu_si256((__m256i *)(q16 + 16), _mm256_permute4x64_epi64(h1, 0xd8));
@@ -293,11 +339,48 @@ TARGET_AVX2 static void pack8(int wt, int rows, long b0, long nb, const uint8_t 
 	}
 }
 
+// pack8k is pack8 for a K-quant (b0 and nb whole super-blocks of 8
+// blocks): each int16 is q·isc, at most 32·128 in magnitude (vpmaddwd's
+// pair sums of 127·4096 stay far inside int32), the block's scale d and,
+// for Q4_K and Q5_K, its minimum dmin·im in mn (per block and row, as sc).
+TARGET_AVX2 static void pack8k(int wt, int rows, long b0, long nb, const uint8_t *w, long wstride, int16_t *v,
+	float *sc, float *mn) {
+	long bb = dlmc_kquant_block_bytes(wt);
+	_Alignas(32) int8_t q[256];
+	_Alignas(32) uint32_t p[16];
+	int16_t isc[16], im[8];
+	float dd[2];
+	for (int r = 0; r < 8; r++) {
+		for (long sb = 0; sb < nb / 8; sb++) {
+			if (r < rows) dlmc_kq_block(1, wt, q, isc, im, dd, w + r * wstride + (b0 / 8 + sb) * bb);
+			for (int u = 0; u < 8; u++) {
+				long b = sb * 8 + u;
+				uint32_t *vb = (uint32_t *)(v + b * 256);
+				if (r >= rows) {
+					sc[b * 8 + r] = mn[b * 8 + r] = 0;
+					for (int t = 0; t < 16; t++) vb[t * 8 + r] = 0;
+					continue;
+				}
+				__m256i lo = _mm256_cvtepi8_epi16(_mm_load_si128((const __m128i *)(q + 32 * u)));
+				__m256i hi = _mm256_cvtepi8_epi16(_mm_load_si128((const __m128i *)(q + 32 * u + 16)));
+				_mm256_store_si256((__m256i *)p, _mm256_mullo_epi16(lo, _mm256_set1_epi16(isc[2 * u])));
+				_mm256_store_si256((__m256i *)(p + 8), _mm256_mullo_epi16(hi, _mm256_set1_epi16(isc[2 * u + 1])));
+				for (int t = 0; t < 16; t++) vb[t * 8 + r] = p[t];
+				sc[b * 8 + r] = dd[0];
+				mn[b * 8 + r] = dd[1] * (float)im[u];
+			}
+		}
+	}
+}
+
 // mm8 adds to (first: stores in) c[MR × 8] the products of MR rows of x
 // (int16, row stride k, scales xd row stride nb; blocks [0, nb_) of the
-// pack) with the packed group; cols of the 8 are written.
-TARGET_AVX2 static inline __attribute__((always_inline)) void mm8(const int MR, long nb_, const int16_t *x, long k,
-	const float *xd, long nb, const int16_t *v, const float *sc, float *c, long ldc, int first, int cols) {
+// pack) with the packed group; cols of the 8 are written. With MIN (Q4_K,
+// Q5_K), each block also takes off its minima mn times x's sums xs
+// (row stride nb).
+TARGET_AVX2 static inline __attribute__((always_inline)) void mm8(const int MR, const int MIN, long nb_, const int16_t *x,
+	long k, const float *xd, const float *xs, long nb, const int16_t *v, const float *sc, const float *mn, float *c,
+	long ldc, int first, int cols) {
 	__m256 fa[4];
 	_Pragma("GCC unroll 4") for (int i = 0; i < MR; i++) fa[i] = _mm256_setzero_ps();
 	for (long b = 0; b < nb_; b++) {
@@ -315,6 +398,11 @@ TARGET_AVX2 static inline __attribute__((always_inline)) void mm8(const int MR, 
 		__m256 S = _mm256_load_ps(sc + b * 8);
 		_Pragma("GCC unroll 4") for (int i = 0; i < MR; i++)
 			fa[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i]), _mm256_mul_ps(S, _mm256_set1_ps(xd[i * nb + b])), fa[i]);
+		if (MIN) {
+			__m256 M = _mm256_load_ps(mn + b * 8);
+			_Pragma("GCC unroll 4") for (int i = 0; i < MR; i++)
+				fa[i] = _mm256_fnmadd_ps(M, _mm256_set1_ps(xs[i * nb + b]), fa[i]);
+		}
 	}
 	_Pragma("GCC unroll 4") for (int i = 0; i < MR; i++) {
 		float *o = c + i * ldc;
@@ -335,10 +423,11 @@ TARGET_AVX2 static inline __attribute__((always_inline)) void mm8(const int MR, 
 // block of 256 products) to leave the registers to the 8 int32
 // accumulators; they are the same operations in the same order as mm8's,
 // so a row's result does not depend on the rows beside it.
-TARGET_AVX2 static inline __attribute__((always_inline)) void mm8x2(const int MR, long nb_, const int16_t *x, long k,
-	const float *xd, long nb, const int16_t *v, const float *sc, float *c, long ldc, int first) {
+TARGET_AVX2 static inline __attribute__((always_inline)) void mm8x2(const int MR, const int MIN, long nb_,
+	const int16_t *x, long k, const float *xd, const float *xs, long nb, const int16_t *v, const float *sc,
+	const float *mn, float *c, long ldc, int first) {
 	const int16_t *v1 = v + QPACK_BLOCKS * 256;
-	const float *sc1 = sc + QPACK_BLOCKS * 8;
+	const float *sc1 = sc + QPACK_BLOCKS * 8, *mn1 = mn + QPACK_BLOCKS * 8;
 	_Alignas(32) float fa[4][16] = {{0}};
 	for (long b = 0; b < nb_; b++) {
 		__m256i a0[4], a1[4];
@@ -361,6 +450,14 @@ TARGET_AVX2 static inline __attribute__((always_inline)) void mm8x2(const int MR
 			_mm256_store_ps(fa[i] + 8,
 				_mm256_fmadd_ps(_mm256_cvtepi32_ps(a1[i]), _mm256_mul_ps(S1, dx), _mm256_load_ps(fa[i] + 8)));
 		}
+		if (MIN) {
+			__m256 M0 = _mm256_load_ps(mn + b * 8), M1 = _mm256_load_ps(mn1 + b * 8);
+			_Pragma("GCC unroll 4") for (int i = 0; i < MR; i++) {
+				__m256 sx = _mm256_set1_ps(xs[i * nb + b]);
+				_mm256_store_ps(fa[i], _mm256_fnmadd_ps(M0, sx, _mm256_load_ps(fa[i])));
+				_mm256_store_ps(fa[i] + 8, _mm256_fnmadd_ps(M1, sx, _mm256_load_ps(fa[i] + 8)));
+			}
+		}
 	}
 	_Pragma("GCC unroll 4") for (int i = 0; i < MR; i++) {
 		float *o = c + i * ldc;
@@ -382,10 +479,13 @@ TARGET_AVX2 static inline __attribute__((always_inline)) void mm8x2(const int MR
 // so that x streams from memory once per 64 rows of w rather than once
 // per 8.
 #define QPACK_GROUPS 8
-TARGET_AVX2 static void qmatmul_avx2(int wt, int m, int n, int k, const int16_t *xq, const float *xd, const uint8_t *w,
-	long wstride, float *c, long ldc, uint8_t *pack) {
+TARGET_AVX2 static inline __attribute__((always_inline)) void qmm_avx2(const int MIN, int wt, int m, int n, int k,
+	const int16_t *xq, const float *xd, const float *xs, const uint8_t *w, long wstride, float *c, long ldc,
+	uint8_t *pack) {
 	int16_t(*v)[QPACK_BLOCKS * 256] = (int16_t(*)[QPACK_BLOCKS * 256])pack;
 	float(*sc)[QPACK_BLOCKS * 8] = (float(*)[QPACK_BLOCKS * 8])(pack + sizeof(int16_t) * QPACK_GROUPS * QPACK_BLOCKS * 256);
+	float(*mn)[QPACK_BLOCKS * 8] = sc + QPACK_GROUPS;
+	int kq = dlmc_kquant_block_bytes(wt) != 0;
 	long nb = k / 32;
 	for (int j0 = 0; j0 < n; j0 += 8 * QPACK_GROUPS) {
 		int ng = (n - j0 + 7) / 8 < QPACK_GROUPS ? (n - j0 + 7) / 8 : QPACK_GROUPS;
@@ -393,28 +493,45 @@ TARGET_AVX2 static void qmatmul_avx2(int wt, int m, int n, int k, const int16_t 
 			long nb_ = nb - b0 < QPACK_BLOCKS ? nb - b0 : QPACK_BLOCKS;
 			for (int g = 0; g < ng; g++) {
 				int j = j0 + 8 * g, cols = n - j < 8 ? n - j : 8;
-				pack8(wt, cols, b0, nb_, w + j * wstride, wstride, v[g], sc[g]);
+				if (kq) pack8k(wt, cols, b0, nb_, w + j * wstride, wstride, v[g], sc[g], mn[g]);
+				else pack8(wt, cols, b0, nb_, w + j * wstride, wstride, v[g], sc[g]);
 			}
 			int i = 0;
 			for (; i + 3 <= m; i += 3) {
+				const int16_t *xi = xq + (long)i * k + b0 * 32;
+				const float *di = xd + i * nb + b0, *si = xs ? xs + i * nb + b0 : 0;
 				int g = 0;
 				for (; g + 2 <= ng && n - (j0 + 8 * g) >= 16; g += 2)
-					mm8x2(3, nb_, xq + (long)i * k + b0 * 32, k, xd + i * nb + b0, nb, v[g], sc[g],
-						c + (long)i * ldc + j0 + 8 * g, ldc, b0 == 0);
+					mm8x2(3, MIN, nb_, xi, k, di, si, nb, v[g], sc[g], mn[g], c + (long)i * ldc + j0 + 8 * g, ldc, b0 == 0);
 				for (; g < ng; g++) {
 					int j = j0 + 8 * g, cols = n - j < 8 ? n - j : 8;
-					mm8(3, nb_, xq + (long)i * k + b0 * 32, k, xd + i * nb + b0, nb, v[g], sc[g], c + (long)i * ldc + j,
-						ldc, b0 == 0, cols);
+					mm8(3, MIN, nb_, xi, k, di, si, nb, v[g], sc[g], mn[g], c + (long)i * ldc + j, ldc, b0 == 0, cols);
 				}
 			}
-			for (; i < m; i++)
+			for (; i < m; i++) {
+				const int16_t *xi = xq + (long)i * k + b0 * 32;
+				const float *di = xd + i * nb + b0, *si = xs ? xs + i * nb + b0 : 0;
 				for (int g = 0; g < ng; g++) {
 					int j = j0 + 8 * g, cols = n - j < 8 ? n - j : 8;
-					mm8(1, nb_, xq + (long)i * k + b0 * 32, k, xd + i * nb + b0, nb, v[g], sc[g], c + (long)i * ldc + j,
-						ldc, b0 == 0, cols);
+					mm8(1, MIN, nb_, xi, k, di, si, nb, v[g], sc[g], mn[g], c + (long)i * ldc + j, ldc, b0 == 0, cols);
 				}
+			}
 		}
 	}
+}
+
+// qmatmul_avx2 packs QPACK_GROUPS groups of 8 rows of w (QPACK_BLOCKS
+// blocks each: 128 KB, in L2) at a time and runs every 3 rows of x (6 KB
+// per 1,024 values, in L1) against the whole pack, two groups at a time
+// (mm8x2: 6 int32 accumulators, 5 loads per 6 vpmaddwd, where 4 rows by
+// one group loaded 5 per 4; 4 by 2 spills an accumulator to the stack),
+// so that x streams from memory once per 64 rows of w rather than once
+// per 8. A K-quant's packs come from pack8k (Q6_K's sub-scales folded into
+// the int16 weights; Q4_K's and Q5_K's minima taken off per block).
+TARGET_AVX2 static void qmatmul_avx2(int wt, int m, int n, int k, const int16_t *xq, const float *xd, const float *xs,
+	const uint8_t *w, long wstride, float *c, long ldc, uint8_t *pack) {
+	if (wt == DLMC_Q4_K || wt == DLMC_Q5_K) qmm_avx2(1, wt, m, n, k, xq, xd, xs, w, wstride, c, ldc, pack);
+	else qmm_avx2(0, wt, m, n, k, xq, xd, xs, w, wstride, c, ldc, pack);
 }
 
 // The VNNI paths: vpdpbusd sums the four u8·s8 products of each int32 lane
@@ -477,37 +594,103 @@ TARGET_AVX512VNNI static void pack16(int wt, int rows, long b0, long nb, const u
 	}
 }
 
+// pack16k is pack16 for a K-quant (b0 and nb whole super-blocks of 8
+// blocks), H scales and offsets per block and row (Q6_K: 2, one per
+// sub-block of 16 values; Q4_K, Q5_K: 1), each scale d·isc; for Q4_K and
+// Q5_K the block's minimum dmin·im in mn (per block and row). The quants
+// (Q4_K, Q5_K: q ∈ [0, 32); Q6_K: q − 32) are vpdpbusd's signed operand
+// as they are.
+TARGET_AVX512VNNI static void pack16k(int wt, int rows, long b0, long nb, const uint8_t *w, long wstride, int32_t *v,
+	float *sc, int32_t *off, float *mn) {
+	long bb = dlmc_kquant_block_bytes(wt);
+	const int H = wt == DLMC_Q6_K ? 2 : 1;
+	const __m256i flip = _mm256_set1_epi8((char)0x80);
+	_Alignas(32) int8_t q[256];
+	int16_t isc[16], im[8];
+	float dd[2];
+	for (int r = 0; r < 16; r++) {
+		for (long sb = 0; sb < nb / 8; sb++) {
+			if (r < rows) dlmc_kq_block(1, wt, q, isc, im, dd, w + r * wstride + (b0 / 8 + sb) * bb);
+			for (int u = 0; u < 8; u++) {
+				long b = sb * 8 + u;
+				int32_t *vb = v + b * 128;
+				if (r >= rows) {
+					for (int h = 0; h < H; h++) sc[b * 16 * H + 16 * h + r] = 0, off[b * 16 * H + 16 * h + r] = 0;
+					mn[b * 16 + r] = 0;
+					for (int t = 0; t < 8; t++) vb[t * 16 + r] = 0;
+					continue;
+				}
+				__m256i q8 = _mm256_load_si256((const __m256i *)(q + 32 * u));
+				_Alignas(32) int32_t p[8];
+				_mm256_store_si256((__m256i *)p, q8);
+				for (int t = 0; t < 8; t++) vb[t * 16 + r] = p[t];
+				// Σq per 8 bytes from the biased bytes' absolute sums:
+				// Σ(q + 128) − 8·128.
+				_Alignas(32) int64_t s8[4];
+				_mm256_store_si256((__m256i *)s8, _mm256_sad_epu8(_mm256_xor_si256(q8, flip), _mm256_setzero_si256()));
+				if (H == 2) {
+					for (int h = 0; h < 2; h++) {
+						int32_t sum = (int32_t)(s8[2 * h] + s8[2 * h + 1]) - 16 * 128;
+						sc[b * 32 + 16 * h + r] = dd[0] * (float)isc[2 * u + h];
+						off[b * 32 + 16 * h + r] = -128 * sum;
+					}
+					mn[b * 16 + r] = 0;
+				} else {
+					int32_t sum = (int32_t)(s8[0] + s8[1] + s8[2] + s8[3]) - 32 * 128;
+					sc[b * 16 + r] = dd[0] * (float)isc[2 * u];
+					off[b * 16 + r] = -128 * sum;
+					mn[b * 16 + r] = dd[1] * (float)im[u];
+				}
+			}
+		}
+	}
+}
+
 // mm16 adds to (first: stores in) c[MR × 16·NV] the products of MR rows of
 // x (u8, row stride k; scales xd, row stride nb; blocks [0, nb_) of the
-// packs) with NV packed groups (pack g at v + g·ZPACK_INTS, its scales
-// and offsets at g·ZPACK_BLOCKS·16); cols[g] of group g's 16 are written.
-TARGET_AVX512VNNI static inline __attribute__((always_inline)) void mm16(const int MR, const int NV, long nb_,
-	const uint8_t *x, long k, const float *xd, long nb, const int32_t *v, const float *sc, const int32_t *off,
-	float *c, long ldc, int first, const int *cols) {
+// packs) with NV packed groups (pack g at v + g·ZPACK_INTS, its H scales
+// and offsets a block at g·ZPACK_BLOCKS·16·H, its minima at
+// g·ZPACK_BLOCKS·16); cols[g] of group g's 16 are written. H is the
+// scales per block (2: each 16 values' int32 sums scaled apart, Q6_K);
+// with MIN (Q4_K, Q5_K) each block also takes off its minima times x's
+// sums xs (row stride nb). For H 1 without MIN (Q8_0, Q4_0), one int32
+// sum and one FMA per block and 16 outputs.
+TARGET_AVX512VNNI static inline __attribute__((always_inline)) void mm16(const int MR, const int NV, const int H,
+	const int MIN, long nb_, const uint8_t *x, long k, const float *xd, const float *xs, long nb, const int32_t *v,
+	const float *sc, const int32_t *off, const float *mn, float *c, long ldc, int first, const int *cols) {
 	__m512 fa[4][2];
 	_Pragma("GCC unroll 4") for (int i = 0; i < MR; i++) _Pragma("GCC unroll 2") for (int g = 0; g < NV; g++)
 		fa[i][g] = _mm512_setzero_ps();
 	for (long b = 0; b < nb_; b++) {
-		__m512i acc[4][2];
-		_Pragma("GCC unroll 2") for (int g = 0; g < NV; g++) {
-			__m512i o = _mm512_load_si512(off + g * ZPACK_BLOCKS * 16 + b * 16);
-			_Pragma("GCC unroll 4") for (int i = 0; i < MR; i++) acc[i][g] = o;
-		}
 		const int32_t *vb = v + b * 128;
-		_Pragma("GCC unroll 8") for (int t = 0; t < 8; t++) {
-			__m512i W[2];
-			_Pragma("GCC unroll 2") for (int g = 0; g < NV; g++) W[g] = _mm512_load_si512(vb + g * ZPACK_INTS + t * 16);
-			_Pragma("GCC unroll 4") for (int i = 0; i < MR; i++) {
-				int32_t quad;
-				memcpy(&quad, x + i * k + b * 32 + 4 * t, 4);
-				__m512i X = _mm512_set1_epi32(quad);
-				_Pragma("GCC unroll 2") for (int g = 0; g < NV; g++) acc[i][g] = _mm512_dpbusd_epi32(acc[i][g], X, W[g]);
+		_Pragma("GCC unroll 2") for (int h = 0; h < H; h++) {
+			__m512i acc[4][2];
+			_Pragma("GCC unroll 2") for (int g = 0; g < NV; g++) {
+				__m512i o = _mm512_load_si512(off + (g * ZPACK_BLOCKS + b) * 16 * H + 16 * h);
+				_Pragma("GCC unroll 4") for (int i = 0; i < MR; i++) acc[i][g] = o;
+			}
+			_Pragma("GCC unroll 8") for (int t = 8 / H * h; t < 8 / H * (h + 1); t++) {
+				__m512i W[2];
+				_Pragma("GCC unroll 2") for (int g = 0; g < NV; g++) W[g] = _mm512_load_si512(vb + g * ZPACK_INTS + t * 16);
+				_Pragma("GCC unroll 4") for (int i = 0; i < MR; i++) {
+					int32_t quad;
+					memcpy(&quad, x + i * k + b * 32 + 4 * t, 4);
+					__m512i X = _mm512_set1_epi32(quad);
+					_Pragma("GCC unroll 2") for (int g = 0; g < NV; g++) acc[i][g] = _mm512_dpbusd_epi32(acc[i][g], X, W[g]);
+				}
+			}
+			_Pragma("GCC unroll 2") for (int g = 0; g < NV; g++) {
+				__m512 S = _mm512_load_ps(sc + (g * ZPACK_BLOCKS + b) * 16 * H + 16 * h);
+				_Pragma("GCC unroll 4") for (int i = 0; i < MR; i++) fa[i][g] = _mm512_fmadd_ps(
+					_mm512_cvtepi32_ps(acc[i][g]), _mm512_mul_ps(S, _mm512_set1_ps(xd[i * nb + b])), fa[i][g]);
 			}
 		}
-		_Pragma("GCC unroll 2") for (int g = 0; g < NV; g++) {
-			__m512 S = _mm512_load_ps(sc + g * ZPACK_BLOCKS * 16 + b * 16);
-			_Pragma("GCC unroll 4") for (int i = 0; i < MR; i++) fa[i][g] = _mm512_fmadd_ps(
-				_mm512_cvtepi32_ps(acc[i][g]), _mm512_mul_ps(S, _mm512_set1_ps(xd[i * nb + b])), fa[i][g]);
+		if (MIN) {
+			_Pragma("GCC unroll 2") for (int g = 0; g < NV; g++) {
+				__m512 M = _mm512_load_ps(mn + (g * ZPACK_BLOCKS + b) * 16);
+				_Pragma("GCC unroll 4") for (int i = 0; i < MR; i++)
+					fa[i][g] = _mm512_fnmadd_ps(M, _mm512_set1_ps(xs[i * nb + b]), fa[i][g]);
+			}
 		}
 	}
 	_Pragma("GCC unroll 4") for (int i = 0; i < MR; i++) _Pragma("GCC unroll 2") for (int g = 0; g < NV; g++) {
@@ -515,15 +698,16 @@ TARGET_AVX512VNNI static inline __attribute__((always_inline)) void mm16(const i
 	}
 }
 
-// qmatmul_avx512vnni packs ZPACK_GROUPS groups of 16 rows of w
-// (ZPACK_BLOCKS blocks each: 80 KB with the scales and offsets, in L2) at
-// a time and runs every 4 rows of x (4 KB per 1,024 values, in L1) against
-// the whole pack, two groups (32 outputs) at a time.
-TARGET_AVX512VNNI static void qmatmul_avx512vnni(int wt, int m, int n, int k, const uint8_t *xq, const float *xd,
-	const uint8_t *w, long wstride, float *c, long ldc, uint8_t *pack) {
+// qmm_avx512vnni is qmatmul_avx512vnni for H scales per block, with or
+// without minima (mm16's).
+TARGET_AVX512VNNI static inline __attribute__((always_inline)) void qmm_avx512vnni(const int H, const int MIN, int wt,
+	int m, int n, int k, const uint8_t *xq, const float *xd, const float *xs, const uint8_t *w, long wstride, float *c,
+	long ldc, uint8_t *pack) {
 	int32_t *v = (int32_t *)pack;
 	float *sc = (float *)(v + ZPACK_GROUPS * ZPACK_INTS);
-	int32_t *off = (int32_t *)(sc + ZPACK_GROUPS * ZPACK_BLOCKS * 16);
+	int32_t *off = (int32_t *)(sc + ZPACK_GROUPS * ZPACK_BLOCKS * 16 * H);
+	float *mn = (float *)(off + ZPACK_GROUPS * ZPACK_BLOCKS * 16 * H);
+	int kq = dlmc_kquant_block_bytes(wt) != 0;
 	long nb = k / 32;
 	for (int j0 = 0; j0 < n; j0 += 16 * ZPACK_GROUPS) {
 		int ng = (n - j0 + 15) / 16 < ZPACK_GROUPS ? (n - j0 + 15) / 16 : ZPACK_GROUPS;
@@ -531,29 +715,45 @@ TARGET_AVX512VNNI static void qmatmul_avx512vnni(int wt, int m, int n, int k, co
 		for (int g = 0; g < ng; g++) cols[g] = n - j0 - 16 * g < 16 ? n - j0 - 16 * g : 16;
 		for (long b0 = 0; b0 < nb; b0 += ZPACK_BLOCKS) {
 			long nb_ = nb - b0 < ZPACK_BLOCKS ? nb - b0 : ZPACK_BLOCKS;
-			for (int g = 0; g < ng; g++)
-				pack16(wt, cols[g], b0, nb_, w + (j0 + 16 * g) * wstride, wstride, v + g * ZPACK_INTS,
-					sc + g * ZPACK_BLOCKS * 16, off + g * ZPACK_BLOCKS * 16);
+			for (int g = 0; g < ng; g++) {
+				long o = (long)g * ZPACK_BLOCKS * 16;
+				const uint8_t *wg = w + (j0 + 16 * g) * wstride;
+				if (kq) pack16k(wt, cols[g], b0, nb_, wg, wstride, v + g * ZPACK_INTS, sc + o * H, off + o * H, mn + o);
+				else pack16(wt, cols[g], b0, nb_, wg, wstride, v + g * ZPACK_INTS, sc + o, off + o);
+			}
 			for (int i = 0; i < m;) {
 				int mr = m - i >= 4 ? 4 : 1;
 				for (int g = 0; g < ng; g += 2) {
 					const uint8_t *xi = xq + (long)i * k + b0 * 32;
-					const float *di = xd + (long)i * nb + b0;
+					const float *di = xd + (long)i * nb + b0, *si = xs ? xs + (long)i * nb + b0 : 0;
 					float *ci = c + (long)i * ldc + j0 + 16 * g;
 					long o = (long)g * ZPACK_BLOCKS * 16;
+					const int32_t *vg = v + g * ZPACK_INTS;
 					if (g + 1 < ng && mr == 4)
-						mm16(4, 2, nb_, xi, k, di, nb, v + g * ZPACK_INTS, sc + o, off + o, ci, ldc, b0 == 0, cols + g);
+						mm16(4, 2, H, MIN, nb_, xi, k, di, si, nb, vg, sc + o * H, off + o * H, mn + o, ci, ldc, b0 == 0, cols + g);
 					else if (g + 1 < ng)
-						mm16(1, 2, nb_, xi, k, di, nb, v + g * ZPACK_INTS, sc + o, off + o, ci, ldc, b0 == 0, cols + g);
+						mm16(1, 2, H, MIN, nb_, xi, k, di, si, nb, vg, sc + o * H, off + o * H, mn + o, ci, ldc, b0 == 0, cols + g);
 					else if (mr == 4)
-						mm16(4, 1, nb_, xi, k, di, nb, v + g * ZPACK_INTS, sc + o, off + o, ci, ldc, b0 == 0, cols + g);
+						mm16(4, 1, H, MIN, nb_, xi, k, di, si, nb, vg, sc + o * H, off + o * H, mn + o, ci, ldc, b0 == 0, cols + g);
 					else
-						mm16(1, 1, nb_, xi, k, di, nb, v + g * ZPACK_INTS, sc + o, off + o, ci, ldc, b0 == 0, cols + g);
+						mm16(1, 1, H, MIN, nb_, xi, k, di, si, nb, vg, sc + o * H, off + o * H, mn + o, ci, ldc, b0 == 0, cols + g);
 				}
 				i += mr;
 			}
 		}
 	}
+}
+
+// qmatmul_avx512vnni packs ZPACK_GROUPS groups of 16 rows of w
+// (ZPACK_BLOCKS blocks each: 80 KB with the scales and offsets, 104 KB for
+// a K-quant's, in L2) at a time and runs every 4 rows of x (4 KB per
+// 1,024 values, in L1) against the whole pack, two groups (32 outputs) at
+// a time.
+TARGET_AVX512VNNI static void qmatmul_avx512vnni(int wt, int m, int n, int k, const uint8_t *xq, const float *xd,
+	const float *xs, const uint8_t *w, long wstride, float *c, long ldc, uint8_t *pack) {
+	if (wt == DLMC_Q6_K) qmm_avx512vnni(2, 0, wt, m, n, k, xq, xd, xs, w, wstride, c, ldc, pack);
+	else if (wt == DLMC_Q4_K || wt == DLMC_Q5_K) qmm_avx512vnni(1, 1, wt, m, n, k, xq, xd, xs, w, wstride, c, ldc, pack);
+	else qmm_avx512vnni(1, 0, wt, m, n, k, xq, xd, xs, w, wstride, c, ldc, pack);
 }
 
 int dlmc_quant_isa(void) {
@@ -596,29 +796,33 @@ void dlmc_quant_rows(int simd, int wt, float *dst, const uint8_t *src, long rows
 	quant_rows_generic(wt, dst, src, rows, cols, stride);
 }
 
-void dlmc_quantize_act(int isa, void *q, float *d, const float *x, long rows, long cols, long ldx) {
+void dlmc_quantize_act(int isa, void *q, float *d, float *sums, const float *x, long rows, long cols, long ldx) {
 #if defined(__x86_64__)
 	if (isa != DLMC_ISA_GENERIC) {
-		quantize_act_avx2(act_form(isa), q, d, x, rows, cols, ldx);
+		quantize_act_avx2(act_form(isa), q, d, sums, x, rows, cols, ldx);
 		return;
 	}
 #endif
-	quantize_act_generic(act_form(isa), q, d, x, rows, cols, ldx);
+	quantize_act_generic(act_form(isa), q, d, sums, x, rows, cols, ldx);
 }
 
 // The packs are the caller's scratch, not _Thread_local arrays: those
 // sat in every thread's static TLS (216 KB, cleared as each thread
 // starts), the Go runtime's and the libraries' threads too — 2–3 MB of a
 // process's memory for the two or three threads that run products.
-void dlmc_qmatmul(int isa, int wt, int m, int n, int k, const void *xq, const float *xd, const uint8_t *w,
-	long wstride, float *c, long ldc, void *pack) {
+int dlmc_qmatmul(int isa, int wt, int m, int n, int k, const void *xq, const float *xd, const float *xs,
+	const uint8_t *w, long wstride, float *c, long ldc, void *pack) {
 	uint8_t *p = (uint8_t *)(((uintptr_t)pack + 63) & ~(uintptr_t)63);
+	int kq = dlmc_kquant_block_bytes(wt) != 0;
+	if (kq && (k % 256 != 0 || (wt != DLMC_Q6_K && !xs) || isa == DLMC_ISA_AVXVNNI)) return -1;
 	switch (isa) {
 #if defined(__x86_64__)
-	case DLMC_ISA_AVX2: qmatmul_avx2(wt, m, n, k, xq, xd, w, wstride, c, ldc, p); return;
-	case DLMC_ISA_AVXVNNI: qmatmul_avxvnni(wt, m, n, k, xq, xd, w, wstride, c, ldc); return;
-	case DLMC_ISA_AVX512VNNI: qmatmul_avx512vnni(wt, m, n, k, xq, xd, w, wstride, c, ldc, p); return;
+	case DLMC_ISA_AVX2: qmatmul_avx2(wt, m, n, k, xq, xd, xs, w, wstride, c, ldc, p); return 0;
+	case DLMC_ISA_AVXVNNI: qmatmul_avxvnni(wt, m, n, k, xq, xd, w, wstride, c, ldc); return 0;
+	case DLMC_ISA_AVX512VNNI: qmatmul_avx512vnni(wt, m, n, k, xq, xd, xs, w, wstride, c, ldc, p); return 0;
 #endif
-	default: qmatmul_generic(wt, m, n, k, xq, xd, w, wstride, c, ldc);
 	}
+	if (kq) qmatmul_kquant_generic(wt, m, n, k, xq, xd, xs, w, wstride, c, ldc);
+	else qmatmul_generic(wt, m, n, k, xq, xd, w, wstride, c, ldc);
+	return 0;
 }

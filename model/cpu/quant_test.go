@@ -229,18 +229,25 @@ func TestQuantWeight(t *testing.T) {
 // sum the same int32 block products, so they differ only in the order of
 // the float32 accumulation (within 1e-5 of Σ|x||w|); the AVX2 activation
 // quantizer and the C one agree on every value (the AVX2 product's are
-// int16). Shapes cover the tile edges (rows of x not a multiple of 3 or 4,
-// of w not a multiple of 8, 16 or 2, an odd number of whole groups of 8)
-// and rows longer than one pack (QPACK_BLOCKS).
+// int16), and so do their block sums. Shapes cover the tile edges (rows
+// of x not a multiple of 3 or 4, of w not a multiple of 8, 16 or 2, an odd
+// number of whole groups of 8) and rows longer than one pack
+// (QPACK_BLOCKS); the K-quants' rows are whole super-blocks of 256.
 func TestQuantProductsInt8Exact(t *testing.T) {
 	if quantISA == isaGeneric {
 		t.Skip("no AVX2+FMA+F16C: only the plain C int8 product runs here")
 	}
 	rng := rand.New(rand.NewPCG(5, 6))
-	for _, typ := range quantTypes {
-		for _, sh := range [][3]int{{1, 32, 1}, {4, 64, 2}, {6, 160, 7}, {13, 1024, 33}, {9, 4096, 11}, {5, 2048, 16}, {7, 96, 24}, {8, 1088, 136}} {
+	for _, typ := range append(append([]backend.QuantType{}, quantTypes...), kquantTypes...) {
+		shapes := [][3]int{{1, 32, 1}, {4, 64, 2}, {6, 160, 7}, {13, 1024, 33}, {9, 4096, 11}, {5, 2048, 16}, {7, 96, 24}, {8, 1088, 136}}
+		weight := quantWeight
+		if typ.KQuant() {
+			shapes = [][3]int{{1, 256, 1}, {4, 512, 2}, {6, 768, 7}, {13, 1024, 33}, {9, 4096, 11}, {5, 2048, 16}, {7, 256, 24}, {8, 1280, 136}}
+			weight = kquantWeight
+		}
+		for _, sh := range shapes {
 			n, in, out := sh[0], sh[1], sh[2]
-			raw, _ := quantWeight(t, rng, typ, out, in)
+			raw, _ := weight(t, rng, typ, out, in)
 			w := &Tensor{rows: out, cols: in, stride: in, q: raw, qStride: len(raw) / out, qType: typ}
 			x := make([]float32, n*in)
 			for i := range x {
@@ -250,21 +257,21 @@ func TestQuantProductsInt8Exact(t *testing.T) {
 			for k := range min(32, in) {
 				x[(n-1)*in+k] = 0
 			}
-			qg, dg := make([]byte, n*in), make([]float32, n*in/32)
-			quantizeAct(isaGeneric, qg, dg, x, n, in, in)
+			qg, dg, sg := make([]byte, n*in), make([]float32, n*in/32), make([]float32, n*in/32)
+			quantizeAct(isaGeneric, qg, dg, sg, x, n, in, in)
 			want := make([]float32, n*out)
-			qMatMul(isaGeneric, n, out, in, qg, dg, w, 0, want, out, make([]byte, qPackBytes))
+			qMatMul(isaGeneric, n, out, in, qg, dg, sg, w, 0, want, out, make([]byte, qPackBytes))
 			for isa := isaAVX2; isa <= quantISA; isa++ {
-				if !quantISASupported(isa) {
-					continue // logged by TestQuantWeight
+				if !quantISASupported(isa) || typ.KQuant() && kquantISA(isa) != isa {
+					continue // logged by TestQuantWeight; AVX-VNNI's K-quant products are AVX2's
 				}
-				q, d := make([]byte, n*in*actBytes(isa)), make([]float32, n*in/32)
-				quantizeAct(isa, q, d, x, n, in, in)
-				if fmt.Sprint(actValues(isa, q)) != fmt.Sprint(actValues(isaGeneric, qg)) || !equalF32(d, dg) {
-					t.Fatalf("%s %v isa %d: quantized activations differ from the C quantizer's", typ, sh, isa)
+				q, d, s := make([]byte, n*in*actBytes(isa)), make([]float32, n*in/32), make([]float32, n*in/32)
+				quantizeAct(isa, q, d, s, x, n, in, in)
+				if fmt.Sprint(actValues(isa, q)) != fmt.Sprint(actValues(isaGeneric, qg)) || !equalF32(d, dg) || !equalF32(s, sg) {
+					t.Fatalf("%s %v isa %d: quantized activations or their sums differ from the C quantizer's", typ, sh, isa)
 				}
 				got := make([]float32, n*out)
-				qMatMul(isa, n, out, in, q, d, w, 0, got, out, make([]byte, qPackBytes+1)[1:]) // unaligned: the kernel aligns it
+				qMatMul(isa, n, out, in, q, d, s, w, 0, got, out, make([]byte, qPackBytes+1)[1:]) // unaligned: the kernel aligns it
 				for i := range want {
 					if math.Abs(float64(got[i]-want[i])) > 1e-5*math.Abs(float64(want[i]))+1e-4 {
 						t.Fatalf("%s %v isa %d: element %d is %g, the C product's %g", typ, sh, isa, i, got[i], want[i])
