@@ -96,11 +96,12 @@ void dlmc_kquant_rows(int simd, int wt, float *dst, const uint8_t *src, long row
 long dlmc_kquant_block_bytes(int wt);
 // dlmc_kq_block decodes one super-block b of the K-quant wt for the int8
 // products: q[256] the quants (Q4_K, Q5_K: q ∈ [0, 32); Q6_K: q − 32),
-// isc[16] the integer scale of values 16s … 16s+15, im[8] the integer
-// minimum of values 32s … 32s+31 (0 for Q6_K), dd[0], dd[1] the block's d
-// and dmin (0 for Q6_K): value v is dd[0]·isc[v/16]·q[v] − dd[1]·im[v/32],
-// as ggml dequantizes it. simd picks the AVX2 loop.
-void dlmc_kq_block(int simd, int wt, int8_t *q, int16_t *isc, int16_t *im, float *dd, const uint8_t *b);
+// isc[16·ls] the integer scale of values 16s … 16s+15 at isc[s·ls],
+// im[8·ls] the integer minimum of values 32s … 32s+31 at im[s·ls] (0 for
+// Q6_K), dd[0], dd[1] the block's d and dmin (0 for Q6_K): value v is
+// dd[0]·isc[v/16]·q[v] − dd[1]·im[v/32], as ggml dequantizes it. simd
+// picks the AVX2 loop.
+void dlmc_kq_block(int simd, int wt, int8_t *q, int16_t *isc, int16_t *im, long ls, float *dd, const uint8_t *b);
 // Activations quantized per row as llama.cpp's Q8_0 (float32 scales):
 // for each block of 32 of each row of x (row stride ldx; cols a multiple
 // of 32), d = max|x|/127 into d (rows·cols/32, dense) and x·(127/max|x|)

@@ -29,16 +29,24 @@ long dlmc_kquant_block_bytes(int wt) {
 	return 0;
 }
 
-// scale_min_k4 is sub-block j's 6-bit scale and minimum from the 12 bytes q
-// of a Q4_K or Q5_K block (ggml's get_scale_min_k4).
-static inline void scale_min_k4(int j, const uint8_t *q, float *sc, float *m) {
+// scale_min_k4i is sub-block j's 6-bit scale and minimum from the 12 bytes
+// q of a Q4_K or Q5_K block (ggml's get_scale_min_k4); scale_min_k4 the
+// same as floats.
+static inline void scale_min_k4i(int j, const uint8_t *q, int *sc, int *m) {
 	if (j < 4) {
-		*sc = (float)(q[j] & 63);
-		*m = (float)(q[j + 4] & 63);
+		*sc = q[j] & 63;
+		*m = q[j + 4] & 63;
 	} else {
-		*sc = (float)((q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4));
-		*m = (float)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+		*sc = (q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4);
+		*m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
 	}
+}
+
+static inline void scale_min_k4(int j, const uint8_t *q, float *sc, float *m) {
+	int s, n;
+	scale_min_k4i(j, q, &s, &n);
+	*sc = (float)s;
+	*m = (float)n;
 }
 
 // Q4_K (144 bytes): d, dmin (float16), scales[12], qs[128]; Q5_K (176):
@@ -91,19 +99,21 @@ static void q6k_block_generic(float *y, const uint8_t *b) {
 // integer sub-scale isc[v/16] and (Q4_K, Q5_K) minimum im[v/32], and the
 // block's float16 d and dmin in dd[0], dd[1]; value v is
 // dd[0]·isc·q[v] − dd[1]·im.
-static void q45k_scales(const uint8_t *b, int16_t *isc, int16_t *im, float *dd) {
+// q45k_scales reads a Q4_K or Q5_K block's d, dmin and 6-bit scales and
+// minima (scale_min_k4i), entry k of isc and im at k·ls.
+static inline void q45k_scales(const uint8_t *b, int16_t *isc, int16_t *im, long ls, float *dd) {
 	dd[0] = half_at(b);
 	dd[1] = half_at(b + 2);
 	for (int v = 0; v < 8; v++) {
-		float s, m;
-		scale_min_k4(v, b + 4, &s, &m);
-		isc[2 * v] = isc[2 * v + 1] = (int16_t)s;
-		im[v] = (int16_t)m;
+		int s, m;
+		scale_min_k4i(v, b + 4, &s, &m);
+		isc[2 * v * ls] = isc[(2 * v + 1) * ls] = (int16_t)s;
+		im[v * ls] = (int16_t)m;
 	}
 }
 
-static void q45k_int8_generic(int five, int8_t *q, int16_t *isc, int16_t *im, float *dd, const uint8_t *b) {
-	q45k_scales(b, isc, im, dd);
+static void q45k_int8_generic(int five, int8_t *q, int16_t *isc, int16_t *im, long ls, float *dd, const uint8_t *b) {
+	q45k_scales(b, isc, im, ls, dd);
 	const uint8_t *qh = b + 16, *qs = b + (five ? 48 : 16);
 	for (int j = 0; j < 4; j++, qs += 32, q += 64) {
 		for (int l = 0; l < 32; l++) {
@@ -118,13 +128,13 @@ static void q45k_int8_generic(int five, int8_t *q, int16_t *isc, int16_t *im, fl
 	}
 }
 
-static void q6k_int8_generic(int8_t *q, int16_t *isc, int16_t *im, float *dd, const uint8_t *b) {
+static void q6k_int8_generic(int8_t *q, int16_t *isc, int16_t *im, long ls, float *dd, const uint8_t *b) {
 	dd[0] = half_at(b + 208);
 	dd[1] = 0;
 	const uint8_t *ql = b, *qh = b + 128;
 	const int8_t *sc = (const int8_t *)(b + 192);
-	for (int k = 0; k < 16; k++) isc[k] = sc[k];
-	for (int k = 0; k < 8; k++) im[k] = 0;
+	for (int k = 0; k < 16; k++) isc[k * ls] = sc[k];
+	for (int k = 0; k < 8; k++) im[k * ls] = 0;
 	for (int n = 0; n < 2; n++, q += 128, ql += 64, qh += 32) {
 		for (int l = 0; l < 32; l++) {
 			q[l] = (int8_t)(((ql[l] & 0xf) | ((qh[l] & 3) << 4)) - 32);
@@ -232,8 +242,8 @@ TARGET_AVX2 static void q6k_block_avx2(float *y, const uint8_t *b) {
 
 // The int8 decoders' AVX2 loops: the quants as kquant's float decoders
 // build them, stored as bytes; the scales as the plain C ones read them.
-TARGET_AVX2 static void q45k_int8_avx2(int five, int8_t *q, int16_t *isc, int16_t *im, float *dd, const uint8_t *b) {
-	q45k_scales(b, isc, im, dd);
+TARGET_AVX2 static void q45k_int8_avx2(int five, int8_t *q, int16_t *isc, int16_t *im, long ls, float *dd, const uint8_t *b) {
+	q45k_scales(b, isc, im, ls, dd);
 	const uint8_t *qs = b + (five ? 48 : 16);
 	__m256i qh = five ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
 	for (int j = 0; j < 4; j++, qs += 32, q += 64) {
@@ -244,11 +254,12 @@ TARGET_AVX2 static void q45k_int8_avx2(int five, int8_t *q, int16_t *isc, int16_
 	}
 }
 
-TARGET_AVX2 static void q6k_int8_avx2(int8_t *q, int16_t *isc, int16_t *im, float *dd, const uint8_t *b) {
+TARGET_AVX2 static void q6k_int8_avx2(int8_t *q, int16_t *isc, int16_t *im, long ls, float *dd, const uint8_t *b) {
 	dd[0] = half_at(b + 208);
 	dd[1] = 0;
-	_mm256_storeu_si256((__m256i *)isc, _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b + 192))));
-	memset(im, 0, 8 * sizeof *im);
+	const int8_t *sc = (const int8_t *)(b + 192);
+	for (int k = 0; k < 16; k++) isc[k * ls] = sc[k];
+	for (int k = 0; k < 8; k++) im[k * ls] = 0;
 	for (int n = 0; n < 2; n++, q += 128) {
 		__m256i v[4];
 		q6k_quants_avx2(b + 64 * n, b + 128 + 32 * n, v);
@@ -269,15 +280,15 @@ void dlmc_kquant_rows(int simd, int wt, float *dst, const uint8_t *src, long row
 	kquant_rows(q6k_block_generic, q45k_block_generic, wt, dst, src, rows, cols, stride);
 }
 
-void dlmc_kq_block(int simd, int wt, int8_t *q, int16_t *isc, int16_t *im, float *dd, const uint8_t *b) {
+void dlmc_kq_block(int simd, int wt, int8_t *q, int16_t *isc, int16_t *im, long ls, float *dd, const uint8_t *b) {
 #if defined(__x86_64__)
 	if (simd) {
-		if (wt == DLMC_Q6_K) q6k_int8_avx2(q, isc, im, dd, b);
-		else q45k_int8_avx2(wt == DLMC_Q5_K, q, isc, im, dd, b);
+		if (wt == DLMC_Q6_K) q6k_int8_avx2(q, isc, im, ls, dd, b);
+		else q45k_int8_avx2(wt == DLMC_Q5_K, q, isc, im, ls, dd, b);
 		return;
 	}
 #endif
 	(void)simd;
-	if (wt == DLMC_Q6_K) q6k_int8_generic(q, isc, im, dd, b);
-	else q45k_int8_generic(wt == DLMC_Q5_K, q, isc, im, dd, b);
+	if (wt == DLMC_Q6_K) q6k_int8_generic(q, isc, im, ls, dd, b);
+	else q45k_int8_generic(wt == DLMC_Q5_K, q, isc, im, ls, dd, b);
 }

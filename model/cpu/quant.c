@@ -100,7 +100,7 @@ static void qmatmul_kquant_generic(int wt, int m, int n, int k, const int8_t *xq
 	for (int j = 0; j < n; j++) {
 		for (int i = 0; i < m; i++) c[(long)i * ldc + j] = 0;
 		for (long sb = 0; sb < nb / 8; sb++) {
-			dlmc_kq_block(0, wt, q, isc, im, dd, w + j * wstride + sb * bb);
+			dlmc_kq_block(0, wt, q, isc, im, 1, dd, w + j * wstride + sb * bb);
 			for (int i = 0; i < m; i++) {
 				const int8_t *xr = xq + (long)i * k + sb * 256;
 				float acc = c[(long)i * ldc + j];
@@ -352,7 +352,7 @@ TARGET_AVX2 static void pack8k(int wt, int rows, long b0, long nb, const uint8_t
 	float dd[2];
 	for (int r = 0; r < 8; r++) {
 		for (long sb = 0; sb < nb / 8; sb++) {
-			if (r < rows) dlmc_kq_block(1, wt, q, isc, im, dd, w + r * wstride + (b0 / 8 + sb) * bb);
+			if (r < rows) dlmc_kq_block(1, wt, q, isc, im, 1, dd, w + r * wstride + (b0 / 8 + sb) * bb);
 			for (int u = 0; u < 8; u++) {
 				long b = sb * 8 + u;
 				uint32_t *vb = (uint32_t *)(v + b * 256);
@@ -594,54 +594,83 @@ TARGET_AVX512VNNI static void pack16(int wt, int rows, long b0, long nb, const u
 	}
 }
 
+// tr16x8 stores 16 rows of 8 int32 (r[i]) as pack16's vectors:
+// vb[16·t + i] = r[i][t]. Rows i and i+8 share a zmm; the 8 × 8
+// transposes of its two halves run side by side (unpacks within 128-bit
+// lanes, then 64-bit pairs picked across them).
+TARGET_AVX512VNNI static inline void tr16x8(const __m256i *r, int32_t *vb) {
+	__m512i a[8], b[8];
+	for (int k = 0; k < 8; k++) a[k] = _mm512_inserti64x4(_mm512_castsi256_si512(r[k]), r[k + 8], 1);
+	for (int k = 0; k < 8; k += 2) {
+		b[k] = _mm512_unpacklo_epi32(a[k], a[k + 1]);
+		b[k + 1] = _mm512_unpackhi_epi32(a[k], a[k + 1]);
+	}
+	// b[2m] holds rows 2m, 2m+1 at columns 0,1 (lane 0) and 4,5 (lane 1);
+	// b[2m+1] columns 2,3 and 6,7.
+	for (int k = 0; k < 8; k += 4) {
+		for (int j = 0; j < 2; j++) {
+			a[k + 2 * j] = _mm512_unpacklo_epi64(b[k + j], b[k + j + 2]);
+			a[k + 2 * j + 1] = _mm512_unpackhi_epi64(b[k + j], b[k + j + 2]);
+		}
+	}
+	// a[4h + c] (c = 0…3: columns 0, 1, 2, 3 in lane 0 and 4 … 7 in lane 1) holds
+	// rows 4h … 4h+3 (4h+8 … in the upper half).
+	const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+	for (int c = 0; c < 4; c++) {
+		_mm512_store_si512(vb + 16 * c, _mm512_permutex2var_epi64(a[c], lo, a[4 + c]));
+		_mm512_store_si512(vb + 16 * (c + 4), _mm512_permutex2var_epi64(a[c], hi, a[4 + c]));
+	}
+}
+
 // pack16k is pack16 for a K-quant (b0 and nb whole super-blocks of 8
 // blocks), H scales and offsets per block and row (Q6_K: 2, one per
 // sub-block of 16 values; Q4_K, Q5_K: 1), each scale d·isc; for Q4_K and
 // Q5_K the block's minimum dmin·im in mn (per block and row). The quants
 // (Q4_K, Q5_K: q ∈ [0, 32); Q6_K: q − 32) are vpdpbusd's signed operand
-// as they are.
+// as they are. The 16 rows of a super-block are decoded first, then each
+// block transposed into the pack (tr16x8) and its scales, offsets and
+// minima made 16 rows at a time.
 TARGET_AVX512VNNI static void pack16k(int wt, int rows, long b0, long nb, const uint8_t *w, long wstride, int32_t *v,
 	float *sc, int32_t *off, float *mn) {
 	long bb = dlmc_kquant_block_bytes(wt);
 	const int H = wt == DLMC_Q6_K ? 2 : 1;
-	const __m256i flip = _mm256_set1_epi8((char)0x80);
-	_Alignas(32) int8_t q[256];
-	int16_t isc[16], im[8];
-	float dd[2];
-	for (int r = 0; r < 16; r++) {
-		for (long sb = 0; sb < nb / 8; sb++) {
-			if (r < rows) dlmc_kq_block(1, wt, q, isc, im, dd, w + r * wstride + (b0 / 8 + sb) * bb);
-			for (int u = 0; u < 8; u++) {
-				long b = sb * 8 + u;
-				int32_t *vb = v + b * 128;
-				if (r >= rows) {
-					for (int h = 0; h < H; h++) sc[b * 16 * H + 16 * h + r] = 0, off[b * 16 * H + 16 * h + r] = 0;
-					mn[b * 16 + r] = 0;
-					for (int t = 0; t < 8; t++) vb[t * 16 + r] = 0;
-					continue;
-				}
-				__m256i q8 = _mm256_load_si256((const __m256i *)(q + 32 * u));
-				_Alignas(32) int32_t p[8];
-				_mm256_store_si256((__m256i *)p, q8);
-				for (int t = 0; t < 8; t++) vb[t * 16 + r] = p[t];
-				// Σq per 8 bytes from the biased bytes' absolute sums:
-				// Σ(q + 128) − 8·128.
-				_Alignas(32) int64_t s8[4];
-				_mm256_store_si256((__m256i *)s8, _mm256_sad_epu8(_mm256_xor_si256(q8, flip), _mm256_setzero_si256()));
-				if (H == 2) {
-					for (int h = 0; h < 2; h++) {
-						int32_t sum = (int32_t)(s8[2 * h] + s8[2 * h + 1]) - 16 * 128;
-						sc[b * 32 + 16 * h + r] = dd[0] * (float)isc[2 * u + h];
-						off[b * 32 + 16 * h + r] = -128 * sum;
-					}
-					mn[b * 16 + r] = 0;
-				} else {
-					int32_t sum = (int32_t)(s8[0] + s8[1] + s8[2] + s8[3]) - 32 * 128;
-					sc[b * 16 + r] = dd[0] * (float)isc[2 * u];
-					off[b * 16 + r] = -128 * sum;
-					mn[b * 16 + r] = dd[1] * (float)im[u];
-				}
+	_Alignas(64) int8_t q[16][256];
+	_Alignas(64) int16_t isc[16][16], im[8][16]; // [sub-block][row]
+	float dd[16][2];
+	_Alignas(64) float d0[16], d1[16];
+	const __m512i ones = _mm512_set1_epi8(1);
+	for (long sb = 0; sb < nb / 8; sb++) {
+		for (int r = 0; r < 16; r++) {
+			if (r < rows) {
+				dlmc_kq_block(1, wt, q[r], &isc[0][r], &im[0][r], 16, dd[r], w + r * wstride + (b0 / 8 + sb) * bb);
+			} else {
+				// Zero quants, scales and minima: the row's sums are 0.
+				memset(q[r], 0, sizeof q[r]);
+				for (int k = 0; k < 16; k++) isc[k][r] = 0;
+				for (int k = 0; k < 8; k++) im[k][r] = 0;
+				dd[r][0] = dd[r][1] = 0;
 			}
+			d0[r] = dd[r][0];
+			d1[r] = dd[r][1];
+		}
+		__m512 D0 = _mm512_load_ps(d0), D1 = _mm512_load_ps(d1);
+		for (int u = 0; u < 8; u++) {
+			long b = sb * 8 + u;
+			int32_t *vb = v + b * 128;
+			__m256i rv[16];
+			for (int r = 0; r < 16; r++) rv[r] = _mm256_load_si256((const __m256i *)(q[r] + 32 * u));
+			tr16x8(rv, vb);
+			// Each row's Σq over each H parts of the block: its bytes
+			// times 1, four to a lane, from the pack's vectors.
+			for (int h = 0; h < H; h++) {
+				__m512i s = _mm512_setzero_si512();
+				for (int t = 8 / H * h; t < 8 / H * (h + 1); t++) s = _mm512_dpbusd_epi32(s, ones, _mm512_load_si512(vb + 16 * t));
+				_mm512_store_si512(off + b * 16 * H + 16 * h, _mm512_mullo_epi32(s, _mm512_set1_epi32(-128)));
+				__m512 S = _mm512_mul_ps(D0, _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm256_load_si256((const __m256i *)isc[2 * u + h]))));
+				_mm512_store_ps(sc + b * 16 * H + 16 * h, S);
+			}
+			__m512 M = _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm256_load_si256((const __m256i *)im[u])));
+			_mm512_store_ps(mn + b * 16, H == 2 ? _mm512_setzero_ps() : _mm512_mul_ps(D1, M));
 		}
 	}
 }
