@@ -566,34 +566,6 @@ QMATMUL(qmatmul_avxvnni, TARGET_AVXVNNI, tile_avxvnni)
 #define ZPACK_GROUPS 4
 #define ZPACK_INTS (ZPACK_BLOCKS * 128)
 
-TARGET_AVX512VNNI static void pack16(int wt, int rows, long b0, long nb, const uint8_t *w, long wstride, int32_t *v,
-	float *sc, int32_t *off) {
-	long bb = block_bytes(wt);
-	const __m256i flip = _mm256_set1_epi8((char)0x80);
-	for (long b = 0; b < nb; b++) {
-		int32_t *vb = v + b * 128;
-		for (int r = 0; r < 16; r++) {
-			if (r >= rows) {
-				sc[b * 16 + r] = 0;
-				off[b * 16 + r] = 0;
-				for (int t = 0; t < 8; t++) vb[t * 16 + r] = 0;
-				continue;
-			}
-			float d;
-			__m256i q8 = load_w(wt, w + r * wstride + (b0 + b) * bb, &d);
-			_Alignas(32) int32_t q[8];
-			_mm256_store_si256((__m256i *)q, q8);
-			for (int t = 0; t < 8; t++) vb[t * 16 + r] = q[t];
-			// Σq from the biased bytes' absolute sums: Σ(q + 128) − 32·128.
-			__m256i s = _mm256_sad_epu8(_mm256_xor_si256(q8, flip), _mm256_setzero_si256());
-			__m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-			int32_t sum = (int32_t)(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1)) - 32 * 128;
-			sc[b * 16 + r] = d;
-			off[b * 16 + r] = -128 * sum;
-		}
-	}
-}
-
 // tr16x8 stores 16 rows of 8 int32 (r[i]) as pack16's vectors:
 // vb[16·t + i] = r[i][t]. Rows i and i+8 share a zmm; the 8 × 8
 // transposes of its two halves run side by side (unpacks within 128-bit
@@ -622,6 +594,33 @@ TARGET_AVX512VNNI static inline void tr16x8(const __m256i *r, int32_t *vb) {
 	}
 }
 
+// pack_offsets is −128·Σq over vectors t0 … t1−1 of a block's pack (vb),
+// for each of its 16 rows: each row's bytes times 1, four to a lane.
+TARGET_AVX512VNNI static inline __m512i pack_offsets(const int32_t *vb, int t0, int t1) {
+	__m512i s = _mm512_setzero_si512();
+	for (int t = t0; t < t1; t++) s = _mm512_dpbusd_epi32(s, _mm512_set1_epi8(1), _mm512_load_si512(vb + 16 * t));
+	return _mm512_mullo_epi32(s, _mm512_set1_epi32(-128));
+}
+
+TARGET_AVX512VNNI static void pack16(int wt, int rows, long b0, long nb, const uint8_t *w, long wstride, int32_t *v,
+	float *sc, int32_t *off) {
+	long bb = block_bytes(wt);
+	for (long b = 0; b < nb; b++) {
+		int32_t *vb = v + b * 128;
+		__m256i rv[16];
+		for (int r = 0; r < 16; r++) {
+			if (r >= rows) {
+				rv[r] = _mm256_setzero_si256();
+				sc[b * 16 + r] = 0;
+				continue;
+			}
+			rv[r] = load_w(wt, w + r * wstride + (b0 + b) * bb, &sc[b * 16 + r]);
+		}
+		tr16x8(rv, vb);
+		_mm512_store_si512(off + b * 16, pack_offsets(vb, 0, 8));
+	}
+}
+
 // pack16k is pack16 for a K-quant (b0 and nb whole super-blocks of 8
 // blocks), H scales and offsets per block and row (Q6_K: 2, one per
 // sub-block of 16 values; Q4_K, Q5_K: 1), each scale d·isc; for Q4_K and
@@ -638,7 +637,6 @@ TARGET_AVX512VNNI static void pack16k(int wt, int rows, long b0, long nb, const 
 	_Alignas(64) int16_t isc[16][16], im[8][16]; // [sub-block][row]
 	float dd[16][2];
 	_Alignas(64) float d0[16], d1[16];
-	const __m512i ones = _mm512_set1_epi8(1);
 	for (long sb = 0; sb < nb / 8; sb++) {
 		for (int r = 0; r < 16; r++) {
 			if (r < rows) {
@@ -660,12 +658,9 @@ TARGET_AVX512VNNI static void pack16k(int wt, int rows, long b0, long nb, const 
 			__m256i rv[16];
 			for (int r = 0; r < 16; r++) rv[r] = _mm256_load_si256((const __m256i *)(q[r] + 32 * u));
 			tr16x8(rv, vb);
-			// Each row's Σq over each H parts of the block: its bytes
-			// times 1, four to a lane, from the pack's vectors.
+			// Each row's offsets and scales for each of the H parts.
 			for (int h = 0; h < H; h++) {
-				__m512i s = _mm512_setzero_si512();
-				for (int t = 8 / H * h; t < 8 / H * (h + 1); t++) s = _mm512_dpbusd_epi32(s, ones, _mm512_load_si512(vb + 16 * t));
-				_mm512_store_si512(off + b * 16 * H + 16 * h, _mm512_mullo_epi32(s, _mm512_set1_epi32(-128)));
+				_mm512_store_si512(off + b * 16 * H + 16 * h, pack_offsets(vb, 8 / H * h, 8 / H * (h + 1)));
 				__m512 S = _mm512_mul_ps(D0, _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm256_load_si256((const __m256i *)isc[2 * u + h]))));
 				_mm512_store_ps(sc + b * 16 * H + 16 * h, S);
 			}
