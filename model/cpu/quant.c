@@ -316,26 +316,53 @@ TARGET_AVX2 static inline float hsum8(__m256 v) {
 // from the weight's own blocks: nothing is kept.
 #define QPACK_BLOCKS 32
 
+// tr8x8 stores 8 rows of 8 int32 (r[i]) as 8 vectors of the pack:
+// vb[8·t + i] = r[i][t] (unpacks within 128-bit lanes, then the lanes
+// exchanged).
+TARGET_AVX2 static inline void tr8x8(const __m256i *r, uint32_t *vb) {
+	__m256i t[8], u[8];
+	for (int k = 0; k < 8; k += 2) {
+		t[k] = _mm256_unpacklo_epi32(r[k], r[k + 1]);
+		t[k + 1] = _mm256_unpackhi_epi32(r[k], r[k + 1]);
+	}
+	// t[2m]: rows 2m, 2m+1 at columns 0, 1 (4, 5 in lane 1); t[2m+1]: 2, 3 (6, 7).
+	for (int k = 0; k < 8; k += 4) {
+		for (int j = 0; j < 2; j++) {
+			u[k + 2 * j] = _mm256_unpacklo_epi64(t[k + j], t[k + j + 2]);
+			u[k + 2 * j + 1] = _mm256_unpackhi_epi64(t[k + j], t[k + j + 2]);
+		}
+	}
+	// u[4h + c]: rows 4h … 4h+3 at column c (c + 4 in lane 1).
+	for (int c = 0; c < 4; c++) {
+		_mm256_store_si256((__m256i *)(vb + 8 * c), _mm256_permute2x128_si256(u[c], u[4 + c], 0x20));
+		_mm256_store_si256((__m256i *)(vb + 8 * (c + 4)), _mm256_permute2x128_si256(u[c], u[4 + c], 0x31));
+	}
+}
+
+// pack8_block writes one block of the pack from its 8 rows' 32 int16
+// each (lo[r]: values 0 … 15, hi[r]: 16 … 31, as pairs of int16 in int32
+// lanes).
+TARGET_AVX2 static inline void pack8_block(const __m256i *lo, const __m256i *hi, int16_t *v) {
+	tr8x8(lo, (uint32_t *)v);
+	tr8x8(hi, (uint32_t *)v + 64);
+}
+
 TARGET_AVX2 static void pack8(int wt, int rows, long b0, long nb, const uint8_t *w, long wstride, int16_t *v,
 	float *sc) {
 	long bb = block_bytes(wt);
-	_Alignas(32) uint32_t q[16]; // 32 int16, in pairs
 	for (long b = 0; b < nb; b++) {
-		uint32_t *vb = (uint32_t *)(v + b * 256);
+		__m256i lo[8], hi[8];
 		for (int r = 0; r < 8; r++) {
 			if (r >= rows) {
 				sc[b * 8 + r] = 0;
-				for (int t = 0; t < 16; t++) vb[t * 8 + r] = 0;
+				lo[r] = hi[r] = _mm256_setzero_si256();
 				continue;
 			}
-			const uint8_t *blk = w + r * wstride + (b0 + b) * bb;
-			float d;
-			__m256i q8 = load_w(wt, blk, &d);
-			sc[b * 8 + r] = d;
-			_mm256_store_si256((__m256i *)q, _mm256_cvtepi8_epi16(_mm256_castsi256_si128(q8)));
-			_mm256_store_si256((__m256i *)(q + 8), _mm256_cvtepi8_epi16(_mm256_extracti128_si256(q8, 1)));
-			for (int t = 0; t < 16; t++) vb[t * 8 + r] = q[t];
+			__m256i q8 = load_w(wt, w + r * wstride + (b0 + b) * bb, &sc[b * 8 + r]);
+			lo[r] = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(q8));
+			hi[r] = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(q8, 1));
 		}
+		pack8_block(lo, hi, v + b * 256);
 	}
 }
 
@@ -346,29 +373,38 @@ TARGET_AVX2 static void pack8(int wt, int rows, long b0, long nb, const uint8_t 
 TARGET_AVX2 static void pack8k(int wt, int rows, long b0, long nb, const uint8_t *w, long wstride, int16_t *v,
 	float *sc, float *mn) {
 	long bb = dlmc_kquant_block_bytes(wt);
-	_Alignas(32) int8_t q[256];
-	_Alignas(32) uint32_t p[16];
-	int16_t isc[16], im[8];
+	_Alignas(32) int8_t q[8][256];
+	_Alignas(32) int16_t isc[16][8], im[8][8]; // [sub-block][row]
+	_Alignas(32) float d0[8], d1[8];
 	float dd[2];
-	for (int r = 0; r < 8; r++) {
-		for (long sb = 0; sb < nb / 8; sb++) {
-			if (r < rows) dlmc_kq_block(1, wt, q, isc, im, 1, dd, w + r * wstride + (b0 / 8 + sb) * bb);
-			for (int u = 0; u < 8; u++) {
-				long b = sb * 8 + u;
-				uint32_t *vb = (uint32_t *)(v + b * 256);
-				if (r >= rows) {
-					sc[b * 8 + r] = mn[b * 8 + r] = 0;
-					for (int t = 0; t < 16; t++) vb[t * 8 + r] = 0;
-					continue;
-				}
-				__m256i lo = _mm256_cvtepi8_epi16(_mm_load_si128((const __m128i *)(q + 32 * u)));
-				__m256i hi = _mm256_cvtepi8_epi16(_mm_load_si128((const __m128i *)(q + 32 * u + 16)));
-				_mm256_store_si256((__m256i *)p, _mm256_mullo_epi16(lo, _mm256_set1_epi16(isc[2 * u])));
-				_mm256_store_si256((__m256i *)(p + 8), _mm256_mullo_epi16(hi, _mm256_set1_epi16(isc[2 * u + 1])));
-				for (int t = 0; t < 16; t++) vb[t * 8 + r] = p[t];
-				sc[b * 8 + r] = dd[0];
-				mn[b * 8 + r] = dd[1] * (float)im[u];
+	for (long sb = 0; sb < nb / 8; sb++) {
+		for (int r = 0; r < 8; r++) {
+			if (r < rows) {
+				dlmc_kq_block(1, wt, q[r], &isc[0][r], &im[0][r], 8, dd, w + r * wstride + (b0 / 8 + sb) * bb);
+			} else {
+				// Zero quants, scales and minima: the row's sums are 0.
+				memset(q[r], 0, sizeof q[r]);
+				for (int k = 0; k < 16; k++) isc[k][r] = 0;
+				for (int k = 0; k < 8; k++) im[k][r] = 0;
+				dd[0] = dd[1] = 0;
 			}
+			d0[r] = dd[0];
+			d1[r] = dd[1];
+		}
+		__m256 D0 = _mm256_load_ps(d0), D1 = _mm256_load_ps(d1);
+		for (int u = 0; u < 8; u++) {
+			long b = sb * 8 + u;
+			__m256i lo[8], hi[8];
+			for (int r = 0; r < 8; r++) {
+				lo[r] = _mm256_mullo_epi16(_mm256_cvtepi8_epi16(_mm_load_si128((const __m128i *)(q[r] + 32 * u))),
+					_mm256_set1_epi16(isc[2 * u][r]));
+				hi[r] = _mm256_mullo_epi16(_mm256_cvtepi8_epi16(_mm_load_si128((const __m128i *)(q[r] + 32 * u + 16))),
+					_mm256_set1_epi16(isc[2 * u + 1][r]));
+			}
+			pack8_block(lo, hi, v + b * 256);
+			_mm256_store_ps(sc + b * 8, D0);
+			__m256 M = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm_load_si128((const __m128i *)im[u])));
+			_mm256_store_ps(mn + b * 8, _mm256_mul_ps(D1, M));
 		}
 	}
 }
