@@ -106,13 +106,22 @@ type Backend interface {
 type QuantType uint32
 
 // The quantized formats a QuantWeighter may keep: blocks of values of a
-// row (32 for Q8_0 and Q4_0, each block a float16 scale d and its quants;
-// 256 for the K-quants, super-blocks of sub-blocks with their own scales,
-// laid out as ggml's block_q4_K, block_q5_K and block_q6_K).
+// row (32 for Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1, each block a float16 scale
+// d, Q4_1's and Q5_1's a float16 minimum m, and its quants; 256 for the
+// K-quants, super-blocks of sub-blocks with their own scales, laid out as
+// ggml's block_q4_K, block_q5_K and block_q6_K).
 const (
 	// Q4_0: 16 bytes of 4-bit quants q (q[t] in the low nibble of byte t,
 	// q[t+16] in its high nibble), each value (q − 8)·d; 18 bytes.
 	Q4_0 QuantType = 2
+	// Q4_1: m, then Q4_0's quants, each value q·d + m; 20 bytes.
+	Q4_1 QuantType = 3
+	// Q5_0: 32 fifth bits (a uint32: value j's is bit j), then Q4_0's
+	// quants, each value (q − 16)·d; 22 bytes.
+	Q5_0 QuantType = 6
+	// Q5_1: m, then Q5_0's fifth bits and quants, each value q·d + m; 24
+	// bytes.
+	Q5_1 QuantType = 7
 	// Q8_0: 32 int8 quants q, each value q·d; 34 bytes.
 	Q8_0 QuantType = 8
 	// Q4_K: d, dmin, eight 6-bit scales and minima, 256 4-bit quants; 144
@@ -124,7 +133,7 @@ const (
 	Q6_K QuantType = 14
 )
 
-var quantNames = map[QuantType]string{Q4_0: "Q4_0", Q8_0: "Q8_0", Q4_K: "Q4_K", Q5_K: "Q5_K", Q6_K: "Q6_K"}
+var quantNames = map[QuantType]string{Q4_0: "Q4_0", Q4_1: "Q4_1", Q5_0: "Q5_0", Q5_1: "Q5_1", Q8_0: "Q8_0", Q4_K: "Q4_K", Q5_K: "Q5_K", Q6_K: "Q6_K"}
 
 func (q QuantType) String() string { return enumString(q, "QuantType", quantNames) }
 
@@ -134,6 +143,12 @@ func (q QuantType) BlockBytes() int {
 	switch q {
 	case Q4_0:
 		return 18
+	case Q4_1:
+		return 20
+	case Q5_0:
+		return 22
+	case Q5_1:
+		return 24
 	case Q8_0:
 		return 34
 	case Q4_K:
@@ -150,7 +165,7 @@ func (q QuantType) BlockBytes() int {
 // type).
 func (q QuantType) BlockValues() int {
 	switch q {
-	case Q4_0, Q8_0:
+	case Q4_0, Q4_1, Q5_0, Q5_1, Q8_0:
 		return 32
 	case Q4_K, Q5_K, Q6_K:
 		return 256

@@ -11,7 +11,7 @@ func TestEnumNamesAndTheFallback(t *testing.T) {
 		want string
 	}{
 		{F32, "F32"}, {F16, "F16"}, {BF16, "BF16"}, {DType(7), "DType(7)"},
-		{Q4_0, "Q4_0"}, {Q8_0, "Q8_0"}, {Q6_K, "Q6_K"}, {QuantType(3), "QuantType(3)"},
+		{Q4_0, "Q4_0"}, {Q8_0, "Q8_0"}, {Q6_K, "Q6_K"}, {Q5_1, "Q5_1"}, {QuantType(4), "QuantType(4)"},
 	} {
 		if got := tc.v.String(); got != tc.want {
 			t.Errorf("%s, want %s", got, tc.want)

@@ -33,7 +33,7 @@ func (b *Backend) GateUp(dst, x, gate, up backend.Tensor) bool {
 		xh := b.activationsBF16(xs)
 		defer putOf(b.bufs, xh)
 		b.gateUpChunks(ds, gs, us, func(c, w *Tensor, j0, j1 int) { b.bf16Product(c, xh, r, d, w, j0, j1) })
-	case gs.q != nil && us.q != nil && b.quantISA >= 0:
+	case gs.q != nil && us.q != nil && b.quantISA >= 0 && int8Product(gs.qType) && int8Product(us.qType):
 		qa := b.quantizeActs(xs, gs, us)
 		defer b.putActs(qa)
 		b.gateUpChunks(ds, gs, us, func(c, w *Tensor, j0, j1 int) { b.quantProduct(c, qa, w, j0, j1, h) })

@@ -25,7 +25,7 @@ func TestGateUp(t *testing.T) {
 	}
 	mk := func(b *Backend, typ backend.QuantType, h, d int) backend.Tensor {
 		var raw []byte
-		if typ.KQuant() {
+		if typ.KQuant() || typ == backend.Q5_0 {
 			raw, _ = kquantWeight(t, r, typ, h, d)
 		} else {
 			raw, _ = quantWeight(t, r, typ, h, d)
@@ -37,7 +37,8 @@ func TestGateUp(t *testing.T) {
 		return w
 	}
 	for _, pair := range [][2]backend.QuantType{{backend.Q8_0, backend.Q8_0}, {backend.Q4_0, backend.Q4_0},
-		{backend.Q4_K, backend.Q4_K}, {backend.Q5_K, backend.Q5_K}, {backend.Q6_K, backend.Q6_K}, {backend.Q4_K, backend.Q6_K}} {
+		{backend.Q4_K, backend.Q4_K}, {backend.Q5_K, backend.Q5_K}, {backend.Q6_K, backend.Q6_K}, {backend.Q4_K, backend.Q6_K},
+		{backend.Q5_0, backend.Q5_0}} {
 		name := pair[0].String()
 		if pair[1] != pair[0] {
 			name += "+" + pair[1].String()

@@ -198,6 +198,10 @@ func kquantISA(isa int) int {
 	return isa
 }
 
+// int8Product reports whether a weight of type t has int8 products (all
+// but Q4_1 and Q5_1, whose minima are decoded with their values).
+func int8Product(t backend.QuantType) bool { return t != backend.Q4_1 && t != backend.Q5_1 }
+
 // needsSums reports whether the int8 products with a weight of type t
 // take the activations' block sums (quantizeAct's sums): Q4_K's and
 // Q5_K's minima multiply them.

@@ -70,6 +70,9 @@ void dlmc_gemm_nt_plain(int m, int n, int k, const float *a, long lda, const flo
 // quant.c: ggml's quantized weight types (their ggml_type numbers), and
 // the instruction sets of the int8 products.
 #define DLMC_Q4_0 2 // blocks of 32: float16 d, 16 bytes of 4-bit q; (q − 8)·d
+#define DLMC_Q4_1 3 // d, float16 m, Q4_0's q; q·d + m
+#define DLMC_Q5_0 6 // d, uint32 of fifth bits (bit t: value t), Q4_0's q; (q − 16)·d
+#define DLMC_Q5_1 7 // d, m, Q5_0's fifth bits and q; q·d + m
 #define DLMC_Q8_0 8 // blocks of 32: float16 d, 32 int8 q; q·d
 // K-quants (kquant.c), super-blocks of 256: ggml's block_q4_K (144 bytes),
 // block_q5_K (176), block_q6_K (210).
@@ -119,8 +122,8 @@ void dlmc_quantize_act(int isa, void *q, float *d, float *sums, const float *x, 
 // of 32. pack is the caller's scratch of DLMC_QPACK_BYTES for the
 // weights' packs (any alignment). It returns −1, having written nothing,
 // for a K-quant with k not a multiple of 256, Q4_K or Q5_K without xs, or
-// isa DLMC_ISA_AVXVNNI (whose K-quant products run as DLMC_ISA_AVX2's);
-// else 0.
+// isa DLMC_ISA_AVXVNNI (whose K-quant products run as DLMC_ISA_AVX2's),
+// and for Q4_1 and Q5_1 (no int8 product: they are decoded); else 0.
 #define DLMC_QPACK_BYTES (147456 + 64)
 int dlmc_qmatmul(int isa, int wt, int m, int n, int k, const void *xq, const float *xd, const float *xs,
 	const uint8_t *w, long wstride, float *c, long ldc, void *pack);

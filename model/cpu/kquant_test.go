@@ -17,14 +17,18 @@ import (
 // kquantTypes are the K-quants the backend keeps.
 var kquantTypes = []backend.QuantType{backend.Q4_K, backend.Q5_K, backend.Q6_K}
 
-// kquantWeight returns a random [rows, cols] weight of the K-quant typ
-// (random bytes, its float16 scales set so that values are of order 1)
-// and its values as gguf decodes them (itself held to an independent
-// dequantizer's golden values, gguf's TestKQuantsGolden).
+// fallbackTypes are the 32-value types llama-quantize writes where a row
+// is no whole super-block (Q4_K → Q5_0, Q5_K → Q5_1; and Q4_1).
+var fallbackTypes = []backend.QuantType{backend.Q4_1, backend.Q5_0, backend.Q5_1}
+
+// kquantWeight returns a random [rows, cols] weight of the K-quant or
+// fallback type typ (random bytes, its float16 scales set so that values
+// are of order 1) and its values as gguf decodes them (itself held to an
+// independent dequantizer's golden values, gguf's TestKQuantsGolden).
 func kquantWeight(t testing.TB, rng *rand.Rand, typ backend.QuantType, rows, cols int) ([]byte, []float32) {
 	t.Helper()
 	bb := typ.BlockBytes()
-	raw := make([]byte, rows*cols/256*bb)
+	raw := make([]byte, rows*cols/typ.BlockValues()*bb)
 	for i := range raw {
 		raw[i] = byte(rng.Uint32())
 	}
@@ -33,6 +37,11 @@ func kquantWeight(t testing.TB, rng *rand.Rand, typ backend.QuantType, rows, col
 		switch typ {
 		case backend.Q6_K: // values d·sc·(q−32): |sc| ≤ 128, |q−32| ≤ 32
 			copy(raw[o+208:], half(rng.NormFloat64()/2000))
+		case backend.Q5_0: // (q − 16)·d, |q − 16| ≤ 16
+			copy(raw[o:], half(rng.NormFloat64()/16))
+		case backend.Q4_1, backend.Q5_1: // q·d + m, q ≤ 31
+			copy(raw[o:], half(rng.NormFloat64()/16))
+			copy(raw[o+2:], half(rng.NormFloat64()))
 		default: // (d·sc)·q − dmin·m: sc, m ≤ 63, q ≤ 31
 			copy(raw[o:], half(rng.NormFloat64()/1000))
 			copy(raw[o+2:], half(math.Abs(rng.NormFloat64())/60))
@@ -46,10 +55,10 @@ func kquantWeight(t testing.TB, rng *rand.Rand, typ backend.QuantType, rows, col
 }
 
 // TestKQuantRowsGolden: the C decoders (AVX2 and plain C) read the
-// golden K-quant blocks bit for bit as the independent Python
+// golden K-quant and fallback blocks bit for bit as the independent Python
 // dequantizer does (model/testdata/kquants, tools/kquants).
 func TestKQuantRowsGolden(t *testing.T) {
-	for _, typ := range kquantTypes {
+	for _, typ := range append(append([]backend.QuantType{}, kquantTypes...), fallbackTypes...) {
 		name := strings.ToLower(typ.String())
 		raw, err := os.ReadFile(filepath.Join("..", "testdata", "kquants", name+".bin"))
 		if err != nil {
@@ -60,7 +69,7 @@ func TestKQuantRowsGolden(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The golden blocks as one row and as rows of one block each.
-		for _, cols := range []int{len(vb) / 4, 256} {
+		for _, cols := range []int{len(vb) / 4, typ.BlockValues()} {
 			rows := len(vb) / 4 / cols
 			w := &Tensor{rows: rows, cols: cols, stride: cols, q: raw, qStride: len(raw) / rows, qType: typ}
 			for _, s := range []bool{false, true} {
@@ -80,8 +89,9 @@ func TestKQuantRowsGolden(t *testing.T) {
 	}
 }
 
-// TestKQuantWeight: products of a Q4_K, Q5_K or Q6_K weight on each way
-// of multiplying (f32: decoded panels and sgemm, within 1e-5 of the
+// TestKQuantWeight: products of a Q4_K, Q5_K or Q6_K weight, and of a
+// Q4_1, Q5_0 or Q5_1 one (int8 products for Q5_0; Q4_1 and Q5_1 always
+// decoded), on each way of multiplying (f32: decoded panels and sgemm, within 1e-5 of the
 // largest element; int8: activations quantized per row, on each
 // instruction set this machine runs, within actBound) against the same
 // weight dequantized to float32; the AVX2 and C decoders agree with
@@ -95,7 +105,7 @@ func TestKQuantWeight(t *testing.T) {
 			isas = append(isas, isa)
 		}
 	}
-	for _, typ := range kquantTypes {
+	for _, typ := range append(append([]backend.QuantType{}, kquantTypes...), fallbackTypes...) {
 		for _, threads := range []int{1, 2} {
 			b := New(threads)
 			b.panel = false // the narrow weights too on each way of multiplying

@@ -1,7 +1,9 @@
 // quant.c: ggml's quantized weights (Q8_0: a float16 scale d and 32 int8
 // quants per block of 32 values, 34 bytes; Q4_0: d and 32 4-bit quants
-// q ∈ [0, 16) standing for (q − 8)·d, 18 bytes) in the products that keep
-// them quantized (matmul.go, quant.go):
+// q ∈ [0, 16) standing for (q − 8)·d, 18 bytes; Q5_0: d, 32 fifth bits and
+// 4-bit quants, (q − 16)·d, 22 bytes; Q4_1 and Q5_1, llama-quantize's
+// fallbacks with a minimum m: q·d + m, 20 and 24 bytes, decoded only) in
+// the products that keep them quantized (matmul.go, quant.go):
 //
 //   - decoded to float32 rows (exactly as ggml dequantizes them), for Embed,
 //     ToHost and the product that keeps activations F32 (a panel of rows
@@ -26,29 +28,55 @@
 static inline float block_d(const uint8_t *b) { return half_at(b); }
 
 // block_bytes is the size of one block of the weight type wt.
-static inline long block_bytes(int wt) { return wt == DLMC_Q4_0 ? 18 : 34; }
-
-// block_quants writes the 32 quants of block b (its values over d) as int8.
-static inline void block_quants(int wt, int8_t *q, const uint8_t *b) {
-	if (wt == DLMC_Q4_0) {
-		for (int t = 0; t < 16; t++) {
-			q[t] = (int8_t)((b[2 + t] & 0x0f) - 8);
-			q[t + 16] = (int8_t)((b[2 + t] >> 4) - 8);
-		}
-	} else {
-		memcpy(q, b + 2, 32);
+static inline long block_bytes(int wt) {
+	switch (wt) {
+	case DLMC_Q4_0: return 18;
+	case DLMC_Q4_1: return 20;
+	case DLMC_Q5_0: return 22;
+	case DLMC_Q5_1: return 24;
 	}
+	return 34;
+}
+
+// block_min reports whether blocks of wt carry a minimum m (Q4_1, Q5_1):
+// value q·d + m, q unsigned.
+static inline int block_min(int wt) { return wt == DLMC_Q4_1 || wt == DLMC_Q5_1; }
+
+// nibbles_q writes the 32 4-bit quants of the 16 bytes qs (low nibbles,
+// then high ones) with their fifth bits from qh (bit t for value t; 0 for
+// none) and off subtracted, as int8.
+static inline void nibbles_q(int8_t *q, const uint8_t *qs, uint32_t qh, int off) {
+	for (int t = 0; t < 16; t++) {
+		q[t] = (int8_t)(((qs[t] & 0x0f) | ((qh >> t) & 1) << 4) - off);
+		q[t + 16] = (int8_t)(((qs[t] >> 4) | ((qh >> (t + 16)) & 1) << 4) - off);
+	}
+}
+
+// block_quants writes the 32 quants of block b as int8: its values over
+// d, or (block_min) less m.
+static inline void block_quants(int wt, int8_t *q, const uint8_t *b) {
+	uint32_t qh;
+	switch (wt) {
+	case DLMC_Q4_0: nibbles_q(q, b + 2, 0, 8); return;
+	case DLMC_Q4_1: nibbles_q(q, b + 4, 0, 0); return;
+	case DLMC_Q5_0: memcpy(&qh, b + 2, 4); nibbles_q(q, b + 6, qh, 16); return;
+	case DLMC_Q5_1: memcpy(&qh, b + 4, 4); nibbles_q(q, b + 8, qh, 0); return;
+	}
+	memcpy(q, b + 2, 32);
 }
 
 static void quant_rows_generic(int wt, float *dst, const uint8_t *src, long rows, long cols, long stride) {
 	long bb = block_bytes(wt);
+	int mins = block_min(wt);
 	int8_t q[32];
 	for (long i = 0; i < rows; i++, dst += cols, src += stride) {
 		const uint8_t *b = src;
 		for (long j = 0; j < cols; j += 32, b += bb) {
-			float d = block_d(b);
+			float d = block_d(b), m = mins ? half_at(b + 2) : 0;
 			block_quants(wt, q, b);
-			for (int t = 0; t < 32; t++) dst[j + t] = (float)q[t] * d;
+			// q·d is exact: fused or not, the sum with m rounds once.
+			if (mins) for (int t = 0; t < 32; t++) dst[j + t] = (float)q[t] * d + m;
+			else for (int t = 0; t < 32; t++) dst[j + t] = (float)q[t] * d;
 		}
 	}
 }
@@ -144,7 +172,7 @@ static void qmatmul_generic(int wt, int m, int n, int k, const int8_t *xq, const
 #define TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
 
 TARGET_AVX2 static void quant_rows_avx2(int wt, float *dst, const uint8_t *src, long rows, long cols, long stride) {
-	if (wt == DLMC_Q4_0) {
+	if (wt != DLMC_Q8_0) {
 		quant_rows_generic(wt, dst, src, rows, cols, stride);
 		return;
 	}
@@ -208,14 +236,25 @@ TARGET_AVX2 static void quantize_act_avx2(int form, void *qv, float *d, float *s
 	}
 }
 
-// load_w returns block b's 32 quants as int8 (Q4_0: q − 8) and sets *d.
+// load_w returns block b's 32 quants as int8 (Q4_0: q − 8; Q5_0: q − 16)
+// and sets *d.
 TARGET_AVX2 static inline __m256i load_w(int wt, const uint8_t *b, float *d) {
 	*d = _cvtsh_ss((unsigned short)(b[0] | b[1] << 8));
-	if (wt == DLMC_Q4_0) {
-		__m128i t = _mm_loadu_si128((const __m128i *)(b + 2));
+	if (wt == DLMC_Q4_0 || wt == DLMC_Q5_0) {
+		const uint8_t *qs = b + (wt == DLMC_Q5_0 ? 6 : 2);
+		__m128i t = _mm_loadu_si128((const __m128i *)qs);
 		__m256i q = _mm256_insertf128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
 		q = _mm256_and_si256(q, _mm256_set1_epi8(0x0f));
-		return _mm256_sub_epi8(q, _mm256_set1_epi8(8));
+		if (wt == DLMC_Q4_0) return _mm256_sub_epi8(q, _mm256_set1_epi8(8));
+		// Value t's fifth bit, bit t of qh: byte t takes qh's byte t/8,
+		// keeps bit t%8 and becomes 0x10 where it is set.
+		uint32_t qh;
+		memcpy(&qh, b + 2, 4);
+		__m256i by = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh),
+			_mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+		const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+		__m256i hi = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(by, bit), bit), _mm256_set1_epi8(0x10));
+		return _mm256_sub_epi8(_mm256_or_si256(q, hi), _mm256_set1_epi8(16));
 	}
 	return _mm256_loadu_si256((const __m256i *)(b + 2));
 }
@@ -299,6 +338,8 @@ TARGET_AVX2 static inline float hsum8(__m256 v) {
 		if (jb < 2) jb = 2;                                                                                 \
 		if (wt == DLMC_Q4_0) {                                                                              \
 			QLOOPS(tile, DLMC_Q4_0)                                                                         \
+		} else if (wt == DLMC_Q5_0) {                                                                       \
+			QLOOPS(tile, DLMC_Q5_0)                                                                         \
 		} else {                                                                                            \
 			QLOOPS(tile, DLMC_Q8_0)                                                                         \
 		}                                                                                                   \
@@ -729,7 +770,11 @@ TARGET_AVX512VNNI static inline __attribute__((always_inline)) void mm16(const i
 				__m512i o = _mm512_load_si512(off + (g * ZPACK_BLOCKS + b) * 16 * H + 16 * h);
 				_Pragma("GCC unroll 4") for (int i = 0; i < MR; i++) acc[i][g] = o;
 			}
-			_Pragma("GCC unroll 8") for (int t = 8 / H * h; t < 8 / H * (h + 1); t++) {
+			// No division by H: UBSan's check on it kept the trip count
+			// from being a constant, and the unroll from applying.
+			const int tn = H == 2 ? 4 : 8;
+			_Pragma("GCC unroll 8") for (int u = 0; u < tn; u++) {
+				const int t = tn * h + u;
 				__m512i W[2];
 				_Pragma("GCC unroll 2") for (int g = 0; g < NV; g++) W[g] = _mm512_load_si512(vb + g * ZPACK_INTS + t * 16);
 				_Pragma("GCC unroll 4") for (int i = 0; i < MR; i++) {
@@ -874,7 +919,7 @@ int dlmc_qmatmul(int isa, int wt, int m, int n, int k, const void *xq, const flo
 	const uint8_t *w, long wstride, float *c, long ldc, void *pack) {
 	uint8_t *p = (uint8_t *)(((uintptr_t)pack + 63) & ~(uintptr_t)63);
 	int kq = dlmc_kquant_block_bytes(wt) != 0;
-	if (kq && (k % 256 != 0 || (wt != DLMC_Q6_K && !xs) || isa == DLMC_ISA_AVXVNNI)) return -1;
+	if (block_min(wt) || (kq && (k % 256 != 0 || (wt != DLMC_Q6_K && !xs) || isa == DLMC_ISA_AVXVNNI))) return -1;
 	switch (isa) {
 #if defined(__x86_64__)
 	case DLMC_ISA_AVX2: qmatmul_avx2(wt, m, n, k, xq, xd, xs, w, wstride, c, ldc, p); return 0;

@@ -238,9 +238,12 @@ func TestQuantProductsInt8Exact(t *testing.T) {
 		t.Skip("no AVX2+FMA+F16C: only the plain C int8 product runs here")
 	}
 	rng := rand.New(rand.NewPCG(5, 6))
-	for _, typ := range append(append([]backend.QuantType{}, quantTypes...), kquantTypes...) {
+	for _, typ := range append(append([]backend.QuantType{backend.Q5_0}, quantTypes...), kquantTypes...) {
 		shapes := [][3]int{{1, 32, 1}, {4, 64, 2}, {6, 160, 7}, {13, 1024, 33}, {9, 4096, 11}, {5, 2048, 16}, {7, 96, 24}, {8, 1088, 136}}
 		weight := quantWeight
+		if typ == backend.Q5_0 {
+			weight = kquantWeight
+		}
 		if typ.KQuant() {
 			shapes = [][3]int{{1, 256, 1}, {4, 512, 2}, {6, 768, 7}, {13, 1024, 33}, {9, 4096, 11}, {5, 2048, 16}, {7, 256, 24}, {8, 1280, 136}}
 			weight = kquantWeight

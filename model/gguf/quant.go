@@ -36,10 +36,15 @@ var codecs = map[GGMLType]codec{
 	BF16: {safetensors.BF16ToF32, safetensors.F32ToBF16},
 	Q8_0: blockCodec(Q8_0, decodeQ8_0, encodeQ8_0),
 	Q4_0: blockCodec(Q4_0, decodeQ4_0, encodeQ4_0),
-	// The K-quants are read only (no encoder: FromF32 refuses them).
+	// The K-quants are read only (no encoder: FromF32 refuses them), as
+	// are the 32-value types llama-quantize falls back to where a row is
+	// no whole super-block (Q4_K → Q5_0, Q5_K → Q5_1, and Q4_1).
 	Q4_K: blockCodec(Q4_K, decodeQ4_K, nil),
 	Q5_K: blockCodec(Q5_K, decodeQ5_K, nil),
 	Q6_K: blockCodec(Q6_K, decodeQ6_K, nil),
+	Q4_1: blockCodec(Q4_1, decodeQ4_1, nil),
+	Q5_0: blockCodec(Q5_0, decodeQ5_0, nil),
+	Q5_1: blockCodec(Q5_1, decodeQ5_1, nil),
 }
 
 // blockCodec lifts a block type's functions of one block (its bytes, its
@@ -110,6 +115,37 @@ func decodeQ4_0(blk []byte, dst []float32) {
 	for j := range QK4_0 / 2 {
 		dst[j] = float32(int(blk[2+j]&0x0f)-8) * d
 		dst[j+QK4_0/2] = float32(int(blk[2+j]>>4)-8) * d
+	}
+}
+
+// Q4_1 (20 bytes): d, m (float16), qs[16]; value q·d + m, q the low
+// nibbles of qs (values 0 … 15), then the high ones. Q5_0 (22 bytes): d,
+// qh (uint32: value j's fifth bit is bit j), qs[16]; value (q − 16)·d.
+// Q5_1 (24 bytes): d, m, qh, qs; value q·d + m. The products are exact
+// in float32; the one rounding is the sum with m.
+func decodeQ4_1(blk []byte, dst []float32) {
+	d, m := halfAt(blk, 0), halfAt(blk, 2)
+	for j := range 16 {
+		dst[j] = float32(d*float32(blk[4+j]&0x0f)) + m
+		dst[j+16] = float32(d*float32(blk[4+j]>>4)) + m
+	}
+}
+
+func decodeQ5_0(blk []byte, dst []float32) {
+	d, qh := halfAt(blk, 0), le.Uint32(blk[2:])
+	for j := range 16 {
+		lo := int(blk[6+j]&0x0f) | int(qh>>j&1)<<4
+		hi := int(blk[6+j]>>4) | int(qh>>(j+16)&1)<<4
+		dst[j], dst[j+16] = float32(lo-16)*d, float32(hi-16)*d
+	}
+}
+
+func decodeQ5_1(blk []byte, dst []float32) {
+	d, m, qh := halfAt(blk, 0), halfAt(blk, 2), le.Uint32(blk[4:])
+	for j := range 16 {
+		lo := blk[8+j]&0x0f | byte(qh>>j&1)<<4
+		hi := blk[8+j]>>4 | byte(qh>>(j+16)&1)<<4
+		dst[j], dst[j+16] = float32(d*float32(lo))+m, float32(d*float32(hi))+m
 	}
 }
 
@@ -237,7 +273,8 @@ func QuantizeQ8_0(src []float32) ([]byte, error) { return FromF32(Q8_0, src) }
 func DequantizeQ8_0(src []byte, dst []float32) { codecs[Q8_0].decode(src, dst) }
 
 // ToF32 decodes n elements of type t from src into a new slice, for the
-// types of codecs (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K).
+// types of codecs (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K,
+// Q5_K, Q6_K).
 func ToF32(t GGMLType, src []byte, n int) ([]float32, error) {
 	if !t.Known() || n%t.BlockSize() != 0 || t.RowBytes(n) != len(src) {
 		return nil, fmt.Errorf("%d bytes do not hold %d %s values", len(src), n, t)

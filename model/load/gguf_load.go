@@ -39,9 +39,11 @@ func IsGGUF(path string) bool {
 // memory mapping. The query and key weights' rows are stored in ggml's
 // RoPE order (ggufRowOrder): a backend.RowPermuter (the CPU backend) puts
 // them back in Hugging Face's order without a copy where they stay
-// mapped; elsewhere the loader makes a reordered copy. Q8_0, Q4_0 and the
-// K-quants Q4_K, Q5_K and Q6_K (llama-quantize's Q4_0 keeps the output
-// head Q6_K; its Q4_K_M and Q5_K_M files mix all three) stay quantized on
+// mapped; elsewhere the loader makes a reordered copy. Q8_0, Q4_0, Q4_1,
+// Q5_0, Q5_1 and the K-quants Q4_K, Q5_K and Q6_K (llama-quantize's Q4_0
+// keeps the output head Q6_K; its Q4_K_M and Q5_K_M files mix all three,
+// and where a row is no whole super-block of 256 fall back to Q5_0, Q5_1
+// and Q8_0) stay quantized on
 // a backend that keeps them (backend.QuantWeighter: the CPU backend, which
 // decodes them inside its products), in the mapping; elsewhere (CUDA, and
 // quantized vectors) they are dequantized to F32 at load, 4 bytes per
@@ -156,7 +158,7 @@ func loadGGUF(f *gguf.File, b backend.Backend) (*Model, error) {
 // backend.QuantWeighter as it is stored.
 func keptQuant(t gguf.GGMLType) bool {
 	switch t {
-	case gguf.Q8_0, gguf.Q4_0, gguf.Q4_K, gguf.Q5_K, gguf.Q6_K:
+	case gguf.Q8_0, gguf.Q4_0, gguf.Q4_1, gguf.Q5_0, gguf.Q5_1, gguf.Q4_K, gguf.Q5_K, gguf.Q6_K:
 		return true
 	}
 	return false
@@ -174,7 +176,7 @@ func ggufWeight(t gguf.TensorInfo, name string, rows, cols int, data []byte) (ba
 		return backend.BF16, data, nil
 	}
 	if !gguf.Supported(t.Type) {
-		return 0, nil, fmt.Errorf("tensor %s has type %s, which is not supported yet (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K)", name, t.Type)
+		return 0, nil, fmt.Errorf("tensor %s has type %s, which is not supported yet (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)", name, t.Type)
 	}
 	x, err := gguf.ToF32(t.Type, data, rows*cols)
 	if err != nil {

@@ -409,11 +409,13 @@ func TestGGUFWritesEmptyMerges(t *testing.T) {
 
 // TestGGUFKQuants loads a file whose output head is Q6_K (as
 // llama-quantize's Q4_0 leaves it), its token embedding and a query
-// weight (rows permuted back) Q4_K and a down projection Q5_K — random
-// blocks, on a random model of width 256 (the K-quants' block) — and the
-// same file with those tensors F32, holding the values gguf decodes from
-// the blocks. On the CPU backend the K-quants stay as stored and its
-// products decode them a panel at a time into sgemm: the logits agree with
+// weight (rows permuted back) Q4_K, a down projection Q5_K, and a key
+// (rows permuted back), an up and a value projection in the types
+// llama-quantize falls back to (Q5_0, Q5_1, Q4_1) — random blocks, on a
+// random model of width 256 (the K-quants' block) — and the same file with
+// those tensors F32, holding the values gguf decodes from the blocks. On
+// the CPU backend the weights are kept as stored (this model's narrow
+// matrices decoded at load for the panel kernel): the logits agree with
 // the F32 file's to float32 rounding (1e-5 of the largest), as they do
 // when the blocks are dequantized at load (a backend without
 // QuantWeighter).
@@ -421,7 +423,8 @@ func TestGGUFKQuants(t *testing.T) {
 	c := model.Config{DModel: 256, NLayers: 2, NHeads: 4, NKVHeads: 4, MLPHiddenSize: 512, VocabSize: 300, RopeTheta: 10000, RMSNormEps: 1e-5}
 	_, f := randomGGUF(t, c, 7, "f32.gguf", gguf.F32)
 	kq := map[string]gguf.GGMLType{"output.weight": gguf.Q6_K, "token_embd.weight": gguf.Q4_K,
-		"blk.1.attn_q.weight": gguf.Q4_K, "blk.0.ffn_down.weight": gguf.Q5_K}
+		"blk.1.attn_q.weight": gguf.Q4_K, "blk.0.ffn_down.weight": gguf.Q5_K,
+		"blk.0.attn_k.weight": gguf.Q5_0, "blk.1.ffn_up.weight": gguf.Q5_1, "blk.1.attn_v.weight": gguf.Q4_1}
 	raws := map[string][]byte{}
 	seed := uint32(1)
 	for name, typ := range kq {
@@ -439,9 +442,15 @@ func TestGGUFKQuants(t *testing.T) {
 		for o := 0; o < len(raw); o += bb {
 			h := func(v float32) []byte { return safetensors.F32ToF16([]float32{v}) }
 			sign := float32(1 - 2*int(raw[o+5]&1))
-			if typ == gguf.Q6_K {
+			switch typ {
+			case gguf.Q6_K:
 				copy(raw[o+208:], h(sign*float32(1+raw[o+3]%8)/8000))
-			} else {
+			case gguf.Q5_0:
+				copy(raw[o:], h(sign*float32(1+raw[o+3]%8)/4000))
+			case gguf.Q4_1, gguf.Q5_1:
+				copy(raw[o:], h(sign*float32(1+raw[o+3]%8)/4000))
+				copy(raw[o+2:], h(-sign*float32(1+raw[o+7]%8)/500))
+			default:
 				copy(raw[o:], h(sign*float32(1+raw[o+3]%8)/4000))
 				copy(raw[o+2:], h(float32(1+raw[o+7]%8)/500))
 			}
@@ -494,7 +503,8 @@ func TestGGUFKQuants(t *testing.T) {
 		}
 		defer m.Close()
 		if _, plain := be.(plainBackend); !plain {
-			for w, typ := range map[backend.Tensor]string{m.Head: "Q6_K", m.Embed: "Q4_K", m.Blocks[1].Q: "Q4_K", m.Blocks[0].Down: "Q5_K"} {
+			for w, typ := range map[backend.Tensor]string{m.Head: "Q6_K", m.Embed: "Q4_K", m.Blocks[1].Q: "Q4_K", m.Blocks[0].Down: "Q5_K",
+				m.Blocks[0].K: "Q5_0", m.Blocks[1].Up: "Q5_1", m.Blocks[1].V: "Q4_1"} {
 				if s := fmt.Sprint(w); !strings.Contains(s, typ) {
 					t.Errorf("weight %s is not kept as %s", s, typ)
 				}

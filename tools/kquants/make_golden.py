@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Writes model/testdata/kquants/: blocks of ggml's K-quants (Q4_K, Q5_K, Q6_K) and
-their values, dequantized here from the public block layout (ggml's block_q4_K,
-block_q5_K, block_q6_K; gguf-py's quants.py computes the same), so that dlmcache's
-decoders (model/gguf in Go, model/cpu in C) are held to a reference they do not share.
+of the 32-value types llama-quantize falls back to where a row is no whole
+super-block (Q4_1, Q5_0, Q5_1), and their values, dequantized here from the public
+block layout (ggml's block_q4_K, block_q5_K, block_q6_K, block_q4_1, block_q5_0,
+block_q5_1; gguf-py's quants.py computes the same), so that dlmcache's decoders
+(model/gguf in Go, model/cpu in C) are held to a reference they do not share.
 
     python3 tools/kquants/make_golden.py            # from the repo root
 
@@ -11,9 +13,10 @@ rounded to float32 once, which is what one IEEE float32 operation gives; the
 sub-block scales' products are exact in float32, so the only rounding step is
 Q4_K's and Q5_K's subtraction of the minimum (not fused with the product).
 
-Outputs, per type T in q4_k, q5_k, q6_k:
-  T.bin   NBLOCKS blocks (random bytes, seeded; the float16 scales set to chosen
-          values: normal, negative, subnormal, zero)
+Outputs, per type T in q4_k, q5_k, q6_k, q4_1, q5_0, q5_1:
+  T.bin   blocks (NBLOCKS of the K-quants, 8·NBLOCKS of 32 values: random bytes,
+          seeded; the float16 scales set to chosen values: normal, negative,
+          subnormal, zero)
   T.f32   their 256·NBLOCKS values, float32 little-endian
 """
 import os
@@ -98,22 +101,54 @@ def deq_q6_k(b):
     return y
 
 
+def nibbles(qs):
+    """The 32 4-bit quants of a 32-value block's 16 bytes: low nibbles, then high."""
+    return [v & 0xF for v in qs] + [v >> 4 for v in qs]
+
+
+def fifth_bits(b, off):
+    """Each of the 32 values' fifth bit (bit j of the little-endian uint32 at off) as 16."""
+    qh = struct.unpack_from("<I", b, off)[0]
+    return [16 if qh >> j & 1 else 0 for j in range(32)]
+
+
+def deq_q4_1(b):
+    # d, m (float16), qs[16]: value q·d + m
+    d, m = half(b, 0), half(b, 2)
+    return [f32(f32(d * q) + m) for q in nibbles(b[4:20])]
+
+
+def deq_q5_0(b):
+    # d (float16), qh (uint32), qs[16]: value (q − 16)·d, q with its fifth bit
+    d = half(b, 0)
+    return [f32((q + h - 16) * d) for q, h in zip(nibbles(b[6:22]), fifth_bits(b, 2))]
+
+
+def deq_q5_1(b):
+    # d, m (float16), qh (uint32), qs[16]: value q·d + m
+    d, m = half(b, 0), half(b, 2)
+    return [f32(f32(d * (q + h)) + m) for q, h in zip(nibbles(b[8:24]), fifth_bits(b, 4))]
+
+
 TYPES = {
-    # name: (bytes per block, where the float16 scales go, dequantizer)
-    "q4_k": (144, (0, 2), deq_q4_k),
-    "q5_k": (176, (0, 2), deq_q5_k),
-    "q6_k": (210, (208,), deq_q6_k),
+    # name: (bytes per block, values per block, where the float16 scales go, dequantizer)
+    "q4_k": (144, QK, (0, 2), deq_q4_k),
+    "q5_k": (176, QK, (0, 2), deq_q5_k),
+    "q6_k": (210, QK, (208,), deq_q6_k),
+    "q4_1": (20, 32, (0, 2), deq_q4_1),
+    "q5_0": (22, 32, (0,), deq_q5_0),
+    "q5_1": (24, 32, (0, 2), deq_q5_1),
 }
 
 
 def main():
     os.makedirs(OUT, exist_ok=True)
     rng = random.Random(51)
-    for name, (size, offs, deq) in TYPES.items():
+    for name, (size, values, offs, deq) in TYPES.items():
         raw, vals = bytearray(), []
-        for k in range(NBLOCKS):
+        for k in range(NBLOCKS * QK // values):
             b = bytearray(rng.getrandbits(8) for _ in range(size))
-            for off, h in zip(offs, HALVES[k]):
+            for off, h in zip(offs, HALVES[k % len(HALVES)]):
                 struct.pack_into("<e", b, off, h)
             raw += b
             vals += deq(bytes(b))
