@@ -42,6 +42,39 @@ static inline long block_bytes(int wt) {
 // value q·d + m, q unsigned.
 static inline int block_min(int wt) { return wt == DLMC_Q4_1 || wt == DLMC_Q5_1; }
 
+// qprefetch asks for the weight bytes the next pack reads (rows r0 … r1−1
+// of w, bytes [lo, hi) of each) while the current pack is multiplied, per
+// lines a call: the packs read 16 rows of w a group in short runs of
+// each (34 bytes a block of Q8_0), which the hardware's prefetchers do
+// not follow, so each pack waited on memory.
+typedef struct {
+	const uint8_t *row; // the next line's row, at byte lo
+	long stride, lpr;   // lpr: lines a row
+	long l, left, per;  // the next line in its row; lines left; lines a call
+} qprefetch;
+
+static inline void qprefetch_init(qprefetch *f, const uint8_t *w, long stride, int r0, int r1, long lo, long hi,
+	long calls) {
+	f->row = w, f->stride = stride, f->l = 0, f->lpr = 0, f->left = 0, f->per = 0;
+	if (r1 <= r0 || hi <= lo) return;
+	// A line more than the bytes span: lo need not be a line's start.
+	f->row = w + r0 * stride + lo, f->lpr = (hi - lo + 63) / 64 + 1, f->left = f->lpr * (r1 - r0);
+	f->per = calls > 0 ? (f->left + calls - 1) / calls : f->left;
+}
+
+static inline void qprefetch_step(qprefetch *f) {
+	for (long i = 0; i < f->per && f->left > 0; i++, f->left--) {
+		__builtin_prefetch(f->row + f->l * 64, 0, 2);
+		if (++f->l == f->lpr) f->l = 0, f->row += f->stride;
+	}
+}
+
+// qblock_offset is the byte offset in a row of w of block b (32 values).
+static inline long qblock_offset(int wt, long b) {
+	long kb = dlmc_kquant_block_bytes(wt);
+	return kb ? b / 8 * kb : b * block_bytes(wt);
+}
+
 // nibbles_q writes the 32 4-bit quants of the 16 bytes qs (low nibbles,
 // then high ones) with their fifth bits from qh (bit t for value t; 0 for
 // none) and off subtracted, as int8.
@@ -573,8 +606,16 @@ TARGET_AVX2 static inline __attribute__((always_inline)) void qmm_avx2(const int
 				if (kq) pack8k(wt, cols, b0, nb_, w + j * wstride, wstride, v[g], sc[g], mn[g]);
 				else pack8(wt, cols, b0, nb_, w + j * wstride, wstride, v[g], sc[g]);
 			}
+			qprefetch pf;
+			{
+				long nb0 = b0 + QPACK_BLOCKS < nb ? b0 + QPACK_BLOCKS : 0;
+				int nj0 = nb0 ? j0 : j0 + 8 * QPACK_GROUPS, nj1 = nj0 + 8 * QPACK_GROUPS < n ? nj0 + 8 * QPACK_GROUPS : n;
+				long nb1 = nb0 + QPACK_BLOCKS < nb ? nb0 + QPACK_BLOCKS : nb;
+				qprefetch_init(&pf, w, wstride, nj0, nj1, qblock_offset(wt, nb0), qblock_offset(wt, nb1), m / 3 + m % 3);
+			}
 			int i = 0;
 			for (; i + 3 <= m; i += 3) {
+				qprefetch_step(&pf);
 				const int16_t *xi = xq + (long)i * k + b0 * 32;
 				const float *di = xd + i * nb + b0, *si = xs ? xs + i * nb + b0 : 0;
 				int g = 0;
@@ -586,6 +627,7 @@ TARGET_AVX2 static inline __attribute__((always_inline)) void qmm_avx2(const int
 				}
 			}
 			for (; i < m; i++) {
+				qprefetch_step(&pf);
 				const int16_t *xi = xq + (long)i * k + b0 * 32;
 				const float *di = xd + i * nb + b0, *si = xs ? xs + i * nb + b0 : 0;
 				for (int g = 0; g < ng; g++) {
@@ -826,8 +868,18 @@ TARGET_AVX512VNNI static inline __attribute__((always_inline)) void qmm_avx512vn
 				if (kq) pack16k(wt, cols[g], b0, nb_, wg, wstride, v + g * ZPACK_INTS, sc + o * H, off + o * H, mn + o);
 				else pack16(wt, cols[g], b0, nb_, wg, wstride, v + g * ZPACK_INTS, sc + o, off + o);
 			}
+			// The next pack's bytes: the next blocks of these rows, else the
+			// first blocks of the next rows.
+			qprefetch pf;
+			{
+				long nb0 = b0 + ZPACK_BLOCKS < nb ? b0 + ZPACK_BLOCKS : 0;
+				int nj0 = nb0 ? j0 : j0 + 16 * ZPACK_GROUPS, nj1 = nj0 + 16 * ZPACK_GROUPS < n ? nj0 + 16 * ZPACK_GROUPS : n;
+				long nb1 = nb0 + ZPACK_BLOCKS < nb ? nb0 + ZPACK_BLOCKS : nb;
+				qprefetch_init(&pf, w, wstride, nj0, nj1, qblock_offset(wt, nb0), qblock_offset(wt, nb1), (m + 3) / 4);
+			}
 			for (int i = 0; i < m;) {
 				int mr = m - i >= 4 ? 4 : 1;
+				qprefetch_step(&pf);
 				for (int g = 0; g < ng; g += 2) {
 					const uint8_t *xi = xq + (long)i * k + b0 * 32;
 					const float *di = xd + (long)i * nb + b0, *si = xs ? xs + (long)i * nb + b0 : 0;
