@@ -75,6 +75,17 @@ static inline long qblock_offset(int wt, long b) {
 	return kb ? b / 8 * kb : b * block_bytes(wt);
 }
 
+// qprefetch_next sets f to the bytes of the pack after the one of rows j0…
+// and blocks b0… of w [n × nb blocks] (packs of rows rows and blocks
+// blocks): the next blocks of these rows, else the first blocks of the
+// next rows; calls steps take them all.
+static inline void qprefetch_next(qprefetch *f, int wt, const uint8_t *w, long wstride, int n, long nb, int j0,
+	long b0, int rows, long blocks, long calls) {
+	long nb0 = b0 + blocks < nb ? b0 + blocks : 0, nb1 = nb0 + blocks < nb ? nb0 + blocks : nb;
+	int nj0 = nb0 ? j0 : j0 + rows, nj1 = nj0 + rows < n ? nj0 + rows : n;
+	qprefetch_init(f, w, wstride, nj0, nj1, qblock_offset(wt, nb0), qblock_offset(wt, nb1), calls);
+}
+
 // nibbles_q writes the 32 4-bit quants of the 16 bytes qs (low nibbles,
 // then high ones) with their fifth bits from qh (bit t for value t; 0 for
 // none) and off subtracted, as int8.
@@ -607,12 +618,7 @@ TARGET_AVX2 static inline __attribute__((always_inline)) void qmm_avx2(const int
 				else pack8(wt, cols, b0, nb_, w + j * wstride, wstride, v[g], sc[g]);
 			}
 			qprefetch pf;
-			{
-				long nb0 = b0 + QPACK_BLOCKS < nb ? b0 + QPACK_BLOCKS : 0;
-				int nj0 = nb0 ? j0 : j0 + 8 * QPACK_GROUPS, nj1 = nj0 + 8 * QPACK_GROUPS < n ? nj0 + 8 * QPACK_GROUPS : n;
-				long nb1 = nb0 + QPACK_BLOCKS < nb ? nb0 + QPACK_BLOCKS : nb;
-				qprefetch_init(&pf, w, wstride, nj0, nj1, qblock_offset(wt, nb0), qblock_offset(wt, nb1), m / 3 + m % 3);
-			}
+			qprefetch_next(&pf, wt, w, wstride, n, nb, j0, b0, 8 * QPACK_GROUPS, QPACK_BLOCKS, m / 3 + m % 3);
 			int i = 0;
 			for (; i + 3 <= m; i += 3) {
 				qprefetch_step(&pf);
@@ -868,15 +874,8 @@ TARGET_AVX512VNNI static inline __attribute__((always_inline)) void qmm_avx512vn
 				if (kq) pack16k(wt, cols[g], b0, nb_, wg, wstride, v + g * ZPACK_INTS, sc + o * H, off + o * H, mn + o);
 				else pack16(wt, cols[g], b0, nb_, wg, wstride, v + g * ZPACK_INTS, sc + o, off + o);
 			}
-			// The next pack's bytes: the next blocks of these rows, else the
-			// first blocks of the next rows.
 			qprefetch pf;
-			{
-				long nb0 = b0 + ZPACK_BLOCKS < nb ? b0 + ZPACK_BLOCKS : 0;
-				int nj0 = nb0 ? j0 : j0 + 16 * ZPACK_GROUPS, nj1 = nj0 + 16 * ZPACK_GROUPS < n ? nj0 + 16 * ZPACK_GROUPS : n;
-				long nb1 = nb0 + ZPACK_BLOCKS < nb ? nb0 + ZPACK_BLOCKS : nb;
-				qprefetch_init(&pf, w, wstride, nj0, nj1, qblock_offset(wt, nb0), qblock_offset(wt, nb1), (m + 3) / 4);
-			}
+			qprefetch_next(&pf, wt, w, wstride, n, nb, j0, b0, 16 * ZPACK_GROUPS, ZPACK_BLOCKS, (m + 3) / 4);
 			for (int i = 0; i < m;) {
 				int mr = m - i >= 4 ? 4 : 1;
 				qprefetch_step(&pf);
