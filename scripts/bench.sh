@@ -11,9 +11,9 @@
 #     l16-d2048 with the default GEMM library ($DLMCACHE_CPU_GEMM=auto),
 #     both on OpenBLAS alone (auto runs l8-d256's smaller products on the
 #     panel kernel on an AVX2 CPU without AVX-512), l16-d2048 with its
-#     weights packed for oneDNN at load ($DLMCACHE_CPU_WEIGHTS=packed), and
-#     with BF16 weights (mapped and packed); the GEMM column says
-#     library/weights;
+#     weights left in the memory map ($DLMCACHE_CPU_WEIGHTS=mapped; by
+#     default those oneDNN multiplies are packed for it at load), and with
+#     BF16 weights; the GEMM column says library/weights;
 #   - the PyTorch reference forward on the same checkpoints and threads;
 #   - a step that computes only 10% of the rows, as a fraction of the full step;
 #   - both shapes converted to GGUF Q8_0 and Q4_0 (dlmcache convert) and run
@@ -48,17 +48,16 @@ default)
 	OUT=${BENCH_OUT:-bench-out}
 	ITERS=3x
 	# label checkpoint dtype $DLMCACHE_CPU_BF16 $DLMCACHE_CPU_GEMM $DLMCACHE_CPU_WEIGHTS
-	RUNS="l8-d256 $BENCH_DIR/l8-d256 f32 - auto mapped
+	RUNS="l8-d256 $BENCH_DIR/l8-d256 f32 - auto packed
 l8-d256-openblas $BENCH_DIR/l8-d256 f32 - openblas mapped
-l8-d256-q8_0 $BENCH_DIR/l8-d256-q8_0.gguf q8_0 - auto mapped
-l8-d256-q4_0 $BENCH_DIR/l8-d256-q4_0.gguf q4_0 - auto mapped
-l16-d2048 $BENCH_DIR/l16-d2048 f32 - auto mapped
+l8-d256-q8_0 $BENCH_DIR/l8-d256-q8_0.gguf q8_0 - auto packed
+l8-d256-q4_0 $BENCH_DIR/l8-d256-q4_0.gguf q4_0 - auto packed
+l16-d2048 $BENCH_DIR/l16-d2048 f32 - auto packed
 l16-d2048-openblas $BENCH_DIR/l16-d2048 f32 - openblas mapped
-l16-d2048-packed $BENCH_DIR/l16-d2048 f32 - auto packed
-l16-d2048-bf16 $BENCH_8B_DIR/l16-d2048-bf16 bf16 bf16 auto mapped
-l16-d2048-bf16-packed $BENCH_8B_DIR/l16-d2048-bf16 bf16 bf16 auto packed
-l16-d2048-q8_0 $BENCH_DIR/l16-d2048-q8_0.gguf q8_0 - auto mapped
-l16-d2048-q4_0 $BENCH_DIR/l16-d2048-q4_0.gguf q4_0 - auto mapped"
+l16-d2048-mapped $BENCH_DIR/l16-d2048 f32 - auto mapped
+l16-d2048-bf16 $BENCH_8B_DIR/l16-d2048-bf16 bf16 bf16 auto packed
+l16-d2048-q8_0 $BENCH_DIR/l16-d2048-q8_0.gguf q8_0 - auto packed
+l16-d2048-q4_0 $BENCH_DIR/l16-d2048-q4_0.gguf q4_0 - auto packed"
 	;;
 8b)
 	OUT=${BENCH_OUT:-bench-out/8b}

@@ -82,17 +82,24 @@ func (l *bf16Layout) free() {
 	}
 }
 
-// MarkTable implements backend.TableMarker: a BF16 weight laid out for
-// products that is only gathered from (an untied embedding) drops its
-// layout; Embed reads its rows from the checkpoint's pages.
+// MarkTable implements backend.TableMarker: a weight laid out for
+// products (a BF16 one for bf16mm.c, an F32 one packed for oneDNN) that
+// is only gathered from (an untied embedding) drops its layout; Embed
+// reads its rows from the checkpoint's pages.
 func (b *Backend) MarkTable(t backend.Tensor) {
 	if x, ok := t.(*Tensor); ok {
 		b.dropLayout(x)
 	}
 }
 
-// dropLayout unmaps the BF16 layout of x, if it has one (MarkTable, Free).
+// dropLayout unmaps the BF16 layout of x and its layout for oneDNN
+// (Options.PackWeights), where it has them (MarkTable, Free).
 func (b *Backend) dropLayout(x *Tensor) {
+	if x.packed != nil {
+		b.packedBytes.Add(-int64(x.packed.bytes))
+		x.packed.free()
+		x.packed = nil
+	}
 	if x.bfl == nil {
 		return
 	}

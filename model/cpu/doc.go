@@ -129,15 +129,20 @@
 //     oneDNN's own DNNL_MAX_CPU_ISA caps its kernels (AVX2 makes auto
 //     keep OpenBLAS); CGO_CFLAGS=-DDLMCACHE_NO_DNNL builds without it.
 //
-// Options.PackWeights ($DLMCACHE_CPU_WEIGHTS=packed) reorders each weight
-// matrix at load into the blocked layout oneDNN's matmul wants, in 2 MB
-// pages of its own (the layout does not depend on the row count: checked
-// from 1 to 6912 rows), so that products neither repack the weight at
-// every call nor walk the memory map's 4 KB pages: the l16-d2048 step
-// 1.15× faster, its 10%-rows step 1.8×, for a second copy of the weights.
-// Off by default: it gives up the memory map's no-copy load, which
-// LLaDA-8B's BF16 weights need on a 24 GB machine. Views of a packed
-// weight, and any product oneDNN declines it for, use the mapped layout.
+// Options.PackWeights (New's default; $DLMCACHE_CPU_WEIGHTS=mapped turns
+// it off) reorders each F32 weight matrix that oneDNN multiplies at load
+// into the blocked layout its matmul wants, in 2 MB pages of its own (the
+// layout does not depend on the row count: checked from 1 to 6912 rows),
+// so that products neither repack the weight at every call nor walk the
+// memory map's 4 KB pages: the l16-d2048 step 1.14× faster on Zen 5, its
+// 10%-rows step 1.1–1.3×, the results bit for bit the mapped weight's.
+// The loader then releases the weight's pages of the file, so the layout
+// takes the memory the mapped weight did; what it costs is the reordering
+// pass at load and the file's pages no longer shared with other processes
+// mapping it. BF16 and F16 weights stay on bf16mm.c's layout where that
+// kernel runs (packed for oneDNN under GEMMOneDNN). Views of a packed
+// weight, and any product oneDNN declines it for, read the mapped bytes
+// (their pages come back from the file).
 //
 // Attention, where the CPU has AVX-512F or AVX2+FMA, runs a fused kernel
 // (attn.c, Options.Attention, $DLMCACHE_CPU_ATTENTION=fused|gemm): kᵀ

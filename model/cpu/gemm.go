@@ -194,10 +194,11 @@ type gemmPick struct {
 }
 
 // pickGEMM picks lib's libraries on this machine: GEMMAuto's lazily
-// (only dotBF16 now, which needs no oneDNN), except where packWeights
-// lays weights out for oneDNN at load; the others at once.
-func pickGEMM(lib GEMMLib, packWeights bool) (gemmPick, error) {
-	if lib == GEMMAuto && !packWeights {
+// (only dotBF16 now, which needs no oneDNN; Options.PackWeights then
+// resolves it at the first F32 weight that would run on oneDNN), the
+// others at once.
+func pickGEMM(lib GEMMLib) (gemmPick, error) {
+	if lib == GEMMAuto {
 		return gemmPick{lazy: true, dotBF16: bf16Dot}, nil
 	}
 	return resolveGEMM(lib)
@@ -284,8 +285,8 @@ func (b *Backend) GEMM() string {
 			desc = BLAS() + "; oneDNN not loaded: loaded and checked at the first product that may run on it (F32 weights, converted panels)"
 		}
 	}
-	if b.packWeights {
-		desc += fmt.Sprintf("; weights packed for oneDNN at load: %.1f MB so far", float64(b.packedBytes.Load())/1e6)
+	if b.packWeights && (!b.lazy || autoPicked.Load()) && b.dnnlPick().dnnl {
+		desc += fmt.Sprintf("; weights packed for oneDNN at load: %.1f MB so far (%s=mapped keeps them in the memory map)", float64(b.packedBytes.Load())/1e6, WeightsEnv)
 		if e := b.packErr.Load(); e != nil {
 			desc += ", some left as mapped: " + (*e).Error()
 		}

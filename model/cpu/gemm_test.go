@@ -115,14 +115,24 @@ func refBF16(v float32) uint16 {
 // TestPackedWeights multiplies by F32 weights that Weight packed for
 // oneDNN (in place in their bytes and copied from unaligned ones), and by
 // views of them (which multiply the unpacked layout), against a float64
-// reference.
+// reference; weights whose products run elsewhere (the panel kernel's,
+// those too small for oneDNN) are not packed.
 func TestPackedWeights(t *testing.T) {
 	b, err := NewChecked(Options{Threads: 2, GEMM: GEMMOneDNN, PackWeights: true})
 	if err != nil {
 		t.Skip(err)
 	}
 	r := rand.New(rand.NewPCG(11, 12))
-	for _, s := range []struct{ n, in, out int }{{1, 64, 96}, {37, 129, 65}, {300, 256, 512}, {600, 128, 384}} {
+	for _, s := range []struct{ in, out int }{{256, 96}, {1040, 2}} {
+		w, err := b.Weight(backend.F32, s.out, s.in, make([]byte, 4*s.out*s.in))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w.(*Tensor).packed != nil || !w.(*Tensor).AliasesRaw() {
+			t.Errorf("[%d, %d] weight packed (panel kernel %v): its products do not run on oneDNN", s.out, s.in, b.panel)
+		}
+	}
+	for _, s := range []struct{ n, in, out int }{{1, 1040, 96}, {37, 1100, 65}, {300, 1056, 512}, {600, 1088, 384}} {
 		wf := randMat(r, s.out, s.in, 1)
 		raw := make([]byte, 4*len(wf)+1)
 		for _, off := range []int{0, 1} { // aligned: in place; unaligned: copied
@@ -134,8 +144,8 @@ func TestPackedWeights(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if wt.(*Tensor).packed == nil {
-				t.Fatalf("%v: weight not packed (%s)", s, b.GEMM())
+			if wt.(*Tensor).packed == nil || wt.(*Tensor).AliasesRaw() {
+				t.Fatalf("%v: weight not packed, or its bytes still read (%s)", s, b.GEMM())
 			}
 			x := randMat(r, s.n, s.in, 1)
 			got := b.New(s.n, s.out)
@@ -160,6 +170,16 @@ func TestWeightsEnv(t *testing.T) {
 	t.Setenv(WeightsEnv, "heap")
 	if _, err := NewFromEnv(1); err == nil || !strings.Contains(err.Error(), WeightsEnv) {
 		t.Fatalf("%s=heap: err %v", WeightsEnv, err)
+	}
+	for _, c := range []struct {
+		env  string
+		pack bool
+	}{{"", true}, {"packed", true}, {"mapped", false}} {
+		t.Setenv(WeightsEnv, c.env)
+		b, err := NewFromEnv(1)
+		if err != nil || b.packWeights != c.pack { // auto's pick, lazy: packing waits for a weight oneDNN takes
+			t.Fatalf("%s=%q: %v, packWeights %v", WeightsEnv, c.env, err, b.packWeights)
+		}
 	}
 	t.Setenv(WeightsEnv, "packed")
 	t.Setenv(GEMMEnv, "openblas")

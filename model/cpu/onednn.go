@@ -97,8 +97,18 @@ func dnnlPack(bf16 bool, n, k int, w unsafe.Pointer, ldw, threads int) (*packedW
 		return nil, fmt.Errorf("oneDNN: packing a [%d, %d] weight: status %d", n, k, int(st))
 	}
 	pw := &packedWeight{p: p, bf16: bf16, bytes: int(C.dlmc_dnnl_packed_bytes(p))}
-	runtime.SetFinalizer(pw, func(pw *packedWeight) { C.dlmc_dnnl_packed_free(pw.p) })
+	runtime.SetFinalizer(pw, (*packedWeight).free)
 	return pw, nil
+}
+
+// free unmaps the layout now (MarkTable, Free) rather than when pw is
+// collected.
+func (pw *packedWeight) free() {
+	if pw.p != nil {
+		C.dlmc_dnnl_packed_free(pw.p)
+		pw.p = nil
+	}
+	runtime.SetFinalizer(pw, nil)
 }
 
 // matMul computes c[m,n] = a[m,k] · wᵀ from the packed w, a F32 (or BF16

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"unsafe"
 
 	"github.com/dlmcache/dlmcache/model/backend"
 )
@@ -10,20 +11,35 @@ import (
 // memory map keeps its bytes where they are and records perm: MatMul then
 // moves each product's output columns to the matrix's order (one pass
 // over the output, against the product's pass over the weight), and
-// ToHost its rows. A weight the backend holds a copy of has the copy's
-// rows reordered in place. One laid out for the panel kernel or oneDNN,
-// or a view, is declined.
+// ToHost its rows; its layouts made at load from the stored rows (for
+// bf16mm.c, packed for oneDNN) are multiplied the same way. A weight the
+// backend holds a copy of has the copy's rows reordered in place (and
+// packed for oneDNN again, where it was). One laid out for the panel
+// kernel, or a view, is declined.
 func (b *Backend) PermuteRows(w backend.Tensor, perm []int32) bool {
 	t := anyTensor(w, "PermuteRows")
 	if err := checkPerm(perm, t.rows); err != nil {
 		panic(fmt.Sprintf("cpu: PermuteRows of %v: %v", t, err))
 	}
-	if t.panels != nil || t.packed != nil || t.kv != nil || t.pooled || t.perm != nil || t.stride != t.cols || t.rows < 2 {
+	if t.panels != nil || t.kv != nil || t.pooled || t.perm != nil || t.stride != t.cols || t.rows < 2 {
 		return false
 	}
 	if t.readOnly {
 		t.perm = append([]int32(nil), perm...)
 		return true
+	}
+	repack := t.packed
+	if repack != nil {
+		b.packedBytes.Add(-int64(repack.bytes))
+		repack.free()
+		t.packed = nil
+		defer func() {
+			if repack.bf16 {
+				b.pack(t, true, unsafe.Pointer(&t.bf16[0]))
+			} else {
+				b.pack(t, false, unsafe.Pointer(&t.data[0]))
+			}
+		}()
 	}
 	switch {
 	case t.q != nil:

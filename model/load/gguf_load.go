@@ -106,6 +106,7 @@ func loadGGUF(f *gguf.File, b backend.Backend) (*Model, error) {
 		return nil, fmt.Errorf("%s %d, but the file holds %d tensors (each layer has several)", strings.ReplaceAll(keyBlockCount, "{arch}", arch), cfg.NLayers, n)
 	}
 	used := map[string]bool{}
+	release := m.release(f.Release)
 	m.Network, err = model.BuildLLaDA(cfg, b, func(hf string, rows, cols int) (backend.Tensor, error) {
 		name, err := ggufTensorName(hf)
 		if err != nil {
@@ -136,7 +137,7 @@ func loadGGUF(f *gguf.File, b backend.Backend) (*Model, error) {
 			if err != nil {
 				return nil, fmt.Errorf("tensor %s: %w", name, err)
 			}
-			releaseCopied(t, data, f.Release)
+			releaseCopied(t, data, release)
 			return t, nil
 		})
 	})

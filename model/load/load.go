@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"unsafe"
 
 	"github.com/dlmcache/dlmcache/model"
 	"github.com/dlmcache/dlmcache/model/backend"
@@ -23,6 +24,17 @@ type Model struct {
 
 	files    *safetensors.Set
 	ggufFile *gguf.File
+	// released holds the checkpoint bytes given back at load
+	// (releaseCopied): PageIn leaves them out.
+	released []span
+}
+
+// span is the address range [lo, hi) of a run of bytes.
+type span struct{ lo, hi uintptr }
+
+func spanOf(b []byte) span {
+	lo := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return span{lo, lo + uintptr(len(b))}
 }
 
 // Load reads a Hugging Face checkpoint directory (config.json of any
@@ -57,7 +69,7 @@ func Load(dir string, b backend.Backend) (*Model, error) {
 			set.Close()
 		}
 	}()
-	m.Network, err = newNetwork(dir, cfg, set, b)
+	m.Network, err = newNetwork(dir, cfg, set, b, m.release(set.Release))
 	if err != nil {
 		return nil, err
 	}
@@ -95,12 +107,16 @@ func (m *Model) Close() error {
 
 // PageIn reads one byte of every 4 KiB page of the checkpoint's tensors
 // (safetensors or GGUF), so that their mapping is resident: a server's
-// state after its first request, before a timing.
+// state after its first request, before a timing. Pages given back at
+// load, of weights the backend holds in a layout of its own, stay out:
+// the products never read them.
 func (m *Model) PageIn() error {
 	var sum byte
 	touch := func(data []byte) {
 		for i := 0; i < len(data); i += 4096 {
-			sum += data[i]
+			if !m.isReleased(uintptr(unsafe.Pointer(&data[i]))) {
+				sum += data[i]
+			}
 		}
 	}
 	if f := m.ggufFile; f != nil {
@@ -135,15 +151,35 @@ func (m *Model) Name() string {
 // rounded to BF16, a widened one) then holds only its copy in memory, not
 // the file's pages too.
 func releaseCopied(t backend.Tensor, raw []byte, release func([]byte)) {
-	if a, ok := t.(backend.RawAliaser); ok && !a.AliasesRaw() {
+	if a, ok := t.(backend.RawAliaser); ok && !a.AliasesRaw() && len(raw) > 0 {
 		release(raw)
 	}
+}
+
+// release returns the file's release function that also notes the bytes
+// as given back, for PageIn.
+func (m *Model) release(file func([]byte)) func([]byte) {
+	return func(b []byte) {
+		file(b)
+		m.released = append(m.released, spanOf(b))
+	}
+}
+
+// isReleased reports whether the byte at address p lies in bytes given
+// back at load.
+func (m *Model) isReleased(p uintptr) bool {
+	for _, s := range m.released {
+		if p >= s.lo && p < s.hi {
+			return true
+		}
+	}
+	return false
 }
 
 // newNetwork maps the checkpoint's tensors onto backend tensors by the
 // names of the config's architecture (model/arch.go), checking every shape
 // against the config and that every tensor is used.
-func newNetwork(dir string, c *model.Config, set *safetensors.Set, b backend.Backend) (*model.Network, error) {
+func newNetwork(dir string, c *model.Config, set *safetensors.Set, b backend.Backend, release func([]byte)) (*model.Network, error) {
 	if n := len(set.Names()); c.NLayers > n {
 		return nil, fmt.Errorf("%s: config.json: n_layers %d, but the checkpoint holds %d tensors (each layer has several)", dir, c.NLayers, n)
 	}
@@ -158,7 +194,7 @@ func newNetwork(dir string, c *model.Config, set *safetensors.Set, b backend.Bac
 		if err != nil {
 			return nil, fmt.Errorf("%s: tensor %s: %w", t.File, name, err)
 		}
-		releaseCopied(bt, t.Data, set.Release)
+		releaseCopied(bt, t.Data, release)
 		return bt, nil
 	})
 	if err != nil {
