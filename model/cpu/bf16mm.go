@@ -83,7 +83,8 @@ func (l *bf16Layout) free() {
 }
 
 // MarkTable implements backend.TableMarker: a weight laid out for
-// products (a BF16 one for bf16mm.c, an F32 one packed for oneDNN) that
+// products (a BF16 one for bf16mm.c, an F32 one packed for oneDNN, a Q8_0
+// one for the int8 product) that
 // is only gathered from (an untied embedding) drops its layout; Embed
 // reads its rows from the checkpoint's pages.
 func (b *Backend) MarkTable(t backend.Tensor) {
@@ -92,13 +93,18 @@ func (b *Backend) MarkTable(t backend.Tensor) {
 	}
 }
 
-// dropLayout unmaps the BF16 layout of x and its layout for oneDNN
-// (Options.PackWeights), where it has them (MarkTable, Free).
+// dropLayout unmaps the BF16 layout of x, its layout for oneDNN and its
+// Q8_0 one (Options.PackWeights), where it has them (MarkTable, Free).
 func (b *Backend) dropLayout(x *Tensor) {
 	if x.packed != nil {
 		b.packedBytes.Add(-int64(x.packed.bytes))
 		x.packed.free()
 		x.packed = nil
+	}
+	if x.q8l != nil {
+		b.q8LaidOut.Add(-int64(len(x.q8l.mem)))
+		x.q8l.free()
+		x.q8l = nil
 	}
 	if x.bfl == nil {
 		return

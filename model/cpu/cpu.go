@@ -56,6 +56,10 @@ type Tensor struct {
 	// holds the checkpoint's bytes for the views and ToHost. Views never
 	// carry it.
 	bfl *bf16Layout
+	// q8l is a Q8_0 weight laid out at load for the AVX512-VNNI product
+	// (q8Layout; Options.PackWeights); q still holds the checkpoint's
+	// blocks for the views, Embed and ToHost. Views never carry it.
+	q8l *q8Layout
 	// panels is the weight laid out for the panel kernel (panelPack),
 	// where the backend uses it (Backend.panel) and the weight is small
 	// enough; views never carry it.
@@ -88,11 +92,14 @@ func (t *Tensor) Data() []float32 { return t.data }
 
 // AliasesRaw implements backend.RawAliaser: whether t is a weight that
 // reads the checkpoint bytes it was made from in place.
-// A BF16 weight laid out at load (bf16Layout) and an F32 one packed for
-// oneDNN (Options.PackWeights) report false: their products read the
+// A BF16 weight laid out at load (bf16Layout), an F32 one packed for
+// oneDNN and a Q8_0 one laid out for its int8 product (Options.PackWeights)
+// report false: their products read the
 // layout, and the checkpoint's pages, released, are read again only by
 // ToHost, views and a product oneDNN declines the layout for.
-func (t *Tensor) AliasesRaw() bool { return t.readOnly && t.bfl == nil && t.packed == nil }
+func (t *Tensor) AliasesRaw() bool {
+	return t.readOnly && t.bfl == nil && t.packed == nil && t.q8l == nil
+}
 
 // Permuted reports whether t is a weight left in the memory map with its
 // rows stored out of order (PermuteRows), its products' columns put in
@@ -145,7 +152,9 @@ type Backend struct {
 	bufs *bufPool
 	// packedBytes and packErr count what packWeights did at load.
 	packedBytes atomic.Int64
-	packErr     atomic.Pointer[error]
+	// q8LaidOut counts the bytes of Q8_0 weights laid out at load.
+	q8LaidOut atomic.Int64
+	packErr   atomic.Pointer[error]
 	// panelBytes counts the weights laid out for the panel kernel.
 	panelBytes atomic.Int64
 	// bf16LaidOut counts the BF16 weights laid out for bf16mm.c's
@@ -177,8 +186,11 @@ type settings struct {
 	// activations F32 (Options.QuantProducts).
 	quantISA int
 	// packWeights reorders weight matrices at load for oneDNN
-	// (Options.PackWeights).
+	// (Options.PackWeights, where oneDNN runs).
 	packWeights bool
+	// layOutQ8 lays Q8_0 weights out at load for the AVX512-VNNI product
+	// (Options.PackWeights, whatever the GEMM library).
+	layQ8 bool
 	// attn is the fused kernel Attention runs (Options.Attention: the
 	// widest this CPU has), or attnNone for the GEMM path.
 	attn attnKernel
@@ -488,7 +500,7 @@ func newBackend(o Options) (*Backend, error) {
 	f16BF16 := f16 == F16AsBF16 || f16 == F16Auto && (pick.dotBF16 || !pick.lazy && pick.dnnlBF16)
 	b := &Backend{threads: threads, bufs: new(bufPool), settings: settings{split: true, decodeBF16: o.DecodeBF16, decodeF16: f16 == F16Widen,
 		f16BF16: f16BF16, gemmPick: pick, gemmDesc: pick.desc,
-		packWeights: o.PackWeights && (pick.dnnl || pick.lazy), quantISA: quantISA}}
+		packWeights: o.PackWeights && (pick.dnnl || pick.lazy), layQ8: o.PackWeights, quantISA: quantISA}}
 	if qi == QuantF32 {
 		b.quantISA = -1
 	}
@@ -680,9 +692,11 @@ func (b *Backend) f16ToBF16(t *Tensor) {
 // read-only). MatMul multiplies it as Options.QuantProducts says (int8
 // products, quantProduct; or a panel of rows at a time decoded into
 // sgemm, convertedMatMul); Embed and ToHost decode the rows they
-// read. It is never held as float32 whole, and never laid out for the
-// panel kernel or oneDNN, so products with it do not run fused
-// (backend.Fuser reports false).
+// read. It is never held as float32 whole, and never laid out for
+// oneDNN, so products with it do not run fused (backend.Fuser reports
+// false). A Q8_0 weight is laid out for the AVX512-VNNI product where
+// that runs (q8Layout, Options.PackWeights): the same bytes reordered,
+// the loader then releasing the file's (AliasesRaw).
 func (b *Backend) WeightQuant(typ backend.QuantType, rows, cols int, raw []byte) (backend.Tensor, error) {
 	bb, bv := typ.BlockBytes(), typ.BlockValues()
 	if bb == 0 {
@@ -707,6 +721,8 @@ func (b *Backend) WeightQuant(typ backend.QuantType, rows, cols int, raw []byte)
 		// these sizes (the bundled model's Q8_0 step ran at 0.6 of its
 		// F32 step on them, Zen 5).
 		b.halfPanels(t, quantRows)
+	} else if b.layQ8 && rows >= q8LayoutRows {
+		b.layOutQ8(t)
 	}
 	return t, nil
 }

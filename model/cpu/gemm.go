@@ -300,6 +300,9 @@ func (b *Backend) GEMM() string {
 	if b.dotBF16 {
 		desc += fmt.Sprintf("; %.1f MB of BF16 weights laid out for the AVX512-BF16 kernel", float64(b.bf16LaidOut.Load())/1e6)
 	}
+	if n := b.q8LaidOut.Load(); n > 0 {
+		desc += fmt.Sprintf("; %.1f MB of Q8_0 weights laid out for the AVX512-VNNI product (%s=mapped packs them per product)", float64(n)/1e6, WeightsEnv)
+	}
 	if b.f16BF16 {
 		desc += "; F16 weights rounded to BF16 at load (" + F16Env + "=f16 keeps them F16)"
 	}

@@ -127,6 +127,20 @@ void dlmc_quantize_act(int isa, void *q, float *d, float *sums, const float *x, 
 #define DLMC_QPACK_BYTES (147456 + 64)
 int dlmc_qmatmul(int isa, int wt, int m, int n, int k, const void *xq, const float *xd, const float *xs,
 	const uint8_t *w, long wstride, float *c, long ldc, void *pack);
+// dlmc_q8_layout lays out groups [g0, g1) of 16 rows of a Q8_0 weight w
+// (rows rows of k values, wstride bytes apart) for dlmc_qmatmul_laid: per
+// group g and block b of 32 values, 512 bytes of quants at q + (g·nb +
+// b)·128 (vector t: each of the 16 rows' values 4t … 4t+3) and the 16
+// rows' F16 scales at s + (g·nb + b)·16, nb = k/32 — the Q8_0 blocks' own
+// bytes, reordered (rows past the end: zeros). It returns −1, having
+// written nothing, where the CPU has no AVX512-VNNI or k is no multiple
+// of 32.
+int dlmc_q8_layout(const uint8_t *w, long wstride, long rows, long k, long g0, long g1, int32_t *q, uint16_t *s);
+// dlmc_qmatmul_laid is dlmc_qmatmul on DLMC_ISA_AVX512VNNI for a Q8_0
+// weight laid out by dlmc_q8_layout, its n columns from the groups at lq
+// and ls on: the same results, bit for bit, without packing the weight.
+int dlmc_qmatmul_laid(int m, int n, int k, const void *xq, const float *xd, const int32_t *lq, const uint16_t *ls,
+	float *c, long ldc, void *pack);
 
 // rowops.c: RMSNorm of rows of x (stride ldx) by the weight w into dst.
 void dlmc_rms_norm_rows(int simd, float *dst, long ldd, const float *x, long ldx, const float *w,

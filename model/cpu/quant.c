@@ -686,7 +686,10 @@ QMATMUL(qmatmul_avxvnni, TARGET_AVXVNNI, tile_avxvnni)
 // values 4t … 4t+3 (vpbroadcastd): 64 exact products an instruction, one
 // conversion and FMA per block and 16 outputs, no horizontal sums. A
 // group's pack covers ZPACK_BLOCKS blocks, made on the fly from the
-// weight's own blocks: nothing is kept.
+// weight's own blocks: nothing is kept — except for a Q8_0 weight laid out
+// at load (dlmc_q8_layout: the vectors, and the scales as the blocks'
+// F16 bits, the same bytes as its blocks), whose product (qmm_laid) makes
+// only the offsets and F32 scales per call.
 #define ZPACK_BLOCKS 32
 #define ZPACK_GROUPS 4
 #define ZPACK_INTS (ZPACK_BLOCKS * 128)
@@ -797,7 +800,7 @@ TARGET_AVX512VNNI static void pack16k(int wt, int rows, long b0, long nb, const 
 
 // mm16 adds to (first: stores in) c[MR × 16·NV] the products of MR rows of
 // x (u8, row stride k; scales xd, row stride nb; blocks [0, nb_) of the
-// packs) with NV packed groups (pack g at v + g·ZPACK_INTS, its H scales
+// packs) with NV packed groups (pack g at v + g·vgs, its H scales
 // and offsets a block at g·ZPACK_BLOCKS·16·H, its minima at
 // g·ZPACK_BLOCKS·16); cols[g] of group g's 16 are written. H is the
 // scales per block (2: each 16 values' int32 sums scaled apart, Q6_K);
@@ -806,7 +809,7 @@ TARGET_AVX512VNNI static void pack16k(int wt, int rows, long b0, long nb, const 
 // sum and one FMA per block and 16 outputs.
 TARGET_AVX512VNNI static inline __attribute__((always_inline)) void mm16(const int MR, const int NV, const int H,
 	const int MIN, long nb_, const uint8_t *x, long k, const float *xd, const float *xs, long nb, const int32_t *v,
-	const float *sc, const int32_t *off, const float *mn, float *c, long ldc, int first, const int *cols) {
+	long vgs, const float *sc, const int32_t *off, const float *mn, float *c, long ldc, int first, const int *cols) {
 	__m512 fa[4][2];
 	_Pragma("GCC unroll 4") for (int i = 0; i < MR; i++) _Pragma("GCC unroll 2") for (int g = 0; g < NV; g++)
 		fa[i][g] = _mm512_setzero_ps();
@@ -824,7 +827,7 @@ TARGET_AVX512VNNI static inline __attribute__((always_inline)) void mm16(const i
 			_Pragma("GCC unroll 8") for (int u = 0; u < tn; u++) {
 				const int t = tn * h + u;
 				__m512i W[2];
-				_Pragma("GCC unroll 2") for (int g = 0; g < NV; g++) W[g] = _mm512_load_si512(vb + g * ZPACK_INTS + t * 16);
+				_Pragma("GCC unroll 2") for (int g = 0; g < NV; g++) W[g] = _mm512_load_si512(vb + g * vgs + t * 16);
 				_Pragma("GCC unroll 4") for (int i = 0; i < MR; i++) {
 					int32_t quad;
 					memcpy(&quad, x + i * k + b * 32 + 4 * t, 4);
@@ -886,13 +889,13 @@ TARGET_AVX512VNNI static inline __attribute__((always_inline)) void qmm_avx512vn
 					long o = (long)g * ZPACK_BLOCKS * 16;
 					const int32_t *vg = v + g * ZPACK_INTS;
 					if (g + 1 < ng && mr == 4)
-						mm16(4, 2, H, MIN, nb_, xi, k, di, si, nb, vg, sc + o * H, off + o * H, mn + o, ci, ldc, b0 == 0, cols + g);
+						mm16(4, 2, H, MIN, nb_, xi, k, di, si, nb, vg, ZPACK_INTS, sc + o * H, off + o * H, mn + o, ci, ldc, b0 == 0, cols + g);
 					else if (g + 1 < ng)
-						mm16(1, 2, H, MIN, nb_, xi, k, di, si, nb, vg, sc + o * H, off + o * H, mn + o, ci, ldc, b0 == 0, cols + g);
+						mm16(1, 2, H, MIN, nb_, xi, k, di, si, nb, vg, ZPACK_INTS, sc + o * H, off + o * H, mn + o, ci, ldc, b0 == 0, cols + g);
 					else if (mr == 4)
-						mm16(4, 1, H, MIN, nb_, xi, k, di, si, nb, vg, sc + o * H, off + o * H, mn + o, ci, ldc, b0 == 0, cols + g);
+						mm16(4, 1, H, MIN, nb_, xi, k, di, si, nb, vg, ZPACK_INTS, sc + o * H, off + o * H, mn + o, ci, ldc, b0 == 0, cols + g);
 					else
-						mm16(1, 1, H, MIN, nb_, xi, k, di, si, nb, vg, sc + o * H, off + o * H, mn + o, ci, ldc, b0 == 0, cols + g);
+						mm16(1, 1, H, MIN, nb_, xi, k, di, si, nb, vg, ZPACK_INTS, sc + o * H, off + o * H, mn + o, ci, ldc, b0 == 0, cols + g);
 				}
 				i += mr;
 			}
@@ -910,6 +913,85 @@ TARGET_AVX512VNNI static void qmatmul_avx512vnni(int wt, int m, int n, int k, co
 	if (wt == DLMC_Q6_K) qmm_avx512vnni(2, 0, wt, m, n, k, xq, xd, xs, w, wstride, c, ldc, pack);
 	else if (wt == DLMC_Q4_K || wt == DLMC_Q5_K) qmm_avx512vnni(1, 1, wt, m, n, k, xq, xd, xs, w, wstride, c, ldc, pack);
 	else qmm_avx512vnni(1, 0, wt, m, n, k, xq, xd, xs, w, wstride, c, ldc, pack);
+}
+
+// q8_layout_avx512 writes groups [g0, g1) of 16 rows of the Q8_0 weight w
+// (rows rows, k values, row stride wstride bytes) in the layout of
+// dlmc_q8_layout: per group g and block b the 8 vectors pack16 makes
+// (vector t: each row's values 4t … 4t+3) at q + (g·nb + b)·128, and the
+// 16 rows' scales, the blocks' own F16 bits, at s + (g·nb + b)·16. Rows
+// past the weight's end have zero quants and scales.
+TARGET_AVX512VNNI static void q8_layout_avx512(const uint8_t *w, long wstride, long rows, long k, long g0, long g1,
+	int32_t *q, uint16_t *s) {
+	long nb = k / 32;
+	for (long g = g0; g < g1; g++) {
+		for (long b = 0; b < nb; b++) {
+			__m256i rv[16];
+			uint16_t *sb = s + (g * nb + b) * 16;
+			for (int r = 0; r < 16; r++) {
+				long row = 16 * g + r;
+				if (row >= rows) {
+					rv[r] = _mm256_setzero_si256();
+					sb[r] = 0;
+					continue;
+				}
+				const uint8_t *blk = w + row * wstride + b * 34;
+				sb[r] = (uint16_t)(blk[0] | blk[1] << 8);
+				rv[r] = _mm256_loadu_si256((const __m256i *)(blk + 2));
+			}
+			tr16x8(rv, q + (g * nb + b) * 128);
+		}
+	}
+}
+
+// qmm_laid is qmatmul_avx512vnni's Q8_0 product on a weight laid out at
+// load (dlmc_q8_layout; its groups from the first of these n columns at
+// lq and ls): the packs are read in place, and only each pack's offsets
+// (−128·Σq per row and block, one vpdpbusd per vector: 1/m of the
+// products') and its scales widened to F32 are made per call, into pack.
+// The sums, scales and offsets are those qmatmul_avx512vnni makes from
+// the weight's own blocks, so the results are bit for bit its results.
+TARGET_AVX512VNNI static void qmm_laid(int m, int n, int k, const uint8_t *xq, const float *xd, const int32_t *lq,
+	const uint16_t *ls, float *c, long ldc, uint8_t *pack) {
+	float *sc = (float *)pack;
+	int32_t *off = (int32_t *)(sc + ZPACK_GROUPS * ZPACK_BLOCKS * 16);
+	long nb = k / 32, vgs = nb * 128;
+	for (int j0 = 0; j0 < n; j0 += 16 * ZPACK_GROUPS) {
+		int ng = (n - j0 + 15) / 16 < ZPACK_GROUPS ? (n - j0 + 15) / 16 : ZPACK_GROUPS;
+		int cols[ZPACK_GROUPS];
+		for (int g = 0; g < ng; g++) cols[g] = n - j0 - 16 * g < 16 ? n - j0 - 16 * g : 16;
+		const int32_t *vj = lq + (long)(j0 / 16) * vgs;
+		const uint16_t *sj = ls + (long)(j0 / 16) * nb * 16;
+		for (long b0 = 0; b0 < nb; b0 += ZPACK_BLOCKS) {
+			long nb_ = nb - b0 < ZPACK_BLOCKS ? nb - b0 : ZPACK_BLOCKS;
+			for (int g = 0; g < ng; g++) {
+				for (long b = 0; b < nb_; b++) {
+					long o = ((long)g * ZPACK_BLOCKS + b) * 16;
+					_mm512_store_si512(off + o, pack_offsets(vj + g * vgs + (b0 + b) * 128, 0, 8));
+					_mm512_store_ps(sc + o, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sj + (g * nb + b0 + b) * 16))));
+				}
+			}
+			for (int i = 0; i < m;) {
+				int mr = m - i >= 4 ? 4 : 1;
+				for (int g = 0; g < ng; g += 2) {
+					const uint8_t *xi = xq + (long)i * k + b0 * 32;
+					const float *di = xd + (long)i * nb + b0;
+					float *ci = c + (long)i * ldc + j0 + 16 * g;
+					long o = (long)g * ZPACK_BLOCKS * 16;
+					const int32_t *vg = vj + g * vgs + b0 * 128;
+					if (g + 1 < ng && mr == 4)
+						mm16(4, 2, 1, 0, nb_, xi, k, di, 0, nb, vg, vgs, sc + o, off + o, 0, ci, ldc, b0 == 0, cols + g);
+					else if (g + 1 < ng)
+						mm16(1, 2, 1, 0, nb_, xi, k, di, 0, nb, vg, vgs, sc + o, off + o, 0, ci, ldc, b0 == 0, cols + g);
+					else if (mr == 4)
+						mm16(4, 1, 1, 0, nb_, xi, k, di, 0, nb, vg, vgs, sc + o, off + o, 0, ci, ldc, b0 == 0, cols + g);
+					else
+						mm16(1, 1, 1, 0, nb_, xi, k, di, 0, nb, vg, vgs, sc + o, off + o, 0, ci, ldc, b0 == 0, cols + g);
+				}
+				i += mr;
+			}
+		}
+	}
 }
 
 int dlmc_quant_isa(void) {
@@ -981,4 +1063,28 @@ int dlmc_qmatmul(int isa, int wt, int m, int n, int k, const void *xq, const flo
 	if (kq) qmatmul_kquant_generic(wt, m, n, k, xq, xd, xs, w, wstride, c, ldc);
 	else qmatmul_generic(wt, m, n, k, xq, xd, w, wstride, c, ldc);
 	return 0;
+}
+
+int dlmc_q8_layout(const uint8_t *w, long wstride, long rows, long k, long g0, long g1, int32_t *q, uint16_t *s) {
+#if defined(__x86_64__)
+	if (k % 32 == 0 && dlmc_quant_isa_supported(DLMC_ISA_AVX512VNNI)) {
+		q8_layout_avx512(w, wstride, rows, k, g0, g1, q, s);
+		return 0;
+	}
+#endif
+	(void)w, (void)wstride, (void)rows, (void)k, (void)g0, (void)g1, (void)q, (void)s;
+	return -1;
+}
+
+int dlmc_qmatmul_laid(int m, int n, int k, const void *xq, const float *xd, const int32_t *lq, const uint16_t *ls,
+	float *c, long ldc, void *pack) {
+	uint8_t *p = (uint8_t *)(((uintptr_t)pack + 63) & ~(uintptr_t)63);
+#if defined(__x86_64__)
+	if (k % 32 == 0 && dlmc_quant_isa_supported(DLMC_ISA_AVX512VNNI)) {
+		qmm_laid(m, n, k, xq, xd, lq, ls, c, ldc, p);
+		return 0;
+	}
+#endif
+	(void)m, (void)n, (void)xq, (void)xd, (void)lq, (void)ls, (void)c, (void)ldc, (void)p;
+	return -1;
 }

@@ -120,6 +120,7 @@ func loadGGUF(f *gguf.File, b backend.Backend) (*Model, error) {
 					if err != nil {
 						return nil, fmt.Errorf("tensor %s: %w", name, err)
 					}
+					releaseCopied(t, data, release)
 					return t, nil
 				})
 			}
