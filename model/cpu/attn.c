@@ -440,16 +440,26 @@ static void panel_gemm16(int m, int n, int k, const float *a, long lda, const fl
 // columns of w, 32 KB at KC 512, stay in L1) 6 rows at a time.
 #define WG_MC 192
 
+// wg_at is where dlmc_wg_layout's layout l (of a weight with k columns)
+// holds the panels wg_block packs for rows [c0, c0 + nc) (c0 a multiple
+// of DLMC_WG_NB) and columns pc…: the blocks of DLMC_WG_NB rows one after
+// another, each its KC-column chunks in order, nc rounded up to 16.
+static inline const float *wg_at(const float *l, int k, int c0, int nc, int pc) {
+	return l + (long)c0 * k + (long)pc * ((nc + 15) & ~15);
+}
+
 __attribute__((target("avx2,fma")))
 static void wg_block(int t, int m, int k, const float *a, long lda, const void *w, long ldw, int c0, int nc,
-		float *c, long ldc, float *p) {
+		float *c, long ldc, float *pk, const float *laid) {
 	const long es = t == WT_F32 ? 4 : 2;
 	for (int pc = 0; pc < k; pc += DLMC_WG_KC) {
 		int kc = k - pc < DLMC_WG_KC ? k - pc : DLMC_WG_KC;
 		const char *src = (const char *)w + ((long)c0 * ldw + pc) * es;
-		if (t == WT_F32) panel_pack_t(WT_F32, src, ldw, nc, kc, p);
-		else if (t == WT_F16) panel_pack_t(WT_F16, src, ldw, nc, kc, p);
-		else panel_pack_t(WT_BF16, src, ldw, nc, kc, p);
+		const float *p = pk;
+		if (laid) p = wg_at(laid, k, c0, nc, pc);
+		else if (t == WT_F32) panel_pack_t(WT_F32, src, ldw, nc, kc, pk);
+		else if (t == WT_F16) panel_pack_t(WT_F16, src, ldw, nc, kc, pk);
+		else panel_pack_t(WT_BF16, src, ldw, nc, kc, pk);
 		if (panel_avx512) {
 			tiles16(m, nc, pc > 0, kc, a + pc, lda, p, c + c0, ldc, 1.0f, WG_MC);
 			continue;
@@ -462,6 +472,20 @@ static void wg_block(int t, int m, int k, const float *a, long lda, const void *
 					tile2_add(i1 - i < ATTN_MR2 ? i1 - i : ATTN_MR2, wq, pc > 0, kc, a + (long)i * lda + pc, lda,
 						p + (long)q * kc * 16, c + (long)i * ldc + c0 + q * 16, ldc);
 			}
+		}
+	}
+}
+
+// wg_layout writes the blocks [b0, b1) of DLMC_WG_NB rows of the F32
+// weight w [n × k] in dlmc_wg_layout's layout: each KC-column chunk as
+// wg_block packs it (panel_pack_t), at wg_at.
+__attribute__((target("avx2,fma")))
+static void wg_layout(const float *w, long ldw, int n, int k, int b0, int b1, float *dst) {
+	for (int b = b0; b < b1; b++) {
+		int c0 = b * DLMC_WG_NB, nc = n - c0 < DLMC_WG_NB ? n - c0 : DLMC_WG_NB;
+		for (int pc = 0; pc < k; pc += DLMC_WG_KC) {
+			int kc = k - pc < DLMC_WG_KC ? k - pc : DLMC_WG_KC;
+			panel_pack_t(WT_F32, w + (long)c0 * ldw + pc, ldw, nc, kc, (float *)wg_at(dst, k, c0, nc, pc));
 		}
 	}
 }
@@ -624,8 +648,12 @@ static void attn_pack2(int lo, int hi, int pnk, int hd, const float *k, long ldk
 	(void)lo, (void)hi, (void)pnk, (void)hd, (void)k, (void)ldk, (void)v, (void)ldv, (void)kp, (void)vp;
 }
 static void wg_block(int t, int m, int k, const float *a, long lda, const void *w, long ldw, int c0, int nc,
-		float *c, long ldc, float *p) {
-	(void)t, (void)m, (void)k, (void)a, (void)lda, (void)w, (void)ldw, (void)c0, (void)nc, (void)c, (void)ldc, (void)p;
+		float *c, long ldc, float *p, const float *laid) {
+	(void)t, (void)m, (void)k, (void)a, (void)lda, (void)w, (void)ldw, (void)c0, (void)nc, (void)c, (void)ldc, (void)p,
+		(void)laid;
+}
+static void wg_layout(const float *w, long ldw, int n, int k, int b0, int b1, float *dst) {
+	(void)w, (void)ldw, (void)n, (void)k, (void)b0, (void)b1, (void)dst;
 }
 #endif
 
@@ -634,8 +662,12 @@ void dlmc_panel_set_avx512(int on) { (void)on; }
 #endif
 
 void dlmc_wg_block(int type, int m, int k, const float *a, long lda, const void *w, long ldw, int c0, int nc,
-		float *c, long ldc, float *p) {
-	wg_block(type, m, k, a, lda, w, ldw, c0, nc, c, ldc, p);
+		float *c, long ldc, float *p, const float *laid) {
+	wg_block(type, m, k, a, lda, w, ldw, c0, nc, c, ldc, p, laid);
+}
+
+void dlmc_wg_layout(const float *w, long ldw, int n, int k, int b0, int b1, float *dst) {
+	wg_layout(w, ldw, n, k, b0, b1, dst);
 }
 
 void dlmc_panel_pack(const float *w, long ldw, int n, int k, float *p) { panel_pack(w, ldw, n, k, p); }

@@ -83,8 +83,8 @@ func (l *bf16Layout) free() {
 }
 
 // MarkTable implements backend.TableMarker: a weight laid out for
-// products (a BF16 one for bf16mm.c, an F32 one packed for oneDNN, a Q8_0
-// one for the int8 product) that
+// products (a BF16 one for bf16mm.c, an F32 one for oneDNN or the blocked
+// panel kernel, a Q8_0 one for the int8 product) that
 // is only gathered from (an untied embedding) drops its layout; Embed
 // reads its rows from the checkpoint's pages.
 func (b *Backend) MarkTable(t backend.Tensor) {
@@ -93,8 +93,9 @@ func (b *Backend) MarkTable(t backend.Tensor) {
 	}
 }
 
-// dropLayout unmaps the BF16 layout of x, its layout for oneDNN and its
-// Q8_0 one (Options.PackWeights), where it has them (MarkTable, Free).
+// dropLayout unmaps the BF16 layout of x and its layouts for oneDNN, the
+// blocked panel kernel and the Q8_0 product (Options.PackWeights), where
+// it has them (MarkTable, Free).
 func (b *Backend) dropLayout(x *Tensor) {
 	if x.packed != nil {
 		b.packedBytes.Add(-int64(x.packed.bytes))
@@ -105,6 +106,11 @@ func (b *Backend) dropLayout(x *Tensor) {
 		b.q8LaidOut.Add(-int64(len(x.q8l.mem)))
 		x.q8l.free()
 		x.q8l = nil
+	}
+	if x.wgl != nil {
+		b.wgLaidOut.Add(-int64(len(x.wgl.mem)))
+		x.wgl.free()
+		x.wgl = nil
 	}
 	if x.bfl == nil {
 		return

@@ -60,6 +60,10 @@ type Tensor struct {
 	// (q8Layout; Options.PackWeights); q still holds the checkpoint's
 	// blocks for the views, Embed and ToHost. Views never carry it.
 	q8l *q8Layout
+	// wgl is an F32 weight laid out at load for the blocked panel kernel
+	// (wgLayout; Options.PackWeights), where its products run there; data
+	// still holds the checkpoint's values. Views never carry it.
+	wgl *wgLayout
 	// panels is the weight laid out for the panel kernel (panelPack),
 	// where the backend uses it (Backend.panel) and the weight is small
 	// enough; views never carry it.
@@ -93,12 +97,12 @@ func (t *Tensor) Data() []float32 { return t.data }
 // AliasesRaw implements backend.RawAliaser: whether t is a weight that
 // reads the checkpoint bytes it was made from in place.
 // A BF16 weight laid out at load (bf16Layout), an F32 one packed for
-// oneDNN and a Q8_0 one laid out for its int8 product (Options.PackWeights)
-// report false: their products read the
+// oneDNN or laid out for the blocked panel kernel and a Q8_0 one laid out
+// for its int8 product (Options.PackWeights) report false: their products read the
 // layout, and the checkpoint's pages, released, are read again only by
 // ToHost, views and a product oneDNN declines the layout for.
 func (t *Tensor) AliasesRaw() bool {
-	return t.readOnly && t.bfl == nil && t.packed == nil && t.q8l == nil
+	return t.readOnly && t.bfl == nil && t.packed == nil && t.q8l == nil && t.wgl == nil
 }
 
 // Permuted reports whether t is a weight left in the memory map with its
@@ -154,6 +158,9 @@ type Backend struct {
 	packedBytes atomic.Int64
 	// q8LaidOut counts the bytes of Q8_0 weights laid out at load.
 	q8LaidOut atomic.Int64
+	// wgLaidOut counts the bytes of F32 weights laid out at load for the
+	// blocked panel kernel.
+	wgLaidOut atomic.Int64
 	packErr   atomic.Pointer[error]
 	// panelBytes counts the weights laid out for the panel kernel.
 	panelBytes atomic.Int64
@@ -188,9 +195,11 @@ type settings struct {
 	// packWeights reorders weight matrices at load for oneDNN
 	// (Options.PackWeights, where oneDNN runs).
 	packWeights bool
-	// layOutQ8 lays Q8_0 weights out at load for the AVX512-VNNI product
-	// (Options.PackWeights, whatever the GEMM library).
-	layQ8 bool
+	// layOut lays weights out at load for the kernel their products run
+	// on where that takes no more memory than the weight (Options.PackWeights,
+	// whatever the GEMM library): F32 ones for the blocked panel kernel,
+	// Q8_0 ones for the AVX512-VNNI product.
+	layOut bool
 	// attn is the fused kernel Attention runs (Options.Attention: the
 	// widest this CPU has), or attnNone for the GEMM path.
 	attn attnKernel
@@ -500,7 +509,7 @@ func newBackend(o Options) (*Backend, error) {
 	f16BF16 := f16 == F16AsBF16 || f16 == F16Auto && (pick.dotBF16 || !pick.lazy && pick.dnnlBF16)
 	b := &Backend{threads: threads, bufs: new(bufPool), settings: settings{split: true, decodeBF16: o.DecodeBF16, decodeF16: f16 == F16Widen,
 		f16BF16: f16BF16, gemmPick: pick, gemmDesc: pick.desc,
-		packWeights: o.PackWeights && (pick.dnnl || pick.lazy), layQ8: o.PackWeights, quantISA: quantISA}}
+		packWeights: o.PackWeights && (pick.dnnl || pick.lazy), layOut: o.PackWeights, quantISA: quantISA}}
 	if qi == QuantF32 {
 		b.quantISA = -1
 	}
@@ -581,9 +590,14 @@ func (b *Backend) Weight(dtype backend.DType, rows, cols int, raw []byte) (backe
 			t.data = make([]float32, n)
 			b.parallel(n, 1<<16, func(lo, hi int) { decodeF32(t.data[lo:hi], raw[4*lo:4*hi]) })
 		}
-		if b.packWeights && rows > 1 && !(b.panel && cols <= panelMaxK) && b.dnnlOK(dnnlWeightRows, rows, cols) {
-			// Where matMulF32 multiplies it on oneDNN.
-			b.pack(t, false, unsafe.Pointer(&t.data[0]))
+		if b.layOut && rows > 1 && !(b.panel && cols <= panelMaxK) {
+			// Where matMulF32 multiplies it: on oneDNN, packed for it;
+			// else on the blocked panel kernel, laid out for that.
+			if b.packWeights && b.dnnlOK(dnnlWeightRows, rows, cols) {
+				b.pack(t, false, unsafe.Pointer(&t.data[0]))
+			} else if b.panel {
+				b.layOutWG(t)
+			}
 		}
 	case backend.F16:
 		if uintptr(unsafe.Pointer(&raw[0]))%2 == 0 && littleEndian {
@@ -721,7 +735,7 @@ func (b *Backend) WeightQuant(typ backend.QuantType, rows, cols int, raw []byte)
 		// these sizes (the bundled model's Q8_0 step ran at 0.6 of its
 		// F32 step on them, Zen 5).
 		b.halfPanels(t, quantRows)
-	} else if b.layQ8 && rows >= q8LayoutRows {
+	} else if b.layOut && rows >= q8LayoutRows {
 		b.layOutQ8(t)
 	}
 	return t, nil

@@ -60,7 +60,9 @@
 // rows × 512 of its columns packed at a time per task (converted to
 // float32 as they are packed), each tile's sums going on from what the
 // previous columns left, so still one chain of FMAs per element in k's
-// order. The other products run on one of two libraries, picked once per
+// order; an F32 one is laid out in those panels at load instead
+// (Options.PackWeights, wgLayout: the same values in the same memory, the
+// file's pages released), so its products pack nothing. The other products run on one of two libraries, picked once per
 // process (GEMMLib; $DLMCACHE_CPU_GEMM for New and NewFromEnv), each
 // called so that a row's result is the same at every row count
 // (TestMatMulRowsInvariant): the libraries pick kernels by the product's

@@ -85,9 +85,14 @@ func (b *Backend) wgMatMul(d, xs, ws *Tensor) {
 		_ = ws.data[(n-1)*ws.stride+k-1]
 		typ, w = wgF32, unsafe.Pointer(&ws.data[0])
 	}
+	var laid *C.float
+	if ws.wgl != nil && typ == wgF32 {
+		laid = fptr(ws.wgl.p)
+	}
 	C.dlmc_wg_matmul(C.int(b.workers(2*float64(m)*float64(n)*float64(k))), typ, C.int(m), C.int(n), C.int(k),
-		fptr(xs.data), C.long(xs.stride), w, C.long(ws.stride), fptr(d.data), C.long(d.stride))
+		fptr(xs.data), C.long(xs.stride), w, C.long(ws.stride), laid, fptr(d.data), C.long(d.stride))
 	runtime.KeepAlive(ws)
+	runtime.KeepAlive(ws.wgl)
 }
 
 // workers is how many threads a fused operation of flops runs on: one

@@ -14,7 +14,8 @@ import (
 // ToHost its rows; its layouts made at load from the stored rows (for
 // bf16mm.c, packed for oneDNN) are multiplied the same way. A weight the
 // backend holds a copy of has the copy's rows reordered in place (and
-// packed for oneDNN again, where it was). One laid out for the panel
+// packed for oneDNN or laid out for the blocked panel kernel again, where
+// it was). One laid out for the panel
 // kernel, or a view, is declined.
 func (b *Backend) PermuteRows(w backend.Tensor, perm []int32) bool {
 	t := anyTensor(w, "PermuteRows")
@@ -27,6 +28,12 @@ func (b *Backend) PermuteRows(w backend.Tensor, perm []int32) bool {
 	if t.readOnly {
 		t.perm = append([]int32(nil), perm...)
 		return true
+	}
+	if t.wgl != nil {
+		b.wgLaidOut.Add(-int64(len(t.wgl.mem)))
+		t.wgl.free()
+		t.wgl = nil
+		defer b.layOutWG(t)
 	}
 	repack := t.packed
 	if repack != nil {

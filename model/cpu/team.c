@@ -278,6 +278,7 @@ typedef struct {
 	int type, m, n, k;
 	const float *a;
 	const void *w;
+	const float *laid;
 	float *c;
 	long lda, ldw, ldc;
 } wg_job;
@@ -285,12 +286,12 @@ typedef struct {
 static void wg_task(const void *arg, int t, float *p) {
 	const wg_job *j = arg;
 	int c0 = t * DLMC_WG_NB, nc = j->n - c0 < DLMC_WG_NB ? j->n - c0 : DLMC_WG_NB;
-	dlmc_wg_block(j->type, j->m, j->k, j->a, j->lda, j->w, j->ldw, c0, nc, j->c, j->ldc, p);
+	dlmc_wg_block(j->type, j->m, j->k, j->a, j->lda, j->w, j->ldw, c0, nc, j->c, j->ldc, p, j->laid);
 }
 
 void dlmc_wg_matmul(int workers, int type, int m, int n, int k, const float *a, long lda, const void *w, long ldw,
-		float *c, long ldc) {
-	wg_job j = {type, m, n, k, a, w, c, lda, ldw, ldc};
+		const float *laid, float *c, long ldc) {
+	wg_job j = {type, m, n, k, a, w, laid, c, lda, ldw, ldc};
 	team_run(workers, (n + DLMC_WG_NB - 1) / DLMC_WG_NB, wg_task, &j, (size_t)DLMC_WG_KC * DLMC_WG_NB);
 }
 

@@ -92,3 +92,44 @@ func qMatMulLaid(m, n, k int, q []byte, d []float32, w *Tensor, j0 int, c []floa
 		panic(fmt.Sprintf("cpu: qMatMulLaid: %s weight [%d, %d] has no laid-out product here", w.qType, w.rows, w.cols))
 	}
 }
+
+// wgLayout is an F32 weight laid out at load for the blocked panel
+// kernel (dlmc_wg_layout: the panels dlmc_wg_block would pack at every
+// product), where its products run there (AVX2 machines, or no oneDNN):
+// the weight's own values, reordered, rows rounded up to 16, in an
+// anonymous mapping of its own. Unmapped when the layout is collected.
+type wgLayout struct {
+	mem []byte
+	p   []float32
+}
+
+func (l *wgLayout) free() {
+	runtime.SetFinalizer(l, nil)
+	if len(l.mem) > 0 {
+		_ = syscall.Munmap(l.mem)
+		l.mem, l.p = nil, nil
+	}
+}
+
+// layOutWG lays the F32 weight t out for the blocked panel kernel, its
+// blocks of DLMC_WG_NB rows on the backend's threads; where the layout
+// cannot be mapped t stays as it was.
+func (b *Backend) layOutWG(t *Tensor) {
+	rows, cols := t.rows, t.cols
+	if rows < 1 || cols < 1 || t.data == nil || !simd {
+		return
+	}
+	n := (rows + 15) / 16 * 16 * cols
+	mem, err := syscall.Mmap(-1, 0, 4*n, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANONYMOUS)
+	if err != nil {
+		return
+	}
+	l := &wgLayout{mem: mem, p: unsafe.Slice((*float32)(unsafe.Pointer(&mem[0])), n)}
+	runtime.SetFinalizer(l, (*wgLayout).free)
+	blocks := (rows + C.DLMC_WG_NB - 1) / C.DLMC_WG_NB
+	b.parallel(blocks, 1, func(lo, hi int) {
+		C.dlmc_wg_layout(fptr(t.data), C.long(t.stride), C.int(rows), C.int(cols), C.int(lo), C.int(hi), fptr(l.p))
+	})
+	t.wgl = l
+	b.wgLaidOut.Add(int64(len(mem)))
+}

@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/dlmcache/dlmcache/model/backend"
 )
@@ -79,5 +80,70 @@ func TestQ8Layout(t *testing.T) {
 	raw, _ = quantWeight(t, rng, backend.Q8_0, 32, 1024)
 	if _, err := b.WeightQuant(backend.Q8_0, 32, 1024, raw); err != nil || !strings.Contains(b.GEMM(), "Q8_0 weights laid out") {
 		t.Errorf("GEMM %q does not say Q8_0 weights are laid out (%v)", b.GEMM(), err)
+	}
+}
+
+// TestWGLayout: an F32 weight laid out at load for the blocked panel
+// kernel (wgLayout) multiplies bit for bit as the same weight packed per
+// product does, over shapes that cut its blocks (rows not a multiple of
+// 16 or DLMC_WG_NB, columns not of DLMC_WG_KC) and through a view (which
+// reads the mapped values); its bytes are released (AliasesRaw), a copy
+// permuted is laid out again, and MarkTable drops the layout.
+func TestWGLayout(t *testing.T) {
+	if !simd {
+		t.Skip("no AVX2+FMA: the blocked panel kernel does not run here")
+	}
+	laid := NewWithOptions(Options{Threads: 2, GEMM: GEMMOpenBLAS, PackWeights: true})
+	plain := NewWithOptions(Options{Threads: 2, GEMM: GEMMOpenBLAS})
+	if !laid.panel {
+		t.Skip("the panel kernel is off")
+	}
+	rng := rand.New(rand.NewPCG(23, 24))
+	for _, sh := range [][3]int{{1, 1040, 16}, {7, 1100, 65}, {52, 1536, 130}, {200, 2080, 64}} {
+		n, in, out := sh[0], sh[1], sh[2]
+		wf := randMat(rng, out, in, 1)
+		raw := unsafe.Slice((*byte)(unsafe.Pointer(&wf[0])), 4*len(wf))
+		wl, err := laid.Weight(backend.F32, out, in, raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wp, _ := plain.Weight(backend.F32, out, in, raw)
+		if wl.(*Tensor).wgl == nil || wl.(*Tensor).AliasesRaw() || wp.(*Tensor).wgl != nil {
+			t.Fatalf("%v: laid out %v (aliases raw %v), without PackWeights %v", sh, wl.(*Tensor).wgl != nil, wl.(*Tensor).AliasesRaw(), wp.(*Tensor).wgl != nil)
+		}
+		x := randMat(rng, n, in, 1)
+		product := func(b *Backend, w backend.Tensor, cols int) []float32 {
+			d := b.New(n, cols)
+			b.MatMul(d, b.FromHost(n, in, x), w)
+			return b.ToHost(d, nil)
+		}
+		if !equalF32(product(laid, wl, out), product(plain, wp, out)) {
+			t.Fatalf("%v: the laid-out product differs from the packed one", sh)
+		}
+		if v := laid.RowView(wl, 1, out); !equalF32(product(laid, v, out-1), product(plain, plain.RowView(wp, 1, out), out-1)) {
+			t.Fatalf("%v: a view's product differs", sh)
+		}
+		// A copy (an unaligned weight's) permuted: its rows reordered in place
+		// and laid out again.
+		perm := make([]int32, out)
+		for i, p := range rng.Perm(out) {
+			perm[i] = int32(p)
+		}
+		cp := laid.FromHost(out, in, wf).(*Tensor)
+		laid.layOutWG(cp)
+		if !laid.PermuteRows(cp, perm) || cp.wgl == nil {
+			t.Fatalf("%v: a laid-out copy not permuted, or not laid out again", sh)
+		}
+		moved := make([]float32, len(wf))
+		for s, p := range perm {
+			copy(moved[int(p)*in:(int(p)+1)*in], wf[s*in:(s+1)*in])
+		}
+		if !equalF32(product(laid, cp, out), product(plain, plain.FromHost(out, in, moved), out)) {
+			t.Fatalf("%v: the permuted copy's product differs", sh)
+		}
+		laid.MarkTable(wl)
+		if wl.(*Tensor).wgl != nil || !wl.(*Tensor).AliasesRaw() {
+			t.Fatalf("%v: MarkTable kept the layout", sh)
+		}
 	}
 }
