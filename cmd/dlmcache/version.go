@@ -41,6 +41,10 @@ type versionInfo struct {
 	// ($DLMCACHE_CPU_QUANT, default int8: activations quantized per row,
 	// integer products on the widest instruction set the CPU has).
 	QuantProducts string `json:"quant_products"`
+	// Weights: where weights are read from ($DLMCACHE_CPU_WEIGHTS,
+	// default packed: laid out at load for their kernels, the file's
+	// pages released; mapped: in place in the memory map).
+	Weights string `json:"weights"`
 	// ISA: the instruction-set level the CPU backend's kernels run at
 	// ($DLMCACHE_CPU_ISA caps it: generic, avx2, avx512, native) and
 	// what this CPU has.
@@ -56,6 +60,7 @@ func buildVersion() versionInfo {
 		b.ProbeGEMM() // what products would run on, oneDNN loaded to say
 		v.GEMM = b.GEMM()
 		v.QuantProducts = b.QuantProducts()
+		v.Weights = b.Weights()
 	}
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		v.Version = bi.Main.Version
@@ -84,8 +89,8 @@ func (opts *versionOptions) run(context.Context) error {
 	if v.Modified {
 		mod = " (modified)"
 	}
-	fmt.Fprintf(opts.f.Out, "dlmcache %s\ncommit   %s%s\ngo       %s %s\nbackend  %s (the CUDA backend needs a build with -tags cuda)\nblas     %s\ngemm     %s\nquant    %s\nisa      %s\n",
-		v.Version, v.Commit, mod, v.Go, v.Platform, v.Backend, v.BLAS, v.GEMM, v.QuantProducts, v.ISA)
+	fmt.Fprintf(opts.f.Out, "dlmcache %s\ncommit   %s%s\ngo       %s %s\nbackend  %s (the CUDA backend needs a build with -tags cuda)\nblas     %s\ngemm     %s\nquant    %s\nweights  %s\nisa      %s\n",
+		v.Version, v.Commit, mod, v.Go, v.Platform, v.Backend, v.BLAS, v.GEMM, v.QuantProducts, v.Weights, v.ISA)
 	return nil
 }
 
@@ -96,7 +101,7 @@ func (opts *versionOptions) flags(fl *pflag.FlagSet) {
 func newCmdVersion(f *factory, runF func(*versionOptions) error) *cobra.Command {
 	return newCommand(&versionOptions{f: f}, runF, &cobra.Command{
 		Use:   "version",
-		Short: "Print the version, commit, backend, BLAS kernel, GEMM library, quantized products and ISA level in use",
+		Short: "Print the version, commit, backend, BLAS kernel, GEMM library, quantized products, weight layouts and ISA level in use",
 		Args:  cobra.NoArgs,
 	})
 }

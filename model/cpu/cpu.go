@@ -280,6 +280,19 @@ func (b *Backend) QuantProducts() string {
 	return fmt.Sprintf("%s (%s)", QuantInt8, isaNames[b.quantISA])
 }
 
+// Weights describes where the backend's weights are read from
+// (Options.PackWeights, WeightsEnv): "packed (…)" or "mapped (…)".
+func (b *Backend) Weights() string {
+	if !b.layOut {
+		return string(WeightsMapped) + " (every weight read in place in the memory map; " + WeightsEnv + " unset lays them out at load)"
+	}
+	lay := "F32 ones for oneDNN where it multiplies them, else for the blocked panel kernel"
+	if b.quantISA == isaAVX512VNNI {
+		lay += ", Q8_0 ones for the AVX512-VNNI product"
+	}
+	return string(WeightsPacked) + " (laid out at load, the file's pages released: " + lay + "; BF16 and F16 ones for bf16mm.c where it runs; " + WeightsEnv + "=mapped keeps them in the memory map)"
+}
+
 // AttentionEnv is the environment variable New reads to set
 // Options.Attention: "fused" (or unset) or "gemm".
 const AttentionEnv = "DLMCACHE_CPU_ATTENTION"

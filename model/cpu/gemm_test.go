@@ -184,6 +184,9 @@ func TestWeightsEnv(t *testing.T) {
 		if err != nil || b.packWeights != c.pack { // auto's pick, lazy: packing waits for a weight oneDNN takes
 			t.Fatalf("%s=%q: %v, packWeights %v", WeightsEnv, c.env, err, b.packWeights)
 		}
+		if want := map[bool]WeightsForm{true: WeightsPacked, false: WeightsMapped}[c.pack]; !strings.HasPrefix(b.Weights(), string(want)+" (") {
+			t.Errorf("%s=%q: Weights %q", WeightsEnv, c.env, b.Weights())
+		}
 	}
 	t.Setenv(WeightsEnv, "packed")
 	t.Setenv(GEMMEnv, "openblas")
