@@ -67,7 +67,7 @@ test: deps
 # The tests are those of the C kernels (the whole package under ASan ran
 # past 10 minutes on 2 busy cores; TestMatMul, 167 s of it, tests the GEMM
 # libraries' products more than this C).
-SAN_TESTS := BF16Rows|Quant|Attention|RMSNorm|RoPE|SiLUMulAddEmbed|CopyRows|Exp|ScalarKernels|Fused|Team|ToBF16|PackedWeights|PeakF32Work|Sum
+SAN_TESTS := BF16Rows|Quant|Attention|RMSNorm|RoPE|SiLUMulAddEmbed|CopyRows|Exp|ScalarKernels|Fused|Team|ToBF16|PackedWeights|Layout|PeakF32Work|Sum
 SAN_UBSAN := shift,integer-divide-by-zero,signed-integer-overflow,bounds,vla-bound,unreachable,return,bool,enum,float-cast-overflow
 sanitize: deps
 	CGO_CFLAGS="-O2 -g -fno-omit-frame-pointer -fno-sanitize-address-use-after-scope -fsanitize=$(SAN_UBSAN) -fno-sanitize-recover=all" \
