@@ -115,12 +115,7 @@ print("\"step_s\": %g, \"rss_bytes\": %d, \"prompt_tokens\": %d, \"step_flops\":
 # "name=GFLOP/s" words.
 echo "== peaks (BenchmarkPeak, $THREADS threads)" >&2
 peaks=$(GOMAXPROCS="$THREADS" go test ./model/cpu -run '^$' -bench 'BenchmarkPeak' -benchtime 3x -count 3 |
-	awk -v t="threads$THREADS" '/^BenchmarkPeak\// { split($1, p, "/"); sub(/-[0-9]+$/, "", p[3])
-		if (p[3] == t) for (i = 1; i < NF; i++) if ($(i+1) == "GFLOP/s" || $(i+1) == "GOP/s") {
-			if (!(p[2] in best)) order[n++] = p[2]
-			if ($i + 0 > best[p[2]]) best[p[2]] = $i + 0
-		} }
-		END { for (j = 0; j < n; j++) printf "%s=%s ", order[j], best[order[j]] }')
+	awk -v t="$THREADS" -f scripts/peaks.awk)
 echo "peaks: $peaks" >&2
 
 runs=$OUT/runs.jsonl

@@ -163,11 +163,9 @@ GEMM_AUTO=$(DLMCACHE_CPU_GEMM=auto go run ./cmd/dlmcache version --json | sed -n
 ISA=$(go run ./cmd/dlmcache version --json | sed -n 's/^  "isa": "\(.*\)",*$/\1/p')
 PROCESSOR="$(sed -n 's/^model name[[:space:]]*: *//p' /proc/cpuinfo | head -1 | tr -d '"\\') (family $(sed -n 's/^cpu family[[:space:]]*: *//p' /proc/cpuinfo | head -1), model $(sed -n 's/^model[[:space:]]*: *//p' /proc/cpuinfo | head -1))"
 # Columns of `go test -bench`: name iterations ns/op GFLOP/s "GFLOP/s".
-awk -v threads="$THREADS" -v json="$OUT/summary.json.tmp" -v gemmauto="$GEMM_AUTO" -v isa="$ISA" -v processor="$PROCESSOR" '
-FILENAME ~ /peak/ && /BenchmarkPeak\// {
-	split($1, p, "/"); sub(/-[0-9]+$/, "", p[3])
-	if (p[3] == "threads" threads) for (i = 1; i < NF; i++) if (($(i+1) == "GFLOP/s" || $(i+1) == "GOP/s") && $i + 0 > peak[p[2]]) peak[p[2]] = $i + 0
-}
+PEAKS=$(awk -v t="$THREADS" -f scripts/peaks.awk "$OUT/peak.txt")
+awk -v threads="$THREADS" -v peaks="$PEAKS" -v json="$OUT/summary.json.tmp" -v gemmauto="$GEMM_AUTO" -v isa="$ISA" -v processor="$PROCESSOR" '
+BEGIN { np = split(peaks, pw, " "); for (i = 1; i <= np; i++) { split(pw[i], kv, "="); peak[kv[1]] = kv[2] + 0 } }
 FILENAME ~ /sgemm/ && /BenchmarkSgemmRaw/ { for (i = 1; i < NF; i++) if ($(i+1) == "GFLOP/s" && $i + 0 > sgemm) sgemm = $i + 0 }
 FILENAME ~ /sgemm/ && /BenchmarkMatMulRaw\// {
 	split($1, p, "/"); sub(/-[0-9]+$/, "", p[3])
@@ -231,5 +229,5 @@ END {
 		printf "%s{\"shape\": \"%s\", \"dtype\": \"%s\", \"gemm\": \"%s\", \"quant_products\": %s, \"step_s\": %.4f, \"gflops\": %.2f, \"frac_peak\": %.3f, \"frac_format_peak\": %.3f, \"format_peak\": \"%s\", \"torch_step_s\": %s, \"rows10_step_s\": %.4f, \"rows10_frac\": %.3f, \"load_s\": %.3f, \"rss_bytes\": %s}", (i > 1 ? ", " : ""), s, dt, gm, (qp == "" ? "null" : "\"" qp "\""), full, gf[s "/full"], fp, ff, fk, (tk ? tsec[b] : "null"), part, part / full, load[s], rb > json
 	}
 	printf "]}\n" > json
-}' "$OUT/peak.txt" "$OUT/sgemm.txt" "$OUT/quant.txt" "$OUT/go.txt" "$OUT/torch.txt" | tee "$OUT/summary.md"
+}' "$OUT/sgemm.txt" "$OUT/quant.txt" "$OUT/go.txt" "$OUT/torch.txt" | tee "$OUT/summary.md"
 mv "$OUT/summary.json.tmp" "$OUT/summary.json"
