@@ -8,7 +8,6 @@ import "C"
 import (
 	"fmt"
 	"runtime"
-	"syscall"
 	"unsafe"
 
 	"github.com/dlmcache/dlmcache/model/backend"
@@ -23,9 +22,9 @@ var bf16Dot = HasBF16Dot()
 const bf16LayoutRows = 64
 
 // bf16Layout is a BF16 weight laid out at load for dlmc_bf16_mm_packed
-// (dlmc_bf16_pack's blocks of 64 rows), in an anonymous mapping of its
-// own outside the Go heap, unmapped when the layout is collected.
+// (dlmc_bf16_pack's blocks of 64 rows), in a layoutMem of its own.
 type bf16Layout struct {
+	*layoutMem
 	v []uint32
 }
 
@@ -42,12 +41,11 @@ func (b *Backend) layOutBF16(t *Tensor) {
 	}
 	blocks := (rows + bf16LayoutRows - 1) / bf16LayoutRows
 	n := blocks * bf16LayoutRows * cols / 2
-	mem, err := syscall.Mmap(-1, 0, 4*n, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANONYMOUS)
-	if err != nil {
+	lm := newLayoutMem(4 * n)
+	if lm == nil {
 		return
 	}
-	l := &bf16Layout{v: unsafe.Slice((*uint32)(unsafe.Pointer(&mem[0])), n)}
-	runtime.SetFinalizer(l, (*bf16Layout).free)
+	l := &bf16Layout{layoutMem: lm, v: unsafe.Slice((*uint32)(unsafe.Pointer(&lm.mem[0])), n)}
 	pack := func(r0, r1 int, w *uint16, ldw int) {
 		C.dlmc_bf16_pack(C.int(r1-r0), C.int(cols), (*C.uint16_t)(unsafe.Pointer(w)), C.long(ldw),
 			(*C.uint32_t)(unsafe.Pointer(&l.v[r0*cols/2])))
@@ -71,15 +69,6 @@ func (b *Backend) layOutBF16(t *Tensor) {
 	})
 	t.bfl = l
 	b.bf16LaidOut.Add(int64(4 * n))
-}
-
-// free unmaps the layout.
-func (l *bf16Layout) free() {
-	runtime.SetFinalizer(l, nil)
-	if len(l.v) > 0 {
-		_ = syscall.Munmap(unsafe.Slice((*byte)(unsafe.Pointer(&l.v[0])), 4*len(l.v)))
-		l.v = nil
-	}
 }
 
 // MarkTable implements backend.TableMarker: a weight laid out for

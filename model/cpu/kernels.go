@@ -224,10 +224,6 @@ func qMatMul(isa int, m, n, k int, q []byte, d, sums []float32, w *Tensor, j0 in
 		qMatMulLaid(m, n, k, q, d, w, j0, c, ldc, pack)
 		return
 	}
-	if w.q8l != nil && isa == isaAVX512VNNI && j0%q8LayoutRows == 0 {
-		qMatMulLaid(m, n, k, q, d, w, j0, c, ldc, pack)
-		return
-	}
 	var sp *C.float
 	if sums != nil {
 		sp = (*C.float)(unsafe.Pointer(&sums[0]))

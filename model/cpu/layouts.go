@@ -8,11 +8,39 @@ import "C"
 import (
 	"fmt"
 	"runtime"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
 	"github.com/dlmcache/dlmcache/model/backend"
 )
+
+// layoutMem is the memory of a weight's layout made at load (bf16Layout,
+// q8Layout, wgLayout): an anonymous mapping of its own outside the Go
+// heap, unmapped by free or when it is collected.
+type layoutMem struct{ mem []byte }
+
+// newLayoutMem maps n bytes for a layout; nil where they cannot be mapped
+// (the weight then stays as it was).
+func newLayoutMem(n int) *layoutMem {
+	mem, err := syscall.Mmap(-1, 0, n, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANONYMOUS)
+	if err != nil {
+		return nil
+	}
+	l := &layoutMem{mem: mem}
+	runtime.SetFinalizer(l, (*layoutMem).free)
+	return l
+}
+
+// free unmaps the layout now (MarkTable, Free) rather than when it is
+// collected.
+func (l *layoutMem) free() {
+	runtime.SetFinalizer(l, nil)
+	if len(l.mem) > 0 {
+		_ = syscall.Munmap(l.mem)
+		l.mem = nil
+	}
+}
 
 // q8LayoutRows is the row group of dlmc_q8_layout: a product with a
 // laid-out weight starts its parts on multiples of it.
@@ -23,19 +51,11 @@ const q8LayoutRows = 16
 // quants in the product's order and the 16 F16 scales), in an anonymous
 // mapping of its own outside the Go heap: the Q8_0 blocks' own bytes,
 // reordered, so it takes the memory the mapped weight did (rounded up to
-// 16 rows). Unmapped when the layout is collected.
+// 16 rows).
 type q8Layout struct {
-	mem []byte
-	q   []int32  // groups · nb · 128
-	s   []uint16 // groups · nb · 16
-}
-
-func (l *q8Layout) free() {
-	runtime.SetFinalizer(l, nil)
-	if len(l.mem) > 0 {
-		_ = syscall.Munmap(l.mem)
-		l.mem, l.q, l.s = nil, nil, nil
-	}
+	*layoutMem
+	q []int32  // groups · nb · 128
+	s []uint16 // groups · nb · 16
 }
 
 // layOutQ8 lays the Q8_0 weight t out for dlmc_qmatmul_laid, its groups
@@ -49,40 +69,34 @@ func (b *Backend) layOutQ8(t *Tensor) {
 	groups := (t.rows + q8LayoutRows - 1) / q8LayoutRows
 	nb := t.cols / 32
 	nq, ns := groups*nb*128, groups*nb*16
-	mem, err := syscall.Mmap(-1, 0, 4*nq+2*ns, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANONYMOUS)
-	if err != nil {
+	lm := newLayoutMem(4*nq + 2*ns)
+	if lm == nil {
 		return
 	}
-	l := &q8Layout{mem: mem, q: unsafe.Slice((*int32)(unsafe.Pointer(&mem[0])), nq),
-		s: unsafe.Slice((*uint16)(unsafe.Pointer(&mem[4*nq])), ns)}
-	runtime.SetFinalizer(l, (*q8Layout).free)
-	failed := false
+	l := &q8Layout{layoutMem: lm, q: unsafe.Slice((*int32)(unsafe.Pointer(&lm.mem[0])), nq),
+		s: unsafe.Slice((*uint16)(unsafe.Pointer(&lm.mem[4*nq])), ns)}
+	var failed atomic.Bool
 	b.parallel(groups, max(1, rowGrain(t.cols)/q8LayoutRows), func(lo, hi int) {
 		if C.dlmc_q8_layout((*C.uint8_t)(unsafe.Pointer(&t.q[0])), C.long(t.qStride), C.long(t.rows), C.long(t.cols),
 			C.long(lo), C.long(hi), (*C.int32_t)(unsafe.Pointer(&l.q[0])), (*C.uint16_t)(unsafe.Pointer(&l.s[0]))) != 0 {
-			failed = true // every part fails alike (the CPU's)
+			failed.Store(true) // every part fails alike (the CPU's)
 		}
 	})
-	if failed {
+	if failed.Load() {
 		l.free()
 		return
 	}
 	t.q8l = l
-	b.q8LaidOut.Add(int64(len(mem)))
+	b.q8LaidOut.Add(int64(len(lm.mem)))
 }
 
 // qMatMulLaid is qMatMul on w's Q8_0 layout (q8Layout), for columns
 // [j0, j0+n) with j0 a multiple of q8LayoutRows; activations as
-// quantizeAct writes them for isaAVX512VNNI.
+// quantizeAct writes them for isaAVX512VNNI. qMatMul has checked the
+// shapes and buffers.
 func qMatMulLaid(m, n, k int, q []byte, d []float32, w *Tensor, j0 int, c []float32, ldc int, pack []byte) {
-	if m == 0 || n == 0 {
-		return
-	}
 	l := w.q8l
 	nb := k / 32
-	if k != w.cols || j0%q8LayoutRows != 0 || j0+n > w.rows || len(q) < m*k || len(d) < m*nb || len(c) < (m-1)*ldc+n || len(pack) < qPackBytes {
-		panic("cpu: qMatMulLaid: bad shape or buffers too short")
-	}
 	g := j0 / q8LayoutRows
 	rc := C.dlmc_qmatmul_laid(C.int(m), C.int(n), C.int(k), unsafe.Pointer(&q[0]), (*C.float)(unsafe.Pointer(&d[0])),
 		(*C.int32_t)(unsafe.Pointer(&l.q[g*nb*128])), (*C.uint16_t)(unsafe.Pointer(&l.s[g*nb*16])),
@@ -97,18 +111,10 @@ func qMatMulLaid(m, n, k int, q []byte, d []float32, w *Tensor, j0 int, c []floa
 // kernel (dlmc_wg_layout: the panels dlmc_wg_block would pack at every
 // product), where its products run there (AVX2 machines, or no oneDNN):
 // the weight's own values, reordered, rows rounded up to 16, in an
-// anonymous mapping of its own. Unmapped when the layout is collected.
+// layoutMem of its own.
 type wgLayout struct {
-	mem []byte
-	p   []float32
-}
-
-func (l *wgLayout) free() {
-	runtime.SetFinalizer(l, nil)
-	if len(l.mem) > 0 {
-		_ = syscall.Munmap(l.mem)
-		l.mem, l.p = nil, nil
-	}
+	*layoutMem
+	p []float32
 }
 
 // layOutWG lays the F32 weight t out for the blocked panel kernel, its
@@ -120,16 +126,15 @@ func (b *Backend) layOutWG(t *Tensor) {
 		return
 	}
 	n := (rows + 15) / 16 * 16 * cols
-	mem, err := syscall.Mmap(-1, 0, 4*n, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANONYMOUS)
-	if err != nil {
+	lm := newLayoutMem(4 * n)
+	if lm == nil {
 		return
 	}
-	l := &wgLayout{mem: mem, p: unsafe.Slice((*float32)(unsafe.Pointer(&mem[0])), n)}
-	runtime.SetFinalizer(l, (*wgLayout).free)
+	l := &wgLayout{layoutMem: lm, p: unsafe.Slice((*float32)(unsafe.Pointer(&lm.mem[0])), n)}
 	blocks := (rows + C.DLMC_WG_NB - 1) / C.DLMC_WG_NB
 	b.parallel(blocks, 1, func(lo, hi int) {
 		C.dlmc_wg_layout(fptr(t.data), C.long(t.stride), C.int(rows), C.int(cols), C.int(lo), C.int(hi), fptr(l.p))
 	})
 	t.wgl = l
-	b.wgLaidOut.Add(int64(len(mem)))
+	b.wgLaidOut.Add(int64(len(lm.mem)))
 }

@@ -29,25 +29,21 @@ func (b *Backend) PermuteRows(w backend.Tensor, perm []int32) bool {
 		t.perm = append([]int32(nil), perm...)
 		return true
 	}
-	if t.wgl != nil {
-		b.wgLaidOut.Add(-int64(len(t.wgl.mem)))
-		t.wgl.free()
-		t.wgl = nil
-		defer b.layOutWG(t)
-	}
-	repack := t.packed
-	if repack != nil {
-		b.packedBytes.Add(-int64(repack.bytes))
-		repack.free()
-		t.packed = nil
-		defer func() {
-			if repack.bf16 {
-				b.pack(t, true, unsafe.Pointer(&t.bf16[0]))
-			} else {
-				b.pack(t, false, unsafe.Pointer(&t.data[0]))
-			}
-		}()
-	}
+	// A copy's layouts (for oneDNN, the blocked panel kernel; the others
+	// are made only of weights in the map) are made again from the
+	// reordered rows.
+	packed, packedBF16, laid := t.packed != nil, t.packed != nil && t.packed.bf16, t.wgl != nil
+	b.dropLayout(t)
+	defer func() {
+		switch {
+		case packedBF16:
+			b.pack(t, true, unsafe.Pointer(&t.bf16[0]))
+		case packed:
+			b.pack(t, false, unsafe.Pointer(&t.data[0]))
+		case laid:
+			b.layOutWG(t)
+		}
+	}()
 	switch {
 	case t.q != nil:
 		permuteRowsInPlace(t.q, t.qStride, perm)

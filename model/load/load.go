@@ -113,10 +113,11 @@ func (m *Model) Close() error {
 func (m *Model) PageIn() error {
 	var sum byte
 	touch := func(data []byte) {
+		if m.isReleased(spanOf(data)) {
+			return
+		}
 		for i := 0; i < len(data); i += 4096 {
-			if !m.isReleased(uintptr(unsafe.Pointer(&data[i]))) {
-				sum += data[i]
-			}
+			sum += data[i]
 		}
 	}
 	if f := m.ggufFile; f != nil {
@@ -165,11 +166,11 @@ func (m *Model) release(file func([]byte)) func([]byte) {
 	}
 }
 
-// isReleased reports whether the byte at address p lies in bytes given
+// isReleased reports whether the bytes of span t lie within bytes given
 // back at load.
-func (m *Model) isReleased(p uintptr) bool {
+func (m *Model) isReleased(t span) bool {
 	for _, s := range m.released {
-		if p >= s.lo && p < s.hi {
+		if t.lo >= s.lo && t.hi <= s.hi {
 			return true
 		}
 	}
