@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/dlmcache/dlmcache/model/backend"
@@ -513,6 +514,61 @@ func BenchmarkMatMulF16(b *testing.B) {
 					gflops(b, 2*float64(s.n)*float64(s.in)*float64(s.out))
 				})
 			}
+		}
+	}
+}
+
+// BenchmarkWGLayout: products on the blocked panel kernel with the weight
+// laid out at load (wgLayout, the default) and read from the memory map
+// (DLMCACHE_CPU_WEIGHTS=mapped: packed per product), the two alternating
+// within each iteration so that a slow spell of the machine falls on
+// both: laid_GFLOP/s and mapped_GFLOP/s. Where the weights' products run
+// elsewhere (oneDNN; BF16 and F16 on AVX512-BF16) it skips: run it under
+// DLMCACHE_CPU_ISA=avx2 there. docs/performance.md has what it measured.
+func BenchmarkWGLayout(b *testing.B) {
+	r := rand.New(rand.NewPCG(1, 2))
+	laid, err := newBackend(Options{PackWeights: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	plain, err := newBackend(Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, typ := range []backend.DType{backend.F32, backend.F16, backend.BF16} {
+		for _, s := range []struct{ n, in, out int }{{512, 2048, 5632}, {52, 2048, 5632}} {
+			wf := randMat(r, s.out, s.in, 1)
+			raw := unsafe.Slice((*byte)(unsafe.Pointer(&wf[0])), 4*len(wf))
+			switch typ {
+			case backend.F16:
+				raw = safetensors.F32ToF16(wf)
+			case backend.BF16:
+				raw = safetensors.F32ToBF16(wf)
+			}
+			b.Run(fmt.Sprintf("%s/n%d_in%d_out%d", strings.ToLower(typ.String()), s.n, s.in, s.out), func(b *testing.B) {
+				wl, err := laid.Weight(typ, s.out, s.in, raw)
+				if err != nil {
+					b.Fatal(err)
+				}
+				wp, _ := plain.Weight(typ, s.out, s.in, raw)
+				if wl.(*Tensor).wgl == nil {
+					b.Skipf("%s weights are not laid out for the blocked panel kernel here (%s)", typ, laid.GEMM())
+				}
+				x := randMat(r, s.n, s.in, 1)
+				xl, xp := laid.FromHost(s.n, s.in, x), plain.FromHost(s.n, s.in, x)
+				dl, dp := laid.New(s.n, s.out), plain.New(s.n, s.out)
+				var tl, tp time.Duration
+				for b.Loop() {
+					t0 := time.Now()
+					laid.MatMul(dl, xl, wl)
+					t1 := time.Now()
+					plain.MatMul(dp, xp, wp)
+					tl, tp = tl+t1.Sub(t0), tp+time.Since(t1)
+				}
+				fl := 2 * float64(s.n) * float64(s.in) * float64(s.out) * float64(b.N) / 1e9
+				b.ReportMetric(fl/tl.Seconds(), "laid_GFLOP/s")
+				b.ReportMetric(fl/tp.Seconds(), "mapped_GFLOP/s")
+			})
 		}
 	}
 }

@@ -60,9 +60,10 @@ type Tensor struct {
 	// (q8Layout; Options.PackWeights); q still holds the checkpoint's
 	// blocks for the views, Embed and ToHost. Views never carry it.
 	q8l *q8Layout
-	// wgl is an F32 weight laid out at load for the blocked panel kernel
-	// (wgLayout; Options.PackWeights), where its products run there; data
-	// still holds the checkpoint's values. Views never carry it.
+	// wgl is an F32, F16 or BF16 weight laid out at load for the blocked
+	// panel kernel (wgLayout; Options.PackWeights), where its products run
+	// there; data, f16 or bf16 still holds the checkpoint's values. Views
+	// never carry it.
 	wgl *wgLayout
 	// panels is the weight laid out for the panel kernel (panelPack),
 	// where the backend uses it (Backend.panel) and the weight is small
@@ -290,7 +291,7 @@ func (b *Backend) Weights() string {
 	if b.quantISA == isaAVX512VNNI {
 		lay += ", Q8_0 ones for the AVX512-VNNI product"
 	}
-	return string(WeightsPacked) + " (laid out at load, the file's pages released: " + lay + "; BF16 and F16 ones for bf16mm.c where it runs; " + WeightsEnv + "=mapped keeps them in the memory map)"
+	return string(WeightsPacked) + " (laid out at load, the file's pages released: " + lay + "; BF16 and F16 ones for bf16mm.c where it runs, else for the blocked panel kernel, kept 16-bit; " + WeightsEnv + "=mapped keeps them in the memory map)"
 }
 
 // AttentionEnv is the environment variable New reads to set
@@ -642,6 +643,8 @@ func (b *Backend) Weight(dtype backend.DType, rows, cols int, raw []byte) (backe
 		if rows > 1 && !b.decodeF16 {
 			if b.panel && cols <= halfPanelMaxK {
 				b.halfPanels(t, f16Rows)
+			} else if b.layOut && t.readOnly && b.wgRuns(cols, rows) {
+				b.layOutWG(t) // kept F16, reordered for matMulF16's kernel
 			}
 			return t, nil
 		}
@@ -668,6 +671,8 @@ func (b *Backend) Weight(dtype backend.DType, rows, cols int, raw []byte) (backe
 				b.layOutBF16(t)
 			} else if b.packWeights && !b.dotBF16 && b.dnnlPick().dnnlBF16 {
 				b.pack(t, true, unsafe.Pointer(&t.bf16[0]))
+			} else if b.layOut && t.readOnly && t.bfl == nil && !b.dnnlPick().dnnlBF16 && b.wgRuns(cols, rows) {
+				b.layOutWG(t) // kept BF16, reordered for matMulBF16's kernel
 			}
 			return t, nil
 		}

@@ -72,22 +72,18 @@ func (b *Backend) wgMatMul(d, xs, ws *Tensor) {
 		panic("cpu: wgMatMul: no AVX2")
 	}
 	_, _ = xs.data[(m-1)*xs.stride+k-1], d.data[(m-1)*d.stride+n-1]
-	var typ C.int
-	var w unsafe.Pointer
 	switch {
 	case ws.f16 != nil:
 		_ = ws.f16[(n-1)*ws.stride+k-1]
-		typ, w = wgF16, unsafe.Pointer(&ws.f16[0])
 	case ws.bf16 != nil:
 		_ = ws.bf16[(n-1)*ws.stride+k-1]
-		typ, w = wgBF16, unsafe.Pointer(&ws.bf16[0])
 	default:
 		_ = ws.data[(n-1)*ws.stride+k-1]
-		typ, w = wgF32, unsafe.Pointer(&ws.data[0])
 	}
-	var laid *C.float
-	if ws.wgl != nil && typ == wgF32 {
-		laid = fptr(ws.wgl.p)
+	typ, w := wgType(ws)
+	var laid unsafe.Pointer
+	if ws.wgl != nil && ws.wgl.typ == typ {
+		laid = unsafe.Pointer(&ws.wgl.mem[0])
 	}
 	C.dlmc_wg_matmul(C.int(b.workers(2*float64(m)*float64(n)*float64(k))), typ, C.int(m), C.int(n), C.int(k),
 		fptr(xs.data), C.long(xs.stride), w, C.long(ws.stride), laid, fptr(d.data), C.long(d.stride))

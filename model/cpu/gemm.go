@@ -295,7 +295,7 @@ func (b *Backend) GEMM() string {
 		desc += "; oneDNN failed, OpenBLAS since: " + (*e).Error()
 	}
 	if b.panel {
-		desc += fmt.Sprintf("; F32 weights of ≤ %d columns (16-bit and quantized ones of ≤ %d, decoded) on the panel kernel's %s tiles (%.1f MB laid out), the others off oneDNN on its blocked form (%.1f MB of F32 ones laid out for it at load)", panelMaxK, halfPanelMaxK, panelTiles, float64(b.panelBytes.Load())/1e6, float64(b.wgLaidOut.Load())/1e6)
+		desc += fmt.Sprintf("; F32 weights of ≤ %d columns (16-bit and quantized ones of ≤ %d, decoded) on the panel kernel's %s tiles (%.1f MB laid out), the others off oneDNN on its blocked form (%.1f MB of F32, F16 and BF16 ones laid out for it at load)", panelMaxK, halfPanelMaxK, panelTiles, float64(b.panelBytes.Load())/1e6, float64(b.wgLaidOut.Load())/1e6)
 	}
 	if b.dotBF16 {
 		desc += fmt.Sprintf("; %.1f MB of BF16 weights laid out for the AVX512-BF16 kernel", float64(b.bf16LaidOut.Load())/1e6)

@@ -185,22 +185,24 @@ void dlmc_panel_matmul(int workers, int m, int n, int k, const float *a, long ld
 // c0 + nc) (nc ≤ DLMC_WG_NB) of c[m × n] = a[m × k]·wᵀ, w [n × k] of type
 // (0 float32, 1 IEEE half, 2 bfloat16; row stride ldw values) laid out
 // DLMC_WG_KC columns at a time into p (DLMC_WG_KC·DLMC_WG_NB floats),
-// AVX2+FMA; or, with laid set, read from dlmc_wg_layout's layout of the
-// F32 w (the same panels, nothing packed: the same bits).
+// AVX2+FMA; or, with laid set, read from dlmc_wg_layout's layout of w
+// (the same panels: an F32 one's read in place, a 16-bit one's converted
+// in order into p; the same bits).
 // dlmc_wg_matmul runs it on the team (team.c), a task a block of
 // DLMC_WG_NB columns.
 #define DLMC_WG_KC 512
 #define DLMC_WG_NB 64
 void dlmc_wg_block(int type, int m, int k, const float *a, long lda, const void *w, long ldw, int c0, int nc,
-		float *c, long ldc, float *p, const float *laid);
+		float *c, long ldc, float *p, const void *laid);
 void dlmc_wg_matmul(int workers, int type, int m, int n, int k, const float *a, long lda, const void *w, long ldw,
-		const float *laid, float *c, long ldc);
+		const void *laid, float *c, long ldc);
 // dlmc_wg_layout lays out the blocks [b0, b1) of DLMC_WG_NB rows of the
-// F32 weight w [n × k] (row stride ldw) into dst (round16(n)·k floats
-// for the whole weight) as dlmc_wg_block packs them: block b's KC-column
-// chunk from column pc at dst + b·DLMC_WG_NB·k + pc·round16(nc), nc its
-// rows. AVX2+FMA.
-void dlmc_wg_layout(const float *w, long ldw, int n, int k, int b0, int b1, float *dst);
+// weight w [n × k] of type (as dlmc_wg_block's; row stride ldw values)
+// into dst (round16(n)·k values of w's type for the whole weight: a
+// 16-bit weight's stay 16-bit) as dlmc_wg_block packs them: block b's
+// KC-column chunk from column pc at element b·DLMC_WG_NB·k +
+// pc·round16(nc), nc its rows. AVX2+FMA.
+void dlmc_wg_layout(int type, const void *w, long ldw, int n, int k, int b0, int b1, void *dst);
 void dlmc_attn_input(int workers, int rows, int d, int nq, int nk, int nv, int hd, int simd, float eps,
 	const float *x, long ldx, const float *norm, const float *pq, const float *pk, const float *pv,
 	float *q, long ldq, float *k, long ldk, float *v, long ldv, const int32_t *pos, const float *cs, int npos);

@@ -107,34 +107,55 @@ func qMatMulLaid(m, n, k int, q []byte, d []float32, w *Tensor, j0 int, c []floa
 	}
 }
 
-// wgLayout is an F32 weight laid out at load for the blocked panel
-// kernel (dlmc_wg_layout: the panels dlmc_wg_block would pack at every
-// product), where its products run there (AVX2 machines, or no oneDNN):
-// the weight's own values, reordered, rows rounded up to 16, in an
-// layoutMem of its own.
+// wgLayout is an F32, F16 or BF16 weight laid out at load for the
+// blocked panel kernel (dlmc_wg_layout: the panels dlmc_wg_block would
+// pack at every product), where its products run there (AVX2 machines,
+// or no oneDNN): the weight's own values, reordered, rows rounded up to
+// 16, in an layoutMem of its own; a 16-bit weight's values stay 16-bit
+// (the kernel converts each chunk in order, where it transposed them from
+// the weight's rows), so the layout takes the memory the mapped weight
+// did.
 type wgLayout struct {
 	*layoutMem
-	p []float32
+	typ C.int // wgF32, wgF16, wgBF16
 }
 
-// layOutWG lays the F32 weight t out for the blocked panel kernel, its
-// blocks of DLMC_WG_NB rows on the backend's threads; where the layout
-// cannot be mapped t stays as it was.
+// wgType is the blocked panel kernel's type of t's values and where they
+// start.
+func wgType(t *Tensor) (C.int, unsafe.Pointer) {
+	switch {
+	case t.f16 != nil:
+		return wgF16, unsafe.Pointer(&t.f16[0])
+	case t.bf16 != nil:
+		return wgBF16, unsafe.Pointer(&t.bf16[0])
+	default:
+		return wgF32, unsafe.Pointer(&t.data[0])
+	}
+}
+
+// layOutWG lays the F32, F16 or BF16 weight t out for the blocked panel
+// kernel, its blocks of DLMC_WG_NB rows on the backend's threads; where
+// the layout cannot be mapped t stays as it was.
 func (b *Backend) layOutWG(t *Tensor) {
 	rows, cols := t.rows, t.cols
-	if rows < 1 || cols < 1 || t.data == nil || !simd {
+	if rows < 1 || cols < 1 || (t.data == nil && t.f16 == nil && t.bf16 == nil) || t.q != nil || !simd {
 		return
 	}
-	n := (rows + 15) / 16 * 16 * cols
-	lm := newLayoutMem(4 * n)
+	typ, w := wgType(t)
+	es := 4
+	if typ != wgF32 {
+		es = 2
+	}
+	lm := newLayoutMem(es * (rows + 15) / 16 * 16 * cols)
 	if lm == nil {
 		return
 	}
-	l := &wgLayout{layoutMem: lm, p: unsafe.Slice((*float32)(unsafe.Pointer(&lm.mem[0])), n)}
+	l := &wgLayout{layoutMem: lm, typ: typ}
 	blocks := (rows + C.DLMC_WG_NB - 1) / C.DLMC_WG_NB
 	b.parallel(blocks, 1, func(lo, hi int) {
-		C.dlmc_wg_layout(fptr(t.data), C.long(t.stride), C.int(rows), C.int(cols), C.int(lo), C.int(hi), fptr(l.p))
+		C.dlmc_wg_layout(typ, w, C.long(t.stride), C.int(rows), C.int(cols), C.int(lo), C.int(hi), unsafe.Pointer(&l.mem[0]))
 	})
+	runtime.KeepAlive(t)
 	t.wgl = l
 	b.wgLaidOut.Add(int64(len(lm.mem)))
 }

@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/dlmcache/dlmcache/model/backend"
+	"github.com/dlmcache/dlmcache/model/safetensors"
 )
 
 // TestQ8Layout: a Q8_0 weight laid out at load (q8Layout) multiplies bit
@@ -83,12 +84,15 @@ func TestQ8Layout(t *testing.T) {
 	}
 }
 
-// TestWGLayout: an F32 weight laid out at load for the blocked panel
-// kernel (wgLayout) multiplies bit for bit as the same weight packed per
-// product does, over shapes that cut its blocks (rows not a multiple of
-// 16 or DLMC_WG_NB, columns not of DLMC_WG_KC) and through a view (which
-// reads the mapped values); its bytes are released (AliasesRaw), a copy
-// permuted is laid out again, and MarkTable drops the layout.
+// TestWGLayout: an F32, F16 or BF16 weight laid out at load for the
+// blocked panel kernel (wgLayout; a 16-bit one kept 16-bit) multiplies bit
+// for bit as the same weight packed per product does, over shapes that
+// cut its blocks (rows not a multiple of 16, 8 or DLMC_WG_NB, columns not
+// of DLMC_WG_KC or of 8) and through a view (which reads the mapped
+// values); its bytes are released (AliasesRaw), a weight in the map
+// permuted keeps its layout and a copy permuted is laid out again, the
+// products moved to the new row order either way, and MarkTable drops
+// the layout.
 func TestWGLayout(t *testing.T) {
 	if !simd {
 		t.Skip("no AVX2+FMA: the blocked panel kernel does not run here")
@@ -98,52 +102,92 @@ func TestWGLayout(t *testing.T) {
 	if !laid.panel {
 		t.Skip("the panel kernel is off")
 	}
+	// BF16 weights on the blocked panel kernel, as on a CPU without
+	// AVX512-BF16 (where bf16mm.c's kernel takes them).
+	laid.dotBF16, plain.dotBF16 = false, false
 	rng := rand.New(rand.NewPCG(23, 24))
-	for _, sh := range [][3]int{{1, 1040, 16}, {7, 1100, 65}, {52, 1536, 130}, {200, 2080, 64}} {
-		n, in, out := sh[0], sh[1], sh[2]
-		wf := randMat(rng, out, in, 1)
-		raw := unsafe.Slice((*byte)(unsafe.Pointer(&wf[0])), 4*len(wf))
-		wl, err := laid.Weight(backend.F32, out, in, raw)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wp, _ := plain.Weight(backend.F32, out, in, raw)
-		if wl.(*Tensor).wgl == nil || wl.(*Tensor).AliasesRaw() || wp.(*Tensor).wgl != nil {
-			t.Fatalf("%v: laid out %v (aliases raw %v), without PackWeights %v", sh, wl.(*Tensor).wgl != nil, wl.(*Tensor).AliasesRaw(), wp.(*Tensor).wgl != nil)
-		}
-		x := randMat(rng, n, in, 1)
-		product := func(b *Backend, w backend.Tensor, cols int) []float32 {
-			d := b.New(n, cols)
-			b.MatMul(d, b.FromHost(n, in, x), w)
-			return b.ToHost(d, nil)
-		}
-		if !equalF32(product(laid, wl, out), product(plain, wp, out)) {
-			t.Fatalf("%v: the laid-out product differs from the packed one", sh)
-		}
-		if v := laid.RowView(wl, 1, out); !equalF32(product(laid, v, out-1), product(plain, plain.RowView(wp, 1, out), out-1)) {
-			t.Fatalf("%v: a view's product differs", sh)
-		}
-		// A copy (an unaligned weight's) permuted: its rows reordered in place
-		// and laid out again.
-		perm := make([]int32, out)
-		for i, p := range rng.Perm(out) {
-			perm[i] = int32(p)
-		}
-		cp := laid.FromHost(out, in, wf).(*Tensor)
-		laid.layOutWG(cp)
-		if !laid.PermuteRows(cp, perm) || cp.wgl == nil {
-			t.Fatalf("%v: a laid-out copy not permuted, or not laid out again", sh)
-		}
-		moved := make([]float32, len(wf))
-		for s, p := range perm {
-			copy(moved[int(p)*in:(int(p)+1)*in], wf[s*in:(s+1)*in])
-		}
-		if !equalF32(product(laid, cp, out), product(plain, plain.FromHost(out, in, moved), out)) {
-			t.Fatalf("%v: the permuted copy's product differs", sh)
-		}
-		laid.MarkTable(wl)
-		if wl.(*Tensor).wgl != nil || !wl.(*Tensor).AliasesRaw() {
-			t.Fatalf("%v: MarkTable kept the layout", sh)
+	for _, typ := range []backend.DType{backend.F32, backend.F16, backend.BF16} {
+		for _, sh := range [][3]int{{1, 1040, 16}, {7, 1100, 65}, {52, 1536, 130}, {200, 2080, 64}, {3, 1029, 37}} {
+			n, in, out := sh[0], sh[1], sh[2]
+			wf := randMat(rng, out, in, 1)
+			encode := func(f []float32) []byte {
+				switch typ {
+				case backend.F16:
+					return safetensors.F32ToF16(f)
+				case backend.BF16:
+					return safetensors.F32ToBF16(f)
+				}
+				return unsafe.Slice((*byte)(unsafe.Pointer(&f[0])), 4*len(f))
+			}
+			raw := encode(wf)
+			wl, err := laid.Weight(typ, out, in, raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wp, _ := plain.Weight(typ, out, in, raw)
+			lt := wl.(*Tensor)
+			if lt.wgl == nil || lt.AliasesRaw() || wp.(*Tensor).wgl != nil || (typ == backend.F16) != lt.F16() || (typ == backend.BF16) != lt.BF16() {
+				t.Fatalf("%v %v: laid out %v (aliases raw %v), without PackWeights %v; kept F16 %v, BF16 %v",
+					typ, sh, lt.wgl != nil, lt.AliasesRaw(), wp.(*Tensor).wgl != nil, lt.F16(), lt.BF16())
+			}
+			x := randMat(rng, n, in, 1)
+			product := func(b *Backend, w backend.Tensor, cols int) []float32 {
+				d := b.New(n, cols)
+				b.MatMul(d, b.FromHost(n, in, x), w)
+				return b.ToHost(d, nil)
+			}
+			if !equalF32(product(laid, wl, out), product(plain, wp, out)) {
+				t.Fatalf("%v %v: the laid-out product differs from the packed one", typ, sh)
+			}
+			if v := laid.RowView(wl, 1, out); !equalF32(product(laid, v, out-1), product(plain, plain.RowView(wp, 1, out), out-1)) {
+				t.Fatalf("%v %v: a view's product differs", typ, sh)
+			}
+			perm := make([]int32, out)
+			for i, p := range rng.Perm(out) {
+				perm[i] = int32(p)
+			}
+			moved := make([]float32, len(wf))
+			for s, p := range perm {
+				copy(moved[int(p)*in:(int(p)+1)*in], wf[s*in:(s+1)*in])
+			}
+			if typ == backend.F32 {
+				// A copy (an unaligned weight's) permuted: its rows
+				// reordered in place and laid out again.
+				cp := laid.FromHost(out, in, wf).(*Tensor)
+				laid.layOutWG(cp)
+				if !laid.PermuteRows(cp, perm) || cp.wgl == nil {
+					t.Fatalf("%v: a laid-out copy not permuted, or not laid out again", sh)
+				}
+				if !equalF32(product(laid, cp, out), product(plain, plain.FromHost(out, in, moved), out)) {
+					t.Fatalf("%v: the permuted copy's product differs", sh)
+				}
+			} else {
+				// A weight in the map permuted: the layout kept, the
+				// products' columns moved (the 16-bit values convert
+				// exactly, so the F32 product of the moved rows is the same).
+				pw, _ := laid.Weight(typ, out, in, raw)
+				if !laid.PermuteRows(pw, perm) || pw.(*Tensor).wgl == nil {
+					t.Fatalf("%v %v: a laid-out weight not permuted, or its layout dropped", typ, sh)
+				}
+				wantH := product(plain, plain.FromHost(out, in, plain.ToHost(mustWeight(t, plain, typ, out, in, encode(moved)), nil)), out)
+				if !equalF32(product(laid, pw, out), wantH) {
+					t.Fatalf("%v %v: the permuted weight's product differs", typ, sh)
+				}
+			}
+			laid.MarkTable(wl)
+			if lt.wgl != nil || !lt.AliasesRaw() {
+				t.Fatalf("%v %v: MarkTable kept the layout", typ, sh)
+			}
 		}
 	}
+}
+
+// mustWeight is b.Weight, failing t on an error.
+func mustWeight(t *testing.T, b *Backend, typ backend.DType, rows, cols int, raw []byte) backend.Tensor {
+	t.Helper()
+	w, err := b.Weight(typ, rows, cols, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
 }

@@ -313,7 +313,7 @@ func (b *Backend) matMulBF16(d, xs, ws *Tensor) {
 	if in > 0 && dnnlFailed.Load() == nil && b.dnnlPick().dnnlBF16 && b.matMulDNNLBF16(d, xs, ws) {
 		return
 	}
-	if b.panel && in > 0 && !b.dnnlPanels(in, out) {
+	if b.wgRuns(in, out) {
 		b.wgMatMul(d, xs, ws)
 		return
 	}
@@ -338,7 +338,7 @@ func (b *Backend) matMulBF16(d, xs, ws *Tensor) {
 // result never depends on its batch.
 func (b *Backend) matMulF16(d, xs, ws *Tensor) {
 	n, in, out := xs.rows, xs.cols, ws.rows
-	if b.panel && in > 0 && !b.dnnlPanels(in, out) {
+	if b.wgRuns(in, out) {
 		b.wgMatMul(d, xs, ws)
 		return
 	}
@@ -489,6 +489,13 @@ func convertedPanel(in int) int {
 func (b *Backend) dnnlPanels(in, out int) bool {
 	return in > 0 && b.dnnlOK(dnnlWeightRows, min(convertedPanel(in), out), in)
 }
+
+// wgRuns reports whether the products of a 16-bit weight [out × in] that
+// oneDNN's BF16 kernels and bf16mm.c's do not take run on the blocked
+// panel kernel (matMulF16, matMulBF16): where the backend has the panel
+// kernel and F32 panels of that shape would not go to oneDNN. The loader
+// lays such a weight out for it (layOutWG).
+func (b *Backend) wgRuns(in, out int) bool { return b.panel && in > 0 && !b.dnnlPanels(in, out) }
 
 // dnnlConvertedMatMul is convertedMatMul on oneDNN: the panels one after
 // another into one reused buffer, each decoded on every thread and

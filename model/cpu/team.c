@@ -278,7 +278,7 @@ typedef struct {
 	int type, m, n, k;
 	const float *a;
 	const void *w;
-	const float *laid;
+	const void *laid;
 	float *c;
 	long lda, ldw, ldc;
 } wg_job;
@@ -290,7 +290,7 @@ static void wg_task(const void *arg, int t, float *p) {
 }
 
 void dlmc_wg_matmul(int workers, int type, int m, int n, int k, const float *a, long lda, const void *w, long ldw,
-		const float *laid, float *c, long ldc) {
+		const void *laid, float *c, long ldc) {
 	wg_job j = {type, m, n, k, a, w, laid, c, lda, ldw, ldc};
 	team_run(workers, (n + DLMC_WG_NB - 1) / DLMC_WG_NB, wg_task, &j, (size_t)DLMC_WG_KC * DLMC_WG_NB);
 }
