@@ -449,25 +449,13 @@ static inline long wg_at(int k, int c0, int nc, int pc) {
 	return (long)c0 * k + (long)pc * ((nc + 15) & ~15);
 }
 
-// widen16_f16c converts cnt (a multiple of 8) IEEE halves at h to float32
-// at p by vcvtph2ps (exact, as load8; a signalling NaN comes out quiet).
-__attribute__((target("avx2,fma,f16c")))
-static void widen16_f16c(const uint16_t *h, long cnt, float *p) {
-	for (long i = 0; i < cnt; i += 8) _mm256_storeu_ps(p + i, _mm256_cvtph_ps(_mm_loadu_si128((const void *)(h + i))));
-}
-
-// widen16 converts cnt (a multiple of 8) 16-bit values of type t at h to
-// float32 at p, exactly (load8, or F16C's vcvtph2ps for halves where the
-// CPU has it: the layout's 52-row F16 product 4% faster, BenchmarkWGLayout
-// under the AVX2 cap, Zen 5): a 16-bit layout's chunk made the panels
-// panel_pack_t would have packed from the mapped weight, in order.
-__attribute__((target("avx2,fma")))
+// widen16 converts cnt 16-bit values of type t at h to float32 at p,
+// exactly, on vec.c's row converters (F16C's vcvtph2ps for halves where
+// the CPU has it): a 16-bit layout's chunk made the panels panel_pack_t
+// would have packed from the mapped weight, in order.
 static void widen16(const int t, const uint16_t *h, long cnt, float *p) {
-	if (t == WT_F16 && __builtin_cpu_supports("f16c")) widen16_f16c(h, cnt, p);
-	else if (t == WT_F16)
-		for (long i = 0; i < cnt; i += 8) _mm256_storeu_ps(p + i, load8(WT_F16, h + i));
-	else
-		for (long i = 0; i < cnt; i += 8) _mm256_storeu_ps(p + i, load8(WT_BF16, h + i));
+	if (t == WT_F16) dlmc_f16_rows(dlmc_have_f16c(), p, h, 1, cnt, cnt);
+	else dlmc_bf16_rows(1, p, h, 1, cnt, cnt);
 }
 
 __attribute__((target("avx2,fma")))

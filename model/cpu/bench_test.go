@@ -537,14 +537,7 @@ func BenchmarkWGLayout(b *testing.B) {
 	}
 	for _, typ := range []backend.DType{backend.F32, backend.F16, backend.BF16} {
 		for _, s := range []struct{ n, in, out int }{{512, 2048, 5632}, {52, 2048, 5632}} {
-			wf := randMat(r, s.out, s.in, 1)
-			raw := unsafe.Slice((*byte)(unsafe.Pointer(&wf[0])), 4*len(wf))
-			switch typ {
-			case backend.F16:
-				raw = safetensors.F32ToF16(wf)
-			case backend.BF16:
-				raw = safetensors.F32ToBF16(wf)
-			}
+			raw := weightBytes(typ, randMat(r, s.out, s.in, 1))
 			b.Run(fmt.Sprintf("%s/n%d_in%d_out%d", strings.ToLower(typ.String()), s.n, s.in, s.out), func(b *testing.B) {
 				wl, err := laid.Weight(typ, s.out, s.in, raw)
 				if err != nil {

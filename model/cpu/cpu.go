@@ -671,7 +671,7 @@ func (b *Backend) Weight(dtype backend.DType, rows, cols int, raw []byte) (backe
 				b.layOutBF16(t)
 			} else if b.packWeights && !b.dotBF16 && b.dnnlPick().dnnlBF16 {
 				b.pack(t, true, unsafe.Pointer(&t.bf16[0]))
-			} else if b.layOut && t.readOnly && t.bfl == nil && !b.dnnlPick().dnnlBF16 && b.wgRuns(cols, rows) {
+			} else if b.layOut && t.readOnly && !b.dnnlPick().dnnlBF16 && b.wgRuns(cols, rows) {
 				b.layOutWG(t) // kept BF16, reordered for matMulBF16's kernel
 			}
 			return t, nil

@@ -7,6 +7,7 @@ package cpu
 import "C"
 
 import (
+	"fmt"
 	"runtime"
 	"unsafe"
 
@@ -72,15 +73,10 @@ func (b *Backend) wgMatMul(d, xs, ws *Tensor) {
 		panic("cpu: wgMatMul: no AVX2")
 	}
 	_, _ = xs.data[(m-1)*xs.stride+k-1], d.data[(m-1)*d.stride+n-1]
-	switch {
-	case ws.f16 != nil:
-		_ = ws.f16[(n-1)*ws.stride+k-1]
-	case ws.bf16 != nil:
-		_ = ws.bf16[(n-1)*ws.stride+k-1]
-	default:
-		_ = ws.data[(n-1)*ws.stride+k-1]
+	typ, w, nw := wgType(ws)
+	if nw < (n-1)*ws.stride+k {
+		panic(fmt.Sprintf("cpu: wgMatMul: weight %v holds %d values, its rows need %d", ws, nw, (n-1)*ws.stride+k))
 	}
-	typ, w := wgType(ws)
 	var laid unsafe.Pointer
 	if ws.wgl != nil && ws.wgl.typ == typ {
 		laid = unsafe.Pointer(&ws.wgl.mem[0])

@@ -120,16 +120,16 @@ type wgLayout struct {
 	typ C.int // wgF32, wgF16, wgBF16
 }
 
-// wgType is the blocked panel kernel's type of t's values and where they
-// start.
-func wgType(t *Tensor) (C.int, unsafe.Pointer) {
+// wgType is the blocked panel kernel's type of t's values, where they
+// start and how many there are.
+func wgType(t *Tensor) (C.int, unsafe.Pointer, int) {
 	switch {
 	case t.f16 != nil:
-		return wgF16, unsafe.Pointer(&t.f16[0])
+		return wgF16, unsafe.Pointer(&t.f16[0]), len(t.f16)
 	case t.bf16 != nil:
-		return wgBF16, unsafe.Pointer(&t.bf16[0])
+		return wgBF16, unsafe.Pointer(&t.bf16[0]), len(t.bf16)
 	default:
-		return wgF32, unsafe.Pointer(&t.data[0])
+		return wgF32, unsafe.Pointer(&t.data[0]), len(t.data)
 	}
 }
 
@@ -138,10 +138,10 @@ func wgType(t *Tensor) (C.int, unsafe.Pointer) {
 // the layout cannot be mapped t stays as it was.
 func (b *Backend) layOutWG(t *Tensor) {
 	rows, cols := t.rows, t.cols
-	if rows < 1 || cols < 1 || (t.data == nil && t.f16 == nil && t.bf16 == nil) || t.q != nil || !simd {
+	if rows < 1 || cols < 1 || (t.data == nil && t.f16 == nil && t.bf16 == nil) || !simd {
 		return
 	}
-	typ, w := wgType(t)
+	typ, w, _ := wgType(t)
 	es := 4
 	if typ != wgF32 {
 		es = 2

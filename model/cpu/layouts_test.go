@@ -110,16 +110,7 @@ func TestWGLayout(t *testing.T) {
 		for _, sh := range [][3]int{{1, 1040, 16}, {7, 1100, 65}, {52, 1536, 130}, {200, 2080, 64}, {3, 1029, 37}} {
 			n, in, out := sh[0], sh[1], sh[2]
 			wf := randMat(rng, out, in, 1)
-			encode := func(f []float32) []byte {
-				switch typ {
-				case backend.F16:
-					return safetensors.F32ToF16(f)
-				case backend.BF16:
-					return safetensors.F32ToBF16(f)
-				}
-				return unsafe.Slice((*byte)(unsafe.Pointer(&f[0])), 4*len(f))
-			}
-			raw := encode(wf)
+			raw := weightBytes(typ, wf)
 			wl, err := laid.Weight(typ, out, in, raw)
 			if err != nil {
 				t.Fatal(err)
@@ -169,7 +160,7 @@ func TestWGLayout(t *testing.T) {
 				if !laid.PermuteRows(pw, perm) || pw.(*Tensor).wgl == nil {
 					t.Fatalf("%v %v: a laid-out weight not permuted, or its layout dropped", typ, sh)
 				}
-				wantH := product(plain, plain.FromHost(out, in, plain.ToHost(mustWeight(t, plain, typ, out, in, encode(moved)), nil)), out)
+				wantH := product(plain, plain.FromHost(out, in, plain.ToHost(mustWeight(t, plain, typ, out, in, weightBytes(typ, moved)), nil)), out)
 				if !equalF32(product(laid, pw, out), wantH) {
 					t.Fatalf("%v %v: the permuted weight's product differs", typ, sh)
 				}
@@ -180,6 +171,18 @@ func TestWGLayout(t *testing.T) {
 			}
 		}
 	}
+}
+
+// weightBytes is f as a checkpoint of type typ (F32, F16 or BF16) holds
+// it: f's own bytes for F32, rounded to nearest for the 16-bit types.
+func weightBytes(typ backend.DType, f []float32) []byte {
+	switch typ {
+	case backend.F16:
+		return safetensors.F32ToF16(f)
+	case backend.BF16:
+		return safetensors.F32ToBF16(f)
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&f[0])), 4*len(f))
 }
 
 // mustWeight is b.Weight, failing t on an error.
