@@ -303,8 +303,8 @@ static void panel_pack(const float *w, long ldw, int n, int k, float *p) { panel
 
 // panel_gemm computes α times columns [q0·16, q0·16 + n) of c from panels q0, …:
 // rows in blocks of 96 (their a stays in L2 while every panel passes),
-// then panel by panel, 6 rows at a time; on panel_gemm16 where
-// panel_avx512 says (the same bits).
+// then panel by panel, in tiles of up to 6 rows (row_tiles); on
+// panel_gemm16 where panel_avx512 says (the same bits).
 static void panel_gemm16(int m, int n, int k, const float *a, long lda, const float *p, float *c, long ldc, float alpha);
 static int panel_avx512;
 __attribute__((target("avx2,fma")))
@@ -318,9 +318,10 @@ static void panel_gemm(int m, int n, int k, const float *a, long lda, const floa
 		for (int j = 0; j < n; j += 16) {
 			const float *pq = p + (long)(j / 16) * k * 16;
 			int w = n - j < 16 ? n - j : 16;
-			for (int i = i0; i < i1; i += ATTN_MR2)
-				tile2(i1 - i < ATTN_MR2 ? i1 - i : ATTN_MR2, w, 1, k, a + (long)i * lda, lda, pq, 16,
-					c + (long)i * ldc + j, ldc, alpha, NULL);
+			for (int T = row_tiles(i1 - i0, ATTN_MR2), ti = 0, i = i0, h; ti < T; ti++, i += h) {
+				h = row_tile_h(i1 - i0, T, ti);
+				tile2(h, w, 1, k, a + (long)i * lda, lda, pq, 16, c + (long)i * ldc + j, ldc, alpha, NULL);
+			}
 		}
 	}
 }
@@ -408,17 +409,19 @@ static inline void ptile16_n(int mr, int w, int add, int K, const float *a, long
 
 // tiles16 is c's columns [0, n) from the panels p (k floats of each of
 // 16 columns, k·16 apart) on ptile16: rows in blocks of mc (their a stays
-// in L2), then pairs of panels, 12 rows at a time, the sums started from c
-// where add.
+// in L2), then pairs of panels, in tiles of up to 12 rows, the sums
+// started from c where add.
 __attribute__((target("avx512f")))
 static void tiles16(int m, int n, int add, int k, const float *a, long lda, const float *p, float *c, long ldc,
 		float alpha, int mc) {
 	for (int i0 = 0; i0 < m; i0 += mc) {
 		int i1 = i0 + mc < m ? i0 + mc : m;
 		for (int j = 0; j < n; j += 32)
-			for (int i = i0; i < i1; i += PANEL_MR16)
-				ptile16_n(i1 - i < PANEL_MR16 ? i1 - i : PANEL_MR16, n - j < 32 ? n - j : 32, add, k,
-					a + (long)i * lda, lda, p + (long)(j / 16) * k * 16, (long)k * 16, c + (long)i * ldc + j, ldc, alpha);
+			for (int T = row_tiles(i1 - i0, PANEL_MR16), ti = 0, i = i0, h; ti < T; ti++, i += h) {
+				h = row_tile_h(i1 - i0, T, ti);
+				ptile16_n(h, n - j < 32 ? n - j : 32, add, k, a + (long)i * lda, lda, p + (long)(j / 16) * k * 16,
+					(long)k * 16, c + (long)i * ldc + j, ldc, alpha);
+			}
 	}
 }
 
@@ -437,7 +440,7 @@ static void panel_gemm16(int m, int n, int k, const float *a, long lda, const fl
 // earlier columns left in c. Each element of c is so one chain of FMAs in
 // k's order whatever m, c0 or the thread: the same in any batch. Rows go
 // in blocks of WG_MC (their a stays in L2), then panel by panel (16 KC
-// columns of w, 32 KB at KC 512, stay in L1) 6 rows at a time.
+// columns of w, 32 KB at KC 512, stay in L1) in tiles of up to 6 rows.
 #define WG_MC 192
 
 // wg_at is where dlmc_wg_layout's layout of a weight with k columns
@@ -479,9 +482,11 @@ static void wg_block(int t, int m, int k, const float *a, long lda, const void *
 			int i1 = i0 + WG_MC < m ? i0 + WG_MC : m;
 			for (int q = 0; q * 16 < nc; q++) {
 				int wq = nc - q * 16 < 16 ? nc - q * 16 : 16;
-				for (int i = i0; i < i1; i += ATTN_MR2)
-					tile2_add(i1 - i < ATTN_MR2 ? i1 - i : ATTN_MR2, wq, pc > 0, kc, a + (long)i * lda + pc, lda,
-						p + (long)q * kc * 16, c + (long)i * ldc + c0 + q * 16, ldc);
+				for (int T = row_tiles(i1 - i0, ATTN_MR2), ti = 0, i = i0, h; ti < T; ti++, i += h) {
+					h = row_tile_h(i1 - i0, T, ti);
+					tile2_add(h, wq, pc > 0, kc, a + (long)i * lda + pc, lda, p + (long)q * kc * 16,
+						c + (long)i * ldc + c0 + q * 16, ldc);
+				}
 			}
 		}
 	}
@@ -678,9 +683,11 @@ static void attn_rows2(int m, int nk, int hd, float scale, const float *q, long 
 		panel_gemm(r, (nk + 15) & ~15, hd, qb, hd8, kt, s, ldt, 1.0f);
 		attn_softmax2(r, nk, s, ldt, inv);
 		for (int j = 0; j < hd; j += 16)
-			for (int i = 0; i < r; i += ATTN_MR2)
-				tile2(r - i < ATTN_MR2 ? r - i : ATTN_MR2, hd - j < 16 ? hd - j : 16, 1, nk, s + (long)i * ldt, ldt,
-					v + (long)(j / 16) * ldv, 16, o + (long)(i0 + i) * ldo + j, ldo, 1.0f, inv + i);
+			for (int T = row_tiles(r, ATTN_MR2), ti = 0, i = 0, h; ti < T; ti++, i += h) {
+				h = row_tile_h(r, T, ti);
+				tile2(h, hd - j < 16 ? hd - j : 16, 1, nk, s + (long)i * ldt, ldt, v + (long)(j / 16) * ldv, 16,
+					o + (long)(i0 + i) * ldo + j, ldo, 1.0f, inv + i);
+			}
 	}
 }
 #else

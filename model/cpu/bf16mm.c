@@ -104,9 +104,9 @@ TARGET_BF16 static inline __attribute__((always_inline)) void bmm(const int MR, 
 }
 
 // bf16_mm_avx512 runs every row of x against each pack of the laid-out
-// w in turn (BPACK_PAIRS pairs of a block of 64 rows: 32 KB, in L1), MR
-// rows at a time; the layout is in the loops' order, so each run of MR
-// rows prefetches its share of the next pack.
+// w in turn (BPACK_PAIRS pairs of a block of 64 rows: 32 KB, in L1), in
+// tiles of at most BMR rows (row_tiles: even heights); the layout is in
+// the loops' order, so each tile prefetches its share of the next pack.
 TARGET_BF16 static void bf16_mm_avx512(int m, int n, int k, const uint16_t *x, long ldx, const uint32_t *pre, float *c,
 	long ldc) {
 	long np = k / 2;
@@ -119,14 +119,15 @@ TARGET_BF16 static void bf16_mm_avx512(int m, int n, int k, const uint16_t *x, l
 		for (long p0 = 0; p0 < np; p0 += BPACK_PAIRS) {
 			long pp = np - p0 < BPACK_PAIRS ? np - p0 : BPACK_PAIRS;
 			const uint32_t *v = pre + ((long)j0 * np + p0 * 16 * BPACK_GROUPS);
-			long lines = pp * 16 * BPACK_GROUPS * 4 / 64, calls = (m + BMR - 1) / BMR;
-			long share = (lines + calls - 1) / calls;
-			for (int i = 0; i < m; i += BMR) {
-				const char *next = (const char *)(v + pp * 16 * BPACK_GROUPS) + (i / BMR) * share * 64;
+			int calls = row_tiles(m, BMR);
+			long lines = pp * 16 * BPACK_GROUPS * 4 / 64, share = (lines + calls - 1) / calls;
+			for (int ti = 0, i = 0, h; ti < calls; ti++, i += h) {
+				h = row_tile_h(m, calls, ti);
+				const char *next = (const char *)(v + pp * 16 * BPACK_GROUPS) + (long)ti * share * 64;
 				for (long l = 0; l < share; l++) _mm_prefetch(next + 64 * l, _MM_HINT_T0);
 				const uint16_t *xi = x + (long)i * ldx + 2 * p0;
 				float *ci = c + (long)i * ldc + j0;
-				switch (m - i >= BMR ? BMR : m - i) {
+				switch (h) {
 				case 6: bmm(6, pp, xi, ldx, v, ci, ldc, p0 == 0, cols); break;
 				case 5: bmm(5, pp, xi, ldx, v, ci, ldc, p0 == 0, cols); break;
 				case 4: bmm(4, pp, xi, ldx, v, ci, ldc, p0 == 0, cols); break;

@@ -12,7 +12,8 @@ import (
 
 // TestBF16MM checks bf16mm.c's vdpbf16ps product on weights laid out by
 // layOutBF16 against a float64 reference on the same BF16 values, for row
-// counts of x around the kernel's 6-row tile, weights around its 16-row
+// counts of x around the kernel's 6-row tile (and its even tiles: 7 rows
+// as 4 + 3, 32 as 6, 6, 5, 5, 5, 5), weights around its 16-row
 // groups and 64-row blocks (from row 0 and from row 64), depths around its
 // 256-value packs and the 16-pair register transpose of the layout, and row
 // strides wider than the rows. The sums are F32 over exact BF16 products,
@@ -27,6 +28,7 @@ func TestBF16MM(t *testing.T) {
 	for _, s := range []struct{ m, n, k, padX, padW int }{
 		{1, 1, 2, 0, 0}, {6, 16, 32, 0, 0}, {7, 17, 34, 3, 5}, {13, 64, 256, 0, 0}, {5, 65, 258, 1, 0},
 		{12, 130, 512, 0, 7}, {31, 200, 1030, 8, 2}, {64, 48, 2048, 0, 0}, {2, 3, 30, 0, 1}, {30, 1, 512, 0, 0},
+		{32, 40, 512, 2, 0},
 	} {
 		t.Run(fmt.Sprintf("%dx%dx%d", s.m, s.n, s.k), func(t *testing.T) {
 			ldx, ldw := s.k+s.padX, s.k+s.padW

@@ -18,6 +18,17 @@
 #define P4 1.6666665459e-1f
 #define P5 5.0000001201e-1f
 
+// Row tiles: a block of m rows goes in T = row_tiles(m, mr) = ⌈m / mr⌉
+// tiles of even heights, row_tile_h(m, T, t) (the first m mod T of them
+// one row taller), none taller than mr. A last tile of the few rows left
+// over (1–3: fewer chains of FMAs than the two FMA pipes' latency keeps
+// busy) would take most of a whole tile's time for a fraction of its
+// work: 43 rows go as 6, 6, 6, 5, 5, 5, 5, 5 rather than seven 6s and a 1.
+// Each element of c is the same chain of products whatever its tile's
+// height.
+static inline int row_tiles(int m, int mr) { return (m + mr - 1) / mr; }
+static inline int row_tile_h(int m, int tiles, int t) { return m / tiles + (t < m % tiles); }
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 
