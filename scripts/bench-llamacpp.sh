@@ -29,7 +29,7 @@
 # on the F32 file (bytes: llama.cpp's CLI prints no token ids).
 # Never part of make test or CI. SHAPES (default "llada-tiny l16-d2048"),
 # FORMATS (default "f32 f16 bf16 q8_0 q4_0"; any llama-quantize type in
-# lower case: q4_k_m, q5_k_m and q6_k make K-quant files, for l16-d2048 —
+# lower case: q3_k_m, q4_k_m, q5_k_m and q6_k make K-quant files, for l16-d2048 —
 # llada-tiny's 128-wide rows are no whole super-block, so llama-quantize
 # falls back to types dlmcache does not read), ROUNDS (3), THREADS (nproc),
 # SEQ (256), STEPS_PER_BLOCK (1), BENCH_LLAMACPP_OUT (bench-out/llamacpp).

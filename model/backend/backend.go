@@ -109,7 +109,7 @@ type QuantType uint32
 // row (32 for Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1, each block a float16 scale
 // d, Q4_1's and Q5_1's a float16 minimum m, and its quants; 256 for the
 // K-quants, super-blocks of sub-blocks with their own scales, laid out as
-// ggml's block_q4_K, block_q5_K and block_q6_K).
+// ggml's block_q3_K, block_q4_K, block_q5_K and block_q6_K).
 const (
 	// Q4_0: 16 bytes of 4-bit quants q (q[t] in the low nibble of byte t,
 	// q[t+16] in its high nibble), each value (q − 8)·d; 18 bytes.
@@ -124,6 +124,9 @@ const (
 	Q5_1 QuantType = 7
 	// Q8_0: 32 int8 quants q, each value q·d; 34 bytes.
 	Q8_0 QuantType = 8
+	// Q3_K: 256 quants of 3 bits (2 low, 1 high, apart), sixteen 6-bit
+	// scales, d; 110 bytes.
+	Q3_K QuantType = 11
 	// Q4_K: d, dmin, eight 6-bit scales and minima, 256 4-bit quants; 144
 	// bytes.
 	Q4_K QuantType = 12
@@ -133,7 +136,7 @@ const (
 	Q6_K QuantType = 14
 )
 
-var quantNames = map[QuantType]string{Q4_0: "Q4_0", Q4_1: "Q4_1", Q5_0: "Q5_0", Q5_1: "Q5_1", Q8_0: "Q8_0", Q4_K: "Q4_K", Q5_K: "Q5_K", Q6_K: "Q6_K"}
+var quantNames = map[QuantType]string{Q4_0: "Q4_0", Q4_1: "Q4_1", Q5_0: "Q5_0", Q5_1: "Q5_1", Q8_0: "Q8_0", Q3_K: "Q3_K", Q4_K: "Q4_K", Q5_K: "Q5_K", Q6_K: "Q6_K"}
 
 func (q QuantType) String() string { return enumString(q, "QuantType", quantNames) }
 
@@ -151,6 +154,8 @@ func (q QuantType) BlockBytes() int {
 		return 24
 	case Q8_0:
 		return 34
+	case Q3_K:
+		return 110
 	case Q4_K:
 		return 144
 	case Q5_K:
@@ -167,7 +172,7 @@ func (q QuantType) BlockValues() int {
 	switch q {
 	case Q4_0, Q4_1, Q5_0, Q5_1, Q8_0:
 		return 32
-	case Q4_K, Q5_K, Q6_K:
+	case Q3_K, Q4_K, Q5_K, Q6_K:
 		return 256
 	}
 	return 0

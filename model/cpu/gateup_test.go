@@ -38,6 +38,7 @@ func TestGateUp(t *testing.T) {
 	}
 	for _, pair := range [][2]backend.QuantType{{backend.Q8_0, backend.Q8_0}, {backend.Q4_0, backend.Q4_0},
 		{backend.Q4_K, backend.Q4_K}, {backend.Q5_K, backend.Q5_K}, {backend.Q6_K, backend.Q6_K}, {backend.Q4_K, backend.Q6_K},
+		{backend.Q3_K, backend.Q3_K}, {backend.Q3_K, backend.Q4_K},
 		{backend.Q5_0, backend.Q5_0}} {
 		name := pair[0].String()
 		if pair[1] != pair[0] {

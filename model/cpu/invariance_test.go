@@ -60,15 +60,15 @@ func invariantBackends(t *testing.T) []namedBackend {
 // one thread, for F32, BF16, F16, Q8_0 and Q4_0 weights of shapes where the
 // libraries pick kernels by size (OpenBLAS's small-matrix kernels below
 // 100³ multiply-adds, oneDNN below dnnlMinFlops) and past them, and for
-// Q5_0, Q5_1, Q4_K, Q5_K and Q6_K weights of the shapes whose rows are
+// Q5_0, Q5_1, Q3_K, Q4_K, Q5_K and Q6_K weights of the shapes whose rows are
 // whole super-blocks.
 func TestMatMulRowsInvariant(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	shapes := [][2]int{{128, 128}, {384, 128}, {64, 1024}, {128, 576}, {896, 896}, {1100, 640}, {136, 768}}
 	rowCounts := []int{1, 2, 3, 7, 16, 40, 150}
-	kinds := []string{"F32", "BF16", "F16", "Q8_0", "Q4_0", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"}
+	kinds := []string{"F32", "BF16", "F16", "Q8_0", "Q4_0", "Q5_0", "Q5_1", "Q3_K", "Q4_K", "Q5_K", "Q6_K"}
 	quants := map[string]backend.QuantType{"Q8_0": backend.Q8_0, "Q4_0": backend.Q4_0, "Q5_0": backend.Q5_0, "Q5_1": backend.Q5_1,
-		"Q4_K": backend.Q4_K, "Q5_K": backend.Q5_K, "Q6_K": backend.Q6_K}
+		"Q3_K": backend.Q3_K, "Q4_K": backend.Q4_K, "Q5_K": backend.Q5_K, "Q6_K": backend.Q6_K}
 	backends := invariantBackends(t)
 	for _, sh := range shapes {
 		out, in := sh[0], sh[1]

@@ -15,7 +15,7 @@
 //	peak.c    the peak-FLOP probes
 //	quant.c   ggml's Q8_0 and Q4_0 weights: decoded to float32 rows, and
 //	          their int8 products with activations quantized per row
-//	kquant.c  ggml's K-quants (Q4_K, Q5_K, Q6_K) decoded to float32 rows
+//	kquant.c  ggml's K-quants (Q3_K, Q4_K, Q5_K, Q6_K) decoded to float32 rows
 //	bf16mm.c  products of BF16 weights with BF16 activations (AVX512-BF16)
 //
 // simd.h holds the vector helpers vec.c, attn.c, quant.c and bf16mm.c
@@ -74,8 +74,9 @@ void dlmc_gemm_nt_plain(int m, int n, int k, const float *a, long lda, const flo
 #define DLMC_Q5_0 6 // d, uint32 of fifth bits (bit t: value t), Q4_0's q; (q − 16)·d
 #define DLMC_Q5_1 7 // d, m, Q5_0's fifth bits and q; q·d + m
 #define DLMC_Q8_0 8 // blocks of 32: float16 d, 32 int8 q; q·d
-// K-quants (kquant.c), super-blocks of 256: ggml's block_q4_K (144 bytes),
-// block_q5_K (176), block_q6_K (210).
+// K-quants (kquant.c), super-blocks of 256: ggml's block_q3_K (110 bytes),
+// block_q4_K (144), block_q5_K (176), block_q6_K (210).
+#define DLMC_Q3_K 11
 #define DLMC_Q4_K 12
 #define DLMC_Q5_K 13
 #define DLMC_Q6_K 14
@@ -92,16 +93,18 @@ int dlmc_quant_isa_supported(int isa);
 // ggml dequantizes them; simd picks the AVX2 loop. A K-quant goes to
 // dlmc_kquant_rows.
 void dlmc_quant_rows(int simd, int wt, float *dst, const uint8_t *src, long rows, long cols, long stride);
-// kquant.c: dlmc_quant_rows for the K-quants (wt DLMC_Q4_K, DLMC_Q5_K,
-// DLMC_Q6_K; cols a multiple of 256); dlmc_kquant_block_bytes is the size
+// kquant.c: dlmc_quant_rows for the K-quants (wt DLMC_Q3_K, DLMC_Q4_K,
+// DLMC_Q5_K, DLMC_Q6_K; cols a multiple of 256); dlmc_kquant_block_bytes is the size
 // of one block of wt (0 for another type).
 void dlmc_kquant_rows(int simd, int wt, float *dst, const uint8_t *src, long rows, long cols, long stride);
 long dlmc_kquant_block_bytes(int wt);
 // dlmc_kq_block decodes one super-block b of the K-quant wt for the int8
-// products: q[256] the quants (Q4_K, Q5_K: q ∈ [0, 32); Q6_K: q − 32),
+// products: q[256] the quants (Q4_K, Q5_K: q ∈ [0, 32); Q6_K: q − 32;
+// Q3_K: q ∈ [−4, 4)),
 // isc[16·ls] the integer scale of values 16s … 16s+15 at isc[s·ls],
 // im[8·ls] the integer minimum of values 32s … 32s+31 at im[s·ls] (0 for
-// Q6_K), dd[0], dd[1] the block's d and dmin (0 for Q6_K): value v is
+// Q6_K and Q3_K), dd[0], dd[1] the block's d and dmin (0 for Q6_K and
+// Q3_K): value v is
 // dd[0]·isc[v/16]·q[v] − dd[1]·im[v/32], as ggml dequantizes it. simd
 // picks the AVX2 loop.
 void dlmc_kq_block(int simd, int wt, int8_t *q, int16_t *isc, int16_t *im, long ls, float *dd, const uint8_t *b);

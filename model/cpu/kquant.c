@@ -1,7 +1,8 @@
 // kquant.c: ggml's K-quants (super-blocks of 256 values in sub-blocks with
 // their own scales: Q4_K and Q5_K, 8 sub-blocks of 32 with a 6-bit scale and
 // minimum each, value (d·sc)·q − dmin·m; Q6_K, 16 sub-blocks of 16 with an
-// int8 scale each, value (d·sc)·(q − 32)) decoded to float32 rows, exactly
+// int8 scale each, value (d·sc)·(q − 32); Q3_K, 16 sub-blocks of 16 with a
+// 6-bit scale each, value d·(sc − 32)·q, q ∈ [−4, 4)) decoded to float32 rows, exactly
 // as ggml's dequantize_row_q*_K, for Embed, ToHost and the products that
 // decode a panel of rows and run sgemm on it (matmul.go's convertedMatMul);
 // and as the int8 products take them (dlmc_kq_block: quants, integer
@@ -25,6 +26,7 @@ long dlmc_kquant_block_bytes(int wt) {
 	case DLMC_Q4_K: return 144;
 	case DLMC_Q5_K: return 176;
 	case DLMC_Q6_K: return 210;
+	case DLMC_Q3_K: return 110;
 	}
 	return 0;
 }
@@ -94,6 +96,24 @@ static void q6k_block_generic(float *y, const uint8_t *b) {
 	}
 }
 
+// Q3_K (110 bytes): hmask[32] (high bits), qs[64] (low 2 bits), scales[12]
+// (sixteen 6-bit scales, biased by 32), d (float16). Value v's low bits
+// are bits 2·(v%128/32) of qs[32·(v/128) + v%32], its high bit bit v/32 of
+// hmask[v%32]; q is the low bits less 4 where that bit is clear.
+// q3k_scales unpacks the scales less 32: scale j's low nibble from byte
+// j%8 (its high nibble for j ≥ 8), its top two bits from byte 8 + j%4.
+static inline void q3k_scales(const uint8_t *sc, int *s) {
+	for (int j = 0; j < 16; j++)
+		s[j] = (((sc[j % 8] >> (4 * (j / 8))) & 0xf) | (((sc[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)) - 32;
+}
+
+static void q3k_quants_generic(int8_t *q, const uint8_t *b) {
+	for (int v = 0; v < 256; v++) {
+		int l = v % 32, lo = (b[32 + 32 * (v / 128) + l] >> (2 * (v % 128 / 32))) & 3;
+		q[v] = (int8_t)((b[l] >> (v / 32)) & 1 ? lo : lo - 4);
+	}
+}
+
 // q45k_int8_generic and q6k_int8_generic decode one super-block b as the
 // int8 products take it (dlmc_kq_block): the quants q[256], each value's
 // integer sub-scale isc[v/16] and (Q4_K, Q5_K) minimum im[v/32], and the
@@ -145,15 +165,40 @@ static void q6k_int8_generic(int8_t *q, int16_t *isc, int16_t *im, long ls, floa
 	}
 }
 
+// q3k_block decodes a Q3_K block to float32 with the quants' decoder q3
+// (plain C or AVX2): each value d·(sc − 32)·q, exact in float32.
+static void q3k_block(void (*q3)(int8_t *, const uint8_t *), float *y, const uint8_t *b) {
+	float d = half_at(b + 108);
+	int s[16];
+	int8_t q[256];
+	q3k_scales(b + 96, s);
+	q3(q, b);
+	for (int v = 0; v < 256; v++) y[v] = d * (float)s[v / 16] * (float)q[v];
+}
+
+// q3k_int8 is dlmc_kq_block for Q3_K (no minimum: im and dd[1] 0) with the
+// quants' decoder q3.
+static void q3k_int8(void (*q3)(int8_t *, const uint8_t *), int8_t *q, int16_t *isc, int16_t *im, long ls,
+	float *dd, const uint8_t *b) {
+	int s[16];
+	q3k_scales(b + 96, s);
+	dd[0] = half_at(b + 108);
+	dd[1] = 0;
+	for (int k = 0; k < 16; k++) isc[k * ls] = (int16_t)s[k];
+	for (int k = 0; k < 8; k++) im[k * ls] = 0;
+	q3(q, b);
+}
+
 // kquant_rows decodes rows of wt's blocks with one ISA's block decoders:
-// q6 for Q6_K, q45 (five set for Q5_K) for Q4_K and Q5_K.
+// q6 for Q6_K, q45 (five set for Q5_K) for Q4_K and Q5_K, q3 for Q3_K.
 static void kquant_rows(void (*q6)(float *, const uint8_t *), void (*q45)(int, float *, const uint8_t *),
-	int wt, float *dst, const uint8_t *src, long rows, long cols, long stride) {
+	void (*q3)(int8_t *, const uint8_t *), int wt, float *dst, const uint8_t *src, long rows, long cols, long stride) {
 	long bb = dlmc_kquant_block_bytes(wt);
 	for (long i = 0; i < rows; i++, dst += cols, src += stride) {
 		const uint8_t *b = src;
 		for (long j = 0; j < cols; j += 256, b += bb) {
 			if (wt == DLMC_Q6_K) q6(dst + j, b);
+			else if (wt == DLMC_Q3_K) q3k_block(q3, dst + j, b);
 			else q45(wt == DLMC_Q5_K, dst + j, b);
 		}
 	}
@@ -267,21 +312,39 @@ TARGET_AVX2 static void q6k_int8_avx2(int8_t *q, int16_t *isc, int16_t *im, long
 	}
 }
 
+// q3k_quants_avx2 is q3k_quants_generic 32 values at a time: run r's low
+// bits from bits 2·(r%4) of qs[32·(r/4) …], its high bits bit r of hmask,
+// shifted in 16-bit lanes and masked to each byte.
+TARGET_AVX2 static void q3k_quants_avx2(int8_t *q, const uint8_t *b) {
+	const __m256i three = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+	__m256i hm = _mm256_loadu_si256((const __m256i *)b);
+	for (int r = 0; r < 8; r++) {
+		__m256i qs = _mm256_loadu_si256((const __m256i *)(b + 32 + 32 * (r / 4)));
+		__m256i lo = _mm256_and_si256(_mm256_srl_epi16(qs, _mm_cvtsi32_si128(2 * (r % 4))), three);
+		__m256i clear = _mm256_xor_si256(_mm256_and_si256(_mm256_srl_epi16(hm, _mm_cvtsi32_si128(r)), one), one);
+		_mm256_storeu_si256((__m256i *)(q + 32 * r), _mm256_sub_epi8(lo, _mm256_slli_epi16(clear, 2)));
+	}
+}
+
 #endif
 
 void dlmc_kquant_rows(int simd, int wt, float *dst, const uint8_t *src, long rows, long cols, long stride) {
 #if defined(__x86_64__)
 	if (simd) {
-		kquant_rows(q6k_block_avx2, q45k_block_avx2, wt, dst, src, rows, cols, stride);
+		kquant_rows(q6k_block_avx2, q45k_block_avx2, q3k_quants_avx2, wt, dst, src, rows, cols, stride);
 		return;
 	}
 #endif
 	(void)simd;
-	kquant_rows(q6k_block_generic, q45k_block_generic, wt, dst, src, rows, cols, stride);
+	kquant_rows(q6k_block_generic, q45k_block_generic, q3k_quants_generic, wt, dst, src, rows, cols, stride);
 }
 
 void dlmc_kq_block(int simd, int wt, int8_t *q, int16_t *isc, int16_t *im, long ls, float *dd, const uint8_t *b) {
 #if defined(__x86_64__)
+	if (simd && wt == DLMC_Q3_K) {
+		q3k_int8(q3k_quants_avx2, q, isc, im, ls, dd, b);
+		return;
+	}
 	if (simd) {
 		if (wt == DLMC_Q6_K) q6k_int8_avx2(q, isc, im, ls, dd, b);
 		else q45k_int8_avx2(wt == DLMC_Q5_K, q, isc, im, ls, dd, b);
@@ -289,6 +352,7 @@ void dlmc_kq_block(int simd, int wt, int8_t *q, int16_t *isc, int16_t *im, long 
 	}
 #endif
 	(void)simd;
-	if (wt == DLMC_Q6_K) q6k_int8_generic(q, isc, im, ls, dd, b);
+	if (wt == DLMC_Q3_K) q3k_int8(q3k_quants_generic, q, isc, im, ls, dd, b);
+	else if (wt == DLMC_Q6_K) q6k_int8_generic(q, isc, im, ls, dd, b);
 	else q45k_int8_generic(wt == DLMC_Q5_K, q, isc, im, ls, dd, b);
 }

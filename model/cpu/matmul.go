@@ -359,7 +359,7 @@ func (b *Backend) matMulF16(d, xs, ws *Tensor) {
 // (quantizeAct, split over the rows; with the blocks' sums for Q4_K's
 // and Q5_K's minima) and each part of the product, cut as matMulF32 cuts
 // it, multiplies those with w's blocks as integers (qMatMul: Q8_0, Q4_0,
-// Q5_0 and the K-quants Q4_K, Q5_K, Q6_K alike); else (and for Q4_1 and
+// Q5_0 and the K-quants Q3_K, Q4_K, Q5_K, Q6_K alike); else (and for Q4_1 and
 // Q5_1) convertedMatMul decodes w a panel at a time and runs sgemm on
 // float32 x.
 func (b *Backend) matMulQuant(d, xs, ws *Tensor) {

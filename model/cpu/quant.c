@@ -651,7 +651,7 @@ TARGET_AVX2 static inline __attribute__((always_inline)) void qmm_avx2(const int
 // (mm8x2: 6 int32 accumulators, 5 loads per 6 vpmaddwd, where 4 rows by
 // one group loaded 5 per 4; 4 by 2 spills an accumulator to the stack),
 // so that x streams from memory once per 64 rows of w rather than once
-// per 8. A K-quant's packs come from pack8k (Q6_K's sub-scales folded into
+// per 8. A K-quant's packs come from pack8k (Q6_K's and Q3_K's sub-scales folded into
 // the int16 weights; Q4_K's and Q5_K's minima taken off per block).
 TARGET_AVX2 static void qmatmul_avx2(int wt, int m, int n, int k, const int16_t *xq, const float *xd, const float *xs,
 	const uint8_t *w, long wstride, float *c, long ldc, uint8_t *pack) {
@@ -750,17 +750,17 @@ TARGET_AVX512VNNI static void pack16(int wt, int rows, long b0, long nb, const u
 }
 
 // pack16k is pack16 for a K-quant (b0 and nb whole super-blocks of 8
-// blocks), H scales and offsets per block and row (Q6_K: 2, one per
+// blocks), H scales and offsets per block and row (Q6_K, Q3_K: 2, one per
 // sub-block of 16 values; Q4_K, Q5_K: 1), each scale d·isc; for Q4_K and
 // Q5_K the block's minimum dmin·im in mn (per block and row). The quants
-// (Q4_K, Q5_K: q ∈ [0, 32); Q6_K: q − 32) are vpdpbusd's signed operand
+// (Q4_K, Q5_K: q ∈ [0, 32); Q6_K: q − 32; Q3_K: q ∈ [−4, 4)) are vpdpbusd's signed operand
 // as they are. The 16 rows of a super-block are decoded first, then each
 // block transposed into the pack (tr16x8) and its scales, offsets and
 // minima made 16 rows at a time.
 TARGET_AVX512VNNI static void pack16k(int wt, int rows, long b0, long nb, const uint8_t *w, long wstride, int32_t *v,
 	float *sc, int32_t *off, float *mn) {
 	long bb = dlmc_kquant_block_bytes(wt);
-	const int H = wt == DLMC_Q6_K ? 2 : 1;
+	const int H = wt == DLMC_Q6_K || wt == DLMC_Q3_K ? 2 : 1;
 	_Alignas(64) int8_t q[16][256];
 	_Alignas(64) int16_t isc[16][16], im[8][16]; // [sub-block][row]
 	float dd[16][2];
@@ -803,7 +803,7 @@ TARGET_AVX512VNNI static void pack16k(int wt, int rows, long b0, long nb, const 
 // packs) with NV packed groups (pack g at v + g·vgs, its H scales
 // and offsets a block at g·ZPACK_BLOCKS·16·H, its minima at
 // g·ZPACK_BLOCKS·16); cols[g] of group g's 16 are written. H is the
-// scales per block (2: each 16 values' int32 sums scaled apart, Q6_K);
+// scales per block (2: each 16 values' int32 sums scaled apart, Q6_K and Q3_K);
 // with MIN (Q4_K, Q5_K) each block also takes off its minima times x's
 // sums xs (row stride nb). For H 1 without MIN (Q8_0, Q4_0), one int32
 // sum and one FMA per block and 16 outputs.
@@ -910,7 +910,7 @@ TARGET_AVX512VNNI static inline __attribute__((always_inline)) void qmm_avx512vn
 // a time.
 TARGET_AVX512VNNI static void qmatmul_avx512vnni(int wt, int m, int n, int k, const uint8_t *xq, const float *xd,
 	const float *xs, const uint8_t *w, long wstride, float *c, long ldc, uint8_t *pack) {
-	if (wt == DLMC_Q6_K) qmm_avx512vnni(2, 0, wt, m, n, k, xq, xd, xs, w, wstride, c, ldc, pack);
+	if (wt == DLMC_Q6_K || wt == DLMC_Q3_K) qmm_avx512vnni(2, 0, wt, m, n, k, xq, xd, xs, w, wstride, c, ldc, pack);
 	else if (wt == DLMC_Q4_K || wt == DLMC_Q5_K) qmm_avx512vnni(1, 1, wt, m, n, k, xq, xd, xs, w, wstride, c, ldc, pack);
 	else qmm_avx512vnni(1, 0, wt, m, n, k, xq, xd, xs, w, wstride, c, ldc, pack);
 }
@@ -1052,7 +1052,8 @@ int dlmc_qmatmul(int isa, int wt, int m, int n, int k, const void *xq, const flo
 	const uint8_t *w, long wstride, float *c, long ldc, void *pack) {
 	uint8_t *p = (uint8_t *)(((uintptr_t)pack + 63) & ~(uintptr_t)63);
 	int kq = dlmc_kquant_block_bytes(wt) != 0;
-	if (block_min(wt) || (kq && (k % 256 != 0 || (wt != DLMC_Q6_K && !xs) || isa == DLMC_ISA_AVXVNNI))) return -1;
+	if (block_min(wt) || (kq && (k % 256 != 0 || (wt != DLMC_Q6_K && wt != DLMC_Q3_K && !xs) || isa == DLMC_ISA_AVXVNNI)))
+		return -1;
 	switch (isa) {
 #if defined(__x86_64__)
 	case DLMC_ISA_AVX2: qmatmul_avx2(wt, m, n, k, xq, xd, xs, w, wstride, c, ldc, p); return 0;

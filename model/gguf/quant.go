@@ -42,6 +42,7 @@ var codecs = map[GGMLType]codec{
 	Q4_K: blockCodec(Q4_K, decodeQ4_K, nil),
 	Q5_K: blockCodec(Q5_K, decodeQ5_K, nil),
 	Q6_K: blockCodec(Q6_K, decodeQ6_K, nil),
+	Q3_K: blockCodec(Q3_K, decodeQ3_K, nil),
 	Q4_1: blockCodec(Q4_1, decodeQ4_1, nil),
 	Q5_0: blockCodec(Q5_0, decodeQ5_0, nil),
 	Q5_1: blockCodec(Q5_1, decodeQ5_1, nil),
@@ -175,7 +176,7 @@ func encodeQ4_0(blk []byte, x []float32) {
 	}
 }
 
-// The K-quants (ggml's block_q4_K, block_q5_K, block_q6_K): super-blocks
+// The K-quants (ggml's block_q3_K, block_q4_K, block_q5_K, block_q6_K): super-blocks
 // of 256 values in sub-blocks with their own scales, read exactly as
 // ggml's dequantize_row_q*_K computes them (and gguf-py's quants.py): the
 // products of the float16 scales, the sub-block scales and the quants are
@@ -197,6 +198,13 @@ func encodeQ4_0(blk []byte, x []float32) {
 // half, value l + 32·r (l < 32, r < 4) is ql[l + 32·(r&1)]'s low (r < 2)
 // or high nibble with bits 2r, 2r+1 of qh[l] above, minus 32, times
 // d·scale[l/16 + 2r].
+//
+// Q3_K (110 bytes): 32 bytes hmask of high bits, 64 bytes qs of 2-bit
+// lows, 12 bytes of sixteen 6-bit sub-block scales (sub-blocks of 16),
+// float16 d last. Value v's low bits are bits 2·(v%128/32) of
+// qs[32·(v/128) + v%32], its high bit bit v/32 of hmask[v%32]; q is the
+// low bits less 4 where that bit is clear, and the value d·(sc − 32)·q,
+// sc the scale of sub-block v/16 (q3Scales).
 const qK = qkK
 
 // kScaleMin returns sub-block j's 6-bit scale and minimum from a Q4_K or
@@ -265,6 +273,29 @@ func decodeQ6_K(blk []byte, dst []float32) {
 	}
 }
 
+// q3Scales unpacks a Q3_K block's twelve scale bytes: scale j's low four
+// bits are byte j%8's low (j < 8) or high nibble, its top two bits bits
+// 2·(j/4), 2·(j/4)+1 of byte 8 + j%4.
+func q3Scales(sc []byte) (s [16]int) {
+	for j := range s {
+		s[j] = int(sc[j%8]>>(4*(j/8))&0xf|(sc[8+j%4]>>(2*(j/4))&3)<<4) - 32
+	}
+	return s
+}
+
+func decodeQ3_K(blk []byte, dst []float32) {
+	hm, qs, d := blk[0:32], blk[32:96], halfAt(blk, 108)
+	sc := q3Scales(blk[96:108])
+	for v := range qK {
+		l := v % 32
+		q := int(qs[32*(v/128)+l]>>(2*(v%128/32))&3) - 4
+		if hm[l]>>(v/32)&1 != 0 {
+			q += 4
+		}
+		dst[v] = float32(d*float32(sc[v/16])) * float32(q)
+	}
+}
+
 // QuantizeQ8_0 encodes src (a multiple of 32 values) as Q8_0 blocks, bit
 // for bit as ggml's quantize_row_q8_0_ref and gguf-py do.
 func QuantizeQ8_0(src []float32) ([]byte, error) { return FromF32(Q8_0, src) }
@@ -273,8 +304,8 @@ func QuantizeQ8_0(src []float32) ([]byte, error) { return FromF32(Q8_0, src) }
 func DequantizeQ8_0(src []byte, dst []float32) { codecs[Q8_0].decode(src, dst) }
 
 // ToF32 decodes n elements of type t from src into a new slice, for the
-// types of codecs (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K,
-// Q5_K, Q6_K).
+// types of codecs (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q3_K,
+// Q4_K, Q5_K, Q6_K).
 func ToF32(t GGMLType, src []byte, n int) ([]float32, error) {
 	if !t.Known() || n%t.BlockSize() != 0 || t.RowBytes(n) != len(src) {
 		return nil, fmt.Errorf("%d bytes do not hold %d %s values", len(src), n, t)

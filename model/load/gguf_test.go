@@ -409,7 +409,8 @@ func TestGGUFWritesEmptyMerges(t *testing.T) {
 
 // TestGGUFKQuants loads a file whose output head is Q6_K (as
 // llama-quantize's Q4_0 leaves it), its token embedding and a query
-// weight (rows permuted back) Q4_K, a down projection Q5_K, and a key
+// weight (rows permuted back) Q4_K, a down projection Q5_K, a gate
+// projection Q3_K (as llama-quantize's Q3_K_S/M/L files hold it), and a key
 // (rows permuted back), an up and a value projection in the types
 // llama-quantize falls back to (Q5_0, Q5_1, Q4_1) — random blocks, on a
 // random model of width 256 (the K-quants' block) — and the same file with
@@ -424,7 +425,8 @@ func TestGGUFKQuants(t *testing.T) {
 	_, f := randomGGUF(t, c, 7, "f32.gguf", gguf.F32)
 	kq := map[string]gguf.GGMLType{"output.weight": gguf.Q6_K, "token_embd.weight": gguf.Q4_K,
 		"blk.1.attn_q.weight": gguf.Q4_K, "blk.0.ffn_down.weight": gguf.Q5_K,
-		"blk.0.attn_k.weight": gguf.Q5_0, "blk.1.ffn_up.weight": gguf.Q5_1, "blk.1.attn_v.weight": gguf.Q4_1}
+		"blk.0.attn_k.weight": gguf.Q5_0, "blk.1.ffn_up.weight": gguf.Q5_1, "blk.1.attn_v.weight": gguf.Q4_1,
+		"blk.0.ffn_gate.weight": gguf.Q3_K}
 	raws := map[string][]byte{}
 	seed := uint32(1)
 	for name, typ := range kq {
@@ -445,6 +447,8 @@ func TestGGUFKQuants(t *testing.T) {
 			switch typ {
 			case gguf.Q6_K:
 				copy(raw[o+208:], h(sign*float32(1+raw[o+3]%8)/8000))
+			case gguf.Q3_K:
+				copy(raw[o+108:], h(sign*float32(1+raw[o+3]%8)/2000))
 			case gguf.Q5_0:
 				copy(raw[o:], h(sign*float32(1+raw[o+3]%8)/4000))
 			case gguf.Q4_1, gguf.Q5_1:

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Writes model/testdata/kquants/: blocks of ggml's K-quants (Q4_K, Q5_K, Q6_K) and
+"""Writes model/testdata/kquants/: blocks of ggml's K-quants (Q3_K, Q4_K, Q5_K, Q6_K) and
 of the 32-value types llama-quantize falls back to where a row is no whole
 super-block (Q4_1, Q5_0, Q5_1), and their values, dequantized here from the public
-block layout (ggml's block_q4_K, block_q5_K, block_q6_K, block_q4_1, block_q5_0,
+block layout (ggml's block_q3_K, block_q4_K, block_q5_K, block_q6_K, block_q4_1, block_q5_0,
 block_q5_1; gguf-py's quants.py computes the same), so that dlmcache's decoders
 (model/gguf in Go, model/cpu in C) are held to a reference they do not share.
 
@@ -13,7 +13,7 @@ rounded to float32 once, which is what one IEEE float32 operation gives; the
 sub-block scales' products are exact in float32, so the only rounding step is
 Q4_K's and Q5_K's subtraction of the minimum (not fused with the product).
 
-Outputs, per type T in q4_k, q5_k, q6_k, q4_1, q5_0, q5_1:
+Outputs, per type T in q4_k, q5_k, q6_k, q4_1, q5_0, q5_1, q3_k:
   T.bin   blocks (NBLOCKS of the K-quants, 8·NBLOCKS of 32 values: random bytes,
           seeded; the float16 scales set to chosen values: normal, negative,
           subnormal, zero)
@@ -101,6 +101,21 @@ def deq_q6_k(b):
     return y
 
 
+def deq_q3_k(b):
+    # hmask[32] (each value's high bit), qs[64] (low 2 bits), scales[12]
+    # (sixteen 6-bit scales, less 32), d (float16): value d·(sc − 32)·q,
+    # q = low bits − 4 where the high bit is clear
+    hm, qs, sc = b[0:32], b[32:96], b[96:108]
+    d = half(b, 108)
+    scales = [((sc[j % 8] >> (4 * (j // 8))) & 0xF) | (((sc[8 + j % 4] >> (2 * (j // 4))) & 3) << 4) for j in range(16)]
+    y = []
+    for v in range(QK):
+        half_, shift, l = v // 128, (v % 128) // 32, v % 32
+        q = ((qs[32 * half_ + l] >> (2 * shift)) & 3) - (0 if hm[l] >> (v // 32) & 1 else 4)
+        y.append(f32(f32(d * (scales[v // 16] - 32)) * q))
+    return y
+
+
 def nibbles(qs):
     """The 32 4-bit quants of a 32-value block's 16 bytes: low nibbles, then high."""
     return [v & 0xF for v in qs] + [v >> 4 for v in qs]
@@ -138,6 +153,7 @@ TYPES = {
     "q4_1": (20, 32, (0, 2), deq_q4_1),
     "q5_0": (22, 32, (0,), deq_q5_0),
     "q5_1": (24, 32, (0, 2), deq_q5_1),
+    "q3_k": (110, QK, (108,), deq_q3_k),
 }
 
 
