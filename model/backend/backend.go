@@ -134,9 +134,13 @@ const (
 	Q5_K QuantType = 13
 	// Q6_K: 256 6-bit quants, sixteen int8 scales, d; 210 bytes.
 	Q6_K QuantType = 14
+	// IQ4_XS: d, eight 6-bit scales, 256 4-bit quants standing for 16
+	// int8 levels (ggml's block_iq4_xs); 136 bytes. Not a K-quant by
+	// name, but of their super-blocks of 256 (KQuant reports it).
+	IQ4_XS QuantType = 23
 )
 
-var quantNames = map[QuantType]string{Q4_0: "Q4_0", Q4_1: "Q4_1", Q5_0: "Q5_0", Q5_1: "Q5_1", Q8_0: "Q8_0", Q3_K: "Q3_K", Q4_K: "Q4_K", Q5_K: "Q5_K", Q6_K: "Q6_K"}
+var quantNames = map[QuantType]string{Q4_0: "Q4_0", Q4_1: "Q4_1", Q5_0: "Q5_0", Q5_1: "Q5_1", Q8_0: "Q8_0", Q3_K: "Q3_K", Q4_K: "Q4_K", Q5_K: "Q5_K", Q6_K: "Q6_K", IQ4_XS: "IQ4_XS"}
 
 func (q QuantType) String() string { return enumString(q, "QuantType", quantNames) }
 
@@ -162,6 +166,8 @@ func (q QuantType) BlockBytes() int {
 		return 176
 	case Q6_K:
 		return 210
+	case IQ4_XS:
+		return 136
 	}
 	return 0
 }
@@ -172,13 +178,14 @@ func (q QuantType) BlockValues() int {
 	switch q {
 	case Q4_0, Q4_1, Q5_0, Q5_1, Q8_0:
 		return 32
-	case Q3_K, Q4_K, Q5_K, Q6_K:
+	case Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS:
 		return 256
 	}
 	return 0
 }
 
-// KQuant reports whether q is one of the K-quants (blocks of 256).
+// KQuant reports whether q is one of the K-quants or IQ4_XS (blocks of
+// 256, which the int8 products take apart the same way).
 func (q QuantType) KQuant() bool { return q.BlockValues() == 256 }
 
 // RawAliaser is an optional interface of a weight Tensor: AliasesRaw

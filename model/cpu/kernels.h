@@ -80,6 +80,9 @@ void dlmc_gemm_nt_plain(int m, int n, int k, const float *a, long lda, const flo
 #define DLMC_Q4_K 12
 #define DLMC_Q5_K 13
 #define DLMC_Q6_K 14
+// IQ4_XS (ggml's block_iq4_xs, 136 bytes), super-blocks of 256 as the
+// K-quants, taken by the same functions.
+#define DLMC_IQ4_XS 23
 #define DLMC_ISA_GENERIC 0
 #define DLMC_ISA_AVX2 1       // AVX2, FMA, F16C: vpmaddwd on int16
 #define DLMC_ISA_AVXVNNI 2    // AVX-VNNI: vpdpbusd (VEX)
@@ -100,11 +103,11 @@ void dlmc_kquant_rows(int simd, int wt, float *dst, const uint8_t *src, long row
 long dlmc_kquant_block_bytes(int wt);
 // dlmc_kq_block decodes one super-block b of the K-quant wt for the int8
 // products: q[256] the quants (Q4_K, Q5_K: q ∈ [0, 32); Q6_K: q − 32;
-// Q3_K: q ∈ [−4, 4)),
+// Q3_K: q ∈ [−4, 4); IQ4_XS: its levels, in [−127, 113]),
 // isc[16·ls] the integer scale of values 16s … 16s+15 at isc[s·ls],
 // im[8·ls] the integer minimum of values 32s … 32s+31 at im[s·ls] (0 for
-// Q6_K and Q3_K), dd[0], dd[1] the block's d and dmin (0 for Q6_K and
-// Q3_K): value v is
+// Q6_K, Q3_K and IQ4_XS), dd[0], dd[1] the block's d and dmin (0 for
+// them): value v is
 // dd[0]·isc[v/16]·q[v] − dd[1]·im[v/32], as ggml dequantizes it. simd
 // picks the AVX2 loop.
 void dlmc_kq_block(int simd, int wt, int8_t *q, int16_t *isc, int16_t *im, long ls, float *dd, const uint8_t *b);

@@ -2,7 +2,9 @@
 // their own scales: Q4_K and Q5_K, 8 sub-blocks of 32 with a 6-bit scale and
 // minimum each, value (d·sc)·q − dmin·m; Q6_K, 16 sub-blocks of 16 with an
 // int8 scale each, value (d·sc)·(q − 32); Q3_K, 16 sub-blocks of 16 with a
-// 6-bit scale each, value d·(sc − 32)·q, q ∈ [−4, 4)) decoded to float32 rows, exactly
+// 6-bit scale each, value d·(sc − 32)·q, q ∈ [−4, 4); and IQ4_XS, 8
+// sub-blocks of 32 with a 6-bit scale each and 4-bit quants standing for
+// 16 int8 levels, value d·(sc − 32)·level) decoded to float32 rows, exactly
 // as ggml's dequantize_row_q*_K, for Embed, ToHost and the products that
 // decode a panel of rows and run sgemm on it (matmul.go's convertedMatMul);
 // and as the int8 products take them (dlmc_kq_block: quants, integer
@@ -27,6 +29,7 @@ long dlmc_kquant_block_bytes(int wt) {
 	case DLMC_Q5_K: return 176;
 	case DLMC_Q6_K: return 210;
 	case DLMC_Q3_K: return 110;
+	case DLMC_IQ4_XS: return 136;
 	}
 	return 0;
 }
@@ -96,15 +99,37 @@ static void q6k_block_generic(float *y, const uint8_t *b) {
 	}
 }
 
+// The super-blocks without minima whose quants and scales come apart from
+// their layouts (nomin_int8): Q3_K and IQ4_XS, 16 scales of 16 values each
+// (IQ4_XS's in pairs, one a sub-block of 32) less their bias, d per block.
+//
 // Q3_K (110 bytes): hmask[32] (high bits), qs[64] (low 2 bits), scales[12]
 // (sixteen 6-bit scales, biased by 32), d (float16). Value v's low bits
 // are bits 2·(v%128/32) of qs[32·(v/128) + v%32], its high bit bit v/32 of
-// hmask[v%32]; q is the low bits less 4 where that bit is clear.
-// q3k_scales unpacks the scales less 32: scale j's low nibble from byte
-// j%8 (its high nibble for j ≥ 8), its top two bits from byte 8 + j%4.
-static inline void q3k_scales(const uint8_t *sc, int *s) {
-	for (int j = 0; j < 16; j++)
-		s[j] = (((sc[j % 8] >> (4 * (j / 8))) & 0xf) | (((sc[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)) - 32;
+// hmask[v%32]; q is the low bits less 4 where that bit is clear. Scale j's
+// low nibble is byte j%8's (its high nibble for j ≥ 8), its top two bits
+// bits 2·(j/4), 2·(j/4)+1 of byte 8 + j%4.
+//
+// IQ4_XS (136 bytes): d (float16), scales_h (uint16: bits 2s, 2s+1 the top
+// of sub-block s's scale), scales_l[4] (its low nibble in byte s/2, the low
+// one for even s), qs[128]; eight sub-blocks of 32, each the low nibbles
+// of its 16 bytes then their high nibbles, a nibble q standing for
+// iq4_levels[q] (ggml's kvalues_iq4nl); scales biased by 32 too.
+static const int8_t iq4_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+// nomin_scales writes a Q3_K or IQ4_XS block's 16 scales, less 32, into
+// s and returns its d.
+static float nomin_scales(int wt, const uint8_t *b, int *s) {
+	if (wt == DLMC_Q3_K) {
+		const uint8_t *sc = b + 96;
+		for (int j = 0; j < 16; j++)
+			s[j] = (((sc[j % 8] >> (4 * (j / 8))) & 0xf) | (((sc[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)) - 32;
+		return half_at(b + 108);
+	}
+	unsigned sh = b[2] | (unsigned)b[3] << 8;
+	for (int ib = 0; ib < 8; ib++)
+		s[2 * ib] = s[2 * ib + 1] = (((b[4 + ib / 2] >> (4 * (ib % 2))) & 0xf) | (((sh >> (2 * ib)) & 3) << 4)) - 32;
+	return half_at(b);
 }
 
 static void q3k_quants_generic(int8_t *q, const uint8_t *b) {
@@ -112,6 +137,15 @@ static void q3k_quants_generic(int8_t *q, const uint8_t *b) {
 		int l = v % 32, lo = (b[32 + 32 * (v / 128) + l] >> (2 * (v % 128 / 32))) & 3;
 		q[v] = (int8_t)((b[l] >> (v / 32)) & 1 ? lo : lo - 4);
 	}
+}
+
+static void iq4xs_quants_generic(int8_t *q, const uint8_t *b) {
+	const uint8_t *qs = b + 8;
+	for (int ib = 0; ib < 8; ib++, qs += 16, q += 32)
+		for (int j = 0; j < 16; j++) {
+			q[j] = iq4_levels[qs[j] & 0xf];
+			q[j + 16] = iq4_levels[qs[j] >> 4];
+		}
 }
 
 // q45k_int8_generic and q6k_int8_generic decode one super-block b as the
@@ -165,40 +199,41 @@ static void q6k_int8_generic(int8_t *q, int16_t *isc, int16_t *im, long ls, floa
 	}
 }
 
-// q3k_block decodes a Q3_K block to float32 with the quants' decoder q3
-// (plain C or AVX2): each value d·(sc − 32)·q, exact in float32.
-static void q3k_block(void (*q3)(int8_t *, const uint8_t *), float *y, const uint8_t *b) {
-	float d = half_at(b + 108);
+// nomin_int8 is dlmc_kq_block for Q3_K and IQ4_XS (no minimum: im and
+// dd[1] 0), the quants from quants (plain C or AVX2).
+typedef void (*nomin_quants)(int8_t *q, const uint8_t *b);
+static void nomin_int8(nomin_quants quants, int wt, int8_t *q, int16_t *isc, int16_t *im, long ls, float *dd,
+	const uint8_t *b) {
 	int s[16];
-	int8_t q[256];
-	q3k_scales(b + 96, s);
-	q3(q, b);
-	for (int v = 0; v < 256; v++) y[v] = d * (float)s[v / 16] * (float)q[v];
-}
-
-// q3k_int8 is dlmc_kq_block for Q3_K (no minimum: im and dd[1] 0) with the
-// quants' decoder q3.
-static void q3k_int8(void (*q3)(int8_t *, const uint8_t *), int8_t *q, int16_t *isc, int16_t *im, long ls,
-	float *dd, const uint8_t *b) {
-	int s[16];
-	q3k_scales(b + 96, s);
-	dd[0] = half_at(b + 108);
+	dd[0] = nomin_scales(wt, b, s);
 	dd[1] = 0;
 	for (int k = 0; k < 16; k++) isc[k * ls] = (int16_t)s[k];
 	for (int k = 0; k < 8; k++) im[k * ls] = 0;
-	q3(q, b);
+	quants(q, b);
+}
+
+// nomin_block decodes a Q3_K or IQ4_XS block to float32, each value
+// d·sc·q (exact in float32: at most 11 + 6 + 7 significant bits).
+static void nomin_block(nomin_quants quants, int wt, float *y, const uint8_t *b) {
+	int8_t q[256];
+	int s[16];
+	float d = nomin_scales(wt, b, s);
+	quants(q, b);
+	for (int v = 0; v < 256; v++) y[v] = d * (float)s[v / 16] * (float)q[v];
 }
 
 // kquant_rows decodes rows of wt's blocks with one ISA's block decoders:
-// q6 for Q6_K, q45 (five set for Q5_K) for Q4_K and Q5_K, q3 for Q3_K.
+// q6 for Q6_K, q45 (five set for Q5_K) for Q4_K and Q5_K, q3 and iq4 (the
+// quants, nomin_block) for Q3_K and IQ4_XS.
 static void kquant_rows(void (*q6)(float *, const uint8_t *), void (*q45)(int, float *, const uint8_t *),
-	void (*q3)(int8_t *, const uint8_t *), int wt, float *dst, const uint8_t *src, long rows, long cols, long stride) {
+	nomin_quants q3, nomin_quants iq4, int wt, float *dst, const uint8_t *src, long rows, long cols, long stride) {
 	long bb = dlmc_kquant_block_bytes(wt);
 	for (long i = 0; i < rows; i++, dst += cols, src += stride) {
 		const uint8_t *b = src;
 		for (long j = 0; j < cols; j += 256, b += bb) {
 			if (wt == DLMC_Q6_K) q6(dst + j, b);
-			else if (wt == DLMC_Q3_K) q3k_block(q3, dst + j, b);
+			else if (wt == DLMC_Q3_K) nomin_block(q3, wt, dst + j, b);
+			else if (wt == DLMC_IQ4_XS) nomin_block(iq4, wt, dst + j, b);
 			else q45(wt == DLMC_Q5_K, dst + j, b);
 		}
 	}
@@ -326,33 +361,50 @@ TARGET_AVX2 static void q3k_quants_avx2(int8_t *q, const uint8_t *b) {
 	}
 }
 
+// iq4xs_quants_avx2 is iq4xs_quants_generic two sub-blocks at a time: the
+// nibbles of 32 bytes (16 of each sub-block) looked up in the levels by
+// vpshufb, the low ones of a sub-block then its high ones.
+TARGET_AVX2 static void iq4xs_quants_avx2(int8_t *q, const uint8_t *b) {
+	const __m256i levels = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)iq4_levels));
+	const __m256i nib = _mm256_set1_epi8(0xf);
+	for (int p = 0; p < 4; p++) {
+		__m256i qs = _mm256_loadu_si256((const __m256i *)(b + 8 + 32 * p));
+		__m256i lo = _mm256_shuffle_epi8(levels, _mm256_and_si256(qs, nib));
+		__m256i hi = _mm256_shuffle_epi8(levels, _mm256_and_si256(_mm256_srli_epi16(qs, 4), nib));
+		// lo, hi: sub-block 2p's low and high nibbles in the lower lanes,
+		// 2p+1's in the upper.
+		_mm256_storeu_si256((__m256i *)(q + 64 * p), _mm256_permute2x128_si256(lo, hi, 0x20));
+		_mm256_storeu_si256((__m256i *)(q + 64 * p + 32), _mm256_permute2x128_si256(lo, hi, 0x31));
+	}
+}
+
 #endif
 
 void dlmc_kquant_rows(int simd, int wt, float *dst, const uint8_t *src, long rows, long cols, long stride) {
 #if defined(__x86_64__)
 	if (simd) {
-		kquant_rows(q6k_block_avx2, q45k_block_avx2, q3k_quants_avx2, wt, dst, src, rows, cols, stride);
+		kquant_rows(q6k_block_avx2, q45k_block_avx2, q3k_quants_avx2, iq4xs_quants_avx2, wt, dst, src, rows, cols, stride);
 		return;
 	}
 #endif
 	(void)simd;
-	kquant_rows(q6k_block_generic, q45k_block_generic, q3k_quants_generic, wt, dst, src, rows, cols, stride);
+	kquant_rows(q6k_block_generic, q45k_block_generic, q3k_quants_generic, iq4xs_quants_generic, wt, dst, src, rows, cols,
+		stride);
 }
 
 void dlmc_kq_block(int simd, int wt, int8_t *q, int16_t *isc, int16_t *im, long ls, float *dd, const uint8_t *b) {
 #if defined(__x86_64__)
-	if (simd && wt == DLMC_Q3_K) {
-		q3k_int8(q3k_quants_avx2, q, isc, im, ls, dd, b);
-		return;
-	}
 	if (simd) {
-		if (wt == DLMC_Q6_K) q6k_int8_avx2(q, isc, im, ls, dd, b);
+		if (wt == DLMC_Q3_K) nomin_int8(q3k_quants_avx2, wt, q, isc, im, ls, dd, b);
+		else if (wt == DLMC_IQ4_XS) nomin_int8(iq4xs_quants_avx2, wt, q, isc, im, ls, dd, b);
+		else if (wt == DLMC_Q6_K) q6k_int8_avx2(q, isc, im, ls, dd, b);
 		else q45k_int8_avx2(wt == DLMC_Q5_K, q, isc, im, ls, dd, b);
 		return;
 	}
 #endif
 	(void)simd;
-	if (wt == DLMC_Q3_K) q3k_int8(q3k_quants_generic, q, isc, im, ls, dd, b);
+	if (wt == DLMC_Q3_K) nomin_int8(q3k_quants_generic, wt, q, isc, im, ls, dd, b);
+	else if (wt == DLMC_IQ4_XS) nomin_int8(iq4xs_quants_generic, wt, q, isc, im, ls, dd, b);
 	else if (wt == DLMC_Q6_K) q6k_int8_generic(q, isc, im, ls, dd, b);
 	else q45k_int8_generic(wt == DLMC_Q5_K, q, isc, im, ls, dd, b);
 }

@@ -14,8 +14,8 @@ import (
 	"github.com/dlmcache/dlmcache/model/safetensors"
 )
 
-// kquantTypes are the K-quants the backend keeps.
-var kquantTypes = []backend.QuantType{backend.Q3_K, backend.Q4_K, backend.Q5_K, backend.Q6_K}
+// kquantTypes are the K-quants the backend keeps, and IQ4_XS.
+var kquantTypes = []backend.QuantType{backend.Q3_K, backend.Q4_K, backend.Q5_K, backend.Q6_K, backend.IQ4_XS}
 
 // fallbackTypes are the 32-value types llama-quantize writes where a row
 // is no whole super-block (Q4_K → Q5_0, Q5_K → Q5_1; and Q4_1).
@@ -39,6 +39,8 @@ func kquantWeight(t testing.TB, rng *rand.Rand, typ backend.QuantType, rows, col
 			copy(raw[o+208:], half(rng.NormFloat64()/2000))
 		case backend.Q3_K: // values d·(sc−32)·q: |sc−32| ≤ 32, |q| ≤ 4
 			copy(raw[o+108:], half(rng.NormFloat64()/100))
+		case backend.IQ4_XS: // values d·(sc−32)·level: |sc−32| ≤ 32, |level| ≤ 127
+			copy(raw[o:], half(rng.NormFloat64()/3000))
 		case backend.Q5_0: // (q − 16)·d, |q − 16| ≤ 16
 			copy(raw[o:], half(rng.NormFloat64()/16))
 		case backend.Q4_1, backend.Q5_1: // q·d + m, q ≤ 31

@@ -42,6 +42,11 @@ static inline long block_bytes(int wt) {
 // value q·d + m, q unsigned.
 static inline int block_min(int wt) { return wt == DLMC_Q4_1 || wt == DLMC_Q5_1; }
 
+// kq_min reports whether a super-block type's sub-blocks carry minima
+// (Q4_K, Q5_K), which the products take off with the activations' sums;
+// Q6_K, Q3_K and IQ4_XS have none.
+static inline int kq_min(int wt) { return wt == DLMC_Q4_K || wt == DLMC_Q5_K; }
+
 // qprefetch asks for the weight bytes the next pack reads (rows r0 … r1−1
 // of w, bytes [lo, hi) of each) while the current pack is multiplied, per
 // lines a call: the packs read 16 rows of w a group in short runs of
@@ -655,7 +660,7 @@ TARGET_AVX2 static inline __attribute__((always_inline)) void qmm_avx2(const int
 // the int16 weights; Q4_K's and Q5_K's minima taken off per block).
 TARGET_AVX2 static void qmatmul_avx2(int wt, int m, int n, int k, const int16_t *xq, const float *xd, const float *xs,
 	const uint8_t *w, long wstride, float *c, long ldc, uint8_t *pack) {
-	if (wt == DLMC_Q4_K || wt == DLMC_Q5_K) qmm_avx2(1, wt, m, n, k, xq, xd, xs, w, wstride, c, ldc, pack);
+	if (kq_min(wt)) qmm_avx2(1, wt, m, n, k, xq, xd, xs, w, wstride, c, ldc, pack);
 	else qmm_avx2(0, wt, m, n, k, xq, xd, xs, w, wstride, c, ldc, pack);
 }
 
@@ -911,7 +916,7 @@ TARGET_AVX512VNNI static inline __attribute__((always_inline)) void qmm_avx512vn
 TARGET_AVX512VNNI static void qmatmul_avx512vnni(int wt, int m, int n, int k, const uint8_t *xq, const float *xd,
 	const float *xs, const uint8_t *w, long wstride, float *c, long ldc, uint8_t *pack) {
 	if (wt == DLMC_Q6_K || wt == DLMC_Q3_K) qmm_avx512vnni(2, 0, wt, m, n, k, xq, xd, xs, w, wstride, c, ldc, pack);
-	else if (wt == DLMC_Q4_K || wt == DLMC_Q5_K) qmm_avx512vnni(1, 1, wt, m, n, k, xq, xd, xs, w, wstride, c, ldc, pack);
+	else if (kq_min(wt)) qmm_avx512vnni(1, 1, wt, m, n, k, xq, xd, xs, w, wstride, c, ldc, pack);
 	else qmm_avx512vnni(1, 0, wt, m, n, k, xq, xd, xs, w, wstride, c, ldc, pack);
 }
 
@@ -1052,8 +1057,7 @@ int dlmc_qmatmul(int isa, int wt, int m, int n, int k, const void *xq, const flo
 	const uint8_t *w, long wstride, float *c, long ldc, void *pack) {
 	uint8_t *p = (uint8_t *)(((uintptr_t)pack + 63) & ~(uintptr_t)63);
 	int kq = dlmc_kquant_block_bytes(wt) != 0;
-	if (block_min(wt) || (kq && (k % 256 != 0 || (wt != DLMC_Q6_K && wt != DLMC_Q3_K && !xs) || isa == DLMC_ISA_AVXVNNI)))
-		return -1;
+	if (block_min(wt) || (kq && (k % 256 != 0 || (kq_min(wt) && !xs) || isa == DLMC_ISA_AVXVNNI))) return -1;
 	switch (isa) {
 #if defined(__x86_64__)
 	case DLMC_ISA_AVX2: qmatmul_avx2(wt, m, n, k, xq, xd, xs, w, wstride, c, ldc, p); return 0;

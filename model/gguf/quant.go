@@ -43,6 +43,8 @@ var codecs = map[GGMLType]codec{
 	Q5_K: blockCodec(Q5_K, decodeQ5_K, nil),
 	Q6_K: blockCodec(Q6_K, decodeQ6_K, nil),
 	Q3_K: blockCodec(Q3_K, decodeQ3_K, nil),
+	// IQ4_XS: super-blocks of 256 as the K-quants', read only too.
+	IQ4_XS: blockCodec(IQ4_XS, decodeIQ4_XS, nil),
 	Q4_1: blockCodec(Q4_1, decodeQ4_1, nil),
 	Q5_0: blockCodec(Q5_0, decodeQ5_0, nil),
 	Q5_1: blockCodec(Q5_1, decodeQ5_1, nil),
@@ -296,6 +298,30 @@ func decodeQ3_K(blk []byte, dst []float32) {
 	}
 }
 
+// IQ4Levels are IQ4_NL's and IQ4_XS's sixteen int8 levels: a 4-bit
+// quant q stands for IQ4Levels[q] (ggml's kvalues_iq4nl).
+var IQ4Levels = [16]int8{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
+
+// decodeIQ4_XS reads an IQ4_XS block (136 bytes): float16 d, a uint16
+// scales_h (bits 2s, 2s+1: sub-block s's scale's top two bits), 4 bytes
+// scales_l (sub-block s's low four bits in byte s/2, low nibble for even
+// s), 128 bytes of 4-bit quants; eight sub-blocks of 32, each the low
+// nibbles of its 16 bytes then their high nibbles, value
+// d·(ls − 32)·IQ4Levels[q] (exact in float32).
+func decodeIQ4_XS(blk []byte, dst []float32) {
+	d, sh := halfAt(blk, 0), binary.LittleEndian.Uint16(blk[2:])
+	sl, qs := blk[4:8], blk[8:136]
+	for ib := range 8 {
+		ls := int(sl[ib/2]>>(4*(ib%2))&0xf | byte(sh>>(2*ib)&3)<<4)
+		dl := d * float32(ls-32)
+		q, y := qs[16*ib:16*ib+16], dst[32*ib:32*ib+32]
+		for j, v := range q {
+			y[j] = dl * float32(IQ4Levels[v&0xf])
+			y[j+16] = dl * float32(IQ4Levels[v>>4])
+		}
+	}
+}
+
 // QuantizeQ8_0 encodes src (a multiple of 32 values) as Q8_0 blocks, bit
 // for bit as ggml's quantize_row_q8_0_ref and gguf-py do.
 func QuantizeQ8_0(src []float32) ([]byte, error) { return FromF32(Q8_0, src) }
@@ -305,7 +331,7 @@ func DequantizeQ8_0(src []byte, dst []float32) { codecs[Q8_0].decode(src, dst) }
 
 // ToF32 decodes n elements of type t from src into a new slice, for the
 // types of codecs (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q3_K,
-// Q4_K, Q5_K, Q6_K).
+// Q4_K, Q5_K, Q6_K, IQ4_XS).
 func ToF32(t GGMLType, src []byte, n int) ([]float32, error) {
 	if !t.Known() || n%t.BlockSize() != 0 || t.RowBytes(n) != len(src) {
 		return nil, fmt.Errorf("%d bytes do not hold %d %s values", len(src), n, t)

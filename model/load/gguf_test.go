@@ -410,7 +410,8 @@ func TestGGUFWritesEmptyMerges(t *testing.T) {
 // TestGGUFKQuants loads a file whose output head is Q6_K (as
 // llama-quantize's Q4_0 leaves it), its token embedding and a query
 // weight (rows permuted back) Q4_K, a down projection Q5_K, a gate
-// projection Q3_K (as llama-quantize's Q3_K_S/M/L files hold it), and a key
+// projection Q3_K (as llama-quantize's Q3_K_S/M/L files hold it) and one
+// IQ4_XS, and a key
 // (rows permuted back), an up and a value projection in the types
 // llama-quantize falls back to (Q5_0, Q5_1, Q4_1) — random blocks, on a
 // random model of width 256 (the K-quants' block) — and the same file with
@@ -426,7 +427,7 @@ func TestGGUFKQuants(t *testing.T) {
 	kq := map[string]gguf.GGMLType{"output.weight": gguf.Q6_K, "token_embd.weight": gguf.Q4_K,
 		"blk.1.attn_q.weight": gguf.Q4_K, "blk.0.ffn_down.weight": gguf.Q5_K,
 		"blk.0.attn_k.weight": gguf.Q5_0, "blk.1.ffn_up.weight": gguf.Q5_1, "blk.1.attn_v.weight": gguf.Q4_1,
-		"blk.0.ffn_gate.weight": gguf.Q3_K}
+		"blk.0.ffn_gate.weight": gguf.Q3_K, "blk.1.ffn_gate.weight": gguf.IQ4_XS}
 	raws := map[string][]byte{}
 	seed := uint32(1)
 	for name, typ := range kq {
@@ -449,6 +450,8 @@ func TestGGUFKQuants(t *testing.T) {
 				copy(raw[o+208:], h(sign*float32(1+raw[o+3]%8)/8000))
 			case gguf.Q3_K:
 				copy(raw[o+108:], h(sign*float32(1+raw[o+3]%8)/2000))
+			case gguf.IQ4_XS:
+				copy(raw[o:], h(sign*float32(1+raw[o+3]%8)/60000))
 			case gguf.Q5_0:
 				copy(raw[o:], h(sign*float32(1+raw[o+3]%8)/4000))
 			case gguf.Q4_1, gguf.Q5_1:

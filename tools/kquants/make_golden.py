@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Writes model/testdata/kquants/: blocks of ggml's K-quants (Q3_K, Q4_K, Q5_K, Q6_K) and
+"""Writes model/testdata/kquants/: blocks of ggml's K-quants (Q3_K, Q4_K, Q5_K, Q6_K), of
+IQ4_XS (super-blocks of 256 too, its 4-bit quants mapped to 16 int8 levels) and
 of the 32-value types llama-quantize falls back to where a row is no whole
 super-block (Q4_1, Q5_0, Q5_1), and their values, dequantized here from the public
-block layout (ggml's block_q3_K, block_q4_K, block_q5_K, block_q6_K, block_q4_1, block_q5_0,
-block_q5_1; gguf-py's quants.py computes the same), so that dlmcache's decoders
+block layout (ggml's block_q3_K, block_q4_K, block_q5_K, block_q6_K, block_iq4_xs, block_q4_1,
+block_q5_0, block_q5_1; gguf-py's quants.py computes the same), so that dlmcache's decoders
 (model/gguf in Go, model/cpu in C) are held to a reference they do not share.
 
     python3 tools/kquants/make_golden.py            # from the repo root
@@ -13,7 +14,7 @@ rounded to float32 once, which is what one IEEE float32 operation gives; the
 sub-block scales' products are exact in float32, so the only rounding step is
 Q4_K's and Q5_K's subtraction of the minimum (not fused with the product).
 
-Outputs, per type T in q4_k, q5_k, q6_k, q4_1, q5_0, q5_1, q3_k:
+Outputs, per type T in q4_k, q5_k, q6_k, q4_1, q5_0, q5_1, q3_k, iq4_xs:
   T.bin   blocks (NBLOCKS of the K-quants, 8·NBLOCKS of 32 values: random bytes,
           seeded; the float16 scales set to chosen values: normal, negative,
           subnormal, zero)
@@ -116,6 +117,28 @@ def deq_q3_k(b):
     return y
 
 
+# IQ4_NL's and IQ4_XS's sixteen int8 levels, the 4-bit quants' values.
+IQ4_LEVELS = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
+
+
+def deq_iq4_xs(b):
+    # d (float16), scales_h (uint16: 2 high bits of each sub-block's scale),
+    # scales_l[4] (4 low bits, two a byte), qs[128]: eight sub-blocks of 32,
+    # value d·(ls − 32)·IQ4_LEVELS[q], q the low nibbles of 16 bytes, then
+    # their high nibbles
+    d = half(b, 0)
+    sh = struct.unpack_from("<H", b, 2)[0]
+    sl, qs = b[4:8], b[8:136]
+    y = []
+    for ib in range(8):
+        ls = ((sl[ib // 2] >> (4 * (ib % 2))) & 0xF) | (((sh >> (2 * ib)) & 3) << 4)
+        dl = f32(d * (ls - 32))
+        q = qs[16 * ib:16 * ib + 16]
+        y += [f32(dl * IQ4_LEVELS[v & 0xF]) for v in q]
+        y += [f32(dl * IQ4_LEVELS[v >> 4]) for v in q]
+    return y
+
+
 def nibbles(qs):
     """The 32 4-bit quants of a 32-value block's 16 bytes: low nibbles, then high."""
     return [v & 0xF for v in qs] + [v >> 4 for v in qs]
@@ -154,6 +177,7 @@ TYPES = {
     "q5_0": (22, 32, (0,), deq_q5_0),
     "q5_1": (24, 32, (0, 2), deq_q5_1),
     "q3_k": (110, QK, (108,), deq_q3_k),
+    "iq4_xs": (136, QK, (0,), deq_iq4_xs),
 }
 
 
