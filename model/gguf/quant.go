@@ -45,9 +45,9 @@ var codecs = map[GGMLType]codec{
 	Q3_K: blockCodec(Q3_K, decodeQ3_K, nil),
 	// IQ4_XS: super-blocks of 256 as the K-quants', read only too.
 	IQ4_XS: blockCodec(IQ4_XS, decodeIQ4_XS, nil),
-	Q4_1: blockCodec(Q4_1, decodeQ4_1, nil),
-	Q5_0: blockCodec(Q5_0, decodeQ5_0, nil),
-	Q5_1: blockCodec(Q5_1, decodeQ5_1, nil),
+	Q4_1:   blockCodec(Q4_1, decodeQ4_1, nil),
+	Q5_0:   blockCodec(Q5_0, decodeQ5_0, nil),
+	Q5_1:   blockCodec(Q5_1, decodeQ5_1, nil),
 }
 
 // blockCodec lifts a block type's functions of one block (its bytes, its
