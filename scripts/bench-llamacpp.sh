@@ -147,7 +147,7 @@ peaks = {k: float(v) for k, v in (w.split("=") for w in peakwords.split())}
 # CPU has them, F32 FMAs otherwise; F16 as F32, the instructions F16
 # products run on without AVX512-FP16).
 def peak_of(fmt):
-    k = "int8" if fmt.startswith("q") else "bf16" if fmt == "bf16" and "bf16" in peaks else "f32"
+    k = "int8" if fmt.startswith(("q", "iq")) else "bf16" if fmt == "bf16" and "bf16" in peaks else "f32"
     return k, peaks.get(k)
 rows = [json.loads(l) for l in open(runs)]
 cells = {}

@@ -700,19 +700,19 @@ func BenchmarkKQuantDecode(b *testing.B) {
 }
 
 // BenchmarkKQuantMatMul: dst [n, out] = x [n, in] · wᵀ on one thread, w
-// F32, Q8_0 or a K-quant, multiplied both ways (-int8: activations
+// F32, Q8_0, a K-quant or IQ4_XS, multiplied both ways (-int8: activations
 // quantized, the machine's int8 products; -f32: decoded panels into
 // sgemm), at l16-d2048's shapes (512 rows a full step, 52 a 10%-rows
 // step). DLMCACHE_CPU_ISA=avx2 runs the AVX2 products.
 func BenchmarkKQuantMatMul(b *testing.B) {
 	var forms []string
-	for _, t := range []string{"Q8_0", "Q3_K", "Q4_K", "Q5_K", "Q6_K"} {
+	for _, t := range []string{"Q8_0", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS"} {
 		forms = append(forms, t+"-int8", t+"-f32")
 	}
 	benchWeightMatMul(b, []struct{ n, in, out int }{{512, 2048, 2048}, {52, 2048, 2048}}, append([]string{"f32"}, forms...),
 		func(b *testing.B, bk *Backend, r *rand.Rand, form string, out, in int) backend.Tensor {
 			typ := map[string]backend.QuantType{"Q8_0": backend.Q8_0, "Q3_K": backend.Q3_K, "Q4_K": backend.Q4_K, "Q5_K": backend.Q5_K,
-				"Q6_K": backend.Q6_K}[form[:4]]
+				"Q6_K": backend.Q6_K, "IQ4_XS": backend.IQ4_XS}[strings.Split(form, "-")[0]]
 			var raw []byte
 			if typ.KQuant() {
 				raw, _ = kquantWeight(b, r, typ, out, in)
