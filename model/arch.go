@@ -395,17 +395,23 @@ func (l hfLayout) build(c *Config, b backend.Backend, w *Weights, layer func(i i
 	if tm, ok := b.(backend.TableMarker); ok && m.Embed != nil && !c.WeightTying {
 		tm.MarkTable(m.Embed)
 	}
+	// The head before the layers: a backend that lays a weight out at load
+	// holds its file pages and its layout at once while it does, so the
+	// process's peak is every layout made so far plus the weight in hand.
+	// Last, the head (the largest matrix: LLaDA-8B's 1 GB in BF16) would
+	// put that peak a head above what the model holds; first, the peak is
+	// the last layer's matrix above it.
+	if c.WeightTying {
+		m.Head = m.Embed
+	} else {
+		m.Head = w.Matrix(l.head, e, d)
+	}
 	// Stop at the first missing or misshapen tensor: a layer count no
 	// checkpoint holds must not allocate its blocks.
 	for i := 0; i < c.NLayers && w.err == nil; i++ {
 		m.Blocks = append(m.Blocks, layer(i, fmt.Sprintf(l.layers, i)))
 	}
 	m.Norm = w.Matrix(l.norm, 1, d)
-	if c.WeightTying {
-		m.Head = m.Embed
-	} else {
-		m.Head = w.Matrix(l.head, e, d)
-	}
 	return m
 }
 
