@@ -5,7 +5,7 @@
 // 6-bit scale each, value d·(sc − 32)·q, q ∈ [−4, 4); and IQ4_XS, 8
 // sub-blocks of 32 with a 6-bit scale each and 4-bit quants standing for
 // 16 int8 levels, value d·(sc − 32)·level) decoded to float32 rows, exactly
-// as ggml's dequantize_row_q*_K, for Embed, ToHost and the products that
+// as ggml's dequantize_row_*, for Embed, ToHost and the products that
 // decode a panel of rows and run sgemm on it (matmul.go's convertedMatMul);
 // and as the int8 products take them (dlmc_kq_block: quants, integer
 // sub-scales and minima, for quant.c's packs).
