@@ -73,7 +73,7 @@ type Stats struct {
 	Events      uint64 // events in them
 	Dropped     uint64 // batches not queued to a subscriber whose buffer was full, or lost with its connection
 	Lost        uint64 // store events overwritten in the log before the publisher read them
-	Replays     uint64 // replay requests answered
+	Replays     uint64 // replay requests answered (every batch asked for sent)
 	Dials       uint64 // connections made to Connect addresses (the first and every redial)
 	Subscribers int    // connected subscribers
 	Seq         uint64 // the next batch's sequence number
@@ -490,9 +490,11 @@ func (p *Publisher) serveReplay(nc net.Conn) {
 				return
 			}
 		}
+		// Counted before the end marker goes out, so that a client holding
+		// the marker sees its request in Stats.
+		p.replays.Add(1)
 		if err := send(EndSeq, nil); err != nil {
 			return
 		}
-		p.replays.Add(1)
 	}
 }
