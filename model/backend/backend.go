@@ -124,6 +124,9 @@ const (
 	Q5_1 QuantType = 7
 	// Q8_0: 32 int8 quants q, each value q·d; 34 bytes.
 	Q8_0 QuantType = 8
+	// IQ4_NL: Q4_0's quants, each standing for one of 16 int8 levels
+	// (ggml's kvalues_iq4nl), value level·d; 18 bytes.
+	IQ4_NL QuantType = 20
 	// Q3_K: 256 quants of 3 bits (2 low, 1 high, apart), sixteen 6-bit
 	// scales, d; 110 bytes.
 	Q3_K QuantType = 11
@@ -140,7 +143,7 @@ const (
 	IQ4_XS QuantType = 23
 )
 
-var quantNames = map[QuantType]string{Q4_0: "Q4_0", Q4_1: "Q4_1", Q5_0: "Q5_0", Q5_1: "Q5_1", Q8_0: "Q8_0", Q3_K: "Q3_K", Q4_K: "Q4_K", Q5_K: "Q5_K", Q6_K: "Q6_K", IQ4_XS: "IQ4_XS"}
+var quantNames = map[QuantType]string{Q4_0: "Q4_0", Q4_1: "Q4_1", Q5_0: "Q5_0", Q5_1: "Q5_1", Q8_0: "Q8_0", Q3_K: "Q3_K", Q4_K: "Q4_K", Q5_K: "Q5_K", Q6_K: "Q6_K", IQ4_XS: "IQ4_XS", IQ4_NL: "IQ4_NL"}
 
 func (q QuantType) String() string { return enumString(q, "QuantType", quantNames) }
 
@@ -148,7 +151,7 @@ func (q QuantType) String() string { return enumString(q, "QuantType", quantName
 // unknown type).
 func (q QuantType) BlockBytes() int {
 	switch q {
-	case Q4_0:
+	case Q4_0, IQ4_NL:
 		return 18
 	case Q4_1:
 		return 20
@@ -176,7 +179,7 @@ func (q QuantType) BlockBytes() int {
 // type).
 func (q QuantType) BlockValues() int {
 	switch q {
-	case Q4_0, Q4_1, Q5_0, Q5_1, Q8_0:
+	case Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL:
 		return 32
 	case Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS:
 		return 256

@@ -719,7 +719,7 @@ func (b *Backend) f16ToBF16(t *Tensor) {
 }
 
 // WeightQuant implements backend.QuantWeighter: a [rows, cols] weight
-// kept as ggml's Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K, Q5_K, Q6_K or IQ4_XS blocks (raw:
+// kept as ggml's Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS or IQ4_NL blocks (raw:
 // rows·cols/typ.BlockValues() blocks, used in place; the tensor is
 // read-only). MatMul multiplies it as Options.QuantProducts says (int8
 // products, quantProduct; or a panel of rows at a time decoded into
@@ -732,7 +732,7 @@ func (b *Backend) f16ToBF16(t *Tensor) {
 func (b *Backend) WeightQuant(typ backend.QuantType, rows, cols int, raw []byte) (backend.Tensor, error) {
 	bb, bv := typ.BlockBytes(), typ.BlockValues()
 	if bb == 0 {
-		return nil, fmt.Errorf("cpu: quantized weight type %s is not kept (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS are)", typ)
+		return nil, fmt.Errorf("cpu: quantized weight type %s is not kept (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, IQ4_NL are)", typ)
 	}
 	if rows < 0 || cols <= 0 || cols%bv != 0 {
 		return nil, fmt.Errorf("cpu: %s weight [%d, %d]: rows must be ≥ 0 and cols a positive multiple of %d", typ, rows, cols, bv)

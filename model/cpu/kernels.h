@@ -74,6 +74,7 @@ void dlmc_gemm_nt_plain(int m, int n, int k, const float *a, long lda, const flo
 #define DLMC_Q5_0 6 // d, uint32 of fifth bits (bit t: value t), Q4_0's q; (q − 16)·d
 #define DLMC_Q5_1 7 // d, m, Q5_0's fifth bits and q; q·d + m
 #define DLMC_Q8_0 8 // blocks of 32: float16 d, 32 int8 q; q·d
+#define DLMC_IQ4_NL 20 // d, Q4_0's q, each standing for one of 16 int8 levels; level·d
 // K-quants (kquant.c), super-blocks of 256: ggml's block_q3_K (110 bytes),
 // block_q4_K (144), block_q5_K (176), block_q6_K (210).
 #define DLMC_Q3_K 11

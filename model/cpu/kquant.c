@@ -18,6 +18,7 @@
 
 #include "half.h"
 #include "kernels.h"
+#include "simd.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -114,8 +115,7 @@ static void q6k_block_generic(float *y, const uint8_t *b) {
 // of sub-block s's scale), scales_l[4] (its low nibble in byte s/2, the low
 // one for even s), qs[128]; eight sub-blocks of 32, each the low nibbles
 // of its 16 bytes then their high nibbles, a nibble q standing for
-// iq4_levels[q] (ggml's kvalues_iq4nl); scales biased by 32 too.
-static const int8_t iq4_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+// iq4_levels[q] (simd.h); scales biased by 32 too.
 
 // nomin_scales writes a Q3_K or IQ4_XS block's 16 scales, less 32, into
 // s and returns its d.

@@ -18,8 +18,9 @@ import (
 var kquantTypes = []backend.QuantType{backend.Q3_K, backend.Q4_K, backend.Q5_K, backend.Q6_K, backend.IQ4_XS}
 
 // fallbackTypes are the 32-value types llama-quantize writes where a row
-// is no whole super-block (Q4_K → Q5_0, Q5_K → Q5_1; and Q4_1).
-var fallbackTypes = []backend.QuantType{backend.Q4_1, backend.Q5_0, backend.Q5_1}
+// is no whole super-block (Q4_K → Q5_0, Q5_K → Q5_1, IQ4_XS → IQ4_NL;
+// and Q4_1).
+var fallbackTypes = []backend.QuantType{backend.Q4_1, backend.Q5_0, backend.Q5_1, backend.IQ4_NL}
 
 // kquantWeight returns a random [rows, cols] weight of the K-quant or
 // fallback type typ (random bytes, its float16 scales set so that values
@@ -43,6 +44,8 @@ func kquantWeight(t testing.TB, rng *rand.Rand, typ backend.QuantType, rows, col
 			copy(raw[o:], half(rng.NormFloat64()/3000))
 		case backend.Q5_0: // (q − 16)·d, |q − 16| ≤ 16
 			copy(raw[o:], half(rng.NormFloat64()/16))
+		case backend.IQ4_NL: // level·d, |level| ≤ 127
+			copy(raw[o:], half(rng.NormFloat64()/100))
 		case backend.Q4_1, backend.Q5_1: // q·d + m, q ≤ 31
 			copy(raw[o:], half(rng.NormFloat64()/16))
 			copy(raw[o+2:], half(rng.NormFloat64()))

@@ -31,6 +31,7 @@ static inline float block_d(const uint8_t *b) { return half_at(b); }
 static inline long block_bytes(int wt) {
 	switch (wt) {
 	case DLMC_Q4_0: return 18;
+	case DLMC_IQ4_NL: return 18;
 	case DLMC_Q4_1: return 20;
 	case DLMC_Q5_0: return 22;
 	case DLMC_Q5_1: return 24;
@@ -101,12 +102,18 @@ static inline void nibbles_q(int8_t *q, const uint8_t *qs, uint32_t qh, int off)
 	}
 }
 
+const int8_t iq4_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
 // block_quants writes the 32 quants of block b as int8: its values over
 // d, or (block_min) less m.
 static inline void block_quants(int wt, int8_t *q, const uint8_t *b) {
 	uint32_t qh;
 	switch (wt) {
 	case DLMC_Q4_0: nibbles_q(q, b + 2, 0, 8); return;
+	case DLMC_IQ4_NL:
+		nibbles_q(q, b + 2, 0, 0);
+		for (int t = 0; t < 32; t++) q[t] = iq4_levels[q[t]];
+		return;
 	case DLMC_Q4_1: nibbles_q(q, b + 4, 0, 0); return;
 	case DLMC_Q5_0: memcpy(&qh, b + 2, 4); nibbles_q(q, b + 6, qh, 16); return;
 	case DLMC_Q5_1: memcpy(&qh, b + 4, 4); nibbles_q(q, b + 8, qh, 0); return;
@@ -285,16 +292,19 @@ TARGET_AVX2 static void quantize_act_avx2(int form, void *qv, float *d, float *s
 	}
 }
 
-// load_w returns block b's 32 quants as int8 (Q4_0: q − 8; Q5_0: q − 16)
+// load_w returns block b's 32 quants as int8 (Q4_0: q − 8; Q5_0: q − 16;
+// IQ4_NL: its levels, by vpshufb)
 // and sets *d.
 TARGET_AVX2 static inline __m256i load_w(int wt, const uint8_t *b, float *d) {
 	*d = _cvtsh_ss((unsigned short)(b[0] | b[1] << 8));
-	if (wt == DLMC_Q4_0 || wt == DLMC_Q5_0) {
+	if (wt == DLMC_Q4_0 || wt == DLMC_Q5_0 || wt == DLMC_IQ4_NL) {
 		const uint8_t *qs = b + (wt == DLMC_Q5_0 ? 6 : 2);
 		__m128i t = _mm_loadu_si128((const __m128i *)qs);
 		__m256i q = _mm256_insertf128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
 		q = _mm256_and_si256(q, _mm256_set1_epi8(0x0f));
 		if (wt == DLMC_Q4_0) return _mm256_sub_epi8(q, _mm256_set1_epi8(8));
+		if (wt == DLMC_IQ4_NL)
+			return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)iq4_levels)), q);
 		// Value t's fifth bit, bit t of qh: byte t takes qh's byte t/8,
 		// keeps bit t%8 and becomes 0x10 where it is set.
 		uint32_t qh;
@@ -389,6 +399,8 @@ TARGET_AVX2 static inline float hsum8(__m256 v) {
 			QLOOPS(tile, DLMC_Q4_0)                                                                         \
 		} else if (wt == DLMC_Q5_0) {                                                                       \
 			QLOOPS(tile, DLMC_Q5_0)                                                                         \
+		} else if (wt == DLMC_IQ4_NL) {                                                                     \
+			QLOOPS(tile, DLMC_IQ4_NL)                                                                       \
 		} else {                                                                                            \
 			QLOOPS(tile, DLMC_Q8_0)                                                                         \
 		}                                                                                                   \

@@ -1,7 +1,9 @@
-// simd.h: the constants and vector helpers vec.c, attn.c, quant.c and
-// bf16mm.c share; not part of what the Go side binds (kernels.h is).
+// simd.h: the constants and vector helpers vec.c, attn.c, quant.c, kquant.c
+// and bf16mm.c share; not part of what the Go side binds (kernels.h is).
 #ifndef DLMCACHE_CPU_SIMD_H
 #define DLMCACHE_CPU_SIMD_H
+
+#include <stdint.h>
 
 // Cephes expf: x = n·ln2 + r, |r| ≤ ln2/2, e^r by a polynomial, scaled by
 // 2ⁿ through the exponent bits. About 1 ulp; below the smallest normal
@@ -17,6 +19,10 @@
 #define P3 4.1665795894e-2f
 #define P4 1.6666665459e-1f
 #define P5 5.0000001201e-1f
+
+// IQ4_NL's and IQ4_XS's sixteen int8 levels (ggml's kvalues_iq4nl; in
+// quant.c): a 4-bit quant q stands for iq4_levels[q].
+extern const int8_t iq4_levels[16];
 
 // Row tiles: a block of m rows goes in T = row_tiles(m, mr) = ⌈m / mr⌉
 // tiles of even heights, row_tile_h(m, T, t) (the first m mod T of them

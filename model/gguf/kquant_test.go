@@ -38,11 +38,11 @@ func KQuantGolden(t testing.TB, dir string, typ GGMLType) ([]byte, []float32) {
 }
 
 // TestKQuantsGolden: ToF32 reads Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS blocks, and Q4_1,
-// Q5_0 and Q5_1 ones (random bytes, scales normal, negative, subnormal and
+// Q5_0, Q5_1 and IQ4_NL ones (random bytes, scales normal, negative, subnormal and
 // zero), bit for bit as the independent Python dequantizer does; FromF32
 // refuses to write them.
 func TestKQuantsGolden(t *testing.T) {
-	for _, typ := range []GGMLType{Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, Q4_1, Q5_0, Q5_1} {
+	for _, typ := range []GGMLType{Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, Q4_1, Q5_0, Q5_1, IQ4_NL} {
 		raw, want := KQuantGolden(t, kquantDir, typ)
 		got, err := ToF32(typ, raw, len(want))
 		if err != nil {

@@ -48,6 +48,8 @@ var codecs = map[GGMLType]codec{
 	Q4_1:   blockCodec(Q4_1, decodeQ4_1, nil),
 	Q5_0:   blockCodec(Q5_0, decodeQ5_0, nil),
 	Q5_1:   blockCodec(Q5_1, decodeQ5_1, nil),
+	// IQ4_NL: IQ4_XS's fallback where a row is no whole super-block.
+	IQ4_NL: blockCodec(IQ4_NL, decodeIQ4_NL, nil),
 }
 
 // blockCodec lifts a block type's functions of one block (its bytes, its
@@ -302,6 +304,17 @@ func decodeQ3_K(blk []byte, dst []float32) {
 // quant q stands for IQ4Levels[q] (ggml's kvalues_iq4nl).
 var IQ4Levels = [16]int8{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
 
+// decodeIQ4_NL reads an IQ4_NL block (18 bytes): float16 d, then Q4_0's
+// 16 bytes of nibbles (value t the low nibble of byte t, value t+16 its
+// high one), each value d·IQ4Levels[q] (exact in float32).
+func decodeIQ4_NL(blk []byte, dst []float32) {
+	d := halfAt(blk, 0)
+	for j, v := range blk[2:18] {
+		dst[j] = d * float32(IQ4Levels[v&0xf])
+		dst[j+16] = d * float32(IQ4Levels[v>>4])
+	}
+}
+
 // decodeIQ4_XS reads an IQ4_XS block (136 bytes): float16 d, a uint16
 // scales_h (bits 2s, 2s+1: sub-block s's scale's top two bits), 4 bytes
 // scales_l (sub-block s's low four bits in byte s/2, low nibble for even
@@ -331,7 +344,7 @@ func DequantizeQ8_0(src []byte, dst []float32) { codecs[Q8_0].decode(src, dst) }
 
 // ToF32 decodes n elements of type t from src into a new slice, for the
 // types of codecs (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q3_K,
-// Q4_K, Q5_K, Q6_K, IQ4_XS).
+// Q4_K, Q5_K, Q6_K, IQ4_XS, IQ4_NL).
 func ToF32(t GGMLType, src []byte, n int) ([]float32, error) {
 	if !t.Known() || n%t.BlockSize() != 0 || t.RowBytes(n) != len(src) {
 		return nil, fmt.Errorf("%d bytes do not hold %d %s values", len(src), n, t)

@@ -69,7 +69,7 @@ func (t ValueType) scalarSize() int {
 type GGMLType uint32
 
 // Tensor types, numbered as ggml numbers them. Only F32, F16, BF16, Q8_0,
-// Q4_0, Q4_1, Q5_0, Q5_1, the K-quants Q3_K, Q4_K, Q5_K and Q6_K and IQ4_XS are decoded
+// Q4_0, Q4_1, Q5_0, Q5_1, the K-quants Q3_K, Q4_K, Q5_K and Q6_K, IQ4_XS and IQ4_NL are decoded
 // by this package (codecs; all but the first five are read only); the
 // others are named so that an error can say what a file holds.
 const (

@@ -42,8 +42,8 @@ func IsGGUF(path string) bool {
 // mapped; elsewhere the loader makes a reordered copy. Q8_0, Q4_0, Q4_1,
 // Q5_0, Q5_1 and the K-quants Q3_K, Q4_K, Q5_K and Q6_K (llama-quantize's Q4_0
 // keeps the output head Q6_K; its Q4_K_M and Q5_K_M files mix the last three,
-// its Q3_K_S, Q3_K_M and Q3_K_L files Q3_K with them, and IQ4_XS, whose
-// super-blocks the K-quants' products take too,
+// its Q3_K_S, Q3_K_M and Q3_K_L files Q3_K with them, IQ4_XS, whose
+// super-blocks the K-quants' products take too, and IQ4_NL, its fallback,
 // and where a row is no whole super-block of 256 fall back to Q5_0, Q5_1
 // and Q8_0) stay quantized on
 // a backend that keeps them (backend.QuantWeighter: the CPU backend, which
@@ -162,7 +162,7 @@ func loadGGUF(f *gguf.File, b backend.Backend) (*Model, error) {
 // backend.QuantWeighter as it is stored.
 func keptQuant(t gguf.GGMLType) bool {
 	switch t {
-	case gguf.Q8_0, gguf.Q4_0, gguf.Q4_1, gguf.Q5_0, gguf.Q5_1, gguf.Q3_K, gguf.Q4_K, gguf.Q5_K, gguf.Q6_K, gguf.IQ4_XS:
+	case gguf.Q8_0, gguf.Q4_0, gguf.Q4_1, gguf.Q5_0, gguf.Q5_1, gguf.Q3_K, gguf.Q4_K, gguf.Q5_K, gguf.Q6_K, gguf.IQ4_XS, gguf.IQ4_NL:
 		return true
 	}
 	return false
@@ -180,7 +180,7 @@ func ggufWeight(t gguf.TensorInfo, name string, rows, cols int, data []byte) (ba
 		return backend.BF16, data, nil
 	}
 	if !gguf.Supported(t.Type) {
-		return 0, nil, fmt.Errorf("tensor %s has type %s, which is not supported yet (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS)", name, t.Type)
+		return 0, nil, fmt.Errorf("tensor %s has type %s, which is not supported yet (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, IQ4_NL)", name, t.Type)
 	}
 	x, err := gguf.ToF32(t.Type, data, rows*cols)
 	if err != nil {

@@ -2,9 +2,9 @@
 """Writes model/testdata/kquants/: blocks of ggml's K-quants (Q3_K, Q4_K, Q5_K, Q6_K), of
 IQ4_XS (super-blocks of 256 too, its 4-bit quants mapped to 16 int8 levels) and
 of the 32-value types llama-quantize falls back to where a row is no whole
-super-block (Q4_1, Q5_0, Q5_1), and their values, dequantized here from the public
+super-block (Q4_1, Q5_0, Q5_1, IQ4_NL), and their values, dequantized here from the public
 block layout (ggml's block_q3_K, block_q4_K, block_q5_K, block_q6_K, block_iq4_xs, block_q4_1,
-block_q5_0, block_q5_1; gguf-py's quants.py computes the same), so that dlmcache's decoders
+block_q5_0, block_q5_1, block_iq4_nl; gguf-py's quants.py computes the same), so that dlmcache's decoders
 (model/gguf in Go, model/cpu in C) are held to a reference they do not share.
 
     python3 tools/kquants/make_golden.py            # from the repo root
@@ -14,7 +14,7 @@ rounded to float32 once, which is what one IEEE float32 operation gives; the
 sub-block scales' products are exact in float32, so the only rounding step is
 Q4_K's and Q5_K's subtraction of the minimum (not fused with the product).
 
-Outputs, per type T in q4_k, q5_k, q6_k, q4_1, q5_0, q5_1, q3_k, iq4_xs:
+Outputs, per type T in q4_k, q5_k, q6_k, q4_1, q5_0, q5_1, q3_k, iq4_xs, iq4_nl:
   T.bin   blocks (NBLOCKS of the K-quants, 8·NBLOCKS of 32 values: random bytes,
           seeded; the float16 scales set to chosen values: normal, negative,
           subnormal, zero)
@@ -139,6 +139,12 @@ def deq_iq4_xs(b):
     return y
 
 
+def deq_iq4_nl(b):
+    # d (float16), qs[16]: value d·IQ4_LEVELS[q], q as Q4_0's nibbles
+    d = half(b, 0)
+    return [f32(d * IQ4_LEVELS[q]) for q in nibbles(b[2:18])]
+
+
 def nibbles(qs):
     """The 32 4-bit quants of a 32-value block's 16 bytes: low nibbles, then high."""
     return [v & 0xF for v in qs] + [v >> 4 for v in qs]
@@ -178,6 +184,7 @@ TYPES = {
     "q5_1": (24, 32, (0, 2), deq_q5_1),
     "q3_k": (110, QK, (108,), deq_q3_k),
     "iq4_xs": (136, QK, (0,), deq_iq4_xs),
+    "iq4_nl": (18, 32, (0,), deq_iq4_nl),
 }
 
 
