@@ -31,8 +31,9 @@
 # FORMATS (default "f32 f16 bf16 q8_0 q4_0"; any llama-quantize type in
 # lower case: q3_k_m, q4_k_m, q5_k_m and q6_k make K-quant files, for l16-d2048 —
 # llada-tiny's 128-wide rows are no whole super-block, so llama-quantize
-# falls back to types dlmcache does not read), ROUNDS (3), THREADS (nproc),
-# SEQ (256), STEPS_PER_BLOCK (1), BENCH_LLAMACPP_OUT (bench-out/llamacpp).
+# falls back there to 32-value types: Q5_0, Q5_1, IQ4_NL, Q8_0), ROUNDS (3),
+# THREADS (nproc), SEQ (256), STEPS_PER_BLOCK (1), BENCH_LLAMACPP_OUT
+# (bench-out/llamacpp).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BENCH=bench-llamacpp

@@ -45,8 +45,10 @@ static inline int block_min(int wt) { return wt == DLMC_Q4_1 || wt == DLMC_Q5_1;
 
 // kq_min reports whether a super-block type's sub-blocks carry minima
 // (Q4_K, Q5_K), which the products take off with the activations' sums;
-// Q6_K, Q3_K and IQ4_XS have none.
+// Q6_K, Q3_K and IQ4_XS have none. kq_scales16 reports whether its scales
+// are per 16 values (Q6_K, Q3_K: two a block of 32) rather than per 32.
 static inline int kq_min(int wt) { return wt == DLMC_Q4_K || wt == DLMC_Q5_K; }
+static inline int kq_scales16(int wt) { return wt == DLMC_Q6_K || wt == DLMC_Q3_K; }
 
 // qprefetch asks for the weight bytes the next pack reads (rows r0 … r1−1
 // of w, bytes [lo, hi) of each) while the current pack is multiplied, per
@@ -770,14 +772,15 @@ TARGET_AVX512VNNI static void pack16(int wt, int rows, long b0, long nb, const u
 // blocks), H scales and offsets per block and row (Q6_K, Q3_K: 2, one per
 // sub-block of 16 values; Q4_K, Q5_K: 1), each scale d·isc; for Q4_K and
 // Q5_K the block's minimum dmin·im in mn (per block and row). The quants
-// (Q4_K, Q5_K: q ∈ [0, 32); Q6_K: q − 32; Q3_K: q ∈ [−4, 4)) are vpdpbusd's signed operand
+// (Q4_K, Q5_K: q ∈ [0, 32); Q6_K: q − 32; Q3_K: q ∈ [−4, 4); IQ4_XS: its
+// levels) are vpdpbusd's signed operand
 // as they are. The 16 rows of a super-block are decoded first, then each
 // block transposed into the pack (tr16x8) and its scales, offsets and
 // minima made 16 rows at a time.
 TARGET_AVX512VNNI static void pack16k(int wt, int rows, long b0, long nb, const uint8_t *w, long wstride, int32_t *v,
 	float *sc, int32_t *off, float *mn) {
 	long bb = dlmc_kquant_block_bytes(wt);
-	const int H = wt == DLMC_Q6_K || wt == DLMC_Q3_K ? 2 : 1;
+	const int H = kq_scales16(wt) ? 2 : 1;
 	_Alignas(64) int8_t q[16][256];
 	_Alignas(64) int16_t isc[16][16], im[8][16]; // [sub-block][row]
 	float dd[16][2];
@@ -927,7 +930,7 @@ TARGET_AVX512VNNI static inline __attribute__((always_inline)) void qmm_avx512vn
 // a time.
 TARGET_AVX512VNNI static void qmatmul_avx512vnni(int wt, int m, int n, int k, const uint8_t *xq, const float *xd,
 	const float *xs, const uint8_t *w, long wstride, float *c, long ldc, uint8_t *pack) {
-	if (wt == DLMC_Q6_K || wt == DLMC_Q3_K) qmm_avx512vnni(2, 0, wt, m, n, k, xq, xd, xs, w, wstride, c, ldc, pack);
+	if (kq_scales16(wt)) qmm_avx512vnni(2, 0, wt, m, n, k, xq, xd, xs, w, wstride, c, ldc, pack);
 	else if (kq_min(wt)) qmm_avx512vnni(1, 1, wt, m, n, k, xq, xd, xs, w, wstride, c, ldc, pack);
 	else qmm_avx512vnni(1, 0, wt, m, n, k, xq, xd, xs, w, wstride, c, ldc, pack);
 }

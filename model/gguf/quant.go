@@ -307,11 +307,14 @@ var IQ4Levels = [16]int8{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38
 // decodeIQ4_NL reads an IQ4_NL block (18 bytes): float16 d, then Q4_0's
 // 16 bytes of nibbles (value t the low nibble of byte t, value t+16 its
 // high one), each value d·IQ4Levels[q] (exact in float32).
-func decodeIQ4_NL(blk []byte, dst []float32) {
-	d := halfAt(blk, 0)
-	for j, v := range blk[2:18] {
-		dst[j] = d * float32(IQ4Levels[v&0xf])
-		dst[j+16] = d * float32(IQ4Levels[v>>4])
+func decodeIQ4_NL(blk []byte, dst []float32) { iq4Run(blk[2:18], halfAt(blk, 0), dst) }
+
+// iq4Run decodes 32 values from the 16 bytes qs, each dl·IQ4Levels[q]:
+// the bytes' low nibbles, then their high ones.
+func iq4Run(qs []byte, dl float32, y []float32) {
+	for j, v := range qs[:16] {
+		y[j] = dl * float32(IQ4Levels[v&0xf])
+		y[j+16] = dl * float32(IQ4Levels[v>>4])
 	}
 }
 
@@ -326,12 +329,7 @@ func decodeIQ4_XS(blk []byte, dst []float32) {
 	sl, qs := blk[4:8], blk[8:136]
 	for ib := range 8 {
 		ls := int(sl[ib/2]>>(4*(ib%2))&0xf | byte(sh>>(2*ib)&3)<<4)
-		dl := d * float32(ls-32)
-		q, y := qs[16*ib:16*ib+16], dst[32*ib:32*ib+32]
-		for j, v := range q {
-			y[j] = dl * float32(IQ4Levels[v&0xf])
-			y[j+16] = dl * float32(IQ4Levels[v>>4])
-		}
+		iq4Run(qs[16*ib:], d*float32(ls-32), dst[32*ib:32*ib+32])
 	}
 }
 
